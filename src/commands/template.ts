@@ -1,0 +1,287 @@
+import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { type Document, LineCounter, parseDocument } from 'yaml';
+import { parseDuration } from '../util/duration.js';
+import { commandRegistry } from './command-registry.js';
+import { type CustomCommand, TEMPLATE_NAME_PATTERN, validateCommand } from './custom-command.js';
+import { TemplateError } from './errors.js';
+import { checkPlaceholders, parseShellTemplate } from './shell-template.js';
+
+/** What a sandbox of a template may do. */
+export const CAPABILITIES = ['shell', 'files', 'code', 'ports'] as const;
+export type Capability = (typeof CAPABILITIES)[number];
+export const DEFAULT_CAPABILITIES: readonly Capability[] = ['shell', 'files', 'code'];
+
+/** The keys `template.yaml` understands today, with the keys of each custom command and arg. */
+const TEMPLATE_KEYS = ['name', 'description', 'capabilities', 'custom_commands'];
+const COMMAND_KEYS = ['description', 'command', 'args', 'timeout'];
+const ARG_KEYS = ['name', 'type', 'default', 'description'];
+
+/** A loaded `template.yaml`. */
+export interface Template {
+  name: string;
+  description: string;
+  capabilities: Capability[];
+  /** The `custom_commands:` of the file, in file order. */
+  customCommands: CustomCommand[];
+  /** Where each custom command is defined, `file:line:column`, by command name. */
+  places: Record<string, string>;
+  /** The absolute path of the file, when loaded from one. */
+  path?: string;
+}
+
+type Path = (string | number)[];
+
+function formatPath(path: Path): string {
+  return path.reduce<string>(
+    (text, key) => (typeof key === 'number' ? `${text}[${key}]` : text ? `${text}.${key}` : key),
+    '',
+  );
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+class TemplateReader {
+  readonly problems: { location: string; text: string }[] = [];
+
+  constructor(
+    private readonly file: string,
+    private readonly doc: Document,
+    private readonly lines: LineCounter,
+  ) {}
+
+  /** `file:line:column` of the node at `path`, or of its nearest ancestor that exists. */
+  locate(path: Path): string {
+    for (let depth = path.length; depth >= 0; depth--) {
+      const node = this.doc.getIn(path.slice(0, depth), true) as { range?: [number, number] };
+      if (node?.range) {
+        const { line, col } = this.lines.linePos(node.range[0]);
+        return `${this.file}:${line}:${col}`;
+      }
+    }
+    return `${this.file}:1:1`;
+  }
+
+  problem(path: Path, message: string): void {
+    const location = this.locate(path);
+    this.problems.push({
+      location,
+      text: `${location}: ${formatPath(path) || '(top level)'}: ${message}`,
+    });
+  }
+
+  checkKeys(value: Record<string, unknown>, allowed: string[], path: Path): void {
+    for (const key of Object.keys(value)) {
+      if (!allowed.includes(key)) {
+        this.problem([...path, key], `unknown key; allowed here: ${allowed.join(', ')}`);
+      }
+    }
+  }
+}
+
+/**
+ * Parses the text of a `template.yaml`. `file` names it in error messages. Throws
+ * {@link TemplateError} listing every problem, each as `file:line:column: key.path: message`.
+ */
+export function parseTemplate(text: string, file = 'template.yaml'): Template {
+  const lines = new LineCounter();
+  const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
+  if (doc.errors.length > 0) {
+    const [first, ...rest] = doc.errors.map((error) => {
+      const { line, col } = lines.linePos(error.pos[0]);
+      return { location: `${file}:${line}:${col}`, message: error.message.split('\n')[0] };
+    });
+    throw new TemplateError(
+      [
+        `invalid YAML: ${first?.message}`,
+        ...rest.map((e) => `${e.location}: invalid YAML: ${e.message}`),
+      ].join('\n'),
+      first?.location,
+    );
+  }
+  const reader = new TemplateReader(file, doc, lines);
+  let root: unknown;
+  try {
+    root = doc.toJS();
+  } catch (error) {
+    throw new TemplateError(`cannot read YAML: ${(error as Error).message}`, `${file}:1:1`, {
+      cause: error,
+    });
+  }
+  if (!isRecord(root)) {
+    throw new TemplateError(
+      'a template is a mapping with at least `name:`, such as `name: data-tools`',
+      `${file}:1:1`,
+    );
+  }
+  reader.checkKeys(root, TEMPLATE_KEYS, []);
+
+  const name = root.name;
+  if (typeof name !== 'string' || !TEMPLATE_NAME_PATTERN.test(name)) {
+    reader.problem(
+      ['name'],
+      name === undefined
+        ? 'missing; every template needs a name, such as `name: data-tools`'
+        : 'must be a name of letters, digits, ".", "_" and "-", such as data-tools',
+    );
+  }
+  const description = root.description ?? '';
+  if (typeof description !== 'string') reader.problem(['description'], 'must be a string');
+
+  const capabilities = readCapabilities(reader, root.capabilities);
+  const { commands, places } = readCommands(reader, root.custom_commands, String(name));
+  if (reader.problems.length > 0) {
+    const [first, ...rest] = reader.problems;
+    throw new TemplateError(
+      [first?.text.slice(first.location.length + 2), ...rest.map((p) => p.text)].join('\n'),
+      first?.location,
+    );
+  }
+  return {
+    name: name as string,
+    description: description as string,
+    capabilities,
+    customCommands: commands,
+    places,
+  };
+}
+
+function readCapabilities(reader: TemplateReader, value: unknown): Capability[] {
+  if (value === undefined || value === null) return [...DEFAULT_CAPABILITIES];
+  if (!Array.isArray(value)) {
+    reader.problem(
+      ['capabilities'],
+      `must be a list, such as [${DEFAULT_CAPABILITIES.join(', ')}]`,
+    );
+    return [];
+  }
+  const result: Capability[] = [];
+  value.forEach((item, index) => {
+    if (!CAPABILITIES.includes(item)) {
+      reader.problem(['capabilities', index], `must be one of ${CAPABILITIES.join(', ')}`);
+    } else if (!result.includes(item)) {
+      result.push(item);
+    }
+  });
+  return result;
+}
+
+function readCommands(
+  reader: TemplateReader,
+  value: unknown,
+  template: string,
+): { commands: CustomCommand[]; places: Record<string, string> } {
+  const commands: CustomCommand[] = [];
+  const places: Record<string, string> = {};
+  if (value === undefined || value === null) return { commands, places };
+  if (!isRecord(value)) {
+    reader.problem(['custom_commands'], 'must be a mapping of command name → definition');
+    return { commands, places };
+  }
+  for (const [name, entry] of Object.entries(value)) {
+    const path = ['custom_commands', name];
+    if (!isRecord(entry)) {
+      reader.problem(path, 'must be a mapping with at least `command:`');
+      continue;
+    }
+    reader.checkKeys(entry, COMMAND_KEYS, path);
+    const args = readArgs(reader, entry.args, [...path, 'args']);
+    let timeoutMs: number | undefined;
+    if (entry.timeout !== undefined) {
+      timeoutMs =
+        typeof entry.timeout === 'string' || typeof entry.timeout === 'number'
+          ? parseDuration(entry.timeout)
+          : undefined;
+      if (timeoutMs === undefined) {
+        reader.problem([...path, 'timeout'], 'must be a duration such as 30s, 5m or 1h');
+      }
+    }
+    if (entry.command === undefined) {
+      reader.problem(path, 'missing `command:`, the shell command to run');
+      continue;
+    }
+    const { command, issues } = validateCommand({
+      name,
+      description: entry.description ?? '',
+      args,
+      template,
+      source: 'yaml',
+      command: entry.command,
+      ...(timeoutMs === undefined ? {} : { timeoutMs }),
+    });
+    for (const issue of issues) {
+      const keyPath = issue.path === 'name' ? path : [...path, ...parseModelPath(issue.path)];
+      reader.problem(
+        keyPath,
+        issue.path === 'name' ? `command name ${issue.message}` : issue.message,
+      );
+    }
+    if (!command) continue;
+    const placeholderProblems = checkPlaceholders(
+      parseShellTemplate(command.command as string),
+      command.args.map((a) => a.name),
+    );
+    for (const problem of placeholderProblems) reader.problem([...path, 'command'], problem);
+    commands.push(command);
+    places[name] = reader.locate(path);
+  }
+  return { commands, places };
+}
+
+function parseModelPath(path: string): Path {
+  return path
+    .split(/\.|\[(\d+)\]/)
+    .filter((part) => part !== undefined && part !== '')
+    .map((part) => (/^\d+$/.test(part) ? Number(part) : part));
+}
+
+/** An arg without `type:` takes it from its default, as an unannotated parameter does. */
+function inferType(value: unknown): unknown {
+  if (typeof value === 'number') return Number.isInteger(value) ? 'int' : 'float';
+  if (typeof value === 'boolean') return 'bool';
+  return 'str';
+}
+
+function readArgs(reader: TemplateReader, value: unknown, path: Path): Record<string, unknown>[] {
+  if (value === undefined || value === null) return [];
+  if (!Array.isArray(value)) {
+    reader.problem(path, 'must be a list of arguments, such as [{ name: path, type: str }]');
+    return [];
+  }
+  return value.map((item, index) => {
+    if (!isRecord(item)) {
+      reader.problem([...path, index], 'must be a mapping with at least `name:`');
+      return { name: `#${index}` };
+    }
+    reader.checkKeys(item, ARG_KEYS, [...path, index]);
+    if (item.name === undefined) reader.problem([...path, index], 'missing `name:`');
+    return {
+      name: item.name,
+      type: item.type ?? inferType(item.default),
+      required: !('default' in item),
+      ...('default' in item ? { default: item.default } : {}),
+      ...('description' in item ? { description: item.description } : {}),
+    };
+  });
+}
+
+/**
+ * Loads a `template.yaml` (see {@link parseTemplate} for errors) and makes it known by name, so
+ * that `listCommands('its-name')` includes its custom commands.
+ */
+export function loadTemplate(path: string): Template {
+  const absolute = resolve(path);
+  let text: string;
+  try {
+    text = readFileSync(absolute, 'utf8');
+  } catch (error) {
+    throw new TemplateError(`cannot read template: ${(error as Error).message}`, path, {
+      cause: error,
+    });
+  }
+  const template = { ...parseTemplate(text, path), path: absolute };
+  commandRegistry().registerTemplate(template);
+  return template;
+}

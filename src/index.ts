@@ -1,0 +1,30 @@
+import './require-reflect-metadata.js';
+
+export type {
+  ArgOptions,
+  RegisterOptions,
+  SandboxDecorator,
+  SandboxOptions,
+} from '../decorators/index.js';
+export { arg, float, int, sandbox } from '../decorators/index.js';
+export { commandUsage, parseCommandArgs, validateKwargs } from './commands/arguments.js';
+export type { DecoratedCommand } from './commands/command-builder.js';
+export type { CommandRegistry } from './commands/command-registry.js';
+export { commandRegistry } from './commands/command-registry.js';
+export type { ArgType, ArgValue, CommandSource, Kwargs } from './commands/custom-command.js';
+export { ARG_TYPES, CustomCommand, CustomCommandArg } from './commands/custom-command.js';
+export type { CommandDescription } from './commands/discovery.js';
+export { describeCommand, formatCommandTable } from './commands/discovery.js';
+export {
+  ArgumentError,
+  CommandDefinitionError,
+  DuplicateCommandError,
+  TemplateError,
+  TemplateNotFoundError,
+} from './commands/errors.js';
+export type { CommandJSONSchema } from './commands/json-schema.js';
+export { toJSONSchema } from './commands/json-schema.js';
+export { listCommands } from './commands/list-commands.js';
+export { renderShellCommand } from './commands/shell-template.js';
+export type { Capability, Template } from './commands/template.js';
+export { CAPABILITIES, loadTemplate, parseTemplate } from './commands/template.js';

@@ -1,0 +1,29 @@
+import { defineConfig } from 'tsup';
+
+// tsup switches to swc (installed) for these files because tsconfig sets emitDecoratorMetadata;
+// esbuild alone would drop the metadata.
+const common = {
+  target: 'node20',
+  platform: 'node',
+  sourcemap: true,
+  outDir: 'dist',
+} as const;
+
+export default defineConfig([
+  {
+    // ESM library and CLI in one build, so they share chunks: a module that the CLI imports and
+    // that itself imports 'agent-sandbox' sees the same code.
+    ...common,
+    entry: { index: 'src/index.ts', cli: 'src/cli/main.ts' },
+    format: ['esm'],
+    splitting: true,
+    clean: true,
+    dts: { entry: { index: 'src/index.ts' } },
+  },
+  {
+    ...common,
+    entry: { index: 'src/index.ts' },
+    format: ['cjs'],
+    dts: { entry: { index: 'src/index.ts' } },
+  },
+]);
