@@ -9,6 +9,8 @@ export type {
 export { arg, float, int, sandbox } from '../decorators/index.js';
 export { commandUsage, parseCommandArgs, validateKwargs } from './commands/arguments.js';
 export type { DecoratedCommand } from './commands/command-builder.js';
+export type { CommandManifest, ManifestCommand } from './commands/command-bundle.js';
+export { commandManifest } from './commands/command-bundle.js';
 export type { CommandRegistry } from './commands/command-registry.js';
 export { commandRegistry } from './commands/command-registry.js';
 export type { ArgType, ArgValue, CommandSource, Kwargs } from './commands/custom-command.js';

@@ -68,12 +68,18 @@ function convertText(arg: CustomCommandArg, text: string): { value: ArgValue } |
   return { error: `${arg.name}: ${JSON.stringify(text)} is not ${TYPE_HINTS[arg.type]}` };
 }
 
-function finish(command: CustomCommand, given: Map<string, ArgValue>, problems: string[]): Kwargs {
+/** Adds unknown and missing names to `problems`, throws if any, else applies defaults. */
+function finish(
+  command: CustomCommand,
+  given: Map<string, ArgValue>,
+  seen: ReadonlySet<string>,
+  problems: string[],
+): Kwargs {
   const names = command.args.map((a) => a.name);
-  for (const name of given.keys()) {
+  for (const name of seen) {
     if (!names.includes(name)) problems.push(`unknown argument '${name}'${suggest(name, names)}`);
   }
-  const missing = command.args.filter((a) => a.required && !given.has(a.name)).map((a) => a.name);
+  const missing = command.args.filter((a) => a.required && !seen.has(a.name)).map((a) => a.name);
   if (missing.length > 0) {
     problems.push(
       `missing required argument${missing.length > 1 ? 's' : ''}: ${missing.join(', ')}`,
@@ -111,15 +117,12 @@ export function parseCommandArgs(command: CustomCommand, pairs: readonly string[
     }
     seen.add(name);
     const arg = command.args.find((a) => a.name === name);
-    if (!arg) {
-      given.set(name, pair.slice(eq + 1));
-      continue;
-    }
+    if (!arg) continue;
     const converted = convertText(arg, pair.slice(eq + 1));
     if ('error' in converted) problems.push(converted.error);
     else given.set(name, converted.value);
   }
-  return finish(command, given, problems);
+  return finish(command, given, seen, problems);
 }
 
 function describeJson(value: unknown): string {
@@ -152,6 +155,7 @@ export function validateKwargs(command: CustomCommand, kwargs: unknown): Kwargs 
   }
   const problems: string[] = [];
   const given = new Map<string, ArgValue>();
+  const seen = new Set(Object.keys(kwargs));
   for (const [name, value] of Object.entries(kwargs)) {
     const arg = command.args.find((a) => a.name === name);
     if (arg && !fitsType(arg.type, value)) {
@@ -160,5 +164,5 @@ export function validateKwargs(command: CustomCommand, kwargs: unknown): Kwargs 
     }
     given.set(name, value as ArgValue);
   }
-  return finish(command, given, problems);
+  return finish(command, given, seen, problems);
 }

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { type Document, LineCounter, parseDocument } from 'yaml';
+import { type Document, isMap, isScalar, LineCounter, parseDocument } from 'yaml';
 import { parseDuration } from '../util/duration.js';
 import { commandRegistry } from './command-registry.js';
 import { type CustomCommand, TEMPLATE_NAME_PATTERN, validateCommand } from './custom-command.js';
@@ -62,6 +62,21 @@ class TemplateReader {
       }
     }
     return `${this.file}:1:1`;
+  }
+
+  /** `file:line:column` of the key of the entry at `path` (where a definition starts). */
+  locateKey(path: Path): string {
+    const parent = this.doc.getIn(path.slice(0, -1), true);
+    const key = path[path.length - 1];
+    if (isMap(parent)) {
+      const pair = parent.items.find((item) => isScalar(item.key) && item.key.value === key);
+      const range = isScalar(pair?.key) ? pair.key.range : undefined;
+      if (range) {
+        const { line, col } = this.lines.linePos(range[0]);
+        return `${this.file}:${line}:${col}`;
+      }
+    }
+    return this.locate(path);
   }
 
   problem(path: Path, message: string): void {
@@ -225,7 +240,7 @@ function readCommands(
     );
     for (const problem of placeholderProblems) reader.problem([...path, 'command'], problem);
     commands.push(command);
-    places[name] = reader.locate(path);
+    places[name] = reader.locateKey(path);
   }
   return { commands, places };
 }
