@@ -1,11 +1,13 @@
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { type Document, isMap, isScalar, LineCounter, parseDocument } from 'yaml';
+import { LineCounter, parseDocument } from 'yaml';
 import { parseDuration } from '../util/duration.js';
 import { commandRegistry } from './command-registry.js';
 import { type CustomCommand, TEMPLATE_NAME_PATTERN, validateCommand } from './custom-command.js';
 import { TemplateError } from './errors.js';
 import { checkPlaceholders, parseShellTemplate } from './shell-template.js';
+import { isRecord, type Path, TemplateReader } from './template-reader.js';
+import { RUNTIME_KEYS, readRuntime, type TemplateRuntime } from './template-runtime.js';
 
 /** What a sandbox of a template may do. */
 export const CAPABILITIES = ['shell', 'files', 'code', 'ports'] as const;
@@ -13,12 +15,12 @@ export type Capability = (typeof CAPABILITIES)[number];
 export const DEFAULT_CAPABILITIES: readonly Capability[] = ['shell', 'files', 'code'];
 
 /** The keys `template.yaml` understands today, with the keys of each custom command and arg. */
-const TEMPLATE_KEYS = ['name', 'description', 'capabilities', 'custom_commands'];
+const TEMPLATE_KEYS = ['name', 'description', 'capabilities', 'custom_commands', ...RUNTIME_KEYS];
 const COMMAND_KEYS = ['description', 'command', 'args', 'timeout'];
 const ARG_KEYS = ['name', 'type', 'default', 'description'];
 
 /** A loaded `template.yaml`. */
-export interface Template {
+export interface Template extends TemplateRuntime {
   name: string;
   description: string;
   capabilities: Capability[];
@@ -28,72 +30,6 @@ export interface Template {
   places: Record<string, string>;
   /** The absolute path of the file, when loaded from one. */
   path?: string;
-}
-
-type Path = (string | number)[];
-
-function formatPath(path: Path): string {
-  return path.reduce<string>(
-    (text, key) => (typeof key === 'number' ? `${text}[${key}]` : text ? `${text}.${key}` : key),
-    '',
-  );
-}
-
-function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
-}
-
-class TemplateReader {
-  readonly problems: { location: string; text: string }[] = [];
-
-  constructor(
-    private readonly file: string,
-    private readonly doc: Document,
-    private readonly lines: LineCounter,
-  ) {}
-
-  /** `file:line:column` of the node at `path`, or of its nearest ancestor that exists. */
-  locate(path: Path): string {
-    for (let depth = path.length; depth >= 0; depth--) {
-      const node = this.doc.getIn(path.slice(0, depth), true) as { range?: [number, number] };
-      if (node?.range) {
-        const { line, col } = this.lines.linePos(node.range[0]);
-        return `${this.file}:${line}:${col}`;
-      }
-    }
-    return `${this.file}:1:1`;
-  }
-
-  /** `file:line:column` of the key of the entry at `path` (where a definition starts). */
-  locateKey(path: Path): string {
-    const parent = this.doc.getIn(path.slice(0, -1), true);
-    const key = path[path.length - 1];
-    if (isMap(parent)) {
-      const pair = parent.items.find((item) => isScalar(item.key) && item.key.value === key);
-      const range = isScalar(pair?.key) ? pair.key.range : undefined;
-      if (range) {
-        const { line, col } = this.lines.linePos(range[0]);
-        return `${this.file}:${line}:${col}`;
-      }
-    }
-    return this.locate(path);
-  }
-
-  problem(path: Path, message: string): void {
-    const location = this.locate(path);
-    this.problems.push({
-      location,
-      text: `${location}: ${formatPath(path) || '(top level)'}: ${message}`,
-    });
-  }
-
-  checkKeys(value: Record<string, unknown>, allowed: string[], path: Path): void {
-    for (const key of Object.keys(value)) {
-      if (!allowed.includes(key)) {
-        this.problem([...path, key], `unknown key; allowed here: ${allowed.join(', ')}`);
-      }
-    }
-  }
 }
 
 /**
@@ -147,6 +83,7 @@ export function parseTemplate(text: string, file = 'template.yaml'): Template {
 
   const capabilities = readCapabilities(reader, root.capabilities);
   const { commands, places } = readCommands(reader, root.custom_commands, String(name));
+  const runtime = readRuntime(reader, root);
   if (reader.problems.length > 0) {
     const [first, ...rest] = reader.problems;
     throw new TemplateError(
@@ -160,6 +97,7 @@ export function parseTemplate(text: string, file = 'template.yaml'): Template {
     capabilities,
     customCommands: commands,
     places,
+    ...runtime,
   };
 }
 

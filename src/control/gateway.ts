@@ -1,0 +1,232 @@
+import {
+  createServer,
+  type IncomingMessage,
+  request,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
+import { connect, type Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import { tokenMatches } from './ids.js';
+import type { SandboxRecord } from './registry.js';
+
+/** The port that names envd itself (as E2B's envd port): `49983-{id}.{domain}`. */
+export const ENVD_PORT = 49983;
+
+/** Header names clients use when they cannot choose the Host. */
+export const SANDBOX_ID_HEADER = 'x-sandbox-id';
+export const SANDBOX_PORT_HEADER = 'x-sandbox-port';
+export const ACCESS_TOKEN_HEADER = 'x-access-token';
+
+/** What the gateway needs from the control plane. */
+export interface GatewayBackend {
+  /** The sandbox's record if it exists (any state). */
+  find(id: string): SandboxRecord | undefined;
+  /** True while its processes run. */
+  isAlive(record: SandboxRecord): boolean;
+  /** Makes envd forward `port` and returns the host Unix socket that reaches it. */
+  openPort(record: SandboxRecord, token: string, port: number): Promise<string>;
+}
+
+class GatewayError extends Error {
+  constructor(
+    readonly status: number,
+    readonly type: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = type;
+  }
+}
+
+interface Target {
+  socketPath: string;
+  path: string;
+  headers: Record<string, string | string[] | undefined>;
+}
+
+/** Parses `{port}-{id}.{domain}` (an optional `:gatewayPort` is ignored). */
+export function parseSandboxHost(
+  host: string | undefined,
+  domain: string,
+): { port: number; id: string } | undefined {
+  const name = host?.replace(/:\d+$/, '').toLowerCase();
+  const suffix = `.${domain.toLowerCase()}`;
+  if (!name?.endsWith(suffix)) return undefined;
+  const match = /^(\d{1,5})-([a-z0-9-]+)$/.exec(name.slice(0, -suffix.length));
+  return match ? { port: Number(match[1]), id: match[2] as string } : undefined;
+}
+
+/**
+ * The gateway: one loopback listener that routes `Host: {port}-{sandboxId}.{domain}` (or the
+ * `X-Sandbox-Id` / `X-Sandbox-Port` headers) to envd, or through envd to a port inside the
+ * sandbox. It needs that sandbox's token (`X-Access-Token`, or `?token=` for links), streams
+ * bodies both ways without buffering, and passes WebSocket upgrades through.
+ */
+export class Gateway {
+  readonly server: Server;
+
+  constructor(
+    private readonly backend: GatewayBackend,
+    private readonly domain: string,
+  ) {
+    this.server = createServer((req, res) => {
+      this.resolve(req).then(
+        (target) => this.forward(req, res, target),
+        (error) => sendError(res, error),
+      );
+    });
+    this.server.on('upgrade', (req, socket, head) => {
+      this.resolve(req).then(
+        (target) => this.tunnel(req, socket, head, target),
+        (error) => {
+          const { status, body } = errorBody(error);
+          socket.end(
+            `HTTP/1.1 ${status} Error\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n${body}`,
+          );
+        },
+      );
+    });
+  }
+
+  private async resolve(req: IncomingMessage): Promise<Target> {
+    const url = new URL(req.url ?? '/', 'http://gateway');
+    const fromHost = parseSandboxHost(req.headers.host, this.domain);
+    const headerId = req.headers[SANDBOX_ID_HEADER];
+    const headerPort = req.headers[SANDBOX_PORT_HEADER];
+    const id = typeof headerId === 'string' ? headerId : fromHost?.id;
+    const port = typeof headerPort === 'string' ? Number(headerPort) : fromHost?.port;
+    if (!id || port === undefined) {
+      throw new GatewayError(
+        400,
+        'BadRequestError',
+        `no sandbox named: use Host {port}-{sandboxId}.${this.domain} or the X-Sandbox-Id and X-Sandbox-Port headers`,
+      );
+    }
+    if (!Number.isInteger(port) || port < 1 || port > 65535) {
+      throw new GatewayError(
+        400,
+        'BadRequestError',
+        `port ${headerPort ?? port} is not a TCP port`,
+      );
+    }
+    const record = this.backend.find(id);
+    const headerToken = req.headers[ACCESS_TOKEN_HEADER];
+    const token =
+      typeof headerToken === 'string' ? headerToken : (url.searchParams.get('token') ?? undefined);
+    // The token is checked before saying anything about the sandbox's state.
+    if (!record || !tokenMatches(token, record.tokenHash)) {
+      throw new GatewayError(
+        record ? 401 : 404,
+        record ? 'AuthenticationError' : 'SandboxNotFoundError',
+        record
+          ? `missing or wrong access token for sandbox ${id}: send X-Access-Token (or ?token=)`
+          : `sandbox ${id} does not exist`,
+      );
+    }
+    if (record.state !== 'running' || !this.backend.isAlive(record)) {
+      throw new GatewayError(
+        404,
+        'SandboxNotFoundError',
+        `sandbox ${id} is not running (${record.state === 'running' ? 'its processes ended' : `${record.state}: ${record.endReason}`})`,
+      );
+    }
+    url.searchParams.delete('token');
+    const headers: Target['headers'] = { ...req.headers };
+    delete headers[ACCESS_TOKEN_HEADER];
+    delete headers[SANDBOX_ID_HEADER];
+    delete headers[SANDBOX_PORT_HEADER];
+    const path = `${url.pathname}${url.search}`;
+    if (port === ENVD_PORT) {
+      headers.authorization = `Bearer ${token}`;
+      return { socketPath: record.handle.envdSocket, path, headers };
+    }
+    if (!record.capabilities.includes('ports')) {
+      throw new GatewayError(
+        403,
+        'CapabilityError',
+        `template '${record.template}' does not have the ports capability, so port ${port} of sandbox ${id} cannot be reached; add ports to its capabilities`,
+      );
+    }
+    const socketPath = await this.backend.openPort(record, token as string, port);
+    return { socketPath, path, headers };
+  }
+
+  private forward(req: IncomingMessage, res: ServerResponse, target: Target): void {
+    const upstream = request(
+      {
+        socketPath: target.socketPath,
+        method: req.method,
+        path: target.path,
+        headers: target.headers,
+      },
+      (answer) => {
+        res.writeHead(answer.statusCode ?? 502, answer.rawHeaders as unknown as string[]);
+        answer.pipe(res);
+        answer.on('error', () => res.destroy());
+      },
+    );
+    upstream.on('error', (error) => {
+      if (res.headersSent) res.destroy();
+      else sendError(res, new GatewayError(502, 'UpstreamError', upstreamMessage(error)));
+    });
+    res.on('close', () => {
+      if (!res.writableFinished) upstream.destroy();
+    });
+    req.pipe(upstream);
+  }
+
+  private tunnel(req: IncomingMessage, socket: Duplex, head: Buffer, target: Target): void {
+    const upstream: Socket = connect(target.socketPath);
+    const lines = [`${req.method} ${target.path} HTTP/1.1`];
+    for (const [name, value] of Object.entries(target.headers)) {
+      for (const item of Array.isArray(value) ? value : [value]) {
+        if (item !== undefined) lines.push(`${name}: ${item}`);
+      }
+    }
+    upstream.on('connect', () => {
+      upstream.write(`${lines.join('\r\n')}\r\n\r\n`);
+      if (head.length > 0) upstream.write(head);
+      upstream.pipe(socket);
+      socket.pipe(upstream);
+    });
+    const close = () => {
+      upstream.destroy();
+      socket.destroy();
+    };
+    upstream.on('error', close);
+    socket.on('error', close);
+    upstream.on('close', close);
+    socket.on('close', close);
+  }
+}
+
+function upstreamMessage(error: Error): string {
+  return `the sandbox did not answer (${(error as NodeJS.ErrnoException).code ?? error.message}): nothing listens on that port, or the sandbox stopped`;
+}
+
+function errorBody(error: unknown): { status: number; body: string } {
+  if (error instanceof GatewayError) {
+    return {
+      status: error.status,
+      body: JSON.stringify({ error: error.message, type: error.type }),
+    };
+  }
+  const message = error instanceof Error ? error.message : String(error);
+  const status = (error as { status?: number }).status ?? 502;
+  const type = (error as Error).name ?? 'GatewayError';
+  return { status, body: JSON.stringify({ error: message, type }) };
+}
+
+function sendError(res: ServerResponse, error: unknown): void {
+  const { status, body } = errorBody(error);
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  res.writeHead(status, {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(body),
+  });
+  res.end(body);
+}

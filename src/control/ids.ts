@@ -1,0 +1,28 @@
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+
+const ALPHABET = 'abcdefghijklmnopqrstuvwxyz0123456789';
+
+/** A sandbox id: 16 lowercase letters and digits, so it fits in a host name label. */
+export function newSandboxId(): string {
+  const bytes = randomBytes(16);
+  let id = 'i';
+  for (let i = 1; i < 16; i++) id += ALPHABET[(bytes[i] as number) % ALPHABET.length];
+  return id;
+}
+
+/** A secret token: 32 random bytes, base64url. */
+export function newToken(): string {
+  return randomBytes(32).toString('base64url');
+}
+
+export function hashToken(token: string): string {
+  return createHash('sha256').update(token).digest('hex');
+}
+
+/** Compares a presented token with a stored hash in constant time. */
+export function tokenMatches(token: string | undefined, hash: string): boolean {
+  if (!token) return false;
+  const a = Buffer.from(hashToken(token), 'hex');
+  const b = Buffer.from(hash, 'hex');
+  return a.length === b.length && timingSafeEqual(a, b);
+}

@@ -1,0 +1,25 @@
+import { homedir } from 'node:os';
+import { join, resolve } from 'node:path';
+
+/** Where the control plane keeps its state: `$ABX_HOME`, default `~/.abx`. */
+export function abxHome(env: NodeJS.ProcessEnv = process.env): string {
+  return resolve(env.ABX_HOME || join(homedir(), '.abx'));
+}
+
+/** The files and folders under `$ABX_HOME`. */
+export function abxPaths(home = abxHome()) {
+  return {
+    home,
+    /** SQLite registry of sandboxes and templates. */
+    database: join(home, 'abx.db'),
+    /** The daemon's API key (mode 0600). */
+    apiKey: join(home, 'api-key'),
+    /** `{ pid, apiUrl, gatewayUrl, domain }` of the running daemon. */
+    daemonInfo: join(home, 'daemon.json'),
+    daemonLog: join(home, 'daemon.log'),
+    sandboxes: join(home, 'sandboxes'),
+    templates: join(home, 'templates'),
+  };
+}
+
+export type AbxPaths = ReturnType<typeof abxPaths>;

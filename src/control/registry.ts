@@ -1,0 +1,209 @@
+import Database from 'better-sqlite3';
+import type { SandboxHandle } from '../providers/provider.js';
+
+/** Life of a sandbox: `running` until killed, expired (reaped) or found dead. */
+export type SandboxState = 'running' | 'killed' | 'expired' | 'dead';
+
+/** One sandbox as the registry records it. */
+export interface SandboxRecord {
+  id: string;
+  template: string;
+  state: SandboxState;
+  metadata: Record<string, string>;
+  createdAt: number;
+  expiresAt: number;
+  endedAt: number | null;
+  /** Why it ended: `killed by API`, `expired`, `found dead after daemon restart`... */
+  endReason: string | null;
+  /** SHA-256 of the access token, hex: the token itself is never stored. */
+  tokenHash: string;
+  handle: SandboxHandle;
+  capabilities: string[];
+}
+
+/** One built template. */
+export interface TemplateRecord {
+  name: string;
+  /** The loaded template (JSON), as the daemon needs it to create sandboxes. */
+  spec: unknown;
+  /** Folder whose `home/` new sandboxes start from, or null when there was nothing to build. */
+  dir: string | null;
+  builtAt: number;
+}
+
+export interface SandboxFilter {
+  state?: SandboxState;
+  template?: string;
+  /** Every key must match. */
+  metadata?: Record<string, string>;
+}
+
+interface SandboxRow {
+  id: string;
+  template: string;
+  state: SandboxState;
+  metadata: string;
+  created_at: number;
+  expires_at: number;
+  ended_at: number | null;
+  end_reason: string | null;
+  token_hash: string;
+  handle: string;
+  capabilities: string;
+}
+
+const fromRow = (row: SandboxRow): SandboxRecord => ({
+  id: row.id,
+  template: row.template,
+  state: row.state,
+  metadata: JSON.parse(row.metadata),
+  createdAt: row.created_at,
+  expiresAt: row.expires_at,
+  endedAt: row.ended_at,
+  endReason: row.end_reason,
+  tokenHash: row.token_hash,
+  handle: JSON.parse(row.handle),
+  capabilities: JSON.parse(row.capabilities),
+});
+
+/** The control plane's state in SQLite: sandboxes and templates. */
+export class Registry {
+  private readonly db: Database.Database;
+
+  constructor(file: string) {
+    this.db = new Database(file);
+    // WAL lets readers (other CLI processes) in while the daemon writes.
+    this.db.pragma('journal_mode = WAL');
+    this.db.pragma('busy_timeout = 5000');
+    this.db.exec(`
+      CREATE TABLE IF NOT EXISTS sandboxes (
+        id TEXT PRIMARY KEY,
+        template TEXT NOT NULL,
+        state TEXT NOT NULL,
+        metadata TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL,
+        ended_at INTEGER,
+        end_reason TEXT,
+        token_hash TEXT NOT NULL,
+        handle TEXT NOT NULL,
+        capabilities TEXT NOT NULL
+      );
+      CREATE INDEX IF NOT EXISTS sandboxes_state ON sandboxes (state, expires_at);
+      CREATE TABLE IF NOT EXISTS templates (
+        name TEXT PRIMARY KEY,
+        spec TEXT NOT NULL,
+        dir TEXT,
+        built_at INTEGER NOT NULL
+      );
+    `);
+  }
+
+  insertSandbox(record: SandboxRecord): void {
+    this.db
+      .prepare(
+        `INSERT INTO sandboxes (id, template, state, metadata, created_at, expires_at, ended_at,
+           end_reason, token_hash, handle, capabilities)
+         VALUES (@id, @template, @state, @metadata, @createdAt, @expiresAt, @endedAt, @endReason,
+           @tokenHash, @handle, @capabilities)`,
+      )
+      .run({
+        ...record,
+        metadata: JSON.stringify(record.metadata),
+        handle: JSON.stringify(record.handle),
+        capabilities: JSON.stringify(record.capabilities),
+      });
+  }
+
+  getSandbox(id: string): SandboxRecord | undefined {
+    const row = this.db.prepare('SELECT * FROM sandboxes WHERE id = ?').get(id) as
+      | SandboxRow
+      | undefined;
+    return row && fromRow(row);
+  }
+
+  listSandboxes(filter: SandboxFilter = {}): SandboxRecord[] {
+    const where: string[] = [];
+    const params: unknown[] = [];
+    if (filter.state) {
+      where.push('state = ?');
+      params.push(filter.state);
+    }
+    if (filter.template) {
+      where.push('template = ?');
+      params.push(filter.template);
+    }
+    for (const [key, value] of Object.entries(filter.metadata ?? {})) {
+      where.push('json_extract(metadata, ?) = ?');
+      params.push(`$.${JSON.stringify(key)}`, value);
+    }
+    const sql = `SELECT * FROM sandboxes ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY created_at`;
+    return (this.db.prepare(sql).all(...params) as SandboxRow[]).map(fromRow);
+  }
+
+  /** Marks a running sandbox ended; false when it was not running (already ended). */
+  endSandbox(id: string, state: Exclude<SandboxState, 'running'>, reason: string): boolean {
+    const result = this.db
+      .prepare(
+        `UPDATE sandboxes SET state = ?, end_reason = ?, ended_at = ? WHERE id = ? AND state = 'running'`,
+      )
+      .run(state, reason, Date.now(), id);
+    return result.changes === 1;
+  }
+
+  setExpiry(id: string, expiresAt: number): boolean {
+    const result = this.db
+      .prepare(`UPDATE sandboxes SET expires_at = ? WHERE id = ? AND state = 'running'`)
+      .run(expiresAt, id);
+    return result.changes === 1;
+  }
+
+  /** Running sandboxes whose time is up. */
+  expired(now = Date.now()): SandboxRecord[] {
+    const rows = this.db
+      .prepare(`SELECT * FROM sandboxes WHERE state = 'running' AND expires_at <= ?`)
+      .all(now) as SandboxRow[];
+    return rows.map(fromRow);
+  }
+
+  upsertTemplate(record: TemplateRecord): void {
+    this.db
+      .prepare(
+        `INSERT INTO templates (name, spec, dir, built_at) VALUES (?, ?, ?, ?)
+         ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, dir = excluded.dir, built_at = excluded.built_at`,
+      )
+      .run(record.name, JSON.stringify(record.spec), record.dir, record.builtAt);
+  }
+
+  getTemplate(name: string): TemplateRecord | undefined {
+    const row = this.db.prepare('SELECT * FROM templates WHERE name = ?').get(name) as
+      | { name: string; spec: string; dir: string | null; built_at: number }
+      | undefined;
+    return (
+      row && { name: row.name, spec: JSON.parse(row.spec), dir: row.dir, builtAt: row.built_at }
+    );
+  }
+
+  listTemplates(): TemplateRecord[] {
+    const rows = this.db.prepare('SELECT * FROM templates ORDER BY name').all() as {
+      name: string;
+      spec: string;
+      dir: string | null;
+      built_at: number;
+    }[];
+    return rows.map((row) => ({
+      name: row.name,
+      spec: JSON.parse(row.spec),
+      dir: row.dir,
+      builtAt: row.built_at,
+    }));
+  }
+
+  removeTemplate(name: string): boolean {
+    return this.db.prepare('DELETE FROM templates WHERE name = ?').run(name).changes === 1;
+  }
+
+  close(): void {
+    this.db.close();
+  }
+}

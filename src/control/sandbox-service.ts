@@ -1,0 +1,187 @@
+import { rmSync } from 'node:fs';
+import { join } from 'node:path';
+import type { SandboxProvider } from '../providers/provider.js';
+import { InvalidArgumentError, NotFoundError } from '../sandbox/errors.js';
+import { hashToken, newSandboxId, newToken } from './ids.js';
+import type { Registry, SandboxFilter, SandboxRecord } from './registry.js';
+import type { TemplateService } from './template-service.js';
+
+/** What `POST /v1/sandboxes` takes. */
+export interface CreateSandboxRequest {
+  template?: string;
+  timeoutMs?: number;
+  envs?: Record<string, string>;
+  metadata?: Record<string, string>;
+}
+
+/** The longest lifetime a sandbox may be given: 24 hours. */
+export const MAX_SANDBOX_TIMEOUT_MS = 24 * 3_600_000;
+
+function checkStringMap(name: string, value: unknown): Record<string, string> {
+  if (value === undefined) return {};
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw new InvalidArgumentError(`${name} must be an object of string values`);
+  }
+  for (const [key, item] of Object.entries(value)) {
+    if (typeof item !== 'string') {
+      throw new InvalidArgumentError(`${name}.${key} must be a string, not ${typeof item}`);
+    }
+  }
+  return value as Record<string, string>;
+}
+
+export function checkTimeout(timeoutMs: unknown): number {
+  if (
+    typeof timeoutMs !== 'number' ||
+    !Number.isSafeInteger(timeoutMs) ||
+    timeoutMs <= 0 ||
+    timeoutMs > MAX_SANDBOX_TIMEOUT_MS
+  ) {
+    throw new InvalidArgumentError(
+      `timeoutMs must be a whole number of milliseconds between 1 and ${MAX_SANDBOX_TIMEOUT_MS} (24 h), not ${JSON.stringify(timeoutMs)}`,
+    );
+  }
+  return timeoutMs;
+}
+
+/**
+ * Sandboxes' life: create, find, kill, extend, and the two sweeps that keep the registry and the
+ * process table in agreement (adoption at start, reaping of expired sandboxes).
+ */
+export class SandboxService {
+  /** Sandboxes being killed right now, so a reaper pass and an API call do not race. */
+  private readonly ending = new Map<string, Promise<void>>();
+
+  constructor(
+    private readonly registry: Registry,
+    private readonly provider: SandboxProvider,
+    private readonly templates: TemplateService,
+    private readonly sandboxesDir: string,
+  ) {}
+
+  async create(
+    request: CreateSandboxRequest,
+  ): Promise<{ record: SandboxRecord; accessToken: string }> {
+    const template = this.templates.get(request.template ?? 'base');
+    const timeoutMs =
+      request.timeoutMs === undefined ? template.spec.timeoutMs : checkTimeout(request.timeoutMs);
+    const envs = checkStringMap('envs', request.envs);
+    const metadata = checkStringMap('metadata', request.metadata);
+    const id = newSandboxId();
+    const accessToken = newToken();
+    const dir = join(this.sandboxesDir, id);
+    const handle = await this.provider.create({
+      id,
+      accessToken,
+      dir,
+      ...(template.homeDir ? { baseHome: template.homeDir } : {}),
+      env: { ...template.spec.env, ...envs },
+      workdir: template.spec.workdir,
+      resources: template.spec.resources,
+      network: template.spec.network,
+    });
+    const now = Date.now();
+    const record: SandboxRecord = {
+      id,
+      template: template.spec.name,
+      state: 'running',
+      metadata,
+      createdAt: now,
+      expiresAt: now + timeoutMs,
+      endedAt: null,
+      endReason: null,
+      tokenHash: hashToken(accessToken),
+      handle,
+      capabilities: template.spec.capabilities,
+    };
+    try {
+      this.registry.insertSandbox(record);
+    } catch (error) {
+      // Never leave a sandbox running without a registry row.
+      await this.provider.kill(handle);
+      throw error;
+    }
+    return { record, accessToken };
+  }
+
+  get(id: string): SandboxRecord {
+    const record = this.registry.getSandbox(id);
+    if (!record) throw new NotFoundError(`sandbox ${id} does not exist`);
+    return record;
+  }
+
+  /** A running sandbox, or NotFoundError saying why it is not running. */
+  running(id: string): SandboxRecord {
+    const record = this.get(id);
+    if (record.state !== 'running') {
+      throw new NotFoundError(
+        `sandbox ${id} is not running (${record.state}: ${record.endReason})`,
+      );
+    }
+    if (!this.provider.isAlive(record.handle)) {
+      this.registry.endSandbox(id, 'dead', 'its processes ended');
+      throw new NotFoundError(`sandbox ${id} is not running (dead: its processes ended)`);
+    }
+    return record;
+  }
+
+  list(filter: SandboxFilter): SandboxRecord[] {
+    return this.registry.listSandboxes(filter);
+  }
+
+  /** Kills a sandbox; resolves once its processes are gone. Killing an ended sandbox is a no-op. */
+  async kill(
+    id: string,
+    state: 'killed' | 'expired' = 'killed',
+    reason = 'killed',
+  ): Promise<boolean> {
+    const record = this.get(id);
+    if (record.state !== 'running') return false;
+    let ending = this.ending.get(id);
+    if (!ending) {
+      ending = (async () => {
+        await this.provider.kill(record.handle);
+        this.registry.endSandbox(id, state, reason);
+        rmSync(join(this.sandboxesDir, id), { recursive: true, force: true });
+      })().finally(() => this.ending.delete(id));
+      this.ending.set(id, ending);
+    }
+    await ending;
+    return true;
+  }
+
+  setTimeout(id: string, timeoutMs: unknown): SandboxRecord {
+    this.running(id);
+    this.registry.setExpiry(id, Date.now() + checkTimeout(timeoutMs));
+    return this.get(id);
+  }
+
+  /** Kills every running sandbox whose time is up. */
+  async reap(now = Date.now()): Promise<string[]> {
+    const expired = this.registry.expired(now);
+    await Promise.all(
+      expired.map((record) =>
+        this.kill(record.id, 'expired', `expired at ${new Date(record.expiresAt).toISOString()}`),
+      ),
+    );
+    return expired.map((record) => record.id);
+  }
+
+  /**
+   * After a daemon (re)start: sandboxes whose processes still run are kept; rows of sandboxes
+   * that died meanwhile are marked dead, and their folders removed.
+   */
+  adopt(): { adopted: string[]; dead: string[] } {
+    const adopted: string[] = [];
+    const dead: string[] = [];
+    for (const record of this.registry.listSandboxes({ state: 'running' })) {
+      if (this.provider.isAlive(record.handle)) adopted.push(record.id);
+      else {
+        this.registry.endSandbox(record.id, 'dead', 'found dead when the daemon started');
+        rmSync(join(this.sandboxesDir, record.id), { recursive: true, force: true });
+        dead.push(record.id);
+      }
+    }
+    return { adopted, dead };
+  }
+}

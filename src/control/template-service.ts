@@ -1,0 +1,147 @@
+import { mkdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { TemplateError } from '../commands/errors.js';
+import { DEFAULT_CAPABILITIES, parseTemplate, type Template } from '../commands/template.js';
+import { DEFAULT_SANDBOX_TIMEOUT_MS, DEFAULT_WORKDIR } from '../commands/template-runtime.js';
+import type { SandboxHandle, SandboxProvider } from '../providers/provider.js';
+import { InvalidArgumentError, NotFoundError, SandboxError } from '../sandbox/errors.js';
+import { newSandboxId, newToken } from './ids.js';
+import type { Registry } from './registry.js';
+
+/** The template every installation has, without a build. */
+export const BASE_TEMPLATE: Template = {
+  name: 'base',
+  description: 'A plain sandbox: shell, files and code, no network',
+  capabilities: [...DEFAULT_CAPABILITIES],
+  customCommands: [],
+  places: {},
+  env: {},
+  workdir: DEFAULT_WORKDIR,
+  setup: [],
+  timeoutMs: DEFAULT_SANDBOX_TIMEOUT_MS,
+  resources: {},
+  network: 'none',
+};
+
+/** A template ready to start sandboxes from. */
+export interface BuiltTemplate {
+  spec: Template;
+  /** The home folder its setup produced; sandboxes start from a copy. */
+  homeDir?: string;
+  builtAt: number;
+}
+
+/** Runs one shell step in a sandbox: the exit code and the combined output. */
+export type StepRunner = (
+  handle: SandboxHandle,
+  accessToken: string,
+  command: string,
+) => Promise<{ exitCode: number; output: string }>;
+
+/**
+ * Templates: `base`, plus those built from a `template.yaml`. Building runs the `setup` steps
+ * once in a throwaway sandbox and keeps its home folder; each new sandbox starts from a copy of
+ * it without running them again.
+ */
+export class TemplateService {
+  constructor(
+    private readonly registry: Registry,
+    private readonly provider: SandboxProvider,
+    private readonly templatesDir: string,
+    private readonly runStep: StepRunner,
+  ) {}
+
+  get(name: string): BuiltTemplate {
+    if (name === BASE_TEMPLATE.name) return { spec: BASE_TEMPLATE, builtAt: 0 };
+    const record = this.registry.getTemplate(name);
+    if (!record) {
+      const known = ['base', ...this.registry.listTemplates().map((t) => t.name)];
+      throw new NotFoundError(
+        `template '${name}' is not built; known templates: ${known.join(', ')}. Build it with \`abx template build path/to/template.yaml\``,
+      );
+    }
+    return {
+      spec: record.spec as Template,
+      ...(record.dir ? { homeDir: join(record.dir, 'home') } : {}),
+      builtAt: record.builtAt,
+    };
+  }
+
+  list(): BuiltTemplate[] {
+    return [this.get('base'), ...this.registry.listTemplates().map((t) => this.get(t.name))];
+  }
+
+  /** Builds (or rebuilds) the template described by the YAML file at `path`. */
+  async build(path: string): Promise<BuiltTemplate> {
+    const file = resolve(path);
+    let text: string;
+    try {
+      text = readFileSync(file, 'utf8');
+    } catch (error) {
+      throw new InvalidArgumentError(`cannot read template ${file}: ${(error as Error).message}`);
+    }
+    let spec: Template;
+    try {
+      spec = { ...parseTemplate(text, file), path: file };
+    } catch (error) {
+      if (error instanceof TemplateError) throw new InvalidArgumentError(error.message);
+      throw error;
+    }
+    if (spec.name === BASE_TEMPLATE.name) {
+      throw new InvalidArgumentError("'base' is built in; give your template another name");
+    }
+    const dir = join(this.templatesDir, spec.name);
+    let homeDir: string | undefined;
+    if (spec.setup.length > 0) homeDir = await this.runSetup(spec, dir);
+    else rmSync(dir, { recursive: true, force: true });
+    const builtAt = Date.now();
+    this.registry.upsertTemplate({ name: spec.name, spec, dir: homeDir ? dir : null, builtAt });
+    return { spec, ...(homeDir ? { homeDir } : {}), builtAt };
+  }
+
+  remove(name: string): void {
+    if (name === BASE_TEMPLATE.name)
+      throw new InvalidArgumentError("'base' is built in and cannot be removed");
+    if (!this.registry.removeTemplate(name)) {
+      throw new NotFoundError(`template '${name}' does not exist`);
+    }
+    rmSync(join(this.templatesDir, name), { recursive: true, force: true });
+  }
+
+  private async runSetup(spec: Template, dir: string): Promise<string> {
+    const work = `${dir}.build-${newSandboxId()}`;
+    mkdirSync(work, { recursive: true });
+    const accessToken = newToken();
+    const handle = await this.provider.create({
+      id: `build-${spec.name}`.slice(0, 60),
+      accessToken,
+      dir: work,
+      env: spec.env,
+      workdir: spec.workdir,
+      resources: spec.resources,
+      // Setup steps usually download things; a template's sandboxes keep their own setting.
+      network: 'host',
+    });
+    try {
+      for (const [index, step] of spec.setup.entries()) {
+        const { exitCode, output } = await this.runStep(handle, accessToken, step);
+        if (exitCode !== 0) {
+          throw new SandboxError(
+            `template '${spec.name}': setup[${index}] \`${step}\` exited with code ${exitCode}\n${output.slice(-2000)}`,
+          );
+        }
+      }
+    } catch (error) {
+      await this.provider.kill(handle);
+      rmSync(work, { recursive: true, force: true });
+      throw error;
+    }
+    await this.provider.kill(handle);
+    const home = join(dir, 'home');
+    rmSync(dir, { recursive: true, force: true });
+    mkdirSync(dir, { recursive: true });
+    renameSync(join(work, 'home'), home);
+    rmSync(work, { recursive: true, force: true });
+    return home;
+  }
+}

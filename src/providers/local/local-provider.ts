@@ -1,0 +1,194 @@
+import { execFile, spawn } from 'node:child_process';
+import { closeSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { request } from 'node:http';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { SandboxStartError } from '../../sandbox/errors.js';
+import type { SandboxHandle, SandboxProvider, SandboxSpec } from '../provider.js';
+import {
+  bwrapArgs,
+  prlimitArgs,
+  SANDBOX_HOME,
+  SANDBOX_RUN_DIR,
+  SANDBOX_RUNTIME_DIR,
+  SANDBOX_UID,
+} from './bwrap-args.js';
+import { isSameProcess, processStartTime } from './proc.js';
+
+const execFileAsync = promisify(execFile);
+
+export interface LocalProviderOptions {
+  /** Host folder holding envd.cjs (the package's dist/runtime). */
+  runtimeDir: string;
+  /** How long a new sandbox's envd has to answer; default 15 s. */
+  startTimeoutMs?: number;
+  bwrapPath?: string;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** GET /health on envd's socket: true on 200. */
+function envdHealthy(socketPath: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const req = request({ socketPath, path: '/health', method: 'GET', timeout: 1000 }, (res) => {
+      res.resume();
+      resolve(res.statusCode === 200);
+    });
+    req.on('timeout', () => req.destroy());
+    req.on('error', () => resolve(false));
+    req.end();
+  });
+}
+
+function logTail(file: string, bytes = 2000): string {
+  try {
+    const text = readFileSync(file, 'utf8');
+    return text.slice(-bytes).trim();
+  } catch {
+    return '';
+  }
+}
+
+/**
+ * Sandboxes as bubblewrap namespaces on this host. The sandbox's first process (the pid
+ * namespace's init, which bwrap forks) is what the handle names: killing it makes the kernel kill
+ * every process of the namespace. It is started in a session of its own, not tied to the daemon,
+ * so sandboxes outlive a daemon restart.
+ */
+export class LocalProvider implements SandboxProvider {
+  readonly name = 'local';
+
+  constructor(private readonly options: LocalProviderOptions) {}
+
+  async create(spec: SandboxSpec): Promise<SandboxHandle> {
+    const homeDir = join(spec.dir, 'home');
+    const runDir = join(spec.dir, 'run');
+    const portsDir = join(runDir, 'ports');
+    const logFile = join(spec.dir, 'sandbox.log');
+    mkdirSync(portsDir, { recursive: true });
+    if (spec.baseHome) {
+      await execFileAsync('cp', ['-a', '--reflink=auto', spec.baseHome, homeDir]);
+    } else {
+      mkdirSync(homeDir, { recursive: true });
+    }
+    const passwdFile = join(spec.dir, 'passwd');
+    const groupFile = join(spec.dir, 'group');
+    writeFileSync(passwdFile, `user:x:${SANDBOX_UID}:${SANDBOX_UID}::${SANDBOX_HOME}:/bin/sh\n`);
+    writeFileSync(groupFile, `user:x:${SANDBOX_UID}:\n`);
+
+    const envdSocket = join(runDir, 'envd.sock');
+    const env = {
+      PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+      HOME: SANDBOX_HOME,
+      USER: 'user',
+      LANG: 'C.UTF-8',
+      ...spec.env,
+      ABX_SANDBOX_ID: spec.id,
+      // envd reads and removes it, so the sandbox's other processes never see it.
+      ABX_ACCESS_TOKEN: spec.accessToken,
+    };
+    const bwrap = bwrapArgs({
+      hostname: spec.id,
+      homeDir,
+      runDir,
+      runtimeDir: this.options.runtimeDir,
+      passwdFile,
+      groupFile,
+      env,
+      workdir: spec.workdir,
+      network: spec.network,
+      command: [
+        process.execPath.startsWith('/usr/') ? process.execPath : '/usr/bin/node',
+        `${SANDBOX_RUNTIME_DIR}/envd.cjs`,
+        '--socket',
+        `${SANDBOX_RUN_DIR}/envd.sock`,
+        '--ports-dir',
+        `${SANDBOX_RUN_DIR}/ports`,
+      ],
+    });
+    const limits = prlimitArgs(spec.resources);
+    const [command, args] =
+      limits.length > 0
+        ? ['prlimit', [...limits, '--', this.options.bwrapPath ?? 'bwrap', ...bwrap]]
+        : [this.options.bwrapPath ?? 'bwrap', bwrap];
+
+    const log = openSync(logFile, 'a');
+    const child = spawn(command as string, args as string[], {
+      detached: true,
+      stdio: ['ignore', log, log],
+      env: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
+    });
+    closeSync(log);
+    let exited: string | undefined;
+    child.on('exit', (code, signal) => {
+      exited = signal ? `signal ${signal}` : `exit code ${code}`;
+    });
+    child.on('error', (error) => {
+      exited = error.message;
+    });
+    child.unref();
+
+    const deadline = Date.now() + (this.options.startTimeoutMs ?? 15_000);
+    const fail = (why: string) => {
+      if (child.pid) this.killTree(child.pid);
+      const tail = logTail(logFile);
+      return new SandboxStartError(
+        `sandbox ${spec.id} did not start: ${why}${tail ? `\n--- sandbox log ---\n${tail}` : ''}`,
+      );
+    };
+    let init: number | undefined;
+    while (Date.now() < deadline) {
+      if (exited) throw fail(`bubblewrap ended (${exited})`);
+      init ??= this.initPid(child.pid);
+      if (init && (await envdHealthy(envdSocket))) {
+        const startTime = processStartTime(init);
+        if (startTime) {
+          return { provider: this.name, pid: init, startTime, envdSocket, portsDir };
+        }
+      }
+      await sleep(init ? 10 : 2);
+    }
+    throw fail(`envd did not answer within ${this.options.startTimeoutMs ?? 15_000} ms`);
+  }
+
+  isAlive(handle: SandboxHandle): boolean {
+    return isSameProcess(handle.pid, handle.startTime);
+  }
+
+  async kill(handle: SandboxHandle): Promise<void> {
+    if (!this.isAlive(handle)) return;
+    try {
+      process.kill(handle.pid, 'SIGKILL');
+    } catch {
+      return;
+    }
+    // The kernel kills the rest of the pid namespace once its init is gone; wait for that.
+    for (let i = 0; i < 500 && isSameProcess(handle.pid, handle.startTime); i++) await sleep(10);
+  }
+
+  /** bwrap forks the namespace's init; it is the only child of the bwrap we started. */
+  private initPid(bwrapPid: number | undefined): number | undefined {
+    if (!bwrapPid) return undefined;
+    try {
+      const children = readFileSync(`/proc/${bwrapPid}/task/${bwrapPid}/children`, 'utf8')
+        .trim()
+        .split(/\s+/)
+        .filter(Boolean)
+        .map(Number);
+      return children.length === 1 ? children[0] : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  private killTree(bwrapPid: number): void {
+    const init = this.initPid(bwrapPid);
+    for (const pid of [init, bwrapPid]) {
+      try {
+        if (pid) process.kill(pid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+  }
+}

@@ -1,0 +1,44 @@
+import type { TemplateResources } from '../commands/template-runtime.js';
+
+/** Everything a provider needs to start one sandbox. */
+export interface SandboxSpec {
+  id: string;
+  /** The sandbox's access token; envd refuses requests without it. */
+  accessToken: string;
+  /** Host folder owned by this sandbox (its home, its sockets, its log). */
+  dir: string;
+  /** A built template's home folder to start from, copied for this sandbox. */
+  baseHome?: string;
+  env: Record<string, string>;
+  workdir: string;
+  resources: TemplateResources;
+  network: 'none' | 'host';
+}
+
+/**
+ * Where a running sandbox is, in a form that survives a daemon restart (stored in the registry).
+ * `pid` + `startTime` identify the sandbox's root process even if the pid is later reused.
+ */
+export interface SandboxHandle {
+  provider: string;
+  pid: number;
+  startTime: string;
+  /** The Unix socket of the sandbox's envd, on the host. */
+  envdSocket: string;
+  /** The folder holding one Unix socket per forwarded port (`{port}.sock`). */
+  portsDir: string;
+}
+
+/**
+ * Where sandboxes come from. `local` runs them with bubblewrap on this host; a Kubernetes
+ * provider would run pods with the same envd and return handles pointing at them.
+ */
+export interface SandboxProvider {
+  readonly name: string;
+  /** Starts a sandbox and resolves once its envd answers. */
+  create(spec: SandboxSpec): Promise<SandboxHandle>;
+  /** True while the sandbox's root process runs (and is the same process). */
+  isAlive(handle: SandboxHandle): boolean;
+  /** Kills every process of the sandbox and resolves once they are gone. */
+  kill(handle: SandboxHandle): Promise<void>;
+}

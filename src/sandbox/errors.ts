@@ -1,0 +1,139 @@
+/**
+ * Errors of sandboxes and the control plane. One root, {@link SandboxError}; the daemon sends
+ * `{ error, type }` bodies and {@link sandboxErrorFromBody} turns them back into these classes.
+ */
+
+/** Anything that went wrong with a sandbox, the daemon or a call into a sandbox. */
+export class SandboxError extends Error {
+  /** The HTTP status that carried the error, when one did. */
+  readonly status: number | undefined;
+
+  constructor(message: string, options?: ErrorOptions & { status?: number }) {
+    super(message, options);
+    this.name = 'SandboxError';
+    this.status = options?.status;
+  }
+}
+
+/** No sandbox, template, process or file of that name (or it is gone). */
+export class NotFoundError extends SandboxError {
+  constructor(message: string, options?: ErrorOptions & { status?: number }) {
+    super(message, options);
+    this.name = 'NotFoundError';
+  }
+}
+
+/** A call or command ran past its timeout; the work was stopped. */
+export class TimeoutError extends SandboxError {
+  constructor(message: string, options?: ErrorOptions & { status?: number }) {
+    super(message, options);
+    this.name = 'TimeoutError';
+  }
+}
+
+/** Missing or wrong API key or sandbox token. */
+export class AuthenticationError extends SandboxError {
+  constructor(message: string, options?: ErrorOptions & { status?: number }) {
+    super(message, options);
+    this.name = 'AuthenticationError';
+  }
+}
+
+/** The sandbox's template does not allow this (e.g. reaching a port without `ports`). */
+export class CapabilityError extends SandboxError {
+  constructor(message: string, options?: ErrorOptions & { status?: number }) {
+    super(message, options);
+    this.name = 'CapabilityError';
+  }
+}
+
+/** A request was malformed or its values invalid. */
+export class InvalidArgumentError extends SandboxError {
+  constructor(message: string, options?: ErrorOptions & { status?: number }) {
+    super(message, options);
+    this.name = 'InvalidArgumentError';
+  }
+}
+
+/** A sandbox could not be started; the message carries the tail of its log. */
+export class SandboxStartError extends SandboxError {
+  constructor(message: string, options?: ErrorOptions & { status?: number }) {
+    super(message, options);
+    this.name = 'SandboxStartError';
+  }
+}
+
+/** The result of a command that exited non-zero. */
+export interface CommandResult {
+  stdout: string;
+  stderr: string;
+  exitCode: number;
+  /** Set when the command was stopped (timeout, kill). */
+  error?: string;
+}
+
+/** A command exited with a non-zero code; the result is attached. */
+export class CommandExitError extends SandboxError {
+  readonly result: CommandResult;
+
+  constructor(result: CommandResult) {
+    super(
+      `command exited with code ${result.exitCode}${result.stderr ? `: ${result.stderr.trim().slice(-500)}` : ''}`,
+    );
+    this.name = 'CommandExitError';
+    this.result = result;
+  }
+
+  get stdout(): string {
+    return this.result.stdout;
+  }
+
+  get stderr(): string {
+    return this.result.stderr;
+  }
+
+  get exitCode(): number {
+    return this.result.exitCode;
+  }
+}
+
+type ErrorClass = new (
+  message: string,
+  options?: ErrorOptions & { status?: number },
+) => SandboxError;
+
+/** Remote `type` names → local classes; unknown names fall back by status. */
+const BY_TYPE: Record<string, ErrorClass> = {
+  NotFoundError,
+  SandboxNotFoundError: NotFoundError,
+  TemplateNotFoundError: NotFoundError,
+  TimeoutError,
+  AuthenticationError,
+  CapabilityError,
+  CapabilityDisabledError: CapabilityError,
+  InvalidArgumentError,
+  ArgumentError: InvalidArgumentError,
+  BadRequestError: InvalidArgumentError,
+  SandboxStartError,
+};
+
+const BY_STATUS: Record<number, ErrorClass> = {
+  400: InvalidArgumentError,
+  401: AuthenticationError,
+  403: CapabilityError,
+  404: NotFoundError,
+  408: TimeoutError,
+  504: TimeoutError,
+};
+
+/** Turns an error body `{ error, type }` (and its status) into the matching error class. */
+export function sandboxErrorFromBody(status: number, body: unknown): SandboxError {
+  const { error, type } = (typeof body === 'object' && body !== null ? body : {}) as {
+    error?: unknown;
+    type?: unknown;
+  };
+  const message = typeof error === 'string' ? error : `request failed with status ${status}`;
+  const ErrorType =
+    (typeof type === 'string' ? BY_TYPE[type] : undefined) ?? BY_STATUS[status] ?? SandboxError;
+  return new ErrorType(message, { status });
+}
