@@ -17,7 +17,7 @@ export default defineConfig([
     entry: { index: 'src/index.ts', cli: 'src/cli/main.ts' },
     format: ['esm'],
     splitting: true,
-    clean: true,
+    clean: false,
     dts: { entry: { index: 'src/index.ts' } },
   },
   {
@@ -25,5 +25,18 @@ export default defineConfig([
     entry: { index: 'src/index.ts' },
     format: ['cjs'],
     dts: { entry: { index: 'src/index.ts' } },
+  },
+  {
+    // The in-sandbox command server: one self-contained file that runs with plain `node`, no
+    // node_modules. runtime/ imports node: built-ins only, so bundling everything is just that.
+    ...common,
+    entry: { server: 'runtime/server/main.ts' },
+    outDir: 'dist/runtime',
+    format: ['cjs'],
+    outExtension: () => ({ js: '.cjs' }),
+    noExternal: [/.*/],
+    splitting: false,
+    clean: false,
+    dts: false,
   },
 ]);

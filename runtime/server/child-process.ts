@@ -1,0 +1,99 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { statSync } from 'node:fs';
+import {
+  BadRequestError,
+  CommandTimeoutError,
+  InvalidPathError,
+  type ServerError,
+} from './errors.js';
+
+/** What `runshell`, `/process/exec` and `/dev-tools/run` answer. */
+export interface RunResult {
+  stdout: string;
+  stderr: string;
+  exit_code: number | null;
+}
+
+/** Output beyond this per stream is dropped, so a chatty command cannot exhaust memory. */
+const MAX_CAPTURE_BYTES = 32 * 1024 * 1024;
+
+/**
+ * Kills a child's whole process group: children are spawned `detached`, which makes each the
+ * leader of its own group, so `sh -c 'sleep 100 & wait'` leaves no `sleep` behind.
+ */
+export function killGroup(child: ChildProcess, signal: NodeJS.Signals = 'SIGKILL'): void {
+  if (child.pid === undefined) return;
+  try {
+    // Also after the leader exited: its group lives on while a member (`cmd &`) does.
+    process.kill(-child.pid, signal);
+  } catch {
+    // ESRCH: the group is gone already.
+  }
+}
+
+/**
+ * Why a spawn failed, said plainly: node reports a missing working directory as the program
+ * being missing (`spawn /bin/sh ENOENT`).
+ */
+export function spawnFailure(error: Error, file: string, cwd: string | undefined): ServerError {
+  if (cwd !== undefined && !statSync(cwd, { throwIfNoEntry: false })?.isDirectory()) {
+    return new InvalidPathError(`cwd ${cwd} is not an existing directory`);
+  }
+  return new BadRequestError(`cannot start ${file}: ${error.message}`);
+}
+
+/** Spawns a program in its own process group with piped stdio. */
+export function spawnGroup(
+  file: string,
+  args: readonly string[],
+  options: { cwd?: string; env?: Record<string, string> },
+): ChildProcess {
+  return spawn(file, args, {
+    cwd: options.cwd,
+    env: { ...process.env, ...options.env },
+    detached: true,
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
+}
+
+/**
+ * Runs a program to completion and captures its output. Past `timeoutMs` the whole process
+ * group is killed and a 504 {@link CommandTimeoutError} carries the output captured so far.
+ */
+export function runToCompletion(
+  file: string,
+  args: readonly string[],
+  options: { cwd?: string; env?: Record<string, string>; timeoutMs: number; what: string },
+): Promise<RunResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawnGroup(file, args, options);
+    child.stdin?.end();
+    const out: Record<'stdout' | 'stderr', Buffer[]> = { stdout: [], stderr: [] };
+    const sizes = { stdout: 0, stderr: 0 };
+    for (const name of ['stdout', 'stderr'] as const) {
+      child[name]?.on('data', (chunk: Buffer) => {
+        if (sizes[name] >= MAX_CAPTURE_BYTES) return;
+        sizes[name] += chunk.length;
+        out[name].push(chunk);
+      });
+    }
+    const text = (name: 'stdout' | 'stderr') => Buffer.concat(out[name]).toString('utf8');
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      killGroup(child);
+    }, options.timeoutMs);
+    child.once('error', (error) => {
+      clearTimeout(timer);
+      reject(spawnFailure(error, file, options.cwd));
+    });
+    // 'close' (not 'exit') waits for the pipes to drain, so no output is lost.
+    child.once('close', (code) => {
+      clearTimeout(timer);
+      const result = { stdout: text('stdout'), stderr: text('stderr'), exit_code: code };
+      if (timedOut) {
+        reject(new CommandTimeoutError(options.what, options.timeoutMs, result));
+      } else resolve(result);
+    });
+  });
+}

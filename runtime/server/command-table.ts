@@ -1,0 +1,125 @@
+import {
+  CommandNotFoundError,
+  CommandTimeoutError,
+  SerializationError,
+  ServerStoppingError,
+} from './errors.js';
+import { Reply } from './http.js';
+import { type ArgSpec, validateKwargs } from './validate.js';
+
+/** A command's implementation: gets validated kwargs with defaults applied; may be async. */
+export type CommandHandler = (kwargs: Record<string, unknown>) => unknown;
+
+/** A command as the server holds it. */
+export interface RegisteredCommand {
+  name: string;
+  description: string;
+  args: ArgSpec[];
+  /** Milliseconds; `undefined` takes the server default, `0` means the handler times itself. */
+  timeoutMs?: number;
+  handler: CommandHandler;
+}
+
+/** The wire shape of one command in `GET /commands`. */
+export interface CommandDescription {
+  name: string;
+  description: string;
+  args: (Omit<ArgSpec, 'type'> & { type: 'str' | 'int' | 'float' | 'bool' })[];
+}
+
+const COMMAND_NAME = /^[A-Za-z_][A-Za-z0-9_-]*$/;
+const ARG_TYPES = ['str', 'int', 'float', 'bool', 'env'];
+
+/** Why an argument schema cannot be served, or `undefined` when it can. */
+function schemaProblem(args: readonly ArgSpec[]): string | undefined {
+  for (const [i, arg] of args.entries()) {
+    if (typeof arg?.name !== 'string' || !ARG_TYPES.includes(arg.type)) {
+      return `args[${i}] needs a string name and a type of str, int, float or bool`;
+    }
+    if (typeof arg.required !== 'boolean')
+      return `args[${i}] (${arg.name}) needs required: true or false`;
+  }
+  return undefined;
+}
+
+/** The commands a server serves: registration, discovery, and calls with validation and timeout. */
+export class CommandTable {
+  private readonly commands = new Map<string, RegisteredCommand>();
+  private stopping = false;
+
+  constructor(private readonly defaultTimeoutMs: number) {}
+
+  register(command: RegisteredCommand): void {
+    if (!COMMAND_NAME.test(command.name)) {
+      throw new Error(
+        `command name ${JSON.stringify(command.name)} must start with a letter or _ and contain only letters, digits, _ and -`,
+      );
+    }
+    const problem = schemaProblem(command.args);
+    if (problem) throw new Error(`command '${command.name}': ${problem}`);
+    if (this.commands.has(command.name)) {
+      throw new Error(
+        `command '${command.name}' is registered twice; command names must be unique (upload, download and runshell are built in)`,
+      );
+    }
+    this.commands.set(command.name, command);
+  }
+
+  /** Refuses new calls from now on (calls in flight go on). */
+  refuseNewCalls(): void {
+    this.stopping = true;
+  }
+
+  get(name: string): RegisteredCommand {
+    const command = this.commands.get(name);
+    if (!command) throw new CommandNotFoundError(name, [...this.commands.keys()]);
+    return command;
+  }
+
+  describe(name: string): CommandDescription {
+    const { description, args } = this.get(name);
+    return {
+      name,
+      description,
+      args: args.map((arg) => ({ ...arg, type: arg.type === 'env' ? 'str' : arg.type })),
+    };
+  }
+
+  list(): CommandDescription[] {
+    return [...this.commands.keys()].map((name) => this.describe(name));
+  }
+
+  /**
+   * Validates kwargs, runs the command within its timeout and answers `{"result": ...}`,
+   * serialized here so that an unserializable result is a `SerializationError`, not a broken
+   * response.
+   */
+  async call(name: string, kwargs: unknown): Promise<Reply> {
+    if (this.stopping) throw new ServerStoppingError();
+    const command = this.get(name);
+    const valid = validateKwargs(name, command.args, kwargs);
+    const timeoutMs = command.timeoutMs ?? this.defaultTimeoutMs;
+    const result = await withTimeout(
+      // Inside an async function, a sync throw becomes a rejection like an async one.
+      (async () => command.handler(valid))(),
+      timeoutMs,
+      `command '${name}'`,
+    );
+    let text: string;
+    try {
+      text = JSON.stringify({ result: result === undefined ? null : result });
+    } catch (error) {
+      throw new SerializationError(name, { cause: error });
+    }
+    return new Reply(200, text, { 'content-type': 'application/json; charset=utf-8' });
+  }
+}
+
+function withTimeout<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
+  if (ms <= 0) return work;
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new CommandTimeoutError(what, ms)), ms);
+  });
+  return Promise.race([work, timeout]).finally(() => clearTimeout(timer));
+}

@@ -1,0 +1,60 @@
+import { randomBytes } from 'node:crypto';
+import { createWriteStream } from 'node:fs';
+import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
+import { basename, dirname, join, resolve } from 'node:path';
+import { pipeline } from 'node:stream/promises';
+import { fsError, InvalidPathError } from './errors.js';
+
+/**
+ * A path argument resolved against the server's working directory. The server runs inside the
+ * sandbox, so any path the sandbox user can reach is fair; what is refused is a path that cannot
+ * be meant: empty, or with a NUL byte (which the OS would cut short).
+ */
+export function safePath(path: string, name = 'path'): string {
+  if (path === '') throw new InvalidPathError(`${name} is empty; give a file path`);
+  if (path.includes('\0')) {
+    throw new InvalidPathError(`${name} contains a NUL byte, which no file name can hold`);
+  }
+  return resolve(path);
+}
+
+/**
+ * Writes a file so that a reader never sees half of it: into a temporary file next to the target
+ * (same file system, so the rename is atomic), then renamed over it. Parents are created.
+ */
+export async function writeAtomic(
+  path: string,
+  content: Buffer | AsyncIterable<Buffer>,
+): Promise<number> {
+  const temp = join(dirname(path), `.${basename(path)}.${randomBytes(6).toString('hex')}.tmp`);
+  let size = 0;
+  try {
+    await mkdir(dirname(path), { recursive: true });
+    if (Buffer.isBuffer(content)) {
+      await writeFile(temp, content, { flag: 'wx' });
+      size = content.length;
+    } else {
+      const counted = async function* () {
+        for await (const chunk of content) {
+          size += chunk.length;
+          yield chunk;
+        }
+      };
+      await pipeline(counted, createWriteStream(temp, { flags: 'wx' }));
+    }
+    await rename(temp, path);
+    return size;
+  } catch (error) {
+    await rm(temp, { force: true });
+    throw fsError(error, `write ${path}`);
+  }
+}
+
+/** Runs a file operation and turns its fs errors into request errors that name the action. */
+export async function fsAction<T>(action: string, work: () => Promise<T>): Promise<T> {
+  try {
+    return await work();
+  } catch (error) {
+    throw fsError(error, action);
+  }
+}

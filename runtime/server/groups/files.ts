@@ -1,0 +1,256 @@
+import { createReadStream, type Stats } from 'node:fs';
+import { cp, lstat, mkdir, readdir, readFile, rename, rm, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import { defineGroup } from '../capability.js';
+import { BadRequestError, EditMismatchError, FileOperationError } from '../errors.js';
+import { fsAction, safePath, writeAtomic } from '../file-system.js';
+import { Reply } from '../http.js';
+import { argList } from '../validate.js';
+import { globToRegExp, walk } from '../walk.js';
+
+function kindOf(s: Stats): string {
+  if (s.isSymbolicLink()) return 'symlink';
+  if (s.isDirectory()) return 'directory';
+  return s.isFile() ? 'file' : 'other';
+}
+
+function describe(path: string, s: Stats) {
+  return {
+    path,
+    type: kindOf(s),
+    size: s.size,
+    mode: `0${(s.mode & 0o7777).toString(8)}`,
+    mtime: s.mtime.toISOString(),
+  };
+}
+
+/** Files bigger than this are skipped by grep; they are rarely source and would stall it. */
+const GREP_MAX_FILE_BYTES = 8 * 1024 * 1024;
+
+function regexOf(pattern: string, flags: string): RegExp {
+  try {
+    return new RegExp(pattern, flags);
+  } catch (error) {
+    throw new BadRequestError(
+      `pattern is not a valid regular expression: ${(error as Error).message}`,
+    );
+  }
+}
+
+async function mustNotExist(path: string, overwrite: boolean): Promise<void> {
+  if (overwrite) return;
+  const exists = await lstat(path).then(
+    () => true,
+    () => false,
+  );
+  if (exists) {
+    throw new FileOperationError(
+      `${path} exists already; pass overwrite: true to replace it`,
+      'EEXIST',
+    );
+  }
+}
+
+/** Reading, writing and searching files; paths are resolved against the server's directory. */
+export const FILE_OPS = defineGroup('FILE_OPS', '/files', 'file read/write/list/search/edit', [
+  {
+    method: 'GET',
+    path: '/files/read',
+    summary: 'Raw bytes of a file (`offset`, `length` for a range), as application/octet-stream.',
+    args: argList({ path: 'str', 'offset?': ['int', 0], 'length?': 'int' }),
+    handler: async ({ args }) => {
+      const path = safePath(args.path as string);
+      const s = await fsAction(`read ${path}`, () => stat(path));
+      if (!s.isFile()) throw new FileOperationError(`${path} is not a regular file`, 'EISDIR');
+      const start = args.offset as number;
+      const wanted = args.length as number | undefined;
+      if (start < 0 || (wanted ?? 0) < 0) {
+        throw new BadRequestError('offset and length must not be negative');
+      }
+      const length = Math.max(0, Math.min(wanted ?? s.size, s.size - start));
+      // createReadStream refuses an empty range, so an empty answer is a plain empty buffer.
+      const body =
+        length === 0 ? Buffer.alloc(0) : createReadStream(path, { start, end: start + length - 1 });
+      return new Reply(200, body, { 'content-length': String(length) });
+    },
+  },
+  {
+    method: 'PUT',
+    path: '/files/write',
+    summary:
+      'Writes the raw request body to `?path=` atomically (temp file + rename), creating parents.',
+    body: 'stream',
+    args: argList({ path: 'str' }),
+    handler: async ({ args, stream }) => {
+      const path = safePath(args.path as string);
+      return { path, size: await writeAtomic(path, stream()) };
+    },
+  },
+  {
+    method: 'GET',
+    path: '/files/list',
+    summary: 'Entries of a directory with type, size and mtime.',
+    args: argList({ 'path?': ['str', '.'] }),
+    handler: async ({ args }) => {
+      const path = safePath(args.path as string);
+      const names = await fsAction(`list ${path}`, () => readdir(path));
+      const entries = await Promise.all(
+        names.sort().map(async (name) => {
+          const s = await lstat(join(path, name)).catch(() => undefined);
+          return s ? { name, ...describe(join(path, name), s) } : { name, type: 'gone' };
+        }),
+      );
+      return { path, entries };
+    },
+  },
+  {
+    method: 'GET',
+    path: '/files/stat',
+    summary: 'Type, size, mode and mtime of a path (symlinks are not followed).',
+    args: argList({ path: 'str' }),
+    handler: async ({ args }) => {
+      const path = safePath(args.path as string);
+      return describe(path, await fsAction(`stat ${path}`, () => lstat(path)));
+    },
+  },
+  {
+    method: 'POST',
+    path: '/files/mkdir',
+    summary: 'Creates a directory and its parents; an existing directory is fine.',
+    args: argList({ path: 'str' }),
+    handler: async ({ args }) => {
+      const path = safePath(args.path as string);
+      await fsAction(`create directory ${path}`, () => mkdir(path, { recursive: true }));
+      return { path };
+    },
+  },
+  {
+    method: 'POST',
+    path: '/files/move',
+    summary: 'Renames a file or directory; refuses to replace one unless `overwrite`.',
+    args: argList({ from: 'str', to: 'str', 'overwrite?': ['bool', false] }),
+    handler: async ({ args }) => {
+      const from = safePath(args.from as string, 'from');
+      const to = safePath(args.to as string, 'to');
+      await mustNotExist(to, args.overwrite as boolean);
+      await fsAction(`move ${from} to ${to}`, async () => {
+        await mkdir(join(to, '..'), { recursive: true });
+        await rename(from, to);
+      });
+      return { from, to };
+    },
+  },
+  {
+    method: 'POST',
+    path: '/files/copy',
+    summary: 'Copies a file or a directory tree; refuses to replace unless `overwrite`.',
+    args: argList({ from: 'str', to: 'str', 'overwrite?': ['bool', false] }),
+    handler: async ({ args }) => {
+      const from = safePath(args.from as string, 'from');
+      const to = safePath(args.to as string, 'to');
+      await mustNotExist(to, args.overwrite as boolean);
+      await fsAction(`copy ${from} to ${to}`, () =>
+        cp(from, to, { recursive: true, force: true, errorOnExist: false }),
+      );
+      return { from, to };
+    },
+  },
+  {
+    method: 'POST',
+    path: '/files/delete',
+    summary: 'Deletes a file, or a directory with `recursive`.',
+    args: argList({ path: 'str', 'recursive?': ['bool', false] }),
+    handler: async ({ args }) => {
+      const path = safePath(args.path as string);
+      const s = await fsAction(`delete ${path}`, () => lstat(path));
+      if (s.isDirectory() && !args.recursive) {
+        throw new FileOperationError(
+          `${path} is a directory; pass recursive: true to delete it`,
+          'EISDIR',
+        );
+      }
+      await fsAction(`delete ${path}`, () => rm(path, { recursive: true }));
+      return { path, deleted: true };
+    },
+  },
+  {
+    method: 'GET',
+    path: '/files/glob',
+    summary: 'Paths under `cwd` matching a glob (`**`, `*`, `?`, `{a,b}`), up to `limit`.',
+    args: argList({ pattern: 'str', 'cwd?': ['str', '.'], 'limit?': ['int', 1000] }),
+    handler: async ({ args }) => {
+      const cwd = safePath(args.cwd as string, 'cwd');
+      const regex = globToRegExp(args.pattern as string);
+      const matches: string[] = [];
+      let truncated = false;
+      for await (const entry of walk(cwd)) {
+        if (!regex.test(entry.path)) continue;
+        if (matches.length >= (args.limit as number)) {
+          truncated = true;
+          break;
+        }
+        matches.push(entry.path);
+      }
+      return { cwd, matches, truncated };
+    },
+  },
+  {
+    method: 'GET',
+    path: '/files/grep',
+    summary: 'Lines matching a regular expression in a file or the files under a directory.',
+    args: argList({
+      pattern: 'str',
+      'path?': ['str', '.'],
+      'glob?': 'str',
+      'ignore_case?': ['bool', false],
+      'limit?': ['int', 500],
+    }),
+    handler: async ({ args }) => {
+      const root = safePath(args.path as string);
+      const regex = regexOf(args.pattern as string, args.ignore_case ? 'i' : '');
+      const only = args.glob === undefined ? undefined : globToRegExp(args.glob as string);
+      const rootStat = await fsAction(`search ${root}`, () => stat(root));
+      const files = rootStat.isDirectory() ? walk(root) : [{ path: '', dir: false }];
+      const matches: { path: string; line: number; text: string }[] = [];
+      for await (const entry of files) {
+        if (entry.dir || (only && !only.test(entry.path))) continue;
+        const full = entry.path === '' ? root : join(root, entry.path);
+        const s = await stat(full).catch(() => undefined);
+        if (!s?.isFile() || s.size > GREP_MAX_FILE_BYTES) continue;
+        const bytes = await readFile(full).catch(() => undefined);
+        if (!bytes || bytes.subarray(0, 8192).includes(0)) continue; // binary
+        const lines = bytes.toString('utf8').split('\n');
+        for (const [i, text] of lines.entries()) {
+          if (!regex.test(text)) continue;
+          if (matches.length >= (args.limit as number)) return { matches, truncated: true };
+          matches.push({ path: full, line: i + 1, text });
+        }
+      }
+      return { matches, truncated: false };
+    },
+  },
+  {
+    method: 'POST',
+    path: '/files/edit',
+    summary: 'Replaces exact text in a file (once, or every time with `all`), atomically.',
+    args: argList({ path: 'str', old: 'str', new: 'str', 'all?': ['bool', false] }),
+    handler: async ({ args }) => {
+      const path = safePath(args.path as string);
+      const [old, replacement] = [args.old as string, args.new as string];
+      if (old === '') throw new BadRequestError('old is empty; give the exact text to replace');
+      const text = await fsAction(`read ${path}`, () => readFile(path, 'utf8'));
+      const count = text.split(old).length - 1;
+      if (count === 0) throw new EditMismatchError(`the text to replace does not occur in ${path}`);
+      if (count > 1 && !args.all) {
+        throw new EditMismatchError(
+          `the text to replace occurs ${count} times in ${path}; give more context or pass all: true`,
+        );
+      }
+      const edited = args.all
+        ? text.split(old).join(replacement)
+        : text.replace(old, () => replacement);
+      await writeAtomic(path, Buffer.from(edited, 'utf8'));
+      return { path, replacements: args.all ? count : 1 };
+    },
+  },
+]);

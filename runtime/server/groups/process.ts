@@ -1,0 +1,120 @@
+import { constants } from 'node:os';
+import { Readable } from 'node:stream';
+import { runShell, SHELL_ARGS } from '../builtins.js';
+import { defineGroup } from '../capability.js';
+import { BadRequestError } from '../errors.js';
+import { safePath } from '../file-system.js';
+import { Reply } from '../http.js';
+import type { OutputLog } from '../output-log.js';
+import { processInfo } from '../process-table.js';
+import { argList, envOf } from '../validate.js';
+
+/** A follow stream re-checks the client at least this often while a process is silent. */
+const FOLLOW_POLL_MS = 15_000;
+
+/** Validates a signal name such as `SIGTERM` or `TERM`. */
+export function signalOf(name: unknown): NodeJS.Signals {
+  const upper = String(name).toUpperCase();
+  const full = (upper.startsWith('SIG') ? upper : `SIG${upper}`) as NodeJS.Signals;
+  if (!(full in constants.signals)) {
+    throw new BadRequestError(
+      `unknown signal ${JSON.stringify(name)}; use a name such as SIGTERM or SIGKILL`,
+    );
+  }
+  return full;
+}
+
+/** Streams a log from `offset` until it closes or the client goes away. */
+export function follow(log: OutputLog, offset: number, closed: AbortSignal): Readable {
+  return Readable.from(
+    (async function* () {
+      let at = offset;
+      while (!closed.aborted) {
+        const { data, next } = log.read(at);
+        if (data.length > 0) yield data;
+        at = next;
+        if (log.done && log.end <= at) return;
+        await log.waitPast(at, FOLLOW_POLL_MS, closed);
+      }
+    })(),
+  );
+}
+
+/** The JSON answer of an output read. */
+export function outputFrom(log: OutputLog, offset: number) {
+  const { data, offset: from, next } = log.read(offset);
+  return { data: data.toString('utf8'), offset: from, next_offset: next, done: log.done };
+}
+
+/** Shell commands: run to completion, or start in the background and manage by id. */
+export const PROCESS = defineGroup('PROCESS', '/process', 'run and manage processes', [
+  {
+    method: 'POST',
+    path: '/process/exec',
+    summary:
+      'Runs a shell command to completion (`timeout` s kills its process group → 504 with partial output).',
+    args: SHELL_ARGS,
+    handler: ({ args }) => runShell(args),
+  },
+  {
+    method: 'POST',
+    path: '/process/start',
+    summary: 'Starts a shell command in the background in its own process group; answers its id.',
+    args: argList({ cmd: 'str', 'cwd?': ['str', '.'], 'env?': 'env' }),
+    handler: async ({ args, ctx }) => {
+      const cmd = args.cmd as string;
+      const cwd = safePath(args.cwd as string, 'cwd');
+      const entry = await ctx.processes.start('/bin/sh', ['-c', cmd], {
+        command: cmd,
+        cwd,
+        env: envOf(args.env),
+      });
+      return processInfo(entry);
+    },
+  },
+  {
+    method: 'GET',
+    path: '/process',
+    summary: 'Every background process with its state.',
+    handler: ({ ctx }) => ({ processes: ctx.processes.list().map(processInfo) }),
+  },
+  {
+    method: 'GET',
+    path: '/process/{id}',
+    summary: 'State of one background process: running, exit code, signal, output size.',
+    handler: ({ ctx, params }) => processInfo(ctx.processes.get(params.id ?? '')),
+  },
+  {
+    method: 'POST',
+    path: '/process/{id}/stdin',
+    summary: 'Writes `data` to the process input; `eof` closes it.',
+    args: argList({ data: 'str', 'eof?': ['bool', false] }),
+    handler: ({ ctx, params, args }) => {
+      ctx.processes.write(params.id ?? '', args.data as string, args.eof as boolean);
+      return { written: Buffer.byteLength(args.data as string) };
+    },
+  },
+  {
+    method: 'POST',
+    path: '/process/{id}/kill',
+    summary: 'Sends a signal (default SIGKILL) to the whole process group.',
+    args: argList({ 'signal?': ['str', 'SIGKILL'] }),
+    handler: ({ ctx, params, args }) =>
+      processInfo(ctx.processes.kill(params.id ?? '', signalOf(args.signal))),
+  },
+  {
+    method: 'GET',
+    path: '/process/{id}/output',
+    summary:
+      'Output from byte `offset` as JSON; with `follow=true` a raw stream until the process exits.',
+    args: argList({ 'offset?': ['int', 0], 'follow?': ['bool', false] }),
+    handler: ({ ctx, params, args, closed }) => {
+      const { output } = ctx.processes.get(params.id ?? '');
+      const offset = args.offset as number;
+      if (offset < 0) throw new BadRequestError('offset must not be negative');
+      return args.follow
+        ? new Reply(200, follow(output, offset, closed))
+        : outputFrom(output, offset);
+    },
+  },
+]);

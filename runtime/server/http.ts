@@ -1,0 +1,106 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { errorResponse, PayloadTooLargeError, RequestTimeoutError } from './errors.js';
+
+/** A handler's answer when plain `200` JSON is not enough: another status, headers, raw bytes. */
+export class Reply {
+  constructor(
+    readonly status: number,
+    /** Buffer or string: sent as is; Readable: piped; anything else: JSON. */
+    readonly body: unknown,
+    readonly headers: Record<string, string> = {},
+  ) {}
+}
+
+/** Limits of reading one request body. */
+export interface BodyLimits {
+  /** Bytes; a body over it is refused with 413 as soon as that is known. */
+  maxBytes: number;
+  /** The whole body must arrive within this, so a trickling client cannot hold a request open. */
+  timeoutMs: number;
+}
+
+/**
+ * The request body as chunks, refusing it with 413 from `Content-Length` before reading or as
+ * soon as the count passes the limit, and with 408 when it does not arrive in time.
+ */
+export async function* bodyChunks(req: IncomingMessage, limits: BodyLimits) {
+  const declared = Number(req.headers['content-length']);
+  if (declared > limits.maxBytes) throw new PayloadTooLargeError(limits.maxBytes);
+  let received = 0;
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new RequestTimeoutError(limits.timeoutMs)), limits.timeoutMs);
+  });
+  deadline.catch(() => {});
+  const iterator = req[Symbol.asyncIterator]();
+  try {
+    while (true) {
+      const next = await Promise.race([iterator.next(), deadline]);
+      if (next.done) return;
+      const chunk = next.value as Buffer;
+      received += chunk.length;
+      if (received > limits.maxBytes) throw new PayloadTooLargeError(limits.maxBytes);
+      yield chunk;
+    }
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** The whole request body (within the limits). */
+export async function readBody(req: IncomingMessage, limits: BodyLimits): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of bodyChunks(req, limits)) chunks.push(chunk);
+  return Buffer.concat(chunks);
+}
+
+function sendJson(
+  res: ServerResponse,
+  status: number,
+  body: unknown,
+  headers: Record<string, string> = {},
+) {
+  const text = JSON.stringify(body);
+  res.writeHead(status, {
+    ...headers,
+    'content-type': 'application/json; charset=utf-8',
+    'content-length': String(Buffer.byteLength(text)),
+  });
+  res.end(text);
+}
+
+/** Writes a handler's result: a {@link Reply} as it says, any other value as `200` JSON. */
+export async function sendResult(res: ServerResponse, result: unknown): Promise<void> {
+  if (!(result instanceof Reply)) return sendJson(res, 200, result);
+  const { status, body, headers } = result;
+  if (body instanceof Readable) {
+    res.writeHead(status, { 'content-type': 'application/octet-stream', ...headers });
+    await pipeline(body, res);
+  } else if (typeof body === 'string' || Buffer.isBuffer(body)) {
+    res.writeHead(status, {
+      'content-type': 'application/octet-stream',
+      ...headers,
+      'content-length': String(Buffer.byteLength(body)),
+    });
+    res.end(body);
+  } else {
+    sendJson(res, status, body, headers);
+  }
+}
+
+/**
+ * Writes an error in the contract's `{error, type}` shape. A request whose body was refused
+ * unread gets its connection closed, or node would read (and discard) the rest of it.
+ */
+export function sendError(res: ServerResponse, error: unknown, headers: Record<string, string>) {
+  if (res.headersSent) {
+    res.destroy(error instanceof Error ? error : undefined);
+    return;
+  }
+  const { status, body } = errorResponse(error);
+  const unread = status === 413 || status === 408;
+  sendJson(res, status, body, unread ? { ...headers, connection: 'close' } : headers);
+  if (unread) res.once('finish', () => res.req.socket.destroy());
+}

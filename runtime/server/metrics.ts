@@ -1,0 +1,34 @@
+import type { ServerResponse } from 'node:http';
+
+/** Request counters for `/system/metrics`. */
+export class Metrics {
+  readonly startedAt = Date.now();
+  private requests = 0;
+  private inFlight = 0;
+  private totalMs = 0;
+  private readonly byStatus: Record<string, number> = {};
+
+  /** Counts a request from arrival to the end of its answer. */
+  track(res: ServerResponse): void {
+    const started = performance.now();
+    this.requests++;
+    this.inFlight++;
+    res.once('close', () => {
+      this.inFlight--;
+      this.totalMs += performance.now() - started;
+      this.byStatus[res.statusCode] = (this.byStatus[res.statusCode] ?? 0) + 1;
+    });
+  }
+
+  snapshot() {
+    const finished = this.requests - this.inFlight;
+    return {
+      uptime_s: (Date.now() - this.startedAt) / 1000,
+      requests: this.requests,
+      in_flight: this.inFlight,
+      by_status: { ...this.byStatus },
+      mean_ms: finished > 0 ? this.totalMs / finished : 0,
+      memory_rss: process.memoryUsage().rss,
+    };
+  }
+}

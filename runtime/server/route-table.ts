@@ -1,0 +1,199 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import {
+  BadRequestError,
+  InvalidJsonError,
+  MethodNotAllowedError,
+  RouteNotFoundError,
+} from './errors.js';
+import { type BodyLimits, bodyChunks, readBody, sendError, sendResult } from './http.js';
+import { type ArgSpec, validateKwargs, validateQuery } from './validate.js';
+
+export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
+
+/** What a handler gets: parsed path parameters, query, body and validated arguments. */
+export interface RouteRequest<C> {
+  method: Method;
+  path: string;
+  params: Record<string, string>;
+  query: URLSearchParams;
+  /** The JSON body (`body: 'json'` routes), `undefined` for an empty body. */
+  body: unknown;
+  /** The JSON body (POST/PUT/DELETE) or the query (GET) validated against the route's `args`. */
+  args: Record<string, unknown>;
+  /** The raw body, within the size and time limits (`body: 'stream'` routes). */
+  stream(): AsyncIterable<Buffer>;
+  /** Aborted when the client goes away before the answer is sent. */
+  closed: AbortSignal;
+  headers: IncomingMessage['headers'];
+  ctx: C;
+}
+
+/** One entry of a {@link RouteTable}. `path` names parameters in braces: `/process/{id}/kill`. */
+export interface Route<C> {
+  method: Method;
+  path: string;
+  /** The capability group the route belongs to. */
+  group: string;
+  /** One line for docs/server-api.md and `/capabilities`. */
+  summary: string;
+  /** How the body is read: parsed as JSON (default for POST/PUT/DELETE), streamed, or ignored. */
+  body?: 'json' | 'stream' | 'none';
+  /** Validated from the JSON body, or from the query for GET and `stream` routes. */
+  args?: ArgSpec[];
+  /** Answered without a token (`GET /health`). */
+  public?: boolean;
+  /** Returns the `200` JSON answer, or a `Reply`; throws a `ServerError` for an error answer. */
+  handler(req: RouteRequest<C>): unknown;
+}
+
+/** Called after a route matched and before its body is read: throw to refuse the request. */
+export type Guard<C> = (route: Route<C> | undefined, req: IncomingMessage) => void;
+
+interface Pattern<C> {
+  path: string;
+  segments: string[];
+  literals: number;
+  routes: Map<Method, Route<C>>;
+}
+
+function splitPath(path: string): string[] {
+  return path.split('/').filter((s) => s !== '');
+}
+
+/** Segments are decoded one by one, so an encoded `/` (%2F) stays inside its parameter. */
+function decodeSegments(pathname: string): string[] {
+  try {
+    return splitPath(pathname).map(decodeURIComponent);
+  } catch {
+    throw new BadRequestError(`the path ${pathname} is not valid percent-encoding`);
+  }
+}
+
+const isParam = (segment: string) => segment.startsWith('{') && segment.endsWith('}');
+
+/**
+ * Routes as data: a list of `{ method, path, group, handler }` entries. The table matches a
+ * request (the most specific path wins: literal segments before parameters), answers 404 for an
+ * unknown path and 405 with `Allow` for a known path with another method, reads and validates
+ * the body, calls the handler and writes its answer.
+ */
+export class RouteTable<C> {
+  private readonly patterns: Pattern<C>[] = [];
+
+  constructor(routes: readonly Route<C>[] = []) {
+    for (const route of routes) this.add(route);
+  }
+
+  /** Adds a route; a second route with the same method and path is a programming error. */
+  add(route: Route<C>): this {
+    let pattern = this.patterns.find((p) => p.path === route.path);
+    if (!pattern) {
+      const segments = splitPath(route.path);
+      pattern = {
+        path: route.path,
+        segments,
+        literals: segments.filter((s) => !isParam(s)).length,
+        routes: new Map(),
+      };
+      this.patterns.push(pattern);
+      this.patterns.sort((a, b) => b.literals - a.literals);
+    }
+    if (pattern.routes.has(route.method)) {
+      throw new Error(`route ${route.method} ${route.path} is defined twice`);
+    }
+    pattern.routes.set(route.method, route);
+    return this;
+  }
+
+  /** Every route, in the order added per path. */
+  routes(): Route<C>[] {
+    return this.patterns.flatMap((p) => [...p.routes.values()]);
+  }
+
+  /** The route for a request and its decoded path parameters; throws 404 or 405 errors. */
+  match(method: string, pathname: string): { route: Route<C>; params: Record<string, string> } {
+    const segments = decodeSegments(pathname);
+    const path = `/${segments.join('/')}`;
+    for (const pattern of this.patterns) {
+      const params = matchSegments(pattern.segments, segments);
+      if (!params) continue;
+      const route = pattern.routes.get(method as Method);
+      if (!route) throw new MethodNotAllowedError(method, path, [...pattern.routes.keys()]);
+      return { route, params };
+    }
+    throw new RouteNotFoundError(method, path);
+  }
+
+  /** Serves one request end to end; never rejects. */
+  async dispatch(
+    req: IncomingMessage,
+    res: ServerResponse,
+    ctx: C,
+    limits: BodyLimits,
+    guard: Guard<C>,
+  ): Promise<void> {
+    const closed = new AbortController();
+    res.once('close', () => closed.abort());
+    // Split by hand: `new URL('//a/b', base)` would read `a` as a host name.
+    const target = req.url ?? '/';
+    const mark = target.indexOf('?');
+    const pathname = mark < 0 ? target : target.slice(0, mark);
+    const query = new URLSearchParams(mark < 0 ? '' : target.slice(mark + 1));
+    let matched: ReturnType<RouteTable<C>['match']> | undefined;
+    try {
+      try {
+        matched = this.match(req.method ?? 'GET', pathname);
+      } finally {
+        // Also when nothing matched: a caller without the token gets 401, not a map of the paths.
+        guard(matched?.route, req);
+      }
+      const { route, params } = matched;
+      const mode = route.body ?? (route.method === 'GET' ? 'none' : 'json');
+      const body = mode === 'json' ? parseJson(await readBody(req, limits)) : undefined;
+      const args = route.args
+        ? mode === 'json'
+          ? validateKwargs(`${route.method} ${route.path}`, route.args, body)
+          : validateQuery(`${route.method} ${route.path}`, route.args, query)
+        : {};
+      const result = await route.handler({
+        method: route.method,
+        path: pathname,
+        params,
+        query,
+        body,
+        args,
+        stream: () => bodyChunks(req, limits),
+        closed: closed.signal,
+        headers: req.headers,
+        ctx,
+      });
+      await sendResult(res, result);
+    } catch (error) {
+      const headers: Record<string, string> =
+        error instanceof MethodNotAllowedError ? { allow: error.allow.join(', ') } : {};
+      sendError(res, error, headers);
+    }
+  }
+}
+
+function matchSegments(pattern: string[], segments: string[]): Record<string, string> | undefined {
+  if (pattern.length !== segments.length) return undefined;
+  const params: Record<string, string> = {};
+  for (const [i, part] of pattern.entries()) {
+    const segment = segments[i] ?? '';
+    if (isParam(part)) params[part.slice(1, -1)] = segment;
+    else if (part !== segment) return undefined;
+  }
+  return params;
+}
+
+function parseJson(bytes: Buffer): unknown {
+  if (bytes.length === 0) return undefined;
+  try {
+    return JSON.parse(bytes.toString('utf8'));
+  } catch (error) {
+    throw new InvalidJsonError(
+      `the request body is not valid JSON (${(error as Error).message}); send a JSON object with Content-Type: application/json`,
+    );
+  }
+}

@@ -1,0 +1,211 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { builtinCommands } from './builtins.js';
+import { type GroupName, parseGroups } from './capability.js';
+import { type CommandHandler, CommandTable } from './command-table.js';
+import type { ServerContext } from './context.js';
+import { AuthenticationError, CapabilityDisabledError } from './errors.js';
+import { CAPABILITY_GROUPS } from './groups/index.js';
+import { loadManifest } from './manifest.js';
+import { Metrics } from './metrics.js';
+import { ProcessTable } from './process-table.js';
+import { type Guard, RouteTable } from './route-table.js';
+import type { ArgSpec } from './validate.js';
+
+/** Options of a {@link SandboxServer}; every limit has a default and can be changed. */
+export interface SandboxServerOptions {
+  /** Default `127.0.0.1`: nothing listens beyond loopback unless asked. */
+  host?: string;
+  /** Default `0`: a free port, read back from {@link SandboxServer.start}. */
+  port?: number;
+  /** When set, every route but `GET /health` needs `Authorization: Bearer <token>`. */
+  token?: string;
+  /** Enabled groups: names like `files,process` or a list; default all. CORE is always on. */
+  groups?: string | readonly GroupName[];
+  /** Largest request body in bytes; default 64 MiB. */
+  bodyLimitBytes?: number;
+  /** A request body must arrive within this; default 30 s (against slowloris clients). */
+  bodyTimeoutMs?: number;
+  /** Timeout of a command call that does not set its own; default 300 s. */
+  commandTimeoutMs?: number;
+  /** How long {@link SandboxServer.stop} waits for requests in flight; default 10 s. */
+  graceMs?: number;
+  /** Where headless Chromium is; default `/usr/bin/chromium`. */
+  chromiumPath?: string;
+}
+
+const DEFAULTS = {
+  host: '127.0.0.1',
+  port: 0,
+  bodyLimitBytes: 64 * 1024 * 1024,
+  bodyTimeoutMs: 30_000,
+  commandTimeoutMs: 300_000,
+  graceMs: 10_000,
+  chromiumPath: '/usr/bin/chromium',
+};
+
+const digest = (text: string) => createHash('sha256').update(text).digest();
+
+/**
+ * The in-sandbox command server: built-in and registered commands plus the capability groups,
+ * over node:http with a declarative {@link RouteTable}.
+ *
+ * @example
+ * const server = new SandboxServer({ port: 0, token });
+ * server.register('add', ({ x, y }) => Number(x) + Number(y), [
+ *   { name: 'x', type: 'int', required: true },
+ *   { name: 'y', type: 'int', required: false, default: 2 },
+ * ]);
+ * const { port } = await server.start();
+ */
+export class SandboxServer {
+  private readonly options: typeof DEFAULTS & SandboxServerOptions;
+  private readonly commands: CommandTable;
+  private readonly processes = new ProcessTable('process');
+  private readonly terminals = new ProcessTable('terminal');
+  private readonly metrics = new Metrics();
+  private readonly table = new RouteTable(CAPABILITY_GROUPS.flatMap((g) => g.routes));
+  private readonly enabled: Set<GroupName>;
+  private readonly http: Server;
+  private readonly context: ServerContext;
+  private readonly active = new Set<ServerResponse>();
+  private stopping: Promise<void> | undefined;
+  private resolveStopped = () => {};
+  /** Resolves once the server has stopped, whether by {@link stop}, SIGTERM or `POST /shutdown`. */
+  readonly stopped = new Promise<void>((resolve) => {
+    this.resolveStopped = resolve;
+  });
+
+  constructor(options: SandboxServerOptions = {}) {
+    // An option given as `undefined` (an absent CLI flag) keeps its default.
+    const given = Object.entries(options).filter(([, value]) => value !== undefined);
+    this.options = { ...DEFAULTS, ...Object.fromEntries(given) };
+    const { groups } = options;
+    this.enabled =
+      groups === undefined
+        ? new Set(CAPABILITY_GROUPS.map((g) => g.name))
+        : parseGroups(typeof groups === 'string' ? groups : groups.join(','), CAPABILITY_GROUPS);
+    this.commands = new CommandTable(this.options.commandTimeoutMs);
+    for (const command of builtinCommands()) this.commands.register(command);
+    const enabledGroups = CAPABILITY_GROUPS.filter((g) => this.enabled.has(g.name));
+    this.context = {
+      commands: this.commands,
+      processes: this.processes,
+      terminals: this.terminals,
+      metrics: this.metrics,
+      enabledGroups,
+      chromiumPath: this.options.chromiumPath,
+      info: () => ({
+        name: 'abx-server',
+        pid: process.pid,
+        node: process.version,
+        ...this.address(),
+        uptime_s: (Date.now() - this.metrics.startedAt) / 1000,
+        groups: enabledGroups.map((g) => g.name),
+        manifest_versions: [1],
+        commands: this.commands.list().length,
+      }),
+      // After the 202 is written, so the caller gets its answer.
+      requestShutdown: () => setImmediate(() => void this.stop()),
+    };
+    this.http = createServer(
+      // Headers get the same deadline as bodies; requestTimeout is a backstop behind our own 408.
+      {
+        headersTimeout: this.options.bodyTimeoutMs,
+        requestTimeout: this.options.bodyTimeoutMs + 5000,
+      },
+      (req, res) => {
+        this.metrics.track(res);
+        this.active.add(res);
+        res.once('close', () => this.active.delete(res));
+        if (this.stopping) res.setHeader('connection', 'close');
+        void this.table.dispatch(req, res, this.context, this.limits, this.guard);
+      },
+    );
+  }
+
+  /**
+   * Registers a command. `args` is its schema as `GET /commands` shows it; kwargs are validated
+   * against it (defaults applied) before `handler` is called.
+   */
+  register(
+    name: string,
+    handler: CommandHandler,
+    args: ArgSpec[] = [],
+    options: { description?: string; timeoutMs?: number } = {},
+  ): this {
+    this.commands.register({
+      name,
+      handler,
+      args,
+      ...options,
+      description: options.description ?? '',
+    });
+    return this;
+  }
+
+  /** Registers the commands of a bundle built with `commandManifest()` (see `--load`). */
+  load(file: string): this {
+    for (const command of loadManifest(file)) this.commands.register(command);
+    return this;
+  }
+
+  /** Starts listening; resolves with the actual address (port 0 picks a free port). */
+  start(): Promise<{ host: string; port: number }> {
+    return new Promise((resolve, reject) => {
+      this.http.once('error', reject);
+      this.http.listen(this.options.port, this.options.host, () => {
+        this.http.off('error', reject);
+        resolve(this.address());
+      });
+    });
+  }
+
+  address(): { host: string; port: number } {
+    const address = this.http.address() as AddressInfo | null;
+    return { host: this.options.host, port: address?.port ?? this.options.port };
+  }
+
+  /**
+   * Stops accepting connections and new command calls, lets requests in flight finish within
+   * the grace period, then closes what is left and kills every background process group.
+   */
+  stop(): Promise<void> {
+    this.stopping ??= (async () => {
+      this.commands.refuseNewCalls();
+      this.processes.killAll('SIGTERM');
+      this.terminals.killAll('SIGTERM');
+      const closed = new Promise<void>((resolve) => this.http.close(() => resolve()));
+      this.http.closeIdleConnections();
+      // A keep-alive connection of a call in flight would otherwise stay open after its answer.
+      for (const res of this.active) if (!res.headersSent) res.setHeader('connection', 'close');
+      const grace = setTimeout(() => this.http.closeAllConnections(), this.options.graceMs);
+      await closed;
+      clearTimeout(grace);
+      this.processes.killAll();
+      this.terminals.killAll();
+      this.resolveStopped();
+    })();
+    return this.stopping;
+  }
+
+  private get limits() {
+    return { maxBytes: this.options.bodyLimitBytes, timeoutMs: this.options.bodyTimeoutMs };
+  }
+
+  private readonly guard: Guard<ServerContext> = (route, req) => {
+    if (route?.public) return;
+    if (this.options.token !== undefined && !this.authorized(req)) throw new AuthenticationError();
+    if (route && !this.enabled.has(route.group as GroupName)) {
+      throw new CapabilityDisabledError(route.group);
+    }
+  };
+
+  private authorized(req: IncomingMessage): boolean {
+    const header = req.headers.authorization ?? '';
+    const given = header.startsWith('Bearer ') ? header.slice(7) : '';
+    // Hashing first gives equal lengths, so the comparison time says nothing about the token.
+    return timingSafeEqual(digest(given), digest(this.options.token ?? ''));
+  }
+}
