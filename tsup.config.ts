@@ -14,7 +14,7 @@ export default defineConfig([
     // ESM library and CLI in one build, so they share chunks: a module that the CLI imports and
     // that itself imports 'agent-sandbox' sees the same code.
     ...common,
-    entry: { index: 'src/index.ts', cli: 'src/cli/main.ts' },
+    entry: { index: 'src/index.ts', cli: 'src/cli/main.ts', daemon: 'src/control/daemon-main.ts' },
     format: ['esm'],
     splitting: true,
     clean: false,
@@ -24,13 +24,15 @@ export default defineConfig([
     ...common,
     entry: { index: 'src/index.ts' },
     format: ['cjs'],
+    // import.meta.url (used to find the package's own files) has no meaning in CommonJS.
+    shims: true,
     dts: { entry: { index: 'src/index.ts' } },
   },
   {
     // The in-sandbox command server: one self-contained file that runs with plain `node`, no
     // node_modules. runtime/ imports node: built-ins only, so bundling everything is just that.
     ...common,
-    entry: { server: 'runtime/server/main.ts' },
+    entry: { server: 'runtime/server/main.ts', envd: 'runtime/envd/main.ts' },
     outDir: 'dist/runtime',
     format: ['cjs'],
     outExtension: () => ({ js: '.cjs' }),

@@ -30,3 +30,23 @@ export { listCommands } from './commands/list-commands.js';
 export { renderShellCommand } from './commands/shell-template.js';
 export type { Capability, Template } from './commands/template.js';
 export { CAPABILITIES, loadTemplate, parseTemplate } from './commands/template.js';
+export type { RunOptions } from './sandbox/commands.js';
+export type { ConnectionOptions } from './sandbox/daemon-connection.js';
+export type { CommandResult } from './sandbox/errors.js';
+export {
+  AuthenticationError,
+  CapabilityError,
+  CommandExitError,
+  InvalidArgumentError,
+  NotFoundError,
+  SandboxError,
+  SandboxStartError,
+  TimeoutError,
+} from './sandbox/errors.js';
+export type { EntryInfo, WriteData, WriteEntry } from './sandbox/filesystem.js';
+export type {
+  SandboxCreateOptions,
+  SandboxInfo,
+  SandboxListFilter,
+} from './sandbox/sandbox.js';
+export { Sandbox } from './sandbox/sandbox.js';

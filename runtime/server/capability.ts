@@ -19,7 +19,8 @@ export type ServerRoute = Route<ServerContext>;
 
 /** A named set of routes under one path prefix, enabled or disabled together. */
 export interface CapabilityGroup {
-  name: GroupName;
+  /** One of {@link GROUP_NAMES} for the command server; envd adds groups of its own. */
+  name: string;
   /** Every route of the group starts with it (`/files`); CORE's routes sit at the root. */
   prefix: string;
   description: string;
@@ -28,7 +29,7 @@ export interface CapabilityGroup {
 
 /** Builds a group, stamping its name on each route and checking each sits under the prefix. */
 export function defineGroup(
-  name: GroupName,
+  name: string,
   prefix: string,
   description: string,
   routes: Omit<ServerRoute, 'group'>[],
@@ -45,8 +46,8 @@ export function defineGroup(
  * Parses `--groups files,process` (group names or their prefixes, any case, `-` or `_`). CORE is
  * added: a server without health would look dead.
  */
-export function parseGroups(text: string, groups: readonly CapabilityGroup[]): Set<GroupName> {
-  const wanted = new Set<GroupName>(['CORE']);
+export function parseGroups(text: string, groups: readonly CapabilityGroup[]): Set<string> {
+  const wanted = new Set<string>(['CORE']);
   for (const word of text
     .split(',')
     .map((w) => w.trim())
@@ -57,7 +58,7 @@ export function parseGroups(text: string, groups: readonly CapabilityGroup[]): S
     );
     if (!group) {
       throw new Error(
-        `unknown capability group '${word}'; known groups: ${GROUP_NAMES.map((n) => n.toLowerCase()).join(', ')}`,
+        `unknown capability group '${word}'; known groups: ${groups.map((g) => g.name.toLowerCase()).join(', ')}`,
       );
     }
     wanted.add(group.name);

@@ -2,7 +2,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { builtinCommands } from './builtins.js';
-import { type GroupName, parseGroups } from './capability.js';
+import { type CapabilityGroup, parseGroups } from './capability.js';
 import { type CommandHandler, CommandTable } from './command-table.js';
 import type { ServerContext } from './context.js';
 import { AuthenticationError, CapabilityDisabledError } from './errors.js';
@@ -22,7 +22,11 @@ export interface SandboxServerOptions {
   /** When set, every route but `GET /health` needs `Authorization: Bearer <token>`. */
   token?: string;
   /** Enabled groups: names like `files,process` or a list; default all. CORE is always on. */
-  groups?: string | readonly GroupName[];
+  groups?: string | readonly string[];
+  /** The groups the server can serve; default the command server's eight. envd passes its own. */
+  catalog?: readonly CapabilityGroup[];
+  /** Listen on this Unix socket instead of host:port (envd, reached by the host's gateway). */
+  socketPath?: string;
   /** Largest request body in bytes; default 64 MiB. */
   bodyLimitBytes?: number;
   /** A request body must arrive within this; default 30 s (against slowloris clients). */
@@ -65,8 +69,9 @@ export class SandboxServer {
   private readonly processes = new ProcessTable('process');
   private readonly terminals = new ProcessTable('terminal');
   private readonly metrics = new Metrics();
-  private readonly table = new RouteTable(CAPABILITY_GROUPS.flatMap((g) => g.routes));
-  private readonly enabled: Set<GroupName>;
+  private readonly table: RouteTable<ServerContext>;
+  private readonly enabled: Set<string>;
+  private readonly catalog: readonly CapabilityGroup[];
   private readonly http: Server;
   private readonly context: ServerContext;
   private readonly active = new Set<ServerResponse>();
@@ -82,13 +87,15 @@ export class SandboxServer {
     const given = Object.entries(options).filter(([, value]) => value !== undefined);
     this.options = { ...DEFAULTS, ...Object.fromEntries(given) };
     const { groups } = options;
+    this.catalog = options.catalog ?? CAPABILITY_GROUPS;
+    this.table = new RouteTable(this.catalog.flatMap((g) => g.routes));
     this.enabled =
       groups === undefined
-        ? new Set(CAPABILITY_GROUPS.map((g) => g.name))
-        : parseGroups(typeof groups === 'string' ? groups : groups.join(','), CAPABILITY_GROUPS);
+        ? new Set(this.catalog.map((g) => g.name))
+        : parseGroups(typeof groups === 'string' ? groups : groups.join(','), this.catalog);
     this.commands = new CommandTable(this.options.commandTimeoutMs);
     for (const command of builtinCommands()) this.commands.register(command);
-    const enabledGroups = CAPABILITY_GROUPS.filter((g) => this.enabled.has(g.name));
+    const enabledGroups = this.catalog.filter((g) => this.enabled.has(g.name));
     this.context = {
       commands: this.commands,
       processes: this.processes,
@@ -155,14 +162,17 @@ export class SandboxServer {
   start(): Promise<{ host: string; port: number }> {
     return new Promise((resolve, reject) => {
       this.http.once('error', reject);
-      this.http.listen(this.options.port, this.options.host, () => {
+      const listening = () => {
         this.http.off('error', reject);
         resolve(this.address());
-      });
+      };
+      if (this.options.socketPath) this.http.listen(this.options.socketPath, listening);
+      else this.http.listen(this.options.port, this.options.host, listening);
     });
   }
 
   address(): { host: string; port: number } {
+    if (this.options.socketPath) return { host: this.options.socketPath, port: 0 };
     const address = this.http.address() as AddressInfo | null;
     return { host: this.options.host, port: address?.port ?? this.options.port };
   }
@@ -197,7 +207,7 @@ export class SandboxServer {
   private readonly guard: Guard<ServerContext> = (route, req) => {
     if (route?.public) return;
     if (this.options.token !== undefined && !this.authorized(req)) throw new AuthenticationError();
-    if (route && !this.enabled.has(route.group as GroupName)) {
+    if (route && !this.enabled.has(route.group)) {
       throw new CapabilityDisabledError(route.group);
     }
   };

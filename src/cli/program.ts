@@ -6,6 +6,7 @@ import { toJSONSchema } from '../commands/json-schema.js';
 import { listCommands } from '../commands/list-commands.js';
 import { loadTemplate } from '../commands/template.js';
 import { packageInfo } from '../util/package-info.js';
+import { addDaemonCommand } from './daemon-command.js';
 
 /** Exit codes: 0 ok, 1 error, 2 usage error. */
 const EXIT_USAGE = 2;
@@ -60,6 +61,7 @@ export function buildProgram(): Command {
       '\nExample:\n  abx commands --template samples/template.yaml --module samples/build/data-tools.js --json',
     )
     .action(commandsAction);
+  addDaemonCommand(program);
   return program;
 }
 

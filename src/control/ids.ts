@@ -1,4 +1,4 @@
-import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 
 const ALPHABET = 'abcdefghijklmnopqrstuvwxyz0123456789';
 
@@ -25,4 +25,13 @@ export function tokenMatches(token: string | undefined, hash: string): boolean {
   const a = Buffer.from(hashToken(token), 'hex');
   const b = Buffer.from(hash, 'hex');
   return a.length === b.length && timingSafeEqual(a, b);
+}
+
+/**
+ * A sandbox's access token, derived from the installation's secret and the sandbox id. The
+ * registry stores only its hash, yet the daemon can hand it again to an API-key holder that
+ * connects to the sandbox by id from another process.
+ */
+export function sandboxToken(secret: string, sandboxId: string): string {
+  return createHmac('sha256', secret).update(`sandbox:${sandboxId}`).digest('base64url');
 }

@@ -14,6 +14,10 @@ export function abxPaths(home = abxHome()) {
     database: join(home, 'abx.db'),
     /** The daemon's API key (mode 0600). */
     apiKey: join(home, 'api-key'),
+    /** The secret sandbox access tokens are derived from (mode 0600). */
+    tokenSecret: join(home, 'token-secret'),
+    /** Held while a process starts the daemon, so two do not start two. */
+    startLock: join(home, 'daemon.lock'),
     /** `{ pid, apiUrl, gatewayUrl, domain }` of the running daemon. */
     daemonInfo: join(home, 'daemon.json'),
     daemonLog: join(home, 'daemon.log'),

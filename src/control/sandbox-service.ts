@@ -2,7 +2,7 @@ import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import type { SandboxProvider } from '../providers/provider.js';
 import { InvalidArgumentError, NotFoundError } from '../sandbox/errors.js';
-import { hashToken, newSandboxId, newToken } from './ids.js';
+import { hashToken, newSandboxId } from './ids.js';
 import type { Registry, SandboxFilter, SandboxRecord } from './registry.js';
 import type { TemplateService } from './template-service.js';
 
@@ -57,6 +57,8 @@ export class SandboxService {
     private readonly provider: SandboxProvider,
     private readonly templates: TemplateService,
     private readonly sandboxesDir: string,
+    /** The access token of a sandbox id (derived, never stored). */
+    readonly tokenOf: (id: string) => string,
   ) {}
 
   async create(
@@ -68,7 +70,7 @@ export class SandboxService {
     const envs = checkStringMap('envs', request.envs);
     const metadata = checkStringMap('metadata', request.metadata);
     const id = newSandboxId();
-    const accessToken = newToken();
+    const accessToken = this.tokenOf(id);
     const dir = join(this.sandboxesDir, id);
     const handle = await this.provider.create({
       id,
@@ -104,9 +106,18 @@ export class SandboxService {
     return { record, accessToken };
   }
 
+  /** A sandbox in any state; one recorded as running whose processes are gone is marked dead. */
   get(id: string): SandboxRecord {
     const record = this.registry.getSandbox(id);
     if (!record) throw new NotFoundError(`sandbox ${id} does not exist`);
+    if (
+      record.state === 'running' &&
+      !this.ending.has(id) &&
+      !this.provider.isAlive(record.handle)
+    ) {
+      this.registry.endSandbox(id, 'dead', 'its processes ended');
+      return this.registry.getSandbox(id) as SandboxRecord;
+    }
     return record;
   }
 

@@ -5,7 +5,7 @@
 
 /** Anything that went wrong with a sandbox, the daemon or a call into a sandbox. */
 export class SandboxError extends Error {
-  /** The HTTP status that carried the error, when one did. */
+  /** The HTTP status that carries (or carried) the error. */
   readonly status: number | undefined;
 
   constructor(message: string, options?: ErrorOptions & { status?: number }) {
@@ -18,7 +18,7 @@ export class SandboxError extends Error {
 /** No sandbox, template, process or file of that name (or it is gone). */
 export class NotFoundError extends SandboxError {
   constructor(message: string, options?: ErrorOptions & { status?: number }) {
-    super(message, options);
+    super(message, { status: 404, ...options });
     this.name = 'NotFoundError';
   }
 }
@@ -26,7 +26,7 @@ export class NotFoundError extends SandboxError {
 /** A call or command ran past its timeout; the work was stopped. */
 export class TimeoutError extends SandboxError {
   constructor(message: string, options?: ErrorOptions & { status?: number }) {
-    super(message, options);
+    super(message, { status: 504, ...options });
     this.name = 'TimeoutError';
   }
 }
@@ -34,7 +34,7 @@ export class TimeoutError extends SandboxError {
 /** Missing or wrong API key or sandbox token. */
 export class AuthenticationError extends SandboxError {
   constructor(message: string, options?: ErrorOptions & { status?: number }) {
-    super(message, options);
+    super(message, { status: 401, ...options });
     this.name = 'AuthenticationError';
   }
 }
@@ -42,7 +42,7 @@ export class AuthenticationError extends SandboxError {
 /** The sandbox's template does not allow this (e.g. reaching a port without `ports`). */
 export class CapabilityError extends SandboxError {
   constructor(message: string, options?: ErrorOptions & { status?: number }) {
-    super(message, options);
+    super(message, { status: 403, ...options });
     this.name = 'CapabilityError';
   }
 }
@@ -50,7 +50,7 @@ export class CapabilityError extends SandboxError {
 /** A request was malformed or its values invalid. */
 export class InvalidArgumentError extends SandboxError {
   constructor(message: string, options?: ErrorOptions & { status?: number }) {
-    super(message, options);
+    super(message, { status: 400, ...options });
     this.name = 'InvalidArgumentError';
   }
 }
@@ -58,7 +58,7 @@ export class InvalidArgumentError extends SandboxError {
 /** A sandbox could not be started; the message carries the tail of its log. */
 export class SandboxStartError extends SandboxError {
   constructor(message: string, options?: ErrorOptions & { status?: number }) {
-    super(message, options);
+    super(message, { status: 500, ...options });
     this.name = 'SandboxStartError';
   }
 }

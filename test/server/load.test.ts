@@ -21,6 +21,7 @@ beforeAll(async () => {
     format: ['cjs'],
     cjsInterop: true,
     splitting: true,
+    shims: true,
     platform: 'node',
     target: 'node20',
     noExternal: [/.*/],

@@ -1,0 +1,55 @@
+import { rmSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import { CORE } from '../server/groups/core.js';
+import { DEV_TOOLS } from '../server/groups/dev-tools.js';
+import { FILE_OPS } from '../server/groups/files.js';
+import { PROCESS } from '../server/groups/process.js';
+import { SYSTEM } from '../server/groups/system.js';
+import { TERMINAL } from '../server/groups/terminal.js';
+import { SandboxServer } from '../server/server.js';
+import { portsGroup } from './ports.js';
+
+// envd: the daemon every sandbox runs first. The command server's file, process, system and
+// terminal groups, plus port forwarding, on a Unix socket that the host's gateway reaches.
+const { values } = parseArgs({
+  options: {
+    socket: { type: 'string' },
+    'ports-dir': { type: 'string' },
+  },
+  strict: true,
+});
+if (!values.socket || !values['ports-dir']) {
+  process.stderr.write(
+    'usage: node envd.cjs --socket PATH --ports-dir DIR (token in ABX_ACCESS_TOKEN)\n',
+  );
+  process.exit(2);
+}
+const token = process.env.ABX_ACCESS_TOKEN;
+// The sandbox's own processes inherit envd's environment; the token must not reach them.
+delete process.env.ABX_ACCESS_TOKEN;
+if (!token) {
+  process.stderr.write('envd: ABX_ACCESS_TOKEN is not set; refusing to serve without a token\n');
+  process.exit(2);
+}
+rmSync(values.socket, { force: true });
+const server = new SandboxServer({
+  socketPath: values.socket,
+  token,
+  catalog: [CORE, FILE_OPS, PROCESS, SYSTEM, TERMINAL, DEV_TOOLS, portsGroup(values['ports-dir'])],
+  // Uploads through envd stream to disk, so they may be large.
+  bodyLimitBytes: 64 * 1024 ** 3,
+  bodyTimeoutMs: 3_600_000,
+});
+for (const signal of ['SIGTERM', 'SIGINT'] as const) process.once(signal, () => void server.stop());
+server.start().then(
+  () => {
+    process.stdout.write(
+      `${JSON.stringify({ event: 'listening', socket: values.socket, pid: process.pid })}\n`,
+    );
+    return server.stopped.then(() => process.exit(0));
+  },
+  (error: Error) => {
+    process.stderr.write(`envd: cannot listen on ${values.socket}: ${error.message}\n`);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,82 @@
+import { rmSync } from 'node:fs';
+import { connect, createServer, type Server } from 'node:net';
+import { join } from 'node:path';
+import { defineGroup } from '../server/capability.js';
+import { BadRequestError } from '../server/errors.js';
+
+/**
+ * Port forwarding for the host's gateway. The sandbox has its own network namespace, so the host
+ * cannot dial 127.0.0.1:PORT inside it; instead envd listens on `{portsDir}/{PORT}.sock` (a
+ * folder shared with the host) and pipes each connection to 127.0.0.1:PORT. Raw bytes both ways,
+ * so HTTP, streaming and WebSocket upgrades all pass.
+ */
+export function portsGroup(portsDir: string) {
+  const forwarders = new Map<number, Server>();
+
+  const open = (port: number): Promise<string> => {
+    const socketPath = join(portsDir, `${port}.sock`);
+    if (forwarders.has(port)) return Promise.resolve(socketPath);
+    rmSync(socketPath, { force: true });
+    const server = createServer((client) => {
+      const upstream = connect(port, '127.0.0.1');
+      const close = () => {
+        client.destroy();
+        upstream.destroy();
+      };
+      client.on('error', close);
+      upstream.on('error', close);
+      client.on('close', close);
+      upstream.on('close', close);
+      client.pipe(upstream);
+      upstream.pipe(client);
+    });
+    forwarders.set(port, server);
+    return new Promise((resolve, reject) => {
+      server.once('error', (error) => {
+        forwarders.delete(port);
+        reject(error);
+      });
+      server.listen(socketPath, () => resolve(socketPath));
+    });
+  };
+
+  const portOf = (text: string | undefined) => {
+    const port = Number(text);
+    if (!/^\d+$/.test(text ?? '') || port < 1 || port > 65535) {
+      throw new BadRequestError(`${JSON.stringify(text)} is not a TCP port (1-65535)`);
+    }
+    return port;
+  };
+
+  return defineGroup('PORTS', '/ports', 'forward ports of the sandbox to the host gateway', [
+    {
+      method: 'POST',
+      path: '/ports/{port}',
+      summary: 'Starts forwarding 127.0.0.1:PORT to `{portsDir}/PORT.sock` (idempotent).',
+      body: 'none',
+      handler: async ({ params }) => {
+        const port = portOf(params.port);
+        return { port, socket: await open(port) };
+      },
+    },
+    {
+      method: 'GET',
+      path: '/ports',
+      summary: 'Ports being forwarded.',
+      handler: () => ({ ports: [...forwarders.keys()].sort((a, b) => a - b) }),
+    },
+    {
+      method: 'DELETE',
+      path: '/ports/{port}',
+      summary: 'Stops forwarding a port.',
+      body: 'none',
+      handler: ({ params }) => {
+        const port = portOf(params.port);
+        forwarders.get(port)?.close();
+        forwarders.delete(port);
+        rmSync(join(portsDir, `${port}.sock`), { force: true });
+        return { port, forwarding: false };
+      },
+    },
+  ]);
+}

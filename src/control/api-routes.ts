@@ -1,0 +1,193 @@
+import type { Route } from '../../runtime/server/route-table.js';
+import { argList } from '../../runtime/server/validate.js';
+import { InvalidArgumentError } from '../sandbox/errors.js';
+import { packageInfo } from '../util/package-info.js';
+import { ENVD_PORT } from './gateway.js';
+import type { SandboxRecord, SandboxState } from './registry.js';
+import type { SandboxService } from './sandbox-service.js';
+import type { BuiltTemplate, TemplateService } from './template-service.js';
+
+/** What the API's handlers reach. */
+export interface ApiContext {
+  sandboxes: SandboxService;
+  templates: TemplateService;
+  /** Stops the daemon after the answer is sent. */
+  shutdown(): void;
+}
+
+type ApiRoute = Route<ApiContext>;
+
+const STATES: SandboxState[] = ['running', 'killed', 'expired', 'dead'];
+
+/** A sandbox as the API shows it (never its token). */
+export function sandboxJson(record: SandboxRecord) {
+  return {
+    sandboxId: record.id,
+    template: record.template,
+    state: record.state,
+    metadata: record.metadata,
+    capabilities: record.capabilities,
+    createdAt: new Date(record.createdAt).toISOString(),
+    expiresAt: new Date(record.expiresAt).toISOString(),
+    endedAt: record.endedAt === null ? null : new Date(record.endedAt).toISOString(),
+    endReason: record.endReason,
+    envdPort: ENVD_PORT,
+  };
+}
+
+export function templateJson(template: BuiltTemplate) {
+  const { spec } = template;
+  return {
+    name: spec.name,
+    description: spec.description,
+    capabilities: spec.capabilities,
+    network: spec.network,
+    timeoutMs: spec.timeoutMs,
+    workdir: spec.workdir,
+    env: spec.env,
+    resources: spec.resources,
+    setup: spec.setup,
+    customCommands: spec.customCommands,
+    builtAt: template.builtAt === 0 ? null : new Date(template.builtAt).toISOString(),
+    path: spec.path ?? null,
+  };
+}
+
+/** The daemon's REST API, as data. Every route but health needs the API key. */
+export const API_ROUTES: ApiRoute[] = [
+  {
+    method: 'GET',
+    path: '/v1/health',
+    group: 'api',
+    summary: 'The daemon answers; no key needed.',
+    public: true,
+    handler: () => ({ status: 'ok', pid: process.pid, version: packageInfo().version }),
+  },
+  {
+    method: 'POST',
+    path: '/v1/sandboxes',
+    group: 'api',
+    summary: 'Create a sandbox from a template: { template?, timeoutMs?, envs?, metadata? }.',
+    handler: async ({ body, ctx }) => {
+      const request = (body ?? {}) as Record<string, unknown>;
+      if (typeof request !== 'object' || Array.isArray(request)) {
+        throw new InvalidArgumentError('the body must be a JSON object');
+      }
+      const { record, accessToken } = await ctx.sandboxes.create({
+        ...(typeof request.template === 'string' ? { template: request.template } : {}),
+        ...(request.timeoutMs === undefined ? {} : { timeoutMs: request.timeoutMs as number }),
+        envs: request.envs as Record<string, string>,
+        metadata: request.metadata as Record<string, string>,
+      });
+      return { ...sandboxJson(record), accessToken };
+    },
+  },
+  {
+    method: 'GET',
+    path: '/v1/sandboxes',
+    group: 'api',
+    summary: 'List sandboxes; filter with state=, template= and metadata.KEY=VALUE.',
+    handler: ({ query, ctx }) => {
+      const state = query.get('state') ?? undefined;
+      if (state && !STATES.includes(state as SandboxState)) {
+        throw new InvalidArgumentError(`state must be one of ${STATES.join(', ')}, not '${state}'`);
+      }
+      const metadata: Record<string, string> = {};
+      for (const [key, value] of query) {
+        if (key.startsWith('metadata.')) metadata[key.slice('metadata.'.length)] = value;
+      }
+      const template = query.get('template') ?? undefined;
+      return {
+        sandboxes: ctx.sandboxes
+          .list({
+            ...(state ? { state: state as SandboxState } : {}),
+            ...(template ? { template } : {}),
+            metadata,
+          })
+          .map(sandboxJson),
+      };
+    },
+  },
+  {
+    method: 'GET',
+    path: '/v1/sandboxes/{id}',
+    group: 'api',
+    summary: 'One sandbox.',
+    handler: ({ params, ctx }) => sandboxJson(ctx.sandboxes.get(params.id as string)),
+  },
+  {
+    method: 'POST',
+    path: '/v1/sandboxes/{id}/connect',
+    group: 'api',
+    summary: 'A running sandbox with its access token, to use it from another process.',
+    body: 'none',
+    handler: ({ params, ctx }) => {
+      const record = ctx.sandboxes.running(params.id as string);
+      return { ...sandboxJson(record), accessToken: ctx.sandboxes.tokenOf(record.id) };
+    },
+  },
+  {
+    method: 'DELETE',
+    path: '/v1/sandboxes/{id}',
+    group: 'api',
+    summary: 'Kill a sandbox and every process in it.',
+    body: 'none',
+    handler: async ({ params, ctx }) => {
+      const killed = await ctx.sandboxes.kill(params.id as string, 'killed', 'killed by request');
+      return { killed, sandbox: sandboxJson(ctx.sandboxes.get(params.id as string)) };
+    },
+  },
+  {
+    method: 'POST',
+    path: '/v1/sandboxes/{id}/timeout',
+    group: 'api',
+    summary: 'Set the time left before the sandbox is reaped: { timeoutMs }.',
+    args: argList({ timeoutMs: 'int' }),
+    handler: ({ params, args, ctx }) =>
+      sandboxJson(ctx.sandboxes.setTimeout(params.id as string, args.timeoutMs)),
+  },
+  {
+    method: 'GET',
+    path: '/v1/templates',
+    group: 'api',
+    summary: 'Built templates, base included.',
+    handler: ({ ctx }) => ({ templates: ctx.templates.list().map(templateJson) }),
+  },
+  {
+    method: 'GET',
+    path: '/v1/templates/{name}',
+    group: 'api',
+    summary: 'One template.',
+    handler: ({ params, ctx }) => templateJson(ctx.templates.get(params.name as string)),
+  },
+  {
+    method: 'POST',
+    path: '/v1/templates',
+    group: 'api',
+    summary: 'Build a template from a template.yaml on this host: { path }.',
+    args: argList({ path: 'str' }),
+    handler: async ({ args, ctx }) => templateJson(await ctx.templates.build(args.path as string)),
+  },
+  {
+    method: 'DELETE',
+    path: '/v1/templates/{name}',
+    group: 'api',
+    summary: 'Remove a built template.',
+    body: 'none',
+    handler: ({ params, ctx }) => {
+      ctx.templates.remove(params.name as string);
+      return { removed: params.name };
+    },
+  },
+  {
+    method: 'POST',
+    path: '/v1/shutdown',
+    group: 'api',
+    summary: 'Stop the daemon (sandboxes keep running and are adopted by the next daemon).',
+    body: 'none',
+    handler: ({ ctx }) => {
+      ctx.shutdown();
+      return { stopping: true };
+    },
+  },
+];

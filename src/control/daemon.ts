@@ -1,0 +1,208 @@
+import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { dirname, join } from 'node:path';
+import { type Guard, RouteTable } from '../../runtime/server/route-table.js';
+import { LocalProvider } from '../providers/local/local-provider.js';
+import type { SandboxProvider } from '../providers/provider.js';
+import { AuthenticationError } from '../sandbox/errors.js';
+import { packageInfo } from '../util/package-info.js';
+import { API_ROUTES, type ApiContext } from './api-routes.js';
+import { envdRequest } from './envd-request.js';
+import { Gateway } from './gateway.js';
+import { hashToken, newToken, sandboxToken, tokenMatches } from './ids.js';
+import { type AbxPaths, abxPaths } from './paths.js';
+import { Registry } from './registry.js';
+import { SandboxService } from './sandbox-service.js';
+import { type StepRunner, TemplateService } from './template-service.js';
+
+export interface DaemonOptions {
+  home: string;
+  /** API port on 127.0.0.1; 0 picks a free one (default). */
+  apiPort?: number;
+  /** Gateway port on 127.0.0.1; 0 picks a free one (default). */
+  gatewayPort?: number;
+  /** Sandbox host names are `{port}-{id}.{domain}`; default `localhost`. */
+  domain?: string;
+  /** How often expired sandboxes are looked for; default 1 s. */
+  reapIntervalMs?: number;
+  provider?: SandboxProvider;
+}
+
+/** What `daemon.json` holds, for clients to find the daemon. */
+export interface DaemonInfo {
+  pid: number;
+  apiUrl: string;
+  gatewayUrl: string;
+  domain: string;
+  version: string;
+  startedAt: string;
+}
+
+/** A secret of the installation (API key, token secret), created (mode 0600) on first use. */
+export function readOrCreateSecret(file: string): string {
+  if (existsSync(file)) return readFileSync(file, 'utf8').trim();
+  mkdirSync(dirname(file), { recursive: true, mode: 0o700 });
+  const secret = newToken();
+  try {
+    writeFileSync(file, `${secret}\n`, { mode: 0o600, flag: 'wx' });
+  } catch (error) {
+    // Another process created it first: use theirs.
+    if ((error as NodeJS.ErrnoException).code === 'EEXIST')
+      return readFileSync(file, 'utf8').trim();
+    throw error;
+  }
+  chmodSync(file, 0o600);
+  return secret;
+}
+
+const BODY_LIMITS = { maxBytes: 1024 * 1024, timeoutMs: 30_000 };
+
+/**
+ * The control plane: REST API and gateway on loopback, the registry, the provider and the
+ * reaper. On start it adopts the sandboxes a previous daemon left running.
+ */
+export class Daemon {
+  readonly paths: AbxPaths;
+  private readonly registry: Registry;
+  private readonly provider: SandboxProvider;
+  readonly sandboxes: SandboxService;
+  readonly templates: TemplateService;
+  private readonly api: Server;
+  private readonly gateway: Gateway;
+  private readonly apiKeyHash: string;
+  private reaper: NodeJS.Timeout | undefined;
+  private stopping: Promise<void> | undefined;
+  private resolveStopped = () => {};
+  readonly stopped = new Promise<void>((resolve) => {
+    this.resolveStopped = resolve;
+  });
+
+  constructor(private readonly options: DaemonOptions) {
+    this.paths = abxPaths(options.home);
+    for (const dir of [this.paths.home, this.paths.sandboxes, this.paths.templates]) {
+      mkdirSync(dir, { recursive: true, mode: 0o700 });
+    }
+    this.apiKeyHash = hashToken(readOrCreateSecret(this.paths.apiKey));
+    const tokenSecret = readOrCreateSecret(this.paths.tokenSecret);
+    this.registry = new Registry(this.paths.database);
+    this.provider =
+      options.provider ??
+      new LocalProvider({ runtimeDir: join(packageInfo().root, 'dist', 'runtime') });
+    const runStep: StepRunner = async (handle, token, command) => {
+      const { status, body } = await envdRequest<{
+        stdout?: string;
+        stderr?: string;
+        exit_code?: number;
+        error?: string;
+      }>(
+        handle.envdSocket,
+        token,
+        'POST',
+        '/process/exec',
+        { cmd: command, timeout: 3600 },
+        3_700_000,
+      );
+      return {
+        exitCode: status === 200 ? (body.exit_code ?? 1) : 1,
+        output: `${body.stdout ?? ''}${body.stderr ?? ''}${body.error ?? ''}`,
+      };
+    };
+    this.templates = new TemplateService(
+      this.registry,
+      this.provider,
+      this.paths.templates,
+      runStep,
+    );
+    this.sandboxes = new SandboxService(
+      this.registry,
+      this.provider,
+      this.templates,
+      this.paths.sandboxes,
+      (id) => sandboxToken(tokenSecret, id),
+    );
+    const table = new RouteTable(API_ROUTES);
+    const context: ApiContext = {
+      sandboxes: this.sandboxes,
+      templates: this.templates,
+      shutdown: () => setImmediate(() => void this.stop()),
+    };
+    const guard: Guard<ApiContext> = (route, req) => {
+      if (route?.public) return;
+      const header = req.headers.authorization;
+      const key = typeof header === 'string' ? /^Bearer (.+)$/i.exec(header)?.[1] : undefined;
+      if (!tokenMatches(key, this.apiKeyHash)) {
+        throw new AuthenticationError(
+          `missing or wrong API key: send Authorization: Bearer <key from ${this.paths.apiKey}>`,
+        );
+      }
+    };
+    this.api = createServer(
+      (req, res) => void table.dispatch(req, res, context, BODY_LIMITS, guard),
+    );
+    this.gateway = new Gateway(
+      {
+        find: (id) => this.registry.getSandbox(id),
+        isAlive: (record) => this.provider.isAlive(record.handle),
+        openPort: async (record, token, port) => {
+          const { status, body } = await envdRequest<{ socket?: string; error?: string }>(
+            record.handle.envdSocket,
+            token,
+            'POST',
+            `/ports/${port}`,
+          );
+          if (status !== 200) throw new Error(body.error ?? `envd refused to open port ${port}`);
+          return join(record.handle.portsDir, `${port}.sock`);
+        },
+      },
+      options.domain ?? 'localhost',
+    );
+  }
+
+  /** Adopts live sandboxes, starts listening and reaping, writes `daemon.json`. */
+  async start(): Promise<DaemonInfo> {
+    this.sandboxes.adopt();
+    const listen = (server: Server, port: number) =>
+      new Promise<number>((resolve, reject) => {
+        server.once('error', reject);
+        server.listen(port, '127.0.0.1', () => resolve((server.address() as AddressInfo).port));
+      });
+    const apiPort = await listen(this.api, this.options.apiPort ?? 0);
+    const gatewayPort = await listen(this.gateway.server, this.options.gatewayPort ?? 0);
+    this.reaper = setInterval(() => {
+      this.sandboxes.reap().catch((error) => console.error('reaper:', error));
+    }, this.options.reapIntervalMs ?? 1000);
+    const info: DaemonInfo = {
+      pid: process.pid,
+      apiUrl: `http://127.0.0.1:${apiPort}`,
+      gatewayUrl: `http://127.0.0.1:${gatewayPort}`,
+      domain: this.options.domain ?? 'localhost',
+      version: packageInfo().version,
+      startedAt: new Date().toISOString(),
+    };
+    writeFileSync(this.paths.daemonInfo, `${JSON.stringify(info, null, 2)}\n`, { mode: 0o600 });
+    return info;
+  }
+
+  /** Stops listening; sandboxes keep running for the next daemon to adopt. */
+  stop(): Promise<void> {
+    this.stopping ??= (async () => {
+      clearInterval(this.reaper);
+      const close = (server: Server) =>
+        new Promise<void>((resolve) => {
+          server.close(() => resolve());
+          server.closeAllConnections();
+        });
+      await Promise.all([close(this.api), close(this.gateway.server)]);
+      try {
+        const info = JSON.parse(readFileSync(this.paths.daemonInfo, 'utf8')) as DaemonInfo;
+        if (info.pid === process.pid) rmSync(this.paths.daemonInfo, { force: true });
+      } catch {
+        // no daemon.json: nothing to remove
+      }
+      this.registry.close();
+      this.resolveStopped();
+    })();
+    return this.stopping;
+  }
+}

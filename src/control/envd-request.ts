@@ -1,0 +1,49 @@
+import { request } from 'node:http';
+
+/** One JSON request to an envd over its Unix socket, from the host side. */
+export function envdRequest<T>(
+  socketPath: string,
+  token: string,
+  method: string,
+  path: string,
+  body?: unknown,
+  timeoutMs = 30_000,
+): Promise<{ status: number; body: T }> {
+  const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
+  return new Promise((resolve, reject) => {
+    const req = request(
+      {
+        socketPath,
+        method,
+        path,
+        timeout: timeoutMs,
+        headers: {
+          authorization: `Bearer ${token}`,
+          ...(payload
+            ? { 'content-type': 'application/json', 'content-length': payload.length }
+            : {}),
+        },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (chunk: Buffer) => chunks.push(chunk));
+        res.on('error', reject);
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          try {
+            resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) as T });
+          } catch {
+            reject(
+              new Error(`envd answered ${res.statusCode} with non-JSON: ${text.slice(0, 200)}`),
+            );
+          }
+        });
+      },
+    );
+    req.on('timeout', () =>
+      req.destroy(new Error(`envd did not answer ${method} ${path} within ${timeoutMs} ms`)),
+    );
+    req.on('error', reject);
+    req.end(payload);
+  });
+}

@@ -1,0 +1,150 @@
+import { spawn } from 'node:child_process';
+import { closeSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { request } from 'undici';
+import { type DaemonInfo, readOrCreateSecret } from '../control/daemon.js';
+import { abxHome, abxPaths } from '../control/paths.js';
+import { packageInfo } from '../util/package-info.js';
+import { SandboxError } from './errors.js';
+
+/** How the SDK finds the control plane. */
+export interface ConnectionOptions {
+  /** State folder of the installation; default `$ABX_HOME` or `~/.abx`. */
+  home?: string;
+  /** Start the daemon when none runs (default true). */
+  autoStart?: boolean;
+  /** Timeout of one API request; default 60 s. */
+  requestTimeoutMs?: number;
+}
+
+/** A running daemon and the key to its API. */
+export interface DaemonConnection {
+  home: string;
+  info: DaemonInfo;
+  apiKey: string;
+}
+
+const DAEMON_START_TIMEOUT_MS = 20_000;
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+function readInfo(file: string): DaemonInfo | undefined {
+  try {
+    return JSON.parse(readFileSync(file, 'utf8')) as DaemonInfo;
+  } catch {
+    return undefined;
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function healthy(info: DaemonInfo): Promise<boolean> {
+  try {
+    const res = await request(`${info.apiUrl}/v1/health`, { signal: AbortSignal.timeout(2000) });
+    await res.body.dump();
+    return res.statusCode === 200;
+  } catch {
+    return false;
+  }
+}
+
+/** The running daemon of `home`, if there is one that answers. */
+export async function findDaemon(home = abxHome()): Promise<DaemonInfo | undefined> {
+  const info = readInfo(abxPaths(home).daemonInfo);
+  if (info && alive(info.pid) && (await healthy(info))) return info;
+  return undefined;
+}
+
+/** Takes the start lock (a file created exclusively); a lock older than the start timeout is stale. */
+function tryLock(file: string): boolean {
+  try {
+    closeSync(openSync(file, 'wx'));
+    return true;
+  } catch {
+    try {
+      if (Date.now() - statSync(file).mtimeMs > DAEMON_START_TIMEOUT_MS)
+        rmSync(file, { force: true });
+    } catch {
+      // gone meanwhile
+    }
+    return false;
+  }
+}
+
+/** Starts the daemon of `home` in the background and waits until it answers. */
+export async function startDaemon(home = abxHome()): Promise<DaemonInfo> {
+  const paths = abxPaths(home);
+  readOrCreateSecret(paths.apiKey);
+  const deadline = Date.now() + DAEMON_START_TIMEOUT_MS;
+  while (Date.now() < deadline) {
+    const running = await findDaemon(home);
+    if (running) return running;
+    if (tryLock(paths.startLock)) {
+      try {
+        const again = await findDaemon(home);
+        if (again) return again;
+        writeFileSync(paths.daemonLog, '', { flag: 'a' });
+        const log = openSync(paths.daemonLog, 'a');
+        const child = spawn(process.execPath, [join(packageInfo().root, 'dist', 'daemon.js')], {
+          detached: true,
+          stdio: ['ignore', log, log],
+          env: { ...process.env, ABX_HOME: home },
+        });
+        closeSync(log);
+        child.unref();
+        while (Date.now() < deadline) {
+          const info = readInfo(paths.daemonInfo);
+          if (info && info.pid === child.pid && (await healthy(info))) return info;
+          if (child.exitCode !== null) break;
+          await sleep(25);
+        }
+        const tail = readFileSync(paths.daemonLog, 'utf8').slice(-2000);
+        throw new SandboxError(
+          `the abx daemon did not start; its log (${paths.daemonLog}) ends:\n${tail}`,
+        );
+      } finally {
+        rmSync(paths.startLock, { force: true });
+      }
+    }
+    await sleep(50);
+  }
+  throw new SandboxError(`the abx daemon did not start within ${DAEMON_START_TIMEOUT_MS} ms`);
+}
+
+/** The daemon to talk to, started if needed (unless `autoStart: false`). */
+export async function connectDaemon(options: ConnectionOptions = {}): Promise<DaemonConnection> {
+  const home = options.home ?? abxHome();
+  const info =
+    (await findDaemon(home)) ?? (options.autoStart === false ? undefined : await startDaemon(home));
+  if (!info) {
+    throw new SandboxError(`no abx daemon runs for ${home}; start one with \`abx daemon start\``);
+  }
+  return { home, info, apiKey: readFileSync(abxPaths(home).apiKey, 'utf8').trim() };
+}
+
+/** Asks the daemon of `home` to stop and waits for its process to end. */
+export async function stopDaemon(home = abxHome(), timeoutMs = 15_000): Promise<boolean> {
+  const info = readInfo(abxPaths(home).daemonInfo);
+  if (!info || !alive(info.pid)) return false;
+  const apiKey = readFileSync(abxPaths(home).apiKey, 'utf8').trim();
+  try {
+    const res = await request(`${info.apiUrl}/v1/shutdown`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${apiKey}` },
+      signal: AbortSignal.timeout(5000),
+    });
+    await res.body.dump();
+  } catch {
+    process.kill(info.pid, 'SIGTERM');
+  }
+  const deadline = Date.now() + timeoutMs;
+  while (alive(info.pid) && Date.now() < deadline) await sleep(25);
+  if (alive(info.pid)) process.kill(info.pid, 'SIGKILL');
+  return true;
+}

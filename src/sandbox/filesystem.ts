@@ -1,0 +1,119 @@
+import { Readable } from 'node:stream';
+import { NotFoundError } from './errors.js';
+import type { HttpClient } from './http-client.js';
+
+/** A directory entry or a stat result. */
+export interface EntryInfo {
+  name: string;
+  path: string;
+  type: 'file' | 'directory' | 'symlink' | 'other';
+  size: number;
+  mode: string;
+  mtime: string;
+}
+
+/** Something that can be written to a file. */
+export type WriteData = string | Uint8Array | ArrayBuffer | Blob | ReadableStream | Readable;
+
+/** One file of a multi-file write. */
+export interface WriteEntry {
+  path: string;
+  data: WriteData;
+}
+
+function toBody(data: WriteData): string | Uint8Array | Readable {
+  if (typeof data === 'string' || data instanceof Uint8Array || data instanceof Readable)
+    return data;
+  if (data instanceof ArrayBuffer) return new Uint8Array(data);
+  if (data instanceof Blob) return Readable.fromWeb(data.stream() as never);
+  return Readable.fromWeb(data as never);
+}
+
+/** Files of a sandbox, through its envd. Paths are relative to the workdir unless absolute. */
+export class Filesystem {
+  constructor(private readonly envd: HttpClient) {}
+
+  /** A file's content as text (UTF-8), or bytes with `{ format: 'bytes' }`, or a stream. */
+  read(path: string): Promise<string>;
+  read(path: string, options: { format: 'text' }): Promise<string>;
+  read(path: string, options: { format: 'bytes' }): Promise<Uint8Array>;
+  read(path: string, options: { format: 'stream' }): Promise<Readable>;
+  async read(
+    path: string,
+    options: { format?: 'text' | 'bytes' | 'stream' } = {},
+  ): Promise<string | Uint8Array | Readable> {
+    const response = await this.envd.send('GET', '/files/read', { query: { path } });
+    if (options.format === 'stream') return response.body;
+    const bytes = new Uint8Array(await response.body.arrayBuffer());
+    return options.format === 'bytes' ? bytes : Buffer.from(bytes).toString('utf8');
+  }
+
+  /**
+   * Writes a file (parents are created; the write is atomic: readers see the old or the new
+   * content, never half). Streams are sent as they come, never held whole in memory. Several
+   * files at once: `write([{ path, data }, ...])`.
+   */
+  write(path: string, data: WriteData): Promise<EntryInfo>;
+  write(files: WriteEntry[]): Promise<EntryInfo[]>;
+  async write(pathOrFiles: string | WriteEntry[], data?: WriteData) {
+    if (Array.isArray(pathOrFiles)) {
+      const results: EntryInfo[] = [];
+      for (const file of pathOrFiles) results.push(await this.writeOne(file.path, file.data));
+      return results;
+    }
+    return this.writeOne(pathOrFiles, data ?? '');
+  }
+
+  private async writeOne(path: string, data: WriteData): Promise<EntryInfo> {
+    const info = await this.envd.json<Omit<EntryInfo, 'name'>>('PUT', '/files/write', {
+      query: { path },
+      body: toBody(data),
+      raw: true,
+      headers: { 'content-type': 'application/octet-stream' },
+    });
+    return { name: info.path.split('/').pop() ?? info.path, ...info };
+  }
+
+  /** Entries of a directory. */
+  async list(path = '.'): Promise<EntryInfo[]> {
+    const { entries } = await this.envd.json<{ entries: EntryInfo[] }>('GET', '/files/list', {
+      query: { path },
+    });
+    return entries;
+  }
+
+  /** Type, size, mode and mtime of a path. */
+  async stat(path: string): Promise<EntryInfo> {
+    const info = await this.envd.json<Omit<EntryInfo, 'name'>>('GET', '/files/stat', {
+      query: { path },
+    });
+    return { name: info.path.split('/').pop() ?? info.path, ...info };
+  }
+
+  async exists(path: string): Promise<boolean> {
+    try {
+      await this.stat(path);
+      return true;
+    } catch (error) {
+      if (error instanceof NotFoundError) return false;
+      throw error;
+    }
+  }
+
+  /** Creates a directory and its parents; an existing one is fine. */
+  async makeDir(path: string): Promise<void> {
+    await this.envd.json('POST', '/files/mkdir', { body: { path } });
+  }
+
+  /** Removes a file or a directory tree. */
+  async remove(path: string): Promise<void> {
+    await this.envd.json('POST', '/files/delete', { body: { path, recursive: true } });
+  }
+
+  /** Renames a file or directory; refuses to replace one unless `overwrite`. */
+  async rename(from: string, to: string, options: { overwrite?: boolean } = {}): Promise<void> {
+    await this.envd.json('POST', '/files/move', {
+      body: { from, to, overwrite: options.overwrite ?? false },
+    });
+  }
+}

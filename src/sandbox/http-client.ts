@@ -1,0 +1,109 @@
+import { type Dispatcher, errors, request } from 'undici';
+import { SandboxError, sandboxErrorFromBody, TimeoutError } from './errors.js';
+
+type Body = Dispatcher.RequestOptions['body'];
+
+export interface RequestOptions {
+  query?: Record<string, string | number | boolean | undefined>;
+  /** A JSON value, or raw bytes / a stream with `raw: true`. */
+  body?: unknown;
+  raw?: boolean;
+  /** Extra headers. */
+  headers?: Record<string, string>;
+  /** Headers must arrive within this; default the client's. */
+  timeoutMs?: number;
+  signal?: AbortSignal;
+}
+
+/**
+ * JSON over HTTP with undici, turning `{ error, type }` answers into {@link SandboxError}s and
+ * network failures into errors that say which service did not answer. Every request has a
+ * deadline: a dead peer gives an error, never a hang.
+ */
+export class HttpClient {
+  constructor(
+    private readonly baseUrl: string,
+    private readonly headers: Record<string, string>,
+    private readonly timeoutMs: number,
+    /** Names the peer in messages: "the abx daemon", "sandbox i123". */
+    private readonly peer: string,
+    /** Called on a network failure to explain it better (e.g. "the sandbox was killed"). */
+    private readonly explain?: (error: Error) => Promise<Error | undefined>,
+  ) {}
+
+  url(path: string, query?: RequestOptions['query']): string {
+    const url = new URL(path, this.baseUrl);
+    for (const [key, value] of Object.entries(query ?? {})) {
+      if (value !== undefined) url.searchParams.set(key, String(value));
+    }
+    return url.toString();
+  }
+
+  /** Sends a request and returns the undici response; throws on an error status. */
+  async send(method: string, path: string, options: RequestOptions = {}) {
+    const timeoutMs = options.timeoutMs ?? this.timeoutMs;
+    const json = options.body !== undefined && !options.raw;
+    try {
+      const response = await request(this.url(path, options.query), {
+        method: method as 'GET',
+        headers: {
+          ...this.headers,
+          ...(json ? { 'content-type': 'application/json' } : {}),
+          ...options.headers,
+        },
+        body: (json ? JSON.stringify(options.body) : options.body) as Body,
+        headersTimeout: timeoutMs,
+        bodyTimeout: timeoutMs,
+        ...(options.signal ? { signal: options.signal } : {}),
+      });
+      if (response.statusCode >= 400) {
+        const text = await response.body.text();
+        let parsed: unknown;
+        try {
+          parsed = JSON.parse(text);
+        } catch {
+          parsed = { error: `${this.peer} answered ${response.statusCode}: ${text.slice(0, 500)}` };
+        }
+        throw sandboxErrorFromBody(response.statusCode, parsed);
+      }
+      return response;
+    } catch (error) {
+      if (error instanceof SandboxError) throw error;
+      throw await this.networkError(error as Error, method, path, timeoutMs);
+    }
+  }
+
+  async json<T>(method: string, path: string, options: RequestOptions = {}): Promise<T> {
+    const response = await this.send(method, path, options);
+    try {
+      return (await response.body.json()) as T;
+    } catch (error) {
+      throw await this.networkError(
+        error as Error,
+        method,
+        path,
+        options.timeoutMs ?? this.timeoutMs,
+      );
+    }
+  }
+
+  private async networkError(error: Error, method: string, path: string, timeoutMs: number) {
+    const better = await this.explain?.(error).catch(() => undefined);
+    if (better) return better;
+    if (error instanceof errors.HeadersTimeoutError || error instanceof errors.BodyTimeoutError) {
+      return new TimeoutError(
+        `${this.peer} did not answer ${method} ${path} within ${timeoutMs} ms`,
+        {
+          cause: error,
+        },
+      );
+    }
+    if (error.name === 'AbortError') return error;
+    return new SandboxError(
+      `${this.peer} could not be reached (${method} ${path}): ${error.message}`,
+      {
+        cause: error,
+      },
+    );
+  }
+}

@@ -1,0 +1,53 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { stopDaemon } from '../../src/sandbox/daemon-connection.js';
+import { Sandbox } from '../../src/sandbox/sandbox.js';
+import { ensureBuilt } from './build.js';
+
+/** Pids of processes whose command line mentions `text` (e.g. a test's ABX_HOME). */
+export function processesMentioning(text: string): number[] {
+  const pids: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const cmdline = readFileSync(`/proc/${entry}/cmdline`, 'utf8');
+      if (cmdline.includes(text) && Number(entry) !== process.pid) pids.push(Number(entry));
+    } catch {
+      // ended meanwhile
+    }
+  }
+  return pids;
+}
+
+/**
+ * A private installation for one test file: its own `$ABX_HOME`, daemon and sandboxes. `close()`
+ * kills every sandbox, stops the daemon and SIGKILLs anything still mentioning the folder, so a
+ * failing test leaves nothing behind.
+ */
+export async function createAbxHome(): Promise<{ home: string; close(): Promise<void> }> {
+  ensureBuilt();
+  const home = await mkdtemp(join(tmpdir(), 'abx-home-'));
+  return {
+    home,
+    async close() {
+      try {
+        for (const info of await Sandbox.list({ home, state: 'running', autoStart: false })) {
+          await Sandbox.kill(info.sandboxId, { home, autoStart: false });
+        }
+      } catch {
+        // no daemon: the sweep below still cleans up
+      }
+      await stopDaemon(home).catch(() => undefined);
+      for (const pid of processesMentioning(home)) {
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          // gone
+        }
+      }
+      await rm(home, { recursive: true, force: true });
+    },
+  };
+}
