@@ -30,6 +30,7 @@ export { listCommands } from './commands/list-commands.js';
 export { renderShellCommand } from './commands/shell-template.js';
 export type { Capability, Template } from './commands/template.js';
 export { CAPABILITIES, loadTemplate, parseTemplate } from './commands/template.js';
+export type { DaemonInfo } from './control/daemon.js';
 export type { RunOptions } from './sandbox/commands.js';
 export type { ConnectionOptions } from './sandbox/daemon-connection.js';
 export type { CommandResult } from './sandbox/errors.js';

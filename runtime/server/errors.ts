@@ -236,6 +236,11 @@ export function errorResponse(error: unknown): { status: number; body: Record<st
   const type =
     error instanceof Error ? error.constructor?.name || error.name || 'Error' : 'NonErrorThrown';
   const message = error instanceof Error ? error.message : `a non-Error was thrown: ${error}`;
+  // Errors of other hierarchies (the control plane's SandboxError) carry their own status.
+  const status = (error as { status?: unknown } | undefined)?.status;
+  if (typeof status === 'number' && status >= 400 && status <= 599) {
+    return { status, body: { error: message, type: (error as Error).name || type } };
+  }
   return { status: 500, body: { error: message, type } };
 }
 

@@ -1,0 +1,142 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { request } from 'undici';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { type DaemonInfo, Sandbox } from '../../src/index.js';
+import { createAbxHome, processesMentioning } from '../helpers/abx-home.js';
+
+let abx: Awaited<ReturnType<typeof createAbxHome>>;
+let home: string;
+
+beforeAll(async () => {
+  abx = await createAbxHome();
+  home = abx.home;
+}, 300_000);
+
+afterAll(async () => {
+  await abx?.close();
+});
+
+const daemonInfo = () => JSON.parse(readFileSync(join(home, 'daemon.json'), 'utf8')) as DaemonInfo;
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function gateway(path: string, headers: Record<string, string>) {
+  const response = await request(`${daemonInfo().gatewayUrl}${path}`, { headers });
+  const text = await response.body.text();
+  return { status: response.statusCode, body: text ? JSON.parse(text) : undefined };
+}
+
+describe('the gateway', () => {
+  test('routes by host name or headers, and wants that sandbox’s token', async () => {
+    const a = await Sandbox.create({ home });
+    const b = await Sandbox.create({ home });
+    try {
+      const host = `49983-${a.sandboxId}.localhost`;
+      expect(await gateway('/health', { host, 'x-access-token': a.accessToken })).toEqual({
+        status: 200,
+        body: { status: 'ok' },
+      });
+      const ok = await gateway(`/files/stat?path=.&token=${a.accessToken}`, { host });
+      expect(ok).toMatchObject({ status: 200, body: { path: '/home/user', type: 'directory' } });
+      const byHeaders = await gateway('/files/stat?path=.', {
+        'x-sandbox-id': a.sandboxId,
+        'x-sandbox-port': '49983',
+        'x-access-token': a.accessToken,
+      });
+      expect(byHeaders.status).toBe(200);
+
+      const none = await gateway('/files/stat?path=.', { host });
+      expect(none.status).toBe(401);
+      expect(none.body.type).toBe('AuthenticationError');
+      const othersToken = await gateway('/files/stat?path=.', {
+        host,
+        'x-access-token': b.accessToken,
+      });
+      expect(othersToken).toMatchObject({ status: 401, body: { type: 'AuthenticationError' } });
+      // Even health, through the gateway, needs the token: it says the sandbox exists and runs.
+      expect((await gateway('/health', { host })).status).toBe(401);
+
+      const unknown = await gateway('/health', {
+        host: `49983-inosuchsandbox00.localhost`,
+        'x-access-token': a.accessToken,
+      });
+      expect(unknown).toMatchObject({ status: 404, body: { type: 'SandboxNotFoundError' } });
+
+      const port = await gateway('/', {
+        host: `8080-${a.sandboxId}.localhost`,
+        'x-access-token': a.accessToken,
+      });
+      expect(port.status).toBe(403);
+      expect(port.body).toEqual({
+        type: 'CapabilityError',
+        error: `template 'base' does not have the ports capability, so port 8080 of sandbox ${a.sandboxId} cannot be reached; add ports to its capabilities`,
+      });
+
+      const nothing = await gateway('/health', {});
+      expect(nothing).toMatchObject({ status: 400, body: { type: 'BadRequestError' } });
+      expect(a.getHost(8080)).toBe(
+        `8080-${a.sandboxId}.localhost:${new URL(daemonInfo().gatewayUrl).port}`,
+      );
+    } finally {
+      await a.kill();
+      await b.kill();
+    }
+    const dead = await gateway('/health', {
+      host: `49983-${a.sandboxId}.localhost`,
+      'x-access-token': a.accessToken,
+    });
+    expect(dead.status).toBe(404);
+    expect(dead.body.error).toBe(
+      `sandbox ${a.sandboxId} is not running (killed: killed by request)`,
+    );
+  });
+
+  test('the API wants the API key', async () => {
+    const response = await request(`${daemonInfo().apiUrl}/v1/sandboxes`);
+    expect(response.statusCode).toBe(401);
+    expect(await response.body.json()).toMatchObject({ type: 'AuthenticationError' });
+  });
+});
+
+describe('daemon restarts', () => {
+  test('a daemon killed with SIGKILL: live sandboxes are adopted, dead ones marked', async () => {
+    const survivor = await Sandbox.create({ home });
+    const victim = await Sandbox.create({ home });
+    try {
+      await survivor.files.write('state.txt', 'kept');
+      const oldDaemon = daemonInfo().pid;
+      process.kill(oldDaemon, 'SIGKILL');
+      for (let i = 0; i < 200 && alive(oldDaemon); i++) await new Promise((r) => setTimeout(r, 10));
+      // While no daemon runs, one sandbox dies.
+      for (const pid of processesMentioning(join(home, 'sandboxes', victim.sandboxId))) {
+        process.kill(pid, 'SIGKILL');
+      }
+
+      // The next SDK call starts a new daemon, which adopts the sandboxes left behind.
+      const again = await Sandbox.connect(survivor.sandboxId, { home });
+      expect(daemonInfo().pid).not.toBe(oldDaemon);
+      expect(await again.files.read('state.txt')).toBe('kept');
+      expect((await again.commands.run('echo still here')).stdout).toBe('still here\n');
+
+      const states = Object.fromEntries(
+        (await Sandbox.list({ home })).map((s) => [s.sandboxId, [s.state, s.endReason]]),
+      );
+      expect(states[survivor.sandboxId]).toEqual(['running', null]);
+      expect(states[victim.sandboxId]).toEqual(['dead', 'found dead when the daemon started']);
+      await expect(Sandbox.connect(victim.sandboxId, { home })).rejects.toThrow(
+        `sandbox ${victim.sandboxId} is not running (dead: found dead when the daemon started)`,
+      );
+    } finally {
+      await survivor.kill();
+      await victim.kill();
+    }
+  });
+});
