@@ -51,3 +51,5 @@ export type {
   SandboxListFilter,
 } from './sandbox/sandbox.js';
 export { Sandbox } from './sandbox/sandbox.js';
+export type { TemplateInfo } from './sandbox/templates.js';
+export { Templates } from './sandbox/templates.js';

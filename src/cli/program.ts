@@ -7,6 +7,7 @@ import { listCommands } from '../commands/list-commands.js';
 import { loadTemplate } from '../commands/template.js';
 import { packageInfo } from '../util/package-info.js';
 import { addDaemonCommand } from './daemon-command.js';
+import { addTemplateCommand } from './template-command.js';
 
 /** Exit codes: 0 ok, 1 error, 2 usage error. */
 const EXIT_USAGE = 2;
@@ -62,6 +63,7 @@ export function buildProgram(): Command {
     )
     .action(commandsAction);
   addDaemonCommand(program);
+  addTemplateCommand(program);
   return program;
 }
 

@@ -1,0 +1,190 @@
+import { readFileSync } from 'node:fs';
+import { request as httpRequest } from 'node:http';
+import { join } from 'node:path';
+import { request } from 'undici';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import {
+  type DaemonInfo,
+  InvalidArgumentError,
+  NotFoundError,
+  Sandbox,
+  SandboxError,
+  Templates,
+} from '../../src/index.js';
+import { createAbxHome } from '../helpers/abx-home.js';
+import { ROOT } from '../helpers/build.js';
+
+let abx: Awaited<ReturnType<typeof createAbxHome>>;
+let home: string;
+const fixture = (name: string) => join(ROOT, 'test', 'fixtures', 'templates', name);
+
+beforeAll(async () => {
+  abx = await createAbxHome();
+  home = abx.home;
+  await Templates.build(fixture('web.yaml'), { home });
+}, 300_000);
+
+afterAll(async () => {
+  await abx?.close();
+});
+
+const gatewayUrl = () =>
+  (JSON.parse(readFileSync(join(home, 'daemon.json'), 'utf8')) as DaemonInfo).gatewayUrl;
+
+/** An HTTP server inside the sandbox on `port`: echoes the URL, and echoes bytes after an upgrade. */
+async function startServerInside(sandbox: Sandbox, port: number): Promise<void> {
+  const program = `
+    const http = require('http');
+    const server = http.createServer((req, res) => {
+      let size = 0;
+      req.on('data', (c) => (size += c.length));
+      req.on('end', () => res.end('pong ' + req.method + ' ' + req.url + ' ' + size));
+    });
+    server.on('upgrade', (req, socket) => {
+      socket.write('HTTP/1.1 101 Switching Protocols\\r\\nUpgrade: echo\\r\\nConnection: Upgrade\\r\\n\\r\\n');
+      socket.pipe(socket);
+    });
+    server.listen(${port}, '127.0.0.1');
+  `;
+  await sandbox.files.write('/tmp/server.js', program);
+  await sandbox.commands.run('nohup node /tmp/server.js >/tmp/server.log 2>&1 &');
+  await sandbox.commands.run(
+    `for i in $(seq 100); do node -e "require('net').connect(${port}).on('connect',()=>process.exit(0)).on('error',()=>process.exit(1))" && exit 0; sleep 0.05; done; exit 1`,
+  );
+}
+
+describe('templates', () => {
+  test('setup runs once at build; each sandbox starts from its result', async () => {
+    const templates = await Templates.list({ home });
+    expect(templates.map((t) => t.name)).toEqual(['base', 'web-test']);
+    const info = templates[1];
+    expect(info).toMatchObject({
+      capabilities: ['shell', 'files', 'code', 'ports'],
+      workdir: '/home/user/app',
+      timeoutMs: 120_000,
+      env: { GREETING: 'hello from the template' },
+    });
+
+    const first = await Sandbox.create({ home, template: 'web-test' });
+    const second = await Sandbox.create({ home, template: 'web-test' });
+    try {
+      for (const sandbox of [first, second]) {
+        const { stdout } = await sandbox.commands.run(
+          'pwd; cat setup-marker.txt greeting.txt; echo "$GREETING"',
+        );
+        expect(stdout).toBe(
+          '/home/user/app\nbuilt at setup\nhello from the template\nhello from the template\n',
+        );
+      }
+      // Sandboxes of one template do not share files.
+      await first.files.write('mine.txt', 'first');
+      expect(await second.files.exists('mine.txt')).toBe(false);
+      const created = await first.getInfo();
+      expect(Date.parse(created.expiresAt) - Date.parse(created.createdAt)).toBe(120_000);
+    } finally {
+      await first.kill();
+      await second.kill();
+    }
+  });
+
+  test('resource limits of the template hold inside the sandbox', async () => {
+    const sandbox = await Sandbox.create({ home, template: 'web-test' });
+    try {
+      const { stdout } = await sandbox.commands.run('cat /proc/self/limits');
+      const limit = (name: string) =>
+        new RegExp(`^${name}\\s+(\\S+)\\s+(\\S+)`, 'm').exec(stdout)?.slice(1, 3);
+      expect(limit('Max processes')).toEqual(['512', '512']);
+      expect(limit('Max open files')).toEqual(['256', '256']);
+      expect(limit('Max file size')).toEqual([String(1024 * 1024), String(1024 * 1024)]);
+      const big = await sandbox.commands.run('head -c 2000000 /dev/zero > big.bin', {
+        allowNonZeroExit: true,
+      });
+      expect(big.exitCode).not.toBe(0);
+      expect((await sandbox.files.stat('big.bin')).size).toBe(1024 * 1024);
+    } finally {
+      await sandbox.kill();
+    }
+  });
+
+  test('a failing setup step fails the build with its output', async () => {
+    const error = await Templates.build(fixture('failing-setup.yaml'), { home }).catch((e) => e);
+    expect(error).toBeInstanceOf(SandboxError);
+    expect(error.message).toContain(
+      'template \'failing-setup\': setup[1] `echo "about to fail" >&2; exit 7` exited with code 7',
+    );
+    expect(error.message).toContain('about to fail');
+    expect((await Templates.list({ home })).map((t) => t.name)).not.toContain('failing-setup');
+  });
+
+  test('a bad template.yaml is refused with its location', async () => {
+    await expect(Templates.build(join(ROOT, 'package.json'), { home })).rejects.toThrow(
+      InvalidArgumentError,
+    );
+    await expect(Templates.build(join(ROOT, 'no-such.yaml'), { home })).rejects.toThrow(
+      /cannot read template .*no-such\.yaml/,
+    );
+  });
+
+  test('a removed template can no longer start sandboxes', async () => {
+    await Templates.remove('web-test', { home });
+    await expect(Sandbox.create({ home, template: 'web-test' })).rejects.toThrow(NotFoundError);
+    await expect(Templates.remove('web-test', { home })).rejects.toThrow(
+      "template 'web-test' does not exist",
+    );
+    await Templates.build(fixture('web.yaml'), { home });
+  });
+});
+
+describe('ports through the gateway', () => {
+  test('HTTP requests and upgrades reach a server inside the sandbox', async () => {
+    const sandbox = await Sandbox.create({ home, template: 'web-test' });
+    try {
+      await startServerInside(sandbox, 8080);
+      const host = `8080-${sandbox.sandboxId}.localhost`;
+      const response = await request(`${gatewayUrl()}/hello?x=1&token=${sandbox.accessToken}`, {
+        method: 'POST',
+        headers: { host },
+        body: Buffer.alloc(3 * 1024 * 1024, 7),
+      });
+      expect(response.statusCode).toBe(200);
+      expect(await response.body.text()).toBe(`pong POST /hello?x=1 ${3 * 1024 * 1024}`);
+
+      const echoed = await new Promise<string>((resolve, reject) => {
+        const url = new URL(gatewayUrl());
+        const req = httpRequest({
+          host: url.hostname,
+          port: url.port,
+          path: '/socket',
+          headers: {
+            host,
+            'x-access-token': sandbox.accessToken,
+            connection: 'Upgrade',
+            upgrade: 'echo',
+          },
+        });
+        req.on('upgrade', (res, socket) => {
+          expect(res.statusCode).toBe(101);
+          socket.write('ping through the tunnel');
+          socket.once('data', (data) => {
+            socket.destroy();
+            resolve(data.toString());
+          });
+        });
+        req.on('error', reject);
+        req.end();
+      });
+      expect(echoed).toBe('ping through the tunnel');
+
+      const closed = await request(`${gatewayUrl()}/`, {
+        headers: {
+          host: `8081-${sandbox.sandboxId}.localhost`,
+          'x-access-token': sandbox.accessToken,
+        },
+      });
+      expect(closed.statusCode).toBe(502);
+      expect(await closed.body.json()).toMatchObject({ type: 'UpstreamError' });
+    } finally {
+      await sandbox.kill();
+    }
+  });
+});
