@@ -161,7 +161,7 @@ export class Daemon {
 
   /** Adopts live sandboxes, starts listening and reaping, writes `daemon.json`. */
   async start(): Promise<DaemonInfo> {
-    this.sandboxes.adopt();
+    await this.sandboxes.adopt();
     const listen = (server: Server, port: number) =>
       new Promise<number>((resolve, reject) => {
         server.once('error', reject);

@@ -182,13 +182,15 @@ export class SandboxService {
    * After a daemon (re)start: sandboxes whose processes still run are kept; rows of sandboxes
    * that died meanwhile are marked dead, and their folders removed.
    */
-  adopt(): { adopted: string[]; dead: string[] } {
+  async adopt(): Promise<{ adopted: string[]; dead: string[] }> {
     const adopted: string[] = [];
     const dead: string[] = [];
     for (const record of this.registry.listSandboxes({ state: 'running' })) {
       if (this.provider.isAlive(record.handle)) adopted.push(record.id);
       else {
         this.registry.endSandbox(record.id, 'dead', 'found dead when the daemon started');
+        // Releases what the dead sandbox still holds on the host (its cgroup).
+        await this.provider.kill(record.handle);
         rmSync(join(this.sandboxesDir, record.id), { recursive: true, force: true });
         dead.push(record.id);
       }

@@ -27,6 +27,8 @@ export interface SandboxHandle {
   envdSocket: string;
   /** The folder holding one Unix socket per forwarded port (`{port}.sock`). */
   portsDir: string;
+  /** The sandbox's memory cgroup, when its template limits memory and the host allows it. */
+  cgroup?: string;
 }
 
 /**

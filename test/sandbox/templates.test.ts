@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { join } from 'node:path';
 import { request } from 'undici';
@@ -185,6 +185,32 @@ describe('ports through the gateway', () => {
       expect(await closed.body.json()).toMatchObject({ type: 'UpstreamError' });
     } finally {
       await sandbox.kill();
+    }
+  });
+});
+
+describe('memory limit', () => {
+  test('a process that allocates past the template’s memory is killed; the sandbox lives on', async () => {
+    await Templates.build(fixture('small-memory.yaml'), { home });
+    const sandbox = await Sandbox.create({ home, template: 'small-memory' });
+    try {
+      const hog = await sandbox.commands.run(
+        `node -e "const a = []; for (let i = 0; i < 100; i++) a.push(Buffer.alloc(10 * 1024 * 1024, 1)); console.log('allocated 1000 MiB')"`,
+        { allowNonZeroExit: true },
+      );
+      expect(hog.stdout).not.toContain('allocated');
+      expect(hog.exitCode).toBe(137);
+      expect((await sandbox.commands.run('echo still up')).stdout).toBe('still up\n');
+      const small = await sandbox.commands.run(
+        `node -e "const a = Buffer.alloc(50 * 1024 * 1024, 1); console.log('allocated', a.length)"`,
+      );
+      expect(small.stdout).toBe(`allocated ${50 * 1024 * 1024}\n`);
+    } finally {
+      await sandbox.kill();
+    }
+    // The cgroup (v1 or v2 layout) is removed with the sandbox.
+    for (const dir of ['/sys/fs/cgroup/memory/abx', '/sys/fs/cgroup/abx']) {
+      expect(existsSync(`${dir}/${sandbox.sandboxId}`)).toBe(false);
     }
   });
 });

@@ -1,5 +1,5 @@
 import { execFile, spawn } from 'node:child_process';
-import { closeSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -13,6 +13,7 @@ import {
   SANDBOX_RUNTIME_DIR,
   SANDBOX_UID,
 } from './bwrap-args.js';
+import { createMemoryCgroup, removeMemoryCgroup } from './memory-cgroup.js';
 import { isSameProcess, processStartTime } from './proc.js';
 
 const execFileAsync = promisify(execFile);
@@ -107,13 +108,25 @@ export class LocalProvider implements SandboxProvider {
       ],
     });
     const limits = prlimitArgs(spec.resources);
-    const [command, args] =
-      limits.length > 0
-        ? ['prlimit', [...limits, '--', this.options.bwrapPath ?? 'bwrap', ...bwrap]]
-        : [this.options.bwrapPath ?? 'bwrap', bwrap];
+    let argv = [this.options.bwrapPath ?? 'bwrap', ...bwrap];
+    if (limits.length > 0) argv = ['prlimit', ...limits, '--', ...argv];
+    const cgroup = spec.resources.memory
+      ? createMemoryCgroup(spec.id, spec.resources.memory)
+      : undefined;
+    if (spec.resources.memory && !cgroup) {
+      writeFileSync(
+        logFile,
+        'abx: warning: no writable memory cgroup on this host; the memory limit is not enforced\n',
+        { flag: 'a' },
+      );
+    }
+    // The shell joins the cgroup before exec'ing bwrap, so every sandbox process is inside it.
+    if (cgroup)
+      argv = ['/bin/sh', '-c', 'echo $$ > "$0/cgroup.procs" && exec "$@"', cgroup, ...argv];
+    const [command, ...args] = argv as [string, ...string[]];
 
     const log = openSync(logFile, 'a');
-    const child = spawn(command as string, args as string[], {
+    const child = spawn(command, args, {
       detached: true,
       stdio: ['ignore', log, log],
       env: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
@@ -131,6 +144,7 @@ export class LocalProvider implements SandboxProvider {
     const deadline = Date.now() + (this.options.startTimeoutMs ?? 15_000);
     const fail = (why: string) => {
       if (child.pid) this.killTree(child.pid);
+      removeMemoryCgroup(cgroup);
       const tail = logTail(logFile);
       return new SandboxStartError(
         `sandbox ${spec.id} did not start: ${why}${tail ? `\n--- sandbox log ---\n${tail}` : ''}`,
@@ -143,7 +157,14 @@ export class LocalProvider implements SandboxProvider {
       if (init && (await envdHealthy(envdSocket))) {
         const startTime = processStartTime(init);
         if (startTime) {
-          return { provider: this.name, pid: init, startTime, envdSocket, portsDir };
+          return {
+            provider: this.name,
+            pid: init,
+            startTime,
+            envdSocket,
+            portsDir,
+            ...(cgroup ? { cgroup } : {}),
+          };
         }
       }
       await sleep(init ? 10 : 2);
@@ -156,14 +177,19 @@ export class LocalProvider implements SandboxProvider {
   }
 
   async kill(handle: SandboxHandle): Promise<void> {
-    if (!this.isAlive(handle)) return;
-    try {
-      process.kill(handle.pid, 'SIGKILL');
-    } catch {
-      return;
+    if (this.isAlive(handle)) {
+      try {
+        process.kill(handle.pid, 'SIGKILL');
+      } catch {
+        // ended meanwhile
+      }
+      // The kernel kills the rest of the pid namespace once its init is gone; wait for that.
+      for (let i = 0; i < 500 && isSameProcess(handle.pid, handle.startTime); i++) await sleep(10);
     }
-    // The kernel kills the rest of the pid namespace once its init is gone; wait for that.
-    for (let i = 0; i < 500 && isSameProcess(handle.pid, handle.startTime); i++) await sleep(10);
+    for (let i = 0; i < 100 && handle.cgroup && existsSync(handle.cgroup); i++) {
+      removeMemoryCgroup(handle.cgroup);
+      if (existsSync(handle.cgroup)) await sleep(10);
+    }
   }
 
   /** bwrap forks the namespace's init; it is the only child of the bwrap we started. */
