@@ -14,19 +14,24 @@ export default defineConfig([
     // ESM library and CLI in one build, so they share chunks: a module that the CLI imports and
     // that itself imports 'agent-sandbox' sees the same code.
     ...common,
-    entry: { index: 'src/index.ts', cli: 'src/cli/main.ts', daemon: 'src/control/daemon-main.ts' },
+    entry: {
+      index: 'src/index.ts',
+      authoring: 'src/authoring.ts',
+      cli: 'src/cli/main.ts',
+      daemon: 'src/control/daemon-main.ts',
+    },
     format: ['esm'],
     splitting: true,
     clean: false,
-    dts: { entry: { index: 'src/index.ts' } },
+    dts: { entry: { index: 'src/index.ts', authoring: 'src/authoring.ts' } },
   },
   {
     ...common,
-    entry: { index: 'src/index.ts' },
+    entry: { index: 'src/index.ts', authoring: 'src/authoring.ts' },
     format: ['cjs'],
     // import.meta.url (used to find the package's own files) has no meaning in CommonJS.
     shims: true,
-    dts: { entry: { index: 'src/index.ts' } },
+    dts: { entry: { index: 'src/index.ts', authoring: 'src/authoring.ts' } },
   },
   {
     // The in-sandbox command server: one self-contained file that runs with plain `node`, no

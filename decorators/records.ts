@@ -17,6 +17,12 @@ export interface SandboxOptions {
   template: string;
 }
 
+/** What `@sandbox(...)` records on a class. */
+export interface ClassRecord extends SandboxOptions {
+  /** The module file that defined the class, when the stack told it. */
+  sourceFile?: string;
+}
+
 /** What `@arg({ ... })` can say about a parameter that reflection cannot. */
 export interface ArgOptions {
   type?: ArgType;
@@ -57,12 +63,12 @@ export function recordParameter(target: object, record: ParameterRecord): void {
   append(PARAMETER_OVERRIDES_KEY, classOf(target), record);
 }
 
-export function recordClass(cls: object, options: SandboxOptions): void {
-  Reflect.defineMetadata(SANDBOX_CLASS_KEY, options, cls);
+export function recordClass(cls: object, record: ClassRecord): void {
+  Reflect.defineMetadata(SANDBOX_CLASS_KEY, record, cls);
 }
 
-/** The `@sandbox(...)` options of a class, if it has them. */
-export function readClassRecord(cls: object): SandboxOptions | undefined {
+/** The `@sandbox(...)` record of a class, if it has one. */
+export function readClassRecord(cls: object): ClassRecord | undefined {
   return Reflect.getOwnMetadata(SANDBOX_CLASS_KEY, cls);
 }
 

@@ -1,6 +1,9 @@
+import { dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { commandRegistry } from '../src/commands/command-registry.js';
 import { DEFAULT_TEMPLATE } from './constants.js';
 import { type RegisterOptions, recordClass, recordMethod, type SandboxOptions } from './records.js';
+import { callerFile } from './source-file.js';
 
 type Class = abstract new (...args: never[]) => unknown;
 type ClassDecorator = <T extends Class>(cls: T) => T;
@@ -10,9 +13,20 @@ type MethodDecorator = (
   descriptor?: PropertyDescriptor,
 ) => void;
 
+/** This package's own code, skipped when looking for the module that applies a decorator. */
+function ownDirs(): string[] {
+  try {
+    return [`${dirname(fileURLToPath(import.meta.url))}/`];
+  } catch {
+    // A bundle without import.meta (CommonJS inside a sandbox): nothing to skip there.
+    return [];
+  }
+}
+
 function classDecorator(options: SandboxOptions): ClassDecorator {
   return (cls) => {
-    recordClass(cls, options);
+    const sourceFile = callerFile(ownDirs());
+    recordClass(cls, { ...options, ...(sourceFile ? { sourceFile } : {}) });
     commandRegistry().registerClass(cls);
     return cls;
   };

@@ -31,17 +31,28 @@ export { renderShellCommand } from './commands/shell-template.js';
 export type { Capability, Template } from './commands/template.js';
 export { CAPABILITIES, loadTemplate, parseTemplate } from './commands/template.js';
 export type { DaemonInfo } from './control/daemon.js';
-export type { RunOptions } from './sandbox/commands.js';
+export type { HandleOptions, OutputCallbacks } from './sandbox/command-handle.js';
+export { CommandHandle } from './sandbox/command-handle.js';
+export type { CommandServer, ServerStartOptions } from './sandbox/command-server.js';
+export type {
+  CommandConnectOptions,
+  CommandStartOptions,
+  ProcessInfo,
+  RunOptions,
+} from './sandbox/commands.js';
 export type { ConnectionOptions } from './sandbox/daemon-connection.js';
 export type { CommandResult } from './sandbox/errors.js';
 export {
   AuthenticationError,
   CapabilityError,
   CommandExitError,
+  CommandNotFoundError,
+  CommandTimeoutError,
   InvalidArgumentError,
   NotFoundError,
   SandboxError,
   SandboxStartError,
+  ServerCommandError,
   TimeoutError,
 } from './sandbox/errors.js';
 export type { EntryInfo, WriteData, WriteEntry } from './sandbox/filesystem.js';

@@ -7,6 +7,7 @@ import { PROCESS } from '../server/groups/process.js';
 import { SYSTEM } from '../server/groups/system.js';
 import { TERMINAL } from '../server/groups/terminal.js';
 import { SandboxServer } from '../server/server.js';
+import { EXEC } from './exec.js';
 import { portsGroup } from './ports.js';
 
 // envd: the daemon every sandbox runs first. The command server's file, process, system and
@@ -35,7 +36,16 @@ rmSync(values.socket, { force: true });
 const server = new SandboxServer({
   socketPath: values.socket,
   token,
-  catalog: [CORE, FILE_OPS, PROCESS, SYSTEM, TERMINAL, DEV_TOOLS, portsGroup(values['ports-dir'])],
+  catalog: [
+    CORE,
+    FILE_OPS,
+    PROCESS,
+    EXEC,
+    SYSTEM,
+    TERMINAL,
+    DEV_TOOLS,
+    portsGroup(values['ports-dir']),
+  ],
   // Uploads through envd stream to disk, so they may be large.
   bodyLimitBytes: 64 * 1024 ** 3,
   bodyTimeoutMs: 3_600_000,

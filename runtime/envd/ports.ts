@@ -3,6 +3,7 @@ import { connect, createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import { defineGroup } from '../server/capability.js';
 import { BadRequestError } from '../server/errors.js';
+import { splice } from '../server/splice.js';
 
 /**
  * Port forwarding for the host's gateway. The sandbox has its own network namespace, so the host
@@ -17,19 +18,7 @@ export function portsGroup(portsDir: string) {
     const socketPath = join(portsDir, `${port}.sock`);
     if (forwarders.has(port)) return Promise.resolve(socketPath);
     rmSync(socketPath, { force: true });
-    const server = createServer((client) => {
-      const upstream = connect(port, '127.0.0.1');
-      const close = () => {
-        client.destroy();
-        upstream.destroy();
-      };
-      client.on('error', close);
-      upstream.on('error', close);
-      client.on('close', close);
-      upstream.on('close', close);
-      client.pipe(upstream);
-      upstream.pipe(client);
-    });
+    const server = createServer((client) => splice(client, connect(port, '127.0.0.1')));
     forwarders.set(port, server);
     return new Promise((resolve, reject) => {
       server.once('error', (error) => {

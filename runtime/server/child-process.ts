@@ -31,6 +31,18 @@ export function killGroup(child: ChildProcess, signal: NodeJS.Signals = 'SIGKILL
   }
 }
 
+/** True while any process of the child's group lives, the leader or what it left (`cmd &`). */
+export function groupAlive(child: ChildProcess): boolean {
+  if (child.pid === undefined) return false;
+  try {
+    process.kill(-child.pid, 0);
+    return true;
+  } catch (error) {
+    // EPERM: a member exists that this user may not signal.
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
 /**
  * Why a spawn failed, said plainly: node reports a missing working directory as the program
  * being missing (`spawn /bin/sh ENOENT`).

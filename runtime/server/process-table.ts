@@ -1,5 +1,5 @@
 import type { ChildProcess } from 'node:child_process';
-import { killGroup, spawnFailure, spawnGroup } from './child-process.js';
+import { groupAlive, killGroup, spawnFailure, spawnGroup } from './child-process.js';
 import { BadRequestError, NotFoundError } from './errors.js';
 import { OutputLog } from './output-log.js';
 
@@ -11,9 +11,30 @@ export interface ManagedProcess {
   child: ChildProcess;
   /** stdout and stderr interleaved, as they arrived. */
   output: OutputLog;
+  /** Each stream on its own, for clients that keep them apart (envd's `/exec`). */
+  stdout: OutputLog;
+  stderr: OutputLog;
   startedAt: string;
   exitCode: number | null;
   signal: NodeJS.Signals | null;
+  /** True when the process group was killed because it ran past its timeout. */
+  timedOut: boolean;
+}
+
+/** What each of a process's own stdout and stderr logs keeps: the newest 16 MiB. */
+export const STREAM_LOG_BYTES = 16 * 1024 * 1024;
+
+/** Finished processes kept for replay; older ones are forgotten, so memory stays bounded. */
+export const FINISHED_KEPT = 32;
+
+/** Options of {@link ProcessTable.start}. */
+export interface StartOptions {
+  /** The command line as shown in listings. */
+  command: string;
+  cwd: string;
+  env?: Record<string, string>;
+  /** Past this the whole process group is killed (SIGKILL); absent or 0: no limit. */
+  timeoutMs?: number;
 }
 
 /** The JSON view of a {@link ManagedProcess}. */
@@ -37,16 +58,14 @@ export function processInfo(p: ManagedProcess) {
  */
 export class ProcessTable {
   private readonly processes = new Map<string, ManagedProcess>();
+  /** Ids of finished processes, oldest first. */
+  private readonly finished: string[] = [];
   private nextId = 1;
 
   /** `kind` names the entries in error messages: `process`, `terminal`. */
   constructor(private readonly kind: string) {}
 
-  start(
-    file: string,
-    args: readonly string[],
-    options: { command: string; cwd: string; env?: Record<string, string> },
-  ): Promise<ManagedProcess> {
+  start(file: string, args: readonly string[], options: StartOptions): Promise<ManagedProcess> {
     const child = spawnGroup(file, args, options);
     const entry: ManagedProcess = {
       id: `${this.kind[0]}${this.nextId++}`,
@@ -54,18 +73,36 @@ export class ProcessTable {
       cwd: options.cwd,
       child,
       output: new OutputLog(),
+      stdout: new OutputLog(STREAM_LOG_BYTES),
+      stderr: new OutputLog(STREAM_LOG_BYTES),
       startedAt: new Date().toISOString(),
       exitCode: null,
       signal: null,
+      timedOut: false,
     };
-    child.stdout?.on('data', (chunk: Buffer) => entry.output.append(chunk));
-    child.stderr?.on('data', (chunk: Buffer) => entry.output.append(chunk));
+    for (const name of ['stdout', 'stderr'] as const) {
+      // Both logs hold the same buffers (only writes small enough to merge are copied).
+      child[name]?.on('data', (chunk: Buffer) => {
+        entry.output.append(chunk);
+        entry[name].append(chunk);
+      });
+    }
     // An EPIPE on a process that has exited must not crash the server.
     child.stdin?.on('error', () => {});
+    const timer =
+      options.timeoutMs && options.timeoutMs > 0
+        ? setTimeout(() => {
+            entry.timedOut = true;
+            killGroup(child);
+          }, options.timeoutMs)
+        : undefined;
+    // 'close' (not 'exit') waits for the pipes to drain, so the logs are complete when closed.
     child.once('close', (code, signal) => {
+      clearTimeout(timer);
       entry.exitCode = code;
       entry.signal = signal;
-      entry.output.close();
+      for (const log of [entry.output, entry.stdout, entry.stderr]) log.close();
+      this.retire(entry.id);
     });
     return new Promise((resolve, reject) => {
       child.once('spawn', () => {
@@ -114,6 +151,21 @@ export class ProcessTable {
   remove(id: string): void {
     killGroup(this.get(id).child);
     this.processes.delete(id);
+  }
+
+  /**
+   * Keeps the newest {@link FINISHED_KEPT} finished entries and forgets older ones, except those
+   * whose group still has members (`cmd &`): {@link killAll} must still reach them.
+   */
+  private retire(id: string): void {
+    this.finished.push(id);
+    for (const old of [...this.finished]) {
+      if (this.finished.length <= FINISHED_KEPT) return;
+      const entry = this.processes.get(old);
+      if (entry && groupAlive(entry.child)) continue;
+      this.processes.delete(old);
+      this.finished.splice(this.finished.indexOf(old), 1);
+    }
   }
 
   /** Signals every group, including what outlived its leader (`cmd &`); used on stop. */

@@ -22,11 +22,12 @@ export interface ManifestCommand extends CommandDescription {
 }
 
 /**
- * The manifest for the decorated commands of a template. Each class is
+ * The manifest for the decorated commands of a template (of every registered class when no
+ * template is given). Each class is
  * instantiated once (with no constructor arguments), so state kept on `this` or at module level
  * lives from one call to the next.
  */
-export function commandManifest(template: string): CommandManifest {
+export function commandManifest(template?: string): CommandManifest {
   const instances = new Map<
     DecoratedCommand['cls'],
     Record<string, (...args: unknown[]) => unknown>
@@ -39,17 +40,18 @@ export function commandManifest(template: string): CommandManifest {
     }
     return instance;
   };
-  const commands = commandRegistry()
-    .decorated(template)
-    .map(
-      ({ command, cls, method }): ManifestCommand => ({
-        ...describeCommand(command),
-        ...(command.timeoutMs === undefined ? {} : { timeoutMs: command.timeoutMs }),
-        invoke: (kwargs) => {
-          const instance = instanceOf(cls);
-          return instance[method]?.(...command.args.map((arg) => kwargs[arg.name]));
-        },
-      }),
-    );
-  return { version: 1, template, commands };
+  const registry = commandRegistry();
+  const commands = (
+    template === undefined ? registry.decoratedOf() : registry.decorated(template)
+  ).map(
+    ({ command, cls, method }): ManifestCommand => ({
+      ...describeCommand(command),
+      ...(command.timeoutMs === undefined ? {} : { timeoutMs: command.timeoutMs }),
+      invoke: (kwargs) => {
+        const instance = instanceOf(cls);
+        return instance[method]?.(...command.args.map((arg) => kwargs[arg.name]));
+      },
+    }),
+  );
+  return { version: 1, template: template ?? '*', commands };
 }

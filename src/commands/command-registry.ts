@@ -2,6 +2,7 @@ import { Container } from 'typedi';
 import { buildCommands, type DecoratedCommand } from './command-builder.js';
 import type { CustomCommand } from './custom-command.js';
 import { DuplicateCommandError, TemplateNotFoundError } from './errors.js';
+import { fromShipped, shippedCommands } from './shipped-commands.js';
 import type { Template } from './template.js';
 
 /**
@@ -12,11 +13,25 @@ export class CommandRegistry {
   private readonly classes = new Map<DecoratedCommand['cls'], DecoratedCommand[]>();
   private readonly templates = new Map<string, Template>();
 
-  /** Builds and records a class's commands; throws if the class defines them wrongly. */
+  /**
+   * Builds and records a class's commands; throws if the class defines them wrongly. Inside a
+   * sandbox bundle the schemas built on the client are shipped along, and used as they are.
+   */
   registerClass(cls: DecoratedCommand['cls']): DecoratedCommand[] {
-    const commands = buildCommands(cls);
+    const shipped = shippedCommands();
+    const commands = (shipped && fromShipped(cls, shipped)) || buildCommands(cls);
     this.classes.set(cls, commands);
     return commands;
+  }
+
+  /** Every class registered so far, in registration order. */
+  registeredClasses(): DecoratedCommand['cls'][] {
+    return [...this.classes.keys()];
+  }
+
+  /** Every decorated command of the given classes (all registered ones by default). */
+  decoratedOf(classes?: readonly DecoratedCommand['cls'][]): DecoratedCommand[] {
+    return (classes ?? [...this.classes.keys()]).flatMap((cls) => this.classes.get(cls) ?? []);
   }
 
   /** Makes a loaded template known by its name (a later load of the same name replaces it). */

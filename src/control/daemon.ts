@@ -1,7 +1,7 @@
-import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { type Guard, RouteTable } from '../../runtime/server/route-table.js';
 import { LocalProvider } from '../providers/local/local-provider.js';
 import type { SandboxProvider } from '../providers/provider.js';
@@ -10,10 +10,11 @@ import { packageInfo } from '../util/package-info.js';
 import { API_ROUTES, type ApiContext } from './api-routes.js';
 import { envdRequest } from './envd-request.js';
 import { Gateway } from './gateway.js';
-import { hashToken, newToken, sandboxToken, tokenMatches } from './ids.js';
+import { hashToken, sandboxToken, tokenMatches } from './ids.js';
 import { type AbxPaths, abxPaths } from './paths.js';
 import { Registry } from './registry.js';
 import { SandboxService } from './sandbox-service.js';
+import { readOrCreateSecret } from './secrets.js';
 import { type StepRunner, TemplateService } from './template-service.js';
 
 export interface DaemonOptions {
@@ -37,23 +38,6 @@ export interface DaemonInfo {
   domain: string;
   version: string;
   startedAt: string;
-}
-
-/** A secret of the installation (API key, token secret), created (mode 0600) on first use. */
-export function readOrCreateSecret(file: string): string {
-  if (existsSync(file)) return readFileSync(file, 'utf8').trim();
-  mkdirSync(dirname(file), { recursive: true, mode: 0o700 });
-  const secret = newToken();
-  try {
-    writeFileSync(file, `${secret}\n`, { mode: 0o600, flag: 'wx' });
-  } catch (error) {
-    // Another process created it first: use theirs.
-    if ((error as NodeJS.ErrnoException).code === 'EEXIST')
-      return readFileSync(file, 'utf8').trim();
-    throw error;
-  }
-  chmodSync(file, 0o600);
-  return secret;
 }
 
 const BODY_LIMITS = { maxBytes: 1024 * 1024, timeoutMs: 30_000 };

@@ -7,6 +7,7 @@ import {
 } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
+import { splice } from '../../runtime/server/splice.js';
 import { tokenMatches } from './ids.js';
 import type { SandboxRecord } from './registry.js';
 
@@ -184,20 +185,13 @@ export class Gateway {
         if (item !== undefined) lines.push(`${name}: ${item}`);
       }
     }
-    upstream.on('connect', () => {
-      upstream.write(`${lines.join('\r\n')}\r\n\r\n`);
-      if (head.length > 0) upstream.write(head);
-      upstream.pipe(socket);
-      socket.pipe(upstream);
+    splice(socket, upstream, {
+      event: 'connect',
+      first: () => {
+        upstream.write(`${lines.join('\r\n')}\r\n\r\n`);
+        if (head.length > 0) upstream.write(head);
+      },
     });
-    const close = () => {
-      upstream.destroy();
-      socket.destroy();
-    };
-    upstream.on('error', close);
-    socket.on('error', close);
-    upstream.on('close', close);
-    socket.on('close', close);
   }
 }
 

@@ -2,8 +2,9 @@ import { spawn } from 'node:child_process';
 import { closeSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { request } from 'undici';
-import { type DaemonInfo, readOrCreateSecret } from '../control/daemon.js';
+import type { DaemonInfo } from '../control/daemon.js';
 import { abxHome, abxPaths } from '../control/paths.js';
+import { readOrCreateSecret } from '../control/secrets.js';
 import { packageInfo } from '../util/package-info.js';
 import { SandboxError } from './errors.js';
 
@@ -35,7 +36,8 @@ function readInfo(file: string): DaemonInfo | undefined {
   }
 }
 
-function alive(pid: number): boolean {
+/** True while a process with this pid exists. */
+export function isProcessAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;
@@ -57,7 +59,7 @@ async function healthy(info: DaemonInfo): Promise<boolean> {
 /** The running daemon of `home`, if there is one that answers. */
 export async function findDaemon(home = abxHome()): Promise<DaemonInfo | undefined> {
   const info = readInfo(abxPaths(home).daemonInfo);
-  if (info && alive(info.pid) && (await healthy(info))) return info;
+  if (info && isProcessAlive(info.pid) && (await healthy(info))) return info;
   return undefined;
 }
 
@@ -131,7 +133,7 @@ export async function connectDaemon(options: ConnectionOptions = {}): Promise<Da
 /** Asks the daemon of `home` to stop and waits for its process to end. */
 export async function stopDaemon(home = abxHome(), timeoutMs = 15_000): Promise<boolean> {
   const info = readInfo(abxPaths(home).daemonInfo);
-  if (!info || !alive(info.pid)) return false;
+  if (!info || !isProcessAlive(info.pid)) return false;
   const apiKey = readFileSync(abxPaths(home).apiKey, 'utf8').trim();
   try {
     const res = await request(`${info.apiUrl}/v1/shutdown`, {
@@ -144,7 +146,7 @@ export async function stopDaemon(home = abxHome(), timeoutMs = 15_000): Promise<
     process.kill(info.pid, 'SIGTERM');
   }
   const deadline = Date.now() + timeoutMs;
-  while (alive(info.pid) && Date.now() < deadline) await sleep(25);
-  if (alive(info.pid)) process.kill(info.pid, 'SIGKILL');
+  while (isProcessAlive(info.pid) && Date.now() < deadline) await sleep(25);
+  if (isProcessAlive(info.pid)) process.kill(info.pid, 'SIGKILL');
   return true;
 }

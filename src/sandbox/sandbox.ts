@@ -1,13 +1,19 @@
+import { validateKwargs } from '../commands/arguments.js';
+import type { CustomCommand } from '../commands/custom-command.js';
+import { type CommandDescription, describeCommand } from '../commands/discovery.js';
+import { renderShellCommand } from '../commands/shell-template.js';
 import { ENVD_PORT } from '../control/gateway.js';
+import { CommandServer } from './command-server.js';
 import { Commands } from './commands.js';
 import {
   type ConnectionOptions,
   connectDaemon,
   type DaemonConnection,
 } from './daemon-connection.js';
-import { NotFoundError, SandboxError } from './errors.js';
+import { CommandNotFoundError, NotFoundError, SandboxError } from './errors.js';
 import { Filesystem } from './filesystem.js';
 import { HttpClient } from './http-client.js';
+import { Templates } from './templates.js';
 
 /** A sandbox as the control plane describes it. */
 export interface SandboxInfo {
@@ -66,6 +72,8 @@ export class Sandbox {
   readonly template: string;
   readonly files: Filesystem;
   readonly commands: Commands;
+  /** The command server serving your decorated classes from inside this sandbox. */
+  readonly server: CommandServer;
   /** The sandbox's access token; the gateway wants it as `X-Access-Token`. */
   readonly accessToken: string;
   private readonly control: HttpClient;
@@ -84,6 +92,68 @@ export class Sandbox {
     const envd = this.portClient(ENVD_PORT, options.requestTimeoutMs);
     this.files = new Filesystem(envd);
     this.commands = new Commands(envd);
+    this.server = new CommandServer({
+      sandboxId: this.sandboxId,
+      capabilities: async () => (await this.getInfo()).capabilities,
+      portClient: (port, timeoutMs) => this.portClient(port, timeoutMs),
+      host: (port) => this.getHost(port),
+      run: (cmd, envs) => this.commands.run(cmd, envs ? { envs } : {}),
+      readFile: (path) => this.files.read(path),
+      writeFile: async (path, data) => {
+        await this.files.write(path, data);
+      },
+    });
+  }
+
+  /**
+   * Runs a custom command by name: a YAML command of the template runs in a shell with its
+   * arguments substituted (quoted), giving `{ stdout, stderr, exitCode }`; a decorated command is
+   * called on the command server (start it first) and gives the method's return value.
+   */
+  async run(name: string, kwargs: Record<string, unknown> = {}): Promise<unknown> {
+    const yaml = (await this.templateCommands()).find((c) => c.name === name);
+    if (yaml) {
+      const script = renderShellCommand(yaml, validateKwargs(yaml, kwargs));
+      return this.commands.run(script, {
+        allowNonZeroExit: true,
+        ...(yaml.timeoutMs ? { timeoutMs: yaml.timeoutMs } : {}),
+      });
+    }
+    if ((await this.serverCommands()).some((c) => c.name === name)) {
+      return this.server.call(name, kwargs);
+    }
+    throw new CommandNotFoundError(
+      name,
+      (await this.listCommands()).map((c) => c.name),
+    );
+  }
+
+  /**
+   * The custom commands of this sandbox: its template's YAML commands and the decorated commands
+   * of its running command server, merged.
+   */
+  async listCommands(): Promise<(CommandDescription & { source: 'yaml' | 'decorator' })[]> {
+    const yaml = (await this.templateCommands()).map((c) => ({
+      ...describeCommand(c),
+      source: 'yaml' as const,
+    }));
+    const decorated = (await this.serverCommands()).map((c) => ({
+      ...c,
+      source: 'decorator' as const,
+    }));
+    return [...yaml, ...decorated];
+  }
+
+  private async templateCommands(): Promise<CustomCommand[]> {
+    return (await Templates.get(this.template, { home: this.connection.home })).customCommands;
+  }
+
+  private async serverCommands(): Promise<CommandDescription[]> {
+    try {
+      return await this.server.commands();
+    } catch {
+      return [];
+    }
   }
 
   /** Creates a sandbox from a template (starting the local daemon first if none runs). */

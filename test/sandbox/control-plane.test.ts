@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { type DaemonInfo, Sandbox } from '../../src/index.js';
+import { isProcessAlive } from '../../src/sandbox/daemon-connection.js';
 import { createAbxHome, processesMentioning } from '../helpers/abx-home.js';
 
 let abx: Awaited<ReturnType<typeof createAbxHome>>;
@@ -18,15 +19,6 @@ afterAll(async () => {
 });
 
 const daemonInfo = () => JSON.parse(readFileSync(join(home, 'daemon.json'), 'utf8')) as DaemonInfo;
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 async function gateway(path: string, headers: Record<string, string>) {
   const response = await request(`${daemonInfo().gatewayUrl}${path}`, { headers });
@@ -114,7 +106,8 @@ describe('daemon restarts', () => {
       await survivor.files.write('state.txt', 'kept');
       const oldDaemon = daemonInfo().pid;
       process.kill(oldDaemon, 'SIGKILL');
-      for (let i = 0; i < 200 && alive(oldDaemon); i++) await new Promise((r) => setTimeout(r, 10));
+      for (let i = 0; i < 200 && isProcessAlive(oldDaemon); i++)
+        await new Promise((r) => setTimeout(r, 10));
       // While no daemon runs, one sandbox dies.
       for (const pid of processesMentioning(join(home, 'sandboxes', victim.sandboxId))) {
         process.kill(pid, 'SIGKILL');

@@ -1,0 +1,90 @@
+import { Readable } from 'node:stream';
+import { defineGroup } from '../server/capability.js';
+import { BadRequestError } from '../server/errors.js';
+import { safePath } from '../server/file-system.js';
+import { Reply } from '../server/http.js';
+import { processInfo } from '../server/process-table.js';
+import { argList, envOf } from '../server/validate.js';
+import { processEvents, type StreamOffsets } from './process-events.js';
+
+const NDJSON = {
+  'content-type': 'application/x-ndjson; charset=utf-8',
+  'cache-control': 'no-store',
+};
+
+/** An NDJSON answer: `first` (if any), then the lines of `events`. */
+function ndjson(events: AsyncIterable<string>, first?: unknown): Reply {
+  return new Reply(
+    200,
+    Readable.from(
+      (async function* () {
+        if (first !== undefined) yield `${JSON.stringify(first)}\n`;
+        yield* events;
+      })(),
+    ),
+    NDJSON,
+  );
+}
+
+function offsetOf(value: unknown, name: string): number {
+  const offset = value as number;
+  if (offset < 0) throw new BadRequestError(`${name} must not be negative`);
+  return offset;
+}
+
+/**
+ * envd's processes for the SDK: stdout and stderr kept apart and followed as NDJSON events,
+ * resumable from per-stream offsets, with a timeout that kills the process group. The processes
+ * live in the same table as the PROCESS group's, so `/process/{id}/stdin`, `/kill` and `GET
+ * /process` reach them too.
+ */
+export const EXEC = defineGroup('EXEC', '/exec', 'processes with separate stdout and stderr', [
+  {
+    method: 'POST',
+    path: '/exec',
+    summary:
+      'Starts a shell command in its own process group and streams NDJSON: a `start` event, its output, `exit`.',
+    args: argList({
+      cmd: ['str', undefined, 'shell command line, run with /bin/sh -c'],
+      'cwd?': ['str', '.', 'working directory'],
+      'env?': ['env', undefined, 'extra environment: KEY=VALUE lines or a JSON object of strings'],
+      'timeout?': ['float', 0, 'seconds before the process group is killed; 0: no limit'],
+      'stdin?': ['bool', true, 'keep stdin open for /process/{id}/stdin; false: closed at once'],
+    }),
+    handler: async ({ args, ctx, closed }) => {
+      const seconds = args.timeout as number;
+      if (seconds < 0) throw new BadRequestError('timeout must not be negative (0: no limit)');
+      const cmd = args.cmd as string;
+      const entry = await ctx.processes.start('/bin/sh', ['-c', cmd], {
+        command: cmd,
+        cwd: safePath(args.cwd as string, 'cwd'),
+        env: envOf(args.env),
+        timeoutMs: Math.round(seconds * 1000),
+      });
+      if (!args.stdin) entry.child.stdin?.end();
+      const from: StreamOffsets = { stdout: 0, stderr: 0 };
+      return ndjson(processEvents(entry, from, { follow: true, closed }), {
+        start: processInfo(entry),
+      });
+    },
+  },
+  {
+    method: 'GET',
+    path: '/exec/{id}/events',
+    summary:
+      'Replays a process’s NDJSON events from per-stream byte offsets; with `follow` (default) until `exit`.',
+    args: argList({
+      'stdout_offset?': ['int', 0, 'stdout byte to start from'],
+      'stderr_offset?': ['int', 0, 'stderr byte to start from'],
+      'follow?': ['bool', true, 'keep streaming until the process exits'],
+    }),
+    handler: ({ args, ctx, params, closed }) => {
+      const entry = ctx.processes.get(params.id ?? '');
+      const from: StreamOffsets = {
+        stdout: offsetOf(args.stdout_offset, 'stdout_offset'),
+        stderr: offsetOf(args.stderr_offset, 'stderr_offset'),
+      };
+      return ndjson(processEvents(entry, from, { follow: args.follow as boolean, closed }));
+    },
+  },
+]);

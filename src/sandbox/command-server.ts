@@ -1,0 +1,311 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { readClassRecord } from '../../decorators/records.js';
+import { validateKwargs } from '../commands/arguments.js';
+import type { DecoratedCommand } from '../commands/command-builder.js';
+import { commandRegistry } from '../commands/command-registry.js';
+import type { CustomCommand } from '../commands/custom-command.js';
+import { type CommandDescription, describeCommand } from '../commands/discovery.js';
+import type { ShippedCommand } from '../commands/shipped-commands.js';
+import { bundleCommands } from './bundler.js';
+import { CapabilityError, SandboxError, ServerCommandError } from './errors.js';
+import type { HttpClient } from './http-client.js';
+
+type AnyClass = DecoratedCommand['cls'];
+
+/** Options of {@link CommandServer.start}. */
+export interface ServerStartOptions {
+  /** Port inside the sandbox; default 8080. */
+  port?: number;
+  /** Decorated classes whose commands to serve (their modules are bundled). */
+  commands?: AnyClass[];
+  /** Module files (JS or TS) with decorated classes, imported here and bundled. */
+  modules?: string[];
+  /** Capability groups of the server (`files,process`...); default all. */
+  groups?: string | string[];
+  /** How long to wait for the server to answer `/health`; default 30 s. */
+  timeoutMs?: number;
+  /** Default timeout of one command call inside the server; default the server's (300 s). */
+  commandTimeoutMs?: number;
+  /** Stop a running server and start again (default: return the running one). */
+  restart?: boolean;
+}
+
+/** What a running server's state file in the sandbox holds (so other clients can use it). */
+interface ServerState {
+  port: number;
+  token: string;
+  pid: number;
+  log: string;
+  startedAt: string;
+  commands: CommandDescription[];
+}
+
+/** What the command server needs of its sandbox. */
+export interface ServerHost {
+  readonly sandboxId: string;
+  capabilities(): Promise<string[]>;
+  portClient(port: number, timeoutMs?: number): HttpClient;
+  host(port: number): string;
+  run(cmd: string, envs?: Record<string, string>): Promise<{ stdout: string; exitCode: number }>;
+  readFile(path: string): Promise<string>;
+  writeFile(path: string, data: string): Promise<void>;
+}
+
+const SERVER_DIR = '/home/user/.abx/server';
+const RUNTIME = '/opt/abx/server.cjs';
+/** Error types that come from the gateway, not from the command server. */
+const GATEWAY_ERRORS = new Set(['SandboxNotFoundError', 'CapabilityError', 'UpstreamError']);
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * The command server of one sandbox (`sandbox.server`): start it with your decorated classes,
+ * call their commands in one HTTP round trip each, discover them, stop it.
+ */
+export class CommandServer {
+  private state: ServerState | undefined;
+  private port = 8080;
+
+  constructor(private readonly host: ServerHost) {}
+
+  /** The server's address through the gateway: `http://{port}-{sandboxId}.{domain}:{gateway}`. */
+  get url(): string {
+    return `http://${this.host.host(this.port)}`;
+  }
+
+  /**
+   * Bundles the commands, writes the bundle into the sandbox, starts the server in the
+   * background and waits until it answers. A server already running on that port is returned
+   * as it is unless `restart` is set.
+   */
+  async start(options: ServerStartOptions = {}): Promise<this> {
+    const port = options.port ?? 8080;
+    if (!Number.isInteger(port) || port < 1 || port > 65535) {
+      throw new SandboxError(`port must be a TCP port (1-65535), not ${port}`);
+    }
+    const capabilities = await this.host.capabilities();
+    if (!capabilities.includes('ports')) {
+      throw new CapabilityError(
+        `sandbox ${this.host.sandboxId}'s template lacks the ports capability, so a command server in it could not be reached; add ports to the template's capabilities`,
+      );
+    }
+    const running = await this.adopt(port);
+    if (running && !options.restart) {
+      this.port = port;
+      return this;
+    }
+    if (running) await this.stop();
+
+    const modules = (options.modules ?? []).map((module) => resolve(module));
+    const classes = [...(options.commands ?? [])];
+    for (const module of modules) classes.push(...(await classesOf(module)));
+    const decorated = commandRegistry().decoratedOf(classes);
+    if (decorated.length === 0 && classes.length > 0) {
+      throw new SandboxError(
+        'none of the given classes registers a command: decorate them with @sandbox(...) and their methods with @sandbox.register',
+      );
+    }
+    const files = [...new Set([...modules, ...sourceFiles(classes)])];
+    const shipped: Record<string, ShippedCommand> = {};
+    for (const { command, place } of decorated) {
+      shipped[place] = {
+        ...describeCommand(command),
+        template: command.template,
+        ...(command.timeoutMs === undefined ? {} : { timeoutMs: command.timeoutMs }),
+      };
+    }
+    const bundle = await bundleCommands(files, shipped);
+    const digest = createHash('sha256').update(bundle).digest('hex').slice(0, 12);
+    const bundlePath = `${SERVER_DIR}/commands-${digest}.cjs`;
+    const log = `${SERVER_DIR}/server-${port}.log`;
+    await this.host.writeFile(bundlePath, bundle);
+
+    const token = randomBytes(24).toString('base64url');
+    const groups = Array.isArray(options.groups) ? options.groups.join(',') : options.groups;
+    const args = [
+      RUNTIME,
+      '--host 127.0.0.1',
+      `--port ${port}`,
+      `--load ${bundlePath}`,
+      ...(groups ? [`--groups '${groups.replace(/[^A-Za-z0-9_,-]/g, '')}'`] : []),
+      ...(options.commandTimeoutMs
+        ? [`--command-timeout-ms ${Math.round(options.commandTimeoutMs)}`]
+        : []),
+    ];
+    const { stdout } = await this.host.run(`nohup node ${args.join(' ')} > ${log} 2>&1 & echo $!`, {
+      ABX_SERVER_TOKEN: token,
+    });
+    const pid = Number(stdout.trim());
+    await this.waitHealthy(port, pid, log, options.timeoutMs ?? 30_000);
+    this.port = port;
+    this.state = {
+      port,
+      token,
+      pid,
+      log,
+      startedAt: new Date().toISOString(),
+      commands: decorated.map(({ command }) => describeCommand(command)),
+    };
+    await this.host.writeFile(`${SERVER_DIR}/server-${port}.json`, JSON.stringify(this.state));
+    return this;
+  }
+
+  /** True while a server this client started or adopted answers. */
+  get running(): boolean {
+    return this.state !== undefined;
+  }
+
+  /**
+   * Calls a command: kwargs are checked on this side first when the command is known, then sent
+   * in one request. An error inside the server becomes {@link ServerCommandError} with the remote
+   * error class as `type`.
+   */
+  async call<T = unknown>(name: string, kwargs: Record<string, unknown> = {}): Promise<T> {
+    const state = await this.ensureState();
+    const known = state.commands.find((c) => c.name === name);
+    if (known) validateKwargs(known as CustomCommand, kwargs);
+    try {
+      const { result } = await this.client(state).json<{ result: T }>(
+        'POST',
+        `/commands/${encodeURIComponent(name)}`,
+        { body: kwargs, headers: { authorization: `Bearer ${state.token}` } },
+      );
+      return result;
+    } catch (error) {
+      throw asServerError(error);
+    }
+  }
+
+  /** The commands the server serves (`GET /commands`), built-ins included. */
+  async discover(): Promise<CommandDescription[]> {
+    const state = await this.ensureState();
+    try {
+      const { commands } = await this.client(state).json<{ commands: CommandDescription[] }>(
+        'GET',
+        '/commands',
+        { headers: { authorization: `Bearer ${state.token}` } },
+      );
+      return commands;
+    } catch (error) {
+      throw asServerError(error);
+    }
+  }
+
+  /** The decorated commands of the running server (no built-ins). */
+  async commands(): Promise<CommandDescription[]> {
+    return (await this.ensureState()).commands;
+  }
+
+  /** Stops the server (it finishes calls in flight first); no-op when none runs. */
+  async stop(): Promise<void> {
+    const state = this.state ?? (await this.adopt(this.port));
+    if (!state) return;
+    await this.client(state)
+      .json('POST', '/shutdown', { headers: { authorization: `Bearer ${state.token}` } })
+      .catch(() => undefined);
+    await this.host.run(
+      `for i in $(seq 200); do kill -0 ${state.pid} 2>/dev/null || break; sleep 0.05; done; kill -9 ${state.pid} 2>/dev/null; rm -f ${SERVER_DIR}/server-${state.port}.json`,
+    );
+    this.state = undefined;
+  }
+
+  private client(state: ServerState): HttpClient {
+    return this.host.portClient(state.port);
+  }
+
+  private async ensureState(): Promise<ServerState> {
+    const state = this.state ?? (await this.adopt(this.port));
+    if (!state) {
+      throw new SandboxError(
+        `no command server runs in sandbox ${this.host.sandboxId} on port ${this.port}; start one with sandbox.server.start({ commands: [YourClass] })`,
+      );
+    }
+    return state;
+  }
+
+  /** Picks up a server started earlier (by this or another client) from its state file. */
+  private async adopt(port: number): Promise<ServerState | undefined> {
+    if (this.state?.port === port) return this.state;
+    if (this.state) return undefined;
+    let state: ServerState;
+    try {
+      state = JSON.parse(await this.host.readFile(`${SERVER_DIR}/server-${port}.json`));
+    } catch {
+      return undefined;
+    }
+    try {
+      await this.client(state).json('GET', '/health', { timeoutMs: 5000 });
+    } catch {
+      return undefined;
+    }
+    this.state = state;
+    return state;
+  }
+
+  private async waitHealthy(port: number, pid: number, log: string, timeoutMs: number) {
+    const deadline = Date.now() + timeoutMs;
+    const client = this.host.portClient(port, 2000);
+    for (let attempt = 0; Date.now() < deadline; attempt++) {
+      try {
+        await client.json('GET', '/health');
+        return;
+      } catch {
+        // not listening yet
+      }
+      if (attempt % 10 === 9) {
+        const alive = await this.host.run(`kill -0 ${pid} 2>/dev/null && echo yes || echo no`);
+        if (alive.stdout.trim() === 'no') {
+          throw new SandboxError(
+            `the command server exited before answering; its log (${log}) ends:\n${await this.logTail(log)}`,
+          );
+        }
+      }
+      await sleep(20);
+    }
+    await this.host.run(`kill -9 ${pid} 2>/dev/null; true`);
+    throw new SandboxError(
+      `the command server did not answer /health within ${timeoutMs} ms; its log (${log}) ends:\n${await this.logTail(log)}`,
+    );
+  }
+
+  private async logTail(log: string): Promise<string> {
+    return (await this.host.readFile(log).catch(() => '')).slice(-2000).trim() || '(empty)';
+  }
+}
+
+function asServerError(error: unknown): unknown {
+  if (!(error instanceof SandboxError) || error.remoteType === undefined) return error;
+  if (GATEWAY_ERRORS.has(error.remoteType)) return error;
+  return new ServerCommandError(error.message, {
+    type: error.remoteType,
+    ...(error.status === undefined ? {} : { status: error.status }),
+    cause: error,
+  });
+}
+
+function sourceFiles(classes: readonly AnyClass[]): string[] {
+  return classes.map((cls) => {
+    const file = readClassRecord(cls)?.sourceFile;
+    if (!file) {
+      throw new SandboxError(
+        `cannot tell which file defines ${cls.name || 'a class'}: is it decorated with @sandbox(...)? Pass its module with modules: ['path/to/file.js'] instead`,
+      );
+    }
+    return file;
+  });
+}
+
+/** Imports a module and returns the decorated classes it registered. */
+async function classesOf(module: string): Promise<AnyClass[]> {
+  const exports = (await import(pathToFileURL(module).href)) as Record<string, unknown>;
+  const exported = Object.values(exports).filter(
+    (value): value is AnyClass =>
+      typeof value === 'function' && readClassRecord(value) !== undefined,
+  );
+  // Classes the module defines without exporting them registered themselves on import.
+  const defined = commandRegistry()
+    .registeredClasses()
+    .filter((cls) => readClassRecord(cls)?.sourceFile === module);
+  return [...new Set([...exported, ...defined])];
+}

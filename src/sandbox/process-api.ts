@@ -1,0 +1,120 @@
+import { NotFoundError } from './errors.js';
+import type { HttpClient } from './http-client.js';
+
+/** A process as envd's `GET /process` and `start` event describe it. */
+export interface ProcessInfoWire {
+  id: string;
+  pid: number | null;
+  command: string;
+  cwd: string;
+  started_at: string;
+  running: boolean;
+  exit_code: number | null;
+  signal: string | null;
+}
+
+/** How a process ended, as envd's `exit` event says. */
+export interface ExitWire {
+  code: number | null;
+  signal: string | null;
+  timed_out: boolean;
+}
+
+/** One line of an envd event stream (see docs/envd-api.md). */
+export type ProcessEvent =
+  | { start: ProcessInfoWire }
+  | { stream: 'stdout' | 'stderr'; data: string; offset: number; next: number }
+  | { stream: 'stdout' | 'stderr'; dropped: number; offset: number }
+  | { keepalive: true }
+  | { exit: ExitWire };
+
+/** Byte offsets to resume each stream from. */
+export interface StreamOffsets {
+  stdout: number;
+  stderr: number;
+}
+
+/** What `POST /exec` needs. */
+export interface ExecRequest {
+  cmd: string;
+  cwd?: string;
+  envs?: Record<string, string>;
+  timeoutMs: number;
+  stdin: boolean;
+}
+
+/**
+ * A silent event stream gets a keepalive line every 5 s; one silent for this long means the
+ * peer is gone, so reading fails instead of hanging.
+ */
+const STREAM_IDLE_MS = 20_000;
+
+/** Splits an NDJSON body into parsed lines. */
+async function* ndjson(body: AsyncIterable<Uint8Array>): AsyncGenerator<ProcessEvent> {
+  const decoder = new TextDecoder();
+  let pending = '';
+  for await (const chunk of body) {
+    pending += decoder.decode(chunk, { stream: true });
+    const lines = pending.split('\n');
+    pending = lines.pop() ?? '';
+    for (const line of lines) if (line.trim() !== '') yield JSON.parse(line) as ProcessEvent;
+  }
+}
+
+/** envd's process routes, spoken over the sandbox's envd client. Internal to the SDK. */
+export class ProcessApi {
+  constructor(private readonly envd: HttpClient) {}
+
+  /** Starts a command; its events begin with `start`. */
+  async exec(request: ExecRequest, signal: AbortSignal): Promise<AsyncIterator<ProcessEvent>> {
+    const response = await this.envd.send('POST', '/exec', {
+      body: {
+        cmd: request.cmd,
+        ...(request.cwd ? { cwd: request.cwd } : {}),
+        ...(request.envs ? { env: request.envs } : {}),
+        timeout: request.timeoutMs / 1000,
+        stdin: request.stdin,
+      },
+      timeoutMs: STREAM_IDLE_MS,
+      signal,
+    });
+    return ndjson(response.body)[Symbol.asyncIterator]();
+  }
+
+  /** A process's events from the given offsets, followed until it exits. */
+  async events(
+    id: string,
+    from: StreamOffsets,
+    signal: AbortSignal,
+  ): Promise<AsyncIterator<ProcessEvent>> {
+    const response = await this.envd.send('GET', `/exec/${encodeURIComponent(id)}/events`, {
+      query: { stdout_offset: from.stdout, stderr_offset: from.stderr },
+      timeoutMs: STREAM_IDLE_MS,
+      signal,
+    });
+    return ndjson(response.body)[Symbol.asyncIterator]();
+  }
+
+  async list(): Promise<ProcessInfoWire[]> {
+    return (await this.envd.json<{ processes: ProcessInfoWire[] }>('GET', '/process')).processes;
+  }
+
+  /** Signals the process group; false when envd does not know the id. */
+  async kill(id: string, signal: string): Promise<boolean> {
+    try {
+      await this.envd.json('POST', `/process/${encodeURIComponent(id)}/kill`, {
+        body: { signal },
+      });
+      return true;
+    } catch (error) {
+      if (error instanceof NotFoundError) return false;
+      throw error;
+    }
+  }
+
+  async stdin(id: string, data: string, eof: boolean): Promise<void> {
+    await this.envd.json('POST', `/process/${encodeURIComponent(id)}/stdin`, {
+      body: { data, eof },
+    });
+  }
+}

@@ -1,0 +1,164 @@
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect } from 'vitest';
+import { FINISHED_KEPT, STREAM_LOG_BYTES } from '../../runtime/server/process-table.js';
+import { eventually, isAlive } from '../server/harness.js';
+import { type Event, test, textOf } from './harness.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'abx-envd-exec-'));
+
+/** Reads `iterator` until an event satisfies `wanted`; the events read, that one last. */
+async function readUntil(
+  iterator: AsyncIterator<Event>,
+  wanted: (event: Event) => boolean,
+): Promise<Event[]> {
+  const seen: Event[] = [];
+  for (;;) {
+    const next = await iterator.next();
+    if (next.done) throw new Error(`the stream ended first: ${JSON.stringify(seen)}`);
+    seen.push(next.value);
+    if (wanted(next.value)) return seen;
+  }
+}
+
+describe('POST /exec', () => {
+  test('streams start, each stream with its own offsets, then exit', async ({ envd }) => {
+    const events = await envd.events('/exec', {
+      cmd: 'echo out1; echo err1 >&2; echo out2; echo err2 >&2; exit 3',
+      stdin: false,
+    });
+    expect(events[0].start).toMatchObject({
+      command: expect.stringContaining('out1'),
+      running: true,
+    });
+    expect(textOf(events, 'stdout')).toBe('out1\nout2\n');
+    expect(textOf(events, 'stderr')).toBe('err1\nerr2\n');
+    for (const stream of ['stdout', 'stderr']) {
+      let offset = 0;
+      for (const event of events.filter((e) => e.stream === stream)) {
+        expect(event.offset).toBe(offset);
+        offset = event.next;
+      }
+      expect(offset).toBe(10);
+    }
+    expect(events.at(-1)).toEqual({ exit: { code: 3, signal: null, timed_out: false } });
+  });
+
+  test('a timeout kills the whole group, keeps the output and says so', async ({ envd }) => {
+    const pidFile = join(dir, 'timeout-child.pid');
+    const events = await envd.events('/exec', {
+      cmd: `sleep 300 & echo $! > ${pidFile}; echo partial; echo oops >&2; sleep 300`,
+      timeout: 0.3,
+    });
+    expect(textOf(events, 'stdout')).toBe('partial\n');
+    expect(textOf(events, 'stderr')).toBe('oops\n');
+    expect(events.at(-1)).toEqual({ exit: { code: null, signal: 'SIGKILL', timed_out: true } });
+    const child = Number(readFileSync(pidFile, 'utf8'));
+    await eventually(() => !isAlive(child));
+  });
+
+  test('stdin is open for /process/{id}/stdin unless stdin is false', async ({ envd }) => {
+    const open = await envd.open('/exec', { cmd: 'read line; echo "got $line"' });
+    const [start] = await readUntil(open, (e) => 'start' in e);
+    await envd.call(`/process/${start.start.id}/stdin`, { body: { data: 'hi\n', eof: true } });
+    const rest = await readUntil(open, (e) => 'exit' in e);
+    expect(textOf(rest, 'stdout')).toBe('got hi\n');
+    const closed = await envd.events('/exec', { cmd: 'cat; echo done', stdin: false });
+    expect(textOf(closed, 'stdout')).toBe('done\n');
+  });
+
+  test('bad arguments and a missing cwd are 400', async ({ envd }) => {
+    const negative = await envd.call('/exec', { body: { cmd: 'true', timeout: -1 } });
+    expect(negative.status).toBe(400);
+    const nowhere = await envd.call('/exec', { body: { cmd: 'true', cwd: join(dir, 'nope') } });
+    expect(nowhere.json).toMatchObject({ type: 'InvalidPathError' });
+  });
+
+  test('a character split across writes arrives whole', async ({ envd }) => {
+    const events = await envd.events('/exec', {
+      cmd: "printf '\\342\\202'; sleep 0.2; printf '\\254\\n'",
+    });
+    expect(textOf(events, 'stdout')).toBe('€\n');
+  });
+});
+
+describe('GET /exec/{id}/events', () => {
+  test('output written while no client is attached is replayed in full', async ({ envd }) => {
+    const abort = new AbortController();
+    const open = await envd.open(
+      '/exec',
+      { cmd: 'read x; for i in 1 2 3; do echo line$i; echo e$i >&2; done' },
+      abort.signal,
+    );
+    const [start] = await readUntil(open, (e) => 'start' in e);
+    const { id } = start.start;
+    abort.abort();
+    await envd.call(`/process/${id}/stdin`, { body: { data: 'go\n' } });
+    await eventually(async () => !(await envd.call(`/process/${id}`)).json.running);
+    const events = await envd.events(`/exec/${id}/events`);
+    expect(textOf(events, 'stdout')).toBe('line1\nline2\nline3\n');
+    expect(textOf(events, 'stderr')).toBe('e1\ne2\ne3\n');
+    expect(events.at(-1)).toEqual({ exit: { code: 0, signal: null, timed_out: false } });
+  });
+
+  test('resumes from per-stream offsets', async ({ envd }) => {
+    const first = await envd.events('/exec', { cmd: 'echo abcdef; echo 12345 >&2' });
+    const { id } = first[0].start;
+    const rest = await envd.events(`/exec/${id}/events?stdout_offset=3&stderr_offset=5`);
+    expect(rest).toEqual([
+      { stream: 'stdout', data: 'def\n', offset: 3, next: 7 },
+      { stream: 'stderr', data: '\n', offset: 5, next: 6 },
+      { exit: { code: 0, signal: null, timed_out: false } },
+    ]);
+  });
+
+  test('follows a running process live; follow=false stops at the output so far', async ({
+    envd,
+  }) => {
+    const { json } = await envd.call('/process/start', {
+      body: { cmd: 'echo before; read x; echo "after $x"' },
+    });
+    const follow = await envd.open(`/exec/${json.id}/events`);
+    const before = await readUntil(follow, (e) => e.stream === 'stdout');
+    expect(textOf(before, 'stdout')).toBe('before\n');
+    const snapshot = await envd.events(`/exec/${json.id}/events?follow=false`);
+    expect(snapshot).toEqual([{ stream: 'stdout', data: 'before\n', offset: 0, next: 7 }]);
+    await envd.call(`/process/${json.id}/stdin`, { body: { data: 'go\n' } });
+    const after = await readUntil(follow, (e) => 'exit' in e);
+    expect(textOf(after, 'stdout')).toBe('after go\n');
+  });
+
+  test('past the cap the oldest output is dropped with a marker', async ({ envd }) => {
+    const total = STREAM_LOG_BYTES + 1024 * 1024;
+    const first = await envd.events('/exec', {
+      cmd: `head -c ${total} /dev/zero | tr '\\0' a; echo tail >&2`,
+    });
+    expect(textOf(first, 'stdout')).toHaveLength(total);
+    const replay = await envd.events(`/exec/${first[0].start.id}/events`);
+    const [marker, ...rest] = replay;
+    expect(marker).toMatchObject({ stream: 'stdout', offset: marker.dropped });
+    expect(marker.dropped).toBeGreaterThanOrEqual(total - STREAM_LOG_BYTES);
+    expect(marker.dropped).toBeLessThanOrEqual(total - STREAM_LOG_BYTES + 64 * 1024);
+    expect(textOf(rest, 'stdout')).toHaveLength(total - marker.dropped);
+    expect(textOf(rest, 'stderr')).toBe('tail\n');
+  });
+
+  test('unknown ids are 404, negative offsets 400', async ({ envd }) => {
+    expect((await envd.call('/exec/p999/events')).status).toBe(404);
+    const { json } = await envd.call('/process/start', { body: { cmd: 'true' } });
+    const bad = await envd.call(`/exec/${json.id}/events?stderr_offset=-1`);
+    expect(bad.status).toBe(400);
+  });
+
+  test(`only the newest ${FINISHED_KEPT} finished processes are kept`, async ({ envd }) => {
+    const ids: string[] = [];
+    for (let i = 0; i <= FINISHED_KEPT; i++) {
+      const events = await envd.events('/exec', { cmd: `echo ${i}`, stdin: false });
+      ids.push(events[0].start.id);
+    }
+    expect((await envd.call(`/process/${ids[0]}`)).status).toBe(404);
+    const kept = await envd.events(`/exec/${ids[1]}/events`);
+    expect(textOf(kept, 'stdout')).toBe('1\n');
+  });
+});

@@ -1,0 +1,206 @@
+import { afterAll, test as base, beforeAll, describe, expect } from 'vitest';
+import {
+  CommandExitError,
+  CommandTimeoutError,
+  InvalidArgumentError,
+  SandboxError,
+  TimeoutError,
+} from '../../src/sandbox/errors.js';
+import { Sandbox } from '../../src/sandbox/sandbox.js';
+import { createAbxHome } from '../helpers/abx-home.js';
+import { eventually } from '../server/harness.js';
+
+let abx: Awaited<ReturnType<typeof createAbxHome>>;
+beforeAll(async () => {
+  abx = await createAbxHome();
+});
+afterAll(() => abx?.close());
+
+/** Each test gets a sandbox of its own, killed afterwards (with everything running in it). */
+const test = base.extend<{ sandbox: Sandbox }>({
+  // biome-ignore lint/correctness/noEmptyPattern: vitest fixtures must destructure their first argument
+  sandbox: async ({}, use) => {
+    const sandbox = await Sandbox.create({ home: abx.home });
+    try {
+      await use(sandbox);
+    } finally {
+      await sandbox.kill().catch(() => false);
+    }
+  },
+});
+
+describe('commands.run', () => {
+  test('callbacks get stdout and stderr apart, live and in order', async ({ sandbox }) => {
+    const out: string[] = [];
+    const err: string[] = [];
+    let release: Promise<unknown> | undefined;
+    // The command waits for a file that only the stdout callback creates: it cannot finish
+    // unless the callback saw "ready" while the command was still running.
+    const result = await sandbox.commands.run(
+      'for i in 1 2 3; do echo out$i; echo err$i >&2; done; echo ready; while [ ! -e go ]; do sleep 0.05; done; echo done',
+      {
+        onStdout: (data) => {
+          out.push(data);
+          if (out.join('').includes('ready')) release ??= sandbox.files.write('go', '');
+        },
+        onStderr: (data) => err.push(data),
+      },
+    );
+    await release;
+    expect(out.join('')).toBe('out1\nout2\nout3\nready\ndone\n');
+    expect(err.join('')).toBe('err1\nerr2\nerr3\n');
+    expect(result).toEqual({ stdout: out.join(''), stderr: err.join(''), exitCode: 0 });
+  });
+
+  test('a callback that throws makes run reject with its error', async ({ sandbox }) => {
+    const failing = sandbox.commands.run('echo hi', {
+      onStdout: () => {
+        throw new RangeError('callback failed');
+      },
+    });
+    await expect(failing).rejects.toThrow(RangeError);
+  });
+
+  test('cwd and envs apply to the command', async ({ sandbox }) => {
+    const { stdout } = await sandbox.commands.run('pwd; echo "$GREETING"', {
+      cwd: '/tmp',
+      envs: { GREETING: 'hi there' },
+    });
+    expect(stdout).toBe('/tmp\nhi there\n');
+  });
+
+  test('a non-zero exit throws CommandExitError with the result', async ({ sandbox }) => {
+    const failing = 'echo out; echo err >&2; exit 3';
+    const error = await sandbox.commands.run(failing).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(CommandExitError);
+    expect((error as CommandExitError).result).toEqual({
+      stdout: 'out\n',
+      stderr: 'err\n',
+      exitCode: 3,
+    });
+    const allowed = await sandbox.commands.run(failing, { allowNonZeroExit: true });
+    expect(allowed).toEqual({ stdout: 'out\n', stderr: 'err\n', exitCode: 3 });
+  });
+
+  test('a timeout kills the process group and keeps the partial output', async ({ sandbox }) => {
+    const error = await sandbox.commands
+      .run('sleep 300 & echo $! > child.pid; echo partial; echo oops >&2; sleep 300', {
+        timeoutMs: 500,
+      })
+      .catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(CommandTimeoutError);
+    expect(error).toBeInstanceOf(TimeoutError);
+    expect((error as CommandTimeoutError).result).toMatchObject({
+      stdout: 'partial\n',
+      stderr: 'oops\n',
+      exitCode: 137,
+    });
+    // The background sleep was in the same group, so it is gone too.
+    const probe = 'kill -0 "$(cat child.pid)" 2>/dev/null && echo alive || echo gone';
+    await eventually(async () => (await sandbox.commands.run(probe)).stdout === 'gone\n');
+  });
+});
+
+describe('commands.start', () => {
+  test('sendStdin, closeStdin, wait', async ({ sandbox }) => {
+    const seen: string[] = [];
+    const handle = await sandbox.commands.start('cat; echo closed >&2', {
+      onStdout: (data) => seen.push(data),
+    });
+    await handle.sendStdin('hello ');
+    await handle.sendStdin('world\n');
+    await handle.closeStdin();
+    const result = await handle.wait();
+    expect(result).toEqual({ stdout: 'hello world\n', stderr: 'closed\n', exitCode: 0 });
+    expect(seen.join('')).toBe('hello world\n');
+    await expect(handle.sendStdin('late')).rejects.toBeInstanceOf(InvalidArgumentError);
+  });
+
+  test('kill ends the command; wait reports the signal', async ({ sandbox }) => {
+    const handle = await sandbox.commands.start('echo started; sleep 300', { timeoutMs: 0 });
+    await eventually(() => handle.stdout === 'started\n');
+    expect(await handle.kill()).toBe(true);
+    const error = await handle.wait().catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(CommandExitError);
+    expect((error as CommandExitError).result).toEqual({
+      stdout: 'started\n',
+      stderr: '',
+      exitCode: 137,
+      error: 'killed by SIGKILL',
+    });
+    expect(await sandbox.commands.kill('p999')).toBe(false);
+  });
+
+  test('list shows background processes with their state', async ({ sandbox }) => {
+    const sleeper = await sandbox.commands.start('sleep 300', { timeoutMs: 0 });
+    const quick = await sandbox.commands.start('exit 4');
+    await quick.wait().catch(() => undefined);
+    const listed = await sandbox.commands.list();
+    expect(listed.find((p) => p.pid === sleeper.pid)).toMatchObject({
+      cmd: 'sleep 300',
+      cwd: '/home/user',
+      running: true,
+      exitCode: null,
+    });
+    expect(listed.find((p) => p.pid === quick.pid)).toMatchObject({
+      cmd: 'exit 4',
+      running: false,
+      exitCode: 4,
+    });
+  });
+});
+
+describe('commands.connect', () => {
+  test('another client replays the output from the start and follows to the end', async ({
+    sandbox,
+  }) => {
+    const first = await sandbox.commands.start(
+      'echo before; echo e1 >&2; read x; echo "after $x"; echo e2 >&2',
+    );
+    await eventually(() => first.stdout === 'before\n' && first.stderr === 'e1\n');
+    const other = await Sandbox.connect(sandbox.sandboxId, { home: abx.home });
+    const seen: string[] = [];
+    const attached = await other.commands.connect(first.pid, {
+      onStdout: (data) => seen.push(data),
+    });
+    // Replayed although it was written before this client attached.
+    await eventually(() => attached.stdout === 'before\n');
+    await first.sendStdin('go\n');
+    const result = await attached.wait();
+    expect(result).toEqual({ stdout: 'before\nafter go\n', stderr: 'e1\ne2\n', exitCode: 0 });
+    expect(seen.join('')).toBe(result.stdout);
+    expect(await first.wait()).toEqual(result);
+    const fromOffset = await other.commands.connect(first.pid, { stdoutOffset: 7 });
+    expect((await fromOffset.wait()).stdout).toBe('after go\n');
+  });
+
+  test('disconnect stops following; the command runs on and can be reattached', async ({
+    sandbox,
+  }) => {
+    const handle = await sandbox.commands.start('echo one; read x; echo two');
+    await eventually(() => handle.stdout === 'one\n');
+    handle.disconnect();
+    await expect(handle.wait()).rejects.toThrow(/disconnect\(\) was called/);
+    await handle.sendStdin('\n');
+    const again = await sandbox.commands.connect(handle.pid);
+    expect((await again.wait()).stdout).toBe('one\ntwo\n');
+  });
+
+  test('an unknown pid is an error', async ({ sandbox }) => {
+    await expect(sandbox.commands.connect('p999')).rejects.toThrow(/no process with id 'p999'/);
+  });
+});
+
+describe('a sandbox killed during a call', () => {
+  test('fails run and wait with an error instead of hanging', async ({ sandbox }) => {
+    const running = sandbox.commands.run('sleep 300', { timeoutMs: 0 }).catch((e: unknown) => e);
+    const handle = await sandbox.commands.start('sleep 301', { timeoutMs: 0 });
+    await eventually(async () =>
+      (await sandbox.commands.list()).some((p) => p.cmd === 'sleep 300' && p.running),
+    );
+    await sandbox.kill();
+    expect(await running).toBeInstanceOf(SandboxError);
+    await expect(handle.wait()).rejects.toBeInstanceOf(SandboxError);
+    await expect(sandbox.commands.connect(handle.pid)).rejects.toBeInstanceOf(SandboxError);
+  });
+});
