@@ -1,5 +1,6 @@
-// The main job: create a sandbox, start the command server with the DataTools class, call a
-// registered command and a YAML command, print the results, kill the sandbox.
+// The main job: build the data-tools template, create a sandbox, start the command server with
+// the DataTools class, call a registered command and the YAML command, list the commands, kill
+// the sandbox. One line per step, with the time it took.
 import 'reflect-metadata';
 import { fileURLToPath } from 'node:url';
 import { Sandbox, Templates } from 'agent-sandbox';
@@ -15,36 +16,59 @@ ken,new york
 barbara,london
 `;
 
-const started = performance.now();
-const elapsed = () => `${Math.round(performance.now() - started)} ms`;
+/** Runs one step and prints what it did and how long it took. */
+async function step<T>(what: string, run: () => Promise<T>, show?: (value: T) => string) {
+  const started = performance.now();
+  const value = await run();
+  const ms = (performance.now() - started).toFixed(1).padStart(7);
+  console.log(`[${ms} ms] ${what}${show ? `: ${show(value)}` : ''}`);
+  return value;
+}
 
-// The template gives the sandbox the ports capability (for the server) and YAML commands.
-const template = await Templates.build(fileURLToPath(new URL('../template.yaml', import.meta.url)));
-console.log(`template '${template.name}' built (${elapsed()})`);
-
-const sandbox = await Sandbox.create({ template: template.name, timeoutMs: 120_000 });
-console.log(`sandbox ${sandbox.sandboxId} created (${elapsed()})`);
+const template = await step(
+  'build template',
+  () => Templates.build(fileURLToPath(new URL('../template.yaml', import.meta.url))),
+  (t) => `${t.name} (capabilities: ${t.capabilities.join(', ')})`,
+);
+const sandbox = await step(
+  'create sandbox',
+  () => Sandbox.create({ template: template.name, timeoutMs: 120_000 }),
+  (s) => s.sandboxId,
+);
 try {
-  await sandbox.files.write('people.csv', CSV);
-
-  await sandbox.server.start({ commands: [DataTools] });
-  console.log(`command server running at ${sandbox.server.url} (${elapsed()})`);
-
-  const summary = await sandbox.server.call<Summary>('summarize', {
-    path: 'people.csv',
-    top: 2,
-    column: 'city',
-  });
-  console.log(`summarize → ${JSON.stringify(summary)}`);
-
-  const calls = 100;
-  const t0 = performance.now();
-  for (let i = 0; i < calls; i++) await sandbox.server.call('add', { x: i, y: 1 });
-  console.log(`add × ${calls}: ${((performance.now() - t0) / calls).toFixed(2)} ms per call`);
-
-  const head = (await sandbox.run('head', { path: 'people.csv', lines: 3 })) as { stdout: string };
-  console.log(`head (YAML command) →\n${head.stdout.trimEnd()}`);
+  await step('write people.csv', () => sandbox.files.write('people.csv', CSV));
+  await step(
+    'start command server',
+    () => sandbox.server.start({ commands: [DataTools] }),
+    (server) => server.url,
+  );
+  await step(
+    'call summarize (decorated)',
+    () => sandbox.server.call<Summary>('summarize', { path: 'people.csv', top: 2, column: 'city' }),
+    (summary) => JSON.stringify(summary),
+  );
+  await step(
+    'call add × 100',
+    async () => {
+      for (let i = 0; i < 99; i++) await sandbox.server.call('add', { x: i, y: 1 });
+      return sandbox.server.call<number>('add', { x: 99, y: 1 });
+    },
+    (last) => `last result ${last}`,
+  );
+  await step(
+    'run head (YAML)',
+    () => sandbox.run('head', { path: 'people.csv', lines: 3 }) as Promise<{ stdout: string }>,
+    (result) => JSON.stringify(result.stdout),
+  );
+  const commands = await step('list commands', () => sandbox.listCommands());
+  for (const command of commands) {
+    const args = command.args
+      .map((a) =>
+        a.required ? `${a.name}: ${a.type}` : `${a.name}: ${a.type} = ${JSON.stringify(a.default)}`,
+      )
+      .join(', ');
+    console.log(`             ${command.source.padEnd(9)} ${command.name}(${args})`);
+  }
 } finally {
-  await sandbox.kill();
-  console.log(`sandbox killed (${elapsed()})`);
+  await step('kill sandbox', () => sandbox.kill());
 }

@@ -182,7 +182,7 @@ export class SandboxService {
    * After a daemon (re)start: sandboxes whose processes still run are kept; rows of sandboxes
    * that died meanwhile are marked dead, and their folders removed.
    */
-  async adopt(): Promise<{ adopted: string[]; dead: string[] }> {
+  async adopt(): Promise<{ adopted: string[]; dead: string[]; orphans: string[] }> {
     const adopted: string[] = [];
     const dead: string[] = [];
     for (const record of this.registry.listSandboxes({ state: 'running' })) {
@@ -195,6 +195,9 @@ export class SandboxService {
         dead.push(record.id);
       }
     }
-    return { adopted, dead };
+    // A sandbox without a running row must not run: kill what a crash left behind.
+    const orphans = await this.provider.sweepOrphans(this.sandboxesDir, new Set(adopted));
+    for (const id of orphans) rmSync(join(this.sandboxesDir, id), { recursive: true, force: true });
+    return { adopted, dead, orphans };
   }
 }

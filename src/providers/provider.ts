@@ -43,4 +43,9 @@ export interface SandboxProvider {
   isAlive(handle: SandboxHandle): boolean;
   /** Kills every process of the sandbox and resolves once they are gone. */
   kill(handle: SandboxHandle): Promise<void>;
+  /**
+   * Kills sandboxes of `sandboxesDir` that the registry does not know as running (e.g. one
+   * started just before a daemon crash, before its row was written). Returns their ids.
+   */
+  sweepOrphans(sandboxesDir: string, running: ReadonlySet<string>): Promise<string[]>;
 }

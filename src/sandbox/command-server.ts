@@ -9,6 +9,7 @@ import type { CustomCommand } from '../commands/custom-command.js';
 import { type CommandDescription, describeCommand } from '../commands/discovery.js';
 import type { ShippedCommand } from '../commands/shipped-commands.js';
 import { bundleCommands } from './bundler.js';
+import type { CommandHandle } from './command-handle.js';
 import { CapabilityError, SandboxError, ServerCommandError } from './errors.js';
 import type { HttpClient } from './http-client.js';
 
@@ -36,8 +37,8 @@ export interface ServerStartOptions {
 interface ServerState {
   port: number;
   token: string;
-  pid: number;
-  log: string;
+  /** envd's id of the server process. */
+  pid: string;
   startedAt: string;
   commands: CommandDescription[];
 }
@@ -48,9 +49,14 @@ export interface ServerHost {
   capabilities(): Promise<string[]>;
   portClient(port: number, timeoutMs?: number): HttpClient;
   host(port: number): string;
-  run(cmd: string, envs?: Record<string, string>): Promise<{ stdout: string; exitCode: number }>;
+  /** Starts a background process (no timeout) and follows its output. */
+  start(cmd: string, envs: Record<string, string>): Promise<CommandHandle>;
+  /** Whether a background process still runs. */
+  running(pid: string): Promise<boolean>;
+  kill(pid: string, signal?: NodeJS.Signals): Promise<boolean>;
   readFile(path: string): Promise<string>;
   writeFile(path: string, data: string): Promise<void>;
+  removeFile(path: string): Promise<void>;
 }
 
 const SERVER_DIR = '/home/user/.abx/server';
@@ -118,7 +124,6 @@ export class CommandServer {
     const bundle = await bundleCommands(files, shipped);
     const digest = createHash('sha256').update(bundle).digest('hex').slice(0, 12);
     const bundlePath = `${SERVER_DIR}/commands-${digest}.cjs`;
-    const log = `${SERVER_DIR}/server-${port}.log`;
     await this.host.writeFile(bundlePath, bundle);
 
     const token = randomBytes(24).toString('base64url');
@@ -133,17 +138,20 @@ export class CommandServer {
         ? [`--command-timeout-ms ${Math.round(options.commandTimeoutMs)}`]
         : []),
     ];
-    const { stdout } = await this.host.run(`nohup node ${args.join(' ')} > ${log} 2>&1 & echo $!`, {
+    // envd keeps the server's output (for the log tail below, and for commands.connect).
+    const server = await this.host.start(`exec node ${args.join(' ')}`, {
       ABX_SERVER_TOKEN: token,
     });
-    const pid = Number(stdout.trim());
-    await this.waitHealthy(port, pid, log, options.timeoutMs ?? 30_000);
+    try {
+      await this.waitHealthy(port, server, options.timeoutMs ?? 30_000);
+    } finally {
+      server.disconnect();
+    }
     this.port = port;
     this.state = {
       port,
       token,
-      pid,
-      log,
+      pid: server.pid,
       startedAt: new Date().toISOString(),
       commands: decorated.map(({ command }) => describeCommand(command)),
     };
@@ -204,9 +212,10 @@ export class CommandServer {
     await this.client(state)
       .json('POST', '/shutdown', { headers: { authorization: `Bearer ${state.token}` } })
       .catch(() => undefined);
-    await this.host.run(
-      `for i in $(seq 200); do kill -0 ${state.pid} 2>/dev/null || break; sleep 0.05; done; kill -9 ${state.pid} 2>/dev/null; rm -f ${SERVER_DIR}/server-${state.port}.json`,
-    );
+    // The server finishes calls in flight and exits; past 10 s it is killed.
+    for (let i = 0; i < 200 && (await this.host.running(state.pid)); i++) await sleep(50);
+    await this.host.kill(state.pid).catch(() => false);
+    await this.host.removeFile(`${SERVER_DIR}/server-${state.port}.json`);
     this.state = undefined;
   }
 
@@ -243,34 +252,28 @@ export class CommandServer {
     return state;
   }
 
-  private async waitHealthy(port: number, pid: number, log: string, timeoutMs: number) {
+  private async waitHealthy(port: number, server: CommandHandle, timeoutMs: number) {
     const deadline = Date.now() + timeoutMs;
     const client = this.host.portClient(port, 2000);
-    for (let attempt = 0; Date.now() < deadline; attempt++) {
+    const tail = () => `${server.stdout}${server.stderr}`.slice(-2000).trim() || '(no output)';
+    while (Date.now() < deadline) {
+      if (server.exitCode !== undefined) {
+        throw new SandboxError(
+          `the command server exited (code ${server.exitCode}) before answering; its output ends:\n${tail()}`,
+        );
+      }
       try {
         await client.json('GET', '/health');
         return;
       } catch {
         // not listening yet
       }
-      if (attempt % 10 === 9) {
-        const alive = await this.host.run(`kill -0 ${pid} 2>/dev/null && echo yes || echo no`);
-        if (alive.stdout.trim() === 'no') {
-          throw new SandboxError(
-            `the command server exited before answering; its log (${log}) ends:\n${await this.logTail(log)}`,
-          );
-        }
-      }
       await sleep(20);
     }
-    await this.host.run(`kill -9 ${pid} 2>/dev/null; true`);
+    await server.kill().catch(() => false);
     throw new SandboxError(
-      `the command server did not answer /health within ${timeoutMs} ms; its log (${log}) ends:\n${await this.logTail(log)}`,
+      `the command server did not answer /health within ${timeoutMs} ms; its output ends:\n${tail()}`,
     );
-  }
-
-  private async logTail(log: string): Promise<string> {
-    return (await this.host.readFile(log).catch(() => '')).slice(-2000).trim() || '(empty)';
   }
 }
 

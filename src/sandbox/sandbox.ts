@@ -97,11 +97,14 @@ export class Sandbox {
       capabilities: async () => (await this.getInfo()).capabilities,
       portClient: (port, timeoutMs) => this.portClient(port, timeoutMs),
       host: (port) => this.getHost(port),
-      run: (cmd, envs) => this.commands.run(cmd, envs ? { envs } : {}),
+      start: (cmd, envs) => this.commands.start(cmd, { envs, timeoutMs: 0, stdin: false }),
+      running: async (pid) => (await this.commands.list()).some((p) => p.pid === pid && p.running),
+      kill: (pid, signal) => this.commands.kill(pid, signal),
       readFile: (path) => this.files.read(path),
       writeFile: async (path, data) => {
         await this.files.write(path, data);
       },
+      removeFile: (path) => this.files.remove(path),
     });
   }
 

@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import Database from 'better-sqlite3';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { type DaemonInfo, Sandbox } from '../../src/index.js';
@@ -102,16 +103,22 @@ describe('daemon restarts', () => {
   test('a daemon killed with SIGKILL: live sandboxes are adopted, dead ones marked', async () => {
     const survivor = await Sandbox.create({ home });
     const victim = await Sandbox.create({ home });
+    const orphan = await Sandbox.create({ home });
     try {
       await survivor.files.write('state.txt', 'kept');
       const oldDaemon = daemonInfo().pid;
       process.kill(oldDaemon, 'SIGKILL');
       for (let i = 0; i < 200 && isProcessAlive(oldDaemon); i++)
         await new Promise((r) => setTimeout(r, 10));
-      // While no daemon runs, one sandbox dies.
+      // While no daemon runs, one sandbox dies, and another loses its registry row (as a
+      // sandbox started just before a crash, before its row was written, would have none).
       for (const pid of processesMentioning(join(home, 'sandboxes', victim.sandboxId))) {
         process.kill(pid, 'SIGKILL');
       }
+      const db = new Database(join(home, 'abx.db'));
+      db.prepare('DELETE FROM sandboxes WHERE id = ?').run(orphan.sandboxId);
+      db.close();
+      expect(processesMentioning(join(home, 'sandboxes', orphan.sandboxId))).not.toEqual([]);
 
       // The next SDK call starts a new daemon, which adopts the sandboxes left behind.
       const again = await Sandbox.connect(survivor.sandboxId, { home });
@@ -124,6 +131,8 @@ describe('daemon restarts', () => {
       );
       expect(states[survivor.sandboxId]).toEqual(['running', null]);
       expect(states[victim.sandboxId]).toEqual(['dead', 'found dead when the daemon started']);
+      // The sandbox nobody knew about was killed: nothing runs without a registry row.
+      expect(processesMentioning(join(home, 'sandboxes', orphan.sandboxId))).toEqual([]);
       await expect(Sandbox.connect(victim.sandboxId, { home })).rejects.toThrow(
         `sandbox ${victim.sandboxId} is not running (dead: found dead when the daemon started)`,
       );

@@ -24,12 +24,19 @@ test('the README main job: a sandbox, the command server, a registered command, 
   expect(result.stderr).toBe('');
   expect(result.status).toBe(0);
   const lines = result.stdout.split('\n');
-  expect(lines).toContainEqual(
-    expect.stringMatching(/^command server running at http:\/\/8080-i[a-z0-9]{15}\.localhost:\d+ /),
+  const step = (name: string) =>
+    lines.find((line) => /^\[\s*[\d.]+ ms\] /.test(line) && line.includes(`] ${name}`));
+  expect(step('build template')).toContain('data-tools (capabilities: shell, files, code, ports)');
+  expect(step('create sandbox')).toMatch(/: i[a-z0-9]{15}$/);
+  expect(step('start command server')).toMatch(/: http:\/\/8080-i[a-z0-9]{15}\.localhost:\d+$/);
+  expect(step('call summarize (decorated)')).toContain(
+    ': {"path":"people.csv","rows":7,"columns":["name","city"],"top":[{"value":"london","count":3},{"value":"new york","count":2}]}',
   );
-  expect(lines).toContain(
-    'summarize → {"path":"people.csv","rows":7,"columns":["name","city"],"top":[{"value":"london","count":3},{"value":"new york","count":2}]}',
+  expect(step('call add × 100')).toContain(': last result 100');
+  expect(step('run head (YAML)')).toContain(': "name,city\\nada,london\\ngrace,new york\\n"');
+  expect(result.stdout).toMatch(
+    /decorator summarize\(path: str, top: int = 10, column: str = "name"\)/,
   );
-  expect(result.stdout).toContain('head (YAML command) →\nname,city\nada,london\ngrace,new york\n');
-  expect(lines).toContainEqual(expect.stringMatching(/^sandbox killed \(\d+ ms\)$/));
+  expect(result.stdout).toMatch(/yaml +head\(path: str, lines: int = 5\)/);
+  expect(step('kill sandbox')).toMatch(/^\[\s*[\d.]+ ms\] kill sandbox$/);
 });

@@ -85,6 +85,21 @@ describe('sandbox.server', () => {
     const unknown = (await sandbox.server.call('nope').catch((e) => e)) as ServerCommandError;
     expect(unknown).toBeInstanceOf(ServerCommandError);
     expect(unknown.status).toBe(404);
+    // Built-ins are not known on this side: the server itself refuses their bad kwargs.
+    const builtin = (await sandbox.server
+      .call('download', { path: 5 })
+      .catch((e) => e)) as ServerCommandError;
+    expect([builtin.type, builtin.status]).toEqual(['ArgumentError', 400]);
+    expect(builtin.message).toContain('path must be a string, not the number 5');
+  });
+
+  test('files written by a command are visible to files.read, and the other way round', async () => {
+    expect(
+      await sandbox.server.call('writeNote', { path: 'note.txt', text: 'from the server' }),
+    ).toBe(15);
+    expect(await sandbox.files.read('note.txt')).toBe('from the server');
+    await sandbox.files.write('note.txt', 'from the SDK');
+    expect(await sandbox.server.call('readNote', { path: 'note.txt' })).toBe('from the SDK');
   });
 
   test('a second start returns the running server; restart starts afresh', async () => {
@@ -123,7 +138,9 @@ describe('sandbox.run and listCommands', () => {
     await expect(sandbox.run('shout', {})).rejects.toThrow('missing required argument: text');
     const missing = (await sandbox.run('nope').catch((e) => e)) as CommandNotFoundError;
     expect(missing).toBeInstanceOf(CommandNotFoundError);
-    expect(missing.message).toContain('available: shout, add, increment, slowEcho, whereAmI, fail');
+    expect(missing.message).toContain(
+      'available: shout, add, increment, slowEcho, whereAmI, writeNote, readNote, fail',
+    );
   });
 
   test('listCommands merges both kinds', async () => {
@@ -134,6 +151,8 @@ describe('sandbox.run and listCommands', () => {
       ['increment', 'decorator'],
       ['slowEcho', 'decorator'],
       ['whereAmI', 'decorator'],
+      ['writeNote', 'decorator'],
+      ['readNote', 'decorator'],
       ['fail', 'decorator'],
     ]);
   });
@@ -156,7 +175,9 @@ describe('server lifecycle errors', () => {
       .start({ port: 8090, modules: [join(ROOT, 'test', 'fixtures', 'throwing-module.ts')] })
       .catch((e) => e);
     expect(error).toBeInstanceOf(SandboxError);
-    expect(error.message).toMatch(/the command server exited before answering; its log/);
+    expect(error.message).toMatch(
+      /the command server exited \(code \d+\) before answering; its output ends:/,
+    );
     expect(error.message).toContain('boom at import');
   });
 

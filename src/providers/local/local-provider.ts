@@ -1,5 +1,13 @@
 import { execFile, spawn } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  writeFileSync,
+} from 'node:fs';
 import { request } from 'node:http';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -190,6 +198,36 @@ export class LocalProvider implements SandboxProvider {
       removeMemoryCgroup(handle.cgroup);
       if (existsSync(handle.cgroup)) await sleep(10);
     }
+  }
+
+  async sweepOrphans(sandboxesDir: string, running: ReadonlySet<string>): Promise<string[]> {
+    const prefix = `${sandboxesDir}/`;
+    const orphans = new Map<string, number[]>();
+    for (const entry of readdirSync('/proc')) {
+      if (!/^\d+$/.test(entry)) continue;
+      let argv: string[];
+      try {
+        argv = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
+      } catch {
+        continue;
+      }
+      // Both bwrap processes of a sandbox carry its home folder in their arguments.
+      if (!argv[0]?.endsWith('bwrap')) continue;
+      const home = argv.find((arg) => arg.startsWith(prefix) && arg.endsWith('/home'));
+      const id = home?.slice(prefix.length, -'/home'.length);
+      if (!id || id.includes('/') || running.has(id)) continue;
+      orphans.set(id, [...(orphans.get(id) ?? []), Number(entry)]);
+    }
+    for (const pids of orphans.values()) {
+      for (const pid of pids) {
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          // gone meanwhile
+        }
+      }
+    }
+    return [...orphans.keys()];
   }
 
   /** bwrap forks the namespace's init; it is the only child of the bwrap we started. */
