@@ -8,6 +8,7 @@ import { SYSTEM } from '../server/groups/system.js';
 import { TERMINAL } from '../server/groups/terminal.js';
 import { SandboxServer } from '../server/server.js';
 import { EXEC } from './exec.js';
+import { FILES_BATCH } from './files-batch.js';
 import { portsGroup } from './ports.js';
 
 // envd: the daemon every sandbox runs first. The command server's file, process, system and
@@ -45,9 +46,11 @@ const server = new SandboxServer({
     TERMINAL,
     DEV_TOOLS,
     portsGroup(values['ports-dir']),
+    FILES_BATCH,
   ],
-  // Uploads through envd stream to disk, so they may be large.
-  bodyLimitBytes: 64 * 1024 ** 3,
+  // Raw uploads stream to disk, so they may be large; JSON bodies are read whole and stay at
+  // the default limit (64 MiB).
+  streamBodyLimitBytes: 64 * 1024 ** 3,
   bodyTimeoutMs: 3_600_000,
 });
 for (const signal of ['SIGTERM', 'SIGINT'] as const) process.once(signal, () => void server.stop());

@@ -17,6 +17,11 @@ export class Reply {
 export interface BodyLimits {
   /** Bytes; a body over it is refused with 413 as soon as that is known. */
   maxBytes: number;
+  /**
+   * Bytes of a streamed body (`body: 'stream'` routes, which never hold it whole); default
+   * `maxBytes`. envd raises it for uploads while JSON bodies, read whole, stay small.
+   */
+  maxStreamBytes?: number;
   /** The whole body must arrive within this, so a trickling client cannot hold a request open. */
   timeoutMs: number;
 }

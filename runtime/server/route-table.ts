@@ -162,7 +162,8 @@ export class RouteTable<C> {
         query,
         body,
         args,
-        stream: () => bodyChunks(req, limits),
+        stream: () =>
+          bodyChunks(req, { ...limits, maxBytes: limits.maxStreamBytes ?? limits.maxBytes }),
         closed: closed.signal,
         headers: req.headers,
         ctx,

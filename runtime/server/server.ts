@@ -29,6 +29,8 @@ export interface SandboxServerOptions {
   socketPath?: string;
   /** Largest request body in bytes; default 64 MiB. */
   bodyLimitBytes?: number;
+  /** Largest streamed body (raw uploads, never held whole); default `bodyLimitBytes`. */
+  streamBodyLimitBytes?: number;
   /** A request body must arrive within this; default 30 s (against slowloris clients). */
   bodyTimeoutMs?: number;
   /** Timeout of a command call that does not set its own; default 300 s. */
@@ -201,7 +203,11 @@ export class SandboxServer {
   }
 
   private get limits() {
-    return { maxBytes: this.options.bodyLimitBytes, timeoutMs: this.options.bodyTimeoutMs };
+    return {
+      maxBytes: this.options.bodyLimitBytes,
+      maxStreamBytes: this.options.streamBodyLimitBytes ?? this.options.bodyLimitBytes,
+      timeoutMs: this.options.bodyTimeoutMs,
+    };
   }
 
   private readonly guard: Guard<ServerContext> = (route, req) => {

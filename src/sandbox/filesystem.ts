@@ -29,6 +29,26 @@ function toBody(data: WriteData): string | Uint8Array | Readable {
   return Readable.fromWeb(data as never);
 }
 
+/** Files up to this total go in one batch request; larger sets stream one request per file. */
+const BATCH_LIMIT_BYTES = 16 * 1024 * 1024;
+
+/** The batch-request form of `files` when they are all in memory and small enough together. */
+function batchable(files: WriteEntry[]) {
+  let total = 0;
+  const batch: { path: string; content: string; encoding: 'base64' }[] = [];
+  for (const { path, data } of files) {
+    let bytes: Uint8Array;
+    if (typeof data === 'string') bytes = Buffer.from(data);
+    else if (data instanceof Uint8Array) bytes = data;
+    else if (data instanceof ArrayBuffer) bytes = new Uint8Array(data);
+    else return undefined;
+    total += bytes.length;
+    if (total > BATCH_LIMIT_BYTES) return undefined;
+    batch.push({ path, content: Buffer.from(bytes).toString('base64'), encoding: 'base64' });
+  }
+  return batch.length > 0 ? batch : undefined;
+}
+
 /** Files of a sandbox, through its envd. Paths are relative to the workdir unless absolute. */
 export class Filesystem {
   constructor(private readonly envd: HttpClient) {}
@@ -57,6 +77,15 @@ export class Filesystem {
   write(files: WriteEntry[]): Promise<EntryInfo[]>;
   async write(pathOrFiles: string | WriteEntry[], data?: WriteData) {
     if (Array.isArray(pathOrFiles)) {
+      const batch = batchable(pathOrFiles);
+      if (batch) {
+        const { files } = await this.envd.json<{ files: Omit<EntryInfo, 'name'>[] }>(
+          'POST',
+          '/files/batch',
+          { body: { files: batch } },
+        );
+        return files.map((info) => ({ name: info.path.split('/').pop() ?? info.path, ...info }));
+      }
       const results: EntryInfo[] = [];
       for (const file of pathOrFiles) results.push(await this.writeOne(file.path, file.data));
       return results;

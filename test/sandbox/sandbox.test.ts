@@ -79,6 +79,30 @@ describe('a sandbox', () => {
     );
   });
 
+  test('many files in one call; a bad entry writes none of them', async () => {
+    await withSandbox(async (sandbox) => {
+      const files = Array.from({ length: 200 }, (_, i) => ({
+        path: `many/file-${i}.txt`,
+        data: `content ${i}`,
+      }));
+      const written = await sandbox.files.write(files);
+      expect(written.map((w) => [w.path, w.size])).toEqual(
+        files.map((f, i) => [`/home/user/${f.path}`, `content ${i}`.length]),
+      );
+      expect((await sandbox.commands.run('cat many/file-7.txt; ls many | wc -l')).stdout).toBe(
+        'content 7200\n',
+      );
+      const bad = [
+        { path: 'batch/ok.txt', data: 'fine' },
+        { path: 'batch/bad\0name.txt', data: 'nope' },
+      ];
+      await expect(sandbox.files.write(bad)).rejects.toThrow(
+        /files\[1\]\.path contains a NUL byte/,
+      );
+      expect(await sandbox.files.exists('batch/ok.txt')).toBe(false);
+    });
+  });
+
   test('a non-zero exit throws CommandExitError carrying the result', async () => {
     await withSandbox(async (sandbox) => {
       const error = await sandbox.commands.run('echo out; echo err >&2; exit 3').catch((e) => e);

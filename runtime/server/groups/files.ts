@@ -14,7 +14,8 @@ function kindOf(s: Stats): string {
   return s.isFile() ? 'file' : 'other';
 }
 
-function describe(path: string, s: Stats) {
+/** A path as the file routes describe it. */
+export function describe(path: string, s: Stats) {
   return {
     path,
     type: kindOf(s),
