@@ -177,6 +177,7 @@ export class Daemon {
           server.close(() => resolve());
           server.closeAllConnections();
         });
+      this.gateway.close();
       await Promise.all([close(this.api), close(this.gateway.server)]);
       try {
         const info = JSON.parse(readFileSync(this.paths.daemonInfo, 'utf8')) as DaemonInfo;

@@ -1,4 +1,5 @@
 import {
+  Agent,
   createServer,
   type IncomingMessage,
   request,
@@ -66,6 +67,12 @@ export function parseSandboxHost(
  */
 export class Gateway {
   readonly server: Server;
+  /**
+   * Connections to envd and to forwarded ports are kept open between requests: a new Unix
+   * socket (and, behind a port forwarder, a new TCP connection inside the sandbox) per call would
+   * cost more than the call itself.
+   */
+  private readonly agent = new Agent({ keepAlive: true, maxSockets: 256, maxFreeSockets: 32 });
 
   constructor(
     private readonly backend: GatewayBackend,
@@ -88,6 +95,11 @@ export class Gateway {
         },
       );
     });
+  }
+
+  /** Closes the kept-open connections to sandboxes (the daemon is stopping). */
+  close(): void {
+    this.agent.destroy();
   }
 
   private async resolve(req: IncomingMessage): Promise<Target> {
@@ -156,6 +168,7 @@ export class Gateway {
   private forward(req: IncomingMessage, res: ServerResponse, target: Target): void {
     const upstream = request(
       {
+        agent: this.agent,
         socketPath: target.socketPath,
         method: req.method,
         path: target.path,
