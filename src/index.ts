@@ -7,6 +7,37 @@ export type {
   SandboxOptions,
 } from '../decorators/index.js';
 export { arg, float, int, sandbox } from '../decorators/index.js';
+export { BaseSandbox } from './agent/base-sandbox.js';
+export {
+  formatContentWithLineNumbers,
+  LINE_NUMBER_WIDTH,
+  MAX_LINE_LENGTH,
+} from './agent/format.js';
+export type { LocalShellSandboxOptions } from './agent/local-shell-sandbox.js';
+export { LocalShellSandbox } from './agent/local-shell-sandbox.js';
+export type {
+  DeleteResult,
+  EditOptions,
+  EditResult,
+  ExecuteOffloadResult,
+  ExecuteOptions,
+  ExecuteResponse,
+  ExecuteWithOffloadOptions,
+  FileData,
+  FileDownloadResponse,
+  FileInfo,
+  FileOperationError,
+  FileUploadResponse,
+  GlobOptions,
+  GlobResult,
+  GrepMatch,
+  GrepOptions,
+  GrepResult,
+  LsResult,
+  ReadOptions,
+  ReadResult,
+  WriteResult,
+} from './agent/types.js';
 export { commandUsage, parseCommandArgs, validateKwargs } from './commands/arguments.js';
 export type { DecoratedCommand } from './commands/command-builder.js';
 export type { CommandManifest, ManifestCommand } from './commands/command-bundle.js';

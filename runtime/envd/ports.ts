@@ -13,10 +13,24 @@ import { splice } from '../server/splice.js';
  */
 export function portsGroup(portsDir: string) {
   const forwarders = new Map<number, Server>();
+  const opening = new Map<number, Promise<string>>();
 
+  // Concurrent first requests for one port share one attempt.
   const open = (port: number): Promise<string> => {
+    let pending = opening.get(port);
+    if (!pending) {
+      pending = start(port).finally(() => opening.delete(port));
+      opening.set(port, pending);
+    }
+    return pending;
+  };
+
+  const start = async (port: number): Promise<string> => {
     const socketPath = join(portsDir, `${port}.sock`);
-    if (forwarders.has(port)) return Promise.resolve(socketPath);
+    if (forwarders.has(port)) return socketPath;
+    // A process in the sandbox may serve the socket itself (the command server does, to spare
+    // this hop); only a stale file is replaced.
+    if (await accepts(socketPath)) return socketPath;
     rmSync(socketPath, { force: true });
     const server = createServer((client) => splice(client, connect(port, '127.0.0.1')));
     forwarders.set(port, server);
@@ -28,6 +42,16 @@ export function portsGroup(portsDir: string) {
       server.listen(socketPath, () => resolve(socketPath));
     });
   };
+
+  const accepts = (socketPath: string) =>
+    new Promise<boolean>((resolve) => {
+      const probe = connect(socketPath);
+      probe.once('connect', () => {
+        probe.destroy();
+        resolve(true);
+      });
+      probe.once('error', () => resolve(false));
+    });
 
   const portOf = (text: string | undefined) => {
     const port = Number(text);

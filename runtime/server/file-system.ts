@@ -45,7 +45,9 @@ export async function writeAtomic(
     await rename(temp, path);
     return size;
   } catch (error) {
-    await rm(temp, { force: true });
+    // When a parent is a file, removing the temp file fails too (ENOTDIR): report the write's
+    // own error, not the cleanup's.
+    await rm(temp, { force: true }).catch(() => undefined);
     throw fsError(error, `write ${path}`);
   }
 }

@@ -1,7 +1,7 @@
 import { parseArgs } from 'node:util';
 import { SandboxServer } from './server.js';
 
-const USAGE = `usage: node server.cjs [--host H] [--port P] [--token T] [--load FILE.cjs]... [--groups a,b]
+const USAGE = `usage: node server.cjs [--host H] [--port P] [--socket PATH] [--token T] [--load FILE.cjs]... [--groups a,b]
   [--body-limit BYTES] [--body-timeout-ms MS] [--command-timeout-ms MS] [--grace-ms MS]
 The token can also come from ABX_SERVER_TOKEN. Port 0 picks a free port.`;
 
@@ -30,6 +30,7 @@ async function main(): Promise<void> {
         token: { type: 'string' },
         load: { type: 'string', multiple: true, default: [] },
         groups: { type: 'string' },
+        socket: { type: 'string' },
         'body-limit': { type: 'string' },
         'body-timeout-ms': { type: 'string' },
         'command-timeout-ms': { type: 'string' },
@@ -49,6 +50,7 @@ async function main(): Promise<void> {
       port,
       token: values.token ?? (process.env.ABX_SERVER_TOKEN || undefined),
       groups: values.groups,
+      extraSocketPath: values.socket,
       bodyLimitBytes: positiveInt('body-limit', values['body-limit']),
       bodyTimeoutMs: positiveInt('body-timeout-ms', values['body-timeout-ms']),
       commandTimeoutMs: positiveInt('command-timeout-ms', values['command-timeout-ms']),

@@ -1,6 +1,11 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
+import { rmSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import {
+  type AddressInfo,
+  createServer as createNetServer,
+  type Server as NetServer,
+} from 'node:net';
 import { builtinCommands } from './builtins.js';
 import { type CapabilityGroup, parseGroups } from './capability.js';
 import { type CommandHandler, CommandTable } from './command-table.js';
@@ -27,6 +32,11 @@ export interface SandboxServerOptions {
   catalog?: readonly CapabilityGroup[];
   /** Listen on this Unix socket instead of host:port (envd, reached by the host's gateway). */
   socketPath?: string;
+  /**
+   * Also serve on this Unix socket, besides host:port. In a sandbox the command server listens on
+   * `/run/abx/ports/{port}.sock` too, so the host's gateway reaches it without envd's forwarder.
+   */
+  extraSocketPath?: string;
   /** Largest request body in bytes; default 64 MiB. */
   bodyLimitBytes?: number;
   /** Largest streamed body (raw uploads, never held whole); default `bodyLimitBytes`. */
@@ -78,6 +88,7 @@ export class SandboxServer {
   private readonly context: ServerContext;
   private readonly active = new Set<ServerResponse>();
   private stopping: Promise<void> | undefined;
+  private extra: NetServer | undefined;
   private resolveStopped = () => {};
   /** Resolves once the server has stopped, whether by {@link stop}, SIGTERM or `POST /shutdown`. */
   readonly stopped = new Promise<void>((resolve) => {
@@ -162,7 +173,7 @@ export class SandboxServer {
 
   /** Starts listening; resolves with the actual address (port 0 picks a free port). */
   start(): Promise<{ host: string; port: number }> {
-    return new Promise((resolve, reject) => {
+    return new Promise<{ host: string; port: number }>((resolve, reject) => {
       this.http.once('error', reject);
       const listening = () => {
         this.http.off('error', reject);
@@ -170,6 +181,17 @@ export class SandboxServer {
       };
       if (this.options.socketPath) this.http.listen(this.options.socketPath, listening);
       else this.http.listen(this.options.port, this.options.host, listening);
+    }).then(async (address) => {
+      const extra = this.options.extraSocketPath;
+      if (extra) {
+        rmSync(extra, { force: true });
+        // Connections accepted here are handed to the one HTTP server: same routes, same state.
+        this.extra = createNetServer((socket) => this.http.emit('connection', socket));
+        await new Promise<void>((resolve, reject) => {
+          this.extra?.once('error', reject).listen(extra, () => resolve());
+        });
+      }
+      return address;
     });
   }
 
@@ -188,6 +210,10 @@ export class SandboxServer {
       this.commands.refuseNewCalls();
       this.processes.killAll('SIGTERM');
       this.terminals.killAll('SIGTERM');
+      if (this.extra) {
+        this.extra.close();
+        rmSync(this.options.extraSocketPath as string, { force: true });
+      }
       const closed = new Promise<void>((resolve) => this.http.close(() => resolve()));
       this.http.closeIdleConnections();
       // A keep-alive connection of a call in flight would otherwise stay open after its answer.

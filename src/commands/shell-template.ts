@@ -1,3 +1,4 @@
+import { shellQuote } from '../util/shell-quote.js';
 import { commandUsage } from './arguments.js';
 import type { ArgValue, CustomCommand, Kwargs } from './custom-command.js';
 import { ArgumentError } from './errors.js';
@@ -130,10 +131,6 @@ export function checkPlaceholders(template: ShellTemplate, argNames: readonly st
   return problems;
 }
 
-function shellWord(value: string): string {
-  return `'${value.replaceAll("'", `'\\''`)}'`;
-}
-
 function valueText(value: ArgValue): string {
   return typeof value === 'string' ? value : String(value);
 }
@@ -154,7 +151,7 @@ export function renderShellCommand(command: CustomCommand, kwargs: Kwargs): stri
     const value = kwargs[name];
     if (value === undefined) problems.push(`missing value for placeholder {${name}}`);
     else if (valueText(value).includes('\0')) problems.push(`${name} contains a NUL byte`);
-    else assignments.push(`${argVariable(name)}=${shellWord(valueText(value))}`);
+    else assignments.push(`${argVariable(name)}=${shellQuote(valueText(value))}`);
   }
   if (problems.length > 0) throw new ArgumentError(command.name, problems, commandUsage(command));
   const body = template

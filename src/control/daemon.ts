@@ -1,4 +1,4 @@
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -129,6 +129,10 @@ export class Daemon {
         find: (id) => this.registry.getSandbox(id),
         isAlive: (record) => this.provider.isAlive(record.handle),
         openPort: async (record, token, port) => {
+          // A socket that exists is served already (by envd's forwarder, or by a command server
+          // listening there itself): no round trip to envd per request.
+          const socket = join(record.handle.portsDir, `${port}.sock`);
+          if (existsSync(socket)) return socket;
           const { status, body } = await envdRequest<{ socket?: string; error?: string }>(
             record.handle.envdSocket,
             token,
@@ -136,7 +140,7 @@ export class Daemon {
             `/ports/${port}`,
           );
           if (status !== 200) throw new Error(body.error ?? `envd refused to open port ${port}`);
-          return join(record.handle.portsDir, `${port}.sock`);
+          return socket;
         },
       },
       options.domain ?? 'localhost',

@@ -1,3 +1,4 @@
+import { rmSync } from 'node:fs';
 import {
   Agent,
   createServer,
@@ -43,6 +44,8 @@ class GatewayError extends Error {
 
 interface Target {
   socketPath: string;
+  /** Set for a port's socket (not envd's): a stale one is removed when nothing answers on it. */
+  port?: number;
   path: string;
   headers: Record<string, string | string[] | undefined>;
 }
@@ -162,7 +165,7 @@ export class Gateway {
       );
     }
     const socketPath = await this.backend.openPort(record, token as string, port);
-    return { socketPath, path, headers };
+    return { socketPath, path, headers, port };
   }
 
   private forward(req: IncomingMessage, res: ServerResponse, target: Target): void {
@@ -181,6 +184,11 @@ export class Gateway {
       },
     );
     upstream.on('error', (error) => {
+      // A socket file left by a server that died: drop it, so the next request is forwarded by
+      // envd to whatever listens on the port now.
+      if (target.port && (error as NodeJS.ErrnoException).code === 'ECONNREFUSED') {
+        rmSync(target.socketPath, { force: true });
+      }
       if (res.headersSent) res.destroy();
       else sendError(res, new GatewayError(502, 'UpstreamError', upstreamMessage(error)));
     });

@@ -132,6 +132,8 @@ export class CommandServer {
       RUNTIME,
       '--host 127.0.0.1',
       `--port ${port}`,
+      // Also on the socket the gateway dials for this port: no forwarding hop through envd.
+      `--socket /run/abx/ports/${port}.sock`,
       `--load ${bundlePath}`,
       ...(groups ? [`--groups '${groups.replace(/[^A-Za-z0-9_,-]/g, '')}'`] : []),
       ...(options.commandTimeoutMs

@@ -1,3 +1,11 @@
+import { BaseSandbox } from '../agent/base-sandbox.js';
+import type {
+  ExecuteOptions,
+  ExecuteResponse,
+  FileDownloadResponse,
+  FileOperationError,
+  FileUploadResponse,
+} from '../agent/types.js';
 import { validateKwargs } from '../commands/arguments.js';
 import type { CustomCommand } from '../commands/custom-command.js';
 import { type CommandDescription, describeCommand } from '../commands/discovery.js';
@@ -10,7 +18,12 @@ import {
   connectDaemon,
   type DaemonConnection,
 } from './daemon-connection.js';
-import { CommandNotFoundError, NotFoundError, SandboxError } from './errors.js';
+import {
+  CommandNotFoundError,
+  CommandTimeoutError,
+  NotFoundError,
+  SandboxError,
+} from './errors.js';
 import { Filesystem } from './filesystem.js';
 import { HttpClient } from './http-client.js';
 import { Templates } from './templates.js';
@@ -58,16 +71,54 @@ function controlClient(connection: DaemonConnection, options: ConnectionOptions)
   );
 }
 
+/** Exit code {@link Sandbox.execute} reports for a command killed by its timeout. */
+const TIMEOUT_EXIT_CODE = 124;
+
+/** How envd's follow stream marks output it no longer holds (see CommandHandle). */
+const DROPPED_OUTPUT = /^\[abx: \d+ earlier bytes of (stdout|stderr) were dropped/;
+
+/** Errno names in envd's messages ("cannot write /x: EISDIR: ...") and what they mean per file. */
+const ERRNO_CODES: [RegExp, FileOperationError][] = [
+  [/\bEISDIR\b/, 'is_directory'],
+  [/\b(EACCES|EPERM|EROFS)\b/, 'permission_denied'],
+  [/\b(ENOENT|ENOTDIR|EEXIST|ENAMETOOLONG|EINVAL)\b/, 'invalid_path'],
+];
+
+/**
+ * The per-file error code of a failed envd file call, or undefined when the failure is not about
+ * the file (the sandbox stopped, the network failed). Only errors envd reported (`remoteType`)
+ * are about the file.
+ */
+function fileErrorCode(error: unknown): FileOperationError | 'not_a_regular_file' | undefined {
+  if (!(error instanceof SandboxError) || error.remoteType === undefined) return undefined;
+  switch (error.remoteType) {
+    case 'NotFoundError':
+      return 'file_not_found';
+    case 'PermissionDeniedError':
+      return 'permission_denied';
+    case 'InvalidPathError':
+      return 'invalid_path';
+    case 'SandboxNotFoundError':
+      return undefined;
+  }
+  if (error.message.includes('is not a regular file')) return 'not_a_regular_file';
+  return ERRNO_CODES.find(([pattern]) => pattern.test(error.message))?.[1];
+}
+
 /**
  * A disposable, isolated Linux machine. Create one from a template, run commands and move files
  * in it, and kill it when done (or let it expire).
+ *
+ * It is a {@link BaseSandbox}: `read`, `write`, `edit`, `ls`, `grep`, `glob`, `delete`,
+ * `execute`... give an agent its file tools on this sandbox (through envd; the helpers use the
+ * sandbox's `node`).
  *
  * @example
  * const sandbox = await Sandbox.create({ template: 'base' });
  * const { stdout } = await sandbox.commands.run('echo hello');
  * await sandbox.kill();
  */
-export class Sandbox {
+export class Sandbox extends BaseSandbox {
   readonly sandboxId: string;
   readonly template: string;
   readonly files: Filesystem;
@@ -84,6 +135,7 @@ export class Sandbox {
     connection: DaemonConnection,
     options: ConnectionOptions,
   ) {
+    super();
     this.sandboxId = info.sandboxId;
     this.template = info.template;
     this.accessToken = info.accessToken;
@@ -106,6 +158,103 @@ export class Sandbox {
       },
       removeFile: (path) => this.files.remove(path),
     });
+  }
+
+  /** The sandbox id ({@link sandboxId}), as {@link BaseSandbox} names it. */
+  get id(): string {
+    return this.sandboxId;
+  }
+
+  /**
+   * Runs a shell command in the sandbox (envd, `/bin/sh -c`, the template's workdir) and gives
+   * stdout and stderr combined in arrival order. A non-zero exit is a result; a timeout (default
+   * 60 s) kills the command's process group and gives exit code 124 with a note in the output.
+   */
+  async execute(command: string, options: ExecuteOptions = {}): Promise<ExecuteResponse> {
+    let output = '';
+    let truncated = false;
+    const append = (data: string) => {
+      if (DROPPED_OUTPUT.test(data)) truncated = true;
+      output += data;
+    };
+    try {
+      const result = await this.commands.run(command, {
+        allowNonZeroExit: true,
+        onStdout: append,
+        onStderr: append,
+        ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),
+      });
+      return { output, exitCode: result.exitCode, truncated };
+    } catch (error) {
+      if (!(error instanceof CommandTimeoutError)) throw error;
+      const note = `Error: command ${error.result.error ?? 'timed out'}`;
+      output += `${output && !output.endsWith('\n') ? '\n' : ''}${note}`;
+      return { output, exitCode: TIMEOUT_EXIT_CODE, truncated };
+    }
+  }
+
+  /**
+   * Writes files through envd (atomically, creating parents). Per-file failures come back as
+   * error codes; a failure of the sandbox itself (it stopped) throws.
+   */
+  async uploadFiles(files: [string, Uint8Array][]): Promise<FileUploadResponse[]> {
+    const responses: FileUploadResponse[] = [];
+    for (const [path, content] of files) {
+      if (path === '' || path.includes('\0')) {
+        responses.push({ path, error: 'invalid_path' });
+        continue;
+      }
+      try {
+        await this.files.write(path, content);
+        responses.push({ path, error: null });
+      } catch (error) {
+        const code = fileErrorCode(error);
+        if (code === undefined) throw error;
+        // A missing or non-directory parent means the path cannot name a file.
+        const mapped =
+          code === 'file_not_found' || code === 'not_a_regular_file' ? 'invalid_path' : code;
+        responses.push({ path, error: mapped });
+      }
+    }
+    return responses;
+  }
+
+  /** Reads files through envd; per-file failures come back as error codes. */
+  async downloadFiles(paths: string[]): Promise<FileDownloadResponse[]> {
+    const responses: FileDownloadResponse[] = [];
+    for (const path of paths) {
+      if (path === '' || path.includes('\0')) {
+        responses.push({ path, content: null, error: 'invalid_path' });
+        continue;
+      }
+      try {
+        const content = await this.files.read(path, { format: 'bytes' });
+        responses.push({ path, content, error: null });
+      } catch (error) {
+        let code = fileErrorCode(error);
+        if (code === undefined) {
+          // envd opens the file only after answering 200, so an unreadable file shows up as a
+          // reset connection. If the sandbox still stats the same path, the file was the problem.
+          const type = await this.pathType(path);
+          if (type === undefined) throw error;
+          code = type === 'directory' ? 'is_directory' : 'permission_denied';
+        }
+        if (code === 'not_a_regular_file') {
+          const type = await this.pathType(path);
+          code = type === 'directory' ? 'is_directory' : 'invalid_path';
+        }
+        responses.push({ path, content: null, error: code });
+      }
+    }
+    return responses;
+  }
+
+  /** The type of a path as envd stats it, or undefined when that fails too. */
+  private pathType(path: string): Promise<string | undefined> {
+    return this.files.stat(path).then(
+      (s) => s.type,
+      () => undefined,
+    );
   }
 
   /**

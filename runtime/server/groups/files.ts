@@ -1,5 +1,5 @@
-import { createReadStream, type Stats } from 'node:fs';
-import { cp, lstat, mkdir, readdir, readFile, rename, rm, stat } from 'node:fs/promises';
+import type { Stats } from 'node:fs';
+import { cp, lstat, mkdir, open, readdir, readFile, rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { defineGroup } from '../capability.js';
 import { BadRequestError, EditMismatchError, FileOperationError } from '../errors.js';
@@ -61,17 +61,26 @@ export const FILE_OPS = defineGroup('FILE_OPS', '/files', 'file read/write/list/
     args: argList({ path: 'str', 'offset?': ['int', 0], 'length?': 'int' }),
     handler: async ({ args }) => {
       const path = safePath(args.path as string);
-      const s = await fsAction(`read ${path}`, () => stat(path));
-      if (!s.isFile()) throw new FileOperationError(`${path} is not a regular file`, 'EISDIR');
+      // Opened before the answer starts, so an unreadable file is a 403/404, not a reset stream.
+      const handle = await fsAction(`read ${path}`, () => open(path, 'r'));
+      const s = await handle.stat();
+      if (!s.isFile()) {
+        await handle.close();
+        throw new FileOperationError(`${path} is not a regular file`, 'EISDIR');
+      }
       const start = args.offset as number;
       const wanted = args.length as number | undefined;
       if (start < 0 || (wanted ?? 0) < 0) {
+        await handle.close();
         throw new BadRequestError('offset and length must not be negative');
       }
       const length = Math.max(0, Math.min(wanted ?? s.size, s.size - start));
+      if (length === 0) await handle.close();
       // createReadStream refuses an empty range, so an empty answer is a plain empty buffer.
       const body =
-        length === 0 ? Buffer.alloc(0) : createReadStream(path, { start, end: start + length - 1 });
+        length === 0
+          ? Buffer.alloc(0)
+          : handle.createReadStream({ start, end: start + length - 1 });
       return new Reply(200, body, { 'content-length': String(length) });
     },
   },

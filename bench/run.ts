@@ -1,0 +1,357 @@
+// npm run bench [-- --quick]: every benchmark of bench/README.md on real sandboxes, in one run.
+// Writes bench/results.json and prints a Markdown table. Nothing here asserts a time limit.
+import 'reflect-metadata';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpus, freemem, release, tmpdir, totalmem } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Sandbox, Templates } from 'agent-sandbox';
+import { Pool } from 'undici';
+import { BenchCommands } from './commands.js';
+import { median, round, type Summary, summarize, throughput, timeEach } from './stats.js';
+
+const QUICK = process.argv.includes('--quick');
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+const HOME = mkdtempSync(join(tmpdir(), 'abx-bench-'));
+process.env.ABX_HOME = HOME;
+const scale = (full: number, quick: number) => (QUICK ? quick : full);
+
+const results: Record<string, unknown> = {
+  startedAt: new Date().toISOString(),
+  quick: QUICK,
+  machine: {
+    cpu: cpus()[0]?.model,
+    cores: cpus().length,
+    memoryGiB: round(totalmem() / 1024 ** 3, 1),
+    freeMemoryGiB: round(freemem() / 1024 ** 3, 1),
+    kernel: release(),
+    node: process.version,
+  },
+};
+const table: string[][] = [];
+const row = (benchmark: string, figure: string, value: string, note = '') =>
+  table.push([benchmark, figure, value, note]);
+const ms = (s: Summary) => `p50 ${round(s.p50, 3)} ms · p99 ${round(s.p99, 3)} ms`;
+const benchStarted = performance.now();
+const log = (text: string) =>
+  process.stderr.write(
+    `bench [${Math.round((performance.now() - benchStarted) / 1000)}s]: ${text}\n`,
+  );
+
+const children: ChildProcess[] = [];
+
+/** Starts a host process that prints `{"event":"listening","port":N}` and returns the port. */
+function startListening(command: string, args: string[], env: NodeJS.ProcessEnv = process.env) {
+  const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'inherit'], env });
+  children.push(child);
+  return new Promise<{ port: number; pid: number }>((resolve, reject) => {
+    let buffer = '';
+    child.stdout?.on('data', (chunk: Buffer) => {
+      buffer += chunk.toString();
+      const line = buffer.split('\n').find((l) => l.includes('"listening"'));
+      if (line) resolve({ port: JSON.parse(line).port, pid: child.pid as number });
+    });
+    child.once('exit', (code) => reject(new Error(`${command} exited (${code}) before listening`)));
+  });
+}
+
+function rssMiB(pid: number): number {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  return round(Number(/VmRSS:\s+(\d+)/.exec(status)?.[1]) / 1024, 1);
+}
+
+/** RSS of the node process inside the sandbox that runs `script` (e.g. envd.cjs). */
+async function sandboxRssMiB(sandbox: Sandbox, script: string): Promise<number> {
+  // Matches `node /opt/abx/<script>` exactly, never this shell loop's own command line.
+  const { stdout } = await sandbox.commands.run(
+    `for p in /proc/[0-9]*; do case "$(tr '\\0' ' ' < $p/cmdline 2>/dev/null)" in *"node /opt/abx/${script}"*) grep VmRSS $p/status;; esac; done | head -1`,
+  );
+  return round(Number(/(\d+)/.exec(stdout)?.[1]) / 1024, 1);
+}
+
+function daemonInfo(): { pid: number; gatewayUrl: string } {
+  return JSON.parse(readFileSync(join(HOME, 'daemon.json'), 'utf8'));
+}
+
+async function callLatency(sandbox: Sandbox) {
+  log('call latency: server vs source delivery');
+  const server = summarize(
+    await timeEach(scale(1000, 200), (i) => sandbox.server.call('add', { x: i, y: 1 })),
+  );
+  const source = summarize(
+    await timeEach(scale(100, 20), async (i) => {
+      await sandbox.files.write(
+        '/tmp/job.js',
+        `console.log(JSON.stringify({ result: ${i} + 1 }));`,
+      );
+      return JSON.parse((await sandbox.commands.run('node /tmp/job.js')).stdout).result;
+    }),
+  );
+  const ratio = source.p50 / server.p50;
+  results.callLatency = { server, sourceDelivery: source };
+  results.serverVsSourceDeliveryRatio = round(ratio, 1);
+  row('1 call latency', 'server.call (gateway)', ms(server));
+  row('1 call latency', 'files.write + commands.run', ms(source));
+  row('1 call latency', 'source delivery / server', `${round(ratio, 1)}×`, 'goal ≥ 20×');
+}
+
+async function callThroughput(sandbox: Sandbox, serverToken: string) {
+  log('throughput: gateway, direct, python reference, node:http floor');
+  const direct = await startListening(
+    process.execPath,
+    [
+      join(ROOT, 'dist', 'runtime', 'server.cjs'),
+      '--port',
+      '0',
+      '--load',
+      join(ROOT, 'bench', 'reference', 'add-manifest.cjs'),
+    ],
+    { ...process.env, ABX_SERVER_TOKEN: serverToken },
+  );
+  const python = await startListening('python3', [
+    join(ROOT, 'bench', 'reference', 'server.py'),
+    '0',
+    serverToken,
+  ]);
+  const hello = await startListening(process.execPath, [
+    join(ROOT, 'bench', 'reference', 'hello.cjs'),
+  ]);
+  const gateway = daemonInfo().gatewayUrl;
+  const body = JSON.stringify({ x: 1, y: 2 });
+  const targets = {
+    floor: { url: `http://127.0.0.1:${hello.port}`, headers: {} },
+    direct: {
+      url: `http://127.0.0.1:${direct.port}`,
+      headers: { authorization: `Bearer ${serverToken}` },
+    },
+    python: {
+      url: `http://127.0.0.1:${python.port}`,
+      headers: { authorization: `Bearer ${serverToken}` },
+    },
+    gateway: {
+      url: gateway,
+      headers: {
+        authorization: `Bearer ${serverToken}`,
+        'x-sandbox-id': sandbox.sandboxId,
+        'x-sandbox-port': '8080',
+        'x-access-token': sandbox.accessToken,
+      },
+    },
+  };
+  const levels = [1, 8, 32, 128];
+  const total = scale(10_000, 2_000);
+  const figures: Record<string, Record<number, { perSecond: number; latency: Summary }>> = {};
+  for (const [name, target] of Object.entries(targets)) {
+    figures[name] = {};
+    for (const concurrency of levels) {
+      const pool = new Pool(target.url, { connections: concurrency });
+      const call = async () => {
+        const res = await pool.request({
+          path: '/commands/add',
+          method: 'POST',
+          headers: { 'content-type': 'application/json', ...target.headers },
+          body,
+        });
+        const text = await res.body.text();
+        if (res.statusCode !== 200) throw new Error(`${name}: ${res.statusCode} ${text}`);
+      };
+      (figures[name] as Record<number, unknown>)[concurrency] = await throughput(
+        concurrency,
+        total,
+        call,
+      );
+      await pool.close();
+    }
+  }
+  results.throughput = figures;
+  for (const concurrency of levels) {
+    const rate = (name: string) => figures[name]?.[concurrency]?.perSecond ?? Number.NaN;
+    row(
+      '2 throughput',
+      `c=${concurrency}: floor / direct / gateway / python`,
+      `${[rate('floor'), rate('direct'), rate('gateway'), rate('python')].map((r) => Math.round(r)).join(' / ')} calls/s`,
+      `direct ${Math.round((100 * rate('direct')) / rate('floor'))}% of floor, gateway ${Math.round((100 * rate('gateway')) / rate('floor'))}%, direct ${round(rate('direct') / rate('python'), 1)}× python`,
+    );
+  }
+  const p99 = (name: string) => figures[name]?.[32]?.latency.p99 ?? Number.NaN;
+  row(
+    '2 throughput',
+    'p99 at c=32: direct / gateway / python',
+    `${[p99('direct'), p99('gateway'), p99('python')].map((v) => round(v, 2)).join(' / ')} ms`,
+  );
+  const one = (name: string) => figures[name]?.[1]?.latency.p50 ?? Number.NaN;
+  const gatewayCost = one('gateway') - one('direct');
+  results.gatewayCostMs = round(gatewayCost, 3);
+  row('3 gateway cost', 'p50 at c=1: gateway − direct', `${round(gatewayCost, 3)} ms per call`);
+}
+
+async function lifecycle(template: string) {
+  log('sandbox create → first command → kill');
+  const created: number[] = [];
+  const killed: number[] = [];
+  for (let i = 0; i < scale(50, 10); i++) {
+    const t0 = performance.now();
+    const sandbox = await Sandbox.create({ template });
+    await sandbox.commands.run('true');
+    created.push(performance.now() - t0);
+    const t1 = performance.now();
+    await sandbox.kill();
+    killed.push(performance.now() - t1);
+  }
+  const t = performance.now();
+  const many = await Promise.all(
+    Array.from({ length: 20 }, async () => {
+      const t0 = performance.now();
+      const sandbox = await Sandbox.create({ template });
+      await sandbox.commands.run('true');
+      return { sandbox, ms: performance.now() - t0 };
+    }),
+  );
+  const wall = performance.now() - t;
+  await Promise.all(many.map(({ sandbox }) => sandbox.kill()));
+  results.lifecycle = {
+    createToFirstCommand: summarize(created),
+    kill: summarize(killed),
+    concurrent20: { wallMs: round(wall, 1), each: summarize(many.map((m) => m.ms)) },
+  };
+  row('4 lifecycle', 'create → first command done', ms(summarize(created)), 'goal p50 < 50 ms');
+  row('4 lifecycle', 'kill', ms(summarize(killed)));
+  row(
+    '4 lifecycle',
+    '20 creates at once',
+    `${round(wall, 0)} ms wall, each ${ms(summarize(many.map((m) => m.ms)))}`,
+  );
+}
+
+async function serverStart(sandbox: Sandbox) {
+  log('server.start');
+  const samples = await timeEach(
+    scale(10, 3),
+    () => sandbox.server.start({ commands: [BenchCommands], restart: true }),
+    0,
+  );
+  results.serverStart = summarize(samples);
+  row('5 server.start', 'bundle + upload + start + healthy', ms(summarize(samples)));
+}
+
+async function transfers(sandbox: Sandbox) {
+  log('upload / download');
+  const sizes = QUICK ? [1, 64] : [1, 256];
+  const figures: Record<string, number> = {};
+  const dir = mkdtempSync(join(HOME, 'transfer-'));
+  for (const mib of sizes) {
+    const data = Buffer.alloc(mib * 1024 * 1024, 7);
+    const file = join(dir, `data-${mib}.bin`);
+    writeFileSync(file, data);
+    const rate = (seconds: number) => round(mib / seconds, 1);
+    const time = async (fn: () => Promise<unknown>) => {
+      const samples = await timeEach(mib > 8 ? 3 : 10, fn, 1);
+      return median(samples) / 1000;
+    };
+    figures[`cp ${mib} MiB`] = rate(
+      await time(async () => {
+        spawnSync('cp', [file, `${file}.copy`]);
+      }),
+    );
+    figures[`envd upload ${mib} MiB`] = rate(
+      await time(() => sandbox.files.write('/tmp/up.bin', data)),
+    );
+    figures[`envd download ${mib} MiB`] = rate(
+      await time(() => sandbox.files.read('/tmp/up.bin', { format: 'bytes' })),
+    );
+    if (mib <= 32) {
+      const content = data.toString('base64');
+      figures[`server upload ${mib} MiB`] = rate(
+        await time(() =>
+          sandbox.server.call('upload', { path: '/tmp/up2.bin', content, encoding: 'base64' }),
+        ),
+      );
+      figures[`server download ${mib} MiB`] = rate(
+        await time(() => sandbox.server.call('download', { path: '/tmp/up2.bin' })),
+      );
+    }
+  }
+  rmSync(dir, { recursive: true, force: true });
+  results.transfersMBps = figures;
+  for (const mib of sizes) {
+    const f = (name: string) => figures[`${name} ${mib} MiB`];
+    row(
+      '6 transfers',
+      `${mib} MiB: cp / envd up / envd down${mib <= 32 ? ' / server up / server down' : ''}`,
+      `${[f('cp'), f('envd upload'), f('envd download'), f('server upload'), f('server download')].filter((v) => v !== undefined).join(' / ')} MiB/s`,
+      `upload ${Math.round((100 * (f('envd upload') ?? 0)) / (f('cp') ?? 1))}% of cp (goal ≥ 50%)`,
+    );
+  }
+}
+
+async function memory(sandbox: Sandbox, template: string) {
+  log('memory');
+  const envd = await sandboxRssMiB(sandbox, 'envd.cjs');
+  const idle = await sandboxRssMiB(sandbox, 'server.cjs');
+  const calls = scale(100_000, 10_000);
+  const gatewayCalls = await throughput(32, calls, (i) => sandbox.server.call('add', { x: i }));
+  const after = await sandboxRssMiB(sandbox, 'server.cjs');
+  const daemonBefore = rssMiB(daemonInfo().pid);
+  const count = scale(100, 20);
+  const many: Sandbox[] = [];
+  for (let i = 0; i < count; i++) many.push(await Sandbox.create({ template }));
+  const daemonWith = rssMiB(daemonInfo().pid);
+  await Promise.all(many.map((s) => s.kill()));
+  results.memoryMiB = {
+    envd,
+    serverIdle: idle,
+    serverAfterCalls: after,
+    calls,
+    callsPerSecond: round(gatewayCalls.perSecond, 0),
+    daemon: daemonBefore,
+    daemonWithSandboxes: daemonWith,
+    sandboxes: count,
+  };
+  row('8 memory', 'RSS envd / server idle', `${envd} / ${idle} MiB`, 'goal < 60 MiB each');
+  row('8 memory', `server RSS after ${calls} calls`, `${after} MiB (+${round(after - idle, 1)})`);
+  row(
+    '8 memory',
+    `daemon RSS, then with ${count} sandboxes`,
+    `${daemonBefore} → ${daemonWith} MiB`,
+  );
+}
+
+async function main() {
+  const templateFile = join(HOME, 'bench.yaml');
+  writeFileSync(
+    templateFile,
+    'name: bench\ncapabilities: [shell, files, code, ports]\ntimeout: 30m\n',
+  );
+  const { name: template } = await Templates.build(templateFile);
+  const sandbox = await Sandbox.create({ template });
+  try {
+    await sandbox.server.start({ commands: [BenchCommands] });
+    const state = JSON.parse(await sandbox.files.read('/home/user/.abx/server/server-8080.json'));
+    await callLatency(sandbox);
+    await callThroughput(sandbox, state.token);
+    await lifecycle(template);
+    await serverStart(sandbox);
+    await transfers(sandbox);
+    await memory(sandbox, template);
+  } finally {
+    for (const child of children) child.kill('SIGKILL');
+    for (const info of await Sandbox.list({ state: 'running' })) await Sandbox.kill(info.sandboxId);
+    spawnSync(process.execPath, [join(ROOT, 'dist', 'cli.js'), 'daemon', 'stop'], {
+      env: process.env,
+    });
+    rmSync(HOME, { recursive: true, force: true });
+  }
+  results.finishedAt = new Date().toISOString();
+  writeFileSync(join(ROOT, 'bench', 'results.json'), `${JSON.stringify(results, null, 2)}\n`);
+  const lines = [
+    `Machine: ${(results.machine as { cpu: string }).cpu}, ${(results.machine as { cores: number }).cores} cores, Node ${process.version}${QUICK ? ' (--quick)' : ''}`,
+    '',
+    '| benchmark | figure | value | note |',
+    '| --- | --- | --- | --- |',
+    ...table.map((cells) => `| ${cells.join(' | ')} |`),
+  ];
+  console.log(lines.join('\n'));
+}
+
+await main();

@@ -1,0 +1,160 @@
+import { editFile } from './edit.js';
+import { globFiles } from './glob.js';
+import { grepFiles } from './grep.js';
+import { deletePath, listDirectory } from './ls-delete.js';
+import { executeWithOffload } from './offload.js';
+import { readFile } from './read.js';
+import type {
+  DeleteResult,
+  EditOptions,
+  EditResult,
+  ExecuteOffloadResult,
+  ExecuteOptions,
+  ExecuteResponse,
+  ExecuteWithOffloadOptions,
+  FileDownloadResponse,
+  FileUploadResponse,
+  GlobOptions,
+  GlobResult,
+  GrepOptions,
+  GrepResult,
+  LsResult,
+  ReadOptions,
+  ReadResult,
+  WriteResult,
+} from './types.js';
+
+/**
+ * The file tools an agent framework gives a model (`ls`, `read_file`, `write_file`, `edit_file`,
+ * `glob`, `grep`, `execute`), built on one abstract {@link execute}: any backend that can run a
+ * shell command gets them all. The contract is that of LangChain deepagents' `BaseSandbox`, in
+ * TypeScript form (camelCase, async, plain result objects).
+ *
+ * Subclasses supply {@link id}, {@link execute}, {@link uploadFiles} and {@link downloadFiles}.
+ *
+ * **What the sandbox needs:** POSIX `sh` and **Node.js** (`node` on PATH, or set
+ * {@link interpreter}). read, edit, ls, grep, glob, delete and the capture of
+ * {@link executeWithOffload} run as small node programs sent with each call; their arguments
+ * travel as JSON on stdin, never as shell words. Without the interpreter these methods return a
+ * clear error naming it. {@link write} only uses {@link uploadFiles}.
+ *
+ * Failures of the operation (missing file, no match...) come back as `error` in the result;
+ * failures of the backend itself (the sandbox is gone) throw.
+ *
+ * Relative paths are resolved against the backend's working directory; every path in a result
+ * is absolute.
+ */
+export abstract class BaseSandbox {
+  /** Identifies the sandbox (for logs and agent state). */
+  abstract readonly id: string;
+
+  /**
+   * When true, {@link executeWithOffload} captures output at the source and leaves large output
+   * in a file. Off by default: the wrapper needs the interpreter and a writable capture path.
+   */
+  enableCaptureOffload = false;
+
+  /** The program the sandbox-side helpers run with; default `node` from PATH. */
+  interpreter = 'node';
+
+  /**
+   * Runs a shell command (`/bin/sh -c`) and waits for it: `{ output, exitCode, truncated }`, with
+   * stdout and stderr combined. A non-zero exit is a result, not an error.
+   */
+  abstract execute(command: string, options?: ExecuteOptions): Promise<ExecuteResponse>;
+
+  /**
+   * Writes files (creating parent directories). One response per input, in input order; a file
+   * that fails gets an `error` code and never makes the call throw.
+   */
+  abstract uploadFiles(files: [path: string, content: Uint8Array][]): Promise<FileUploadResponse[]>;
+
+  /** Reads files. One response per input, in input order; failures are per-file error codes. */
+  abstract downloadFiles(paths: string[]): Promise<FileDownloadResponse[]>;
+
+  /**
+   * Reads a page of a file on the sandbox side: lines `offset` (0-based) to `offset + limit`,
+   * CRLF turned into LF, no line numbers (add them with `formatContentWithLineNumbers`). An
+   * empty file gives a reminder text; media files and files whose first 8 KiB are not UTF-8 come
+   * back whole as base64 (at most 500 KiB). A page is capped near 500 KiB, with a note saying
+   * how to continue.
+   */
+  read(path: string, options: ReadOptions = {}): Promise<ReadResult> {
+    return readFile(this, path, options);
+  }
+
+  /** Creates or overwrites a file with exactly `content` (UTF-8), creating parent directories. */
+  async write(path: string, content: string): Promise<WriteResult> {
+    const [response] = await this.uploadFiles([[path, new TextEncoder().encode(content)]]);
+    if (!response) return { error: `Error: writing '${path}' got no response from the backend` };
+    if (response.error) return { error: writeError(path, response.error) };
+    return { path };
+  }
+
+  /**
+   * Replaces `oldString` with `newString` in a file, on the sandbox side. It must occur exactly
+   * once unless `replaceAll`; otherwise the file is left unchanged and `error` says why.
+   */
+  edit(
+    path: string,
+    oldString: string,
+    newString: string,
+    options: EditOptions = {},
+  ): Promise<EditResult> {
+    return editFile(this, path, oldString, newString, options);
+  }
+
+  /** Deletes a file, a symlink (even a broken one) or a whole directory tree. */
+  delete(path: string): Promise<DeleteResult> {
+    return deletePath(this, path);
+  }
+
+  /** The entries of a directory, one level, hidden ones included. */
+  ls(path: string): Promise<LsResult> {
+    return listDirectory(this, path);
+  }
+
+  /**
+   * Lines containing `pattern` (a literal, case-sensitive substring, not a regex) in a file or
+   * under a directory, optionally only in files matching `glob`, at most `maxCount`.
+   */
+  grep(pattern: string, options: GrepOptions = {}): Promise<GrepResult> {
+    return grepFiles(this, pattern, options);
+  }
+
+  /**
+   * Regular files matching a glob (`*`, `?`, `**`, `[!x]`, `{a,b}`), sorted, absolute. A pattern
+   * without `/` matches base names at any depth; with `/` it matches paths relative to `path`.
+   * At most 1000 results and 20 s of walking (`truncated` says when either cut it short).
+   */
+  glob(pattern: string, options: GlobOptions = {}): Promise<GlobResult> {
+    return globFiles(this, pattern, options);
+  }
+
+  /**
+   * Runs a command whose output may be large. With {@link enableCaptureOffload} false it is
+   * just {@link execute} (`offloaded: false`). When true, output up to `maxInlineBytes` comes back
+   * whole and leaves no file; larger output stays at `capturePath` and only a preview (first and
+   * last lines, and how many were left out) comes back. Capture stops at `maxCaptureBytes`
+   * (`truncated`) without stopping the command; the exit code is the command's own.
+   */
+  executeWithOffload(
+    command: string,
+    options: ExecuteWithOffloadOptions,
+  ): Promise<ExecuteOffloadResult> {
+    return executeWithOffload(this, command, options);
+  }
+}
+
+function writeError(path: string, code: string): string {
+  switch (code) {
+    case 'is_directory':
+      return `Error: '${path}' is a directory; cannot write a file there`;
+    case 'permission_denied':
+      return `Error: Permission denied writing '${path}'`;
+    case 'invalid_path':
+      return `Error: Invalid path '${path}'`;
+    default:
+      return `Error: Failed to write file '${path}': ${code}`;
+  }
+}
