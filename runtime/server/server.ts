@@ -89,6 +89,7 @@ export class SandboxServer {
   private readonly active = new Set<ServerResponse>();
   private stopping: Promise<void> | undefined;
   private extra: NetServer | undefined;
+  private tokenDigest: Buffer | undefined;
   private resolveStopped = () => {};
   /** Resolves once the server has stopped, whether by {@link stop}, SIGTERM or `POST /shutdown`. */
   readonly stopped = new Promise<void>((resolve) => {
@@ -248,6 +249,7 @@ export class SandboxServer {
     const header = req.headers.authorization ?? '';
     const given = header.startsWith('Bearer ') ? header.slice(7) : '';
     // Hashing first gives equal lengths, so the comparison time says nothing about the token.
-    return timingSafeEqual(digest(given), digest(this.options.token ?? ''));
+    this.tokenDigest ??= digest(this.options.token ?? '');
+    return timingSafeEqual(digest(given), this.tokenDigest);
   }
 }
