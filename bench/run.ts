@@ -61,11 +61,11 @@ function rssMiB(pid: number): number {
   return round(Number(/VmRSS:\s+(\d+)/.exec(status)?.[1]) / 1024, 1);
 }
 
-/** RSS of the node process inside the sandbox that runs `script` (e.g. envd.cjs). */
+/** RSS of the node process inside the sandbox that runs `/opt/abx/<script>` (envd.cjs...). */
 async function sandboxRssMiB(sandbox: Sandbox, script: string): Promise<number> {
-  // Matches `node /opt/abx/<script>` exactly, never this shell loop's own command line.
+  // Compares argv[1] exactly: a pattern over whole command lines would match this loop itself.
   const { stdout } = await sandbox.commands.run(
-    `for p in /proc/[0-9]*; do case "$(tr '\\0' ' ' < $p/cmdline 2>/dev/null)" in *"node /opt/abx/${script}"*) grep VmRSS $p/status;; esac; done | head -1`,
+    `for p in /proc/[0-9]*; do [ "$(tr '\\0' '\\n' < $p/cmdline 2>/dev/null | sed -n 2p)" = /opt/abx/${script} ] && grep VmRSS $p/status; done | head -1`,
   );
   return round(Number(/(\d+)/.exec(stdout)?.[1]) / 1024, 1);
 }

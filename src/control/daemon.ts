@@ -56,6 +56,7 @@ export class Daemon {
   private readonly gateway: Gateway;
   private readonly apiKeyHash: string;
   private reaper: NodeJS.Timeout | undefined;
+  private readonly liveness = new Map<string, { alive: boolean; at: number }>();
   private stopping: Promise<void> | undefined;
   private resolveStopped = () => {};
   readonly stopped = new Promise<void>((resolve) => {
@@ -127,7 +128,16 @@ export class Daemon {
     this.gateway = new Gateway(
       {
         find: (id) => this.registry.getSandbox(id),
-        isAlive: (record) => this.provider.isAlive(record.handle),
+        isAlive: (record) => {
+          // /proc is read at most every 250 ms per sandbox; a sandbox that dies in between fails
+          // at the socket instead, with an error of its own.
+          const cached = this.liveness.get(record.id);
+          if (cached && Date.now() - cached.at < 250) return cached.alive;
+          const alive = this.provider.isAlive(record.handle);
+          this.liveness.set(record.id, { alive, at: Date.now() });
+          if (this.liveness.size > 10_000) this.liveness.clear();
+          return alive;
+        },
         openPort: async (record, token, port) => {
           // A socket that exists is served already (by envd's forwarder, or by a command server
           // listening there itself): no round trip to envd per request.

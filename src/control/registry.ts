@@ -69,6 +69,7 @@ const fromRow = (row: SandboxRow): SandboxRecord => ({
 /** The control plane's state in SQLite: sandboxes and templates. */
 export class Registry {
   private readonly db: Database.Database;
+  private bySandboxId: Database.Statement | undefined;
 
   constructor(file: string) {
     this.db = new Database(file);
@@ -116,9 +117,9 @@ export class Registry {
   }
 
   getSandbox(id: string): SandboxRecord | undefined {
-    const row = this.db.prepare('SELECT * FROM sandboxes WHERE id = ?').get(id) as
-      | SandboxRow
-      | undefined;
+    // The gateway looks a sandbox up on every request: the statement is compiled once.
+    this.bySandboxId ??= this.db.prepare('SELECT * FROM sandboxes WHERE id = ?');
+    const row = this.bySandboxId.get(id) as SandboxRow | undefined;
     return row && fromRow(row);
   }
 
