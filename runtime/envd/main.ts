@@ -7,6 +7,7 @@ import { PROCESS } from '../server/groups/process.js';
 import { SYSTEM } from '../server/groups/system.js';
 import { TERMINAL } from '../server/groups/terminal.js';
 import { SandboxServer } from '../server/server.js';
+import { ENV } from './env.js';
 import { EXEC } from './exec.js';
 import { FILES_BATCH } from './files-batch.js';
 import { portsGroup } from './ports.js';
@@ -47,6 +48,7 @@ const server = new SandboxServer({
     DEV_TOOLS,
     portsGroup(values['ports-dir']),
     FILES_BATCH,
+    ENV,
   ],
   // Raw uploads stream to disk, so they may be large; JSON bodies are read whole and stay at
   // the default limit (64 MiB).

@@ -17,7 +17,7 @@ export interface ApiContext {
 
 type ApiRoute = Route<ApiContext>;
 
-const STATES: SandboxState[] = ['running', 'killed', 'expired', 'dead'];
+const STATES: SandboxState[] = ['running', 'pooled', 'killed', 'expired', 'dead'];
 
 /** A sandbox as the API shows it (never its token). */
 export function sandboxJson(record: SandboxRecord) {
@@ -166,7 +166,12 @@ export const API_ROUTES: ApiRoute[] = [
     group: 'api',
     summary: 'Build a template from a template.yaml on this host: { path }.',
     args: argList({ path: 'str' }),
-    handler: async ({ args, ctx }) => templateJson(await ctx.templates.build(args.path as string)),
+    handler: async ({ args, ctx }) => {
+      const built = await ctx.templates.build(args.path as string);
+      // Spare sandboxes of the old build must not be handed out.
+      await ctx.sandboxes.drainPool(built.spec.name);
+      return templateJson(built);
+    },
   },
   {
     method: 'DELETE',
@@ -174,8 +179,9 @@ export const API_ROUTES: ApiRoute[] = [
     group: 'api',
     summary: 'Remove a built template.',
     body: 'none',
-    handler: ({ params, ctx }) => {
+    handler: async ({ params, ctx }) => {
       ctx.templates.remove(params.name as string);
+      await ctx.sandboxes.drainPool(params.name as string);
       return { removed: params.name };
     },
   },

@@ -10,6 +10,7 @@ const daemon = new Daemon({
   ...(process.env.ABX_API_PORT ? { apiPort: Number(process.env.ABX_API_PORT) } : {}),
   ...(process.env.ABX_GATEWAY_PORT ? { gatewayPort: Number(process.env.ABX_GATEWAY_PORT) } : {}),
   ...(process.env.ABX_DOMAIN ? { domain: process.env.ABX_DOMAIN } : {}),
+  ...(process.env.ABX_WARM_POOL ? { warmPool: Number(process.env.ABX_WARM_POOL) } : {}),
 });
 for (const signal of ['SIGTERM', 'SIGINT'] as const) {
   process.on(signal, () => void daemon.stop());

@@ -27,6 +27,11 @@ export interface DaemonOptions {
   domain?: string;
   /** How often expired sandboxes are looked for; default 1 s. */
   reapIntervalMs?: number;
+  /**
+   * Sandboxes kept started per template once it has been used, so `create` hands one out at
+   * once; default 1, 0 turns the warm pool off.
+   */
+  warmPool?: number;
   provider?: SandboxProvider;
 }
 
@@ -105,6 +110,18 @@ export class Daemon {
       this.templates,
       this.paths.sandboxes,
       (id) => sandboxToken(tokenSecret, id),
+      async (handle, token, env) => {
+        const { status, body } = await envdRequest<{ error?: string }>(
+          handle.envdSocket,
+          token,
+          'PUT',
+          '/env',
+          { env },
+        );
+        if (status !== 200)
+          throw new Error(body.error ?? `envd refused the environment (${status})`);
+      },
+      options.warmPool ?? 1,
     );
     const table = new RouteTable(API_ROUTES);
     const context: ApiContext = {
@@ -186,6 +203,7 @@ export class Daemon {
   stop(): Promise<void> {
     this.stopping ??= (async () => {
       clearInterval(this.reaper);
+      await this.sandboxes.close();
       const close = (server: Server) =>
         new Promise<void>((resolve) => {
           server.close(() => resolve());

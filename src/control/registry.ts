@@ -1,8 +1,11 @@
 import Database from 'better-sqlite3';
 import type { SandboxHandle } from '../providers/provider.js';
 
-/** Life of a sandbox: `running` until killed, expired (reaped) or found dead. */
-export type SandboxState = 'running' | 'killed' | 'expired' | 'dead';
+/**
+ * Life of a sandbox: `running` until killed, expired (reaped) or found dead. `pooled`: started
+ * ahead of demand in the warm pool, not yet handed out (never listed by default).
+ */
+export type SandboxState = 'pooled' | 'running' | 'killed' | 'expired' | 'dead';
 
 /** One sandbox as the registry records it. */
 export interface SandboxRecord {
@@ -129,6 +132,8 @@ export class Registry {
     if (filter.state) {
       where.push('state = ?');
       params.push(filter.state);
+    } else {
+      where.push("state != 'pooled'");
     }
     if (filter.template) {
       where.push('template = ?');
@@ -142,8 +147,46 @@ export class Registry {
     return (this.db.prepare(sql).all(...params) as SandboxRow[]).map(fromRow);
   }
 
+  /**
+   * Hands out the oldest pooled sandbox of a template: it becomes `running` with the caller's
+   * metadata and lifetime. One statement, so two concurrent creates never get the same one.
+   */
+  claimPooled(
+    template: string,
+    metadata: Record<string, string>,
+    now: number,
+    expiresAt: number,
+  ): SandboxRecord | undefined {
+    const row = this.db
+      .prepare(
+        `UPDATE sandboxes SET state = 'running', metadata = ?, created_at = ?, expires_at = ?
+         WHERE id = (SELECT id FROM sandboxes WHERE state = 'pooled' AND template = ?
+                     ORDER BY created_at LIMIT 1)
+         RETURNING *`,
+      )
+      .get(JSON.stringify(metadata), now, expiresAt, template) as SandboxRow | undefined;
+    return row && fromRow(row);
+  }
+
+  countPooled(template: string): number {
+    return (
+      this.db
+        .prepare(`SELECT COUNT(*) AS n FROM sandboxes WHERE state = 'pooled' AND template = ?`)
+        .get(template) as { n: number }
+    ).n;
+  }
+
+  /** Removes a row for good (a pooled sandbox that was never handed out). */
+  deleteSandbox(id: string): void {
+    this.db.prepare('DELETE FROM sandboxes WHERE id = ?').run(id);
+  }
+
   /** Marks a running sandbox ended; false when it was not running (already ended). */
-  endSandbox(id: string, state: Exclude<SandboxState, 'running'>, reason: string): boolean {
+  endSandbox(
+    id: string,
+    state: Exclude<SandboxState, 'running' | 'pooled'>,
+    reason: string,
+  ): boolean {
     const result = this.db
       .prepare(
         `UPDATE sandboxes SET state = ?, end_reason = ?, ended_at = ? WHERE id = ? AND state = 'running'`,

@@ -1,10 +1,10 @@
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
-import type { SandboxProvider } from '../providers/provider.js';
+import type { SandboxHandle, SandboxProvider } from '../providers/provider.js';
 import { InvalidArgumentError, NotFoundError } from '../sandbox/errors.js';
 import { hashToken, newSandboxId } from './ids.js';
 import type { Registry, SandboxFilter, SandboxRecord } from './registry.js';
-import type { TemplateService } from './template-service.js';
+import type { BuiltTemplate, TemplateService } from './template-service.js';
 
 /** What `POST /v1/sandboxes` takes. */
 export interface CreateSandboxRequest {
@@ -59,7 +59,18 @@ export class SandboxService {
     private readonly sandboxesDir: string,
     /** The access token of a sandbox id (derived, never stored). */
     readonly tokenOf: (id: string) => string,
+    /** Adds variables to a running sandbox's environment (envd's `PUT /env`). */
+    private readonly setEnv: (
+      handle: SandboxHandle,
+      token: string,
+      env: Record<string, string>,
+    ) => Promise<void>,
+    /** Sandboxes kept started per template, ready to hand out; 0 turns the pool off. */
+    private readonly warmPool = 1,
   ) {}
+
+  private readonly refilling = new Map<string, Promise<void>>();
+  private stopped = false;
 
   async create(
     request: CreateSandboxRequest,
@@ -69,13 +80,32 @@ export class SandboxService {
       request.timeoutMs === undefined ? template.spec.timeoutMs : checkTimeout(request.timeoutMs);
     const envs = checkStringMap('envs', request.envs);
     const metadata = checkStringMap('metadata', request.metadata);
+    const name = template.spec.name;
+    try {
+      const pooled = await this.claimPooled(name, envs, metadata, timeoutMs);
+      if (pooled) return { record: pooled, accessToken: this.tokenOf(pooled.id) };
+      const { record } = await this.start(template, 'running', envs, metadata, timeoutMs);
+      return { record, accessToken: this.tokenOf(record.id) };
+    } finally {
+      // The next create of this template finds a sandbox waiting.
+      void this.refill(name);
+    }
+  }
+
+  /** Starts a sandbox and records it; never leaves one running without a registry row. */
+  private async start(
+    template: BuiltTemplate,
+    state: 'running' | 'pooled',
+    envs: Record<string, string>,
+    metadata: Record<string, string>,
+    timeoutMs: number,
+  ): Promise<{ record: SandboxRecord }> {
     const id = newSandboxId();
     const accessToken = this.tokenOf(id);
-    const dir = join(this.sandboxesDir, id);
     const handle = await this.provider.create({
       id,
       accessToken,
-      dir,
+      dir: join(this.sandboxesDir, id),
       ...(template.homeDir ? { baseHome: template.homeDir } : {}),
       env: { ...template.spec.env, ...envs },
       workdir: template.spec.workdir,
@@ -86,7 +116,7 @@ export class SandboxService {
     const record: SandboxRecord = {
       id,
       template: template.spec.name,
-      state: 'running',
+      state,
       metadata,
       createdAt: now,
       expiresAt: now + timeoutMs,
@@ -99,11 +129,77 @@ export class SandboxService {
     try {
       this.registry.insertSandbox(record);
     } catch (error) {
-      // Never leave a sandbox running without a registry row.
       await this.provider.kill(handle);
       throw error;
     }
-    return { record, accessToken };
+    return { record };
+  }
+
+  /** A pooled sandbox of the template made the caller's, or undefined when none is waiting. */
+  private async claimPooled(
+    template: string,
+    envs: Record<string, string>,
+    metadata: Record<string, string>,
+    timeoutMs: number,
+  ): Promise<SandboxRecord | undefined> {
+    if (this.warmPool <= 0) return undefined;
+    for (;;) {
+      const now = Date.now();
+      const record = this.registry.claimPooled(template, metadata, now, now + timeoutMs);
+      if (!record) return undefined;
+      if (!this.provider.isAlive(record.handle)) {
+        this.registry.endSandbox(record.id, 'dead', 'a pooled sandbox whose processes ended');
+        continue;
+      }
+      // It started before the caller's envs were known: envd adds them for every later process.
+      if (Object.keys(envs).length > 0) {
+        try {
+          await this.setEnv(record.handle, this.tokenOf(record.id), envs);
+        } catch (error) {
+          await this.kill(record.id, 'killed', 'could not set its environment');
+          throw error;
+        }
+      }
+      return record;
+    }
+  }
+
+  /** Tops the warm pool of a template up to its size, one sandbox at a time. */
+  refill(template: string): Promise<void> {
+    if (this.warmPool <= 0 || this.stopped) return Promise.resolve();
+    let running = this.refilling.get(template);
+    if (!running) {
+      running = (async () => {
+        while (!this.stopped && this.registry.countPooled(template) < this.warmPool) {
+          const built = this.templates.get(template);
+          await this.start(built, 'pooled', {}, {}, MAX_SANDBOX_TIMEOUT_MS);
+        }
+      })()
+        .catch((error) => console.error(`warm pool of ${template}:`, error))
+        .finally(() => this.refilling.delete(template));
+      this.refilling.set(template, running);
+    }
+    return running;
+  }
+
+  /**
+   * Kills the pooled sandboxes of a template (all templates when none is named): after a rebuild
+   * they would start from the old home, and a stopping daemon leaves none behind.
+   */
+  async drainPool(template?: string): Promise<void> {
+    await (template ? this.refilling.get(template) : Promise.all(this.refilling.values()));
+    for (const record of this.registry.listSandboxes({ state: 'pooled' })) {
+      if (template && record.template !== template) continue;
+      await this.provider.kill(record.handle);
+      this.registry.deleteSandbox(record.id);
+      rmSync(join(this.sandboxesDir, record.id), { recursive: true, force: true });
+    }
+  }
+
+  /** Stops refilling and empties the warm pool (the daemon is stopping). */
+  async close(): Promise<void> {
+    this.stopped = true;
+    await this.drainPool();
   }
 
   /** A sandbox in any state; one recorded as running whose processes are gone is marked dead. */
@@ -185,6 +281,8 @@ export class SandboxService {
   async adopt(): Promise<{ adopted: string[]; dead: string[]; orphans: string[] }> {
     const adopted: string[] = [];
     const dead: string[] = [];
+    // A previous daemon's spare sandboxes may come from an older template build: start afresh.
+    await this.drainPool();
     for (const record of this.registry.listSandboxes({ state: 'running' })) {
       if (this.provider.isAlive(record.handle)) adopted.push(record.id);
       else {

@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect, test } from 'vitest';
+import { ENV } from '../../runtime/envd/env.js';
 import { EXEC } from '../../runtime/envd/exec.js';
 import { FILES_BATCH } from '../../runtime/envd/files-batch.js';
 import { portsGroup } from '../../runtime/envd/ports.js';
@@ -24,7 +25,12 @@ test('docs/envd-api.md lists exactly the envd-only routes, each with its group a
     })
     .sort();
   // Defining the group opens nothing: forwarders start only when a route is called.
-  const routes = [...EXEC.routes, ...portsGroup('/nonexistent').routes, ...FILES_BATCH.routes]
+  const routes = [
+    ...EXEC.routes,
+    ...portsGroup('/nonexistent').routes,
+    ...FILES_BATCH.routes,
+    ...ENV.routes,
+  ]
     .map((r) => `${r.method} ${r.path} ${r.group}: ${r.summary}`)
     .sort();
   expect(documented).toEqual(routes);

@@ -169,6 +169,37 @@ describe('a sandbox', () => {
   });
 });
 
+describe('the warm pool', () => {
+  test('a used template keeps a sandbox started; create hands it out with the caller’s envs', async () => {
+    await withSandbox(async () => {
+      let pooled = await Sandbox.list({ home, state: 'pooled' });
+      for (let i = 0; i < 200 && pooled.length === 0; i++) {
+        await new Promise((resolve) => setTimeout(resolve, 25));
+        pooled = await Sandbox.list({ home, state: 'pooled' });
+      }
+      expect(pooled.map((s) => s.template)).toEqual(['base']);
+      // Pooled sandboxes are not the caller's: the default listing leaves them out.
+      expect((await Sandbox.list({ home })).map((s) => s.sandboxId)).not.toContain(
+        pooled[0]?.sandboxId,
+      );
+      const handedOut = await Sandbox.create({
+        home,
+        envs: { FROM_POOL: 'set after start' },
+        metadata: { pooled: 'yes' },
+      });
+      try {
+        expect(handedOut.sandboxId).toBe(pooled[0]?.sandboxId);
+        const info = await handedOut.getInfo();
+        expect([info.state, info.metadata]).toEqual(['running', { pooled: 'yes' }]);
+        const { stdout } = await handedOut.commands.run('echo "$FROM_POOL"; echo "$HOME"');
+        expect(stdout).toBe('set after start\n/home/user\n');
+      } finally {
+        await handedOut.kill();
+      }
+    });
+  });
+});
+
 describe('isolation', () => {
   test('no host file beyond the read-only system folders, no writes to them', async () => {
     const secretDir = mkdtempSync(join(tmpdir(), 'abx-host-secret-'));
