@@ -32,7 +32,7 @@ import { Templates } from './templates.js';
 export interface SandboxInfo {
   sandboxId: string;
   template: string;
-  state: 'running' | 'killed' | 'expired' | 'dead';
+  state: 'pooled' | 'running' | 'killed' | 'expired' | 'dead';
   metadata: Record<string, string>;
   capabilities: string[];
   createdAt: string;
