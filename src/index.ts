@@ -8,6 +8,9 @@ export type {
 } from '../decorators/index.js';
 export { arg, float, int, sandbox } from '../decorators/index.js';
 export { BaseSandbox } from './agent/base-sandbox.js';
+export type { CommandHost } from './agent/command-tools.js';
+export type { DeepAgentsBackend, DeepAgentsFileInfo } from './agent/deepagents.js';
+export { deepAgentsBackend } from './agent/deepagents.js';
 export {
   formatContentWithLineNumbers,
   LINE_NUMBER_WIDTH,
@@ -15,6 +18,24 @@ export {
 } from './agent/format.js';
 export type { LocalShellSandboxOptions } from './agent/local-shell-sandbox.js';
 export { LocalShellSandbox } from './agent/local-shell-sandbox.js';
+export type {
+  AnthropicTool,
+  OpenAITool,
+  VercelAISchema,
+  VercelAITool,
+} from './agent/tool-adapters.js';
+export {
+  callTool,
+  toAnthropicTools,
+  toOpenAITools,
+  toVercelAITools,
+} from './agent/tool-adapters.js';
+export { ToolCallError } from './agent/tool-error.js';
+export type { ToolParameters, ToolProperty } from './agent/tool-schema.js';
+export type { FileToolName, JsonValue, SandboxTool } from './agent/tool-types.js';
+export { FILE_TOOL_NAMES } from './agent/tool-types.js';
+export type { SandboxToolsOptions } from './agent/tools.js';
+export { sandboxTools } from './agent/tools.js';
 export type {
   DeleteResult,
   EditOptions,
@@ -62,6 +83,8 @@ export { renderShellCommand } from './commands/shell-template.js';
 export type { Capability, Template } from './commands/template.js';
 export { CAPABILITIES, loadTemplate, parseTemplate } from './commands/template.js';
 export type { DaemonInfo } from './control/daemon.js';
+export type { McpServerHandle, ServeMcpOptions } from './mcp/serve-mcp.js';
+export { serveMcp } from './mcp/serve-mcp.js';
 export type { HandleOptions, OutputCallbacks } from './sandbox/command-handle.js';
 export { CommandHandle } from './sandbox/command-handle.js';
 export type { CommandServer, ServerStartOptions } from './sandbox/command-server.js';

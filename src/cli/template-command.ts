@@ -1,63 +1,66 @@
 import type { Command } from 'commander';
 import { Templates } from '../sandbox/templates.js';
+import { withSpinner } from './feedback.js';
+import { withExamples } from './options.js';
+import { formatSpan, plural, printJson, printLine, printTable } from './output.js';
 
 /** `abx template build|list|rm`. */
 export function addTemplateCommand(program: Command): void {
-  const template = program
-    .command('template')
-    .description('Build, list and remove sandbox templates (template.yaml).')
-    .addHelpText('after', '\nExample:\n  abx template build samples/template.yaml');
+  const template = withExamples(
+    program
+      .command('template')
+      .description('Build, list and remove sandbox templates (template.yaml).'),
+    'abx template build samples/template.yaml',
+  );
 
-  template
-    .command('build <path>')
-    .description('Build a template: run its setup steps once; new sandboxes start from the result.')
-    .option('--json', 'print the built template as JSON')
-    .action(async (path: string, options: { json?: boolean }) => {
-      const built = await Templates.build(path);
-      process.stdout.write(
-        options.json
-          ? `${JSON.stringify(built, null, 2)}\n`
-          : `built template '${built.name}' (${built.setup.length} setup step${built.setup.length === 1 ? '' : 's'}, capabilities: ${built.capabilities.join(', ')})\n`,
-      );
-    });
-
-  template
-    .command('list')
-    .alias('ls')
-    .description('List built templates (base is always there).')
-    .option('--json', 'print JSON')
-    .action(async (options: { json?: boolean }) => {
-      const templates = await Templates.list();
-      if (options.json) {
-        process.stdout.write(`${JSON.stringify(templates, null, 2)}\n`);
-        return;
-      }
-      const rows = [
-        ['NAME', 'CAPABILITIES', 'NETWORK', 'TIMEOUT', 'BUILT'],
-        ...templates.map((t) => [
-          t.name,
-          t.capabilities.join(','),
-          t.network,
-          `${Math.round(t.timeoutMs / 1000)}s`,
-          t.builtAt ?? 'built in',
-        ]),
-      ];
-      const widths = rows[0]?.map((_, i) => Math.max(...rows.map((r) => r[i]?.length ?? 0))) ?? [];
-      for (const row of rows) {
-        process.stdout.write(
-          `${row
-            .map((cell, i) => cell.padEnd(widths[i] ?? 0))
-            .join('  ')
-            .trimEnd()}\n`,
+  withExamples(
+    template
+      .command('build <path>')
+      .description(
+        'Build a template: run its setup steps once; new sandboxes start from the result.',
+      )
+      .option('--json', 'print the built template as JSON')
+      .action(async (path: string, options: { json?: boolean }) => {
+        const built = await withSpinner(`building ${path}`, () => Templates.build(path));
+        if (options.json) return printJson(built);
+        printLine(
+          `built template '${built.name}' (${plural(built.setup.length, 'setup step')}, capabilities: ${built.capabilities.join(', ')})`,
         );
-      }
-    });
+      }),
+    'abx template build samples/template.yaml --json',
+  );
 
-  template
-    .command('rm <name>')
-    .description('Remove a built template.')
-    .action(async (name: string) => {
-      await Templates.remove(name);
-      process.stdout.write(`removed template '${name}'\n`);
-    });
+  withExamples(
+    template
+      .command('list')
+      .alias('ls')
+      .description('List built templates (base is always there).')
+      .option('--json', 'print JSON')
+      .action(async (options: { json?: boolean }) => {
+        const templates = await Templates.list();
+        if (options.json) return printJson(templates);
+        printTable(
+          ['NAME', 'CAPABILITIES', 'NETWORK', 'TIMEOUT', 'BUILT'],
+          templates.map((t) => [
+            t.name,
+            t.capabilities.join(','),
+            t.network,
+            formatSpan(t.timeoutMs),
+            t.builtAt ?? 'built in',
+          ]),
+        );
+      }),
+    'abx template list --json',
+  );
+
+  withExamples(
+    template
+      .command('rm <name>')
+      .description('Remove a built template.')
+      .action(async (name: string) => {
+        await Templates.remove(name);
+        printLine(`removed template '${name}'`);
+      }),
+    'abx template rm data-tools',
+  );
 }

@@ -1,4 +1,6 @@
 import { BaseSandbox } from '../agent/base-sandbox.js';
+import type { SandboxTool } from '../agent/tool-types.js';
+import { type SandboxToolsOptions, sandboxTools } from '../agent/tools.js';
 import type {
   ExecuteOptions,
   ExecuteResponse,
@@ -306,6 +308,11 @@ export class Sandbox extends BaseSandbox {
     } catch {
       return [];
     }
+  }
+
+  /** This sandbox's custom commands and file tools as LLM tools (see {@link sandboxTools}). */
+  tools(options?: SandboxToolsOptions): Promise<SandboxTool[]> {
+    return sandboxTools(this, options);
   }
 
   /** Creates a sandbox from a template (starting the local daemon first if none runs). */

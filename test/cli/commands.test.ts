@@ -88,7 +88,7 @@ describe('abx commands', () => {
 
     const missing = abx('commands');
     expect(missing.code).toBe(2);
-    expect(missing.stderr).toContain("required option '-t, --template <path|name>' not specified");
+    expect(missing.stderr).toContain('abx: UsageError: give a sandbox id or --template');
   });
 
   test('--help shows an example', () => {

@@ -1,0 +1,41 @@
+import { type Command, InvalidArgumentError } from 'commander';
+import { parseDuration } from '../util/duration.js';
+
+/** Parses `30s`, `10m`, `1h` (or bare seconds) to milliseconds; commander reports a bad one. */
+export function durationArg(value: string): number {
+  const ms = parseDuration(value);
+  if (ms === undefined) {
+    throw new InvalidArgumentError('expected a duration such as 30s, 10m or 1h.');
+  }
+  return ms;
+}
+
+/** Parses a TCP port. */
+export function portArg(value: string): number {
+  const port = Number(value);
+  if (!/^\d+$/.test(value) || port < 1 || port > 65535) {
+    throw new InvalidArgumentError('expected a TCP port (1-65535).');
+  }
+  return port;
+}
+
+/** Collects a repeatable option into a list. */
+export function collect(value: string, previous: string[] = []): string[] {
+  return [...previous, value];
+}
+
+/** Collects a repeatable `K=V` option into a record (the value may itself contain `=`). */
+export function collectPairs(
+  value: string,
+  previous: Record<string, string> = {},
+): Record<string, string> {
+  const eq = value.indexOf('=');
+  if (eq <= 0) throw new InvalidArgumentError('expected KEY=VALUE.');
+  return { ...previous, [value.slice(0, eq)]: value.slice(eq + 1) };
+}
+
+/** Adds the examples shown at the end of `--help`: every command has at least one. */
+export function withExamples(command: Command, ...examples: string[]): Command {
+  const title = examples.length === 1 ? 'Example' : 'Examples';
+  return command.addHelpText('after', `\n${title}:\n${examples.map((e) => `  ${e}`).join('\n')}`);
+}

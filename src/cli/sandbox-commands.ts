@@ -1,0 +1,216 @@
+import type { Command } from 'commander';
+import { NotFoundError } from '../sandbox/errors.js';
+import { Sandbox, type SandboxInfo } from '../sandbox/sandbox.js';
+import { UsageError } from './errors.js';
+import { withSpinner } from './feedback.js';
+import { collectPairs, durationArg, withExamples } from './options.js';
+import {
+  ago,
+  type Cell,
+  printFields,
+  printJson,
+  printLine,
+  printTable,
+  relative,
+} from './output.js';
+import type { Colour } from './style.js';
+
+const STATE_COLOURS: Record<string, Colour> = {
+  running: 'green',
+  killed: 'dim',
+  expired: 'yellow',
+  dead: 'red',
+};
+
+function stateCell(state: SandboxInfo['state']): Cell {
+  const colour = STATE_COLOURS[state];
+  return colour ? { text: state, colour } : state;
+}
+
+/** A sandbox's info by id, ended ones included (connecting works only to running ones). */
+async function findSandbox(id: string): Promise<SandboxInfo> {
+  const info = (await Sandbox.list()).find((s) => s.sandboxId === id);
+  if (!info) throw new NotFoundError(`sandbox ${id} does not exist`);
+  return info;
+}
+
+function printInfo(info: SandboxInfo): void {
+  const ended = info.endedAt
+    ? [['ended', `${ago(info.endedAt)} (${info.endReason})`] as const]
+    : [];
+  printFields([
+    ['id', info.sandboxId],
+    ['template', info.template],
+    ['state', info.state],
+    ['created', `${info.createdAt} (${ago(info.createdAt)})`],
+    ['expires', info.state === 'running' ? `${info.expiresAt} (${relative(info.expiresAt)})` : '-'],
+    ...ended,
+    ['capabilities', info.capabilities.join(', ') || '-'],
+    [
+      'metadata',
+      Object.entries(info.metadata)
+        .map(([k, v]) => `${k}=${v}`)
+        .join(' ') || '-',
+    ],
+  ]);
+}
+
+interface CreateOptions {
+  template?: string;
+  timeout?: number;
+  env?: Record<string, string>;
+  meta?: Record<string, string>;
+  quiet?: boolean;
+  json?: boolean;
+}
+
+async function create(options: CreateOptions): Promise<void> {
+  const sandbox = await withSpinner(`creating a sandbox from ${options.template ?? 'base'}`, () =>
+    Sandbox.create({
+      ...(options.template ? { template: options.template } : {}),
+      ...(options.timeout ? { timeoutMs: options.timeout } : {}),
+      ...(options.env ? { envs: options.env } : {}),
+      ...(options.meta ? { metadata: options.meta } : {}),
+    }),
+  );
+  if (options.quiet) return printLine(sandbox.sandboxId);
+  const info = await sandbox.getInfo();
+  if (options.json) return printJson(info);
+  printLine(
+    `created sandbox ${info.sandboxId} (template ${info.template}, expires ${relative(info.expiresAt)})`,
+  );
+}
+
+interface ListOptions {
+  all?: boolean;
+  state?: SandboxInfo['state'];
+  template?: string;
+  meta?: Record<string, string>;
+  json?: boolean;
+}
+
+async function list(options: ListOptions): Promise<void> {
+  const sandboxes = await Sandbox.list({
+    ...(options.all ? {} : { state: options.state ?? 'running' }),
+    ...(options.template ? { template: options.template } : {}),
+    ...(options.meta ? { metadata: options.meta } : {}),
+  });
+  if (options.json) return printJson(sandboxes);
+  printTable(
+    ['ID', 'TEMPLATE', 'STATE', 'AGE', 'EXPIRES'],
+    sandboxes.map((s) => [
+      s.sandboxId,
+      s.template,
+      stateCell(s.state),
+      ago(s.createdAt).replace(/ ago$/, ''),
+      s.state === 'running' ? relative(s.expiresAt) : '-',
+    ]),
+  );
+}
+
+async function kill(ids: string[], options: { all?: boolean; json?: boolean }): Promise<void> {
+  if (options.all && ids.length > 0)
+    throw new UsageError('give sandbox ids or --all, not both', 'abx kill --help');
+  if (!options.all && ids.length === 0)
+    throw new UsageError('give the ids of the sandboxes to kill, or --all', 'abx kill --help');
+  const targets = options.all
+    ? (await Sandbox.list({ state: 'running' })).map((s) => s.sandboxId)
+    : ids;
+  const results: { sandboxId: string; killed: boolean }[] = [];
+  for (const sandboxId of targets) {
+    const killed = await withSpinner(`killing ${sandboxId}`, () => Sandbox.kill(sandboxId));
+    results.push({ sandboxId, killed });
+  }
+  if (options.json) return printJson(results);
+  for (const { sandboxId, killed } of results) {
+    printLine(killed ? `killed ${sandboxId}` : `${sandboxId} had already ended`);
+  }
+  if (results.length === 0) printLine('no running sandboxes');
+}
+
+async function timeout(id: string, ms: number, options: { json?: boolean }): Promise<void> {
+  const sandbox = await Sandbox.connect(id);
+  await sandbox.setTimeout(ms);
+  const info = await sandbox.getInfo();
+  if (options.json) return printJson(info);
+  printLine(`sandbox ${id} now expires ${relative(info.expiresAt)} (${info.expiresAt})`);
+}
+
+/** `abx create|list|info|kill|timeout`: the life of sandboxes. */
+export function addSandboxCommands(program: Command): void {
+  withExamples(
+    program
+      .command('create')
+      .description('Create a sandbox and print its id.')
+      .option('-t, --template <name>', 'template to start from', 'base')
+      .option(
+        '--timeout <duration>',
+        "lifetime before it is reaped (default: the template's)",
+        durationArg,
+      )
+      .option(
+        '-e, --env <KEY=VALUE>',
+        'environment variable of its processes (repeatable)',
+        collectPairs,
+      )
+      .option(
+        '--meta <KEY=VALUE>',
+        'a label to find it by, with list --meta (repeatable)',
+        collectPairs,
+      )
+      .option('-q, --quiet', 'print the id alone')
+      .option('--json', 'print the sandbox as JSON')
+      .action(create),
+    'abx create --template data-tools --timeout 10m --env MODE=dev',
+    'id=$(abx create -q)',
+  );
+
+  withExamples(
+    program
+      .command('list')
+      .alias('ps')
+      .description('List sandboxes: running ones, or all with --all.')
+      .option('-a, --all', 'include ended sandboxes (killed, expired, dead)')
+      .option('--state <state>', 'only sandboxes in this state')
+      .option('-t, --template <name>', 'only sandboxes of this template')
+      .option('--meta <KEY=VALUE>', 'only sandboxes with this label (repeatable)', collectPairs)
+      .option('--json', 'print JSON')
+      .action(list),
+    'abx list --meta owner=ci --json',
+  );
+
+  withExamples(
+    program
+      .command('info <id>')
+      .description('Show a sandbox: template, state, when it expires, capabilities, labels.')
+      .option('--json', 'print JSON')
+      .action(async (id: string, options: { json?: boolean }) => {
+        const info = await findSandbox(id);
+        if (options.json) printJson(info);
+        else printInfo(info);
+      }),
+    'abx info i1a2b3c4d5e6f7g8',
+  );
+
+  withExamples(
+    program
+      .command('kill [ids...]')
+      .description('Kill sandboxes and every process in them.')
+      .option('--all', 'kill every running sandbox')
+      .option('--json', 'print what was killed as JSON')
+      .action(kill),
+    'abx kill i1a2b3c4d5e6f7g8',
+    'abx kill --all',
+  );
+
+  withExamples(
+    program
+      .command('timeout')
+      .description('Set the time a sandbox has left before it is reaped, counted from now.')
+      .argument('<id>', 'the sandbox')
+      .argument('<duration>', 'time left: 30s, 10m, 1h', durationArg)
+      .option('--json', 'print the sandbox as JSON')
+      .action(timeout),
+    'abx timeout i1a2b3c4d5e6f7g8 30m',
+  );
+}

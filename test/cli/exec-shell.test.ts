@@ -1,0 +1,106 @@
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { createAbxHome } from '../helpers/abx-home.js';
+import { abxIn, CLI, inPty, sh } from './abx.js';
+
+let home: Awaited<ReturnType<typeof createAbxHome>>;
+let cli: ReturnType<typeof abxIn>;
+let id: string;
+
+beforeAll(async () => {
+  home = await createAbxHome();
+  cli = abxIn(home.home);
+  id = (await cli.abx(['create', '-q'])).stdout.trim();
+});
+
+afterAll(async () => {
+  await home?.close();
+});
+
+describe('abx exec', () => {
+  test("passes stdout and stderr through apart and exits with the command's code", async () => {
+    const result = await cli.abx(['exec', id, '--', 'sh', '-c', 'echo out; echo err >&2; exit 3']);
+    expect(result).toEqual({ code: 3, stdout: 'out\n', stderr: 'err\n' });
+    expect((await cli.abx(['exec', id, '--', 'true'])).code).toBe(0);
+  });
+
+  test('one word is a shell line; several are an argv, quoted for the shell', async () => {
+    const line = await cli.abx(['exec', id, '--', 'printf "%s\\n" a b | wc -l']);
+    expect(line.stdout.trim()).toBe('2');
+    const argv = await cli.abx([
+      'exec',
+      id,
+      '--',
+      'printf',
+      '[%s]',
+      'two words',
+      "it's",
+      '$HOME',
+      ';',
+    ]);
+    expect(argv.stdout).toBe("[two words][it's][$HOME][;]");
+  });
+
+  test('--cwd, --env and -i (stdin) reach the command', async () => {
+    const where = await cli.abx([
+      'exec',
+      id,
+      '--cwd',
+      '/tmp',
+      '-e',
+      'A=1',
+      '-e',
+      'B=x y',
+      '--',
+      'echo "$PWD $A $B"',
+    ]);
+    expect(where.stdout).toBe('/tmp 1 x y\n');
+    const piped = await cli.abx(['exec', '-i', id, '--', 'tr a-z A-Z'], {
+      input: 'hello\nworld\n',
+    });
+    expect(piped).toEqual({ code: 0, stdout: 'HELLO\nWORLD\n', stderr: '' });
+  });
+
+  test('--timeout kills the command and exits 1 with a hint', async () => {
+    const result = await cli.abx(['exec', id, '--timeout', '1s', '--', 'echo started; sleep 30']);
+    expect(result.code).toBe(1);
+    expect(result.stdout).toBe('started\n');
+    expect(result.stderr).toMatch(/^abx: CommandTimeoutError: command \S+ timed out after 1000 ms/);
+    expect(result.stderr).toContain('hint: give it more time with --timeout');
+  });
+
+  test('an ended sandbox is an error (exit 1), a missing command word a usage error (exit 2)', async () => {
+    const gone = await cli.abx(['exec', 'nosuchbox', '--', 'true']);
+    expect(gone.code).toBe(1);
+    expect(gone.stderr).toContain('abx: NotFoundError: sandbox nosuchbox does not exist');
+    const missing = await cli.abx(['exec', id]);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toContain("missing required argument 'command'");
+  });
+});
+
+describe('abx shell', () => {
+  test('opens a real pty in the sandbox, at the size of the local terminal', async () => {
+    let typed = false;
+    const { code, screen } = await inPty(`${sh(process.execPath)} ${sh(CLI)} shell ${id}`, {
+      env: { ABX_HOME: home.home },
+      // Type once the sandbox's prompt is on the screen.
+      respond: (text) => {
+        if (typed || !/user@\S+:~\$ /.test(text)) return undefined;
+        typed = true;
+        return 'echo hi-$((6*7)); tty; tput cols; exit\n';
+      },
+    });
+    expect(code).toBe(0);
+    // What a terminal would show on each line: the text after the last carriage return.
+    const lines = screen.split(/\r*\n/).map((line) => line.slice(line.lastIndexOf('\r') + 1));
+    expect(lines).toContain('hi-42');
+    expect(lines).toContainEqual(expect.stringMatching(/^\/dev\/pts\/\d+$/));
+    expect(lines).toContain('91');
+  });
+
+  test('piped input that ends closes the session', async () => {
+    const result = await cli.abx(['shell', id], { input: 'echo piped-$((1+1))\n' });
+    expect(result.code).toBe(0);
+    expect(result.stdout).toContain('piped-2');
+  });
+});

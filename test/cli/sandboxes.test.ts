@@ -1,0 +1,134 @@
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { createAbxHome } from '../helpers/abx-home.js';
+import { abxIn } from './abx.js';
+
+interface Info {
+  sandboxId: string;
+  template: string;
+  state: string;
+  metadata: Record<string, string>;
+  createdAt: string;
+  expiresAt: string;
+}
+
+let home: Awaited<ReturnType<typeof createAbxHome>>;
+let cli: ReturnType<typeof abxIn>;
+
+beforeAll(async () => {
+  home = await createAbxHome();
+  cli = abxIn(home.home);
+});
+
+afterAll(async () => {
+  await home?.close();
+});
+
+describe('abx create, list, info, timeout, kill', () => {
+  test('create -q prints the id alone; list, info and kill find it', async () => {
+    const created = await cli.abx([
+      'create',
+      '-q',
+      '--meta',
+      'suite=lifecycle',
+      '--timeout',
+      '10m',
+    ]);
+    expect(created.code).toBe(0);
+    const id = created.stdout.trim();
+    expect(created.stdout).toBe(`${id}\n`);
+    expect(id).toMatch(/^[a-z0-9]+$/);
+
+    const listed = await cli.json<Info[]>(['list', '--meta', 'suite=lifecycle']);
+    expect(listed.map((s) => [s.sandboxId, s.template, s.state, s.metadata])).toEqual([
+      [id, 'base', 'running', { suite: 'lifecycle' }],
+    ]);
+    // --timeout 10m: the sandbox lives 10 minutes from its creation.
+    const [info] = listed;
+    expect(Date.parse(info?.expiresAt ?? '') - Date.parse(info?.createdAt ?? '')).toBe(600_000);
+
+    const table = await cli.abx(['list']);
+    expect(table.code).toBe(0);
+    const lines = table.stdout.trim().split('\n');
+    expect(lines[0]).toMatch(/^ID\s+TEMPLATE\s+STATE\s+AGE\s+EXPIRES$/);
+    expect(lines).toContainEqual(expect.stringMatching(new RegExp(`^${id}\\s+base\\s+running\\s`)));
+
+    const human = await cli.abx(['info', id]);
+    expect(human.code).toBe(0);
+    expect(human.stdout).toMatch(new RegExp(`^id:\\s+${id}$`, 'm'));
+    expect(human.stdout).toMatch(/^metadata:\s+suite=lifecycle$/m);
+
+    const killed = await cli.json<{ sandboxId: string; killed: boolean }[]>(['kill', id]);
+    expect(killed).toEqual([{ sandboxId: id, killed: true }]);
+    // info still describes an ended sandbox; a second kill reports it as already ended.
+    expect((await cli.json<Info>(['info', id])).state).toBe('killed');
+    const again = await cli.abx(['kill', id]);
+    expect(again).toEqual({ code: 0, stdout: `${id} had already ended\n`, stderr: '' });
+    expect(await cli.json<Info[]>(['list', '--meta', 'suite=lifecycle'])).toEqual([]);
+    const all = await cli.json<Info[]>(['list', '--all', '--meta', 'suite=lifecycle']);
+    expect(all.map((s) => [s.sandboxId, s.state])).toEqual([[id, 'killed']]);
+  });
+
+  test('create --json with --env and a template; the env reaches commands', async () => {
+    const info = await cli.json<Info>(['create', '--template', 'base', '--env', 'GREETING=a=b c']);
+    expect(info.template).toBe('base');
+    const echoed = await cli.abx(['exec', info.sandboxId, '--', 'printf %s "$GREETING"']);
+    expect(echoed).toEqual({ code: 0, stdout: 'a=b c', stderr: '' });
+
+    const human = await cli.abx(['create']);
+    expect(human.stdout).toMatch(
+      /^created sandbox [a-z0-9]+ \(template base, expires in \d+m\)\n$/,
+    );
+  });
+
+  test('timeout sets the time left, in the units people write', async () => {
+    const id = (await cli.abx(['create', '-q'])).stdout.trim();
+    const before = await cli.json<Info>(['info', id]);
+    const after = await cli.json<Info>(['timeout', id, '1h']);
+    // From "now" (after creation), one hour: later than creation + 1 h, unlike the default 5 min.
+    expect(Date.parse(after.expiresAt)).toBeGreaterThanOrEqual(
+      Date.parse(before.createdAt) + 3_600_000,
+    );
+    const human = await cli.abx(['timeout', id, '90s']);
+    expect(human.stdout).toMatch(new RegExp(`^sandbox ${id} now expires in \\d+[ms] \\(`));
+  });
+
+  test('kill --all kills every running sandbox', async () => {
+    const ids = [
+      (await cli.abx(['create', '-q'])).stdout.trim(),
+      (await cli.abx(['create', '-q'])).stdout.trim(),
+    ];
+    const result = await cli.json<{ sandboxId: string; killed: boolean }[]>(['kill', '--all']);
+    expect(result.map((r) => r.sandboxId)).toEqual(expect.arrayContaining(ids));
+    expect(result.every((r) => r.killed)).toBe(true);
+    expect(await cli.json<Info[]>(['list'])).toEqual([]);
+  });
+
+  test('errors: unknown ids exit 1 with a hint; bad usage exits 2', async () => {
+    const unknown = await cli.abx(['info', 'nosuchbox']);
+    expect(unknown).toEqual({
+      code: 1,
+      stdout: '',
+      stderr:
+        'abx: NotFoundError: sandbox nosuchbox does not exist\nhint: `abx list --all` shows your sandboxes and how they ended\n',
+    });
+    const template = await cli.abx(['create', '--template', 'no-such-template']);
+    expect(template.code).toBe(1);
+    expect(template.stderr).toMatch(
+      /^abx: NotFoundError: template 'no-such-template' is not built/,
+    );
+
+    const nothing = await cli.abx(['kill']);
+    expect(nothing.code).toBe(2);
+    expect(nothing.stderr).toBe(
+      'abx: UsageError: give the ids of the sandboxes to kill, or --all\nhint: see `abx kill --help`\n',
+    );
+    const duration = await cli.abx(['timeout', 'nosuchbox', '10 minutes']);
+    expect(duration.code).toBe(2);
+    expect(duration.stderr).toContain('expected a duration such as 30s, 10m or 1h');
+    const createDuration = await cli.abx(['create', '--timeout', '5x']);
+    expect(createDuration.code).toBe(2);
+    expect(createDuration.stderr).toContain(
+      "option '--timeout <duration>' argument '5x' is invalid",
+    );
+  });
+});
