@@ -55,6 +55,8 @@ async function shell(id: string, options: ShellOptions): Promise<void> {
   stdout.on('resize', onResize);
   try {
     for await (const chunk of terminal.output()) stdout.write(chunk);
+    // Like ssh: abx shell ends with the code of the shell it ran.
+    process.exitCode = terminal.exitCode ?? 0;
   } finally {
     stdin.off('data', onInput);
     stdin.off('end', onEnd);

@@ -24,6 +24,8 @@ export interface TerminalOutput {
   nextOffset: number;
   /** The session has ended: no output will follow. */
   done: boolean;
+  /** The shell's exit code once it has ended (`null` while it runs, or when a signal ended it). */
+  exitCode: number | null;
 }
 
 interface ReadWire {
@@ -31,6 +33,7 @@ interface ReadWire {
   offset: number;
   next_offset: number;
   done: boolean;
+  exit_code?: number | null;
 }
 
 /** The longest envd lets a read wait for output; our request deadline must exceed it. */
@@ -83,7 +86,13 @@ export class Terminal {
     const wire = await this.envd.json<ReadWire>('GET', `/terminal/${this.id}/read`, {
       query: { offset, wait_ms: Math.min(Math.max(0, waitMs), LONG_POLL_MS) },
     });
-    return { data: wire.data, offset: wire.offset, nextOffset: wire.next_offset, done: wire.done };
+    return {
+      data: wire.data,
+      offset: wire.offset,
+      nextOffset: wire.next_offset,
+      done: wire.done,
+      exitCode: wire.exit_code ?? null,
+    };
   }
 
   /**
@@ -95,10 +104,14 @@ export class Terminal {
     for (;;) {
       const chunk = await this.read(next, LONG_POLL_MS);
       if (chunk.data) yield chunk.data;
+      if (chunk.done) this.exitCode = chunk.exitCode;
       if (chunk.done && chunk.nextOffset === next) return;
       next = chunk.nextOffset;
     }
   }
+
+  /** The shell's exit code, once {@link output} has seen the session end. */
+  exitCode: number | null = null;
 
   /** Closes the session, killing everything running in it; an ended session is fine. */
   async close(): Promise<void> {

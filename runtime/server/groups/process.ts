@@ -43,7 +43,27 @@ export function follow(log: OutputLog, offset: number, closed: AbortSignal): Rea
 /** The JSON answer of an output read. */
 export function outputFrom(log: OutputLog, offset: number) {
   const { data, offset: from, next } = log.read(offset);
-  return { data: data.toString('utf8'), offset: from, next_offset: next, done: log.done };
+  // A multi-byte character split at the end stays for the next read (whole), so text is never
+  // garbled at chunk boundaries; a finished log gives what it has.
+  const cut = log.done ? data.length : utf8Boundary(data);
+  return {
+    data: data.subarray(0, cut).toString('utf8'),
+    offset: from,
+    next_offset: next - (data.length - cut),
+    done: log.done && cut === data.length,
+  };
+}
+
+/** Length of the longest prefix of `data` that does not end inside a UTF-8 character. */
+export function utf8Boundary(data: Buffer): number {
+  // Look back over at most 3 continuation bytes for the lead byte of the last character.
+  for (let back = 1; back <= Math.min(4, data.length); back++) {
+    const byte = data[data.length - back] as number;
+    if ((byte & 0xc0) === 0x80) continue;
+    const size = byte >= 0xf0 ? 4 : byte >= 0xe0 ? 3 : byte >= 0xc0 ? 2 : 1;
+    return size > back ? data.length - back : data.length;
+  }
+  return data.length;
 }
 
 /** Shell commands: run to completion, or start in the background and manage by id. */

@@ -103,10 +103,12 @@ export const TERMINAL = defineGroup('TERMINAL', '/terminal', 'interactive pty se
   {
     method: 'GET',
     path: '/terminal/{id}/read',
-    summary: 'Screen output from byte `offset`; `wait_ms` waits (≤ 30 s) for output past it.',
+    summary:
+      'Screen output from byte `offset` (and `exit_code` once the shell ended); `wait_ms` waits (≤ 30 s) for output past it.',
     args: argList({ 'offset?': ['int', 0], 'wait_ms?': ['int', 0] }),
     handler: async ({ ctx, params, args, closed }) => {
-      const { output } = ctx.terminals.get(params.id ?? '');
+      const entry = ctx.terminals.get(params.id ?? '');
+      const { output } = entry;
       const offset = args.offset as number;
       if (offset < 0) throw new BadRequestError('offset must not be negative');
       await output.waitPast(
@@ -114,7 +116,8 @@ export const TERMINAL = defineGroup('TERMINAL', '/terminal', 'interactive pty se
         Math.min(Math.max(0, args.wait_ms as number), MAX_WAIT_MS),
         closed,
       );
-      return outputFrom(output, offset);
+      // Once the shell has ended, its exit code (abx shell exits with it).
+      return { ...outputFrom(output, offset), exit_code: entry.exitCode };
     },
   },
   {
