@@ -54,11 +54,44 @@ export async function* bodyChunks(req: IncomingMessage, limits: BodyLimits) {
   }
 }
 
-/** The whole request body (within the limits). */
-export async function readBody(req: IncomingMessage, limits: BodyLimits): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  for await (const chunk of bodyChunks(req, limits)) chunks.push(chunk);
-  return Buffer.concat(chunks);
+/**
+ * The whole request body (within the limits). Event-driven rather than through
+ * {@link bodyChunks}: for the small JSON bodies of command calls, an async iterator and a
+ * promise race per chunk cost more than the rest of the request.
+ */
+export function readBody(req: IncomingMessage, limits: BodyLimits): Promise<Buffer> {
+  const declared = Number(req.headers['content-length']);
+  if (declared > limits.maxBytes) return Promise.reject(new PayloadTooLargeError(limits.maxBytes));
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let received = 0;
+    const finish = (error?: Error) => {
+      clearTimeout(timer);
+      req.off('data', onData);
+      req.off('end', onEnd);
+      req.off('error', finish);
+      if (error) {
+        // Stop reading what is left: the error answer closes the connection.
+        req.pause();
+        reject(error);
+      } else {
+        resolve(chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks));
+      }
+    };
+    const onData = (chunk: Buffer) => {
+      received += chunk.length;
+      if (received > limits.maxBytes) finish(new PayloadTooLargeError(limits.maxBytes));
+      else chunks.push(chunk);
+    };
+    const onEnd = () => finish();
+    const timer = setTimeout(
+      () => finish(new RequestTimeoutError(limits.timeoutMs)),
+      limits.timeoutMs,
+    );
+    req.on('data', onData);
+    req.once('end', onEnd);
+    req.once('error', finish);
+  });
 }
 
 function sendJson(
