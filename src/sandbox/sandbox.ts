@@ -235,8 +235,8 @@ export class Sandbox extends BaseSandbox {
       } catch (error) {
         let code = fileErrorCode(error);
         if (code === undefined) {
-          // envd opens the file only after answering 200, so an unreadable file shows up as a
-          // reset connection. If the sandbox still stats the same path, the file was the problem.
+          // An error without a file code (e.g. a stream cut mid-read): if the sandbox still stats
+          // the same path, the file was the problem, not the sandbox.
           const type = await this.pathType(path);
           if (type === undefined) throw error;
           code = type === 'directory' ? 'is_directory' : 'permission_denied';
