@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import { Sandbox } from '../sandbox/sandbox.js';
 import { Terminal } from '../sandbox/terminal.js';
+import { ExitCode } from './errors.js';
 import { collectPairs, withExamples } from './options.js';
 
 interface ShellOptions {
@@ -55,8 +56,6 @@ async function shell(id: string, options: ShellOptions): Promise<void> {
   stdout.on('resize', onResize);
   try {
     for await (const chunk of terminal.output()) stdout.write(chunk);
-    // Like ssh: abx shell ends with the code of the shell it ran.
-    process.exitCode = terminal.exitCode ?? 0;
   } finally {
     stdin.off('data', onInput);
     stdin.off('end', onEnd);
@@ -65,6 +64,8 @@ async function shell(id: string, options: ShellOptions): Promise<void> {
     stdin.pause();
     await terminal.close();
   }
+  // Like ssh: abx shell ends with the code of the shell it ran.
+  if (terminal.exitCode) throw new ExitCode(terminal.exitCode);
 }
 
 /** `abx shell ID`. */

@@ -98,6 +98,20 @@ describe('abx shell', () => {
     expect(lines).toContain('91');
   });
 
+  test("abx shell exits with the shell's code; non-ASCII text arrives whole", async () => {
+    // Many multi-byte characters, so some fall across the boundaries of envd's output reads.
+    const line = 'héllo wörld ✓ 日本語';
+    const result = await cli.abx(['shell', id], {
+      input: `for i in $(seq 300); do printf '%s\\n' '${line}'; done; exit 7\n`,
+    });
+    expect(result.code).toBe(7);
+    const whole = result.stdout
+      .split(/\r?\n/)
+      .filter((l) => l.endsWith(line) && !l.includes('printf'));
+    expect(whole).toHaveLength(300);
+    expect(result.stdout).not.toContain('\uFFFD');
+  });
+
   test('piped input that ends closes the session', async () => {
     const result = await cli.abx(['shell', id], { input: 'echo piped-$((1+1))\n' });
     expect(result.code).toBe(0);

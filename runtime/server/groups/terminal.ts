@@ -41,7 +41,7 @@ async function setSize(pid: number | undefined, cols: number, rows: number): Pro
 }
 
 /**
- * Interactive sessions over a pty without a native addon: util-linux `script -qfc` allocates the
+ * Interactive sessions over a pty without a native addon: util-linux `script -qefc` allocates the
  * pty and runs the command in it; the server talks to `script` over pipes.
  */
 export const TERMINAL = defineGroup('TERMINAL', '/terminal', 'interactive pty sessions', [
@@ -65,7 +65,7 @@ export const TERMINAL = defineGroup('TERMINAL', '/terminal', 'interactive pty se
       // The command travels in the environment, so it is never spliced into a shell line.
       const entry = await ctx.terminals.start(
         script,
-        ['-qfc', `stty cols ${cols} rows ${rows}; eval "$ABX_TERMINAL_COMMAND"`, '/dev/null'],
+        ['-qefc', `stty cols ${cols} rows ${rows}; eval "$ABX_TERMINAL_COMMAND"`, '/dev/null'],
         {
           command: args.command as string,
           cwd: safePath(args.cwd as string, 'cwd'),
