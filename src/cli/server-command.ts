@@ -34,8 +34,9 @@ async function start(id: string, options: StartOptions): Promise<void> {
   printLine(`commands: ${status.commands.map((c) => c.name).join(', ') || '(none)'}`);
 }
 
-async function status(id: string, options: { json?: boolean }): Promise<void> {
+async function status(id: string, options: { json?: boolean; port: number }): Promise<void> {
   const sandbox = await Sandbox.connect(id);
+  await sandbox.server.attach(options.port);
   let commands: Awaited<ReturnType<typeof sandbox.server.commands>> | undefined;
   try {
     commands = await sandbox.server.commands();
@@ -50,7 +51,7 @@ async function status(id: string, options: { json?: boolean }): Promise<void> {
       `running at ${sandbox.server.url}; commands: ${commands.map((c) => c.name).join(', ') || '(none)'}`,
     );
   } else {
-    printLine(`no command server runs in sandbox ${id}`);
+    printLine(`no command server runs in sandbox ${id} on port ${options.port}`);
   }
   // Like `daemon status`: scripts can test for a running server with the exit code.
   if (!commands) throw new ExitCode(1);
@@ -91,9 +92,10 @@ export function addServerCommand(program: Command): void {
     server
       .command('status')
       .description(
-        'Whether a command server runs (on port 8080), where, and what it serves; exits 1 when none runs.',
+        'Whether a command server runs, where, and what it serves; exits 1 when none runs.',
       )
       .argument('<id>', 'the sandbox')
+      .option('-p, --port <port>', 'port inside the sandbox', portArg, 8080)
       .option('--json', 'print JSON')
       .action(status),
     'abx server status i1a2b3c4d5e6f7g8 --json',
@@ -102,11 +104,17 @@ export function addServerCommand(program: Command): void {
   withExamples(
     server
       .command('stop')
-      .description('Stop the command server (on port 8080); calls in flight finish first.')
+      .description('Stop the command server; calls in flight finish first.')
       .argument('<id>', 'the sandbox')
-      .action(async (id: string) => {
-        await (await Sandbox.connect(id)).server.stop();
-        printLine(`command server of ${id} stopped`);
+      .option('-p, --port <port>', 'port inside the sandbox', portArg, 8080)
+      .action(async (id: string, options: { port: number }) => {
+        const sandbox = await Sandbox.connect(id);
+        if (!(await sandbox.server.attach(options.port))) {
+          printLine(`no command server runs in sandbox ${id} on port ${options.port}`);
+          return;
+        }
+        await sandbox.server.stop();
+        printLine(`command server of ${id} on port ${options.port} stopped`);
       }),
     'abx server stop i1a2b3c4d5e6f7g8',
   );

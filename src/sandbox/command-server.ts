@@ -161,6 +161,16 @@ export class CommandServer {
     return this;
   }
 
+  /**
+   * Points this client at the server on `port` (one started earlier, by this or another client)
+   * and says whether one answers there. Later calls, `discover`, `commands` and `stop` use it.
+   */
+  async attach(port = 8080): Promise<boolean> {
+    if (this.state && this.state.port !== port) this.state = undefined;
+    this.port = port;
+    return (await this.adopt(port)) !== undefined;
+  }
+
   /** True while a server this client started or adopted answers. */
   get running(): boolean {
     return this.state !== undefined;

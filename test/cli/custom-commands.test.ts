@@ -143,14 +143,37 @@ describe('abx template, commands, run, server', () => {
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain('missing required argument: x');
 
-    expect(await cli.abx(['server', 'stop', id])).toEqual({
+    // A second server on another port is addressed with --port.
+    const other = await cli.abx([
+      'server',
+      'start',
+      id,
+      '-m',
+      'samples/build/data-tools.js',
+      '--port',
+      '8081',
+    ]);
+    expect(other.code).toBe(0);
+    expect((await cli.abx(['server', 'status', id, '--port', '8081'])).stdout).toMatch(
+      /^running at http:\/\/8081-/,
+    );
+    expect(await cli.abx(['server', 'stop', id, '--port', '8081'])).toEqual({
       code: 0,
-      stdout: `command server of ${id} stopped\n`,
+      stdout: `command server of ${id} on port 8081 stopped\n`,
       stderr: '',
     });
-    expect((await cli.abx(['server', 'status', id])).stdout).toBe(
-      `no command server runs in sandbox ${id}\n`,
-    );
+    expect((await cli.abx(['server', 'status', id])).code).toBe(0);
+
+    expect(await cli.abx(['server', 'stop', id])).toEqual({
+      code: 0,
+      stdout: `command server of ${id} on port 8080 stopped\n`,
+      stderr: '',
+    });
+    const none = await cli.abx(['server', 'status', id]);
+    expect([none.code, none.stdout]).toEqual([
+      1,
+      `no command server runs in sandbox ${id} on port 8080\n`,
+    ]);
   });
 
   test('server start in a sandbox without the ports capability: exit 1 with a hint', async () => {
