@@ -13,6 +13,12 @@ interface BatchFile {
 }
 
 function parseBatch(body: unknown): BatchFile[] {
+  const unknown = Object.keys(body ?? {}).filter((key) => key !== 'files');
+  if (typeof body === 'object' && body !== null && unknown.length > 0) {
+    throw new BadRequestError(
+      `unknown field${unknown.length > 1 ? 's' : ''} ${unknown.slice(0, 5).join(', ')}${unknown.length > 5 ? ` and ${unknown.length - 5} more` : ''}: the body is { "files": [...] }`,
+    );
+  }
   const files = (body as { files?: unknown } | undefined)?.files;
   if (!Array.isArray(files) || files.length === 0) {
     throw new BadRequestError(

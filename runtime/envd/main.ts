@@ -50,10 +50,11 @@ const server = new SandboxServer({
     FILES_BATCH,
     ENV,
   ],
-  // Raw uploads stream to disk, so they may be large; JSON bodies are read whole and stay at
-  // the default limit (64 MiB).
+  // Raw uploads stream to disk, so they may be large and slow (64 GiB within 1 h); JSON bodies
+  // are read whole and keep the defaults (64 MiB within 30 s), so a trickling client cannot hold
+  // a JSON request for an hour.
   streamBodyLimitBytes: 64 * 1024 ** 3,
-  bodyTimeoutMs: 3_600_000,
+  streamBodyTimeoutMs: 3_600_000,
 });
 for (const signal of ['SIGTERM', 'SIGINT'] as const) process.once(signal, () => void server.stop());
 server.start().then(

@@ -32,9 +32,17 @@ export class InvalidJsonError extends ServerError {
   }
 }
 
+/** Problems listed in one ArgumentError; the rest are counted. Client and server agree. */
+const MAX_PROBLEMS = 20;
+
 /** The kwargs of a call do not fit the command's arguments; `problems` lists every one. */
 export class ArgumentError extends ServerError {
-  constructor(command: string, problems: readonly string[], usage: string) {
+  constructor(command: string, all: readonly string[], usage: string) {
+    // A hostile body with thousands of unknown names gets a short answer, not one line per name.
+    const problems =
+      all.length > MAX_PROBLEMS
+        ? [...all.slice(0, MAX_PROBLEMS), `and ${all.length - MAX_PROBLEMS} more problems`]
+        : all;
     super(`invalid arguments for '${command}': ${problems.join('; ')}. Usage: ${usage}`, {
       problems,
     });
@@ -136,6 +144,16 @@ export class RequestTimeoutError extends ServerError {
 }
 
 /** The request body is larger than the server accepts. */
+/** A JSON route got a body declared as something else (form data, plain text...). */
+export class UnsupportedMediaTypeError extends ServerError {
+  constructor(contentType: string) {
+    super(
+      `the body is declared as ${JSON.stringify(contentType)}; send JSON with Content-Type: application/json`,
+    );
+    this.name = 'UnsupportedMediaTypeError';
+  }
+}
+
 export class PayloadTooLargeError extends ServerError {
   constructor(limit: number) {
     super(
@@ -218,6 +236,7 @@ export const STATUS_BY_TYPE: Readonly<Record<string, number>> = {
   MethodNotAllowedError: 405,
   RequestTimeoutError: 408,
   PayloadTooLargeError: 413,
+  UnsupportedMediaTypeError: 415,
   SerializationError: 500,
   BrowserUnavailableError: 503,
   ToolUnavailableError: 503,

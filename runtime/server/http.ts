@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { Readable } from 'node:stream';
+import { type Duplex, Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { errorResponse, PayloadTooLargeError, RequestTimeoutError } from './errors.js';
 
@@ -24,6 +24,8 @@ export interface BodyLimits {
   maxStreamBytes?: number;
   /** The whole body must arrive within this, so a trickling client cannot hold a request open. */
   timeoutMs: number;
+  /** The same for a streamed body; default `timeoutMs`. envd gives large uploads longer. */
+  streamTimeoutMs?: number;
 }
 
 /**
@@ -141,4 +143,60 @@ export function sendError(res: ServerResponse, error: unknown, headers: Record<s
   const unread = status === 413 || status === 408;
   sendJson(res, status, body, unread ? { ...headers, connection: 'close' } : headers);
   if (unread) res.once('finish', () => res.req.socket.destroy());
+}
+
+/**
+ * A request node's parser refused (a bad method, NUL or spaces in the URL, headers over the size
+ * limit or past the headers timeout) gets the contract's `{error, type}` shape too, not a bare
+ * status line.
+ */
+export function answerClientError(error: NodeJS.ErrnoException, socket: Duplex): void {
+  if (!socket.writable) {
+    socket.destroy();
+    return;
+  }
+  const timedOut = error.code === 'ERR_HTTP_REQUEST_TIMEOUT';
+  const status = error.code === 'HPE_HEADER_OVERFLOW' ? 431 : timedOut ? 408 : 400;
+  const body = JSON.stringify({
+    error: `the request could not be read: ${timedOut ? 'it did not arrive in time' : (error.code ?? error.message)}`,
+    type: timedOut ? 'RequestTimeoutError' : 'BadRequestError',
+  });
+  socket.end(
+    `HTTP/1.1 ${status} Error\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+  );
+}
+
+/**
+ * Reads and discards what is left of a request body that a handler gave up on half way (a
+ * streamed upload that hit a full disk), so the client, still sending, gets the error answer
+ * rather than a reset connection. Bounded by the same size and time limits as the body itself;
+ * past them the answer closes the connection instead.
+ */
+export function drainBody(req: IncomingMessage, limits: BodyLimits): Promise<void> {
+  if (req.complete || req.destroyed) return Promise.resolve();
+  return new Promise((resolve) => {
+    let left = limits.maxStreamBytes ?? limits.maxBytes;
+    const done = () => {
+      clearTimeout(timer);
+      req.off('readable', onReadable);
+      req.off('end', done);
+      req.off('close', done);
+      req.off('error', done);
+      resolve();
+    };
+    // `readable`, not `data`: the abandoned body iterator still listens for `readable`, which
+    // would keep `data` from flowing.
+    const onReadable = () => {
+      for (let chunk = req.read(); chunk !== null; chunk = req.read()) {
+        left -= (chunk as Buffer).length;
+        if (left < 0) return done();
+      }
+    };
+    const timer = setTimeout(done, limits.streamTimeoutMs ?? limits.timeoutMs);
+    req.on('readable', onReadable);
+    req.once('end', done);
+    req.once('close', done);
+    req.once('error', done);
+    onReadable();
+  });
 }

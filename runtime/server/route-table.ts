@@ -1,11 +1,15 @@
+import { isUtf8 } from 'node:buffer';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import {
   BadRequestError,
   InvalidJsonError,
   MethodNotAllowedError,
+  PayloadTooLargeError,
+  RequestTimeoutError,
   RouteNotFoundError,
+  UnsupportedMediaTypeError,
 } from './errors.js';
-import { type BodyLimits, bodyChunks, readBody, sendError, sendResult } from './http.js';
+import { type BodyLimits, bodyChunks, drainBody, readBody, sendError, sendResult } from './http.js';
 import { type ArgSpec, validateKwargs, validateQuery } from './validate.js';
 
 export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
@@ -156,7 +160,7 @@ export class RouteTable<C> {
       }
       const { route, params } = matched;
       const mode = route.body ?? (route.method === 'GET' ? 'none' : 'json');
-      const body = mode === 'json' ? parseJson(await readBody(req, limits)) : undefined;
+      const body = mode === 'json' ? parseJson(await readBody(req, limits), req) : undefined;
       const args = route.args
         ? mode === 'json'
           ? validateKwargs(`${route.method} ${route.path}`, route.args, body)
@@ -170,7 +174,10 @@ export class RouteTable<C> {
         body,
         args,
         stream: () =>
-          bodyChunks(req, { ...limits, maxBytes: limits.maxStreamBytes ?? limits.maxBytes }),
+          bodyChunks(req, {
+            maxBytes: limits.maxStreamBytes ?? limits.maxBytes,
+            timeoutMs: limits.streamTimeoutMs ?? limits.timeoutMs,
+          }),
         get closed() {
           return closedSignal();
         },
@@ -181,6 +188,13 @@ export class RouteTable<C> {
     } catch (error) {
       const headers: Record<string, string> =
         error instanceof MethodNotAllowedError ? { allow: error.allow.join(', ') } : {};
+      // A streamed body the handler stopped reading (not one refused for size or time).
+      if (
+        !req.complete &&
+        !(error instanceof PayloadTooLargeError || error instanceof RequestTimeoutError)
+      ) {
+        await drainBody(req, limits);
+      }
       sendError(res, error, headers);
     }
   }
@@ -197,8 +211,17 @@ function matchSegments(pattern: string[], segments: string[]): Record<string, st
   return params;
 }
 
-function parseJson(bytes: Buffer): unknown {
+function parseJson(bytes: Buffer, req: IncomingMessage): unknown {
   if (bytes.length === 0) return undefined;
+  // No Content-Type is taken as JSON; a declared other type is refused, not guessed at.
+  const type = req.headers['content-type'];
+  if (type !== undefined && !/^application\/(?:[\w.+-]+\+)?json\s*(?:;|$)/i.test(type)) {
+    throw new UnsupportedMediaTypeError(type);
+  }
+  // Decoding would turn bytes that are not UTF-8 into U+FFFD, which may then parse as valid JSON.
+  if (!isUtf8(bytes)) {
+    throw new InvalidJsonError('the request body is not valid UTF-8; JSON bodies must be UTF-8');
+  }
   try {
     return JSON.parse(bytes.toString('utf8'));
   } catch (error) {

@@ -12,6 +12,7 @@ import { type CommandHandler, CommandTable } from './command-table.js';
 import type { ServerContext } from './context.js';
 import { AuthenticationError, CapabilityDisabledError } from './errors.js';
 import { CAPABILITY_GROUPS } from './groups/index.js';
+import { answerClientError } from './http.js';
 import { loadManifest } from './manifest.js';
 import { Metrics } from './metrics.js';
 import { ProcessTable } from './process-table.js';
@@ -43,6 +44,8 @@ export interface SandboxServerOptions {
   streamBodyLimitBytes?: number;
   /** A request body must arrive within this; default 30 s (against slowloris clients). */
   bodyTimeoutMs?: number;
+  /** A streamed body (raw uploads) must arrive within this; default `bodyTimeoutMs`. */
+  streamBodyTimeoutMs?: number;
   /** Timeout of a command call that does not set its own; default 300 s. */
   commandTimeoutMs?: number;
   /** How long {@link SandboxServer.stop} waits for requests in flight; default 10 s. */
@@ -134,7 +137,8 @@ export class SandboxServer {
       // Headers get the same deadline as bodies; requestTimeout is a backstop behind our own 408.
       {
         headersTimeout: this.options.bodyTimeoutMs,
-        requestTimeout: this.options.bodyTimeoutMs + 5000,
+        requestTimeout:
+          Math.max(this.options.bodyTimeoutMs, this.options.streamBodyTimeoutMs ?? 0) + 5000,
       },
       (req, res) => {
         this.metrics.track(res);
@@ -144,6 +148,7 @@ export class SandboxServer {
         void this.table.dispatch(req, res, this.context, this.limits, this.guard);
       },
     );
+    this.http.on('clientError', answerClientError);
   }
 
   /**
@@ -234,6 +239,7 @@ export class SandboxServer {
       maxBytes: this.options.bodyLimitBytes,
       maxStreamBytes: this.options.streamBodyLimitBytes ?? this.options.bodyLimitBytes,
       timeoutMs: this.options.bodyTimeoutMs,
+      streamTimeoutMs: this.options.streamBodyTimeoutMs ?? this.options.bodyTimeoutMs,
     };
   }
 

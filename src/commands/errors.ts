@@ -58,13 +58,21 @@ export class TemplateNotFoundError extends CommandDefinitionError {
   }
 }
 
+/** Problems listed in one ArgumentError; the rest are counted. Client and server agree. */
+const MAX_PROBLEMS = 20;
+
 /** The kwargs of a call do not fit the command's arguments. Every problem is listed. */
 export class ArgumentError extends Error {
   readonly command: string;
   readonly problems: readonly string[];
   readonly usage: string;
 
-  constructor(command: string, problems: readonly string[], usage: string) {
+  constructor(command: string, all: readonly string[], usage: string) {
+    // A hostile body with thousands of unknown names gets a short answer, not one line per name.
+    const problems =
+      all.length > MAX_PROBLEMS
+        ? [...all.slice(0, MAX_PROBLEMS), `and ${all.length - MAX_PROBLEMS} more problems`]
+        : all;
     super(`invalid arguments for '${command}': ${problems.join('; ')}. Usage: ${usage}`);
     this.name = 'ArgumentError';
     this.command = command;

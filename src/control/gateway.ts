@@ -9,12 +9,24 @@ import {
 } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
+import { answerClientError } from '../../runtime/server/http.js';
 import { splice } from '../../runtime/server/splice.js';
 import { tokenMatches } from './ids.js';
 import type { SandboxRecord } from './registry.js';
 
 /** The port that names envd itself (as E2B's envd port): `49983-{id}.{domain}`. */
 export const ENVD_PORT = 49983;
+
+/** A client's request headers must arrive within this (against slowloris clients). */
+export const GATEWAY_HEADERS_TIMEOUT_MS = 30_000;
+/**
+ * A whole request, body included, must arrive within this: envd's deadline for a streamed
+ * upload. JSON bodies have their own, shorter deadline in envd and the command server.
+ */
+export const GATEWAY_REQUEST_TIMEOUT_MS = 3_600_000;
+
+/** Headers that concern one connection only (RFC 9110 §7.6.1); upgrades keep theirs. */
+const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'upgrade'];
 
 /** Header names clients use when they cannot choose the Host. */
 export const SANDBOX_ID_HEADER = 'x-sandbox-id';
@@ -81,12 +93,23 @@ export class Gateway {
     private readonly backend: GatewayBackend,
     private readonly domain: string,
   ) {
-    this.server = createServer((req, res) => {
-      this.resolve(req).then(
-        (target) => this.forward(req, res, target),
-        (error) => sendError(res, error),
-      );
-    });
+    this.server = createServer(
+      {
+        headersTimeout: GATEWAY_HEADERS_TIMEOUT_MS,
+        requestTimeout: GATEWAY_REQUEST_TIMEOUT_MS,
+        // Node would answer a request without Host with a bare 400; the X-Sandbox-Id headers name
+        // the sandbox without it, and a request naming none gets the contract's 400 below.
+        requireHostHeader: false,
+      },
+      (req, res) => {
+        this.resolve(req).then(
+          (target) => this.forward(req, res, target),
+          (error) => sendError(res, error),
+        );
+      },
+    );
+    // What node's parser refuses gets an answer of the contract's shape too.
+    this.server.on('clientError', answerClientError);
     this.server.on('upgrade', (req, socket, head) => {
       this.resolve(req).then(
         (target) => this.tunnel(req, socket, head, target),
@@ -106,18 +129,32 @@ export class Gateway {
   }
 
   private async resolve(req: IncomingMessage): Promise<Target> {
-    const url = new URL(req.url ?? '/', 'http://gateway');
+    // The path goes on as the client sent it: `new URL` would resolve `..` and `%2e%2e` segments,
+    // so `/commands/%2e%2e/shutdown` would reach `/shutdown` behind the sandbox's back.
+    const target = req.url ?? '/';
+    const mark = target.indexOf('?');
+    const pathname = mark < 0 ? target : target.slice(0, mark);
+    const query = new URLSearchParams(mark < 0 ? '' : target.slice(mark + 1));
     const fromHost = parseSandboxHost(req.headers.host, this.domain);
     const headerId = req.headers[SANDBOX_ID_HEADER];
     const headerPort = req.headers[SANDBOX_PORT_HEADER];
     const id = typeof headerId === 'string' ? headerId : fromHost?.id;
-    const port = typeof headerPort === 'string' ? Number(headerPort) : fromHost?.port;
+    // Digits only: Number() would also take `0x50`, `1e3` or ` 80`.
+    const port =
+      typeof headerPort === 'string'
+        ? /^\d{1,5}$/.test(headerPort.trim())
+          ? Number(headerPort)
+          : Number.NaN
+        : fromHost?.port;
     if (!id || port === undefined) {
       throw new GatewayError(
         400,
         'BadRequestError',
         `no sandbox named: use Host {port}-{sandboxId}.${this.domain} or the X-Sandbox-Id and X-Sandbox-Port headers`,
       );
+    }
+    if (!/^[a-z0-9-]{1,64}$/.test(id)) {
+      throw new GatewayError(400, 'BadRequestError', 'the sandbox id is not a sandbox id');
     }
     if (!Number.isInteger(port) || port < 1 || port > 65535) {
       throw new GatewayError(
@@ -128,8 +165,7 @@ export class Gateway {
     }
     const record = this.backend.find(id);
     const headerToken = req.headers[ACCESS_TOKEN_HEADER];
-    const token =
-      typeof headerToken === 'string' ? headerToken : (url.searchParams.get('token') ?? undefined);
+    const token = typeof headerToken === 'string' ? headerToken : (query.get('token') ?? undefined);
     // The token is checked before saying anything about the sandbox's state.
     if (!record || !tokenMatches(token, record.tokenHash)) {
       throw new GatewayError(
@@ -147,12 +183,21 @@ export class Gateway {
         `sandbox ${id} is not running (${record.state === 'running' ? 'its processes ended' : `${record.state}: ${record.endReason}`})`,
       );
     }
-    url.searchParams.delete('token');
     const headers: Target['headers'] = { ...req.headers };
     delete headers[ACCESS_TOKEN_HEADER];
     delete headers[SANDBOX_ID_HEADER];
     delete headers[SANDBOX_PORT_HEADER];
-    const path = `${url.pathname}${url.search}`;
+    // Hop-by-hop: they describe the client's connection to the gateway, not the gateway's kept-open
+    // connection to the sandbox (a forwarded `Connection: close` makes envd close a socket the
+    // gateway's agent would hand to the next request).
+    if (req.headers.upgrade === undefined) {
+      for (const name of HOP_BY_HOP) delete headers[name];
+    }
+    let path = target;
+    if (query.has('token')) {
+      query.delete('token');
+      path = query.size > 0 ? `${pathname}?${query}` : pathname;
+    }
     if (port === ENVD_PORT) {
       headers.authorization = `Bearer ${token}`;
       return { socketPath: record.handle.envdSocket, path, headers };
@@ -178,7 +223,15 @@ export class Gateway {
         headers: target.headers,
       },
       (answer) => {
-        res.writeHead(answer.statusCode ?? 502, answer.rawHeaders as unknown as string[]);
+        const raw = answer.rawHeaders;
+        const kept: string[] = [];
+        for (let i = 0; i < raw.length; i += 2) {
+          const name = raw[i] as string;
+          if (name.toLowerCase() !== 'connection' && name.toLowerCase() !== 'keep-alive') {
+            kept.push(name, raw[i + 1] as string);
+          }
+        }
+        res.writeHead(answer.statusCode ?? 502, kept as unknown as string[]);
         answer.pipe(res);
         answer.on('error', () => res.destroy());
       },

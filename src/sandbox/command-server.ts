@@ -247,7 +247,11 @@ export class CommandServer {
 
   /** Picks up a server started earlier (by this or another client) from its state file. */
   private async adopt(port: number): Promise<ServerState | undefined> {
-    if (this.state?.port === port) return this.state;
+    if (this.state?.port === port) {
+      // The server this client knew may have crashed since: then it is not running.
+      if (await this.healthy(this.state)) return this.state;
+      this.state = undefined;
+    }
     if (this.state) return undefined;
     let state: ServerState;
     try {
@@ -255,13 +259,18 @@ export class CommandServer {
     } catch {
       return undefined;
     }
-    try {
-      await this.client(state).json('GET', '/health', { timeoutMs: 5000 });
-    } catch {
-      return undefined;
-    }
+    if (!(await this.healthy(state))) return undefined;
     this.state = state;
     return state;
+  }
+
+  private async healthy(state: ServerState): Promise<boolean> {
+    try {
+      await this.client(state).json('GET', '/health', { timeoutMs: 5000 });
+      return true;
+    } catch {
+      return false;
+    }
   }
 
   private async waitHealthy(port: number, server: CommandHandle, timeoutMs: number) {

@@ -64,7 +64,12 @@ export class HttpClient {
         } catch {
           parsed = { error: `${this.peer} answered ${response.statusCode}: ${text.slice(0, 500)}` };
         }
-        throw sandboxErrorFromBody(response.statusCode, parsed);
+        const error = sandboxErrorFromBody(response.statusCode, parsed);
+        // The gateway could not reach the sandbox: say why, when the sandbox itself is gone.
+        if (error.remoteType === 'UpstreamError') {
+          throw (await this.explain?.(error).catch(() => undefined)) ?? error;
+        }
+        throw error;
       }
       return response;
     } catch (error) {

@@ -405,12 +405,17 @@ export class Sandbox extends BaseSandbox {
       timeoutMs,
       `sandbox ${this.sandboxId}`,
       async (error) => {
-        const info = await this.getInfo();
-        if (info.state !== 'running') {
-          return new NotFoundError(
-            `sandbox ${this.sandboxId} stopped during the call (${info.state}: ${info.endReason})`,
-            { cause: error },
-          );
+        // A sandbox killed under the call may take a moment to be seen as ended (its processes
+        // being reaped): ask a few times within a second before blaming the connection.
+        for (let attempt = 0; attempt < 5; attempt++) {
+          const info = await this.getInfo();
+          if (info.state !== 'running') {
+            return new NotFoundError(
+              `sandbox ${this.sandboxId} stopped during the call (${info.state}: ${info.endReason})`,
+              { cause: error },
+            );
+          }
+          await new Promise((resolve) => setTimeout(resolve, 200));
         }
         return error instanceof SandboxError ? error : undefined;
       },
