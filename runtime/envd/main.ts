@@ -1,4 +1,4 @@
-import { rmSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { CORE } from '../server/groups/core.js';
 import { DEV_TOOLS } from '../server/groups/dev-tools.js';
@@ -18,20 +18,25 @@ const { values } = parseArgs({
   options: {
     socket: { type: 'string' },
     'ports-dir': { type: 'string' },
+    'token-file': { type: 'string' },
   },
   strict: true,
 });
-if (!values.socket || !values['ports-dir']) {
-  process.stderr.write(
-    'usage: node envd.cjs --socket PATH --ports-dir DIR (token in ABX_ACCESS_TOKEN)\n',
-  );
+if (!values.socket || !values['ports-dir'] || !values['token-file']) {
+  process.stderr.write('usage: node envd.cjs --socket PATH --ports-dir DIR --token-file FILE\n');
   process.exit(2);
 }
-const token = process.env.ABX_ACCESS_TOKEN;
-// The sandbox's own processes inherit envd's environment; the token must not reach them.
-delete process.env.ABX_ACCESS_TOKEN;
+let token: string | undefined;
+try {
+  token = readFileSync(values['token-file'], 'utf8').trim();
+} catch (error) {
+  process.stderr.write(`envd: cannot read the token file: ${(error as Error).message}\n`);
+  process.exit(2);
+}
+// Gone before anything is served: no other process of the sandbox can have read it.
+rmSync(values['token-file'], { force: true });
 if (!token) {
-  process.stderr.write('envd: ABX_ACCESS_TOKEN is not set; refusing to serve without a token\n');
+  process.stderr.write('envd: the token file is empty; refusing to serve without a token\n');
   process.exit(2);
 }
 rmSync(values.socket, { force: true });

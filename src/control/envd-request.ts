@@ -1,4 +1,5 @@
 import { request } from 'node:http';
+import { connectSandboxSocket } from './safe-socket.js';
 
 /** One JSON request to an envd over its Unix socket, from the host side. */
 export function envdRequest<T>(
@@ -14,6 +15,8 @@ export function envdRequest<T>(
     const req = request(
       {
         socketPath,
+        // Never follow a symlink the sandbox may have put in place of its envd socket.
+        createConnection: () => connectSandboxSocket(socketPath),
         method,
         path,
         timeout: timeoutMs,

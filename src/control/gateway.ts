@@ -1,4 +1,3 @@
-import { rmSync } from 'node:fs';
 import {
   Agent,
   createServer,
@@ -7,12 +6,13 @@ import {
   type Server,
   type ServerResponse,
 } from 'node:http';
-import { connect, type Socket } from 'node:net';
+import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { answerClientError } from '../../runtime/server/http.js';
 import { splice } from '../../runtime/server/splice.js';
 import { tokenMatches } from './ids.js';
 import type { SandboxRecord } from './registry.js';
+import { connectSandboxSocket, unlinkSandboxSocket } from './safe-socket.js';
 
 /** The port that names envd itself (as E2B's envd port): `49983-{id}.{domain}`. */
 export const ENVD_PORT = 49983;
@@ -62,6 +62,13 @@ interface Target {
   headers: Record<string, string | string[] | undefined>;
 }
 
+/** Keeps connections to sandbox sockets alive, opening each without following symlinks. */
+export class SandboxSocketAgent extends Agent {
+  override createConnection(options: { socketPath?: string }): Socket {
+    return connectSandboxSocket(options.socketPath as string);
+  }
+}
+
 /** Parses `{port}-{id}.{domain}` (an optional `:gatewayPort` is ignored). */
 export function parseSandboxHost(
   host: string | undefined,
@@ -87,7 +94,11 @@ export class Gateway {
    * socket (and, behind a port forwarder, a new TCP connection inside the sandbox) per call would
    * cost more than the call itself.
    */
-  private readonly agent = new Agent({ keepAlive: true, maxSockets: 256, maxFreeSockets: 32 });
+  private readonly agent = new SandboxSocketAgent({
+    keepAlive: true,
+    maxSockets: 256,
+    maxFreeSockets: 32,
+  });
 
   constructor(
     private readonly backend: GatewayBackend,
@@ -240,7 +251,7 @@ export class Gateway {
       // A socket file left by a server that died: drop it, so the next request is forwarded by
       // envd to whatever listens on the port now.
       if (target.port && (error as NodeJS.ErrnoException).code === 'ECONNREFUSED') {
-        rmSync(target.socketPath, { force: true });
+        unlinkSandboxSocket(target.socketPath);
       }
       if (res.headersSent) res.destroy();
       else sendError(res, new GatewayError(502, 'UpstreamError', upstreamMessage(error)));
@@ -252,7 +263,7 @@ export class Gateway {
   }
 
   private tunnel(req: IncomingMessage, socket: Duplex, head: Buffer, target: Target): void {
-    const upstream: Socket = connect(target.socketPath);
+    const upstream: Socket = connectSandboxSocket(target.socketPath);
     const lines = [`${req.method} ${target.path} HTTP/1.1`];
     for (const [name, value] of Object.entries(target.headers)) {
       for (const item of Array.isArray(value) ? value : [value]) {

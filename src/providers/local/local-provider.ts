@@ -93,9 +93,11 @@ export class LocalProvider implements SandboxProvider {
       LANG: 'C.UTF-8',
       ...spec.env,
       ABX_SANDBOX_ID: spec.id,
-      // envd reads and removes it, so the sandbox's other processes never see it.
-      ABX_ACCESS_TOKEN: spec.accessToken,
     };
+    // In a file, not the environment: a process's initial environment stays readable in
+    // /proc/PID/environ by every process of the sandbox. envd reads the file and deletes it before
+    // it serves anything, and no other process of the sandbox exists before envd.
+    writeFileSync(join(runDir, 'token'), spec.accessToken, { mode: 0o600 });
     const bwrap = bwrapArgs({
       hostname: spec.id,
       homeDir,
@@ -113,6 +115,8 @@ export class LocalProvider implements SandboxProvider {
         `${SANDBOX_RUN_DIR}/envd.sock`,
         '--ports-dir',
         `${SANDBOX_RUN_DIR}/ports`,
+        '--token-file',
+        `${SANDBOX_RUN_DIR}/token`,
       ],
     });
     const limits = prlimitArgs(spec.resources);
@@ -137,7 +141,8 @@ export class LocalProvider implements SandboxProvider {
     const child = spawn(command, args, {
       detached: true,
       stdio: ['ignore', log, log],
-      env: { PATH: process.env.PATH ?? '/usr/bin:/bin' },
+      // bwrap's own processes (the sandbox's pid 1) keep this environment: nothing of the host's.
+      env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' },
     });
     closeSync(log);
     let exited: string | undefined;

@@ -1,0 +1,99 @@
+import { closeSync, fstatSync, openSync, unlinkSync } from 'node:fs';
+import { connect, Socket } from 'node:net';
+import { dirname } from 'node:path';
+
+// Linux open(2) flags that node does not export.
+const O_PATH = 0o10000000;
+const O_NOFOLLOW = 0o400000;
+const O_DIRECTORY = 0o200000;
+
+/**
+ * A sandbox can write in its `/run/abx` (envd's socket and the port sockets live there), so it
+ * could replace a socket, or the `ports` folder, with a symlink to any socket of the host. The
+ * daemon runs on the host: following such a link would hand the sandbox the host's sockets. So
+ * these paths are walked from the host-owned run folder down one component at a time with
+ * O_PATH | O_NOFOLLOW, the last must be a socket, and the connection goes to that very inode
+ * through /proc/self/fd — a swap between the check and the connect changes nothing.
+ */
+function openWithin(runDir: string, relative: string): number {
+  const parts = relative.split('/').filter(Boolean);
+  let fd = openSync(runDir, O_PATH | O_DIRECTORY | O_NOFOLLOW);
+  try {
+    for (const [index, part] of parts.entries()) {
+      if (part === '..' || part === '.')
+        throw Object.assign(new Error(`bad path ${relative}`), { code: 'EINVAL' });
+      const last = index === parts.length - 1;
+      const next = openSync(
+        `/proc/self/fd/${fd}/${part}`,
+        O_PATH | O_NOFOLLOW | (last ? 0 : O_DIRECTORY),
+      );
+      closeSync(fd);
+      fd = next;
+    }
+    if (!fstatSync(fd).isSocket()) {
+      throw Object.assign(new Error(`${runDir}/${relative} is not a socket`), { code: 'ENOTSOCK' });
+    }
+    return fd;
+  } catch (error) {
+    closeSync(fd);
+    throw error;
+  }
+}
+
+/** Where a sandbox socket path sits: the run folder and the path below it. */
+export function splitRunPath(socketPath: string): { runDir: string; relative: string } {
+  const ports = /\/ports\/[^/]+$/.exec(socketPath);
+  if (ports) return { runDir: dirname(dirname(socketPath)), relative: ports[0].slice(1) };
+  return {
+    runDir: dirname(socketPath),
+    relative: socketPath.slice(dirname(socketPath).length + 1),
+  };
+}
+
+/**
+ * Connects to a socket of a sandbox's run folder without following any symlink inside it (see
+ * above). Failures (a missing socket, a symlink, not a socket) come as the socket's 'error'.
+ */
+export function connectSandboxSocket(socketPath: string): Socket {
+  const { runDir, relative } = splitRunPath(socketPath);
+  let fd: number;
+  try {
+    fd = openWithin(runDir, relative);
+  } catch (error) {
+    const socket = new Socket();
+    process.nextTick(() => socket.destroy(error as Error));
+    return socket;
+  }
+  const socket = connect(`/proc/self/fd/${fd}`);
+  let open = true;
+  const release = () => {
+    if (open) closeSync(fd);
+    open = false;
+  };
+  socket.once('connect', release);
+  socket.once('error', release);
+  socket.once('close', release);
+  return socket;
+}
+
+/** Removes a stale socket of a sandbox's run folder, never following a symlink to get there. */
+export function unlinkSandboxSocket(socketPath: string): void {
+  const { runDir, relative } = splitRunPath(socketPath);
+  const parts = relative.split('/');
+  const name = parts.pop() as string;
+  try {
+    let fd = openSync(runDir, O_PATH | O_DIRECTORY | O_NOFOLLOW);
+    for (const part of parts) {
+      const next = openSync(`/proc/self/fd/${fd}/${part}`, O_PATH | O_DIRECTORY | O_NOFOLLOW);
+      closeSync(fd);
+      fd = next;
+    }
+    try {
+      unlinkSync(`/proc/self/fd/${fd}/${name}`);
+    } finally {
+      closeSync(fd);
+    }
+  } catch {
+    // already gone, or not ours to remove
+  }
+}
