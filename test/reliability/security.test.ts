@@ -1,4 +1,4 @@
-import { readFileSync, rmSync, statSync } from 'node:fs';
+import { readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
@@ -66,6 +66,35 @@ describe('symlinks planted in the sandbox’s socket folder', () => {
   });
 });
 
+describe('escape attempts from inside', () => {
+  test('host processes cannot be seen or signalled', async () => {
+    const daemonPid = daemonInfo(home).pid;
+    const probe = await sandbox.commands.run(
+      `kill -0 ${process.pid} 2>&1; echo "kill test: $?"; kill -9 ${daemonPid} 2>&1; echo "kill daemon: $?"`,
+    );
+    expect(probe.stdout).toMatch(/kill test: 1/);
+    expect(probe.stdout).toMatch(/kill daemon: 1/);
+    expect(daemonInfo(home).pid).toBe(daemonPid);
+    expect((await sandbox.commands.run('echo alive')).stdout).toBe('alive\n');
+  });
+
+  test('files.write through a symlink replaces the link, never writes where it points', async () => {
+    const hostFile = join(HOST_SOCKET_DIR, 'host-file.txt');
+    writeFileSync(hostFile, 'host content');
+    await sandbox.commands.run(
+      `ln -sf ${hostFile} /home/user/to-host; ln -sf /etc/hostname /home/user/to-etc`,
+    );
+    await sandbox.files.write('to-host', 'from the sandbox');
+    await sandbox.files.write('to-etc', 'from the sandbox');
+    expect(readFileSync(hostFile, 'utf8')).toBe('host content');
+    const { stdout } = await sandbox.commands.run(
+      'test -L to-host || echo replaced; cat to-host; echo; cat /etc/hostname',
+    );
+    // /etc is the host's, read-only: unchanged.
+    expect(stdout).toBe(`replaced\nfrom the sandbox\n${readFileSync('/etc/hostname', 'utf8')}`);
+  });
+});
+
 describe('secrets at rest', () => {
   test('the API key and token secret are private; the registry holds only token hashes', () => {
     for (const file of ['api-key', 'token-secret', 'daemon.json']) {
@@ -80,6 +109,21 @@ describe('secrets at rest', () => {
     } finally {
       db.close();
     }
+  });
+
+  test('no token in listings or in the errors a caller sees', async () => {
+    const listed = JSON.stringify(await Sandbox.list({ home }));
+    expect(listed).toContain(sandbox.sandboxId);
+    expect(listed).not.toContain(sandbox.accessToken);
+    const refused = await request(`${daemonInfo(home).gatewayUrl}/health`, {
+      headers: {
+        host: `49983-${sandbox.sandboxId}.localhost`,
+        'x-access-token': `${sandbox.accessToken}x`,
+      },
+    });
+    const text = await refused.body.text();
+    expect(refused.statusCode).toBe(401);
+    expect(text).not.toContain(sandbox.accessToken);
   });
 
   test('no token reaches the daemon log or a sandbox process’s environment', async () => {
