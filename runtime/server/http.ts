@@ -142,7 +142,25 @@ export function sendError(res: ServerResponse, error: unknown, headers: Record<s
   const { status, body } = errorResponse(error);
   const unread = status === 413 || status === 408;
   sendJson(res, status, body, unread ? { ...headers, connection: 'close' } : headers);
-  if (unread) res.once('finish', () => res.req.socket.destroy());
+  if (unread) res.once('finish', () => lingerClose(res.req));
+}
+
+/** How long a connection whose body was refused unread may go on sending before it is cut. */
+const LINGER_MS = 2000;
+
+/**
+ * Closes a connection whose request body was refused unread (413, 408) the way web servers
+ * "linger": our side is shut after the answer and what the client still sends is read and
+ * dropped for a moment. Destroying at once would reset the connection while the client is still
+ * writing, and a client (or a proxy such as the gateway) may then see the reset instead of the
+ * answer.
+ */
+function lingerClose(req: IncomingMessage): void {
+  const { socket } = req;
+  req.resume();
+  socket.end();
+  const timer = setTimeout(() => socket.destroy(), LINGER_MS);
+  socket.once('close', () => clearTimeout(timer));
 }
 
 /**

@@ -242,6 +242,9 @@ export class Gateway {
             kept.push(name, raw[i + 1] as string);
           }
         }
+        // An answer before the whole request body arrived (413, 408...): the client's connection
+        // holds the unread rest of it, so it cannot carry another request; close it after this.
+        if (!req.complete) kept.push('connection', 'close');
         res.writeHead(answer.statusCode ?? 502, kept as unknown as string[]);
         answer.pipe(res);
         answer.on('error', () => res.destroy());
@@ -259,6 +262,9 @@ export class Gateway {
     res.on('close', () => {
       if (!res.writableFinished) upstream.destroy();
     });
+    // Headers go out now, not with the first body chunk: the sandbox may answer before any body
+    // arrives (413 for a declared size, or a route that reads none).
+    upstream.flushHeaders();
     req.pipe(upstream);
   }
 
