@@ -137,6 +137,8 @@ export class SandboxServer {
       // Headers get the same deadline as bodies; requestTimeout is a backstop behind our own 408.
       {
         headersTimeout: this.options.bodyTimeoutMs,
+        // Node checks header/request deadlines every 30 s by default; check every second.
+        connectionsCheckingInterval: 1000,
         requestTimeout:
           Math.max(this.options.bodyTimeoutMs, this.options.streamBodyTimeoutMs ?? 0) + 5000,
       },

@@ -108,6 +108,8 @@ export class Gateway {
       {
         headersTimeout: GATEWAY_HEADERS_TIMEOUT_MS,
         requestTimeout: GATEWAY_REQUEST_TIMEOUT_MS,
+        // Node checks those deadlines every 30 s by default, so a 30 s limit could hold for 60.
+        connectionsCheckingInterval: 1000,
         // Node would answer a request without Host with a bare 400; the X-Sandbox-Id headers name
         // the sandbox without it, and a request naming none gets the contract's 400 below.
         requireHostHeader: false,
