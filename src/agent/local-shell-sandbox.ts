@@ -5,6 +5,7 @@ import { lstat, mkdir, readFile, rename, rm, writeFile } from 'node:fs/promises'
 import { constants } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import { BaseSandbox } from './base-sandbox.js';
+import { perFile } from './per-file.js';
 import type {
   ExecuteOptions,
   ExecuteResponse,
@@ -135,55 +136,50 @@ export class LocalShellSandbox extends BaseSandbox {
 
   /** Writes each file atomically (temp file + rename), creating parents. */
   async uploadFiles(files: [string, Uint8Array][]): Promise<FileUploadResponse[]> {
-    const responses: FileUploadResponse[] = [];
-    for (const [path, content] of files) {
-      if (path === '' || path.includes('\0')) {
-        responses.push({ path, error: 'invalid_path' });
-        continue;
-      }
-      const target = resolve(this.root, path);
-      const temp = join(
-        dirname(target),
-        `.${basename(target)}.${randomBytes(6).toString('hex')}.tmp`,
-      );
-      try {
-        const existing = await lstat(target).catch(() => undefined);
-        if (existing?.isDirectory()) {
-          responses.push({ path, error: 'is_directory' });
-          continue;
+    return perFile(
+      files,
+      ([path]) => path,
+      (path) => ({ path, error: 'invalid_path' }),
+      async ([, content], path): Promise<FileUploadResponse> => {
+        const target = resolve(this.root, path);
+        const temp = join(
+          dirname(target),
+          `.${basename(target)}.${randomBytes(6).toString('hex')}.tmp`,
+        );
+        try {
+          const existing = await lstat(target).catch(() => undefined);
+          if (existing?.isDirectory()) return { path, error: 'is_directory' };
+          await mkdir(dirname(target), { recursive: true });
+          await writeFile(temp, content, { flag: 'wx' });
+          await rename(temp, target);
+          return { path, error: null };
+        } catch (error) {
+          await rm(temp, { force: true }).catch(() => undefined);
+          // ENOENT/ENOTDIR here mean a parent is not a directory: the path cannot name a file.
+          const code = errorCode(error);
+          return {
+            path,
+            error: code === 'file_not_found' || code === undefined ? 'invalid_path' : code,
+          };
         }
-        await mkdir(dirname(target), { recursive: true });
-        await writeFile(temp, content, { flag: 'wx' });
-        await rename(temp, target);
-        responses.push({ path, error: null });
-      } catch (error) {
-        await rm(temp, { force: true }).catch(() => undefined);
-        // ENOENT/ENOTDIR here mean a parent is not a directory: the path cannot name a file.
-        const code = errorCode(error);
-        responses.push({
-          path,
-          error: code === 'file_not_found' || code === undefined ? 'invalid_path' : code,
-        });
-      }
-    }
-    return responses;
+      },
+    );
   }
 
   async downloadFiles(paths: string[]): Promise<FileDownloadResponse[]> {
-    const responses: FileDownloadResponse[] = [];
-    for (const path of paths) {
-      if (path === '' || path.includes('\0')) {
-        responses.push({ path, content: null, error: 'invalid_path' });
-        continue;
-      }
-      try {
-        const content = new Uint8Array(await readFile(resolve(this.root, path)));
-        responses.push({ path, content, error: null });
-      } catch (error) {
-        responses.push({ path, content: null, error: errorCode(error) ?? 'invalid_path' });
-      }
-    }
-    return responses;
+    return perFile(
+      paths,
+      (path) => path,
+      (path) => ({ path, content: null, error: 'invalid_path' }),
+      async (path): Promise<FileDownloadResponse> => {
+        try {
+          const content = new Uint8Array(await readFile(resolve(this.root, path)));
+          return { path, content, error: null };
+        } catch (error) {
+          return { path, content: null, error: errorCode(error) ?? 'invalid_path' };
+        }
+      },
+    );
   }
 }
 

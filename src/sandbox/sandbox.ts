@@ -1,4 +1,5 @@
 import { BaseSandbox } from '../agent/base-sandbox.js';
+import { perFile } from '../agent/per-file.js';
 import type { SandboxTool } from '../agent/tool-types.js';
 import { type SandboxToolsOptions, sandboxTools } from '../agent/tools.js';
 import type {
@@ -200,55 +201,52 @@ export class Sandbox extends BaseSandbox {
    * error codes; a failure of the sandbox itself (it stopped) throws.
    */
   async uploadFiles(files: [string, Uint8Array][]): Promise<FileUploadResponse[]> {
-    const responses: FileUploadResponse[] = [];
-    for (const [path, content] of files) {
-      if (path === '' || path.includes('\0')) {
-        responses.push({ path, error: 'invalid_path' });
-        continue;
-      }
-      try {
-        await this.files.write(path, content);
-        responses.push({ path, error: null });
-      } catch (error) {
-        const code = fileErrorCode(error);
-        if (code === undefined) throw error;
-        // A missing or non-directory parent means the path cannot name a file.
-        const mapped =
-          code === 'file_not_found' || code === 'not_a_regular_file' ? 'invalid_path' : code;
-        responses.push({ path, error: mapped });
-      }
-    }
-    return responses;
+    return perFile(
+      files,
+      ([path]) => path,
+      (path) => ({ path, error: 'invalid_path' }),
+      async ([, content], path): Promise<FileUploadResponse> => {
+        try {
+          await this.files.write(path, content);
+          return { path, error: null };
+        } catch (error) {
+          const code = fileErrorCode(error);
+          if (code === undefined) throw error;
+          // A missing or non-directory parent means the path cannot name a file.
+          const mapped =
+            code === 'file_not_found' || code === 'not_a_regular_file' ? 'invalid_path' : code;
+          return { path, error: mapped };
+        }
+      },
+    );
   }
 
   /** Reads files through envd; per-file failures come back as error codes. */
   async downloadFiles(paths: string[]): Promise<FileDownloadResponse[]> {
-    const responses: FileDownloadResponse[] = [];
-    for (const path of paths) {
-      if (path === '' || path.includes('\0')) {
-        responses.push({ path, content: null, error: 'invalid_path' });
-        continue;
-      }
-      try {
-        const content = await this.files.read(path, { format: 'bytes' });
-        responses.push({ path, content, error: null });
-      } catch (error) {
-        let code = fileErrorCode(error);
-        if (code === undefined) {
-          // An error without a file code (e.g. a stream cut mid-read): if the sandbox still stats
-          // the same path, the file was the problem, not the sandbox.
-          const type = await this.pathType(path);
-          if (type === undefined) throw error;
-          code = type === 'directory' ? 'is_directory' : 'permission_denied';
+    return perFile(
+      paths,
+      (path) => path,
+      (path) => ({ path, content: null, error: 'invalid_path' }),
+      async (path): Promise<FileDownloadResponse> => {
+        try {
+          return { path, content: await this.files.read(path, { format: 'bytes' }), error: null };
+        } catch (error) {
+          let code = fileErrorCode(error);
+          if (code === undefined) {
+            // An error without a file code (e.g. a stream cut mid-read): if the sandbox still
+            // stats the same path, the file was the problem, not the sandbox.
+            const type = await this.pathType(path);
+            if (type === undefined) throw error;
+            code = type === 'directory' ? 'is_directory' : 'permission_denied';
+          }
+          if (code === 'not_a_regular_file') {
+            const type = await this.pathType(path);
+            code = type === 'directory' ? 'is_directory' : 'invalid_path';
+          }
+          return { path, content: null, error: code };
         }
-        if (code === 'not_a_regular_file') {
-          const type = await this.pathType(path);
-          code = type === 'directory' ? 'is_directory' : 'invalid_path';
-        }
-        responses.push({ path, content: null, error: code });
-      }
-    }
-    return responses;
+      },
+    );
   }
 
   /** The type of a path as envd stats it, or undefined when that fails too. */

@@ -13,7 +13,6 @@ import {
   Sandbox,
   type SandboxTool,
   sandboxTools,
-  Templates,
   ToolCallError,
   toAnthropicTools,
   toJSONSchema,
@@ -21,27 +20,20 @@ import {
   toVercelAITools,
 } from '../../src/index.js';
 import { SandboxCommands } from '../fixtures/sandbox-commands.js';
-import { createAbxHome } from '../helpers/abx-home.js';
-import { ROOT } from '../helpers/build.js';
+import { servedSandbox } from '../helpers/server-e2e.js';
 
-let abx: Awaited<ReturnType<typeof createAbxHome>>;
+let served: Awaited<ReturnType<typeof servedSandbox>>;
 let sandbox: Sandbox;
 let tools: SandboxTool[];
 
 beforeAll(async () => {
-  abx = await createAbxHome();
-  await Templates.build(join(ROOT, 'test', 'fixtures', 'templates', 'server-e2e.yaml'), {
-    home: abx.home,
-  });
-  sandbox = await Sandbox.create({ home: abx.home, template: 'server-e2e' });
-  commandRegistry().registerClass(SandboxCommands);
-  await sandbox.server.start({ commands: [SandboxCommands] });
+  served = await servedSandbox();
+  ({ sandbox } = served);
   tools = await sandbox.tools();
 }, 300_000);
 
 afterAll(async () => {
-  await sandbox?.kill().catch(() => undefined);
-  await abx?.close();
+  await served?.close();
 });
 
 const tool = (name: string): SandboxTool => {

@@ -6,32 +6,22 @@ import {
   StdioClientTransport,
 } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
-import {
-  commandRegistry,
-  FILE_TOOL_NAMES,
-  Sandbox,
-  type SandboxTool,
-  Templates,
-} from '../../src/index.js';
-import { SandboxCommands } from '../fixtures/sandbox-commands.js';
+import { FILE_TOOL_NAMES, Sandbox, type SandboxTool } from '../../src/index.js';
 import { createAbxHome } from '../helpers/abx-home.js';
 import { ROOT } from '../helpers/build.js';
+import { servedSandbox } from '../helpers/server-e2e.js';
 
 const ENTRY = join(ROOT, 'test', 'mcp', 'mcp-entry.mjs');
 
+let served: Awaited<ReturnType<typeof servedSandbox>>;
 let abx: Awaited<ReturnType<typeof createAbxHome>>;
 let sandbox: Sandbox;
 let tools: SandboxTool[];
 const clients: Client[] = [];
 
 beforeAll(async () => {
-  abx = await createAbxHome();
-  await Templates.build(join(ROOT, 'test', 'fixtures', 'templates', 'server-e2e.yaml'), {
-    home: abx.home,
-  });
-  sandbox = await Sandbox.create({ home: abx.home, template: 'server-e2e' });
-  commandRegistry().registerClass(SandboxCommands);
-  await sandbox.server.start({ commands: [SandboxCommands] });
+  served = await servedSandbox();
+  ({ abx, sandbox } = served);
   tools = await sandbox.tools();
 }, 300_000);
 
@@ -40,8 +30,7 @@ afterEach(async () => {
 });
 
 afterAll(async () => {
-  await sandbox?.kill().catch(() => undefined);
-  await abx?.close();
+  await served?.close();
 });
 
 /** An MCP client of a server spawned with `command args`, as an MCP host would run it. */
