@@ -1,5 +1,13 @@
 import { describe, expect, test } from 'vitest';
-import { arg, CommandDefinitionError, float, int, listCommands, sandbox } from '../../src/index.js';
+import {
+  arg,
+  CommandDefinitionError,
+  commandRegistry,
+  float,
+  int,
+  listCommands,
+  sandbox,
+} from '../../src/index.js';
 
 /** Runs `define` (which declares a decorated class) and returns the error it throws. */
 function definitionError(define: () => unknown): CommandDefinitionError {
@@ -57,7 +65,7 @@ describe('@sandbox.register reads the method', () => {
       { name: 'c', type: 'float', required: true },
       { name: 'd', type: 'int', required: true, description: 'how many' },
     ]);
-    expect(Tools).toBeTypeOf('function');
+    expect(commandRegistry().registeredClasses()).toEqual([Tools]);
   });
 
   test('an unannotated parameter takes the type of its literal default', () => {
@@ -76,7 +84,7 @@ describe('@sandbox.register reads the method', () => {
       ['n', 'int', -3],
       ['t', 'str', 'plain'],
     ]);
-    expect(Tools).toBeTypeOf('function');
+    expect(commandRegistry().registeredClasses()).toEqual([Tools]);
   });
 
   test('a real parser reads names: comments, strings with // and = and parens in defaults', () => {
@@ -97,7 +105,7 @@ describe('@sandbox.register reads the method', () => {
       ['sep', ','],
       ['count', 16],
     ]);
-    expect(Tools).toBeTypeOf('function');
+    expect(commandRegistry().registeredClasses()).toEqual([Tools]);
   });
 
   test('options set the name, description and timeout; async methods work', () => {
@@ -114,7 +122,7 @@ describe('@sandbox.register reads the method', () => {
       timeoutMs: 5000,
       args: [{ name: 'url', type: 'str', required: true }],
     });
-    expect(Tools).toBeTypeOf('function');
+    expect(commandRegistry().registeredClasses()).toEqual([Tools]);
   });
 
   test('bare @sandbox puts the commands in the base template', () => {
@@ -126,7 +134,7 @@ describe('@sandbox.register reads the method', () => {
       }
     }
     expect(listCommands('base').map((c) => c.name)).toEqual(['ping']);
-    expect(Tools).toBeTypeOf('function');
+    expect(commandRegistry().registeredClasses()).toEqual([Tools]);
   });
 
   test('a subclass inherits registered methods and can override them', () => {
@@ -153,7 +161,7 @@ describe('@sandbox.register reads the method', () => {
       ['hello', 'overridden', 2],
       ['bye', '', 1],
     ]);
-    expect(Child).toBeTypeOf('function');
+    expect(commandRegistry().registeredClasses()).toEqual([Child]);
   });
 });
 

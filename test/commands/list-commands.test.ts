@@ -1,5 +1,6 @@
 import { describe, expect, test } from 'vitest';
 import {
+  commandRegistry,
   DuplicateCommandError,
   int,
   listCommands,
@@ -32,7 +33,7 @@ describe('listCommands', () => {
       ['head', 'yaml'],
       ['wordCount', 'decorator'],
     ]);
-    expect(Tools).toBeTypeOf('function');
+    expect(commandRegistry().registeredClasses()).toEqual([Tools]);
   });
 
   test('a YAML entry and a decorated method with the same signature give equal commands', () => {
@@ -51,7 +52,7 @@ describe('listCommands', () => {
     expect(c1).toBe('head -n {lines} -- {path}');
     expect(c2).toBeUndefined();
     expect(classRest).toEqual(yamlRest);
-    expect(Tools).toBeTypeOf('function');
+    expect(commandRegistry().registeredClasses()).toEqual([Tools]);
   });
 
   test('a name defined in YAML and in a class is an error naming both places', () => {
@@ -67,7 +68,7 @@ describe('listCommands', () => {
     expect(() => listCommands(template)).toThrow(
       "command 'head' is defined twice in template 'tools': at tools/template.yaml:3:3 and at Tools.head; rename or remove one of them",
     );
-    expect(Tools).toBeTypeOf('function');
+    expect(commandRegistry().registeredClasses()).toEqual([Tools]);
   });
 
   test('a name defined in two classes of one template is an error naming both', () => {
@@ -86,7 +87,7 @@ describe('listCommands', () => {
       }
     }
     expect(() => listCommands('tools')).toThrow(/defined twice .*at First\.run and at Second\.go/);
-    expect([First, Second]).toHaveLength(2);
+    expect(commandRegistry().registeredClasses()).toEqual([First, Second]);
   });
 
   test('the same name in two templates is fine', () => {
@@ -106,7 +107,7 @@ describe('listCommands', () => {
     }
     expect(listCommands('a')[0]?.args).toHaveLength(0);
     expect(listCommands('b')[0]?.args).toHaveLength(1);
-    expect([A, B]).toHaveLength(2);
+    expect(commandRegistry().registeredClasses()).toEqual([A, B]);
   });
 
   test('an unknown template name lists the known ones', () => {
@@ -121,6 +122,6 @@ describe('listCommands', () => {
     expect(() => listCommands('unknown')).toThrow(
       "unknown template 'unknown'; known templates: known",
     );
-    expect(Known).toBeTypeOf('function');
+    expect(commandRegistry().registeredClasses()).toEqual([Known]);
   });
 });
