@@ -45,7 +45,9 @@ export function addDaemonCommand(program: Command): void {
   withExamples(
     daemon
       .command('status')
-      .description('Whether a daemon runs, and where; exits 1 when none runs.')
+      .description(
+        'Whether a daemon runs, where, and how it isolates sandboxes (root or rootless mode, which limits hold); exits 1 when none runs.',
+      )
       .option('--json', 'print the daemon info as JSON (null when none runs)')
       .action(async (options: { json?: boolean }) => {
         const info = await findDaemon(abxHome());
@@ -54,6 +56,20 @@ export function addDaemonCommand(program: Command): void {
           printLine(
             `running: pid ${info.pid}, API ${info.apiUrl}, gateway ${info.gatewayUrl}, since ${info.startedAt}`,
           );
+          const isolation = info.isolation;
+          if (isolation) {
+            printLine(
+              isolation.mode === 'root'
+                ? 'isolation: root mode (each sandbox runs as a host uid of its own)'
+                : 'isolation: rootless mode (sandboxes run as the daemon’s uid)',
+            );
+            for (const [name, limit] of Object.entries(isolation.limits)) {
+              printLine(
+                `  ${name.padEnd(10)} ${limit.enforced ? 'enforced' : 'NOT enforced'}: ${limit.how}`,
+              );
+            }
+            for (const warning of isolation.warnings) printLine(`warning: ${warning}`);
+          }
         } else printLine(`not running (home ${abxHome()})`);
         if (!info) throw new ExitCode(1);
       }),

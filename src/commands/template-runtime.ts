@@ -4,7 +4,7 @@ import { isRecord, type TemplateReader } from './template-reader.js';
 
 /** The template keys that shape the sandbox itself (the rest describe commands). */
 export const RUNTIME_KEYS = ['env', 'workdir', 'setup', 'timeout', 'resources', 'network'];
-const RESOURCE_KEYS = ['processes', 'open_files', 'file_size', 'memory'];
+const RESOURCE_KEYS = ['processes', 'open_files', 'file_size', 'memory', 'cpu', 'disk'];
 
 /** The default lifetime of a sandbox whose template sets no `timeout`. */
 export const DEFAULT_SANDBOX_TIMEOUT_MS = 5 * 60_000;
@@ -20,7 +20,16 @@ export interface TemplateResources {
   fileSize?: number;
   /** Memory of the whole sandbox, in bytes (a memory cgroup, where the host allows one). */
   memory?: number;
+  /** CPU time of the whole sandbox, in cores (`0.5`, `2`): a CPU cgroup quota. */
+  cpu?: number;
+  /** Disk space of the sandbox's home and /tmp together, in bytes; default 2 GiB. */
+  disk?: number;
 }
+
+/** The disk quota of a sandbox whose template sets none. */
+export const DEFAULT_DISK_BYTES = 2 * 1024 ** 3;
+/** Most CPU cores a template may ask for. */
+export const MAX_CPU = 1024;
 
 /** How a template's sandboxes run. */
 export interface TemplateRuntime {
@@ -107,7 +116,10 @@ function readResources(reader: TemplateReader, value: unknown): TemplateResource
   const resources: TemplateResources = {};
   if (value === undefined || value === null) return resources;
   if (!isRecord(value)) {
-    reader.problem(['resources'], 'must be a mapping such as { processes: 256, memory: 512M }');
+    reader.problem(
+      ['resources'],
+      'must be a mapping such as { processes: 256, memory: 512M, cpu: 1, disk: 2G }',
+    );
     return resources;
   }
   reader.checkKeys(value, RESOURCE_KEYS, ['resources']);
@@ -120,18 +132,39 @@ function readResources(reader: TemplateReader, value: unknown): TemplateResource
     }
     return n;
   };
-  const size = (key: 'file_size' | 'memory') => {
+  const size = (key: 'file_size' | 'memory' | 'disk') => {
     const n = value[key];
     if (n === undefined) return undefined;
     const bytes = typeof n === 'string' || typeof n === 'number' ? parseSize(n) : undefined;
     if (bytes === undefined) reader.problem(['resources', key], 'must be a size such as 64M or 2G');
     return bytes;
   };
+  const cores = () => {
+    const n = value.cpu;
+    if (n === undefined) return undefined;
+    const parsed = typeof n === 'string' && n.trim() !== '' ? Number(n) : n;
+    // The kernel's CFS quota has a 1 ms floor per 100 ms period: 0.01 core is the least.
+    if (
+      typeof parsed !== 'number' ||
+      !Number.isFinite(parsed) ||
+      parsed < 0.01 ||
+      parsed > MAX_CPU
+    ) {
+      reader.problem(
+        ['resources', 'cpu'],
+        `must be a number of cores from 0.01 to ${MAX_CPU}, such as 0.5 or 2`,
+      );
+      return undefined;
+    }
+    return parsed;
+  };
   const entries = {
     processes: count('processes'),
     openFiles: count('open_files'),
     fileSize: size('file_size'),
     memory: size('memory'),
+    cpu: cores(),
+    disk: size('disk'),
   };
   for (const [key, n] of Object.entries(entries)) {
     if (n !== undefined) resources[key as keyof TemplateResources] = n;

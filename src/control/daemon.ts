@@ -4,7 +4,7 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { type Guard, RouteTable } from '../../runtime/server/route-table.js';
 import { LocalProvider } from '../providers/local/local-provider.js';
-import type { SandboxProvider } from '../providers/provider.js';
+import type { IsolationReport, SandboxProvider } from '../providers/provider.js';
 import { AuthenticationError } from '../sandbox/errors.js';
 import { packageInfo } from '../util/package-info.js';
 import { API_ROUTES, type ApiContext } from './api-routes.js';
@@ -43,6 +43,8 @@ export interface DaemonInfo {
   domain: string;
   version: string;
   startedAt: string;
+  /** How sandboxes are isolated: root or rootless mode, and which limits this host enforces. */
+  isolation?: IsolationReport;
 }
 
 const BODY_LIMITS = { maxBytes: 1024 * 1024, timeoutMs: 30_000 };
@@ -194,7 +196,9 @@ export class Daemon {
       domain: this.options.domain ?? 'localhost',
       version: packageInfo().version,
       startedAt: new Date().toISOString(),
+      isolation: this.provider.isolation(),
     };
+    for (const warning of info.isolation?.warnings ?? []) console.error(`warning: ${warning}`);
     writeFileSync(this.paths.daemonInfo, `${JSON.stringify(info, null, 2)}\n`, { mode: 0o600 });
     return info;
   }

@@ -148,7 +148,7 @@ export class SandboxService {
       const record = this.registry.claimPooled(template, metadata, now, now + timeoutMs);
       if (!record) return undefined;
       if (!this.provider.isAlive(record.handle)) {
-        this.registry.endSandbox(record.id, 'dead', 'a pooled sandbox whose processes ended');
+        await this.markDead(record);
         continue;
       }
       // It started before the caller's envs were known: envd adds them for every later process.
@@ -211,10 +211,37 @@ export class SandboxService {
       !this.ending.has(id) &&
       !this.provider.isAlive(record.handle)
     ) {
-      this.registry.endSandbox(id, 'dead', 'its processes ended');
+      void this.markDead(record);
       return this.registry.getSandbox(id) as SandboxRecord;
     }
     return record;
+  }
+
+  /**
+   * Records why a sandbox whose processes ended by themselves is gone (`oom` when the kernel's
+   * OOM killer ended it, else `exited`) and releases what it held: its cgroups, its uid, its
+   * folder. Resolves once that is done.
+   */
+  markDead(record: SandboxRecord): Promise<void> {
+    const running = this.ending.get(record.id);
+    if (running) return running;
+    const cause = this.provider.endCause(record.handle);
+    if (record.state === 'pooled') this.registry.deleteSandbox(record.id);
+    else this.registry.endSandbox(record.id, 'dead', cause);
+    return this.release(record);
+  }
+
+  /** Kills what is left of a sandbox and removes its folder; once per sandbox at a time. */
+  private release(record: SandboxRecord): Promise<void> {
+    let ending = this.ending.get(record.id);
+    if (!ending) {
+      ending = (async () => {
+        await this.provider.kill(record.handle);
+        rmSync(join(this.sandboxesDir, record.id), { recursive: true, force: true });
+      })().finally(() => this.ending.delete(record.id));
+      this.ending.set(record.id, ending);
+    }
+    return ending;
   }
 
   /** A running sandbox, or NotFoundError saying why it is not running. */
@@ -226,8 +253,9 @@ export class SandboxService {
       );
     }
     if (!this.provider.isAlive(record.handle)) {
-      this.registry.endSandbox(id, 'dead', 'its processes ended');
-      throw new NotFoundError(`sandbox ${id} is not running (dead: its processes ended)`);
+      void this.markDead(record);
+      const ended = this.registry.getSandbox(id);
+      throw new NotFoundError(`sandbox ${id} is not running (dead: ${ended?.endReason})`);
     }
     return record;
   }
@@ -236,24 +264,28 @@ export class SandboxService {
     return this.registry.listSandboxes(filter);
   }
 
-  /** Kills a sandbox; resolves once its processes are gone. Killing an ended sandbox is a no-op. */
+  /**
+   * Kills a sandbox; resolves once its processes are gone and its folder removed. On a sandbox
+   * that already ended it finishes any cleanup left and resolves false.
+   */
   async kill(
     id: string,
     state: 'killed' | 'expired' = 'killed',
     reason = 'killed',
   ): Promise<boolean> {
     const record = this.get(id);
-    if (record.state !== 'running') return false;
-    let ending = this.ending.get(id);
-    if (!ending) {
-      ending = (async () => {
-        await this.provider.kill(record.handle);
-        this.registry.endSandbox(id, state, reason);
-        rmSync(join(this.sandboxesDir, id), { recursive: true, force: true });
-      })().finally(() => this.ending.delete(id));
-      this.ending.set(id, ending);
+    if (record.state !== 'running') {
+      await this.release(record);
+      return false;
     }
-    await ending;
+    const ending = this.ending.get(id);
+    if (ending) {
+      await ending;
+      return this.registry.getSandbox(id)?.state === state;
+    }
+    // Recorded first: a reaper pass that sees its processes gone must not call it dead.
+    this.registry.endSandbox(id, state, reason);
+    await this.release(record);
     return true;
   }
 
@@ -263,14 +295,24 @@ export class SandboxService {
     return this.get(id);
   }
 
-  /** Kills every running sandbox whose time is up. */
+  /**
+   * Kills every running sandbox whose time is up, and marks dead (and cleans up after) those
+   * whose processes ended by themselves. Returns the expired ones.
+   */
   async reap(now = Date.now()): Promise<string[]> {
     const expired = this.registry.expired(now);
-    await Promise.all(
-      expired.map((record) =>
-        this.kill(record.id, 'expired', `expired at ${new Date(record.expiresAt).toISOString()}`),
-      ),
-    );
+    const dead = [
+      ...this.registry.listSandboxes({ state: 'running' }),
+      ...this.registry.listSandboxes({ state: 'pooled' }),
+    ].filter((record) => !this.ending.has(record.id) && !this.provider.isAlive(record.handle));
+    await Promise.all([
+      ...dead.map((record) => this.markDead(record)),
+      ...expired
+        .filter((record) => !dead.includes(record))
+        .map((record) =>
+          this.kill(record.id, 'expired', `expired at ${new Date(record.expiresAt).toISOString()}`),
+        ),
+    ]);
     return expired.map((record) => record.id);
   }
 
@@ -286,10 +328,8 @@ export class SandboxService {
     for (const record of this.registry.listSandboxes({ state: 'running' })) {
       if (this.provider.isAlive(record.handle)) adopted.push(record.id);
       else {
-        this.registry.endSandbox(record.id, 'dead', 'found dead when the daemon started');
-        // Releases what the dead sandbox still holds on the host (its cgroup).
-        await this.provider.kill(record.handle);
-        rmSync(join(this.sandboxesDir, record.id), { recursive: true, force: true });
+        // Releases what the dead sandbox still holds on the host (cgroups, uid, folder).
+        await this.markDead(record);
         dead.push(record.id);
       }
     }

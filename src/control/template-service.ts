@@ -1,4 +1,4 @@
-import { mkdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { TemplateError } from '../commands/errors.js';
 import { DEFAULT_CAPABILITIES, parseTemplate, type Template } from '../commands/template.js';
@@ -140,8 +140,11 @@ export class TemplateService {
     const home = join(dir, 'home');
     rmSync(dir, { recursive: true, force: true });
     mkdirSync(dir, { recursive: true });
-    renameSync(join(work, 'home'), home);
-    rmSync(work, { recursive: true, force: true });
+    try {
+      await this.provider.saveHome(work, home);
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
     return home;
   }
 }

@@ -27,8 +27,24 @@ export interface SandboxHandle {
   envdSocket: string;
   /** The folder holding one Unix socket per forwarded port (`{port}.sock`). */
   portsDir: string;
-  /** The sandbox's memory cgroup, when its template limits memory and the host allows it. */
+  /** The host uid the sandbox runs as, when the daemon gave it one of its own (root daemon). */
+  uid?: number;
+  /** The sandbox's cgroups (memory, CPU, pids), where the host allows them. */
+  cgroups?: string[];
+  /** @deprecated a handle written by an older daemon: its one memory cgroup. */
   cgroup?: string;
+}
+
+/** Why a sandbox's processes ended without being killed. */
+export type EndCause = 'oom' | 'exited';
+
+/** How a provider isolates sandboxes, for `abx daemon status`. */
+export interface IsolationReport {
+  /** `root`: each sandbox runs as a host uid of its own; `rootless`: as the daemon's uid. */
+  mode: 'root' | 'rootless';
+  /** Each limit and whether this host enforces it, with how. */
+  limits: Record<string, { enforced: boolean; how: string }>;
+  warnings: string[];
 }
 
 /**
@@ -41,11 +57,20 @@ export interface SandboxProvider {
   create(spec: SandboxSpec): Promise<SandboxHandle>;
   /** True while the sandbox's root process runs (and is the same process). */
   isAlive(handle: SandboxHandle): boolean;
-  /** Kills every process of the sandbox and resolves once they are gone. */
+  /** Why a sandbox that is no longer alive ended (call before `kill` releases its cgroups). */
+  endCause(handle: SandboxHandle): EndCause;
+  /**
+   * Kills every process of the sandbox and releases what it held on the host (cgroups, uid);
+   * resolves once they are gone. Safe to call on a sandbox that already ended.
+   */
   kill(handle: SandboxHandle): Promise<void>;
+  /** Copies the home folder of a stopped sandbox started in `dir` to `dest` (template builds). */
+  saveHome(dir: string, dest: string): Promise<void>;
   /**
    * Kills sandboxes of `sandboxesDir` that the registry does not know as running (e.g. one
    * started just before a daemon crash, before its row was written). Returns their ids.
    */
   sweepOrphans(sandboxesDir: string, running: ReadonlySet<string>): Promise<string[]>;
+  /** How this provider isolates sandboxes on this host. */
+  isolation(): IsolationReport;
 }

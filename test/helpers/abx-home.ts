@@ -22,6 +22,42 @@ export function processesMentioning(text: string): number[] {
 }
 
 /**
+ * Pids of one sandbox's processes: its bwrap processes (which carry the sandbox id as
+ * `--hostname`) and all their descendants. Sandbox command lines name no host folder.
+ */
+export function sandboxProcesses(sandboxId: string): number[] {
+  const parents = new Map<number, number>();
+  const roots: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      if (fields[0] === 'Z') continue;
+      parents.set(Number(entry), Number(fields[1]));
+      const argv = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
+      const at = argv.indexOf('--hostname');
+      if (argv[0]?.endsWith('bwrap') && at > 0 && argv[at + 1] === sandboxId) {
+        roots.push(Number(entry));
+      }
+    } catch {
+      // ended meanwhile
+    }
+  }
+  const found = new Set(roots);
+  for (let grew = true; grew; ) {
+    grew = false;
+    for (const [pid, parent] of parents) {
+      if (!found.has(pid) && found.has(parent)) {
+        found.add(pid);
+        grew = true;
+      }
+    }
+  }
+  return [...found];
+}
+
+/**
  * A private installation for one test file: its own `$ABX_HOME`, daemon and sandboxes. `close()`
  * kills every sandbox, stops the daemon and SIGKILLs anything still mentioning the folder, so a
  * failing test leaves nothing behind.

@@ -12,7 +12,7 @@ import {
   Templates,
 } from '../../src/index.js';
 import { SandboxCommands } from '../fixtures/sandbox-commands.js';
-import { createAbxHome, processesMentioning } from '../helpers/abx-home.js';
+import { createAbxHome, processesMentioning, sandboxProcesses } from '../helpers/abx-home.js';
 import { ROOT } from '../helpers/build.js';
 import { daemonInfo, settle, sigkillSandbox } from './helpers.js';
 
@@ -117,7 +117,7 @@ describe('a sandbox SIGKILLed during a call', () => {
 
   test('an upload into a sandbox that died before it started fails at once', async ({ box }) => {
     sigkillSandbox(home, box.sandboxId);
-    await settle(() => processesMentioning(join(home, 'sandboxes', box.sandboxId)).length === 0);
+    await settle(() => sandboxProcesses(box.sandboxId).length === 0);
     const error = await box.files.write('x.txt', 'data').catch((e: unknown) => e);
     expect(error).toBeInstanceOf(NotFoundError);
     expectSandboxGone(error, box.sandboxId);
@@ -226,8 +226,7 @@ describe('the daemon SIGKILLed and restarted', () => {
     try {
       await live.commands.run('true');
       const oldDaemon = daemonInfo(home).pid;
-      const sandboxPids = () =>
-        new Set(processesMentioning(join(home, 'sandboxes', live.sandboxId)));
+      const sandboxPids = () => new Set(sandboxProcesses(live.sandboxId));
       const before = sandboxPids();
       process.kill(oldDaemon, 'SIGKILL');
       await settle(() => !processesMentioning(home).includes(oldDaemon));

@@ -1,11 +1,11 @@
 import { createHash, randomFillSync } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { commandRegistry, Sandbox, Templates } from '../../src/index.js';
 import { SandboxCommands } from '../fixtures/sandbox-commands.js';
-import { createAbxHome, processesMentioning } from '../helpers/abx-home.js';
+import { createAbxHome, processesMentioning, sandboxProcesses } from '../helpers/abx-home.js';
 import { ROOT } from '../helpers/build.js';
 import { daemonInfo, openFds, rssBytes, SOAK, scale, settle } from './helpers.js';
 
@@ -40,7 +40,9 @@ async function daemonUsage() {
 /** Processes of this installation other than the daemon and the given sandboxes. */
 function strayProcesses(keep: string[]): string[] {
   const daemon = daemonInfo(home).pid;
-  return processesMentioning(home)
+  // Sandboxes' command lines name no host folder: find them by the ids this home has folders for.
+  const sandboxIds = readdirSync(join(home, 'sandboxes')).filter((id) => !keep.includes(id));
+  return [...processesMentioning(home), ...sandboxIds.flatMap((id) => sandboxProcesses(id))]
     .filter((pid) => pid !== daemon)
     .map((pid) => {
       try {
@@ -49,7 +51,7 @@ function strayProcesses(keep: string[]): string[] {
         return '';
       }
     })
-    .filter((cmd) => cmd !== '' && !keep.some((id) => cmd.includes(`sandboxes/${id}`)));
+    .filter((cmd) => cmd !== '');
 }
 
 describe('load', () => {

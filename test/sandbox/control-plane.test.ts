@@ -5,7 +5,7 @@ import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { type DaemonInfo, Sandbox } from '../../src/index.js';
 import { isProcessAlive } from '../../src/sandbox/daemon-connection.js';
-import { createAbxHome, processesMentioning } from '../helpers/abx-home.js';
+import { createAbxHome, processesMentioning, sandboxProcesses } from '../helpers/abx-home.js';
 
 let abx: Awaited<ReturnType<typeof createAbxHome>>;
 let home: string;
@@ -112,13 +112,13 @@ describe('daemon restarts', () => {
         await new Promise((r) => setTimeout(r, 10));
       // While no daemon runs, one sandbox dies, and another loses its registry row (as a
       // sandbox started just before a crash, before its row was written, would have none).
-      for (const pid of processesMentioning(join(home, 'sandboxes', victim.sandboxId))) {
+      for (const pid of sandboxProcesses(victim.sandboxId)) {
         process.kill(pid, 'SIGKILL');
       }
       const db = new Database(join(home, 'abx.db'));
       db.prepare('DELETE FROM sandboxes WHERE id = ?').run(orphan.sandboxId);
       db.close();
-      expect(processesMentioning(join(home, 'sandboxes', orphan.sandboxId))).not.toEqual([]);
+      expect(sandboxProcesses(orphan.sandboxId)).not.toEqual([]);
 
       // The next SDK call starts a new daemon, which adopts the sandboxes left behind.
       const again = await Sandbox.connect(survivor.sandboxId, { home });
@@ -130,11 +130,11 @@ describe('daemon restarts', () => {
         (await Sandbox.list({ home })).map((s) => [s.sandboxId, [s.state, s.endReason]]),
       );
       expect(states[survivor.sandboxId]).toEqual(['running', null]);
-      expect(states[victim.sandboxId]).toEqual(['dead', 'found dead when the daemon started']);
+      expect(states[victim.sandboxId]).toEqual(['dead', 'exited']);
       // The sandbox nobody knew about was killed: nothing runs without a registry row.
-      expect(processesMentioning(join(home, 'sandboxes', orphan.sandboxId))).toEqual([]);
+      expect(sandboxProcesses(orphan.sandboxId)).toEqual([]);
       await expect(Sandbox.connect(victim.sandboxId, { home })).rejects.toThrow(
-        `sandbox ${victim.sandboxId} is not running (dead: found dead when the daemon started)`,
+        `sandbox ${victim.sandboxId} is not running (dead: exited)`,
       );
     } finally {
       await survivor.kill();

@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { CommandExitError, InvalidArgumentError, NotFoundError, Sandbox } from '../../src/index.js';
-import { createAbxHome, processesMentioning } from '../helpers/abx-home.js';
+import { createAbxHome, processesMentioning, sandboxProcesses } from '../helpers/abx-home.js';
 import { ROOT } from '../helpers/build.js';
 
 let abx: Awaited<ReturnType<typeof createAbxHome>>;
@@ -286,7 +286,7 @@ describe('lifecycle', () => {
       expect(sleeping()).toHaveLength(2);
       await sandbox.kill();
       expect(sleeping()).toEqual([]);
-      expect(processesMentioning(join(home, 'sandboxes', sandbox.sandboxId))).toEqual([]);
+      expect(sandboxProcesses(sandbox.sandboxId)).toEqual([]);
     } finally {
       await sandbox.kill();
     }

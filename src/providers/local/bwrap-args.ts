@@ -1,4 +1,4 @@
-import { lstatSync, readlinkSync } from 'node:fs';
+import { existsSync, lstatSync, readlinkSync } from 'node:fs';
 import type { TemplateResources } from '../../commands/template-runtime.js';
 
 /** Where things sit inside every local sandbox. */
@@ -10,10 +10,30 @@ export const SANDBOX_UID = 1000;
 /** Host folders shared read-only with every sandbox; the host's merged-/usr links are kept. */
 const SYSTEM_DIRS = ['/usr', '/etc', '/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32'];
 
+/**
+ * Kernel surfaces under /proc that a sandbox must not write (Docker's `readonlyPaths`): sysctls,
+ * the SysRq trigger, IRQ affinities, bus and filesystem tunables.
+ */
+const PROC_READ_ONLY = ['/proc/sys', '/proc/sysrq-trigger', '/proc/irq', '/proc/bus', '/proc/fs'];
+/** Files that leak host state (kernel memory, keys, timers, scheduler): hidden behind /dev/null. */
+const PROC_MASKED_FILES = [
+  '/proc/kcore',
+  '/proc/keys',
+  '/proc/timer_list',
+  '/proc/sched_debug',
+  '/proc/latency_stats',
+];
+/** Folders of host hardware state: hidden behind an empty read-only tmpfs. */
+const PROC_MASKED_DIRS = ['/proc/acpi', '/proc/scsi', '/proc/asound'];
+
+/** Where the sandbox's /tmp comes from: a folder of its disk, or a size-limited tmpfs. */
+export type TmpSource = { bind: string } | { tmpfsBytes: number };
+
 export interface BwrapOptions {
   hostname: string;
   /** Host folder mounted read-write as /home/user. */
   homeDir: string;
+  tmp: TmpSource;
   /** Host folder mounted read-write as /run/abx: envd's socket and the port sockets. */
   runDir: string;
   /** Host folder with envd.cjs, mounted read-only as /opt/abx. */
@@ -24,6 +44,8 @@ export interface BwrapOptions {
   env: Record<string, string>;
   workdir: string;
   network: 'none' | 'host';
+  /** An open file descriptor (in bwrap) holding the compiled seccomp filter. */
+  seccompFd?: number;
   /** The sandbox's first process and its arguments. */
   command: string[];
 }
@@ -43,19 +65,49 @@ function systemMounts(): string[] {
   return args;
 }
 
+let procMountsCache: string[] | undefined;
+
 /**
- * The bubblewrap command line of one sandbox: new user, pid, mount, ipc, uts (and, unless the
- * template asks for the host's, net) namespaces; read-only system folders; a private home, /tmp
- * and /proc; the host's environment cleared.
+ * bwrap options that harden the sandbox's own /proc. bwrap cannot bind onto a path its new proc
+ * lacks, so only entries this host has are named (read once: /proc's layout is the kernel's).
+ */
+export function procMounts(): string[] {
+  if (procMountsCache) return procMountsCache;
+  const args: string[] = [];
+  for (const path of PROC_READ_ONLY) {
+    if (existsSync(path)) args.push('--ro-bind', path, path);
+  }
+  for (const path of PROC_MASKED_FILES) {
+    if (existsSync(path)) args.push('--ro-bind', '/dev/null', path);
+  }
+  for (const path of PROC_MASKED_DIRS) {
+    if (existsSync(path)) args.push('--tmpfs', path, '--remount-ro', path);
+  }
+  procMountsCache = args;
+  return args;
+}
+
+/**
+ * The bubblewrap command line of one sandbox: new user, pid, mount, ipc, uts, cgroup (and, unless
+ * the template asks for the host's, net) namespaces, and no further user namespaces inside;
+ * read-only system folders; no /sys; a hardened /proc; a private home and /tmp; the host's
+ * environment cleared; the seccomp filter.
  */
 export function bwrapArgs(options: BwrapOptions): string[] {
   const env = Object.entries(options.env).flatMap(([key, value]) => ['--setenv', key, value]);
+  const tmp =
+    'bind' in options.tmp
+      ? ['--bind', options.tmp.bind, '/tmp']
+      : ['--size', String(options.tmp.tmpfsBytes), '--perms', '1777', '--tmpfs', '/tmp'];
   return [
     '--unshare-user',
     '--uid',
     String(SANDBOX_UID),
     '--gid',
     String(SANDBOX_UID),
+    // `unshare -r` and friends fail inside: a nested user namespace would give the sandbox
+    // capabilities over new mount namespaces (cgroupfs, and whatever a kernel bug exposes).
+    '--disable-userns',
     '--unshare-pid',
     '--unshare-ipc',
     '--unshare-uts',
@@ -74,10 +126,10 @@ export function bwrapArgs(options: BwrapOptions): string[] {
     '/etc/group',
     '--proc',
     '/proc',
+    ...procMounts(),
     '--dev',
     '/dev',
-    '--tmpfs',
-    '/tmp',
+    ...tmp,
     '--dir',
     '/home',
     '--bind',
@@ -95,6 +147,7 @@ export function bwrapArgs(options: BwrapOptions): string[] {
     options.workdir,
     '--clearenv',
     ...env,
+    ...(options.seccompFd === undefined ? [] : ['--seccomp', String(options.seccompFd)]),
     '--',
     ...options.command,
   ];

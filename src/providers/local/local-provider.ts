@@ -1,18 +1,27 @@
 import { execFile, spawn } from 'node:child_process';
 import {
+  chownSync,
   closeSync,
   existsSync,
   mkdirSync,
   openSync,
   readdirSync,
   readFileSync,
+  renameSync,
   writeFileSync,
 } from 'node:fs';
 import { request } from 'node:http';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { DEFAULT_DISK_BYTES } from '../../commands/template-runtime.js';
 import { SandboxStartError } from '../../sandbox/errors.js';
-import type { SandboxHandle, SandboxProvider, SandboxSpec } from '../provider.js';
+import type {
+  EndCause,
+  IsolationReport,
+  SandboxHandle,
+  SandboxProvider,
+  SandboxSpec,
+} from '../provider.js';
 import {
   bwrapArgs,
   prlimitArgs,
@@ -21,10 +30,25 @@ import {
   SANDBOX_RUNTIME_DIR,
   SANDBOX_UID,
 } from './bwrap-args.js';
-import { createMemoryCgroup, removeMemoryCgroup } from './memory-cgroup.js';
+import {
+  type CgroupLimits,
+  cgroupDirsOf,
+  cgroupParent,
+  cgroupPids,
+  cgroupSupport,
+  createCgroups,
+  oomKills,
+  removeCgroups,
+} from './cgroups.js';
 import { isSameProcess, processStartTime } from './proc.js';
+import { createDiskImage, exportHome, launchArgv, STAGE_DIR, STAGED } from './sandbox-disk.js';
+import { SandboxUids, UID_LOCK_DIR, type UidRange, uidProcesses } from './sandbox-uids.js';
+import { compileSeccompFilter } from './seccomp.js';
 
 const execFileAsync = promisify(execFile);
+
+/** The pids limit of a sandbox whose template sets no `processes`: a fork bomb stops there. */
+export const DEFAULT_PROCESS_LIMIT = 4096;
 
 export interface LocalProviderOptions {
   /** Host folder holding envd.cjs (the package's dist/runtime). */
@@ -32,6 +56,14 @@ export interface LocalProviderOptions {
   /** How long a new sandbox's envd has to answer; default 15 s. */
   startTimeoutMs?: number;
   bwrapPath?: string;
+  /**
+   * `root`: every sandbox runs as a host uid of its own from `uidRange`, on a disk image of its
+   * own (needs a root daemon). `rootless`: sandboxes run as the daemon's uid. Default: `root`
+   * when the daemon is root, else `rootless`.
+   */
+  mode?: 'root' | 'rootless';
+  /** Host uids for root mode; default 1500000000-1500999999 (or `ABX_UID_RANGE`). */
+  uidRange?: UidRange;
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -58,57 +90,93 @@ function logTail(file: string, bytes = 2000): string {
   }
 }
 
+function killPids(pids: Iterable<number>): void {
+  for (const pid of pids) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // gone meanwhile
+    }
+  }
+}
+
+/** Joins every cgroup folder given before `--`, then execs the rest (rootless mode). */
+const JOIN_CGROUPS =
+  'while [ "$1" != -- ]; do echo $$ > "$1/cgroup.procs"; shift; done; shift; exec "$@"';
+
 /**
  * Sandboxes as bubblewrap namespaces on this host. The sandbox's first process (the pid
  * namespace's init, which bwrap forks) is what the handle names: killing it makes the kernel kill
  * every process of the namespace. It is started in a session of its own, not tied to the daemon,
  * so sandboxes outlive a daemon restart.
+ *
+ * A root daemon never runs a sandbox as root: each sandbox gets a host uid of its own (mapped to
+ * uid 1000 inside), a disk image of its own for its home and /tmp, and cgroups it cannot write.
  */
 export class LocalProvider implements SandboxProvider {
   readonly name = 'local';
+  readonly mode: 'root' | 'rootless';
+  private readonly uids: SandboxUids;
+  private readonly seccomp = compileSeccompFilter();
+  private report: IsolationReport | undefined;
 
-  constructor(private readonly options: LocalProviderOptions) {}
+  constructor(private readonly options: LocalProviderOptions) {
+    const isRoot = process.getuid?.() === 0;
+    this.mode = options.mode ?? (isRoot ? 'root' : 'rootless');
+    if (this.mode === 'root' && !isRoot) {
+      throw new SandboxStartError(
+        'root isolation mode needs a root daemon (it gives each sandbox a host uid of its own)',
+      );
+    }
+    this.uids = new SandboxUids(options.uidRange);
+    if (this.mode === 'root') mkdirSync(STAGE_DIR, { recursive: true, mode: 0o755 });
+  }
 
   async create(spec: SandboxSpec): Promise<SandboxHandle> {
-    const homeDir = join(spec.dir, 'home');
+    const root = this.mode === 'root';
     const runDir = join(spec.dir, 'run');
     const portsDir = join(runDir, 'ports');
+    const etcDir = join(spec.dir, 'etc');
     const logFile = join(spec.dir, 'sandbox.log');
     mkdirSync(portsDir, { recursive: true });
-    if (spec.baseHome) {
-      await execFileAsync('cp', ['-a', '--reflink=auto', spec.baseHome, homeDir]);
-    } else {
-      mkdirSync(homeDir, { recursive: true });
-    }
-    const passwdFile = join(spec.dir, 'passwd');
-    const groupFile = join(spec.dir, 'group');
-    writeFileSync(passwdFile, `user:x:${SANDBOX_UID}:${SANDBOX_UID}::${SANDBOX_HOME}:/bin/sh\n`);
-    writeFileSync(groupFile, `user:x:${SANDBOX_UID}:\n`);
-
-    const envdSocket = join(runDir, 'envd.sock');
-    const env = {
-      PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
-      HOME: SANDBOX_HOME,
-      USER: 'user',
-      LANG: 'C.UTF-8',
-      ...spec.env,
-      ABX_SANDBOX_ID: spec.id,
-    };
+    mkdirSync(etcDir, { recursive: true });
+    writeFileSync(
+      join(etcDir, 'passwd'),
+      `user:x:${SANDBOX_UID}:${SANDBOX_UID}::${SANDBOX_HOME}:/bin/sh\n`,
+    );
+    writeFileSync(join(etcDir, 'group'), `user:x:${SANDBOX_UID}:\n`);
     // In a file, not the environment: a process's initial environment stays readable in
     // /proc/PID/environ by every process of the sandbox. envd reads the file and deletes it before
     // it serves anything, and no other process of the sandbox exists before envd.
     writeFileSync(join(runDir, 'token'), spec.accessToken, { mode: 0o600 });
-    const bwrap = bwrapArgs({
-      hostname: spec.id,
-      homeDir,
-      runDir,
-      runtimeDir: this.options.runtimeDir,
-      passwdFile,
-      groupFile,
-      env,
-      workdir: spec.workdir,
-      network: spec.network,
-      command: [
+    const seccompFile = join(spec.dir, 'seccomp.bpf');
+    writeFileSync(seccompFile, this.seccomp, { mode: 0o600 });
+
+    const uid = root ? this.uids.allocate(spec.id, spec.dir) : undefined;
+    const limits: CgroupLimits = {
+      ...(spec.resources.memory ? { memory: spec.resources.memory } : {}),
+      ...(spec.resources.cpu ? { cpu: spec.resources.cpu } : {}),
+      processes: spec.resources.processes ?? DEFAULT_PROCESS_LIMIT,
+    };
+    const cgroups = createCgroups(spec.id, limits);
+    const release = () => {
+      removeCgroups(cgroups.dirs);
+      this.uids.release(uid);
+    };
+    let argv: string[];
+    try {
+      const asked = cgroups.unenforced.filter(
+        (c) => c !== 'pids' || spec.resources.processes !== undefined,
+      );
+      if (asked.length > 0) {
+        writeFileSync(
+          logFile,
+          `abx: warning: no writable ${asked.join(', ')} cgroup for this daemon; those limits are not enforced\n`,
+          { flag: 'a' },
+        );
+      }
+      const disk = spec.resources.disk ?? DEFAULT_DISK_BYTES;
+      const envdArgs = [
         process.execPath.startsWith('/usr/') ? process.execPath : '/usr/bin/node',
         `${SANDBOX_RUNTIME_DIR}/envd.cjs`,
         '--socket',
@@ -117,34 +185,100 @@ export class LocalProvider implements SandboxProvider {
         `${SANDBOX_RUN_DIR}/ports`,
         '--token-file',
         `${SANDBOX_RUN_DIR}/token`,
-      ],
-    });
-    const limits = prlimitArgs(spec.resources);
-    let argv = [this.options.bwrapPath ?? 'bwrap', ...bwrap];
-    if (limits.length > 0) argv = ['prlimit', ...limits, '--', ...argv];
-    const cgroup = spec.resources.memory
-      ? createMemoryCgroup(spec.id, spec.resources.memory)
-      : undefined;
-    if (spec.resources.memory && !cgroup) {
-      writeFileSync(
-        logFile,
-        'abx: warning: no writable memory cgroup on this host; the memory limit is not enforced\n',
-        { flag: 'a' },
-      );
+      ];
+      const common = {
+        hostname: spec.id,
+        env: {
+          PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+          HOME: SANDBOX_HOME,
+          USER: 'user',
+          LANG: 'C.UTF-8',
+          ...spec.env,
+          ABX_SANDBOX_ID: spec.id,
+        },
+        workdir: spec.workdir,
+        network: spec.network,
+        seccompFd: 3,
+        command: envdArgs,
+      };
+      const bwrap = this.options.bwrapPath ?? 'bwrap';
+      const rlimits = prlimitArgs(spec.resources);
+      const prlimit = rlimits.length > 0 ? ['prlimit', ...rlimits, '--'] : [];
+      if (root && uid !== undefined) {
+        for (const path of [runDir, portsDir, join(runDir, 'token')]) chownSync(path, uid, uid);
+        const image = join(spec.dir, 'disk.img');
+        await createDiskImage(image, disk);
+        const inner = bwrapArgs({
+          ...common,
+          homeDir: STAGED.home,
+          tmp: { bind: STAGED.tmp },
+          runDir: STAGED.run,
+          runtimeDir: STAGED.runtime,
+          passwdFile: STAGED.passwd,
+          groupFile: STAGED.group,
+        });
+        argv = launchArgv(
+          {
+            image,
+            uid,
+            dir: spec.dir,
+            runtimeDir: this.options.runtimeDir,
+            ...(spec.baseHome ? { baseHome: spec.baseHome } : {}),
+            cgroups: cgroups.dirs,
+          },
+          [
+            'setpriv',
+            `--reuid=${uid}`,
+            `--regid=${uid}`,
+            '--clear-groups',
+            '--no-new-privs',
+            ...prlimit,
+            bwrap,
+            ...inner,
+          ],
+        );
+      } else {
+        const homeDir = join(spec.dir, 'home');
+        if (spec.baseHome) {
+          await execFileAsync('cp', ['-a', '--reflink=auto', spec.baseHome, homeDir]);
+        } else {
+          mkdirSync(homeDir, { recursive: true });
+        }
+        const inner = bwrapArgs({
+          ...common,
+          homeDir,
+          // No disk image without root: /tmp is a tmpfs of the disk quota's size; the home is
+          // a host folder (see docs/security.md).
+          tmp: { tmpfsBytes: disk },
+          runDir,
+          runtimeDir: this.options.runtimeDir,
+          passwdFile: join(etcDir, 'passwd'),
+          groupFile: join(etcDir, 'group'),
+        });
+        argv = [...prlimit, bwrap, ...inner];
+        if (cgroups.dirs.length > 0) {
+          argv = ['/bin/sh', '-c', JOIN_CGROUPS, 'abx-join', ...cgroups.dirs, '--', ...argv];
+        }
+      }
+    } catch (error) {
+      release();
+      throw new SandboxStartError(`sandbox ${spec.id} did not start: ${(error as Error).message}`, {
+        cause: error,
+      });
     }
-    // The shell joins the cgroup before exec'ing bwrap, so every sandbox process is inside it.
-    if (cgroup)
-      argv = ['/bin/sh', '-c', 'echo $$ > "$0/cgroup.procs" && exec "$@"', cgroup, ...argv];
     const [command, ...args] = argv as [string, ...string[]];
 
     const log = openSync(logFile, 'a');
+    const filter = openSync(seccompFile, 'r');
     const child = spawn(command, args, {
       detached: true,
-      stdio: ['ignore', log, log],
+      // fd 3: the seccomp filter bwrap loads (`--seccomp 3`).
+      stdio: ['ignore', log, log, filter],
       // bwrap's own processes (the sandbox's pid 1) keep this environment: nothing of the host's.
       env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' },
     });
     closeSync(log);
+    closeSync(filter);
     let exited: string | undefined;
     child.on('exit', (code, signal) => {
       exited = signal ? `signal ${signal}` : `exit code ${code}`;
@@ -154,10 +288,21 @@ export class LocalProvider implements SandboxProvider {
     });
     child.unref();
 
-    const deadline = Date.now() + (this.options.startTimeoutMs ?? 15_000);
-    const fail = (why: string) => {
+    const handleOf = (init: number, startTime: string): SandboxHandle => ({
+      provider: this.name,
+      pid: init,
+      startTime,
+      envdSocket: join(runDir, 'envd.sock'),
+      portsDir,
+      ...(uid !== undefined ? { uid } : {}),
+      ...(cgroups.dirs.length > 0 ? { cgroups: cgroups.dirs } : {}),
+    });
+    const timeoutMs = this.options.startTimeoutMs ?? 15_000;
+    const deadline = Date.now() + timeoutMs;
+    const fail = async (why: string) => {
       if (child.pid) this.killTree(child.pid);
-      removeMemoryCgroup(cgroup);
+      if (uid !== undefined) await this.waitUidGone(uid);
+      release();
       const tail = logTail(logFile);
       return new SandboxStartError(
         `sandbox ${spec.id} did not start: ${why}${tail ? `\n--- sandbox log ---\n${tail}` : ''}`,
@@ -165,49 +310,52 @@ export class LocalProvider implements SandboxProvider {
     };
     let init: number | undefined;
     while (Date.now() < deadline) {
-      if (exited) throw fail(`bubblewrap ended (${exited})`);
+      if (exited) throw await fail(`bubblewrap ended (${exited})`);
       init ??= this.initPid(child.pid);
-      if (init && (await envdHealthy(envdSocket))) {
+      if (init && (await envdHealthy(join(runDir, 'envd.sock')))) {
         const startTime = processStartTime(init);
-        if (startTime) {
-          return {
-            provider: this.name,
-            pid: init,
-            startTime,
-            envdSocket,
-            portsDir,
-            ...(cgroup ? { cgroup } : {}),
-          };
-        }
+        if (startTime) return handleOf(init, startTime);
       }
-      await sleep(init ? 10 : 2);
+      await sleep(init ? 5 : 2);
     }
-    throw fail(`envd did not answer within ${this.options.startTimeoutMs ?? 15_000} ms`);
+    throw await fail(`envd did not answer within ${timeoutMs} ms`);
   }
 
   isAlive(handle: SandboxHandle): boolean {
     return isSameProcess(handle.pid, handle.startTime);
   }
 
+  endCause(handle: SandboxHandle): EndCause {
+    return oomKills(cgroupsOf(handle)) > 0 ? 'oom' : 'exited';
+  }
+
   async kill(handle: SandboxHandle): Promise<void> {
+    const cgroups = cgroupsOf(handle);
     if (this.isAlive(handle)) {
-      try {
-        process.kill(handle.pid, 'SIGKILL');
-      } catch {
-        // ended meanwhile
-      }
+      killPids([handle.pid]);
       // The kernel kills the rest of the pid namespace once its init is gone; wait for that.
       for (let i = 0; i < 500 && isSameProcess(handle.pid, handle.startTime); i++) await sleep(10);
     }
-    for (let i = 0; i < 100 && handle.cgroup && existsSync(handle.cgroup); i++) {
-      removeMemoryCgroup(handle.cgroup);
-      if (existsSync(handle.cgroup)) await sleep(10);
+    // Whatever still runs in its cgroups or as its uid belongs to it (bwrap's outer process).
+    killPids(cgroupPids(cgroups));
+    if (handle.uid !== undefined) {
+      killPids(uidProcesses(handle.uid));
+      await this.waitUidGone(handle.uid);
     }
+    for (let i = 0; i < 200 && !removeCgroups(cgroups); i++) await sleep(10);
+    this.uids.release(handle.uid);
+  }
+
+  async saveHome(dir: string, dest: string): Promise<void> {
+    const image = join(dir, 'disk.img');
+    if (existsSync(image)) await exportHome(image, dest);
+    else renameSync(join(dir, 'home'), dest);
   }
 
   async sweepOrphans(sandboxesDir: string, running: ReadonlySet<string>): Promise<string[]> {
-    const prefix = `${sandboxesDir}/`;
     const orphans = new Map<string, number[]>();
+    const ours = (id: string | undefined): id is string =>
+      !!id && /^[\w.-]+$/.test(id) && !running.has(id) && existsSync(join(sandboxesDir, id));
     for (const entry of readdirSync('/proc')) {
       if (!/^\d+$/.test(entry)) continue;
       let argv: string[];
@@ -216,29 +364,84 @@ export class LocalProvider implements SandboxProvider {
       } catch {
         continue;
       }
-      // Both bwrap processes of a sandbox carry its home folder in their arguments.
+      // Both bwrap processes of a sandbox carry its id as the hostname, and its folder is ours.
       if (!argv[0]?.endsWith('bwrap')) continue;
-      const home = argv.find((arg) => arg.startsWith(prefix) && arg.endsWith('/home'));
-      const id = home?.slice(prefix.length, -'/home'.length);
-      if (!id || id.includes('/') || running.has(id)) continue;
-      orphans.set(id, [...(orphans.get(id) ?? []), Number(entry)]);
+      const id = argv[argv.indexOf('--hostname') + 1];
+      if (argv.includes('--hostname') && ours(id)) {
+        orphans.set(id, [...(orphans.get(id) ?? []), Number(entry)]);
+      }
     }
-    for (const pids of orphans.values()) {
-      for (const pid of pids) {
+    for (const pids of orphans.values()) killPids(pids);
+    // Root mode: a uid handed to a sandbox of ours that is not running is freed.
+    if (this.mode === 'root' && existsSync(UID_LOCK_DIR)) {
+      for (const name of readdirSync(UID_LOCK_DIR)) {
         try {
-          process.kill(pid, 'SIGKILL');
+          const lock = JSON.parse(readFileSync(join(UID_LOCK_DIR, name), 'utf8')) as {
+            dir: string;
+            sandbox: string;
+          };
+          if (lock.dir !== join(sandboxesDir, lock.sandbox) || !ours(lock.sandbox)) continue;
+          killPids(uidProcesses(Number(name)));
+          await this.waitUidGone(Number(name));
+          this.uids.release(Number(name));
+          if (!orphans.has(lock.sandbox)) orphans.set(lock.sandbox, []);
         } catch {
-          // gone meanwhile
+          // not a lock of ours
         }
       }
+    }
+    for (const id of orphans.keys()) {
+      const dirs = cgroupDirsOf(id);
+      killPids(cgroupPids(dirs));
+      removeCgroups(dirs);
     }
     return [...orphans.keys()];
   }
 
-  /** bwrap forks the namespace's init; it is the only child of the bwrap we started. */
+  isolation(): IsolationReport {
+    if (this.report) return this.report;
+    const support = cgroupSupport();
+    const root = this.mode === 'root';
+    const cgroup = (controller: 'memory' | 'cpu' | 'pids', file: string) => ({
+      enforced: support[controller],
+      how: support[controller]
+        ? `${controller} cgroup (${file}) under ${cgroupParent()}/, owned by the daemon`
+        : `not enforced: no writable ${controller} cgroup for this daemon (see docs/security.md)`,
+    });
+    const limits: IsolationReport['limits'] = {
+      processes: cgroup('pids', 'pids.max'),
+      memory: cgroup('memory', 'memory.max / memory.limit_in_bytes'),
+      cpu: cgroup('cpu', 'cpu.max / cpu.cfs_quota_us'),
+      disk: root
+        ? { enforced: true, how: 'an ext4 disk image per sandbox holds its home and /tmp' }
+        : {
+            enforced: false,
+            how: 'rootless: /tmp is a tmpfs of the quota; the home is a host folder, not limited',
+          },
+      open_files: { enforced: true, how: 'RLIMIT_NOFILE' },
+      file_size: { enforced: true, how: 'RLIMIT_FSIZE' },
+    };
+    const warnings = Object.entries(limits)
+      .filter(([, limit]) => !limit.enforced)
+      .map(([name, limit]) => `${name}: ${limit.how}`);
+    if (!root) {
+      warnings.unshift(
+        'rootless: sandboxes run as the daemon’s own uid (isolated by namespaces, seccomp and no /sys); run the daemon as root to give each sandbox a uid of its own',
+      );
+    }
+    this.report = { mode: this.mode, limits, warnings };
+    return this.report;
+  }
+
+  /**
+   * bwrap forks the namespace's init; it is the only child of the bwrap we started. Before our
+   * process has become bwrap (root mode runs a launcher first) its children are not the init.
+   */
   private initPid(bwrapPid: number | undefined): number | undefined {
     if (!bwrapPid) return undefined;
     try {
+      const argv0 = readFileSync(`/proc/${bwrapPid}/cmdline`, 'utf8').split('\0')[0];
+      if (!argv0?.endsWith('bwrap')) return undefined;
       const children = readFileSync(`/proc/${bwrapPid}/task/${bwrapPid}/children`, 'utf8')
         .trim()
         .split(/\s+/)
@@ -251,13 +454,18 @@ export class LocalProvider implements SandboxProvider {
   }
 
   private killTree(bwrapPid: number): void {
-    const init = this.initPid(bwrapPid);
-    for (const pid of [init, bwrapPid]) {
-      try {
-        if (pid) process.kill(pid, 'SIGKILL');
-      } catch {
-        // already gone
-      }
+    killPids([this.initPid(bwrapPid), bwrapPid].filter((pid): pid is number => !!pid));
+  }
+
+  /** Waits (up to 5 s) until no process runs as `uid`, so it can be handed out again. */
+  private async waitUidGone(uid: number): Promise<void> {
+    for (let i = 0; i < 500 && uidProcesses(uid).length > 0; i++) {
+      killPids(uidProcesses(uid));
+      await sleep(10);
     }
   }
+}
+
+function cgroupsOf(handle: SandboxHandle): string[] {
+  return handle.cgroups ?? (handle.cgroup ? [handle.cgroup] : []);
 }

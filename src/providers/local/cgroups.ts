@@ -1,0 +1,222 @@
+import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+const CGROUP_ROOT = '/sys/fs/cgroup';
+
+/** What a sandbox's cgroups limit; unset means no limit of that kind. */
+export interface CgroupLimits {
+  /** Bytes of memory (and swap) for all its processes together. */
+  memory?: number;
+  /** Cores of CPU time (a CFS quota): `0.5` is half a core. */
+  cpu?: number;
+  /** Most tasks (processes and threads) alive at once. */
+  processes?: number;
+}
+
+export type Controller = 'memory' | 'cpu' | 'pids';
+
+/** The cgroups made for one sandbox, and the limits no cgroup could enforce on this host. */
+export interface SandboxCgroups {
+  /** cgroup folders whose `cgroup.procs` the sandbox's first process joins. */
+  dirs: string[];
+  /** Limits asked for that this host cannot enforce (no writable controller). */
+  unenforced: Controller[];
+}
+
+const CFS_PERIOD_US = 100_000;
+
+function tryWrite(file: string, value: string): boolean {
+  try {
+    writeFileSync(file, value);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** True when the host mounts the unified (v2) hierarchy at the cgroup root. */
+function unifiedRoot(): string[] | undefined {
+  try {
+    return readFileSync(join(CGROUP_ROOT, 'cgroup.controllers'), 'utf8').trim().split(/\s+/);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The parent cgroup under which sandboxes' cgroups go, relative to each hierarchy: `abx` for a
+ * root daemon; a rootless daemon needs a parent delegated to it (made by root and chowned to its
+ * uid), named by `ABX_CGROUP_PARENT` or else `abx-<uid>`.
+ */
+export function cgroupParent(env: NodeJS.ProcessEnv = process.env): string {
+  const uid = process.getuid?.() ?? 0;
+  return env.ABX_CGROUP_PARENT?.replace(/^\/+|\/+$/g, '') || (uid === 0 ? 'abx' : `abx-${uid}`);
+}
+
+/** The folder where a v1 controller's hierarchy is mounted, when there is one. */
+function v1Hierarchy(controller: Controller): string | undefined {
+  const dir = join(CGROUP_ROOT, controller);
+  return existsSync(join(dir, 'cgroup.procs')) ? dir : undefined;
+}
+
+/** Writes the limit files of one controller; false when the kernel refused one. */
+function writeLimits(
+  version: 1 | 2,
+  controller: Controller,
+  dir: string,
+  limits: CgroupLimits,
+): boolean {
+  if (controller === 'memory') {
+    const bytes = String(limits.memory);
+    if (version === 2) {
+      if (!tryWrite(join(dir, 'memory.max'), bytes)) return false;
+      tryWrite(join(dir, 'memory.swap.max'), '0');
+      return true;
+    }
+    if (!tryWrite(join(dir, 'memory.limit_in_bytes'), bytes)) return false;
+    // Without this the sandbox could swap instead of hitting the limit (absent without swap).
+    tryWrite(join(dir, 'memory.memsw.limit_in_bytes'), bytes);
+    return true;
+  }
+  if (controller === 'cpu') {
+    const quota = String(Math.max(1000, Math.round((limits.cpu ?? 0) * CFS_PERIOD_US)));
+    if (version === 2) return tryWrite(join(dir, 'cpu.max'), `${quota} ${CFS_PERIOD_US}`);
+    return (
+      tryWrite(join(dir, 'cpu.cfs_period_us'), String(CFS_PERIOD_US)) &&
+      tryWrite(join(dir, 'cpu.cfs_quota_us'), quota)
+    );
+  }
+  return tryWrite(join(dir, 'pids.max'), String(limits.processes));
+}
+
+function wanted(limits: CgroupLimits): Controller[] {
+  const controllers: Controller[] = [];
+  if (limits.memory) controllers.push('memory');
+  if (limits.cpu) controllers.push('cpu');
+  if (limits.processes) controllers.push('pids');
+  return controllers;
+}
+
+/**
+ * Makes the cgroups that hold one sandbox's limits. Uses cgroup v2 when the host mounts the
+ * unified hierarchy at /sys/fs/cgroup, else a v1 hierarchy per controller. The folders belong to
+ * the daemon's uid, never to the sandbox's: a sandbox cannot raise its own limits even if it
+ * reached cgroupfs (it does not: no /sys, no mount, no user namespaces).
+ */
+export function createCgroups(
+  id: string,
+  limits: CgroupLimits,
+  parent = cgroupParent(),
+): SandboxCgroups {
+  const controllers = wanted(limits);
+  const result: SandboxCgroups = { dirs: [], unenforced: [] };
+  if (controllers.length === 0) return result;
+  const available = unifiedRoot();
+  if (available) {
+    const parentDir = join(CGROUP_ROOT, parent);
+    const dir = join(parentDir, id);
+    try {
+      mkdirSync(parentDir, { recursive: true });
+      // Every level down to the parent must hand the controllers on.
+      const levels = parent.split('/');
+      for (let i = 0; i <= levels.length; i++) {
+        const level = join(CGROUP_ROOT, ...levels.slice(0, i));
+        for (const c of controllers) tryWrite(join(level, 'cgroup.subtree_control'), `+${c}`);
+      }
+      mkdirSync(dir);
+      for (const controller of controllers) {
+        if (!available.includes(controller) || !writeLimits(2, controller, dir, limits)) {
+          result.unenforced.push(controller);
+        }
+      }
+      result.dirs.push(dir);
+    } catch {
+      result.unenforced = controllers;
+    }
+    return result;
+  }
+  for (const controller of controllers) {
+    const hierarchy = v1Hierarchy(controller);
+    if (!hierarchy) {
+      result.unenforced.push(controller);
+      continue;
+    }
+    const dir = join(hierarchy, parent, id);
+    try {
+      mkdirSync(dir, { recursive: true });
+      if (writeLimits(1, controller, dir, limits)) result.dirs.push(dir);
+      else {
+        rmdirSync(dir);
+        result.unenforced.push(controller);
+      }
+    } catch {
+      result.unenforced.push(controller);
+    }
+  }
+  return result;
+}
+
+/** The cgroup folders a sandbox of this id has, wherever they exist (for orphan sweeps). */
+export function cgroupDirsOf(id: string, parent = cgroupParent()): string[] {
+  const candidates = unifiedRoot()
+    ? [join(CGROUP_ROOT, parent, id)]
+    : (['memory', 'cpu', 'pids'] as const).flatMap((controller) => {
+        const hierarchy = v1Hierarchy(controller);
+        return hierarchy ? [join(hierarchy, parent, id)] : [];
+      });
+  return candidates.filter((dir) => existsSync(dir));
+}
+
+/** Which controllers this daemon can use for sandboxes (for `abx daemon status`). */
+export function cgroupSupport(parent = cgroupParent()): Record<Controller, boolean> {
+  const probe = `probe-${process.pid}-${Date.now()}`;
+  const limits = { memory: 1024 ** 3, cpu: 1, processes: 1024 };
+  const made = createCgroups(probe, limits, parent);
+  removeCgroups(made.dirs);
+  const support = { memory: true, cpu: true, pids: true };
+  for (const controller of made.unenforced) support[controller] = false;
+  return support;
+}
+
+/** Pids in a sandbox's cgroups (every process that joined, and their descendants). */
+export function cgroupPids(dirs: readonly string[]): number[] {
+  const pids = new Set<number>();
+  for (const dir of dirs) {
+    try {
+      for (const line of readFileSync(join(dir, 'cgroup.procs'), 'utf8').split('\n')) {
+        if (line) pids.add(Number(line));
+      }
+    } catch {
+      // gone
+    }
+  }
+  return [...pids];
+}
+
+/** How many processes the kernel's OOM killer killed in a sandbox's memory cgroup. */
+export function oomKills(dirs: readonly string[]): number {
+  for (const dir of dirs) {
+    for (const file of ['memory.events', 'memory.oom_control']) {
+      try {
+        const match = /^oom_kill (\d+)$/m.exec(readFileSync(join(dir, file), 'utf8'));
+        if (match) return Number(match[1]);
+      } catch {
+        // not this version's file
+      }
+    }
+  }
+  return 0;
+}
+
+/** Removes a sandbox's cgroups once its processes are gone (one with members cannot go). */
+export function removeCgroups(dirs: readonly string[]): boolean {
+  let all = true;
+  for (const dir of dirs) {
+    try {
+      rmdirSync(dir);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'ENOENT') all = false;
+    }
+  }
+  return all;
+}
