@@ -153,10 +153,14 @@ export function bwrapArgs(options: BwrapOptions): string[] {
   ];
 }
 
-/** `prlimit` options for the template's per-process limits (empty when it sets none). */
-export function prlimitArgs(resources: TemplateResources): string[] {
+/**
+ * `prlimit` options for the template's per-process limits (empty when it sets none).
+ * RLIMIT_NPROC counts every process of the real uid: right for a sandbox with a uid of its own,
+ * wrong for a rootless one, which shares the daemon's (its pids cgroup limits it instead).
+ */
+export function prlimitArgs(resources: TemplateResources, ownUid: boolean): string[] {
   const limits: string[] = [];
-  if (resources.processes) limits.push(`--nproc=${resources.processes}`);
+  if (resources.processes && ownUid) limits.push(`--nproc=${resources.processes}`);
   if (resources.openFiles) limits.push(`--nofile=${resources.openFiles}`);
   if (resources.fileSize) limits.push(`--fsize=${resources.fileSize}`);
   return limits;

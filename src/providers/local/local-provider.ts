@@ -202,7 +202,7 @@ export class LocalProvider implements SandboxProvider {
         command: envdArgs,
       };
       const bwrap = this.options.bwrapPath ?? 'bwrap';
-      const rlimits = prlimitArgs(spec.resources);
+      const rlimits = prlimitArgs(spec.resources, root);
       const prlimit = rlimits.length > 0 ? ['prlimit', ...rlimits, '--'] : [];
       if (root && uid !== undefined) {
         for (const path of [runDir, portsDir, join(runDir, 'token')]) chownSync(path, uid, uid);

@@ -1,0 +1,143 @@
+import { spawn } from 'node:child_process';
+import { randomInt } from 'node:crypto';
+import {
+  chownSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  rmdirSync,
+  rmSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { stopDaemon } from '../../src/sandbox/daemon-connection.js';
+import { Sandbox } from '../../src/sandbox/sandbox.js';
+import { ensureBuilt, ROOT } from './build.js';
+
+const CONTROLLERS = ['memory', 'pids', 'cpu'] as const;
+
+function killUid(uid: number): number {
+  let killed = 0;
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const status = readFileSync(`/proc/${entry}/status`, 'utf8');
+      if (Number(/^Uid:\s+(\d+)/m.exec(status)?.[1]) !== uid) continue;
+      process.kill(Number(entry), 'SIGKILL');
+      killed++;
+    } catch {
+      // gone
+    }
+  }
+  return killed;
+}
+
+/** Removes a cgroup folder and its children, deepest first. */
+function removeCgroupTree(dir: string): void {
+  if (!existsSync(dir)) return;
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    if (entry.isDirectory()) removeCgroupTree(join(dir, entry.name));
+  }
+  try {
+    rmdirSync(dir);
+  } catch {
+    // still has members; the caller killed them, a retry takes it
+  }
+}
+
+export interface RootlessDaemon {
+  home: string;
+  uid: number;
+  close(): Promise<void>;
+}
+
+/**
+ * A daemon running as an unprivileged host uid (rootless mode), as a user without root would run
+ * it. Only root can set that up here, so this needs a root test process: it picks a uid with no
+ * account, gives it a private `$ABX_HOME`, and — when `delegateCgroups` — a cgroup parent per
+ * controller chowned to it (what an administrator does to let a rootless daemon enforce limits).
+ * The package is bind-mounted at a path that uid may enter (the checkout may sit under /root),
+ * in a mount namespace of the daemon's own. `close()` stops the daemon and every process of
+ * that uid and removes what was made.
+ */
+export async function startRootlessDaemon(
+  options: { delegateCgroups?: boolean } = {},
+): Promise<RootlessDaemon> {
+  ensureBuilt();
+  const uid = 1_400_000_000 + randomInt(1_000_000);
+  const home = mkdtempSync(join(tmpdir(), 'abx-rootless-'));
+  chownSync(home, uid, uid);
+  const cgroups: string[] = [];
+  if (options.delegateCgroups) {
+    for (const controller of CONTROLLERS) {
+      const hierarchy = `/sys/fs/cgroup/${controller}`;
+      if (!existsSync(join(hierarchy, 'cgroup.procs'))) continue;
+      const dir = join(hierarchy, `abx-${uid}`);
+      mkdirSync(dir);
+      chownSync(dir, uid, uid);
+      for (const file of ['cgroup.procs', 'tasks']) {
+        if (existsSync(join(dir, file))) chownSync(join(dir, file), uid, uid);
+      }
+      cgroups.push(dir);
+    }
+  }
+  const stage = `/run/abx-rootless/${uid}`;
+  mkdirSync(stage, { recursive: true, mode: 0o755 });
+  const log = openSync(join(home, 'daemon.log'), 'a');
+  const script =
+    'mount --bind "$1" "$2" && shift 2 && exec setpriv --reuid="$UID_" --regid="$UID_" --clear-groups "$@"';
+  const child = spawn(
+    'unshare',
+    [
+      '--mount',
+      '--propagation',
+      'private',
+      '--',
+      '/bin/sh',
+      '-c',
+      script,
+      'abx-rootless',
+      ROOT,
+      stage,
+      process.execPath,
+      join(stage, 'dist', 'daemon.js'),
+    ],
+    {
+      detached: true,
+      stdio: ['ignore', log, log],
+      env: {
+        PATH: process.env.PATH ?? '/usr/bin:/bin',
+        HOME: home,
+        ABX_HOME: home,
+        UID_: String(uid),
+      },
+    },
+  );
+  child.unref();
+  const close = async () => {
+    try {
+      for (const info of await Sandbox.list({ home, state: 'running', autoStart: false })) {
+        await Sandbox.kill(info.sandboxId, { home, autoStart: false });
+      }
+    } catch {
+      // no daemon answers: the sweep below still cleans up
+    }
+    await stopDaemon(home).catch(() => undefined);
+    for (let i = 0; i < 100 && killUid(uid) > 0; i++) await new Promise((r) => setTimeout(r, 20));
+    for (const dir of cgroups) removeCgroupTree(dir);
+    rmSync(home, { recursive: true, force: true });
+    rmSync(stage, { recursive: true, force: true });
+  };
+  const deadline = Date.now() + 20_000;
+  while (Date.now() < deadline) {
+    if (existsSync(join(home, 'daemon.json'))) return { home, uid, close };
+    if (child.exitCode !== null) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  const text = readFileSync(join(home, 'daemon.log'), 'utf8');
+  await close();
+  throw new Error(`the rootless daemon did not start:\n${text}`);
+}

@@ -1,0 +1,356 @@
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { Sandbox, Templates } from '../../src/index.js';
+import { createAbxHome, sandboxProcesses } from '../helpers/abx-home.js';
+import { ROOT } from '../helpers/build.js';
+import { startRootlessDaemon } from '../helpers/rootless.js';
+
+// An attacker's view: code inside a sandbox tries to reach the host, other sandboxes and its own
+// limits. The same attacks run against a root daemon (each sandbox a host uid of its own) and a
+// rootless one (an unprivileged uid, with cgroups delegated to it as docs/security.md describes).
+
+const IS_ROOT = process.getuid?.() === 0;
+const LIMITS = join(ROOT, 'test', 'fixtures', 'templates', 'hostile-limits.yaml');
+const CGROUP = '/sys/fs/cgroup';
+
+interface Installation {
+  home: string;
+  close(): Promise<void>;
+  /** The host uid sandboxes must run as, when fixed (rootless: the daemon's). */
+  uid?: number;
+}
+
+const modes: [string, () => Promise<Installation>][] = [
+  ['root daemon', () => createAbxHome()],
+  ['rootless daemon', () => startRootlessDaemon({ delegateCgroups: true })],
+];
+
+/** Runs a shell command in the sandbox; a non-zero exit is a result, not an error. */
+function sh(box: Sandbox, command: string, timeoutMs = 30_000) {
+  return box.commands.run(command, { timeoutMs, allowNonZeroExit: true });
+}
+
+/** Runs Python in the sandbox (Debian's, from the host's read-only /usr). */
+async function python(box: Sandbox, code: string, timeoutMs = 30_000) {
+  return box.commands.run('/usr/bin/python3 -c "$CODE"', {
+    envs: { CODE: code },
+    timeoutMs,
+    allowNonZeroExit: true,
+  });
+}
+
+/** The real host uid a sandbox's processes run as, read from the host. */
+function hostUid(sandboxId: string): number {
+  const status = readFileSync(`/proc/${envdPid(sandboxId)}/status`, 'utf8');
+  return Number(/^Uid:\s+(\d+)/m.exec(status)?.[1]);
+}
+
+/** The host pid of the sandbox's envd (for looking at it from the host). */
+function envdPid(sandboxId: string): number {
+  const pid = sandboxProcesses(sandboxId).find((p) => {
+    try {
+      const argv = readFileSync(`/proc/${p}/cmdline`, 'utf8').split('\0');
+      return argv[0]?.endsWith('node') && argv[1]?.endsWith('envd.cjs');
+    } catch {
+      return false;
+    }
+  });
+  if (!pid) throw new Error(`no envd process for ${sandboxId}`);
+  return pid;
+}
+
+async function waitFor<T>(what: () => Promise<T> | T, ok: (value: T) => boolean, ms = 15_000) {
+  const deadline = Date.now() + ms;
+  let value = await what();
+  while (!ok(value) && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 100));
+    value = await what();
+  }
+  return value;
+}
+
+/** Host cgroup folders named after a sandbox, in any hierarchy. */
+function cgroupsNamed(sandboxId: string): string[] {
+  const found: string[] = [];
+  const walk = (dir: string, depth: number) => {
+    if (depth > 3) return;
+    let entries: string[];
+    try {
+      entries = readdirSync(dir);
+    } catch {
+      return;
+    }
+    for (const name of entries) {
+      const path = join(dir, name);
+      try {
+        if (!statSync(path).isDirectory()) continue;
+      } catch {
+        continue;
+      }
+      if (name === sandboxId) found.push(path);
+      else if (name.startsWith('abx') || depth === 0) walk(path, depth + 1);
+    }
+  };
+  walk(CGROUP, 0);
+  return found;
+}
+
+describe.runIf(IS_ROOT).each(modes)('escape attempts against a %s', (mode, install) => {
+  let abx: Installation;
+  let home: string;
+  let box: Sandbox;
+
+  beforeAll(async () => {
+    abx = await install();
+    home = abx.home;
+    await Templates.build(LIMITS, { home });
+    box = await Sandbox.create({ home, template: 'hostile-limits' });
+  }, 180_000);
+
+  afterAll(async () => {
+    await box?.kill().catch(() => undefined);
+    await abx?.close();
+  });
+
+  test('the sandbox is never host root: its uid maps to an unprivileged host uid', async () => {
+    const { stdout } = await sh(box, 'id -u');
+    expect(stdout.trim()).toBe('1000');
+    const uid = hostUid(box.sandboxId);
+    expect(uid).not.toBe(0);
+    if (abx.uid !== undefined) expect(uid).toBe(abx.uid);
+    else expect(uid).toBeGreaterThanOrEqual(1_500_000_000);
+    // What it writes in its home belongs to that uid on the host.
+    await box.files.write('mine.txt', 'x');
+    const onHost = statSync(`/proc/${envdPid(box.sandboxId)}/root/home/user/mine.txt`);
+    expect(onHost.uid).toBe(uid);
+  });
+
+  test.skipIf(mode !== 'root daemon')(
+    'two sandboxes of a root daemon run as different host uids',
+    async () => {
+      const other = await Sandbox.create({ home });
+      try {
+        expect(hostUid(other.sandboxId)).not.toBe(hostUid(box.sandboxId));
+      } finally {
+        await other.kill();
+      }
+    },
+  );
+
+  test('host-only files stay unreadable, by shell and through the file API', async () => {
+    const shell = await sh(box, 'cat /etc/shadow; ls /root');
+    expect(shell.exitCode).not.toBe(0);
+    expect(shell.stdout).toBe('');
+    expect(shell.stderr).toMatch(/Permission denied/);
+    await sh(box, 'ln -sf /etc/shadow /home/user/shadow-link');
+    await expect(box.files.read('shadow-link')).rejects.toThrow();
+  });
+
+  test('kernel surfaces are read-only or absent: /proc/sys, sysrq, /sys', async () => {
+    const before = readFileSync('/proc/sys/kernel/core_pattern', 'utf8');
+    const probe = await sh(
+      box,
+      [
+        'echo "|/home/user/x.sh" > /proc/sys/kernel/core_pattern; echo "sysctl=$?"',
+        'echo 1 > /proc/sys/vm/drop_caches; echo "drop=$?"',
+        'if [ -e /proc/sysrq-trigger ]; then echo h > /proc/sysrq-trigger; echo "sysrq=$?"; fi',
+        'ls /sys; echo "sys=$?"',
+        'cat /proc/keys | wc -c',
+      ].join('\n'),
+    );
+    expect(probe.stdout).toMatch(/sysctl=[1-9]/);
+    expect(probe.stdout).toMatch(/drop=[1-9]/);
+    expect(probe.stdout).not.toMatch(/sysrq=0/);
+    expect(probe.stdout).toMatch(/sys=[1-9]/);
+    expect(probe.stdout.trim().split('\n').at(-1)).toBe('0');
+    expect(readFileSync('/proc/sys/kernel/core_pattern', 'utf8')).toBe(before);
+  });
+
+  test('no nested user namespaces, no mounts, no cgroupfs; seccomp refuses kernel APIs', async () => {
+    const probe = await sh(
+      box,
+      [
+        'unshare -r id; echo "unshare-r=$?"',
+        'unshare -U true; echo "unshare-U=$?"',
+        'mkdir -p /tmp/cg; mount -t cgroup -o memory cg /tmp/cg; echo "mount=$?"',
+        'grep -c . /proc/self/mountinfo >/dev/null; grep "^Seccomp:" /proc/self/status',
+      ].join('\n'),
+    );
+    expect(probe.stdout).toMatch(/unshare-r=[1-9]/);
+    expect(probe.stdout).toMatch(/unshare-U=[1-9]/);
+    expect(probe.stdout).toMatch(/mount=[1-9]/);
+    expect(probe.stdout).toMatch(/Seccomp:\s+2/);
+    const calls = await python(
+      box,
+      [
+        'import ctypes, os',
+        'libc = ctypes.CDLL(None, use_errno=True)',
+        // x86_64 numbers: keyctl 250, bpf 321, perf_event_open 298, unshare 272, setns 308
+        'for name, nr, args in [("keyctl", 250, (0,)), ("bpf", 321, (0, 0, 0)), ("perf_event_open", 298, (0, 0, -1, -1, 0)), ("unshare", 272, (0x10000000,)), ("setns", 308, (0, 0))]:',
+        '    r = libc.syscall(nr, *args)',
+        '    print(name, r, os.strerror(ctypes.get_errno()))',
+      ].join('\n'),
+    );
+    for (const name of ['keyctl', 'bpf', 'perf_event_open', 'unshare', 'setns']) {
+      expect(calls.stdout).toContain(`${name} -1 Operation not permitted`);
+    }
+  });
+
+  test('a fork bomb stops at resources.processes', async () => {
+    const bomb = await python(
+      box,
+      [
+        'import os, signal, time',
+        'children = []',
+        'refused = 0',
+        'for _ in range(150):',
+        '    try:',
+        '        pid = os.fork()',
+        '    except OSError:',
+        '        refused += 1',
+        '        continue',
+        '    if pid == 0:',
+        '        time.sleep(30)',
+        '        os._exit(0)',
+        '    children.append(pid)',
+        'alive = len([p for p in os.listdir("/proc") if p.isdigit()])',
+        'for pid in children: os.kill(pid, signal.SIGKILL)',
+        'for pid in children: os.waitpid(pid, 0)',
+        'print(len(children), refused, alive)',
+      ].join('\n'),
+    );
+    const [forked, refused, alive] = bomb.stdout.trim().split(' ').map(Number);
+    expect(forked).toBeGreaterThan(5);
+    expect(refused).toBeGreaterThan(0);
+    expect(alive).toBeLessThanOrEqual(64);
+    expect((await sh(box, 'echo alive')).stdout).toBe('alive\n');
+  });
+
+  test('memory stops at resources.memory and the sandbox cannot raise it', async () => {
+    const hog = await python(box, 'x = bytearray(512 * 1024 * 1024)\nprint("allocated")');
+    expect(hog.stdout).not.toContain('allocated');
+    expect(hog.exitCode).not.toBe(0);
+    expect((await sh(box, 'echo alive')).stdout).toBe('alive\n');
+    // The limit lives in a cgroup owned by the daemon's uid, out of the sandbox's sight.
+    const raise = await sh(
+      box,
+      'cat /proc/self/cgroup; ls /sys/fs/cgroup/memory 2>&1; echo $((1<<30)) > /sys/fs/cgroup/memory/memory.limit_in_bytes; echo "raise=$?"',
+    );
+    expect(raise.stdout).toMatch(/raise=[1-9]/);
+    const dirs = cgroupsNamed(box.sandboxId).filter((dir) => dir.includes('/memory/'));
+    expect(dirs.length).toBe(1);
+    const limit = Number(readFileSync(join(dirs[0] as string, 'memory.limit_in_bytes'), 'utf8'));
+    expect(limit).toBe(192 * 1024 ** 2);
+    // Root mode: not even the sandbox's uid may write it. Rootless: the daemon's uid (the
+    // sandbox's too) owns it, and the sandbox has no way to reach cgroupfs (checked above).
+    if (mode === 'root daemon') {
+      expect(statSync(join(dirs[0] as string, 'memory.limit_in_bytes')).uid).not.toBe(
+        hostUid(box.sandboxId),
+      );
+    }
+  });
+
+  test('two busy loops get at most resources.cpu (0.5 core) of CPU time', async () => {
+    const run = await python(
+      box,
+      [
+        'import os, time',
+        'start = time.time()',
+        'pids = []',
+        'for _ in range(2):',
+        '    pid = os.fork()',
+        '    if pid == 0:',
+        '        end = time.time() + 2',
+        '        while time.time() < end: pass',
+        '        os._exit(0)',
+        '    pids.append(pid)',
+        'for pid in pids: os.waitpid(pid, 0)',
+        't = os.times()',
+        'print((t.children_user + t.children_system) / (time.time() - start))',
+      ].join('\n'),
+    );
+    const share = Number(run.stdout.trim());
+    expect(share).toBeGreaterThan(0.05);
+    // The quota is an upper bound whatever else the host does; a period's slack on top.
+    expect(share).toBeLessThanOrEqual(0.5 * 1.2);
+  });
+
+  test('the disk quota covers home and /tmp together: ENOSPC inside, nothing outside', async () => {
+    if (mode === 'rootless daemon') {
+      // Rootless: /tmp is a tmpfs of the quota's size; the home is not limited (see docs).
+      const tmp = await sh(box, 'dd if=/dev/zero of=/tmp/fill bs=1M count=100; rm -f /tmp/fill');
+      expect(tmp.stderr).toMatch(/No space left on device/);
+      return;
+    }
+    const fill = await sh(
+      box,
+      'dd if=/dev/zero of=/home/user/fill bs=1M count=40 status=none; echo "home=$?"; dd if=/dev/zero of=/tmp/fill bs=1M count=40 status=none; echo "tmp=$?"; df -k /home/user | tail -1',
+      30_000,
+    );
+    expect(fill.stdout).toMatch(/home=0/);
+    expect(fill.stdout).toMatch(/tmp=[1-9]/);
+    expect(fill.stderr).toMatch(/No space left on device/);
+    const image = join(home, 'sandboxes', box.sandboxId, 'disk.img');
+    // Blocks the image really takes on the host's disk: about the quota, never more.
+    expect(statSync(image).blocks * 512).toBeLessThanOrEqual(70 * 1024 ** 2);
+    await sh(box, 'rm -f /home/user/fill /tmp/fill');
+    expect((await box.files.write('after.txt', 'ok')).size).toBe(2);
+  });
+
+  test.skipIf(mode !== 'root daemon')(
+    'the host layout is not advertised in the sandbox’s first process',
+    async () => {
+      // (mountinfo still names the host folders bound into it: see docs/security.md.)
+      const { stdout } = await sh(box, 'tr "\\0" " " < /proc/1/cmdline');
+      expect(stdout).toContain('bwrap');
+      expect(stdout).not.toContain(home);
+    },
+  );
+
+  test('a sandbox that kills itself is marked dead and leaves nothing behind', async () => {
+    const victim = await Sandbox.create({ home, template: 'hostile-limits' });
+    const id = victim.sandboxId;
+    const uid = hostUid(id);
+    expect(cgroupsNamed(id).length).toBeGreaterThan(0);
+    await sh(victim, 'kill -9 -1', 5000).catch(() => undefined);
+    const info = await waitFor(
+      () => victim.getInfo(),
+      (i) => i.state !== 'running',
+    );
+    expect([info.state, info.endReason]).toEqual(['dead', 'exited']);
+    await waitFor(
+      () => existsSync(join(home, 'sandboxes', id)),
+      (there) => !there,
+    );
+    expect(existsSync(join(home, 'sandboxes', id))).toBe(false);
+    expect(sandboxProcesses(id)).toEqual([]);
+    expect(cgroupsNamed(id)).toEqual([]);
+    if (mode === 'root daemon') expect(existsSync(`/run/abx-uids/${uid}`)).toBe(false);
+    // Killing it now cleans up (nothing left) and succeeds.
+    await expect(Sandbox.kill(id, { home })).resolves.toBe(false);
+  });
+
+  test('a sandbox whose envd the OOM killer ends is marked dead (oom) and cleaned up', async () => {
+    const victim = await Sandbox.create({ home, template: 'hostile-limits' });
+    const id = victim.sandboxId;
+    // The attacker makes envd the OOM killer's first choice, then exhausts the memory limit.
+    await victim.commands
+      .run('echo 1000 > /proc/2/oom_score_adj && /usr/bin/python3 -c "x = bytearray(1 << 30)"', {
+        timeoutMs: 20_000,
+      })
+      .catch(() => undefined);
+    const info = await waitFor(
+      () => victim.getInfo(),
+      (i) => i.state !== 'running',
+    );
+    expect([info.state, info.endReason]).toEqual(['dead', 'oom']);
+    await waitFor(
+      () => cgroupsNamed(id).length + (existsSync(join(home, 'sandboxes', id)) ? 1 : 0),
+      (n) => n === 0,
+    );
+    expect(cgroupsNamed(id)).toEqual([]);
+    expect(existsSync(join(home, 'sandboxes', id))).toBe(false);
+    expect(sandboxProcesses(id)).toEqual([]);
+  });
+});
