@@ -90,6 +90,19 @@ custom_commands:
     ]);
   });
 
+  test('resources take cores of CPU and a disk size; bad values name the key', () => {
+    const template = parseTemplate('name: t\nresources: { cpu: 0.5, disk: 512M, memory: 1G }\n');
+    expect(template.resources).toEqual({ cpu: 0.5, disk: 512 * 1024 ** 2, memory: 1024 ** 3 });
+    expect(parseTemplate('name: t\nresources: { cpu: "2" }\n').resources.cpu).toBe(2);
+    expect(templateError('name: t\nresources: { cpu: 0 }\n').message).toMatch(
+      /resources\.cpu: must be a number of cores from 0\.01 to 1024/,
+    );
+    expect(templateError('name: t\nresources: { cpu: lots }\n').message).toMatch(/resources\.cpu/);
+    expect(templateError('name: t\nresources: { disk: huge }\n').message).toMatch(
+      /resources\.disk: must be a size such as 64M or 2G/,
+    );
+  });
+
   test('a file that cannot be read is a TemplateError naming it', () => {
     expect(() => loadTemplate(join(dir, 'missing.yaml'))).toThrow(
       /missing\.yaml: cannot read template: ENOENT/,

@@ -2,6 +2,7 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Sandbox, Templates } from '../../src/index.js';
+import { CLI, runProgram } from '../cli/abx.js';
 import { createAbxHome, sandboxProcesses } from '../helpers/abx-home.js';
 import { ROOT } from '../helpers/build.js';
 import { startRootlessDaemon } from '../helpers/rootless.js';
@@ -111,6 +112,22 @@ describe.runIf(IS_ROOT).each(modes)('escape attempts against a %s', (mode, insta
   afterAll(async () => {
     await box?.kill().catch(() => undefined);
     await abx?.close();
+  });
+
+  test('abx daemon status says the mode and that every limit holds here', async () => {
+    const status = await runProgram(process.execPath, [CLI, 'daemon', 'status'], {
+      env: { ABX_HOME: home },
+    });
+    expect(status.code).toBe(0);
+    expect(status.stdout).toContain(
+      mode === 'root daemon' ? 'isolation: root mode' : 'isolation: rootless mode',
+    );
+    for (const limit of ['processes', 'memory', 'cpu']) {
+      expect(status.stdout).toMatch(new RegExp(`${limit}\\s+enforced`));
+    }
+    expect(status.stdout).toMatch(
+      mode === 'root daemon' ? /disk\s+enforced/ : /disk\s+NOT enforced/,
+    );
   });
 
   test('the sandbox is never host root: its uid maps to an unprivileged host uid', async () => {
