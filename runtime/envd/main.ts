@@ -7,6 +7,7 @@ import { PROCESS } from '../server/groups/process.js';
 import { SYSTEM } from '../server/groups/system.js';
 import { TERMINAL } from '../server/groups/terminal.js';
 import { SandboxServer } from '../server/server.js';
+import { ARCHIVE } from './archive.js';
 import { ENV } from './env.js';
 import { EXEC } from './exec.js';
 import { FILES_BATCH } from './files-batch.js';
@@ -53,6 +54,7 @@ const server = new SandboxServer({
     DEV_TOOLS,
     portsGroup(values['ports-dir']),
     FILES_BATCH,
+    ARCHIVE,
     ENV,
   ],
   // Raw uploads stream to disk, so they may be large and slow (64 GiB within 1 h); JSON bodies

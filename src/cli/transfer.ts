@@ -5,14 +5,24 @@ import { mkdir, readdir, rename, rm, stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { PassThrough, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
+import { SandboxError } from '../sandbox/errors.js';
 import type { Sandbox } from '../sandbox/sandbox.js';
+import { ArchiveError, extractTar } from '../util/safe-extract.js';
 import { ProgressBar } from './feedback.js';
 
-/** A stream that counts what passes through it on a progress bar. */
-function counted(source: Readable, bar: ProgressBar): Readable {
+/**
+ * A stream that counts what passes through it on a progress bar. Destroying it (a failed
+ * pipeline does) destroys the source too, so a download that stopped early does not leave its
+ * connection open.
+ */
+function counted(source: Readable, bar: ProgressBar, count?: (bytes: number) => void): Readable {
   const through = new PassThrough();
-  through.on('data', (chunk: Buffer) => bar.advance(chunk.length));
+  through.on('data', (chunk: Buffer) => {
+    bar.advance(chunk.length);
+    count?.(chunk.length);
+  });
   source.on('error', (error) => through.destroy(error));
+  through.once('close', () => source.destroy());
   return source.pipe(through);
 }
 
@@ -41,11 +51,6 @@ function exited(child: ReturnType<typeof spawn>, what: string): Promise<void> {
   });
 }
 
-/** A scratch file in the sandbox's own /tmp for a tar archive on its way in or out. */
-function scratchArchive(): string {
-  return `/tmp/abx-cp-${randomBytes(6).toString('hex')}.tar`;
-}
-
 /** Copies a local file to `dest` in the sandbox (written atomically by envd). */
 export async function uploadFile(sandbox: Sandbox, local: string, dest: string): Promise<number> {
   const { size } = await stat(local);
@@ -60,35 +65,32 @@ export async function uploadFile(sandbox: Sandbox, local: string, dest: string):
 
 /**
  * Copies a local directory's contents into `dest` in the sandbox (created if missing): one tar
- * stream instead of a request per file, unpacked by the sandbox's own tar. Paths travel in the
- * environment, never spliced into the shell line.
+ * stream instead of a request per file, piped from the local tar straight into the sandbox's own
+ * (no archive file on either side).
  */
 export async function uploadDirectory(
   sandbox: Sandbox,
   local: string,
   dest: string,
 ): Promise<number> {
-  const archive = scratchArchive();
   const bar = new ProgressBar(`→ ${dest}`, await treeSize(local));
   const tar = spawn('tar', ['-cf', '-', '-C', local, '.'], { stdio: ['ignore', 'pipe', 'pipe'] });
   try {
     const [info] = await Promise.all([
-      sandbox.files.write(archive, counted(tar.stdout, bar)),
+      sandbox.files.writeArchive(dest, counted(tar.stdout, bar)),
       exited(tar, 'tar (packing locally)'),
     ]);
-    await sandbox.commands.run('mkdir -p -- "$DEST" && tar -xf "$ARCHIVE" -C "$DEST"', {
-      envs: { DEST: dest, ARCHIVE: archive },
-    });
     return info.size;
   } finally {
     bar.finish();
-    await sandbox.files.remove(archive).catch(() => undefined);
   }
 }
 
 /**
  * Copies a sandbox file to a local path through a temporary file next to it, renamed into place
- * at the end: an interrupted copy never leaves half a file under the real name.
+ * at the end: an interrupted copy never leaves half a file under the real name. The temporary
+ * file is created new (`wx`: never an existing file, never through a symbolic link planted under
+ * its name) with permission bits only, so no set-user-ID file can come of it.
  */
 export async function downloadFile(
   sandbox: Sandbox,
@@ -101,7 +103,7 @@ export async function downloadFile(
   try {
     await mkdir(dirname(local), { recursive: true });
     const body = await sandbox.files.read(remote, { format: 'stream' });
-    await pipeline(counted(body, bar), createWriteStream(partial));
+    await pipeline(counted(body, bar), createWriteStream(partial, { flags: 'wx', mode: 0o666 }));
     await rename(partial, local);
   } catch (error) {
     await rm(partial, { force: true });
@@ -112,39 +114,46 @@ export async function downloadFile(
   return (await stat(local)).size;
 }
 
+/** Why a directory download stopped, with what it leaves behind. */
+function downloadFailure(error: unknown, remote: string, local: string): Error {
+  const left = `entries extracted before the failure stay in ${local}`;
+  if (error instanceof ArchiveError) {
+    return new ArchiveError(`${error.message}; ${left}`, { cause: error });
+  }
+  if (error instanceof SandboxError) return error;
+  // The stream broke: the sandbox ended, or envd cut it on a file it could no longer read.
+  return new SandboxError(
+    `the archive of ${remote} broke off (${(error as Error).message}); ${left}`,
+    { cause: error },
+  );
+}
+
 /**
- * Copies a sandbox directory's contents into a local directory (created if missing): packed by
- * the sandbox's tar, unpacked by the local one. The archive comes from the sandbox, so it is
- * untrusted: GNU tar refuses `..` members and defers symlinks until the end (no writing through
- * them), and `--no-same-owner` keeps the sandbox's uids out of the host.
+ * Copies a sandbox directory's contents into a local directory (created if missing). envd packs
+ * the tree and streams it (no archive file in the sandbox that something there could swap); this
+ * side treats the stream as hostile and extracts it with {@link extractTar}: only directories,
+ * regular files and symbolic links, no set-user-ID/set-group-ID/sticky bits, owned by the user
+ * running abx, nothing outside `local`, nothing written through a symbolic link.
  */
 export async function downloadDirectory(
   sandbox: Sandbox,
   remote: string,
   local: string,
 ): Promise<number> {
-  const archive = scratchArchive();
+  const { stream, estimatedBytes } = await sandbox.files.readArchive(remote);
+  const bar = new ProgressBar(`← ${remote}`, estimatedBytes);
+  let received = 0;
   try {
-    await sandbox.commands.run('tar -cf "$ARCHIVE" -C "$SRC" .', {
-      envs: { SRC: remote, ARCHIVE: archive },
-    });
-    const { size } = await sandbox.files.stat(archive);
-    const bar = new ProgressBar(`← ${remote}`, size);
-    await mkdir(local, { recursive: true });
-    const tar = spawn('tar', ['-xf', '-', '--no-same-owner', '-C', local], {
-      stdio: ['pipe', 'ignore', 'pipe'],
-    });
-    try {
-      const body = await sandbox.files.read(archive, { format: 'stream' });
-      await Promise.all([
-        pipeline(counted(body, bar), tar.stdin),
-        exited(tar, 'tar (unpacking locally)'),
-      ]);
-    } finally {
-      bar.finish();
-    }
-    return size;
+    await extractTar(
+      counted(stream, bar, (bytes) => {
+        received += bytes;
+      }),
+      local,
+    );
+  } catch (error) {
+    throw downloadFailure(error, remote, local);
   } finally {
-    await sandbox.files.remove(archive).catch(() => undefined);
+    bar.finish();
   }
+  return received;
 }

@@ -103,6 +103,34 @@ export class Filesystem {
     return { name: info.path.split('/').pop() ?? info.path, ...info };
   }
 
+  /**
+   * The tree under a sandbox directory as a tar stream, packed by envd as it is read (no archive
+   * file in the sandbox): directories, regular files and symbolic links, with their modes. The
+   * bytes come from the sandbox, so treat them as hostile: `abx cp` extracts them with a checking
+   * extractor (set-user-ID bits dropped; devices, hard links, `..` and absolute names refused).
+   * `estimatedBytes` is the archive's size as the sandbox announced it, for progress only.
+   */
+  async readArchive(path: string): Promise<{ stream: Readable; estimatedBytes?: number }> {
+    const response = await this.envd.send('GET', '/files/archive', { query: { path } });
+    const announced = Number(response.headers['x-archive-size']);
+    return Number.isSafeInteger(announced) && announced >= 0
+      ? { stream: response.body, estimatedBytes: announced }
+      : { stream: response.body };
+  }
+
+  /**
+   * Unpacks a tar stream into a sandbox directory (created if missing) with the sandbox's `tar`;
+   * the stream goes straight to it, never through a file. Resolves with the bytes sent.
+   */
+  async writeArchive(path: string, tar: Readable): Promise<{ path: string; size: number }> {
+    return this.envd.json<{ path: string; size: number }>('PUT', '/files/archive', {
+      query: { path },
+      body: tar,
+      raw: true,
+      headers: { 'content-type': 'application/x-tar' },
+    });
+  }
+
   /** Entries of a directory. */
   async list(path = '.'): Promise<EntryInfo[]> {
     const { entries } = await this.envd.json<{ entries: EntryInfo[] }>('GET', '/files/list', {

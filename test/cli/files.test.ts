@@ -1,5 +1,15 @@
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
@@ -78,6 +88,58 @@ describe('abx cp, ls, cat', () => {
     expect(readFileSync(join(target, 'sub', 'deeper', 'b.txt'), 'utf8')).toBe(
       "b with 'quotes' and $dollars",
     );
+  });
+
+  test('a directory round-trips: contents, nested and empty folders, symlinks, empty files, modes', async () => {
+    const src = join(local, 'round');
+    mkdirSync(join(src, 'nested', 'deeper'), { recursive: true });
+    mkdirSync(join(src, 'empty-dir'));
+    writeFileSync(join(src, 'nested', 'deeper', 'data.bin'), randomBytes(70_000));
+    writeFileSync(join(src, 'empty.txt'), '');
+    writeFileSync(join(src, 'run.sh'), '#!/bin/sh\necho run\n', { mode: 0o755 });
+    writeFileSync(join(src, 'private.txt'), 'mine', { mode: 0o600 });
+    symlinkSync('nested/deeper/data.bin', join(src, 'relative-link'));
+    symlinkSync('/etc/hostname', join(src, 'absolute-link'));
+    symlinkSync('does/not/exist', join(src, 'dangling'));
+    const up = await cli.abx(['cp', src, `${id}:/home/user/round`]);
+    expect(up.code, up.stderr).toBe(0);
+    const ran = await cli.abx(['exec', id, '--', './round/run.sh']);
+    expect(ran.stdout).toBe('run\n');
+
+    const back = join(local, 'round-back');
+    const down = await cli.json<{ type: string; to: string }>(['cp', `${id}:round`, back]);
+    expect(down).toMatchObject({ type: 'directory', to: back });
+    const describeTree = (root: string) => {
+      const out: string[] = [];
+      const visit = (dir: string) => {
+        for (const name of readdirSync(dir).sort()) {
+          const path = join(dir, name);
+          const s = lstatSync(path);
+          const rel = path.slice(root.length + 1);
+          const mode = (s.mode & 0o7777).toString(8);
+          if (s.isSymbolicLink()) out.push(`${rel} -> ${readlinkSync(path)}`);
+          else if (s.isDirectory()) {
+            out.push(`${rel}/ ${mode}`);
+            visit(path);
+          } else out.push(`${rel} ${mode} ${readFileSync(path).toString('base64')}`);
+        }
+      };
+      visit(root);
+      return out;
+    };
+    expect(describeTree(back)).toEqual(describeTree(src));
+    expect(lstatSync(join(back, 'run.sh')).mode & 0o777).toBe(0o755);
+  });
+
+  test('a large directory download shows a progress bar with its size on a terminal', async () => {
+    await cli.abx(['exec', id, '--', 'mkdir -p big && head -c 3000000 /dev/urandom > big/blob']);
+    const tty = await inPty(
+      `${sh(process.execPath)} ${sh(CLI)} cp ${id}:big ${sh(join(local, 'big-back'))}`,
+      { env: { ABX_HOME: home.home } },
+    );
+    expect(tty.code).toBe(0);
+    expect(tty.screen).toMatch(/← big .*\d+% [\d.]+ (B|KiB|MiB)\/2\.9 MiB/);
+    expect(tty.screen).toContain(`copied directory ${id}:big → ${join(local, 'big-back')}`);
   });
 
   test('errors: a missing file exits 1; cp needs exactly one remote side (exit 2)', async () => {

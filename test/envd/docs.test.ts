@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect, test } from 'vitest';
+import { ARCHIVE } from '../../runtime/envd/archive.js';
 import { ENV } from '../../runtime/envd/env.js';
 import { EXEC } from '../../runtime/envd/exec.js';
 import { FILES_BATCH } from '../../runtime/envd/files-batch.js';
@@ -29,6 +30,7 @@ test('docs/envd-api.md lists exactly the envd-only routes, each with its group a
     ...EXEC.routes,
     ...portsGroup('/nonexistent').routes,
     ...FILES_BATCH.routes,
+    ...ARCHIVE.routes,
     ...ENV.routes,
   ]
     .map((r) => `${r.method} ${r.path} ${r.group}: ${r.summary}`)

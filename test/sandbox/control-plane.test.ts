@@ -5,7 +5,7 @@ import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { type DaemonInfo, Sandbox } from '../../src/index.js';
 import { isProcessAlive } from '../../src/sandbox/daemon-connection.js';
-import { createAbxHome, processesMentioning, sandboxProcesses } from '../helpers/abx-home.js';
+import { createAbxHome, sandboxProcesses } from '../helpers/abx-home.js';
 
 let abx: Awaited<ReturnType<typeof createAbxHome>>;
 let home: string;

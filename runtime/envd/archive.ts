@@ -1,0 +1,110 @@
+import { spawn } from 'node:child_process';
+import { mkdir, stat } from 'node:fs/promises';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { defineGroup } from '../server/capability.js';
+import { FileOperationError, ServerError, ToolUnavailableError } from '../server/errors.js';
+import { fsAction, safePath } from '../server/file-system.js';
+import { Reply } from '../server/http.js';
+import { argList } from '../server/validate.js';
+import { packTree, surveyTree } from './tar-pack.js';
+
+/** tar's complaints kept for the error answer; more is rarely useful. */
+const MAX_STDERR = 16 * 1024;
+
+/**
+ * Feeds `body` to the sandbox's own `tar -x` in `dest`. The archive comes from the client (the
+ * host's `abx cp`), so the sandbox's tar is fine here: whatever it does stays in the sandbox.
+ * Streamed from the request to tar's stdin, never through a file in the sandbox.
+ */
+async function unpack(dest: string, body: AsyncIterable<Buffer>) {
+  const child = spawn('tar', ['-x', '-f', '-', '-C', dest], {
+    cwd: dest,
+    stdio: ['pipe', 'ignore', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr.on('data', (chunk: Buffer) => {
+    if (stderr.length < MAX_STDERR) stderr += chunk.toString('utf8');
+  });
+  const exited = new Promise<number | null>((resolve, reject) => {
+    child.once('error', reject);
+    child.once('close', resolve);
+  });
+  let size = 0;
+  const counted = async function* () {
+    for await (const chunk of body) {
+      size += chunk.length;
+      yield chunk;
+    }
+  };
+  const fed = pipeline(counted, child.stdin).then(
+    () => undefined,
+    (error: Error) => error,
+  );
+  let code: number | null;
+  try {
+    code = await exited;
+  } catch (error) {
+    await fed;
+    throw (error as NodeJS.ErrnoException).code === 'ENOENT'
+      ? new ToolUnavailableError('tar', 'unpacking an archive into the sandbox')
+      : error;
+  }
+  const feedError = await fed;
+  // The body's own failure (too large, too slow, the client gone) says more than tar's EOF.
+  if (feedError instanceof ServerError) throw feedError;
+  if (code !== 0) {
+    throw new FileOperationError(
+      `tar could not unpack the archive into ${dest} (exit ${code}): ${stderr.trim() || 'no message'}`,
+      'EIO',
+    );
+  }
+  // Past that, tar read a whole archive: it stops at the end-of-archive blocks, so the padding
+  // after them may meet a closed pipe (EPIPE, premature close), which is no failure.
+  return { path: dest, size };
+}
+
+/**
+ * Directory trees in one stream each way. Out: a tar archive envd packs itself (only
+ * directories, regular files and symbolic links), piped to the answer as it is made. In: a tar
+ * body piped into the sandbox's `tar -x`. Neither goes through a temporary file, so nothing else
+ * in the sandbox can swap the archive on its way.
+ */
+export const ARCHIVE = defineGroup('ARCHIVE', '/files/archive', 'directory trees as tar streams', [
+  {
+    method: 'GET',
+    path: '/files/archive',
+    summary:
+      'Streams the tree under a directory as a tar archive packed by envd: directories, files, symlinks.',
+    args: argList({ path: 'str' }),
+    handler: async ({ args }) => {
+      const root = safePath(args.path as string);
+      const stats = await fsAction(`archive ${root}`, () => stat(root));
+      if (!stats.isDirectory()) {
+        throw new FileOperationError(
+          `${root} is not a directory; read a file with GET /files/read`,
+          'ENOTDIR',
+        );
+      }
+      const size = await surveyTree(root, stats);
+      return new Reply(200, Readable.from(packTree(root, stats), { objectMode: false }), {
+        'content-type': 'application/x-tar',
+        'cache-control': 'no-store',
+        'x-archive-size': String(size),
+      });
+    },
+  },
+  {
+    method: 'PUT',
+    path: '/files/archive',
+    summary:
+      'Unpacks the raw tar body into the directory `?path=` (created if missing) with the sandbox’s `tar`.',
+    body: 'stream',
+    args: argList({ path: 'str' }),
+    handler: async ({ args, stream }) => {
+      const dest = safePath(args.path as string);
+      await fsAction(`create directory ${dest}`, () => mkdir(dest, { recursive: true }));
+      return unpack(dest, stream());
+    },
+  },
+]);
