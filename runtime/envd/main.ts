@@ -1,4 +1,4 @@
-import { readFileSync, rmSync } from 'node:fs';
+import { cpSync, readFileSync, rmSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { CORE } from '../server/groups/core.js';
 import { DEV_TOOLS } from '../server/groups/dev-tools.js';
@@ -20,6 +20,10 @@ const { values } = parseArgs({
     socket: { type: 'string' },
     'ports-dir': { type: 'string' },
     'token-file': { type: 'string' },
+    // A read-only template home to copy into an empty home first (sandboxes whose home is a
+    // size-limited tmpfs, which starts empty: rootless mode).
+    'home-template': { type: 'string' },
+    home: { type: 'string' },
   },
   strict: true,
 });
@@ -39,6 +43,22 @@ rmSync(values['token-file'], { force: true });
 if (!token) {
   process.stderr.write('envd: the token file is empty; refusing to serve without a token\n');
   process.exit(2);
+}
+if (values['home-template']) {
+  const home = values.home ?? process.env.HOME ?? '/home/user';
+  try {
+    cpSync(values['home-template'], home, {
+      recursive: true,
+      force: true,
+      preserveTimestamps: true,
+      verbatimSymlinks: true,
+    });
+  } catch (error) {
+    process.stderr.write(
+      `envd: cannot fill ${home} from the template: ${(error as Error).message}\n`,
+    );
+    process.exit(1);
+  }
 }
 rmSync(values.socket, { force: true });
 const server = new SandboxServer({

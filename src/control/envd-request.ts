@@ -1,4 +1,4 @@
-import { request } from 'node:http';
+import { type IncomingMessage, request } from 'node:http';
 import { connectSandboxSocket } from './safe-socket.js';
 
 /** One JSON request to an envd over its Unix socket, from the host side. */
@@ -48,5 +48,35 @@ export function envdRequest<T>(
     );
     req.on('error', reject);
     req.end(payload);
+  });
+}
+
+/**
+ * One GET to an envd whose answer is a stream (an archive): resolves with the response once its
+ * headers arrive; `timeoutMs` bounds each wait for bytes, not the whole transfer.
+ */
+export function envdStream(
+  socketPath: string,
+  token: string,
+  path: string,
+  timeoutMs = 60_000,
+): Promise<IncomingMessage> {
+  return new Promise((resolve, reject) => {
+    const req = request(
+      {
+        socketPath,
+        createConnection: () => connectSandboxSocket(socketPath),
+        method: 'GET',
+        path,
+        timeout: timeoutMs,
+        headers: { authorization: `Bearer ${token}` },
+      },
+      resolve,
+    );
+    req.on('timeout', () =>
+      req.destroy(new Error(`envd sent nothing for ${timeoutMs} ms on GET ${path}`)),
+    );
+    req.on('error', reject);
+    req.end();
   });
 }

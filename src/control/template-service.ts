@@ -1,10 +1,12 @@
-import { mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { TemplateError } from '../commands/errors.js';
 import { DEFAULT_CAPABILITIES, parseTemplate, type Template } from '../commands/template.js';
 import { DEFAULT_SANDBOX_TIMEOUT_MS, DEFAULT_WORKDIR } from '../commands/template-runtime.js';
-import type { SandboxHandle, SandboxProvider } from '../providers/provider.js';
+import { SANDBOX_HOME, type SandboxHandle, type SandboxProvider } from '../providers/provider.js';
 import { InvalidArgumentError, NotFoundError, SandboxError } from '../sandbox/errors.js';
+import { extractTar } from '../util/safe-extract.js';
+import { envdStream } from './envd-request.js';
 import { newSandboxId, newToken } from './ids.js';
 import type { Registry } from './registry.js';
 
@@ -108,6 +110,34 @@ export class TemplateService {
     rmSync(join(this.templatesDir, name), { recursive: true, force: true });
   }
 
+  /**
+   * Copies the home of a live build sandbox to `dest` through envd's archive (the same for every
+   * provider). What the sandbox wrote is hostile: the checking extractor keeps permission bits
+   * only, refuses devices, hard links and escaping names, and never writes through a link.
+   */
+  private async exportHome(handle: SandboxHandle, token: string, dest: string): Promise<void> {
+    const response = await envdStream(
+      handle.envdSocket,
+      token,
+      `/files/archive?path=${encodeURIComponent(SANDBOX_HOME)}`,
+    );
+    if (response.statusCode !== 200) {
+      const text = await new Promise<string>((resolve) => {
+        let body = '';
+        response.on('data', (chunk: Buffer) => {
+          body += chunk;
+        });
+        response.on('end', () => resolve(body));
+        response.on('error', () => resolve(body));
+      });
+      throw new SandboxError(
+        `could not copy the built home out of the build sandbox (${response.statusCode}): ${text.slice(0, 500)}`,
+      );
+    }
+    mkdirSync(dest, { recursive: true, mode: 0o755 });
+    await extractTar(response, dest);
+  }
+
   private async runSetup(spec: Template, dir: string): Promise<string> {
     const work = `${dir}.build-${newSandboxId()}`;
     mkdirSync(work, { recursive: true });
@@ -136,13 +166,15 @@ export class TemplateService {
       rmSync(work, { recursive: true, force: true });
       throw error;
     }
-    await this.provider.kill(handle);
     const home = join(dir, 'home');
-    rmSync(dir, { recursive: true, force: true });
-    mkdirSync(dir, { recursive: true });
+    const staged = join(work, 'exported-home');
     try {
-      await this.provider.saveHome(work, home);
+      await this.exportHome(handle, accessToken, staged);
+      rmSync(dir, { recursive: true, force: true });
+      mkdirSync(dir, { recursive: true });
+      renameSync(staged, home);
     } finally {
+      await this.provider.kill(handle);
       rmSync(work, { recursive: true, force: true });
     }
     return home;

@@ -1,5 +1,8 @@
 import type { TemplateResources } from '../commands/template-runtime.js';
 
+/** Where every provider's sandbox has its home (the template's `setup` output lands there). */
+export const SANDBOX_HOME = '/home/user';
+
 /** Everything a provider needs to start one sandbox. */
 export interface SandboxSpec {
   id: string;
@@ -64,8 +67,6 @@ export interface SandboxProvider {
    * resolves once they are gone. Safe to call on a sandbox that already ended.
    */
   kill(handle: SandboxHandle): Promise<void>;
-  /** Copies the home folder of a stopped sandbox started in `dir` to `dest` (template builds). */
-  saveHome(dir: string, dest: string): Promise<void>;
   /**
    * Kills sandboxes of `sandboxesDir` that the registry does not know as running (e.g. one
    * started just before a daemon crash, before its row was written). Returns their ids.

@@ -1,11 +1,15 @@
 import { existsSync, lstatSync, readlinkSync } from 'node:fs';
 import type { TemplateResources } from '../../commands/template-runtime.js';
 
+import { SANDBOX_HOME } from '../provider.js';
+
+export { SANDBOX_HOME };
 /** Where things sit inside every local sandbox. */
-export const SANDBOX_HOME = '/home/user';
 export const SANDBOX_RUN_DIR = '/run/abx';
 export const SANDBOX_RUNTIME_DIR = '/opt/abx';
 export const SANDBOX_UID = 1000;
+/** Where a rootless sandbox sees its template's home, read-only, for envd to copy. */
+export const SANDBOX_HOME_TEMPLATE = '/run/abx-template';
 
 /** Host folders shared read-only with every sandbox; the host's merged-/usr links are kept. */
 const SYSTEM_DIRS = ['/usr', '/etc', '/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32'];
@@ -26,14 +30,21 @@ const PROC_MASKED_FILES = [
 /** Folders of host hardware state: hidden behind an empty read-only tmpfs. */
 const PROC_MASKED_DIRS = ['/proc/acpi', '/proc/scsi', '/proc/asound'];
 
-/** Where the sandbox's /tmp comes from: a folder of its disk, or a size-limited tmpfs. */
-export type TmpSource = { bind: string } | { tmpfsBytes: number };
+/** Where the sandbox's home or /tmp comes from: a folder of its disk, or a size-limited tmpfs. */
+export type DiskSource = { bind: string } | { tmpfsBytes: number };
+
+function mountAt(source: DiskSource, dest: string, perms: string): string[] {
+  return 'bind' in source
+    ? ['--bind', source.bind, dest]
+    : ['--size', String(source.tmpfsBytes), '--perms', perms, '--tmpfs', dest];
+}
 
 export interface BwrapOptions {
   hostname: string;
-  /** Host folder mounted read-write as /home/user. */
-  homeDir: string;
-  tmp: TmpSource;
+  home: DiskSource;
+  tmp: DiskSource;
+  /** A host folder bound read-only at {@link SANDBOX_HOME_TEMPLATE}, for envd to fill a tmpfs home. */
+  homeTemplate?: string;
   /** Host folder mounted read-write as /run/abx: envd's socket and the port sockets. */
   runDir: string;
   /** Host folder with envd.cjs, mounted read-only as /opt/abx. */
@@ -95,10 +106,6 @@ export function procMounts(): string[] {
  */
 export function bwrapArgs(options: BwrapOptions): string[] {
   const env = Object.entries(options.env).flatMap(([key, value]) => ['--setenv', key, value]);
-  const tmp =
-    'bind' in options.tmp
-      ? ['--bind', options.tmp.bind, '/tmp']
-      : ['--size', String(options.tmp.tmpfsBytes), '--perms', '1777', '--tmpfs', '/tmp'];
   return [
     '--unshare-user',
     '--uid',
@@ -129,12 +136,11 @@ export function bwrapArgs(options: BwrapOptions): string[] {
     ...procMounts(),
     '--dev',
     '/dev',
-    ...tmp,
+    ...mountAt(options.tmp, '/tmp', '1777'),
     '--dir',
     '/home',
-    '--bind',
-    options.homeDir,
-    SANDBOX_HOME,
+    ...mountAt(options.home, SANDBOX_HOME, '0700'),
+    ...(options.homeTemplate ? ['--ro-bind', options.homeTemplate, SANDBOX_HOME_TEMPLATE] : []),
     '--bind',
     options.runDir,
     SANDBOX_RUN_DIR,

@@ -1,4 +1,4 @@
-import { execFile, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import {
   chownSync,
   closeSync,
@@ -7,12 +7,10 @@ import {
   openSync,
   readdirSync,
   readFileSync,
-  renameSync,
   writeFileSync,
 } from 'node:fs';
 import { request } from 'node:http';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { DEFAULT_DISK_BYTES } from '../../commands/template-runtime.js';
 import { SandboxStartError } from '../../sandbox/errors.js';
 import type {
@@ -26,6 +24,7 @@ import {
   bwrapArgs,
   prlimitArgs,
   SANDBOX_HOME,
+  SANDBOX_HOME_TEMPLATE,
   SANDBOX_RUN_DIR,
   SANDBOX_RUNTIME_DIR,
   SANDBOX_UID,
@@ -41,11 +40,9 @@ import {
   removeCgroups,
 } from './cgroups.js';
 import { isSameProcess, processStartTime } from './proc.js';
-import { createDiskImage, exportHome, launchArgv, STAGE_DIR, STAGED } from './sandbox-disk.js';
+import { createDiskImage, launchArgv, STAGE_DIR, STAGED } from './sandbox-disk.js';
 import { SandboxUids, UID_LOCK_DIR, type UidRange, uidProcesses } from './sandbox-uids.js';
 import { compileSeccompFilter } from './seccomp.js';
-
-const execFileAsync = promisify(execFile);
 
 /** The pids limit of a sandbox whose template sets no `processes`: a fork bomb stops there. */
 export const DEFAULT_PROCESS_LIMIT = 4096;
@@ -210,7 +207,7 @@ export class LocalProvider implements SandboxProvider {
         await createDiskImage(image, disk);
         const inner = bwrapArgs({
           ...common,
-          homeDir: STAGED.home,
+          home: { bind: STAGED.home },
           tmp: { bind: STAGED.tmp },
           runDir: STAGED.run,
           runtimeDir: STAGED.runtime,
@@ -238,17 +235,18 @@ export class LocalProvider implements SandboxProvider {
           ],
         );
       } else {
-        const homeDir = join(spec.dir, 'home');
-        if (spec.baseHome) {
-          await execFileAsync('cp', ['-a', '--reflink=auto', spec.baseHome, homeDir]);
-        } else {
-          mkdirSync(homeDir, { recursive: true });
-        }
+        // No loop mounts without root: the home and /tmp are tmpfs mounts of the disk quota's
+        // size each (memory-backed; see docs/security.md), and envd fills the home from the
+        // template's, bound read-only, before it serves anything.
         const inner = bwrapArgs({
           ...common,
-          homeDir,
-          // No disk image without root: /tmp is a tmpfs of the disk quota's size; the home is
-          // a host folder (see docs/security.md).
+          ...(spec.baseHome
+            ? {
+                homeTemplate: spec.baseHome,
+                command: [...envdArgs, '--home-template', SANDBOX_HOME_TEMPLATE],
+              }
+            : {}),
+          home: { tmpfsBytes: disk },
           tmp: { tmpfsBytes: disk },
           runDir,
           runtimeDir: this.options.runtimeDir,
@@ -346,12 +344,6 @@ export class LocalProvider implements SandboxProvider {
     this.uids.release(handle.uid);
   }
 
-  async saveHome(dir: string, dest: string): Promise<void> {
-    const image = join(dir, 'disk.img');
-    if (existsSync(image)) await exportHome(image, dest);
-    else renameSync(join(dir, 'home'), dest);
-  }
-
   async sweepOrphans(sandboxesDir: string, running: ReadonlySet<string>): Promise<string[]> {
     const orphans = new Map<string, number[]>();
     const ours = (id: string | undefined): id is string =>
@@ -415,8 +407,8 @@ export class LocalProvider implements SandboxProvider {
       disk: root
         ? { enforced: true, how: 'an ext4 disk image per sandbox holds its home and /tmp' }
         : {
-            enforced: false,
-            how: 'rootless: /tmp is a tmpfs of the quota; the home is a host folder, not limited',
+            enforced: true,
+            how: 'rootless: the home and /tmp are tmpfs mounts of the quota each (memory-backed)',
           },
       open_files: { enforced: true, how: 'RLIMIT_NOFILE' },
       file_size: { enforced: true, how: 'RLIMIT_FSIZE' },

@@ -1,5 +1,4 @@
 import { execFile } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
 import { promisify } from 'node:util';
 
 const execFileAsync = promisify(execFile);
@@ -35,16 +34,6 @@ mount --bind "$dir/run" "$stage/run"
 mount --bind "$dir/etc" "$stage/etc"
 mount --bind "$runtime" "$stage/runtime"
 exec "$@"`;
-
-/** Copies the home out of a stopped sandbox's disk image, without the set-id bits. */
-const EXPORT_SCRIPT = `set -eu
-stage=$1 image=$2 dest=$3
-mount -t tmpfs -o mode=0700,size=64k abx-stage "$stage"
-mkdir "$stage/disk"
-mount -o loop,ro,nosuid,nodev,noexec "$image" "$stage/disk"
-mkdir -p "$dest"
-cp -a "$stage/disk/home/." "$dest/"
-find "$dest" ! -type l -perm /6000 -exec chmod ug-s {} +`;
 
 export interface LaunchPaths {
   image: string;
@@ -107,23 +96,5 @@ export async function createDiskImage(file: string, bytes: number): Promise<void
     '-E',
     'lazy_itable_init=1,lazy_journal_init=1,nodiscard',
     file,
-  ]);
-}
-
-/** Copies `/home/user` of a stopped root-mode sandbox out of its disk image into `dest`. */
-export async function exportHome(image: string, dest: string): Promise<void> {
-  mkdirSync(STAGE_DIR, { recursive: true, mode: 0o755 });
-  await execFileAsync('unshare', [
-    '--mount',
-    '--propagation',
-    'private',
-    '--',
-    '/bin/sh',
-    '-c',
-    EXPORT_SCRIPT,
-    'abx-export',
-    STAGE_DIR,
-    image,
-    dest,
   ]);
 }
