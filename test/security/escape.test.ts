@@ -427,3 +427,47 @@ describe.runIf(IS_ROOT).each(modes)('escape attempts against a %s', (mode, insta
     expect(sandboxProcesses(id)).toEqual([]);
   });
 });
+
+describe.runIf(IS_ROOT)('a rootless daemon without delegated cgroups', () => {
+  let abx: Installation;
+  let limitsDir: string;
+
+  beforeAll(async () => {
+    abx = await startRootlessDaemon({ delegateCgroups: false });
+    limitsDir = mkdtempSync(join(tmpdir(), 'abx-escape-limits-'));
+    chmodSync(limitsDir, 0o755);
+    copyFileSync(LIMITS, join(limitsDir, 'template.yaml'));
+  }, 60_000);
+
+  afterAll(async () => {
+    await abx?.close();
+    rmSync(limitsDir, { recursive: true, force: true });
+  });
+
+  test('says which limits do not hold, in daemon status and in the sandbox’s log', async () => {
+    const status = await runProgram(process.execPath, [CLI, 'daemon', 'status'], {
+      env: { ABX_HOME: abx.home },
+    });
+    expect(status.stdout).toContain('isolation: rootless mode');
+    for (const limit of ['processes', 'memory', 'cpu']) {
+      expect(status.stdout).toMatch(new RegExp(`${limit}\\s+NOT enforced`));
+    }
+    expect(status.stdout).toMatch(/warning: memory: not enforced/);
+    await Templates.build(join(limitsDir, 'template.yaml'), { home: abx.home });
+    const box = await Sandbox.create({ home: abx.home, template: 'hostile-limits' });
+    try {
+      const log = readFileSync(join(abx.home, 'sandboxes', box.sandboxId, 'sandbox.log'), 'utf8');
+      expect(log).toMatch(/no writable memory, cpu, pids cgroup .* not enforced/);
+      // What holds without cgroups still holds: never root, no user namespaces, the disk quota.
+      expect(hostUid(box.sandboxId)).toBe(abx.uid);
+      const probe = await sh(
+        box,
+        'unshare -r true; echo "userns=$?"; dd if=/dev/zero of=/tmp/f bs=1M count=100 status=none; echo "dd=$?"',
+      );
+      expect(probe.stdout).toMatch(/userns=[1-9]/);
+      expect(probe.stdout).toMatch(/dd=[1-9]/);
+    } finally {
+      await box.kill();
+    }
+  });
+});
