@@ -11,13 +11,24 @@ const O_DIRECTORY = 0o200000;
  * A sandbox can write in its `/run/abx` (envd's socket and the port sockets live there), so it
  * could replace a socket, or the `ports` folder, with a symlink to any socket of the host. The
  * daemon runs on the host: following such a link would hand the sandbox the host's sockets. So
- * these paths are walked from the host-owned run folder down one component at a time with
+ * these paths are walked from a trusted base down one component at a time with
  * O_PATH | O_NOFOLLOW, the last must be a socket, and the connection goes to that very inode
  * through /proc/self/fd — a swap between the check and the connect changes nothing.
+ *
+ * The base is the host-owned run folder, or, for a sandbox whose /run/abx lives inside it (a
+ * tmpfs of its own, so it cannot fill the host's disk), its root as the kernel shows it at
+ * `/proc/PID/root`: every component below that, `run` and `abx` included, is the sandbox's.
  */
+/** `/proc/PID/root` is a magic link: the one component that must be followed. */
+const PROC_ROOT = /^\/proc\/\d+\/root(?=\/)/;
+
+function openBase(runDir: string): number {
+  return openSync(runDir, O_PATH | O_DIRECTORY | (PROC_ROOT.test(`${runDir}/`) ? 0 : O_NOFOLLOW));
+}
+
 function openWithin(runDir: string, relative: string): number {
   const parts = relative.split('/').filter(Boolean);
-  let fd = openSync(runDir, O_PATH | O_DIRECTORY | O_NOFOLLOW);
+  let fd = openBase(runDir);
   try {
     for (const [index, part] of parts.entries()) {
       if (part === '..' || part === '.')
@@ -42,6 +53,8 @@ function openWithin(runDir: string, relative: string): number {
 
 /** Where a sandbox socket path sits: the run folder and the path below it. */
 export function splitRunPath(socketPath: string): { runDir: string; relative: string } {
+  const root = PROC_ROOT.exec(socketPath);
+  if (root) return { runDir: root[0], relative: socketPath.slice(root[0].length + 1) };
   const ports = /\/ports\/[^/]+$/.exec(socketPath);
   if (ports) return { runDir: dirname(dirname(socketPath)), relative: ports[0].slice(1) };
   return {
@@ -82,7 +95,7 @@ export function unlinkSandboxSocket(socketPath: string): void {
   const parts = relative.split('/');
   const name = parts.pop() as string;
   try {
-    let fd = openSync(runDir, O_PATH | O_DIRECTORY | O_NOFOLLOW);
+    let fd = openBase(runDir);
     for (const part of parts) {
       const next = openSync(`/proc/self/fd/${fd}/${part}`, O_PATH | O_DIRECTORY | O_NOFOLLOW);
       closeSync(fd);

@@ -383,8 +383,10 @@ describe.runIf(canRunBwrap)('bubblewrap with the filter', () => {
           stderr += chunk;
         });
         child.stdio[4]?.on('data', (chunk) => {
+          // bwrap writes its info JSON in pieces: read the pid once it has arrived whole.
           info += chunk;
-          sandboxPid = JSON.parse(info)['child-pid'] ?? sandboxPid;
+          const pid = /"child-pid":\s*(\d+)/.exec(info)?.[1];
+          if (pid) sandboxPid = Number(pid);
         });
         const [code, signal] = await new Promise<[number | null, NodeJS.Signals | null]>(
           (resolve, reject) => {

@@ -371,15 +371,37 @@ describe.runIf(IS_ROOT).each(modes)('escape attempts against a %s', (mode, insta
     }
   });
 
-  test.skipIf(mode !== 'root daemon')(
-    'the host layout is not advertised in the sandbox’s first process',
-    async () => {
-      // (mountinfo still names the host folders bound into it: see docs/security.md.)
-      const { stdout } = await sh(box, 'tr "\\0" " " < /proc/1/cmdline');
-      expect(stdout).toContain('bwrap');
-      expect(stdout).not.toContain(home);
-    },
-  );
+  test('the host layout is not advertised: no $ABX_HOME path in its pid 1 or its mounts', async () => {
+    const { stdout } = await sh(box, 'tr "\\0" " " < /proc/1/cmdline; cat /proc/self/mountinfo');
+    expect(stdout).toContain('bwrap');
+    expect(stdout).toContain(' /run/abx ');
+    expect(stdout).not.toContain(home);
+  });
+
+  test('the socket folder is a small tmpfs of its own: filling it touches nothing on the host', async () => {
+    const fill = await sh(box, 'dd if=/dev/zero of=/run/abx/fill bs=1M count=50 status=none');
+    expect(fill.stderr).toMatch(/No space left on device/);
+    await sh(box, 'rm -f /run/abx/fill');
+    expect((await sh(box, 'echo still served')).stdout).toBe('still served\n');
+  });
+
+  test('reopening envd’s output through /proc cannot flood the host’s log', async () => {
+    const log = join(home, 'sandboxes', box.sandboxId, 'sandbox.log');
+    const flood = await sh(
+      box,
+      'head -c 8388608 /dev/zero > /proc/2/fd/1 && echo wrote; head -c 8388608 /dev/zero > /proc/2/fd/2 && echo wrote',
+    );
+    // Root: the log belongs to root, the sandbox's uid may not open it. Rootless: envd's output
+    // is a socket to a reader outside the sandbox (which keeps the first MiB only, should a
+    // ptrace'd envd write there), and a socket cannot be reopened through /proc.
+    expect(flood.stdout).toBe('');
+    expect(flood.stderr).toMatch(
+      mode === 'root daemon' ? /Permission denied/ : /No such device or address/,
+    );
+    await new Promise((r) => setTimeout(r, 300));
+    expect(statSync(log).size).toBeLessThanOrEqual(1024 * 1024);
+    expect((await sh(box, 'echo still served')).stdout).toBe('still served\n');
+  });
 
   test('a sandbox that kills itself is marked dead and leaves nothing behind', async () => {
     const victim = await Sandbox.create({ home, template: 'hostile-limits' });

@@ -8,6 +8,8 @@ export { SANDBOX_HOME };
 export const SANDBOX_RUN_DIR = '/run/abx';
 export const SANDBOX_RUNTIME_DIR = '/opt/abx';
 export const SANDBOX_UID = 1000;
+/** Size of the tmpfs at /run/abx: sockets and a token take no room. */
+const RUN_DIR_BYTES = 1024 * 1024;
 /** Where a rootless sandbox sees its template's home, read-only, for envd to copy. */
 export const SANDBOX_HOME_TEMPLATE = '/run/abx-template';
 
@@ -45,13 +47,13 @@ export interface BwrapOptions {
   tmp: DiskSource;
   /** A host folder bound read-only at {@link SANDBOX_HOME_TEMPLATE}, for envd to fill a tmpfs home. */
   homeTemplate?: string;
-  /** Host folder mounted read-write as /run/abx: envd's socket and the port sockets. */
-  runDir: string;
   /** Host folder with envd.cjs, mounted read-only as /opt/abx. */
   runtimeDir: string;
-  /** Host files replacing /etc/passwd and /etc/group, so the sandbox user has a name. */
-  passwdFile: string;
-  groupFile: string;
+  /**
+   * Open file descriptors (in bwrap) whose contents become the sandbox's /etc/passwd and
+   * /etc/group (so its user has a name) and /run/abx/token (envd's token, 0600).
+   */
+  fds: { passwd: number; group: number; token: number };
   env: Record<string, string>;
   workdir: string;
   network: 'none' | 'host';
@@ -125,11 +127,11 @@ export function bwrapArgs(options: BwrapOptions): string[] {
     // A new session: a process in the sandbox cannot push keystrokes into the host's terminal.
     '--new-session',
     ...systemMounts(),
-    '--ro-bind',
-    options.passwdFile,
+    '--ro-bind-data',
+    String(options.fds.passwd),
     '/etc/passwd',
-    '--ro-bind',
-    options.groupFile,
+    '--ro-bind-data',
+    String(options.fds.group),
     '/etc/group',
     '--proc',
     '/proc',
@@ -141,9 +143,21 @@ export function bwrapArgs(options: BwrapOptions): string[] {
     '/home',
     ...mountAt(options.home, SANDBOX_HOME, '0700'),
     ...(options.homeTemplate ? ['--ro-bind', options.homeTemplate, SANDBOX_HOME_TEMPLATE] : []),
-    '--bind',
-    options.runDir,
+    // envd's and the ports' sockets: a small tmpfs of the sandbox's own, which the host reaches
+    // through /proc/PID/root (nothing the sandbox writes lands on the host's disk).
+    '--size',
+    String(RUN_DIR_BYTES),
+    '--perms',
+    '0755',
+    '--tmpfs',
     SANDBOX_RUN_DIR,
+    '--dir',
+    `${SANDBOX_RUN_DIR}/ports`,
+    '--perms',
+    '0600',
+    '--file',
+    String(options.fds.token),
+    `${SANDBOX_RUN_DIR}/token`,
     '--ro-bind',
     options.runtimeDir,
     SANDBOX_RUNTIME_DIR,

@@ -1,17 +1,19 @@
 import { spawn } from 'node:child_process';
 import {
-  chownSync,
   closeSync,
   existsSync,
   mkdirSync,
   openSync,
   readdirSync,
   readFileSync,
+  rmSync,
   writeFileSync,
 } from 'node:fs';
 import { request } from 'node:http';
 import { join } from 'node:path';
+import type { Writable } from 'node:stream';
 import { DEFAULT_DISK_BYTES } from '../../commands/template-runtime.js';
+import { connectSandboxSocket } from '../../control/safe-socket.js';
 import { SandboxStartError } from '../../sandbox/errors.js';
 import type {
   EndCause,
@@ -63,12 +65,37 @@ export interface LocalProviderOptions {
   uidRange?: UidRange;
 }
 
+/** What a rootless sandbox's log keeps: its start and any early failure, not a flood. */
+const LOG_CAP_BYTES = 1024 * 1024;
+
+/**
+ * A pipe whose reader appends what it gets to `file`, up to {@link LOG_CAP_BYTES}, and discards
+ * the rest: a shell pipeline of its own, outside the sandbox, that outlives the daemon as the
+ * sandbox does. The caller hands the write end to the sandbox and closes its own copy.
+ */
+function cappedLog(file: string): Writable {
+  const reader = spawn(
+    '/bin/sh',
+    ['-c', 'head -c "$1" >> "$2"; exec cat > /dev/null', 'abx-log', String(LOG_CAP_BYTES), file],
+    { detached: true, stdio: ['pipe', 'ignore', 'ignore'] },
+  );
+  reader.unref();
+  return reader.stdin as Writable;
+}
+
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** GET /health on envd's socket: true on 200. */
 function envdHealthy(socketPath: string): Promise<boolean> {
   return new Promise((resolve) => {
-    const req = request({ socketPath, path: '/health', method: 'GET', timeout: 1000 }, (res) => {
+    const options = {
+      socketPath,
+      createConnection: () => connectSandboxSocket(socketPath),
+      path: '/health',
+      method: 'GET',
+      timeout: 1000,
+    };
+    const req = request(options, (res) => {
       res.resume();
       resolve(res.statusCode === 200);
     });
@@ -131,23 +158,21 @@ export class LocalProvider implements SandboxProvider {
 
   async create(spec: SandboxSpec): Promise<SandboxHandle> {
     const root = this.mode === 'root';
-    const runDir = join(spec.dir, 'run');
-    const portsDir = join(runDir, 'ports');
-    const etcDir = join(spec.dir, 'etc');
     const logFile = join(spec.dir, 'sandbox.log');
-    mkdirSync(portsDir, { recursive: true });
-    mkdirSync(etcDir, { recursive: true });
-    writeFileSync(
-      join(etcDir, 'passwd'),
-      `user:x:${SANDBOX_UID}:${SANDBOX_UID}::${SANDBOX_HOME}:/bin/sh\n`,
-    );
-    writeFileSync(join(etcDir, 'group'), `user:x:${SANDBOX_UID}:\n`);
-    // In a file, not the environment: a process's initial environment stays readable in
-    // /proc/PID/environ by every process of the sandbox. envd reads the file and deletes it before
-    // it serves anything, and no other process of the sandbox exists before envd.
-    writeFileSync(join(runDir, 'token'), spec.accessToken, { mode: 0o600 });
-    const seccompFile = join(spec.dir, 'seccomp.bpf');
-    writeFileSync(seccompFile, this.seccomp, { mode: 0o600 });
+    mkdirSync(spec.dir, { recursive: true });
+    // Handed to bwrap as open files (fds 4-6), which copies them into the sandbox: the sandbox
+    // never sees a host path for them. The token travels in a file, not the environment (a
+    // process's initial environment stays readable in /proc/PID/environ); envd reads and deletes
+    // it before it serves anything, and no other process of the sandbox exists before envd.
+    const dataFiles = {
+      passwd: `user:x:${SANDBOX_UID}:${SANDBOX_UID}::${SANDBOX_HOME}:/bin/sh\n`,
+      group: `user:x:${SANDBOX_UID}:\n`,
+      token: spec.accessToken,
+      'seccomp.bpf': this.seccomp,
+    };
+    for (const [name, data] of Object.entries(dataFiles)) {
+      writeFileSync(join(spec.dir, name), data, { mode: 0o600 });
+    }
 
     const uid = root ? this.uids.allocate(spec.id, spec.dir) : undefined;
     const limits: CgroupLimits = {
@@ -196,29 +221,25 @@ export class LocalProvider implements SandboxProvider {
         workdir: spec.workdir,
         network: spec.network,
         seccompFd: 3,
+        fds: { passwd: 4, group: 5, token: 6 },
         command: envdArgs,
       };
       const bwrap = this.options.bwrapPath ?? 'bwrap';
       const rlimits = prlimitArgs(spec.resources, root);
       const prlimit = rlimits.length > 0 ? ['prlimit', ...rlimits, '--'] : [];
       if (root && uid !== undefined) {
-        for (const path of [runDir, portsDir, join(runDir, 'token')]) chownSync(path, uid, uid);
         const image = join(spec.dir, 'disk.img');
         await createDiskImage(image, disk);
         const inner = bwrapArgs({
           ...common,
           home: { bind: STAGED.home },
           tmp: { bind: STAGED.tmp },
-          runDir: STAGED.run,
           runtimeDir: STAGED.runtime,
-          passwdFile: STAGED.passwd,
-          groupFile: STAGED.group,
         });
         argv = launchArgv(
           {
             image,
             uid,
-            dir: spec.dir,
             runtimeDir: this.options.runtimeDir,
             ...(spec.baseHome ? { baseHome: spec.baseHome } : {}),
             cgroups: cgroups.dirs,
@@ -248,10 +269,7 @@ export class LocalProvider implements SandboxProvider {
             : {}),
           home: { tmpfsBytes: disk },
           tmp: { tmpfsBytes: disk },
-          runDir,
           runtimeDir: this.options.runtimeDir,
-          passwdFile: join(etcDir, 'passwd'),
-          groupFile: join(etcDir, 'group'),
         });
         argv = [...prlimit, bwrap, ...inner];
         if (cgroups.dirs.length > 0) {
@@ -266,17 +284,24 @@ export class LocalProvider implements SandboxProvider {
     }
     const [command, ...args] = argv as [string, ...string[]];
 
-    const log = openSync(logFile, 'a');
-    const filter = openSync(seccompFile, 'r');
+    // Root mode: the log belongs to root, so the sandbox cannot reopen envd's stdout through
+    // /proc and write to the host's disk. Rootless, it would own it: the log goes through a pipe
+    // to a reader outside the sandbox that keeps the first MiB and discards the rest.
+    const log = root ? openSync(logFile, 'a') : cappedLog(logFile);
+    const fds = ['seccomp.bpf', 'passwd', 'group', 'token'].map((name) =>
+      openSync(join(spec.dir, name), 'r'),
+    );
+    rmSync(join(spec.dir, 'token'));
     const child = spawn(command, args, {
       detached: true,
-      // fd 3: the seccomp filter bwrap loads (`--seccomp 3`).
-      stdio: ['ignore', log, log, filter],
+      // fd 3: the seccomp filter (`--seccomp 3`); 4, 5, 6: /etc/passwd, /etc/group, the token.
+      stdio: ['ignore', log, log, ...fds],
       // bwrap's own processes (the sandbox's pid 1) keep this environment: nothing of the host's.
       env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' },
     });
-    closeSync(log);
-    closeSync(filter);
+    if (typeof log === 'number') closeSync(log);
+    else log.destroy();
+    for (const fd of fds) closeSync(fd);
     let exited: string | undefined;
     child.on('exit', (code, signal) => {
       exited = signal ? `signal ${signal}` : `exit code ${code}`;
@@ -290,8 +315,9 @@ export class LocalProvider implements SandboxProvider {
       provider: this.name,
       pid: init,
       startTime,
-      envdSocket: join(runDir, 'envd.sock'),
-      portsDir,
+      // The sandbox's own /run/abx, reached through its root (see safe-socket.ts).
+      envdSocket: `/proc/${init}/root${SANDBOX_RUN_DIR}/envd.sock`,
+      portsDir: `/proc/${init}/root${SANDBOX_RUN_DIR}/ports`,
       ...(uid !== undefined ? { uid } : {}),
       ...(cgroups.dirs.length > 0 ? { cgroups: cgroups.dirs } : {}),
     });
@@ -310,7 +336,7 @@ export class LocalProvider implements SandboxProvider {
     while (Date.now() < deadline) {
       if (exited) throw await fail(`bubblewrap ended (${exited})`);
       init ??= this.initPid(child.pid);
-      if (init && (await envdHealthy(join(runDir, 'envd.sock')))) {
+      if (init && (await envdHealthy(`/proc/${init}/root${SANDBOX_RUN_DIR}/envd.sock`))) {
         const startTime = processStartTime(init);
         if (startTime) return handleOf(init, startTime);
       }

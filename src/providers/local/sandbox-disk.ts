@@ -19,27 +19,23 @@ export const STAGE_DIR = '/run/abx-stage';
  * device, when the sandbox's last process ends.
  */
 const LAUNCH_SCRIPT = `set -eu
-stage=$1 image=$2 uid=$3 dir=$4 runtime=$5 base=$6
-shift 6
+stage=$1 image=$2 uid=$3 runtime=$4 base=$5
+shift 5
 while [ "$1" != -- ]; do echo $$ > "$1/cgroup.procs"; shift; done
 shift
 mount -t tmpfs -o mode=0755,size=64k,nosuid,nodev,noexec abx-stage "$stage"
-mkdir "$stage/disk" "$stage/run" "$stage/etc" "$stage/runtime"
+mkdir "$stage/disk" "$stage/runtime"
 mount -o loop,nosuid,nodev "$image" "$stage/disk"
 mkdir -m 0700 "$stage/disk/home"
 mkdir -m 1777 "$stage/disk/tmp"
 if [ -n "$base" ]; then cp -a "$base/." "$stage/disk/home/"; fi
 chown -R -h "$uid:$uid" "$stage/disk/home"
-mount --bind "$dir/run" "$stage/run"
-mount --bind "$dir/etc" "$stage/etc"
 mount --bind "$runtime" "$stage/runtime"
 exec "$@"`;
 
 export interface LaunchPaths {
   image: string;
   uid: number;
-  /** The sandbox's host folder, holding `run/` and `etc/`. */
-  dir: string;
   runtimeDir: string;
   baseHome?: string;
   cgroups: string[];
@@ -60,7 +56,6 @@ export function launchArgv(paths: LaunchPaths, command: string[]): string[] {
     STAGE_DIR,
     paths.image,
     String(paths.uid),
-    paths.dir,
     paths.runtimeDir,
     paths.baseHome ?? '',
     ...paths.cgroups,
@@ -73,9 +68,6 @@ export function launchArgv(paths: LaunchPaths, command: string[]): string[] {
 export const STAGED = {
   home: `${STAGE_DIR}/disk/home`,
   tmp: `${STAGE_DIR}/disk/tmp`,
-  run: `${STAGE_DIR}/run`,
-  passwd: `${STAGE_DIR}/etc/passwd`,
-  group: `${STAGE_DIR}/etc/group`,
   runtime: `${STAGE_DIR}/runtime`,
 };
 
