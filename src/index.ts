@@ -118,5 +118,3 @@ export type {
 export { Sandbox } from './sandbox/sandbox.js';
 export type { TemplateInfo } from './sandbox/templates.js';
 export { Templates } from './sandbox/templates.js';
-export type { ExtractSummary } from './util/safe-extract.js';
-export { ArchiveError, extractTar } from './util/safe-extract.js';
