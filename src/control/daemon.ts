@@ -208,6 +208,7 @@ export class Daemon {
     this.stopping ??= (async () => {
       clearInterval(this.reaper);
       await this.sandboxes.close();
+      await this.provider.close?.();
       const close = (server: Server) =>
         new Promise<void>((resolve) => {
           server.close(() => resolve());

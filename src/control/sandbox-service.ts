@@ -188,12 +188,16 @@ export class SandboxService {
    */
   async drainPool(template?: string): Promise<void> {
     await (template ? this.refilling.get(template) : Promise.all(this.refilling.values()));
-    for (const record of this.registry.listSandboxes({ state: 'pooled' })) {
-      if (template && record.template !== template) continue;
-      await this.provider.kill(record.handle);
-      this.registry.deleteSandbox(record.id);
-      rmSync(join(this.sandboxesDir, record.id), { recursive: true, force: true });
-    }
+    const pooled = this.registry
+      .listSandboxes({ state: 'pooled' })
+      .filter((record) => !template || record.template === template);
+    await Promise.all(
+      pooled.map(async (record) => {
+        await this.provider.kill(record.handle);
+        this.registry.deleteSandbox(record.id);
+        rmSync(join(this.sandboxesDir, record.id), { recursive: true, force: true });
+      }),
+    );
   }
 
   /** Stops refilling and empties the warm pool (the daemon is stopping). */

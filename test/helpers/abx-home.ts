@@ -1,4 +1,4 @@
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -76,7 +76,9 @@ export async function createAbxHome(): Promise<{ home: string; close(): Promise<
         // no daemon: the sweep below still cleans up
       }
       await stopDaemon(home).catch(() => undefined);
-      for (const pid of processesMentioning(home)) {
+      // Sandboxes' command lines name no host folder: find what is left by the ids of its folders.
+      const ids = existsSync(join(home, 'sandboxes')) ? readdirSync(join(home, 'sandboxes')) : [];
+      for (const pid of [...processesMentioning(home), ...ids.flatMap(sandboxProcesses)]) {
         try {
           process.kill(pid, 'SIGKILL');
         } catch {

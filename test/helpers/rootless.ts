@@ -25,6 +25,7 @@ function killUid(uid: number): number {
     if (!/^\d+$/.test(entry)) continue;
     try {
       const status = readFileSync(`/proc/${entry}/status`, 'utf8');
+      if (/^State:\s+Z/m.test(status)) continue; // a zombie waits for its parent, not for us
       if (Number(/^Uid:\s+(\d+)/m.exec(status)?.[1]) !== uid) continue;
       process.kill(Number(entry), 'SIGKILL');
       killed++;

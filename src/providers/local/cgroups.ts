@@ -1,4 +1,12 @@
-import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  rmdirSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 
 const CGROUP_ROOT = '/sys/fs/cgroup';
@@ -165,6 +173,43 @@ export function cgroupDirsOf(id: string, parent = cgroupParent()): string[] {
         return hierarchy ? [join(hierarchy, parent, id)] : [];
       });
   return candidates.filter((dir) => existsSync(dir));
+}
+
+/**
+ * Removes sandbox cgroups under `parent` that hold no process and are older than `graceMs` (a
+ * sandbox starting now has an empty one for a moment): what a daemon that died, or a test whose
+ * installation was deleted, left behind. Host-wide, like the cgroups themselves.
+ */
+export function sweepEmptyCgroups(parent = cgroupParent(), graceMs = 60_000): number {
+  const parents = unifiedRoot()
+    ? [join(CGROUP_ROOT, parent)]
+    : (['memory', 'cpu', 'pids'] as const).flatMap((controller) => {
+        const hierarchy = v1Hierarchy(controller);
+        return hierarchy ? [join(hierarchy, parent)] : [];
+      });
+  let removed = 0;
+  for (const dir of parents) {
+    let names: string[];
+    try {
+      names = readdirSync(dir, { withFileTypes: true })
+        .filter((entry) => entry.isDirectory())
+        .map((entry) => entry.name);
+    } catch {
+      continue;
+    }
+    for (const name of names) {
+      const cgroup = join(dir, name);
+      try {
+        if (Date.now() - statSync(cgroup).mtimeMs < graceMs) continue;
+        if (cgroupPids([cgroup]).length > 0) continue;
+        rmdirSync(cgroup);
+        removed++;
+      } catch {
+        // busy, or gone meanwhile
+      }
+    }
+  }
+  return removed;
 }
 
 /** Which controllers this daemon can use for sandboxes (for `abx daemon status`). */

@@ -40,9 +40,10 @@ import {
   createCgroups,
   oomKills,
   removeCgroups,
+  sweepEmptyCgroups,
 } from './cgroups.js';
 import { isSameProcess, processStartTime } from './proc.js';
-import { createDiskImage, launchArgv, STAGE_DIR, STAGED } from './sandbox-disk.js';
+import { DiskImages, launchArgv, STAGED, sharedRuntime } from './sandbox-disk.js';
 import { SandboxUids, UID_LOCK_DIR, type UidRange, uidProcesses } from './sandbox-uids.js';
 import { compileSeccompFilter } from './seccomp.js';
 
@@ -142,6 +143,9 @@ export class LocalProvider implements SandboxProvider {
   readonly mode: 'root' | 'rootless';
   private readonly uids: SandboxUids;
   private readonly seccomp = compileSeccompFilter();
+  private readonly disks = new DiskImages();
+  /** envd's folder as sandboxes bind it (root mode: a copy every sandbox uid may read). */
+  private readonly runtimeDir: string;
   private report: IsolationReport | undefined;
 
   constructor(private readonly options: LocalProviderOptions) {
@@ -153,7 +157,7 @@ export class LocalProvider implements SandboxProvider {
       );
     }
     this.uids = new SandboxUids(options.uidRange);
-    if (this.mode === 'root') mkdirSync(STAGE_DIR, { recursive: true, mode: 0o755 });
+    this.runtimeDir = this.mode === 'root' ? sharedRuntime(options.runtimeDir) : options.runtimeDir;
   }
 
   async create(spec: SandboxSpec): Promise<SandboxHandle> {
@@ -229,18 +233,17 @@ export class LocalProvider implements SandboxProvider {
       const prlimit = rlimits.length > 0 ? ['prlimit', ...rlimits, '--'] : [];
       if (root && uid !== undefined) {
         const image = join(spec.dir, 'disk.img');
-        await createDiskImage(image, disk);
+        await this.disks.take(image, disk);
         const inner = bwrapArgs({
           ...common,
           home: { bind: STAGED.home },
           tmp: { bind: STAGED.tmp },
-          runtimeDir: STAGED.runtime,
+          runtimeDir: this.runtimeDir,
         });
         argv = launchArgv(
           {
             image,
             uid,
-            runtimeDir: this.options.runtimeDir,
             ...(spec.baseHome ? { baseHome: spec.baseHome } : {}),
             cgroups: cgroups.dirs,
           },
@@ -269,7 +272,7 @@ export class LocalProvider implements SandboxProvider {
             : {}),
           home: { tmpfsBytes: disk },
           tmp: { tmpfsBytes: disk },
-          runtimeDir: this.options.runtimeDir,
+          runtimeDir: this.runtimeDir,
         });
         argv = [...prlimit, bwrap, ...inner];
         if (cgroups.dirs.length > 0) {
@@ -371,6 +374,10 @@ export class LocalProvider implements SandboxProvider {
   }
 
   async sweepOrphans(sandboxesDir: string, running: ReadonlySet<string>): Promise<string[]> {
+    await this.disks.clear(sandboxesDir);
+    // Host-wide leftovers of sandboxes whose installation is gone: empty cgroups, free uids.
+    sweepEmptyCgroups();
+    if (this.mode === 'root') this.uids.sweepStale();
     const orphans = new Map<string, number[]>();
     const ours = (id: string | undefined): id is string =>
       !!id && /^[\w.-]+$/.test(id) && !running.has(id) && existsSync(join(sandboxesDir, id));
@@ -414,6 +421,10 @@ export class LocalProvider implements SandboxProvider {
       removeCgroups(dirs);
     }
     return [...orphans.keys()];
+  }
+
+  async close(): Promise<void> {
+    await this.disks.clearAll();
   }
 
   isolation(): IsolationReport {
@@ -477,9 +488,12 @@ export class LocalProvider implements SandboxProvider {
 
   /** Waits (up to 5 s) until no process runs as `uid`, so it can be handed out again. */
   private async waitUidGone(uid: number): Promise<void> {
-    for (let i = 0; i < 500 && uidProcesses(uid).length > 0; i++) {
-      killPids(uidProcesses(uid));
-      await sleep(10);
+    const deadline = Date.now() + 5000;
+    for (let wait = 5; Date.now() < deadline; wait = Math.min(wait * 2, 100)) {
+      const left = uidProcesses(uid);
+      if (left.length === 0) return;
+      killPids(left);
+      await sleep(wait);
     }
   }
 }

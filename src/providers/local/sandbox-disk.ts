@@ -1,42 +1,49 @@
 import { execFile } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import {
+  chmodSync,
+  cpSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+} from 'node:fs';
+import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
 
 const execFileAsync = promisify(execFile);
 
 /**
- * A mount point every root-daemon sandbox uses in a mount namespace of its own: a tmpfs goes
- * there first, then the sandbox's disk, run folder and runtime. The host's copy stays empty; the
- * sandbox's bwrap (an unprivileged uid) reaches its folders through it even when they live under
- * a folder only root may enter, such as /root/.abx.
+ * An empty host folder every root-daemon sandbox mounts its disk image on, in a mount namespace of
+ * its own: the sandbox's bwrap (an unprivileged uid) reaches its home and /tmp through it even when
+ * the image lives under a folder only root may enter, such as /root/.abx.
  */
 export const STAGE_DIR = '/run/abx-stage';
+/** Root-owned copies of the runtime (envd), one per content, readable by every sandbox uid. */
+const RUNTIME_ROOT = '/run/abx-runtime';
 
 /**
  * Runs as root in the sandbox's new mount namespace: joins the sandbox's cgroups, mounts its disk
- * image and folders under the stage, fills a new home from the template's, and execs the rest of
- * its arguments (setpriv → prlimit → bwrap). Values arrive as positional parameters, never as
- * shell text. The mounts live only in this namespace: the kernel drops them, and frees the loop
- * device, when the sandbox's last process ends.
+ * image on the stage, fills the home from the template's and gives it to the sandbox's uid, then
+ * execs the rest of its arguments (setpriv → prlimit → bwrap). Values arrive as positional
+ * parameters, never as shell text. The mount lives only in this namespace: the kernel drops it,
+ * and frees the loop device, when the sandbox's last process ends.
  */
 const LAUNCH_SCRIPT = `set -eu
-stage=$1 image=$2 uid=$3 runtime=$4 base=$5
-shift 5
+stage=$1 image=$2 uid=$3 base=$4
+shift 4
 while [ "$1" != -- ]; do echo $$ > "$1/cgroup.procs"; shift; done
 shift
-mount -t tmpfs -o mode=0755,size=64k,nosuid,nodev,noexec abx-stage "$stage"
-mkdir "$stage/disk" "$stage/runtime"
-mount -o loop,nosuid,nodev "$image" "$stage/disk"
-mkdir -m 0700 "$stage/disk/home"
-mkdir -m 1777 "$stage/disk/tmp"
-if [ -n "$base" ]; then cp -a "$base/." "$stage/disk/home/"; fi
-chown -R -h "$uid:$uid" "$stage/disk/home"
-mount --bind "$runtime" "$stage/runtime"
+mount -o loop,nosuid,nodev "$image" "$stage"
+if [ -n "$base" ]; then cp -a "$base/." "$stage/home/"; fi
+chown -R -h "$uid:$uid" "$stage/home"
 exec "$@"`;
 
 export interface LaunchPaths {
   image: string;
   uid: number;
-  runtimeDir: string;
   baseHome?: string;
   cgroups: string[];
 }
@@ -56,7 +63,6 @@ export function launchArgv(paths: LaunchPaths, command: string[]): string[] {
     STAGE_DIR,
     paths.image,
     String(paths.uid),
-    paths.runtimeDir,
     paths.baseHome ?? '',
     ...paths.cgroups,
     '--',
@@ -64,17 +70,51 @@ export function launchArgv(paths: LaunchPaths, command: string[]): string[] {
   ];
 }
 
-/** Where the sandbox's folders appear to its bwrap, inside its mount namespace. */
-export const STAGED = {
-  home: `${STAGE_DIR}/disk/home`,
-  tmp: `${STAGE_DIR}/disk/tmp`,
-  runtime: `${STAGE_DIR}/runtime`,
-};
+/** Where the sandbox's home and /tmp appear to its bwrap, inside its mount namespace. */
+export const STAGED = { home: `${STAGE_DIR}/home`, tmp: `${STAGE_DIR}/tmp` };
 
 /**
- * A sparse file holding an empty ext4 filesystem of `bytes`: the sandbox's home and /tmp, so a
- * full disk is ENOSPC inside and nothing outside. No journal (the disk dies with the sandbox), no
- * reserved blocks, lazy inode tables: ~10 ms whatever the size.
+ * A copy of the runtime folder that any uid may read, for root mode: the package may sit where a
+ * sandbox's uid cannot enter (under /root). Shared by content, made once per daemon.
+ */
+export function sharedRuntime(runtimeDir: string): string {
+  const hash = createHash('sha256');
+  const files = readdirSync(runtimeDir).sort();
+  for (const name of files) hash.update(name).update(readFileSync(join(runtimeDir, name)));
+  const dir = join(RUNTIME_ROOT, hash.digest('hex').slice(0, 16));
+  if (!existsSync(dir)) {
+    const partial = `${dir}.${randomBytes(4).toString('hex')}`;
+    mkdirSync(RUNTIME_ROOT, { recursive: true, mode: 0o755 });
+    chmodSync(RUNTIME_ROOT, 0o755);
+    cpSync(runtimeDir, partial, { recursive: true });
+    chmodSync(partial, 0o755);
+    for (const name of files) chmodSync(join(partial, name), 0o644);
+    try {
+      renameSync(partial, dir);
+    } catch {
+      // another daemon made the same copy meanwhile
+      rmSync(partial, { recursive: true, force: true });
+    }
+  }
+  mkdirSync(STAGE_DIR, { recursive: true, mode: 0o755 });
+  return dir;
+}
+
+/** What a new disk holds: `home` (0700, given to the sandbox's uid at start) and `tmp` (1777). */
+function skeleton(): string {
+  const dir = join(RUNTIME_ROOT, 'disk-skeleton');
+  if (!existsSync(join(dir, 'tmp'))) {
+    mkdirSync(join(dir, 'home'), { recursive: true, mode: 0o700 });
+    mkdirSync(join(dir, 'tmp'), { recursive: true });
+    chmodSync(join(dir, 'tmp'), 0o1777);
+  }
+  return dir;
+}
+
+/**
+ * A sparse file holding an ext4 filesystem of `bytes` with an empty home and /tmp: a full disk is
+ * ENOSPC inside and nothing outside. No journal (the disk dies with the sandbox), no reserved
+ * blocks, lazy inode tables: ~10 ms whatever the size.
  */
 export async function createDiskImage(file: string, bytes: number): Promise<void> {
   await execFileAsync('truncate', ['-s', String(bytes), file]);
@@ -87,6 +127,66 @@ export async function createDiskImage(file: string, bytes: number): Promise<void
     '0',
     '-E',
     'lazy_itable_init=1,lazy_journal_init=1,nodiscard',
+    '-d',
+    skeleton(),
     file,
   ]);
+}
+
+const SPARE_PREFIX = '.spare-disk-';
+
+/**
+ * Disk images made ahead of need: one spare per folder and size, so a create renames a ready image
+ * into place instead of waiting for mkfs, and a new spare is made in the background.
+ */
+export class DiskImages {
+  private readonly spares = new Map<string, Promise<string | undefined>>();
+
+  /** Puts a fresh disk image of `bytes` at `dest`. */
+  async take(dest: string, bytes: number): Promise<void> {
+    const folder = dirname(dirname(dest));
+    const key = `${folder}\0${bytes}`;
+    const spare = await this.spares.get(key);
+    this.spares.set(key, this.make(folder, bytes));
+    if (spare) {
+      try {
+        renameSync(spare, dest);
+        return;
+      } catch {
+        rmSync(spare, { force: true });
+      }
+    }
+    await createDiskImage(dest, bytes);
+  }
+
+  /** Removes spares (the daemon is stopping, or a previous one left them). */
+  async clear(folder: string): Promise<void> {
+    const pending = [...this.spares.entries()].filter(([key]) => key.startsWith(`${folder}\0`));
+    for (const [key, spare] of pending) {
+      this.spares.delete(key);
+      const file = await spare;
+      if (file) rmSync(file, { force: true });
+    }
+    for (const name of existsSync(folder) ? readdirSync(folder) : []) {
+      if (name.startsWith(SPARE_PREFIX)) rmSync(join(folder, name), { force: true });
+    }
+  }
+
+  /** Removes every spare this process made (the daemon is stopping). */
+  async clearAll(): Promise<void> {
+    const pending = [...this.spares.values()];
+    this.spares.clear();
+    for (const file of await Promise.all(pending)) if (file) rmSync(file, { force: true });
+  }
+
+  private async make(folder: string, bytes: number): Promise<string | undefined> {
+    const file = join(folder, `${SPARE_PREFIX}${bytes}-${randomBytes(6).toString('hex')}.img`);
+    try {
+      await createDiskImage(file, bytes);
+      return file;
+    } catch {
+      rmSync(file, { force: true });
+      return undefined;
+    }
+  }
 }

@@ -44,13 +44,18 @@ export function uidHasProcesses(uid: number): boolean {
   return uidProcesses(uid).length > 0;
 }
 
-/** Pids of the processes whose real uid is `uid`. */
+/**
+ * Pids of the live processes whose real uid is `uid`. Zombies do not count: they run nothing and
+ * hold nothing but their pid until their parent (often the host's init, which may be slow) reaps
+ * them.
+ */
 export function uidProcesses(uid: number): number[] {
   const pids: number[] = [];
   for (const entry of readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
     try {
       const status = readFileSync(`/proc/${entry}/status`, 'utf8');
+      if (/^State:\s+Z/m.test(status)) continue;
       if (Number(/^Uid:\s+(\d+)/m.exec(status)?.[1]) === uid) pids.push(Number(entry));
     } catch {
       // ended meanwhile
@@ -103,6 +108,26 @@ export class SandboxUids {
     } catch {
       // released already
     }
+  }
+
+  /** Frees the uids whose sandbox folder is gone and that run nothing (host-wide). */
+  sweepStale(): number {
+    let freed = 0;
+    let names: string[];
+    try {
+      names = readdirSync(this.lockDir);
+    } catch {
+      return 0;
+    }
+    for (const name of names) {
+      const uid = Number(name);
+      if (!Number.isSafeInteger(uid)) continue;
+      if (this.isStale(join(this.lockDir, name), uid)) {
+        this.release(uid);
+        freed++;
+      }
+    }
+    return freed;
   }
 
   private isStale(lock: string, uid: number): boolean {
