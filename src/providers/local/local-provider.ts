@@ -358,17 +358,27 @@ export class LocalProvider implements SandboxProvider {
 
   async kill(handle: SandboxHandle): Promise<void> {
     const cgroups = cgroupsOf(handle);
+    // SIGKILL is not refused, but a process in uninterruptible sleep takes its time: 5 s at most.
+    const deadline = Date.now() + 5000;
+    const until = async (done: () => boolean) => {
+      for (let wait = 1; !done() && Date.now() < deadline; wait = Math.min(wait * 2, 20)) {
+        await sleep(wait);
+      }
+    };
     if (this.isAlive(handle)) {
       killPids([handle.pid]);
       // The kernel kills the rest of the pid namespace once its init is gone; wait for that.
-      for (let i = 0; i < 500 && isSameProcess(handle.pid, handle.startTime); i++) await sleep(10);
+      await until(() => !isSameProcess(handle.pid, handle.startTime));
     }
     // Whatever still runs in its cgroups or as its uid belongs to it (bwrap's outer process).
-    killPids(cgroupPids(cgroups));
-    if (handle.uid !== undefined) {
-      killPids(uidProcesses(handle.uid));
-      await this.waitUidGone(handle.uid);
-    }
+    // Every process of a sandbox is in its pids cgroup: watching that is cheaper than scanning
+    // /proc for the uid, which is the fallback when the host gave it no cgroup.
+    await until(() => {
+      const left = cgroupPids(cgroups);
+      killPids(left);
+      return left.length === 0;
+    });
+    if (handle.uid !== undefined && cgroups.length === 0) await this.waitUidGone(handle.uid);
     for (let i = 0; i < 200 && !removeCgroups(cgroups); i++) await sleep(10);
     this.uids.release(handle.uid);
   }
