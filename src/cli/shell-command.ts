@@ -49,14 +49,22 @@ async function shell(id: string, options: ShellOptions): Promise<void> {
   const onInput = (data: string) => void send(data).catch(() => undefined);
   const onResize = () =>
     void terminal.resize(stdout.columns || 80, stdout.rows || 24).catch(() => undefined);
-  // Piped input that runs out ends the session as Ctrl-D at the prompt would.
-  const onEnd = () => void send('\u0004').catch(() => undefined);
+  // Piped input that runs out ends the session as Ctrl-D at the prompt would. A Ctrl-D that
+  // reaches the pty before the shell has set up its line editor can be swallowed by the switch of
+  // terminal modes, so it is repeated until the session ends.
+  let endOfInput: NodeJS.Timeout | undefined;
+  const onEnd = () => {
+    const eof = () => void send('\u0004').catch(() => undefined);
+    eof();
+    endOfInput = setInterval(eof, 500);
+  };
   stdin.on('data', onInput);
   stdin.once('end', onEnd);
   stdout.on('resize', onResize);
   try {
     for await (const chunk of terminal.output()) stdout.write(chunk);
   } finally {
+    clearInterval(endOfInput);
     stdin.off('data', onInput);
     stdin.off('end', onEnd);
     stdout.off('resize', onResize);
