@@ -73,6 +73,11 @@ export const API_ROUTES: ApiRoute[] = [
       if (typeof request !== 'object' || Array.isArray(request)) {
         throw new InvalidArgumentError('the body must be a JSON object');
       }
+      if (request.template !== undefined && typeof request.template !== 'string') {
+        throw new InvalidArgumentError(
+          `template must be a template name such as "base", not ${JSON.stringify(request.template)}`,
+        );
+      }
       const { record, accessToken } = await ctx.sandboxes.create({
         ...(typeof request.template === 'string' ? { template: request.template } : {}),
         ...(request.timeoutMs === undefined ? {} : { timeoutMs: request.timeoutMs as number }),

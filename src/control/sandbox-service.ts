@@ -17,6 +17,22 @@ export interface CreateSandboxRequest {
 /** The longest lifetime a sandbox may be given: 24 hours. */
 export const MAX_SANDBOX_TIMEOUT_MS = 24 * 3_600_000;
 
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/** `envs`: a map of variable names to values a process environment can hold. */
+function checkEnvs(value: unknown): Record<string, string> {
+  const envs = checkStringMap('envs', value);
+  for (const [key, item] of Object.entries(envs)) {
+    if (!ENV_NAME.test(key)) {
+      throw new InvalidArgumentError(
+        `envs.${key} is not a variable name: use letters, digits and _, not starting with a digit`,
+      );
+    }
+    if (item.includes('\0')) throw new InvalidArgumentError(`envs.${key} holds a NUL byte`);
+  }
+  return envs;
+}
+
 function checkStringMap(name: string, value: unknown): Record<string, string> {
   if (value === undefined) return {};
   if (typeof value !== 'object' || value === null || Array.isArray(value)) {
@@ -78,7 +94,7 @@ export class SandboxService {
     const template = this.templates.get(request.template ?? 'base');
     const timeoutMs =
       request.timeoutMs === undefined ? template.spec.timeoutMs : checkTimeout(request.timeoutMs);
-    const envs = checkStringMap('envs', request.envs);
+    const envs = checkEnvs(request.envs);
     const metadata = checkStringMap('metadata', request.metadata);
     const name = template.spec.name;
     try {
@@ -148,7 +164,9 @@ export class SandboxService {
       const record = this.registry.claimPooled(template, metadata, now, now + timeoutMs);
       if (!record) return undefined;
       if (!this.provider.isAlive(record.handle)) {
-        await this.markDead(record);
+        // Never handed out: no row of it stays behind, under the caller's metadata or any.
+        this.registry.deleteSandbox(record.id);
+        await this.release(record);
         continue;
       }
       // It started before the caller's envs were known: envd adds them for every later process.
@@ -191,13 +209,9 @@ export class SandboxService {
     const pooled = this.registry
       .listSandboxes({ state: 'pooled' })
       .filter((record) => !template || record.template === template);
-    await Promise.all(
-      pooled.map(async (record) => {
-        await this.provider.kill(record.handle);
-        this.registry.deleteSandbox(record.id);
-        rmSync(join(this.sandboxesDir, record.id), { recursive: true, force: true });
-      }),
-    );
+    // Out of the pool first, all at once: a create arriving while they die cannot claim one.
+    for (const record of pooled) this.registry.deleteSandbox(record.id);
+    await Promise.all(pooled.map((record) => this.release(record)));
   }
 
   /** Stops refilling and empties the warm pool (the daemon is stopping). */
@@ -278,6 +292,12 @@ export class SandboxService {
     reason = 'killed',
   ): Promise<boolean> {
     const record = this.get(id);
+    if (record.state === 'pooled') {
+      // A spare nobody was handed: it leaves the pool and ends like any other.
+      this.registry.deleteSandbox(id);
+      await this.release(record);
+      return true;
+    }
     if (record.state !== 'running') {
       await this.release(record);
       return false;
@@ -312,7 +332,7 @@ export class SandboxService {
     await Promise.all([
       ...dead.map((record) => this.markDead(record)),
       ...expired
-        .filter((record) => !dead.includes(record))
+        .filter((record) => !dead.some((ended) => ended.id === record.id))
         .map((record) =>
           this.kill(record.id, 'expired', `expired at ${new Date(record.expiresAt).toISOString()}`),
         ),

@@ -142,16 +142,21 @@ export class TemplateService {
     const work = `${dir}.build-${newSandboxId()}`;
     mkdirSync(work, { recursive: true });
     const accessToken = newToken();
-    const handle = await this.provider.create({
-      id: `build-${spec.name}`.slice(0, 60),
-      accessToken,
-      dir: work,
-      env: spec.env,
-      workdir: spec.workdir,
-      resources: spec.resources,
-      // Setup steps usually download things; a template's sandboxes keep their own setting.
-      network: 'host',
-    });
+    const handle = await this.provider
+      .create({
+        id: `build-${spec.name}`.slice(0, 60),
+        accessToken,
+        dir: work,
+        env: spec.env,
+        workdir: spec.workdir,
+        resources: spec.resources,
+        // Setup steps usually download things; a template's sandboxes keep their own setting.
+        network: 'host',
+      })
+      .catch((error) => {
+        rmSync(work, { recursive: true, force: true });
+        throw error;
+      });
     try {
       for (const [index, step] of spec.setup.entries()) {
         const { exitCode, output } = await this.runStep(handle, accessToken, step);

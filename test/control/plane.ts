@@ -1,0 +1,127 @@
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test as base } from 'vitest';
+import { envdRequest } from '../../src/control/envd-request.js';
+import { sandboxToken } from '../../src/control/ids.js';
+import { Registry } from '../../src/control/registry.js';
+import { SandboxService } from '../../src/control/sandbox-service.js';
+import { type StepRunner, TemplateService } from '../../src/control/template-service.js';
+import { MemoryProvider, type MemoryProviderOptions } from '../helpers/memory-provider.js';
+
+/** The token secret of every plane the tests open. */
+export const TOKEN_SECRET = 'control-plane-test-secret';
+
+/** A control plane without a daemon: the services on a registry file, over a memory provider. */
+export interface Plane {
+  dir: string;
+  database: string;
+  sandboxesDir: string;
+  templatesDir: string;
+  provider: MemoryProvider;
+  registry: Registry;
+  templates: TemplateService;
+  sandboxes: SandboxService;
+}
+
+export interface PlaneOptions extends MemoryProviderOptions {
+  warmPool?: number;
+  /** Another plane's folder and provider: a new "daemon" on the same registry file and host. */
+  after?: Plane;
+}
+
+/** The same envd calls the daemon makes (src/control/daemon.ts). */
+const runStep: StepRunner = async (handle, token, command) => {
+  const { status, body } = await envdRequest<{
+    stdout?: string;
+    stderr?: string;
+    exit_code?: number;
+    error?: string;
+  }>(handle.envdSocket, token, 'POST', '/process/exec', { cmd: command, timeout: 3600 });
+  return {
+    exitCode: status === 200 ? (body.exit_code ?? 1) : 1,
+    output: `${body.stdout ?? ''}${body.stderr ?? ''}${body.error ?? ''}`,
+  };
+};
+
+const setEnv = async (
+  handle: { envdSocket: string },
+  token: string,
+  env: Record<string, string>,
+): Promise<void> => {
+  const { status, body } = await envdRequest<{ error?: string }>(
+    handle.envdSocket,
+    token,
+    'PUT',
+    '/env',
+    { env },
+  );
+  if (status !== 200) throw new Error(body.error ?? `envd refused the environment (${status})`);
+};
+
+/**
+ * Opens planes for one test and, after it (passed or not), closes their services and registries,
+ * every server of their providers, and removes their folders.
+ */
+export const test = base.extend<{ open: (options?: PlaneOptions) => Plane }>({
+  // biome-ignore lint/correctness/noEmptyPattern: vitest fixtures must destructure their first argument
+  open: async ({}, use) => {
+    const opened: Plane[] = [];
+    const folders = new Set<string>();
+    try {
+      await use((options = {}) => {
+        const dir = options.after?.dir ?? mkdtempSync(join(tmpdir(), 'abx-control-'));
+        folders.add(dir);
+        const sandboxesDir = join(dir, 'sandboxes');
+        const templatesDir = join(dir, 'templates');
+        mkdirSync(sandboxesDir, { recursive: true });
+        mkdirSync(templatesDir, { recursive: true });
+        const provider = options.after?.provider ?? new MemoryProvider(options);
+        const database = join(dir, 'abx.db');
+        const registry = new Registry(database);
+        const templates = new TemplateService(registry, provider, templatesDir, runStep);
+        const sandboxes = new SandboxService(
+          registry,
+          provider,
+          templates,
+          sandboxesDir,
+          (id) => sandboxToken(TOKEN_SECRET, id),
+          setEnv,
+          options.warmPool ?? 1,
+        );
+        const plane = {
+          dir,
+          database,
+          sandboxesDir,
+          templatesDir,
+          provider,
+          registry,
+          templates,
+          sandboxes,
+        };
+        opened.push(plane);
+        return plane;
+      });
+    } finally {
+      for (const plane of opened.reverse()) {
+        await plane.sandboxes.close().catch(() => undefined);
+        await plane.provider.dispose();
+        try {
+          plane.registry.close();
+        } catch {
+          // closed by the test
+        }
+      }
+      for (const dir of folders) rmSync(dir, { recursive: true, force: true });
+    }
+  },
+});
+
+/** Resolves once `check` holds, or throws after `timeoutMs`. */
+export async function until(check: () => boolean, what: string, timeoutMs = 2000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}

@@ -1,0 +1,273 @@
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect } from 'vitest';
+import { DEFAULT_SANDBOX_TIMEOUT_MS } from '../../src/commands/template-runtime.js';
+import { envdRequest } from '../../src/control/envd-request.js';
+import { hashToken, sandboxToken } from '../../src/control/ids.js';
+import { MAX_SANDBOX_TIMEOUT_MS } from '../../src/control/sandbox-service.js';
+import {
+  InvalidArgumentError,
+  NotFoundError,
+  SandboxStartError,
+} from '../../src/sandbox/errors.js';
+import { type Plane, TOKEN_SECRET, test, until } from './plane.js';
+
+const folderOf = (plane: Plane, id: string) => join(plane.sandboxesDir, id);
+
+describe('SandboxService: create, get, list, kill', () => {
+  test('create starts a sandbox through the provider and records it', async ({ open }) => {
+    const plane = open({ warmPool: 0 });
+    const { record, accessToken } = await plane.sandboxes.create({
+      envs: { GREETING: 'hi' },
+      metadata: { owner: 'alice' },
+    });
+
+    expect(record).toMatchObject({
+      template: 'base',
+      state: 'running',
+      metadata: { owner: 'alice' },
+      endedAt: null,
+      endReason: null,
+    });
+    expect(record.expiresAt - record.createdAt).toBe(DEFAULT_SANDBOX_TIMEOUT_MS);
+    expect(accessToken).toBe(sandboxToken(TOKEN_SECRET, record.id));
+    expect(record.tokenHash).toBe(hashToken(accessToken));
+
+    const box = plane.provider.sandbox(record.id);
+    expect(plane.provider.created).toEqual([record.id]);
+    expect(box.spec).toMatchObject({
+      id: record.id,
+      accessToken,
+      dir: folderOf(plane, record.id),
+      env: { GREETING: 'hi' },
+      workdir: '/home/user',
+      network: 'none',
+    });
+    expect(record.handle).toEqual(box.handle);
+    // The registry keeps the handle the provider returned, as a new daemon would read it.
+    expect(plane.registry.getSandbox(record.id)?.handle).toEqual(box.handle);
+
+    // The token handed out is the one the sandbox's envd takes; another is refused.
+    const reached = await envdRequest<{ sandbox: string }>(
+      record.handle.envdSocket,
+      accessToken,
+      'GET',
+      '/debug/request',
+    );
+    expect(reached).toMatchObject({ status: 200, body: { sandbox: record.id } });
+    const refused = await envdRequest(
+      record.handle.envdSocket,
+      sandboxToken(TOKEN_SECRET, 'iother'),
+      'GET',
+      '/debug/request',
+    );
+    expect(refused.status).toBe(401);
+  });
+
+  test('get and list find sandboxes; filters narrow the list', async ({ open }) => {
+    const plane = open({ warmPool: 0 });
+    const a = (await plane.sandboxes.create({ metadata: { owner: 'alice' } })).record;
+    const b = (await plane.sandboxes.create({ metadata: { owner: 'bob' }, timeoutMs: 90_000 }))
+      .record;
+
+    expect(plane.sandboxes.get(a.id)).toEqual(a);
+    expect(b.expiresAt - b.createdAt).toBe(90_000);
+    expect(plane.sandboxes.list({}).map((r) => r.id)).toEqual([a.id, b.id]);
+    expect(plane.sandboxes.list({ metadata: { owner: 'bob' } }).map((r) => r.id)).toEqual([b.id]);
+    expect(plane.sandboxes.list({ template: 'other' })).toEqual([]);
+    expect(() => plane.sandboxes.get('inosuchsandbox00')).toThrow(NotFoundError);
+    expect(() => plane.sandboxes.get('inosuchsandbox00')).toThrow(
+      'sandbox inosuchsandbox00 does not exist',
+    );
+  });
+
+  test('kill ends the sandbox, removes its folder, and a second kill resolves false', async ({
+    open,
+  }) => {
+    const plane = open({ warmPool: 0 });
+    const { record } = await plane.sandboxes.create({});
+    const other = (await plane.sandboxes.create({})).record;
+    expect(existsSync(folderOf(plane, record.id))).toBe(true);
+
+    expect(await plane.sandboxes.kill(record.id)).toBe(true);
+    expect(plane.sandboxes.get(record.id)).toMatchObject({ state: 'killed', endReason: 'killed' });
+    expect(plane.sandboxes.get(record.id).endedAt).toEqual(expect.any(Number));
+    expect(plane.provider.isAlive(record.handle)).toBe(false);
+    expect(plane.provider.killed).toEqual([record.id]);
+    expect(existsSync(folderOf(plane, record.id))).toBe(false);
+    // Its envd is gone with it.
+    await expect(
+      envdRequest(record.handle.envdSocket, 'x', 'GET', '/health', undefined, 1000),
+    ).rejects.toThrow();
+
+    expect(await plane.sandboxes.kill(record.id)).toBe(false);
+    expect(plane.sandboxes.get(record.id).state).toBe('killed');
+    // The other sandbox is untouched.
+    expect(plane.provider.isAlive(other.handle)).toBe(true);
+    expect(plane.sandboxes.get(other.id).state).toBe('running');
+    await expect(plane.sandboxes.kill('inosuchsandbox00')).rejects.toThrow(NotFoundError);
+  });
+
+  test('kill of a sandbox that ended by itself resolves false and cleans up', async ({ open }) => {
+    const plane = open({ warmPool: 0 });
+    const { record } = await plane.sandboxes.create({});
+    await plane.provider.die(record.id, 'exited');
+
+    expect(await plane.sandboxes.kill(record.id)).toBe(false);
+    // It is recorded as what it is, dead, not as killed.
+    expect(plane.sandboxes.get(record.id)).toMatchObject({ state: 'dead', endReason: 'exited' });
+    expect(existsSync(folderOf(plane, record.id))).toBe(false);
+    // Releasing what it held goes through the provider's kill, safe on an ended sandbox.
+    expect(plane.provider.killed).toContain(record.id);
+  });
+
+  test('a provider that fails to start a sandbox leaves no row', async ({ open }) => {
+    const plane = open({ warmPool: 0 });
+    plane.provider.failNextCreate(new SandboxStartError('sandbox did not start: no room'));
+    await expect(plane.sandboxes.create({ metadata: { owner: 'alice' } })).rejects.toThrow(
+      'sandbox did not start: no room',
+    );
+    expect(plane.provider.creates).toBe(1);
+    expect(plane.sandboxes.list({})).toEqual([]);
+    // The next create works.
+    const { record } = await plane.sandboxes.create({});
+    expect(plane.sandboxes.list({}).map((r) => r.id)).toEqual([record.id]);
+  });
+
+  test('setTimeout moves the expiry of a running sandbox only', async ({ open }) => {
+    const plane = open({ warmPool: 0 });
+    const { record } = await plane.sandboxes.create({});
+    const before = Date.now();
+    const updated = plane.sandboxes.setTimeout(record.id, 3_600_000);
+    expect(updated.expiresAt).toBeGreaterThanOrEqual(before + 3_600_000);
+    expect(updated.expiresAt).toBeLessThanOrEqual(Date.now() + 3_600_000);
+    expect(() => plane.sandboxes.setTimeout(record.id, -5)).toThrow(InvalidArgumentError);
+    expect(plane.sandboxes.get(record.id).expiresAt).toBe(updated.expiresAt);
+
+    await plane.sandboxes.kill(record.id);
+    expect(() => plane.sandboxes.setTimeout(record.id, 60_000)).toThrow(
+      `sandbox ${record.id} is not running (killed: killed)`,
+    );
+  });
+});
+
+describe('SandboxService: argument validation', () => {
+  const badTimeouts: unknown[] = [
+    0,
+    -1,
+    1.5,
+    '60000',
+    Number.NaN,
+    MAX_SANDBOX_TIMEOUT_MS + 1,
+    null,
+  ];
+  test('bad timeoutMs values are refused before anything starts', async ({ open }) => {
+    const plane = open({ warmPool: 1 });
+    for (const timeoutMs of badTimeouts) {
+      const attempt = plane.sandboxes.create({ timeoutMs: timeoutMs as number });
+      await expect(attempt).rejects.toThrow(InvalidArgumentError);
+      await expect(attempt).rejects.toThrow(
+        `timeoutMs must be a whole number of milliseconds between 1 and ${MAX_SANDBOX_TIMEOUT_MS} (24 h), not ${JSON.stringify(timeoutMs)}`,
+      );
+    }
+    // Nothing started, not even a warm pool.
+    expect(plane.provider.creates).toBe(0);
+    expect(plane.sandboxes.list({})).toEqual([]);
+    expect(plane.sandboxes.list({ state: 'pooled' })).toEqual([]);
+  });
+
+  test('envs and metadata must be objects of strings, named in the message', async ({ open }) => {
+    const plane = open({ warmPool: 0 });
+    const cases: [Record<string, unknown>, string][] = [
+      [{ envs: { PATH_EXTRA: 1 } }, 'envs.PATH_EXTRA must be a string, not number'],
+      [{ envs: { FLAG: true } }, 'envs.FLAG must be a string, not boolean'],
+      [{ envs: { NESTED: { a: 'b' } } }, 'envs.NESTED must be a string, not object'],
+      [{ envs: ['A=1'] }, 'envs must be an object of string values'],
+      [{ envs: 'A=1' }, 'envs must be an object of string values'],
+      [{ envs: null }, 'envs must be an object of string values'],
+      [{ metadata: { n: 2 } }, 'metadata.n must be a string, not number'],
+      [{ metadata: [] }, 'metadata must be an object of string values'],
+    ];
+    for (const [request, message] of cases) {
+      const attempt = plane.sandboxes.create(request as never);
+      await expect(attempt).rejects.toThrow(InvalidArgumentError);
+      await expect(attempt).rejects.toThrow(message);
+    }
+    expect(plane.provider.creates).toBe(0);
+    expect(plane.sandboxes.list({})).toEqual([]);
+  });
+
+  test('an unknown template is a NotFoundError naming the known ones', async ({ open }) => {
+    const plane = open({ warmPool: 0 });
+    await expect(plane.sandboxes.create({ template: 'nope' })).rejects.toThrow(NotFoundError);
+    await expect(plane.sandboxes.create({ template: 'nope' })).rejects.toThrow(
+      "template 'nope' is not built; known templates: base",
+    );
+    expect(plane.provider.creates).toBe(0);
+  });
+});
+
+describe('SandboxService: the reaper', () => {
+  test('an expired sandbox is killed with state expired; others are left', async ({ open }) => {
+    const plane = open({ warmPool: 0 });
+    const short = (await plane.sandboxes.create({ timeoutMs: 1000 })).record;
+    const long = (await plane.sandboxes.create({ timeoutMs: 600_000 })).record;
+
+    expect(await plane.sandboxes.reap(short.expiresAt - 1)).toEqual([]);
+    expect(plane.provider.kills).toBe(0);
+
+    expect(await plane.sandboxes.reap(short.expiresAt)).toEqual([short.id]);
+    expect(plane.sandboxes.get(short.id)).toMatchObject({
+      state: 'expired',
+      endReason: `expired at ${new Date(short.expiresAt).toISOString()}`,
+    });
+    expect(plane.provider.isAlive(short.handle)).toBe(false);
+    expect(existsSync(folderOf(plane, short.id))).toBe(false);
+    expect(plane.sandboxes.get(long.id).state).toBe('running');
+    expect(plane.provider.isAlive(long.handle)).toBe(true);
+    expect(plane.provider.killed).toEqual([short.id]);
+  });
+
+  test('sandboxes that end by themselves are marked dead with their cause by reap()', async ({
+    open,
+  }) => {
+    const plane = open({ warmPool: 0 });
+    const oom = (await plane.sandboxes.create({})).record;
+    const exited = (await plane.sandboxes.create({})).record;
+    const alive = (await plane.sandboxes.create({})).record;
+    await plane.provider.die(oom.id, 'oom');
+    await plane.provider.die(exited.id, 'exited');
+
+    // Not expired: reap returns no expired ids, yet it marks the dead ones.
+    expect(await plane.sandboxes.reap()).toEqual([]);
+    expect(plane.registry.getSandbox(oom.id)).toMatchObject({ state: 'dead', endReason: 'oom' });
+    expect(plane.registry.getSandbox(exited.id)).toMatchObject({
+      state: 'dead',
+      endReason: 'exited',
+    });
+    expect(plane.registry.getSandbox(oom.id)?.endedAt).toEqual(expect.any(Number));
+    expect(existsSync(folderOf(plane, oom.id))).toBe(false);
+    expect(existsSync(folderOf(plane, exited.id))).toBe(false);
+    expect(plane.registry.getSandbox(alive.id)?.state).toBe('running');
+    expect(existsSync(folderOf(plane, alive.id))).toBe(true);
+    // The next pass finds nothing more to do.
+    const kills = plane.provider.kills;
+    expect(await plane.sandboxes.reap()).toEqual([]);
+    expect(plane.provider.kills).toBe(kills);
+  });
+
+  test('get() of a sandbox that died unnoticed marks it dead and cleans up', async ({ open }) => {
+    const plane = open({ warmPool: 0 });
+    const { record } = await plane.sandboxes.create({});
+    await plane.provider.die(record.id, 'oom');
+    // The registry still says running: nobody looked yet.
+    expect(plane.registry.getSandbox(record.id)?.state).toBe('running');
+
+    expect(plane.sandboxes.get(record.id)).toMatchObject({ state: 'dead', endReason: 'oom' });
+    expect(plane.registry.getSandbox(record.id)?.state).toBe('dead');
+    await until(() => !existsSync(folderOf(plane, record.id)), 'the dead sandbox’s folder to go');
+    expect(() => plane.sandboxes.running(record.id)).toThrow(
+      `sandbox ${record.id} is not running (dead: oom)`,
+    );
+  });
+});
