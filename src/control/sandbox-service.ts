@@ -118,16 +118,23 @@ export class SandboxService {
   ): Promise<{ record: SandboxRecord }> {
     const id = newSandboxId();
     const accessToken = this.tokenOf(id);
-    const handle = await this.provider.create({
-      id,
-      accessToken,
-      dir: join(this.sandboxesDir, id),
-      ...(template.homeDir ? { baseHome: template.homeDir } : {}),
-      env: { ...template.spec.env, ...envs },
-      workdir: template.spec.workdir,
-      resources: template.spec.resources,
-      network: template.spec.network,
-    });
+    const dir = join(this.sandboxesDir, id);
+    const handle = await this.provider
+      .create({
+        id,
+        accessToken,
+        dir,
+        ...(template.homeDir ? { baseHome: template.homeDir } : {}),
+        env: { ...template.spec.env, ...envs },
+        workdir: template.spec.workdir,
+        resources: template.spec.resources,
+        network: template.spec.network,
+      })
+      .catch((error) => {
+        // A sandbox that did not start leaves nothing: its folder holds its disk and log.
+        rmSync(dir, { recursive: true, force: true });
+        throw error;
+      });
     const now = Date.now();
     const record: SandboxRecord = {
       id,

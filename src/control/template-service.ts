@@ -144,7 +144,8 @@ export class TemplateService {
     const accessToken = newToken();
     const handle = await this.provider
       .create({
-        id: `build-${spec.name}`.slice(0, 60),
+        // Unique on the host: two installations may build templates of the same name at once.
+        id: `build-${spec.name.slice(0, 40)}-${newSandboxId().slice(-8)}`,
         accessToken,
         dir: work,
         env: spec.env,

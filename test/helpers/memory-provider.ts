@@ -152,8 +152,11 @@ export class MemoryProvider implements SandboxProvider {
   }
 
   /** The latest sandbox started with this id. */
+  /** The latest sandbox of this id (or, for a template build, `build-NAME`: its `build-NAME-…`). */
   sandbox(id: string): MemorySandbox {
-    const found = [...this.boxes.values()].filter((box) => box.id === id).pop();
+    const found = [...this.boxes.values()]
+      .filter((box) => box.id === id || (id.startsWith('build-') && box.id.startsWith(`${id}-`)))
+      .pop();
     if (!found) throw new Error(`memory provider: no sandbox ${id}`);
     return found;
   }

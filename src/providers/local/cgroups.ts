@@ -42,6 +42,13 @@ function tryWrite(file: string, value: string): boolean {
   }
 }
 
+/** Two sandboxes must never share a cgroup: killing one would kill the other. */
+function sharedCgroup(dir: string): Error {
+  return new Error(
+    `cgroup ${dir} exists already: another sandbox on this host has this id (or one that ended left it)`,
+  );
+}
+
 /** True when the host mounts the unified (v2) hierarchy at the cgroup root. */
 function unifiedRoot(): string[] | undefined {
   try {
@@ -131,14 +138,20 @@ export function createCgroups(
         const level = join(CGROUP_ROOT, ...levels.slice(0, i));
         for (const c of controllers) tryWrite(join(level, 'cgroup.subtree_control'), `+${c}`);
       }
-      mkdirSync(dir);
+      try {
+        mkdirSync(dir);
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code === 'EEXIST') throw sharedCgroup(dir);
+        throw error;
+      }
       for (const controller of controllers) {
         if (!available.includes(controller) || !writeLimits(2, controller, dir, limits)) {
           result.unenforced.push(controller);
         }
       }
       result.dirs.push(dir);
-    } catch {
+    } catch (error) {
+      if ((error as Error).message.startsWith('cgroup ')) throw error;
       result.unenforced = controllers;
     }
     return result;
@@ -150,14 +163,16 @@ export function createCgroups(
       continue;
     }
     const dir = join(hierarchy, parent, id);
+    mkdirSync(join(hierarchy, parent), { recursive: true });
     try {
-      mkdirSync(dir, { recursive: true });
+      mkdirSync(dir);
       if (writeLimits(1, controller, dir, limits)) result.dirs.push(dir);
       else {
         rmdirSync(dir);
         result.unenforced.push(controller);
       }
-    } catch {
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'EEXIST') throw sharedCgroup(dir);
       result.unenforced.push(controller);
     }
   }

@@ -40,6 +40,7 @@ import {
   createCgroups,
   oomKills,
   removeCgroups,
+  type SandboxCgroups,
   sweepEmptyCgroups,
 } from './cgroups.js';
 import { isSameProcess, processStartTime } from './proc.js';
@@ -156,6 +157,11 @@ export class LocalProvider implements SandboxProvider {
         'root isolation mode needs a root daemon (it gives each sandbox a host uid of its own)',
       );
     }
+    if (this.mode === 'rootless' && isRoot) {
+      throw new SandboxStartError(
+        'rootless mode as root would run sandboxes as host uid 0: use root mode (the default for root)',
+      );
+    }
     this.uids = new SandboxUids(options.uidRange);
     this.runtimeDir = this.mode === 'root' ? sharedRuntime(options.runtimeDir) : options.runtimeDir;
   }
@@ -184,7 +190,15 @@ export class LocalProvider implements SandboxProvider {
       ...(spec.resources.cpu ? { cpu: spec.resources.cpu } : {}),
       processes: spec.resources.processes ?? DEFAULT_PROCESS_LIMIT,
     };
-    const cgroups = createCgroups(spec.id, limits);
+    let cgroups: SandboxCgroups;
+    try {
+      cgroups = createCgroups(spec.id, limits);
+    } catch (error) {
+      this.uids.release(uid);
+      throw new SandboxStartError(`sandbox ${spec.id} did not start: ${(error as Error).message}`, {
+        cause: error,
+      });
+    }
     const release = () => {
       removeCgroups(cgroups.dirs);
       this.uids.release(uid);
@@ -327,9 +341,9 @@ export class LocalProvider implements SandboxProvider {
     const timeoutMs = this.options.startTimeoutMs ?? 15_000;
     const deadline = Date.now() + timeoutMs;
     const fail = async (why: string) => {
+      // What started may still be mounting or copying as root: all of it is in the cgroups.
       if (child.pid) this.killTree(child.pid);
-      if (uid !== undefined) await this.waitUidGone(uid);
-      release();
+      await this.reclaim(cgroups.dirs, uid);
       const tail = logTail(logFile);
       return new SandboxStartError(
         `sandbox ${spec.id} did not start: ${why}${tail ? `\n--- sandbox log ---\n${tail}` : ''}`,
@@ -370,17 +384,29 @@ export class LocalProvider implements SandboxProvider {
       // The kernel kills the rest of the pid namespace once its init is gone; wait for that.
       await until(() => !isSameProcess(handle.pid, handle.startTime));
     }
-    // Whatever still runs in its cgroups or as its uid belongs to it (bwrap's outer process).
+    await this.reclaim(cgroups, handle.uid, deadline);
+  }
+
+  /**
+   * Kills whatever is left in a sandbox's cgroups (or, without cgroups, of its uid), waits until
+   * it is gone (until `deadline`, 5 s by default), removes the cgroups and frees the uid.
+   */
+  private async reclaim(
+    cgroups: readonly string[],
+    uid: number | undefined,
+    deadline = Date.now() + 5000,
+  ): Promise<void> {
     // Every process of a sandbox is in its pids cgroup: watching that is cheaper than scanning
     // /proc for the uid, which is the fallback when the host gave it no cgroup.
-    await until(() => {
+    for (let wait = 1; Date.now() < deadline; wait = Math.min(wait * 2, 20)) {
       const left = cgroupPids(cgroups);
+      if (left.length === 0) break;
       killPids(left);
-      return left.length === 0;
-    });
-    if (handle.uid !== undefined && cgroups.length === 0) await this.waitUidGone(handle.uid);
+      await sleep(wait);
+    }
+    if (uid !== undefined && cgroups.length === 0) await this.waitUidGone(uid);
     for (let i = 0; i < 200 && !removeCgroups(cgroups); i++) await sleep(10);
-    this.uids.release(handle.uid);
+    this.uids.release(uid);
   }
 
   async sweepOrphans(sandboxesDir: string, running: ReadonlySet<string>): Promise<string[]> {
