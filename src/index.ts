@@ -82,20 +82,7 @@ export { listCommands } from './commands/list-commands.js';
 export { renderShellCommand } from './commands/shell-template.js';
 export type { Capability, Template } from './commands/template.js';
 export { CAPABILITIES, loadTemplate, parseTemplate } from './commands/template.js';
-export type { DaemonInfo } from './control/daemon.js';
-export type { McpServerHandle, ServeMcpOptions } from './mcp/serve-mcp.js';
-export { serveMcp } from './mcp/serve-mcp.js';
-export type { HandleOptions, OutputCallbacks } from './sandbox/command-handle.js';
-export { CommandHandle } from './sandbox/command-handle.js';
-export type { CommandServer, ServerStartOptions } from './sandbox/command-server.js';
-export type {
-  CommandConnectOptions,
-  CommandStartOptions,
-  ProcessInfo,
-  RunOptions,
-} from './sandbox/commands.js';
-export type { ConnectionOptions } from './sandbox/daemon-connection.js';
-export type { CommandResult } from './sandbox/errors.js';
+export type { CommandResult } from './errors.js';
 export {
   AuthenticationError,
   CapabilityError,
@@ -108,7 +95,20 @@ export {
   SandboxStartError,
   ServerCommandError,
   TimeoutError,
-} from './sandbox/errors.js';
+} from './errors.js';
+export type { ConnectionOptions } from './installation/daemon-connection.js';
+export type { DaemonInfo } from './installation/daemon-info.js';
+export type { McpServerHandle, ServeMcpOptions } from './mcp/serve-mcp.js';
+export { serveMcp } from './mcp/serve-mcp.js';
+export type { HandleOptions, OutputCallbacks } from './sandbox/command-handle.js';
+export { CommandHandle } from './sandbox/command-handle.js';
+export type { CommandServer, ServerStartOptions } from './sandbox/command-server.js';
+export type {
+  CommandConnectOptions,
+  CommandStartOptions,
+  ProcessInfo,
+  RunOptions,
+} from './sandbox/commands.js';
 export type { EntryInfo, WriteData, WriteEntry } from './sandbox/filesystem.js';
 export type {
   SandboxCreateOptions,

@@ -1,7 +1,7 @@
 import { stat } from 'node:fs/promises';
 import { basename, join, resolve } from 'node:path';
 import type { Command } from 'commander';
-import { NotFoundError } from '../sandbox/errors.js';
+import { NotFoundError } from '../errors.js';
 import type { EntryInfo } from '../sandbox/filesystem.js';
 import { Sandbox } from '../sandbox/sandbox.js';
 import { UsageError } from './errors.js';

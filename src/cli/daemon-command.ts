@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
-import { abxHome, abxPaths } from '../control/paths.js';
-import { findDaemon, startDaemon, stopDaemon } from '../sandbox/daemon-connection.js';
+import { findDaemon, startDaemon, stopDaemon } from '../installation/daemon-connection.js';
+import { abxHome, abxPaths } from '../installation/paths.js';
 import { ExitCode } from './errors.js';
 import { withSpinner } from './feedback.js';
 import { withExamples } from './options.js';

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { parseCommandArgs } from '../commands/arguments.js';
-import { CommandNotFoundError, type CommandResult } from '../sandbox/errors.js';
+import { CommandNotFoundError, type CommandResult } from '../errors.js';
 import { Sandbox } from '../sandbox/sandbox.js';
 import { sandboxCommands } from './custom-commands.js';
 import { ExitCode } from './errors.js';

@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { NotFoundError } from '../sandbox/errors.js';
+import { NotFoundError } from '../errors.js';
 import { Sandbox, type SandboxInfo } from '../sandbox/sandbox.js';
 import { UsageError } from './errors.js';
 import { withSpinner } from './feedback.js';

@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { SandboxError } from '../sandbox/errors.js';
+import { SandboxError } from '../errors.js';
 import { Sandbox } from '../sandbox/sandbox.js';
 import { ExitCode } from './errors.js';
 import { withSpinner } from './feedback.js';

@@ -5,7 +5,7 @@ import { mkdir, readdir, rename, rm, stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { PassThrough, type Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { SandboxError } from '../sandbox/errors.js';
+import { SandboxError } from '../errors.js';
 import type { Sandbox } from '../sandbox/sandbox.js';
 import { ArchiveError, extractTar } from '../util/safe-extract.js';
 import { ProgressBar } from './feedback.js';

@@ -1,6 +1,6 @@
 import type { Route } from '../../runtime/server/route-table.js';
 import { argList } from '../../runtime/server/validate.js';
-import { InvalidArgumentError } from '../sandbox/errors.js';
+import { InvalidArgumentError } from '../errors.js';
 import { packageInfo } from '../util/package-info.js';
 import { ENVD_PORT } from './gateway.js';
 import type { SandboxRecord, SandboxState } from './registry.js';

@@ -3,7 +3,7 @@ import 'reflect-metadata';
 // `node dist/daemon.js`: the daemon in the foreground. `abx daemon start` and the SDK start it
 // detached with its output in $ABX_HOME/daemon.log. Imported after the polyfill on purpose.
 const { Daemon } = await import('./daemon.js');
-const { abxHome } = await import('./paths.js');
+const { abxHome } = await import('../installation/paths.js');
 
 const daemon = new Daemon({
   home: abxHome(),

@@ -3,18 +3,19 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { type Guard, RouteTable } from '../../runtime/server/route-table.js';
+import { AuthenticationError } from '../errors.js';
+import type { DaemonInfo } from '../installation/daemon-info.js';
+import { type AbxPaths, abxPaths } from '../installation/paths.js';
+import { readOrCreateSecret } from '../installation/secrets.js';
 import { LocalProvider } from '../providers/local/local-provider.js';
-import type { IsolationReport, SandboxProvider } from '../providers/provider.js';
-import { AuthenticationError } from '../sandbox/errors.js';
+import type { SandboxProvider } from '../providers/provider.js';
 import { packageInfo } from '../util/package-info.js';
 import { API_ROUTES, type ApiContext } from './api-routes.js';
 import { envdRequest } from './envd-request.js';
 import { Gateway } from './gateway.js';
 import { hashToken, sandboxToken, tokenMatches } from './ids.js';
-import { type AbxPaths, abxPaths } from './paths.js';
 import { Registry } from './registry.js';
 import { SandboxService } from './sandbox-service.js';
-import { readOrCreateSecret } from './secrets.js';
 import { type StepRunner, TemplateService } from './template-service.js';
 
 export interface DaemonOptions {
@@ -33,18 +34,6 @@ export interface DaemonOptions {
    */
   warmPool?: number;
   provider?: SandboxProvider;
-}
-
-/** What `daemon.json` holds, for clients to find the daemon. */
-export interface DaemonInfo {
-  pid: number;
-  apiUrl: string;
-  gatewayUrl: string;
-  domain: string;
-  version: string;
-  startedAt: string;
-  /** How sandboxes are isolated: root or rootless mode, and which limits this host enforces. */
-  isolation?: IsolationReport;
 }
 
 const BODY_LIMITS = { maxBytes: 1024 * 1024, timeoutMs: 30_000 };

@@ -1,5 +1,5 @@
 import { type IncomingMessage, request } from 'node:http';
-import { connectSandboxSocket } from './safe-socket.js';
+import { connectSandboxSocket } from '../providers/sandbox-socket.js';
 
 /** One JSON request to an envd over its Unix socket, from the host side. */
 export function envdRequest<T>(

@@ -8,14 +8,15 @@ import {
 } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
+import { ENVD_PORT } from '../../runtime/protocol/constants.js';
 import { answerClientError } from '../../runtime/server/http.js';
 import { splice } from '../../runtime/server/splice.js';
+import { connectSandboxSocket, unlinkSandboxSocket } from '../providers/sandbox-socket.js';
 import { tokenMatches } from './ids.js';
 import type { SandboxRecord } from './registry.js';
-import { connectSandboxSocket, unlinkSandboxSocket } from './safe-socket.js';
 
 /** The port that names envd itself (as E2B's envd port): `49983-{id}.{domain}`. */
-export const ENVD_PORT = 49983;
+export { ENVD_PORT };
 
 /** A client's request headers must arrive within this (against slowloris clients). */
 export const GATEWAY_HEADERS_TIMEOUT_MS = 30_000;

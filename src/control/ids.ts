@@ -10,10 +10,7 @@ export function newSandboxId(): string {
   return id;
 }
 
-/** A secret token: 32 random bytes, base64url. */
-export function newToken(): string {
-  return randomBytes(32).toString('base64url');
-}
+export { newToken } from '../installation/secrets.js';
 
 export function hashToken(token: string): string {
   return createHash('sha256').update(token).digest('hex');

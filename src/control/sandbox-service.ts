@@ -1,7 +1,7 @@
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
+import { InvalidArgumentError, NotFoundError } from '../errors.js';
 import type { SandboxHandle, SandboxProvider } from '../providers/provider.js';
-import { InvalidArgumentError, NotFoundError } from '../sandbox/errors.js';
 import { hashToken, newSandboxId } from './ids.js';
 import type { Registry, SandboxFilter, SandboxRecord } from './registry.js';
 import type { BuiltTemplate, TemplateService } from './template-service.js';

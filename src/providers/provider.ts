@@ -1,4 +1,7 @@
+import type { IsolationReport } from '../../runtime/protocol/isolation.js';
 import type { TemplateResources } from '../commands/template-runtime.js';
+
+export type { IsolationReport };
 
 /** Where every provider's sandbox has its home (the template's `setup` output lands there). */
 export const SANDBOX_HOME = '/home/user';
@@ -40,15 +43,6 @@ export interface SandboxHandle {
 
 /** Why a sandbox's processes ended without being killed. */
 export type EndCause = 'oom' | 'exited';
-
-/** How a provider isolates sandboxes, for `abx daemon status`. */
-export interface IsolationReport {
-  /** `root`: each sandbox runs as a host uid of its own; `rootless`: as the daemon's uid. */
-  mode: 'root' | 'rootless';
-  /** Each limit and whether this host enforces it, with how. */
-  limits: Record<string, { enforced: boolean; how: string }>;
-  warnings: string[];
-}
 
 /**
  * Where sandboxes come from. `local` runs them with bubblewrap on this host; a Kubernetes

@@ -2,8 +2,8 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { build } from 'esbuild';
 import type { ShippedCommand } from '../commands/shipped-commands.js';
+import { SandboxError } from '../errors.js';
 import { packageInfo } from '../util/package-info.js';
-import { SandboxError } from './errors.js';
 
 /**
  * Bundles user command modules into one CommonJS file for the command server's `--load`: the

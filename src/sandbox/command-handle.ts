@@ -4,7 +4,7 @@ import {
   type CommandResult,
   CommandTimeoutError,
   SandboxError,
-} from './errors.js';
+} from '../errors.js';
 import type { ExitWire, ProcessApi, ProcessEvent, StreamOffsets } from './process-api.js';
 
 /** Callbacks that get a command's output live, each stream on its own, in order. */

@@ -8,9 +8,9 @@ import { commandRegistry } from '../commands/command-registry.js';
 import type { CustomCommand } from '../commands/custom-command.js';
 import { type CommandDescription, describeCommand } from '../commands/discovery.js';
 import type { ShippedCommand } from '../commands/shipped-commands.js';
+import { CapabilityError, SandboxError, ServerCommandError } from '../errors.js';
 import { bundleCommands } from './bundler.js';
 import type { CommandHandle } from './command-handle.js';
-import { CapabilityError, SandboxError, ServerCommandError } from './errors.js';
 import type { HttpClient } from './http-client.js';
 
 type AnyClass = DecoratedCommand['cls'];

@@ -1,5 +1,5 @@
+import { type CommandResult, SandboxError } from '../errors.js';
 import { CommandHandle, type HandleOptions } from './command-handle.js';
-import { type CommandResult, SandboxError } from './errors.js';
 import type { HttpClient } from './http-client.js';
 import { ProcessApi, type ProcessInfoWire } from './process-api.js';
 

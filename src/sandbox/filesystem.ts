@@ -1,5 +1,5 @@
 import { Readable } from 'node:stream';
-import { NotFoundError } from './errors.js';
+import { NotFoundError } from '../errors.js';
 import type { HttpClient } from './http-client.js';
 
 /** A directory entry or a stat result. */

@@ -1,5 +1,5 @@
 import { type Dispatcher, errors, request } from 'undici';
-import { SandboxError, sandboxErrorFromBody, TimeoutError } from './errors.js';
+import { SandboxError, sandboxErrorFromBody, TimeoutError } from '../errors.js';
 
 type Body = Dispatcher.RequestOptions['body'];
 

@@ -1,4 +1,4 @@
-import { NotFoundError } from './errors.js';
+import { NotFoundError } from '../errors.js';
 import type { HttpClient } from './http-client.js';
 
 /** A process as envd's `GET /process` and `start` event describe it. */

@@ -1,3 +1,4 @@
+import { ENVD_PORT } from '../../runtime/protocol/constants.js';
 import { BaseSandbox } from '../agent/base-sandbox.js';
 import { perFile } from '../agent/per-file.js';
 import type { SandboxTool } from '../agent/tool-types.js';
@@ -13,20 +14,19 @@ import { validateKwargs } from '../commands/arguments.js';
 import type { CustomCommand } from '../commands/custom-command.js';
 import { type CommandDescription, describeCommand } from '../commands/discovery.js';
 import { renderShellCommand } from '../commands/shell-template.js';
-import { ENVD_PORT } from '../control/gateway.js';
-import { CommandServer } from './command-server.js';
-import { Commands } from './commands.js';
-import {
-  type ConnectionOptions,
-  connectDaemon,
-  type DaemonConnection,
-} from './daemon-connection.js';
 import {
   CommandNotFoundError,
   CommandTimeoutError,
   NotFoundError,
   SandboxError,
-} from './errors.js';
+} from '../errors.js';
+import {
+  type ConnectionOptions,
+  connectDaemon,
+  type DaemonConnection,
+} from '../installation/daemon-connection.js';
+import { CommandServer } from './command-server.js';
+import { Commands } from './commands.js';
 import { Filesystem } from './filesystem.js';
 import { HttpClient } from './http-client.js';
 import { Templates } from './templates.js';

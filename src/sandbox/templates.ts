@@ -1,7 +1,7 @@
 import { resolve } from 'node:path';
 import type { CustomCommand } from '../commands/custom-command.js';
 import type { TemplateResources } from '../commands/template-runtime.js';
-import { type ConnectionOptions, connectDaemon } from './daemon-connection.js';
+import { type ConnectionOptions, connectDaemon } from '../installation/daemon-connection.js';
 import { HttpClient } from './http-client.js';
 
 /** A built template as the control plane describes it. */

@@ -1,4 +1,4 @@
-import { ENVD_PORT } from '../control/gateway.js';
+import { ENVD_PORT } from '../../runtime/protocol/constants.js';
 import type { HttpClient } from './http-client.js';
 import type { Sandbox } from './sandbox.js';
 

@@ -27,7 +27,7 @@ import { entryHeader } from '../../runtime/envd/tar-format.js';
 import { CORE } from '../../runtime/server/groups/core.js';
 import { SandboxServer } from '../../runtime/server/server.js';
 import { downloadDirectory } from '../../src/cli/transfer.js';
-import { SandboxError } from '../../src/sandbox/errors.js';
+import { SandboxError } from '../../src/errors.js';
 import { Filesystem } from '../../src/sandbox/filesystem.js';
 import { HttpClient } from '../../src/sandbox/http-client.js';
 import { Sandbox } from '../../src/sandbox/sandbox.js';

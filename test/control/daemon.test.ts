@@ -3,8 +3,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request } from 'undici';
 import { test as base, describe, expect } from 'vitest';
-import { Daemon, type DaemonInfo, type DaemonOptions } from '../../src/control/daemon.js';
+import { Daemon, type DaemonOptions } from '../../src/control/daemon.js';
 import { sandboxToken } from '../../src/control/ids.js';
+import type { DaemonInfo } from '../../src/installation/daemon-info.js';
 import { MEMORY_ISOLATION, MemoryProvider } from '../helpers/memory-provider.js';
 import { until } from './plane.js';
 

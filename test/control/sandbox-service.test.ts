@@ -5,11 +5,7 @@ import { DEFAULT_SANDBOX_TIMEOUT_MS } from '../../src/commands/template-runtime.
 import { envdRequest } from '../../src/control/envd-request.js';
 import { hashToken, sandboxToken } from '../../src/control/ids.js';
 import { MAX_SANDBOX_TIMEOUT_MS } from '../../src/control/sandbox-service.js';
-import {
-  InvalidArgumentError,
-  NotFoundError,
-  SandboxStartError,
-} from '../../src/sandbox/errors.js';
+import { InvalidArgumentError, NotFoundError, SandboxStartError } from '../../src/errors.js';
 import { type Plane, TOKEN_SECRET, test, until } from './plane.js';
 
 const folderOf = (plane: Plane, id: string) => join(plane.sandboxesDir, id);

@@ -6,7 +6,7 @@ import {
   NotFoundError,
   SandboxError,
   SandboxStartError,
-} from '../../src/sandbox/errors.js';
+} from '../../src/errors.js';
 import { type Plane, test } from './plane.js';
 
 function writeTemplate(plane: Plane, name: string, text: string): string {

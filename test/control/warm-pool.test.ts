@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect } from 'vitest';
 import { MAX_SANDBOX_TIMEOUT_MS } from '../../src/control/sandbox-service.js';
-import { InvalidArgumentError } from '../../src/sandbox/errors.js';
+import { InvalidArgumentError } from '../../src/errors.js';
 import { type Plane, test, until } from './plane.js';
 
 /** Creates a first sandbox of `base` and waits for the pool to hold one; returns the pooled id. */

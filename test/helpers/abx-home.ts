@@ -2,7 +2,7 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { stopDaemon } from '../../src/sandbox/daemon-connection.js';
+import { stopDaemon } from '../../src/installation/daemon-connection.js';
 import { Sandbox } from '../../src/sandbox/sandbox.js';
 import { ensureBuilt } from './build.js';
 

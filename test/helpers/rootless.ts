@@ -13,7 +13,7 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { stopDaemon } from '../../src/sandbox/daemon-connection.js';
+import { stopDaemon } from '../../src/installation/daemon-connection.js';
 import { Sandbox } from '../../src/sandbox/sandbox.js';
 import { ensureBuilt, ROOT } from './build.js';
 

@@ -5,9 +5,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { envdRequest } from '../../src/control/envd-request.js';
-import { connectSandboxSocket } from '../../src/control/safe-socket.js';
+import { SandboxStartError } from '../../src/errors.js';
 import type { SandboxHandle, SandboxProvider, SandboxSpec } from '../../src/providers/provider.js';
-import { SandboxStartError } from '../../src/sandbox/errors.js';
+import { connectSandboxSocket } from '../../src/providers/sandbox-socket.js';
 
 /** What every provider's constructor must accept, so the suite can make `create` time out. */
 export interface ContractProviderOptions {

@@ -5,7 +5,7 @@ import {
   InvalidArgumentError,
   SandboxError,
   TimeoutError,
-} from '../../src/sandbox/errors.js';
+} from '../../src/errors.js';
 import { Sandbox } from '../../src/sandbox/sandbox.js';
 import { createAbxHome } from '../helpers/abx-home.js';
 import { eventually } from '../server/harness.js';

@@ -4,7 +4,7 @@ import Database from 'better-sqlite3';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { type DaemonInfo, Sandbox } from '../../src/index.js';
-import { isProcessAlive } from '../../src/sandbox/daemon-connection.js';
+import { isProcessAlive } from '../../src/installation/daemon-connection.js';
 import { createAbxHome, sandboxProcesses } from '../helpers/abx-home.js';
 
 let abx: Awaited<ReturnType<typeof createAbxHome>>;

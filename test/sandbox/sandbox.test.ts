@@ -283,6 +283,9 @@ describe('lifecycle', () => {
             return false;
           }
         });
+      // The backgrounded shells may not have exec'd sleep yet when the command returns.
+      for (let i = 0; i < 100 && sleeping().length < 2; i++)
+        await new Promise((r) => setTimeout(r, 20));
       expect(sleeping()).toHaveLength(2);
       await sandbox.kill();
       expect(sleeping()).toEqual([]);

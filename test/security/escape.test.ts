@@ -452,7 +452,7 @@ describe.runIf(IS_ROOT).each(modes)('escape attempts against a %s', (mode, insta
 
 describe.runIf(IS_ROOT)('a rootless daemon without delegated cgroups', () => {
   let abx: Installation;
-  let limitsDir: string;
+  let limitsDir: string | undefined;
 
   beforeAll(async () => {
     abx = await startRootlessDaemon({ delegateCgroups: false });
@@ -463,7 +463,7 @@ describe.runIf(IS_ROOT)('a rootless daemon without delegated cgroups', () => {
 
   afterAll(async () => {
     await abx?.close();
-    rmSync(limitsDir, { recursive: true, force: true });
+    if (limitsDir) rmSync(limitsDir, { recursive: true, force: true });
   });
 
   test('says which limits do not hold, in daemon status and in the sandbox’s log', async () => {
@@ -475,7 +475,7 @@ describe.runIf(IS_ROOT)('a rootless daemon without delegated cgroups', () => {
       expect(status.stdout).toMatch(new RegExp(`${limit}\\s+NOT enforced`));
     }
     expect(status.stdout).toMatch(/warning: memory: not enforced/);
-    await Templates.build(join(limitsDir, 'template.yaml'), { home: abx.home });
+    await Templates.build(join(limitsDir as string, 'template.yaml'), { home: abx.home });
     const box = await Sandbox.create({ home: abx.home, template: 'hostile-limits' });
     try {
       const log = readFileSync(join(abx.home, 'sandboxes', box.sandboxId, 'sandbox.log'), 'utf8');

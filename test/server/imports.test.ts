@@ -1,28 +1,10 @@
-import { readdirSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { expect, test } from 'vitest';
+import { sources, specifiers } from '../helpers/imports.js';
 import { ROOT } from './harness.js';
 
 const RUNTIME = join(ROOT, 'runtime');
-
-function sources(dir: string): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
-    const path = join(dir, entry.name);
-    if (entry.isDirectory()) return sources(path);
-    return /\.[cm]?[jt]s$/.test(entry.name) ? [path] : [];
-  });
-}
-
-/** Every module specifier of a file: static imports, re-exports, dynamic import() and require(). */
-function specifiers(text: string): string[] {
-  const patterns = [
-    /\b(?:import|export)\s[^'"`;]*?\bfrom\s*['"]([^'"]+)['"]/g,
-    /\bimport\s*['"]([^'"]+)['"]/g,
-    /\bimport\s*\(\s*['"]([^'"]+)['"]\s*\)/g,
-    /\brequire\s*\(\s*['"]([^'"]+)['"]\s*\)/g,
-  ];
-  return patterns.flatMap((pattern) => [...text.matchAll(pattern)].map((m) => m[1] as string));
-}
 
 test('runtime/ imports only node: built-ins and its own files', () => {
   const files = sources(RUNTIME);

@@ -163,8 +163,8 @@ export function createCgroups(
       continue;
     }
     const dir = join(hierarchy, parent, id);
-    mkdirSync(join(hierarchy, parent), { recursive: true });
     try {
+      mkdirSync(join(hierarchy, parent), { recursive: true });
       mkdirSync(dir);
       if (writeLimits(1, controller, dir, limits)) result.dirs.push(dir);
       else {

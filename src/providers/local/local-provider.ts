@@ -13,8 +13,7 @@ import { request } from 'node:http';
 import { join } from 'node:path';
 import type { Writable } from 'node:stream';
 import { DEFAULT_DISK_BYTES } from '../../commands/template-runtime.js';
-import { connectSandboxSocket } from '../../control/safe-socket.js';
-import { SandboxStartError } from '../../sandbox/errors.js';
+import { SandboxStartError } from '../../errors.js';
 import type {
   EndCause,
   IsolationReport,
@@ -22,6 +21,7 @@ import type {
   SandboxProvider,
   SandboxSpec,
 } from '../provider.js';
+import { connectSandboxSocket } from '../sandbox-socket.js';
 import {
   bwrapArgs,
   prlimitArgs,
@@ -332,7 +332,7 @@ export class LocalProvider implements SandboxProvider {
       provider: this.name,
       pid: init,
       startTime,
-      // The sandbox's own /run/abx, reached through its root (see safe-socket.ts).
+      // The sandbox's own /run/abx, reached through its root (see sandbox-socket.ts).
       envdSocket: `/proc/${init}/root${SANDBOX_RUN_DIR}/envd.sock`,
       portsDir: `/proc/${init}/root${SANDBOX_RUN_DIR}/ports`,
       ...(uid !== undefined ? { uid } : {}),

@@ -1,6 +1,6 @@
+import { randomBytes } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { newToken } from './ids.js';
 
 /** A secret of the installation (API key, token secret), created (mode 0600) on first use. */
 export function readOrCreateSecret(file: string): string {
@@ -17,4 +17,9 @@ export function readOrCreateSecret(file: string): string {
   }
   chmodSync(file, 0o600);
   return secret;
+}
+
+/** A secret token: 32 random bytes, base64url. */
+export function newToken(): string {
+  return randomBytes(32).toString('base64url');
 }

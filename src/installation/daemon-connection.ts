@@ -2,11 +2,11 @@ import { spawn } from 'node:child_process';
 import { closeSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { request } from 'undici';
-import type { DaemonInfo } from '../control/daemon.js';
-import { abxHome, abxPaths } from '../control/paths.js';
-import { readOrCreateSecret } from '../control/secrets.js';
+import { SandboxError } from '../errors.js';
 import { packageInfo } from '../util/package-info.js';
-import { SandboxError } from './errors.js';
+import type { DaemonInfo } from './daemon-info.js';
+import { abxHome, abxPaths } from './paths.js';
+import { readOrCreateSecret } from './secrets.js';
 
 /** How the SDK finds the control plane. */
 export interface ConnectionOptions {

@@ -1,0 +1,13 @@
+import type { IsolationReport } from '../../runtime/protocol/isolation.js';
+
+/** What `daemon.json` holds, for clients to find the daemon. */
+export interface DaemonInfo {
+  pid: number;
+  apiUrl: string;
+  gatewayUrl: string;
+  domain: string;
+  version: string;
+  startedAt: string;
+  /** How sandboxes are isolated: root or rootless mode, and which limits this host enforces. */
+  isolation?: IsolationReport;
+}

@@ -1,0 +1,75 @@
+import { readFileSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { expect, test } from 'vitest';
+import { ROOT } from './helpers/build.js';
+import { sources, specifiers } from './helpers/imports.js';
+
+// The package's layers, lowest first, and which layers each may import. The model (commands and
+// decorators) and the agent file-tool protocol (BaseSandbox, tool adapters) sit under the SDK,
+// the SDK under MCP and the CLI; providers sit under the control plane; the SDK and the control
+// plane never import each other, and nobody imports the CLI. `runtime/` (node built-ins only, see test/server/imports.test.ts) and its
+// protocol are shared by both sides.
+const LAYERS: Record<string, string[]> = {
+  runtime: ['runtime/'],
+  base: ['src/util/', 'src/errors.ts'],
+  model: ['decorators/', 'src/commands/', 'src/authoring.ts', 'src/require-reflect-metadata.ts'],
+  installation: ['src/installation/'],
+  providers: ['src/providers/'],
+  control: ['src/control/'],
+  agent: ['src/agent/'],
+  sdk: ['src/sandbox/'],
+  mcp: ['src/mcp/'],
+  cli: ['src/cli/'],
+  entry: ['src/index.ts'],
+};
+const BELOW: Record<string, string[]> = {
+  runtime: [],
+  base: ['runtime'],
+  model: ['base', 'runtime'],
+  installation: ['base', 'runtime'],
+  providers: ['model', 'base', 'runtime'],
+  control: ['providers', 'installation', 'model', 'base', 'runtime'],
+  agent: ['model', 'base', 'runtime'],
+  sdk: ['agent', 'installation', 'model', 'base', 'runtime'],
+  mcp: ['sdk', 'agent', 'installation', 'model', 'base', 'runtime'],
+  cli: ['mcp', 'sdk', 'agent', 'installation', 'model', 'base', 'runtime'],
+  entry: ['mcp', 'sdk', 'agent', 'installation', 'model', 'base', 'runtime'],
+};
+
+function layerOf(file: string): string {
+  // Specifiers name the emitted `.js`; the sources are `.ts`: compare without extensions.
+  const path = relative(ROOT, file)
+    .replaceAll('\\', '/')
+    .replace(/\.[cm]?[jt]s$/, '');
+  const found = Object.entries(LAYERS).find(([, prefixes]) =>
+    prefixes.some((prefix) => {
+      const bare = prefix.replace(/\.ts$/, '');
+      return path === bare || (prefix.endsWith('/') && path.startsWith(prefix));
+    }),
+  );
+  if (!found) throw new Error(`${path} belongs to no layer: add it to LAYERS`);
+  return found[0];
+}
+
+test('every module imports only its own layer and the layers below it', () => {
+  const files = ['src', 'decorators', 'runtime'].flatMap((dir) => sources(join(ROOT, dir)));
+  expect(files.length).toBeGreaterThan(100);
+  const offending: string[] = [];
+  for (const file of files) {
+    const from = layerOf(file);
+    for (const spec of specifiers(readFileSync(file, 'utf8'))) {
+      if (!spec.startsWith('.')) continue;
+      const to = layerOf(join(file, '..', spec));
+      if (to !== from && !BELOW[from]?.includes(to)) {
+        offending.push(`${relative(ROOT, file)} (${from}) imports ${spec} (${to})`);
+      }
+    }
+  }
+  expect(offending).toEqual([]);
+});
+
+test('the layer table itself is a strict order: no two layers may import each other', () => {
+  for (const [layer, below] of Object.entries(BELOW)) {
+    for (const other of below) expect(BELOW[other], `${layer} ↔ ${other}`).not.toContain(layer);
+  }
+});
