@@ -11,12 +11,12 @@ import { LocalProvider } from '../providers/local/local-provider.js';
 import type { SandboxProvider } from '../providers/provider.js';
 import { packageInfo } from '../util/package-info.js';
 import { API_ROUTES, type ApiContext } from './api-routes.js';
-import { envdRequest } from './envd-request.js';
+import { envdRequest, runSetupStep, setSandboxEnv } from './envd-request.js';
 import { Gateway } from './gateway.js';
 import { hashToken, sandboxToken, tokenMatches } from './ids.js';
 import { Registry } from './registry.js';
 import { SandboxService } from './sandbox-service.js';
-import { type StepRunner, TemplateService } from './template-service.js';
+import { TemplateService } from './template-service.js';
 
 export interface DaemonOptions {
   home: string;
@@ -70,30 +70,11 @@ export class Daemon {
     this.provider =
       options.provider ??
       new LocalProvider({ runtimeDir: join(packageInfo().root, 'dist', 'runtime') });
-    const runStep: StepRunner = async (handle, token, command) => {
-      const { status, body } = await envdRequest<{
-        stdout?: string;
-        stderr?: string;
-        exit_code?: number;
-        error?: string;
-      }>(
-        handle.envdSocket,
-        token,
-        'POST',
-        '/process/exec',
-        { cmd: command, timeout: 3600 },
-        3_700_000,
-      );
-      return {
-        exitCode: status === 200 ? (body.exit_code ?? 1) : 1,
-        output: `${body.stdout ?? ''}${body.stderr ?? ''}${body.error ?? ''}`,
-      };
-    };
     this.templates = new TemplateService(
       this.registry,
       this.provider,
       this.paths.templates,
-      runStep,
+      runSetupStep,
     );
     this.sandboxes = new SandboxService(
       this.registry,
@@ -101,17 +82,7 @@ export class Daemon {
       this.templates,
       this.paths.sandboxes,
       (id) => sandboxToken(tokenSecret, id),
-      async (handle, token, env) => {
-        const { status, body } = await envdRequest<{ error?: string }>(
-          handle.envdSocket,
-          token,
-          'PUT',
-          '/env',
-          { env },
-        );
-        if (status !== 200)
-          throw new Error(body.error ?? `envd refused the environment (${status})`);
-      },
+      setSandboxEnv,
       options.warmPool ?? 1,
     );
     const table = new RouteTable(API_ROUTES);

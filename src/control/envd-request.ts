@@ -80,3 +80,40 @@ export function envdStream(
     req.end();
   });
 }
+
+/**
+ * Runs one template `setup` step through a sandbox's envd (1 h at most): its exit code and its
+ * output, stdout then stderr.
+ */
+export async function runSetupStep(
+  handle: { envdSocket: string },
+  token: string,
+  command: string,
+): Promise<{ exitCode: number; output: string }> {
+  const { status, body } = await envdRequest<{
+    stdout?: string;
+    stderr?: string;
+    exit_code?: number;
+    error?: string;
+  }>(handle.envdSocket, token, 'POST', '/process/exec', { cmd: command, timeout: 3600 }, 3_700_000);
+  return {
+    exitCode: status === 200 ? (body.exit_code ?? 1) : 1,
+    output: `${body.stdout ?? ''}${body.stderr ?? ''}${body.error ?? ''}`,
+  };
+}
+
+/** Adds variables to a running sandbox's environment (envd's `PUT /env`). */
+export async function setSandboxEnv(
+  handle: { envdSocket: string },
+  token: string,
+  env: Record<string, string>,
+): Promise<void> {
+  const { status, body } = await envdRequest<{ error?: string }>(
+    handle.envdSocket,
+    token,
+    'PUT',
+    '/env',
+    { env },
+  );
+  if (status !== 200) throw new Error(body.error ?? `envd refused the environment (${status})`);
+}

@@ -2,11 +2,11 @@ import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test as base } from 'vitest';
-import { envdRequest } from '../../src/control/envd-request.js';
+import { runSetupStep, setSandboxEnv } from '../../src/control/envd-request.js';
 import { sandboxToken } from '../../src/control/ids.js';
 import { Registry } from '../../src/control/registry.js';
 import { SandboxService } from '../../src/control/sandbox-service.js';
-import { type StepRunner, TemplateService } from '../../src/control/template-service.js';
+import { TemplateService } from '../../src/control/template-service.js';
 import { MemoryProvider, type MemoryProviderOptions } from '../helpers/memory-provider.js';
 
 /** The token secret of every plane the tests open. */
@@ -30,35 +30,6 @@ export interface PlaneOptions extends MemoryProviderOptions {
   after?: Plane;
 }
 
-/** The same envd calls the daemon makes (src/control/daemon.ts). */
-const runStep: StepRunner = async (handle, token, command) => {
-  const { status, body } = await envdRequest<{
-    stdout?: string;
-    stderr?: string;
-    exit_code?: number;
-    error?: string;
-  }>(handle.envdSocket, token, 'POST', '/process/exec', { cmd: command, timeout: 3600 });
-  return {
-    exitCode: status === 200 ? (body.exit_code ?? 1) : 1,
-    output: `${body.stdout ?? ''}${body.stderr ?? ''}${body.error ?? ''}`,
-  };
-};
-
-const setEnv = async (
-  handle: { envdSocket: string },
-  token: string,
-  env: Record<string, string>,
-): Promise<void> => {
-  const { status, body } = await envdRequest<{ error?: string }>(
-    handle.envdSocket,
-    token,
-    'PUT',
-    '/env',
-    { env },
-  );
-  if (status !== 200) throw new Error(body.error ?? `envd refused the environment (${status})`);
-};
-
 /**
  * Opens planes for one test and, after it (passed or not), closes their services and registries,
  * every server of their providers, and removes their folders.
@@ -79,14 +50,14 @@ export const test = base.extend<{ open: (options?: PlaneOptions) => Plane }>({
         const provider = options.after?.provider ?? new MemoryProvider(options);
         const database = join(dir, 'abx.db');
         const registry = new Registry(database);
-        const templates = new TemplateService(registry, provider, templatesDir, runStep);
+        const templates = new TemplateService(registry, provider, templatesDir, runSetupStep);
         const sandboxes = new SandboxService(
           registry,
           provider,
           templates,
           sandboxesDir,
           (id) => sandboxToken(TOKEN_SECRET, id),
-          setEnv,
+          setSandboxEnv,
           options.warmPool ?? 1,
         );
         const plane = {
