@@ -4,7 +4,7 @@ import { describe, expect } from 'vitest';
 import { DEFAULT_SANDBOX_TIMEOUT_MS } from '../../src/commands/template-runtime.js';
 import { envdRequest } from '../../src/control/envd-request.js';
 import { hashToken, sandboxToken } from '../../src/control/ids.js';
-import { MAX_SANDBOX_TIMEOUT_MS } from '../../src/control/sandbox-service.js';
+import { MAX_SANDBOX_TIMEOUT_MS } from '../../src/control/sandbox-request.js';
 import { InvalidArgumentError, NotFoundError, SandboxStartError } from '../../src/errors.js';
 import { type Plane, TOKEN_SECRET, test, until } from './plane.js';
 

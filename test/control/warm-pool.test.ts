@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect } from 'vitest';
-import { MAX_SANDBOX_TIMEOUT_MS } from '../../src/control/sandbox-service.js';
+import { MAX_SANDBOX_TIMEOUT_MS } from '../../src/control/sandbox-request.js';
 import { InvalidArgumentError } from '../../src/errors.js';
 import { type Plane, test, until } from './plane.js';
 

@@ -1,0 +1,57 @@
+import { InvalidArgumentError } from '../errors.js';
+
+/** What `POST /v1/sandboxes` takes. */
+export interface CreateSandboxRequest {
+  template?: string;
+  timeoutMs?: number;
+  envs?: Record<string, string>;
+  metadata?: Record<string, string>;
+}
+
+/** The longest lifetime a sandbox may be given: 24 hours. */
+export const MAX_SANDBOX_TIMEOUT_MS = 24 * 3_600_000;
+
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/** `envs`: a map of variable names to values a process environment can hold. */
+export function checkEnvs(value: unknown): Record<string, string> {
+  const envs = checkStringMap('envs', value);
+  for (const [key, item] of Object.entries(envs)) {
+    if (!ENV_NAME.test(key)) {
+      throw new InvalidArgumentError(
+        `envs.${key} is not a variable name: use letters, digits and _, not starting with a digit`,
+      );
+    }
+    if (item.includes('\0')) throw new InvalidArgumentError(`envs.${key} holds a NUL byte`);
+  }
+  return envs;
+}
+
+/** An object whose values are all strings (`metadata`, `envs`); `{}` when absent. */
+export function checkStringMap(name: string, value: unknown): Record<string, string> {
+  if (value === undefined) return {};
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw new InvalidArgumentError(`${name} must be an object of string values`);
+  }
+  for (const [key, item] of Object.entries(value)) {
+    if (typeof item !== 'string') {
+      throw new InvalidArgumentError(`${name}.${key} must be a string, not ${typeof item}`);
+    }
+  }
+  return value as Record<string, string>;
+}
+
+/** A sandbox's lifetime in milliseconds: a whole number from 1 to 24 h. */
+export function checkTimeout(timeoutMs: unknown): number {
+  if (
+    typeof timeoutMs !== 'number' ||
+    !Number.isSafeInteger(timeoutMs) ||
+    timeoutMs <= 0 ||
+    timeoutMs > MAX_SANDBOX_TIMEOUT_MS
+  ) {
+    throw new InvalidArgumentError(
+      `timeoutMs must be a whole number of milliseconds between 1 and ${MAX_SANDBOX_TIMEOUT_MS} (24 h), not ${JSON.stringify(timeoutMs)}`,
+    );
+  }
+  return timeoutMs;
+}
