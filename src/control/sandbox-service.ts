@@ -12,6 +12,7 @@ import {
   MAX_SANDBOX_TIMEOUT_MS,
 } from './sandbox-request.js';
 import type { BuiltTemplate, TemplateService } from './template-service.js';
+import { WarmPool } from './warm-pool.js';
 
 /**
  * Sandboxes' life: create, find, kill, extend, and the two sweeps that keep the registry and the
@@ -29,17 +30,25 @@ export class SandboxService {
     /** The access token of a sandbox id (derived, never stored). */
     readonly tokenOf: (id: string) => string,
     /** Adds variables to a running sandbox's environment (envd's `PUT /env`). */
-    private readonly setEnv: (
-      handle: SandboxHandle,
-      token: string,
-      env: Record<string, string>,
-    ) => Promise<void>,
+    setEnv: (handle: SandboxHandle, token: string, env: Record<string, string>) => Promise<void>,
     /** Sandboxes kept started per template, ready to hand out; 0 turns the pool off. */
-    private readonly warmPool = 1,
-  ) {}
+    warmPool = 1,
+  ) {
+    this.pool = new WarmPool(
+      {
+        registry,
+        isAlive: (handle) => provider.isAlive(handle),
+        template: (name) => templates.get(name),
+        start: (template) => this.start(template, 'pooled', {}, {}, MAX_SANDBOX_TIMEOUT_MS),
+        release: (record) => this.release(record),
+        discard: (record, why) => this.kill(record.id, 'killed', why).then(() => undefined),
+        setEnv: (record, env) => setEnv(record.handle, this.tokenOf(record.id), env),
+      },
+      warmPool,
+    );
+  }
 
-  private readonly refilling = new Map<string, Promise<void>>();
-  private stopped = false;
+  private readonly pool: WarmPool;
 
   async create(
     request: CreateSandboxRequest,
@@ -51,13 +60,13 @@ export class SandboxService {
     const metadata = checkStringMap('metadata', request.metadata);
     const name = template.spec.name;
     try {
-      const pooled = await this.claimPooled(name, envs, metadata, timeoutMs);
+      const pooled = await this.pool.claim(name, envs, metadata, timeoutMs);
       if (pooled) return { record: pooled, accessToken: this.tokenOf(pooled.id) };
       const { record } = await this.start(template, 'running', envs, metadata, timeoutMs);
       return { record, accessToken: this.tokenOf(record.id) };
     } finally {
       // The next create of this template finds a sandbox waiting.
-      void this.refill(name);
+      void this.pool.refill(name);
     }
   }
 
@@ -111,73 +120,22 @@ export class SandboxService {
     return { record };
   }
 
-  /** A pooled sandbox of the template made the caller's, or undefined when none is waiting. */
-  private async claimPooled(
-    template: string,
-    envs: Record<string, string>,
-    metadata: Record<string, string>,
-    timeoutMs: number,
-  ): Promise<SandboxRecord | undefined> {
-    if (this.warmPool <= 0) return undefined;
-    for (;;) {
-      const now = Date.now();
-      const record = this.registry.claimPooled(template, metadata, now, now + timeoutMs);
-      if (!record) return undefined;
-      if (!this.provider.isAlive(record.handle)) {
-        // Never handed out: no row of it stays behind, under the caller's metadata or any.
-        this.registry.deleteSandbox(record.id);
-        await this.release(record);
-        continue;
-      }
-      // It started before the caller's envs were known: envd adds them for every later process.
-      if (Object.keys(envs).length > 0) {
-        try {
-          await this.setEnv(record.handle, this.tokenOf(record.id), envs);
-        } catch (error) {
-          await this.kill(record.id, 'killed', 'could not set its environment');
-          throw error;
-        }
-      }
-      return record;
-    }
-  }
-
   /** Tops the warm pool of a template up to its size, one sandbox at a time. */
   refill(template: string): Promise<void> {
-    if (this.warmPool <= 0 || this.stopped) return Promise.resolve();
-    let running = this.refilling.get(template);
-    if (!running) {
-      running = (async () => {
-        while (!this.stopped && this.registry.countPooled(template) < this.warmPool) {
-          const built = this.templates.get(template);
-          await this.start(built, 'pooled', {}, {}, MAX_SANDBOX_TIMEOUT_MS);
-        }
-      })()
-        .catch((error) => console.error(`warm pool of ${template}:`, error))
-        .finally(() => this.refilling.delete(template));
-      this.refilling.set(template, running);
-    }
-    return running;
+    return this.pool.refill(template);
   }
 
   /**
    * Kills the pooled sandboxes of a template (all templates when none is named): after a rebuild
    * they would start from the old home, and a stopping daemon leaves none behind.
    */
-  async drainPool(template?: string): Promise<void> {
-    await (template ? this.refilling.get(template) : Promise.all(this.refilling.values()));
-    const pooled = this.registry
-      .listSandboxes({ state: 'pooled' })
-      .filter((record) => !template || record.template === template);
-    // Out of the pool first, all at once: a create arriving while they die cannot claim one.
-    for (const record of pooled) this.registry.deleteSandbox(record.id);
-    await Promise.all(pooled.map((record) => this.release(record)));
+  drainPool(template?: string): Promise<void> {
+    return this.pool.drain(template);
   }
 
   /** Stops refilling and empties the warm pool (the daemon is stopping). */
-  async close(): Promise<void> {
-    this.stopped = true;
-    await this.drainPool();
+  close(): Promise<void> {
+    return this.pool.close();
   }
 
   /** A sandbox in any state; one recorded as running whose processes are gone is marked dead. */
