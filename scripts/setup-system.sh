@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# System packages agent-sandbox needs on a Debian machine: bubblewrap (the sandboxes) and, for the
+# System packages agent-sandbox needs on a Debian machine: bubblewrap (the sandboxes), util-linux
+# and e2fsprogs (a root daemon's launcher: unshare, setpriv, prlimit, mount, mkfs.ext4; Debian
+# ships them, but slim images may not), python3 (what the tests run inside sandboxes) and, for the
 # command server's BROWSER group, Chromium. Installs only what is missing; needs root (or sudo).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+for tool in unshare setpriv prlimit mount; do
+  command -v "$tool" >/dev/null 2>&1 || { missing+=(util-linux mount); break; }
+done
+command -v mkfs.ext4 >/dev/null 2>&1 || missing+=(e2fsprogs)
+[ -x /usr/bin/python3 ] || missing+=(python3)
 if [ "${1:-}" != "--no-browser" ] && [ ! -x /usr/bin/chromium ]; then missing+=(chromium); fi
 [ "${#missing[@]}" -eq 0 ] && exit 0
 

@@ -68,6 +68,6 @@ export interface SandboxProvider {
   sweepOrphans(sandboxesDir: string, running: ReadonlySet<string>): Promise<string[]>;
   /** How this provider isolates sandboxes on this host. */
   isolation(): IsolationReport;
-  /** Releases what the provider keeps for itself (spare resources); sandboxes keep running. */
+  /** Releases what the provider keeps for itself (an engine client, say); sandboxes keep running. */
   close?(): Promise<void>;
 }

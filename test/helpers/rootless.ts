@@ -14,26 +14,23 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { stopDaemon } from '../../src/installation/daemon-connection.js';
+import { uidProcesses } from '../../src/providers/local/sandbox-uids.js';
 import { Sandbox } from '../../src/sandbox/sandbox.js';
 import { ensureBuilt, ROOT } from './build.js';
 
 const CONTROLLERS = ['memory', 'pids', 'cpu'] as const;
 
+/** SIGKILLs every live process of `uid`; how many there were. */
 function killUid(uid: number): number {
-  let killed = 0;
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
+  const pids = uidProcesses(uid);
+  for (const pid of pids) {
     try {
-      const status = readFileSync(`/proc/${entry}/status`, 'utf8');
-      if (/^State:\s+Z/m.test(status)) continue; // a zombie waits for its parent, not for us
-      if (Number(/^Uid:\s+(\d+)/m.exec(status)?.[1]) !== uid) continue;
-      process.kill(Number(entry), 'SIGKILL');
-      killed++;
+      process.kill(pid, 'SIGKILL');
     } catch {
       // gone
     }
   }
-  return killed;
+  return pids.length;
 }
 
 /** Removes a cgroup folder and its children, deepest first. */

@@ -7,7 +7,7 @@ import {
   unlinkSync,
 } from 'node:fs';
 import { join } from 'node:path';
-import { cgroupParent } from '../../src/providers/local/cgroups.js';
+import { cgroupParent, cgroupPids } from '../../src/providers/local/cgroups.js';
 import { LocalProvider } from '../../src/providers/local/local-provider.js';
 import { UID_LOCK_DIR, uidProcesses } from '../../src/providers/local/sandbox-uids.js';
 import type { SandboxHandle } from '../../src/providers/provider.js';
@@ -24,19 +24,6 @@ function cgroupsOf(id: string): string[] {
   const found = hierarchies.map((h) => join(h, parent, id)).filter((dir) => existsSync(dir));
   // v1 links `cpu` and `cpuacct` to `cpu,cpuacct`: one folder, several names.
   return [...new Set(found.map((dir) => realpathSync(dir)))];
-}
-
-function cgroupMembers(dirs: string[]): number[] {
-  return dirs.flatMap((dir) => {
-    try {
-      return readFileSync(join(dir, 'cgroup.procs'), 'utf8')
-        .split('\n')
-        .filter(Boolean)
-        .map(Number);
-    } catch {
-      return [];
-    }
-  });
 }
 
 /** Uid lock files (root mode) handed to this sandbox. */
@@ -77,7 +64,7 @@ function processesOf(id: string, dir: string, handle?: SandboxHandle): number[] 
     ...new Set([
       ...sandboxProcesses(id),
       ...processesMentioning(`${dir}/`),
-      ...cgroupMembers(cgroupsOf(id)),
+      ...cgroupPids(cgroupsOf(id)),
       ...(handle?.uid !== undefined ? uidProcesses(handle.uid) : []),
     ]),
   ];

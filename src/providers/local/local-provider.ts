@@ -44,8 +44,8 @@ import {
   sweepEmptyCgroups,
 } from './cgroups.js';
 import { isSameProcess, processStartTime } from './proc.js';
-import { DiskImages, launchArgv, STAGED, sharedRuntime } from './sandbox-disk.js';
-import { SandboxUids, UID_LOCK_DIR, type UidRange, uidProcesses } from './sandbox-uids.js';
+import { createDiskImage, launchArgv, STAGED, sharedRuntime } from './sandbox-disk.js';
+import { SandboxUids, type UidRange, uidProcesses } from './sandbox-uids.js';
 import { compileSeccompFilter } from './seccomp.js';
 
 /** The pids limit of a sandbox whose template sets no `processes`: a fork bomb stops there. */
@@ -144,7 +144,6 @@ export class LocalProvider implements SandboxProvider {
   readonly mode: 'root' | 'rootless';
   private readonly uids: SandboxUids;
   private readonly seccomp = compileSeccompFilter();
-  private readonly disks = new DiskImages();
   /** envd's folder as sandboxes bind it (root mode: a copy every sandbox uid may read). */
   private readonly runtimeDir: string;
   private report: IsolationReport | undefined;
@@ -199,10 +198,6 @@ export class LocalProvider implements SandboxProvider {
         cause: error,
       });
     }
-    const release = () => {
-      removeCgroups(cgroups.dirs);
-      this.uids.release(uid);
-    };
     let argv: string[];
     try {
       const asked = cgroups.unenforced.filter(
@@ -247,7 +242,7 @@ export class LocalProvider implements SandboxProvider {
       const prlimit = rlimits.length > 0 ? ['prlimit', ...rlimits, '--'] : [];
       if (root && uid !== undefined) {
         const image = join(spec.dir, 'disk.img');
-        await this.disks.take(image, disk);
+        await createDiskImage(image, disk);
         const inner = bwrapArgs({
           ...common,
           home: { bind: STAGED.home },
@@ -294,7 +289,7 @@ export class LocalProvider implements SandboxProvider {
         }
       }
     } catch (error) {
-      release();
+      await this.reclaim(cgroups.dirs, uid);
       throw new SandboxStartError(`sandbox ${spec.id} did not start: ${(error as Error).message}`, {
         cause: error,
       });
@@ -410,7 +405,6 @@ export class LocalProvider implements SandboxProvider {
   }
 
   async sweepOrphans(sandboxesDir: string, running: ReadonlySet<string>): Promise<string[]> {
-    await this.disks.clear(sandboxesDir);
     // Host-wide leftovers of sandboxes whose installation is gone: empty cgroups, free uids.
     sweepEmptyCgroups();
     if (this.mode === 'root') this.uids.sweepStale();
@@ -434,21 +428,13 @@ export class LocalProvider implements SandboxProvider {
     }
     for (const pids of orphans.values()) killPids(pids);
     // Root mode: a uid handed to a sandbox of ours that is not running is freed.
-    if (this.mode === 'root' && existsSync(UID_LOCK_DIR)) {
-      for (const name of readdirSync(UID_LOCK_DIR)) {
-        try {
-          const lock = JSON.parse(readFileSync(join(UID_LOCK_DIR, name), 'utf8')) as {
-            dir: string;
-            sandbox: string;
-          };
-          if (lock.dir !== join(sandboxesDir, lock.sandbox) || !ours(lock.sandbox)) continue;
-          killPids(uidProcesses(Number(name)));
-          await this.waitUidGone(Number(name));
-          this.uids.release(Number(name));
-          if (!orphans.has(lock.sandbox)) orphans.set(lock.sandbox, []);
-        } catch {
-          // not a lock of ours
-        }
+    if (this.mode === 'root') {
+      for (const lock of this.uids.held()) {
+        if (lock.dir !== join(sandboxesDir, lock.sandbox) || !ours(lock.sandbox)) continue;
+        killPids(uidProcesses(lock.uid));
+        await this.waitUidGone(lock.uid);
+        this.uids.release(lock.uid);
+        if (!orphans.has(lock.sandbox)) orphans.set(lock.sandbox, []);
       }
     }
     for (const id of orphans.keys()) {
@@ -457,10 +443,6 @@ export class LocalProvider implements SandboxProvider {
       removeCgroups(dirs);
     }
     return [...orphans.keys()];
-  }
-
-  async close(): Promise<void> {
-    await this.disks.clearAll();
   }
 
   isolation(): IsolationReport {

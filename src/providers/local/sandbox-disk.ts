@@ -10,7 +10,7 @@ import {
   renameSync,
   rmSync,
 } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { promisify } from 'node:util';
 
 const execFileAsync = promisify(execFile);
@@ -154,62 +154,4 @@ export async function createDiskImage(file: string, bytes: number): Promise<void
     pristine.set(bytes, source);
   }
   await execFileAsync('cp', ['--sparse=always', await source, file]);
-}
-
-const SPARE_PREFIX = '.spare-disk-';
-
-/**
- * Disk images made ahead of need: one spare per folder and size, so a create renames a ready image
- * into place instead of waiting for mkfs, and a new spare is made in the background.
- */
-export class DiskImages {
-  private readonly spares = new Map<string, Promise<string | undefined>>();
-
-  /** Puts a fresh disk image of `bytes` at `dest`. */
-  async take(dest: string, bytes: number): Promise<void> {
-    const folder = dirname(dirname(dest));
-    const key = `${folder}\0${bytes}`;
-    const spare = await this.spares.get(key);
-    this.spares.set(key, this.make(folder, bytes));
-    if (spare) {
-      try {
-        renameSync(spare, dest);
-        return;
-      } catch {
-        rmSync(spare, { force: true });
-      }
-    }
-    await createDiskImage(dest, bytes);
-  }
-
-  /** Removes spares (the daemon is stopping, or a previous one left them). */
-  async clear(folder: string): Promise<void> {
-    const pending = [...this.spares.entries()].filter(([key]) => key.startsWith(`${folder}\0`));
-    for (const [key, spare] of pending) {
-      this.spares.delete(key);
-      const file = await spare;
-      if (file) rmSync(file, { force: true });
-    }
-    for (const name of existsSync(folder) ? readdirSync(folder) : []) {
-      if (name.startsWith(SPARE_PREFIX)) rmSync(join(folder, name), { force: true });
-    }
-  }
-
-  /** Removes every spare this process made (the daemon is stopping). */
-  async clearAll(): Promise<void> {
-    const pending = [...this.spares.values()];
-    this.spares.clear();
-    for (const file of await Promise.all(pending)) if (file) rmSync(file, { force: true });
-  }
-
-  private async make(folder: string, bytes: number): Promise<string | undefined> {
-    const file = join(folder, `${SPARE_PREFIX}${bytes}-${randomBytes(6).toString('hex')}.img`);
-    try {
-      await createDiskImage(file, bytes);
-      return file;
-    } catch {
-      rmSync(file, { force: true });
-      return undefined;
-    }
-  }
 }

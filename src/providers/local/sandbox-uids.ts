@@ -110,20 +110,32 @@ export class SandboxUids {
     }
   }
 
-  /** Frees the uids whose sandbox folder is gone and that run nothing (host-wide). */
-  sweepStale(): number {
-    let freed = 0;
+  /** The uids handed out now (by any daemon on this host), with whom they were handed to. */
+  held(): (UidLock & { uid: number })[] {
     let names: string[];
     try {
       names = readdirSync(this.lockDir);
     } catch {
-      return 0;
+      return [];
     }
-    for (const name of names) {
+    return names.flatMap((name) => {
       const uid = Number(name);
-      if (!Number.isSafeInteger(uid)) continue;
-      if (this.isStale(join(this.lockDir, name), uid)) {
-        this.release(uid);
+      if (!Number.isSafeInteger(uid)) return [];
+      try {
+        const lock = JSON.parse(readFileSync(join(this.lockDir, name), 'utf8')) as UidLock;
+        return [{ ...lock, uid }];
+      } catch {
+        return [];
+      }
+    });
+  }
+
+  /** Frees the uids whose sandbox folder is gone and that run nothing (host-wide). */
+  sweepStale(): number {
+    let freed = 0;
+    for (const lock of this.held()) {
+      if (!existsSync(lock.dir) && !uidHasProcesses(lock.uid)) {
+        this.release(lock.uid);
         freed++;
       }
     }
