@@ -69,32 +69,38 @@ export type { ArgType, ArgValue, CommandSource, Kwargs } from './commands/custom
 export { ARG_TYPES, CustomCommand, CustomCommandArg } from './commands/custom-command.js';
 export type { CommandDescription } from './commands/discovery.js';
 export { describeCommand, formatCommandTable } from './commands/discovery.js';
-export {
-  ArgumentError,
-  CommandDefinitionError,
-  DuplicateCommandError,
-  TemplateError,
-  TemplateNotFoundError,
-} from './commands/errors.js';
 export type { CommandJSONSchema } from './commands/json-schema.js';
 export { toJSONSchema } from './commands/json-schema.js';
 export { listCommands } from './commands/list-commands.js';
 export { renderShellCommand } from './commands/shell-template.js';
 export type { Capability, Template } from './commands/template.js';
 export { CAPABILITIES, loadTemplate, parseTemplate } from './commands/template.js';
-export type { CommandResult } from './errors.js';
+export type { CommandResult, ErrorBody } from './errors.js';
 export {
+  ArchiveError,
+  ArgumentError,
   AuthenticationError,
   CapabilityError,
+  CommandDefinitionError,
   CommandExitError,
   CommandNotFoundError,
   CommandTimeoutError,
+  DaemonUnavailableError,
+  DuplicateCommandError,
+  errorFromBody,
   InvalidArgumentError,
   NotFoundError,
+  PermissionDeniedError,
   SandboxError,
+  SandboxNotFoundError,
   SandboxStartError,
   ServerCommandError,
+  ServerNotRunningError,
+  TemplateError,
+  TemplateNotFoundError,
   TimeoutError,
+  UnavailableError,
+  UpstreamError,
 } from './errors.js';
 export type { ConnectionOptions } from './installation/daemon-connection.js';
 export type { DaemonInfo } from './installation/daemon-info.js';

@@ -3,7 +3,7 @@ import { mkdir, stat } from 'node:fs/promises';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { defineGroup } from '../server/capability.js';
-import { FileOperationError, ServerError, ToolUnavailableError } from '../server/errors.js';
+import { FileOperationError, SandboxError, toolUnavailable } from '../server/errors.js';
 import { fsAction, safePath } from '../server/file-system.js';
 import { Reply } from '../server/http.js';
 import { argList } from '../server/validate.js';
@@ -47,16 +47,16 @@ async function unpack(dest: string, body: AsyncIterable<Buffer>) {
   } catch (error) {
     await fed;
     throw (error as NodeJS.ErrnoException).code === 'ENOENT'
-      ? new ToolUnavailableError('tar', 'unpacking an archive into the sandbox')
+      ? toolUnavailable('tar', 'unpacking an archive into the sandbox')
       : error;
   }
   const feedError = await fed;
   // The body's own failure (too large, too slow, the client gone) says more than tar's EOF.
-  if (feedError instanceof ServerError) throw feedError;
+  if (feedError instanceof SandboxError) throw feedError;
   if (code !== 0) {
     throw new FileOperationError(
       `tar could not unpack the archive into ${dest} (exit ${code}): ${stderr.trim() || 'no message'}`,
-      'EIO',
+      { code: 'EIO' },
     );
   }
   // Past that, tar read a whole archive: it stops at the end-of-archive blocks, so the padding
@@ -83,7 +83,7 @@ export const ARCHIVE = defineGroup('ARCHIVE', '/files/archive', 'directory trees
       if (!stats.isDirectory()) {
         throw new FileOperationError(
           `${root} is not a directory; read a file with GET /files/read`,
-          'ENOTDIR',
+          { code: 'ENOTDIR' },
         );
       }
       const size = await surveyTree(root, stats);

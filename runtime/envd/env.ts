@@ -1,7 +1,6 @@
+import { ENV_NAME_PATTERN } from '../protocol/arguments.js';
 import { defineGroup } from '../server/capability.js';
 import { BadRequestError } from '../server/errors.js';
-
-const NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 /**
  * The sandbox-wide environment, set after start. A sandbox handed out from the daemon's warm pool
@@ -20,7 +19,7 @@ export const ENV = defineGroup('ENV', '/env', 'the environment of the sandbox’
         throw new BadRequestError('the body must be { "env": { "NAME": "value", ... } }');
       }
       for (const [name, value] of Object.entries(env)) {
-        if (!NAME.test(name))
+        if (!ENV_NAME_PATTERN.test(name))
           throw new BadRequestError(`${JSON.stringify(name)} is not a variable name`);
         if (typeof value !== 'string' || value.includes('\0')) {
           throw new BadRequestError(`env.${name} must be a string without NUL bytes`);

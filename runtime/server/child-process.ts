@@ -3,8 +3,9 @@ import { statSync } from 'node:fs';
 import {
   BadRequestError,
   CommandTimeoutError,
+  commandTimeout,
   InvalidPathError,
-  type ServerError,
+  type SandboxError,
 } from './errors.js';
 
 /** What `runshell`, `/process/exec` and `/dev-tools/run` answer. */
@@ -47,7 +48,7 @@ export function groupAlive(child: ChildProcess): boolean {
  * Why a spawn failed, said plainly: node reports a missing working directory as the program
  * being missing (`spawn /bin/sh ENOENT`).
  */
-export function spawnFailure(error: Error, file: string, cwd: string | undefined): ServerError {
+export function spawnFailure(error: Error, file: string, cwd: string | undefined): SandboxError {
   if (cwd !== undefined && !statSync(cwd, { throwIfNoEntry: false })?.isDirectory()) {
     return new InvalidPathError(`cwd ${cwd} is not an existing directory`);
   }
@@ -104,7 +105,7 @@ export function runToCompletion(
       clearTimeout(timer);
       const result = { stdout: text('stdout'), stderr: text('stderr'), exit_code: code };
       if (timedOut) {
-        reject(new CommandTimeoutError(options.what, options.timeoutMs, result));
+        reject(commandTimeout(options.what, options.timeoutMs, result));
       } else resolve(result);
     });
   });

@@ -1,11 +1,11 @@
+import { type ArgSpec, validateKwargs } from '../protocol/arguments.js';
 import {
   CommandNotFoundError,
-  CommandTimeoutError,
+  commandTimeout,
   SerializationError,
   ServerStoppingError,
 } from './errors.js';
 import { Reply } from './http.js';
-import { type ArgSpec, validateKwargs } from './validate.js';
 
 /** A command's implementation: gets validated kwargs with defaults applied; may be async. */
 export type CommandHandler = (kwargs: Record<string, unknown>) => unknown;
@@ -72,7 +72,7 @@ export class CommandTable {
 
   get(name: string): RegisteredCommand {
     const command = this.commands.get(name);
-    if (!command) throw new CommandNotFoundError(name, [...this.commands.keys()]);
+    if (!command) throw CommandNotFoundError.of(name, [...this.commands.keys()]);
     return command;
   }
 
@@ -95,7 +95,9 @@ export class CommandTable {
    * response.
    */
   async call(name: string, kwargs: unknown): Promise<Reply> {
-    if (this.stopping) throw new ServerStoppingError();
+    if (this.stopping) {
+      throw new ServerStoppingError('the server is shutting down; retry against a new server');
+    }
     const command = this.get(name);
     const valid = validateKwargs(name, command.args, kwargs);
     const timeoutMs = command.timeoutMs ?? this.defaultTimeoutMs;
@@ -109,7 +111,10 @@ export class CommandTable {
     try {
       text = JSON.stringify({ result: result === undefined ? null : result });
     } catch (error) {
-      throw new SerializationError(name, { cause: error });
+      throw new SerializationError(
+        `the result of '${name}' cannot be serialized to JSON (${(error as Error).message ?? error}); return plain data`,
+        { cause: error },
+      );
     }
     return new Reply(200, text, { 'content-type': 'application/json; charset=utf-8' });
   }
@@ -119,7 +124,7 @@ function withTimeout<T>(work: Promise<T>, ms: number, what: string): Promise<T> 
   if (ms <= 0) return work;
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new CommandTimeoutError(what, ms)), ms);
+    timer = setTimeout(() => reject(commandTimeout(what, ms)), ms);
   });
   return Promise.race([work, timeout]).finally(() => clearTimeout(timer));
 }

@@ -1,7 +1,13 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { type Duplex, Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { errorResponse, PayloadTooLargeError, RequestTimeoutError } from './errors.js';
+import {
+  BadRequestError,
+  errorResponse,
+  payloadTooLarge,
+  RequestTimeoutError,
+  requestTimeout,
+} from './errors.js';
 
 /** A handler's answer when plain `200` JSON is not enough: another status, headers, raw bytes. */
 export class Reply {
@@ -34,11 +40,11 @@ export interface BodyLimits {
  */
 export async function* bodyChunks(req: IncomingMessage, limits: BodyLimits) {
   const declared = Number(req.headers['content-length']);
-  if (declared > limits.maxBytes) throw new PayloadTooLargeError(limits.maxBytes);
+  if (declared > limits.maxBytes) throw payloadTooLarge(limits.maxBytes);
   let received = 0;
   let timer: NodeJS.Timeout | undefined;
   const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new RequestTimeoutError(limits.timeoutMs)), limits.timeoutMs);
+    timer = setTimeout(() => reject(requestTimeout(limits.timeoutMs)), limits.timeoutMs);
   });
   deadline.catch(() => {});
   const iterator = req[Symbol.asyncIterator]();
@@ -48,7 +54,7 @@ export async function* bodyChunks(req: IncomingMessage, limits: BodyLimits) {
       if (next.done) return;
       const chunk = next.value as Buffer;
       received += chunk.length;
-      if (received > limits.maxBytes) throw new PayloadTooLargeError(limits.maxBytes);
+      if (received > limits.maxBytes) throw payloadTooLarge(limits.maxBytes);
       yield chunk;
     }
   } finally {
@@ -63,7 +69,7 @@ export async function* bodyChunks(req: IncomingMessage, limits: BodyLimits) {
  */
 export function readBody(req: IncomingMessage, limits: BodyLimits): Promise<Buffer> {
   const declared = Number(req.headers['content-length']);
-  if (declared > limits.maxBytes) return Promise.reject(new PayloadTooLargeError(limits.maxBytes));
+  if (declared > limits.maxBytes) return Promise.reject(payloadTooLarge(limits.maxBytes));
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let received = 0;
@@ -82,14 +88,11 @@ export function readBody(req: IncomingMessage, limits: BodyLimits): Promise<Buff
     };
     const onData = (chunk: Buffer) => {
       received += chunk.length;
-      if (received > limits.maxBytes) finish(new PayloadTooLargeError(limits.maxBytes));
+      if (received > limits.maxBytes) finish(payloadTooLarge(limits.maxBytes));
       else chunks.push(chunk);
     };
     const onEnd = () => finish();
-    const timer = setTimeout(
-      () => finish(new RequestTimeoutError(limits.timeoutMs)),
-      limits.timeoutMs,
-    );
+    const timer = setTimeout(() => finish(requestTimeout(limits.timeoutMs)), limits.timeoutMs);
     req.on('data', onData);
     req.once('end', onEnd);
     req.once('error', finish);
@@ -174,11 +177,15 @@ export function answerClientError(error: NodeJS.ErrnoException, socket: Duplex):
     return;
   }
   const timedOut = error.code === 'ERR_HTTP_REQUEST_TIMEOUT';
-  const status = error.code === 'HPE_HEADER_OVERFLOW' ? 431 : timedOut ? 408 : 400;
-  const body = JSON.stringify({
-    error: `the request could not be read: ${timedOut ? 'it did not arrive in time' : (error.code ?? error.message)}`,
-    type: timedOut ? 'RequestTimeoutError' : 'BadRequestError',
-  });
+  const message = `the request could not be read: ${timedOut ? 'it did not arrive in time' : (error.code ?? error.message)}`;
+  const refused = timedOut
+    ? new RequestTimeoutError(message)
+    : new BadRequestError(message, {
+        ...(error.code ? { code: error.code } : {}),
+        ...(error.code === 'HPE_HEADER_OVERFLOW' ? { status: 431 } : {}),
+      });
+  const { status } = errorResponse(refused);
+  const body = JSON.stringify(errorResponse(refused).body);
   socket.end(
     `HTTP/1.1 ${status} Error\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
   );

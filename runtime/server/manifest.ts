@@ -1,8 +1,8 @@
 import { createRequire } from 'node:module';
 import { resolve } from 'node:path';
+import type { ArgSpec } from '../protocol/arguments.js';
 import type { RegisteredCommand } from './command-table.js';
 import { ManifestError } from './errors.js';
-import type { ArgSpec } from './validate.js';
 
 /** Manifest versions this server reads (see `commandManifest` in src/commands/command-bundle.ts). */
 const KNOWN_VERSIONS = [1];

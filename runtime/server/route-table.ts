@@ -1,5 +1,6 @@
 import { isUtf8 } from 'node:buffer';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { type ArgSpec, validateKwargs, validateQuery } from '../protocol/arguments.js';
 import {
   BadRequestError,
   InvalidJsonError,
@@ -10,7 +11,6 @@ import {
   UnsupportedMediaTypeError,
 } from './errors.js';
 import { type BodyLimits, bodyChunks, drainBody, readBody, sendError, sendResult } from './http.js';
-import { type ArgSpec, validateKwargs, validateQuery } from './validate.js';
 
 export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
 
@@ -46,7 +46,7 @@ export interface Route<C> {
   args?: ArgSpec[];
   /** Answered without a token (`GET /health`). */
   public?: boolean;
-  /** Returns the `200` JSON answer, or a `Reply`; throws a `ServerError` for an error answer. */
+  /** Returns the `200` JSON answer, or a `Reply`; throws a `SandboxError` for an error answer. */
   handler(req: RouteRequest<C>): unknown;
 }
 
@@ -122,10 +122,18 @@ export class RouteTable<C> {
       const params = matchSegments(pattern.segments, segments);
       if (!params) continue;
       const route = pattern.routes.get(method as Method);
-      if (!route) throw new MethodNotAllowedError(method, path, [...pattern.routes.keys()]);
+      if (!route) {
+        const allow = [...pattern.routes.keys()];
+        throw new MethodNotAllowedError(
+          `${method} is not allowed on ${path}; use ${allow.join(' or ')}`,
+          { details: { allow } },
+        );
+      }
       return { route, params };
     }
-    throw new RouteNotFoundError(method, path);
+    throw new RouteNotFoundError(
+      `no route ${method} ${path}; GET /capabilities lists the routes of this server`,
+    );
   }
 
   /** Serves one request end to end; never rejects. */
@@ -216,7 +224,9 @@ function parseJson(bytes: Buffer, req: IncomingMessage): unknown {
   // No Content-Type is taken as JSON; a declared other type is refused, not guessed at.
   const type = req.headers['content-type'];
   if (type !== undefined && !/^application\/(?:[\w.+-]+\+)?json\s*(?:;|$)/i.test(type)) {
-    throw new UnsupportedMediaTypeError(type);
+    throw new UnsupportedMediaTypeError(
+      `the body is declared as ${JSON.stringify(type)}; send JSON with Content-Type: application/json`,
+    );
   }
   // Decoding would turn bytes that are not UTF-8 into U+FFFD, which may then parse as valid JSON.
   if (!isUtf8(bytes)) {

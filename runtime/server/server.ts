@@ -6,6 +6,7 @@ import {
   createServer as createNetServer,
   type Server as NetServer,
 } from 'node:net';
+import type { ArgSpec } from '../protocol/arguments.js';
 import { builtinCommands } from './builtins.js';
 import { type CapabilityGroup, parseGroups } from './capability.js';
 import { type CommandHandler, CommandTable } from './command-table.js';
@@ -17,7 +18,6 @@ import { loadManifest } from './manifest.js';
 import { Metrics } from './metrics.js';
 import { ProcessTable } from './process-table.js';
 import { type Guard, RouteTable } from './route-table.js';
-import type { ArgSpec } from './validate.js';
 
 /** Options of a {@link SandboxServer}; every limit has a default and can be changed. */
 export interface SandboxServerOptions {
@@ -247,9 +247,14 @@ export class SandboxServer {
 
   private readonly guard: Guard<ServerContext> = (route, req) => {
     if (route?.public) return;
-    if (this.options.token !== undefined && !this.authorized(req)) throw new AuthenticationError();
+    if (this.options.token !== undefined && !this.authorized(req))
+      throw new AuthenticationError(
+        'missing or wrong token: send the header "Authorization: Bearer <token>"',
+      );
     if (route && !this.enabled.has(route.group)) {
-      throw new CapabilityDisabledError(route.group);
+      throw new CapabilityDisabledError(
+        `capability group ${route.group} is disabled on this server; start it with --groups including ${route.group.toLowerCase()}`,
+      );
     }
   };
 

@@ -61,7 +61,7 @@ export function validateToolArgs(
 ): Record<string, unknown> {
   const given = args ?? {};
   if (typeof given !== 'object' || Array.isArray(given)) {
-    throw new ArgumentError(
+    throw ArgumentError.of(
       name,
       [`arguments must be a JSON object of name → value, not ${describe(given)}`],
       schemaUsage(name, schema),
@@ -88,6 +88,6 @@ export function validateToolArgs(
     problems.push(
       `missing required argument${missing.length > 1 ? 's' : ''}: ${missing.join(', ')}`,
     );
-  if (problems.length > 0) throw new ArgumentError(name, problems, schemaUsage(name, schema));
+  if (problems.length > 0) throw ArgumentError.of(name, problems, schemaUsage(name, schema));
   return record;
 }

@@ -1,7 +1,7 @@
 import { stat } from 'node:fs/promises';
 import { basename, join, resolve } from 'node:path';
 import type { Command } from 'commander';
-import { NotFoundError } from '../errors.js';
+import { NotFoundError, SandboxNotFoundError } from '../errors.js';
 import type { EntryInfo } from '../sandbox/filesystem.js';
 import { Sandbox } from '../sandbox/sandbox.js';
 import { UsageError } from './errors.js';
@@ -32,7 +32,9 @@ async function remoteStat(sandbox: Sandbox, path: string): Promise<EntryInfo | u
   try {
     return await sandbox.files.stat(path);
   } catch (error) {
-    if (error instanceof NotFoundError) return undefined;
+    // The file (or process) is missing; a sandbox that is gone is an error.
+    if (error instanceof NotFoundError && !(error instanceof SandboxNotFoundError))
+      return undefined;
     throw error;
   }
 }

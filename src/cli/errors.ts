@@ -1,4 +1,13 @@
 import { CommanderError } from 'commander';
+import {
+  ArgumentError,
+  CapabilityError,
+  CommandNotFoundError,
+  CommandTimeoutError,
+  DaemonUnavailableError,
+  SandboxNotFoundError,
+  ServerNotRunningError,
+} from '../errors.js';
 import { paint } from './style.js';
 
 /** Exit codes of `abx`; `exec` and `run` of shell commands exit with the command's own. */
@@ -27,36 +36,31 @@ export class ExitCode extends Error {
   }
 }
 
-/** Errors that mean "the request was wrong", whoever noticed: exit 2, like commander's own. */
-const USAGE_ERRORS = new Set(['UsageError', 'ArgumentError']);
-
-type Failure = Error & { remoteType?: string; usage?: string; help?: string };
-
-/** What to do next, by kind of error; the first that applies wins. */
-const HINTS: readonly ((error: Failure) => string | undefined)[] = [
-  (e) => (e instanceof UsageError && e.help ? `see \`${e.help}\`` : undefined),
-  (e) => (e.name === 'ArgumentError' && e.usage ? `usage: abx run ID ${e.usage}` : undefined),
-  (e) =>
-    /^sandbox \S+ (does not exist|is not running|stopped)/.test(e.message)
-      ? '`abx list --all` shows your sandboxes and how they ended'
-      : undefined,
-  (e) =>
-    e.name === 'CommandNotFoundError'
-      ? '`abx commands ID` lists the commands of a sandbox'
-      : undefined,
-  (e) =>
-    e.name === 'CapabilityError'
-      ? "add it to the template's `capabilities` and run `abx template build` again"
-      : undefined,
-  (e) =>
-    e.name === 'CommandTimeoutError'
-      ? 'give it more time with --timeout, e.g. --timeout 10m'
-      : undefined,
-  (e) =>
-    /the abx daemon could not be reached|daemon did not/.test(e.message)
-      ? '`abx daemon status` and `abx daemon logs` tell what the daemon is doing'
-      : undefined,
+/** What to do next, by class of error; the first that applies wins. */
+const HINTS: readonly [new (...args: never[]) => Error, (error: never) => string | undefined][] = [
+  [UsageError, (e: UsageError) => (e.help ? `see \`${e.help}\`` : undefined)],
+  [ArgumentError, (e: ArgumentError) => (e.usage ? `usage: abx run ID ${e.usage}` : undefined)],
+  [SandboxNotFoundError, () => '`abx list --all` shows your sandboxes and how they ended'],
+  [CommandNotFoundError, () => '`abx commands ID` lists the commands of a sandbox'],
+  [ServerNotRunningError, () => '`abx server start ID --module FILE` starts one'],
+  [
+    CapabilityError,
+    () => "add it to the template's `capabilities` and run `abx template build` again",
+  ],
+  [CommandTimeoutError, () => 'give it more time with --timeout, e.g. --timeout 10m'],
+  [
+    DaemonUnavailableError,
+    () => '`abx daemon status` and `abx daemon logs` tell what the daemon is doing',
+  ],
 ];
+
+/** The hint for an error, if its class has one. */
+export function hintFor(error: Error): string | undefined {
+  for (const [cls, hint] of HINTS) {
+    if (error instanceof cls) return hint(error as never);
+  }
+  return undefined;
+}
 
 /** Prints an error the way `abx` reports them and returns the exit code. */
 export function reportError(error: unknown, stream = process.stderr): number {
@@ -67,7 +71,8 @@ export function reportError(error: unknown, stream = process.stderr): number {
   }
   const err = error instanceof Error ? error : new Error(String(error));
   stream.write(`${paint('red', 'abx:', stream)} ${err.name}: ${err.message}\n`);
-  const hint = HINTS.map((find) => find(err)).find((h) => h !== undefined);
+  const hint = hintFor(err);
   if (hint) stream.write(`${paint('dim', 'hint:', stream)} ${hint}\n`);
-  return USAGE_ERRORS.has(err.name) ? EXIT.usage : EXIT.error;
+  // The request was wrong, whoever noticed: exit 2, like commander's own.
+  return err instanceof UsageError || err instanceof ArgumentError ? EXIT.usage : EXIT.error;
 }

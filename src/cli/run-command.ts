@@ -17,7 +17,7 @@ async function run(
   const commands = await sandboxCommands(sandbox);
   const command = commands.find((c) => c.name === name);
   if (!command)
-    throw new CommandNotFoundError(
+    throw CommandNotFoundError.of(
       name,
       commands.map((c) => c.name),
     );

@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { NotFoundError } from '../errors.js';
+import { SandboxNotFoundError } from '../errors.js';
 import { Sandbox, type SandboxInfo } from '../sandbox/sandbox.js';
 import { UsageError } from './errors.js';
 import { withSpinner } from './feedback.js';
@@ -30,7 +30,7 @@ function stateCell(state: SandboxInfo['state']): Cell {
 /** A sandbox's info by id, ended ones included (connecting works only to running ones). */
 async function findSandbox(id: string): Promise<SandboxInfo> {
   const info = (await Sandbox.list()).find((s) => s.sandboxId === id);
-  if (!info) throw new NotFoundError(`sandbox ${id} does not exist`);
+  if (!info) throw new SandboxNotFoundError(`sandbox ${id} does not exist`);
   return info;
 }
 

@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { SandboxError } from '../errors.js';
+import { ServerNotRunningError } from '../errors.js';
 import { Sandbox } from '../sandbox/sandbox.js';
 import { ExitCode } from './errors.js';
 import { withSpinner } from './feedback.js';
@@ -41,8 +41,7 @@ async function status(id: string, options: { json?: boolean; port: number }): Pr
   try {
     commands = await sandbox.server.commands();
   } catch (error) {
-    // The SDK says "no command server runs" with a plain SandboxError; anything else is a failure.
-    if (!(error instanceof SandboxError) || error.constructor !== SandboxError) throw error;
+    if (!(error instanceof ServerNotRunningError)) throw error;
   }
   if (options.json) {
     printJson(commands ? { running: true, url: sandbox.server.url, commands } : { running: false });

@@ -1,7 +1,7 @@
 import { Container } from 'typedi';
 import { buildCommands, type DecoratedCommand } from './command-builder.js';
 import type { CustomCommand } from './custom-command.js';
-import { DuplicateCommandError, TemplateNotFoundError } from './errors.js';
+import { DuplicateCommandError, templateNotFound } from './errors.js';
 import { fromShipped, shippedCommands } from './shipped-commands.js';
 import type { Template } from './template.js';
 
@@ -62,7 +62,7 @@ export class CommandRegistry {
     const name = typeof template === 'string' ? template : template.name;
     const decorated = this.decorated(name);
     if (!loaded && decorated.length === 0) {
-      throw new TemplateNotFoundError(name, this.templateNames());
+      throw templateNotFound(name, this.templateNames());
     }
     const places = new Map<string, string>();
     const merged: CustomCommand[] = [];

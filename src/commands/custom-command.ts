@@ -20,13 +20,21 @@ import {
   validateSync,
 } from 'class-validator';
 
-/** The argument types a command can declare. */
-export const ARG_TYPES = ['str', 'int', 'float', 'bool'] as const;
-export type ArgType = (typeof ARG_TYPES)[number];
-/** A value an argument can hold. */
-export type ArgValue = string | number | boolean;
-/** Typed keyword arguments of a call. */
-export type Kwargs = Record<string, ArgValue>;
+import {
+  ARG_TYPES,
+  type ArgType,
+  type ArgValue,
+  ENV_NAME_PATTERN,
+  fitsType,
+} from '../../runtime/protocol/arguments.js';
+
+export {
+  ARG_TYPES,
+  type ArgType,
+  type ArgValue,
+  fitsType,
+  type Kwargs,
+} from '../../runtime/protocol/arguments.js';
 
 /** Where a command was defined. */
 export type CommandSource = 'yaml' | 'decorator';
@@ -36,21 +44,7 @@ export const BUILTIN_COMMANDS = ['upload', 'download', 'runshell'] as const;
 
 /** Command names travel in URL paths and CLI words; argument names become shell variables. */
 export const COMMAND_NAME_PATTERN = /^[A-Za-z_][A-Za-z0-9_-]*$/;
-export const ARG_NAME_PATTERN = /^[A-Za-z_][A-Za-z0-9_]*$/;
-
-/** True when `value` is a valid value of `type` (strict JSON rules: `int` needs a safe integer). */
-export function fitsType(type: ArgType, value: unknown): value is ArgValue {
-  switch (type) {
-    case 'str':
-      return typeof value === 'string';
-    case 'int':
-      return typeof value === 'number' && Number.isSafeInteger(value);
-    case 'float':
-      return typeof value === 'number' && Number.isFinite(value);
-    case 'bool':
-      return typeof value === 'boolean';
-  }
-}
+export const ARG_NAME_PATTERN = ENV_NAME_PATTERN;
 
 function DefaultFitsType() {
   return (object: object, propertyName: string) =>

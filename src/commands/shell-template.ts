@@ -153,7 +153,7 @@ export function renderShellCommand(command: CustomCommand, kwargs: Kwargs): stri
     else if (valueText(value).includes('\0')) problems.push(`${name} contains a NUL byte`);
     else assignments.push(`${argVariable(name)}=${shellQuote(valueText(value))}`);
   }
-  if (problems.length > 0) throw new ArgumentError(command.name, problems, commandUsage(command));
+  if (problems.length > 0) throw ArgumentError.of(command.name, problems, commandUsage(command));
   const body = template
     .map((s) => {
       if (typeof s === 'string') return s;

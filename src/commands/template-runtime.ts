@@ -1,3 +1,4 @@
+import { ENV_NAME_PATTERN } from '../../runtime/protocol/arguments.js';
 import { parseDuration } from '../util/duration.js';
 import { parseSize } from '../util/size.js';
 import { isRecord, type TemplateReader } from './template-reader.js';
@@ -46,8 +47,6 @@ export interface TemplateRuntime {
   network: 'none' | 'host';
 }
 
-const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
-
 /** Reads the runtime keys of a template document, reporting problems to `reader`. */
 export function readRuntime(
   reader: TemplateReader,
@@ -58,7 +57,7 @@ export function readRuntime(
     if (!isRecord(root.env)) reader.problem(['env'], 'must be a mapping of NAME: value');
     else {
       for (const [name, value] of Object.entries(root.env)) {
-        if (!ENV_NAME.test(name)) {
+        if (!ENV_NAME_PATTERN.test(name)) {
           reader.problem(['env', name], 'is not a valid variable name (letters, digits and _)');
         } else if (!['string', 'number', 'boolean'].includes(typeof value)) {
           reader.problem(['env', name], 'must be a string, number or boolean');

@@ -3,7 +3,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { type Guard, RouteTable } from '../../runtime/server/route-table.js';
-import { AuthenticationError } from '../errors.js';
+import { AuthenticationError, errorFromBody } from '../errors.js';
 import type { DaemonInfo } from '../installation/daemon-info.js';
 import { type AbxPaths, abxPaths } from '../installation/paths.js';
 import { readOrCreateSecret } from '../installation/secrets.js';
@@ -122,13 +122,13 @@ export class Daemon {
           // listening there itself): no round trip to envd per request.
           const socket = join(record.handle.portsDir, `${port}.sock`);
           if (existsSync(socket)) return socket;
-          const { status, body } = await envdRequest<{ socket?: string; error?: string }>(
+          const { status, body } = await envdRequest(
             record.handle.envdSocket,
             token,
             'POST',
             `/ports/${port}`,
           );
-          if (status !== 200) throw new Error(body.error ?? `envd refused to open port ${port}`);
+          if (status !== 200) throw errorFromBody(status, body);
           return socket;
         },
       },

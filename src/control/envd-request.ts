@@ -1,4 +1,5 @@
 import { type IncomingMessage, request } from 'node:http';
+import { errorFromBody, TimeoutError, UpstreamError } from '../errors.js';
 import { connectSandboxSocket } from '../providers/sandbox-socket.js';
 
 /** One JSON request to an envd over its Unix socket, from the host side. */
@@ -37,14 +38,16 @@ export function envdRequest<T>(
             resolve({ status: res.statusCode ?? 0, body: JSON.parse(text) as T });
           } catch {
             reject(
-              new Error(`envd answered ${res.statusCode} with non-JSON: ${text.slice(0, 200)}`),
+              new UpstreamError(
+                `envd answered ${res.statusCode} with non-JSON: ${text.slice(0, 200)}`,
+              ),
             );
           }
         });
       },
     );
     req.on('timeout', () =>
-      req.destroy(new Error(`envd did not answer ${method} ${path} within ${timeoutMs} ms`)),
+      req.destroy(new TimeoutError(`envd did not answer ${method} ${path} within ${timeoutMs} ms`)),
     );
     req.on('error', reject);
     req.end(payload);
@@ -74,7 +77,7 @@ export function envdStream(
       resolve,
     );
     req.on('timeout', () =>
-      req.destroy(new Error(`envd sent nothing for ${timeoutMs} ms on GET ${path}`)),
+      req.destroy(new TimeoutError(`envd sent nothing for ${timeoutMs} ms on GET ${path}`)),
     );
     req.on('error', reject);
     req.end();
@@ -108,12 +111,6 @@ export async function setSandboxEnv(
   token: string,
   env: Record<string, string>,
 ): Promise<void> {
-  const { status, body } = await envdRequest<{ error?: string }>(
-    handle.envdSocket,
-    token,
-    'PUT',
-    '/env',
-    { env },
-  );
-  if (status !== 200) throw new Error(body.error ?? `envd refused the environment (${status})`);
+  const { status, body } = await envdRequest(handle.envdSocket, token, 'PUT', '/env', { env });
+  if (status !== 200) throw errorFromBody(status, body);
 }

@@ -11,6 +11,15 @@ import type { Duplex } from 'node:stream';
 import { ENVD_PORT } from '../../runtime/protocol/constants.js';
 import { answerClientError } from '../../runtime/server/http.js';
 import { splice } from '../../runtime/server/splice.js';
+import {
+  AuthenticationError,
+  BadRequestError,
+  CapabilityError,
+  errorResponse,
+  SandboxError,
+  SandboxNotFoundError,
+  UpstreamError,
+} from '../errors.js';
 import { connectSandboxSocket, unlinkSandboxSocket } from '../providers/sandbox-socket.js';
 import { tokenMatches } from './ids.js';
 import type { SandboxRecord } from './registry.js';
@@ -42,17 +51,6 @@ export interface GatewayBackend {
   isAlive(record: SandboxRecord): boolean;
   /** Makes envd forward `port` and returns the host Unix socket that reaches it. */
   openPort(record: SandboxRecord, token: string, port: number): Promise<string>;
-}
-
-class GatewayError extends Error {
-  constructor(
-    readonly status: number,
-    readonly type: string,
-    message: string,
-  ) {
-    super(message);
-    this.name = type;
-  }
 }
 
 interface Target {
@@ -161,39 +159,29 @@ export class Gateway {
           : Number.NaN
         : fromHost?.port;
     if (!id || port === undefined) {
-      throw new GatewayError(
-        400,
-        'BadRequestError',
+      throw new BadRequestError(
         `no sandbox named: use Host {port}-{sandboxId}.${this.domain} or the X-Sandbox-Id and X-Sandbox-Port headers`,
       );
     }
     if (!/^[a-z0-9-]{1,64}$/.test(id)) {
-      throw new GatewayError(400, 'BadRequestError', 'the sandbox id is not a sandbox id');
+      throw new BadRequestError('the sandbox id is not a sandbox id');
     }
     if (!Number.isInteger(port) || port < 1 || port > 65535) {
-      throw new GatewayError(
-        400,
-        'BadRequestError',
-        `port ${headerPort ?? port} is not a TCP port`,
-      );
+      throw new BadRequestError(`port ${headerPort ?? port} is not a TCP port`);
     }
     const record = this.backend.find(id);
     const headerToken = req.headers[ACCESS_TOKEN_HEADER];
     const token = typeof headerToken === 'string' ? headerToken : (query.get('token') ?? undefined);
     // The token is checked before saying anything about the sandbox's state.
     if (!record || !tokenMatches(token, record.tokenHash)) {
-      throw new GatewayError(
-        record ? 401 : 404,
-        record ? 'AuthenticationError' : 'SandboxNotFoundError',
-        record
-          ? `missing or wrong access token for sandbox ${id}: send X-Access-Token (or ?token=)`
-          : `sandbox ${id} does not exist`,
-      );
+      throw record
+        ? new AuthenticationError(
+            `missing or wrong access token for sandbox ${id}: send X-Access-Token (or ?token=)`,
+          )
+        : new SandboxNotFoundError(`sandbox ${id} does not exist`);
     }
     if (record.state !== 'running' || !this.backend.isAlive(record)) {
-      throw new GatewayError(
-        404,
-        'SandboxNotFoundError',
+      throw new SandboxNotFoundError(
         `sandbox ${id} is not running (${record.state === 'running' ? 'its processes ended' : `${record.state}: ${record.endReason}`})`,
       );
     }
@@ -217,9 +205,7 @@ export class Gateway {
       return { socketPath: record.handle.envdSocket, path, headers };
     }
     if (!record.capabilities.includes('ports')) {
-      throw new GatewayError(
-        403,
-        'CapabilityError',
+      throw new CapabilityError(
         `template '${record.template}' does not have the ports capability, so port ${port} of sandbox ${id} cannot be reached; add ports to its capabilities`,
       );
     }
@@ -260,7 +246,7 @@ export class Gateway {
         unlinkSandboxSocket(target.socketPath);
       }
       if (res.headersSent) res.destroy();
-      else sendError(res, new GatewayError(502, 'UpstreamError', upstreamMessage(error)));
+      else sendError(res, new UpstreamError(upstreamMessage(error), { cause: error }));
     });
     res.on('close', () => {
       if (!res.writableFinished) upstream.destroy();
@@ -293,17 +279,14 @@ function upstreamMessage(error: Error): string {
   return `the sandbox did not answer (${(error as NodeJS.ErrnoException).code ?? error.message}): nothing listens on that port, or the sandbox stopped`;
 }
 
+/** The answer of a request the gateway could not forward; anything unexpected is a 502. */
 function errorBody(error: unknown): { status: number; body: string } {
-  if (error instanceof GatewayError) {
-    return {
-      status: error.status,
-      body: JSON.stringify({ error: error.message, type: error.type }),
-    };
-  }
-  const message = error instanceof Error ? error.message : String(error);
-  const status = (error as { status?: number }).status ?? 502;
-  const type = (error as Error).name ?? 'GatewayError';
-  return { status, body: JSON.stringify({ error: message, type }) };
+  const known =
+    error instanceof SandboxError
+      ? error
+      : new UpstreamError(error instanceof Error ? error.message : String(error), { cause: error });
+  const { status, body } = errorResponse(known);
+  return { status, body: JSON.stringify(body) };
 }
 
 function sendError(res: ServerResponse, error: unknown): void {

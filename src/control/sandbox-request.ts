@@ -1,3 +1,4 @@
+import { ENV_NAME_PATTERN } from '../../runtime/protocol/arguments.js';
 import { InvalidArgumentError } from '../errors.js';
 
 /** What `POST /v1/sandboxes` takes. */
@@ -11,13 +12,11 @@ export interface CreateSandboxRequest {
 /** The longest lifetime a sandbox may be given: 24 hours. */
 export const MAX_SANDBOX_TIMEOUT_MS = 24 * 3_600_000;
 
-const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
-
 /** `envs`: a map of variable names to values a process environment can hold. */
 export function checkEnvs(value: unknown): Record<string, string> {
   const envs = checkStringMap('envs', value);
   for (const [key, item] of Object.entries(envs)) {
-    if (!ENV_NAME.test(key)) {
+    if (!ENV_NAME_PATTERN.test(key)) {
       throw new InvalidArgumentError(
         `envs.${key} is not a variable name: use letters, digits and _, not starting with a digit`,
       );

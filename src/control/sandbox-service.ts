@@ -1,6 +1,6 @@
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { NotFoundError } from '../errors.js';
+import { SandboxNotFoundError } from '../errors.js';
 import type { SandboxHandle, SandboxProvider } from '../providers/provider.js';
 import { hashToken, newSandboxId } from './ids.js';
 import type { Registry, SandboxFilter, SandboxRecord } from './registry.js';
@@ -141,7 +141,7 @@ export class SandboxService {
   /** A sandbox in any state; one recorded as running whose processes are gone is marked dead. */
   get(id: string): SandboxRecord {
     const record = this.registry.getSandbox(id);
-    if (!record) throw new NotFoundError(`sandbox ${id} does not exist`);
+    if (!record) throw new SandboxNotFoundError(`sandbox ${id} does not exist`);
     if (
       record.state === 'running' &&
       !this.ending.has(id) &&
@@ -180,18 +180,18 @@ export class SandboxService {
     return ending;
   }
 
-  /** A running sandbox, or NotFoundError saying why it is not running. */
+  /** A running sandbox, or SandboxNotFoundError saying why it is not running. */
   running(id: string): SandboxRecord {
     const record = this.get(id);
     if (record.state !== 'running') {
-      throw new NotFoundError(
+      throw new SandboxNotFoundError(
         `sandbox ${id} is not running (${record.state}: ${record.endReason})`,
       );
     }
     if (!this.provider.isAlive(record.handle)) {
       void this.markDead(record);
       const ended = this.registry.getSandbox(id);
-      throw new NotFoundError(`sandbox ${id} is not running (dead: ${ended?.endReason})`);
+      throw new SandboxNotFoundError(`sandbox ${id} is not running (dead: ${ended?.endReason})`);
     }
     return record;
   }

@@ -1,9 +1,8 @@
 import { mkdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { TemplateError } from '../commands/errors.js';
 import { DEFAULT_CAPABILITIES, parseTemplate, type Template } from '../commands/template.js';
 import { DEFAULT_SANDBOX_TIMEOUT_MS, DEFAULT_WORKDIR } from '../commands/template-runtime.js';
-import { InvalidArgumentError, NotFoundError, SandboxError } from '../errors.js';
+import { InvalidArgumentError, SandboxError, TemplateNotFoundError } from '../errors.js';
 import { SANDBOX_HOME, type SandboxHandle, type SandboxProvider } from '../providers/provider.js';
 import { extractTar } from '../util/safe-extract.js';
 import { envdStream } from './envd-request.js';
@@ -58,7 +57,7 @@ export class TemplateService {
     const record = this.registry.getTemplate(name);
     if (!record) {
       const known = ['base', ...this.registry.listTemplates().map((t) => t.name)];
-      throw new NotFoundError(
+      throw new TemplateNotFoundError(
         `template '${name}' is not built; known templates: ${known.join(', ')}. Build it with \`abx template build path/to/template.yaml\``,
       );
     }
@@ -82,13 +81,8 @@ export class TemplateService {
     } catch (error) {
       throw new InvalidArgumentError(`cannot read template ${file}: ${(error as Error).message}`);
     }
-    let spec: Template;
-    try {
-      spec = { ...parseTemplate(text, file), path: file };
-    } catch (error) {
-      if (error instanceof TemplateError) throw new InvalidArgumentError(error.message);
-      throw error;
-    }
+    // A bad template is a TemplateError (an InvalidArgumentError) naming file:line:column.
+    const spec: Template = { ...parseTemplate(text, file), path: file };
     if (spec.name === BASE_TEMPLATE.name) {
       throw new InvalidArgumentError("'base' is built in; give your template another name");
     }
@@ -105,7 +99,7 @@ export class TemplateService {
     if (name === BASE_TEMPLATE.name)
       throw new InvalidArgumentError("'base' is built in and cannot be removed");
     if (!this.registry.removeTemplate(name)) {
-      throw new NotFoundError(`template '${name}' does not exist`);
+      throw new TemplateNotFoundError(`template '${name}' does not exist`);
     }
     rmSync(join(this.templatesDir, name), { recursive: true, force: true });
   }

@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import { closeSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { request } from 'undici';
-import { SandboxError } from '../errors.js';
+import { DaemonUnavailableError } from '../errors.js';
 import { packageInfo } from '../util/package-info.js';
 import type { DaemonInfo } from './daemon-info.js';
 import { abxHome, abxPaths } from './paths.js';
@@ -107,7 +107,7 @@ export async function startDaemon(home = abxHome()): Promise<DaemonInfo> {
           await sleep(25);
         }
         const tail = readFileSync(paths.daemonLog, 'utf8').slice(-2000);
-        throw new SandboxError(
+        throw new DaemonUnavailableError(
           `the abx daemon did not start; its log (${paths.daemonLog}) ends:\n${tail}`,
         );
       } finally {
@@ -116,7 +116,9 @@ export async function startDaemon(home = abxHome()): Promise<DaemonInfo> {
     }
     await sleep(50);
   }
-  throw new SandboxError(`the abx daemon did not start within ${DAEMON_START_TIMEOUT_MS} ms`);
+  throw new DaemonUnavailableError(
+    `the abx daemon did not start within ${DAEMON_START_TIMEOUT_MS} ms`,
+  );
 }
 
 /** The daemon to talk to, started if needed (unless `autoStart: false`). */
@@ -125,7 +127,9 @@ export async function connectDaemon(options: ConnectionOptions = {}): Promise<Da
   const info =
     (await findDaemon(home)) ?? (options.autoStart === false ? undefined : await startDaemon(home));
   if (!info) {
-    throw new SandboxError(`no abx daemon runs for ${home}; start one with \`abx daemon start\``);
+    throw new DaemonUnavailableError(
+      `no abx daemon runs for ${home}; start one with \`abx daemon start\``,
+    );
   }
   return { home, info, apiKey: readFileSync(abxPaths(home).apiKey, 'utf8').trim() };
 }

@@ -97,13 +97,13 @@ export class CommandHandle {
     if (exit.timed_out) {
       const after = this.source.timeoutMs === undefined ? '' : ` after ${this.source.timeoutMs} ms`;
       result.error = `timed out${after}`;
-      throw new CommandTimeoutError(
+      throw CommandTimeoutError.of(
         `command ${this.pid} timed out${after}; its process group was killed (partial output in .result)`,
         result,
       );
     }
     if (exit.signal) result.error = `killed by ${exit.signal}`;
-    if (result.exitCode !== 0 && !this.options.allowNonZeroExit) throw new CommandExitError(result);
+    if (result.exitCode !== 0 && !this.options.allowNonZeroExit) throw CommandExitError.of(result);
     return result;
   }
 

@@ -8,7 +8,13 @@ import { commandRegistry } from '../commands/command-registry.js';
 import type { CustomCommand } from '../commands/custom-command.js';
 import { type CommandDescription, describeCommand } from '../commands/discovery.js';
 import type { ShippedCommand } from '../commands/shipped-commands.js';
-import { CapabilityError, SandboxError, ServerCommandError } from '../errors.js';
+import {
+  CapabilityError,
+  errorClassOf,
+  SandboxError,
+  ServerCommandError,
+  ServerNotRunningError,
+} from '../errors.js';
 import { bundleCommands } from './bundler.js';
 import type { CommandHandle } from './command-handle.js';
 import type { HttpClient } from './http-client.js';
@@ -62,7 +68,6 @@ export interface ServerHost {
 const SERVER_DIR = '/home/user/.abx/server';
 const RUNTIME = '/opt/abx/server.cjs';
 /** Error types that come from the gateway, not from the command server. */
-const GATEWAY_ERRORS = new Set(['SandboxNotFoundError', 'CapabilityError', 'UpstreamError']);
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
@@ -238,7 +243,7 @@ export class CommandServer {
   private async ensureState(): Promise<ServerState> {
     const state = this.state ?? (await this.adopt(this.port));
     if (!state) {
-      throw new SandboxError(
+      throw new ServerNotRunningError(
         `no command server runs in sandbox ${this.host.sandboxId} on port ${this.port}; start one with sandbox.server.start({ commands: [YourClass] })`,
       );
     }
@@ -298,12 +303,20 @@ export class CommandServer {
   }
 }
 
+/**
+ * A command's own exception arrives with its own class name as `type` (`RangeError`,
+ * `ValueError`), which is none of ours: it becomes a {@link ServerCommandError} keeping that type,
+ * status and body. Errors of our protocol (a bad argument, an unknown command, a gateway that
+ * could not reach the sandbox) keep their class.
+ */
 function asServerError(error: unknown): unknown {
-  if (!(error instanceof SandboxError) || error.remoteType === undefined) return error;
-  if (GATEWAY_ERRORS.has(error.remoteType)) return error;
+  if (!(error instanceof SandboxError) || errorClassOf(error.type) !== undefined) return error;
   return new ServerCommandError(error.message, {
-    type: error.remoteType,
-    ...(error.status === undefined ? {} : { status: error.status }),
+    type: error.type,
+    status: error.status,
+    ...(error.code === undefined ? {} : { code: error.code }),
+    problems: error.problems,
+    details: error.details,
     cause: error,
   });
 }

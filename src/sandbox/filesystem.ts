@@ -1,5 +1,5 @@
 import { Readable } from 'node:stream';
-import { NotFoundError } from '../errors.js';
+import { NotFoundError, SandboxNotFoundError } from '../errors.js';
 import type { HttpClient } from './http-client.js';
 
 /** A directory entry or a stat result. */
@@ -152,7 +152,8 @@ export class Filesystem {
       await this.stat(path);
       return true;
     } catch (error) {
-      if (error instanceof NotFoundError) return false;
+      // The file (or process) is missing; a sandbox that is gone is an error.
+      if (error instanceof NotFoundError && !(error instanceof SandboxNotFoundError)) return false;
       throw error;
     }
   }

@@ -1,5 +1,13 @@
 import { type Dispatcher, errors, request } from 'undici';
-import { SandboxError, sandboxErrorFromBody, TimeoutError } from '../errors.js';
+import {
+  DaemonUnavailableError,
+  errorFromBody,
+  SandboxError,
+  TimeoutError,
+  UnavailableError,
+  UpstreamError,
+} from '../errors.js';
+import type { DaemonConnection } from '../installation/daemon-connection.js';
 
 type Body = Dispatcher.RequestOptions['body'];
 
@@ -29,6 +37,8 @@ export class HttpClient {
     private readonly peer: string,
     /** Called on a network failure to explain it better (e.g. "the sandbox was killed"). */
     private readonly explain?: (error: Error) => Promise<Error | undefined>,
+    /** The class of "could not be reached". */
+    private readonly unreachable: typeof UnavailableError = UnavailableError,
   ) {}
 
   url(path: string, query?: RequestOptions['query']): string {
@@ -64,9 +74,9 @@ export class HttpClient {
         } catch {
           parsed = { error: `${this.peer} answered ${response.statusCode}: ${text.slice(0, 500)}` };
         }
-        const error = sandboxErrorFromBody(response.statusCode, parsed);
+        const error = errorFromBody(response.statusCode, parsed);
         // The gateway could not reach the sandbox: say why, when the sandbox itself is gone.
-        if (error.remoteType === 'UpstreamError') {
+        if (error instanceof UpstreamError) {
           throw (await this.explain?.(error).catch(() => undefined)) ?? error;
         }
         throw error;
@@ -104,11 +114,21 @@ export class HttpClient {
       );
     }
     if (error.name === 'AbortError') return error;
-    return new SandboxError(
+    return new this.unreachable(
       `${this.peer} could not be reached (${method} ${path}): ${error.message}`,
-      {
-        cause: error,
-      },
+      { cause: error },
     );
   }
+}
+
+/** A client of the daemon's REST API; a daemon that does not answer is a DaemonUnavailableError. */
+export function daemonClient(connection: DaemonConnection, timeoutMs: number): HttpClient {
+  return new HttpClient(
+    connection.info.apiUrl,
+    { authorization: `Bearer ${connection.apiKey}` },
+    timeoutMs,
+    'the abx daemon',
+    undefined,
+    DaemonUnavailableError,
+  );
 }

@@ -1,4 +1,4 @@
-import { NotFoundError } from '../errors.js';
+import { NotFoundError, SandboxNotFoundError } from '../errors.js';
 import type { HttpClient } from './http-client.js';
 
 /** A process as envd's `GET /process` and `start` event describe it. */
@@ -107,7 +107,8 @@ export class ProcessApi {
       });
       return true;
     } catch (error) {
-      if (error instanceof NotFoundError) return false;
+      // The file (or process) is missing; a sandbox that is gone is an error.
+      if (error instanceof NotFoundError && !(error instanceof SandboxNotFoundError)) return false;
       throw error;
     }
   }

@@ -17,8 +17,12 @@ import { renderShellCommand } from '../commands/shell-template.js';
 import {
   CommandNotFoundError,
   CommandTimeoutError,
+  InvalidPathError,
   NotFoundError,
+  PermissionDeniedError,
   SandboxError,
+  SandboxNotFoundError,
+  ServerNotRunningError,
 } from '../errors.js';
 import {
   type ConnectionOptions,
@@ -28,7 +32,7 @@ import {
 import { CommandServer } from './command-server.js';
 import { Commands } from './commands.js';
 import { Filesystem } from './filesystem.js';
-import { HttpClient } from './http-client.js';
+import { daemonClient, HttpClient } from './http-client.js';
 import { Templates } from './templates.js';
 
 /** A sandbox as the control plane describes it. */
@@ -66,12 +70,7 @@ export interface SandboxListFilter extends ConnectionOptions {
 const DEFAULT_REQUEST_TIMEOUT_MS = 60_000;
 
 function controlClient(connection: DaemonConnection, options: ConnectionOptions): HttpClient {
-  return new HttpClient(
-    connection.info.apiUrl,
-    { authorization: `Bearer ${connection.apiKey}` },
-    options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS,
-    'the abx daemon',
-  );
+  return daemonClient(connection, options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS);
 }
 
 /** Exit code {@link Sandbox.execute} reports for a command killed by its timeout. */
@@ -80,32 +79,32 @@ const TIMEOUT_EXIT_CODE = 124;
 /** How envd's follow stream marks output it no longer holds (see CommandHandle). */
 const DROPPED_OUTPUT = /^\[abx: \d+ earlier bytes of (stdout|stderr) were dropped/;
 
-/** Errno names in envd's messages ("cannot write /x: EISDIR: ...") and what they mean per file. */
-const ERRNO_CODES: [RegExp, FileOperationError][] = [
-  [/\bEISDIR\b/, 'is_directory'],
-  [/\b(EACCES|EPERM|EROFS)\b/, 'permission_denied'],
-  [/\b(ENOENT|ENOTDIR|EEXIST|ENAMETOOLONG|EINVAL)\b/, 'invalid_path'],
-];
+/** What an errno (the `code` of envd's file errors) means for one file of a batch. */
+const ERRNO_CODES: Record<string, FileOperationError | 'not_a_regular_file'> = {
+  EISDIR: 'is_directory',
+  not_a_regular_file: 'not_a_regular_file',
+  EACCES: 'permission_denied',
+  EPERM: 'permission_denied',
+  EROFS: 'permission_denied',
+  ENOENT: 'file_not_found',
+  ENOTDIR: 'invalid_path',
+  EEXIST: 'invalid_path',
+  ENAMETOOLONG: 'invalid_path',
+  EINVAL: 'invalid_path',
+};
 
 /**
  * The per-file error code of a failed envd file call, or undefined when the failure is not about
- * the file (the sandbox stopped, the network failed). Only errors envd reported (`remoteType`)
- * are about the file.
+ * the file (the sandbox stopped, the network failed): decided by the error's class and `code`.
  */
 function fileErrorCode(error: unknown): FileOperationError | 'not_a_regular_file' | undefined {
-  if (!(error instanceof SandboxError) || error.remoteType === undefined) return undefined;
-  switch (error.remoteType) {
-    case 'NotFoundError':
-      return 'file_not_found';
-    case 'PermissionDeniedError':
-      return 'permission_denied';
-    case 'InvalidPathError':
-      return 'invalid_path';
-    case 'SandboxNotFoundError':
-      return undefined;
-  }
-  if (error.message.includes('is not a regular file')) return 'not_a_regular_file';
-  return ERRNO_CODES.find(([pattern]) => pattern.test(error.message))?.[1];
+  if (!(error instanceof SandboxError) || error instanceof SandboxNotFoundError) return undefined;
+  const byCode = error.code === undefined ? undefined : ERRNO_CODES[error.code];
+  if (byCode) return byCode;
+  if (error instanceof NotFoundError) return 'file_not_found';
+  if (error instanceof PermissionDeniedError) return 'permission_denied';
+  if (error instanceof InvalidPathError) return 'invalid_path';
+  return undefined;
 }
 
 /**
@@ -274,7 +273,7 @@ export class Sandbox extends BaseSandbox {
     if ((await this.serverCommands()).some((c) => c.name === name)) {
       return this.server.call(name, kwargs);
     }
-    throw new CommandNotFoundError(
+    throw CommandNotFoundError.of(
       name,
       (await this.listCommands()).map((c) => c.name),
     );
@@ -300,11 +299,13 @@ export class Sandbox extends BaseSandbox {
     return (await Templates.get(this.template, { home: this.connection.home })).customCommands;
   }
 
+  /** The decorated commands of the running command server; none when no server runs. */
   private async serverCommands(): Promise<CommandDescription[]> {
     try {
       return await this.server.commands();
-    } catch {
-      return [];
+    } catch (error) {
+      if (error instanceof ServerNotRunningError) return [];
+      throw error;
     }
   }
 

@@ -2,7 +2,7 @@ import { resolve } from 'node:path';
 import type { CustomCommand } from '../commands/custom-command.js';
 import type { TemplateResources } from '../commands/template-runtime.js';
 import { type ConnectionOptions, connectDaemon } from '../installation/daemon-connection.js';
-import { HttpClient } from './http-client.js';
+import { daemonClient, type HttpClient } from './http-client.js';
 
 /** A built template as the control plane describes it. */
 export interface TemplateInfo {
@@ -25,12 +25,7 @@ const BUILD_TIMEOUT_MS = 3_600_000;
 
 async function client(options: ConnectionOptions, timeoutMs?: number): Promise<HttpClient> {
   const connection = await connectDaemon(options);
-  return new HttpClient(
-    connection.info.apiUrl,
-    { authorization: `Bearer ${connection.apiKey}` },
-    timeoutMs ?? options.requestTimeoutMs ?? 60_000,
-    'the abx daemon',
-  );
+  return daemonClient(connection, timeoutMs ?? options.requestTimeoutMs ?? 60_000);
 }
 
 /** Templates of the local installation: build from a `template.yaml`, list, remove. */

@@ -15,13 +15,9 @@ import { type Readable, Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { Header, Parser, type ReadEntry } from 'tar';
 
-/** An archive could not be extracted: it is malformed or unsafe, or the disk refused a write. */
-export class ArchiveError extends Error {
-  constructor(message: string, options?: ErrorOptions) {
-    super(message, options);
-    this.name = 'ArchiveError';
-  }
-}
+import { ArchiveError } from '../errors.js';
+
+export { ArchiveError };
 
 /** What {@link extractTar} created. */
 export interface ExtractSummary {

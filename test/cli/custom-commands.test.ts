@@ -103,7 +103,7 @@ describe('abx template, commands, run, server', () => {
     const unknown = await cli.abx(['run', id, 'mrak']);
     expect(unknown.code).toBe(1);
     expect(unknown.stderr).toBe(
-      "abx: CommandNotFoundError: no custom command 'mrak' in this sandbox; available: mark, fail\n" +
+      "abx: CommandNotFoundError: no command 'mrak' in this sandbox; available: mark, fail\n" +
         'hint: `abx commands ID` lists the commands of a sandbox\n',
     );
   });

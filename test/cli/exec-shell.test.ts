@@ -71,7 +71,7 @@ describe('abx exec', () => {
   test('an ended sandbox is an error (exit 1), a missing command word a usage error (exit 2)', async () => {
     const gone = await cli.abx(['exec', 'nosuchbox', '--', 'true']);
     expect(gone.code).toBe(1);
-    expect(gone.stderr).toContain('abx: NotFoundError: sandbox nosuchbox does not exist');
+    expect(gone.stderr).toContain('abx: SandboxNotFoundError: sandbox nosuchbox does not exist');
     const missing = await cli.abx(['exec', id]);
     expect(missing.code).toBe(2);
     expect(missing.stderr).toContain("missing required argument 'command'");

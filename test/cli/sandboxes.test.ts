@@ -109,12 +109,12 @@ describe('abx create, list, info, timeout, kill', () => {
       code: 1,
       stdout: '',
       stderr:
-        'abx: NotFoundError: sandbox nosuchbox does not exist\nhint: `abx list --all` shows your sandboxes and how they ended\n',
+        'abx: SandboxNotFoundError: sandbox nosuchbox does not exist\nhint: `abx list --all` shows your sandboxes and how they ended\n',
     });
     const template = await cli.abx(['create', '--template', 'no-such-template']);
     expect(template.code).toBe(1);
     expect(template.stderr).toMatch(
-      /^abx: NotFoundError: template 'no-such-template' is not built/,
+      /^abx: TemplateNotFoundError: template 'no-such-template' is not built/,
     );
 
     const nothing = await cli.abx(['kill']);

@@ -182,7 +182,7 @@ describe('the daemon on a memory provider', () => {
     expect((await v1.delete(`/v1/sandboxes/${id}`)).body.killed).toBe(false);
     const unknown = await v1.delete('/v1/sandboxes/inosuchsandbox00');
     expect(unknown.status).toBe(404);
-    expectErrorShape(unknown.body, 'NotFoundError');
+    expectErrorShape(unknown.body, 'SandboxNotFoundError');
   });
 
   test('bad create requests are 400s of the contract’s shape and start nothing', async ({
@@ -205,7 +205,7 @@ describe('the daemon on a memory provider', () => {
     expectErrorShape(array.body, 'InvalidArgumentError');
     const template = await v1.post('/v1/sandboxes', { template: 'nope' });
     expect(template.status).toBe(404);
-    expectErrorShape(template.body, 'NotFoundError');
+    expectErrorShape(template.body, 'TemplateNotFoundError');
     expect(abx.provider.creates).toBe(0);
   });
 
@@ -366,7 +366,7 @@ describe('the daemon on a memory provider', () => {
     });
     const connect = await v1.post(`/v1/sandboxes/${box.sandboxId}/connect`, undefined);
     expect(connect.status).toBe(404);
-    expectErrorShape(connect.body, 'NotFoundError');
+    expectErrorShape(connect.body, 'SandboxNotFoundError');
   });
 
   test('the reaper expires sandboxes past their timeout', async ({ abx }) => {

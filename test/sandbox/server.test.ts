@@ -82,15 +82,20 @@ describe('sandbox.server', () => {
       .catch((e) => e)) as ServerCommandError;
     expect(thrown).toBeInstanceOf(ServerCommandError);
     expect([thrown.type, thrown.status, thrown.message]).toEqual(['RangeError', 500, 'no luck']);
-    const unknown = (await sandbox.server.call('nope').catch((e) => e)) as ServerCommandError;
-    expect(unknown).toBeInstanceOf(ServerCommandError);
+    // The server's own errors arrive as the same classes the client would throw.
+    const unknown = (await sandbox.server.call('nope').catch((e) => e)) as CommandNotFoundError;
+    expect(unknown).toBeInstanceOf(CommandNotFoundError);
     expect(unknown.status).toBe(404);
-    // Built-ins are not known on this side: the server itself refuses their bad kwargs.
+    expect(unknown.available).toContain('add');
+    // Built-ins are not known on this side: the server itself refuses their bad kwargs, with the
+    // same ArgumentError (problems and usage included) the client raises for its own.
     const builtin = (await sandbox.server
       .call('download', { path: 5 })
-      .catch((e) => e)) as ServerCommandError;
+      .catch((e) => e)) as ArgumentError;
+    expect(builtin).toBeInstanceOf(ArgumentError);
     expect([builtin.type, builtin.status]).toEqual(['ArgumentError', 400]);
-    expect(builtin.message).toContain('path must be a string, not the number 5');
+    expect(builtin.problems).toEqual(['path must be a string, not the number 5']);
+    expect(builtin.usage).toMatch(/^download -a path=<str>/);
   });
 
   test('files written by a command are visible to files.read, and the other way round', async () => {

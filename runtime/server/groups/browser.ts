@@ -48,7 +48,9 @@ async function chromium<T>(
   try {
     await access(path, constants.X_OK);
   } catch {
-    throw new BrowserUnavailableError(path);
+    throw new BrowserUnavailableError(
+      `no headless browser is available: ${path} does not exist; install chromium in the sandbox template to use /browser routes`,
+    );
   }
   if (seconds <= 0) throw new BadRequestError('timeout must be a positive number of seconds');
   const dir = await mkdtemp(join(tmpdir(), 'abx-browser-'));

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { defineGroup } from '../capability.js';
 import { runToCompletion } from '../child-process.js';
-import { BadRequestError, ToolUnavailableError } from '../errors.js';
+import { BadRequestError, toolUnavailable } from '../errors.js';
 import { safePath } from '../file-system.js';
 import { argList } from '../validate.js';
 import { which } from '../which.js';
@@ -13,7 +13,7 @@ const GIT_TIMEOUT_MS = 30_000;
 
 async function git(cwd: string, args: string[]): Promise<string> {
   const program = await which('git');
-  if (!program) throw new ToolUnavailableError('git', 'the git routes');
+  if (!program) throw toolUnavailable('git', 'the git routes');
   const result = await runToCompletion(program, args, {
     cwd: safePath(cwd, 'path'),
     timeoutMs: GIT_TIMEOUT_MS,
@@ -110,8 +110,7 @@ export const DEV_TOOLS = defineGroup(
         const seconds = args.timeout as number;
         if (seconds <= 0) throw new BadRequestError('timeout must be a positive number of seconds');
         const program = runner.program === 'node' ? process.execPath : await which(runner.program);
-        if (!program)
-          throw new ToolUnavailableError(runner.program, `running ${args.language} snippets`);
+        if (!program) throw toolUnavailable(runner.program, `running ${args.language} snippets`);
         const dir = await mkdtemp(join(tmpdir(), 'abx-snippet-'));
         try {
           const file = join(dir, runner.file);

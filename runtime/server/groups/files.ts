@@ -45,10 +45,9 @@ async function mustNotExist(path: string, overwrite: boolean): Promise<void> {
     () => false,
   );
   if (exists) {
-    throw new FileOperationError(
-      `${path} exists already; pass overwrite: true to replace it`,
-      'EEXIST',
-    );
+    throw new FileOperationError(`${path} exists already; pass overwrite: true to replace it`, {
+      code: 'EEXIST',
+    });
   }
 }
 
@@ -66,7 +65,9 @@ export const FILE_OPS = defineGroup('FILE_OPS', '/files', 'file read/write/list/
       const s = await handle.stat();
       if (!s.isFile()) {
         await handle.close();
-        throw new FileOperationError(`${path} is not a regular file`, 'EISDIR');
+        throw new FileOperationError(`${path} is not a regular file`, {
+          code: s.isDirectory() ? 'EISDIR' : 'not_a_regular_file',
+        });
       }
       const start = args.offset as number;
       const wanted = args.length as number | undefined;
@@ -174,10 +175,9 @@ export const FILE_OPS = defineGroup('FILE_OPS', '/files', 'file read/write/list/
       const path = safePath(args.path as string);
       const s = await fsAction(`delete ${path}`, () => lstat(path));
       if (s.isDirectory() && !args.recursive) {
-        throw new FileOperationError(
-          `${path} is a directory; pass recursive: true to delete it`,
-          'EISDIR',
-        );
+        throw new FileOperationError(`${path} is a directory; pass recursive: true to delete it`, {
+          code: 'EISDIR',
+        });
       }
       await fsAction(`delete ${path}`, () => rm(path, { recursive: true }));
       return { path, deleted: true };

@@ -1,7 +1,7 @@
 import { readFile, readlink } from 'node:fs/promises';
 import { defineGroup } from '../capability.js';
 import { runToCompletion } from '../child-process.js';
-import { BadRequestError, ToolUnavailableError } from '../errors.js';
+import { BadRequestError, toolUnavailable } from '../errors.js';
 import { safePath } from '../file-system.js';
 import { processInfo } from '../process-table.js';
 import { argList, envOf } from '../validate.js';
@@ -59,7 +59,7 @@ export const TERMINAL = defineGroup('TERMINAL', '/terminal', 'interactive pty se
     }),
     handler: async ({ args, ctx }) => {
       const script = await which('script');
-      if (!script) throw new ToolUnavailableError('script (util-linux)', 'a terminal');
+      if (!script) throw toolUnavailable('script (util-linux)', 'a terminal');
       const [cols, rows] = [args.cols as number, args.rows as number];
       if (cols < 1 || rows < 1) throw new BadRequestError('cols and rows must be positive');
       // The command travels in the environment, so it is never spliced into a shell line.

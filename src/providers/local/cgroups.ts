@@ -8,6 +8,7 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { join } from 'node:path';
+import { SandboxStartError } from '../../errors.js';
 
 const CGROUP_ROOT = '/sys/fs/cgroup';
 
@@ -43,8 +44,8 @@ function tryWrite(file: string, value: string): boolean {
 }
 
 /** Two sandboxes must never share a cgroup: killing one would kill the other. */
-function sharedCgroup(dir: string): Error {
-  return new Error(
+function sharedCgroup(dir: string): SandboxStartError {
+  return new SandboxStartError(
     `cgroup ${dir} exists already: another sandbox on this host has this id (or one that ended left it)`,
   );
 }
@@ -151,7 +152,7 @@ export function createCgroups(
       }
       result.dirs.push(dir);
     } catch (error) {
-      if ((error as Error).message.startsWith('cgroup ')) throw error;
+      if (error instanceof SandboxStartError) throw error;
       result.unenforced = controllers;
     }
     return result;
