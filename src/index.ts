@@ -108,7 +108,6 @@ export type { McpServerHandle, ServeMcpOptions } from './mcp/serve-mcp.js';
 export { serveMcp } from './mcp/serve-mcp.js';
 export type { HandleOptions, OutputCallbacks } from './sandbox/command-handle.js';
 export { CommandHandle } from './sandbox/command-handle.js';
-export type { CommandServer, ServerStartOptions } from './sandbox/command-server.js';
 export type {
   CommandConnectOptions,
   CommandStartOptions,
@@ -122,5 +121,6 @@ export type {
   SandboxListFilter,
 } from './sandbox/sandbox.js';
 export { Sandbox } from './sandbox/sandbox.js';
+export type { ServerClient, ServerStartOptions } from './sandbox/server-client.js';
 export type { TemplateInfo } from './sandbox/templates.js';
 export { Templates } from './sandbox/templates.js';

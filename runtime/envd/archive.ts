@@ -2,10 +2,11 @@ import { spawn } from 'node:child_process';
 import { mkdir, stat } from 'node:fs/promises';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { defineGroup } from '../server/capability.js';
+import { ARCHIVE_SIZE_HEADER } from '../protocol/constants.js';
 import { FileOperationError, SandboxError, toolUnavailable } from '../server/errors.js';
 import { fsAction, safePath } from '../server/file-system.js';
 import { Reply } from '../server/http.js';
+import { defineGroup } from '../server/route-group.js';
 import { argList } from '../server/validate.js';
 import { packTree, surveyTree } from './tar-pack.js';
 
@@ -90,7 +91,7 @@ export const ARCHIVE = defineGroup('ARCHIVE', '/files/archive', 'directory trees
       return new Reply(200, Readable.from(packTree(root, stats), { objectMode: false }), {
         'content-type': 'application/x-tar',
         'cache-control': 'no-store',
-        'x-archive-size': String(size),
+        [ARCHIVE_SIZE_HEADER]: String(size),
       });
     },
   },

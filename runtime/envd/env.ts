@@ -1,6 +1,6 @@
 import { ENV_NAME_PATTERN } from '../protocol/arguments.js';
-import { defineGroup } from '../server/capability.js';
 import { BadRequestError } from '../server/errors.js';
+import { defineGroup } from '../server/route-group.js';
 
 /**
  * The sandbox-wide environment, set after start. A sandbox handed out from the daemon's warm pool

@@ -1,11 +1,12 @@
 import { Readable } from 'node:stream';
-import { defineGroup } from '../server/capability.js';
+import type { StreamOffsets } from '../protocol/wire.js';
 import { BadRequestError } from '../server/errors.js';
 import { safePath } from '../server/file-system.js';
 import { Reply } from '../server/http.js';
 import { processInfo } from '../server/process-table.js';
+import { defineGroup } from '../server/route-group.js';
 import { argList, envOf } from '../server/validate.js';
-import { processEvents, type StreamOffsets } from './process-events.js';
+import { processEvents } from './process-events.js';
 
 const NDJSON = {
   'content-type': 'application/x-ndjson; charset=utf-8',

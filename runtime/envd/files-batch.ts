@@ -1,8 +1,8 @@
 import { stat } from 'node:fs/promises';
-import { defineGroup } from '../server/capability.js';
 import { BadRequestError } from '../server/errors.js';
 import { safePath, writeAtomic } from '../server/file-system.js';
 import { describe } from '../server/groups/files.js';
+import { defineGroup } from '../server/route-group.js';
 
 /** Most files one batch may carry; more should go as several batches or a stream each. */
 export const MAX_BATCH_FILES = 10_000;

@@ -1,5 +1,6 @@
 import { cpSync, readFileSync, rmSync } from 'node:fs';
 import { parseArgs } from 'node:util';
+import { SANDBOX_HOME } from '../protocol/constants.js';
 import { CORE } from '../server/groups/core.js';
 import { DEV_TOOLS } from '../server/groups/dev-tools.js';
 import { FILE_OPS } from '../server/groups/files.js';
@@ -45,7 +46,7 @@ if (!token) {
   process.exit(2);
 }
 if (values['home-template']) {
-  const home = values.home ?? process.env.HOME ?? '/home/user';
+  const home = values.home ?? process.env.HOME ?? SANDBOX_HOME;
   try {
     cpSync(values['home-template'], home, {
       recursive: true,

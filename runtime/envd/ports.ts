@@ -1,8 +1,8 @@
 import { rmSync } from 'node:fs';
 import { connect, createServer, type Server } from 'node:net';
 import { join } from 'node:path';
-import { defineGroup } from '../server/capability.js';
 import { BadRequestError } from '../server/errors.js';
+import { defineGroup } from '../server/route-group.js';
 import { splice } from '../server/splice.js';
 
 /**

@@ -1,12 +1,9 @@
+import type { StreamName, StreamOffsets } from '../protocol/wire.js';
 import type { OutputLog } from '../server/output-log.js';
 import type { ManagedProcess } from '../server/process-table.js';
 
 /** The two streams of a process, in the order each round of events lists them. */
-export const STREAMS = ['stdout', 'stderr'] as const;
-export type StreamName = (typeof STREAMS)[number];
-
-/** Byte offsets to read each stream from. */
-export type StreamOffsets = Record<StreamName, number>;
+export const STREAMS: readonly StreamName[] = ['stdout', 'stderr'];
 
 /** Largest `data` of one output event, so one event never holds a whole log. */
 const EVENT_BYTES = 64 * 1024;

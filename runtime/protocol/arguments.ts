@@ -27,6 +27,8 @@ export interface ArgSpec {
 
 /** Environment variable names (and argument names, which become shell variables). */
 export const ENV_NAME_PATTERN = /^[A-Za-z_][A-Za-z0-9_]*$/;
+/** Command names travel in URL paths and CLI words. */
+export const COMMAND_NAME_PATTERN = /^[A-Za-z_][A-Za-z0-9_-]*$/;
 
 /** True when `value` is a valid value of `type` (strict JSON: `int` needs a safe integer). */
 export function fitsType(type: ArgSpec['type'], value: unknown): boolean {

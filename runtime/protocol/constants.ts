@@ -1,2 +1,24 @@
+/**
+ * Numbers, names and paths both sides of the wire agree on. Built-ins only (none needed).
+ */
+
 /** The port envd answers on: the gateway routes `{ENVD_PORT}-{sandboxId}.{domain}` to it. */
 export const ENVD_PORT = 49983;
+
+/** Names the sandbox when the Host header cannot (`X-Sandbox-Id` with `X-Sandbox-Port`). */
+export const SANDBOX_ID_HEADER = 'x-sandbox-id';
+/** The port of the sandbox a request is for, with {@link SANDBOX_ID_HEADER}. */
+export const SANDBOX_PORT_HEADER = 'x-sandbox-port';
+/** The sandbox's access token, which the gateway checks (or `?token=`). */
+export const ACCESS_TOKEN_HEADER = 'x-access-token';
+/** envd's `GET /files/archive`: the bytes of the files the archive will hold, before it is sent. */
+export const ARCHIVE_SIZE_HEADER = 'x-archive-size';
+
+/** The sandbox user's home, and the default working directory. */
+export const SANDBOX_HOME = '/home/user';
+/** Where the runtime (envd, the command server) is mounted read-only in every sandbox. */
+export const SANDBOX_RUNTIME_DIR = '/opt/abx';
+/** envd's socket and the per-port sockets live here, in the sandbox's own small tmpfs. */
+export const SANDBOX_RUN_DIR = '/run/abx';
+/** The command server's state files (`server-<port>.json`), so any client can find a server. */
+export const SERVER_STATE_DIR = `${SANDBOX_HOME}/.abx/server`;

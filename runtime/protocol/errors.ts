@@ -190,18 +190,20 @@ export class CapabilityError extends SandboxError {
   static override readonly status: number = 403;
 }
 
-/** The route belongs to a route group the command server was started without. */
-export class CapabilityDisabledError extends CapabilityError {
-  static override readonly type: string = 'CapabilityDisabledError';
-  static override readonly status: number = 404;
-}
-
 // ---------------------------------------------------------------- not found (404)
 
 /** No sandbox, template, command, process or file of that name (or it is gone). */
 export class NotFoundError extends SandboxError {
   static override readonly type: string = 'NotFoundError';
   static override readonly status: number = 404;
+}
+
+/**
+ * The route belongs to a route group the command server was started without (`--groups`). The
+ * wire keeps its historical name; it is not about template capabilities.
+ */
+export class CapabilityDisabledError extends NotFoundError {
+  static override readonly type: string = 'CapabilityDisabledError';
 }
 
 /** The sandbox does not exist, or no longer runs (the message says how it ended). */

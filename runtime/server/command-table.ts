@@ -1,4 +1,10 @@
-import { type ArgSpec, validateKwargs } from '../protocol/arguments.js';
+import {
+  ARG_TYPES as ARG_TYPES_OF_COMMANDS,
+  type ArgSpec,
+  COMMAND_NAME_PATTERN,
+  validateKwargs,
+} from '../protocol/arguments.js';
+import type { CommandDescription } from '../protocol/wire.js';
 import {
   CommandNotFoundError,
   commandTimeout,
@@ -20,15 +26,7 @@ export interface RegisteredCommand {
   handler: CommandHandler;
 }
 
-/** The wire shape of one command in `GET /commands`. */
-export interface CommandDescription {
-  name: string;
-  description: string;
-  args: (Omit<ArgSpec, 'type'> & { type: 'str' | 'int' | 'float' | 'bool' })[];
-}
-
-const COMMAND_NAME = /^[A-Za-z_][A-Za-z0-9_-]*$/;
-const ARG_TYPES = ['str', 'int', 'float', 'bool', 'env'];
+const ARG_TYPES: readonly string[] = [...ARG_TYPES_OF_COMMANDS, 'env'];
 
 /** Why an argument schema cannot be served, or `undefined` when it can. */
 function schemaProblem(args: readonly ArgSpec[]): string | undefined {
@@ -50,7 +48,7 @@ export class CommandTable {
   constructor(private readonly defaultTimeoutMs: number) {}
 
   register(command: RegisteredCommand): void {
-    if (!COMMAND_NAME.test(command.name)) {
+    if (!COMMAND_NAME_PATTERN.test(command.name)) {
       throw new Error(
         `command name ${JSON.stringify(command.name)} must start with a letter or _ and contain only letters, digits, _ and -`,
       );

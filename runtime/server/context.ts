@@ -1,7 +1,7 @@
-import type { CapabilityGroup } from './capability.js';
 import type { CommandTable } from './command-table.js';
 import type { Metrics } from './metrics.js';
 import type { ProcessTable } from './process-table.js';
+import type { RouteGroup } from './route-group.js';
 
 /** What route handlers reach of the server. */
 export interface ServerContext {
@@ -10,7 +10,7 @@ export interface ServerContext {
   terminals: ProcessTable;
   metrics: Metrics;
   /** The groups this server serves, in order. */
-  enabledGroups: readonly CapabilityGroup[];
+  enabledGroups: readonly RouteGroup[];
   /** Where headless Chromium is expected. */
   chromiumPath: string;
   /** Server identity for `/info`. */

@@ -36,7 +36,7 @@ export interface RouteRequest<C> {
 export interface Route<C> {
   method: Method;
   path: string;
-  /** The capability group the route belongs to. */
+  /** The route group the route belongs to. */
   group: string;
   /** One line for docs/server-api.md and `/capabilities`. */
   summary: string;

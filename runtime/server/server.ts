@@ -8,15 +8,15 @@ import {
 } from 'node:net';
 import type { ArgSpec } from '../protocol/arguments.js';
 import { builtinCommands } from './builtins.js';
-import { type CapabilityGroup, parseGroups } from './capability.js';
 import { type CommandHandler, CommandTable } from './command-table.js';
 import type { ServerContext } from './context.js';
 import { AuthenticationError, CapabilityDisabledError } from './errors.js';
-import { CAPABILITY_GROUPS } from './groups/index.js';
+import { ROUTE_GROUPS } from './groups/index.js';
 import { answerClientError } from './http.js';
 import { loadManifest } from './manifest.js';
 import { Metrics } from './metrics.js';
 import { ProcessTable } from './process-table.js';
+import { parseGroups, type RouteGroup } from './route-group.js';
 import { type Guard, RouteTable } from './route-table.js';
 
 /** Options of a {@link SandboxServer}; every limit has a default and can be changed. */
@@ -30,7 +30,7 @@ export interface SandboxServerOptions {
   /** Enabled groups: names like `files,process` or a list; default all. CORE is always on. */
   groups?: string | readonly string[];
   /** The groups the server can serve; default the command server's eight. envd passes its own. */
-  catalog?: readonly CapabilityGroup[];
+  catalog?: readonly RouteGroup[];
   /** Listen on this Unix socket instead of host:port (envd, reached by the host's gateway). */
   socketPath?: string;
   /**
@@ -67,7 +67,7 @@ const DEFAULTS = {
 const digest = (text: string) => createHash('sha256').update(text).digest();
 
 /**
- * The in-sandbox command server: built-in and registered commands plus the capability groups,
+ * The in-sandbox command server: built-in and registered commands plus the route groups,
  * over node:http with a declarative {@link RouteTable}.
  *
  * @example
@@ -86,7 +86,7 @@ export class SandboxServer {
   private readonly metrics = new Metrics();
   private readonly table: RouteTable<ServerContext>;
   private readonly enabled: Set<string>;
-  private readonly catalog: readonly CapabilityGroup[];
+  private readonly catalog: readonly RouteGroup[];
   private readonly http: Server;
   private readonly context: ServerContext;
   private readonly active = new Set<ServerResponse>();
@@ -104,7 +104,7 @@ export class SandboxServer {
     const given = Object.entries(options).filter(([, value]) => value !== undefined);
     this.options = { ...DEFAULTS, ...Object.fromEntries(given) };
     const { groups } = options;
-    this.catalog = options.catalog ?? CAPABILITY_GROUPS;
+    this.catalog = options.catalog ?? ROUTE_GROUPS;
     this.table = new RouteTable(this.catalog.flatMap((g) => g.routes));
     this.enabled =
       groups === undefined
@@ -253,7 +253,7 @@ export class SandboxServer {
       );
     if (route && !this.enabled.has(route.group)) {
       throw new CapabilityDisabledError(
-        `capability group ${route.group} is disabled on this server; start it with --groups including ${route.group.toLowerCase()}`,
+        `route group ${route.group} is disabled on this server; start it with --groups including ${route.group.toLowerCase()}`,
       );
     }
   };

@@ -24,6 +24,7 @@ import {
   ARG_TYPES,
   type ArgType,
   type ArgValue,
+  COMMAND_NAME_PATTERN,
   ENV_NAME_PATTERN,
   fitsType,
 } from '../../runtime/protocol/arguments.js';
@@ -43,8 +44,8 @@ export type CommandSource = 'yaml' | 'decorator';
 export const BUILTIN_COMMANDS = ['upload', 'download', 'runshell'] as const;
 
 /** Command names travel in URL paths and CLI words; argument names become shell variables. */
-export const COMMAND_NAME_PATTERN = /^[A-Za-z_][A-Za-z0-9_-]*$/;
 export const ARG_NAME_PATTERN = ENV_NAME_PATTERN;
+export { COMMAND_NAME_PATTERN };
 
 function DefaultFitsType() {
   return (object: object, propertyName: string) =>

@@ -1,17 +1,7 @@
-import type { ArgType, ArgValue, CustomCommand } from './custom-command.js';
+import type { CommandDescription } from '../../runtime/protocol/wire.js';
+import type { CustomCommand } from './custom-command.js';
 
-/** One command as the discovery document (`GET /commands`) describes it. */
-export interface CommandDescription {
-  name: string;
-  description: string;
-  args: {
-    name: string;
-    type: ArgType;
-    required: boolean;
-    default?: ArgValue;
-    description?: string;
-  }[];
-}
+export type { CommandDescription };
 
 /** A command in the wire shape of `GET /commands`, without where it comes from. */
 export function describeCommand(command: CustomCommand): CommandDescription {

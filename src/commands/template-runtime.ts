@@ -1,4 +1,5 @@
 import { ENV_NAME_PATTERN } from '../../runtime/protocol/arguments.js';
+import { SANDBOX_HOME } from '../../runtime/protocol/constants.js';
 import { parseDuration } from '../util/duration.js';
 import { parseSize } from '../util/size.js';
 import { isRecord, type TemplateReader } from './template-reader.js';
@@ -9,7 +10,7 @@ const RESOURCE_KEYS = ['processes', 'open_files', 'file_size', 'memory', 'cpu', 
 
 /** The default lifetime of a sandbox whose template sets no `timeout`. */
 export const DEFAULT_SANDBOX_TIMEOUT_MS = 5 * 60_000;
-export const DEFAULT_WORKDIR = '/home/user';
+export const DEFAULT_WORKDIR = SANDBOX_HOME;
 
 /** Limits applied to every process of a sandbox (see the README for which are enforced). */
 export interface TemplateResources {

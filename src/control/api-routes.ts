@@ -1,3 +1,4 @@
+import type { SandboxInfo } from '../../runtime/protocol/wire.js';
 import type { Route } from '../../runtime/server/route-table.js';
 import { argList } from '../../runtime/server/validate.js';
 import { InvalidArgumentError } from '../errors.js';
@@ -20,7 +21,7 @@ type ApiRoute = Route<ApiContext>;
 const STATES: SandboxState[] = ['running', 'pooled', 'killed', 'expired', 'dead'];
 
 /** A sandbox as the API shows it (never its token). */
-export function sandboxJson(record: SandboxRecord) {
+export function sandboxJson(record: SandboxRecord): SandboxInfo {
   return {
     sandboxId: record.id,
     template: record.template,

@@ -8,7 +8,12 @@ import {
 } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import { ENVD_PORT } from '../../runtime/protocol/constants.js';
+import {
+  ACCESS_TOKEN_HEADER,
+  ENVD_PORT,
+  SANDBOX_ID_HEADER,
+  SANDBOX_PORT_HEADER,
+} from '../../runtime/protocol/constants.js';
 import { answerClientError } from '../../runtime/server/http.js';
 import { splice } from '../../runtime/server/splice.js';
 import {
@@ -39,9 +44,6 @@ export const GATEWAY_REQUEST_TIMEOUT_MS = 3_600_000;
 const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection', 'te', 'trailer', 'upgrade'];
 
 /** Header names clients use when they cannot choose the Host. */
-export const SANDBOX_ID_HEADER = 'x-sandbox-id';
-export const SANDBOX_PORT_HEADER = 'x-sandbox-port';
-export const ACCESS_TOKEN_HEADER = 'x-access-token';
 
 /** What the gateway needs from the control plane. */
 export interface GatewayBackend {

@@ -1,11 +1,12 @@
 import Database from 'better-sqlite3';
-import type { SandboxHandle } from '../providers/provider.js';
-
 /**
  * Life of a sandbox: `running` until killed, expired (reaped) or found dead. `pooled`: started
  * ahead of demand in the warm pool, not yet handed out (never listed by default).
  */
-export type SandboxState = 'pooled' | 'running' | 'killed' | 'expired' | 'dead';
+import type { SandboxState } from '../../runtime/protocol/wire.js';
+import type { SandboxHandle } from '../providers/provider.js';
+
+export type { SandboxState };
 
 /** One sandbox as the registry records it. */
 export interface SandboxRecord {

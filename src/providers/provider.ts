@@ -1,10 +1,9 @@
 import type { IsolationReport } from '../../runtime/protocol/isolation.js';
 import type { TemplateResources } from '../commands/template-runtime.js';
 
-export type { IsolationReport };
-
 /** Where every provider's sandbox has its home (the template's `setup` output lands there). */
-export const SANDBOX_HOME = '/home/user';
+export { SANDBOX_HOME } from '../../runtime/protocol/constants.js';
+export type { IsolationReport };
 
 /** Everything a provider needs to start one sandbox. */
 export interface SandboxSpec {

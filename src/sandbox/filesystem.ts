@@ -1,4 +1,5 @@
 import { Readable } from 'node:stream';
+import { ARCHIVE_SIZE_HEADER } from '../../runtime/protocol/constants.js';
 import { NotFoundError, SandboxNotFoundError } from '../errors.js';
 import type { HttpClient } from './http-client.js';
 
@@ -112,7 +113,7 @@ export class Filesystem {
    */
   async readArchive(path: string): Promise<{ stream: Readable; estimatedBytes?: number }> {
     const response = await this.envd.send('GET', '/files/archive', { query: { path } });
-    const announced = Number(response.headers['x-archive-size']);
+    const announced = Number(response.headers[ARCHIVE_SIZE_HEADER]);
     return Number.isSafeInteger(announced) && announced >= 0
       ? { stream: response.body, estimatedBytes: announced }
       : { stream: response.body };

@@ -1,38 +1,13 @@
+import type { ProcessEvent, ProcessInfoWire, StreamOffsets } from '../../runtime/protocol/wire.js';
 import { NotFoundError, SandboxNotFoundError } from '../errors.js';
 import type { HttpClient } from './http-client.js';
 
-/** A process as envd's `GET /process` and `start` event describe it. */
-export interface ProcessInfoWire {
-  id: string;
-  pid: number | null;
-  command: string;
-  cwd: string;
-  started_at: string;
-  running: boolean;
-  exit_code: number | null;
-  signal: string | null;
-}
-
-/** How a process ended, as envd's `exit` event says. */
-export interface ExitWire {
-  code: number | null;
-  signal: string | null;
-  timed_out: boolean;
-}
-
-/** One line of an envd event stream (see docs/envd-api.md). */
-export type ProcessEvent =
-  | { start: ProcessInfoWire }
-  | { stream: 'stdout' | 'stderr'; data: string; offset: number; next: number }
-  | { stream: 'stdout' | 'stderr'; dropped: number; offset: number }
-  | { keepalive: true }
-  | { exit: ExitWire };
-
-/** Byte offsets to resume each stream from. */
-export interface StreamOffsets {
-  stdout: number;
-  stderr: number;
-}
+export type {
+  ExitWire,
+  ProcessEvent,
+  ProcessInfoWire,
+  StreamOffsets,
+} from '../../runtime/protocol/wire.js';
 
 /** What `POST /exec` needs. */
 export interface ExecRequest {

@@ -1,4 +1,10 @@
-import { ENVD_PORT } from '../../runtime/protocol/constants.js';
+import {
+  ACCESS_TOKEN_HEADER,
+  ENVD_PORT,
+  SANDBOX_ID_HEADER,
+  SANDBOX_PORT_HEADER,
+} from '../../runtime/protocol/constants.js';
+import type { SandboxInfo } from '../../runtime/protocol/wire.js';
 import { BaseSandbox } from '../agent/base-sandbox.js';
 import { perFile } from '../agent/per-file.js';
 import type { SandboxTool } from '../agent/tool-types.js';
@@ -29,24 +35,13 @@ import {
   connectDaemon,
   type DaemonConnection,
 } from '../installation/daemon-connection.js';
-import { CommandServer } from './command-server.js';
 import { Commands } from './commands.js';
 import { Filesystem } from './filesystem.js';
 import { daemonClient, HttpClient } from './http-client.js';
+import { ServerClient } from './server-client.js';
 import { Templates } from './templates.js';
 
-/** A sandbox as the control plane describes it. */
-export interface SandboxInfo {
-  sandboxId: string;
-  template: string;
-  state: 'pooled' | 'running' | 'killed' | 'expired' | 'dead';
-  metadata: Record<string, string>;
-  capabilities: string[];
-  createdAt: string;
-  expiresAt: string;
-  endedAt: string | null;
-  endReason: string | null;
-}
+export type { SandboxInfo };
 
 /** Options of {@link Sandbox.create}. */
 export interface SandboxCreateOptions extends ConnectionOptions {
@@ -126,7 +121,7 @@ export class Sandbox extends BaseSandbox {
   readonly files: Filesystem;
   readonly commands: Commands;
   /** The command server serving your decorated classes from inside this sandbox. */
-  readonly server: CommandServer;
+  readonly server: ServerClient;
   /** The sandbox's access token; the gateway wants it as `X-Access-Token`. */
   readonly accessToken: string;
   private readonly control: HttpClient;
@@ -146,7 +141,7 @@ export class Sandbox extends BaseSandbox {
     const envd = this.portClient(ENVD_PORT, options.requestTimeoutMs);
     this.files = new Filesystem(envd);
     this.commands = new Commands(envd);
-    this.server = new CommandServer({
+    this.server = new ServerClient({
       sandboxId: this.sandboxId,
       capabilities: async () => (await this.getInfo()).capabilities,
       portClient: (port, timeoutMs) => this.portClient(port, timeoutMs),
@@ -397,9 +392,9 @@ export class Sandbox extends BaseSandbox {
     return new HttpClient(
       this.connection.info.gatewayUrl,
       {
-        'x-sandbox-id': this.sandboxId,
-        'x-sandbox-port': String(port),
-        'x-access-token': this.accessToken,
+        [SANDBOX_ID_HEADER]: this.sandboxId,
+        [SANDBOX_PORT_HEADER]: String(port),
+        [ACCESS_TOKEN_HEADER]: this.accessToken,
       },
       timeoutMs,
       `sandbox ${this.sandboxId}`,

@@ -171,3 +171,13 @@ describe('no message-text matching', () => {
     expect(offenders).toEqual([]);
   });
 });
+
+describe('docs/errors.md', () => {
+  test('lists every class of the table with its status', () => {
+    const doc = readFileSync('docs/errors.md', 'utf8');
+    const missing = ERROR_CLASSES.filter(
+      (cls) => !new RegExp(`\\| \`${cls.type}\` +\\| ${cls.status} +\\|`).test(doc),
+    ).map((cls) => cls.type);
+    expect(missing).toEqual([]);
+  });
+});

@@ -2,9 +2,9 @@ import { constants } from 'node:fs';
 import { access, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { defineGroup } from '../capability.js';
 import { runToCompletion } from '../child-process.js';
 import { BadRequestError, BrowserUnavailableError } from '../errors.js';
+import { defineGroup } from '../route-group.js';
 import { argList } from '../validate.js';
 
 /** Flags for a one-shot headless run that phones nowhere and leaves no state behind. */

@@ -1,4 +1,4 @@
-import { defineGroup } from '../capability.js';
+import { defineGroup } from '../route-group.js';
 
 /** The command contract of DESIGN.md: discovery and calls of built-in and loaded commands. */
 export const COMMANDS = defineGroup('COMMANDS', '/commands', 'list, describe and call commands', [

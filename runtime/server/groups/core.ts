@@ -1,5 +1,5 @@
-import { defineGroup } from '../capability.js';
 import { Reply } from '../http.js';
+import { defineGroup } from '../route-group.js';
 
 /** Health, identity, what the server can do, and a remote stop. Always enabled. */
 export const CORE = defineGroup('CORE', '', 'health, server info, capabilities, shutdown', [
@@ -19,7 +19,7 @@ export const CORE = defineGroup('CORE', '', 'health, server info, capabilities, 
   {
     method: 'GET',
     path: '/capabilities',
-    summary: 'The enabled capability groups with their endpoints.',
+    summary: 'The enabled route groups with their endpoints.',
     handler: ({ ctx }) => ({
       capabilities: ctx.enabledGroups.map((group) => ({
         name: group.name,

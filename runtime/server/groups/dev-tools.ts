@@ -1,10 +1,10 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { defineGroup } from '../capability.js';
 import { runToCompletion } from '../child-process.js';
 import { BadRequestError, toolUnavailable } from '../errors.js';
 import { safePath } from '../file-system.js';
+import { defineGroup } from '../route-group.js';
 import { argList } from '../validate.js';
 import { which } from '../which.js';
 

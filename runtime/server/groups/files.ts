@@ -1,10 +1,10 @@
 import type { Stats } from 'node:fs';
 import { cp, lstat, mkdir, open, readdir, readFile, rename, rm, stat } from 'node:fs/promises';
 import { join } from 'node:path';
-import { defineGroup } from '../capability.js';
 import { BadRequestError, EditMismatchError, FileOperationError } from '../errors.js';
 import { fsAction, safePath, writeAtomic } from '../file-system.js';
 import { Reply } from '../http.js';
+import { defineGroup } from '../route-group.js';
 import { argList } from '../validate.js';
 import { globToRegExp, walk } from '../walk.js';
 

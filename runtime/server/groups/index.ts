@@ -1,4 +1,4 @@
-import type { CapabilityGroup } from '../capability.js';
+import type { RouteGroup } from '../route-group.js';
 import { BROWSER } from './browser.js';
 import { COMMANDS } from './commands.js';
 import { CORE } from './core.js';
@@ -8,8 +8,8 @@ import { PROCESS } from './process.js';
 import { SYSTEM } from './system.js';
 import { TERMINAL } from './terminal.js';
 
-/** Every capability group, in the order `/capabilities` and the docs list them. */
-export const CAPABILITY_GROUPS: readonly CapabilityGroup[] = [
+/** Every route group, in the order `/capabilities` and the docs list them. */
+export const ROUTE_GROUPS: readonly RouteGroup[] = [
   CORE,
   COMMANDS,
   FILE_OPS,

@@ -1,12 +1,12 @@
 import { constants } from 'node:os';
 import { Readable } from 'node:stream';
 import { runShell, SHELL_ARGS } from '../builtins.js';
-import { defineGroup } from '../capability.js';
 import { BadRequestError } from '../errors.js';
 import { safePath } from '../file-system.js';
 import { Reply } from '../http.js';
 import type { OutputLog } from '../output-log.js';
 import { processInfo } from '../process-table.js';
+import { defineGroup } from '../route-group.js';
 import { argList, envOf } from '../validate.js';
 
 /** A follow stream re-checks the client at least this often while a process is silent. */

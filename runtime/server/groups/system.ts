@@ -1,7 +1,7 @@
 import { statfs } from 'node:fs/promises';
 import os from 'node:os';
-import { defineGroup } from '../capability.js';
 import { fsAction, safePath } from '../file-system.js';
+import { defineGroup } from '../route-group.js';
 import { argList } from '../validate.js';
 
 /** Variables that must not leave the server: its own token. */

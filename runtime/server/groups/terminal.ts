@@ -1,9 +1,9 @@
 import { readFile, readlink } from 'node:fs/promises';
-import { defineGroup } from '../capability.js';
 import { runToCompletion } from '../child-process.js';
 import { BadRequestError, toolUnavailable } from '../errors.js';
 import { safePath } from '../file-system.js';
 import { processInfo } from '../process-table.js';
+import { defineGroup } from '../route-group.js';
 import { argList, envOf } from '../validate.js';
 import { which } from '../which.js';
 import { outputFrom } from './process.js';

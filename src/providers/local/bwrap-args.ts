@@ -1,12 +1,12 @@
 import { existsSync, lstatSync, readlinkSync } from 'node:fs';
+import {
+  SANDBOX_HOME,
+  SANDBOX_RUN_DIR,
+  SANDBOX_RUNTIME_DIR,
+} from '../../../runtime/protocol/constants.js';
 import type { TemplateResources } from '../../commands/template-runtime.js';
 
-import { SANDBOX_HOME } from '../provider.js';
-
-export { SANDBOX_HOME };
-/** Where things sit inside every local sandbox. */
-export const SANDBOX_RUN_DIR = '/run/abx';
-export const SANDBOX_RUNTIME_DIR = '/opt/abx';
+/** The uid of the sandbox's user, inside its user namespace. */
 export const SANDBOX_UID = 1000;
 /** Size of the tmpfs at /run/abx: sockets and a token take no room. */
 const RUN_DIR_BYTES = 1024 * 1024;

@@ -12,6 +12,11 @@ import {
 import { request } from 'node:http';
 import { join } from 'node:path';
 import type { Writable } from 'node:stream';
+import {
+  SANDBOX_HOME,
+  SANDBOX_RUN_DIR,
+  SANDBOX_RUNTIME_DIR,
+} from '../../../runtime/protocol/constants.js';
 import { DEFAULT_DISK_BYTES } from '../../commands/template-runtime.js';
 import { SandboxStartError } from '../../errors.js';
 import type {
@@ -22,15 +27,7 @@ import type {
   SandboxSpec,
 } from '../provider.js';
 import { connectSandboxSocket } from '../sandbox-socket.js';
-import {
-  bwrapArgs,
-  prlimitArgs,
-  SANDBOX_HOME,
-  SANDBOX_HOME_TEMPLATE,
-  SANDBOX_RUN_DIR,
-  SANDBOX_RUNTIME_DIR,
-  SANDBOX_UID,
-} from './bwrap-args.js';
+import { bwrapArgs, prlimitArgs, SANDBOX_HOME_TEMPLATE, SANDBOX_UID } from './bwrap-args.js';
 import {
   type CgroupLimits,
   cgroupDirsOf,

@@ -2,6 +2,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { readClassRecord } from '../../decorators/records.js';
+import { SANDBOX_RUNTIME_DIR, SERVER_STATE_DIR } from '../../runtime/protocol/constants.js';
 import { validateKwargs } from '../commands/arguments.js';
 import type { DecoratedCommand } from '../commands/command-builder.js';
 import { commandRegistry } from '../commands/command-registry.js';
@@ -21,7 +22,7 @@ import type { HttpClient } from './http-client.js';
 
 type AnyClass = DecoratedCommand['cls'];
 
-/** Options of {@link CommandServer.start}. */
+/** Options of {@link ServerClient.start}. */
 export interface ServerStartOptions {
   /** Port inside the sandbox; default 8080. */
   port?: number;
@@ -65,8 +66,8 @@ export interface ServerHost {
   removeFile(path: string): Promise<void>;
 }
 
-const SERVER_DIR = '/home/user/.abx/server';
-const RUNTIME = '/opt/abx/server.cjs';
+const SERVER_DIR = SERVER_STATE_DIR;
+const RUNTIME = `${SANDBOX_RUNTIME_DIR}/server.cjs`;
 /** Error types that come from the gateway, not from the command server. */
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -74,7 +75,7 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
  * The command server of one sandbox (`sandbox.server`): start it with your decorated classes,
  * call their commands in one HTTP round trip each, discover them, stop it.
  */
-export class CommandServer {
+export class ServerClient {
   private state: ServerState | undefined;
   private port = 8080;
 

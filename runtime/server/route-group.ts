@@ -1,7 +1,7 @@
 import type { ServerContext } from './context.js';
 import type { Route } from './route-table.js';
 
-/** The capability groups a server can enable; CORE (health, info) is always on. */
+/** The route groups a server can enable; CORE (health, info) is always on. */
 export const GROUP_NAMES = [
   'CORE',
   'COMMANDS',
@@ -18,7 +18,7 @@ export type GroupName = (typeof GROUP_NAMES)[number];
 export type ServerRoute = Route<ServerContext>;
 
 /** A named set of routes under one path prefix, enabled or disabled together. */
-export interface CapabilityGroup {
+export interface RouteGroup {
   /** One of {@link GROUP_NAMES} for the command server; envd adds groups of its own. */
   name: string;
   /** Every route of the group starts with it (`/files`); CORE's routes sit at the root. */
@@ -33,7 +33,7 @@ export function defineGroup(
   prefix: string,
   description: string,
   routes: Omit<ServerRoute, 'group'>[],
-): CapabilityGroup {
+): RouteGroup {
   for (const route of routes) {
     if (route.path !== prefix && !route.path.startsWith(`${prefix}/`)) {
       throw new Error(`route ${route.method} ${route.path} of ${name} is not under ${prefix}`);
@@ -46,7 +46,7 @@ export function defineGroup(
  * Parses `--groups files,process` (group names or their prefixes, any case, `-` or `_`). CORE is
  * added: a server without health would look dead.
  */
-export function parseGroups(text: string, groups: readonly CapabilityGroup[]): Set<string> {
+export function parseGroups(text: string, groups: readonly RouteGroup[]): Set<string> {
   const wanted = new Set<string>(['CORE']);
   for (const word of text
     .split(',')
@@ -58,7 +58,7 @@ export function parseGroups(text: string, groups: readonly CapabilityGroup[]): S
     );
     if (!group) {
       throw new Error(
-        `unknown capability group '${word}'; known groups: ${groups.map((g) => g.name.toLowerCase()).join(', ')}`,
+        `unknown route group '${word}'; known groups: ${groups.map((g) => g.name.toLowerCase()).join(', ')}`,
       );
     }
     wanted.add(group.name);
