@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, test } from 'vitest';
-import { CAPABILITY_GROUPS } from '../../runtime/server/groups/index.js';
+import { ROUTE_GROUPS } from '../../runtime/server/groups/index.js';
 import { ROOT } from './harness.js';
 
 const doc = readFileSync(join(ROOT, 'docs', 'server-api.md'), 'utf8');
@@ -30,7 +30,7 @@ describe('docs/server-api.md', () => {
     const documented = tableRows('## Endpoints')
       .map(([method, path, group]) => `${method} ${unquote(path)} ${group}`)
       .sort();
-    const routes = CAPABILITY_GROUPS.flatMap((g) => g.routes)
+    const routes = ROUTE_GROUPS.flatMap((g) => g.routes)
       .map((r) => `${r.method} ${r.path} ${r.group}`)
       .sort();
     expect(documented).toEqual(routes);
@@ -43,8 +43,6 @@ describe('docs/server-api.md', () => {
       unquote(prefix),
       Number(count),
     ]);
-    expect(documented).toEqual(
-      CAPABILITY_GROUPS.map((g) => [g.name, g.prefix || '/', g.routes.length]),
-    );
+    expect(documented).toEqual(ROUTE_GROUPS.map((g) => [g.name, g.prefix || '/', g.routes.length]));
   });
 });
