@@ -1,4 +1,5 @@
 import { defineConfig } from 'tsup';
+import { PROGRAM_NAMES } from './src/agent/programs/protocol.js';
 
 // tsup switches to swc (installed) for these files because tsconfig sets emitDecoratorMetadata;
 // esbuild alone would drop the metadata.
@@ -39,6 +40,25 @@ export default defineConfig([
     ...common,
     entry: { server: 'runtime/server/main.ts', envd: 'runtime/envd/main.ts' },
     outDir: 'dist/runtime',
+    format: ['cjs'],
+    outExtension: () => ({ js: '.cjs' }),
+    noExternal: [/.*/],
+    splitting: false,
+    clean: false,
+    dts: false,
+  },
+  {
+    // BaseSandbox's sandbox-side programs, sent as `node -e <text>`: self-contained CommonJS, no
+    // source maps. Not minified (an error names a readable line); at 2-9 KB each they leave room
+    // for the payload in a 128 KiB `sh -c` argument. The sandbox's node may be older than ours;
+    // they need 14.14 (fs.rmSync). Their tsconfig has no decorator metadata, so tsup leaves swc
+    // (and its `__name` wrappers) out.
+    ...common,
+    entry: Object.fromEntries(PROGRAM_NAMES.map((name) => [name, `src/agent/programs/${name}.ts`])),
+    tsconfig: 'src/agent/programs/tsconfig.json',
+    outDir: 'dist/agent',
+    target: 'node14',
+    sourcemap: false,
     format: ['cjs'],
     outExtension: () => ({ js: '.cjs' }),
     noExternal: [/.*/],

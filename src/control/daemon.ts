@@ -14,6 +14,7 @@ import { API_ROUTES, type ApiContext } from './api-routes.js';
 import { envdRequest, runSetupStep, setSandboxEnv } from './envd-request.js';
 import { Gateway } from './gateway.js';
 import { hashToken, sandboxToken, tokenMatches } from './ids.js';
+import { Reaper } from './reaper.js';
 import { Registry } from './registry.js';
 import { SandboxService } from './sandbox-service.js';
 import { TemplateService } from './template-service.js';
@@ -51,7 +52,7 @@ export class Daemon {
   private readonly api: Server;
   private readonly gateway: Gateway;
   private readonly apiKeyHash: string;
-  private reaper: NodeJS.Timeout | undefined;
+  private readonly reaper: Reaper;
   private readonly liveness = new Map<string, { alive: boolean; at: number }>();
   private stopping: Promise<void> | undefined;
   private resolveStopped = () => {};
@@ -85,6 +86,7 @@ export class Daemon {
       setSandboxEnv,
       options.warmPool ?? 1,
     );
+    this.reaper = new Reaper(this.sandboxes.reaperHost(), options.reapIntervalMs ?? 1000);
     const table = new RouteTable(API_ROUTES);
     const context: ApiContext = {
       sandboxes: this.sandboxes,
@@ -146,9 +148,7 @@ export class Daemon {
       });
     const apiPort = await listen(this.api, this.options.apiPort ?? 0);
     const gatewayPort = await listen(this.gateway.server, this.options.gatewayPort ?? 0);
-    this.reaper = setInterval(() => {
-      this.sandboxes.reap().catch((error) => console.error('reaper:', error));
-    }, this.options.reapIntervalMs ?? 1000);
+    this.reaper.start();
     const info: DaemonInfo = {
       pid: process.pid,
       apiUrl: `http://127.0.0.1:${apiPort}`,
@@ -166,7 +166,7 @@ export class Daemon {
   /** Stops listening; sandboxes keep running for the next daemon to adopt. */
   stop(): Promise<void> {
     this.stopping ??= (async () => {
-      clearInterval(this.reaper);
+      await this.reaper.stop();
       await this.sandboxes.close();
       await this.provider.close?.();
       const close = (server: Server) =>

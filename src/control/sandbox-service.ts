@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { SandboxNotFoundError } from '../errors.js';
 import type { SandboxHandle, SandboxProvider } from '../providers/provider.js';
 import { hashToken, newSandboxId } from './ids.js';
+import type { ReaperHost } from './reaper.js';
 import type { Registry, SandboxFilter, SandboxRecord } from './registry.js';
 import {
   type CreateSandboxRequest,
@@ -15,8 +16,9 @@ import type { BuiltTemplate, TemplateService } from './template-service.js';
 import { WarmPool } from './warm-pool.js';
 
 /**
- * Sandboxes' life: create, find, kill, extend, and the two sweeps that keep the registry and the
- * process table in agreement (adoption at start, reaping of expired sandboxes).
+ * Sandboxes' life: create, find, kill, extend, and adoption at start (keeping the registry and
+ * the host's processes in agreement). The warm pool (warm-pool.ts), request validation
+ * (sandbox-request.ts) and the periodic reaper (reaper.ts) are their own modules.
  */
 export class SandboxService {
   /** Sandboxes being killed right now, so a reaper pass and an API call do not race. */
@@ -237,25 +239,16 @@ export class SandboxService {
     return this.get(id);
   }
 
-  /**
-   * Kills every running sandbox whose time is up, and marks dead (and cleans up after) those
-   * whose processes ended by themselves. Returns the expired ones.
-   */
-  async reap(now = Date.now()): Promise<string[]> {
-    const expired = this.registry.expired(now);
-    const dead = [
-      ...this.registry.listSandboxes({ state: 'running' }),
-      ...this.registry.listSandboxes({ state: 'pooled' }),
-    ].filter((record) => !this.ending.has(record.id) && !this.provider.isAlive(record.handle));
-    await Promise.all([
-      ...dead.map((record) => this.markDead(record)),
-      ...expired
-        .filter((record) => !dead.some((ended) => ended.id === record.id))
-        .map((record) =>
-          this.kill(record.id, 'expired', `expired at ${new Date(record.expiresAt).toISOString()}`),
-        ),
-    ]);
-    return expired.map((record) => record.id);
+  /** What a {@link Reaper} watching these sandboxes needs. */
+  reaperHost(): ReaperHost {
+    return {
+      registry: this.registry,
+      isAlive: (handle) => this.provider.isAlive(handle),
+      isEnding: (id) => this.ending.has(id),
+      markDead: (record) => this.markDead(record),
+      expire: (record) =>
+        this.kill(record.id, 'expired', `expired at ${new Date(record.expiresAt).toISOString()}`),
+    };
   }
 
   /**

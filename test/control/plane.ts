@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { test as base } from 'vitest';
 import { runSetupStep, setSandboxEnv } from '../../src/control/envd-request.js';
 import { sandboxToken } from '../../src/control/ids.js';
+import { Reaper } from '../../src/control/reaper.js';
 import { Registry } from '../../src/control/registry.js';
 import { SandboxService } from '../../src/control/sandbox-service.js';
 import { TemplateService } from '../../src/control/template-service.js';
@@ -22,6 +23,8 @@ export interface Plane {
   registry: Registry;
   templates: TemplateService;
   sandboxes: SandboxService;
+  /** Not started: a test calls `reaper.pass()` when it wants one. */
+  reaper: Reaper;
 }
 
 export interface PlaneOptions extends MemoryProviderOptions {
@@ -69,6 +72,7 @@ export const test = base.extend<{ open: (options?: PlaneOptions) => Plane }>({
           registry,
           templates,
           sandboxes,
+          reaper: new Reaper(sandboxes.reaperHost()),
         };
         opened.push(plane);
         return plane;

@@ -4,6 +4,7 @@ import { describe, expect } from 'vitest';
 import { DEFAULT_SANDBOX_TIMEOUT_MS } from '../../src/commands/template-runtime.js';
 import { envdRequest } from '../../src/control/envd-request.js';
 import { hashToken, sandboxToken } from '../../src/control/ids.js';
+import { Reaper } from '../../src/control/reaper.js';
 import { MAX_SANDBOX_TIMEOUT_MS } from '../../src/control/sandbox-request.js';
 import { InvalidArgumentError, NotFoundError, SandboxStartError } from '../../src/errors.js';
 import { type Plane, TOKEN_SECRET, test, until } from './plane.js';
@@ -209,10 +210,10 @@ describe('SandboxService: the reaper', () => {
     const short = (await plane.sandboxes.create({ timeoutMs: 1000 })).record;
     const long = (await plane.sandboxes.create({ timeoutMs: 600_000 })).record;
 
-    expect(await plane.sandboxes.reap(short.expiresAt - 1)).toEqual([]);
+    expect(await plane.reaper.pass(short.expiresAt - 1)).toEqual([]);
     expect(plane.provider.kills).toBe(0);
 
-    expect(await plane.sandboxes.reap(short.expiresAt)).toEqual([short.id]);
+    expect(await plane.reaper.pass(short.expiresAt)).toEqual([short.id]);
     expect(plane.sandboxes.get(short.id)).toMatchObject({
       state: 'expired',
       endReason: `expired at ${new Date(short.expiresAt).toISOString()}`,
@@ -235,7 +236,7 @@ describe('SandboxService: the reaper', () => {
     await plane.provider.die(exited.id, 'exited');
 
     // Not expired: reap returns no expired ids, yet it marks the dead ones.
-    expect(await plane.sandboxes.reap()).toEqual([]);
+    expect(await plane.reaper.pass()).toEqual([]);
     expect(plane.registry.getSandbox(oom.id)).toMatchObject({ state: 'dead', endReason: 'oom' });
     expect(plane.registry.getSandbox(exited.id)).toMatchObject({
       state: 'dead',
@@ -248,8 +249,30 @@ describe('SandboxService: the reaper', () => {
     expect(existsSync(folderOf(plane, alive.id))).toBe(true);
     // The next pass finds nothing more to do.
     const kills = plane.provider.kills;
-    expect(await plane.sandboxes.reap()).toEqual([]);
+    expect(await plane.reaper.pass()).toEqual([]);
     expect(plane.provider.kills).toBe(kills);
+  });
+
+  test('started, the reaper expires sandboxes by itself; stop() waits for its pass', async ({
+    open,
+  }) => {
+    const plane = open({ warmPool: 0 });
+    const errors: unknown[] = [];
+    const reaper = new Reaper(plane.sandboxes.reaperHost(), 10, (error) => errors.push(error));
+    const box = (await plane.sandboxes.create({ timeoutMs: 50 })).record;
+    reaper.start();
+    try {
+      for (let i = 0; i < 200 && plane.registry.getSandbox(box.id)?.state === 'running'; i++) {
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+      expect(plane.registry.getSandbox(box.id)?.state).toBe('expired');
+    } finally {
+      await reaper.stop();
+    }
+    // Stopped: nothing touches the registry any more, so closing it now is safe.
+    plane.registry.close();
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(errors).toEqual([]);
   });
 
   test('get() of a sandbox that died unnoticed marks it dead and cleans up', async ({ open }) => {

@@ -85,9 +85,7 @@ describe('the warm pool', () => {
     const record = plane.registry.getSandbox(pooled);
     expect((record?.expiresAt ?? 0) - (record?.createdAt ?? 0)).toBe(MAX_SANDBOX_TIMEOUT_MS);
     // The reaper does not expire a pooled sandbox.
-    expect(await plane.sandboxes.reap(Date.now() + MAX_SANDBOX_TIMEOUT_MS * 2)).not.toContain(
-      pooled,
-    );
+    expect(await plane.reaper.pass(Date.now() + MAX_SANDBOX_TIMEOUT_MS * 2)).not.toContain(pooled);
     expect(plane.registry.getSandbox(pooled)?.state).toBe('pooled');
   });
 
@@ -125,7 +123,7 @@ describe('the warm pool', () => {
     const { first, pooled } = await fillPool(plane);
     await plane.provider.die(pooled, 'oom');
 
-    await plane.sandboxes.reap();
+    await plane.reaper.pass();
     expect(plane.registry.getSandbox(pooled)).toBeUndefined();
     expect(existsSync(join(plane.sandboxesDir, pooled))).toBe(false);
     expect(plane.sandboxes.list({}).map((r) => r.id)).toEqual([first]);

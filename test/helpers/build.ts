@@ -13,6 +13,7 @@ export function ensureBuilt(): void {
     'dist/index.js',
     'dist/index.cjs',
     'dist/cli.js',
+    'dist/agent/read.cjs',
     'samples/build/list-commands.js',
   ];
   if (outputs.every((file) => existsSync(join(ROOT, file)))) return;

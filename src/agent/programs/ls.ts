@@ -1,0 +1,40 @@
+import { lstatSync, readdirSync, type Stats, statSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { fsError, runProgram } from './prelude.js';
+import type { LsDone, PathPayload, ProgramError } from './protocol.js';
+
+/** One level, hidden entries included, sorted by name; symlinks are described, not followed. */
+function main(p: PathPayload): LsDone | ProgramError {
+  const dir = resolve(p.path);
+  let st: Stats;
+  try {
+    st = statSync(dir);
+  } catch (e) {
+    return fsError(e);
+  }
+  if (!st.isDirectory()) return { error: 'not_a_directory' };
+  let names: string[];
+  try {
+    names = readdirSync(dir).sort();
+  } catch (e) {
+    return fsError(e);
+  }
+  return {
+    entries: names.map((name) => {
+      const full = join(dir, name);
+      try {
+        const s = lstatSync(full);
+        return {
+          path: full,
+          isDir: s.isDirectory(),
+          size: s.size,
+          modifiedAt: s.mtime.toISOString(),
+        };
+      } catch {
+        return { path: full, isDir: false };
+      }
+    }),
+  };
+}
+
+runProgram<'ls'>(main);

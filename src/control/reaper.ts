@@ -1,0 +1,68 @@
+import type { SandboxHandle } from '../providers/provider.js';
+import type { Registry, SandboxRecord } from './registry.js';
+
+/** What the reaper needs from the sandboxes it watches. */
+export interface ReaperHost {
+  registry: Registry;
+  isAlive(handle: SandboxHandle): boolean;
+  /** True while a sandbox is being killed (its processes are expected to go). */
+  isEnding(id: string): boolean;
+  /** Records that a sandbox ended by itself and releases what it held. */
+  markDead(record: SandboxRecord): Promise<void>;
+  /** Kills a sandbox whose time is up. */
+  expire(record: SandboxRecord): Promise<unknown>;
+}
+
+/**
+ * Keeps the registry and the hosts' processes in agreement while the daemon runs: every pass
+ * kills the running sandboxes whose time is up and marks dead (cleaning up after) the running or
+ * pooled ones whose processes ended by themselves. One pass at a time; `stop` waits for the pass
+ * in flight, so nothing touches the registry after the daemon closes it.
+ */
+export class Reaper {
+  private timer: NodeJS.Timeout | undefined;
+  private inFlight: Promise<unknown> | undefined;
+
+  constructor(
+    private readonly host: ReaperHost,
+    /** Time between passes (default 1 s). */
+    private readonly intervalMs = 1000,
+    private readonly onError: (error: unknown) => void = (error) => console.error('reaper:', error),
+  ) {}
+
+  /** Starts passing every `intervalMs`; a pass still running when the next is due is not doubled. */
+  start(): void {
+    this.timer ??= setInterval(() => {
+      if (this.inFlight) return;
+      this.inFlight = this.pass()
+        .catch(this.onError)
+        .finally(() => {
+          this.inFlight = undefined;
+        });
+    }, this.intervalMs);
+  }
+
+  /** Stops passing; resolves once the pass in flight (if any) is done. */
+  async stop(): Promise<void> {
+    clearInterval(this.timer);
+    this.timer = undefined;
+    await this.inFlight;
+  }
+
+  /** One pass as of `now`; returns the ids of the sandboxes that expired. */
+  async pass(now = Date.now()): Promise<string[]> {
+    const { registry } = this.host;
+    const expired = registry.expired(now);
+    const dead = [
+      ...registry.listSandboxes({ state: 'running' }),
+      ...registry.listSandboxes({ state: 'pooled' }),
+    ].filter((record) => !this.host.isEnding(record.id) && !this.host.isAlive(record.handle));
+    await Promise.all([
+      ...dead.map((record) => this.host.markDead(record)),
+      ...expired
+        .filter((record) => !dead.some((ended) => ended.id === record.id))
+        .map((record) => this.host.expire(record)),
+    ]);
+    return expired.map((record) => record.id);
+  }
+}
