@@ -1,18 +1,14 @@
-import { type Stats, statSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { expandBraces, hasParentSegment, STOP, splitPattern, walkGlob } from './glob-match.js';
-import { fsError, runProgram } from './prelude.js';
+import { runProgram, statOrError } from './prelude.js';
 import type { FileEntry, GlobDone, GlobPayload, ProgramError } from './protocol.js';
 
 /** A pattern without `/` matches base names at any depth; stops at `maxResults` or the budget. */
 function main(p: GlobPayload): GlobDone | ProgramError {
   const root = resolve(p.path);
-  let st: Stats;
-  try {
-    st = statSync(root);
-  } catch (e) {
-    return fsError(e);
-  }
+  const found = statOrError(root);
+  if ('error' in found) return found;
+  const st = found.stats;
   if (!st.isDirectory()) return { error: 'not_a_directory' };
   const patterns = expandBraces(p.pattern, []);
   if (patterns.some(hasParentSegment)) return { error: 'invalid_pattern' };

@@ -1,4 +1,4 @@
-import { type Dirent, readdirSync, type Stats, statSync } from 'node:fs';
+import { type Dirent, readdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import {
   expandBraces,
@@ -7,7 +7,7 @@ import {
   splitPattern,
   walkGlob,
 } from './glob-match.js';
-import { eachLine, fsError, readPrefix, runProgram } from './prelude.js';
+import { eachLine, readPrefix, runProgram, statOrError } from './prelude.js';
 import type { GrepDone, GrepPayload, ProgramError } from './protocol.js';
 
 /**
@@ -19,12 +19,9 @@ import type { GrepDone, GrepPayload, ProgramError } from './protocol.js';
  */
 function main(p: GrepPayload): GrepDone | ProgramError {
   const root = resolve(p.path);
-  let st: Stats;
-  try {
-    st = statSync(root);
-  } catch (e) {
-    return fsError(e);
-  }
+  const found = statOrError(root);
+  if ('error' in found) return found;
+  const st = found.stats;
   const files: string[] = [];
   if (!st.isDirectory()) files.push(root);
   else if (p.glob?.includes('/')) {

@@ -1,17 +1,14 @@
-import { lstatSync, readdirSync, type Stats, statSync } from 'node:fs';
+import { lstatSync, readdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { fsError, runProgram } from './prelude.js';
+import { fsError, runProgram, statOrError } from './prelude.js';
 import type { LsDone, PathPayload, ProgramError } from './protocol.js';
 
 /** One level, hidden entries included, sorted by name; symlinks are described, not followed. */
 function main(p: PathPayload): LsDone | ProgramError {
   const dir = resolve(p.path);
-  let st: Stats;
-  try {
-    st = statSync(dir);
-  } catch (e) {
-    return fsError(e);
-  }
+  const found = statOrError(dir);
+  if ('error' in found) return found;
+  const st = found.stats;
   if (!st.isDirectory()) return { error: 'not_a_directory' };
   let names: string[];
   try {

@@ -1,4 +1,4 @@
-import { closeSync, openSync, readFileSync, readSync } from 'node:fs';
+import { closeSync, openSync, readFileSync, readSync, type Stats, statSync } from 'node:fs';
 import { StringDecoder } from 'node:string_decoder';
 import {
   type HelperAnswer,
@@ -22,6 +22,15 @@ export function fsError(e: unknown): ProgramError {
   }
   if (code === 'EISDIR') return { error: 'is_directory' };
   return { error: 'io_error', detail: String((e as { message?: unknown } | null)?.message || e) };
+}
+
+/** `stat` of a path, or the answer that says why it cannot be read. */
+export function statOrError(path: string): { stats: Stats } | ProgramError {
+  try {
+    return { stats: statSync(path) };
+  } catch (e) {
+    return fsError(e);
+  }
 }
 
 /** Whether `buf` is valid UTF-8, allowing a character cut at its end. */
