@@ -37,7 +37,7 @@ describe('docs/server-api.md', () => {
     expect(routes).toHaveLength(42);
   });
 
-  test('lists every capability group with its prefix and endpoint count', () => {
+  test('lists every route group with its prefix and endpoint count', () => {
     const documented = tableRows('## Capability groups').map(([name, prefix, , count]) => [
       name,
       unquote(prefix),

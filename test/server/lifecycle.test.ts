@@ -126,7 +126,7 @@ describe('refusing to start', () => {
   test('an unknown group', async () => {
     const { code, stderr } = await failToStart(['--groups', 'files,gpu']);
     expect(code).toBe(2);
-    expect(stderr).toContain("unknown capability group 'gpu'");
+    expect(stderr).toContain("unknown route group 'gpu'");
     expect(stderr).toContain('file_ops');
   });
 
