@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # System packages agent-sandbox needs on a Debian machine: bubblewrap (the sandboxes), util-linux
 # and e2fsprogs (a root daemon's launcher: unshare, setpriv, prlimit, mount, mkfs.ext4; Debian
-# ships them, but slim images may not), python3 (what the tests run inside sandboxes) and, for the
-# command server's BROWSER group, Chromium. Installs only what is missing; needs root (or sudo).
+# ships them, but slim images may not), python3 (what the tests run inside sandboxes), patchelf
+# (the portable Node runtime that sandboxes of any image run envd with), busybox-static (a root
+# filesystem with no libc, for the portable runtime's tests) and, for the command server's BROWSER
+# group, Chromium. Installs only what is missing; needs root (or sudo).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
@@ -13,6 +15,9 @@ for tool in unshare setpriv prlimit mount; do
 done
 command -v mkfs.ext4 >/dev/null 2>&1 || missing+=(e2fsprogs)
 [ -x /usr/bin/python3 ] || missing+=(python3)
+command -v patchelf >/dev/null 2>&1 || missing+=(patchelf)
+# Debian's `busybox` package has /bin/busybox too, but linked to glibc: only the static one will do.
+dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q ' installed' || missing+=(busybox-static)
 if [ "${1:-}" != "--no-browser" ] && [ ! -x /usr/bin/chromium ]; then missing+=(chromium); fi
 [ "${#missing[@]}" -eq 0 ] && exit 0
 

@@ -44,6 +44,7 @@ export {
   ServerCommandError,
   ServerNotRunningError,
   ServerStoppingError,
+  TemplateBuildError,
   TemplateError,
   TemplateNotFoundError,
   TimeoutError,

@@ -73,8 +73,11 @@ export type { CommandJSONSchema } from './commands/json-schema.js';
 export { toJSONSchema } from './commands/json-schema.js';
 export { listCommands } from './commands/list-commands.js';
 export { renderShellCommand } from './commands/shell-template.js';
-export type { Capability, Template } from './commands/template.js';
+export type { Capability, TemplateSpec } from './commands/template.js';
 export { CAPABILITIES, loadTemplate, parseTemplate } from './commands/template.js';
+export type { ResourceOptions, StepOptions } from './commands/template-builder.js';
+export { Template } from './commands/template-builder.js';
+export type { SetupStep } from './commands/template-runtime.js';
 export type { CommandResult, ErrorBody } from './errors.js';
 export {
   ArchiveError,
@@ -96,6 +99,7 @@ export {
   SandboxStartError,
   ServerCommandError,
   ServerNotRunningError,
+  TemplateBuildError,
   TemplateError,
   TemplateNotFoundError,
   TimeoutError,

@@ -349,6 +349,27 @@ export class SandboxStartError extends SandboxError {
   static override readonly type: string = 'SandboxStartError';
 }
 
+/**
+ * A template's build failed at one step: `step` (its index), `command`, `exitCode` and the end
+ * of its `output` are in the error; the template is left as it was before the build.
+ */
+export class TemplateBuildError extends SandboxError {
+  static override readonly type: string = 'TemplateBuildError';
+  static override readonly status: number = 422;
+
+  get step(): number {
+    return typeof this.details.step === 'number' ? this.details.step : -1;
+  }
+
+  get exitCode(): number | undefined {
+    return typeof this.details.exitCode === 'number' ? this.details.exitCode : undefined;
+  }
+
+  get output(): string {
+    return text(this.details.output);
+  }
+}
+
 /** A command returned a value that JSON cannot represent (a cycle, a BigInt). */
 export class SerializationError extends SandboxError {
   static override readonly type: string = 'SerializationError';
@@ -480,6 +501,7 @@ export const ERROR_CLASSES: readonly ErrorClass[] = [
   DaemonUnavailableError,
   UpstreamError,
   SandboxStartError,
+  TemplateBuildError,
   SerializationError,
   ServerCommandError,
   ManifestError,

@@ -27,6 +27,69 @@ export interface SandboxInfo {
   envdPort: number;
 }
 
+/** Limits applied to every process of a sandbox (see the README for which are enforced). */
+export interface TemplateResources {
+  /** Most processes (threads count) the sandbox user may run: RLIMIT_NPROC. */
+  processes?: number;
+  /** Most open files per process: RLIMIT_NOFILE. */
+  openFiles?: number;
+  /** Largest file a process may write, in bytes: RLIMIT_FSIZE. */
+  fileSize?: number;
+  /** Memory of the whole sandbox, in bytes (a memory cgroup, where the host allows one). */
+  memory?: number;
+  /** CPU time of the whole sandbox, in cores (`0.5`, `2`): a CPU cgroup quota. */
+  cpu?: number;
+  /** Disk space of the sandbox's home and /tmp together, in bytes; default 2 GiB. */
+  disk?: number;
+}
+
+/**
+ * One build step: a shell command, or a copy of a host file or folder into the image. `user` runs
+ * it: `root` by default in an image template (like a Dockerfile's `RUN`), the sandbox's user in a
+ * template without an image (which can only write its home).
+ */
+export type SetupStep =
+  | { run: string; user: string }
+  | {
+      /** The host path (absolute once the template is loaded). */
+      copy: string;
+      /** Where it lands in the sandbox (absolute). */
+      to: string;
+      user: string;
+    };
+
+/** A custom command as a template carries it. */
+export interface CustomCommandInfo extends CommandDescription {
+  template: string;
+  source: 'yaml' | 'decorator';
+  /** The shell command of a YAML command. */
+  command?: string;
+  timeoutMs?: number;
+}
+
+/** A built template as `GET /v1/templates/:name` shows it. */
+export interface TemplateInfo {
+  name: string;
+  description: string;
+  /** The image its sandboxes start from (none: the host's system). */
+  image: string | null;
+  /** The Dockerfile it was built from, if any. */
+  dockerfile: string | null;
+  /** The user its sandboxes run as. */
+  user: string;
+  capabilities: string[];
+  network: 'none' | 'host';
+  timeoutMs: number;
+  workdir: string;
+  env: Record<string, string>;
+  resources: TemplateResources;
+  setup: SetupStep[];
+  customCommands: CustomCommandInfo[];
+  builtAt: string | null;
+  /** The template file it was built from; null for base and for templates built from code. */
+  path: string | null;
+}
+
 // ---------------------------------------------------------------- command server
 
 /** One command in `GET /commands` (an `env` argument is listed as `str`). */

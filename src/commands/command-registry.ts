@@ -3,7 +3,7 @@ import { buildCommands, type DecoratedCommand } from './command-builder.js';
 import type { CustomCommand } from './custom-command.js';
 import { DuplicateCommandError, templateNotFound } from './errors.js';
 import { fromShipped, shippedCommands } from './shipped-commands.js';
-import type { Template } from './template.js';
+import type { TemplateSpec } from './template.js';
 
 /**
  * Every decorated class and loaded template this process knows, by template name. A typedi
@@ -11,7 +11,7 @@ import type { Template } from './template.js';
  */
 export class CommandRegistry {
   private readonly classes = new Map<DecoratedCommand['cls'], DecoratedCommand[]>();
-  private readonly templates = new Map<string, Template>();
+  private readonly templates = new Map<string, TemplateSpec>();
 
   /**
    * Builds and records a class's commands; throws if the class defines them wrongly. Inside a
@@ -35,7 +35,7 @@ export class CommandRegistry {
   }
 
   /** Makes a loaded template known by its name (a later load of the same name replaces it). */
-  registerTemplate(template: Template): void {
+  registerTemplate(template: TemplateSpec): void {
     this.templates.set(template.name, template);
   }
 
@@ -57,7 +57,7 @@ export class CommandRegistry {
    * The YAML and decorated commands of a template, merged (YAML first, in file order). A name
    * defined twice is an error naming both places.
    */
-  list(template: string | Template): CustomCommand[] {
+  list(template: string | TemplateSpec): CustomCommand[] {
     const loaded = typeof template === 'string' ? this.templates.get(template) : template;
     const name = typeof template === 'string' ? template : template.name;
     const decorated = this.decorated(name);

@@ -1,46 +1,59 @@
+import { resolve } from 'node:path';
 import { ENV_NAME_PATTERN } from '../../runtime/protocol/arguments.js';
 import { SANDBOX_HOME } from '../../runtime/protocol/constants.js';
+import type { SetupStep, TemplateResources } from '../../runtime/protocol/wire.js';
 import { parseDuration } from '../util/duration.js';
 import { parseSize } from '../util/size.js';
 import { isRecord, type TemplateReader } from './template-reader.js';
 
+export type { SetupStep, TemplateResources };
+
 /** The template keys that shape the sandbox itself (the rest describe commands). */
-export const RUNTIME_KEYS = ['env', 'workdir', 'setup', 'timeout', 'resources', 'network'];
+export const RUNTIME_KEYS = [
+  'image',
+  'dockerfile',
+  'user',
+  'env',
+  'workdir',
+  'setup',
+  'timeout',
+  'resources',
+  'network',
+];
+const STEP_KEYS = ['run', 'copy', 'to', 'user'];
 const RESOURCE_KEYS = ['processes', 'open_files', 'file_size', 'memory', 'cpu', 'disk'];
 
 /** The default lifetime of a sandbox whose template sets no `timeout`. */
 export const DEFAULT_SANDBOX_TIMEOUT_MS = 5 * 60_000;
 export const DEFAULT_WORKDIR = SANDBOX_HOME;
 
-/** Limits applied to every process of a sandbox (see the README for which are enforced). */
-export interface TemplateResources {
-  /** Most processes (threads count) the sandbox user may run: RLIMIT_NPROC. */
-  processes?: number;
-  /** Most open files per process: RLIMIT_NOFILE. */
-  openFiles?: number;
-  /** Largest file a process may write, in bytes: RLIMIT_FSIZE. */
-  fileSize?: number;
-  /** Memory of the whole sandbox, in bytes (a memory cgroup, where the host allows one). */
-  memory?: number;
-  /** CPU time of the whole sandbox, in cores (`0.5`, `2`): a CPU cgroup quota. */
-  cpu?: number;
-  /** Disk space of the sandbox's home and /tmp together, in bytes; default 2 GiB. */
-  disk?: number;
-}
-
 /** The disk quota of a sandbox whose template sets none. */
 export const DEFAULT_DISK_BYTES = 2 * 1024 ** 3;
 /** Most CPU cores a template may ask for. */
 export const MAX_CPU = 1024;
 
+/** The sandbox's user when a template names none (uid 1000, created in an image that lacks it). */
+export const DEFAULT_USER = 'user';
+/** Who runs the `setup` steps of an image template unless a step says otherwise. */
+export const IMAGE_SETUP_USER = 'root';
+const USER_NAME = /^[a-z_][a-z0-9_-]{0,31}$/;
+/** A container image reference: `python:3.12-slim`, `registry/x/y@sha256:...`. */
+const IMAGE_REFERENCE = /^[A-Za-z0-9][A-Za-z0-9._\-/:@+]{0,254}$/;
+
 /** How a template's sandboxes run. */
 export interface TemplateRuntime {
+  /** The container image the sandbox's root filesystem comes from; none: the host's own. */
+  image?: string;
+  /** A Dockerfile (absolute path) whose image the sandbox starts from. */
+  dockerfile?: string;
+  /** The user the sandbox's processes run as (`user`, uid 1000, by default). */
+  user: string;
   /** Environment variables of every process in the sandbox (the host's never leak in). */
   env: Record<string, string>;
   /** The working directory of commands; default `/home/user`. */
   workdir: string;
-  /** Shell steps run once when the template is built; sandboxes start from their result. */
-  setup: string[];
+  /** Steps run once when the template is built; sandboxes start from their result. */
+  setup: SetupStep[];
   /** Default lifetime of a sandbox, in milliseconds. */
   timeoutMs: number;
   resources: TemplateResources;
@@ -52,7 +65,22 @@ export interface TemplateRuntime {
 export function readRuntime(
   reader: TemplateReader,
   root: Record<string, unknown>,
+  /** Folder that relative paths (`dockerfile`, `copy`) are relative to: the template file's. */
+  baseDir: string,
 ): TemplateRuntime {
+  const image = readImage(reader, root, baseDir);
+  const user = root.user ?? DEFAULT_USER;
+  if (typeof user !== 'string' || !USER_NAME.test(user)) {
+    reader.problem(
+      ['user'],
+      'must be a user name such as user (lower-case letters, digits, _ and -)',
+    );
+  } else if (!image.image && !image.dockerfile && user !== DEFAULT_USER) {
+    reader.problem(
+      ['user'],
+      `only an image template (image: or dockerfile:) can name another user than ${DEFAULT_USER}`,
+    );
+  }
   const env: Record<string, string> = {};
   if (root.env !== undefined && root.env !== null) {
     if (!isRecord(root.env)) reader.problem(['env'], 'must be a mapping of NAME: value');
@@ -72,18 +100,12 @@ export function readRuntime(
     reader.problem(['workdir'], 'must be an absolute path such as /home/user/project');
   }
 
-  const setup: string[] = [];
-  if (root.setup !== undefined && root.setup !== null) {
-    const steps = typeof root.setup === 'string' ? [root.setup] : root.setup;
-    if (!Array.isArray(steps)) reader.problem(['setup'], 'must be a list of shell commands');
-    else {
-      steps.forEach((step, index) => {
-        if (typeof step !== 'string' || step.trim() === '') {
-          reader.problem(['setup', index], 'must be a non-empty shell command');
-        } else setup.push(step);
-      });
-    }
-  }
+  const fromImage = image.image !== undefined || image.dockerfile !== undefined;
+  const setup = readSetup(reader, root.setup, {
+    baseDir,
+    defaultUser: fromImage ? IMAGE_SETUP_USER : DEFAULT_USER,
+    fromImage,
+  });
 
   let timeoutMs = DEFAULT_SANDBOX_TIMEOUT_MS;
   if (root.timeout !== undefined) {
@@ -103,6 +125,8 @@ export function readRuntime(
     reader.problem(['network'], 'must be none (the default: no network) or host');
   }
   return {
+    ...image,
+    user: typeof user === 'string' ? user : DEFAULT_USER,
     env,
     workdir: String(workdir),
     setup,
@@ -110,6 +134,109 @@ export function readRuntime(
     resources,
     network: network as 'none' | 'host',
   };
+}
+
+function readImage(
+  reader: TemplateReader,
+  root: Record<string, unknown>,
+  baseDir: string,
+): { image?: string; dockerfile?: string } {
+  if (root.image !== undefined && root.dockerfile !== undefined) {
+    reader.problem(['dockerfile'], 'give image: or dockerfile:, not both');
+    return {};
+  }
+  if (root.image !== undefined) {
+    if (typeof root.image !== 'string' || !IMAGE_REFERENCE.test(root.image)) {
+      reader.problem(['image'], 'must be an image reference such as python:3.12-slim');
+      return {};
+    }
+    return { image: root.image };
+  }
+  if (root.dockerfile !== undefined) {
+    if (
+      typeof root.dockerfile !== 'string' ||
+      root.dockerfile === '' ||
+      root.dockerfile.includes('\0')
+    ) {
+      reader.problem(
+        ['dockerfile'],
+        'must be the path of a Dockerfile, relative to the template file',
+      );
+      return {};
+    }
+    return { dockerfile: resolve(baseDir, root.dockerfile) };
+  }
+  return {};
+}
+
+function readSetup(
+  reader: TemplateReader,
+  value: unknown,
+  context: { baseDir: string; defaultUser: string; fromImage: boolean },
+): SetupStep[] {
+  const setup: SetupStep[] = [];
+  if (value === undefined || value === null) return setup;
+  const steps = typeof value === 'string' ? [value] : value;
+  if (!Array.isArray(steps)) {
+    reader.problem(
+      ['setup'],
+      'must be a list of steps: shell commands, { run, user } or { copy, to }',
+    );
+    return setup;
+  }
+  steps.forEach((step, index) => {
+    const path = ['setup', index];
+    if (typeof step === 'string') {
+      if (step.trim() === '') reader.problem(path, 'must be a non-empty shell command');
+      else setup.push({ run: step, user: context.defaultUser });
+      return;
+    }
+    if (!isRecord(step)) {
+      reader.problem(
+        path,
+        'must be a shell command, { run: ..., user: ... } or { copy: ..., to: ... }',
+      );
+      return;
+    }
+    reader.checkKeys(step, STEP_KEYS, path);
+    const user = step.user ?? context.defaultUser;
+    if (typeof user !== 'string' || !USER_NAME.test(user)) {
+      reader.problem([...path, 'user'], 'must be a user name such as root or user');
+      return;
+    }
+    if (!context.fromImage && user !== DEFAULT_USER) {
+      reader.problem(
+        [...path, 'user'],
+        `steps run as ${DEFAULT_USER} unless the template starts from an image (image: or dockerfile:)`,
+      );
+      return;
+    }
+    if ('run' in step === 'copy' in step) {
+      reader.problem(path, 'needs either run: (a shell command) or copy: with to:');
+      return;
+    }
+    if ('run' in step) {
+      if (typeof step.run !== 'string' || step.run.trim() === '') {
+        reader.problem([...path, 'run'], 'must be a non-empty shell command');
+      } else setup.push({ run: step.run, user });
+      return;
+    }
+    const { copy, to } = step;
+    if (typeof copy !== 'string' || copy === '' || copy.includes('\0')) {
+      reader.problem([...path, 'copy'], 'must be a host path, relative to the template file');
+    } else if (typeof to !== 'string' || !to.startsWith('/') || to.includes('\0')) {
+      reader.problem(
+        [...path, 'to'],
+        'must be an absolute path in the sandbox, such as /home/user/data',
+      );
+    } else if (!context.fromImage && to !== SANDBOX_HOME && !to.startsWith(`${SANDBOX_HOME}/`)) {
+      reader.problem(
+        [...path, 'to'],
+        `must be under ${SANDBOX_HOME}: only the home folder is kept in a template without an image`,
+      );
+    } else setup.push({ copy: resolve(context.baseDir, copy), to, user });
+  });
+  return setup;
 }
 
 function readResources(reader: TemplateReader, value: unknown): TemplateResources {

@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { dirname, resolve } from 'node:path';
 import { LineCounter, parseDocument } from 'yaml';
 import { parseDuration } from '../util/duration.js';
 import { commandRegistry } from './command-registry.js';
@@ -20,7 +20,7 @@ const COMMAND_KEYS = ['description', 'command', 'args', 'timeout'];
 const ARG_KEYS = ['name', 'type', 'default', 'description'];
 
 /** A loaded `template.yaml`. */
-export interface Template extends TemplateRuntime {
+export interface TemplateSpec extends TemplateRuntime {
   name: string;
   description: string;
   capabilities: Capability[];
@@ -36,7 +36,7 @@ export interface Template extends TemplateRuntime {
  * Parses the text of a `template.yaml`. `file` names it in error messages. Throws
  * {@link TemplateError} listing every problem, each as `file:line:column: key.path: message`.
  */
-export function parseTemplate(text: string, file = 'template.yaml'): Template {
+export function parseTemplate(text: string, file = 'template.yaml'): TemplateSpec {
   const lines = new LineCounter();
   const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
   if (doc.errors.length > 0) {
@@ -83,7 +83,7 @@ export function parseTemplate(text: string, file = 'template.yaml'): Template {
 
   const capabilities = readCapabilities(reader, root.capabilities);
   const { commands, places } = readCommands(reader, root.custom_commands, String(name));
-  const runtime = readRuntime(reader, root);
+  const runtime = readRuntime(reader, root, dirname(resolve(file)));
   if (reader.problems.length > 0) {
     const [first, ...rest] = reader.problems;
     throw new TemplateError(
@@ -224,7 +224,7 @@ function readArgs(reader: TemplateReader, value: unknown, path: Path): Record<st
  * Loads a `template.yaml` (see {@link parseTemplate} for errors) and makes it known by name, so
  * that `listCommands('its-name')` includes its custom commands.
  */
-export function loadTemplate(path: string): Template {
+export function loadTemplate(path: string): TemplateSpec {
   const absolute = resolve(path);
   let text: string;
   try {

@@ -1,4 +1,4 @@
-import type { SandboxInfo } from '../../runtime/protocol/wire.js';
+import type { SandboxInfo, TemplateInfo } from '../../runtime/protocol/wire.js';
 import type { Route } from '../../runtime/server/route-table.js';
 import { argList } from '../../runtime/server/validate.js';
 import { InvalidArgumentError } from '../errors.js';
@@ -36,11 +36,14 @@ export function sandboxJson(record: SandboxRecord): SandboxInfo {
   };
 }
 
-export function templateJson(template: BuiltTemplate) {
+export function templateJson(template: BuiltTemplate): TemplateInfo {
   const { spec } = template;
   return {
     name: spec.name,
     description: spec.description,
+    image: spec.image ?? null,
+    dockerfile: spec.dockerfile ?? null,
+    user: spec.user,
     capabilities: spec.capabilities,
     network: spec.network,
     timeoutMs: spec.timeoutMs,
@@ -170,10 +173,16 @@ export const API_ROUTES: ApiRoute[] = [
     method: 'POST',
     path: '/v1/templates',
     group: 'api',
-    summary: 'Build a template from a template.yaml on this host: { path }.',
-    args: argList({ path: 'str' }),
+    summary:
+      'Build a template: { path } of a template.yaml on this host, or { yaml } (a template made in code).',
+    args: argList({ 'path?': 'str', 'yaml?': 'str' }),
     handler: async ({ args, ctx }) => {
-      const built = await ctx.templates.build(args.path as string);
+      if ((args.yaml === undefined) === (args.path === undefined)) {
+        throw new InvalidArgumentError('give either path (a template.yaml on this host) or yaml');
+      }
+      const built = await ctx.templates.build(
+        args.yaml === undefined ? (args.path as string) : { yaml: args.yaml as string },
+      );
       // Spare sandboxes of the old build must not be handed out.
       await ctx.sandboxes.drainPool(built.spec.name);
       return templateJson(built);

@@ -1,5 +1,8 @@
+import { createReadStream, type Stats, statSync } from 'node:fs';
 import { type IncomingMessage, request } from 'node:http';
-import { errorFromBody, TimeoutError, UpstreamError } from '../errors.js';
+import { Readable } from 'node:stream';
+import { packTree } from '../../runtime/envd/tar-pack.js';
+import { errorFromBody, InvalidArgumentError, TimeoutError, UpstreamError } from '../errors.js';
 import { connectSandboxSocket } from '../providers/sandbox-socket.js';
 
 /** One JSON request to an envd over its Unix socket, from the host side. */
@@ -113,4 +116,72 @@ export async function setSandboxEnv(
 ): Promise<void> {
   const { status, body } = await envdRequest(handle.envdSocket, token, 'PUT', '/env', { env });
   if (status !== 200) throw errorFromBody(status, body);
+}
+
+/**
+ * Copies a host file or folder into a running sandbox at `to` through its envd: a file with
+ * `PUT /files/write`, a folder as a tar stream (packed here, unpacked by envd) with
+ * `PUT /files/archive`. Rejects with the sandbox's error (errno as `code`) if envd refuses.
+ */
+export async function copyIntoSandbox(
+  handle: { envdSocket: string },
+  token: string,
+  from: string,
+  to: string,
+  timeoutMs = 600_000,
+): Promise<void> {
+  let stats: Stats;
+  try {
+    stats = statSync(from);
+  } catch (error) {
+    throw new InvalidArgumentError(`cannot copy ${from}: ${(error as Error).message}`, {
+      ...((error as NodeJS.ErrnoException).code
+        ? { code: (error as NodeJS.ErrnoException).code }
+        : {}),
+    });
+  }
+  if (!stats.isFile() && !stats.isDirectory()) {
+    throw new InvalidArgumentError(`cannot copy ${from}: it is neither a file nor a folder`);
+  }
+  const route = stats.isDirectory() ? '/files/archive' : '/files/write';
+  const body: Readable = stats.isDirectory()
+    ? Readable.from(packTree(from, stats))
+    : createReadStream(from);
+  const { status, text } = await new Promise<{ status: number; text: string }>(
+    (resolve, reject) => {
+      const req = request(
+        {
+          socketPath: handle.envdSocket,
+          createConnection: () => connectSandboxSocket(handle.envdSocket),
+          method: 'PUT',
+          path: `${route}?path=${encodeURIComponent(to)}`,
+          timeout: timeoutMs,
+          headers: { authorization: `Bearer ${token}`, 'content-type': 'application/octet-stream' },
+        },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (chunk: Buffer) => chunks.push(chunk));
+          res.on('error', reject);
+          res.on('end', () =>
+            resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }),
+          );
+        },
+      );
+      req.on('timeout', () =>
+        req.destroy(new TimeoutError(`envd did not take ${from} within ${timeoutMs} ms`)),
+      );
+      req.on('error', reject);
+      body.on('error', (error) => req.destroy(error));
+      body.pipe(req);
+    },
+  );
+  if (status !== 200) {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      parsed = { error: `envd answered ${status}: ${text.slice(0, 200)}` };
+    }
+    throw errorFromBody(status, parsed);
+  }
 }

@@ -1,16 +1,26 @@
 import { mkdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { DEFAULT_CAPABILITIES, parseTemplate, type Template } from '../commands/template.js';
-import { DEFAULT_SANDBOX_TIMEOUT_MS, DEFAULT_WORKDIR } from '../commands/template-runtime.js';
-import { InvalidArgumentError, SandboxError, TemplateNotFoundError } from '../errors.js';
+import { DEFAULT_CAPABILITIES, parseTemplate, type TemplateSpec } from '../commands/template.js';
+import {
+  DEFAULT_SANDBOX_TIMEOUT_MS,
+  DEFAULT_USER,
+  DEFAULT_WORKDIR,
+  type SetupStep,
+} from '../commands/template-runtime.js';
+import {
+  InvalidArgumentError,
+  SandboxError,
+  TemplateBuildError,
+  TemplateNotFoundError,
+} from '../errors.js';
 import { SANDBOX_HOME, type SandboxHandle, type SandboxProvider } from '../providers/provider.js';
 import { extractTar } from '../util/safe-extract.js';
-import { envdStream } from './envd-request.js';
+import { copyIntoSandbox, envdStream } from './envd-request.js';
 import { newSandboxId, newToken } from './ids.js';
 import type { Registry } from './registry.js';
 
 /** The template every installation has, without a build. */
-export const BASE_TEMPLATE: Template = {
+export const BASE_TEMPLATE: TemplateSpec = {
   name: 'base',
   description: 'A plain sandbox: shell, files and code, no network',
   capabilities: [...DEFAULT_CAPABILITIES],
@@ -18,15 +28,28 @@ export const BASE_TEMPLATE: Template = {
   places: {},
   env: {},
   workdir: DEFAULT_WORKDIR,
+  user: DEFAULT_USER,
   setup: [],
   timeoutMs: DEFAULT_SANDBOX_TIMEOUT_MS,
   resources: {},
   network: 'none',
 };
 
+/** A spec stored by an older version: setup steps were plain strings, there was no `user`. */
+function upgradeSpec(spec: TemplateSpec): TemplateSpec {
+  const steps = spec.setup as (SetupStep | string)[];
+  return {
+    ...spec,
+    user: spec.user ?? DEFAULT_USER,
+    setup: steps.map((step) =>
+      typeof step === 'string' ? { run: step, user: DEFAULT_USER } : step,
+    ),
+  };
+}
+
 /** A template ready to start sandboxes from. */
 export interface BuiltTemplate {
-  spec: Template;
+  spec: TemplateSpec;
   /** The home folder its setup produced; sandboxes start from a copy. */
   homeDir?: string;
   builtAt: number;
@@ -62,7 +85,7 @@ export class TemplateService {
       );
     }
     return {
-      spec: record.spec as Template,
+      spec: upgradeSpec(record.spec as TemplateSpec),
       ...(record.dir ? { homeDir: join(record.dir, 'home') } : {}),
       builtAt: record.builtAt,
     };
@@ -72,17 +95,25 @@ export class TemplateService {
     return [this.get('base'), ...this.registry.listTemplates().map((t) => this.get(t.name))];
   }
 
-  /** Builds (or rebuilds) the template described by the YAML file at `path`. */
-  async build(path: string): Promise<BuiltTemplate> {
-    const file = resolve(path);
-    let text: string;
-    try {
-      text = readFileSync(file, 'utf8');
-    } catch (error) {
-      throw new InvalidArgumentError(`cannot read template ${file}: ${(error as Error).message}`);
+  /**
+   * Builds (or rebuilds) a template: the YAML file at a path, or `yaml` text (a template made in
+   * code, whose paths are absolute already). The previous build stays until this one is done.
+   */
+  async build(source: string | { yaml: string; path?: string }): Promise<BuiltTemplate> {
+    let spec: TemplateSpec;
+    if (typeof source !== 'string') {
+      // A bad template is a TemplateError (an InvalidArgumentError) naming line and column.
+      spec = parseTemplate(source.yaml, source.path ?? 'template (from code)');
+    } else {
+      const file = resolve(source);
+      let text: string;
+      try {
+        text = readFileSync(file, 'utf8');
+      } catch (error) {
+        throw new InvalidArgumentError(`cannot read template ${file}: ${(error as Error).message}`);
+      }
+      spec = { ...parseTemplate(text, file), path: file };
     }
-    // A bad template is a TemplateError (an InvalidArgumentError) naming file:line:column.
-    const spec: Template = { ...parseTemplate(text, file), path: file };
     if (spec.name === BASE_TEMPLATE.name) {
       throw new InvalidArgumentError("'base' is built in; give your template another name");
     }
@@ -132,7 +163,37 @@ export class TemplateService {
     await extractTar(response, dest);
   }
 
-  private async runSetup(spec: Template, dir: string): Promise<string> {
+  /** Runs one setup step in the build sandbox; a failure is a TemplateBuildError naming it. */
+  private async buildStep(
+    spec: TemplateSpec,
+    index: number,
+    step: SetupStep,
+    handle: SandboxHandle,
+    token: string,
+  ): Promise<void> {
+    const where = `template '${spec.name}': setup[${index}]`;
+    if ('copy' in step) {
+      try {
+        await copyIntoSandbox(handle, token, step.copy, step.to);
+      } catch (error) {
+        throw new TemplateBuildError(
+          `${where} copy ${step.copy} to ${step.to} failed: ${(error as Error).message}`,
+          { details: { step: index, command: `copy ${step.copy} ${step.to}` }, cause: error },
+        );
+      }
+      return;
+    }
+    const { exitCode, output } = await this.runStep(handle, token, step.run);
+    if (exitCode !== 0) {
+      const tail = output.slice(-2000);
+      throw new TemplateBuildError(
+        `${where} \`${step.run}\` exited with code ${exitCode}${tail ? `; its output ends:\n${tail}` : ' and printed nothing'}`,
+        { details: { step: index, command: step.run, exitCode, output: tail } },
+      );
+    }
+  }
+
+  private async runSetup(spec: TemplateSpec, dir: string): Promise<string> {
     const work = `${dir}.build-${newSandboxId()}`;
     mkdirSync(work, { recursive: true });
     const accessToken = newToken();
@@ -153,14 +214,8 @@ export class TemplateService {
         throw error;
       });
     try {
-      for (const [index, step] of spec.setup.entries()) {
-        const { exitCode, output } = await this.runStep(handle, accessToken, step);
-        if (exitCode !== 0) {
-          throw new SandboxError(
-            `template '${spec.name}': setup[${index}] \`${step}\` exited with code ${exitCode}\n${output.slice(-2000)}`,
-          );
-        }
-      }
+      for (const [index, step] of spec.setup.entries())
+        await this.buildStep(spec, index, step, handle, accessToken);
     } catch (error) {
       await this.provider.kill(handle);
       rmSync(work, { recursive: true, force: true });

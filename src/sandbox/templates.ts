@@ -1,24 +1,11 @@
 import { resolve } from 'node:path';
-import type { CustomCommand } from '../commands/custom-command.js';
-import type { TemplateResources } from '../commands/template-runtime.js';
+import type { TemplateInfo } from '../../runtime/protocol/wire.js';
+import { Template } from '../commands/template-builder.js';
+import { InvalidArgumentError } from '../errors.js';
 import { type ConnectionOptions, connectDaemon } from '../installation/daemon-connection.js';
 import { daemonClient, type HttpClient } from './http-client.js';
 
-/** A built template as the control plane describes it. */
-export interface TemplateInfo {
-  name: string;
-  description: string;
-  capabilities: string[];
-  network: 'none' | 'host';
-  timeoutMs: number;
-  workdir: string;
-  env: Record<string, string>;
-  resources: TemplateResources;
-  setup: string[];
-  customCommands: CustomCommand[];
-  builtAt: string | null;
-  path: string | null;
-}
+export type { TemplateInfo };
 
 /** Building runs setup steps; give it time. */
 const BUILD_TIMEOUT_MS = 3_600_000;
@@ -31,12 +18,26 @@ async function client(options: ConnectionOptions, timeoutMs?: number): Promise<H
 /** Templates of the local installation: build from a `template.yaml`, list, remove. */
 export const Templates = {
   /**
-   * Builds (or rebuilds) the template described by a `template.yaml`: runs its `setup` steps
-   * once in a throwaway sandbox; new sandboxes of the template start from the result.
+   * Builds (or rebuilds) a template — a `template.yaml` path, or a {@link Template} made in code
+   * with its `name` — running its `setup` steps once in a throwaway sandbox; new sandboxes of the
+   * template start from the result. A failing step is a `TemplateBuildError` (the step, its exit
+   * code, the end of its output) and leaves the previous build in place.
    */
-  async build(path: string, options: ConnectionOptions = {}): Promise<TemplateInfo> {
+  async build(
+    template: string | Template,
+    options: ConnectionOptions & { name?: string } = {},
+  ): Promise<TemplateInfo> {
+    let body: { path: string } | { yaml: string };
+    if (template instanceof Template) {
+      if (!options.name) {
+        throw new InvalidArgumentError(
+          'a template made in code needs a name: Templates.build(template, { name: "my-template" })',
+        );
+      }
+      body = { yaml: template.toYaml(options.name) };
+    } else body = { path: resolve(template) };
     return (await client(options, BUILD_TIMEOUT_MS)).json<TemplateInfo>('POST', '/v1/templates', {
-      body: { path: resolve(path) },
+      body,
     });
   },
 

@@ -100,7 +100,9 @@ describe('abx on a terminal', () => {
       env: { ABX_HOME: home.home, NO_COLOR: '' },
     });
     expect(error.code).toBe(1);
-    expect(error.screen).toContain('\u001b[31mabx:\u001b[39m SandboxNotFoundError: sandbox nosuchbox');
+    expect(error.screen).toContain(
+      '\u001b[31mabx:\u001b[39m SandboxNotFoundError: sandbox nosuchbox',
+    );
 
     const piped = await cli.abx(['create'], { env: { NO_COLOR: '' } });
     expect(piped.stderr).toBe('');

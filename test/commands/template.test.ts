@@ -144,8 +144,8 @@ custom_commands:
     ['a bad name', 'name: two words\n', 'template.yaml:1:7: name: must be a name of letters'],
     [
       'an unknown top-level key',
-      'name: t\nimage: ubuntu\n',
-      'template.yaml:2:8: image: unknown key; allowed here: name, description, capabilities, custom_commands',
+      'name: t\nbase_image: ubuntu\n',
+      'template.yaml:2:13: base_image: unknown key; allowed here: name, description, capabilities, custom_commands, image,',
     ],
     [
       'an unknown capability',

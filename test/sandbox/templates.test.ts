@@ -1,5 +1,6 @@
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
@@ -9,6 +10,8 @@ import {
   NotFoundError,
   Sandbox,
   SandboxError,
+  Template,
+  TemplateBuildError,
   Templates,
 } from '../../src/index.js';
 import { createAbxHome } from '../helpers/abx-home.js';
@@ -108,12 +111,60 @@ describe('templates', () => {
 
   test('a failing setup step fails the build with its output', async () => {
     const error = await Templates.build(fixture('failing-setup.yaml'), { home }).catch((e) => e);
-    expect(error).toBeInstanceOf(SandboxError);
+    expect(error).toBeInstanceOf(TemplateBuildError);
+    expect([error.step, error.exitCode, error.status]).toEqual([1, 7, 422]);
+    expect(error.output).toContain('about to fail');
     expect(error.message).toContain(
       'template \'failing-setup\': setup[1] `echo "about to fail" >&2; exit 7` exited with code 7',
     );
     expect(error.message).toContain('about to fail');
     expect((await Templates.list({ home })).map((t) => t.name)).not.toContain('failing-setup');
+  });
+
+  test('a template made in code builds like its YAML: copy steps bring host files in', async () => {
+    const data = mkdtempSync(join(tmpdir(), 'abx-copy-'));
+    try {
+      mkdirSync(join(data, 'nested'));
+      writeFileSync(join(data, 'nested', 'rows.csv'), 'a,b\n1,2\n');
+      writeFileSync(join(data, 'notes.txt'), 'from the host\n');
+      const tpl = Template.fromBase()
+        .copy(data, '/home/user/data')
+        .copy(join(data, 'notes.txt'), '/home/user/notes.txt')
+        .runCmd('wc -l < data/nested/rows.csv > lines.txt')
+        .setEnvs({ STAGE: 'code' });
+      await expect(Templates.build(tpl, { home })).rejects.toThrow(/needs a name/);
+      const built = await Templates.build(tpl, { home, name: 'from-code' });
+      expect(built).toMatchObject({ name: 'from-code', image: null, user: 'user', path: null });
+      expect(built.setup.map((s) => ('copy' in s ? 'copy' : 'run'))).toEqual([
+        'copy',
+        'copy',
+        'run',
+      ]);
+      const sandbox = await Sandbox.create({ home, template: 'from-code' });
+      try {
+        expect(await sandbox.files.read('data/nested/rows.csv')).toBe('a,b\n1,2\n');
+        expect(await sandbox.files.read('notes.txt')).toBe('from the host\n');
+        expect((await sandbox.files.read('lines.txt')).trim()).toBe('2');
+        expect((await sandbox.commands.run('echo $STAGE')).stdout).toBe('code\n');
+      } finally {
+        await sandbox.kill();
+      }
+      // A copy of something that is not there fails the build at that step.
+      const missing = await Templates.build(
+        Template.fromBase().copy(join(data, 'nope'), '/home/user/x'),
+        {
+          home,
+          name: 'from-code',
+        },
+      ).catch((e) => e);
+      expect(missing).toBeInstanceOf(TemplateBuildError);
+      expect(missing.message).toContain("template 'from-code': setup[0] copy");
+      expect(missing.message).toContain('nope');
+      // The earlier build stays.
+      expect((await Templates.get('from-code', { home })).setup).toHaveLength(3);
+    } finally {
+      rmSync(data, { recursive: true, force: true });
+    }
   });
 
   test('a bad template.yaml is refused with its location', async () => {
