@@ -77,7 +77,7 @@ setup:
     const [step] = specOf(
       Template.fromImage('debian:12').aptInstall("a; rm -rf / #'").toYaml('t'),
       'x',
-    ).setup as [{ run: string }];
+    ).setup as unknown as [{ run: string }];
     expect(step.run).toContain(`'a; rm -rf / #'\\''`);
   });
 

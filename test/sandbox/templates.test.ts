@@ -9,7 +9,6 @@ import {
   InvalidArgumentError,
   NotFoundError,
   Sandbox,
-  SandboxError,
   Template,
   TemplateBuildError,
   Templates,
