@@ -18,6 +18,39 @@ export interface SandboxSpec {
   workdir: string;
   resources: TemplateResources;
   network: 'none' | 'host';
+  /**
+   * The container image whose filesystem the sandbox runs on (a reference the provider's
+   * {@link ImageStore} returned); none: the provider's default (the host's system for `local`).
+   */
+  image?: string;
+  /**
+   * Who envd (and so every process) runs as inside the sandbox: the template's user (default
+   * `user`, uid 1000), or `root` for the throwaway sandbox of an image template's build. A
+   * sandbox's processes are never root on the host.
+   */
+  user?: string;
+}
+
+/** Where an image template starts from. */
+export type ImageSource = { image: string } | { dockerfile: string };
+
+/**
+ * Images for image templates, on a provider that runs them. The control plane builds a template
+ * as: `prepare` its source (with the template's user added), start a build sandbox from it as
+ * `root`, run the setup steps through envd, `commit` the build sandbox's filesystem as the
+ * template's image, kill the build sandbox; sandboxes of the template then start from that image.
+ */
+export interface ImageStore {
+  /**
+   * Makes `source` ready to start sandboxes from, with `user` (uid 1000, home /home/<user>)
+   * added when the image lacks it; builds a Dockerfile. Returns the image reference to use.
+   * An image that is not there is a NotFoundError naming it and how to get it.
+   */
+  prepare(source: ImageSource, options: { user: string; tag: string }): Promise<string>;
+  /** Saves the filesystem of a (build) sandbox as the image `tag`; returns its reference. */
+  commit(handle: SandboxHandle, tag: string): Promise<string>;
+  /** Removes an image this store made (a template rebuilt or removed); absent is fine. */
+  remove(image: string): Promise<void>;
 }
 
 /**
@@ -69,4 +102,6 @@ export interface SandboxProvider {
   isolation(): IsolationReport;
   /** Releases what the provider keeps for itself (an engine client, say); sandboxes keep running. */
   close?(): Promise<void>;
+  /** Present when the provider runs container images (image templates need it). */
+  readonly images?: ImageStore;
 }
