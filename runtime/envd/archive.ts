@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { mkdir, stat } from 'node:fs/promises';
+import { lchown, mkdir, stat } from 'node:fs/promises';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { ARCHIVE_SIZE_HEADER } from '../protocol/constants.js';
@@ -7,6 +7,7 @@ import { FileOperationError, SandboxError, toolUnavailable } from '../server/err
 import { fsAction, safePath } from '../server/file-system.js';
 import { Reply } from '../server/http.js';
 import { defineGroup } from '../server/route-group.js';
+import { type Identity, identityFor, spawnIdentity } from '../server/users.js';
 import { argList } from '../server/validate.js';
 import { packTree, surveyTree } from './tar-pack.js';
 
@@ -18,10 +19,13 @@ const MAX_STDERR = 16 * 1024;
  * host's `abx cp`), so the sandbox's tar is fine here: whatever it does stays in the sandbox.
  * Streamed from the request to tar's stdin, never through a file in the sandbox.
  */
-async function unpack(dest: string, body: AsyncIterable<Buffer>) {
-  const child = spawn('tar', ['-x', '-f', '-', '-C', dest], {
+async function unpack(dest: string, body: AsyncIterable<Buffer>, identity?: Identity) {
+  // As another user (an image build's copy step), tar runs as that user and owns what it makes.
+  const as = spawnIdentity(identity);
+  const child = spawn('tar', ['-x', ...(identity ? ['-o'] : []), '-f', '-', '-C', dest], {
     cwd: dest,
     stdio: ['pipe', 'ignore', 'pipe'],
+    ...(as.uid === undefined ? {} : { uid: as.uid, gid: as.gid }),
   });
   let stderr = '';
   child.stderr.on('data', (chunk: Buffer) => {
@@ -101,11 +105,13 @@ export const ARCHIVE = defineGroup('ARCHIVE', '/files/archive', 'directory trees
     summary:
       'Unpacks the raw tar body into the directory `?path=` (created if missing) with the sandbox’s `tar`.',
     body: 'stream',
-    args: argList({ path: 'str' }),
+    args: argList({ path: 'str', 'user?': 'str' }),
     handler: async ({ args, stream }) => {
       const dest = safePath(args.path as string);
+      const identity = identityFor(args.user as string | undefined);
       await fsAction(`create directory ${dest}`, () => mkdir(dest, { recursive: true }));
-      return unpack(dest, stream());
+      if (identity) await fsAction(`chown ${dest}`, () => lchown(dest, identity.uid, identity.gid));
+      return unpack(dest, stream(), identity);
     },
   },
 ]);

@@ -5,6 +5,7 @@ import { safePath } from '../server/file-system.js';
 import { Reply } from '../server/http.js';
 import { processInfo } from '../server/process-table.js';
 import { defineGroup } from '../server/route-group.js';
+import { identityFor } from '../server/users.js';
 import { argList, envOf } from '../server/validate.js';
 import { processEvents } from './process-events.js';
 
@@ -51,6 +52,7 @@ export const EXEC = defineGroup('EXEC', '/exec', 'processes with separate stdout
       'env?': ['env', undefined, 'extra environment: KEY=VALUE lines or a JSON object of strings'],
       'timeout?': ['float', 0, 'seconds before the process group is killed; 0: no limit'],
       'stdin?': ['bool', true, 'keep stdin open for /process/{id}/stdin; false: closed at once'],
+      'user?': ['str', undefined, 'run as this user (only where envd runs as root)'],
     }),
     handler: async ({ args, ctx, closed }) => {
       const seconds = args.timeout as number;
@@ -60,6 +62,7 @@ export const EXEC = defineGroup('EXEC', '/exec', 'processes with separate stdout
         command: cmd,
         cwd: safePath(args.cwd as string, 'cwd'),
         env: envOf(args.env),
+        ...(args.user === undefined ? {} : { identity: identityFor(args.user as string) }),
         timeoutMs: Math.round(seconds * 1000),
       });
       if (!args.stdin) entry.child.stdin?.end();

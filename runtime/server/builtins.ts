@@ -3,6 +3,7 @@ import { runToCompletion } from './child-process.js';
 import type { RegisteredCommand } from './command-table.js';
 import { BadRequestError, fsError } from './errors.js';
 import { safePath, writeAtomic } from './file-system.js';
+import { identityFor } from './users.js';
 import { argList, envOf } from './validate.js';
 
 const ENCODINGS = ['utf-8', 'base64'];
@@ -46,9 +47,11 @@ export const RUNSHELL_DEFAULT_TIMEOUT_S = 60;
 export function runShell(kwargs: Record<string, unknown>) {
   const seconds = kwargs.timeout as number;
   if (seconds <= 0) throw new BadRequestError('timeout must be a positive number of seconds');
+  const identity = identityFor(kwargs.user as string | undefined);
   return runToCompletion('/bin/sh', ['-c', kwargs.cmd as string], {
     cwd: kwargs.cwd === undefined ? undefined : safePath(kwargs.cwd as string, 'cwd'),
     env: envOf(kwargs.env),
+    ...(identity ? { identity } : {}),
     timeoutMs: Math.round(seconds * 1000),
     what: `shell command ${JSON.stringify(kwargs.cmd)}`,
   });
@@ -60,6 +63,7 @@ export const SHELL_ARGS = argList({
   'cwd?': ['str', undefined, 'working directory'],
   'timeout?': ['float', RUNSHELL_DEFAULT_TIMEOUT_S, 'seconds before the process group is killed'],
   'env?': ['env', undefined, 'extra environment: KEY=VALUE lines or a JSON object of strings'],
+  'user?': ['str', undefined, 'run as this user (only where the server runs as root)'],
 });
 
 /** `upload`, `download` and `runshell`: served by every server, listed in `GET /commands`. */

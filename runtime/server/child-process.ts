@@ -7,6 +7,7 @@ import {
   InvalidPathError,
   type SandboxError,
 } from './errors.js';
+import { type Identity, spawnIdentity } from './users.js';
 
 /** What `runshell`, `/process/exec` and `/dev-tools/run` answer. */
 export interface RunResult {
@@ -59,11 +60,13 @@ export function spawnFailure(error: Error, file: string, cwd: string | undefined
 export function spawnGroup(
   file: string,
   args: readonly string[],
-  options: { cwd?: string; env?: Record<string, string> },
+  options: { cwd?: string; env?: Record<string, string>; identity?: Identity },
 ): ChildProcess {
+  const as = spawnIdentity(options.identity);
   return spawn(file, args, {
     cwd: options.cwd,
-    env: { ...process.env, ...options.env },
+    env: { ...process.env, ...as.env, ...options.env },
+    ...(as.uid === undefined ? {} : { uid: as.uid, gid: as.gid }),
     detached: true,
     stdio: ['pipe', 'pipe', 'pipe'],
   });
@@ -76,7 +79,13 @@ export function spawnGroup(
 export function runToCompletion(
   file: string,
   args: readonly string[],
-  options: { cwd?: string; env?: Record<string, string>; timeoutMs: number; what: string },
+  options: {
+    cwd?: string;
+    env?: Record<string, string>;
+    identity?: Identity;
+    timeoutMs: number;
+    what: string;
+  },
 ): Promise<RunResult> {
   return new Promise((resolve, reject) => {
     const child = spawnGroup(file, args, options);

@@ -2,6 +2,7 @@ import type { ChildProcess } from 'node:child_process';
 import { groupAlive, killGroup, spawnFailure, spawnGroup } from './child-process.js';
 import { BadRequestError, NotFoundError } from './errors.js';
 import { OutputLog } from './output-log.js';
+import type { Identity } from './users.js';
 
 /** A background process (or terminal) the server started and keeps track of. */
 export interface ManagedProcess {
@@ -33,6 +34,8 @@ export interface StartOptions {
   command: string;
   cwd: string;
   env?: Record<string, string>;
+  /** Another user to run as (envd as root only; see users.ts). */
+  identity?: Identity;
   /** Past this the whole process group is killed (SIGKILL); absent or 0: no limit. */
   timeoutMs?: number;
 }

@@ -195,7 +195,7 @@ export const API_ROUTES: ApiRoute[] = [
     summary: 'Remove a built template.',
     body: 'none',
     handler: async ({ params, ctx }) => {
-      ctx.templates.remove(params.name as string);
+      await ctx.templates.remove(params.name as string);
       await ctx.sandboxes.drainPool(params.name as string);
       return { removed: params.name };
     },

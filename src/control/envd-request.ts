@@ -95,13 +95,21 @@ export async function runSetupStep(
   handle: { envdSocket: string },
   token: string,
   command: string,
+  user?: string,
 ): Promise<{ exitCode: number; output: string }> {
   const { status, body } = await envdRequest<{
     stdout?: string;
     stderr?: string;
     exit_code?: number;
     error?: string;
-  }>(handle.envdSocket, token, 'POST', '/process/exec', { cmd: command, timeout: 3600 }, 3_700_000);
+  }>(
+    handle.envdSocket,
+    token,
+    'POST',
+    '/process/exec',
+    { cmd: command, timeout: 3600, ...(user === undefined ? {} : { user }) },
+    3_700_000,
+  );
   return {
     exitCode: status === 200 ? (body.exit_code ?? 1) : 1,
     output: `${body.stdout ?? ''}${body.stderr ?? ''}${body.error ?? ''}`,
@@ -128,6 +136,8 @@ export async function copyIntoSandbox(
   token: string,
   from: string,
   to: string,
+  /** Who owns what lands (envd as root only; its own user otherwise). */
+  user?: string,
   timeoutMs = 600_000,
 ): Promise<void> {
   let stats: Stats;
@@ -154,7 +164,7 @@ export async function copyIntoSandbox(
           socketPath: handle.envdSocket,
           createConnection: () => connectSandboxSocket(handle.envdSocket),
           method: 'PUT',
-          path: `${route}?path=${encodeURIComponent(to)}`,
+          path: `${route}?path=${encodeURIComponent(to)}${user === undefined ? '' : `&user=${encodeURIComponent(user)}`}`,
           timeout: timeoutMs,
           headers: { authorization: `Bearer ${token}`, 'content-type': 'application/octet-stream' },
         },

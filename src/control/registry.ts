@@ -32,7 +32,27 @@ export interface TemplateRecord {
   spec: unknown;
   /** Folder whose `home/` new sandboxes start from, or null when there was nothing to build. */
   dir: string | null;
+  /** The image new sandboxes start from (an image template's build), or null. */
+  image: string | null;
   builtAt: number;
+}
+
+interface TemplateRow {
+  name: string;
+  spec: string;
+  dir: string | null;
+  image: string | null;
+  built_at: number;
+}
+
+function templateFromRow(row: TemplateRow): TemplateRecord {
+  return {
+    name: row.name,
+    spec: JSON.parse(row.spec),
+    dir: row.dir,
+    image: row.image ?? null,
+    builtAt: row.built_at,
+  };
 }
 
 export interface SandboxFilter {
@@ -102,6 +122,11 @@ export class Registry {
         built_at INTEGER NOT NULL
       );
     `);
+    // Registries made before image templates lack the image column.
+    const columns = this.db.prepare('PRAGMA table_info(templates)').all() as { name: string }[];
+    if (!columns.some((c) => c.name === 'image')) {
+      this.db.exec('ALTER TABLE templates ADD COLUMN image TEXT');
+    }
   }
 
   insertSandbox(record: SandboxRecord): void {
@@ -214,34 +239,23 @@ export class Registry {
   upsertTemplate(record: TemplateRecord): void {
     this.db
       .prepare(
-        `INSERT INTO templates (name, spec, dir, built_at) VALUES (?, ?, ?, ?)
-         ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, dir = excluded.dir, built_at = excluded.built_at`,
+        `INSERT INTO templates (name, spec, dir, image, built_at) VALUES (?, ?, ?, ?, ?)
+         ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, dir = excluded.dir,
+           image = excluded.image, built_at = excluded.built_at`,
       )
-      .run(record.name, JSON.stringify(record.spec), record.dir, record.builtAt);
+      .run(record.name, JSON.stringify(record.spec), record.dir, record.image, record.builtAt);
   }
 
   getTemplate(name: string): TemplateRecord | undefined {
     const row = this.db.prepare('SELECT * FROM templates WHERE name = ?').get(name) as
-      | { name: string; spec: string; dir: string | null; built_at: number }
+      | TemplateRow
       | undefined;
-    return (
-      row && { name: row.name, spec: JSON.parse(row.spec), dir: row.dir, builtAt: row.built_at }
-    );
+    return row && templateFromRow(row);
   }
 
   listTemplates(): TemplateRecord[] {
-    const rows = this.db.prepare('SELECT * FROM templates ORDER BY name').all() as {
-      name: string;
-      spec: string;
-      dir: string | null;
-      built_at: number;
-    }[];
-    return rows.map((row) => ({
-      name: row.name,
-      spec: JSON.parse(row.spec),
-      dir: row.dir,
-      builtAt: row.built_at,
-    }));
+    const rows = this.db.prepare('SELECT * FROM templates ORDER BY name').all() as TemplateRow[];
+    return rows.map(templateFromRow);
   }
 
   removeTemplate(name: string): boolean {

@@ -93,6 +93,8 @@ export class SandboxService {
         workdir: template.spec.workdir,
         resources: template.spec.resources,
         network: template.spec.network,
+        ...(template.image ? { image: template.image } : {}),
+        user: template.spec.user,
       })
       .catch((error) => {
         // A sandbox that did not start leaves nothing: its folder holds its disk and log.

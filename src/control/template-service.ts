@@ -52,14 +52,17 @@ export interface BuiltTemplate {
   spec: TemplateSpec;
   /** The home folder its setup produced; sandboxes start from a copy. */
   homeDir?: string;
+  /** The image its sandboxes start from (an image template), as the provider's image store named it. */
+  image?: string;
   builtAt: number;
 }
 
-/** Runs one shell step in a sandbox: the exit code and the combined output. */
+/** Runs one shell step in a sandbox (as `user` when given): the exit code and the combined output. */
 export type StepRunner = (
   handle: SandboxHandle,
   accessToken: string,
   command: string,
+  user?: string,
 ) => Promise<{ exitCode: number; output: string }>;
 
 /**
@@ -87,6 +90,7 @@ export class TemplateService {
     return {
       spec: upgradeSpec(record.spec as TemplateSpec),
       ...(record.dir ? { homeDir: join(record.dir, 'home') } : {}),
+      ...(record.image ? { image: record.image } : {}),
       builtAt: record.builtAt,
     };
   }
@@ -117,22 +121,106 @@ export class TemplateService {
     if (spec.name === BASE_TEMPLATE.name) {
       throw new InvalidArgumentError("'base' is built in; give your template another name");
     }
+    if (spec.image !== undefined || spec.dockerfile !== undefined) return this.buildImage(spec);
     const dir = join(this.templatesDir, spec.name);
     let homeDir: string | undefined;
     if (spec.setup.length > 0) homeDir = await this.runSetup(spec, dir);
-    else rmSync(dir, { recursive: true, force: true });
+    const previous = this.registry.getTemplate(spec.name);
+    if (!homeDir) rmSync(dir, { recursive: true, force: true });
     const builtAt = Date.now();
-    this.registry.upsertTemplate({ name: spec.name, spec, dir: homeDir ? dir : null, builtAt });
+    this.registry.upsertTemplate({
+      name: spec.name,
+      spec,
+      dir: homeDir ? dir : null,
+      image: null,
+      builtAt,
+    });
+    if (previous?.image) await this.provider.images?.remove(previous.image).catch(() => undefined);
     return { spec, ...(homeDir ? { homeDir } : {}), builtAt };
   }
 
-  remove(name: string): void {
+  /**
+   * An image template: the provider prepares the image (with the template's user), a build
+   * sandbox runs the setup steps in it as root (or as each step's user), and its filesystem is
+   * committed as the template's image. A failure leaves the previous build as it was.
+   */
+  private async buildImage(spec: TemplateSpec): Promise<BuiltTemplate> {
+    const images = this.provider.images;
+    if (!images) {
+      throw new InvalidArgumentError(
+        `template '${spec.name}' starts from an image, which the ${this.provider.name} provider does not run; start the daemon with the docker provider (abx daemon start --provider docker)`,
+      );
+    }
+    const builtAt = Date.now();
+    const tag = `abx-template/${spec.name}:${builtAt}`;
+    const source =
+      spec.image !== undefined ? { image: spec.image } : { dockerfile: spec.dockerfile as string };
+    const prepared = await images.prepare(source, {
+      user: spec.user,
+      tag: spec.setup.length > 0 ? `${tag}-base` : tag,
+    });
+    let image = prepared;
+    if (spec.setup.length > 0) {
+      try {
+        image = await this.runImageSetup(spec, prepared, tag);
+      } finally {
+        await images.remove(prepared).catch(() => undefined);
+      }
+    }
+    const previous = this.registry.getTemplate(spec.name);
+    rmSync(join(this.templatesDir, spec.name), { recursive: true, force: true });
+    this.registry.upsertTemplate({ name: spec.name, spec, dir: null, image, builtAt });
+    // Sandboxes still running from the old image keep it until they end (the engine refuses).
+    if (previous?.image && previous.image !== image) {
+      await images.remove(previous.image).catch(() => undefined);
+    }
+    return { spec, image, builtAt };
+  }
+
+  /** Runs the setup steps in a build sandbox of `image` and commits the result as `tag`. */
+  private async runImageSetup(spec: TemplateSpec, image: string, tag: string): Promise<string> {
+    const images = this.provider.images as NonNullable<SandboxProvider['images']>;
+    const work = join(this.templatesDir, `.build-${spec.name}-${newSandboxId()}`);
+    mkdirSync(work, { recursive: true });
+    const accessToken = newToken();
+    let handle: SandboxHandle;
+    try {
+      handle = await this.provider.create({
+        id: `build-${spec.name.slice(0, 40)}-${newSandboxId().slice(-8)}`,
+        accessToken,
+        dir: work,
+        env: spec.env,
+        workdir: '/',
+        resources: spec.resources,
+        // Setup steps usually download things; a template's sandboxes keep their own setting.
+        network: 'host',
+        image,
+        user: 'root',
+      });
+    } catch (error) {
+      rmSync(work, { recursive: true, force: true });
+      throw error;
+    }
+    try {
+      for (const [index, step] of spec.setup.entries()) {
+        await this.buildStep(spec, index, step, handle, accessToken);
+      }
+      return await images.commit(handle, tag);
+    } finally {
+      await this.provider.kill(handle);
+      rmSync(work, { recursive: true, force: true });
+    }
+  }
+
+  async remove(name: string): Promise<void> {
     if (name === BASE_TEMPLATE.name)
       throw new InvalidArgumentError("'base' is built in and cannot be removed");
-    if (!this.registry.removeTemplate(name)) {
+    const record = this.registry.getTemplate(name);
+    if (!record || !this.registry.removeTemplate(name)) {
       throw new TemplateNotFoundError(`template '${name}' does not exist`);
     }
     rmSync(join(this.templatesDir, name), { recursive: true, force: true });
+    if (record.image) await this.provider.images?.remove(record.image).catch(() => undefined);
   }
 
   /**
@@ -174,7 +262,7 @@ export class TemplateService {
     const where = `template '${spec.name}': setup[${index}]`;
     if ('copy' in step) {
       try {
-        await copyIntoSandbox(handle, token, step.copy, step.to);
+        await copyIntoSandbox(handle, token, step.copy, step.to, step.user);
       } catch (error) {
         throw new TemplateBuildError(
           `${where} copy ${step.copy} to ${step.to} failed: ${(error as Error).message}`,
@@ -183,7 +271,7 @@ export class TemplateService {
       }
       return;
     }
-    const { exitCode, output } = await this.runStep(handle, token, step.run);
+    const { exitCode, output } = await this.runStep(handle, token, step.run, step.user);
     if (exitCode !== 0) {
       const tail = output.slice(-2000);
       throw new TemplateBuildError(

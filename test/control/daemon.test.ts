@@ -435,10 +435,14 @@ describe('the daemon on a memory provider', () => {
     const yaml = join(abx.home, 'broken.yaml');
     writeFileSync(yaml, 'name: broken\nsetup:\n  - echo ok\n  - "false"\n  - echo never\n');
     const answer = await v1.post('/v1/templates', { path: yaml });
-    expect(answer.status).toBe(500);
+    expect(answer.status).toBe(422);
     expect(answer.body).toEqual({
-      error: "template 'broken': setup[1] `false` exited with code 1\nfalse: failed\n",
-      type: 'SandboxError',
+      error: "template 'broken': setup[1] `false` exited with code 1; its output ends:\nfalse: failed\n",
+      type: 'TemplateBuildError',
+      step: 1,
+      command: 'false',
+      exitCode: 1,
+      output: 'false: failed\n',
     });
     expect(abx.provider.sandbox('build-broken').execs).toEqual(['echo ok', 'false']);
     expect(abx.provider.aliveIds()).toEqual([]);

@@ -104,8 +104,8 @@ describe('TemplateService on a memory provider', () => {
     await expect(
       plane.templates.build(writeTemplate(plane, 'base', 'name: base\n')),
     ).rejects.toThrow("'base' is built in; give your template another name");
-    expect(() => plane.templates.remove('base')).toThrow(InvalidArgumentError);
-    expect(() => plane.templates.remove('nope')).toThrow(NotFoundError);
+    await expect(plane.templates.remove('base')).rejects.toThrow(InvalidArgumentError);
+    await expect(plane.templates.remove('nope')).rejects.toThrow(NotFoundError);
     expect(plane.provider.creates).toBe(0);
   });
 
@@ -113,7 +113,7 @@ describe('TemplateService on a memory provider', () => {
     const plane = open({ warmPool: 0 });
     await plane.templates.build(writeTemplate(plane, 'gone', 'name: gone\nsetup:\n  - echo ok\n'));
     expect(existsSync(join(plane.templatesDir, 'gone', 'home'))).toBe(true);
-    plane.templates.remove('gone');
+    await plane.templates.remove('gone');
     expect(existsSync(join(plane.templatesDir, 'gone'))).toBe(false);
     await expect(plane.sandboxes.create({ template: 'gone' })).rejects.toThrow(NotFoundError);
   });

@@ -162,3 +162,24 @@ describe('GET /exec/{id}/events', () => {
     expect(textOf(kept, 'stdout')).toBe('1\n');
   });
 });
+
+describe('processes as another user (envd as root: an image build)', () => {
+  test.runIf(process.getuid?.() === 0)(
+    'exec and runshell take a user from /etc/passwd; an unknown one is a 404',
+    async ({ envd }) => {
+      const events = await envd.events('/exec', {
+        cmd: 'id -u; echo $HOME',
+        user: 'nobody',
+        stdin: false,
+      });
+      expect(textOf(events, 'stdout')).toBe('65534\n/nonexistent\n');
+      const shell = await envd.call('/process/exec', { body: { cmd: 'id -un', user: 'nobody' } });
+      expect(shell.json).toMatchObject({ stdout: 'nobody\n', exit_code: 0 });
+      const unknown = await envd.call('/process/exec', {
+        body: { cmd: 'id', user: 'no-such-user' },
+      });
+      expect(unknown.status).toBe(404);
+      expect(unknown.json).toMatchObject({ type: 'NotFoundError' });
+    },
+  );
+});

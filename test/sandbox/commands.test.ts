@@ -1,4 +1,8 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { request } from 'undici';
 import { afterAll, test as base, beforeAll, describe, expect } from 'vitest';
+import { ENVD_PORT } from '../../runtime/protocol/constants.js';
 import {
   CommandExitError,
   CommandTimeoutError,
@@ -98,6 +102,31 @@ describe('commands.run', () => {
     // The background sleep was in the same group, so it is gone too.
     const probe = 'kill -0 "$(cat child.pid)" 2>/dev/null && echo alive || echo gone';
     await eventually(async () => (await sandbox.commands.run(probe)).stdout === 'gone\n');
+  });
+});
+
+describe('who runs commands', () => {
+  test('a sandbox runs everything as its user; envd refuses to run anything as root', async ({
+    sandbox,
+  }) => {
+    expect((await sandbox.commands.run('id -u; id -un')).stdout).toBe('1000\nuser\n');
+    // Asking envd itself (through the gateway, with the sandbox's token) for another user.
+    const { gatewayUrl } = JSON.parse(readFileSync(join(abx.home, 'daemon.json'), 'utf8'));
+    const answer = await request(`${gatewayUrl}/process/exec`, {
+      method: 'POST',
+      headers: {
+        'x-sandbox-id': sandbox.sandboxId,
+        'x-sandbox-port': String(ENVD_PORT),
+        'x-access-token': sandbox.accessToken,
+        'content-type': 'application/json',
+      },
+      body: JSON.stringify({ cmd: 'id -u', user: 'root' }),
+    });
+    expect(answer.statusCode).toBe(403);
+    expect(await answer.body.json()).toMatchObject({
+      type: 'PermissionDeniedError',
+      error: expect.stringContaining('runs as uid 1000; it cannot run processes as root'),
+    });
   });
 });
 

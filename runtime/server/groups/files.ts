@@ -1,10 +1,22 @@
 import type { Stats } from 'node:fs';
-import { cp, lstat, mkdir, open, readdir, readFile, rename, rm, stat } from 'node:fs/promises';
+import {
+  cp,
+  lchown,
+  lstat,
+  mkdir,
+  open,
+  readdir,
+  readFile,
+  rename,
+  rm,
+  stat,
+} from 'node:fs/promises';
 import { join } from 'node:path';
 import { BadRequestError, EditMismatchError, FileOperationError } from '../errors.js';
 import { fsAction, safePath, writeAtomic } from '../file-system.js';
 import { Reply } from '../http.js';
 import { defineGroup } from '../route-group.js';
+import { identityFor } from '../users.js';
 import { argList } from '../validate.js';
 import { globToRegExp, walk } from '../walk.js';
 
@@ -91,10 +103,14 @@ export const FILE_OPS = defineGroup('FILE_OPS', '/files', 'file read/write/list/
     summary:
       'Writes the raw request body to `?path=` atomically (temp file + rename), creating parents.',
     body: 'stream',
-    args: argList({ path: 'str' }),
+    args: argList({ path: 'str', 'user?': 'str' }),
     handler: async ({ args, stream }) => {
       const path = safePath(args.path as string);
-      return { path, size: await writeAtomic(path, stream()) };
+      const identity = identityFor(args.user as string | undefined);
+      const size = await writeAtomic(path, stream());
+      // An image build's copy step: the file belongs to the step's user.
+      if (identity) await fsAction(`chown ${path}`, () => lchown(path, identity.uid, identity.gid));
+      return { path, size };
     },
   },
   {
