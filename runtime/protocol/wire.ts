@@ -90,6 +90,20 @@ export interface TemplateInfo {
   path: string | null;
 }
 
+/**
+ * One line of a template build's progress (`POST /v1/templates` with `progress: true`, NDJSON):
+ * `{progress}` lines as the build goes, then `{template}` or `{error, status}` last.
+ */
+export interface BuildProgress {
+  /** `prepare`: getting the image ready; `step`: a setup step starts; `commit`: saving the result. */
+  phase: 'prepare' | 'step' | 'commit';
+  /** The setup step (0-based) and how many there are, for `step`. */
+  step?: number;
+  of?: number;
+  /** What happens, for a person: the step's command, or the image being prepared. */
+  text: string;
+}
+
 // ---------------------------------------------------------------- command server
 
 /** One command in `GET /commands` (an `env` argument is listed as `str`). */

@@ -1,8 +1,18 @@
 import type { Command } from 'commander';
+import type { BuildProgress } from '../../runtime/protocol/wire.js';
 import { Templates } from '../sandbox/templates.js';
 import { withSpinner } from './feedback.js';
 import { withExamples } from './options.js';
 import { formatSpan, plural, printJson, printLine, printTable } from './output.js';
+import { type OutputStream, paint } from './style.js';
+
+/** One line per build step on a terminal (stderr); nothing in a pipe, where it would be noise. */
+function printProgress(event: BuildProgress, stream: OutputStream = process.stderr): void {
+  if (stream.isTTY !== true) return;
+  const where =
+    event.phase === 'step' ? `[${(event.step ?? 0) + 1}/${event.of ?? '?'}]` : `[${event.phase}]`;
+  stream.write(`\r\u001b[2K${paint('dim', where, stream)} ${event.text}\n`);
+}
 
 /** `abx template build|list|rm`. */
 export function addTemplateCommand(program: Command): void {
@@ -21,7 +31,9 @@ export function addTemplateCommand(program: Command): void {
       )
       .option('--json', 'print the built template as JSON')
       .action(async (path: string, options: { json?: boolean }) => {
-        const built = await withSpinner(`building ${path}`, () => Templates.build(path));
+        const built = await withSpinner(`building ${path}`, () =>
+          Templates.build(path, { onProgress: (event) => printProgress(event) }),
+        );
         if (options.json) return printJson(built);
         printLine(
           `built template '${built.name}' (${plural(built.setup.length, 'setup step')}, capabilities: ${built.capabilities.join(', ')})`,

@@ -1,7 +1,9 @@
-import type { SandboxInfo, TemplateInfo } from '../../runtime/protocol/wire.js';
+import { PassThrough, type Readable } from 'node:stream';
+import type { BuildProgress, SandboxInfo, TemplateInfo } from '../../runtime/protocol/wire.js';
+import { Reply } from '../../runtime/server/http.js';
 import type { Route } from '../../runtime/server/route-table.js';
 import { argList } from '../../runtime/server/validate.js';
-import { InvalidArgumentError } from '../errors.js';
+import { errorResponse, InvalidArgumentError } from '../errors.js';
 import { packageInfo } from '../util/package-info.js';
 import { ENVD_PORT } from './gateway.js';
 import type { SandboxRecord, SandboxState } from './registry.js';
@@ -55,6 +57,25 @@ export function templateJson(template: BuiltTemplate): TemplateInfo {
     builtAt: template.builtAt === 0 ? null : new Date(template.builtAt).toISOString(),
     path: spec.path ?? null,
   };
+}
+
+/**
+ * A build as NDJSON: a `{progress}` line per event while it runs, then `{template}`, or
+ * `{error, status}` with the error's wire body (the answer's status is sent before the build ends).
+ */
+function progressLines(
+  build: (onProgress: (event: BuildProgress) => void) => Promise<TemplateInfo>,
+): Readable {
+  const out = new PassThrough();
+  const line = (value: unknown) => out.write(`${JSON.stringify(value)}\n`);
+  build((progress) => line({ progress })).then(
+    (template) => out.end(`${JSON.stringify({ template })}\n`),
+    (error) => {
+      const { status, body } = errorResponse(error);
+      out.end(`${JSON.stringify({ error: body, status })}\n`);
+    },
+  );
+  return out;
 }
 
 /** The daemon's REST API, as data. Every route but health needs the API key. */
@@ -174,18 +195,25 @@ export const API_ROUTES: ApiRoute[] = [
     path: '/v1/templates',
     group: 'api',
     summary:
-      'Build a template: { path } of a template.yaml on this host, or { yaml } (a template made in code).',
-    args: argList({ 'path?': 'str', 'yaml?': 'str' }),
+      'Build a template: { path } of a template.yaml on this host, or { yaml } (a template made in code); with progress: true, NDJSON {progress} lines then {template} or {error, status}.',
+    args: argList({ 'path?': 'str', 'yaml?': 'str', 'progress?': ['bool', false] }),
     handler: async ({ args, ctx }) => {
       if ((args.yaml === undefined) === (args.path === undefined)) {
         throw new InvalidArgumentError('give either path (a template.yaml on this host) or yaml');
       }
-      const built = await ctx.templates.build(
-        args.yaml === undefined ? (args.path as string) : { yaml: args.yaml as string },
-      );
-      // Spare sandboxes of the old build must not be handed out.
-      await ctx.sandboxes.drainPool(built.spec.name);
-      return templateJson(built);
+      const source =
+        args.yaml === undefined ? (args.path as string) : { yaml: args.yaml as string };
+      const build = async (onProgress?: (event: BuildProgress) => void) => {
+        const built = await ctx.templates.build(source, onProgress);
+        // Spare sandboxes of the old build must not be handed out.
+        await ctx.sandboxes.drainPool(built.spec.name);
+        return templateJson(built);
+      };
+      if (!args.progress) return build();
+      return new Reply(200, progressLines(build), {
+        'content-type': 'application/x-ndjson; charset=utf-8',
+        'cache-control': 'no-store',
+      });
     },
   },
   {

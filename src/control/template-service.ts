@@ -1,5 +1,6 @@
 import { mkdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import type { BuildProgress } from '../../runtime/protocol/wire.js';
 import { DEFAULT_CAPABILITIES, parseTemplate, type TemplateSpec } from '../commands/template.js';
 import {
   DEFAULT_SANDBOX_TIMEOUT_MS,
@@ -45,6 +46,13 @@ function upgradeSpec(spec: TemplateSpec): TemplateSpec {
       typeof step === 'string' ? { run: step, user: DEFAULT_USER } : step,
     ),
   };
+}
+
+/** The progress event of a setup step. */
+function stepProgress(spec: TemplateSpec, index: number, step: SetupStep): BuildProgress {
+  const what = 'copy' in step ? `copy ${step.copy} → ${step.to}` : step.run;
+  const as = step.user === spec.user && !spec.image && !spec.dockerfile ? '' : ` (as ${step.user})`;
+  return { phase: 'step', step: index, of: spec.setup.length, text: `${what}${as}` };
 }
 
 /** A template ready to start sandboxes from. */
@@ -103,7 +111,10 @@ export class TemplateService {
    * Builds (or rebuilds) a template: the YAML file at a path, or `yaml` text (a template made in
    * code, whose paths are absolute already). The previous build stays until this one is done.
    */
-  async build(source: string | { yaml: string; path?: string }): Promise<BuiltTemplate> {
+  async build(
+    source: string | { yaml: string; path?: string },
+    onProgress: (event: BuildProgress) => void = () => {},
+  ): Promise<BuiltTemplate> {
     let spec: TemplateSpec;
     if (typeof source !== 'string') {
       // A bad template is a TemplateError (an InvalidArgumentError) naming line and column.
@@ -121,10 +132,12 @@ export class TemplateService {
     if (spec.name === BASE_TEMPLATE.name) {
       throw new InvalidArgumentError("'base' is built in; give your template another name");
     }
-    if (spec.image !== undefined || spec.dockerfile !== undefined) return this.buildImage(spec);
+    if (spec.image !== undefined || spec.dockerfile !== undefined) {
+      return this.buildImage(spec, onProgress);
+    }
     const dir = join(this.templatesDir, spec.name);
     let homeDir: string | undefined;
-    if (spec.setup.length > 0) homeDir = await this.runSetup(spec, dir);
+    if (spec.setup.length > 0) homeDir = await this.runSetup(spec, dir, onProgress);
     const previous = this.registry.getTemplate(spec.name);
     if (!homeDir) rmSync(dir, { recursive: true, force: true });
     const builtAt = Date.now();
@@ -144,7 +157,10 @@ export class TemplateService {
    * sandbox runs the setup steps in it as root (or as each step's user), and its filesystem is
    * committed as the template's image. A failure leaves the previous build as it was.
    */
-  private async buildImage(spec: TemplateSpec): Promise<BuiltTemplate> {
+  private async buildImage(
+    spec: TemplateSpec,
+    onProgress: (event: BuildProgress) => void,
+  ): Promise<BuiltTemplate> {
     const images = this.provider.images;
     if (!images) {
       throw new InvalidArgumentError(
@@ -155,6 +171,10 @@ export class TemplateService {
     const tag = `abx-template/${spec.name}:${builtAt}`;
     const source =
       spec.image !== undefined ? { image: spec.image } : { dockerfile: spec.dockerfile as string };
+    onProgress({
+      phase: 'prepare',
+      text: `preparing ${'image' in source ? `image ${source.image}` : source.dockerfile} with user ${spec.user}`,
+    });
     const prepared = await images.prepare(source, {
       user: spec.user,
       tag: spec.setup.length > 0 ? `${tag}-base` : tag,
@@ -162,7 +182,7 @@ export class TemplateService {
     let image = prepared;
     if (spec.setup.length > 0) {
       try {
-        image = await this.runImageSetup(spec, prepared, tag);
+        image = await this.runImageSetup(spec, prepared, tag, onProgress);
       } finally {
         await images.remove(prepared).catch(() => undefined);
       }
@@ -178,7 +198,12 @@ export class TemplateService {
   }
 
   /** Runs the setup steps in a build sandbox of `image` and commits the result as `tag`. */
-  private async runImageSetup(spec: TemplateSpec, image: string, tag: string): Promise<string> {
+  private async runImageSetup(
+    spec: TemplateSpec,
+    image: string,
+    tag: string,
+    onProgress: (event: BuildProgress) => void,
+  ): Promise<string> {
     const images = this.provider.images as NonNullable<SandboxProvider['images']>;
     const work = join(this.templatesDir, `.build-${spec.name}-${newSandboxId()}`);
     mkdirSync(work, { recursive: true });
@@ -203,8 +228,10 @@ export class TemplateService {
     }
     try {
       for (const [index, step] of spec.setup.entries()) {
+        onProgress(stepProgress(spec, index, step));
         await this.buildStep(spec, index, step, handle, accessToken);
       }
+      onProgress({ phase: 'commit', text: `saving the image ${tag}` });
       return await images.commit(handle, tag);
     } finally {
       await this.provider.kill(handle);
@@ -281,7 +308,11 @@ export class TemplateService {
     }
   }
 
-  private async runSetup(spec: TemplateSpec, dir: string): Promise<string> {
+  private async runSetup(
+    spec: TemplateSpec,
+    dir: string,
+    onProgress: (event: BuildProgress) => void,
+  ): Promise<string> {
     const work = `${dir}.build-${newSandboxId()}`;
     mkdirSync(work, { recursive: true });
     const accessToken = newToken();
@@ -302,8 +333,10 @@ export class TemplateService {
         throw error;
       });
     try {
-      for (const [index, step] of spec.setup.entries())
+      for (const [index, step] of spec.setup.entries()) {
+        onProgress(stepProgress(spec, index, step));
         await this.buildStep(spec, index, step, handle, accessToken);
+      }
     } catch (error) {
       await this.provider.kill(handle);
       rmSync(work, { recursive: true, force: true });

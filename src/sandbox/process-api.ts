@@ -1,5 +1,6 @@
 import type { ProcessEvent, ProcessInfoWire, StreamOffsets } from '../../runtime/protocol/wire.js';
 import { NotFoundError, SandboxNotFoundError } from '../errors.js';
+import { ndjsonLines } from '../util/ndjson.js';
 import type { HttpClient } from './http-client.js';
 
 export type {
@@ -24,18 +25,6 @@ export interface ExecRequest {
  */
 const STREAM_IDLE_MS = 20_000;
 
-/** Splits an NDJSON body into parsed lines. */
-async function* ndjson(body: AsyncIterable<Uint8Array>): AsyncGenerator<ProcessEvent> {
-  const decoder = new TextDecoder();
-  let pending = '';
-  for await (const chunk of body) {
-    pending += decoder.decode(chunk, { stream: true });
-    const lines = pending.split('\n');
-    pending = lines.pop() ?? '';
-    for (const line of lines) if (line.trim() !== '') yield JSON.parse(line) as ProcessEvent;
-  }
-}
-
 /** envd's process routes, spoken over the sandbox's envd client. Internal to the SDK. */
 export class ProcessApi {
   constructor(private readonly envd: HttpClient) {}
@@ -53,7 +42,7 @@ export class ProcessApi {
       timeoutMs: STREAM_IDLE_MS,
       signal,
     });
-    return ndjson(response.body)[Symbol.asyncIterator]();
+    return ndjsonLines<ProcessEvent>(response.body)[Symbol.asyncIterator]();
   }
 
   /** A process's events from the given offsets, followed until it exits. */
@@ -67,7 +56,7 @@ export class ProcessApi {
       timeoutMs: STREAM_IDLE_MS,
       signal,
     });
-    return ndjson(response.body)[Symbol.asyncIterator]();
+    return ndjsonLines<ProcessEvent>(response.body)[Symbol.asyncIterator]();
   }
 
   async list(): Promise<ProcessInfoWire[]> {

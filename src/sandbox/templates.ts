@@ -1,8 +1,9 @@
 import { resolve } from 'node:path';
-import type { TemplateInfo } from '../../runtime/protocol/wire.js';
+import type { BuildProgress, TemplateInfo } from '../../runtime/protocol/wire.js';
 import { Template } from '../commands/template-builder.js';
-import { InvalidArgumentError } from '../errors.js';
+import { errorFromBody, InvalidArgumentError, UpstreamError } from '../errors.js';
 import { type ConnectionOptions, connectDaemon } from '../installation/daemon-connection.js';
+import { ndjsonLines } from '../util/ndjson.js';
 import { daemonClient, type HttpClient } from './http-client.js';
 
 export type { TemplateInfo };
@@ -25,7 +26,11 @@ export const Templates = {
    */
   async build(
     template: string | Template,
-    options: ConnectionOptions & { name?: string } = {},
+    options: ConnectionOptions & {
+      name?: string;
+      /** Called as the build goes: preparing the image, each setup step, saving the result. */
+      onProgress?: (event: BuildProgress) => void;
+    } = {},
   ): Promise<TemplateInfo> {
     let body: { path: string } | { yaml: string };
     if (template instanceof Template) {
@@ -36,9 +41,26 @@ export const Templates = {
       }
       body = { yaml: template.toYaml(options.name) };
     } else body = { path: resolve(template) };
-    return (await client(options, BUILD_TIMEOUT_MS)).json<TemplateInfo>('POST', '/v1/templates', {
-      body,
+    const http = await client(options, BUILD_TIMEOUT_MS);
+    if (!options.onProgress) return http.json<TemplateInfo>('POST', '/v1/templates', { body });
+    const response = await http.send('POST', '/v1/templates', {
+      body: { ...body, progress: true },
     });
+    let result: TemplateInfo | undefined;
+    for await (const line of ndjsonLines(response.body)) {
+      const event = line as {
+        progress?: BuildProgress;
+        template?: TemplateInfo;
+        error?: unknown;
+        status?: number;
+      };
+      if (event.progress) options.onProgress(event.progress);
+      else if (event.template) result = event.template;
+      else if (event.error) throw errorFromBody(event.status ?? 500, event.error);
+    }
+    if (!result)
+      throw new UpstreamError("the daemon ended the build's answer before saying how it ended");
+    return result;
   },
 
   async list(options: ConnectionOptions = {}): Promise<TemplateInfo[]> {

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import type { BuildProgress } from '../../runtime/protocol/wire.js';
 import {
   type DaemonInfo,
   InvalidArgumentError,
@@ -132,7 +133,22 @@ describe('templates', () => {
         .runCmd('wc -l < data/nested/rows.csv > lines.txt')
         .setEnvs({ STAGE: 'code' });
       await expect(Templates.build(tpl, { home })).rejects.toThrow(/needs a name/);
-      const built = await Templates.build(tpl, { home, name: 'from-code' });
+      const progress: BuildProgress[] = [];
+      const built = await Templates.build(tpl, {
+        home,
+        name: 'from-code',
+        onProgress: (event) => progress.push(event),
+      });
+      expect(progress).toEqual([
+        { phase: 'step', step: 0, of: 3, text: `copy ${data} → /home/user/data` },
+        {
+          phase: 'step',
+          step: 1,
+          of: 3,
+          text: `copy ${join(data, 'notes.txt')} → /home/user/notes.txt`,
+        },
+        { phase: 'step', step: 2, of: 3, text: 'wc -l < data/nested/rows.csv > lines.txt' },
+      ]);
       expect(built).toMatchObject({ name: 'from-code', image: null, user: 'user', path: null });
       expect(built.setup.map((s) => ('copy' in s ? 'copy' : 'run'))).toEqual([
         'copy',
@@ -149,12 +165,10 @@ describe('templates', () => {
         await sandbox.kill();
       }
       // A copy of something that is not there fails the build at that step.
+      // With progress too, the error arrives as its class at the end of the stream.
       const missing = await Templates.build(
         Template.fromBase().copy(join(data, 'nope'), '/home/user/x'),
-        {
-          home,
-          name: 'from-code',
-        },
+        { home, name: 'from-code', onProgress: () => {} },
       ).catch((e) => e);
       expect(missing).toBeInstanceOf(TemplateBuildError);
       expect(missing.message).toContain("template 'from-code': setup[0] copy");
