@@ -136,7 +136,18 @@ async function timeout(id: string, ms: number, options: { json?: boolean }): Pro
   printLine(`sandbox ${id} now expires ${relative(info.expiresAt)} (${info.expiresAt})`);
 }
 
-/** `abx create|list|info|kill|timeout`: the life of sandboxes. */
+async function snapshot(id: string, name: string, options: { json?: boolean }): Promise<void> {
+  const sandbox = await Sandbox.connect(id);
+  const template = await withSpinner(`saving sandbox ${id} as ${name}`, () =>
+    sandbox.snapshot({ name }),
+  );
+  if (options.json) return printJson(template);
+  printLine(
+    `saved sandbox ${id} as template '${template.name}'; start one with: abx create --template ${template.name}`,
+  );
+}
+
+/** `abx create|list|info|kill|timeout|snapshot`: the life of sandboxes. */
 export function addSandboxCommands(program: Command): void {
   withExamples(
     program
@@ -212,5 +223,18 @@ export function addSandboxCommands(program: Command): void {
       .option('--json', 'print the sandbox as JSON')
       .action(timeout),
     'abx timeout i1a2b3c4d5e6f7g8 30m',
+  );
+
+  withExamples(
+    program
+      .command('snapshot')
+      .description(
+        'Save a running sandbox as a template: new sandboxes of it start from its current files (listed and removed with `abx template`).',
+      )
+      .argument('<id>', 'the sandbox')
+      .argument('<name>', 'the template to save it as (replaced if it exists)')
+      .option('--json', 'print the template as JSON')
+      .action(snapshot),
+    'abx snapshot i1a2b3c4d5e6f7g8 prepared && abx create --template prepared',
   );
 }

@@ -177,6 +177,24 @@ export const API_ROUTES: ApiRoute[] = [
       sandboxJson(ctx.sandboxes.setTimeout(params.id as string, args.timeoutMs)),
   },
   {
+    method: 'POST',
+    path: '/v1/sandboxes/{id}/snapshot',
+    group: 'api',
+    summary:
+      'Save a running sandbox as the template { name } (its home; with images, its whole filesystem).',
+    args: argList({ name: 'str' }),
+    handler: async ({ params, args, ctx }) => {
+      const record = ctx.sandboxes.running(params.id as string);
+      const built = await ctx.templates.snapshot(
+        record,
+        ctx.sandboxes.tokenOf(record.id),
+        args.name as string,
+      );
+      await ctx.sandboxes.drainPool(built.spec.name);
+      return templateJson(built);
+    },
+  },
+  {
     method: 'GET',
     path: '/v1/templates',
     group: 'api',

@@ -1,6 +1,7 @@
 import { mkdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { BuildProgress } from '../../runtime/protocol/wire.js';
+import { TEMPLATE_NAME_PATTERN } from '../commands/custom-command.js';
 import { DEFAULT_CAPABILITIES, parseTemplate, type TemplateSpec } from '../commands/template.js';
 import {
   DEFAULT_SANDBOX_TIMEOUT_MS,
@@ -354,5 +355,59 @@ export class TemplateService {
       rmSync(work, { recursive: true, force: true });
     }
     return home;
+  }
+
+  /**
+   * Turns a running sandbox into the template `name`: its home folder (exported through envd, as
+   * a build's), and on a provider that runs images its whole filesystem too (committed as an
+   * image). Sandboxes of `name` start from that state with the source template's settings. An
+   * existing template of that name is replaced once the snapshot is complete.
+   */
+  async snapshot(
+    sandbox: { id: string; template: string; handle: SandboxHandle },
+    token: string,
+    name: string,
+  ): Promise<BuiltTemplate> {
+    if (!TEMPLATE_NAME_PATTERN.test(name) || name.length > 64) {
+      throw new InvalidArgumentError(
+        `snapshot name ${JSON.stringify(name)} must be letters, digits, ".", "_" and "-" (64 at most), such as my-snapshot`,
+      );
+    }
+    if (name === BASE_TEMPLATE.name) {
+      throw new InvalidArgumentError("'base' is built in; give the snapshot another name");
+    }
+    const source = this.get(sandbox.template);
+    const builtAt = Date.now();
+    const dir = join(this.templatesDir, name);
+    const staged = join(this.templatesDir, `.snapshot-${name}-${newSandboxId()}`);
+    let image: string | undefined;
+    try {
+      await this.exportHome(sandbox.handle, token, join(staged, 'home'));
+      if (this.provider.images) {
+        image = await this.provider.images.commit(
+          sandbox.handle,
+          `abx-template/${name}:${builtAt}`,
+        );
+      }
+    } catch (error) {
+      rmSync(staged, { recursive: true, force: true });
+      throw error;
+    }
+    const previous = this.registry.getTemplate(name);
+    rmSync(dir, { recursive: true, force: true });
+    renameSync(staged, dir);
+    const spec: TemplateSpec = {
+      ...source.spec,
+      name,
+      description: `snapshot of sandbox ${sandbox.id} (template ${sandbox.template})`,
+      // What the steps made is in the snapshot already.
+      setup: [],
+    };
+    delete spec.path;
+    this.registry.upsertTemplate({ name, spec, dir, image: image ?? null, builtAt });
+    if (previous?.image && previous.image !== image) {
+      await this.provider.images?.remove(previous.image).catch(() => undefined);
+    }
+    return { spec, homeDir: join(dir, 'home'), ...(image ? { image } : {}), builtAt };
   }
 }

@@ -10,6 +10,7 @@ import {
   InvalidArgumentError,
   NotFoundError,
   Sandbox,
+  SandboxNotFoundError,
   Template,
   TemplateBuildError,
   Templates,
@@ -177,6 +178,43 @@ describe('templates', () => {
       expect((await Templates.get('from-code', { home })).setup).toHaveLength(3);
     } finally {
       rmSync(data, { recursive: true, force: true });
+    }
+  });
+
+  test('snapshot: a running sandbox becomes a template; new sandboxes start from its files', async () => {
+    const source = await Sandbox.create({ home, template: 'from-code' }).catch(() =>
+      Sandbox.create({ home }),
+    );
+    let copy: Sandbox | undefined;
+    try {
+      await source.commands.run(
+        'mkdir -p work && echo state > work/state.txt && echo tmp > /tmp/gone',
+      );
+      await expect(source.snapshot({ name: 'bad name!' })).rejects.toThrow(InvalidArgumentError);
+      await expect(source.snapshot({ name: 'base' })).rejects.toThrow(/built in/);
+      const template = await source.snapshot({ name: 'snap-1' });
+      expect(template).toMatchObject({
+        name: 'snap-1',
+        description: `snapshot of sandbox ${source.sandboxId} (template ${source.template})`,
+        setup: [],
+      });
+      expect((await Templates.list({ home })).map((t) => t.name)).toContain('snap-1');
+      // The source goes on; a change after the snapshot is not in it.
+      await source.files.write('work/after.txt', 'later');
+      copy = await Sandbox.create({ home, template: 'snap-1' });
+      expect(await copy.files.read('work/state.txt')).toBe('state\n');
+      expect(await copy.files.exists('work/after.txt')).toBe(false);
+      // /tmp is not part of a snapshot on the local provider (only the home is kept).
+      expect(await copy.files.exists('/tmp/gone')).toBe(false);
+      await copy.kill();
+      copy = undefined;
+      await Templates.remove('snap-1', { home });
+      await expect(Sandbox.create({ home, template: 'snap-1' })).rejects.toThrow(NotFoundError);
+      await source.kill();
+      await expect(source.snapshot({ name: 'snap-2' })).rejects.toThrow(SandboxNotFoundError);
+    } finally {
+      await copy?.kill().catch(() => false);
+      await source.kill().catch(() => false);
     }
   });
 
