@@ -3,8 +3,10 @@
 # and e2fsprogs (a root daemon's launcher: unshare, setpriv, prlimit, mount, mkfs.ext4; Debian
 # ships them, but slim images may not), python3 (what the tests run inside sandboxes), patchelf
 # (the portable Node runtime that sandboxes of any image run envd with), busybox-static (a root
-# filesystem with no libc, for the portable runtime's tests) and, for the command server's BROWSER
-# group, Chromium. Installs only what is missing; needs root (or sudo).
+# filesystem with no libc, for the portable runtime's tests), docker.io (dockerd: the Docker
+# provider's engine; a `docker` CLI alone is not enough), debootstrap (the Debian image the Docker
+# provider's tests import) and, for the command server's BROWSER group, Chromium. Installs only
+# what is missing; needs root (or sudo).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
@@ -18,6 +20,8 @@ command -v mkfs.ext4 >/dev/null 2>&1 || missing+=(e2fsprogs)
 command -v patchelf >/dev/null 2>&1 || missing+=(patchelf)
 # Debian's `busybox` package has /bin/busybox too, but linked to glibc: only the static one will do.
 dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q ' installed' || missing+=(busybox-static)
+command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 if [ "${1:-}" != "--no-browser" ] && [ ! -x /usr/bin/chromium ]; then missing+=(chromium); fi
 [ "${#missing[@]}" -eq 0 ] && exit 0
 

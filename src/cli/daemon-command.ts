@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import type { Command } from 'commander';
+import { type Command, Option } from 'commander';
 import { findDaemon, startDaemon, stopDaemon } from '../installation/daemon-connection.js';
 import { abxHome, abxPaths } from '../installation/paths.js';
 import { ExitCode } from './errors.js';
@@ -23,12 +23,30 @@ export function addDaemonCommand(program: Command): void {
       .command('start')
       .description('Start the daemon in the background (no-op when one runs).')
       .option('--json', 'print the daemon info as JSON')
-      .action(async (options: { json?: boolean }) => {
+      .addOption(
+        new Option(
+          '--provider <name>',
+          'where sandboxes run: local (bubblewrap on this host) or docker (the Docker engine of this host)',
+        )
+          .choices(['local', 'docker'])
+          .env('ABX_PROVIDER'),
+      )
+      .addOption(
+        new Option(
+          '--docker-base-image <image>',
+          'docker: the image of templates without one (default debian:bookworm-slim); it must be on the engine',
+        ).env('ABX_DOCKER_BASE_IMAGE'),
+      )
+      .action(async (options: { json?: boolean; provider?: string; dockerBaseImage?: string }) => {
+        // The daemon process reads them from its environment (it inherits this one's).
+        if (options.provider) process.env.ABX_PROVIDER = options.provider;
+        if (options.dockerBaseImage) process.env.ABX_DOCKER_BASE_IMAGE = options.dockerBaseImage;
         const info = await withSpinner('starting the daemon', () => startDaemon(abxHome()));
         if (options.json) return printJson(info);
         printLine(`daemon ${info.pid} listening: API ${info.apiUrl}, gateway ${info.gatewayUrl}`);
       }),
     'abx daemon start',
+    'abx daemon start --provider docker --docker-base-image debian:bookworm-slim',
   );
 
   withExamples(
@@ -61,7 +79,7 @@ export function addDaemonCommand(program: Command): void {
             printLine(
               isolation.mode === 'root'
                 ? 'isolation: root mode (each sandbox runs as a host uid of its own)'
-                : 'isolation: rootless mode (sandboxes run as the daemon’s uid)',
+                : 'isolation: rootless mode (sandboxes share one host uid: the daemon’s, or docker’s uid 1000)',
             );
             for (const [name, limit] of Object.entries(isolation.limits)) {
               printLine(

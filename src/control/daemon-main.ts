@@ -5,12 +5,41 @@ import 'reflect-metadata';
 const { Daemon } = await import('./daemon.js');
 const { abxHome } = await import('../installation/paths.js');
 
+/**
+ * The provider `ABX_PROVIDER` names (`abx daemon start --provider`): `local` (the default,
+ * bubblewrap) or `docker` (a Docker engine of this host; `ABX_DOCKER_BASE_IMAGE` is the image of
+ * templates without one). A docker daemon refuses to start without an engine that answers.
+ */
+async function chooseProvider() {
+  const name = process.env.ABX_PROVIDER || 'local';
+  if (name === 'local') return undefined;
+  if (name !== 'docker') {
+    throw new Error(`ABX_PROVIDER is '${name}'; the providers are 'local' and 'docker'`);
+  }
+  const { join } = await import('node:path');
+  const { packageInfo } = await import('../util/package-info.js');
+  const { DockerProvider } = await import('../providers/docker/docker-provider.js');
+  const provider = new DockerProvider({
+    runtimeDir: join(packageInfo().root, 'dist', 'runtime'),
+    // Root's cache is /run/abx-runtime; another user keeps it in its installation.
+    ...(process.getuid?.() === 0 ? {} : { runtimeCacheDir: join(abxHome(), 'runtime') }),
+    ...(process.env.ABX_DOCKER_BASE_IMAGE ? { baseImage: process.env.ABX_DOCKER_BASE_IMAGE } : {}),
+  });
+  await provider.engine();
+  return provider;
+}
+
+const provider = await chooseProvider().catch((error: Error) => {
+  console.error(`abx daemon: ${error.name}: ${error.message}`);
+  process.exit(1);
+});
 const daemon = new Daemon({
   home: abxHome(),
   ...(process.env.ABX_API_PORT ? { apiPort: Number(process.env.ABX_API_PORT) } : {}),
   ...(process.env.ABX_GATEWAY_PORT ? { gatewayPort: Number(process.env.ABX_GATEWAY_PORT) } : {}),
   ...(process.env.ABX_DOMAIN ? { domain: process.env.ABX_DOMAIN } : {}),
   ...(process.env.ABX_WARM_POOL ? { warmPool: Number(process.env.ABX_WARM_POOL) } : {}),
+  ...(provider ? { provider } : {}),
 });
 for (const signal of ['SIGTERM', 'SIGINT'] as const) {
   process.on(signal, () => void daemon.stop());

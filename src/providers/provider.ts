@@ -71,6 +71,8 @@ export interface SandboxHandle {
   cgroups?: string[];
   /** @deprecated a handle written by an older daemon: its one memory cgroup. */
   cgroup?: string;
+  /** The sandbox's container, for providers that run containers (docker: its id). */
+  container?: string;
 }
 
 /** Why a sandbox's processes ended without being killed. */

@@ -3,7 +3,6 @@ import { randomBytes } from 'node:crypto';
 import {
   chmodSync,
   chownSync,
-  copyFileSync,
   existsSync,
   mkdirSync,
   mkdtempSync,
@@ -11,7 +10,6 @@ import {
   readFileSync,
   rmSync,
   statSync,
-  symlinkSync,
   writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -25,12 +23,12 @@ import {
   SANDBOX_NODE,
 } from '../../src/providers/portable-runtime.js';
 import { ROOT } from '../helpers/build.js';
+import { BUSYBOX, busyboxRoot } from '../helpers/docker-images.js';
 
 // Real sandboxes, no mocks: a root filesystem made of Debian's static busybox alone (no libc, no
 // Node), the portable runtime bound at /opt/abx, run by bwrap. As root, bwrap runs as `nobody`,
 // so the runtime must be readable by a uid that owns none of it.
 const RUNTIME_DIR = join(ROOT, 'dist', 'runtime');
-const BUSYBOX = '/bin/busybox';
 const NOBODY = 65534;
 const asRoot = process.getuid?.() === 0;
 
@@ -66,19 +64,6 @@ function scratch(name: string, mode = 0o755): string {
   mkdirSync(dir, { mode });
   chmodSync(dir, mode);
   return dir;
-}
-
-/** `/bin/busybox` and one symlink per applet: a root filesystem with no libc at all. */
-function busyboxRoot(dir: string): void {
-  for (const sub of ['bin', 'opt/abx', 'proc', 'dev', 'tmp']) {
-    mkdirSync(join(dir, sub), { recursive: true, mode: 0o755 });
-  }
-  copyFileSync(BUSYBOX, join(dir, 'bin', 'busybox'));
-  chmodSync(join(dir, 'bin', 'busybox'), 0o755);
-  const applets = execFileSync(BUSYBOX, ['--list'], { encoding: 'utf8' }).split('\n');
-  for (const applet of applets) {
-    if (applet && applet !== 'busybox') symlinkSync('busybox', join(dir, 'bin', applet));
-  }
 }
 
 /** The argv running `command` in the busybox root with `runtimeDir` at /opt/abx and `tmp` at /tmp. */

@@ -85,7 +85,7 @@ function cappedLog(file: string): Writable {
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** GET /health on envd's socket: true on 200. */
-function envdHealthy(socketPath: string): Promise<boolean> {
+export function envdHealthy(socketPath: string): Promise<boolean> {
   return new Promise((resolve) => {
     const options = {
       socketPath,

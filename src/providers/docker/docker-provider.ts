@@ -1,0 +1,512 @@
+import { mkdirSync } from 'node:fs';
+import { dirname, posix } from 'node:path';
+import { Readable } from 'node:stream';
+import type Docker from 'dockerode';
+import { SANDBOX_RUN_DIR } from '../../../runtime/protocol/constants.js';
+import { SandboxError, SandboxStartError, UnavailableError } from '../../errors.js';
+import { oomKills, removeCgroups } from '../local/cgroups.js';
+import { envdHealthy } from '../local/local-provider.js';
+import { isSameProcess, processStartTime } from '../local/proc.js';
+import { type PortableRuntime, portableRuntime } from '../portable-runtime.js';
+import type {
+  EndCause,
+  IsolationReport,
+  SandboxHandle,
+  SandboxProvider,
+  SandboxSpec,
+} from '../provider.js';
+import {
+  containerOptions,
+  SANDBOX_LABEL,
+  SANDBOXES_DIR_LABEL,
+  sandboxesDirHash,
+  sandboxUser,
+} from './container-config.js';
+import {
+  dockerClient,
+  dockerMessage,
+  type EngineFacts,
+  engineAddress,
+  engineError,
+  probeEngine,
+  statusOf,
+} from './engine.js';
+import { DockerImageStore } from './image-store.js';
+import { sandboxArchive, workdirChain } from './sandbox-archive.js';
+import { adoptMemory, prepareMemoryCgroup, sandboxCgroupDirs } from './sandbox-cgroups.js';
+
+/** The image sandboxes of templates without an image start from (with the user added). */
+export const DEFAULT_BASE_IMAGE = 'debian:bookworm-slim';
+
+export interface DockerProviderOptions {
+  /** Host folder holding envd.cjs and server.cjs (the package's dist/runtime). */
+  runtimeDir: string;
+  /** Where the portable runtime is built (default: /run/abx-runtime for root; else required). */
+  runtimeCacheDir?: string;
+  /** How long a new sandbox's envd has to answer, from the call; default 15 s. */
+  startTimeoutMs?: number;
+  /** The image of templates without one; default {@link DEFAULT_BASE_IMAGE}. */
+  baseImage?: string;
+  /** The engine's client; default: `DOCKER_HOST`, else /var/run/docker.sock. */
+  docker?: Docker;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+/** How long `kill` waits for the engine to remove a container. */
+const KILL_MS = 5000;
+
+/** Rejects with `what` when `promise` takes longer than `ms`. */
+function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new SandboxError(`${what} took over ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+/**
+ * The frames of a non-TTY container log (8-byte headers: stream, 0, 0, 0, length) as text;
+ * anything else is taken as plain text.
+ */
+function demuxLog(raw: Buffer | string): string {
+  if (typeof raw === 'string') return raw;
+  const parts: Buffer[] = [];
+  let at = 0;
+  while (at + 8 <= raw.length && raw[at] !== undefined && (raw[at] as number) <= 2) {
+    const length = raw.readUInt32BE(at + 4);
+    parts.push(raw.subarray(at + 8, at + 8 + length));
+    at += 8 + length;
+  }
+  return at === 0 ? raw.toString('utf8') : Buffer.concat(parts).toString('utf8');
+}
+
+/** Best effort: the end of a container's own output (envd's complaints), for start errors. */
+async function logTail(container: Docker.Container): Promise<string> {
+  try {
+    const raw = (await container.logs({ stdout: true, stderr: true, tail: 40 })) as unknown;
+    return demuxLog(raw as Buffer)
+      .trim()
+      .slice(-2000);
+  } catch {
+    return '';
+  }
+}
+
+/**
+ * Sandboxes as Docker containers, one each, on an engine of this host: the image's file system,
+ * envd on the portable runtime (bound read-only at /opt/abx, so the image needs neither Node nor
+ * glibc), docker-init as pid 1. The handle names the container and its init as the host sees it
+ * (`State.Pid` and its start time), so liveness is a /proc read like the local provider's, and
+ * envd's socket is reached through `/proc/<init>/root/run/abx` (a tmpfs of the container's own),
+ * walked without following anything the sandbox controls.
+ */
+export class DockerProvider implements SandboxProvider {
+  readonly name = 'docker';
+  readonly images: DockerImageStore;
+  private readonly docker: Docker;
+  private facts: EngineFacts | undefined;
+  private probing: Promise<EngineFacts> | undefined;
+  private runtime: Promise<PortableRuntime> | undefined;
+  private readonly bases = new Map<string, Promise<string>>();
+  /** OOM kills learnt from the engine (events, or an inspect in `kill`), by container id. */
+  private readonly oomKilled = new Map<string, boolean>();
+  private events: NodeJS.ReadableStream | undefined;
+  private closed = false;
+  private readonly address: string;
+  /** Releases the client this provider made (its connections to the engine). */
+  private closeClient: () => void = () => undefined;
+  /** Why the base image cannot be used, when the probe found it missing. */
+  private baseMissing: string | undefined;
+
+  constructor(private readonly options: DockerProviderOptions) {
+    if (options.docker) this.docker = options.docker;
+    else {
+      const client = dockerClient();
+      this.docker = client.docker;
+      this.closeClient = client.close;
+    }
+    this.address = engineAddress(this.docker);
+    this.images = new DockerImageStore(this.docker);
+    // isolation() is synchronous: learn what the engine offers early (failures come again later).
+    this.engine().catch(() => undefined);
+  }
+
+  /** What the engine offers, probed once (again after a failure). */
+  engine(): Promise<EngineFacts> {
+    this.probing ??= probeEngine(this.docker).then(
+      async (facts) => {
+        const base = this.options.baseImage ?? DEFAULT_BASE_IMAGE;
+        this.baseMissing = await this.images.inspectImage(base).then(
+          () => undefined,
+          (error: Error) => error.message,
+        );
+        this.facts = facts;
+        // Where the kernel's count is out of reach (see sandbox-cgroups.ts), the engine's word.
+        if (facts.cgroupDriver !== 'cgroupfs' || process.getuid?.() !== 0) this.watchOomEvents();
+        return facts;
+      },
+      (error: unknown) => {
+        this.probing = undefined;
+        throw error;
+      },
+    );
+    return this.probing;
+  }
+
+  async create(spec: SandboxSpec): Promise<SandboxHandle> {
+    const timeoutMs = this.options.startTimeoutMs ?? 15_000;
+    const deadline = Date.now() + timeoutMs;
+    const user = sandboxUser(spec);
+    mkdirSync(spec.dir, { recursive: true });
+    let container: Docker.Container | undefined;
+
+    const fail = async (why: string, cause?: unknown): Promise<SandboxStartError> => {
+      const tail = container ? await logTail(container) : '';
+      if (container) await this.removeContainer(container.id).catch(() => undefined);
+      await this.removeSandboxCgroups(spec.id);
+      return new SandboxStartError(
+        `sandbox ${spec.id} did not start: ${why}${tail ? `\n--- sandbox log ---\n${tail}` : ''}`,
+        cause === undefined ? undefined : { cause },
+      );
+    };
+    const late = () => `envd did not answer within ${timeoutMs} ms`;
+    const step = async <T>(what: string, work: () => Promise<T>): Promise<T> => {
+      if (Date.now() >= deadline) throw await fail(late());
+      try {
+        return await work();
+      } catch (error) {
+        if (error instanceof SandboxStartError) throw error;
+        const mapped = engineError(error, what, this.address);
+        if (mapped instanceof UnavailableError) {
+          await fail(what);
+          throw mapped;
+        }
+        throw await fail(`${what}: ${dockerMessage(error)}`, error);
+      }
+    };
+
+    const engine = await step('the Docker engine', () => this.engine());
+    const runtime = await step('the portable runtime', () => this.portableRuntime());
+    const image = await step('its image', () =>
+      spec.image ? Promise.resolve(spec.image) : this.baseImage(),
+    );
+    const imageInfo = await step('its image', () => this.images.inspectImage(image));
+    const imagePath = imageInfo.Config?.Env?.find((entry) => entry.startsWith('PATH='))?.slice(5);
+    const options = containerOptions(spec, {
+      image: imageInfo.Id,
+      ...(imagePath ? { imagePath } : {}),
+      runtimeDir: runtime.dir,
+      sandboxesDir: dirname(spec.dir),
+      engine,
+    });
+    const cgroupfs = engine.cgroupDriver === 'cgroupfs';
+    const ownMemory = cgroupfs && prepareMemoryCgroup(spec.id, spec.resources.memory);
+    container = await step('docker could not create its container', () =>
+      this.docker.createContainer(options),
+    );
+    const made = container;
+    // The workdir: below the home it is made as the user's; elsewhere only when the image lacks it.
+    const dirs = user.uid === 0 ? [] : workdirChain(user.home, spec.workdir);
+    if (dirs.length === 0 && !(await this.exists(made, spec.workdir))) {
+      dirs.push(posix.normalize(spec.workdir));
+    }
+    await step('docker could not copy its files in', () =>
+      made.putArchive(
+        Readable.from(
+          sandboxArchive({
+            uid: user.uid,
+            token: spec.accessToken,
+            ...(user.uid === 0 ? {} : { home: user.home }),
+            ...(spec.baseHome && user.uid !== 0 ? { baseHome: spec.baseHome } : {}),
+            dirs,
+          }),
+        ),
+        { path: '/' },
+      ),
+    );
+    await step('docker could not start it', () => made.start());
+    if (ownMemory) adoptMemory(spec.id, made.id);
+    const info = await step('docker could not inspect it', () => made.inspect());
+    const pid = info.State.Pid;
+    const startTime = pid > 0 ? processStartTime(pid) : undefined;
+    if (!startTime) {
+      throw await fail(
+        info.State.Running
+          ? `its init (pid ${pid}) is not a process of this host: the Docker engine must run on the daemon's host`
+          : `it ended at once (exit code ${info.State.ExitCode}${info.State.Error ? `: ${info.State.Error}` : ''})`,
+      );
+    }
+    const socket = `/proc/${pid}/root${SANDBOX_RUN_DIR}/envd.sock`;
+    while (Date.now() < deadline) {
+      if (!isSameProcess(pid, startTime)) throw await fail('envd ended before it answered');
+      if (await envdHealthy(socket)) {
+        return {
+          provider: this.name,
+          pid,
+          startTime,
+          envdSocket: socket,
+          portsDir: `/proc/${pid}/root${SANDBOX_RUN_DIR}/ports`,
+          container: made.id,
+          ...(cgroupfs ? { cgroups: sandboxCgroupDirs(spec.id) } : {}),
+        };
+      }
+      await sleep(5);
+    }
+    throw await fail(late());
+  }
+
+  isAlive(handle: SandboxHandle): boolean {
+    return isSameProcess(handle.pid, handle.startTime);
+  }
+
+  endCause(handle: SandboxHandle): EndCause {
+    if (handle.cgroups && oomKills(handle.cgroups) > 0) return 'oom';
+    return handle.container && this.oomKilled.get(handle.container) ? 'oom' : 'exited';
+  }
+
+  async kill(handle: SandboxHandle): Promise<void> {
+    const deadline = Date.now() + KILL_MS;
+    let unreachable: UnavailableError | undefined;
+    if (handle.container) {
+      try {
+        const info = await within(
+          this.docker.getContainer(handle.container).inspect(),
+          KILL_MS,
+          'docker inspect',
+        );
+        if (info.State.OOMKilled) this.oomKilled.set(handle.container, true);
+        await this.removeContainer(handle.container, deadline);
+      } catch (error) {
+        const failure =
+          statusOf(error) === 404 ? undefined : engineError(error, 'kill', this.address);
+        if (failure instanceof UnavailableError) unreachable = failure;
+      }
+    }
+    // Without the engine (or past its deadline) the init is killed here: the kernel then kills
+    // every process of the container's pid namespace.
+    if (this.isAlive(handle)) {
+      try {
+        process.kill(handle.pid, 'SIGKILL');
+      } catch {
+        // gone meanwhile
+      }
+      while (this.isAlive(handle) && Date.now() < deadline) await sleep(10);
+    }
+    const id = this.sandboxIdOf(handle);
+    const cgroups = [...new Set([...(handle.cgroups ?? []), ...(id ? sandboxCgroupDirs(id) : [])])];
+    while (!removeCgroups(cgroups) && Date.now() < deadline) await sleep(10);
+    if (unreachable) throw unreachable;
+  }
+
+  async sweepOrphans(sandboxesDir: string, running: ReadonlySet<string>): Promise<string[]> {
+    let containers: Docker.ContainerInfo[];
+    try {
+      containers = await this.docker.listContainers({
+        all: true,
+        filters: { label: [`${SANDBOXES_DIR_LABEL}=${sandboxesDirHash(sandboxesDir)}`] },
+      });
+    } catch (error) {
+      throw engineError(error, 'cannot list sandbox containers', this.address);
+    }
+    const orphans: string[] = [];
+    for (const found of containers) {
+      const id = found.Labels?.[SANDBOX_LABEL];
+      if (!id || running.has(id)) continue;
+      await this.removeContainer(found.Id).catch(() => undefined);
+      await this.removeSandboxCgroups(id);
+      orphans.push(id);
+    }
+    return orphans;
+  }
+
+  isolation(): IsolationReport {
+    const facts = this.facts;
+    if (!facts) {
+      const unknown = {
+        enforced: false,
+        how: `not known: the Docker engine at ${this.address} has not answered yet`,
+      };
+      const limits = Object.fromEntries(
+        ['processes', 'memory', 'cpu', 'disk', 'open_files', 'file_size'].map((name) => [
+          name,
+          unknown,
+        ]),
+      );
+      return {
+        mode: 'rootless',
+        limits,
+        warnings: Object.keys(limits).map((name) => `${name}: ${unknown.how}`),
+      };
+    }
+    const cgroup = (ok: boolean, how: string, name: string) =>
+      ok
+        ? { enforced: true, how }
+        : { enforced: false, how: `not enforced: this engine has no ${name} cgroup support` };
+    const limits: IsolationReport['limits'] = {
+      processes: cgroup(
+        facts.pids,
+        'pids cgroup (PidsLimit; 4096 when the template sets none)',
+        'pids',
+      ),
+      memory: cgroup(
+        facts.memory,
+        `memory cgroup (Memory${facts.swap ? ', MemorySwap equal: no swap' : '; without swap accounting in this kernel swap is not limited'}${facts.cgroupVersion === '1' && facts.cgroupDriver === 'cgroupfs' && process.getuid?.() === 0 ? '; cgroup v1: the sandbox’s processes live in /abx-docker/<id>, made by the daemon with the limit' : ''})`,
+        'memory',
+      ),
+      cpu: cgroup(facts.cpu, 'CFS quota (NanoCpus)', 'cpu'),
+      disk: facts.diskQuota.enforced
+        ? {
+            enforced: true,
+            how: `StorageOpt size on ${facts.diskQuota.driver}: everything the container writes (home and /tmp included)`,
+          }
+        : { enforced: false, how: `not enforced: ${facts.diskQuota.why}` },
+      open_files: { enforced: true, how: 'RLIMIT_NOFILE (Ulimits nofile)' },
+      file_size: { enforced: true, how: 'RLIMIT_FSIZE (Ulimits fsize)' },
+    };
+    const warnings = [
+      facts.usernsRemap
+        ? 'docker: sandboxes run as uid 1000 of the engine’s user namespace (dockerd --userns-remap), one uid shared by all of them'
+        : 'docker: sandboxes run as host uid 1000, one uid shared by every docker sandbox (and by any host account with uid 1000); they are kept apart by namespaces, no capabilities and seccomp. Start dockerd with --userns-remap to map it to an unused subordinate uid',
+      ...Object.entries(limits)
+        .filter(([, limit]) => !limit.enforced)
+        .map(([name, limit]) => `${name}: ${limit.how}`),
+    ];
+    if (!facts.seccomp) warnings.push('docker: this engine reports no seccomp support');
+    if (this.baseMissing) {
+      warnings.push(
+        `docker: ${this.baseMissing}; sandboxes of templates without an image cannot start until it is`,
+      );
+    }
+    if (facts.cgroupDriver !== 'cgroupfs') {
+      warnings.push(
+        `docker: with the ${facts.cgroupDriver} cgroup driver an OOM kill is known from the engine's events while this daemon runs; one that happens while no daemon runs is recorded as 'exited'`,
+      );
+    }
+    return { mode: 'rootless', limits, warnings };
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    (this.events as unknown as { destroy?: () => void } | undefined)?.destroy?.();
+    this.events = undefined;
+    this.closeClient();
+  }
+
+  /** The portable runtime folder, built (or found in its cache) once per provider. */
+  private portableRuntime(): Promise<PortableRuntime> {
+    this.runtime ??= portableRuntime({
+      runtimeDir: this.options.runtimeDir,
+      ...(this.options.runtimeCacheDir ? { cacheDir: this.options.runtimeCacheDir } : {}),
+    }).catch((error: unknown) => {
+      this.runtime = undefined;
+      throw error;
+    });
+    return this.runtime;
+  }
+
+  /** The base image with the sandbox user added, prepared once per provider (and engine). */
+  private baseImage(): Promise<string> {
+    const base = this.options.baseImage ?? DEFAULT_BASE_IMAGE;
+    let prepared = this.bases.get(base);
+    if (!prepared) {
+      const safe = base.replace(/[^a-z0-9._-]+/g, '-').slice(0, 100);
+      prepared = this.images.prepare(
+        { image: base },
+        { user: 'user', tag: `abx-base/${safe}:user` },
+      );
+      prepared.catch(() => this.bases.delete(base));
+      this.bases.set(base, prepared);
+    }
+    return prepared;
+  }
+
+  /** True when `path` exists in the container's file system (a HEAD of its archive). */
+  private async exists(container: Docker.Container, path: string): Promise<boolean> {
+    try {
+      await container.infoArchive({ path });
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  /** Kills and removes a container (force), until `deadline`; a missing one is fine. */
+  private async removeContainer(id: string, deadline = Date.now() + KILL_MS): Promise<void> {
+    try {
+      await within(
+        this.docker.getContainer(id).remove({ force: true, v: true }),
+        Math.max(1, deadline - Date.now()),
+        `removing container ${id}`,
+      );
+    } catch (error) {
+      if (statusOf(error) === 404) return;
+      // Removal of this container is under way already (another kill): wait for it to finish.
+      if (statusOf(error) === 409) {
+        while (Date.now() < deadline) {
+          const gone = await this.docker
+            .getContainer(id)
+            .inspect()
+            .then(
+              () => false,
+              (again: unknown) => statusOf(again) === 404,
+            );
+          if (gone) return;
+          await sleep(20);
+        }
+      }
+      throw error;
+    }
+  }
+
+  private async removeSandboxCgroups(id: string): Promise<void> {
+    const deadline = Date.now() + KILL_MS;
+    const dirs = sandboxCgroupDirs(id);
+    while (!removeCgroups(dirs) && Date.now() < deadline) await sleep(10);
+  }
+
+  /** The sandbox id of a handle's cgroups (`…/abx-docker/<id>`). */
+  private sandboxIdOf(handle: SandboxHandle): string | undefined {
+    const dir = handle.cgroups?.[0];
+    return dir ? posix.basename(dir) : undefined;
+  }
+
+  /**
+   * On the systemd cgroup driver Docker owns the container's cgroup, which goes with it: OOM
+   * kills are learnt from the engine's `oom` events instead, while this provider runs.
+   */
+  private watchOomEvents(): void {
+    if (this.events || this.closed) return;
+    this.docker
+      .getEvents({
+        filters: { type: ['container'], event: ['oom'], label: [SANDBOX_LABEL] },
+      })
+      .then((stream) => {
+        if (this.closed) {
+          (stream as unknown as { destroy: () => void }).destroy();
+          return;
+        }
+        this.events = stream;
+        (stream as unknown as { socket?: { unref?: () => void } }).socket?.unref?.();
+        let pending = '';
+        stream.on('data', (chunk: Buffer) => {
+          pending += chunk.toString('utf8');
+          const lines = pending.split('\n');
+          pending = lines.pop() ?? '';
+          for (const line of lines) {
+            try {
+              const event = JSON.parse(line) as { id?: string; Actor?: { ID?: string } };
+              const id = event.Actor?.ID ?? event.id;
+              if (id) this.oomKilled.set(id, true);
+            } catch {
+              // not an event
+            }
+          }
+        });
+        stream.on('error', () => undefined);
+        stream.on('end', () => {
+          this.events = undefined;
+        });
+      })
+      .catch(() => undefined);
+  }
+}

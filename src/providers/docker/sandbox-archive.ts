@@ -1,0 +1,120 @@
+import { constants } from 'node:fs';
+import { lstat, open, readdir, readlink } from 'node:fs/promises';
+import { join, posix } from 'node:path';
+import {
+  END_OF_ARCHIVE,
+  entryHeader,
+  padding,
+  type TarEntry,
+  type TarType,
+} from '../../../runtime/envd/tar-format.js';
+
+/** Where envd finds its token at start, in a folder only the sandbox's user can enter. */
+export const TOKEN_DIR = '/run/abx-token';
+export const TOKEN_FILE = `${TOKEN_DIR}/token`;
+
+const CHUNK = 256 * 1024;
+
+/** What goes into a new container's file system before it starts. */
+export interface SandboxFiles {
+  /** The uid (and gid) the sandbox runs as: owner of the token, the home and what is made in it. */
+  uid: number;
+  /** envd's access token, written to {@link TOKEN_FILE} (0600). */
+  token: string;
+  /** The sandbox user's home (`/home/<user>`), made or reset to the user's ownership; none for root. */
+  home?: string;
+  /** A template's home whose content is copied into `home`, owned by `uid`. */
+  baseHome?: string;
+  /** Folders to make, owned by `uid` (a workdir and its parents below the home). */
+  dirs?: string[];
+}
+
+function entry(name: string, type: TarType, mode: number, uid: number, size = 0, link?: Buffer) {
+  const rel = name.replace(/^\/+/, '');
+  const tar: TarEntry = {
+    name: Buffer.from(type === '5' ? `${rel.replace(/\/+$/, '')}/` : rel),
+    type,
+    mode,
+    uid,
+    gid: uid,
+    size,
+    mtime: Math.floor(Date.now() / 1000),
+    ...(link ? { link } : {}),
+  };
+  return entryHeader(tar);
+}
+
+/**
+ * A copy of `dir` under `to` in the archive: folders, regular files and symbolic links only,
+ * owned by `uid`, with permission bits alone (no set-id or sticky bits). Symbolic links are
+ * copied as links, never followed; other kinds are left out.
+ */
+async function* treeEntries(dir: string, to: string, uid: number): AsyncGenerator<Buffer> {
+  const names = (await readdir(dir)).sort();
+  for (const name of names) {
+    const path = join(dir, name);
+    const inside = posix.join(to, name);
+    const stats = await lstat(path);
+    const mode = stats.mode & 0o777;
+    if (stats.isDirectory()) {
+      yield entry(inside, '5', mode, uid);
+      yield* treeEntries(path, inside, uid);
+    } else if (stats.isSymbolicLink()) {
+      yield entry(inside, '2', 0o777, uid, 0, await readlink(path, { encoding: 'buffer' }));
+    } else if (stats.isFile()) {
+      const file = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW);
+      try {
+        const size = (await file.stat()).size;
+        yield entry(inside, '0', mode, uid, size);
+        let position = 0;
+        while (position < size) {
+          const buffer = Buffer.alloc(Math.min(CHUNK, size - position));
+          const { bytesRead } = await file.read(buffer, 0, buffer.length, position);
+          if (bytesRead === 0) {
+            // Shrank meanwhile: the header promised `size` bytes.
+            yield Buffer.alloc(size - position);
+            break;
+          }
+          position += bytesRead;
+          yield bytesRead === buffer.length ? buffer : buffer.subarray(0, bytesRead);
+        }
+        yield padding(size);
+      } finally {
+        await file.close();
+      }
+    }
+  }
+}
+
+/**
+ * The tar stream to unpack at `/` of a created container before it starts. Docker unpacks it as
+ * root, inside the container's root file system: owners and modes come from these headers, and
+ * a missing parent folder is made root's, 0755. `/tmp` is (re)made sticky and world-writable,
+ * which some minimal images lack.
+ */
+export async function* sandboxArchive(files: SandboxFiles): AsyncGenerator<Buffer> {
+  const { uid } = files;
+  yield entry('/tmp', '5', 0o1777, 0);
+  yield entry(TOKEN_DIR, '5', 0o700, uid);
+  const token = Buffer.from(files.token);
+  yield entry(TOKEN_FILE, '0', 0o600, uid, token.length);
+  yield token;
+  yield padding(token.length);
+  if (files.home) {
+    yield entry(files.home, '5', 0o700, uid);
+    if (files.baseHome) yield* treeEntries(files.baseHome, files.home, uid);
+  }
+  for (const dir of files.dirs ?? []) yield entry(dir, '5', 0o755, uid);
+  yield END_OF_ARCHIVE;
+}
+
+/**
+ * The folders from `home` (exclusive) down to `workdir` (inclusive) when the workdir lies in the
+ * home: made as the sandbox user's, so commands can write where they start.
+ */
+export function workdirChain(home: string, workdir: string): string[] {
+  const rel = posix.relative(home, posix.normalize(workdir));
+  if (!rel || rel.startsWith('..') || posix.isAbsolute(rel)) return [];
+  const parts = rel.split('/');
+  return parts.map((_, index) => posix.join(home, ...parts.slice(0, index + 1)));
+}

@@ -1,0 +1,219 @@
+import { execFile, execFileSync, spawn } from 'node:child_process';
+import {
+  chmodSync,
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmdirSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Docker from 'dockerode';
+
+/** Debian's static busybox: no libc, no Node (package busybox-static). */
+export const BUSYBOX = '/bin/busybox';
+/** A root filesystem of busybox alone: what the portable runtime must run in. */
+export const BUSYBOX_IMAGE = 'abx-test/busybox:1';
+/** A minimal Debian 12 (debootstrap minbase, plus python3): apt works in it during builds. */
+export const DEBIAN_IMAGE = 'abx-test/debian:12';
+
+/**
+ * `/bin/busybox` and one symlink per applet: a root filesystem with no libc at all. `/tmp` is
+ * sticky and world-writable, as every Linux program expects.
+ */
+export function busyboxRoot(dir: string): void {
+  for (const sub of ['bin', 'opt/abx', 'proc', 'dev', 'tmp']) {
+    mkdirSync(join(dir, sub), { recursive: true, mode: 0o755 });
+  }
+  chmodSync(join(dir, 'tmp'), 0o1777);
+  copyFileSync(BUSYBOX, join(dir, 'bin', 'busybox'));
+  chmodSync(join(dir, 'bin', 'busybox'), 0o755);
+  const applets = execFileSync(BUSYBOX, ['--list'], { encoding: 'utf8' }).split('\n');
+  for (const applet of applets) {
+    if (applet && applet !== 'busybox') symlinkSync('busybox', join(dir, 'bin', applet));
+  }
+}
+
+/** Where the engine is, as dockerode and the docker CLI read it. */
+export function dockerSocketName(): string {
+  return process.env.DOCKER_HOST || 'unix:///var/run/docker.sock';
+}
+
+/**
+ * A client of the Docker engine when one answers (within 3 s), else `undefined` and why: the
+ * Docker tests skip with that reason on a machine without an engine (CI starts one, see .ci/run).
+ */
+export async function dockerEngine(): Promise<{ docker?: Docker; reason?: string }> {
+  const docker = new Docker();
+  try {
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      docker.ping(),
+      new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new Error('no answer within 3 s')), 3000);
+      }),
+    ]).finally(() => clearTimeout(timer));
+    return { docker };
+  } catch (error) {
+    return {
+      reason: `no Docker engine answers on ${dockerSocketName()} (${(error as Error).message}); start one with \`dockerd --iptables=false --bridge=none &\` (as .ci/run does)`,
+    };
+  }
+}
+
+async function hasImage(docker: Docker, tag: string): Promise<boolean> {
+  try {
+    await docker.getImage(tag).inspect();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** `docker import` of a folder, as a tar made by GNU tar (devices, owners and modes kept). */
+async function importFolder(docker: Docker, dir: string, tag: string): Promise<void> {
+  const [repo, version] = tag.split(':') as [string, string];
+  const tar = spawn('tar', ['-C', dir, '--numeric-owner', '-cf', '-', '.'], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stderr = '';
+  tar.stderr.on('data', (chunk: Buffer) => {
+    stderr += chunk;
+  });
+  const tarred = new Promise<void>((resolve, reject) => {
+    tar.on('error', reject);
+    tar.on('close', (code) =>
+      code === 0 ? resolve() : reject(new Error(`tar of ${dir} failed: ${stderr}`)),
+    );
+  });
+  const progress = await docker.importImage(tar.stdout, { repo, tag: version });
+  await new Promise<void>((resolve, reject) => {
+    docker.modem.followProgress(progress, (error: Error | null, events: { error?: string }[]) => {
+      const failed = error?.message ?? events.find((event) => event.error)?.error;
+      if (failed) reject(new Error(`docker import ${tag} failed: ${failed}`));
+      else resolve();
+    });
+  });
+  await tarred;
+}
+
+/**
+ * Runs `build` once per machine for `tag`: concurrent test files wait on a lock folder (taken
+ * over when its holder died), and an image that is there already is not built again.
+ */
+async function onceFor(docker: Docker, tag: string, build: () => Promise<void>): Promise<void> {
+  if (await hasImage(docker, tag)) return;
+  const lock = join(tmpdir(), `abx-test-image-${tag.replace(/[^\w.-]/g, '_')}.lock`);
+  for (;;) {
+    try {
+      mkdirSync(lock);
+      writeFileSync(join(lock, 'pid'), String(process.pid));
+      break;
+    } catch {
+      let holder = 0;
+      try {
+        holder = Number(readFileSync(join(lock, 'pid'), 'utf8'));
+      } catch {
+        // being written, or released meanwhile
+      }
+      const stale =
+        holder > 0
+          ? !isRunning(holder)
+          : Date.now() - (statSafe(lock)?.mtimeMs ?? Date.now()) > 10_000;
+      if (stale) rmSync(lock, { recursive: true, force: true });
+      else await new Promise((resolve) => setTimeout(resolve, 500));
+    }
+  }
+  try {
+    if (!(await hasImage(docker, tag))) await build();
+  } finally {
+    rmSync(join(lock, 'pid'), { force: true });
+    rmdirSync(lock);
+  }
+}
+
+function statSafe(path: string): { mtimeMs: number } | undefined {
+  try {
+    return statSync(path);
+  } catch {
+    return undefined;
+  }
+}
+
+function isRunning(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** {@link BUSYBOX_IMAGE}: built from {@link busyboxRoot} in about a second, once. */
+export async function ensureBusyboxImage(docker: Docker): Promise<string> {
+  await onceFor(docker, BUSYBOX_IMAGE, async () => {
+    const work = mkdtempSync(join(tmpdir(), 'abx-busybox-image-'));
+    try {
+      busyboxRoot(join(work, 'rootfs'));
+      await importFolder(docker, join(work, 'rootfs'), BUSYBOX_IMAGE);
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  });
+  return BUSYBOX_IMAGE;
+}
+
+/** The Debian mirror apt uses on this machine (deb822 or one-line sources), else Debian's CDN. */
+export function debianMirror(): string {
+  for (const file of ['/etc/apt/sources.list.d/debian.sources', '/etc/apt/sources.list']) {
+    let text: string;
+    try {
+      text = readFileSync(file, 'utf8');
+    } catch {
+      continue;
+    }
+    const uri =
+      /^URIs:\s*(\S+\/debian)\/?\s*$/m.exec(text)?.[1] ??
+      /^deb\s+(?:\[[^\]]*\]\s+)?(\S+\/debian)\/?\s+bookworm\s/m.exec(text)?.[1];
+    if (uri) return uri;
+  }
+  return 'http://deb.debian.org/debian';
+}
+
+/**
+ * {@link DEBIAN_IMAGE}: `debootstrap --variant=minbase bookworm` from the machine's mirror, with
+ * python3 (what the provider contract runs inside), imported as an image. Takes a few minutes,
+ * once per machine; the engine keeps it.
+ */
+export async function ensureDebianImage(docker: Docker): Promise<string> {
+  await onceFor(docker, DEBIAN_IMAGE, async () => {
+    const work = mkdtempSync(join(tmpdir(), 'abx-debian-image-'));
+    const rootfs = join(work, 'rootfs');
+    try {
+      await new Promise<void>((resolve, reject) => {
+        execFile(
+          'debootstrap',
+          ['--variant=minbase', '--include=python3', 'bookworm', rootfs, debianMirror()],
+          { timeout: 15 * 60_000, maxBuffer: 64 << 20 },
+          (error, _stdout, stderr) => {
+            if (!error) return resolve();
+            const hint =
+              (error as NodeJS.ErrnoException).code === 'ENOENT'
+                ? 'debootstrap is not installed: apt-get install -y debootstrap (scripts/setup-system.sh)'
+                : `${stderr}`.slice(-2000);
+            reject(new Error(`debootstrap failed: ${hint}`));
+          },
+        );
+      });
+      await importFolder(docker, rootfs, DEBIAN_IMAGE);
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  });
+  return DEBIAN_IMAGE;
+}
