@@ -437,7 +437,8 @@ describe('the daemon on a memory provider', () => {
     const answer = await v1.post('/v1/templates', { path: yaml });
     expect(answer.status).toBe(422);
     expect(answer.body).toEqual({
-      error: "template 'broken': setup[1] `false` exited with code 1; its output ends:\nfalse: failed\n",
+      error:
+        "template 'broken': setup[1] `false` exited with code 1; its output ends:\nfalse: failed\n",
       type: 'TemplateBuildError',
       step: 1,
       command: 'false',
