@@ -75,6 +75,8 @@ export interface TemplateInfo {
   image: string | null;
   /** The Dockerfile it was built from, if any. */
   dockerfile: string | null;
+  /** The image its sandboxes start from: its build's (or snapshot's) image, on the engine. */
+  builtImage: string | null;
   /** The user its sandboxes run as. */
   user: string;
   capabilities: string[];

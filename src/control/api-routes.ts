@@ -45,6 +45,7 @@ export function templateJson(template: BuiltTemplate): TemplateInfo {
     description: spec.description,
     image: spec.image ?? null,
     dockerfile: spec.dockerfile ?? null,
+    builtImage: template.image ?? null,
     user: spec.user,
     capabilities: spec.capabilities,
     network: spec.network,

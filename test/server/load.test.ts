@@ -1,4 +1,4 @@
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { build } from 'tsup';
@@ -10,8 +10,10 @@ import { killLeftovers, ROOT, type RunningServer, startServer } from './harness.
 let bundle: string;
 let server: RunningServer;
 
+let outDir: string;
+
 beforeAll(async () => {
-  const outDir = mkdtempSync(join(tmpdir(), 'abx-bundle-'));
+  outDir = mkdtempSync(join(tmpdir(), 'abx-bundle-'));
   // As a user would build it: tsup (swc, for decorator metadata) into one CommonJS file that
   // needs no node_modules. cjsInterop makes the default export `module.exports`.
   await build({
@@ -33,7 +35,10 @@ beforeAll(async () => {
   bundle = join(outDir, 'commands.cjs');
   server = await startServer(['--load', bundle]);
 });
-afterAll(killLeftovers);
+afterAll(async () => {
+  await killLeftovers();
+  rmSync(outDir, { recursive: true, force: true });
+});
 
 describe('--load of a bundle built from decorated classes', () => {
   test('GET /commands shows exactly the schema listCommands gives on the client', async () => {
