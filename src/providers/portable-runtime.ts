@@ -191,6 +191,7 @@ async function contentHash(nodePath: string, runtimeDir: string, files: string[]
     digest.catch(() => binaryDigests.delete(key));
   }
   const hash = createHash('sha256').update(`${FORMAT}\0${SANDBOX_RUNTIME_DIR}\0${await digest}\0`);
+  for (const tool of hostTools()) hash.update(`${tool}\0`).update(await readFile(tool)).update('\0');
   for (const name of files) {
     hash
       .update(`${name}\0`)
@@ -314,15 +315,33 @@ async function build(
     copied.set(real, name);
   }
   const interpreter = `${SANDBOX_LIB_DIR}/${loader}`;
-  // DT_RPATH (--force-rpath), not DT_RUNPATH: it also applies to the libraries' own dependencies
-  // and wins over an LD_LIBRARY_PATH the sandbox's environment may set.
-  await run(
-    'patchelf',
-    ['--set-interpreter', interpreter, '--set-rpath', SANDBOX_LIB_DIR, '--force-rpath', node],
-    'building the portable Node runtime',
-    'apt-get install patchelf (or run scripts/setup-system.sh)',
-  );
+  const patch = (binary: string) =>
+    // DT_RPATH (--force-rpath), not DT_RUNPATH: it also applies to the libraries' own
+    // dependencies and wins over an LD_LIBRARY_PATH the sandbox's environment may set.
+    run(
+      'patchelf',
+      ['--set-interpreter', interpreter, '--set-rpath', SANDBOX_LIB_DIR, '--force-rpath', binary],
+      'building the portable Node runtime',
+      'apt-get install patchelf (or run scripts/setup-system.sh)',
+    );
+  await patch(node);
   await verify(node, lib, loader, interpreter);
+  // Tools envd needs that an image may lack (`script` gives terminals their pty). They link only
+  // what Node does (libc and the loader); a tool that needs more is left out, not half-copied.
+  const have = new Set(await readdir(lib));
+  for (const tool of hostTools()) {
+    const needs = await sharedLibraries(tool).catch(() => undefined);
+    if (!needs || needs.some((l) => !have.has(l.name))) continue;
+    const target = join(bin, basename(tool));
+    await copyFile(tool, target);
+    await chmod(target, 0o755);
+    await patch(target);
+  }
+}
+
+/** Host programs the runtime carries when the host has them (util-linux's `script`). */
+function hostTools(): string[] {
+  return ['/usr/bin/script'].filter((path) => existsSync(path));
 }
 
 /** Refuses to publish a binary that patchelf damaged: it must still load and run with lib/. */

@@ -221,7 +221,7 @@ describe('the portable runtime folder', () => {
     expect(runtime.bytes).toBeGreaterThan(statSync(process.execPath).size);
 
     const loader = runtime.libs.find((name) => name.startsWith('ld-')) as string;
-    const executable = new Set(['/', '/bin', '/lib', '/bin/node', `/lib/${loader}`]);
+    const executable = new Set(['/', '/bin', '/lib', '/bin/node', '/bin/script', `/lib/${loader}`]);
     const modes = modesUnder(runtime.dir);
     expect(modes).toEqual(
       modes.map(([path]) => [path, executable.has(path) ? '755' : '644'] as const),
@@ -305,6 +305,18 @@ describe('in a busybox root filesystem (no libc, no Node)', () => {
     `;
     const result = await runInSandbox([SANDBOX_NODE, '-e', script]);
     expect(result).toEqual({ code: 0, stdout: 'true\nfrom busybox\n', stderr: '' });
+  });
+
+  test('util-linux script comes along, so terminals get a pty where the image has no script', async () => {
+    expect(existsSync(join(runtime.dir, 'bin', 'script'))).toBe(existsSync('/usr/bin/script'));
+    const result = await runInSandbox([
+      '/opt/abx/bin/script',
+      '-qefc',
+      'tty; echo in-pty',
+      '/dev/null',
+    ]);
+    expect(result.code).toBe(0);
+    expect(result.stdout).toMatch(/^\/dev\/pts\/\d+\r?\nin-pty/);
   });
 
   test('envd starts and runs commands with busybox sh', async () => {

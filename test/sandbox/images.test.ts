@@ -10,6 +10,7 @@ import {
   TemplateBuildError,
   Templates,
 } from '../../src/index.js';
+import { Terminal } from '../../src/sandbox/terminal.js';
 import { SandboxCommands } from '../fixtures/sandbox-commands.js';
 import { createAbxHome } from '../helpers/abx-home.js';
 import {
@@ -118,7 +119,7 @@ setup:
       }
     });
 
-    test('code: a busybox image (no libc, no Node) runs commands, files and a decorated command', async () => {
+    test('code: a busybox image (no libc, no Node) runs commands, files, a pty and a decorated command', async () => {
       const tpl = Template.fromImage(BUSYBOX_IMAGE)
         .setCapabilities(['shell', 'files', 'code', 'ports'])
         .runCmd('mkdir -p /srv/data && echo seeded > /srv/data/seed.txt');
@@ -134,6 +135,13 @@ setup:
         ).toMatch(/^seeded\n/);
         await box.files.write('in.txt', 'written by files');
         expect((await box.commands.run('cat in.txt')).stdout).toBe('written by files');
+        // A pty too: busybox has no `script` applet; the runtime at /opt/abx carries one.
+        const terminal = await Terminal.open(box, { command: 'sh' });
+        await terminal.write('echo pty-$((40+2)); tty\nexit\n');
+        let screen = '';
+        for await (const piece of terminal.output()) screen += piece;
+        expect(screen).toContain('pty-42');
+        expect(screen).toMatch(/\/dev\/pts\/\d+/);
         commandRegistry().registerClass(SandboxCommands);
         await box.server.start({ commands: [SandboxCommands] });
         expect(await box.server.call('add', { x: 40, y: 2 })).toBe(42);
