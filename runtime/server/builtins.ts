@@ -63,8 +63,18 @@ export const SHELL_ARGS = argList({
   'cwd?': ['str', undefined, 'working directory'],
   'timeout?': ['float', RUNSHELL_DEFAULT_TIMEOUT_S, 'seconds before the process group is killed'],
   'env?': ['env', undefined, 'extra environment: KEY=VALUE lines or a JSON object of strings'],
-  'user?': ['str', undefined, 'run as this user (only where the server runs as root)'],
 });
+
+/**
+ * `POST /process/exec`'s: runshell's and `user`, honoured only where the server runs as root
+ * (envd in an image build's sandbox). runshell keeps the command contract's arguments.
+ */
+export const EXEC_ARGS = [
+  ...SHELL_ARGS,
+  ...argList({
+    'user?': ['str', undefined, 'run as this user (only where the server runs as root)'],
+  }),
+];
 
 /** `upload`, `download` and `runshell`: served by every server, listed in `GET /commands`. */
 export function builtinCommands(): RegisteredCommand[] {

@@ -35,6 +35,12 @@ export interface DaemonOptions {
    */
   warmPool?: number;
   provider?: SandboxProvider;
+  /**
+   * Builds image templates when `provider` cannot (the local provider runs images but never as
+   * root, which a build's steps need). Made on the first image build; default: a Docker provider
+   * on the host's engine.
+   */
+  imageBuilder?: () => Promise<SandboxProvider>;
 }
 
 const BODY_LIMITS = { maxBytes: 1024 * 1024, timeoutMs: 30_000 };
@@ -76,6 +82,7 @@ export class Daemon {
       this.provider,
       this.paths.templates,
       runSetupStep,
+      this.provider.images ? undefined : () => this.imageBuilder(),
     );
     this.sandboxes = new SandboxService(
       this.registry,
@@ -138,6 +145,31 @@ export class Daemon {
     );
   }
 
+  private builder: Promise<SandboxProvider> | undefined;
+
+  /** The provider image builds run on (made once, on the first build that needs it). */
+  private imageBuilder(): Promise<SandboxProvider> {
+    this.builder ??= (
+      this.options.imageBuilder ??
+      (async () => {
+        const { DockerProvider } = await import('../providers/docker/docker-provider.js');
+        const docker = new DockerProvider({
+          runtimeDir: join(packageInfo().root, 'dist', 'runtime'),
+          ...(process.getuid?.() === 0
+            ? {}
+            : { runtimeCacheDir: join(this.paths.home, 'runtime') }),
+        });
+        await docker.engine();
+        return docker;
+      })
+    )();
+    // A failure (no engine) is not kept: the next build tries again.
+    this.builder.catch(() => {
+      this.builder = undefined;
+    });
+    return this.builder;
+  }
+
   /** Adopts live sandboxes, starts listening and reaping, writes `daemon.json`. */
   async start(): Promise<DaemonInfo> {
     await this.sandboxes.adopt();
@@ -169,6 +201,7 @@ export class Daemon {
       await this.reaper.stop();
       await this.sandboxes.close();
       await this.provider.close?.();
+      await (await this.builder?.catch(() => undefined))?.close?.();
       const close = (server: Server) =>
         new Promise<void>((resolve) => {
           server.close(() => resolve());

@@ -15,7 +15,12 @@ import {
   TemplateBuildError,
   TemplateNotFoundError,
 } from '../errors.js';
-import { SANDBOX_HOME, type SandboxHandle, type SandboxProvider } from '../providers/provider.js';
+import {
+  type ImageStore,
+  SANDBOX_HOME,
+  type SandboxHandle,
+  type SandboxProvider,
+} from '../providers/provider.js';
 import { extractTar } from '../util/safe-extract.js';
 import { copyIntoSandbox, envdStream } from './envd-request.js';
 import { newSandboxId, newToken } from './ids.js';
@@ -85,7 +90,37 @@ export class TemplateService {
     private readonly provider: SandboxProvider,
     private readonly templatesDir: string,
     private readonly runStep: StepRunner,
+    /** Where image builds run when `provider` has no image store of its own (local → docker). */
+    private readonly imageBuilder?: () => Promise<SandboxProvider>,
   ) {}
+
+  /** The provider that builds image templates: this one, or the builder (made on demand). */
+  private async builderFor(spec: TemplateSpec): Promise<SandboxProvider & { images: ImageStore }> {
+    if (this.provider.images) return this.provider as SandboxProvider & { images: ImageStore };
+    const builder = await this.imageBuilder?.();
+    if (builder?.images) return builder as SandboxProvider & { images: ImageStore };
+    throw new InvalidArgumentError(
+      `template '${spec.name}' starts from an image, which the ${this.provider.name} provider cannot build; start the daemon with the docker provider (abx daemon start --provider docker)`,
+    );
+  }
+
+  /** True when another template than `except` starts from `image` (a snapshot shares its source's). */
+  private imageInUse(image: string, except: string): boolean {
+    return this.registry.listTemplates().some((t) => t.name !== except && t.image === image);
+  }
+
+  /** Removes a template image no template uses any more (an engine that is gone is no error). */
+  private async dropImage(image: string | null | undefined, owner: string): Promise<void> {
+    if (!image || this.imageInUse(image, owner)) return;
+    await (await this.imageStore())?.remove(image).catch(() => undefined);
+    await this.provider.pruneImages?.();
+  }
+
+  /** The image store that holds template images, if any can be reached (for removals). */
+  private async imageStore(): Promise<ImageStore | undefined> {
+    if (this.provider.images) return this.provider.images;
+    return (await this.imageBuilder?.().catch(() => undefined))?.images;
+  }
 
   get(name: string): BuiltTemplate {
     if (name === BASE_TEMPLATE.name) return { spec: BASE_TEMPLATE, builtAt: 0 };
@@ -149,7 +184,8 @@ export class TemplateService {
       image: null,
       builtAt,
     });
-    if (previous?.image) await this.provider.images?.remove(previous.image).catch(() => undefined);
+    if (previous?.image)
+      await (await this.imageStore())?.remove(previous.image).catch(() => undefined);
     return { spec, ...(homeDir ? { homeDir } : {}), builtAt };
   }
 
@@ -162,12 +198,8 @@ export class TemplateService {
     spec: TemplateSpec,
     onProgress: (event: BuildProgress) => void,
   ): Promise<BuiltTemplate> {
-    const images = this.provider.images;
-    if (!images) {
-      throw new InvalidArgumentError(
-        `template '${spec.name}' starts from an image, which the ${this.provider.name} provider does not run; start the daemon with the docker provider (abx daemon start --provider docker)`,
-      );
-    }
+    const builder = await this.builderFor(spec);
+    const images = builder.images;
     const builtAt = Date.now();
     const tag = `abx-template/${spec.name}:${builtAt}`;
     const source =
@@ -183,7 +215,7 @@ export class TemplateService {
     let image = prepared;
     if (spec.setup.length > 0) {
       try {
-        image = await this.runImageSetup(spec, prepared, tag, onProgress);
+        image = await this.runImageSetup(builder, spec, prepared, tag, onProgress);
       } finally {
         await images.remove(prepared).catch(() => undefined);
       }
@@ -191,27 +223,25 @@ export class TemplateService {
     const previous = this.registry.getTemplate(spec.name);
     rmSync(join(this.templatesDir, spec.name), { recursive: true, force: true });
     this.registry.upsertTemplate({ name: spec.name, spec, dir: null, image, builtAt });
-    // Sandboxes still running from the old image keep it until they end (the engine refuses).
-    if (previous?.image && previous.image !== image) {
-      await images.remove(previous.image).catch(() => undefined);
-    }
+    // An engine refuses to remove an image containers still run from: it stays (see images.md).
+    if (previous?.image !== image) await this.dropImage(previous?.image, spec.name);
     return { spec, image, builtAt };
   }
 
   /** Runs the setup steps in a build sandbox of `image` and commits the result as `tag`. */
   private async runImageSetup(
+    builder: SandboxProvider & { images: ImageStore },
     spec: TemplateSpec,
     image: string,
     tag: string,
     onProgress: (event: BuildProgress) => void,
   ): Promise<string> {
-    const images = this.provider.images as NonNullable<SandboxProvider['images']>;
     const work = join(this.templatesDir, `.build-${spec.name}-${newSandboxId()}`);
     mkdirSync(work, { recursive: true });
     const accessToken = newToken();
     let handle: SandboxHandle;
     try {
-      handle = await this.provider.create({
+      handle = await builder.create({
         id: `build-${spec.name.slice(0, 40)}-${newSandboxId().slice(-8)}`,
         accessToken,
         dir: work,
@@ -233,9 +263,9 @@ export class TemplateService {
         await this.buildStep(spec, index, step, handle, accessToken);
       }
       onProgress({ phase: 'commit', text: `saving the image ${tag}` });
-      return await images.commit(handle, tag);
+      return await builder.images.commit(handle, tag);
     } finally {
-      await this.provider.kill(handle);
+      await builder.kill(handle);
       rmSync(work, { recursive: true, force: true });
     }
   }
@@ -248,7 +278,7 @@ export class TemplateService {
       throw new TemplateNotFoundError(`template '${name}' does not exist`);
     }
     rmSync(join(this.templatesDir, name), { recursive: true, force: true });
-    if (record.image) await this.provider.images?.remove(record.image).catch(() => undefined);
+    await this.dropImage(record.image, name);
   }
 
   /**
@@ -388,6 +418,9 @@ export class TemplateService {
           sandbox.handle,
           `abx-template/${name}:${builtAt}`,
         );
+      } else {
+        // A provider that cannot commit keeps the image the sandbox runs on; the home is saved.
+        image = source.image;
       }
     } catch (error) {
       rmSync(staged, { recursive: true, force: true });
@@ -405,9 +438,7 @@ export class TemplateService {
     };
     delete spec.path;
     this.registry.upsertTemplate({ name, spec, dir, image: image ?? null, builtAt });
-    if (previous?.image && previous.image !== image) {
-      await this.provider.images?.remove(previous.image).catch(() => undefined);
-    }
+    if (previous?.image !== image) await this.dropImage(previous?.image, name);
     return { spec, homeDir: join(dir, 'home'), ...(image ? { image } : {}), builtAt };
   }
 }

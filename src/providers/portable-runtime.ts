@@ -191,7 +191,11 @@ async function contentHash(nodePath: string, runtimeDir: string, files: string[]
     digest.catch(() => binaryDigests.delete(key));
   }
   const hash = createHash('sha256').update(`${FORMAT}\0${SANDBOX_RUNTIME_DIR}\0${await digest}\0`);
-  for (const tool of hostTools()) hash.update(`${tool}\0`).update(await readFile(tool)).update('\0');
+  for (const tool of hostTools())
+    hash
+      .update(`${tool}\0`)
+      .update(await readFile(tool))
+      .update('\0');
   for (const name of files) {
     hash
       .update(`${name}\0`)

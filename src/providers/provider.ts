@@ -104,6 +104,11 @@ export interface SandboxProvider {
   isolation(): IsolationReport;
   /** Releases what the provider keeps for itself (an engine client, say); sandboxes keep running. */
   close?(): Promise<void>;
+  /**
+   * Drops what the provider keeps of images that are gone (the local provider's unpacked file
+   * systems) once no sandbox runs on them; called after template images are removed.
+   */
+  pruneImages?(): Promise<void>;
   /** Present when the provider runs container images (image templates need it). */
   readonly images?: ImageStore;
 }

@@ -1,6 +1,6 @@
 import { constants } from 'node:os';
 import { Readable } from 'node:stream';
-import { runShell, SHELL_ARGS } from '../builtins.js';
+import { EXEC_ARGS, runShell } from '../builtins.js';
 import { BadRequestError } from '../errors.js';
 import { safePath } from '../file-system.js';
 import { Reply } from '../http.js';
@@ -73,7 +73,7 @@ export const PROCESS = defineGroup('PROCESS', '/process', 'run and manage proces
     path: '/process/exec',
     summary:
       'Runs a shell command to completion (`timeout` s kills its process group → 504 with partial output).',
-    args: SHELL_ARGS,
+    args: EXEC_ARGS,
     handler: ({ args }) => runShell(args),
   },
   {

@@ -50,6 +50,13 @@ export interface BwrapOptions {
   /** Host folder with envd.cjs, mounted read-only as /opt/abx. */
   runtimeDir: string;
   /**
+   * The sandbox's own root file system (an image's, under an overlay): bound as `/` instead of
+   * the host's system folders, with the image's /etc/passwd and /etc/group.
+   */
+  rootfs?: string;
+  /** Where the home is mounted; default /home/user. */
+  homePath?: string;
+  /**
    * Open file descriptors (in bwrap) whose contents become the sandbox's /etc/passwd and
    * /etc/group (so its user has a name) and /run/abx/token (envd's token, 0600).
    */
@@ -126,22 +133,33 @@ export function bwrapArgs(options: BwrapOptions): string[] {
     options.hostname,
     // A new session: a process in the sandbox cannot push keystrokes into the host's terminal.
     '--new-session',
-    ...systemMounts(),
-    '--ro-bind-data',
-    String(options.fds.passwd),
-    '/etc/passwd',
-    '--ro-bind-data',
-    String(options.fds.group),
-    '/etc/group',
+    ...(options.rootfs
+      ? [
+          '--bind',
+          options.rootfs,
+          '/',
+          // An image's resolv.conf is the engine's placeholder: use the host's on its network.
+          ...(options.network === 'host'
+            ? ['--ro-bind', '/etc/resolv.conf', '/etc/resolv.conf']
+            : []),
+        ]
+      : [
+          ...systemMounts(),
+          '--ro-bind-data',
+          String(options.fds.passwd),
+          '/etc/passwd',
+          '--ro-bind-data',
+          String(options.fds.group),
+          '/etc/group',
+        ]),
     '--proc',
     '/proc',
     ...procMounts(),
     '--dev',
     '/dev',
     ...mountAt(options.tmp, '/tmp', '1777'),
-    '--dir',
-    '/home',
-    ...mountAt(options.home, SANDBOX_HOME, '0700'),
+    ...(options.rootfs ? [] : ['--dir', '/home']),
+    ...mountAt(options.home, options.homePath ?? SANDBOX_HOME, '0700'),
     ...(options.homeTemplate ? ['--ro-bind', options.homeTemplate, SANDBOX_HOME_TEMPLATE] : []),
     // envd's and the ports' sockets: a small tmpfs of the sandbox's own, which the host reaches
     // through /proc/PID/root (nothing the sandbox writes lands on the host's disk).
@@ -161,8 +179,8 @@ export function bwrapArgs(options: BwrapOptions): string[] {
     '--ro-bind',
     options.runtimeDir,
     SANDBOX_RUNTIME_DIR,
-    '--dir',
-    options.workdir,
+    // In an image's root the launcher made it (bwrap may not write there).
+    ...(options.rootfs ? [] : ['--dir', options.workdir]),
     '--chdir',
     options.workdir,
     '--clearenv',

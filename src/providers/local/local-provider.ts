@@ -12,6 +12,7 @@ import {
 import { request } from 'node:http';
 import { join } from 'node:path';
 import type { Writable } from 'node:stream';
+import type Docker from 'dockerode';
 import {
   SANDBOX_HOME,
   SANDBOX_RUN_DIR,
@@ -19,6 +20,8 @@ import {
 } from '../../../runtime/protocol/constants.js';
 import { DEFAULT_DISK_BYTES } from '../../commands/template-runtime.js';
 import { SandboxStartError } from '../../errors.js';
+import { dockerClient } from '../docker/engine.js';
+import { type PortableRuntime, portableRuntime, SANDBOX_NODE } from '../portable-runtime.js';
 import type {
   EndCause,
   IsolationReport,
@@ -40,6 +43,7 @@ import {
   type SandboxCgroups,
   sweepEmptyCgroups,
 } from './cgroups.js';
+import { imageRootfs, pruneRootfs, ROOTFS_ROOT } from './image-rootfs.js';
 import { isSameProcess, processStartTime } from './proc.js';
 import { createDiskImage, launchArgv, STAGED, sharedRuntime } from './sandbox-disk.js';
 import { SandboxUids, type UidRange, uidProcesses } from './sandbox-uids.js';
@@ -162,8 +166,51 @@ export class LocalProvider implements SandboxProvider {
     this.runtimeDir = this.mode === 'root' ? sharedRuntime(options.runtimeDir) : options.runtimeDir;
   }
 
+  /** A client of the host's Docker engine, made on the first image sandbox. */
+  private engine: { docker: Docker; close: () => void } | undefined;
+  private portable: Promise<PortableRuntime> | undefined;
+
+  /**
+   * What an image sandbox runs on: the image's file system (exported once from the host's Docker
+   * engine) and the portable runtime (the image need not have Node). Root mode only: the overlay
+   * over the image is a mount the launcher makes as root.
+   */
+  private async imageParts(spec: SandboxSpec): Promise<{ rootfs: string; runtimeDir: string }> {
+    if (this.mode !== 'root') {
+      throw new SandboxStartError(
+        `sandbox ${spec.id} runs image ${spec.image}: the local provider runs images only as a root daemon (an overlay mount per sandbox); run the daemon as root, or use the docker provider (abx daemon start --provider docker)`,
+      );
+    }
+    if (spec.user === 'root') {
+      throw new SandboxStartError(
+        `sandbox ${spec.id} would run as root: the local provider never does (image builds run on the docker provider)`,
+      );
+    }
+    this.engine ??= dockerClient();
+    this.portable ??= portableRuntime({ runtimeDir: this.options.runtimeDir });
+    const [rootfs, portable] = await Promise.all([
+      imageRootfs(this.engine.docker, spec.image as string),
+      this.portable,
+    ]);
+    return { rootfs, runtimeDir: portable.dir };
+  }
+
+  async close(): Promise<void> {
+    this.engine?.close();
+    this.engine = undefined;
+  }
+
+  /** Removes unpacked image file systems whose image is gone and that no sandbox runs on. */
+  async pruneImages(): Promise<void> {
+    if (this.mode !== 'root' || !existsSync(ROOTFS_ROOT)) return;
+    this.engine ??= dockerClient();
+    await pruneRootfs(this.engine.docker).catch(() => undefined);
+  }
+
   async create(spec: SandboxSpec): Promise<SandboxHandle> {
     const root = this.mode === 'root';
+    const image = spec.image ? await this.imageParts(spec) : undefined;
+    const home = spec.user && spec.user !== 'user' ? `/home/${spec.user}` : SANDBOX_HOME;
     const logFile = join(spec.dir, 'sandbox.log');
     mkdirSync(spec.dir, { recursive: true });
     // Handed to bwrap as open files (fds 4-6), which copies them into the sandbox: the sandbox
@@ -209,7 +256,11 @@ export class LocalProvider implements SandboxProvider {
       }
       const disk = spec.resources.disk ?? DEFAULT_DISK_BYTES;
       const envdArgs = [
-        process.execPath.startsWith('/usr/') ? process.execPath : '/usr/bin/node',
+        image
+          ? SANDBOX_NODE
+          : process.execPath.startsWith('/usr/')
+            ? process.execPath
+            : '/usr/bin/node',
         `${SANDBOX_RUNTIME_DIR}/envd.cjs`,
         '--socket',
         `${SANDBOX_RUN_DIR}/envd.sock`,
@@ -217,13 +268,15 @@ export class LocalProvider implements SandboxProvider {
         `${SANDBOX_RUN_DIR}/ports`,
         '--token-file',
         `${SANDBOX_RUN_DIR}/token`,
+        ...(image ? ['--home', home] : []),
       ];
       const common = {
         hostname: spec.id,
         env: {
-          PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
-          HOME: SANDBOX_HOME,
-          USER: 'user',
+          // An image's own programs first; the runtime's (node, script) only where it has none.
+          PATH: `/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin${image ? `:${SANDBOX_RUNTIME_DIR}/bin` : ''}`,
+          HOME: home,
+          USER: spec.user ?? 'user',
           LANG: 'C.UTF-8',
           ...spec.env,
           ABX_SANDBOX_ID: spec.id,
@@ -238,20 +291,22 @@ export class LocalProvider implements SandboxProvider {
       const rlimits = prlimitArgs(spec.resources, root);
       const prlimit = rlimits.length > 0 ? ['prlimit', ...rlimits, '--'] : [];
       if (root && uid !== undefined) {
-        const image = join(spec.dir, 'disk.img');
-        await createDiskImage(image, disk);
+        const diskImage = join(spec.dir, 'disk.img');
+        await createDiskImage(diskImage, disk);
         const inner = bwrapArgs({
           ...common,
           home: { bind: STAGED.home },
           tmp: { bind: STAGED.tmp },
-          runtimeDir: this.runtimeDir,
+          runtimeDir: image?.runtimeDir ?? this.runtimeDir,
+          ...(image ? { rootfs: STAGED.root, homePath: home } : {}),
         });
         argv = launchArgv(
           {
-            image,
+            image: diskImage,
             uid,
             ...(spec.baseHome ? { baseHome: spec.baseHome } : {}),
             cgroups: cgroups.dirs,
+            ...(image ? { lower: image.rootfs, home, workdir: spec.workdir } : {}),
           },
           [
             'setpriv',
@@ -405,6 +460,7 @@ export class LocalProvider implements SandboxProvider {
     // Host-wide leftovers of sandboxes whose installation is gone: empty cgroups, free uids.
     sweepEmptyCgroups();
     if (this.mode === 'root') this.uids.sweepStale();
+    await this.pruneImages();
     const orphans = new Map<string, number[]>();
     const ours = (id: string | undefined): id is string =>
       !!id && /^[\w.-]+$/.test(id) && !running.has(id) && existsSync(join(sandboxesDir, id));

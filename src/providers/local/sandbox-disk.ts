@@ -32,13 +32,19 @@ const RUNTIME_ROOT = '/run/abx-runtime';
  * and frees the loop device, when the sandbox's last process ends.
  */
 const LAUNCH_SCRIPT = `set -eu
-stage=$1 image=$2 uid=$3 base=$4
-shift 4
+stage=$1 image=$2 uid=$3 base=$4 lower=$5 home=$6 workdir=$7
+shift 7
 while [ "$1" != -- ]; do echo $$ > "$1/cgroup.procs"; shift; done
 shift
 mount -o loop,nosuid,nodev "$image" "$stage"
 if [ -n "$base" ]; then cp -a "$base/." "$stage/home/"; fi
 chown -R -h "$uid:$uid" "$stage/home"
+if [ -n "$lower" ]; then
+  mkdir -p "$stage/upper" "$stage/work" "$stage/root"
+  mount -t overlay overlay -o "lowerdir=$lower,upperdir=$stage/upper,workdir=$stage/work,nosuid,nodev" "$stage/root"
+  for d in proc dev tmp run/abx opt/abx "\${home#/}" "\${workdir#/}" etc; do mkdir -p "$stage/root/$d"; done
+  [ -e "$stage/root/etc/resolv.conf" ] || : > "$stage/root/etc/resolv.conf"
+fi
 exec "$@"`;
 
 export interface LaunchPaths {
@@ -46,6 +52,14 @@ export interface LaunchPaths {
   uid: number;
   baseHome?: string;
   cgroups: string[];
+  /**
+   * An image's file system: laid read-only under an overlay whose writable layer lives on the
+   * sandbox's disk image (so it counts against the disk quota), mounted at {@link STAGED.root}.
+   */
+  lower?: string;
+  /** The sandbox's home and working directory, made in the overlay for bwrap to mount on. */
+  home?: string;
+  workdir?: string;
 }
 
 /** The argv that starts `command` (run as the sandbox's uid) in the sandbox's mount namespace. */
@@ -64,6 +78,9 @@ export function launchArgv(paths: LaunchPaths, command: string[]): string[] {
     paths.image,
     String(paths.uid),
     paths.baseHome ?? '',
+    paths.lower ?? '',
+    paths.home ?? '',
+    paths.workdir ?? '',
     ...paths.cgroups,
     '--',
     ...command,
@@ -71,7 +88,12 @@ export function launchArgv(paths: LaunchPaths, command: string[]): string[] {
 }
 
 /** Where the sandbox's home and /tmp appear to its bwrap, inside its mount namespace. */
-export const STAGED = { home: `${STAGE_DIR}/home`, tmp: `${STAGE_DIR}/tmp` };
+export const STAGED = {
+  home: `${STAGE_DIR}/home`,
+  tmp: `${STAGE_DIR}/tmp`,
+  /** The overlay of an image sandbox's file system. */
+  root: `${STAGE_DIR}/root`,
+};
 
 /**
  * A copy of the runtime folder that any uid may read, for root mode: the package may sit where a

@@ -1,0 +1,157 @@
+import { createHash } from 'node:crypto';
+import { existsSync, readdirSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { Sandbox, Template, Templates } from '../../src/index.js';
+import { ROOTFS_ROOT } from '../../src/providers/local/image-rootfs.js';
+import { Terminal } from '../../src/sandbox/terminal.js';
+import { createAbxHome } from '../helpers/abx-home.js';
+import {
+  BUSYBOX_IMAGE,
+  DEBIAN_IMAGE,
+  dockerEngine,
+  ensureBusyboxImage,
+  ensureDebianImage,
+} from '../helpers/docker-images.js';
+
+// Image templates on the LOCAL provider (bubblewrap, a root daemon): the build runs on the
+// Docker engine (root steps), the sandboxes run here on an overlay of the image's file system,
+// exported once. Needs a root daemon and an engine; skipped, saying why, otherwise.
+const engine = process.getuid?.() === 0 ? await dockerEngine() : { reason: 'not root' };
+
+/** A digest of every file name, size and mode under `dir` (what an overlay must never change). */
+function treeDigest(dir: string): string {
+  const hash = createHash('sha256');
+  const walk = (path: string) => {
+    for (const entry of readdirSync(path, { withFileTypes: true }).sort((a, b) =>
+      a.name.localeCompare(b.name),
+    )) {
+      const full = join(path, entry.name);
+      const s = statSync(full, { throwIfNoEntry: false });
+      hash.update(`${full}:${s?.size}:${s?.mode}\n`);
+      if (entry.isDirectory()) walk(full);
+    }
+  };
+  walk(dir);
+  return hash.digest('hex');
+}
+
+if (!('docker' in engine) || !engine.docker) {
+  describe.skip(`image templates on the local provider: skipped, ${engine.reason}`, () => {
+    test('image templates on the local provider', () => undefined);
+  });
+} else {
+  const docker = engine.docker;
+  let abx: Awaited<ReturnType<typeof createAbxHome>>;
+  let home: string;
+
+  beforeAll(async () => {
+    await ensureBusyboxImage(docker);
+    await ensureDebianImage(docker);
+    process.env.ABX_WARM_POOL = '0';
+    abx = await createAbxHome();
+    home = abx.home;
+  }, 900_000);
+
+  afterAll(async () => {
+    for (const template of home ? await Templates.list({ home }).catch(() => []) : []) {
+      if (template.name !== 'base') await Templates.remove(template.name, { home }).catch(() => {});
+    }
+    await abx?.close();
+    delete process.env.ABX_WARM_POOL;
+  });
+
+  describe('image templates on the local provider', () => {
+    test('built on the engine, run here on an overlay: root-built files, the user, no host system', async () => {
+      const built = await Templates.build(
+        Template.fromImage(DEBIAN_IMAGE)
+          .runCmd('echo "from the image build" > /etc/motd-abx && id -u > /etc/built-by')
+          .setEnvs({ WHERE: 'local' }),
+        { home, name: 'local-debian' },
+      );
+      expect(built.builtImage).toMatch(/^abx-template\/local-debian:/);
+      const [one, two] = await Promise.all([
+        Sandbox.create({ home, template: 'local-debian' }),
+        Sandbox.create({ home, template: 'local-debian' }),
+      ]);
+      try {
+        expect(
+          (await one.commands.run('cat /etc/motd-abx /etc/built-by; id -u; echo $WHERE')).stdout,
+        ).toBe('from the image build\n0\n1000\nlocal\n');
+        // It is the image's system, not the host's: Debian's own os-release, no host node.
+        expect(
+          (await one.commands.run('. /etc/os-release; echo $ID; command -v node || echo none'))
+            .stdout,
+        ).toBe('debian\n/opt/abx/bin/node\n');
+        // Writes go to the sandbox's own layer: the other sandbox and the cached image never see them.
+        const rootfsDirs = readdirSync(ROOTFS_ROOT).filter((d) => !d.includes('.partial'));
+        const before = rootfsDirs.map((d) => treeDigest(join(ROOTFS_ROOT, d, 'rootfs', 'tmp')));
+        await one.commands.run('echo mine > /tmp/one.txt && echo home > ~/h.txt');
+        expect(await two.files.exists('/tmp/one.txt')).toBe(false);
+        expect(await two.files.exists('h.txt')).toBe(false);
+        expect(rootfsDirs.map((d) => treeDigest(join(ROOTFS_ROOT, d, 'rootfs', 'tmp')))).toEqual(
+          before,
+        );
+        // The image's root-owned system stays read-only to the sandbox user.
+        const denied = await one.commands.run('touch /etc/evil', { allowNonZeroExit: true });
+        expect(denied.exitCode).not.toBe(0);
+      } finally {
+        await Promise.all([one.kill(), two.kill()]);
+      }
+    });
+
+    test('busybox (no libc, no Node) runs commands, files, a pty', async () => {
+      await Templates.build(Template.fromImage(BUSYBOX_IMAGE).runCmd('echo hi > /srv-note'), {
+        home,
+        name: 'local-busybox',
+      });
+      const box = await Sandbox.create({ home, template: 'local-busybox' });
+      try {
+        expect((await box.commands.run('cat /srv-note; readlink /bin/sh')).stdout).toMatch(
+          /^hi\n.*busybox/,
+        );
+        await box.files.write('f.txt', 'ok');
+        expect(await box.files.read('f.txt')).toBe('ok');
+        const terminal = await Terminal.open(box, { command: 'sh' });
+        await terminal.write('echo pty-$((6*7))\nexit\n');
+        let screen = '';
+        for await (const piece of terminal.output()) screen += piece;
+        expect(screen).toContain('pty-42');
+      } finally {
+        await box.kill();
+      }
+    });
+
+    test('a snapshot of a local image sandbox keeps its image and its home', async () => {
+      const box = await Sandbox.create({ home, template: 'local-debian' });
+      let copy: Sandbox | undefined;
+      try {
+        await box.files.write('kept.txt', 'kept');
+        const snap = await box.snapshot({ name: 'local-snap' });
+        copy = await Sandbox.create({ home, template: 'local-snap' });
+        expect(await copy.files.read('kept.txt')).toBe('kept');
+        expect((await copy.commands.run('cat /etc/motd-abx')).stdout).toBe(
+          'from the image build\n',
+        );
+        expect(snap.builtImage).toBe((await Templates.get('local-debian', { home })).builtImage);
+      } finally {
+        await copy?.kill();
+        await box.kill();
+      }
+      // Removing the snapshot leaves the image its source template still needs.
+      await Templates.remove('local-snap', { home });
+      const again = await Sandbox.create({ home, template: 'local-debian' });
+      await again.kill();
+    });
+
+    test('removing a template removes its image and, once unused, its unpacked file system', async () => {
+      const { builtImage } = await Templates.get('local-busybox', { home });
+      const id = (await docker.getImage(builtImage as string).inspect()).Id.replace('sha256:', '');
+      const cached = join(ROOTFS_ROOT, id.slice(0, 24));
+      expect(existsSync(cached)).toBe(true);
+      await Templates.remove('local-busybox', { home });
+      await expect(docker.getImage(builtImage as string).inspect()).rejects.toThrow();
+      expect(existsSync(cached)).toBe(false);
+    });
+  });
+}
