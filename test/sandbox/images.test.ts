@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
@@ -145,6 +145,31 @@ setup:
         commandRegistry().registerClass(SandboxCommands);
         await box.server.start({ commands: [SandboxCommands] });
         expect(await box.server.call('add', { x: 40, y: 2 })).toBe(42);
+      } finally {
+        await box.kill();
+      }
+    });
+
+    test('a Dockerfile template: the engine builds it, then the setup steps run on top', async () => {
+      const context = join(work, 'df');
+      mkdirSync(context, { recursive: true });
+      writeFileSync(join(context, 'note.txt'), 'from the build context\n');
+      writeFileSync(
+        join(context, 'Dockerfile'),
+        `FROM ${BUSYBOX_IMAGE}\nCOPY note.txt /opt/note.txt\nRUN echo from-dockerfile > /opt/df.txt\n`,
+      );
+      const yaml = join(work, 'df-template.yaml');
+      writeFileSync(
+        yaml,
+        'name: from-dockerfile\ndockerfile: df/Dockerfile\nsetup:\n  - cat /opt/df.txt > /opt/step.txt\n',
+      );
+      const built = await Templates.build(yaml, { home });
+      expect(built.dockerfile).toBe(join(context, 'Dockerfile'));
+      const box = await Sandbox.create({ home, template: 'from-dockerfile' });
+      try {
+        expect(
+          (await box.commands.run('cat /opt/note.txt /opt/df.txt /opt/step.txt; id -un')).stdout,
+        ).toBe('from the build context\nfrom-dockerfile\nfrom-dockerfile\nuser\n');
       } finally {
         await box.kill();
       }
