@@ -168,6 +168,24 @@ export async function ensureBusyboxImage(docker: Docker): Promise<string> {
   return BUSYBOX_IMAGE;
 }
 
+/** An image like a distroless one: no shell, no libc, no programs at all; only /etc. */
+export const SHELLESS_IMAGE = 'abx-test/shellless:1';
+
+/** {@link SHELLESS_IMAGE}: a root file system of one folder and a hosts file, once. */
+export async function ensureShelllessImage(docker: Docker): Promise<string> {
+  await onceFor(docker, SHELLESS_IMAGE, async () => {
+    const work = mkdtempSync(join(tmpdir(), 'abx-shellless-image-'));
+    try {
+      mkdirSync(join(work, 'rootfs', 'etc'), { recursive: true });
+      writeFileSync(join(work, 'rootfs', 'etc', 'hosts'), '127.0.0.1 localhost\n');
+      await importFolder(docker, join(work, 'rootfs'), SHELLESS_IMAGE);
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  });
+  return SHELLESS_IMAGE;
+}
+
 /** The Debian mirror apt uses on this machine (deb822 or one-line sources), else Debian's CDN. */
 export function debianMirror(): string {
   for (const file of ['/etc/apt/sources.list.d/debian.sources', '/etc/apt/sources.list']) {

@@ -6,6 +6,7 @@ import {
   commandRegistry,
   NotFoundError,
   Sandbox,
+  SandboxError,
   Template,
   TemplateBuildError,
   Templates,
@@ -19,6 +20,8 @@ import {
   dockerEngine,
   ensureBusyboxImage,
   ensureDebianImage,
+  ensureShelllessImage,
+  SHELLESS_IMAGE,
 } from '../helpers/docker-images.js';
 
 // Image templates end to end: a daemon on the Docker provider (started by the SDK with
@@ -170,6 +173,22 @@ setup:
         expect(
           (await box.commands.run('cat /opt/note.txt /opt/df.txt /opt/step.txt; id -un')).stdout,
         ).toBe('from the build context\nfrom-dockerfile\nfrom-dockerfile\nuser\n');
+      } finally {
+        await box.kill();
+      }
+    });
+
+    test('an image with no shell at all (like distroless): files work, commands say what is missing', async () => {
+      await ensureShelllessImage(docker);
+      await Templates.build(Template.fromImage(SHELLESS_IMAGE), { home, name: 'shellless' });
+      const box = await Sandbox.create({ home, template: 'shellless' });
+      try {
+        await box.files.write('data.json', '{"ok":true}');
+        expect(await box.files.read('data.json')).toBe('{"ok":true}');
+        expect((await box.files.list('/')).map((e) => e.name).sort()).toContain('etc');
+        const error = await box.commands.run('true').catch((e) => e);
+        expect(error).toBeInstanceOf(SandboxError);
+        expect(error.message).toMatch(/\/bin\/sh/);
       } finally {
         await box.kill();
       }

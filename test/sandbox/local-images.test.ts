@@ -2,9 +2,10 @@ import { createHash } from 'node:crypto';
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { Sandbox, Template, Templates } from '../../src/index.js';
+import { commandRegistry, Sandbox, Template, Templates } from '../../src/index.js';
 import { ROOTFS_ROOT } from '../../src/providers/local/image-rootfs.js';
 import { Terminal } from '../../src/sandbox/terminal.js';
+import { SandboxCommands } from '../fixtures/sandbox-commands.js';
 import { createAbxHome } from '../helpers/abx-home.js';
 import {
   BUSYBOX_IMAGE,
@@ -100,11 +101,16 @@ if (!('docker' in engine) || !engine.docker) {
       }
     });
 
-    test('busybox (no libc, no Node) runs commands, files, a pty', async () => {
-      await Templates.build(Template.fromImage(BUSYBOX_IMAGE).runCmd('echo hi > /srv-note'), {
-        home,
-        name: 'local-busybox',
-      });
+    test('busybox (no libc, no Node) runs commands, files, a pty and a decorated command', async () => {
+      await Templates.build(
+        Template.fromImage(BUSYBOX_IMAGE)
+          .runCmd('echo hi > /srv-note')
+          .setCapabilities(['shell', 'files', 'code', 'ports']),
+        {
+          home,
+          name: 'local-busybox',
+        },
+      );
       const box = await Sandbox.create({ home, template: 'local-busybox' });
       try {
         expect((await box.commands.run('cat /srv-note; readlink /bin/sh')).stdout).toMatch(
@@ -117,6 +123,10 @@ if (!('docker' in engine) || !engine.docker) {
         let screen = '';
         for await (const piece of terminal.output()) screen += piece;
         expect(screen).toContain('pty-42');
+        // The command server too: node comes from the runtime, the image has none.
+        commandRegistry().registerClass(SandboxCommands);
+        await box.server.start({ commands: [SandboxCommands] });
+        expect(await box.server.call('add', { x: 40, y: 2 })).toBe(42);
       } finally {
         await box.kill();
       }
