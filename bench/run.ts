@@ -392,12 +392,12 @@ function localImage(): string | undefined {
  */
 async function images(baseTemplate: string) {
   if (!dockerAnswers()) {
-    row('6 images', 'skipped', '—', 'no Docker engine answers');
+    row('9 images', 'skipped', '—', 'no Docker engine answers');
     return;
   }
   const image = localImage();
   if (!image) {
-    row('6 images', 'skipped', '—', 'no local image: set ABX_BENCH_IMAGE (e.g. after docker pull)');
+    row('9 images', 'skipped', '—', 'no local image: set ABX_BENCH_IMAGE (e.g. after docker pull)');
     return;
   }
   log(`images from ${image}`);
@@ -448,15 +448,15 @@ async function images(baseTemplate: string) {
     '6 images',
     `image template build (${image} + 1 step)`,
     `local ${round(buildMs, 0)} ms · docker ${round(dockerBuildMs, 0)} ms`,
-    'first build exports the image for the local provider',
+    'a build: prepare the image (user added), one root step, commit',
   );
   const ratio = (s?: Summary) => (s ? `${round(s.p50 / host.p50, 2)}×` : '—');
-  row('6 images', 'create → first command, host system (local)', ms(host), 'baseline');
+  row('9 images', 'create → first command, host system (local)', ms(host), 'baseline');
   row(
     '6 images',
     'create → first command, image (local, overlay)',
     ms(localImageRun),
-    `${ratio(localImageRun)} the baseline`,
+    `${ratio(localImageRun)} the baseline; the first sandbox of an image exports its file system (the p99)`,
   );
   if (docker)
     row(
