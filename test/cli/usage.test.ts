@@ -1,3 +1,6 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { createAbxHome } from '../helpers/abx-home.js';
 import { abxIn, CLI, inPty, sh } from './abx.js';
@@ -90,6 +93,41 @@ describe('abx help and usage errors', () => {
 
 describe('abx on a terminal', () => {
   const abxLine = (...args: string[]) => [process.execPath, CLI, ...args].map(sh).join(' ');
+
+  test('template build: a line per step on a terminal; a failing step says which, its code, its output', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'abx-build-steps-'));
+    try {
+      const good = join(dir, 'good.yaml');
+      writeFileSync(good, 'name: steps\nsetup:\n  - echo one > one.txt\n  - echo two > two.txt\n');
+      const built = await inPty(abxLine('template', 'build', good), {
+        env: { ABX_HOME: home.home, NO_COLOR: '1' },
+      });
+      expect(built.code).toBe(0);
+      expect(built.screen).toContain('[1/2] echo one > one.txt');
+      expect(built.screen).toContain('[2/2] echo two > two.txt');
+      expect(built.screen).toContain("built template 'steps' (2 setup steps");
+      const bad = join(dir, 'bad.yaml');
+      writeFileSync(
+        bad,
+        'name: steps\nsetup:\n  - echo fine\n  - echo "no such thing" >&2; exit 4\n',
+      );
+      const failed = await inPty(abxLine('template', 'build', bad), {
+        env: { ABX_HOME: home.home, NO_COLOR: '1' },
+      });
+      expect(failed.code).toBe(1);
+      expect(failed.screen).toContain('[2/2] echo "no such thing" >&2; exit 4');
+      expect(failed.screen).toContain(
+        'abx: TemplateBuildError: template \'steps\': setup[1] `echo "no such thing" >&2; exit 4` exited with code 4; its output ends:',
+      );
+      expect(failed.screen).toContain('no such thing');
+      // In a pipe: no progress lines, the same error.
+      const piped = await cli.abx(['template', 'build', bad]);
+      expect(piped.stderr).not.toContain('[1/2]');
+      expect(piped.stderr).toContain('exited with code 4');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
 
   test('spinners and colour on a terminal; plain text in a pipe', async () => {
     const created = await inPty(abxLine('create'), { env: { ABX_HOME: home.home, NO_COLOR: '' } });
