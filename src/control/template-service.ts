@@ -258,10 +258,7 @@ export class TemplateService {
       throw error;
     }
     try {
-      for (const [index, step] of spec.setup.entries()) {
-        onProgress(stepProgress(spec, index, step));
-        await this.buildStep(spec, index, step, handle, accessToken);
-      }
+      await this.runSteps(spec, handle, accessToken, onProgress);
       onProgress({ phase: 'commit', text: `saving the image ${tag}` });
       return await builder.images.commit(handle, tag);
     } finally {
@@ -307,6 +304,19 @@ export class TemplateService {
     }
     mkdirSync(dest, { recursive: true, mode: 0o755 });
     await extractTar(response, dest);
+  }
+
+  /** Runs every setup step in the build sandbox, in order, saying which starts. */
+  private async runSteps(
+    spec: TemplateSpec,
+    handle: SandboxHandle,
+    token: string,
+    onProgress: (event: BuildProgress) => void,
+  ): Promise<void> {
+    for (const [index, step] of spec.setup.entries()) {
+      onProgress(stepProgress(spec, index, step));
+      await this.buildStep(spec, index, step, handle, token);
+    }
   }
 
   /** Runs one setup step in the build sandbox; a failure is a TemplateBuildError naming it. */
@@ -364,10 +374,7 @@ export class TemplateService {
         throw error;
       });
     try {
-      for (const [index, step] of spec.setup.entries()) {
-        onProgress(stepProgress(spec, index, step));
-        await this.buildStep(spec, index, step, handle, accessToken);
-      }
+      await this.runSteps(spec, handle, accessToken, onProgress);
     } catch (error) {
       await this.provider.kill(handle);
       rmSync(work, { recursive: true, force: true });

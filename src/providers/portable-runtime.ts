@@ -18,6 +18,7 @@ import {
 import { basename, join } from 'node:path';
 import { SANDBOX_RUNTIME_DIR } from '../../runtime/protocol/constants.js';
 import { InvalidArgumentError, SandboxStartError, UnavailableError } from '../errors.js';
+import { pidAlive } from '../util/pid-alive.js';
 
 /** The portable Node binary as every sandbox sees it: starts by execve, whatever libc the image has. */
 export const SANDBOX_NODE = `${SANDBOX_RUNTIME_DIR}/bin/node`;
@@ -378,17 +379,8 @@ async function verify(
 async function removeAbandoned(cacheDir: string): Promise<void> {
   for (const name of await readdir(cacheDir)) {
     const pid = /^\.portable-[0-9a-f]+\.(\d+)\.[0-9a-f]+$/.exec(name)?.[1];
-    if (pid === undefined || isRunning(Number(pid))) continue;
+    if (pid === undefined || pidAlive(Number(pid))) continue;
     await rm(join(cacheDir, name), { recursive: true, force: true });
-  }
-}
-
-function isRunning(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
 

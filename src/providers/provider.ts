@@ -1,9 +1,27 @@
+import { SANDBOX_RUN_DIR, SANDBOX_RUNTIME_DIR } from '../../runtime/protocol/constants.js';
 import type { IsolationReport } from '../../runtime/protocol/isolation.js';
 import type { TemplateResources } from '../commands/template-runtime.js';
 
 /** Where every provider's sandbox has its home (the template's `setup` output lands there). */
 export { SANDBOX_HOME } from '../../runtime/protocol/constants.js';
 export type { IsolationReport };
+
+/**
+ * envd's arguments after the program that runs it (every provider starts it the same way): its
+ * socket and ports folder in the sandbox's /run/abx, the file its token is in, and `extra`.
+ */
+export function envdArguments(tokenFile: string, extra: readonly string[] = []): string[] {
+  return [
+    `${SANDBOX_RUNTIME_DIR}/envd.cjs`,
+    '--socket',
+    `${SANDBOX_RUN_DIR}/envd.sock`,
+    '--ports-dir',
+    `${SANDBOX_RUN_DIR}/ports`,
+    '--token-file',
+    tokenFile,
+    ...extra,
+  ];
+}
 
 /** Everything a provider needs to start one sandbox. */
 export interface SandboxSpec {

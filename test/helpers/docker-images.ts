@@ -14,6 +14,7 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Docker from 'dockerode';
+import { pidAlive } from '../../src/util/pid-alive.js';
 
 /** Debian's static busybox: no libc, no Node (package busybox-static). */
 export const BUSYBOX = '/bin/busybox';
@@ -123,7 +124,7 @@ async function onceFor(docker: Docker, tag: string, build: () => Promise<void>):
       }
       const stale =
         holder > 0
-          ? !isRunning(holder)
+          ? !pidAlive(holder)
           : Date.now() - (statSafe(lock)?.mtimeMs ?? Date.now()) > 10_000;
       if (stale) rmSync(lock, { recursive: true, force: true });
       else await new Promise((resolve) => setTimeout(resolve, 500));
@@ -142,15 +143,6 @@ function statSafe(path: string): { mtimeMs: number } | undefined {
     return statSync(path);
   } catch {
     return undefined;
-  }
-}
-
-function isRunning(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
 

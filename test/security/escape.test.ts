@@ -15,6 +15,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Sandbox, Templates } from '../../src/index.js';
 import { CLI, runProgram } from '../cli/abx.js';
 import { createAbxHome, sandboxProcesses } from '../helpers/abx-home.js';
+import { FORK_BOMB } from '../helpers/attacks.js';
 import { ROOT } from '../helpers/build.js';
 import { startRootlessDaemon } from '../helpers/rootless.js';
 
@@ -230,28 +231,7 @@ describe.runIf(IS_ROOT).each(modes)('escape attempts against a %s', (mode, insta
   });
 
   test('a fork bomb stops at resources.processes', async () => {
-    const bomb = await python(
-      box,
-      [
-        'import os, signal, time',
-        'children = []',
-        'refused = 0',
-        'for _ in range(150):',
-        '    try:',
-        '        pid = os.fork()',
-        '    except OSError:',
-        '        refused += 1',
-        '        continue',
-        '    if pid == 0:',
-        '        time.sleep(30)',
-        '        os._exit(0)',
-        '    children.append(pid)',
-        'alive = len([p for p in os.listdir("/proc") if p.isdigit()])',
-        'for pid in children: os.kill(pid, signal.SIGKILL)',
-        'for pid in children: os.waitpid(pid, 0)',
-        'print(len(children), refused, alive)',
-      ].join('\n'),
-    );
+    const bomb = await python(box, FORK_BOMB);
     const [forked, refused, alive] = bomb.stdout.trim().split(' ').map(Number);
     expect(forked).toBeGreaterThan(5);
     expect(refused).toBeGreaterThan(0);

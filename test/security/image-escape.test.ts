@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Sandbox, Template, Templates } from '../../src/index.js';
 import { createAbxHome } from '../helpers/abx-home.js';
+import { FORK_BOMB } from '../helpers/attacks.js';
 import { DEBIAN_IMAGE, dockerEngine, ensureDebianImage } from '../helpers/docker-images.js';
 
 // An attacker inside a sandbox of an IMAGE template, on both providers that run images: the
@@ -107,27 +108,7 @@ if (!('docker' in engine) || !engine.docker) {
     test('a fork bomb stops at resources.processes; the sandbox lives on', async () => {
       // The children are killed and reaped before the answer: nothing holds the output open.
       const bomb = await box.commands.run('python3 -c "$CODE"', {
-        envs: {
-          CODE: [
-            'import os, signal, time',
-            'children = []',
-            'refused = 0',
-            'for _ in range(150):',
-            '    try:',
-            '        pid = os.fork()',
-            '    except OSError:',
-            '        refused += 1',
-            '        continue',
-            '    if pid == 0:',
-            '        time.sleep(30)',
-            '        os._exit(0)',
-            '    children.append(pid)',
-            'alive = len([p for p in os.listdir("/proc") if p.isdigit()])',
-            'for pid in children: os.kill(pid, signal.SIGKILL)',
-            'for pid in children: os.waitpid(pid, 0)',
-            'print(len(children), refused, alive)',
-          ].join('\n'),
-        },
+        envs: { CODE: FORK_BOMB },
         timeoutMs: 60_000,
         allowNonZeroExit: true,
       });

@@ -3,7 +3,7 @@ import type Docker from 'dockerode';
 import { SANDBOX_RUN_DIR, SANDBOX_RUNTIME_DIR } from '../../../runtime/protocol/constants.js';
 import { DEFAULT_PROCESS_LIMIT } from '../local/local-provider.js';
 import { SANDBOX_NODE } from '../portable-runtime.js';
-import type { SandboxSpec } from '../provider.js';
+import { envdArguments, type SandboxSpec } from '../provider.js';
 import type { EngineFacts } from './engine.js';
 import { SANDBOX_USER_ID } from './passwd.js';
 import { TOKEN_FILE } from './sandbox-archive.js';
@@ -117,15 +117,7 @@ export function containerOptions(
     WorkingDir: spec.workdir,
     Env: Object.entries(env).map(([key, value]) => `${key}=${value}`),
     Entrypoint: [SANDBOX_NODE],
-    Cmd: [
-      `${SANDBOX_RUNTIME_DIR}/envd.cjs`,
-      '--socket',
-      `${SANDBOX_RUN_DIR}/envd.sock`,
-      '--ports-dir',
-      `${SANDBOX_RUN_DIR}/ports`,
-      '--token-file',
-      TOKEN_FILE,
-    ],
+    Cmd: envdArguments(TOKEN_FILE),
     Labels: {
       [SANDBOX_LABEL]: spec.id,
       [SANDBOXES_DIR_LABEL]: sandboxesDirHash(context.sandboxesDir),

@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type Docker from 'dockerode';
 import { SandboxStartError } from '../../errors.js';
+import { pidAlive } from '../../util/pid-alive.js';
 import { engineError, imageNotFound, statusOf } from '../docker/engine.js';
 
 /**
@@ -19,12 +20,7 @@ const COMPLETE = '.complete';
 async function removeAbandoned(root: string): Promise<void> {
   for (const name of await readdir(root).catch(() => [] as string[])) {
     const pid = /\.partial-(\d+)-/.exec(name)?.[1];
-    if (!pid) continue;
-    try {
-      process.kill(Number(pid), 0);
-    } catch {
-      await rm(join(root, name), { recursive: true, force: true });
-    }
+    if (pid && !pidAlive(Number(pid))) await rm(join(root, name), { recursive: true, force: true });
   }
 }
 

@@ -22,12 +22,13 @@ import { DEFAULT_DISK_BYTES } from '../../commands/template-runtime.js';
 import { SandboxStartError } from '../../errors.js';
 import { dockerClient } from '../docker/engine.js';
 import { type PortableRuntime, portableRuntime, SANDBOX_NODE } from '../portable-runtime.js';
-import type {
-  EndCause,
-  IsolationReport,
-  SandboxHandle,
-  SandboxProvider,
-  SandboxSpec,
+import {
+  type EndCause,
+  envdArguments,
+  type IsolationReport,
+  type SandboxHandle,
+  type SandboxProvider,
+  type SandboxSpec,
 } from '../provider.js';
 import { connectSandboxSocket } from '../sandbox-socket.js';
 import { bwrapArgs, prlimitArgs, SANDBOX_HOME_TEMPLATE, SANDBOX_UID } from './bwrap-args.js';
@@ -261,14 +262,7 @@ export class LocalProvider implements SandboxProvider {
           : process.execPath.startsWith('/usr/')
             ? process.execPath
             : '/usr/bin/node',
-        `${SANDBOX_RUNTIME_DIR}/envd.cjs`,
-        '--socket',
-        `${SANDBOX_RUN_DIR}/envd.sock`,
-        '--ports-dir',
-        `${SANDBOX_RUN_DIR}/ports`,
-        '--token-file',
-        `${SANDBOX_RUN_DIR}/token`,
-        ...(image ? ['--home', home] : []),
+        ...envdArguments(`${SANDBOX_RUN_DIR}/token`, image ? ['--home', home] : []),
       ];
       const common = {
         hostname: spec.id,
