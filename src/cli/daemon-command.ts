@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { type Command, Option } from 'commander';
 import { findDaemon, startDaemon, stopDaemon } from '../installation/daemon-connection.js';
 import { abxHome, abxPaths } from '../installation/paths.js';
-import { ExitCode } from './errors.js';
+import { ExitCode, UsageError } from './errors.js';
 import { withSpinner } from './feedback.js';
 import { withExamples } from './options.js';
 import { printJson, printLine } from './output.js';
@@ -41,6 +41,14 @@ export function addDaemonCommand(program: Command): void {
         // The daemon process reads them from its environment (it inherits this one's).
         if (options.provider) process.env.ABX_PROVIDER = options.provider;
         if (options.dockerBaseImage) process.env.ABX_DOCKER_BASE_IMAGE = options.dockerBaseImage;
+        const running = await findDaemon(abxHome());
+        const wanted = options.provider ?? 'local';
+        if (running && (running.provider ?? 'local') !== wanted) {
+          throw new UsageError(
+            `a daemon with the ${running.provider ?? 'local'} provider runs already (pid ${running.pid}); stop it first (abx daemon stop) to start one with ${wanted}`,
+            'abx daemon stop',
+          );
+        }
         const info = await withSpinner('starting the daemon', () => startDaemon(abxHome()));
         if (options.json) return printJson(info);
         printLine(`daemon ${info.pid} listening: API ${info.apiUrl}, gateway ${info.gatewayUrl}`);
@@ -72,7 +80,7 @@ export function addDaemonCommand(program: Command): void {
         if (options.json) printJson(info ?? null);
         else if (info) {
           printLine(
-            `running: pid ${info.pid}, API ${info.apiUrl}, gateway ${info.gatewayUrl}, since ${info.startedAt}`,
+            `running: pid ${info.pid}, provider ${info.provider ?? 'local'}, API ${info.apiUrl}, gateway ${info.gatewayUrl}, since ${info.startedAt}`,
           );
           const isolation = info.isolation;
           if (isolation) {

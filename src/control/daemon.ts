@@ -187,6 +187,7 @@ export class Daemon {
       gatewayUrl: `http://127.0.0.1:${gatewayPort}`,
       domain: this.options.domain ?? 'localhost',
       version: packageInfo().version,
+      provider: this.provider.name,
       startedAt: new Date().toISOString(),
       isolation: this.provider.isolation(),
     };

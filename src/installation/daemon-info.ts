@@ -8,6 +8,8 @@ export interface DaemonInfo {
   domain: string;
   version: string;
   startedAt: string;
+  /** Where its sandboxes run: `local` (bubblewrap) or `docker` (absent: written by an older daemon, local). */
+  provider?: string;
   /** How sandboxes are isolated: root or rootless mode, and which limits this host enforces. */
   isolation?: IsolationReport;
 }
