@@ -64,8 +64,11 @@ function splitPath(path: string): string[] {
   return path.split('/').filter((s) => s !== '');
 }
 
-/** Segments are decoded one by one, so an encoded `/` (%2F) stays inside its parameter. */
-function decodeSegments(pathname: string): string[] {
+/**
+ * A path's segments as routing sees them (empty ones dropped, each percent-decoded on its own, so
+ * an encoded `/` stays inside its parameter). A gateway that checks paths must check these.
+ */
+export function decodeSegments(pathname: string): string[] {
   try {
     return splitPath(pathname).map(decodeURIComponent);
   } catch {

@@ -15,6 +15,7 @@ import {
   SANDBOX_PORT_HEADER,
 } from '../../runtime/protocol/constants.js';
 import { answerClientError } from '../../runtime/server/http.js';
+import { decodeSegments } from '../../runtime/server/route-table.js';
 import { splice } from '../../runtime/server/splice.js';
 import {
   AuthenticationError,
@@ -61,6 +62,25 @@ interface Target {
   port?: number;
   path: string;
   headers: Record<string, string | string[] | undefined>;
+}
+
+/**
+ * The template capability an envd route needs, by its first path segment as envd's router reads
+ * it (so `//files/read` or `/%66iles/read` are `files` too): `code` for code contexts, `shell`
+ * for processes and terminals, `files` for the file routes. Health and the like need none.
+ */
+const ENVD_CAPABILITIES: ReadonlyMap<string, string> = new Map([
+  ['execute', 'code'],
+  ['contexts', 'code'],
+  ['exec', 'shell'],
+  ['process', 'shell'],
+  ['terminal', 'shell'],
+  ['files', 'files'],
+]);
+
+export function envdCapability(pathname: string): string | undefined {
+  const first = decodeSegments(pathname)[0];
+  return first === undefined ? undefined : ENVD_CAPABILITIES.get(first);
 }
 
 /** Keeps connections to sandbox sockets alive, opening each without following symlinks. */
@@ -203,6 +223,12 @@ export class Gateway {
       path = query.size > 0 ? `${pathname}?${query}` : pathname;
     }
     if (port === ENVD_PORT) {
+      const needed = envdCapability(pathname);
+      if (needed && !record.capabilities.includes(needed)) {
+        throw new CapabilityError(
+          `template '${record.template}' does not have the ${needed} capability, so ${req.method} ${pathname} of sandbox ${id} is refused; add ${needed} to its capabilities`,
+        );
+      }
       headers.authorization = `Bearer ${token}`;
       return { socketPath: record.handle.envdSocket, path, headers };
     }

@@ -289,6 +289,40 @@ describe('the daemon on a memory provider', () => {
     expectErrorShape(nothing.body, 'BadRequestError');
   });
 
+  test('capabilities hold at the gateway: no code, shell or files routes a template lacks', async ({
+    abx,
+  }) => {
+    const { info } = await abx.start({ warmPool: 0 });
+    const v1 = api(info, abx.home);
+    const yaml = join(abx.home, 'bare.yaml');
+    writeFileSync(yaml, 'name: bare\ncapabilities: [files]\n');
+    expect((await v1.post('/v1/templates', { path: yaml })).status).toBe(200);
+    const box = (await v1.post('/v1/sandboxes', { template: 'bare' })).body;
+    const host = `49983-${box.sandboxId}.localhost`;
+    const reachedBefore = abx.provider.sandbox(box.sandboxId).requests.length;
+    for (const [path, capability] of [
+      ['/execute', 'code'],
+      ['/contexts', 'code'],
+      ['/exec', 'shell'],
+      ['/process/exec', 'shell'],
+      ['/terminal', 'shell'],
+      // What envd's router reads as those routes is refused the same way.
+      ['//exec', 'shell'],
+      ['/%65xecute', 'code'],
+    ] as const) {
+      const refused = await gateway(info, path, { host, 'x-access-token': box.accessToken });
+      expect(refused.status, path).toBe(403);
+      expectErrorShape(refused.body, 'CapabilityError');
+      expect(refused.body.error).toContain(
+        `template 'bare' does not have the ${capability} capability`,
+      );
+    }
+    // Nothing refused reached envd; what the template has still does.
+    expect(abx.provider.sandbox(box.sandboxId).requests).toHaveLength(reachedBefore);
+    const health = await gateway(info, '/health', { host, 'x-access-token': box.accessToken });
+    expect(health.status).toBe(200);
+  });
+
   test('with the ports capability the gateway reaches {port}.sock, asking envd when needed', async ({
     abx,
   }) => {
