@@ -1,3 +1,4 @@
+import { copyFileSync } from 'node:fs';
 import { defineConfig } from 'tsup';
 import { PROGRAM_NAMES } from './src/agent/programs/protocol.js';
 
@@ -38,7 +39,12 @@ export default defineConfig([
     // The in-sandbox command server: one self-contained file that runs with plain `node`, no
     // node_modules. runtime/ imports node: built-ins only, so bundling everything is just that.
     ...common,
-    entry: { server: 'runtime/server/main.ts', envd: 'runtime/envd/main.ts' },
+    // js_driver is envd's JavaScript code-context driver, started next to it.
+    entry: {
+      server: 'runtime/server/main.ts',
+      envd: 'runtime/envd/main.ts',
+      js_driver: 'runtime/envd/code/js_driver.ts',
+    },
     outDir: 'dist/runtime',
     format: ['cjs'],
     outExtension: () => ({ js: '.cjs' }),
@@ -46,6 +52,10 @@ export default defineConfig([
     splitting: false,
     clean: false,
     dts: false,
+    // The Python driver is a plain file; envd starts it with the sandbox's python3 from here.
+    onSuccess: async () => {
+      copyFileSync('runtime/envd/code/python_driver.py', 'dist/runtime/python_driver.py');
+    },
   },
   {
     // BaseSandbox's sandbox-side programs, sent as `node -e <text>`: self-contained CommonJS, no

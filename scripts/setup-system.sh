@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # System packages agent-sandbox needs on a Debian machine: bubblewrap (the sandboxes), util-linux
 # and e2fsprogs (a root daemon's launcher: unshare, setpriv, prlimit, mount, mkfs.ext4; Debian
-# ships them, but slim images may not), python3 (what the tests run inside sandboxes), patchelf
+# ships them, but slim images may not), python3 (what the tests run inside sandboxes) with matplotlib and pandas (envd's code contexts), patchelf
 # (the portable Node runtime that sandboxes of any image run envd with), busybox-static (a root
 # filesystem with no libc, for the portable runtime's tests), docker.io (dockerd: the Docker
 # provider's engine; a `docker` CLI alone is not enough), debootstrap (the Debian image the Docker
@@ -17,6 +17,10 @@ for tool in unshare setpriv prlimit mount; do
 done
 command -v mkfs.ext4 >/dev/null 2>&1 || missing+=(e2fsprogs)
 [ -x /usr/bin/python3 ] || missing+=(python3)
+# envd's code contexts (POST /execute) are tested with plots and DataFrames in Debian's python3.
+for pkg in python3-matplotlib python3-pandas; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q ' installed' || missing+=("$pkg")
+done
 command -v patchelf >/dev/null 2>&1 || missing+=(patchelf)
 # Debian's `busybox` package has /bin/busybox too, but linked to glibc: only the static one will do.
 dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q ' installed' || missing+=(busybox-static)

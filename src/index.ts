@@ -110,6 +110,14 @@ export type { ConnectionOptions } from './installation/daemon-connection.js';
 export type { DaemonInfo } from './installation/daemon-info.js';
 export type { McpServerHandle, ServeMcpOptions } from './mcp/serve-mcp.js';
 export { serveMcp } from './mcp/serve-mcp.js';
+export type {
+  CodeContext,
+  CodeLanguage,
+  ExecutionError,
+  OutputMessage,
+  RunCodeOptions,
+} from './sandbox/code.js';
+export { Execution, Result } from './sandbox/code.js';
 export type { HandleOptions, OutputCallbacks } from './sandbox/command-handle.js';
 export { CommandHandle } from './sandbox/command-handle.js';
 export type {

@@ -1,4 +1,5 @@
 import { cpSync, readFileSync, rmSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { SANDBOX_HOME } from '../protocol/constants.js';
 import { CORE } from '../server/groups/core.js';
@@ -9,6 +10,7 @@ import { SYSTEM } from '../server/groups/system.js';
 import { TERMINAL } from '../server/groups/terminal.js';
 import { SandboxServer } from '../server/server.js';
 import { ARCHIVE } from './archive.js';
+import { codeGroup } from './code.js';
 import { ENV } from './env.js';
 import { EXEC } from './exec.js';
 import { FILES_BATCH } from './files-batch.js';
@@ -77,6 +79,8 @@ const server = new SandboxServer({
     FILES_BATCH,
     ARCHIVE,
     ENV,
+    // The code drivers (python_driver.py, js_driver.cjs) are shipped next to envd.cjs.
+    codeGroup({ driversDir: dirname(resolve(process.argv[1] ?? '.')) }),
   ],
   // Raw uploads stream to disk, so they may be large and slow (64 GiB within 1 h); JSON bodies
   // are read whole and keep the defaults (64 MiB within 30 s), so a trickling client cannot hold

@@ -172,6 +172,12 @@ export class UnsupportedMediaTypeError extends InvalidArgumentError {
   static override readonly status: number = 415;
 }
 
+/** A code context's interpreter has died (killed, `os._exit`); restart the context to go on. */
+export class ContextDeadError extends InvalidArgumentError {
+  static override readonly type: string = 'ContextDeadError';
+  static override readonly status: number = 409;
+}
+
 /** Missing or wrong API key, sandbox token or `Authorization: Bearer` token. */
 export class AuthenticationError extends SandboxError {
   static override readonly type: string = 'AuthenticationError';
@@ -481,6 +487,7 @@ export const ERROR_CLASSES: readonly ErrorClass[] = [
   MethodNotAllowedError,
   PayloadTooLargeError,
   UnsupportedMediaTypeError,
+  ContextDeadError,
   AuthenticationError,
   PermissionDeniedError,
   CapabilityError,

@@ -156,3 +156,43 @@ export type ProcessEvent =
   | { stream: StreamName; dropped: number; offset: number }
   | { keepalive: true }
   | { exit: ExitWire };
+
+/** The languages of envd's code contexts (`POST /contexts`, `POST /execute`). */
+export const CODE_LANGUAGES = ['python', 'javascript', 'bash'] as const;
+export type CodeLanguage = (typeof CODE_LANGUAGES)[number];
+
+/** A code context as `POST /contexts` and `GET /contexts` show it. */
+export interface CodeContextWire {
+  id: string;
+  language: CodeLanguage;
+  cwd: string;
+  /** False once its interpreter died; `POST /contexts/{id}/restart` starts a new one. */
+  alive: boolean;
+}
+
+/** One rich output of a cell: `text` (repr) and any of the formats the value knows. */
+export interface CodeResultWire {
+  type: 'result';
+  /** True for the value of the cell's last expression; false for figures and `display()`. */
+  is_main_result: boolean;
+  text?: string;
+  html?: string;
+  markdown?: string;
+  svg?: string;
+  /** Base64. */
+  png?: string;
+  /** Base64. */
+  jpeg?: string;
+  /** Base64. */
+  pdf?: string;
+  latex?: string;
+  json?: unknown;
+  javascript?: string;
+}
+
+/** One line of `POST /execute` (NDJSON); `end` is always the last. */
+export type CodeEvent =
+  | { type: 'stdout' | 'stderr'; text: string }
+  | CodeResultWire
+  | { type: 'error'; name: string; value: string; traceback: string }
+  | { type: 'end'; execution_count: number };

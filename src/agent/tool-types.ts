@@ -19,8 +19,8 @@ export interface SandboxTool {
   readonly description: string;
   /** JSON Schema of the arguments object (an LLM tool's `parameters` / `input_schema`). */
   readonly parameters: ToolParameters;
-  /** `command` for a custom command (YAML or decorated), `file` for a file tool. */
-  readonly kind: 'command' | 'file';
+  /** `command` for a custom command (YAML or decorated), `file` for a file tool, `code` for run_code. */
+  readonly kind: 'command' | 'file' | 'code';
   /**
    * Validates `args` against {@link parameters} and runs the tool in the sandbox. Resolves with a
    * plain JSON value; rejects with a `ToolCallError` only (bad arguments, a failed operation, a

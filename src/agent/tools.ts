@@ -12,6 +12,81 @@ export interface SandboxToolsOptions {
   fileTools?: boolean | readonly FileToolName[];
   /** Include the sandbox's custom commands (default true when the sandbox has any). */
   commands?: boolean;
+  /** Include `run_code` (stateful Python, JavaScript or bash cells; default true on a `Sandbox`). */
+  code?: boolean;
+}
+
+/** What `run_code` needs: a sandbox that runs code cells (a `Sandbox`). */
+interface CodeHost {
+  runCode(
+    code: string,
+    options?: { language?: 'python' | 'javascript' | 'bash'; timeoutMs?: number },
+  ): Promise<{
+    results: { isMainResult: boolean; formats(): string[] }[];
+    logs: { stdout: string[]; stderr: string[] };
+    error?: { name: string; value: string; traceback: string };
+    executionCount?: number;
+  }>;
+}
+
+function runsCode(sandbox: object): sandbox is CodeHost {
+  return typeof (sandbox as Partial<CodeHost>).runCode === 'function';
+}
+
+/** The run_code tool's arguments. */
+const RUN_CODE_PARAMETERS = {
+  type: 'object',
+  properties: {
+    code: { type: 'string', description: 'the code of one cell' },
+    language: {
+      type: 'string',
+      description: 'python (default), javascript or bash',
+      enum: ['python', 'javascript', 'bash'],
+    },
+  },
+  required: ['code'],
+  additionalProperties: false,
+} as const;
+
+/**
+ * `run_code`: one cell in the sandbox's default context of its language; state persists from
+ * call to call. Resolves with the output, the results (each format it has; images as base64) and
+ * the error the code raised, if any — an exception in the code is a result the model reads, not
+ * a failed tool call.
+ */
+function runCodeTool(sandbox: CodeHost): SandboxTool {
+  return {
+    name: 'run_code',
+    description:
+      'Run code in a stateful interpreter in the sandbox (variables and imports persist between calls). The value of the last expression comes back as a result; charts (matplotlib) as PNG images.',
+    parameters: RUN_CODE_PARAMETERS as unknown as SandboxTool['parameters'],
+    kind: 'code',
+    invoke: async (args) => {
+      try {
+        const { code, language } = validateToolArgs(
+          'run_code',
+          RUN_CODE_PARAMETERS as unknown as SandboxTool['parameters'],
+          args,
+        ) as { code: string; language?: 'python' | 'javascript' | 'bash' };
+        const execution = await sandbox.runCode(code, language ? { language } : {});
+        return toJsonValue({
+          stdout: execution.logs.stdout.join(''),
+          stderr: execution.logs.stderr.join(''),
+          results: execution.results.map((result) => {
+            const formats: Record<string, unknown> = { isMainResult: result.isMainResult };
+            for (const format of result.formats()) {
+              formats[format] = (result as unknown as Record<string, unknown>)[format];
+            }
+            return formats;
+          }),
+          error: execution.error ?? null,
+          executionCount: execution.executionCount ?? null,
+        });
+      } catch (error) {
+        throw toToolCallError('run_code', error);
+      }
+    },
+  };
 }
 
 function selectedFileTools(option: SandboxToolsOptions['fileTools']): readonly FileToolName[] {
@@ -71,6 +146,7 @@ export async function sandboxTools(
       });
     }
   }
+  if (options.code !== false && runsCode(sandbox)) tools.push(runCodeTool(sandbox));
   for (const spec of FILE_TOOLS.filter((s) => files.includes(s.name))) {
     tools.push({
       name: spec.name,

@@ -1,5 +1,6 @@
 import { Command } from 'commander';
 import { packageInfo } from '../util/package-info.js';
+import { addCodeCommand } from './code-command.js';
 import { addCommandsCommand } from './commands-command.js';
 import { addCopyCommand } from './copy-command.js';
 import { addDaemonCommand } from './daemon-command.js';
@@ -26,6 +27,7 @@ export function buildProgram(): Command {
   withExamples(program, 'id=$(abx create -q) && abx exec "$id" -- uname -a && abx kill "$id"');
   addSandboxCommands(program);
   addExecCommand(program);
+  addCodeCommand(program);
   addShellCommand(program);
   addCopyCommand(program);
   addFileCommands(program);

@@ -11,7 +11,7 @@ export interface McpToolInfo {
 /** An MCP `tools/call` result (the subset this server sends). */
 export interface McpCallResult {
   [key: string]: unknown;
-  content: { type: 'text'; text: string }[];
+  content: ({ type: 'text'; text: string } | { type: 'image'; data: string; mimeType: string })[];
   structuredContent?: Record<string, unknown>;
   isError?: boolean;
 }
@@ -31,7 +31,24 @@ export function mcpSuccess(result: JsonValue): McpCallResult {
     typeof result === 'object' && result !== null && !Array.isArray(result)
       ? { structuredContent: result }
       : {};
-  return { content: [{ type: 'text', text }], ...structured };
+  return { content: [{ type: 'text', text }, ...imagesOf(result)], ...structured };
+}
+
+const IMAGE_TYPES: Record<string, string> = { png: 'image/png', jpeg: 'image/jpeg' };
+
+/** run_code's images (its `results[].png`/`jpeg`, base64) as MCP image content too. */
+function imagesOf(result: JsonValue): { type: 'image'; data: string; mimeType: string }[] {
+  const results =
+    typeof result === 'object' && result !== null && !Array.isArray(result)
+      ? (result as { results?: unknown }).results
+      : undefined;
+  if (!Array.isArray(results)) return [];
+  return results.flatMap((item) =>
+    Object.entries(IMAGE_TYPES).flatMap(([format, mimeType]) => {
+      const data = (item as Record<string, unknown> | null)?.[format];
+      return typeof data === 'string' ? [{ type: 'image' as const, data, mimeType }] : [];
+    }),
+  );
 }
 
 /**

@@ -35,6 +35,14 @@ import {
   connectDaemon,
   type DaemonConnection,
 } from '../installation/daemon-connection.js';
+import {
+  type CodeContext,
+  CodeContexts,
+  type CodeLanguage,
+  type Execution,
+  type RunCodeOptions,
+  runCode,
+} from './code.js';
 import { Commands } from './commands.js';
 import { Filesystem } from './filesystem.js';
 import { daemonClient, HttpClient } from './http-client.js';
@@ -387,6 +395,39 @@ export class Sandbox extends BaseSandbox {
       // Copying a large home (or committing an image) takes longer than a plain call.
       timeoutMs: 600_000,
     });
+  }
+
+  /**
+   * Runs code in a stateful context (E2B Code Interpreter's shape): variables, imports and the
+   * working directory persist from one call to the next in the same context; the default context
+   * of each language is made on first use. The value of the last expression comes back as the
+   * main result (its text, and HTML, PNG... when it has them); matplotlib figures as PNG results.
+   * Output and results reach the callbacks while the code runs.
+   *
+   * @example
+   * await sandbox.runCode('import pandas as pd; df = pd.DataFrame({"a": [1, 2]})');
+   * const { text, results } = await sandbox.runCode('df.describe()');
+   */
+  runCode(code: string, options: RunCodeOptions = {}): Promise<Execution> {
+    return runCode((timeoutMs) => this.portClient(ENVD_PORT, timeoutMs), code, options);
+  }
+
+  /** A new code context (its own interpreter) of `language` (default python), in `cwd`. */
+  createCodeContext(options: { language?: CodeLanguage; cwd?: string } = {}): Promise<CodeContext> {
+    return CodeContexts.create(this.portClient(ENVD_PORT), options);
+  }
+
+  listCodeContexts(): Promise<CodeContext[]> {
+    return CodeContexts.list(this.portClient(ENVD_PORT));
+  }
+
+  /** Starts the context's interpreter afresh: its state is gone, its id stays. */
+  restartCodeContext(context: CodeContext | string): Promise<void> {
+    return CodeContexts.restart(this.portClient(ENVD_PORT), context);
+  }
+
+  removeCodeContext(context: CodeContext | string): Promise<void> {
+    return CodeContexts.remove(this.portClient(ENVD_PORT), context);
   }
 
   async getInfo(): Promise<SandboxInfo> {

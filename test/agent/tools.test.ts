@@ -61,7 +61,7 @@ describe('sandbox.tools()', () => {
     commandRegistry().registerClass(SandboxCommands);
     const custom = (await sandbox.listCommands()).map((c) => c.name);
     expect(custom).toEqual(['shout', ...listCommands('server-e2e').map((c) => c.name)]);
-    expect(tools.map((t) => t.name)).toEqual([...custom, ...FILE_TOOL_NAMES]);
+    expect(tools.map((t) => t.name)).toEqual([...custom, 'run_code', ...FILE_TOOL_NAMES]);
     expect(tools.filter((t) => t.kind === 'command').map((t) => t.name)).toEqual(custom);
     // The parameters of a command are its JSON Schema from the command model.
     const { description: _, ...addSchema } = toJSONSchema(
@@ -179,7 +179,9 @@ describe('sandbox.tools()', () => {
 
   test('options pick the file tools; any BaseSandbox gets them, without commands', async () => {
     expect(
-      (await sandbox.tools({ fileTools: ['read_file'], commands: false })).map((t) => t.name),
+      (await sandbox.tools({ fileTools: ['read_file'], commands: false, code: false })).map(
+        (t) => t.name,
+      ),
     ).toEqual(['read_file']);
     const root = await mkdtemp(join(tmpdir(), 'abx-tools-'));
     try {

@@ -119,7 +119,7 @@ describe('serveMcp over stdio, with the SDK client', () => {
     const client = await serve({ template: 'server-e2e' });
     const listed = (await client.listTools()).tools.map((t) => t.name);
     // A fresh sandbox: its template's YAML command and the file tools, no command server.
-    expect(listed).toEqual(['shout', ...FILE_TOOL_NAMES]);
+    expect(listed).toEqual(['shout', 'run_code', ...FILE_TOOL_NAMES]);
     const created = (await runningIds()).filter((id) => !before.includes(id));
     expect(created).toHaveLength(1);
     const hostname = await client.callTool({ name: 'execute', arguments: { command: 'hostname' } });
@@ -142,7 +142,7 @@ describe('serveMcp over stdio, with the SDK client', () => {
       'server-e2e',
     ]);
     const listed = (await client.listTools()).tools.map((t) => t.name);
-    expect(listed).toEqual(['shout', ...FILE_TOOL_NAMES]);
+    expect(listed).toEqual(['shout', 'run_code', ...FILE_TOOL_NAMES]);
     const shout = await client.callTool({ name: 'shout', arguments: { text: 'cli' } });
     expect(shout.structuredContent).toMatchObject({ stdout: 'CLI' });
     await client.close();

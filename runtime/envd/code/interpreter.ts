@@ -1,0 +1,156 @@
+import type { CodeEvent, CodeLanguage } from '../../protocol/wire.js';
+import { killGroup } from '../../server/child-process.js';
+import type { ManagedProcess } from '../../server/process-table.js';
+import { Channel } from './channel.js';
+
+/** How long an interrupted cell may take to stop before its interpreter is killed. */
+export const INTERRUPT_GRACE_MS = 2000;
+
+/** One `POST /execute` request as an interpreter takes it. */
+export interface Execution {
+  code: string;
+  env: Record<string, string>;
+  timeoutMs: number;
+}
+
+/** The cell being run: where its events go and how it ends. */
+export interface Running {
+  events: Channel<CodeEvent>;
+  count: number;
+  timeoutMs: number;
+  timedOut: boolean;
+  finish(): void;
+}
+
+const errorEvent = (name: string, value: string, traceback = ''): CodeEvent => ({
+  type: 'error',
+  name,
+  value,
+  traceback,
+});
+
+/**
+ * One interpreter process of a code context, kept alive between executions. Cells run one at a
+ * time, in the order they arrived; each gets its events as they come. A cell past its timeout is
+ * interrupted (SIGINT) and, if it has not ended {@link INTERRUPT_GRACE_MS} later, the interpreter
+ * is killed and the context is dead until restarted.
+ */
+export abstract class Interpreter {
+  /** Why the interpreter is gone, once it is. */
+  dead: string | undefined;
+  protected running: Running | undefined;
+  private count = 0;
+  private queue: Promise<void> = Promise.resolve();
+
+  constructor(
+    readonly language: CodeLanguage,
+    readonly entry: ManagedProcess,
+  ) {
+    entry.child.once('close', (code, signal) => {
+      this.dead ??= `its ${language} interpreter ${signal ? `was killed by ${signal}` : `exited with code ${code}`}`;
+      const running = this.running;
+      if (running) {
+        running.events.push(
+          errorEvent(
+            'ContextDeadError',
+            `the code context died while running this cell: ${this.dead}; restart it (POST /contexts/{id}/restart) for a new interpreter (its state is lost)`,
+          ),
+        );
+        running.finish();
+      }
+    });
+  }
+
+  /** Queues a cell; its events (stdout, stderr, results, error), `end` last. */
+  execute(execution: Execution): AsyncIterable<CodeEvent> {
+    const events = new Channel<CodeEvent>();
+    this.queue = this.queue.then(() => this.run(execution, events));
+    return events;
+  }
+
+  /** Kills the interpreter and everything it started. */
+  kill(): void {
+    killGroup(this.entry.child);
+  }
+
+  /** Starts reading the interpreter's output (called once, right after it is made). */
+  abstract start(): void;
+
+  /** Writes the cell to the interpreter. */
+  protected abstract send(execution: Execution, count: number): void;
+
+  /** Interrupts the cell that runs (SIGINT). */
+  protected interrupt(): void {
+    try {
+      this.entry.child.kill('SIGINT');
+    } catch {
+      // already gone
+    }
+  }
+
+  /** An error of a cell that was interrupted at its timeout becomes a TimeoutError. */
+  protected error(running: Running, event: CodeEvent & { type: 'error' }): CodeEvent {
+    if (!running.timedOut) return event;
+    return errorEvent(
+      'TimeoutError',
+      `the cell ran past its timeout of ${running.timeoutMs} ms and was interrupted (${event.name}); the context keeps its state`,
+      event.traceback,
+    );
+  }
+
+  private run(execution: Execution, events: Channel<CodeEvent>): Promise<void> {
+    const count = ++this.count;
+    return new Promise<void>((resolve) => {
+      const timers: NodeJS.Timeout[] = [];
+      const running: Running = {
+        events,
+        count,
+        timeoutMs: execution.timeoutMs,
+        timedOut: false,
+        finish: () => {
+          for (const timer of timers) clearTimeout(timer);
+          if (this.running === running) this.running = undefined;
+          events.push({ type: 'end', execution_count: count });
+          events.close();
+          resolve();
+        },
+      };
+      if (this.dead) {
+        events.push(errorEvent('ContextDeadError', this.deadMessage()));
+        running.finish();
+        return;
+      }
+      this.running = running;
+      if (execution.timeoutMs > 0) {
+        timers.push(
+          setTimeout(() => {
+            running.timedOut = true;
+            this.interrupt();
+            timers.push(setTimeout(() => this.stuck(running, execution), INTERRUPT_GRACE_MS));
+          }, execution.timeoutMs),
+        );
+      }
+      this.send(execution, count);
+    });
+  }
+
+  /** The cell ignored its interrupt: kill the interpreter, say so, end the cell. */
+  private stuck(running: Running, execution: Execution): void {
+    if (this.running !== running) return;
+    this.running = undefined;
+    this.dead = `its ${this.language} interpreter was killed: a cell did not stop within ${INTERRUPT_GRACE_MS} ms of its interrupt`;
+    this.kill();
+    running.events.push(
+      errorEvent(
+        'TimeoutError',
+        `the cell ran past its timeout of ${execution.timeoutMs} ms and did not stop when interrupted, so the context's interpreter was killed; restart the context (POST /contexts/{id}/restart)`,
+      ),
+    );
+    running.finish();
+  }
+
+  /** What an execute on a dead context is told. */
+  deadMessage(): string {
+    return `this code context is dead: ${this.dead}; restart it (POST /contexts/{id}/restart) for a new interpreter (its state is lost)`;
+  }
+}
