@@ -467,6 +467,26 @@ async function images(baseTemplate: string) {
     );
 }
 
+/** Issue 16: a runCode round trip (`1+1` in a warm context) against a fresh interpreter per call. */
+async function code(sandbox: Sandbox) {
+  log('runCode');
+  await sandbox.runCode('1+1'); // the default context's interpreter starts once
+  const runCode = await timeEach(scale(50, 15), () => sandbox.runCode('1+1'), 3);
+  const fresh = await timeEach(
+    scale(20, 8),
+    () => sandbox.commands.run("python3 -c 'print(1+1)'"),
+    2,
+  );
+  results.code = { runCode: summarize(runCode), pythonPerCall: summarize(fresh) };
+  row('10 code', 'runCode("1+1"), warm context', ms(summarize(runCode)));
+  row(
+    '10 code',
+    'commands.run("python3 -c \'print(1+1)\'")',
+    ms(summarize(fresh)),
+    `runCode ${round(median(fresh) / median(runCode), 1)}× faster`,
+  );
+}
+
 async function main() {
   const templateFile = join(HOME, 'bench.yaml');
   writeFileSync(
@@ -485,6 +505,7 @@ async function main() {
     await transfers(sandbox);
     await agentTools(sandbox);
     await memory(template);
+    await code(sandbox);
     await images(template);
   } finally {
     for (const child of children) child.kill('SIGKILL');

@@ -31,7 +31,8 @@ function lastResult(messages: readonly Message[]): JsonValue | undefined {
 /**
  * A model that works through a fixed plan: write a CSV file, count its lines with the template's
  * YAML command, rank a column with the decorated command, try a file that does not exist (to show
- * a tool error coming back as data), then answer from what the tools returned.
+ * a tool error coming back as data), count the cities in Python with run_code, then answer from
+ * what the tools returned.
  */
 export function scriptedModel(): Model {
   const plan: ToolCall[] = [
@@ -39,18 +40,28 @@ export function scriptedModel(): Model {
     { id: '2', name: 'count_lines', args: { path: 'people.csv' } },
     { id: '3', name: 'summarize', args: { path: 'people.csv', column: 'city', top: 1 } },
     { id: '4', name: 'read_file', args: { file_path: 'missing.csv' } },
+    {
+      id: '5',
+      name: 'run_code',
+      args: {
+        code: "import csv\nrows = list(csv.DictReader(open('people.csv')))\nlen({r['city'] for r in rows})",
+      },
+    },
   ];
   let step = 0;
   let summary: JsonValue | undefined;
+  let cities: string | undefined;
   return {
     async next(messages) {
       if (step === 3) summary = lastResult(messages);
+      if (step === 5)
+        cities = (lastResult(messages) as { results?: { text?: string }[] })?.results?.[0]?.text;
       const call = plan[step++];
       if (call) return { role: 'assistant', content: '', toolCalls: [call] };
       const top = (summary as { top?: { value: string; count: number }[] } | undefined)?.top?.[0];
       return {
         role: 'assistant',
-        content: `Most people live in ${top?.value} (${top?.count} of them).`,
+        content: `Most people live in ${top?.value} (${top?.count} of them), of ${cities} cities.`,
         toolCalls: [],
       };
     },

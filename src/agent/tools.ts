@@ -12,7 +12,10 @@ export interface SandboxToolsOptions {
   fileTools?: boolean | readonly FileToolName[];
   /** Include the sandbox's custom commands (default true when the sandbox has any). */
   commands?: boolean;
-  /** Include `run_code` (stateful Python, JavaScript or bash cells; default true on a `Sandbox`). */
+  /**
+   * Include `run_code` (stateful Python, JavaScript or bash cells): default true on a `Sandbox`
+   * whose template has the `code` capability.
+   */
   code?: boolean;
 }
 
@@ -31,6 +34,14 @@ interface CodeHost {
 
 function runsCode(sandbox: object): sandbox is CodeHost {
   return typeof (sandbox as Partial<CodeHost>).runCode === 'function';
+}
+
+/** True when the sandbox's template has the `code` capability (a sandbox that cannot say: yes). */
+async function hasCodeCapability(sandbox: object): Promise<boolean> {
+  const info = (sandbox as { getInfo?: () => Promise<{ capabilities?: string[] }> }).getInfo;
+  if (typeof info !== 'function') return true;
+  const { capabilities } = await info.call(sandbox);
+  return capabilities?.includes('code') ?? true;
 }
 
 /** The run_code tool's arguments. */
@@ -146,7 +157,9 @@ export async function sandboxTools(
       });
     }
   }
-  if (options.code !== false && runsCode(sandbox)) tools.push(runCodeTool(sandbox));
+  if (options.code !== false && runsCode(sandbox) && (await hasCodeCapability(sandbox))) {
+    tools.push(runCodeTool(sandbox));
+  }
   for (const spec of FILE_TOOLS.filter((s) => files.includes(s.name))) {
     tools.push({
       name: spec.name,

@@ -30,7 +30,10 @@ test('samples/agent: a scripted model drives the sandbox tools offline, errors c
   expect(result.status).toBe(0);
   const lines = result.stdout.trim().split('\n');
   expect(lines[0]).toBe(
-    'tools: count_lines, head, summarize, add, ls, read_file, write_file, edit_file, glob, grep, execute',
+    'tools: count_lines, head, summarize, add, run_code, ls, read_file, write_file, edit_file, glob, grep, execute',
+  );
+  expect(lines.find((line) => line.startsWith('run_code '))).toMatch(
+    /-> \{"stdout":"","stderr":"","results":\[\{"isMainResult":true,"text":"2"\}\],"error":null,/,
   );
   expect(lines).toContain(
     'count_lines {"path":"people.csv"} -> {"stdout":"4\\n","stderr":"","exitCode":0}',
@@ -38,7 +41,7 @@ test('samples/agent: a scripted model drives the sandbox tools offline, errors c
   expect(lines).toContain(
     'read_file {"file_path":"missing.csv"} -> {"error":"File \'missing.csv\' not found","type":"FileOperationError"}',
   );
-  expect(lines.at(-1)).toBe('answer: Most people live in london (2 of them).');
+  expect(lines.at(-1)).toBe('answer: Most people live in london (2 of them), of 2 cities.');
   // The sample kills its sandbox on the way out.
   expect(await Sandbox.list({ home: abx.home, state: 'running' })).toEqual([]);
 });

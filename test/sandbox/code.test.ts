@@ -139,6 +139,7 @@ describe('sandbox.runCode', () => {
     await Templates.build(yaml, { home: abx.home });
     const plain = await Sandbox.create({ home: abx.home, template: 'no-code' });
     try {
+      expect((await plain.tools()).map((t) => t.name)).not.toContain('run_code');
       const error = await plain.runCode('1 + 1').catch((e) => e);
       expect(error).toBeInstanceOf(CapabilityError);
       expect(error.message).toContain("template 'no-code' does not have the code capability");
