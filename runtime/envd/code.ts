@@ -103,7 +103,7 @@ export function codeGroup(files: DriverFiles) {
         'env?': ['env', undefined, 'variables added to the interpreter’s environment'],
         'timeout_ms?': ['int', EXECUTE_TIMEOUT_MS, 'interrupt the cell past this; 0: no limit'],
       }),
-      handler: async ({ args, ctx }) => {
+      handler: async ({ args, ctx, closed }) => {
         if (args.context_id !== undefined && args.language !== undefined) {
           throw new BadRequestError(
             'give context_id or language, not both: a context has its own language',
@@ -121,7 +121,13 @@ export function codeGroup(files: DriverFiles) {
         if (context.interpreter.dead) {
           throw new ContextDeadError(context.interpreter.deadMessage().replace('{id}', context.id));
         }
-        const events = context.interpreter.execute({ code: args.code as string, env, timeoutMs });
+        // A client that goes away interrupts its cell, so the context is free for the next one.
+        const events = context.interpreter.execute({
+          code: args.code as string,
+          env,
+          timeoutMs,
+          signal: closed,
+        });
         return new Reply(
           200,
           Readable.from(

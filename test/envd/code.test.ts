@@ -44,6 +44,7 @@ const TOKEN = 'code-test-token';
 
 interface CodeUnderTest {
   server: SandboxServer;
+  url: string;
   call(path: string, options?: CallOptions): Promise<Answer>;
   /** Opens `POST /execute`; its events one by one, as they arrive. */
   open(body: unknown): Promise<AsyncIterator<Event>>;
@@ -86,6 +87,7 @@ const test = base.extend<{ code: CodeUnderTest }>({
     try {
       await use({
         server,
+        url,
         call: (path, options = {}) => call(url, path, { token: TOKEN, ...options }),
         open,
         run: async (body) => {
@@ -216,6 +218,30 @@ describe('Python contexts', () => {
     expect(errorOf(events).value).toContain('1000 ms');
     expect(events.at(-1)).toMatchObject({ type: 'end', execution_count: 2 });
     expect(main(await code.run({ code: 'kept', context_id: id })).text).toBe("'yes'");
+  });
+
+  test('a client that goes away interrupts its cell; the context keeps its state', async ({
+    code,
+  }) => {
+    const id = await newContext(code);
+    await code.run({ code: 'kept = 7', context_id: id });
+    const aborted = new AbortController();
+    const response = await request(`${code.url}/execute`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({
+        code: 'import time\nprint("busy", flush=True)\nwhile True: time.sleep(0.05)',
+        context_id: id,
+        timeout_ms: 0,
+      }),
+      signal: aborted.signal,
+    });
+    const first = await lines(response.body)[Symbol.asyncIterator]().next();
+    expect(first.value).toEqual({ type: 'stdout', text: 'busy' });
+    aborted.abort();
+    // Without the interrupt this cell would wait forever behind the endless one (the test's
+    // timeout would end it).
+    expect(main(await code.run({ code: 'kept', context_id: id })).text).toBe('7');
   });
 
   test('contexts are isolated; restart clears state; delete forgets', async ({ code }) => {

@@ -11,6 +11,8 @@ export interface Execution {
   code: string;
   env: Record<string, string>;
   timeoutMs: number;
+  /** Aborted when the client went away: a queued cell is skipped, a running one interrupted. */
+  signal?: AbortSignal;
 }
 
 /** The cell being run: where its events go and how it ends. */
@@ -120,7 +122,21 @@ export abstract class Interpreter {
         running.finish();
         return;
       }
+      if (execution.signal?.aborted) {
+        // Nobody waits for this cell any more: do not run it.
+        running.finish();
+        return;
+      }
       this.running = running;
+      execution.signal?.addEventListener(
+        'abort',
+        () => {
+          if (this.running !== running) return;
+          this.interrupt();
+          timers.push(setTimeout(() => this.stuck(running, execution), INTERRUPT_GRACE_MS));
+        },
+        { once: true },
+      );
       if (execution.timeoutMs > 0) {
         timers.push(
           setTimeout(() => {
