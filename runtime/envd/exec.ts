@@ -1,5 +1,6 @@
 import { Readable } from 'node:stream';
 import type { StreamOffsets } from '../protocol/wire.js';
+import { posixShell } from '../server/child-process.js';
 import { BadRequestError } from '../server/errors.js';
 import { safePath } from '../server/file-system.js';
 import { Reply } from '../server/http.js';
@@ -58,7 +59,7 @@ export const EXEC = defineGroup('EXEC', '/exec', 'processes with separate stdout
       const seconds = args.timeout as number;
       if (seconds < 0) throw new BadRequestError('timeout must not be negative (0: no limit)');
       const cmd = args.cmd as string;
-      const entry = await ctx.processes.start('/bin/sh', ['-c', cmd], {
+      const entry = await ctx.processes.start(posixShell(), ['-c', cmd], {
         command: cmd,
         cwd: safePath(args.cwd as string, 'cwd'),
         env: envOf(args.env),

@@ -1,5 +1,5 @@
 import { readFile } from 'node:fs/promises';
-import { runToCompletion } from './child-process.js';
+import { posixShell, runToCompletion } from './child-process.js';
 import type { RegisteredCommand } from './command-table.js';
 import { BadRequestError, fsError } from './errors.js';
 import { safePath, writeAtomic } from './file-system.js';
@@ -48,7 +48,7 @@ export function runShell(kwargs: Record<string, unknown>) {
   const seconds = kwargs.timeout as number;
   if (seconds <= 0) throw new BadRequestError('timeout must be a positive number of seconds');
   const identity = identityFor(kwargs.user as string | undefined);
-  return runToCompletion('/bin/sh', ['-c', kwargs.cmd as string], {
+  return runToCompletion(posixShell(), ['-c', kwargs.cmd as string], {
     cwd: kwargs.cwd === undefined ? undefined : safePath(kwargs.cwd as string, 'cwd'),
     env: envOf(kwargs.env),
     ...(identity ? { identity } : {}),

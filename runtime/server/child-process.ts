@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { statSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
+import { SANDBOX_RUNTIME_DIR } from '../protocol/constants.js';
 import {
   BadRequestError,
   CommandTimeoutError,
@@ -8,6 +9,14 @@ import {
   type SandboxError,
 } from './errors.js';
 import { type Identity, spawnIdentity } from './users.js';
+
+/** The runtime's own shell (busybox), for images that have none (distroless). */
+export const RUNTIME_SHELL = `${SANDBOX_RUNTIME_DIR}/bin/sh`;
+
+/** The POSIX shell command lines run with: the image's /bin/sh, else the runtime's. */
+export function posixShell(): string {
+  return existsSync('/bin/sh') || !existsSync(RUNTIME_SHELL) ? '/bin/sh' : RUNTIME_SHELL;
+}
 
 /** What `runshell`, `/process/exec` and `/dev-tools/run` answer. */
 export interface RunResult {

@@ -192,11 +192,12 @@ async function contentHash(nodePath: string, runtimeDir: string, files: string[]
     digest.catch(() => binaryDigests.delete(key));
   }
   const hash = createHash('sha256').update(`${FORMAT}\0${SANDBOX_RUNTIME_DIR}\0${await digest}\0`);
-  for (const tool of hostTools())
+  for (const tool of [...hostTools(), ...(await staticShell())]) {
     hash
       .update(`${tool}\0`)
       .update(await readFile(tool))
       .update('\0');
+  }
   for (const name of files) {
     hash
       .update(`${name}\0`)
@@ -342,6 +343,22 @@ async function build(
     await chmod(target, 0o755);
     await patch(target);
   }
+  for (const busybox of await staticShell()) {
+    await copyFile(busybox, join(bin, 'busybox'));
+    await chmod(join(bin, 'busybox'), 0o755);
+    await symlink('busybox', join(bin, 'sh'));
+  }
+}
+
+/**
+ * A statically linked busybox on the host (Debian's busybox-static), carried as the runtime's
+ * `bin/sh` for images with no shell at all (distroless): envd runs command lines with it there.
+ */
+async function staticShell(): Promise<string[]> {
+  const busybox = '/bin/busybox';
+  if (!existsSync(busybox)) return [];
+  const elf = await readElf(busybox).catch(() => undefined);
+  return elf && !elf.interpreter ? [busybox] : [];
 }
 
 /** Host programs the runtime carries when the host has them (util-linux's `script`). */

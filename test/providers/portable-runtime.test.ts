@@ -221,7 +221,16 @@ describe('the portable runtime folder', () => {
     expect(runtime.bytes).toBeGreaterThan(statSync(process.execPath).size);
 
     const loader = runtime.libs.find((name) => name.startsWith('ld-')) as string;
-    const executable = new Set(['/', '/bin', '/lib', '/bin/node', '/bin/script', `/lib/${loader}`]);
+    const executable = new Set([
+      '/',
+      '/bin',
+      '/lib',
+      '/bin/node',
+      '/bin/script',
+      '/bin/busybox',
+      '/bin/sh',
+      `/lib/${loader}`,
+    ]);
     const modes = modesUnder(runtime.dir);
     expect(modes).toEqual(
       modes.map(([path]) => [path, executable.has(path) ? '755' : '644'] as const),

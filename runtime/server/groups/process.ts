@@ -1,6 +1,7 @@
 import { constants } from 'node:os';
 import { Readable } from 'node:stream';
 import { EXEC_ARGS, runShell } from '../builtins.js';
+import { posixShell } from '../child-process.js';
 import { BadRequestError } from '../errors.js';
 import { safePath } from '../file-system.js';
 import { Reply } from '../http.js';
@@ -84,7 +85,7 @@ export const PROCESS = defineGroup('PROCESS', '/process', 'run and manage proces
     handler: async ({ args, ctx }) => {
       const cmd = args.cmd as string;
       const cwd = safePath(args.cwd as string, 'cwd');
-      const entry = await ctx.processes.start('/bin/sh', ['-c', cmd], {
+      const entry = await ctx.processes.start(posixShell(), ['-c', cmd], {
         command: cmd,
         cwd,
         env: envOf(args.env),

@@ -1,5 +1,5 @@
 import { readFile, readlink } from 'node:fs/promises';
-import { runToCompletion } from '../child-process.js';
+import { posixShell, runToCompletion } from '../child-process.js';
 import { BadRequestError, toolUnavailable } from '../errors.js';
 import { safePath } from '../file-system.js';
 import { processInfo } from '../process-table.js';
@@ -71,6 +71,8 @@ export const TERMINAL = defineGroup('TERMINAL', '/terminal', 'interactive pty se
           cwd: safePath(args.cwd as string, 'cwd'),
           env: {
             TERM: 'xterm-256color',
+            // script runs its command with $SHELL: the runtime's where the image has no /bin/sh.
+            ...(posixShell() === '/bin/sh' ? {} : { SHELL: posixShell() }),
             ...envOf(args.env),
             ABX_TERMINAL_COMMAND: args.command as string,
           },
