@@ -1,5 +1,5 @@
 import { copyFileSync } from 'node:fs';
-import { defineConfig } from 'tsup';
+import { defineConfig, type Options } from 'tsup';
 import { PROGRAM_NAMES } from './src/agent/programs/protocol.js';
 
 // tsup switches to swc (installed) for these files because tsconfig sets emitDecoratorMetadata;
@@ -10,6 +10,16 @@ const common = {
   sourcemap: true,
   outDir: 'dist',
 } as const;
+
+/** One self-contained CommonJS file per entry that plain `node` runs, no node_modules. */
+const selfContained: Options = {
+  format: ['cjs'],
+  outExtension: () => ({ js: '.cjs' }),
+  noExternal: [/.*/],
+  splitting: false,
+  clean: false,
+  dts: false,
+};
 
 export default defineConfig([
   {
@@ -46,12 +56,7 @@ export default defineConfig([
       js_driver: 'runtime/envd/code/js_driver.ts',
     },
     outDir: 'dist/runtime',
-    format: ['cjs'],
-    outExtension: () => ({ js: '.cjs' }),
-    noExternal: [/.*/],
-    splitting: false,
-    clean: false,
-    dts: false,
+    ...selfContained,
     // The Python driver is a plain file; envd starts it with the sandbox's python3 from here.
     onSuccess: async () => {
       copyFileSync('runtime/envd/code/python_driver.py', 'dist/runtime/python_driver.py');
@@ -69,11 +74,6 @@ export default defineConfig([
     outDir: 'dist/agent',
     target: 'node14',
     sourcemap: false,
-    format: ['cjs'],
-    outExtension: () => ({ js: '.cjs' }),
-    noExternal: [/.*/],
-    splitting: false,
-    clean: false,
-    dts: false,
+    ...selfContained,
   },
 ]);

@@ -170,6 +170,20 @@ export interface CodeContextWire {
   alive: boolean;
 }
 
+/** The formats a cell's result may carry (Jupyter's display-data model), in listing order. */
+export const RESULT_FORMATS = [
+  'text',
+  'html',
+  'markdown',
+  'svg',
+  'png',
+  'jpeg',
+  'pdf',
+  'latex',
+  'json',
+  'javascript',
+] as const;
+
 /** One rich output of a cell: `text` (repr) and any of the formats the value knows. */
 export interface CodeResultWire {
   type: 'result';

@@ -1,16 +1,20 @@
+import {
+  type CodeContextWire,
+  type CodeLanguage,
+  RESULT_FORMATS,
+} from '../../runtime/protocol/wire.js';
 import { InvalidArgumentError } from '../errors.js';
 import { ndjsonLines } from '../util/ndjson.js';
 import type { HttpClient } from './http-client.js';
 
 /** The languages a code context runs. */
-export type CodeLanguage = 'python' | 'javascript' | 'bash';
+export type { CodeLanguage };
 
-/** A stateful interpreter in the sandbox: variables, imports and the working directory persist. */
-export interface CodeContext {
-  id: string;
-  language: CodeLanguage;
-  cwd: string;
-}
+/**
+ * A stateful interpreter in the sandbox: variables, imports and the working directory persist;
+ * `alive` is false once its interpreter died (restart it).
+ */
+export type CodeContext = CodeContextWire;
 
 /** A line of output as it arrives (E2B's `OutputMessage`). */
 export interface OutputMessage {
@@ -28,18 +32,7 @@ export interface ExecutionError {
   traceback: string;
 }
 
-const FORMATS = [
-  'text',
-  'html',
-  'markdown',
-  'svg',
-  'png',
-  'jpeg',
-  'pdf',
-  'latex',
-  'json',
-  'javascript',
-] as const;
+const FORMATS = RESULT_FORMATS;
 type Format = (typeof FORMATS)[number];
 
 /**

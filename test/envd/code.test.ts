@@ -16,9 +16,7 @@ import {
   isAlive,
   ROOT,
 } from '../server/harness.js';
-
-// biome-ignore lint/suspicious/noExplicitAny: events are checked field by field
-type Event = any;
+import { type Event, lines } from './harness.js';
 
 // Sandboxes run Debian's python3 (where apt puts matplotlib and pandas); a developer's PATH may
 // put another one first.
@@ -50,16 +48,6 @@ interface CodeUnderTest {
   open(body: unknown): Promise<AsyncIterator<Event>>;
   /** Every event of one `POST /execute`. */
   run(body: unknown): Promise<Event[]>;
-}
-
-async function* lines(body: AsyncIterable<Buffer>): AsyncGenerator<Event> {
-  let pending = '';
-  for await (const chunk of body) {
-    pending += chunk.toString('utf8');
-    const parts = pending.split('\n');
-    pending = parts.pop() ?? '';
-    for (const part of parts) yield JSON.parse(part);
-  }
 }
 
 /** A server with envd's CODE group, stopped after each test (which kills its interpreters). */

@@ -20,7 +20,8 @@ export interface EnvdUnderTest {
 
 const TOKEN = 'envd-test-token';
 
-async function* lines(body: AsyncIterable<Buffer>): AsyncGenerator<Event> {
+/** The parsed lines of an NDJSON body; a stream that ends inside a line is an error. */
+export async function* lines(body: AsyncIterable<Buffer>): AsyncGenerator<Event> {
   let pending = '';
   for await (const chunk of body) {
     pending += chunk.toString('utf8');
