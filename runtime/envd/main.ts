@@ -1,6 +1,7 @@
 import { cpSync, readFileSync, rmSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
+import { CAPABILITIES, type Capability } from '../protocol/capabilities.js';
 import { SANDBOX_HOME } from '../protocol/constants.js';
 import { CORE } from '../server/groups/core.js';
 import { DEV_TOOLS } from '../server/groups/dev-tools.js';
@@ -10,6 +11,7 @@ import { SYSTEM } from '../server/groups/system.js';
 import { TERMINAL } from '../server/groups/terminal.js';
 import { SandboxServer } from '../server/server.js';
 import { ARCHIVE } from './archive.js';
+import { capabilityCheck, parseCapabilities, parseTokens } from './capabilities.js';
 import { codeGroup } from './code.js';
 import { ENV } from './env.js';
 import { EXEC } from './exec.js';
@@ -23,6 +25,9 @@ const { values } = parseArgs({
     socket: { type: 'string' },
     'ports-dir': { type: 'string' },
     'token-file': { type: 'string' },
+    // The template's capabilities (default all) and its name, for the refusals' wording.
+    capabilities: { type: 'string' },
+    template: { type: 'string' },
     // A read-only template home to copy into an empty home first (sandboxes whose home is a
     // size-limited tmpfs, which starts empty: rootless mode).
     'home-template': { type: 'string' },
@@ -31,19 +36,23 @@ const { values } = parseArgs({
   strict: true,
 });
 if (!values.socket || !values['ports-dir'] || !values['token-file']) {
-  process.stderr.write('usage: node envd.cjs --socket PATH --ports-dir DIR --token-file FILE\n');
+  process.stderr.write(
+    'usage: node envd.cjs --socket PATH --ports-dir DIR --token-file FILE [--capabilities LIST --template NAME]\n',
+  );
   process.exit(2);
 }
-let token: string | undefined;
+let tokens: ReturnType<typeof parseTokens>;
+let capabilities: Capability[];
 try {
-  token = readFileSync(values['token-file'], 'utf8').trim();
+  tokens = parseTokens(readFileSync(values['token-file'], 'utf8'));
+  capabilities = parseCapabilities(values.capabilities ?? CAPABILITIES.join(','));
 } catch (error) {
-  process.stderr.write(`envd: cannot read the token file: ${(error as Error).message}\n`);
+  process.stderr.write(`envd: ${(error as Error).message}\n`);
   process.exit(2);
 }
 // Gone before anything is served: no other process of the sandbox can have read it.
 rmSync(values['token-file'], { force: true });
-if (!token) {
+if (!tokens) {
   process.stderr.write('envd: the token file is empty; refusing to serve without a token\n');
   process.exit(2);
 }
@@ -66,7 +75,11 @@ if (values['home-template']) {
 rmSync(values.socket, { force: true });
 const server = new SandboxServer({
   socketPath: values.socket,
-  token,
+  token: tokens.control,
+  limitedToken: {
+    token: tokens.client,
+    check: capabilityCheck(values.template ?? 'unknown', capabilities),
+  },
   catalog: [
     CORE,
     FILE_OPS,

@@ -27,6 +27,12 @@ export interface SandboxServerOptions {
   port?: number;
   /** When set, every route but `GET /health` needs `Authorization: Bearer <token>`. */
   token?: string;
+  /**
+   * A second token with fewer rights than `token`: a request that presents it must also pass
+   * `check`, which throws to refuse it. envd serves the control plane with `token` and the
+   * sandbox's clients with this one, limited to the template's capabilities.
+   */
+  limitedToken?: { token: string; check: (req: IncomingMessage) => void };
   /** Enabled groups: names like `files,process` or a list; default all. CORE is always on. */
   groups?: string | readonly string[];
   /** The groups the server can serve; default the command server's eight. envd passes its own. */
@@ -93,6 +99,7 @@ export class SandboxServer {
   private stopping: Promise<void> | undefined;
   private extra: NetServer | undefined;
   private tokenDigest: Buffer | undefined;
+  private limitedDigest: Buffer | undefined;
   private resolveStopped = () => {};
   /** Resolves once the server has stopped, whether by {@link stop}, SIGTERM or `POST /shutdown`. */
   readonly stopped = new Promise<void>((resolve) => {
@@ -247,10 +254,16 @@ export class SandboxServer {
 
   private readonly guard: Guard<ServerContext> = (route, req) => {
     if (route?.public) return;
-    if (this.options.token !== undefined && !this.authorized(req))
-      throw new AuthenticationError(
-        'missing or wrong token: send the header "Authorization: Bearer <token>"',
-      );
+    if (this.options.token !== undefined && !this.authorized(req)) {
+      const limited = this.options.limitedToken;
+      if (limited) this.limitedDigest ??= digest(limited.token);
+      if (!limited || !this.presents(req, this.limitedDigest as Buffer)) {
+        throw new AuthenticationError(
+          'missing or wrong token: send the header "Authorization: Bearer <token>"',
+        );
+      }
+      limited.check(req);
+    }
     if (route && !this.enabled.has(route.group)) {
       throw new CapabilityDisabledError(
         `route group ${route.group} is disabled on this server; start it with --groups including ${route.group.toLowerCase()}`,
@@ -259,10 +272,15 @@ export class SandboxServer {
   };
 
   private authorized(req: IncomingMessage): boolean {
+    this.tokenDigest ??= digest(this.options.token ?? '');
+    return this.presents(req, this.tokenDigest);
+  }
+
+  /** True when the request's bearer token hashes to `expected`. */
+  private presents(req: IncomingMessage, expected: Buffer): boolean {
     const header = req.headers.authorization ?? '';
     const given = header.startsWith('Bearer ') ? header.slice(7) : '';
     // Hashing first gives equal lengths, so the comparison time says nothing about the token.
-    this.tokenDigest ??= digest(this.options.token ?? '');
-    return timingSafeEqual(digest(given), this.tokenDigest);
+    return timingSafeEqual(digest(given), expected);
   }
 }

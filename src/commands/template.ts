@@ -1,6 +1,11 @@
 import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { LineCounter, parseDocument } from 'yaml';
+import {
+  CAPABILITIES,
+  type Capability,
+  DEFAULT_CAPABILITIES,
+} from '../../runtime/protocol/capabilities.js';
 import { parseDuration } from '../util/duration.js';
 import { commandRegistry } from './command-registry.js';
 import { type CustomCommand, TEMPLATE_NAME_PATTERN, validateCommand } from './custom-command.js';
@@ -9,10 +14,7 @@ import { checkPlaceholders, parseShellTemplate } from './shell-template.js';
 import { isRecord, type Path, TemplateReader } from './template-reader.js';
 import { RUNTIME_KEYS, readRuntime, type TemplateRuntime } from './template-runtime.js';
 
-/** What a sandbox of a template may do. */
-export const CAPABILITIES = ['shell', 'files', 'code', 'ports'] as const;
-export type Capability = (typeof CAPABILITIES)[number];
-export const DEFAULT_CAPABILITIES: readonly Capability[] = ['shell', 'files', 'code'];
+export { CAPABILITIES, type Capability, DEFAULT_CAPABILITIES };
 
 /** The keys `template.yaml` understands today, with the keys of each custom command and arg. */
 const TEMPLATE_KEYS = ['name', 'description', 'capabilities', 'custom_commands', ...RUNTIME_KEYS];

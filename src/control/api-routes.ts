@@ -188,7 +188,7 @@ export const API_ROUTES: ApiRoute[] = [
       const record = ctx.sandboxes.running(params.id as string);
       const built = await ctx.templates.snapshot(
         record,
-        ctx.sandboxes.tokenOf(record.id),
+        ctx.sandboxes.controlTokenOf(record.id),
         args.name as string,
       );
       await ctx.sandboxes.drainPool(built.spec.name);

@@ -89,7 +89,7 @@ export class Daemon {
       this.provider,
       this.templates,
       this.paths.sandboxes,
-      (id) => sandboxToken(tokenSecret, id),
+      (id, kind) => sandboxToken(tokenSecret, id, kind),
       setSandboxEnv,
       options.warmPool ?? 1,
     );

@@ -9,6 +9,11 @@ import {
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import {
+  type Capability,
+  capabilityOfSegment,
+  capabilityRefusal,
+} from '../../runtime/protocol/capabilities.js';
+import {
   ACCESS_TOKEN_HEADER,
   ENVD_PORT,
   SANDBOX_ID_HEADER,
@@ -64,23 +69,9 @@ interface Target {
   headers: Record<string, string | string[] | undefined>;
 }
 
-/**
- * The template capability an envd route needs, by its first path segment as envd's router reads
- * it (so `//files/read` or `/%66iles/read` are `files` too): `code` for code contexts, `shell`
- * for processes and terminals, `files` for the file routes. Health and the like need none.
- */
-const ENVD_CAPABILITIES: ReadonlyMap<string, string> = new Map([
-  ['execute', 'code'],
-  ['contexts', 'code'],
-  ['exec', 'shell'],
-  ['process', 'shell'],
-  ['terminal', 'shell'],
-  ['files', 'files'],
-]);
-
-export function envdCapability(pathname: string): string | undefined {
-  const first = decodeSegments(pathname)[0];
-  return first === undefined ? undefined : ENVD_CAPABILITIES.get(first);
+/** The template capability an envd route needs, by its first path segment as envd's router reads it. */
+export function envdCapability(pathname: string): Capability | undefined {
+  return capabilityOfSegment(decodeSegments(pathname)[0]);
 }
 
 /** Keeps connections to sandbox sockets alive, opening each without following symlinks. */
@@ -226,7 +217,7 @@ export class Gateway {
       const needed = envdCapability(pathname);
       if (needed && !record.capabilities.includes(needed)) {
         throw new CapabilityError(
-          `template '${record.template}' does not have the ${needed} capability, so ${req.method} ${pathname} of sandbox ${id} is refused; add ${needed} to its capabilities`,
+          capabilityRefusal(record.template, needed, `${req.method} ${pathname} of sandbox ${id}`),
         );
       }
       headers.authorization = `Bearer ${token}`;
@@ -234,7 +225,7 @@ export class Gateway {
     }
     if (!record.capabilities.includes('ports')) {
       throw new CapabilityError(
-        `template '${record.template}' does not have the ports capability, so port ${port} of sandbox ${id} cannot be reached; add ports to its capabilities`,
+        capabilityRefusal(record.template, 'ports', `reaching port ${port} of sandbox ${id}`),
       );
     }
     const socketPath = await this.backend.openPort(record, token as string, port);

@@ -24,11 +24,20 @@ export function tokenMatches(token: string | undefined, hash: string): boolean {
   return a.length === b.length && timingSafeEqual(a, b);
 }
 
+/** Who a sandbox token is for: its users (`access`) or the control plane (`control`). */
+export type TokenKind = 'access' | 'control';
+
 /**
- * A sandbox's access token, derived from the installation's secret and the sandbox id. The
- * registry stores only its hash, yet the daemon can hand it again to an API-key holder that
- * connects to the sandbox by id from another process.
+ * A sandbox's token, derived from the installation's secret and the sandbox id. The registry
+ * stores only the access token's hash, yet the daemon can hand it again to an API-key holder
+ * that connects to the sandbox by id from another process. The control token (every envd route,
+ * whatever the template's capabilities) never leaves the daemon.
  */
-export function sandboxToken(secret: string, sandboxId: string): string {
-  return createHmac('sha256', secret).update(`sandbox:${sandboxId}`).digest('base64url');
+export function sandboxToken(
+  secret: string,
+  sandboxId: string,
+  kind: TokenKind = 'access',
+): string {
+  const label = kind === 'access' ? 'sandbox' : 'control';
+  return createHmac('sha256', secret).update(`${label}:${sandboxId}`).digest('base64url');
 }

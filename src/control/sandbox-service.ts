@@ -2,7 +2,7 @@ import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { SandboxNotFoundError } from '../errors.js';
 import type { SandboxHandle, SandboxProvider } from '../providers/provider.js';
-import { hashToken, newSandboxId } from './ids.js';
+import { hashToken, newSandboxId, type TokenKind } from './ids.js';
 import type { ReaperHost } from './reaper.js';
 import type { Registry, SandboxFilter, SandboxRecord } from './registry.js';
 import {
@@ -29,8 +29,8 @@ export class SandboxService {
     private readonly provider: SandboxProvider,
     private readonly templates: TemplateService,
     private readonly sandboxesDir: string,
-    /** The access token of a sandbox id (derived, never stored). */
-    readonly tokenOf: (id: string) => string,
+    /** A token of a sandbox id (derived, never stored): its users' or the control plane's. */
+    private readonly tokens: (id: string, kind: TokenKind) => string,
     /** Adds variables to a running sandbox's environment (envd's `PUT /env`). */
     setEnv: (handle: SandboxHandle, token: string, env: Record<string, string>) => Promise<void>,
     /** Sandboxes kept started per template, ready to hand out; 0 turns the pool off. */
@@ -44,13 +44,23 @@ export class SandboxService {
         start: (template) => this.start(template, 'pooled', {}, {}, MAX_SANDBOX_TIMEOUT_MS),
         release: (record) => this.release(record),
         discard: (record, why) => this.kill(record.id, 'killed', why).then(() => undefined),
-        setEnv: (record, env) => setEnv(record.handle, this.tokenOf(record.id), env),
+        setEnv: (record, env) => setEnv(record.handle, this.controlTokenOf(record.id), env),
       },
       warmPool,
     );
   }
 
   private readonly pool: WarmPool;
+
+  /** The token a sandbox's users present (through the gateway), limited to its capabilities. */
+  tokenOf(id: string): string {
+    return this.tokens(id, 'access');
+  }
+
+  /** The control plane's token for a sandbox: every envd route (snapshots, the environment). */
+  controlTokenOf(id: string): string {
+    return this.tokens(id, 'control');
+  }
 
   async create(
     request: CreateSandboxRequest,
@@ -87,6 +97,9 @@ export class SandboxService {
       .create({
         id,
         accessToken,
+        controlToken: this.controlTokenOf(id),
+        capabilities: template.spec.capabilities,
+        template: template.spec.name,
         dir,
         ...(template.homeDir ? { baseHome: template.homeDir } : {}),
         env: { ...template.spec.env, ...envs },

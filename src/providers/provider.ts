@@ -1,3 +1,4 @@
+import type { Capability } from '../../runtime/protocol/capabilities.js';
 import { SANDBOX_RUN_DIR, SANDBOX_RUNTIME_DIR } from '../../runtime/protocol/constants.js';
 import type { IsolationReport } from '../../runtime/protocol/isolation.js';
 import type { TemplateResources } from '../commands/template-runtime.js';
@@ -8,9 +9,14 @@ export type { IsolationReport };
 
 /**
  * envd's arguments after the program that runs it (every provider starts it the same way): its
- * socket and ports folder in the sandbox's /run/abx, the file its token is in, and `extra`.
+ * socket and ports folder in the sandbox's /run/abx, the file its tokens are in (written with
+ * {@link envdTokenFile}), the template's capabilities and name, and `extra`.
  */
-export function envdArguments(tokenFile: string, extra: readonly string[] = []): string[] {
+export function envdArguments(
+  tokenFile: string,
+  spec: Pick<SandboxSpec, 'capabilities' | 'template'>,
+  extra: readonly string[] = [],
+): string[] {
   return [
     `${SANDBOX_RUNTIME_DIR}/envd.cjs`,
     '--socket',
@@ -19,15 +25,37 @@ export function envdArguments(tokenFile: string, extra: readonly string[] = []):
     `${SANDBOX_RUN_DIR}/ports`,
     '--token-file',
     tokenFile,
+    ...(spec.capabilities ? ['--capabilities', spec.capabilities.join(',')] : []),
+    ...(spec.template ? ['--template', spec.template] : []),
     ...extra,
   ];
+}
+
+/**
+ * The content of envd's token file: the access token (limited to the template's capabilities)
+ * on the first line, the control plane's token (every route) on the second when there is one.
+ */
+export function envdTokenFile(spec: Pick<SandboxSpec, 'accessToken' | 'controlToken'>): string {
+  return spec.controlToken ? `${spec.accessToken}\n${spec.controlToken}\n` : spec.accessToken;
 }
 
 /** Everything a provider needs to start one sandbox. */
 export interface SandboxSpec {
   id: string;
-  /** The sandbox's access token; envd refuses requests without it. */
+  /**
+   * The sandbox's access token, what its users present (through the gateway); envd refuses
+   * requests without it, and routes of capabilities the template lacks with it.
+   */
   accessToken: string;
+  /**
+   * The control plane's token for this sandbox: every envd route, whatever the template allows
+   * (snapshots export the home through the file routes). None: the access token is the only one.
+   */
+  controlToken?: string;
+  /** The template's capabilities, which envd enforces for the access token; default all. */
+  capabilities?: readonly Capability[];
+  /** The template's name, for envd's refusals. */
+  template?: string;
   /** Host folder owned by this sandbox (its home, its sockets, its log). */
   dir: string;
   /** A built template's home folder to start from, copied for this sandbox. */

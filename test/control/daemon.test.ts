@@ -306,6 +306,7 @@ describe('the daemon on a memory provider', () => {
       ['/exec', 'shell'],
       ['/process/exec', 'shell'],
       ['/terminal', 'shell'],
+      ['/dev-tools/run', 'shell'],
       // What envd's router reads as those routes is refused the same way.
       ['//exec', 'shell'],
       ['/%65xecute', 'code'],
@@ -321,6 +322,40 @@ describe('the daemon on a memory provider', () => {
     expect(abx.provider.sandbox(box.sandboxId).requests).toHaveLength(reachedBefore);
     const health = await gateway(info, '/health', { host, 'x-access-token': box.accessToken });
     expect(health.status).toBe(200);
+  });
+
+  test("envd enforces the template's capabilities too; the control plane has a token of its own", async ({
+    abx,
+  }) => {
+    const { info } = await abx.start({ warmPool: 0 });
+    const v1 = api(info, abx.home);
+    const yaml = join(abx.home, 'code-only.yaml');
+    writeFileSync(yaml, 'name: code-only\ncapabilities: [code]\n');
+    expect((await v1.post('/v1/templates', { path: yaml })).status).toBe(200);
+    const box = (await v1.post('/v1/sandboxes', { template: 'code-only' })).body;
+    const sandbox = abx.provider.sandbox(box.sandboxId);
+    // envd is told what to enforce for the users' token, and gets a second token for the daemon.
+    expect(sandbox.spec).toMatchObject({
+      accessToken: box.accessToken,
+      capabilities: ['code'],
+      template: 'code-only',
+    });
+    expect(sandbox.spec.controlToken).toMatch(/^[\w-]{40,}$/);
+    expect(sandbox.spec.controlToken).not.toBe(box.accessToken);
+    // A snapshot exports the home through envd's file routes, which the template lacks: the
+    // daemon presents its own token, so the snapshot has the sandbox's files.
+    writeFileSync(join(sandbox.home, 'notes.txt'), 'kept\n');
+    const snapshot = await v1.post(`/v1/sandboxes/${box.sandboxId}/snapshot`, { name: 'snap' });
+    expect(snapshot.status).toBe(200);
+    expect(readFileSync(join(abx.home, 'templates', 'snap', 'home', 'notes.txt'), 'utf8')).toBe(
+      'kept\n',
+    );
+    // The users' token still cannot reach the file routes, at the gateway or past it.
+    const files = await gateway(info, '/files/read?path=notes.txt', {
+      host: `49983-${box.sandboxId}.localhost`,
+      'x-access-token': box.accessToken,
+    });
+    expect(files.status).toBe(403);
   });
 
   test('with the ports capability the gateway reaches {port}.sock, asking envd when needed', async ({

@@ -59,7 +59,7 @@ export const test = base.extend<{ open: (options?: PlaneOptions) => Plane }>({
           provider,
           templates,
           sandboxesDir,
-          (id) => sandboxToken(TOKEN_SECRET, id),
+          (id, kind) => sandboxToken(TOKEN_SECRET, id, kind),
           setSandboxEnv,
           options.warmPool ?? 1,
         );

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect, test } from 'vitest';
 import { ARCHIVE } from '../../runtime/envd/archive.js';
+import { codeGroup } from '../../runtime/envd/code.js';
 import { ENV } from '../../runtime/envd/env.js';
 import { EXEC } from '../../runtime/envd/exec.js';
 import { FILES_BATCH } from '../../runtime/envd/files-batch.js';
@@ -32,6 +33,7 @@ test('docs/envd-api.md lists exactly the envd-only routes, each with its group a
     ...FILES_BATCH.routes,
     ...ARCHIVE.routes,
     ...ENV.routes,
+    ...codeGroup({ driversDir: '/nonexistent' }).routes,
   ]
     .map((r) => `${r.method} ${r.path} ${r.group}: ${r.summary}`)
     .sort();

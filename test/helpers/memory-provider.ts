@@ -3,6 +3,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { create as createTar } from 'tar';
+import { capabilityOfSegment } from '../../runtime/protocol/capabilities.js';
 import type {
   EndCause,
   IsolationReport,
@@ -338,8 +339,20 @@ export class MemoryProvider implements SandboxProvider {
       sendJson(res, 200, { status: 'ok' });
       return;
     }
-    if (req.headers.authorization !== `Bearer ${box.spec.accessToken}`) {
+    const control =
+      box.spec.controlToken !== undefined &&
+      req.headers.authorization === `Bearer ${box.spec.controlToken}`;
+    if (!control && req.headers.authorization !== `Bearer ${box.spec.accessToken}`) {
       sendJson(res, 401, { error: 'missing or wrong access token', type: 'AuthenticationError' });
+      return;
+    }
+    // As envd: the access token reaches only the routes of the template's capabilities.
+    const needed = capabilityOfSegment(url.pathname.split('/')[1]);
+    if (!control && needed && box.spec.capabilities && !box.spec.capabilities.includes(needed)) {
+      sendJson(res, 403, {
+        error: `memory provider: no ${needed} capability`,
+        type: 'CapabilityError',
+      });
       return;
     }
     const json = () => (body.length > 0 ? JSON.parse(body.toString('utf8')) : undefined);

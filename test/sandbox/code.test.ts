@@ -148,4 +148,35 @@ describe('sandbox.runCode', () => {
       await plain.kill();
     }
   });
+
+  test('a code-only template: no shell or files for its users, yet it can be snapshotted', async () => {
+    const yaml = join(work, 'code-only.yaml');
+    writeFileSync(yaml, 'name: code-only\ncapabilities: [code]\n');
+    await Templates.build(yaml, { home: abx.home });
+    const only = await Sandbox.create({ home: abx.home, template: 'code-only' });
+    try {
+      await only.runCode("open('kept.txt', 'w').write('from a cell')");
+      for (const attempt of [
+        () => only.commands.run('echo no'),
+        () => only.files.read('kept.txt'),
+        () => only.files.write('other.txt', 'no'),
+      ]) {
+        const error = await attempt().catch((e) => e);
+        expect(error).toBeInstanceOf(CapabilityError);
+        expect(error.message).toMatch(
+          /template 'code-only' does not have the (shell|files) capability/,
+        );
+      }
+      // The daemon exports the home with its own token, so the snapshot has the cell's file.
+      await only.snapshot({ name: 'code-only-snap' });
+      const again = await Sandbox.create({ home: abx.home, template: 'code-only-snap' });
+      try {
+        expect((await again.runCode("open('kept.txt').read()")).text).toBe("'from a cell'");
+      } finally {
+        await again.kill();
+      }
+    } finally {
+      await only.kill();
+    }
+  });
 });

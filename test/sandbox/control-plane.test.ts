@@ -70,7 +70,7 @@ describe('the gateway', () => {
       expect(port.status).toBe(403);
       expect(port.body).toEqual({
         type: 'CapabilityError',
-        error: `template 'base' does not have the ports capability, so port 8080 of sandbox ${a.sandboxId} cannot be reached; add ports to its capabilities`,
+        error: `template 'base' does not have the ports capability, so reaching port 8080 of sandbox ${a.sandboxId} is refused; add ports to its capabilities`,
       });
 
       const nothing = await gateway('/health', {});

@@ -117,7 +117,7 @@ export function containerOptions(
     WorkingDir: spec.workdir,
     Env: Object.entries(env).map(([key, value]) => `${key}=${value}`),
     Entrypoint: [SANDBOX_NODE],
-    Cmd: envdArguments(TOKEN_FILE),
+    Cmd: envdArguments(TOKEN_FILE, spec),
     Labels: {
       [SANDBOX_LABEL]: spec.id,
       [SANDBOXES_DIR_LABEL]: sandboxesDirHash(context.sandboxesDir),

@@ -8,12 +8,13 @@ import { oomKills, removeCgroups } from '../local/cgroups.js';
 import { envdHealthy } from '../local/local-provider.js';
 import { isSameProcess, processStartTime } from '../local/proc.js';
 import { type PortableRuntime, portableRuntime } from '../portable-runtime.js';
-import type {
-  EndCause,
-  IsolationReport,
-  SandboxHandle,
-  SandboxProvider,
-  SandboxSpec,
+import {
+  type EndCause,
+  envdTokenFile,
+  type IsolationReport,
+  type SandboxHandle,
+  type SandboxProvider,
+  type SandboxSpec,
 } from '../provider.js';
 import {
   containerOptions,
@@ -215,7 +216,7 @@ export class DockerProvider implements SandboxProvider {
         Readable.from(
           sandboxArchive({
             uid: user.uid,
-            token: spec.accessToken,
+            token: envdTokenFile(spec),
             ...(user.uid === 0 ? {} : { home: user.home }),
             ...(spec.baseHome && user.uid !== 0 ? { baseHome: spec.baseHome } : {}),
             dirs,

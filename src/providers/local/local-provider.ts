@@ -25,6 +25,7 @@ import { type PortableRuntime, portableRuntime, SANDBOX_NODE } from '../portable
 import {
   type EndCause,
   envdArguments,
+  envdTokenFile,
   type IsolationReport,
   type SandboxHandle,
   type SandboxProvider,
@@ -221,7 +222,7 @@ export class LocalProvider implements SandboxProvider {
     const dataFiles = {
       passwd: `user:x:${SANDBOX_UID}:${SANDBOX_UID}::${SANDBOX_HOME}:/bin/sh\n`,
       group: `user:x:${SANDBOX_UID}:\n`,
-      token: spec.accessToken,
+      token: envdTokenFile(spec),
       'seccomp.bpf': this.seccomp,
     };
     for (const [name, data] of Object.entries(dataFiles)) {
@@ -262,7 +263,7 @@ export class LocalProvider implements SandboxProvider {
           : process.execPath.startsWith('/usr/')
             ? process.execPath
             : '/usr/bin/node',
-        ...envdArguments(`${SANDBOX_RUN_DIR}/token`, image ? ['--home', home] : []),
+        ...envdArguments(`${SANDBOX_RUN_DIR}/token`, spec, image ? ['--home', home] : []),
       ];
       const common = {
         hostname: spec.id,
