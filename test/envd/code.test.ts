@@ -1,4 +1,4 @@
-import { copyFileSync, mkdtempSync, rmSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildSync } from 'esbuild';
@@ -230,6 +230,34 @@ describe('Python contexts', () => {
     // Without the interrupt this cell would wait forever behind the endless one (the test's
     // timeout would end it).
     expect(main(await code.run({ code: 'kept', context_id: id })).text).toBe('7');
+  });
+
+  test('a client that reads slowly holds the cell back; nothing is lost', async ({ code }) => {
+    const id = await newContext(code);
+    const marker = join(driversDir, `written-${id}`);
+    // 48 MiB of output, far past what envd holds for a client (8 MiB) and the pipes and socket
+    // buffers between: the cell can only finish once the client has read most of it.
+    const response = await request(`${code.url}/execute`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({
+        code: `line = "x" * 1023\nfor i in range(48 * 1024): print(line)\nopen(${JSON.stringify(marker)}, "w").close()`,
+        context_id: id,
+        timeout_ms: 0,
+      }),
+    });
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    expect(existsSync(marker)).toBe(false);
+    let bytes = 0;
+    let last: Event;
+    for await (const event of lines(response.body)) {
+      if (event.type === 'stdout') bytes += event.text.length;
+      last = event;
+    }
+    expect(bytes).toBe(48 * 1024 * 1024);
+    expect(last).toMatchObject({ type: 'end' });
+    expect(existsSync(marker)).toBe(true);
+    expect(main(await code.run({ code: '1 + 1', context_id: id })).text).toBe('2');
   });
 
   test('contexts are isolated; restart clears state; delete forgets', async ({ code }) => {

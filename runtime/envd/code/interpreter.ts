@@ -6,6 +6,23 @@ import { Channel } from './channel.js';
 /** How long an interrupted cell may take to stop before its interpreter is killed. */
 export const INTERRUPT_GRACE_MS = 2000;
 
+/**
+ * How much of a cell's output envd holds for a client that reads slowly (characters of text and
+ * encoded results): past it the interpreter's output pipes are not read, so the cell blocks on
+ * its next write until the client catches up (or its timeout interrupts it).
+ */
+export const EVENT_BACKLOG_LIMIT = 8 * 1024 * 1024;
+
+/** The characters an event holds, near enough to its size on the wire. */
+export function eventSize(event: CodeEvent): number {
+  let size = 32;
+  for (const value of Object.values(event)) {
+    if (typeof value === 'string') size += value.length;
+    else if (value !== null && typeof value === 'object') size += JSON.stringify(value).length;
+  }
+  return size;
+}
+
 /** One `POST /execute` request as an interpreter takes it. */
 export interface Execution {
   code: string;
@@ -65,9 +82,22 @@ export abstract class Interpreter {
 
   /** Queues a cell; its events (stdout, stderr, results, error), `end` last. */
   execute(execution: Execution): AsyncIterable<CodeEvent> {
-    const events = new Channel<CodeEvent>();
+    const events = new Channel<CodeEvent>({
+      limit: EVENT_BACKLOG_LIMIT,
+      size: eventSize,
+      pause: () => this.hold(true),
+      resume: () => this.hold(false),
+    });
     this.queue = this.queue.then(() => this.run(execution, events));
     return events;
+  }
+
+  /** Stops (or starts again) reading the interpreter's output, so it blocks on its writes. */
+  private hold(paused: boolean): void {
+    for (const stream of [this.entry.child.stdout, this.entry.child.stderr]) {
+      if (paused) stream?.pause();
+      else stream?.resume();
+    }
   }
 
   /** Kills the interpreter and everything it started. */
