@@ -1,4 +1,4 @@
-import '../src/require-reflect-metadata.js';
+import '../src/reflect-metadata.js';
 import type { ArgType } from '../src/commands/custom-command.js';
 import { PARAMETER_OVERRIDES_KEY, REGISTERED_METHODS_KEY, SANDBOX_CLASS_KEY } from './constants.js';
 

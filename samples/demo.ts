@@ -1,7 +1,6 @@
 // The main job: build the data-tools template, create a sandbox, start the command server with
 // the DataTools class, call a registered command and the YAML command, list the commands, kill
 // the sandbox. One line per step, with the time it took.
-import 'reflect-metadata';
 import { fileURLToPath } from 'node:url';
 import { Sandbox, Templates } from 'agent-sandbox';
 import { DataTools, type Summary } from './data-tools.js';

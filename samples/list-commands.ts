@@ -1,6 +1,5 @@
 // Prints the custom commands of the data-tools template, merged from template.yaml and the
 // decorated DataTools class, as a table and as the discovery document (GET /commands).
-import 'reflect-metadata';
 import { fileURLToPath } from 'node:url';
 import { describeCommand, formatCommandTable, listCommands, loadTemplate } from 'agent-sandbox';
 import './data-tools.js';

@@ -1,4 +1,4 @@
-import './require-reflect-metadata.js';
+import './reflect-metadata.js';
 
 /**
  * The authoring half of the package: decorators and the command model, without the SDK's

@@ -12,7 +12,7 @@ import { sources, specifiers } from './helpers/imports.js';
 const LAYERS: Record<string, string[]> = {
   runtime: ['runtime/'],
   base: ['src/util/', 'src/errors.ts'],
-  model: ['decorators/', 'src/commands/', 'src/authoring.ts', 'src/require-reflect-metadata.ts'],
+  model: ['decorators/', 'src/commands/', 'src/authoring.ts', 'src/reflect-metadata.ts'],
   installation: ['src/installation/'],
   providers: ['src/providers/'],
   control: ['src/control/'],

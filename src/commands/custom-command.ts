@@ -1,4 +1,4 @@
-import '../require-reflect-metadata.js';
+import '../reflect-metadata.js';
 import { plainToInstance, Type } from 'class-transformer';
 import {
   ArrayUnique,
