@@ -1,6 +1,15 @@
 import { spawn } from 'node:child_process';
-import { closeSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import {
+  closeSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
+import { homedir } from 'node:os';
+import { join, resolve } from 'node:path';
 import { request } from 'undici';
 import { DaemonUnavailableError } from '../errors.js';
 import { packageInfo } from '../util/package-info.js';
@@ -61,6 +70,39 @@ export async function findDaemon(home = abxHome()): Promise<DaemonInfo | undefin
   const info = readInfo(abxPaths(home).daemonInfo);
   if (info && isProcessAlive(info.pid) && (await healthy(info))) return info;
   return undefined;
+}
+
+/**
+ * Every daemon of this package running on the host as a user whose processes we can read, with
+ * its home: processes running `dist/daemon.js` whose `$ABX_HOME` (else `~/.abx` of their `$HOME`)
+ * holds a `daemon.json` naming them. Best effort: an unreadable process is left out.
+ */
+export function runningDaemons(): { pid: number; home: string }[] {
+  const found: { pid: number; home: string }[] = [];
+  let entries: string[];
+  try {
+    entries = readdirSync('/proc').filter((name) => /^\d+$/.test(name));
+  } catch {
+    return found;
+  }
+  for (const entry of entries) {
+    try {
+      const argv = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
+      if (!argv.slice(1, 3).some((arg) => /[/\\]dist[/\\]daemon\.js$/.test(arg))) continue;
+      const env = new Map(
+        readFileSync(`/proc/${entry}/environ`, 'utf8')
+          .split('\0')
+          .map((pair) => [pair.slice(0, pair.indexOf('=')), pair.slice(pair.indexOf('=') + 1)]),
+      );
+      const home = resolve(env.get('ABX_HOME') || join(env.get('HOME') || homedir(), '.abx'));
+      if (readInfo(abxPaths(home).daemonInfo)?.pid === Number(entry)) {
+        found.push({ pid: Number(entry), home });
+      }
+    } catch {
+      // gone, or not ours to read
+    }
+  }
+  return found;
 }
 
 /** Takes the start lock (a file created exclusively); a lock older than the start timeout is stale. */

@@ -1,6 +1,7 @@
 import type { Readable, Writable } from 'node:stream';
 import { toToolCallError } from '../agent/tool-error.js';
 import type { SandboxTool } from '../agent/tool-types.js';
+import { abxHome } from '../installation/paths.js';
 import { Sandbox } from '../sandbox/sandbox.js';
 import { packageInfo } from '../util/package-info.js';
 import { mcpFailure, mcpSuccess, mcpToolInfo } from './tool-result.js';
@@ -53,6 +54,7 @@ export async function serveMcp(options: ServeMcpOptions): Promise<McpServerHandl
     ]);
 
   const connection = options.home === undefined ? {} : { home: options.home };
+
   let sandbox: Promise<Sandbox> | undefined;
   let created: Sandbox | undefined;
   const getSandbox = () => {
@@ -72,9 +74,17 @@ export async function serveMcp(options: ServeMcpOptions): Promise<McpServerHandl
   };
   const tools = async (): Promise<SandboxTool[]> => (await getSandbox()).tools();
 
+  const home = options.home ?? abxHome();
+  const which = options.sandboxId
+    ? `sandbox ${options.sandboxId}`
+    : `a sandbox of template '${options.template}', created on first use and killed when this server stops`;
   const server = new Server(
     { name: 'agent-sandbox', version: packageInfo().version },
-    { capabilities: { tools: {} } },
+    {
+      capabilities: { tools: {} },
+      // Says which installation answers, so a client started without ABX_HOME is not a mystery.
+      instructions: `Tools that run in ${which}: an isolated Linux machine (agent-sandbox). Installation: ${home}.`,
+    },
   );
   server.setRequestHandler(ListToolsRequestSchema, async () => ({
     tools: (await tools()).map(mcpToolInfo),

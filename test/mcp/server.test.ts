@@ -1,4 +1,6 @@
 import { spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import {
@@ -129,11 +131,7 @@ describe('serveMcp over stdio, with the SDK client', () => {
     expect(await runningIds()).toEqual(before);
   });
 
-  // `abx mcp` runs the same server; this runs once addMcpCommand is wired into the CLI.
-  const wired = spawnSync(process.execPath, [join(ROOT, 'dist', 'cli.js'), 'mcp', '--help'], {
-    encoding: 'utf8',
-  }).stdout.includes('--template');
-  test.runIf(wired)('abx mcp --template serves the same tools', async () => {
+  test('abx mcp --template serves the same tools', async () => {
     const before = await runningIds();
     const client = await connect(process.execPath, [
       join(ROOT, 'dist', 'cli.js'),
@@ -147,5 +145,56 @@ describe('serveMcp over stdio, with the SDK client', () => {
     expect(shout.structuredContent).toMatchObject({ stdout: 'CLI' });
     await client.close();
     expect(await runningIds()).toEqual(before);
+  });
+
+  test('abx mcp --home works in the clean environment MCP clients give, and says which home', async () => {
+    // As Claude Desktop and the inspector start servers: no ABX_HOME, a HOME without an install.
+    const bare = mkdtempSync(join(tmpdir(), 'abx-mcp-home-'));
+    try {
+      const client = new Client({ name: 'abx-test', version: '1.0.0' });
+      clients.push(client);
+      await client.connect(
+        new StdioClientTransport({
+          command: process.execPath,
+          args: [join(ROOT, 'dist', 'cli.js'), 'mcp', sandbox.sandboxId, '--home', abx.home],
+          cwd: bare,
+          env: { ...getDefaultEnvironment(), HOME: bare },
+          stderr: 'pipe',
+        }),
+      );
+      expect(client.getInstructions()).toContain(`sandbox ${sandbox.sandboxId}`);
+      expect(client.getInstructions()).toContain(`Installation: ${abx.home}.`);
+      const hostname = await client.callTool({
+        name: 'execute',
+        arguments: { command: 'hostname' },
+      });
+      expect(hostname.structuredContent).toMatchObject({ output: `${sandbox.sandboxId}\n` });
+      await client.close();
+      expect(existsSync(join(bare, '.abx'))).toBe(false);
+    } finally {
+      rmSync(bare, { recursive: true, force: true });
+    }
+  });
+
+  test('without --home, a default home with no daemon is refused while another runs: no second daemon', () => {
+    const bare = mkdtempSync(join(tmpdir(), 'abx-mcp-home-'));
+    try {
+      const env = { ...getDefaultEnvironment(), HOME: bare };
+      const result = spawnSync(
+        process.execPath,
+        [join(ROOT, 'dist', 'cli.js'), 'mcp', '--template', 'base'],
+        { cwd: bare, env, encoding: 'utf8', input: '', timeout: 60_000 },
+      );
+      expect(result.status).toBe(2);
+      expect(result.stderr).toContain(
+        `no daemon runs under the default home ${join(bare, '.abx')}`,
+      );
+      expect(result.stderr).toContain(abx.home);
+      expect(result.stderr).toContain('--home');
+      // Nothing was started or written under the default home.
+      expect(existsSync(join(bare, '.abx', 'daemon.json'))).toBe(false);
+    } finally {
+      rmSync(bare, { recursive: true, force: true });
+    }
   });
 });
