@@ -20,13 +20,17 @@ export type { LocalShellSandboxOptions } from './agent/local-shell-sandbox.js';
 export { LocalShellSandbox } from './agent/local-shell-sandbox.js';
 export type {
   AnthropicTool,
+  OpenAIResponsesTool,
   OpenAITool,
-  VercelAISchema,
+  StandardResult,
+  ToolInputSchema,
+  ToolStandardSchema,
   VercelAITool,
 } from './agent/tool-adapters.js';
 export {
   callTool,
   toAnthropicTools,
+  toOpenAIResponsesTools,
   toOpenAITools,
   toVercelAITools,
 } from './agent/tool-adapters.js';

@@ -1,3 +1,4 @@
+import type { ToolInputSchema } from '../agent/tool-adapters.js';
 import type { ToolCallError } from '../agent/tool-error.js';
 import type { JsonValue, SandboxTool } from '../agent/tool-types.js';
 
@@ -5,7 +6,7 @@ import type { JsonValue, SandboxTool } from '../agent/tool-types.js';
 export interface McpToolInfo {
   name: string;
   description: string;
-  inputSchema: SandboxTool['parameters'];
+  inputSchema: ToolInputSchema;
 }
 
 /** An MCP `tools/call` result (the subset this server sends). */
@@ -18,7 +19,7 @@ export interface McpCallResult {
 
 /** A tool as `tools/list` describes it. */
 export function mcpToolInfo(tool: SandboxTool): McpToolInfo {
-  return { name: tool.name, description: tool.description, inputSchema: tool.parameters };
+  return { name: tool.name, description: tool.description, inputSchema: { ...tool.parameters } };
 }
 
 /**

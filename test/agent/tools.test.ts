@@ -16,6 +16,7 @@ import {
   ToolCallError,
   toAnthropicTools,
   toJSONSchema,
+  toOpenAIResponsesTools,
   toOpenAITools,
   toVercelAITools,
 } from '../../src/index.js';
@@ -212,36 +213,68 @@ describe('sandbox.tools()', () => {
 });
 
 describe('adapters', () => {
-  test('OpenAI and Anthropic tool formats', () => {
+  test('OpenAI (Chat Completions and Responses) and Anthropic tool formats', () => {
     const add = tool('add');
+    const read = tool('read_file');
+    // `add` has an optional argument (y = 2): strict mode, which has no optional properties,
+    // would make the model always send it, so it is off.
     expect(toOpenAITools([add])).toEqual([
       {
         type: 'function',
-        function: { name: 'add', description: 'Add two numbers', parameters: add.parameters },
+        function: {
+          name: 'add',
+          description: 'Add two numbers',
+          parameters: add.parameters,
+          strict: false,
+        },
+      },
+    ]);
+    expect(toOpenAIResponsesTools([add])).toEqual([
+      {
+        type: 'function',
+        name: 'add',
+        description: 'Add two numbers',
+        parameters: add.parameters,
+        strict: false,
       },
     ]);
     expect(toAnthropicTools([add])).toEqual([
       { name: 'add', description: 'Add two numbers', input_schema: add.parameters },
     ]);
-    // Both APIs send the tools as JSON: the shapes must survive it.
+    // Strict where every property is required and no others are allowed.
+    const allRequired = tools.filter(
+      (t) => Object.keys(t.parameters.properties).length === t.parameters.required.length,
+    );
+    expect(allRequired.length).toBeGreaterThan(0);
+    for (const t of toOpenAIResponsesTools(tools)) {
+      expect(t.strict, t.name).toBe(allRequired.some((a) => a.name === t.name));
+    }
+    expect(read.parameters.required).toEqual(['file_path']);
+    // The APIs send the tools as JSON: the shapes must survive it.
     expect(JSON.parse(JSON.stringify(toOpenAITools(tools)))).toEqual(toOpenAITools(tools));
+    expect(JSON.parse(JSON.stringify(toOpenAIResponsesTools(tools)))).toEqual(
+      toOpenAIResponsesTools(tools),
+    );
   });
 
-  test('Vercel AI SDK tool() shape: a marked JSON Schema and an execute that runs the tool', async () => {
+  test('Vercel AI SDK: a Standard Schema with its JSON Schema, and an execute that runs the tool', async () => {
     const ai = toVercelAITools(tools);
     expect(Object.keys(ai)).toEqual(tools.map((t) => t.name));
     const add = ai.add;
     if (!add) throw new Error('no add');
     expect(add.description).toBe('Add two numbers');
-    expect(add.inputSchema.jsonSchema).toEqual(tool('add').parameters);
-    expect(
-      (add.inputSchema as unknown as Record<symbol, unknown>)[Symbol.for('vercel.ai.schema')],
-    ).toBe(true);
-    expect(add.parameters).toBe(add.inputSchema);
-    expect(add.inputSchema.validate({ x: 1 })).toEqual({ success: true, value: { x: 1 } });
-    expect(add.inputSchema.validate('x').success).toBe(false);
+    const standard = add.inputSchema['~standard'];
+    expect(standard.version).toBe(1);
+    expect(standard.jsonSchema.input({ target: 'draft-07' })).toEqual(tool('add').parameters);
+    expect(standard.validate({ x: 1 })).toEqual({ value: { x: 1 } });
+    expect(standard.validate('x')).toEqual({
+      issues: [{ message: 'tool arguments must be a JSON object' }],
+    });
     expect(await add.execute({ x: 1, y: 1 })).toBe(2);
     await expect(add.execute({ x: 'a' })).rejects.toThrow(ToolCallError);
+    // An older SDK's own jsonSchema() helper makes the schemas instead.
+    const wrapped = toVercelAITools(tools, { jsonSchema: (schema) => ({ wrapped: schema }) });
+    expect(wrapped.add?.inputSchema).toEqual({ wrapped: tool('add').parameters });
   });
 
   test('callTool never rejects: results and { error, type }', async () => {
