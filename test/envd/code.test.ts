@@ -1,4 +1,4 @@
-import { copyFileSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildSync } from 'esbuild';
@@ -349,6 +349,75 @@ describe('JavaScript and bash contexts', () => {
     );
   });
 
+  test('JavaScript: top-level await; what an await cell declares persists', async ({ code }) => {
+    const id = await newContext(code, 'javascript');
+    const run = (cell: string, timeout_ms?: number) =>
+      code.run({ code: cell, context_id: id, timeout_ms });
+    const cell = 'const r = await Promise.resolve(5); r * 2';
+    expect(main(await run(cell)).text).toBe('10');
+    // Run again, as in a notebook: the const of an await cell can be declared again.
+    expect(main(await run(cell)).text).toBe('10');
+    const slept = await run(
+      'const t0 = Date.now()\nawait new Promise((resolve) => setTimeout(resolve, 100))\nconsole.log("slept")\nDate.now() - t0 >= 100',
+    );
+    expect(text(slept, 'stdout')).toBe('slept\n');
+    expect(main(slept).text).toBe('true');
+    const declared = await run(
+      [
+        'let a = 1, { b, c: [d] } = { b: 2, c: [3] }',
+        'var v = await Promise.resolve(4)',
+        'function f(x) { return x + a }',
+        "class K { get k() { return 'k' } }",
+        'async function twice(x) { return 2 * x }',
+        '// the last statement is a declaration: no result',
+        'const last = await f(1)',
+      ].join('\n'),
+    );
+    expect(declared).toEqual([{ type: 'end', execution_count: 4 }]);
+    expect(
+      main(await run('[r, a, b, d, v, f(1), new K().k, last, await twice(3)].join(" ")')).text,
+    ).toBe("'5 1 2 3 4 2 k 2 6'");
+    // Without await, let/const persist as script declarations (as before).
+    await run('let plain = 40');
+    expect(main(await run('plain + (await Promise.resolve(2))')).text).toBe('42');
+    const rejected = await run('await null\nawait Promise.reject(new RangeError("nope"))');
+    expect(errorOf(rejected)).toMatchObject({ name: 'RangeError', value: 'nope' });
+    expect(errorOf(rejected).traceback).toContain('<cell 8>:2');
+    expect(errorOf(rejected).traceback).not.toContain('js_driver');
+    // A typo after an await is reported as such, not as an await outside an async function.
+    const typo = await run('await 1; syntax error');
+    expect(errorOf(typo)).toMatchObject({
+      name: 'SyntaxError',
+      value: "Unexpected identifier 'error'",
+    });
+  });
+
+  test('JavaScript: a timeout interrupts an await and a loop; the context keeps its state', async ({
+    code,
+  }) => {
+    const id = await newContext(code, 'javascript');
+    await code.run({ code: 'const kept = await Promise.resolve("yes")', context_id: id });
+    const waiting = await code.run({
+      code: 'await new Promise(() => {})',
+      context_id: id,
+      timeout_ms: 500,
+    });
+    expect(errorOf(waiting)).toMatchObject({ name: 'TimeoutError' });
+    const spin = await code.run({
+      code: 'for (;;) {}\nawait 1',
+      context_id: id,
+      timeout_ms: 500,
+    });
+    expect(errorOf(spin)).toMatchObject({ name: 'TimeoutError' });
+    const never = await code.run({
+      code: 'Promise.resolve(kept).then(() => new Promise(() => {}))',
+      context_id: id,
+      timeout_ms: 500,
+    });
+    expect(errorOf(never)).toMatchObject({ name: 'TimeoutError' });
+    expect(main(await code.run({ code: 'kept', context_id: id })).text).toBe("'yes'");
+  });
+
   test('bash keeps variables and cwd; a timeout interrupts without killing the shell', async ({
     code,
   }) => {
@@ -369,5 +438,111 @@ describe('JavaScript and bash contexts', () => {
     const spin = await code.run({ code: 'while :; do :; done', context_id: id, timeout_ms: 500 });
     expect(errorOf(spin)).toMatchObject({ name: 'TimeoutError' });
     expect(text(await code.run({ code: 'echo $name', context_id: id }), 'stdout')).toBe('world\n');
+  });
+
+  test('bash cells run at the top level: declare makes globals, a function keeps its locals', async ({
+    code,
+  }) => {
+    const id = await newContext(code, 'bash');
+    const first = await code.run({
+      code: 'declare x=1\ndeclare -A m=([a]=apple [b]=banana)\ndeclare -i n=6*7\ntypeset t=typed\nf() { declare inner=1; local y=2; g=3; }\nf',
+      context_id: id,
+    });
+    // Nothing of what bash prints when it starts (no job control, its prompt) reaches a cell.
+    expect(first).toEqual([{ type: 'end', execution_count: 1 }]);
+    const second = await code.run({
+      code: 'echo "$x ${m[b]} $n $t [${inner-}] [${y-}] $g"',
+      context_id: id,
+    });
+    expect(second).toEqual([
+      { type: 'stdout', text: '1 banana 42 typed [] [] 3\n' },
+      { type: 'end', execution_count: 2 },
+    ]);
+    expect(text(await code.run({ code: 'declare -p m', context_id: id }), 'stdout')).toMatch(
+      /^declare -A m=\(/,
+    );
+  });
+
+  test('bash: multi-line cells, syntax errors, background jobs and interrupts', async ({
+    code,
+  }) => {
+    const id = await newContext(code, 'bash');
+    const multi = await code.run({
+      code: [
+        'greet() {',
+        '  echo "hi $1!"',
+        '}',
+        'for i in 1 2; do',
+        '  if [ "$i" = 2 ]; then greet "$i"; fi',
+        'done',
+        "cat <<'EOF'",
+        'a $literal here-doc',
+        'EOF',
+        'read -r line || echo "stdin is empty"',
+      ].join('\n'),
+      context_id: id,
+    });
+    expect(text(multi, 'stdout')).toBe('hi 2!\na $literal here-doc\nstdin is empty\n');
+    expect(errorOf(multi)).toBeUndefined();
+    expect(text(await code.run({ code: 'greet again', context_id: id }), 'stdout')).toBe(
+      'hi again!\n',
+    );
+    // Like a script: the lines before the one bash cannot parse have run.
+    const syntax = await code.run({ code: 'kept=yes\nif true; then', context_id: id });
+    expect(errorOf(syntax)).toMatchObject({ name: 'ExitStatus', value: 'exit status 2' });
+    expect(text(syntax, 'stderr')).toMatch(/syntax error/);
+    // A background job is not announced (no "[1] 1234"), and output stays in its stream.
+    const background = await code.run({
+      code: 'sleep 0.1 &\nwait\necho done; echo oops >&2',
+      context_id: id,
+    });
+    expect(background.filter((e) => e.type !== 'end')).toEqual([
+      { type: 'stdout', text: 'done\n' },
+      { type: 'stderr', text: 'oops\n' },
+    ]);
+    // The interrupt aborts the whole cell, not just the loop that runs.
+    const spin = await code.run({
+      code: 'spin() { while :; do :; done; }\nspin; spin; echo never',
+      context_id: id,
+      timeout_ms: 500,
+    });
+    expect(errorOf(spin)).toMatchObject({ name: 'TimeoutError' });
+    expect(spin.filter((e) => e.type === 'stdout' || e.type === 'stderr')).toEqual([]);
+    const after = await code.run({ code: 'echo "$kept"; spin() { :; }; spin', context_id: id });
+    expect(after).toEqual([
+      { type: 'stdout', text: 'yes\n' },
+      { type: 'end', execution_count: 6 },
+    ]);
+    const exited = await code.run({ code: 'exit 3', context_id: id });
+    expect(errorOf(exited)).toMatchObject({ name: 'ContextDeadError' });
+  });
+
+  test('bash falls back to sh: state persists, errors and timeouts keep the shell', async ({
+    code,
+  }) => {
+    const bin = mkdtempSync(join(tmpdir(), 'abx-sh-only-'));
+    symlinkSync('/bin/sh', join(bin, 'sh'));
+    const path = process.env.PATH;
+    process.env.PATH = bin;
+    let id: string;
+    try {
+      id = await newContext(code, 'bash');
+    } finally {
+      process.env.PATH = path;
+      rmSync(bin, { recursive: true, force: true });
+    }
+    const listed = await code.call('/process');
+    expect(listed.json.processes.map((p: Event) => p.command)).toContain(
+      `${bin}/sh (code context ${id})`,
+    );
+    await code.run({ code: 'x=5\ncd /tmp', context_id: id });
+    const events = await code.run({ code: 'echo "$x $(pwd)"; echo err >&2', context_id: id });
+    expect(text(events, 'stdout')).toBe('5 /tmp\n');
+    expect(text(events, 'stderr')).toBe('err\n');
+    const syntax = await code.run({ code: 'if true; then', context_id: id });
+    expect(errorOf(syntax)).toMatchObject({ name: 'ExitStatus', value: 'exit status 2' });
+    const spin = await code.run({ code: 'while :; do :; done', context_id: id, timeout_ms: 500 });
+    expect(errorOf(spin)).toMatchObject({ name: 'TimeoutError' });
+    expect(text(await code.run({ code: 'echo $x', context_id: id }), 'stdout')).toBe('5\n');
   });
 });

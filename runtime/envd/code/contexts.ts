@@ -6,7 +6,7 @@ import type { ProcessTable } from '../../server/process-table.js';
 import { which } from '../../server/which.js';
 import { DriverInterpreter } from './driver-interpreter.js';
 import type { Interpreter } from './interpreter.js';
-import { ShellInterpreter } from './shell-interpreter.js';
+import { BASH_ARGS, ShellInterpreter } from './shell-interpreter.js';
 
 /** Where envd finds its drivers: next to itself (`/opt/abx` in a sandbox). */
 export interface DriverFiles {
@@ -109,7 +109,7 @@ export class CodeContexts {
   private async program(language: CodeLanguage): Promise<[string, string[]]> {
     if (language === 'bash') {
       const bash = await which('bash');
-      if (bash) return [bash, ['--norc', '--noprofile']];
+      if (bash) return [bash, BASH_ARGS];
       const sh = await which('sh');
       if (sh) return [sh, []];
       throw toolUnavailable('bash', 'running shell code');
