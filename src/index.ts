@@ -9,7 +9,11 @@ export type {
 export { arg, float, int, sandbox } from '../decorators/index.js';
 export { BaseSandbox } from './agent/base-sandbox.js';
 export type { CommandHost } from './agent/command-tools.js';
-export type { DeepAgentsBackend, DeepAgentsFileInfo } from './agent/deepagents.js';
+export type {
+  DeepAgentsBackend,
+  DeepAgentsBackendOptions,
+  DeepAgentsFileInfo,
+} from './agent/deepagents.js';
 export { deepAgentsBackend } from './agent/deepagents.js';
 export {
   formatContentWithLineNumbers,
@@ -35,6 +39,7 @@ export {
   toVercelAITools,
 } from './agent/tool-adapters.js';
 export { ToolCallError } from './agent/tool-error.js';
+export type { ToolRunner } from './agent/tool-runner.js';
 export type { ToolParameters, ToolProperty } from './agent/tool-schema.js';
 export type { FileToolName, JsonValue, SandboxTool } from './agent/tool-types.js';
 export { FILE_TOOL_NAMES } from './agent/tool-types.js';

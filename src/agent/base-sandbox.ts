@@ -1,9 +1,11 @@
 import { editFile } from './edit.js';
+import { executeRunner } from './execute-runner.js';
 import { globFiles } from './glob.js';
 import { grepFiles } from './grep.js';
 import { deletePath, listDirectory } from './ls-delete.js';
 import { executeWithOffload } from './offload.js';
 import { readFile } from './read.js';
+import type { ToolRunner } from './tool-runner.js';
 import type {
   DeleteResult,
   EditOptions,
@@ -31,12 +33,16 @@ import type {
  * TypeScript form (camelCase, async, plain result objects).
  *
  * Subclasses supply {@link id}, {@link execute}, {@link uploadFiles} and {@link downloadFiles}.
+ * A backend with a file service of its own may also override {@link toolRunner}: `Sandbox` runs
+ * the tools in envd, with the same results and no process per call.
  *
- * **What the sandbox needs:** POSIX `sh` and **Node.js** (`node` on PATH, or set
- * {@link interpreter}). read, edit, ls, grep, glob, delete and the capture of
- * {@link executeWithOffload} run as small node programs sent with each call; their arguments
- * travel as JSON on stdin, never as shell words. Without the interpreter these methods return a
- * clear error naming it. {@link write} only uses {@link uploadFiles}.
+ * **What the sandbox needs** (with the default {@link toolRunner}): POSIX `sh` and **Node.js**
+ * (`node` on PATH, or set {@link interpreter}). read, edit, ls, grep, glob, delete and the
+ * capture of {@link executeWithOffload} run as small node programs sent with each call; their
+ * arguments travel as JSON on stdin, never as shell words. Without the interpreter these methods
+ * return a clear error naming it. {@link write} only uses {@link uploadFiles}. A `Sandbox`
+ * needs neither for its file tools; only {@link executeWithOffload}'s capture runs `node` there
+ * (an image sandbox has envd's own, `/opt/abx/bin/node`, on its PATH).
  *
  * Failures of the operation (missing file, no match...) come back as `error` in the result;
  * failures of the backend itself (the sandbox is gone) throw.
@@ -56,6 +62,15 @@ export abstract class BaseSandbox {
 
   /** The program the sandbox-side helpers run with; default `node` from PATH. */
   interpreter = 'node';
+
+  /**
+   * Where read, edit, ls, delete, grep and glob run their sandbox side. The default sends a small
+   * {@link interpreter} program per call through {@link execute}; override it to answer the same
+   * requests natively (see `ToolRunner`).
+   */
+  protected toolRunner(): ToolRunner {
+    return executeRunner(this);
+  }
 
   /**
    * Runs a shell command (`/bin/sh -c`) and waits for it: `{ output, exitCode, truncated }`, with
@@ -80,7 +95,7 @@ export abstract class BaseSandbox {
    * how to continue.
    */
   read(path: string, options: ReadOptions = {}): Promise<ReadResult> {
-    return readFile(this, path, options);
+    return readFile(this.toolRunner(), path, options);
   }
 
   /** Creates or overwrites a file with exactly `content` (UTF-8), creating parent directories. */
@@ -101,34 +116,37 @@ export abstract class BaseSandbox {
     newString: string,
     options: EditOptions = {},
   ): Promise<EditResult> {
-    return editFile(this, path, oldString, newString, options);
+    return editFile(this.toolRunner(), path, oldString, newString, options);
   }
 
   /** Deletes a file, a symlink (even a broken one) or a whole directory tree. */
   delete(path: string): Promise<DeleteResult> {
-    return deletePath(this, path);
+    return deletePath(this.toolRunner(), path);
   }
 
   /** The entries of a directory, one level, hidden ones included. */
   ls(path: string): Promise<LsResult> {
-    return listDirectory(this, path);
+    return listDirectory(this.toolRunner(), path);
   }
 
   /**
    * Lines containing `pattern` (a literal, case-sensitive substring, not a regex) in a file or
-   * under a directory, optionally only in files matching `glob`, at most `maxCount`.
+   * under a directory, optionally only in the files {@link glob} would find there with `glob`,
+   * at most `maxCount`.
    */
   grep(pattern: string, options: GrepOptions = {}): Promise<GrepResult> {
-    return grepFiles(this, pattern, options);
+    return grepFiles(this.toolRunner(), pattern, options);
   }
 
   /**
    * Regular files matching a glob (`*`, `?`, `**`, `[!x]`, `{a,b}`), sorted, absolute. A pattern
-   * without `/` matches base names at any depth; with `/` it matches paths relative to `path`.
-   * At most 1000 results and 20 s of walking (`truncated` says when either cut it short).
+   * without `/` matches base names at any depth, dot-directories and dot-files included (like
+   * `grep --include`); with `/` it matches paths relative to `path`, and there wildcards do not
+   * match a leading `.` unless the segment names it (`.github/*.yml`). At most 1000 results and
+   * 20 s of walking (`truncated` says when either cut it short).
    */
   glob(pattern: string, options: GlobOptions = {}): Promise<GlobResult> {
-    return globFiles(this, pattern, options);
+    return globFiles(this.toolRunner(), pattern, options);
   }
 
   /**

@@ -1,20 +1,8 @@
-import { randomBytes } from 'node:crypto';
-import { shellQuote } from '../util/shell-quote.js';
-import type { BaseSandbox } from './base-sandbox.js';
-import {
-  type HelperOutcome,
-  helperCommand,
-  isHelperError,
-  MAX_COMMAND_CHARS,
-  runHelper,
-} from './helper.js';
-import type { EditPayload, HelperAnswer, ProgramError } from './programs/protocol.js';
+import type { ToolError } from '../../runtime/server/file-tools/protocol.js';
+import { isToolError, type ToolRunner } from './tool-runner.js';
 import type { EditOptions, EditResult } from './types.js';
 
-/** old + new above this many UTF-8 bytes travel as uploaded temp files, not in the command. */
-export const EDIT_INLINE_MAX_BYTES = 50_000;
-
-function editError(path: string, oldString: string, answer: ProgramError): string {
+function editError(path: string, oldString: string, answer: ToolError): string {
   switch (answer.error) {
     case 'file_not_found':
       return `Error: File '${path}' not found`;
@@ -35,60 +23,29 @@ function editError(path: string, oldString: string, answer: ProgramError): strin
   }
 }
 
-function settle(
-  path: string,
-  oldString: string,
-  outcome: HelperOutcome<HelperAnswer<'edit'>>,
-): EditResult {
-  if (!outcome.ok) return { error: `Error editing '${path}': ${outcome.error}` };
-  const answer = outcome.value;
-  if (isHelperError(answer)) return { error: editError(path, oldString, answer) };
-  return { path, occurrences: answer.count };
-}
-
-/** {@link BaseSandbox.edit}: inline for small payloads, via uploaded temp files for large ones. */
+/** {@link BaseSandbox.edit}: the strings travel as base64 of their UTF-8 bytes. */
 export async function editFile(
-  sandbox: BaseSandbox,
+  runner: ToolRunner,
   path: string,
   oldString: string,
   newString: string,
   options: EditOptions = {},
 ): Promise<EditResult> {
   if (oldString === '') return { error: 'Error: oldString must not be empty' };
-  const oldBytes = Buffer.from(oldString, 'utf8');
-  const newBytes = Buffer.from(newString, 'utf8');
-  const replaceAll = options.replaceAll ?? false;
-  const inline: EditPayload = {
+  const outcome = await runner.run('edit', {
     path,
-    replaceAll,
-    old: oldBytes.toString('base64'),
-    new: newBytes.toString('base64'),
-  };
-  if (
-    oldBytes.length + newBytes.length <= EDIT_INLINE_MAX_BYTES &&
-    helperCommand(sandbox.interpreter, 'edit', inline).length <= MAX_COMMAND_CHARS
-  ) {
-    return settle(path, oldString, await runHelper(sandbox, 'edit', inline));
+    replaceAll: options.replaceAll ?? false,
+    old: Buffer.from(oldString, 'utf8').toString('base64'),
+    new: Buffer.from(newString, 'utf8').toString('base64'),
+  });
+  if (!outcome.ok) return { error: `Error editing '${path}': ${outcome.error}` };
+  const answer = outcome.value;
+  if (isToolError(answer)) {
+    return {
+      error: editError(path, oldString, answer),
+      errorCode: answer.error,
+      ...(answer.error === 'multiple' ? { occurrences: answer.count as number } : {}),
+    };
   }
-  const stem = `/tmp/.abx-edit-${randomBytes(10).toString('hex')}`;
-  const oldFile = `${stem}-old`;
-  const newFile = `${stem}-new`;
-  const removeTemps = `rm -f ${shellQuote(oldFile)} ${shellQuote(newFile)}`;
-  try {
-    const uploads = await sandbox.uploadFiles([
-      [oldFile, oldBytes],
-      [newFile, newBytes],
-    ]);
-    const failed = uploads.find((u) => u.error);
-    if (failed)
-      return { error: `Error editing '${path}': uploading the edit failed (${failed.error})` };
-    return settle(
-      path,
-      oldString,
-      await runHelper(sandbox, 'edit', { path, replaceAll, oldFile, newFile }),
-    );
-  } finally {
-    // The program removes them itself; this covers a missing interpreter or a failed upload.
-    await sandbox.execute(removeTemps).catch(() => undefined);
-  }
+  return { path, occurrences: answer.count };
 }

@@ -94,7 +94,7 @@ export const FILE_TOOLS: readonly FileToolSpec[] = [
   {
     name: 'glob',
     description:
-      'Find regular files matching a glob (*, ?, **, [!x], {a,b}). A pattern without / matches base names at any depth. ' +
+      'Find regular files matching a glob (*, ?, **, [!x], {a,b}). A pattern without / matches base names at any depth, hidden folders included; with /, wildcards skip names starting with a dot unless the pattern spells the dot. ' +
       PATH_NOTE,
     parameters: schema(
       {

@@ -1,5 +1,4 @@
-import type { BaseSandbox } from './base-sandbox.js';
-import { isHelperError, runHelper } from './helper.js';
+import { isToolError, type ToolRunner } from './tool-runner.js';
 import type { GlobOptions, GlobResult } from './types.js';
 
 /** glob() returns at most this many files (and sets `truncated`). */
@@ -7,14 +6,14 @@ export const GLOB_MAX_RESULTS = 1000;
 /** glob() stops walking after this long (and sets `truncated`). */
 export const GLOB_TIME_BUDGET_MS = 20_000;
 
-/** {@link BaseSandbox.glob}: matched on the sandbox side (programs/glob.ts, glob-match.ts). */
+/** {@link BaseSandbox.glob}: matched on the sandbox side (runtime/server/file-tools/glob.ts). */
 export async function globFiles(
-  sandbox: BaseSandbox,
+  runner: ToolRunner,
   pattern: string,
   options: GlobOptions = {},
 ): Promise<GlobResult> {
   const path = options.path ?? '.';
-  const outcome = await runHelper(sandbox, 'glob', {
+  const outcome = await runner.run('glob', {
     pattern,
     path,
     maxResults: GLOB_MAX_RESULTS,
@@ -22,21 +21,31 @@ export async function globFiles(
   });
   if (!outcome.ok) return { error: outcome.error, truncated: false };
   const answer = outcome.value;
-  if (!isHelperError(answer)) return answer;
+  if (!isToolError(answer)) return answer;
   switch (answer.error) {
     case 'invalid_pattern':
       return {
+        errorCode: answer.error,
         error: `Pattern '${pattern}': invalid_pattern ('..' segments may not leave the search root)`,
         truncated: false,
       };
     case 'file_not_found':
-      return { error: `Path '${path}' not found`, truncated: false };
+      return { error: `Path '${path}' not found`, errorCode: answer.error, truncated: false };
     case 'not_a_directory':
-      return { error: `Path '${path}' is not a directory`, truncated: false };
+      return {
+        error: `Path '${path}' is not a directory`,
+        errorCode: answer.error,
+        truncated: false,
+      };
     case 'permission_denied':
-      return { error: `Permission denied searching '${path}'`, truncated: false };
+      return {
+        error: `Permission denied searching '${path}'`,
+        errorCode: answer.error,
+        truncated: false,
+      };
     default:
       return {
+        errorCode: answer.error,
         error: `Error globbing in '${path}': ${answer.detail ?? answer.error}`,
         truncated: false,
       };

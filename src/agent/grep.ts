@@ -1,17 +1,16 @@
-import type { BaseSandbox } from './base-sandbox.js';
-import { isHelperError, runHelper } from './helper.js';
+import { isToolError, type ToolRunner } from './tool-runner.js';
 import type { GrepOptions, GrepResult } from './types.js';
 
-/** {@link BaseSandbox.grep}: a literal substring search on the sandbox side (programs/grep.ts). */
+/** {@link BaseSandbox.grep}: a literal substring search, on the sandbox side (file-tools/). */
 export async function grepFiles(
-  sandbox: BaseSandbox,
+  runner: ToolRunner,
   pattern: string,
   options: GrepOptions = {},
 ): Promise<GrepResult> {
   const path = options.path ?? '.';
   const maxCount =
     options.maxCount === undefined ? null : Math.max(0, Math.floor(Number(options.maxCount) || 0));
-  const outcome = await runHelper(sandbox, 'grep', {
+  const outcome = await runner.run('grep', {
     pattern,
     path,
     glob: options.glob ?? null,
@@ -19,19 +18,25 @@ export async function grepFiles(
   });
   if (!outcome.ok) return { error: outcome.error, truncated: false };
   const answer = outcome.value;
-  if (!isHelperError(answer)) return answer;
+  if (!isToolError(answer)) return answer;
   switch (answer.error) {
     case 'file_not_found':
-      return { error: `Path '${path}' not found`, truncated: false };
+      return { error: `Path '${path}' not found`, errorCode: answer.error, truncated: false };
     case 'permission_denied':
-      return { error: `Permission denied searching '${path}'`, truncated: false };
+      return {
+        error: `Permission denied searching '${path}'`,
+        errorCode: answer.error,
+        truncated: false,
+      };
     case 'invalid_pattern':
       return {
+        errorCode: answer.error,
         error: `Glob '${options.glob}': invalid_pattern ('..' segments may not leave the search root)`,
         truncated: false,
       };
     default:
       return {
+        errorCode: answer.error,
         error: `Error searching '${path}': ${answer.detail ?? answer.error}`,
         truncated: false,
       };

@@ -1,13 +1,9 @@
+import type { ToolName } from '../../runtime/server/file-tools/protocol.js';
 import { shellQuote } from '../util/shell-quote.js';
 import type { BaseSandbox } from './base-sandbox.js';
 import { programSource } from './program-source.js';
-import {
-  type HelperAnswer,
-  type HelperPayload,
-  type HelperProgram,
-  type ProgramError,
-  RESULT_MARK,
-} from './programs/protocol.js';
+import { type ProgramAnswer, type ProgramPayload, RESULT_MARK } from './programs/protocol.js';
+import type { ToolOutcome } from './tool-runner.js';
 
 /**
  * The host side of {@link BaseSandbox}'s helper programs (`src/agent/programs/`): each call sends
@@ -27,14 +23,11 @@ const PAYLOAD_END = '__ABX_AGENT_PAYLOAD__';
 /** The longest command we hand to `sh -c`, well under the kernel's 128 KiB per argument. */
 export const MAX_COMMAND_CHARS = 120_000;
 
-/** A helper's answer, or why there is none. */
-export type HelperOutcome<T> = { ok: true; value: T } | { ok: false; error: string };
-
 /** The shell command that runs a helper program with `payload` on its stdin. */
-export function helperCommand<N extends HelperProgram>(
+export function helperCommand<N extends ToolName>(
   interpreter: string,
   program: N,
-  payload: HelperPayload<N>,
+  payload: ProgramPayload<N>,
 ): string {
   const quoted = shellQuote(interpreter);
   return [
@@ -52,16 +45,16 @@ export function missingInterpreter(interpreter: string): string {
 }
 
 /** Finds the helper's answer in the command output. */
-export function parseHelperOutput<T>(
+export function parseHelperOutput<N extends ToolName>(
   output: string,
   interpreter: string,
   exitCode: number | null,
-): HelperOutcome<T> {
+): ToolOutcome<N> {
   const at = output.lastIndexOf(`\n${RESULT_MARK}`);
   if (at >= 0) {
     const line = output.slice(at + RESULT_MARK.length + 1).split('\n', 1)[0] ?? '';
     try {
-      return { ok: true, value: JSON.parse(line) as T };
+      return { ok: true, value: JSON.parse(line) as ProgramAnswer<N> };
     } catch {
       // fall through to the generic explanation
     }
@@ -77,18 +70,11 @@ export function parseHelperOutput<T>(
 }
 
 /** Runs a helper program in `sandbox` and parses its answer. */
-export async function runHelper<N extends HelperProgram>(
+export async function runHelper<N extends ToolName>(
   sandbox: BaseSandbox,
   program: N,
-  payload: HelperPayload<N>,
-): Promise<HelperOutcome<HelperAnswer<N>>> {
+  payload: ProgramPayload<N>,
+): Promise<ToolOutcome<N>> {
   const result = await sandbox.execute(helperCommand(sandbox.interpreter, program, payload));
-  return parseHelperOutput<HelperAnswer<N>>(result.output, sandbox.interpreter, result.exitCode);
-}
-
-/** Whether a helper answered with an error (`{ error: code, ... }`). */
-export function isHelperError(value: unknown): value is ProgramError {
-  return (
-    typeof value === 'object' && value !== null && typeof (value as ProgramError).error === 'string'
-  );
+  return parseHelperOutput<N>(result.output, sandbox.interpreter, result.exitCode);
 }

@@ -1,6 +1,5 @@
-import type { BaseSandbox } from './base-sandbox.js';
-import { isHelperError, runHelper } from './helper.js';
-import { MAX_BINARY_BYTES, type ProgramError } from './programs/protocol.js';
+import { MAX_BINARY_BYTES, type ToolError } from '../../runtime/server/file-tools/protocol.js';
+import { isToolError, type ToolRunner } from './tool-runner.js';
 import type { ReadOptions, ReadResult } from './types.js';
 
 /** Default `limit` of {@link BaseSandbox.read}. */
@@ -29,7 +28,7 @@ function bound(value: number | undefined, fallback: number): number {
   return Math.min(Math.max(0, Math.floor(n)), Number.MAX_SAFE_INTEGER);
 }
 
-function readError(path: string, offset: number, answer: ProgramError): string {
+function readError(path: string, offset: number, answer: ToolError): string {
   switch (answer.error) {
     case 'file_not_found':
       return `File '${path}' not found`;
@@ -50,16 +49,16 @@ function readError(path: string, offset: number, answer: ProgramError): string {
 
 /** {@link BaseSandbox.read}: pages the file on the sandbox side. */
 export async function readFile(
-  sandbox: BaseSandbox,
+  runner: ToolRunner,
   path: string,
   options: ReadOptions = {},
 ): Promise<ReadResult> {
   const offset = bound(options.offset, 0);
   const limit = bound(options.limit, DEFAULT_READ_LIMIT);
-  const outcome = await runHelper(sandbox, 'read', { path, offset, limit, media: isMedia(path) });
+  const outcome = await runner.run('read', { path, offset, limit, media: isMedia(path) });
   if (!outcome.ok) return { error: outcome.error };
   const page = outcome.value;
-  if (isHelperError(page)) return { error: readError(path, offset, page) };
+  if (isToolError(page)) return { error: readError(path, offset, page) };
   const result: ReadResult = { fileData: { content: page.content, encoding: page.encoding } };
   if (page.noLinesRequested) result.noLinesRequested = true;
   if (page.startLine !== undefined) {

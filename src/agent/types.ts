@@ -54,6 +54,11 @@ export interface ReadOptions {
 /** What {@link BaseSandbox.read} gives back: `error`, or `fileData` and where the page lies. */
 export interface ReadResult {
   error?: string;
+  /**
+   * What went wrong, as a code to branch on (`error` is the text for a model): `file_not_found`,
+   * `not_a_directory`, `multiple` (edit: several occurrences, see `occurrences`)...
+   */
+  errorCode?: string;
   fileData?: FileData;
   /** Lines in the file; absent for binary content and for files too large to count cheaply. */
   totalLines?: number;
@@ -82,14 +87,24 @@ export interface EditOptions {
 /** What {@link BaseSandbox.edit} gives back. */
 export interface EditResult {
   error?: string;
+  /**
+   * What went wrong, as a code to branch on (`error` is the text for a model): `file_not_found`,
+   * `not_a_directory`, `multiple` (edit: several occurrences, see `occurrences`)...
+   */
+  errorCode?: string;
   path?: string;
-  /** How many occurrences were replaced. */
+  /** How many occurrences were replaced; with `errorCode` `multiple`, how many there are. */
   occurrences?: number;
 }
 
 /** What {@link BaseSandbox.delete} gives back. */
 export interface DeleteResult {
   error?: string;
+  /**
+   * What went wrong, as a code to branch on (`error` is the text for a model): `file_not_found`,
+   * `not_a_directory`, `multiple` (edit: several occurrences, see `occurrences`)...
+   */
+  errorCode?: string;
   path?: string;
 }
 
@@ -107,6 +122,11 @@ export interface FileInfo {
 /** What {@link BaseSandbox.ls} gives back. */
 export interface LsResult {
   error?: string;
+  /**
+   * What went wrong, as a code to branch on (`error` is the text for a model): `file_not_found`,
+   * `not_a_directory`, `multiple` (edit: several occurrences, see `occurrences`)...
+   */
+  errorCode?: string;
   entries?: FileInfo[];
 }
 
@@ -124,7 +144,7 @@ export interface GrepMatch {
 export interface GrepOptions {
   /** File or directory to search; default the working directory. */
   path?: string;
-  /** Only files matching this glob: without `/` it matches base names at any depth. */
+  /** Only the files `glob()` would find with this pattern: without `/`, base names at any depth. */
   glob?: string;
   /** At most this many matches. */
   maxCount?: number;
@@ -133,6 +153,11 @@ export interface GrepOptions {
 /** What {@link BaseSandbox.grep} gives back. */
 export interface GrepResult {
   error?: string;
+  /**
+   * What went wrong, as a code to branch on (`error` is the text for a model): `file_not_found`,
+   * `not_a_directory`, `multiple` (edit: several occurrences, see `occurrences`)...
+   */
+  errorCode?: string;
   matches?: GrepMatch[];
   /** True only when `maxCount` cut off matches that existed. */
   truncated: boolean;
@@ -147,6 +172,11 @@ export interface GlobOptions {
 /** What {@link BaseSandbox.glob} gives back. */
 export interface GlobResult {
   error?: string;
+  /**
+   * What went wrong, as a code to branch on (`error` is the text for a model): `file_not_found`,
+   * `not_a_directory`, `multiple` (edit: several occurrences, see `occurrences`)...
+   */
+  errorCode?: string;
   matches?: FileInfo[];
   /** True when the result count or time bound stopped the search early. */
   truncated: boolean;

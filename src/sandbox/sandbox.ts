@@ -7,6 +7,7 @@ import {
 import type { SandboxInfo, TemplateInfo } from '../../runtime/protocol/wire.js';
 import { BaseSandbox } from '../agent/base-sandbox.js';
 import { perFile } from '../agent/per-file.js';
+import type { ToolRunner } from '../agent/tool-runner.js';
 import type { SandboxTool } from '../agent/tool-types.js';
 import { type SandboxToolsOptions, sandboxTools } from '../agent/tools.js';
 import type {
@@ -44,6 +45,7 @@ import {
   runCode,
 } from './code.js';
 import { Commands } from './commands.js';
+import { envdToolRunner } from './envd-tool-runner.js';
 import { Filesystem } from './filesystem.js';
 import { daemonClient, HttpClient } from './http-client.js';
 import { ServerClient } from './server-client.js';
@@ -115,8 +117,9 @@ function fileErrorCode(error: unknown): FileOperationError | 'not_a_regular_file
  * in it, and kill it when done (or let it expire).
  *
  * It is a {@link BaseSandbox}: `read`, `write`, `edit`, `ls`, `grep`, `glob`, `delete`,
- * `execute`... give an agent its file tools on this sandbox (through envd; the helpers use the
- * sandbox's `node`).
+ * `execute`... give an agent its file tools on this sandbox. They are answered by envd itself
+ * (one HTTP round trip, no process per call, no Node.js needed in the image); see
+ * {@link fileTools}.
  *
  * @example
  * const sandbox = await Sandbox.create({ template: 'base' });
@@ -132,8 +135,16 @@ export class Sandbox extends BaseSandbox {
   readonly server: ServerClient;
   /** The sandbox's access token; the gateway wants it as `X-Access-Token`. */
   readonly accessToken: string;
+  /**
+   * How `read`, `edit`, `ls`, `grep`, `glob` and `delete` reach the sandbox: `'native'` (the
+   * default) asks envd; `'execute'` runs a small node program per call through {@link execute},
+   * as any {@link BaseSandbox} does. Both give the same results; `'execute'` is slower and needs
+   * `node` in the sandbox (it is there for comparison and tests).
+   */
+  fileTools: 'native' | 'execute' = 'native';
   private readonly control: HttpClient;
   private readonly connection: DaemonConnection;
+  private readonly envdTools: ToolRunner;
 
   private constructor(
     info: SandboxInfo & { accessToken: string },
@@ -148,6 +159,7 @@ export class Sandbox extends BaseSandbox {
     this.control = controlClient(connection, options);
     const envd = this.portClient(ENVD_PORT, options.requestTimeoutMs);
     this.files = new Filesystem(envd);
+    this.envdTools = envdToolRunner(envd);
     this.commands = new Commands(envd);
     this.server = new ServerClient({
       sandboxId: this.sandboxId,
@@ -168,6 +180,11 @@ export class Sandbox extends BaseSandbox {
   /** The sandbox id ({@link sandboxId}), as {@link BaseSandbox} names it. */
   get id(): string {
     return this.sandboxId;
+  }
+
+  /** envd's file tools, unless {@link fileTools} asks for the execute() path. */
+  protected override toolRunner(): ToolRunner {
+    return this.fileTools === 'execute' ? super.toolRunner() : this.envdTools;
   }
 
   /**

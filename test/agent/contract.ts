@@ -8,6 +8,11 @@ export interface ContractBackend {
   base: string;
   /** An existing directory in which this backend cannot create files. */
   unwritableDir: string;
+  /**
+   * True when read, edit, ls, grep, glob and delete do not run programs through execute() (a
+   * native tool runner, such as `Sandbox`'s envd one): they then need no interpreter.
+   */
+  nativeFileTools?: boolean;
   /** Stops what `setup` started; runs even when tests fail. */
   close(): Promise<void>;
 }
@@ -334,7 +339,7 @@ export function describeBaseSandboxContract(
         expect(decode(await get(path))).toBe('uno\r\ndos\r\nmas\r\nthree\r\n');
       });
 
-      test('a large edit travels as temp files that are removed afterwards', async () => {
+      test('a large edit works and leaves no temp files behind', async () => {
         const path = `${folder('edit-large')}/big.txt`;
         const oldText = `${'o'.repeat(40_000)}\n`;
         const newText = `${'n'.repeat(40_000)}\n`;
@@ -466,6 +471,28 @@ export function describeBaseSandboxContract(
         expect(exact.truncated).toBe(false);
       });
 
+      test('the glob filter selects exactly the files glob() finds', async () => {
+        const dir = folder('grep-glob-dots');
+        for (const name of ['a.py', '.venv/lib/b.py', 'src/.hidden.py', 'src/c.py', 'src/d.md']) {
+          await put(`${dir}/${name}`, 'needle\n');
+        }
+        for (const glob of ['*.py', '**/*.py', '.venv/**/*.py', '{*.md,src/*.py}']) {
+          const grep = await box.grep('needle', { path: dir, glob });
+          const files = await box.glob(glob, { path: dir });
+          expect(
+            grep.matches?.map((m) => m.path),
+            glob,
+          ).toEqual(files.matches?.map((m) => m.path));
+        }
+        const byName = await box.grep('needle', { path: dir, glob: '*.py' });
+        expect(byName.matches?.map((m) => m.path)).toEqual([
+          `${dir}/.venv/lib/b.py`,
+          `${dir}/a.py`,
+          `${dir}/src/.hidden.py`,
+          `${dir}/src/c.py`,
+        ]);
+      });
+
       test('a missing path is an error', async () => {
         const result = await box.grep('x', { path: `${folder('grep-missing')}/nope` });
         expect(result.error).toMatch(/not found/);
@@ -508,6 +535,30 @@ export function describeBaseSandboxContract(
         expect(top.matches?.map((m) => m.path)).toEqual([`${dir}/src/x.ts`]);
         const named = await box.glob('.github/*.yml', { path: dir });
         expect(named.matches?.map((m) => m.path)).toEqual([`${dir}/.github/ci.yml`]);
+      });
+
+      test('without / base names match at any depth, under dot-directories and dot-files too', async () => {
+        const dir = folder('glob-dots');
+        for (const name of ['a.py', '.venv/lib/b.py', 'src/.hidden.py', 'src/c.py', 'src/d.md']) {
+          await put(`${dir}/${name}`, '');
+        }
+        // A symlinked directory is not entered (a link to a parent would loop).
+        await sh(`ln -s '${dir}/src' '${dir}/src-link' && ln -s '${dir}' '${dir}/src/up'`);
+        const paths = async (pattern: string) =>
+          (await box.glob(pattern, { path: dir })).matches?.map((m) => m.path);
+        expect(await paths('*.py')).toEqual([
+          `${dir}/.venv/lib/b.py`,
+          `${dir}/a.py`,
+          `${dir}/src/.hidden.py`,
+          `${dir}/src/c.py`,
+        ]);
+        expect(await paths('b.py')).toEqual([`${dir}/.venv/lib/b.py`]);
+        expect(await paths('.*')).toEqual([`${dir}/src/.hidden.py`]);
+        // With / the old rule stays: wildcards skip dot-names unless the segment names them.
+        expect(await paths('**/*.py')).toEqual([`${dir}/a.py`, `${dir}/src/c.py`]);
+        expect(await paths('.venv/**/*.py')).toEqual([`${dir}/.venv/lib/b.py`]);
+        expect(await paths('src/.*.py')).toEqual([`${dir}/src/.hidden.py`]);
+        expect(await paths('{*.md,src/c.*}')).toEqual([`${dir}/src/c.py`, `${dir}/src/d.md`]);
       });
 
       test('{a,b} and [!x] work', async () => {
@@ -633,7 +684,8 @@ export function describeBaseSandboxContract(
     });
 
     describe('a missing interpreter', () => {
-      test('gives a clear error naming it, not garbage', async () => {
+      test('gives a clear error naming it, not garbage (execute() path)', async (ctx) => {
+        if (backend?.nativeFileTools) ctx.skip();
         const dir = folder('no-interpreter');
         await put(`${dir}/f.txt`, 'abc\n');
         const saved = box.interpreter;
@@ -656,6 +708,29 @@ export function describeBaseSandboxContract(
           box.interpreter = saved;
         }
         expect(decode(await get(`${dir}/f.txt`))).toBe('abc\n');
+      });
+
+      test('native file tools do not need one', async (ctx) => {
+        if (!backend?.nativeFileTools) ctx.skip();
+        const dir = folder('no-interpreter-native');
+        const path = `${dir}/f.txt`;
+        await put(path, 'abc\n');
+        const saved = box.interpreter;
+        box.interpreter = 'abx-no-such-interpreter';
+        try {
+          expect((await box.read(path)).fileData?.content).toBe('abc');
+          expect(await box.edit(path, 'abc', 'xyz')).toEqual({ path, occurrences: 1 });
+          expect((await box.ls(dir)).entries?.map((e) => e.path)).toEqual([path]);
+          expect((await box.grep('xyz', { path: dir })).matches).toEqual([
+            { path, line: 1, text: 'xyz' },
+          ]);
+          expect((await box.glob('*.txt', { path: dir })).matches?.map((m) => m.path)).toEqual([
+            path,
+          ]);
+          expect(await box.delete(path)).toEqual({ path });
+        } finally {
+          box.interpreter = saved;
+        }
       });
     });
   });

@@ -4,7 +4,7 @@ import { builtinModules } from 'node:module';
 import { tmpdir } from 'node:os';
 import { basename, join, relative } from 'node:path';
 import { beforeAll, describe, expect, test } from 'vitest';
-import { EDIT_INLINE_MAX_BYTES } from '../../src/agent/edit.js';
+import { EDIT_INLINE_MAX_BYTES } from '../../src/agent/execute-runner.js';
 import { helperCommand, MAX_COMMAND_CHARS } from '../../src/agent/helper.js';
 import { programSource } from '../../src/agent/program-source.js';
 import {
@@ -16,17 +16,34 @@ import { ensureBuilt, ROOT } from '../helpers/build.js';
 import { sources, specifiers } from '../helpers/imports.js';
 
 // BaseSandbox's sandbox-side programs: TypeScript in src/agent/programs, bundled by the build
-// into dist/agent/<name>.cjs and sent as `node -e <text>` (see tsup.config.ts).
+// into dist/agent/<name>.cjs and sent as `node -e <text>` (see tsup.config.ts). The tools they
+// run live in runtime/server/file-tools, which envd serves too.
 const PROGRAMS = join(ROOT, 'src', 'agent', 'programs');
+const FILE_TOOLS = join(ROOT, 'runtime', 'server', 'file-tools');
 /** The modules programs share; every other file there is a program of its own. */
-const SHARED = ['prelude.ts', 'protocol.ts', 'glob-match.ts'];
+const SHARED = ['prelude.ts', 'protocol.ts'];
 
 beforeAll(() => {
   ensureBuilt();
 });
 
-test('programs import only node: built-ins and their own folder', () => {
+test('programs import only node: built-ins, their own folder and the file tools', () => {
   const files = sources(PROGRAMS);
+  expect(files.length).toBeGreaterThan(5);
+  const offending: string[] = [];
+  for (const file of files) {
+    for (const spec of specifiers(readFileSync(file, 'utf8'))) {
+      const builtin = spec.startsWith('node:');
+      const local = spec.startsWith('./') && !spec.slice(2).includes('/');
+      const tool = join(file, '..', spec).startsWith(`${FILE_TOOLS}/`);
+      if (!(builtin || local || tool)) offending.push(`${relative(ROOT, file)}: ${spec}`);
+    }
+  }
+  expect(offending).toEqual([]);
+});
+
+test('the file tools import only node: built-ins and their own folder (they ride in programs)', () => {
+  const files = sources(FILE_TOOLS);
   expect(files.length).toBeGreaterThan(5);
   const offending: string[] = [];
   for (const file of files) {

@@ -19,6 +19,7 @@ import { defineGroup } from '../route-group.js';
 import { identityFor } from '../users.js';
 import { argList } from '../validate.js';
 import { globToRegExp, walk } from '../walk.js';
+import { FILE_TOOL_ROUTES } from './file-tools.js';
 
 function kindOf(s: Stats): string {
   if (s.isSymbolicLink()) return 'symlink';
@@ -63,7 +64,10 @@ async function mustNotExist(path: string, overwrite: boolean): Promise<void> {
   }
 }
 
-/** Reading, writing and searching files; paths are resolved against the server's directory. */
+/**
+ * Reading, writing and searching files, and BaseSandbox's file tools (file-tools.ts); paths are
+ * resolved against the server's directory.
+ */
 export const FILE_OPS = defineGroup('FILE_OPS', '/files', 'file read/write/list/search/edit', [
   {
     method: 'GET',
@@ -279,4 +283,5 @@ export const FILE_OPS = defineGroup('FILE_OPS', '/files', 'file read/write/list/
       return { path, replacements: args.all ? count : 1 };
     },
   },
+  ...FILE_TOOL_ROUTES,
 ]);

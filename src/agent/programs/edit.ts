@@ -1,114 +1,20 @@
-import {
-  chmodSync,
-  readFileSync,
-  realpathSync,
-  renameSync,
-  rmSync,
-  type Stats,
-  statSync,
-  writeFileSync,
-} from 'node:fs';
-import { basename, dirname, join, resolve } from 'node:path';
-import { codeOf, fsError, runProgram } from './prelude.js';
-import type { EditDone, EditPayload, ProgramError } from './protocol.js';
+import { readFileSync, rmSync } from 'node:fs';
+import { editText, editTool } from '../../../runtime/server/file-tools/edit.js';
+import { runProgram } from './prelude.js';
+import type { EditProgramPayload } from './protocol.js';
 
-/**
- * Replaces in place; the file never travels. When `old` is not found as given, its CRLF and LF
- * variants are tried (read() hands out LF text, files on disk may be CRLF) and `new` gets the
- * same transform, so the file keeps its line endings. The result goes to a temp file in the same
- * directory, renamed over the original (mode kept, symlinks followed), so a failed edit leaves
- * the file as it was.
- */
-
-function count(text: string, part: string): number {
-  let n = 0;
-  for (let i = text.indexOf(part); i !== -1; i = text.indexOf(part, i + part.length)) n += 1;
-  return n;
-}
-
-function strings(p: EditPayload): [string, string] {
-  if (p.oldFile === undefined) {
-    return [
-      Buffer.from(p.old, 'base64').toString('utf8'),
-      Buffer.from(p.new, 'base64').toString('utf8'),
-    ];
-  }
+/** The strings of a large edit come in uploaded files, removed once read (whatever happens). */
+function fromFiles(oldFile: string, newFile: string): [string, string] {
   try {
-    return [readFileSync(p.oldFile, 'utf8'), readFileSync(p.newFile, 'utf8')];
+    return [readFileSync(oldFile, 'utf8'), readFileSync(newFile, 'utf8')];
   } finally {
-    rmSync(p.oldFile, { force: true });
-    rmSync(p.newFile, { force: true });
+    rmSync(oldFile, { force: true });
+    rmSync(newFile, { force: true });
   }
 }
 
-function main(p: EditPayload): EditDone | ProgramError {
-  const pair = strings(p);
-  const target = resolve(p.path);
-  let real: string;
-  let st: Stats;
-  try {
-    real = realpathSync(target);
-    st = statSync(real);
-  } catch (e) {
-    return fsError(e);
-  }
-  if (st.isDirectory()) return { error: 'is_directory' };
-  if (!st.isFile()) return { error: 'not_a_file' };
-  let raw: Buffer;
-  try {
-    raw = readFileSync(real);
-  } catch (e) {
-    return fsError(e);
-  }
-  let text: string;
-  try {
-    text = new TextDecoder('utf-8', { fatal: true }).decode(raw);
-  } catch {
-    return { error: 'not_text' };
-  }
-  const lf = (s: string) => s.split('\r\n').join('\n');
-  const crlf = (s: string) => lf(s).split('\n').join('\r\n');
-  const candidates: [string, string][] = [
-    pair,
-    [crlf(pair[0]), crlf(pair[1])],
-    [lf(pair[0]), lf(pair[1])],
-  ];
-  let found = 0;
-  let oldText = pair[0];
-  let newText = pair[1];
-  for (const [from, to] of candidates) {
-    found = count(text, from);
-    if (found > 0) {
-      oldText = from;
-      newText = to;
-      break;
-    }
-  }
-  if (found === 0) return { error: 'not_found' };
-  if (found > 1 && !p.replaceAll) return { error: 'multiple', count: found };
-  let result: string;
-  if (p.replaceAll) result = text.split(oldText).join(newText);
-  else {
-    const at = text.indexOf(oldText);
-    result = text.slice(0, at) + newText + text.slice(at + oldText.length);
-  }
-  const temp = join(dirname(real), `.${basename(real)}.abx-edit-${process.pid}.tmp`);
-  try {
-    writeFileSync(temp, result, { mode: st.mode & 4095, flag: 'wx' });
-    chmodSync(temp, st.mode & 4095);
-    renameSync(temp, real);
-  } catch (e) {
-    rmSync(temp, { force: true });
-    // A directory we may not create files in can still hold a file we may write.
-    const code = codeOf(e);
-    if (code !== 'EACCES' && code !== 'EPERM') return fsError(e);
-    try {
-      writeFileSync(real, result);
-    } catch (e2) {
-      return fsError(e2);
-    }
-  }
-  return { count: found };
-}
-
-runProgram<'edit'>(main);
+runProgram<'edit'>(async (p: EditProgramPayload) => {
+  if (!('oldFile' in p)) return editTool(p);
+  const [oldString, newString] = fromFiles(p.oldFile, p.newFile);
+  return editText(p.path, oldString, newString, p.replaceAll);
+});

@@ -1,37 +1,4 @@
-import { lstatSync, readdirSync } from 'node:fs';
-import { join, resolve } from 'node:path';
-import { fsError, runProgram, statOrError } from './prelude.js';
-import type { LsDone, PathPayload, ProgramError } from './protocol.js';
+import { lsTool } from '../../../runtime/server/file-tools/ls.js';
+import { runProgram } from './prelude.js';
 
-/** One level, hidden entries included, sorted by name; symlinks are described, not followed. */
-function main(p: PathPayload): LsDone | ProgramError {
-  const dir = resolve(p.path);
-  const found = statOrError(dir);
-  if ('error' in found) return found;
-  const st = found.stats;
-  if (!st.isDirectory()) return { error: 'not_a_directory' };
-  let names: string[];
-  try {
-    names = readdirSync(dir).sort();
-  } catch (e) {
-    return fsError(e);
-  }
-  return {
-    entries: names.map((name) => {
-      const full = join(dir, name);
-      try {
-        const s = lstatSync(full);
-        return {
-          path: full,
-          isDir: s.isDirectory(),
-          size: s.size,
-          modifiedAt: s.mtime.toISOString(),
-        };
-      } catch {
-        return { path: full, isDir: false };
-      }
-    }),
-  };
-}
-
-runProgram<'ls'>(main);
+runProgram<'ls'>(lsTool);

@@ -2,16 +2,22 @@ import { type Dirent, readdirSync, type Stats, statSync } from 'node:fs';
 import { join } from 'node:path';
 
 /**
- * Glob matching for the glob program and grep's `glob` filter:
- * - `{a,b}` expands first (nested too), then the pattern is matched segment by segment;
+ * Glob matching for the glob tool and grep's `glob` filter, one rule for both:
+ * - `{a,b}` expands first (nested too), and each alternative is matched on its own;
  * - `*`, `?`, `[abc]`, `[!x]` within a segment; `**` as a whole segment spans directories;
- * - wildcards do not match a leading `.` (as in shells and Python's glob), so `**` does not enter
+ * - an alternative without `/` matches base names at any depth, dot-directories included, and
+ *   its wildcards match a leading `.` too (as `grep --include` and `fnmatch` do);
+ * - an alternative with `/` is matched segment by segment from the root; there wildcards do
+ *   not match a leading `.` (as in shells and Python's glob), so `**` does not enter
  *   dot-directories unless a segment names them (`.github/**`);
- * - symlinked directories are not entered by `**` (no cycles).
+ * - symlinked directories are never entered (no cycles); a symlink to a file counts as a file.
  */
 
-/** Thrown by a `walkGlob` callback to end the walk; the caller catches it. */
+/** Thrown by a walk callback to end the walk; the caller catches it. */
 export const STOP = {};
+
+/** Called before each directory is listed; may throw {@link STOP}. */
+export type Tick = () => Promise<void> | void;
 
 /** Every brace alternative of `pattern`, appended to `out` (stops growing past 256). */
 export function expandBraces(pattern: string, out: string[]): string[] {
@@ -115,34 +121,52 @@ function byName(a: Dirent, b: Dirent): number {
   return a.name < b.name ? -1 : a.name > b.name ? 1 : 0;
 }
 
+async function list(dir: string, tick: Tick): Promise<Dirent[]> {
+  await tick();
+  try {
+    return readdirSync(dir, { withFileTypes: true }).sort(byName);
+  } catch {
+    return [];
+  }
+}
+
+/**
+ * Every entry under `root` that is not a directory, depth first in name order, hidden ones
+ * included; `visit(fullPath, entry)` may throw {@link STOP}. Symlinked directories are not
+ * entered; unreadable directories are skipped.
+ */
+export async function walkTree(
+  root: string,
+  visit: (full: string, entry: Dirent) => void,
+  tick: Tick,
+): Promise<void> {
+  for (const entry of await list(root, tick)) {
+    const full = join(root, entry.name);
+    if (entry.isDirectory()) await walkTree(full, visit, tick);
+    else visit(full, entry);
+  }
+}
+
 /**
  * Walks `root` along the pattern segments `segs`, calling `found(absPath, stat)` for each
- * regular file that matches, and `tick()` before each directory it lists (both may throw STOP).
+ * regular file that matches (it may throw {@link STOP}).
  */
-export function walkGlob(
+export async function walkGlob(
   root: string,
   segs: string[],
   found: (full: string, st: Stats) => void,
-  tick: () => void,
-): void {
+  tick: Tick,
+): Promise<void> {
   const matchers = segs.map((s) => (s === '**' ? null : segmentMatcher(s, true)));
-  const list = (dir: string): Dirent[] => {
-    tick();
-    try {
-      return readdirSync(dir, { withFileTypes: true }).sort(byName);
-    } catch {
-      return [];
-    }
-  };
-  const visit = (dir: string, i: number): void => {
+  const visit = async (dir: string, i: number): Promise<void> => {
     const seg = segs[i] as string;
     const last = i === segs.length - 1;
     if (seg === '**') {
-      if (!last) visit(dir, i + 1);
-      for (const entry of list(dir)) {
+      if (!last) await visit(dir, i + 1);
+      for (const entry of await list(dir, tick)) {
         if (entry.name[0] === '.') continue;
         const full = join(dir, entry.name);
-        if (entry.isDirectory()) visit(full, i);
+        if (entry.isDirectory()) await visit(full, i);
         else if (last) {
           const st = statOr(full);
           if (st?.isFile()) found(full, st);
@@ -156,19 +180,57 @@ export function walkGlob(
       if (!st) return;
       if (last) {
         if (st.isFile()) found(full, st);
-      } else if (st.isDirectory()) visit(full, i + 1);
+      } else if (st.isDirectory()) await visit(full, i + 1);
       return;
     }
     const matches = matchers[i] as (name: string) => boolean;
-    for (const entry of list(dir)) {
+    for (const entry of await list(dir, tick)) {
       if (!matches(entry.name)) continue;
       const full = join(dir, entry.name);
       const st = statOr(full);
       if (!st) continue;
       if (last) {
         if (st.isFile()) found(full, st);
-      } else if (st.isDirectory()) visit(full, i + 1);
+      } else if (st.isDirectory()) await visit(full, i + 1);
     }
   };
-  if (segs.length > 0) visit(root, 0);
+  if (segs.length > 0) await visit(root, 0);
+}
+
+/**
+ * The brace alternatives of a glob, or undefined when one has a `..` segment (a glob may not
+ * leave its root).
+ */
+export function globAlternatives(pattern: string): string[] | undefined {
+  const alternatives = expandBraces(pattern, []);
+  return alternatives.some(hasParentSegment) ? undefined : alternatives;
+}
+
+/**
+ * Calls `found(absPath, stat)` for every regular file under `root` that one of `alternatives`
+ * (from {@link globAlternatives}) matches, by the rules at the top of this file; a file that
+ * several match is found once per alternative (the caller keeps a set).
+ */
+export async function walkMatches(
+  root: string,
+  alternatives: string[],
+  found: (full: string, st: Stats) => void,
+  tick: Tick,
+): Promise<void> {
+  const byName: ((name: string) => boolean)[] = [];
+  for (const alternative of alternatives) {
+    const rel = alternative.replace(/^\/+/, '');
+    if (rel.includes('/')) await walkGlob(root, splitPattern(rel), found, tick);
+    else byName.push(segmentMatcher(rel, false));
+  }
+  if (byName.length === 0) return;
+  await walkTree(
+    root,
+    (full, entry) => {
+      if (!byName.some((matches) => matches(entry.name))) return;
+      const st = statOr(full);
+      if (st?.isFile()) found(full, st);
+    },
+    tick,
+  );
 }

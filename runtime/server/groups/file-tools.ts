@@ -1,0 +1,109 @@
+import { BadRequestError } from '../errors.js';
+import { deleteTool } from '../file-tools/delete.js';
+import { editTool } from '../file-tools/edit.js';
+import { answerOf } from '../file-tools/fs.js';
+import { globTool } from '../file-tools/glob.js';
+import { grepTool } from '../file-tools/grep.js';
+import { lsTool } from '../file-tools/ls.js';
+import { readTool } from '../file-tools/read.js';
+import type { ServerRoute } from '../route-group.js';
+import { argList } from '../validate.js';
+
+function notNegative(args: Record<string, unknown>, ...names: string[]): void {
+  const bad = names.filter((name) => typeof args[name] === 'number' && (args[name] as number) < 0);
+  if (bad.length > 0) throw new BadRequestError(`${bad.join(' and ')} must not be negative`);
+}
+
+/**
+ * BaseSandbox's file tools (`sandbox.read`, `edit`, `ls`, `delete`, `grep`, `glob`), answered by
+ * the same code that the in-sandbox programs of its execute() path run (runtime/server/file-tools),
+ * so both give the same answers. Bodies and answers are that protocol's (camelCase, like the
+ * results they become); a failure of the tool itself is an answer, `200 { "error": code }`.
+ * Relative paths resolve against the server's directory (in envd, the sandbox's workdir).
+ */
+export const FILE_TOOL_ROUTES: Omit<ServerRoute, 'group'>[] = [
+  {
+    method: 'POST',
+    path: '/files/tools/read',
+    summary:
+      'A page of lines of a file (`offset`, `limit`), CRLF as LF, capped near 500 KiB; media and binary files as base64.',
+    args: argList({
+      path: 'str',
+      'offset?': ['int', 0],
+      'limit?': ['int', 2000],
+      'media?': ['bool', false],
+    }),
+    handler: ({ args }) => {
+      notNegative(args, 'offset', 'limit');
+      const { path, offset, limit, media } = args as {
+        path: string;
+        offset: number;
+        limit: number;
+        media: boolean;
+      };
+      return answerOf(() => readTool({ path, offset, limit, media }));
+    },
+  },
+  {
+    method: 'POST',
+    path: '/files/tools/edit',
+    summary:
+      'Replaces `old` by `new` (base64 of UTF-8) once, or every time with `replaceAll`; LF text matches a CRLF file.',
+    args: argList({ path: 'str', old: 'str', new: 'str', 'replaceAll?': ['bool', false] }),
+    handler: ({ args }) => {
+      const { path, old, replaceAll } = args as { path: string; old: string; replaceAll: boolean };
+      return answerOf(() => editTool({ path, old, new: args.new as string, replaceAll }));
+    },
+  },
+  {
+    method: 'POST',
+    path: '/files/tools/ls',
+    summary:
+      'Entries of one directory, hidden ones included, with size and mtime; symlinks not followed.',
+    args: argList({ path: 'str' }),
+    handler: ({ args }) => answerOf(() => lsTool({ path: args.path as string })),
+  },
+  {
+    method: 'POST',
+    path: '/files/tools/delete',
+    summary: 'Deletes a file, a symlink (even a broken one) or a whole directory tree.',
+    args: argList({ path: 'str' }),
+    handler: ({ args }) => answerOf(() => deleteTool({ path: args.path as string })),
+  },
+  {
+    method: 'POST',
+    path: '/files/tools/grep',
+    summary:
+      'Lines holding a literal substring in a file or under a directory, optionally only in files matching `glob`, at most `maxCount`.',
+    args: argList({ pattern: 'str', 'path?': ['str', '.'], 'glob?': 'str', 'maxCount?': 'int' }),
+    handler: ({ args }) => {
+      notNegative(args, 'maxCount');
+      const { pattern, path } = args as { pattern: string; path: string };
+      const glob = (args.glob as string | undefined) ?? null;
+      const maxCount = (args.maxCount as number | undefined) ?? null;
+      return answerOf(() => grepTool({ pattern, path, glob, maxCount }));
+    },
+  },
+  {
+    method: 'POST',
+    path: '/files/tools/glob',
+    summary:
+      'Regular files matching a glob, sorted; without `/` it matches base names at any depth. At most `maxResults`, within `budgetMs`.',
+    args: argList({
+      pattern: 'str',
+      'path?': ['str', '.'],
+      'maxResults?': ['int', 1000],
+      'budgetMs?': ['int', 20_000],
+    }),
+    handler: ({ args }) => {
+      notNegative(args, 'maxResults', 'budgetMs');
+      const { pattern, path, maxResults, budgetMs } = args as {
+        pattern: string;
+        path: string;
+        maxResults: number;
+        budgetMs: number;
+      };
+      return answerOf(() => globTool({ pattern, path, maxResults, budgetMs }));
+    },
+  },
+];
