@@ -592,7 +592,7 @@ async function images(baseTemplate: string) {
     createToFirstCommand: { hostSystem: host, localImage: localImageRun, docker },
   };
   row(
-    '6 images',
+    '9 images',
     `image template build (${image} + 1 step)`,
     `local ${round(buildMs, 0)} ms · docker ${round(dockerBuildMs, 0)} ms`,
     'a build: prepare the image (user added), one root step, commit',
@@ -600,14 +600,14 @@ async function images(baseTemplate: string) {
   const ratio = (s?: Summary) => (s ? `${round(s.p50 / host.p50, 2)}×` : '—');
   row('9 images', 'create → first command, host system (local)', ms(host), 'baseline');
   row(
-    '6 images',
+    '9 images',
     'create → first command, image (local, overlay)',
     ms(localImageRun),
     `${ratio(localImageRun)} the baseline; the first sandbox of an image exports its file system (the p99)`,
   );
   if (docker)
     row(
-      '6 images',
+      '9 images',
       'create → first command, image (docker)',
       ms(docker),
       `${ratio(docker)} the baseline`,
