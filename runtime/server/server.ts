@@ -99,7 +99,8 @@ export class SandboxServer {
   private stopping: Promise<void> | undefined;
   private extra: NetServer | undefined;
   private tokenDigest: Buffer | undefined;
-  private limitedDigest: Buffer | undefined;
+  /** Digest of `limitedToken`; never matched when there is none. */
+  private readonly limitedDigest: Buffer;
   private resolveStopped = () => {};
   /** Resolves once the server has stopped, whether by {@link stop}, SIGTERM or `POST /shutdown`. */
   readonly stopped = new Promise<void>((resolve) => {
@@ -117,6 +118,7 @@ export class SandboxServer {
       groups === undefined
         ? new Set(this.catalog.map((g) => g.name))
         : parseGroups(typeof groups === 'string' ? groups : groups.join(','), this.catalog);
+    this.limitedDigest = digest(options.limitedToken?.token ?? '');
     this.commands = new CommandTable(this.options.commandTimeoutMs);
     for (const command of builtinCommands()) this.commands.register(command);
     const enabledGroups = this.catalog.filter((g) => this.enabled.has(g.name));
@@ -256,8 +258,7 @@ export class SandboxServer {
     if (route?.public) return;
     if (this.options.token !== undefined && !this.authorized(req)) {
       const limited = this.options.limitedToken;
-      if (limited) this.limitedDigest ??= digest(limited.token);
-      if (!limited || !this.presents(req, this.limitedDigest as Buffer)) {
+      if (!limited || !this.presents(req, this.limitedDigest)) {
         throw new AuthenticationError(
           'missing or wrong token: send the header "Authorization: Bearer <token>"',
         );

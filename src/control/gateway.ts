@@ -8,11 +8,8 @@ import {
 } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
-import {
-  type Capability,
-  capabilityOfSegment,
-  capabilityRefusal,
-} from '../../runtime/protocol/capabilities.js';
+import { routeCapability } from '../../runtime/envd/capabilities.js';
+import { capabilityRefusal } from '../../runtime/protocol/capabilities.js';
 import {
   ACCESS_TOKEN_HEADER,
   ENVD_PORT,
@@ -20,7 +17,6 @@ import {
   SANDBOX_PORT_HEADER,
 } from '../../runtime/protocol/constants.js';
 import { answerClientError } from '../../runtime/server/http.js';
-import { decodeSegments } from '../../runtime/server/route-table.js';
 import { splice } from '../../runtime/server/splice.js';
 import {
   AuthenticationError,
@@ -67,11 +63,6 @@ interface Target {
   port?: number;
   path: string;
   headers: Record<string, string | string[] | undefined>;
-}
-
-/** The template capability an envd route needs, by its first path segment as envd's router reads it. */
-export function envdCapability(pathname: string): Capability | undefined {
-  return capabilityOfSegment(decodeSegments(pathname)[0]);
 }
 
 /** Keeps connections to sandbox sockets alive, opening each without following symlinks. */
@@ -214,7 +205,7 @@ export class Gateway {
       path = query.size > 0 ? `${pathname}?${query}` : pathname;
     }
     if (port === ENVD_PORT) {
-      const needed = envdCapability(pathname);
+      const needed = routeCapability(pathname);
       if (needed && !record.capabilities.includes(needed)) {
         throw new CapabilityError(
           capabilityRefusal(record.template, needed, `${req.method} ${pathname} of sandbox ${id}`),
