@@ -24,15 +24,12 @@ export interface OpenAITool {
 
 /**
  * True when OpenAI's strict mode can take the schema as it is: every property required (strict
- * mode has no optional properties) and no others allowed. Tools with optional arguments are sent
- * with `strict: false`, so the model may leave them out and the tool's defaults apply.
+ * mode has no optional properties; `additionalProperties` is always false here). Tools with
+ * optional arguments are sent with `strict: false`, so the model may leave them out and the
+ * tool's defaults apply.
  */
 function strictAllowed(parameters: ToolParameters): boolean {
-  const names = Object.keys(parameters.properties);
-  return (
-    parameters.additionalProperties === false &&
-    names.every((name) => parameters.required.includes(name))
-  );
+  return Object.keys(parameters.properties).every((name) => parameters.required.includes(name));
 }
 
 /** Tools for OpenAI Chat Completions (`tools: [...]`); run a `tool_calls` entry with `invoke`. */
