@@ -143,7 +143,9 @@ export abstract class BaseSandbox {
    * without `/` matches base names at any depth, dot-directories and dot-files included (like
    * `grep --include`); with `/` it matches paths relative to `path`, and there wildcards do not
    * match a leading `.` unless the segment names it (`.github/*.yml`). At most 1000 results and
-   * 20 s of walking (`truncated` says when either cut it short).
+   * 20 s of walking (`truncated` says when either cut it short). Options: `includeDirs`
+   * (directories too), `relative` (paths relative to `path`), `style: 'path'` (fast-glob's
+   * rules with `dot: true`, as deepagents JS), see {@link GlobOptions}.
    */
   glob(pattern: string, options: GlobOptions = {}): Promise<GlobResult> {
     return globFiles(this.toolRunner(), pattern, options);

@@ -249,7 +249,22 @@ export function deepAgentsBackend(
       const root = await rootOf();
       const real = root.toSandbox(path);
       if (real === undefined) return { error: outsideRoot('searching', path) };
-      return globInSandbox(sandbox, pattern, real, path);
+      // deepagents JS answers as fast-glob with `dot: true`: folders too, relative paths.
+      const result = await sandbox.glob(pattern, {
+        path: real,
+        style: 'path',
+        includeDirs: true,
+        relative: true,
+      });
+      if (result.error !== undefined) {
+        // deepagents finds nothing in a missing folder (or a file).
+        if (isMissingOrNotDirectory(result.errorCode)) return { files: [], truncated: false };
+        if (result.errorCode === 'invalid_pattern') {
+          return { error: `Error finding files: invalid glob pattern '${pattern}'` };
+        }
+        return { error: root.text(result.error) };
+      }
+      return { files: (result.matches ?? []).map(fileInfo), truncated: result.truncated };
     },
   };
 }
@@ -347,220 +362,6 @@ function markStderr(command: string, root: string): string {
     '[ -n "$status" ] || status=1',
     'exit "$status"',
   ].join('\n');
-}
-
-/** glob() returns at most this many entries (and sets `truncated`), as BaseSandbox's glob. */
-const GLOB_MAX_RESULTS = 1000;
-/** glob() stops walking after this long (and sets `truncated`). */
-const GLOB_BUDGET_MS = 20_000;
-/** Precedes the walker's answer in the command output. */
-const GLOB_MARK = '__ABX_DEEPAGENTS_GLOB__';
-
-/**
- * Walks the folder in the sandbox (breadth first, not into symlinked folders or the virtual file
- * systems) and prints the entries whose path relative to it matches: `[path, isDir, size,
- * mtimeMs]`. Plain JavaScript for whatever node the sandbox has (BaseSandbox's helpers need node
- * too), so that only matches cross the wire; its arguments come as one JSON argument.
- */
-const GLOB_WALKER = `
-const fs = require('fs');
-const a = JSON.parse(process.argv[1]);
-const re = new RegExp(a.regex);
-const out = { files: [], truncated: false };
-const started = Date.now();
-const join = (dir, name) => (dir.endsWith('/') ? dir + name : dir + '/' + name);
-try {
-  if (!fs.statSync(a.base).isDirectory()) out.error = 'ENOTDIR';
-} catch (e) {
-  out.error = e.code || String(e);
-}
-const queue = out.error ? [] : [[a.base, '', 0]];
-walk: for (let i = 0; i < queue.length; i++) {
-  if (Date.now() - started > a.budgetMs) {
-    out.truncated = true;
-    break;
-  }
-  const [dir, rel, depth] = queue[i];
-  let entries;
-  try {
-    entries = fs.readdirSync(dir, { withFileTypes: true });
-  } catch (e) {
-    continue;
-  }
-  for (const entry of entries) {
-    const full = join(dir, entry.name);
-    const path = rel ? rel + '/' + entry.name : entry.name;
-    if (re.test(path)) {
-      let stats;
-      try {
-        stats = fs.statSync(full);
-      } catch (e) {
-        stats = undefined;
-      }
-      if (stats) {
-        if (out.files.length === a.maxResults) {
-          out.truncated = true;
-          break walk;
-        }
-        out.files.push([path, stats.isDirectory() ? 1 : 0, stats.size, stats.mtimeMs]);
-      }
-    }
-    if (entry.isDirectory() && (a.maxDepth < 0 || depth + 1 < a.maxDepth) && a.prune.indexOf(full) < 0) {
-      queue.push([full, path, depth + 1]);
-    }
-  }
-}
-process.stdout.write('\\n' + ${JSON.stringify(GLOB_MARK)} + JSON.stringify(out) + '\\n');
-`;
-
-/** deepagents' glob: entries (directories too) under `real`, paths relative to it. */
-async function globInSandbox(
-  sandbox: BaseSandbox,
-  pattern: string,
-  real: string,
-  shownPath: string,
-): Promise<{ files: DeepAgentsFileInfo[]; truncated: boolean } | Failure> {
-  const compiled = compileGlob(pattern);
-  try {
-    new RegExp(compiled.regex);
-  } catch {
-    return { error: `Error finding files: invalid glob pattern '${pattern}'` };
-  }
-  const args = JSON.stringify({
-    base: real,
-    regex: compiled.regex,
-    maxDepth: compiled.maxDepth ?? -1,
-    maxResults: GLOB_MAX_RESULTS,
-    budgetMs: GLOB_BUDGET_MS,
-    prune: ['/proc', '/sys', '/dev', '/run'],
-  });
-  const interpreter = shellQuote(sandbox.interpreter);
-  const result = await sandbox.execute(
-    `${interpreter} -e ${shellQuote(GLOB_WALKER)} ${shellQuote(args)} 2>&1`,
-    { timeoutMs: GLOB_BUDGET_MS + 30_000 },
-  );
-  const at = result.output.lastIndexOf(`\n${GLOB_MARK}`);
-  if (at < 0) {
-    const detail = result.output.trim().slice(0, 300) || '(no output)';
-    const reason =
-      result.exitCode === 127
-        ? `the sandbox has no '${sandbox.interpreter}' on its PATH (glob runs a small node program)`
-        : `unexpected answer from the sandbox (exit code ${result.exitCode}): ${detail}`;
-    return { error: `Error finding files in '${shownPath}': ${reason}` };
-  }
-  let answer: { files: [string, 0 | 1, number, number][]; truncated: boolean; error?: string };
-  try {
-    answer = JSON.parse(result.output.slice(at + GLOB_MARK.length + 1).split('\n', 1)[0] ?? '');
-  } catch {
-    return { error: `Error finding files in '${shownPath}': the answer was cut short` };
-  }
-  if (answer.error !== undefined) {
-    // deepagents finds nothing in a missing folder (or a file).
-    if (answer.error === 'ENOENT' || answer.error === 'ENOTDIR') {
-      return { files: [], truncated: false };
-    }
-    const reason = answer.error === 'EACCES' ? 'permission denied' : answer.error;
-    return { error: `Error finding files in '${shownPath}': ${reason}` };
-  }
-  const files = answer.files.map(([path, isDir, size, mtimeMs]) => ({
-    path,
-    is_dir: isDir === 1,
-    size,
-    modified_at: new Date(mtimeMs).toISOString(),
-  }));
-  return {
-    files: files.sort((a, b) => byPath(a, b)),
-    truncated: answer.truncated,
-  };
-}
-
-/**
- * A glob pattern as deepagents matches it against paths relative to the folder searched: `*`
- * and `?` stay within a name (and match a leading dot), `**` spans folders (`**\/` also none),
- * `[a-z]`/`[!x]` are classes; `{a,b}` alternatives too (as fast-glob in deepagents'
- * FilesystemBackend). A leading `/` or `./` is dropped. `maxDepth`: how deep a match can lie
- * (undefined with `**`).
- */
-function compileGlob(pattern: string): { regex: string; maxDepth: number | undefined } {
-  const trimmed = pattern.replace(/^(\.?\/)+/, '').replace(/\/+$/, '');
-  const alternatives = expandBraces(trimmed);
-  let maxDepth: number | undefined = 0;
-  const sources = alternatives.map((alternative) => {
-    if (alternative.includes('**')) maxDepth = undefined;
-    else if (maxDepth !== undefined) {
-      maxDepth = Math.max(maxDepth, alternative.split('/').length);
-    }
-    return globToRegex(alternative);
-  });
-  return { regex: `^(?:${sources.join('|')})$`, maxDepth };
-}
-
-function globToRegex(pattern: string): string {
-  let out = '';
-  for (let i = 0; i < pattern.length; ) {
-    const c = pattern[i] as string;
-    if (c === '*') {
-      if (pattern[i + 1] === '*') {
-        i += 2;
-        if (pattern[i] === '/') {
-          out += '(?:.*/)?';
-          i++;
-        } else {
-          out += '.*';
-        }
-      } else {
-        out += '[^/]*';
-        i++;
-      }
-    } else if (c === '?') {
-      out += '[^/]';
-      i++;
-    } else if (c === '[') {
-      // `]` right after `[` (or `[!`) belongs to the class.
-      const first = pattern[i + 1] === '!' || pattern[i + 1] === '^' ? i + 2 : i + 1;
-      const end = pattern.indexOf(']', first + 1);
-      if (end < 0) {
-        out += '\\[';
-        i++;
-        continue;
-      }
-      const negated = first === i + 2;
-      const body = pattern.slice(first, end).replace(/[\\\]^[]/g, '\\$&');
-      out += `[${negated ? '^' : ''}${body}]`;
-      i = end + 1;
-    } else {
-      out += c.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
-      i++;
-    }
-  }
-  return out;
-}
-
-/** The alternatives of the first `{a,b}` group, expanded recursively (at most 256). */
-function expandBraces(pattern: string): string[] {
-  const open = pattern.indexOf('{');
-  if (open < 0) return [pattern];
-  let depth = 0;
-  let start = open + 1;
-  const options: string[] = [];
-  for (let i = open; i < pattern.length; i++) {
-    const c = pattern[i];
-    if (c === '{') depth++;
-    else if (c === '}' && --depth === 0) {
-      options.push(pattern.slice(start, i));
-      if (options.length < 2) break;
-      const rest = pattern.slice(i + 1);
-      const expanded = options.flatMap((option) =>
-        expandBraces(pattern.slice(0, open) + option + rest),
-      );
-      return expanded.slice(0, 256);
-    } else if (c === ',' && depth === 1) {
-      options.push(pattern.slice(start, i));
-      start = i + 1;
-    }
-  }
-  // No closed group of two or more: the braces are literal.
-  return [pattern];
 }
 
 function fileInfo(entry: FileInfo): DeepAgentsFileInfo {

@@ -1,3 +1,4 @@
+import { GLOB_STYLES } from '../../runtime/server/file-tools/protocol.js';
 import { isToolError, type ToolRunner } from './tool-runner.js';
 import type { GlobOptions, GlobResult } from './types.js';
 
@@ -13,11 +14,23 @@ export async function globFiles(
   options: GlobOptions = {},
 ): Promise<GlobResult> {
   const path = options.path ?? '.';
+  const style = options.style ?? 'reference';
+  if (!GLOB_STYLES.includes(style)) {
+    const styles = GLOB_STYLES.map((s) => `'${s}'`).join(' or ');
+    return {
+      error: `Glob style must be ${styles}, not ${JSON.stringify(style)}`,
+      errorCode: 'invalid_argument',
+      truncated: false,
+    };
+  }
   const outcome = await runner.run('glob', {
     pattern,
     path,
     maxResults: GLOB_MAX_RESULTS,
     budgetMs: GLOB_TIME_BUDGET_MS,
+    style,
+    includeDirs: options.includeDirs === true,
+    relative: options.relative === true,
   });
   if (!outcome.ok) return { error: outcome.error, truncated: false };
   const answer = outcome.value;
@@ -26,7 +39,7 @@ export async function globFiles(
     case 'invalid_pattern':
       return {
         errorCode: answer.error,
-        error: `Pattern '${pattern}': invalid_pattern ('..' segments may not leave the search root)`,
+        error: `Pattern '${pattern}': invalid_pattern ('..' segments may not leave the search root; a class such as [z-a] is invalid)`,
         truncated: false,
       };
     case 'file_not_found':

@@ -110,7 +110,7 @@ export interface DeleteResult {
 
 /** A file or directory as {@link BaseSandbox.ls} and {@link BaseSandbox.glob} describe it. */
 export interface FileInfo {
-  /** Absolute path, without a trailing `/`. */
+  /** Absolute path, without a trailing `/` (from glob with `relative`, relative to its `path`). */
   path: string;
   isDir: boolean;
   /** Size in bytes. */
@@ -167,6 +167,19 @@ export interface GrepResult {
 export interface GlobOptions {
   /** Directory the pattern is relative to; default the working directory. */
   path?: string;
+  /**
+   * How the pattern matches. `reference` (the default), as deepagents' Python reference: a
+   * pattern without `/` matches base names at any depth (dot-directories included); one with `/`
+   * is matched from `path` segment by segment, and there wildcards skip dot-names. `path`, as
+   * fast-glob with `dot: true` (deepagents JS's filesystem backend): the pattern is matched
+   * against the whole path relative to `path`, so `*.py` is the top level only and wildcards
+   * match dot-names; `/proc`, `/sys`, `/dev` and `/run` are never walked.
+   */
+  style?: 'reference' | 'path';
+  /** Directories that match are results too (default only regular files). */
+  includeDirs?: boolean;
+  /** Each match's `path` relative to `path` (default absolute). */
+  relative?: boolean;
 }
 
 /** What {@link BaseSandbox.glob} gives back. */

@@ -583,6 +583,66 @@ export function describeBaseSandboxContract(
         expect(missing.error).toMatch(/not found/);
       });
 
+      test('includeDirs and relative: folders are matches too, paths relative to the root', async () => {
+        const dir = folder('glob-dirs');
+        for (const name of ['a.py', 'pkg.py/x.txt', 'src/b.py', 'src/sub/c.txt', '.venv/d.py']) {
+          await put(`${dir}/${name}`, 'hi');
+        }
+        const shown = async (pattern: string, options: Record<string, unknown> = {}) =>
+          (await box.glob(pattern, { path: dir, ...options })).matches?.map((m) =>
+            m.isDir ? `${m.path}/` : m.path,
+          );
+        expect(await shown('*.py', { includeDirs: true, relative: true })).toEqual([
+          '.venv/d.py',
+          'a.py',
+          'pkg.py/',
+          'src/b.py',
+        ]);
+        expect(await shown('src/*', { includeDirs: true, relative: true })).toEqual([
+          'src/b.py',
+          'src/sub/',
+        ]);
+        expect(await shown('src/**', { includeDirs: true, relative: true })).toEqual([
+          'src/b.py',
+          'src/sub/',
+          'src/sub/c.txt',
+        ]);
+        // Without includeDirs a folder never matches; without relative paths are absolute.
+        expect(await shown('*.py', { relative: true })).toEqual(['.venv/d.py', 'a.py', 'src/b.py']);
+        expect(await shown('src/*', { includeDirs: true })).toEqual([
+          `${dir}/src/b.py`,
+          `${dir}/src/sub/`,
+        ]);
+        const file = (await box.glob('a.py', { path: dir, relative: true })).matches?.[0];
+        expect(file).toMatchObject({ path: 'a.py', isDir: false, size: 2 });
+      });
+
+      test("style 'path': the whole relative path matches, wildcards take dot-names", async () => {
+        const dir = folder('glob-path-style');
+        for (const name of ['a.py', '.b.py', 'src/c.py', '.venv/lib/d.py', 'src/e.md']) {
+          await put(`${dir}/${name}`, '');
+        }
+        const shown = async (pattern: string, includeDirs = false) =>
+          (
+            await box.glob(pattern, { path: dir, style: 'path', relative: true, includeDirs })
+          ).matches?.map((m) => (m.isDir ? `${m.path}/` : m.path));
+        // No base-name rule: `*.py` is the top level only, and `*` takes a leading dot.
+        expect(await shown('*.py')).toEqual(['.b.py', 'a.py']);
+        expect(await shown('**/*.py')).toEqual(['.b.py', '.venv/lib/d.py', 'a.py', 'src/c.py']);
+        expect(await shown('*', true)).toEqual(['.b.py', '.venv/', 'a.py', 'src/']);
+        expect(await shown('src/*.{py,md}')).toEqual(['src/c.py', 'src/e.md']);
+        expect(await shown('/src/?.py')).toEqual(['src/c.py']);
+        expect(await shown('**/lib', true)).toEqual(['.venv/lib/']);
+        const bad = await box.glob('[z-a]', { path: dir, style: 'path' });
+        expect(bad.errorCode).toBe('invalid_pattern');
+        expect(bad.error).toMatch(/\[z-a\]/);
+        const unknown = await box.glob('*', {
+          path: dir,
+          style: 'regex' as unknown as 'path',
+        });
+        expect(unknown.error).toMatch(/style must be 'reference' or 'path', not "regex"/);
+      });
+
       test('the result count is bounded and says so', async () => {
         const dir = folder('glob-many');
         await sh(

@@ -646,6 +646,19 @@ describe('glob', () => {
     expect(file).toMatchObject({ path: 'file1.txt', is_dir: false, size: 1 });
   });
 
+  test('runs no program in the sandbox (envd walks the tree), and says when a pattern is bad', async () => {
+    const interpreter = sandbox.interpreter;
+    sandbox.interpreter = '/no/such/node';
+    try {
+      expect(await globbed('**/deep.txt')).toEqual(['a/b/c/d/deep.txt']);
+      expect(await failure(backend.glob('file[z-a].txt', '/gl'))).toBe(
+        "Error finding files: invalid glob pattern 'file[z-a].txt'",
+      );
+    } finally {
+      sandbox.interpreter = interpreter;
+    }
+  });
+
   test('a missing folder or a file finds nothing', async () => {
     expect(await backend.glob('*', '/gl-missing')).toEqual({ files: [], truncated: false });
     expect(await backend.glob('*', '/gl/file1.txt')).toEqual({ files: [], truncated: false });

@@ -52,6 +52,15 @@ describe('/files/tools', () => {
     const unknown = await server.call('/files/tools/grep', { body: { pattern: 'x', regex: true } });
     expect(unknown.status).toBe(400);
     expect(unknown.json.type).toBe('ArgumentError');
+    const style = await server.call('/files/tools/glob', {
+      body: { pattern: '*', style: 'regex' },
+    });
+    expect(style.status).toBe(400);
+    expect(style.json.error).toBe(`style must be one of 'reference', 'path', not "regex"`);
+    const flag = await server.call('/files/tools/glob', {
+      body: { pattern: '*', relative: 'yes' },
+    });
+    expect(flag.status).toBe(400);
     const noToken = await server.call('/files/tools/ls', { body: { path: '.' }, token: null });
     expect(noToken.status).toBe(401);
   });
@@ -95,6 +104,15 @@ describe('/files/tools', () => {
     });
     expect(glob.json.matches.map((m: { path: string }) => m.path)).toEqual([join(root, 'a.py')]);
     expect(glob.json.truncated).toBe(false);
+    const dirs = await server.call('/files/tools/glob', {
+      body: { pattern: '*', path: 'tree', style: 'path', includeDirs: true, relative: true },
+    });
+    expect(
+      dirs.json.matches.map((m: { path: string; isDir: boolean }) => [m.path, m.isDir]),
+    ).toEqual([
+      ['.hidden', true],
+      ['a.py', false],
+    ]);
     const del = await server.call('/files/tools/delete', { body: { path: 'tree' } });
     expect(del.json).toEqual({ deleted: true });
     const again = await server.call('/files/tools/delete', { body: { path: 'tree' } });

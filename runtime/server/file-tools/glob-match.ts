@@ -131,32 +131,38 @@ async function list(dir: string, tick: Tick): Promise<Dirent[]> {
 }
 
 /**
- * Every entry under `root` that is not a directory, depth first in name order, hidden ones
- * included; `visit(fullPath, entry)` may throw {@link STOP}. Symlinked directories are not
- * entered; unreadable directories are skipped.
+ * Every entry under `root` that is not a directory (with `dirs`, directories too, before their
+ * contents), depth first in name order, hidden ones included; `visit(fullPath, entry)` may throw
+ * {@link STOP}. Symlinked directories are not entered; unreadable directories are skipped.
  */
 export async function walkTree(
   root: string,
   visit: (full: string, entry: Dirent) => void,
   tick: Tick,
+  dirs = false,
 ): Promise<void> {
   for (const entry of await list(root, tick)) {
     const full = join(root, entry.name);
-    if (entry.isDirectory()) await walkTree(full, visit, tick);
-    else visit(full, entry);
+    if (entry.isDirectory()) {
+      if (dirs) visit(full, entry);
+      await walkTree(full, visit, tick, dirs);
+    } else visit(full, entry);
   }
 }
 
 /**
  * Walks `root` along the pattern segments `segs`, calling `found(absPath, stat)` for each
- * regular file that matches (it may throw {@link STOP}).
+ * regular file (with `dirs`, each directory too) that matches (it may throw {@link STOP}).
  */
 export async function walkGlob(
   root: string,
   segs: string[],
   found: (full: string, st: Stats) => void,
   tick: Tick,
+  dirs = false,
 ): Promise<void> {
+  const wanted = (st: Stats | undefined): st is Stats =>
+    st !== undefined && (st.isFile() || (dirs && st.isDirectory()));
   const matchers = segs.map((s) => (s === '**' ? null : segmentMatcher(s, true)));
   const visit = async (dir: string, i: number): Promise<void> => {
     const seg = segs[i] as string;
@@ -166,10 +172,15 @@ export async function walkGlob(
       for (const entry of await list(dir, tick)) {
         if (entry.name[0] === '.') continue;
         const full = join(dir, entry.name);
-        if (entry.isDirectory()) await visit(full, i);
-        else if (last) {
+        if (entry.isDirectory()) {
+          if (last && dirs) {
+            const st = statOr(full);
+            if (wanted(st)) found(full, st);
+          }
+          await visit(full, i);
+        } else if (last) {
           const st = statOr(full);
-          if (st?.isFile()) found(full, st);
+          if (wanted(st)) found(full, st);
         }
       }
       return;
@@ -179,7 +190,7 @@ export async function walkGlob(
       const st = statOr(full);
       if (!st) return;
       if (last) {
-        if (st.isFile()) found(full, st);
+        if (wanted(st)) found(full, st);
       } else if (st.isDirectory()) await visit(full, i + 1);
       return;
     }
@@ -190,7 +201,7 @@ export async function walkGlob(
       const st = statOr(full);
       if (!st) continue;
       if (last) {
-        if (st.isFile()) found(full, st);
+        if (wanted(st)) found(full, st);
       } else if (st.isDirectory()) await visit(full, i + 1);
     }
   };
@@ -207,20 +218,22 @@ export function globAlternatives(pattern: string): string[] | undefined {
 }
 
 /**
- * Calls `found(absPath, stat)` for every regular file under `root` that one of `alternatives`
- * (from {@link globAlternatives}) matches, by the rules at the top of this file; a file that
- * several match is found once per alternative (the caller keeps a set).
+ * Calls `found(absPath, stat)` for every regular file (with `dirs`, every directory too) under
+ * `root` that one of `alternatives` (from {@link globAlternatives}) matches, by the rules at the
+ * top of this file; an entry that several match is found once per alternative (the caller keeps
+ * a set).
  */
 export async function walkMatches(
   root: string,
   alternatives: string[],
   found: (full: string, st: Stats) => void,
   tick: Tick,
+  dirs = false,
 ): Promise<void> {
   const byName: ((name: string) => boolean)[] = [];
   for (const alternative of alternatives) {
     const rel = alternative.replace(/^\/+/, '');
-    if (rel.includes('/')) await walkGlob(root, splitPattern(rel), found, tick);
+    if (rel.includes('/')) await walkGlob(root, splitPattern(rel), found, tick, dirs);
     else byName.push(segmentMatcher(rel, false));
   }
   if (byName.length === 0) return;
@@ -229,8 +242,107 @@ export async function walkMatches(
     (full, entry) => {
       if (!byName.some((matches) => matches(entry.name))) return;
       const st = statOr(full);
-      if (st?.isFile()) found(full, st);
+      if (st && (st.isFile() || (dirs && st.isDirectory()))) found(full, st);
     },
     tick,
+    dirs,
   );
+}
+
+/**
+ * The `path` style of glob (fast-glob with `dot: true`, as deepagents JS's filesystem backend):
+ * each brace alternative is matched against the whole path relative to the root; `*` and `?`
+ * stay within a name and match a leading `.`; `**` spans directories (`**\/` also none);
+ * `[a-z]`/`[!x]` are classes. A leading `/` or `./` and trailing `/` are dropped. `maxDepth`: how
+ * many segments a match can have (undefined with `**`). Undefined when an alternative has `..` or
+ * a class is invalid.
+ */
+export function pathPattern(pattern: string): { re: RegExp; maxDepth?: number } | undefined {
+  const trimmed = pattern.replace(/^(\.?\/)+/, '').replace(/\/+$/, '');
+  const alternatives = globAlternatives(trimmed);
+  if (!alternatives) return undefined;
+  let maxDepth: number | undefined = 0;
+  const sources = alternatives.map((alternative) => {
+    if (alternative.includes('**')) maxDepth = undefined;
+    else if (maxDepth !== undefined) maxDepth = Math.max(maxDepth, alternative.split('/').length);
+    return pathRegExpSource(alternative);
+  });
+  let re: RegExp;
+  try {
+    re = new RegExp(`^(?:${sources.join('|')})$`);
+  } catch {
+    return undefined; // a class such as [z-a]
+  }
+  return maxDepth === undefined ? { re } : { re, maxDepth };
+}
+
+function pathRegExpSource(pattern: string): string {
+  let out = '';
+  for (let i = 0; i < pattern.length; ) {
+    const c = pattern[i] as string;
+    if (c === '*') {
+      if (pattern[i + 1] === '*') {
+        i += 2;
+        if (pattern[i] === '/') {
+          out += '(?:.*/)?';
+          i++;
+        } else out += '.*';
+      } else {
+        out += '[^/]*';
+        i++;
+      }
+    } else if (c === '?') {
+      out += '[^/]';
+      i++;
+    } else if (c === '\\' && i + 1 < pattern.length) {
+      out += escapeRe(pattern[i + 1] as string);
+      i += 2;
+    } else if (c === '[') {
+      // `]` right after `[` (or `[!`) belongs to the class.
+      const first = pattern[i + 1] === '!' || pattern[i + 1] === '^' ? i + 2 : i + 1;
+      const end = pattern.indexOf(']', first + 1);
+      if (end < 0) {
+        out += '\\[';
+        i++;
+        continue;
+      }
+      const body = pattern.slice(first, end).replace(/[\\\]^[]/g, '\\$&');
+      out += `[${first === i + 2 ? '^' : ''}${body}]`;
+      i = end + 1;
+    } else {
+      out += escapeRe(c);
+      i++;
+    }
+  }
+  return out;
+}
+
+/** Never walked into by the `path` style: the kernel's virtual file systems. */
+const PRUNED = new Set(['/proc', '/sys', '/dev', '/run']);
+
+/**
+ * Breadth first under `root` (not into symlinked directories or {@link PRUNED}), calling
+ * `found(absPath, stat)` for every entry, directories included, whose path relative to
+ * `root` matches `pattern` (from {@link pathPattern}); `found` may throw {@link STOP}.
+ */
+export async function walkPathMatches(
+  root: string,
+  pattern: { re: RegExp; maxDepth?: number },
+  found: (full: string, st: Stats) => void,
+  tick: Tick,
+): Promise<void> {
+  const queue: [dir: string, rel: string, depth: number][] = [[root, '', 0]];
+  for (let i = 0; i < queue.length; i++) {
+    const [dir, rel, depth] = queue[i] as [string, string, number];
+    for (const entry of await list(dir, tick)) {
+      const full = join(dir, entry.name);
+      const path = rel ? `${rel}/${entry.name}` : entry.name;
+      if (pattern.re.test(path)) {
+        const st = statOr(full);
+        if (st) found(full, st);
+      }
+      const deeper = pattern.maxDepth === undefined || depth + 1 < pattern.maxDepth;
+      if (entry.isDirectory() && deeper && !PRUNED.has(full)) queue.push([full, path, depth + 1]);
+    }
+  }
 }

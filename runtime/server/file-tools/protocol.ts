@@ -95,7 +95,19 @@ export interface GlobRequest {
   path: string;
   maxResults: number;
   budgetMs: number;
+  /**
+   * `reference` (the default): deepagents' Python reference rules (glob-match.ts); `path`: the
+   * pattern against the whole relative path, wildcards matching dot-names (fast-glob, `dot: true`).
+   */
+  style?: GlobStyle;
+  /** Directories that match are answers too (default only regular files). */
+  includeDirs?: boolean;
+  /** Each answer's `path` relative to the search root (default absolute). */
+  relative?: boolean;
 }
+
+export const GLOB_STYLES = ['reference', 'path'] as const;
+export type GlobStyle = (typeof GLOB_STYLES)[number];
 
 export interface GlobDone {
   matches: FileEntry[];

@@ -5,6 +5,7 @@ import { answerOf } from '../file-tools/fs.js';
 import { globTool } from '../file-tools/glob.js';
 import { grepTool } from '../file-tools/grep.js';
 import { lsTool } from '../file-tools/ls.js';
+import { GLOB_STYLES, type GlobRequest, type GlobStyle } from '../file-tools/protocol.js';
 import { readTool } from '../file-tools/read.js';
 import type { ServerRoute } from '../route-group.js';
 import { argList } from '../validate.js';
@@ -88,22 +89,28 @@ export const FILE_TOOL_ROUTES: Omit<ServerRoute, 'group'>[] = [
     method: 'POST',
     path: '/files/tools/glob',
     summary:
-      'Regular files matching a glob, sorted; without `/` it matches base names at any depth. At most `maxResults`, within `budgetMs`.',
+      'Entries matching a glob, sorted: regular files (directories too with `includeDirs`), absolute or `relative` to `path`. Style `reference`: without `/` it matches base names at any depth; `path`: the whole relative path, wildcards matching dot-names. At most `maxResults`, within `budgetMs`.',
     args: argList({
       pattern: 'str',
       'path?': ['str', '.'],
       'maxResults?': ['int', 1000],
       'budgetMs?': ['int', 20_000],
+      'style?': ['str', 'reference'],
+      'includeDirs?': ['bool', false],
+      'relative?': ['bool', false],
     }),
     handler: ({ args }) => {
       notNegative(args, 'maxResults', 'budgetMs');
-      const { pattern, path, maxResults, budgetMs } = args as {
-        pattern: string;
-        path: string;
-        maxResults: number;
-        budgetMs: number;
-      };
-      return answerOf(() => globTool({ pattern, path, maxResults, budgetMs }));
+      const request = args as unknown as GlobRequest;
+      if (!GLOB_STYLES.includes(request.style as GlobStyle)) {
+        throw new BadRequestError(
+          `style must be one of ${GLOB_STYLES.map((s) => `'${s}'`).join(', ')}, not ${JSON.stringify(request.style)}`,
+        );
+      }
+      const { pattern, path, maxResults, budgetMs, style, includeDirs, relative } = request;
+      return answerOf(() =>
+        globTool({ pattern, path, maxResults, budgetMs, style, includeDirs, relative }),
+      );
     },
   },
 ];
