@@ -29,6 +29,20 @@ async function chooseProvider() {
   return provider;
 }
 
+/** A whole number ≥ `least` from the environment variable `name`, or undefined when unset. */
+function wholeNumber(name: string, least: number): number | undefined {
+  const text = process.env[name];
+  if (!text) return undefined;
+  const value = Number(text);
+  if (!Number.isInteger(value) || value < least) {
+    console.error(`abx daemon: ${name} must be a whole number ≥ ${least}, not '${text}'`);
+    process.exit(1);
+  }
+  return value;
+}
+
+const warmPool = wholeNumber('ABX_WARM_POOL', 0);
+const startConcurrency = wholeNumber('ABX_START_CONCURRENCY', 1);
 const provider = await chooseProvider().catch((error: Error) => {
   console.error(`abx daemon: ${error.name}: ${error.message}`);
   process.exit(1);
@@ -38,7 +52,9 @@ const daemon = new Daemon({
   ...(process.env.ABX_API_PORT ? { apiPort: Number(process.env.ABX_API_PORT) } : {}),
   ...(process.env.ABX_GATEWAY_PORT ? { gatewayPort: Number(process.env.ABX_GATEWAY_PORT) } : {}),
   ...(process.env.ABX_DOMAIN ? { domain: process.env.ABX_DOMAIN } : {}),
-  ...(process.env.ABX_WARM_POOL ? { warmPool: Number(process.env.ABX_WARM_POOL) } : {}),
+  // The most sandboxes kept started per template (the pool follows demand up to it); 0: none.
+  ...(warmPool === undefined ? {} : { warmPool }),
+  ...(startConcurrency === undefined ? {} : { startConcurrency }),
   ...(provider ? { provider } : {}),
 });
 for (const signal of ['SIGTERM', 'SIGINT'] as const) {

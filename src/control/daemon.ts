@@ -30,10 +30,13 @@ export interface DaemonOptions {
   /** How often expired sandboxes are looked for; default 1 s. */
   reapIntervalMs?: number;
   /**
-   * Sandboxes kept started per template once it has been used, so `create` hands one out at
-   * once; default 1, 0 turns the warm pool off.
+   * The most sandboxes kept started per template, so `create` hands one out at once: a used
+   * template's pool follows its recent demand between 1 and this; default
+   * {@link DEFAULT_WARM_POOL_MAX}, 0 turns the warm pool off.
    */
   warmPool?: number;
+  /** Sandbox starts under way at once (creates and refills); default the number of cores, ≥ 2. */
+  startConcurrency?: number;
   provider?: SandboxProvider;
   /**
    * Builds image templates when `provider` cannot (the local provider runs images but never as
@@ -42,6 +45,9 @@ export interface DaemonOptions {
    */
   imageBuilder?: () => Promise<SandboxProvider>;
 }
+
+/** The warm pool's maximum per template when `warmPool` / `ABX_WARM_POOL` does not say. */
+export const DEFAULT_WARM_POOL_MAX = 10;
 
 const BODY_LIMITS = { maxBytes: 1024 * 1024, timeoutMs: 30_000 };
 
@@ -91,7 +97,12 @@ export class Daemon {
       this.paths.sandboxes,
       (id, kind) => sandboxToken(tokenSecret, id, kind),
       setSandboxEnv,
-      options.warmPool ?? 1,
+      {
+        max: options.warmPool ?? DEFAULT_WARM_POOL_MAX,
+        ...(options.startConcurrency === undefined
+          ? {}
+          : { startConcurrency: options.startConcurrency }),
+      },
     );
     this.reaper = new Reaper(this.sandboxes.reaperHost(), options.reapIntervalMs ?? 1000);
     const table = new RouteTable(API_ROUTES);

@@ -12,13 +12,21 @@ import {
   checkTimeout,
   MAX_SANDBOX_TIMEOUT_MS,
 } from './sandbox-request.js';
+import { StartSlots } from './start-slots.js';
 import type { BuiltTemplate, TemplateService } from './template-service.js';
-import { WarmPool } from './warm-pool.js';
+import { WarmPool, type WarmPoolOptions } from './warm-pool.js';
+
+/** The warm pool's settings, and how many sandbox starts may be under way at once. */
+export interface SandboxPoolOptions extends WarmPoolOptions {
+  /** Provider starts under way at once, creates and refills together; default by cores. */
+  startConcurrency?: number;
+}
 
 /**
  * Sandboxes' life: create, find, kill, extend, and adoption at start (keeping the registry and
- * the host's processes in agreement). The warm pool (warm-pool.ts), request validation
- * (sandbox-request.ts) and the periodic reaper (reaper.ts) are their own modules.
+ * the host's processes in agreement). The warm pool (warm-pool.ts), the bound on starts under
+ * way at once (start-slots.ts), request validation (sandbox-request.ts) and the periodic reaper
+ * (reaper.ts) are their own modules.
  */
 export class SandboxService {
   /** Sandboxes being killed right now, so a reaper pass and an API call do not race. */
@@ -33,12 +41,15 @@ export class SandboxService {
     private readonly tokens: (id: string, kind: TokenKind) => string,
     /** Adds variables to a running sandbox's environment (envd's `PUT /env`). */
     setEnv: (handle: SandboxHandle, token: string, env: Record<string, string>) => Promise<void>,
-    /** Sandboxes kept started per template, ready to hand out; 0 turns the pool off. */
-    warmPool = 1,
+    /** The most sandboxes kept started per template (or the pool's settings); 0: no pool. */
+    warmPool: number | SandboxPoolOptions = 1,
   ) {
+    const options = typeof warmPool === 'number' ? { max: warmPool } : warmPool;
+    this.slots = new StartSlots(options.startConcurrency);
     this.pool = new WarmPool(
       {
         registry,
+        slots: this.slots,
         isAlive: (handle) => provider.isAlive(handle),
         template: (name) => templates.get(name),
         start: (template) => this.start(template, 'pooled', {}, {}, MAX_SANDBOX_TIMEOUT_MS),
@@ -46,11 +57,12 @@ export class SandboxService {
         discard: (record, why) => this.kill(record.id, 'killed', why).then(() => undefined),
         setEnv: (record, env) => setEnv(record.handle, this.controlTokenOf(record.id), env),
       },
-      warmPool,
+      options,
     );
   }
 
   private readonly pool: WarmPool;
+  private readonly slots: StartSlots;
 
   /** The token a sandbox's users present (through the gateway), limited to its capabilities. */
   tokenOf(id: string): string {
@@ -71,15 +83,17 @@ export class SandboxService {
     const envs = checkEnvs(request.envs);
     const metadata = checkStringMap('metadata', request.metadata);
     const name = template.spec.name;
-    try {
-      const pooled = await this.pool.claim(name, envs, metadata, timeoutMs);
-      if (pooled) return { record: pooled, accessToken: this.tokenOf(pooled.id) };
-      const { record } = await this.start(template, 'running', envs, metadata, timeoutMs);
-      return { record, accessToken: this.tokenOf(record.id) };
-    } finally {
-      // The next create of this template finds a sandbox waiting.
-      void this.pool.refill(name);
-    }
+    // The pool refills itself in the background: nothing of it runs on this create's path.
+    const pooled = await this.pool.claim(name, envs, metadata, timeoutMs);
+    if (pooled) return { record: pooled, accessToken: this.tokenOf(pooled.id) };
+    const record = await this.slots.run('create', async () => {
+      // While this create waited for a slot, a refill may have put a sandbox in the pool.
+      const late = await this.pool.claim(name, envs, metadata, timeoutMs, false);
+      if (late) return late;
+      return (await this.start(this.templates.get(name), 'running', envs, metadata, timeoutMs))
+        .record;
+    });
+    return { record, accessToken: this.tokenOf(record.id) };
   }
 
   /** Starts a sandbox and records it; never leaves one running without a registry row. */
@@ -93,6 +107,7 @@ export class SandboxService {
     const id = newSandboxId();
     const accessToken = this.tokenOf(id);
     const dir = join(this.sandboxesDir, id);
+    const began = performance.now();
     const handle = await this.provider
       .create({
         id,
@@ -114,6 +129,7 @@ export class SandboxService {
         rmSync(dir, { recursive: true, force: true });
         throw error;
       });
+    this.pool.observeStart(template.spec.name, performance.now() - began);
     const now = Date.now();
     const record: SandboxRecord = {
       id,
@@ -137,7 +153,10 @@ export class SandboxService {
     return { record };
   }
 
-  /** Tops the warm pool of a template up to its size, one sandbox at a time. */
+  /**
+   * Brings the warm pool of a template to its size now (see WarmPool) and resolves once the
+   * refills that takes are done.
+   */
   refill(template: string): Promise<void> {
     return this.pool.refill(template);
   }
@@ -148,6 +167,11 @@ export class SandboxService {
    */
   drainPool(template?: string): Promise<void> {
     return this.pool.drain(template);
+  }
+
+  /** The number of sandboxes the warm pool of a template aims at now (0: not used, or no pool). */
+  poolSize(template: string): number {
+    return this.pool.size(template);
   }
 
   /** Stops refilling and empties the warm pool (the daemon is stopping). */

@@ -1,10 +1,13 @@
 import type { SandboxHandle } from '../providers/provider.js';
 import type { Registry, SandboxRecord } from './registry.js';
+import type { StartSlots } from './start-slots.js';
 import type { BuiltTemplate } from './template-service.js';
 
 /** What the warm pool needs from the sandbox service that owns it. */
 export interface PoolHost {
   registry: Registry;
+  /** Bounds the starts under way at once; the pool's refills wait behind creates. */
+  slots: StartSlots;
   isAlive(handle: SandboxHandle): boolean;
   template(name: string): BuiltTemplate;
   /** Starts a sandbox of the template in the `pooled` state. */
@@ -17,29 +20,124 @@ export interface PoolHost {
   setEnv(record: SandboxRecord, env: Record<string, string>): Promise<void>;
 }
 
+export interface WarmPoolOptions {
+  /** The most sandboxes kept per template; 0 turns the pool off. */
+  max: number;
+  /**
+   * How long a create counts towards its template's size, and so how long a template that went
+   * quiet keeps more than one sandbox; default 60 s.
+   */
+  windowMs?: number;
+  /** The clock demand is measured on (tests move it); default `Date.now`. */
+  now?: () => number;
+}
+
+/** The size of a pool that has not yet seen a start of its template take its time. */
+const FIRST_START_GUESS_MS = 500;
+/** Creates remembered per template: enough to tell any size up to a sane maximum. */
+const MAX_ARRIVALS = 10_000;
+
+/** One template's demand and the refills under way for it. */
+class Demand {
+  /** When its recent creates arrived, oldest first (within the window). */
+  readonly arrivals: number[] = [];
+  /** How long a start of this template takes, a moving average of the latest ones. */
+  startMs = FIRST_START_GUESS_MS;
+  private measured = false;
+  /** Refills waiting for a start slot or under way. */
+  readonly refills = new Set<Promise<void>>();
+  /** Provider starts of refills under way (holding a slot). */
+  readonly starting = new Set<Promise<unknown>>();
+  /** Drained or closed: its waiting refills start nothing. */
+  dropped = false;
+  /** A refill failed: no more until the next create of the template. */
+  stalled = false;
+  rebalanceScheduled = false;
+
+  observeStart(ms: number): void {
+    this.startMs = this.measured ? 0.75 * this.startMs + 0.25 * ms : ms;
+    this.measured = true;
+  }
+
+  /**
+   * The most creates that arrived within one start's time of each other since `since`: as many
+   * sandboxes as were wanted while one more was starting.
+   */
+  peak(since: number): number {
+    const { arrivals } = this;
+    let first = 0;
+    while (first < arrivals.length && (arrivals[first] as number) < since) first++;
+    arrivals.splice(0, first);
+    let peak = 0;
+    for (let from = 0, to = 0; to < arrivals.length; to++) {
+      while ((arrivals[to] as number) - (arrivals[from] as number) > this.startMs) from++;
+      peak = Math.max(peak, to - from + 1);
+    }
+    return peak;
+  }
+}
+
 /**
- * Sandboxes started ahead of demand, `size` per template once it has been used: `claim` hands
- * one out (made the caller's: its metadata, lifetime and envs), `refill` tops the pool up in the
- * background, `drain` empties it (a template was rebuilt, or the daemon stops).
+ * Sandboxes started ahead of demand, per template once it has been used. A template's pool holds
+ * as many as the most creates of it that came within one start's time of each other in the last
+ * `windowMs` (a burst of 20 → 20; a steady stream → its rate × the time a start takes), at least
+ * 1 and at most `max`. `claim` hands one out (made the caller's: its metadata, lifetime and envs);
+ * refills run in the background, several at once behind callers' creates (StartSlots); extras are
+ * killed once the demand that called for them is older than the window; `drain` empties the pool
+ * (a template was rebuilt, or the daemon stops).
  */
 export class WarmPool {
-  private readonly refilling = new Map<string, Promise<void>>();
+  private readonly demand = new Map<string, Demand>();
+  /** Extras and recycled sandboxes being killed. */
+  private readonly evicting = new Set<Promise<void>>();
+  private readonly windowMs: number;
+  private readonly now: () => number;
+  readonly max: number;
+  private timer: NodeJS.Timeout | undefined;
   private stopped = false;
 
   constructor(
     private readonly host: PoolHost,
-    /** Sandboxes kept per template; 0 turns the pool off. */
-    readonly size: number,
-  ) {}
+    options: WarmPoolOptions,
+  ) {
+    const { max, windowMs = 60_000 } = options;
+    if (!Number.isInteger(max) || max < 0) {
+      throw new RangeError(`the warm pool's maximum must be a whole number ≥ 0, not ${max}`);
+    }
+    if (!(windowMs > 0)) {
+      throw new RangeError(`the warm pool's window must be a positive duration, not ${windowMs}`);
+    }
+    this.max = max;
+    this.windowMs = windowMs;
+    this.now = options.now ?? Date.now;
+  }
 
-  /** A pooled sandbox of the template made the caller's, or undefined when none is waiting. */
+  /** The number of sandboxes the pool of a template aims at now: 0 until it is used. */
+  size(template: string): number {
+    const demand = this.demand.get(template);
+    if (!demand || this.max <= 0) return 0;
+    return Math.min(this.max, Math.max(1, demand.peak(this.now() - this.windowMs)));
+  }
+
+  /** Records how long a start of the template took (a create's or a refill's). */
+  observeStart(template: string, ms: number): void {
+    this.demand.get(template)?.observeStart(ms);
+  }
+
+  /**
+   * A pooled sandbox of the template made the caller's, or undefined when none is waiting.
+   * `counted`: this call is a create's first look (its demand is recorded and a refill
+   * scheduled), not its second after it waited for a start slot.
+   */
   async claim(
     template: string,
     envs: Record<string, string>,
     metadata: Record<string, string>,
     timeoutMs: number,
+    counted = true,
   ): Promise<SandboxRecord | undefined> {
-    if (this.size <= 0) return undefined;
+    if (this.max <= 0 || this.stopped) return undefined;
+    if (counted) this.demanded(template);
     const { registry } = this.host;
     for (;;) {
       const now = Date.now();
@@ -64,37 +162,130 @@ export class WarmPool {
     }
   }
 
-  /** Tops the pool of a template up to its size, one sandbox at a time. */
-  refill(template: string): Promise<void> {
-    if (this.size <= 0 || this.stopped) return Promise.resolve();
-    let running = this.refilling.get(template);
-    if (!running) {
-      running = (async () => {
-        while (!this.stopped && this.host.registry.countPooled(template) < this.size) {
-          await this.host.start(this.host.template(template));
-        }
-      })()
-        .catch((error) => console.error(`warm pool of ${template}:`, error))
-        .finally(() => this.refilling.delete(template));
-      this.refilling.set(template, running);
+  /**
+   * Brings the pool of a template to its size now (extras killed, what is missing started) and
+   * resolves once the refills that takes are done.
+   */
+  async refill(template: string): Promise<void> {
+    for (;;) {
+      this.rebalance(template);
+      const refills = [...(this.demand.get(template)?.refills ?? [])];
+      if (refills.length === 0) break;
+      await Promise.all(refills);
     }
-    return running;
+    await Promise.all([...this.evicting]);
   }
 
-  /** Kills the pooled sandboxes of a template, or of all templates when none is named. */
+  /**
+   * Kills the pooled sandboxes of a template, or of all templates when none is named, and forgets
+   * their demand until their next create: refills waiting for a slot start nothing, those under way
+   * are waited for and their sandboxes killed.
+   */
   async drain(template?: string): Promise<void> {
-    await (template ? this.refilling.get(template) : Promise.all(this.refilling.values()));
+    const names = template === undefined ? [...this.demand.keys()] : [template];
+    const starting: Promise<unknown>[] = [];
+    for (const name of names) {
+      const demand = this.demand.get(name);
+      if (!demand) continue;
+      demand.dropped = true;
+      this.demand.delete(name);
+      starting.push(...demand.starting);
+    }
+    await Promise.allSettled(starting);
     const pooled = this.host.registry
       .listSandboxes({ state: 'pooled' })
-      .filter((record) => !template || record.template === template);
-    // Out of the pool first, all at once: a create arriving while they die cannot claim one.
-    for (const record of pooled) this.host.registry.deleteSandbox(record.id);
-    await Promise.all(pooled.map((record) => this.host.release(record)));
+      .filter((record) => template === undefined || record.template === template);
+    this.evict(pooled);
+    await Promise.all([...this.evicting]);
   }
 
   /** Stops refilling and empties the pool. */
   async close(): Promise<void> {
     this.stopped = true;
+    clearInterval(this.timer);
+    this.timer = undefined;
     await this.drain();
+  }
+
+  private demanded(template: string): void {
+    let demand = this.demand.get(template);
+    if (!demand) {
+      demand = new Demand();
+      this.demand.set(template, demand);
+    }
+    demand.arrivals.push(this.now());
+    if (demand.arrivals.length > MAX_ARRIVALS) demand.arrivals.shift();
+    demand.stalled = false;
+    // The create's answer goes out first: nothing of a refill runs in its turn of the event loop.
+    if (!demand.rebalanceScheduled) {
+      demand.rebalanceScheduled = true;
+      setImmediate(() => {
+        demand.rebalanceScheduled = false;
+        this.rebalance(template);
+      });
+    }
+    // Pools shrink (and recycle) on their own, also when no create comes.
+    this.timer ??= setInterval(
+      () => {
+        for (const name of this.demand.keys()) this.rebalance(name);
+      },
+      Math.min(1000, Math.max(10, this.windowMs / 10)),
+    ).unref();
+  }
+
+  /** Kills extras and sandboxes past the longest lifetime; starts what is missing. */
+  private rebalance(template: string): void {
+    const demand = this.demand.get(template);
+    if (!demand || demand.dropped || this.stopped) return;
+    const size = this.size(template);
+    const now = Date.now();
+    // Oldest first, as claimPooled hands them out: extras go from the front too.
+    const pooled = this.host.registry.listSandboxes({ state: 'pooled', template });
+    const stale = pooled.filter((record) => record.expiresAt <= now);
+    const fresh = pooled.filter((record) => record.expiresAt > now);
+    const extras = fresh.slice(0, Math.max(0, fresh.length - size));
+    this.evict([...stale, ...extras]);
+    if (demand.stalled) return;
+    for (let n = fresh.length - extras.length + demand.refills.size; n < size; n++) {
+      this.startRefill(template, demand);
+    }
+  }
+
+  private startRefill(template: string, demand: Demand): void {
+    const refill = this.host.slots
+      .run('refill', async () => {
+        // Decided again with a slot in hand: the demand may have passed while it waited.
+        const wanted =
+          !demand.dropped &&
+          !this.stopped &&
+          !demand.stalled &&
+          this.host.registry.countPooled(template) + demand.starting.size < this.size(template);
+        if (!wanted) return;
+        const start = this.host.start(this.host.template(template));
+        demand.starting.add(start);
+        try {
+          await start;
+        } finally {
+          demand.starting.delete(start);
+        }
+      })
+      .catch((error) => {
+        demand.stalled = true;
+        console.error(`warm pool of ${template}:`, error);
+      })
+      .finally(() => demand.refills.delete(refill));
+    demand.refills.add(refill);
+  }
+
+  /** Takes pooled sandboxes out of the pool at once (no create can claim them), then kills them. */
+  private evict(records: SandboxRecord[]): void {
+    for (const record of records) this.host.registry.deleteSandbox(record.id);
+    for (const record of records) {
+      const killing = this.host
+        .release(record)
+        .catch((error) => console.error(`warm pool: killing ${record.id}:`, error))
+        .finally(() => this.evicting.delete(killing));
+      this.evicting.add(killing);
+    }
   }
 }

@@ -1,4 +1,5 @@
-import { type Dispatcher, errors, request } from 'undici';
+import { type Dispatcher, errors, Pool, request } from 'undici';
+import { SANDBOX_ID_HEADER, SANDBOX_PORT_HEADER } from '../../runtime/protocol/constants.js';
 import {
   DaemonUnavailableError,
   errorFromBody,
@@ -10,6 +11,35 @@ import {
 import type { DaemonConnection } from '../installation/daemon-connection.js';
 
 type Body = Dispatcher.RequestOptions['body'];
+
+/** Pools kept at most; the least recently used one is closed (gracefully) past this. */
+const MAX_SANDBOX_POOLS = 256;
+const sandboxPools = new Map<string, Pool>();
+
+/**
+ * The connection pool of one sandbox port behind the gateway. The gateway routes whole
+ * connections: a connection that stays with one sandbox port is checked once, while one shared
+ * by several would be checked again (and moved) at every change. Keyed by gateway, sandbox and
+ * port, so every client of that port (a `Sandbox`'s envd client, its server client...) shares it.
+ */
+export function sandboxPool(origin: string, sandboxId: string, port: string): Pool {
+  const key = `${origin} ${sandboxId} ${port}`;
+  let pool = sandboxPools.get(key);
+  if (pool) {
+    // Most recently used last.
+    sandboxPools.delete(key);
+  } else {
+    pool = new Pool(origin);
+    if (sandboxPools.size >= MAX_SANDBOX_POOLS) {
+      const [oldest, old] = sandboxPools.entries().next().value as [string, Pool];
+      sandboxPools.delete(oldest);
+      // Requests under way finish; no new one reaches it, as it is no longer found.
+      old.close().catch(() => undefined);
+    }
+  }
+  sandboxPools.set(key, pool);
+  return pool;
+}
 
 export interface RequestOptions {
   query?: Record<string, string | number | boolean | undefined>;
@@ -29,6 +59,9 @@ export interface RequestOptions {
  * deadline: a dead peer gives an error, never a hang.
  */
 export class HttpClient {
+  /** The sandbox port this client reaches through the gateway, which gets a pool of its own. */
+  private readonly sandboxPort: { origin: string; id: string; port: string } | undefined;
+
   constructor(
     private readonly baseUrl: string,
     private readonly headers: Record<string, string>,
@@ -39,7 +72,14 @@ export class HttpClient {
     private readonly explain?: (error: Error) => Promise<Error | undefined>,
     /** The class of "could not be reached". */
     private readonly unreachable: typeof UnavailableError = UnavailableError,
-  ) {}
+  ) {
+    const id = headers[SANDBOX_ID_HEADER];
+    const port = headers[SANDBOX_PORT_HEADER];
+    this.sandboxPort =
+      id !== undefined && port !== undefined
+        ? { origin: new URL(baseUrl).origin, id, port }
+        : undefined;
+  }
 
   url(path: string, query?: RequestOptions['query']): string {
     const url = new URL(path, this.baseUrl);
@@ -53,8 +93,10 @@ export class HttpClient {
   async send(method: string, path: string, options: RequestOptions = {}) {
     const timeoutMs = options.timeoutMs ?? this.timeoutMs;
     const json = options.body !== undefined && !options.raw;
+    const target = this.sandboxPort;
     try {
       const response = await request(this.url(path, options.query), {
+        ...(target ? { dispatcher: sandboxPool(target.origin, target.id, target.port) } : {}),
         method: method as 'GET',
         headers: {
           ...this.headers,

@@ -1,8 +1,12 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { readClassRecord } from '../../decorators/records.js';
-import { SANDBOX_RUNTIME_DIR, SERVER_STATE_DIR } from '../../runtime/protocol/constants.js';
+import {
+  ENVD_PORT,
+  SANDBOX_RUNTIME_DIR,
+  SERVER_STATE_DIR,
+} from '../../runtime/protocol/constants.js';
 import { validateKwargs } from '../commands/arguments.js';
 import type { DecoratedCommand } from '../commands/command-builder.js';
 import { commandRegistry } from '../commands/command-registry.js';
@@ -16,9 +20,12 @@ import {
   ServerCommandError,
   ServerNotRunningError,
 } from '../errors.js';
-import { bundleCommands } from './bundler.js';
+import { bundleCache, type CommandBundle } from './bundle-cache.js';
 import type { CommandHandle } from './command-handle.js';
+import { Commands } from './commands.js';
+import { Filesystem } from './filesystem.js';
 import type { HttpClient } from './http-client.js';
+import { startServer } from './server-process.js';
 
 type AnyClass = DecoratedCommand['cls'];
 
@@ -32,11 +39,14 @@ export interface ServerStartOptions {
   modules?: string[];
   /** Capability groups of the server (`files,process`...); default all. */
   groups?: string | string[];
-  /** How long to wait for the server to answer `/health`; default 30 s. */
+  /** How long to wait for the server to listen; default 30 s. */
   timeoutMs?: number;
   /** Default timeout of one command call inside the server; default the server's (300 s). */
   commandTimeoutMs?: number;
-  /** Stop a running server and start again (default: return the running one). */
+  /**
+   * Stop a running server and start again. Without it, a server already running on the port
+   * from the same bundle and options is returned as it is, and any other one is replaced.
+   */
   restart?: boolean;
 }
 
@@ -48,6 +58,19 @@ interface ServerState {
   pid: string;
   startedAt: string;
   commands: CommandDescription[];
+  /** The sandbox that started it (a snapshot's sandboxes inherit the file, not the server). */
+  sandboxId?: string;
+  /** The command line it runs (token apart): the same bundle and options give the same one. */
+  command?: string;
+}
+
+/** A server to start: its bundle, where that goes in the sandbox, and its command line. */
+interface Launch {
+  port: number;
+  bundle: CommandBundle;
+  bundlePath: string;
+  command: string;
+  commands: CommandDescription[];
 }
 
 /** What the command server needs of its sandbox. */
@@ -56,10 +79,14 @@ export interface ServerHost {
   capabilities(): Promise<string[]>;
   portClient(port: number, timeoutMs?: number): HttpClient;
   host(port: number): string;
-  /** Starts a background process (no timeout) and follows its output. */
-  start(cmd: string, envs: Record<string, string>): Promise<CommandHandle>;
-  /** Whether a background process still runs. */
-  running(pid: string): Promise<boolean>;
+  /**
+   * @deprecated Unused: the client starts the server through envd itself
+   * (`portClient(ENVD_PORT)`) to follow its output until it listens, and waits for its exit the
+   * same way.
+   */
+  start?(cmd: string, envs: Record<string, string>): Promise<CommandHandle>;
+  /** @deprecated Unused, see {@link start}. */
+  running?(pid: string): Promise<boolean>;
   kill(pid: string, signal?: NodeJS.Signals): Promise<boolean>;
   readFile(path: string): Promise<string>;
   writeFile(path: string, data: string): Promise<void>;
@@ -68,8 +95,10 @@ export interface ServerHost {
 
 const SERVER_DIR = SERVER_STATE_DIR;
 const RUNTIME = `${SANDBOX_RUNTIME_DIR}/server.cjs`;
-/** Error types that come from the gateway, not from the command server. */
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+/** The server's exit status for a `--load` file that is missing or not the expected bytes. */
+const BUNDLE_REFUSED = 3;
+/** How long stop() lets a server finish its calls in flight (its own grace period) before a kill. */
+const STOP_WAIT_MS = 10_000;
 
 /**
  * The command server of one sandbox (`sandbox.server`): start it with your decorated classes,
@@ -79,7 +108,14 @@ export class ServerClient {
   private state: ServerState | undefined;
   private port = 8080;
 
-  constructor(private readonly host: ServerHost) {}
+  private readonly processes: Commands;
+  private readonly files: Filesystem;
+
+  constructor(private readonly host: ServerHost) {
+    const envd = host.portClient(ENVD_PORT);
+    this.processes = new Commands(envd);
+    this.files = new Filesystem(envd);
+  }
 
   /** The server's address through the gateway: `http://{port}-{sandboxId}.{domain}:{gateway}`. */
   get url(): string {
@@ -87,9 +123,10 @@ export class ServerClient {
   }
 
   /**
-   * Bundles the commands, writes the bundle into the sandbox, starts the server in the
-   * background and waits until it answers. A server already running on that port is returned
-   * as it is unless `restart` is set.
+   * Bundles the commands (or takes the bundle from the cache while its files are unchanged),
+   * writes it into the sandbox unless it is there already, starts the server in the background
+   * and waits until it listens. A server already running on that port from the same bundle and
+   * options is returned as it is unless `restart` is set; any other one is stopped first.
    */
   async start(options: ServerStartOptions = {}): Promise<this> {
     const port = options.port ?? 8080;
@@ -102,68 +139,18 @@ export class ServerClient {
         `sandbox ${this.host.sandboxId}'s template lacks the ports capability, so a command server in it could not be reached; add ports to the template's capabilities`,
       );
     }
-    const running = await this.adopt(port);
-    if (running && !options.restart) {
+    const [launch, running] = await Promise.all([this.prepare(port, options), this.find(port)]);
+    if (running && !options.restart && running.command === launch.command) {
       this.port = port;
+      this.state = running;
       return this;
     }
-    if (running) await this.stop();
-
-    const modules = (options.modules ?? []).map((module) => resolve(module));
-    const classes = [...(options.commands ?? [])];
-    for (const module of modules) classes.push(...(await classesOf(module)));
-    const decorated = commandRegistry().decoratedOf(classes);
-    if (decorated.length === 0 && classes.length > 0) {
-      throw new SandboxError(
-        'none of the given classes registers a command: decorate them with @sandbox(...) and their methods with @sandbox.register',
-      );
-    }
-    const files = [...new Set([...modules, ...sourceFiles(classes)])];
-    const shipped: Record<string, ShippedCommand> = {};
-    for (const { command, place } of decorated) {
-      shipped[place] = {
-        ...describeCommand(command),
-        template: command.template,
-        ...(command.timeoutMs === undefined ? {} : { timeoutMs: command.timeoutMs }),
-      };
-    }
-    const bundle = await bundleCommands(files, shipped);
-    const digest = createHash('sha256').update(bundle).digest('hex').slice(0, 12);
-    const bundlePath = `${SERVER_DIR}/commands-${digest}.cjs`;
-    await this.host.writeFile(bundlePath, bundle);
-
-    const token = randomBytes(24).toString('base64url');
-    const groups = Array.isArray(options.groups) ? options.groups.join(',') : options.groups;
-    const args = [
-      RUNTIME,
-      '--host 127.0.0.1',
-      `--port ${port}`,
-      // Also on the socket the gateway dials for this port: no forwarding hop through envd.
-      `--socket /run/abx/ports/${port}.sock`,
-      `--load ${bundlePath}`,
-      ...(groups ? [`--groups '${groups.replace(/[^A-Za-z0-9_,-]/g, '')}'`] : []),
-      ...(options.commandTimeoutMs
-        ? [`--command-timeout-ms ${Math.round(options.commandTimeoutMs)}`]
-        : []),
-    ];
-    // envd keeps the server's output (for the log tail below, and for commands.connect).
-    const server = await this.host.start(`exec node ${args.join(' ')}`, {
-      ABX_SERVER_TOKEN: token,
-    });
-    try {
-      await this.waitHealthy(port, server, options.timeoutMs ?? 30_000);
-    } finally {
-      server.disconnect();
-    }
+    const [uploaded] = await Promise.all([
+      this.files.exists(launch.bundlePath),
+      running && this.shutdown(running),
+    ]);
+    this.state = await this.launch(launch, uploaded, options.timeoutMs ?? 30_000);
     this.port = port;
-    this.state = {
-      port,
-      token,
-      pid: server.pid,
-      startedAt: new Date().toISOString(),
-      commands: decorated.map(({ command }) => describeCommand(command)),
-    };
-    await this.host.writeFile(`${SERVER_DIR}/server-${port}.json`, JSON.stringify(this.state));
     return this;
   }
 
@@ -227,14 +214,142 @@ export class ServerClient {
   async stop(): Promise<void> {
     const state = this.state ?? (await this.adopt(this.port));
     if (!state) return;
-    await this.client(state)
-      .json('POST', '/shutdown', { headers: { authorization: `Bearer ${state.token}` } })
-      .catch(() => undefined);
-    // The server finishes calls in flight and exits; past 10 s it is killed.
-    for (let i = 0; i < 200 && (await this.host.running(state.pid)); i++) await sleep(50);
-    await this.host.kill(state.pid).catch(() => false);
-    await this.host.removeFile(`${SERVER_DIR}/server-${state.port}.json`);
+    await this.shutdown(state);
     this.state = undefined;
+  }
+
+  /** The modules' bundle and the command line of a server serving them on `port`. */
+  private async prepare(port: number, options: ServerStartOptions): Promise<Launch> {
+    const modules = (options.modules ?? []).map((module) => resolve(module));
+    const classes = [...(options.commands ?? [])];
+    for (const module of modules) classes.push(...(await classesOf(module)));
+    const decorated = commandRegistry().decoratedOf(classes);
+    if (decorated.length === 0 && classes.length > 0) {
+      throw new SandboxError(
+        'none of the given classes registers a command: decorate them with @sandbox(...) and their methods with @sandbox.register',
+      );
+    }
+    const files = [...new Set([...modules, ...sourceFiles(classes)])];
+    const shipped: Record<string, ShippedCommand> = {};
+    for (const { command, place } of decorated) {
+      shipped[place] = {
+        ...describeCommand(command),
+        template: command.template,
+        ...(command.timeoutMs === undefined ? {} : { timeoutMs: command.timeoutMs }),
+      };
+    }
+    const bundle = await bundleCache.bundle(files, shipped);
+    // Named by its content: a sandbox (or a snapshot of one) that has it needs no upload.
+    const bundlePath = `${SERVER_DIR}/bundles/${bundle.sha256}.cjs`;
+    const groups = Array.isArray(options.groups) ? options.groups.join(',') : options.groups;
+    const args = [
+      RUNTIME,
+      '--host 127.0.0.1',
+      `--port ${port}`,
+      // Also on the socket the gateway dials for this port: no forwarding hop through envd.
+      `--socket /run/abx/ports/${port}.sock`,
+      `--load ${bundlePath}`,
+      `--load-sha256 ${bundle.sha256}`,
+      ...(groups ? [`--groups '${groups.replace(/[^A-Za-z0-9_,-]/g, '')}'`] : []),
+      ...(options.commandTimeoutMs
+        ? [`--command-timeout-ms ${Math.round(options.commandTimeoutMs)}`]
+        : []),
+    ];
+    return {
+      port,
+      bundle,
+      bundlePath,
+      command: `exec node ${args.join(' ')}`,
+      commands: decorated.map(({ command }) => describeCommand(command)),
+    };
+  }
+
+  /**
+   * Uploads the bundle unless the sandbox has it, starts the server and writes its state file
+   * while it comes up. A bundle the server finds damaged (exit 3) is uploaded again, once.
+   */
+  private async launch(launch: Launch, uploaded: boolean, timeoutMs: number): Promise<ServerState> {
+    const deadline = Date.now() + timeoutMs;
+    if (!uploaded) await this.host.writeFile(launch.bundlePath, launch.bundle.code);
+    for (let attempt = 1; ; attempt++) {
+      const token = randomBytes(24).toString('base64url');
+      // envd keeps the server's output (for the messages below, and for commands.connect).
+      const server = await startServer(
+        this.processes,
+        launch.command,
+        { ABX_SERVER_TOKEN: token },
+        deadline,
+      );
+      const state: ServerState = {
+        port: launch.port,
+        token,
+        pid: server.pid,
+        startedAt: new Date().toISOString(),
+        commands: launch.commands,
+        sandboxId: this.host.sandboxId,
+        command: launch.command,
+      };
+      const stateFile = `${SERVER_DIR}/server-${launch.port}.json`;
+      const [ready, written] = await Promise.allSettled([
+        server.ready,
+        this.host.writeFile(stateFile, JSON.stringify(state)),
+      ]);
+      if (ready.status === 'fulfilled' && ready.value.state === 'listening') {
+        if (written.status === 'fulfilled') return state;
+        await this.host.kill(server.pid).catch(() => false);
+        throw written.reason;
+      }
+      if (written.status === 'fulfilled') await this.host.removeFile(stateFile).catch(() => {});
+      if (ready.status === 'rejected') throw ready.reason;
+      const outcome = ready.value;
+      if (outcome.state === 'timeout') {
+        throw new SandboxError(
+          `the command server did not start listening within ${timeoutMs} ms; its output ends:\n${outcome.output}`,
+        );
+      }
+      if (outcome.state === 'exited') {
+        if (outcome.exitCode === BUNDLE_REFUSED && attempt === 1) {
+          await this.host.writeFile(launch.bundlePath, launch.bundle.code);
+          continue;
+        }
+        throw new SandboxError(
+          `the command server exited (code ${outcome.exitCode}) before answering; its output ends:\n${outcome.output}`,
+        );
+      }
+    }
+  }
+
+  /**
+   * Asks the server to stop and waits for its exit, then kills what is left of its process
+   * group and removes its state file. One request follows the process to its exit, from past the
+   * end of its output (nothing is replayed).
+   */
+  private async shutdown(state: ServerState): Promise<void> {
+    const end = Number.MAX_SAFE_INTEGER;
+    const [following] = await Promise.all([
+      this.processes
+        .connect(state.pid, { stdoutOffset: end, stderrOffset: end })
+        .catch(() => undefined),
+      this.client(state)
+        .json('POST', '/shutdown', { headers: { authorization: `Bearer ${state.token}` } })
+        .catch(() => undefined),
+    ]);
+    if (following) {
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        following.wait().catch(() => undefined),
+        new Promise((resolve) => {
+          timer = setTimeout(resolve, STOP_WAIT_MS);
+        }),
+      ]);
+      clearTimeout(timer);
+      following.disconnect();
+    }
+    await Promise.all([
+      this.host.kill(state.pid).catch(() => false),
+      this.host.removeFile(`${SERVER_DIR}/server-${state.port}.json`),
+    ]);
+    if (this.state === state) this.state = undefined;
   }
 
   private client(state: ServerState): HttpClient {
@@ -253,21 +368,27 @@ export class ServerClient {
 
   /** Picks up a server started earlier (by this or another client) from its state file. */
   private async adopt(port: number): Promise<ServerState | undefined> {
-    if (this.state?.port === port) {
-      // The server this client knew may have crashed since: then it is not running.
-      if (await this.healthy(this.state)) return this.state;
-      this.state = undefined;
-    }
-    if (this.state) return undefined;
-    let state: ServerState;
-    try {
-      state = JSON.parse(await this.host.readFile(`${SERVER_DIR}/server-${port}.json`));
-    } catch {
-      return undefined;
-    }
-    if (!(await this.healthy(state))) return undefined;
-    this.state = state;
+    const state = await this.find(port);
+    if (state) this.state = state;
+    else if (this.state?.port === port) this.state = undefined;
     return state;
+  }
+
+  /**
+   * The healthy server on `port`: the one this client knows, else the one its state file names
+   * (unless that file came with a snapshot from another sandbox).
+   */
+  private async find(port: number): Promise<ServerState | undefined> {
+    let state = this.state?.port === port ? this.state : undefined;
+    if (!state) {
+      try {
+        state = JSON.parse(await this.host.readFile(`${SERVER_DIR}/server-${port}.json`));
+      } catch {
+        return undefined;
+      }
+    }
+    if (!state || (state.sandboxId && state.sandboxId !== this.host.sandboxId)) return undefined;
+    return (await this.healthy(state)) ? state : undefined;
   }
 
   private async healthy(state: ServerState): Promise<boolean> {
@@ -277,30 +398,6 @@ export class ServerClient {
     } catch {
       return false;
     }
-  }
-
-  private async waitHealthy(port: number, server: CommandHandle, timeoutMs: number) {
-    const deadline = Date.now() + timeoutMs;
-    const client = this.host.portClient(port, 2000);
-    const tail = () => `${server.stdout}${server.stderr}`.slice(-2000).trim() || '(no output)';
-    while (Date.now() < deadline) {
-      if (server.exitCode !== undefined) {
-        throw new SandboxError(
-          `the command server exited (code ${server.exitCode}) before answering; its output ends:\n${tail()}`,
-        );
-      }
-      try {
-        await client.json('GET', '/health');
-        return;
-      } catch {
-        // not listening yet
-      }
-      await sleep(20);
-    }
-    await server.kill().catch(() => false);
-    throw new SandboxError(
-      `the command server did not answer /health within ${timeoutMs} ms; its output ends:\n${tail()}`,
-    );
   }
 }
 

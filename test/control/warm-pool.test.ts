@@ -1,9 +1,72 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { describe, expect } from 'vitest';
+import Database from 'better-sqlite3';
+import { describe, expect, vi } from 'vitest';
+import { setSandboxEnv } from '../../src/control/envd-request.js';
+import { sandboxToken } from '../../src/control/ids.js';
+import { Reaper } from '../../src/control/reaper.js';
 import { MAX_SANDBOX_TIMEOUT_MS } from '../../src/control/sandbox-request.js';
-import { InvalidArgumentError } from '../../src/errors.js';
-import { type Plane, test, until } from './plane.js';
+import { type SandboxPoolOptions, SandboxService } from '../../src/control/sandbox-service.js';
+import { InvalidArgumentError, SandboxStartError } from '../../src/errors.js';
+import type { MemoryProviderOptions } from '../helpers/memory-provider.js';
+import { type Plane, test as planeTest, TOKEN_SECRET, until } from './plane.js';
+
+/** A plane whose pool has settings of the test's, on a clock the test moves. */
+interface PoolPlane extends Plane {
+  clock: { now: number };
+}
+
+type PoolPlaneOptions = Partial<SandboxPoolOptions> & MemoryProviderOptions;
+
+/**
+ * `open`, plus `openPool`: a plane whose sandbox service has the warm pool's settings of the test
+ * (maximum, window, start concurrency) and measures demand on `clock` unless it passes `now`.
+ * Its service is closed after the test, held creates released first.
+ */
+const test = planeTest.extend<{ openPool: (options?: PoolPlaneOptions) => PoolPlane }>({
+  openPool: async ({ open }, use) => {
+    const opened: PoolPlane[] = [];
+    await use(({ createDelayMs, killDelayMs, ...pool } = {}) => {
+      const base = open({
+        warmPool: 0,
+        ...(createDelayMs === undefined ? {} : { createDelayMs }),
+        ...(killDelayMs === undefined ? {} : { killDelayMs }),
+      });
+      const clock = { now: 1_000_000 };
+      const sandboxes = new SandboxService(
+        base.registry,
+        base.provider,
+        base.templates,
+        base.sandboxesDir,
+        (id, kind) => sandboxToken(TOKEN_SECRET, id, kind),
+        setSandboxEnv,
+        { max: 10, now: () => clock.now, ...pool },
+      );
+      const plane = { ...base, sandboxes, reaper: new Reaper(sandboxes.reaperHost()), clock };
+      opened.push(plane);
+      return plane;
+    });
+    for (const plane of opened) {
+      plane.provider.releaseCreates();
+      await plane.sandboxes.close();
+    }
+  },
+});
+
+const pooledIds = (plane: Plane) => plane.sandboxes.list({ state: 'pooled' }).map((r) => r.id);
+
+/** `n` creates at once; their sandboxes' ids, in the order of the calls. */
+async function burst(plane: Plane, n: number, request = {}): Promise<string[]> {
+  const created = await Promise.all(
+    Array.from({ length: n }, () => plane.sandboxes.create(request)),
+  );
+  return created.map(({ record }) => record.id);
+}
+
+/** A few turns of the event loop: time for anything that would start to show. */
+async function turns(n = 5): Promise<void> {
+  for (let i = 0; i < n; i++) await new Promise((resolve) => setImmediate(resolve));
+}
 
 /** Creates a first sandbox of `base` and waits for the pool to hold one; returns the pooled id. */
 async function fillPool(plane: Plane): Promise<{ first: string; pooled: string }> {
@@ -39,8 +102,8 @@ describe('the warm pool', () => {
   }) => {
     const plane = open({ warmPool: 1 });
     const { pooled } = await fillPool(plane);
-    // From now on a provider create takes long: a create that waited for one would show it.
-    plane.provider.createDelayMs = 250;
+    // From now on provider creates wait for the test: a create that waited for one would hang.
+    plane.provider.holdCreates();
     const createdBefore = plane.provider.created.length;
 
     const { record, accessToken } = await plane.sandboxes.create({
@@ -50,9 +113,9 @@ describe('the warm pool', () => {
     });
 
     expect(record.id).toBe(pooled);
-    // The only provider create since is the refill, still under way.
+    // The refill starts in the background, and is held there.
+    await until(() => plane.provider.pendingCreates === 1, 'the refill to start');
     expect(plane.provider.created.slice(createdBefore)).not.toContain(record.id);
-    expect(plane.provider.pendingCreates).toBe(1);
     expect(record).toMatchObject({ state: 'running', metadata: { owner: 'alice' } });
     expect(record.expiresAt - record.createdAt).toBe(120_000);
     expect(plane.sandboxes.get(pooled).state).toBe('running');
@@ -65,6 +128,7 @@ describe('the warm pool', () => {
     expect(box.env).toMatchObject({ API_URL: 'http://example.test', MODE: 'fast' });
 
     // The refill puts a new sandbox in the pool.
+    plane.provider.releaseCreates();
     await plane.sandboxes.refill('base');
     const next = plane.sandboxes.list({ state: 'pooled' }).map((r) => r.id);
     expect(next).toHaveLength(1);
@@ -147,11 +211,14 @@ describe('the warm pool', () => {
   });
 
   test('drainPool waits for a refill under way, and kills what it started', async ({ open }) => {
-    const plane = open({ warmPool: 1, createDelayMs: 150 });
+    const plane = open({ warmPool: 1 });
+    // The create's own start goes through; the refill's, started after it, is held.
+    plane.provider.holdCreates(1);
     const { record } = await plane.sandboxes.create({});
-    // The refill's create is waiting in the provider now.
-    expect(plane.provider.pendingCreates).toBe(1);
-    await plane.sandboxes.drainPool();
+    await until(() => plane.provider.pendingCreates === 1, 'the refill to start');
+    const draining = plane.sandboxes.drainPool();
+    plane.provider.releaseCreates();
+    await draining;
     expect(plane.provider.pendingCreates).toBe(0);
     expect(plane.sandboxes.list({ state: 'pooled' })).toEqual([]);
     expect(plane.provider.aliveIds()).toEqual([record.id]);
@@ -208,15 +275,16 @@ describe('the warm pool', () => {
     await plane.sandboxes.create({});
     expect(plane.provider.creates).toBe(2);
     expect(plane.sandboxes.list({ state: 'pooled' })).toEqual([]);
+    expect(plane.sandboxes.poolSize('base')).toBe(0);
     expect(plane.provider.created[0]).toBe(record.id);
   });
 
-  test('warmPool: 2 keeps two sandboxes waiting', async ({ open }) => {
+  test('warmPool: 2 is a maximum: one create keeps one sandbox waiting', async ({ open }) => {
     const plane = open({ warmPool: 2 });
     await plane.sandboxes.create({});
     await plane.sandboxes.refill('base');
-    expect(plane.sandboxes.list({ state: 'pooled' })).toHaveLength(2);
-    expect(plane.provider.creates).toBe(3);
+    expect(plane.sandboxes.list({ state: 'pooled' })).toHaveLength(1);
+    expect(plane.provider.creates).toBe(2);
   });
 
   // Regression, fixed (src/control/sandbox-service.ts, drainPool): drainPool lists the pooled rows, then kills
@@ -235,5 +303,328 @@ describe('the warm pool', () => {
 
     expect(plane.provider.isAlive(record.handle)).toBe(true);
     expect(plane.sandboxes.get(record.id).state).toBe('running');
+  });
+});
+
+describe('a pool that keeps up with demand', () => {
+  test('a burst raises the pool to its size; the next burst is served from it', async ({
+    openPool,
+  }) => {
+    const plane = openPool({ max: 20 });
+    await plane.sandboxes.create({});
+    await plane.sandboxes.refill('base');
+    expect(pooledIds(plane)).toHaveLength(1);
+
+    plane.clock.now += 10_000;
+    const first = await burst(plane, 6);
+    // One came from the pool, five started; six were wanted at once.
+    expect(plane.sandboxes.poolSize('base')).toBe(6);
+    await plane.sandboxes.refill('base');
+    const pool = pooledIds(plane);
+    expect(pool).toHaveLength(6);
+    expect(pool.filter((id) => first.includes(id))).toEqual([]);
+
+    // Provider starts are held from now on: the next burst can only get what waits in the pool.
+    plane.provider.holdCreates();
+    const next = await burst(plane, 6);
+    expect([...next].sort()).toEqual([...pool].sort());
+    expect(next.every((id) => plane.sandboxes.get(id).state === 'running')).toBe(true);
+  });
+
+  test('the maximum is respected, whatever the burst', async ({ openPool }) => {
+    const plane = openPool({ max: 3, startConcurrency: 2 });
+    await burst(plane, 8);
+    expect(plane.sandboxes.poolSize('base')).toBe(3);
+    await plane.sandboxes.refill('base');
+    expect(pooledIds(plane)).toHaveLength(3);
+    expect(plane.provider.creates).toBe(8 + 3);
+  });
+
+  test('a steady stream keeps as many as arrive while one starts', async ({ openPool }) => {
+    const plane = openPool({ max: 10, createDelayMs: 20 });
+    await plane.sandboxes.create({});
+    await plane.sandboxes.refill('base');
+    // Starts take 20 ms or more: creates 5 ms apart want about four at any time.
+    for (let i = 0; i < 12; i++) {
+      plane.clock.now += 5;
+      await plane.sandboxes.create({});
+    }
+    expect(plane.sandboxes.poolSize('base')).toBeGreaterThanOrEqual(4);
+    expect(plane.sandboxes.poolSize('base')).toBeLessThanOrEqual(10);
+    // Spread far apart, one at a time is enough (once the window forgot the stream).
+    plane.clock.now += 120_000;
+    for (let i = 0; i < 5; i++) {
+      plane.clock.now += 10_000;
+      await plane.sandboxes.create({});
+    }
+    expect(plane.sandboxes.poolSize('base')).toBe(1);
+  });
+
+  test('a pool that went quiet shrinks back to one, killing the extras', async ({ openPool }) => {
+    const plane = openPool({ max: 10, windowMs: 60_000 });
+    const users = await burst(plane, 5);
+    await plane.sandboxes.refill('base');
+    const pool = pooledIds(plane);
+    expect(pool).toHaveLength(5);
+
+    plane.clock.now += 59_000;
+    await plane.sandboxes.refill('base');
+    expect(pooledIds(plane)).toEqual(pool);
+
+    plane.clock.now += 2_000;
+    expect(plane.sandboxes.poolSize('base')).toBe(1);
+    await plane.sandboxes.refill('base');
+    const kept = pooledIds(plane);
+    // The newest stays (extras go oldest first); the others are killed, rows and folders.
+    expect(kept).toEqual(pool.slice(-1));
+    expect([...plane.provider.killed].sort()).toEqual(pool.slice(0, -1).sort());
+    for (const id of pool.slice(0, -1)) {
+      expect(plane.registry.getSandbox(id)).toBeUndefined();
+      expect(existsSync(join(plane.sandboxesDir, id))).toBe(false);
+    }
+    expect(plane.provider.aliveIds().sort()).toEqual([...users, ...kept].sort());
+  });
+
+  test('it shrinks on its own, with no create to trigger it', async ({ openPool }) => {
+    const plane = openPool({ max: 10, windowMs: 500 });
+    await burst(plane, 4);
+    await plane.sandboxes.refill('base');
+    expect(pooledIds(plane)).toHaveLength(4);
+    plane.clock.now += 1_000;
+    await until(() => pooledIds(plane).length === 1, 'the pool to shrink', 10_000);
+    await until(() => plane.provider.killed.length === 3, 'the extras to be killed', 10_000);
+  });
+
+  test('a burst is served from the pool first; the rest start in parallel, bounded', async ({
+    openPool,
+  }) => {
+    const plane = openPool({ max: 20, startConcurrency: 3 });
+    await burst(plane, 4);
+    await plane.sandboxes.refill('base');
+    const pool = pooledIds(plane);
+    expect(pool).toHaveLength(4);
+
+    plane.provider.holdCreates();
+    plane.provider.peakPendingCreates = 0;
+    const served: string[] = [];
+    const creates = Array.from({ length: 10 }, () =>
+      plane.sandboxes.create({}).then(({ record }) => {
+        served.push(record.id);
+        return record.id;
+      }),
+    );
+    await until(() => served.length === 4, 'the pooled four to be handed out');
+    expect([...served].sort()).toEqual([...pool].sort());
+    await until(() => plane.provider.pendingCreates === 3, 'three starts');
+    await turns();
+    // Three at once, never more: the other three creates and the refills wait for a slot.
+    expect(plane.provider.pendingCreates).toBe(3);
+    expect(served).toHaveLength(4);
+
+    plane.provider.releaseCreates();
+    const ids = await Promise.all(creates);
+    expect(new Set(ids).size).toBe(10);
+    expect(plane.provider.peakPendingCreates).toBe(3);
+    await plane.sandboxes.refill('base');
+    expect(plane.provider.peakPendingCreates).toBe(3);
+  });
+
+  test('refills start in parallel, bounded, and never before the creates waiting', async ({
+    openPool,
+  }) => {
+    const plane = openPool({ max: 10, startConcurrency: 2 });
+    const users = await burst(plane, 6);
+    // Every create of the burst started before any refill did.
+    expect(plane.provider.created.slice(0, 6)).toEqual(users);
+
+    plane.provider.holdCreates();
+    plane.provider.peakPendingCreates = 0;
+    const refilling = plane.sandboxes.refill('base');
+    await until(() => plane.provider.pendingCreates === 2, 'two refills');
+    await turns();
+    expect(plane.provider.pendingCreates).toBe(2);
+    plane.provider.releaseCreates();
+    await refilling;
+    expect(pooledIds(plane)).toHaveLength(6);
+    expect(plane.provider.peakPendingCreates).toBe(2);
+  });
+
+  test('a create that takes a pooled sandbox does not wait for the refill', async ({
+    openPool,
+  }) => {
+    const plane = openPool({ max: 1 });
+    await plane.sandboxes.create({});
+    await plane.sandboxes.refill('base');
+    const [pooled] = pooledIds(plane);
+    plane.provider.holdCreates();
+
+    const { record } = await plane.sandboxes.create({ envs: { A: 'b' } });
+    expect(record.id).toBe(pooled);
+    // The refill started after the create answered, and is still held.
+    await until(() => plane.provider.pendingCreates === 1, 'the refill to start');
+    plane.provider.releaseCreates();
+    await plane.sandboxes.refill('base');
+    expect(pooledIds(plane)).toHaveLength(1);
+    expect(pooledIds(plane)).not.toContain(pooled);
+  });
+
+  test('a create that waited for a start slot takes what a refill pooled meanwhile', async ({
+    openPool,
+  }) => {
+    const plane = openPool({ max: 1, startConcurrency: 1 });
+    // The first create's start goes through; the refill after it is held, holding the one slot.
+    plane.provider.holdCreates(1);
+    await plane.sandboxes.create({});
+    await until(() => plane.provider.pendingCreates === 1, 'the refill to start');
+    const refilled = plane.provider.created.at(-1) as string;
+
+    const waiting = plane.sandboxes.create({ metadata: { owner: 'bob' } });
+    await turns();
+    plane.provider.releaseCreates();
+    const { record } = await waiting;
+    expect(record.id).toBe(refilled);
+    expect(record.metadata).toEqual({ owner: 'bob' });
+    // It started nothing of its own: the provider's next start is the pool's next refill.
+    await plane.sandboxes.refill('base');
+    expect(plane.provider.creates).toBe(3);
+  });
+
+  test('pooled sandboxes are nobody’s: listed only by state, never reaped', async ({
+    openPool,
+  }) => {
+    const plane = openPool({ max: 10 });
+    const users = await burst(plane, 3, { metadata: { owner: 'alice' } });
+    await plane.sandboxes.refill('base');
+    const pool = pooledIds(plane);
+    expect(pool).toHaveLength(3);
+
+    const ids = (filter: Parameters<SandboxService['list']>[0]) =>
+      plane.sandboxes
+        .list(filter)
+        .map((r) => r.id)
+        .sort();
+    expect(ids({})).toEqual([...users].sort());
+    expect(ids({ state: 'running' })).toEqual([...users].sort());
+    expect(ids({ template: 'base' })).toEqual([...users].sort());
+    expect(ids({ metadata: {} })).toEqual([...users].sort());
+    expect(ids({ metadata: { owner: 'alice' } })).toEqual([...users].sort());
+    expect(ids({ state: 'pooled', template: 'base' })).toEqual([...pool].sort());
+    for (const record of plane.sandboxes.list({ state: 'pooled' })) {
+      expect(record).toMatchObject({ template: 'base', metadata: {} });
+    }
+    // Past every user's lifetime: the users' sandboxes expire, the pooled ones wait on.
+    const expired = await plane.reaper.pass(Date.now() + MAX_SANDBOX_TIMEOUT_MS / 2);
+    expect([...expired].sort()).toEqual([...users].sort());
+    expect(ids({ state: 'pooled' })).toEqual([...pool].sort());
+  });
+
+  test('a pooled sandbox past the longest lifetime is recycled', async ({ openPool }) => {
+    const plane = openPool({ max: 1 });
+    await plane.sandboxes.create({});
+    await plane.sandboxes.refill('base');
+    const [old] = pooledIds(plane);
+    const db = new Database(plane.database);
+    try {
+      db.prepare('UPDATE sandboxes SET expires_at = ? WHERE id = ?').run(Date.now() - 1, old);
+    } finally {
+      db.close();
+    }
+    await plane.sandboxes.refill('base');
+    const now = pooledIds(plane);
+    expect(now).toHaveLength(1);
+    expect(now).not.toContain(old);
+    expect(plane.provider.killed).toEqual([old]);
+  });
+
+  test('drain: refills under way are killed, waiting ones never start', async ({ openPool }) => {
+    const plane = openPool({ max: 10, startConcurrency: 2 });
+    const users = await burst(plane, 5);
+    plane.provider.holdCreates();
+    await until(() => plane.provider.pendingCreates === 2, 'two refills');
+    const createsBefore = plane.provider.creates;
+
+    const draining = plane.sandboxes.drainPool('base');
+    await turns();
+    plane.provider.releaseCreates();
+    await draining;
+    expect(pooledIds(plane)).toEqual([]);
+    expect(plane.provider.aliveIds().sort()).toEqual([...users].sort());
+    // The three refills that waited for a slot started nothing, now or later.
+    await turns(20);
+    expect(plane.provider.creates).toBe(createsBefore);
+    expect(plane.provider.pendingCreates).toBe(0);
+    expect(pooledIds(plane)).toEqual([]);
+    // The next create starts the pool afresh, at one.
+    await plane.sandboxes.create({});
+    expect(plane.sandboxes.poolSize('base')).toBe(1);
+  });
+
+  test('close: nothing pooled is left, under way or waiting, and nothing starts after', async ({
+    openPool,
+  }) => {
+    const plane = openPool({ max: 10, startConcurrency: 2, windowMs: 100 });
+    const users = await burst(plane, 5);
+    plane.provider.holdCreates();
+    await until(() => plane.provider.pendingCreates === 2, 'two refills');
+    const createsBefore = plane.provider.creates;
+
+    const closing = plane.sandboxes.close();
+    plane.provider.releaseCreates();
+    await closing;
+    expect(pooledIds(plane)).toEqual([]);
+    expect(plane.provider.aliveIds().sort()).toEqual([...users].sort());
+    // Past the window and a few of the pool's timer passes later, still nothing.
+    plane.clock.now += 1_000;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(plane.provider.creates).toBe(createsBefore);
+    expect(pooledIds(plane)).toEqual([]);
+    expect(plane.provider.aliveIds().sort()).toEqual([...users].sort());
+  });
+
+  test('a start that fails frees its slot: the creates behind it start', async ({ openPool }) => {
+    const plane = openPool({ max: 0, startConcurrency: 1 });
+    plane.provider.failNextCreate(new SandboxStartError('sandbox did not start: no room'));
+    const results = await Promise.allSettled([0, 1, 2].map(() => plane.sandboxes.create({})));
+    expect(results.map((r) => r.status)).toEqual(['rejected', 'fulfilled', 'fulfilled']);
+    expect(plane.provider.peakPendingCreates).toBe(1);
+    expect(plane.sandboxes.list({})).toHaveLength(2);
+  });
+
+  test('a refill that fails stops refilling until the next create', async ({ openPool }) => {
+    const plane = openPool({ max: 2, windowMs: 100 });
+    const errors: unknown[][] = [];
+    const spy = vi.spyOn(console, 'error').mockImplementation((...args) => {
+      errors.push(args);
+    });
+    try {
+      // The create's own start goes through; the refill after it fails.
+      plane.provider.holdCreates(1);
+      await plane.sandboxes.create({});
+      plane.provider.failNextCreate(new SandboxStartError('sandbox did not start: no room'));
+      plane.provider.releaseCreates();
+      await plane.sandboxes.refill('base');
+      expect(pooledIds(plane)).toEqual([]);
+      expect(String(errors[0]?.[0])).toBe('warm pool of base:');
+      // The pool's timer passes do not retry it (a broken template would fail every second).
+      const creates = plane.provider.creates;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      await plane.sandboxes.refill('base');
+      expect(plane.provider.creates).toBe(creates);
+      // The next create does.
+      plane.clock.now += 10_000;
+      await plane.sandboxes.create({});
+      await plane.sandboxes.refill('base');
+      expect(pooledIds(plane)).toHaveLength(1);
+    } finally {
+      spy.mockRestore();
+    }
+  });
+
+  test('bad settings are refused', ({ openPool }) => {
+    expect(() => openPool({ max: -1 })).toThrow(/maximum must be a whole number ≥ 0, not -1/);
+    expect(() => openPool({ max: 1.5 })).toThrow(RangeError);
+    expect(() => openPool({ max: 2, startConcurrency: 0 })).toThrow(
+      /start concurrency must be a whole number ≥ 1, not 0/,
+    );
   });
 });

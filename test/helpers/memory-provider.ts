@@ -132,8 +132,10 @@ export class MemoryProvider implements SandboxProvider {
   kills = 0;
   /** Calls of `close`. */
   closes = 0;
-  /** `create` calls still waiting out {@link createDelayMs}. */
+  /** `create` calls still waiting out {@link createDelayMs} (or held, see {@link holdCreates}). */
   pendingCreates = 0;
+  /** The most `create` calls that were waiting at once (a test may reset it to 0). */
+  peakPendingCreates = 0;
   /** Ids passed to `create`, in order. */
   readonly created: string[] = [];
   /** Ids of the sandboxes passed to `kill`, in order. */
@@ -143,6 +145,7 @@ export class MemoryProvider implements SandboxProvider {
   createDelayMs: number;
   killDelayMs: number;
   private nextCreateError: Error | undefined;
+  private held: { gate: Promise<void>; open: () => void; passing: number } | undefined;
   private sequence = 0;
   /** By `startTime`, unique per sandbox (ids repeat across template builds). */
   private readonly boxes = new Map<string, MemorySandbox>();
@@ -170,6 +173,25 @@ export class MemoryProvider implements SandboxProvider {
   /** The next `create` throws `error` (after its delay) and starts nothing. */
   failNextCreate(error: Error): void {
     this.nextCreateError = error;
+  }
+
+  /**
+   * From now on every `create` but the next `passing` ones waits (after its delay) until
+   * {@link releaseCreates}: a start that takes as long as the test wants, with no timing in it.
+   */
+  holdCreates(passing = 0): void {
+    this.releaseCreates();
+    let open = () => {};
+    const gate = new Promise<void>((resolve) => {
+      open = resolve;
+    });
+    this.held = { gate, open, passing };
+  }
+
+  /** Lets the held creates (and every later one) go on. */
+  releaseCreates(): void {
+    this.held?.open();
+    this.held = undefined;
   }
 
   /** The sandbox ends by itself (OOM kill, or its init exited): its servers close. */
@@ -209,8 +231,10 @@ export class MemoryProvider implements SandboxProvider {
     this.creates++;
     this.created.push(spec.id);
     this.pendingCreates++;
+    this.peakPendingCreates = Math.max(this.peakPendingCreates, this.pendingCreates);
     try {
       if (this.createDelayMs > 0) await sleep(this.createDelayMs);
+      if (this.held && this.held.passing-- <= 0) await this.held.gate;
     } finally {
       this.pendingCreates--;
     }

@@ -49,9 +49,13 @@ export function rssBytes(pid: number): number {
 }
 
 /** Polls until `fn` returns true or `tries` × `ms` passed; returns the last answer. */
-export async function settle(fn: () => boolean, tries = 100, ms = 50): Promise<boolean> {
+export async function settle(
+  fn: () => boolean | Promise<boolean>,
+  tries = 100,
+  ms = 50,
+): Promise<boolean> {
   for (let i = 0; i < tries; i++) {
-    if (fn()) return true;
+    if (await fn()) return true;
     await new Promise((r) => setTimeout(r, ms));
   }
   return fn();

@@ -1,0 +1,586 @@
+import { STATUS_CODES } from 'node:http';
+import type { Socket } from 'node:net';
+import { splice } from '../../runtime/server/splice.js';
+import { errorResponse, RequestTimeoutError, SandboxError, UpstreamError } from '../errors.js';
+import {
+  badRequest,
+  type ChunkedScanner,
+  END_OF_HEAD,
+  MAX_HEAD_BYTES,
+  parseRequestHead,
+  type RequestHead,
+  requestChunks,
+} from './gateway-http.js';
+import type { Upstream, UpstreamOwner, UpstreamPool } from './gateway-upstream.js';
+
+/** Who a request is for, read from its head alone. */
+export interface RequestTarget {
+  id: string;
+  port: number;
+  token: string | undefined;
+  /** The path without its query. */
+  pathname: string;
+  /** The request target to send: `?token=` removed. */
+  path: string;
+}
+
+/** A sandbox port that a token was checked for, and the socket that reaches it. */
+export interface Route {
+  id: string;
+  port: number;
+  token: string | undefined;
+  socketPath: string;
+  /** The port is envd's: requests get the sandbox's token and the capability check. */
+  envd: boolean;
+  template: string;
+  capabilities: readonly string[];
+}
+
+/** What a client connection needs from the gateway. */
+export interface GatewayRoutes {
+  readonly pool: UpstreamPool;
+  /** The sandbox, port and token a request names. Throws a 400. */
+  target(head: RequestHead): RequestTarget;
+  /** The full check: the sandbox exists and runs, the token is its, the port is reachable. */
+  check(target: RequestTarget): Promise<Route>;
+  /** The head sent to the sandbox for a request on a checked route. Throws a 403 or 400. */
+  rewrite(head: RequestHead, target: RequestTarget, route: Route): string;
+  /** The connection closed. */
+  forget(connection: ClientConnection): void;
+}
+
+/** Timeouts of a client connection, in milliseconds. */
+export interface ConnectionLimits {
+  /** A request head must arrive within this (against slowloris clients): then 408. */
+  headers: number;
+  /** A request body must arrive within this. */
+  request: number;
+  /** An idle kept-alive connection is closed after this. */
+  keepAlive: number;
+  /** After an answer that closes the connection, what the client still sends is read and dropped this long. */
+  linger: number;
+  /** A connection to a sandbox idle for longer is not reused (it may be closing). */
+  upstreamIdle: number;
+}
+
+/** The answer of a request the gateway could not forward; anything unexpected is a 502. */
+export function errorBody(error: unknown): { status: number; body: string } {
+  const known =
+    error instanceof SandboxError
+      ? error
+      : new UpstreamError(error instanceof Error ? error.message : String(error), { cause: error });
+  const { status, body } = errorResponse(known);
+  return { status, body: JSON.stringify(body) };
+}
+
+/** An error answer of the contract's shape, as bytes for a socket. */
+export function errorAnswer(error: unknown, keepAlive = false): string {
+  const { status, body } = errorBody(error);
+  return `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Error'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${keepAlive ? '' : 'connection: close\r\n'}\r\n${body}`;
+}
+
+const sameTarget = (route: Route, target: RequestTarget) =>
+  route.id === target.id && route.port === target.port && route.token === target.token;
+
+/**
+ * 'head': between requests; 'body' / 'chunked': forwarding a request body; 'wait': a request is
+ * held until the answers before it are complete and its route is checked; 'upgrading': a
+ * protocol switch was asked, nothing more is read until the sandbox answers; 'tunnel': switched,
+ * bytes flow both ways untouched; 'closing': the last answer is written, input is dropped.
+ */
+type Mode = 'head' | 'body' | 'chunked' | 'wait' | 'upgrading' | 'tunnel' | 'closing';
+
+interface Held {
+  head: RequestHead | undefined;
+  target?: RequestTarget;
+  error?: unknown;
+}
+
+/**
+ * One client connection to the gateway, routed whole: the first request's sandbox, port and token
+ * are checked, and the connection is paired with a connection to that sandbox socket. Every
+ * request head is read (to strip the gateway's own headers and the token, and to give envd the
+ * token as it wants it); bodies and answers pass as bytes. A request that names another sandbox,
+ * port or token waits for the answers before it, is checked, and moves the connection there.
+ */
+export class ClientConnection implements UpstreamOwner {
+  private mode: Mode = 'head';
+  /** Bytes from the client not handled yet. */
+  private pending: Buffer | undefined;
+  private bodyLeft = 0;
+  private chunks: ChunkedScanner | undefined;
+  private upstream: Upstream | undefined;
+  private route: Route | undefined;
+  private held: Held | undefined;
+  private checking = false;
+  private running = false;
+  /** Writing to the sandbox waits for it to drain. */
+  private blocked = false;
+  /** Bytes for the sandbox from the read being handled, written together. */
+  private outgoing: (Buffer | string)[] = [];
+  private outgoingBytes = 0;
+  /** The last request sent asked to close the connection after its answer. */
+  private closeAfter = false;
+  /** The client closed its side: nothing more will come. */
+  private clientEnded = false;
+  private requests = 0;
+  /** When the current mode began (waiting for a head, sending a body, closing). */
+  private since = Date.now();
+
+  constructor(
+    readonly socket: Socket,
+    private readonly routes: GatewayRoutes,
+    private readonly limits: ConnectionLimits,
+  ) {
+    socket.on('data', (chunk: Buffer) => this.onData(chunk));
+    socket.on('end', () => this.onEnd());
+    socket.on('error', () => socket.destroy());
+    socket.on('close', () => this.onClose());
+  }
+
+  /** Closes the connection at once (the daemon is stopping). */
+  destroy(): void {
+    this.upstream?.destroy();
+    this.upstream = undefined;
+    this.socket.destroy();
+  }
+
+  /** Enforces the connection's deadlines; called about every second. */
+  tick(now: number): void {
+    const idle = !this.upstream || this.upstream.idle;
+    if (this.mode === 'head') {
+      if (this.pending !== undefined || this.requests === 0) {
+        if (idle && now - this.since > this.limits.headers) {
+          this.fail(
+            new RequestTimeoutError('the request could not be read: it did not arrive in time'),
+          );
+        }
+      } else if (
+        idle &&
+        now - Math.max(this.since, this.upstream?.idleSince ?? 0) > this.limits.keepAlive
+      ) {
+        this.destroy();
+      }
+    } else if (this.mode === 'body' || this.mode === 'chunked') {
+      if (now - this.since > this.limits.request) {
+        this.abortRequest(
+          new RequestTimeoutError('the request could not be read: it did not arrive in time'),
+        );
+      }
+    } else if (this.mode === 'closing' && now - this.since > this.limits.linger) {
+      this.socket.destroy();
+    }
+  }
+
+  // --- client → sandbox ---
+
+  private onData(chunk: Buffer): void {
+    if (this.mode === 'closing' || this.mode === 'tunnel') return;
+    this.pending = this.pending ? Buffer.concat([this.pending, chunk]) : chunk;
+    this.run();
+  }
+
+  /** Handles what the client sent, as far as the current mode allows. */
+  private run(): void {
+    if (this.running) return;
+    const buf = this.pending;
+    if (!buf) return;
+    this.pending = undefined;
+    this.running = true;
+    let pos = 0;
+    try {
+      while (pos < buf.length) {
+        if (this.mode === 'body') {
+          const take = Math.min(this.bodyLeft, buf.length - pos);
+          this.toSandbox(buf.subarray(pos, pos + take));
+          pos += take;
+          this.bodyLeft -= take;
+          if (this.bodyLeft === 0) this.requestSent();
+        } else if (this.mode === 'chunked') {
+          let end: number;
+          try {
+            end = (this.chunks as ChunkedScanner).feed(buf, pos, buf.length);
+          } catch (error) {
+            this.abortRequest(error);
+            return;
+          }
+          const stop = end < 0 ? buf.length : end;
+          this.toSandbox(buf.subarray(pos, stop));
+          pos = stop;
+          if (end >= 0) this.requestSent();
+        } else if (this.mode === 'head') {
+          // Nothing after a request that closes the connection is read.
+          if (this.closeAfter) return;
+          const end = buf.indexOf(END_OF_HEAD, pos);
+          if (end < 0 || end - pos > MAX_HEAD_BYTES) {
+            if (buf.length - pos > MAX_HEAD_BYTES) {
+              this.refuse(undefined, headTooLarge());
+              return;
+            }
+            this.pending = buf.subarray(pos);
+            return;
+          }
+          let head: RequestHead;
+          try {
+            head = parseRequestHead(buf.toString('latin1', pos, end));
+          } catch (error) {
+            this.refuse(undefined, error);
+            return;
+          }
+          pos = end + 4;
+          this.requests++;
+          this.startRequest(head);
+        } else {
+          // Held until the sandbox answers, or a check completes: the rest waits.
+          if (this.mode === 'wait' || this.mode === 'upgrading') this.pending = buf.subarray(pos);
+          return;
+        }
+      }
+    } finally {
+      this.flushToSandbox();
+      this.running = false;
+      this.updateReading();
+      this.maybeFinish();
+    }
+  }
+
+  private startRequest(head: RequestHead): void {
+    let target: RequestTarget;
+    try {
+      target = this.routes.target(head);
+    } catch (error) {
+      this.refuse(head, error);
+      return;
+    }
+    const { route, upstream } = this;
+    if (route && upstream && sameTarget(route, target) && this.routes.pool.usable(upstream)) {
+      let text: string;
+      try {
+        text = this.routes.rewrite(head, target, route);
+      } catch (error) {
+        this.refuse(head, error);
+        return;
+      }
+      this.send(head, text, upstream);
+      return;
+    }
+    // Another sandbox, port or token, or no open connection to the sandbox: the full check, once
+    // the answers to what was sent before are complete (they come back in order).
+    this.hold({ head, target });
+  }
+
+  /** Answers a request the gateway refuses, after the answers before it. */
+  private refuse(head: RequestHead | undefined, error: unknown): void {
+    this.hold({ head, error });
+  }
+
+  private hold(held: Held): void {
+    this.held = held;
+    this.mode = 'wait';
+    this.updateReading();
+    this.advance();
+  }
+
+  /** Moves a held request on once nothing sent before it waits for an answer. */
+  private advance(): void {
+    if (this.mode !== 'wait' || this.checking) return;
+    if (this.upstream && !this.upstream.idle) return;
+    const held = this.held as Held;
+    if (held.error !== undefined || !held.target) {
+      this.held = undefined;
+      const head = held.head;
+      // A refused request without a body leaves the connection usable; with one, the unread
+      // body would be taken for the next request.
+      const keepAlive =
+        head !== undefined &&
+        !head.close &&
+        !head.upgrade &&
+        head.bodyLength === 0 &&
+        !this.clientEnded &&
+        held.error instanceof SandboxError;
+      this.socket.write(errorAnswer(held.error, keepAlive));
+      if (!keepAlive) {
+        this.close();
+        return;
+      }
+      this.requestSent();
+      this.resume();
+      return;
+    }
+    this.checking = true;
+    const target = held.target;
+    this.routes.check(target).then(
+      (route) => {
+        this.checking = false;
+        this.routeChecked(held.head as RequestHead, target, route);
+      },
+      (error) => {
+        this.checking = false;
+        held.error = error ?? new Error('the check failed');
+        this.advance();
+      },
+    );
+  }
+
+  private routeChecked(head: RequestHead, target: RequestTarget, route: Route): void {
+    if (this.mode !== 'wait' || this.socket.destroyed) return;
+    let text: string;
+    try {
+      text = this.routes.rewrite(head, target, route);
+    } catch (error) {
+      this.held = { head, error };
+      this.advance();
+      return;
+    }
+    this.held = undefined;
+    let upstream = this.upstream;
+    if (
+      !upstream ||
+      upstream.socketPath !== route.socketPath ||
+      !this.routes.pool.usable(upstream)
+    ) {
+      if (upstream) this.routes.pool.release(upstream);
+      upstream = this.routes.pool.acquire(
+        route.socketPath,
+        route.envd ? undefined : route.port,
+        this,
+      );
+      this.upstream = upstream;
+      this.blocked = false;
+    }
+    this.route = route;
+    this.send(head, text, upstream);
+    this.resume();
+    this.flushToSandbox();
+  }
+
+  private send(head: RequestHead, text: string, upstream: Upstream): void {
+    upstream.sent(head.method, head.upgrade);
+    this.toSandbox(text);
+    this.closeAfter = head.close;
+    if (head.upgrade) {
+      this.mode = 'upgrading';
+    } else if (head.bodyLength > 0) {
+      this.mode = 'body';
+      this.bodyLeft = head.bodyLength;
+      this.since = Date.now();
+    } else if (head.bodyLength < 0) {
+      this.mode = 'chunked';
+      this.chunks = requestChunks();
+      this.since = Date.now();
+    } else {
+      this.requestSent();
+    }
+  }
+
+  private requestSent(): void {
+    this.mode = 'head';
+    this.chunks = undefined;
+    this.since = Date.now();
+  }
+
+  /** Queues bytes for the sandbox; {@link flushToSandbox} writes what one read produced at once. */
+  private toSandbox(data: Buffer | string): void {
+    this.outgoing.push(data);
+    this.outgoingBytes += data.length; // strings are heads: latin1, a byte per character
+  }
+
+  /**
+   * Writes the queued bytes in one system call: a head and its body (or several pipelined
+   * requests) copied into one buffer while small, as a vectored write past that.
+   */
+  private flushToSandbox(): void {
+    const pieces = this.outgoing;
+    if (pieces.length === 0) return;
+    const bytes = this.outgoingBytes;
+    this.outgoing = [];
+    this.outgoingBytes = 0;
+    const upstream = this.upstream;
+    if (!upstream || upstream.socket.destroyed) return;
+    const socket = upstream.socket;
+    let more = true;
+    if (pieces.length === 1 || bytes > 64 * 1024) {
+      if (pieces.length > 1) socket.cork();
+      for (const piece of pieces) {
+        more = typeof piece === 'string' ? socket.write(piece, 'latin1') : socket.write(piece);
+      }
+      if (pieces.length > 1) socket.uncork();
+    } else {
+      const joined = Buffer.allocUnsafe(bytes);
+      let at = 0;
+      for (const piece of pieces) {
+        at +=
+          typeof piece === 'string' ? joined.write(piece, at, 'latin1') : piece.copy(joined, at);
+      }
+      more = socket.write(joined);
+    }
+    if (!more && !this.blocked) {
+      this.blocked = true;
+      socket.once('drain', () => {
+        this.blocked = false;
+        this.updateReading();
+      });
+    }
+  }
+
+  /** Reads from the client only when what it sends can go somewhere. */
+  private updateReading(): void {
+    if (this.mode === 'tunnel' || this.socket.destroyed) return;
+    if (this.mode === 'closing') this.socket.resume();
+    else if (this.blocked || this.mode === 'wait' || this.mode === 'upgrading') this.socket.pause();
+    else this.socket.resume();
+  }
+
+  /** Continues with what the client sent meanwhile. */
+  private resume(): void {
+    this.updateReading();
+    if (this.pending) this.run();
+    else this.maybeFinish();
+  }
+
+  /** A request the sandbox has in part cannot complete: answer it, or cut the connection. */
+  private abortRequest(error: unknown): void {
+    const upstream = this.upstream;
+    const answerable =
+      upstream !== undefined && upstream.waiting.length === 1 && !upstream.midResponse;
+    this.upstream = undefined;
+    this.route = undefined;
+    upstream?.destroy();
+    if (answerable) {
+      this.socket.write(errorAnswer(error));
+      this.close();
+    } else {
+      this.socket.destroy();
+    }
+  }
+
+  /** A refusal before any request of the connection is in the sandbox's hands, or a timeout. */
+  private fail(error: unknown): void {
+    this.refuse(undefined, error);
+  }
+
+  /** Ends the connection when the client asked to, or went away, once every answer is out. */
+  private maybeFinish(): void {
+    if (this.mode !== 'head' || this.running) return;
+    if (this.upstream && !this.upstream.idle) return;
+    if (this.closeAfter || this.clientEnded) this.close();
+  }
+
+  /** Ends the connection after what was written, reading and dropping what still comes. */
+  private close(): void {
+    if (this.mode === 'closing' || this.mode === 'tunnel') return;
+    const wasBetweenRequests = this.mode === 'head' || this.mode === 'wait';
+    this.mode = 'closing';
+    this.since = Date.now();
+    this.pending = undefined;
+    const upstream = this.upstream;
+    this.upstream = undefined;
+    if (upstream) {
+      if (wasBetweenRequests && upstream.idle) this.routes.pool.release(upstream);
+      else upstream.destroy();
+    }
+    this.socket.end();
+    if (this.clientEnded) this.socket.destroy();
+    else this.updateReading();
+  }
+
+  private onEnd(): void {
+    this.clientEnded = true;
+    if (this.mode === 'tunnel') return;
+    if (this.mode === 'closing') {
+      this.socket.destroy();
+    } else if (this.mode === 'body' || this.mode === 'chunked') {
+      // A request cut short: it can never complete.
+      this.upstream?.destroy();
+      this.upstream = undefined;
+      this.socket.destroy();
+    } else {
+      this.maybeFinish();
+    }
+  }
+
+  private onClose(): void {
+    this.routes.forget(this);
+    const upstream = this.upstream;
+    this.upstream = undefined;
+    if (!upstream) return;
+    if (this.mode === 'head' && upstream.idle) this.routes.pool.release(upstream);
+    else upstream.destroy();
+  }
+
+  // --- sandbox → client ---
+
+  forward(bytes: Buffer, from: Upstream): void {
+    if (from !== this.upstream) return;
+    if (!this.socket.write(bytes)) from.pauseFor(this.socket);
+  }
+
+  responsesDone(from: Upstream, closing: boolean): void {
+    if (from !== this.upstream) return;
+    if (closing) {
+      // The sandbox closes the connection after that answer, and told the client so (or the
+      // body ended with the connection): the client's connection ends too.
+      this.upstream = undefined;
+      this.route = undefined;
+      from.destroy();
+      this.close();
+      return;
+    }
+    if (!from.idle) return;
+    if (this.mode === 'upgrading') {
+      // The sandbox declined the switch: the connection goes on with HTTP.
+      this.requestSent();
+      this.resume();
+    } else if (this.mode === 'wait') {
+      this.advance();
+    } else {
+      this.maybeFinish();
+    }
+  }
+
+  upgraded(from: Upstream, rest: Buffer): void {
+    if (from !== this.upstream) {
+      from.destroy();
+      return;
+    }
+    // Still known to the gateway until it closes: a stopping daemon closes tunnels too.
+    this.mode = 'tunnel';
+    this.upstream = undefined;
+    const sandbox = from.detach();
+    this.socket.removeAllListeners('data');
+    this.socket.removeAllListeners('end');
+    if (rest.length > 0) this.socket.write(rest);
+    if (this.pending) sandbox.write(this.pending);
+    this.pending = undefined;
+    splice(this.socket, sandbox);
+    sandbox.resume();
+    this.socket.resume();
+  }
+
+  ended(from: Upstream, error: UpstreamError | undefined, midResponse: boolean): void {
+    if (from !== this.upstream) return;
+    this.upstream = undefined;
+    this.route = undefined;
+    this.blocked = false;
+    if (midResponse) {
+      this.socket.destroy();
+    } else if (error) {
+      // Nothing of the answer was sent: the client gets the reason, and the connection ends
+      // (requests pipelined after it are lost with the sandbox's connection).
+      this.socket.write(errorAnswer(error));
+      this.close();
+    } else if (this.mode === 'body' || this.mode === 'chunked') {
+      // The sandbox answered before the whole body arrived, then closed: the rest has nowhere to go.
+      this.close();
+    } else if (this.mode === 'wait') {
+      this.advance();
+    }
+  }
+}
+
+function headTooLarge() {
+  return badRequest(`its head is over ${MAX_HEAD_BYTES / 1024} KiB`, {
+    status: 431,
+    code: 'HPE_HEADER_OVERFLOW',
+  });
+}
