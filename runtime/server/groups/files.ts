@@ -13,7 +13,7 @@ import {
 } from 'node:fs/promises';
 import { join } from 'node:path';
 import { BadRequestError, EditMismatchError, FileOperationError } from '../errors.js';
-import { fsAction, safePath, writeAtomic } from '../file-system.js';
+import { fsAction, STREAM_BUFFER_BYTES, safePath, writeAtomic } from '../file-system.js';
 import { Reply } from '../http.js';
 import { defineGroup } from '../route-group.js';
 import { identityFor } from '../users.js';
@@ -97,7 +97,11 @@ export const FILE_OPS = defineGroup('FILE_OPS', '/files', 'file read/write/list/
       const body =
         length === 0
           ? Buffer.alloc(0)
-          : handle.createReadStream({ start, end: start + length - 1 });
+          : handle.createReadStream({
+              start,
+              end: start + length - 1,
+              highWaterMark: Math.min(length, STREAM_BUFFER_BYTES),
+            });
       return new Reply(200, body, { 'content-length': String(length) });
     },
   },
