@@ -158,7 +158,9 @@ export class SandboxService {
     try {
       await this.registry.insertSandbox(record);
     } catch (error) {
+      // No row (the database does not answer): no sandbox either.
       await this.provider.kill(handle);
+      rmSync(dir, { recursive: true, force: true });
       throw error;
     }
     return { record };
@@ -265,7 +267,6 @@ export class SandboxService {
     id: string,
     state: 'killed' | 'expired' = 'killed',
     reason = 'killed',
-    options: { expiredBy?: number } = {},
   ): Promise<boolean> {
     let record = await this.get(id);
     if (record.state === 'pooled') {
@@ -291,7 +292,7 @@ export class SandboxService {
     // update is conditional: of a kill and an expiry racing (here or on another daemon sharing
     // the registry) one ends it, with its reason; the other answers false and leaves the
     // releasing to the winner.
-    if (!(await this.registry.endSandbox(id, state, reason, options))) return false;
+    if (!(await this.registry.endSandbox(id, state, reason))) return false;
     this.onEnded(id);
     await this.release(record);
     return true;
@@ -309,6 +310,22 @@ export class SandboxService {
     return this.get(id);
   }
 
+  /**
+   * The reaper's end of a sandbox whose time was up at `now`: one conditional update claims it
+   * (still running, still due: a lifetime extended since the pass read it wins), and only the
+   * caller that claimed it kills it. Of several daemons' reapers, one wins each sandbox.
+   */
+  private async expire(record: SandboxRecord, now: number): Promise<boolean> {
+    if (this.ending.has(record.id)) return false;
+    const reason = `expired at ${new Date(record.expiresAt).toISOString()}`;
+    if (!(await this.registry.endSandbox(record.id, 'expired', reason, { expiredBy: now }))) {
+      return false;
+    }
+    this.onEnded(record.id);
+    await this.release(record);
+    return true;
+  }
+
   /** What a {@link Reaper} watching these sandboxes needs. */
   reaperHost(): ReaperHost {
     return {
@@ -316,11 +333,7 @@ export class SandboxService {
       isAlive: (handle) => this.provider.isAlive(handle),
       isEnding: (id) => this.ending.has(id),
       markDead: (record) => this.markDead(record),
-      // Only if still due: a lifetime extended since the pass read it wins.
-      expire: (record, now) =>
-        this.kill(record.id, 'expired', `expired at ${new Date(record.expiresAt).toISOString()}`, {
-          expiredBy: now,
-        }),
+      expire: (record, now) => this.expire(record, now),
     };
   }
 
