@@ -64,6 +64,7 @@ export class SandboxService {
         discard: (record, why) => this.kill(record.id, 'killed', why).then(() => undefined),
         setEnv: (record, env) => setEnv(record.handle, this.controlTokenOf(record.id), env),
         log: (what, error) => this.log.failed(what, error),
+        recovered: (what) => this.log.recovered(what),
       },
       options,
     );

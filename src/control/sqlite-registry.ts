@@ -1,5 +1,5 @@
 import Database from 'better-sqlite3';
-import { MIGRATIONS, tooNewError } from './migrations.js';
+import { MIGRATIONS, SCHEMA_VERSION, tooNewError } from './migrations.js';
 import type {
   EndState,
   Registry,
@@ -88,7 +88,7 @@ export class SqliteRegistry implements Registry {
           ).map((row) => row.version),
         );
         const newest = Math.max(0, ...applied);
-        if (newest > Math.max(...MIGRATIONS.map((m) => m.version))) {
+        if (newest > SCHEMA_VERSION) {
           throw tooNewError(this.location, newest);
         }
         for (const migration of MIGRATIONS) {

@@ -20,6 +20,8 @@ export interface PoolHost {
   setEnv(record: SandboxRecord, env: Record<string, string>): Promise<void>;
   /** Reports a failure of the pool's background work. */
   log(what: string, error: unknown): void;
+  /** Reports that background work which failed works again. */
+  recovered(what: string): void;
 }
 
 export interface WarmPoolOptions {
@@ -248,8 +250,10 @@ export class WarmPool {
 
   /** A rebalance in the background: a failure (the registry does not answer) is logged. */
   private rebalanceLogged(template: string): Promise<void> {
-    return this.rebalance(template).catch((error) =>
-      this.host.log(`warm pool of ${template}`, error),
+    const what = `warm pool of ${template}, rebalancing`;
+    return this.rebalance(template).then(
+      () => this.host.recovered(what),
+      (error) => this.host.log(what, error),
     );
   }
 
