@@ -79,7 +79,9 @@ describe.skipIf(NEEDS_POSTGRES !== '')(
         const created = (await api('POST', '/v1/sandboxes', { metadata: { job: 'kept' } })).body;
         const { sandboxId: id, accessToken } = created;
         expect((await gateway(id, accessToken)).status).toBe(200);
-        const before = (await api('GET', `/v1/sandboxes/${id}`)).body;
+        // One the gateway has not looked up yet.
+        const unseen = (await api('POST', '/v1/sandboxes', {})).body;
+        const before = (await api('GET', '/v1/sandboxes')).body.sandboxes;
         const alive = provider.aliveIds();
 
         await cluster.stop();
@@ -95,6 +97,8 @@ describe.skipIf(NEEDS_POSTGRES !== '')(
         // has seen running.
         expect((await call(`${info.apiUrl}/v1/health`)).status).toBe(200);
         expect(await gateway(id, accessToken)).toEqual({ status: 200, body: { status: 'ok' } });
+        const unknown = await gateway(unseen.sandboxId, unseen.accessToken);
+        expectDatabaseDown({ status: unknown.status, body: unknown.body }, cluster.url);
         // The create that failed left no sandbox behind.
         expect(provider.aliveIds()).toEqual(alive);
 
@@ -105,7 +109,8 @@ describe.skipIf(NEEDS_POSTGRES !== '')(
           20_000,
         );
         // The sandbox is as it was: the failed kill and timeout changed nothing.
-        expect((await api('GET', '/v1/sandboxes')).body.sandboxes).toEqual([before]);
+        expect((await api('GET', '/v1/sandboxes')).body.sandboxes).toEqual(before);
+        expect((await gateway(unseen.sandboxId, unseen.accessToken)).status).toBe(200);
         const again = await api('POST', '/v1/sandboxes', {});
         expect(again.status).toBe(200);
         expect((await api('DELETE', `/v1/sandboxes/${id}`)).body).toMatchObject({
