@@ -278,7 +278,12 @@ export class Daemon {
   stop(): Promise<void> {
     this.stopping ??= (async () => {
       await this.reaper.stop();
-      await this.sandboxes.close();
+      // A registry that does not answer must not keep the daemon from stopping.
+      await this.sandboxes
+        .close()
+        .catch((error) =>
+          console.error(`stopping: the warm pool was not emptied: ${error.message}`),
+        );
       await this.provider.close?.();
       await (await this.builder?.catch(() => undefined))?.close?.();
       const close = (server: Server) =>

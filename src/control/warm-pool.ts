@@ -59,6 +59,8 @@ class Demand {
   rebalanceScheduled = false;
   /** The rebalance in flight (or the last one). */
   rebalancing: Promise<void> = Promise.resolve();
+  /** A rebalance waiting for the one in flight: later calls join it rather than queue more. */
+  queued: Promise<void> | undefined;
 
   observeStart(ms: number): void {
     this.startMs = this.measured ? 0.75 * this.startMs + 0.25 * ms : ms;
@@ -264,9 +266,14 @@ export class WarmPool {
   private rebalance(template: string): Promise<void> {
     const demand = this.demand.get(template);
     if (!demand) return Promise.resolve();
+    if (demand.queued) return demand.queued;
     const next = demand.rebalancing
       .catch(() => undefined)
-      .then(() => this.rebalanceNow(template, demand));
+      .then(() => {
+        demand.queued = undefined;
+        return this.rebalanceNow(template, demand);
+      });
+    demand.queued = next;
     demand.rebalancing = next;
     return next;
   }

@@ -121,6 +121,10 @@ describe.skipIf(NEEDS_POSTGRES !== '')(
         const reaperLines = logged.filter((line) => line.startsWith('reaper: UnavailableError'));
         expect(reaperLines.length).toBeGreaterThan(0);
         expect(new Set(reaperLines).size).toBe(reaperLines.length);
+
+        // A daemon stops even while the database is down.
+        await cluster.stop();
+        await daemon.stop();
       } finally {
         console.error = originalError;
         await daemon.stop().catch(() => undefined);
