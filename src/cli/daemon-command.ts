@@ -97,6 +97,7 @@ export function addDaemonCommand(program: Command): void {
           printLine(
             `running: pid ${info.pid}, provider ${info.provider ?? 'local'}, API ${info.apiUrl}, gateway ${info.gatewayUrl}, since ${info.startedAt}`,
           );
+          if (info.registry) printLine(`registry: ${info.registry}`);
           const isolation = info.isolation;
           if (isolation) {
             printLine(

@@ -268,6 +268,7 @@ export class Daemon {
       provider: this.provider.name,
       startedAt: new Date().toISOString(),
       isolation: this.provider.isolation(),
+      registry: this.registry.location,
     };
     for (const warning of info.isolation?.warnings ?? []) console.error(`warning: ${warning}`);
     writeFileSync(this.paths.daemonInfo, `${JSON.stringify(info, null, 2)}\n`, { mode: 0o600 });
