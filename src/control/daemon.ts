@@ -64,6 +64,13 @@ export const DEFAULT_WARM_POOL_MAX = 10;
 
 const BODY_LIMITS = { maxBytes: 1024 * 1024, timeoutMs: 30_000 };
 
+/** What to do about a PostgreSQL refusal at start, by SQLSTATE class. */
+const POSTGRES_HINTS: Record<string, string> = {
+  '28': ': check the user and password in ABX_DATABASE_URL (abx daemon start --database-url)',
+  '3D': ': create the database (createdb NAME) or fix its name in ABX_DATABASE_URL',
+  '42': ': the user needs the right to create tables in that database (GRANT CREATE ON DATABASE … or make it the owner)',
+};
+
 /**
  * The control plane: REST API and gateway on loopback, the registry, the provider and the
  * reaper. On start it adopts the sandboxes a previous daemon left running.
@@ -228,6 +235,13 @@ export class Daemon {
       if (registry.kind === 'postgres' && isUnreachable(cause)) {
         throw new Error(
           `cannot reach the registry database ${registry.location} (${(cause as Error).message}; connect timeout ${DATABASE_CONNECT_TIMEOUT_MS} ms): check that PostgreSQL runs there and that ABX_DATABASE_URL (abx daemon start --database-url) names it, with user, password and database`,
+          { cause: error },
+        );
+      }
+      const sqlstate = (cause as { code?: unknown }).code;
+      if (registry.kind === 'postgres' && typeof sqlstate === 'string' && sqlstate.length === 5) {
+        throw new Error(
+          `the registry database ${registry.location} refused this daemon: ${(cause as Error).message}${POSTGRES_HINTS[sqlstate.slice(0, 2)] ?? ''}`,
           { cause: error },
         );
       }

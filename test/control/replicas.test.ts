@@ -9,7 +9,13 @@ import { Daemon, type DaemonOptions } from '../../src/control/daemon.js';
 import type { DaemonInfo } from '../../src/installation/daemon-info.js';
 import { ROOT } from '../helpers/build.js';
 import { MemoryProvider } from '../helpers/memory-provider.js';
-import { createTestDatabase, freePort, NEEDS_POSTGRES } from '../helpers/postgres.js';
+import {
+  createTestDatabase,
+  freePort,
+  NEEDS_POSTGRES,
+  TEST_DATABASE_URL,
+  withDatabase,
+} from '../helpers/postgres.js';
 import { until } from './plane.js';
 
 // biome-ignore lint/suspicious/noExplicitAny: response bodies are checked field by field
@@ -327,6 +333,25 @@ describe('a database that cannot be reached at start', () => {
       rmSync(home, { recursive: true, force: true });
     }
   });
+
+  test.skipIf(NEEDS_POSTGRES !== '')(
+    `a database that does not exist: the daemon says to create it${NEEDS_POSTGRES}`,
+    async () => {
+      const home = mkdtempSync(join(tmpdir(), 'abx-replica-'));
+      const provider = new MemoryProvider();
+      const url = withDatabase(TEST_DATABASE_URL as string, 'abx_no_such_database');
+      const daemon = new Daemon({ home, provider, databaseUrl: url });
+      try {
+        await expect(daemon.start()).rejects.toThrow(
+          `the registry database ${url} refused this daemon: database "abx_no_such_database" does not exist: create the database (createdb NAME) or fix its name in ABX_DATABASE_URL`,
+        );
+      } finally {
+        await daemon.stop().catch(() => undefined);
+        await provider.dispose();
+        rmSync(home, { recursive: true, force: true });
+      }
+    },
+  );
 
   test('`node dist/daemon.js` exits 1 with that message', async () => {
     const home = mkdtempSync(join(tmpdir(), 'abx-replica-'));
