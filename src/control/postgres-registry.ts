@@ -53,19 +53,20 @@ const SOCKET_ERRORS = new Set([
   'ENOENT',
 ]);
 
-/** True when an error of pg says the database cannot be reached (as opposed to a bad statement). */
+/**
+ * True when an error of pg says the database cannot be reached, as opposed to a statement the
+ * server refused: a socket error (ECONNREFUSED...), a server error whose SQLSTATE is about the
+ * connection or the server's state (08, 53, 57P0x) or our statement timeout (57014), or one of
+ * the plain `Error`s without a code pg raises for a connection that ended or timed out.
+ */
 export function isUnreachable(error: unknown): boolean {
   if (!(error instanceof Error)) return false;
   const code = (error as { code?: unknown }).code;
-  if (typeof code === 'string') {
-    if (SOCKET_ERRORS.has(code)) return true;
-    // query_canceled: our statement timeout (a locked or overloaded server).
-    if (code === '57014') return true;
-    if (/^[0-9A-Z]{5}$/.test(code)) return UNAVAILABLE_SQLSTATE.test(code);
+  if (error instanceof pg.DatabaseError) {
+    return typeof code === 'string' && (code === '57014' || UNAVAILABLE_SQLSTATE.test(code));
   }
-  return /connection terminated|timeout exceeded when trying to connect|query read timeout|connection timeout|not queryable|Client was closed/i.test(
-    error.message,
-  );
+  if (typeof code === 'string') return SOCKET_ERRORS.has(code);
+  return error.constructor === Error;
 }
 
 /** The 503 an API request gets while the database does not answer. */
