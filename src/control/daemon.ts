@@ -46,6 +46,11 @@ export interface DaemonOptions {
   /** Sandbox starts under way at once (creates and refills); default the number of cores, ≥ 2. */
   startConcurrency?: number;
   /**
+   * How long after a sandbox's end its processes are left to the daemon that ended it before the
+   * reaper kills them (that daemon died mid-kill); default 30 s.
+   */
+  releaseGraceMs?: number;
+  /**
    * `postgres://…`: keep the registry in PostgreSQL, shared with the other daemons given the same
    * URL (and the same token secret), instead of SQLite in `home`.
    */
@@ -136,6 +141,7 @@ export class Daemon {
       options.reapIntervalMs ?? 1000,
       (error) => this.sandboxes.log.failed('reaper', error),
       () => this.sandboxes.log.recovered('reaper'),
+      options.releaseGraceMs,
     );
     const table = new RouteTable(API_ROUTES);
     const context: ApiContext = {

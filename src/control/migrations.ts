@@ -36,6 +36,7 @@ export const MIGRATIONS: readonly Migration[] = [
           capabilities TEXT NOT NULL
         );
         CREATE INDEX IF NOT EXISTS sandboxes_state ON sandboxes (state, expires_at);
+        CREATE INDEX IF NOT EXISTS sandboxes_ended ON sandboxes (ended_at);
         CREATE TABLE IF NOT EXISTS templates (
           name TEXT PRIMARY KEY,
           spec TEXT NOT NULL,
@@ -66,6 +67,7 @@ export const MIGRATIONS: readonly Migration[] = [
       );
       CREATE INDEX sandboxes_state ON sandboxes (state, expires_at);
       CREATE INDEX sandboxes_pool ON sandboxes (template, created_at) WHERE state = 'pooled';
+      CREATE INDEX sandboxes_ended ON sandboxes (ended_at);
       CREATE TABLE templates (
         name TEXT PRIMARY KEY,
         spec TEXT NOT NULL,

@@ -341,6 +341,14 @@ export class PostgresRegistry implements Registry {
     return rows.map(fromRow);
   }
 
+  async endedSince(since: number): Promise<SandboxRecord[]> {
+    const { rows } = await this.query<SandboxRow>(
+      'SELECT * FROM sandboxes WHERE ended_at >= $1 ORDER BY ended_at, id',
+      [since],
+    );
+    return rows.map(fromRow);
+  }
+
   async upsertTemplate(record: TemplateRecord): Promise<TemplateRecord | undefined> {
     return this.transaction(async (client) => {
       // Locked until commit: a build racing this one reads this one's record as its previous.

@@ -102,6 +102,8 @@ export interface Registry {
   setExpiry(id: string, expiresAt: number): Promise<boolean>;
   /** Running sandboxes whose time is up. */
   expired(now?: number): Promise<SandboxRecord[]>;
+  /** Sandboxes that ended (killed, expired, dead) at or after `since`, oldest end first. */
+  endedSince(since: number): Promise<SandboxRecord[]>;
 
   /** Records a build; resolves to the build it replaced (read in the same transaction). */
   upsertTemplate(record: TemplateRecord): Promise<TemplateRecord | undefined>;

@@ -335,6 +335,7 @@ export class SandboxService {
       isEnding: (id) => this.ending.has(id),
       markDead: (record) => this.markDead(record),
       expire: (record, now) => this.expire(record, now),
+      release: (record) => this.release(record),
     };
   }
 

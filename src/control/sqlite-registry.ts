@@ -227,6 +227,13 @@ export class SqliteRegistry implements Registry {
     return rows.map(fromRow);
   }
 
+  async endedSince(since: number): Promise<SandboxRecord[]> {
+    const rows = this.db
+      .prepare('SELECT * FROM sandboxes WHERE ended_at >= ? ORDER BY ended_at, id')
+      .all(since) as SandboxRow[];
+    return rows.map(fromRow);
+  }
+
   async upsertTemplate(record: TemplateRecord): Promise<TemplateRecord | undefined> {
     return this.db.transaction(() => {
       const previous = this.getTemplateNow(record.name);

@@ -96,6 +96,27 @@ for (const kind of STORES) {
       expect(await registry.expired(9000)).toEqual([]);
     });
 
+    test('endedSince: the sandboxes that ended since a time, whatever the end', async ({
+      store,
+    }) => {
+      const registry = await store.open();
+      const rows = [sandboxRow(), sandboxRow(), sandboxRow(), sandboxRow()];
+      for (const row of rows) await registry.insertSandbox(row);
+      const since = Date.now();
+      await registry.endSandbox(rows[0]?.id as string, 'killed', 'killed by request');
+      await registry.endSandbox(rows[1]?.id as string, 'dead', 'oom');
+      await registry.endSandbox(rows[2]?.id as string, 'expired', 'expired');
+      const ended = await registry.endedSince(since);
+      expect(ended.map((r) => r.id).sort()).toEqual(
+        rows
+          .slice(0, 3)
+          .map((r) => r.id)
+          .sort(),
+      );
+      expect(ended.map((r) => r.state).sort()).toEqual(['dead', 'expired', 'killed']);
+      expect(await registry.endedSince(Date.now() + 60_000)).toEqual([]);
+    });
+
     test('the pool hands out its oldest sandbox, each to one claim only, even when claims race', async ({
       store,
     }) => {

@@ -6,6 +6,7 @@ import { promisify } from 'node:util';
 import { Client, request } from 'undici';
 import { test as base, describe, expect } from 'vitest';
 import { Daemon, type DaemonOptions } from '../../src/control/daemon.js';
+import { PostgresRegistry } from '../../src/control/postgres-registry.js';
 import type { DaemonInfo } from '../../src/installation/daemon-info.js';
 import { ROOT } from '../helpers/build.js';
 import { MemoryProvider } from '../helpers/memory-provider.js';
@@ -246,6 +247,32 @@ describe(`two daemons on one PostgreSQL database${NEEDS_POSTGRES}`, () => {
         }),
       );
       expect(replicas.provider.aliveIds().filter((id) => ids.includes(id))).toEqual([]);
+    },
+  );
+
+  test.skipIf(NEEDS_POSTGRES !== '')(
+    'a daemon that died after recording a kill: another daemon’s reaper kills what is left',
+    async ({ replicas }) => {
+      const a = await replicas.start({ releaseGraceMs: 100 });
+      const { sandboxId: id } = (await a.api.post('/v1/sandboxes')).body;
+      // Another daemon recorded the kill and died before killing: the row says killed, the
+      // sandbox's processes run on.
+      const dying = new PostgresRegistry(replicas.url);
+      try {
+        expect(await dying.endSandbox(id, 'killed', 'killed by request')).toBe(true);
+      } finally {
+        await dying.close();
+      }
+      expect(replicas.provider.aliveIds()).toContain(id);
+      await until(
+        () => !replicas.provider.aliveIds().includes(id),
+        'the reaper to kill what was left',
+        10_000,
+      );
+      expect((await a.api.get(`/v1/sandboxes/${id}`)).body).toMatchObject({
+        state: 'killed',
+        endReason: 'killed by request',
+      });
     },
   );
 
