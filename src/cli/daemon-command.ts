@@ -7,6 +7,13 @@ import { withSpinner } from './feedback.js';
 import { withExamples } from './options.js';
 import { printJson, printLine } from './output.js';
 
+interface DaemonStartOptions {
+  json?: boolean;
+  provider?: string;
+  dockerBaseImage?: string;
+  databaseUrl?: string;
+}
+
 /** `abx daemon start|stop|status|logs`. */
 export function addDaemonCommand(program: Command): void {
   const daemon = withExamples(
@@ -37,10 +44,17 @@ export function addDaemonCommand(program: Command): void {
           'docker: the image of templates without one (default debian:bookworm-slim); it must be on the engine',
         ).env('ABX_DOCKER_BASE_IMAGE'),
       )
-      .action(async (options: { json?: boolean; provider?: string; dockerBaseImage?: string }) => {
+      .addOption(
+        new Option(
+          '--database-url <url>',
+          'keep the registry in PostgreSQL (postgres://user:password@host:port/database), shared by every daemon given the same URL; default: SQLite in $ABX_HOME',
+        ).env('ABX_DATABASE_URL'),
+      )
+      .action(async (options: DaemonStartOptions) => {
         // The daemon process reads them from its environment (it inherits this one's).
         if (options.provider) process.env.ABX_PROVIDER = options.provider;
         if (options.dockerBaseImage) process.env.ABX_DOCKER_BASE_IMAGE = options.dockerBaseImage;
+        if (options.databaseUrl) process.env.ABX_DATABASE_URL = options.databaseUrl;
         const running = await findDaemon(abxHome());
         const wanted = options.provider ?? 'local';
         if (running && (running.provider ?? 'local') !== wanted) {
@@ -55,6 +69,7 @@ export function addDaemonCommand(program: Command): void {
       }),
     'abx daemon start',
     'abx daemon start --provider docker --docker-base-image debian:bookworm-slim',
+    'abx daemon start --database-url postgres://abx:secret@db.internal:5432/abx',
   );
 
   withExamples(
@@ -82,6 +97,7 @@ export function addDaemonCommand(program: Command): void {
           printLine(
             `running: pid ${info.pid}, provider ${info.provider ?? 'local'}, API ${info.apiUrl}, gateway ${info.gatewayUrl}, since ${info.startedAt}`,
           );
+          if (info.registry) printLine(`registry: ${info.registry}`);
           const isolation = info.isolation;
           if (isolation) {
             printLine(
