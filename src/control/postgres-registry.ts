@@ -1,4 +1,5 @@
-import pg from 'pg';
+import { createRequire } from 'node:module';
+import type * as Pg from 'pg';
 import { UnavailableError } from '../errors.js';
 import { MIGRATIONS, SCHEMA_VERSION, tooNewError } from './migrations.js';
 import type {
@@ -23,6 +24,16 @@ export const DATABASE_QUERY_TIMEOUT_MS = 15_000;
 export const DATABASE_POOL_MAX = 10;
 /** An idle connection is closed after this. */
 export const DATABASE_IDLE_TIMEOUT_MS = 30_000;
+
+/**
+ * pg, loaded by the first PostgreSQL registry: requiring it costs about ten times what
+ * better-sqlite3 does, and a daemon on SQLite (the default, started on demand) never needs it.
+ */
+let pgModule: typeof Pg | undefined;
+function loadPg(): typeof Pg {
+  pgModule ??= createRequire(import.meta.url)('pg') as typeof Pg;
+  return pgModule;
+}
 
 /** Two daemons migrating at once: the second waits for the first behind this advisory lock. */
 const MIGRATION_LOCK = 0x61627821; // "abx!"
@@ -62,7 +73,7 @@ const SOCKET_ERRORS = new Set([
 export function isUnreachable(error: unknown): boolean {
   if (!(error instanceof Error)) return false;
   const code = (error as { code?: unknown }).code;
-  if (error instanceof pg.DatabaseError) {
+  if (pgModule && error instanceof pgModule.DatabaseError) {
     return typeof code === 'string' && (code === '57014' || UNAVAILABLE_SQLSTATE.test(code));
   }
   if (typeof code === 'string') return SOCKET_ERRORS.has(code);
@@ -139,11 +150,11 @@ export interface PostgresRegistryOptions {
 export class PostgresRegistry implements Registry {
   readonly kind = 'postgres';
   readonly location: string;
-  private readonly pool: pg.Pool;
+  private readonly pool: Pg.Pool;
 
   constructor(url: string, options: PostgresRegistryOptions = {}) {
     this.location = redactUrl(url);
-    this.pool = new pg.Pool({
+    this.pool = new (loadPg().Pool)({
       connectionString: url,
       max: DATABASE_POOL_MAX,
       connectionTimeoutMillis: DATABASE_CONNECT_TIMEOUT_MS,
@@ -161,10 +172,10 @@ export class PostgresRegistry implements Registry {
     this.pool.on('error', onIdleError);
   }
 
-  private async query<Row extends pg.QueryResultRow>(
+  private async query<Row extends Pg.QueryResultRow>(
     sql: string,
     params: unknown[] = [],
-  ): Promise<pg.QueryResult<Row>> {
+  ): Promise<Pg.QueryResult<Row>> {
     try {
       return await this.pool.query<Row>(sql, params);
     } catch (error) {
@@ -173,8 +184,8 @@ export class PostgresRegistry implements Registry {
   }
 
   /** Runs `work` in one transaction on one connection. */
-  private async transaction<T>(work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
-    let client: pg.PoolClient;
+  private async transaction<T>(work: (client: Pg.PoolClient) => Promise<T>): Promise<T> {
+    let client: Pg.PoolClient;
     try {
       client = await this.pool.connect();
     } catch (error) {
