@@ -49,9 +49,17 @@ function readInfo(file: string): DaemonInfo | undefined {
 export function isProcessAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
-    return true;
   } catch {
     return false;
+  }
+  // A process that ended but was not yet waited for (a daemon this process started, killed) is a
+  // zombie: signal 0 still reaches it, yet it serves nothing.
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat[stat.lastIndexOf(')') + 2] !== 'Z';
+  } catch {
+    // No /proc (or it ended meanwhile): signal 0 said it was there.
+    return true;
   }
 }
 

@@ -89,8 +89,21 @@ export class HttpClient {
     return url.toString();
   }
 
-  /** Sends a request and returns the undici response; throws on an error status. */
+  /**
+   * Sends a request and returns the undici response; throws on an error status. A `GET` that
+   * could not reach the peer at all (a keep-alive connection it closed meanwhile, say) is sent
+   * once more: it changes nothing, so sending it twice is safe.
+   */
   async send(method: string, path: string, options: RequestOptions = {}) {
+    try {
+      return await this.sendOnce(method, path, options);
+    } catch (error) {
+      if (method !== 'GET' || !(error instanceof this.unreachable)) throw error;
+      return this.sendOnce(method, path, options);
+    }
+  }
+
+  private async sendOnce(method: string, path: string, options: RequestOptions) {
     const timeoutMs = options.timeoutMs ?? this.timeoutMs;
     const json = options.body !== undefined && !options.raw;
     const target = this.sandboxPort;
