@@ -22,7 +22,8 @@ export interface TemplateKubernetes {
 const KEYS = ['runtime_class', 'node_selector', 'tolerations'];
 const TOLERATION_KEYS = ['key', 'operator', 'value', 'effect', 'toleration_seconds'];
 /** A DNS-1123 subdomain: what a RuntimeClass is named with. */
-const DNS_SUBDOMAIN = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+const DNS_SUBDOMAIN =
+  /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 /** A label name: an optional DNS subdomain prefix and `/`, then up to 63 name characters. */
 const LABEL_NAME = /^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/;
 /** A label value: empty, or up to 63 name characters. */
@@ -150,7 +151,10 @@ function readToleration(
   const seconds = entry.toleration_seconds;
   if (seconds !== undefined) {
     if (typeof seconds !== 'number' || !Number.isInteger(seconds) || seconds < 0) {
-      reader.problem([...at, 'toleration_seconds'], 'must be a whole number of seconds (0 or more)');
+      reader.problem(
+        [...at, 'toleration_seconds'],
+        'must be a whole number of seconds (0 or more)',
+      );
     } else if (effect !== 'NoExecute') {
       reader.problem([...at, 'toleration_seconds'], 'applies only with effect NoExecute');
     } else toleration.tolerationSeconds = seconds;

@@ -1,9 +1,9 @@
 import { dirname } from 'node:path';
 import {
   CoreV1Api,
+  type Informer,
   type KubeConfig,
   makeInformer,
-  type Informer,
   type V1Pod,
 } from '@kubernetes/client-node';
 import { ENVD_PORT } from '../../../runtime/protocol/constants.js';

@@ -27,6 +27,7 @@ export const RUNTIME_CONTAINER = 'abx-runtime';
 export const INIT_RUNTIME_DIR = '/mnt/abx/runtime';
 export const INIT_RUN_DIR = '/mnt/abx/run';
 export const INIT_TOKEN_DIR = '/mnt/abx/token';
+export const INIT_HOME_DIR = '/mnt/abx/home';
 /** The key of the token in its Secret, and so the file name under {@link INIT_TOKEN_DIR}. */
 export const TOKEN_KEY = 'token';
 /** Where envd reads its token in the main container (and deletes it before serving). */
@@ -41,13 +42,17 @@ const RUN_DIR_SIZE = '1Mi';
  * (mounted in the init container only) into the memory-backed run folder, where envd reads it and
  * deletes it before it serves. The main container never mounts the Secret.
  */
-export const INIT_SCRIPT = [
-  "const fs = require('node:fs');",
-  `fs.cpSync('${SANDBOX_RUNTIME_DIR}', '${INIT_RUNTIME_DIR}', { recursive: true, verbatimSymlinks: true });`,
-  `fs.copyFileSync('${INIT_TOKEN_DIR}/${TOKEN_KEY}', '${INIT_RUN_DIR}/token');`,
-  `fs.chmodSync('${INIT_RUN_DIR}/token', 0o600);`,
-  `fs.mkdirSync('${INIT_RUN_DIR}/ports', { recursive: true, mode: 0o755 });`,
-].join(' ');
+export function initScript(homeUser?: string): string {
+  return [
+    "const fs = require('node:fs');",
+    `fs.cpSync('${SANDBOX_RUNTIME_DIR}', '${INIT_RUNTIME_DIR}', { recursive: true, verbatimSymlinks: true });`,
+    `fs.copyFileSync('${INIT_TOKEN_DIR}/${TOKEN_KEY}', '${INIT_RUN_DIR}/token');`,
+    `fs.chmodSync('${INIT_RUN_DIR}/token', 0o600);`,
+    `fs.mkdirSync('${INIT_RUN_DIR}/ports', { recursive: true, mode: 0o755 });`,
+    // An emptyDir is root's: the user's own home is made in it, as the user.
+    ...(homeUser ? [`fs.mkdirSync('${INIT_HOME_DIR}/${homeUser}', { mode: 0o750 });`] : []),
+  ].join(' ');
+}
 
 /** The value of {@link SANDBOXES_LABEL}: 16 hex digits of the folder's SHA-256. */
 export function sandboxesHash(sandboxesDir: string): string {
@@ -164,7 +169,7 @@ export function sandboxPod(spec: SandboxSpec, context: PodContext): V1Pod {
           name: RUNTIME_CONTAINER,
           image: context.runtimeImage,
           imagePullPolicy: pull,
-          command: [SANDBOX_NODE, '-e', INIT_SCRIPT],
+          command: [SANDBOX_NODE, '-e', initScript(ownHome ? user : undefined)],
           securityContext: { ...SECURITY, readOnlyRootFilesystem: true },
           resources: {
             requests: { cpu: '50m', memory: '64Mi' },
@@ -174,6 +179,7 @@ export function sandboxPod(spec: SandboxSpec, context: PodContext): V1Pod {
             { name: 'abx-runtime', mountPath: INIT_RUNTIME_DIR },
             { name: 'abx-run', mountPath: INIT_RUN_DIR },
             { name: 'abx-token', mountPath: INIT_TOKEN_DIR, readOnly: true },
+            ...(ownHome ? [{ name: 'abx-home', mountPath: INIT_HOME_DIR }] : []),
           ],
         },
       ],
@@ -217,7 +223,7 @@ export function sandboxPod(spec: SandboxSpec, context: PodContext): V1Pod {
           volumeMounts: [
             { name: 'abx-runtime', mountPath: SANDBOX_RUNTIME_DIR, readOnly: true },
             { name: 'abx-run', mountPath: SANDBOX_RUN_DIR },
-            ...(ownHome ? [{ name: 'abx-home', mountPath: home }] : []),
+            ...(ownHome ? [{ name: 'abx-home', mountPath: '/home' }] : []),
           ],
         },
       ],
@@ -257,7 +263,13 @@ export function tokenSecret(
       namespace,
       labels: { [MANAGED_BY_LABEL]: MANAGED_BY, [SANDBOX_ID_LABEL]: spec.id },
       ownerReferences: [
-        { apiVersion: 'v1', kind: 'Pod', name: owner.name, uid: owner.uid, blockOwnerDeletion: true },
+        {
+          apiVersion: 'v1',
+          kind: 'Pod',
+          name: owner.name,
+          uid: owner.uid,
+          blockOwnerDeletion: true,
+        },
       ],
     },
     type: 'Opaque',
