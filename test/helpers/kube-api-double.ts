@@ -225,10 +225,13 @@ export class KubeApiDouble {
   async put(resource: string, namespace: string, object: Obj): Promise<Obj> {
     const answer = await fetch(`${this.url}${this.collectionPath(resource, namespace)}`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json' },
+      headers: { 'content-type': 'application/json', authorization: 'Bearer double-token' },
       body: JSON.stringify(object),
     });
-    return (await answer.json()) as Obj;
+    const created = (await answer.json()) as Obj;
+    if (answer.status !== 201)
+      throw new Error(`the double refused ${resource}: ${created.message}`);
+    return created;
   }
 
   async close(): Promise<void> {
