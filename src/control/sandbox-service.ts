@@ -123,6 +123,8 @@ export class SandboxService {
         network: template.spec.network,
         ...(template.image ? { image: template.image } : {}),
         user: template.spec.user,
+        timeoutMs,
+        ...(template.spec.kubernetes ? { kubernetes: template.spec.kubernetes } : {}),
       })
       .catch((error) => {
         // A sandbox that did not start leaves nothing: its folder holds its disk and log.

@@ -162,6 +162,8 @@ export class KubeApiDouble {
   private readonly processes = new Map<string, Running[]>();
   private readonly addresses = new Set<string>();
   private readonly stopping = new Set<string>();
+  /** Permissions SelfSubjectAccessReviews deny, as `verb resource`. */
+  readonly denied = new Set<string>();
   /** Decides each new pod's fate (by default, every pod runs). */
   fate: (pod: Obj) => PodFate = () => ({ kind: 'run' });
 
@@ -277,15 +279,17 @@ export class KubeApiDouble {
         serverAddressByClientCIDRs: [],
       });
     if (path === '/apis') return this.send(res, 200, this.groupList());
+    if (path === '/version') {
+      return this.send(res, 200, { major: '1', minor: '31', gitVersion: 'v1.31.0-double' });
+    }
     const groupDiscovery = /^\/apis\/([^/]+)\/([^/]+)$/.exec(path);
     if (groupDiscovery)
       return this.sendResourceList(res, groupDiscovery[1] as string, groupDiscovery[2] as string);
     if (path === '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews' && method === 'POST') {
       const review = JSON.parse(await readBody(req)) as Obj;
-      return this.send(res, 201, {
-        ...review,
-        status: { allowed: true, reason: 'the double allows everything' },
-      });
+      const attributes = review.spec?.resourceAttributes ?? {};
+      const allowed = !this.denied.has(`${attributes.verb} ${attributes.resource}`);
+      return this.send(res, 201, { ...review, status: { allowed } });
     }
     const core = /^\/api\/v1\/namespaces\/([^/]+)\/([^/]+)(?:\/([^/]+))?$/.exec(path);
     const custom = /^\/apis\/([^/]+)\/([^/]+)\/namespaces\/([^/]+)\/([^/]+)(?:\/([^/]+))?$/.exec(

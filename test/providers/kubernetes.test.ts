@@ -8,6 +8,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { parseTemplate } from '../../src/commands/template.js';
 import { envdRequest } from '../../src/control/envd-request.js';
 import { SandboxStartError, TemplateError, UnavailableError } from '../../src/errors.js';
+import { checkCluster } from '../../src/providers/kubernetes/cluster-check.js';
 import { KubernetesProvider } from '../../src/providers/kubernetes/kubernetes-provider.js';
 import {
   MANAGED_BY,
@@ -188,6 +189,34 @@ describe('kubernetes provider: faults (API double)', () => {
     expect(double?.invalid ?? []).toEqual([]);
   });
 
+  test('checkCluster (abx doctor): the server answers, the namespace, each permission, no agent-sandbox; a denied one is a problem', async () => {
+    const provider = new KubernetesProvider({
+      kubeConfig: double.kubeConfig(NAMESPACE),
+      watch: false,
+    });
+    providers.push(provider);
+    const ok = await checkCluster(provider);
+    expect(ok).toMatchObject({
+      reachable: true,
+      version: 'v1.31.0-double',
+      namespace: NAMESPACE,
+      agentSandbox: [],
+      problems: [],
+    });
+    expect(ok.permissions.map((p) => `${p.verb} ${p.resource} ${p.allowed}`)).toContain(
+      'watch pods true',
+    );
+    double.denied.add('create secrets');
+    try {
+      const denied = await checkCluster(provider);
+      expect(denied.problems).toEqual([
+        `this account may not create secrets in namespace ${NAMESPACE}: add it to the daemon's Role (docs/providers.md, "RBAC")`,
+      ]);
+    } finally {
+      double.denied.clear();
+    }
+  });
+
   test('an API server that does not answer: UnavailableError naming it, from create and sweep', async () => {
     const port = await closedPort();
     const config = new KubeConfig();
@@ -205,6 +234,9 @@ describe('kubernetes provider: faults (API double)', () => {
     expect((error as Error).message).toContain(`http://127.0.0.1:${port}`);
     expect((error as Error).message).toMatch(/does not answer \(ECONNREFUSED\)/);
     await expect(provider.sweepOrphans(scratch, new Set())).rejects.toThrow(UnavailableError);
+    const report = await checkCluster(provider);
+    expect(report.reachable).toBe(false);
+    expect(report.problems.join('\n')).toContain(`http://127.0.0.1:${port} does not answer`);
   });
 
   test('a pod that cannot be scheduled: SandboxStartError with the scheduler’s reason within the timeout, and no pod or secret left', async () => {

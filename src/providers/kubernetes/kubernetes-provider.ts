@@ -55,6 +55,8 @@ export interface KubernetesProviderOptions extends KubeConfigOptions {
   /** How long a pod has to become ready, from the call (pulls included); default 120 s. */
   startTimeoutMs?: number;
   imagePullPolicy?: 'Always' | 'IfNotPresent' | 'Never';
+  /** Keep a watch of the provider's pods for `isAlive` (default true; false for one-off checks). */
+  watch?: boolean;
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -94,7 +96,7 @@ export class KubernetesProvider implements SandboxProvider {
     const context = this.config.getContextObject(this.config.getCurrentContext());
     this.namespace = options.namespace ?? context?.namespace ?? 'default';
     this.core = this.config.makeApiClient(CoreV1Api);
-    this.watchPods();
+    if (options.watch !== false) this.watchPods();
   }
 
   async create(spec: SandboxSpec): Promise<SandboxHandle> {
