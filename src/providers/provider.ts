@@ -130,8 +130,11 @@ export interface SandboxHandle {
   cgroup?: string;
   /** The sandbox's container, for providers that run containers (docker: its id). */
   container?: string;
-  /** The sandbox's pod (kubernetes): its namespace and name; `startTime` then holds its uid. */
-  pod?: { namespace: string; name: string };
+  /**
+   * The sandbox's pod (kubernetes): its namespace and name (`startTime` then holds its uid), and
+   * whether an agent-sandbox `Sandbox` of the same name owns it (then that is what `kill` deletes).
+   */
+  pod?: { namespace: string; name: string; sandbox?: boolean };
 }
 
 /** Why a sandbox's processes ended without being killed. */

@@ -403,6 +403,7 @@ export class KubeApiDouble {
       this.write(resource, namespace, object, 'ADDED');
       this.send(res, 201, object);
       if (resource === 'pods') void this.kubelet(namespace, object.metadata.name as string);
+      if (resource === 'sandboxes') this.sandboxController(namespace, object);
       return;
     }
     if (!name)
@@ -564,12 +565,71 @@ export class KubeApiDouble {
     const stored = this.store.get(`${resource}/${namespace}/${name}`);
     if (!stored) return;
     this.write(resource, namespace, stored.object, 'DELETED');
-    // The garbage collector: what the object owned goes with it.
+    // The garbage collector: what the object owned goes with it (a pod gracefully).
     const uid = stored.object.metadata.uid;
     for (const other of [...this.store.values()]) {
-      if (other.object.metadata.ownerReferences?.some((ref: Obj) => ref.uid === uid)) {
-        this.remove(other.resource, other.namespace, other.object.metadata.name as string);
-      }
+      if (!other.object.metadata.ownerReferences?.some((ref: Obj) => ref.uid === uid)) continue;
+      const otherName = other.object.metadata.name as string;
+      if (other.resource === 'pods') {
+        other.object.metadata.deletionTimestamp = new Date().toISOString();
+        this.write('pods', other.namespace, other.object, 'MODIFIED');
+        void this.terminate(other.namespace, otherName, other.object.metadata.uid as string);
+      } else this.remove(other.resource, other.namespace, otherName);
+    }
+  }
+
+  /**
+   * agent-sandbox's controller, the part the provider relies on: a Sandbox's pod, named like it,
+   * with its podTemplate's labels, annotations and spec, owned by it; the Sandbox deleted at its
+   * shutdownTime when its shutdownPolicy is Delete.
+   */
+  private sandboxController(namespace: string, sandbox: Obj): void {
+    const { name, uid } = sandbox.metadata;
+    const template = sandbox.spec.podTemplate;
+    const pod: Obj = {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: {
+        name,
+        namespace,
+        labels: { ...template.metadata?.labels, 'agents.x-k8s.io/sandbox-name-hash': 'double' },
+        ...(template.metadata?.annotations ? { annotations: template.metadata.annotations } : {}),
+        ownerReferences: [
+          {
+            apiVersion: sandbox.apiVersion,
+            kind: 'Sandbox',
+            name,
+            uid,
+            controller: true,
+            blockOwnerDeletion: true,
+          },
+        ],
+        uid: randomUUID(),
+        creationTimestamp: new Date().toISOString(),
+      },
+      spec: structuredClone(template.spec),
+      status: { phase: 'Pending', qosClass: 'Burstable' },
+    };
+    const problems = this.validate('v1', 'pods', 'Pod', pod);
+    if (problems) {
+      this.invalid.push({ path: `Sandbox ${name}'s pod`, problems });
+      return;
+    }
+    setTimeout(() => {
+      if (this.get('sandboxes', namespace, name)?.metadata.uid !== uid) return;
+      this.write('pods', namespace, pod, 'ADDED');
+      void this.kubelet(namespace, name);
+    }, 5);
+    const shutdown = sandbox.spec.shutdownTime ? Date.parse(sandbox.spec.shutdownTime) : NaN;
+    if (sandbox.spec.shutdownPolicy === 'Delete' && Number.isFinite(shutdown)) {
+      setTimeout(
+        () => {
+          if (this.get('sandboxes', namespace, name)?.metadata.uid === uid) {
+            this.remove('sandboxes', namespace, name);
+          }
+        },
+        Math.max(0, shutdown - Date.now()),
+      ).unref();
     }
   }
 

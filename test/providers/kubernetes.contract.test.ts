@@ -6,6 +6,7 @@ import { KubernetesProvider } from '../../src/providers/kubernetes/kubernetes-pr
 import { podName } from '../../src/providers/kubernetes/pod-spec.js';
 import { portableRuntime } from '../../src/providers/portable-runtime.js';
 import type { SandboxHandle } from '../../src/providers/provider.js';
+import { sandboxProblems } from '../helpers/agent-sandbox-schemas.js';
 import { ensureBuilt, ROOT } from '../helpers/build.js';
 import { KubeApiDouble } from '../helpers/kube-api-double.js';
 import { providerContract } from './contract.js';
@@ -16,6 +17,8 @@ import { providerContract } from './contract.js';
 const NAMESPACE = 'sandboxes';
 const scratch = mkdtempSync(join(tmpdir(), 'abx-kube-contract-'));
 let double: KubeApiDouble;
+/** A cluster with agent-sandbox installed: sandboxes are Sandboxes, their pods its controller's. */
+let withCrds: KubeApiDouble;
 
 beforeAll(async () => {
   ensureBuilt();
@@ -25,15 +28,34 @@ beforeAll(async () => {
   });
   double = new KubeApiDouble({ dir: join(scratch, 'node'), runtimeImageDir: runtime.dir });
   await double.start();
+  withCrds = new KubeApiDouble({
+    dir: join(scratch, 'crd-node'),
+    runtimeImageDir: runtime.dir,
+    crds: true,
+    validators: { 'agents.x-k8s.io/v1beta1/sandboxes': sandboxProblems },
+  });
+  await withCrds.start();
 }, 120_000);
 
 afterAll(async () => {
   await double?.close();
+  await withCrds?.close();
   rmSync(scratch, { recursive: true, force: true });
-  if (double?.invalid.length) {
-    throw new Error(`the provider sent invalid objects: ${JSON.stringify(double.invalid)}`);
+  const invalid = [...(double?.invalid ?? []), ...(withCrds?.invalid ?? [])];
+  if (invalid.length) {
+    throw new Error(`the provider sent invalid objects: ${JSON.stringify(invalid)}`);
   }
 });
+
+/** Pods, secrets and Sandboxes of sandbox `id` still in a double, and its pod's processes. */
+function leftoversIn(cluster: KubeApiDouble, id: string): string[] {
+  return [
+    ...cluster
+      .objects()
+      .filter((object) => object.includes(`/abx-${id}`) && !object.startsWith('events')),
+    ...cluster.livePids(podName(id)).map((pid) => `process ${pid} of pod ${podName(id)}`),
+  ];
+}
 
 providerContract(
   'kubernetes (API double)',
@@ -46,16 +68,29 @@ providerContract(
     }),
   {
     mode: 'rootless',
-    // Pods, secrets and claims still in the double, and the pod's processes still running.
-    leftovers: (id) => [
-      ...double
-        .objects()
-        .filter((object) => object.includes(`/abx-${id}`) && !object.startsWith('events')),
-      ...double.livePids(podName(id)).map((pid) => `process ${pid} of pod ${podName(id)}`),
-    ],
+    // Pods, secrets and Sandboxes still in the double, and the pod's processes still running.
+    leftovers: (id) => leftoversIn(double, id),
     pod: {
       crash: (handle: SandboxHandle) =>
         double.crash(handle.pod?.namespace as string, handle.pod?.name as string),
+    },
+  },
+);
+
+providerContract(
+  'kubernetes with agent-sandbox (API double)',
+  (options) =>
+    new KubernetesProvider({
+      kubeConfig: withCrds.kubeConfig(NAMESPACE),
+      runtimeImage: 'abx-runtime:test',
+      ...options,
+    }),
+  {
+    mode: 'rootless',
+    leftovers: (id) => leftoversIn(withCrds, id),
+    pod: {
+      crash: (handle: SandboxHandle) =>
+        withCrds.crash(handle.pod?.namespace as string, handle.pod?.name as string),
     },
   },
 );

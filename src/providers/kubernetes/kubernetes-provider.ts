@@ -1,6 +1,8 @@
 import { dirname } from 'node:path';
 import {
+  ApisApi,
   CoreV1Api,
+  CustomObjectsApi,
   type Informer,
   type KubeConfig,
   makeInformer,
@@ -19,6 +21,13 @@ import {
   type SandboxSpec,
 } from '../provider.js';
 import { tcpTarget } from '../sandbox-socket.js';
+import {
+  AGENT_SANDBOX_VERSION,
+  type AgentSandbox,
+  agentSandbox,
+  SANDBOXES,
+} from './agent-sandbox.js';
+import { AGENT_SANDBOX_GROUP } from './cluster-check.js';
 import {
   type KubeConfigOptions,
   kubeError,
@@ -57,6 +66,11 @@ export interface KubernetesProviderOptions extends KubeConfigOptions {
   imagePullPolicy?: 'Always' | 'IfNotPresent' | 'Never';
   /** Keep a watch of the provider's pods for `isAlive` (default true; false for one-off checks). */
   watch?: boolean;
+  /**
+   * Make sandboxes as agent-sandbox `Sandbox` objects (true), as plain pods (false), or as
+   * Sandboxes when the cluster serves agents.x-k8s.io/v1beta1 ('auto', the default).
+   */
+  agentSandbox?: boolean | 'auto';
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -78,6 +92,8 @@ export class KubernetesProvider implements SandboxProvider {
   readonly config: KubeConfig;
   readonly server: string;
   private readonly core: CoreV1Api;
+  private readonly custom: CustomObjectsApi;
+  private crds: Promise<boolean> | undefined;
   private informer: Informer<V1Pod> | undefined;
   private synced = false;
   private closed = false;
@@ -96,6 +112,7 @@ export class KubernetesProvider implements SandboxProvider {
     const context = this.config.getContextObject(this.config.getCurrentContext());
     this.namespace = options.namespace ?? context?.namespace ?? 'default';
     this.core = this.config.makeApiClient(CoreV1Api);
+    this.custom = this.config.makeApiClient(CustomObjectsApi);
     if (options.watch !== false) this.watchPods();
   }
 
@@ -112,10 +129,12 @@ export class KubernetesProvider implements SandboxProvider {
     });
     let made: V1Pod | undefined;
     let lastWhy: string | undefined;
+    /** Whether a Sandbox may have been made (then it is what goes, taking its pod). */
+    let crdMade = false;
 
     const fail = async (why: string, cause?: unknown): Promise<SandboxStartError> => {
       const events = made ? await this.eventsOf(name) : '';
-      await this.remove(spec.id).catch(() => undefined);
+      await this.remove(spec.id, undefined, crdMade).catch(() => undefined);
       return new SandboxStartError(
         `sandbox ${spec.id} did not start: ${why}${events && !why.includes(events) ? ` (events: ${events})` : ''}`,
         cause === undefined ? undefined : { cause },
@@ -129,35 +148,59 @@ export class KubernetesProvider implements SandboxProvider {
       } catch (error) {
         const mapped = kubeError(error, what, this.server);
         if (mapped instanceof UnavailableError) {
-          await this.remove(spec.id).catch(() => undefined);
+          await this.remove(spec.id, undefined, crdMade).catch(() => undefined);
           throw mapped;
         }
         throw await fail(`${what}: ${kubeMessage(error)}`, error);
       }
     };
 
-    made = await call(`creating pod ${this.namespace}/${name}`, () =>
-      this.core.createNamespacedPod({ namespace: this.namespace, body: pod }),
-    );
-    const uid = made.metadata?.uid as string;
+    const crd = await call('asking the cluster for agent-sandbox', () => this.usesAgentSandbox());
+    let owner: { name: string; uid: string; kind: 'Pod' | 'Sandbox' };
+    if (crd) {
+      crdMade = true;
+      const body = agentSandbox(pod, spec.timeoutMs);
+      const sandbox = (await call(`creating Sandbox ${this.namespace}/${name}`, () =>
+        this.custom.createNamespacedCustomObject({
+          group: AGENT_SANDBOX_GROUP,
+          version: AGENT_SANDBOX_VERSION,
+          namespace: this.namespace,
+          plural: SANDBOXES,
+          body,
+        }),
+      )) as AgentSandbox;
+      made = { metadata: { name } };
+      owner = { name, uid: sandbox.metadata.uid as string, kind: 'Sandbox' };
+    } else {
+      made = await call(`creating pod ${this.namespace}/${name}`, () =>
+        this.core.createNamespacedPod({ namespace: this.namespace, body: pod }),
+      );
+      owner = { name, uid: made.metadata?.uid as string, kind: 'Pod' };
+    }
+    // The pod's uid: known now for a pod made here, once its controller made it for a Sandbox.
+    let uid = crd ? undefined : owner.uid;
     if (Date.now() >= deadline) throw await fail(late());
     await call(`creating secret ${this.namespace}/${secretName(spec.id)}`, () =>
       this.core.createNamespacedSecret({
         namespace: this.namespace,
-        body: tokenSecret(spec, this.namespace, { name, uid }, envdTokenFile(spec)),
+        body: tokenSecret(spec, this.namespace, owner, envdTokenFile(spec)),
       }),
     );
 
     let current: V1Pod = made;
     while (Date.now() < deadline) {
-      const progress: PodProgress =
-        current.metadata?.uid === uid
+      if (!uid && current.metadata?.uid && current.metadata.uid !== 'deleted') {
+        uid = current.metadata.uid;
+      }
+      const progress: PodProgress = !uid
+        ? { state: 'waiting', why: 'the agent-sandbox controller has not made its pod yet' }
+        : current.metadata?.uid === uid
           ? podProgress(current)
           : { state: 'failed', why: 'its pod was deleted' };
       if (progress.state === 'failed') throw await fail(progress.why);
       if (progress.state === 'waiting') lastWhy = progress.why;
       if (progress.state === 'ready') {
-        const handle = this.handleOf(spec.id, uid, progress.podIP);
+        const handle = this.handleOf(spec.id, uid as string, progress.podIP, crd);
         if (await envdHealthy(handle.envdSocket)) {
           if (spec.baseHome) {
             const home = `/home/${spec.user ?? 'user'}`;
@@ -199,7 +242,7 @@ export class KubernetesProvider implements SandboxProvider {
   async kill(handle: SandboxHandle): Promise<void> {
     const id = handle.pod?.name.replace(/^abx-/, '');
     if (!id) return;
-    await this.remove(id, handle.startTime);
+    await this.remove(id, handle.startTime, handle.pod?.sandbox === true);
     this.gone.add(handle.startTime);
   }
 
@@ -219,7 +262,8 @@ export class KubernetesProvider implements SandboxProvider {
     for (const pod of pods) {
       const id = pod.metadata?.labels?.[SANDBOX_ID_LABEL];
       if (!id || running.has(id)) continue;
-      await this.remove(id, pod.metadata?.uid);
+      const owned = pod.metadata?.ownerReferences?.some((ref) => ref.kind === 'Sandbox') ?? false;
+      await this.remove(id, pod.metadata?.uid, owned);
       orphans.push(id);
     }
     return orphans;
@@ -267,7 +311,7 @@ export class KubernetesProvider implements SandboxProvider {
   }
 
   /** The handle of a ready pod. */
-  private handleOf(id: string, uid: string, podIP: string): SandboxHandle {
+  private handleOf(id: string, uid: string, podIP: string, crd: boolean): SandboxHandle {
     const host = podIP.includes(':') ? `[${podIP}]` : podIP;
     return {
       provider: this.name,
@@ -275,8 +319,29 @@ export class KubernetesProvider implements SandboxProvider {
       startTime: uid,
       envdSocket: tcpTarget(podIP, ENVD_PORT),
       portsDir: `tcp://${host}`,
-      pod: { namespace: this.namespace, name: podName(id) },
+      pod: { namespace: this.namespace, name: podName(id), ...(crd ? { sandbox: true } : {}) },
     };
+  }
+
+  /** True when sandboxes are made as agent-sandbox Sandboxes (found once by discovery). */
+  usesAgentSandbox(): Promise<boolean> {
+    const wanted = this.options.agentSandbox ?? 'auto';
+    if (wanted !== 'auto') return Promise.resolve(wanted);
+    this.crds ??= this.config
+      .makeApiClient(ApisApi)
+      .getAPIVersions()
+      .then((list) =>
+        list.groups.some(
+          (group) =>
+            group.name === AGENT_SANDBOX_GROUP &&
+            group.versions.some((v) => v.version === AGENT_SANDBOX_VERSION),
+        ),
+      )
+      .catch((error: unknown) => {
+        this.crds = undefined;
+        throw error;
+      });
+    return this.crds;
   }
 
   /**
@@ -297,7 +362,8 @@ export class KubernetesProvider implements SandboxProvider {
       this.waiters.set(name, waiters);
     });
     const watched = this.pods.get(name);
-    if (watched && watched.metadata?.uid === current.metadata?.uid) {
+    const known = current.metadata?.uid;
+    if (watched && (!known || known === 'deleted' || watched.metadata?.uid === known)) {
       if (watched.metadata?.resourceVersion !== current.metadata?.resourceVersion) return watched;
     }
     if (Date.now() >= deadline) return current;
@@ -328,9 +394,22 @@ export class KubernetesProvider implements SandboxProvider {
    * Deletes sandbox `id`'s pod (of uid `uid` when given) and its Secret, and waits until the API
    * server no longer has the pod: its containers are gone from the node. Absent is fine.
    */
-  private async remove(id: string, uid?: string): Promise<void> {
+  private async remove(id: string, uid?: string, sandbox = false): Promise<void> {
     const name = podName(id);
     const deadline = Date.now() + GONE_MS;
+    if (sandbox) {
+      // Its controller would make the pod again: the Sandbox goes first, its pod with it.
+      await this.custom
+        .deleteNamespacedCustomObject({
+          group: AGENT_SANDBOX_GROUP,
+          version: AGENT_SANDBOX_VERSION,
+          namespace: this.namespace,
+          plural: SANDBOXES,
+          name,
+          propagationPolicy: 'Background',
+        })
+        .catch((error: unknown) => this.unlessGone(error, `deleting Sandbox ${name}`));
+    }
     await this.core
       .deleteNamespacedSecret({ name: secretName(id), namespace: this.namespace })
       .catch((error: unknown) => this.unlessGone(error, `deleting secret ${secretName(id)}`));

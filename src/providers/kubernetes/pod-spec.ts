@@ -246,13 +246,13 @@ export function sandboxPod(spec: SandboxSpec, context: PodContext): V1Pod {
 
 /**
  * The Secret with envd's token file (the access token, and the control plane's on a second
- * line), owned by the pod so that the cluster's garbage collector removes it with the pod even
+ * line), owned by the pod (or its Sandbox) so that the cluster's garbage collector removes it with the pod even
  * when the provider cannot.
  */
 export function tokenSecret(
   spec: SandboxSpec,
   namespace: string,
-  owner: { name: string; uid: string },
+  owner: { name: string; uid: string; kind?: 'Pod' | 'Sandbox' },
   token: string,
 ): V1Secret {
   return {
@@ -264,8 +264,8 @@ export function tokenSecret(
       labels: { [MANAGED_BY_LABEL]: MANAGED_BY, [SANDBOX_ID_LABEL]: spec.id },
       ownerReferences: [
         {
-          apiVersion: 'v1',
-          kind: 'Pod',
+          apiVersion: owner.kind === 'Sandbox' ? 'agents.x-k8s.io/v1beta1' : 'v1',
+          kind: owner.kind ?? 'Pod',
           name: owner.name,
           uid: owner.uid,
           blockOwnerDeletion: true,
