@@ -14,6 +14,7 @@ interface DaemonStartOptions {
   kubeNamespace?: string;
   kubeRuntimeImage?: string;
   kubeBaseImage?: string;
+  kubeAgentSandbox?: string;
 }
 
 /** `abx daemon start|stop|status|logs`. */
@@ -64,6 +65,14 @@ export function addDaemonCommand(program: Command): void {
           'kubernetes: the image of templates without one (default debian:bookworm-slim)',
         ).env('ABX_KUBE_BASE_IMAGE'),
       )
+      .addOption(
+        new Option(
+          '--kube-agent-sandbox <mode>',
+          'kubernetes: make sandboxes as agent-sandbox Sandboxes: auto (when the cluster has the CRDs), true or false',
+        )
+          .choices(['auto', 'true', 'false'])
+          .env('ABX_KUBE_AGENT_SANDBOX'),
+      )
       .action(async (options: DaemonStartOptions) => {
         // The daemon process reads them from its environment (it inherits this one's).
         if (options.provider) process.env.ABX_PROVIDER = options.provider;
@@ -71,6 +80,7 @@ export function addDaemonCommand(program: Command): void {
         if (options.kubeNamespace) process.env.ABX_KUBE_NAMESPACE = options.kubeNamespace;
         if (options.kubeRuntimeImage) process.env.ABX_KUBE_RUNTIME_IMAGE = options.kubeRuntimeImage;
         if (options.kubeBaseImage) process.env.ABX_KUBE_BASE_IMAGE = options.kubeBaseImage;
+        if (options.kubeAgentSandbox) process.env.ABX_KUBE_AGENT_SANDBOX = options.kubeAgentSandbox;
         const running = await findDaemon(abxHome());
         const wanted = options.provider ?? 'local';
         if (running && (running.provider ?? 'local') !== wanted) {

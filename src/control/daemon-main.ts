@@ -36,13 +36,18 @@ async function chooseProvider() {
  * `kubernetes`: pods in the cluster of `KUBECONFIG` (or `~/.kube/config`, or the daemon's own
  * service account in a pod), in `ABX_KUBE_NAMESPACE`; `ABX_KUBE_RUNTIME_IMAGE` is the init
  * container's image (the portable runtime), `ABX_KUBE_BASE_IMAGE` the image of templates without
- * one. A daemon refuses to start when the API server does not answer.
+ * one, `ABX_KUBE_AGENT_SANDBOX` (auto, true, false) whether sandboxes are agent-sandbox Sandboxes. A daemon refuses to start when the API server does not answer.
  */
 async function kubernetesProvider() {
   const { KubernetesProvider } = await import('../providers/kubernetes/kubernetes-provider.js');
   const { checkCluster } = await import('../providers/kubernetes/cluster-check.js');
   const env = process.env;
+  const crds = env.ABX_KUBE_AGENT_SANDBOX || 'auto';
+  if (!['auto', 'true', 'false'].includes(crds)) {
+    throw new Error(`ABX_KUBE_AGENT_SANDBOX is '${crds}'; use auto (the default), true or false`);
+  }
   const provider = new KubernetesProvider({
+    agentSandbox: crds === 'auto' ? 'auto' : crds === 'true',
     ...(env.ABX_KUBE_NAMESPACE ? { namespace: env.ABX_KUBE_NAMESPACE } : {}),
     ...(env.ABX_KUBE_CONTEXT ? { context: env.ABX_KUBE_CONTEXT } : {}),
     ...(env.ABX_KUBE_RUNTIME_IMAGE ? { runtimeImage: env.ABX_KUBE_RUNTIME_IMAGE } : {}),

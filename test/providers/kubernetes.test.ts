@@ -21,6 +21,7 @@ import {
 } from '../../src/providers/kubernetes/pod-spec.js';
 import { portableRuntime } from '../../src/providers/portable-runtime.js';
 import type { SandboxSpec } from '../../src/providers/provider.js';
+import { sandboxProblems } from '../helpers/agent-sandbox-schemas.js';
 import { ensureBuilt, ROOT } from '../helpers/build.js';
 import { closedPort, KubeApiDouble } from '../helpers/kube-api-double.js';
 
@@ -338,5 +339,95 @@ describe('kubernetes provider: faults (API double)', () => {
     } finally {
       await provider.kill(handle);
     }
+  });
+});
+
+describe('kubernetes provider with agent-sandbox installed (API double)', () => {
+  const scratch = mkdtempSync(join(tmpdir(), 'abx-kube-crd-'));
+  let double: KubeApiDouble;
+  const providers: KubernetesProvider[] = [];
+
+  beforeAll(async () => {
+    ensureBuilt();
+    const runtime = await portableRuntime({
+      runtimeDir: join(ROOT, 'dist', 'runtime'),
+      cacheDir: join(scratch, 'runtime-image'),
+    });
+    double = new KubeApiDouble({
+      dir: join(scratch, 'node'),
+      runtimeImageDir: runtime.dir,
+      crds: true,
+      validators: { 'agents.x-k8s.io/v1beta1/sandboxes': sandboxProblems },
+    });
+    await double.start();
+  }, 120_000);
+
+  afterAll(async () => {
+    for (const provider of providers) await provider.close();
+    await double?.close();
+    rmSync(scratch, { recursive: true, force: true });
+    expect(double?.invalid ?? []).toEqual([]);
+  });
+
+  test('found by discovery: a Sandbox per create, its pod made by the controller, shutdownTime from the timeout ends it', async () => {
+    const provider = new KubernetesProvider({
+      kubeConfig: double.kubeConfig(NAMESPACE),
+      runtimeImage: 'abx-runtime:test',
+    });
+    providers.push(provider);
+    expect(await provider.usesAgentSandbox()).toBe(true);
+    expect((await checkCluster(provider)).agentSandbox).toEqual([
+      'agents.x-k8s.io',
+      'extensions.agents.x-k8s.io',
+    ]);
+    const spec = specOf('crd', scratch, { timeoutMs: 3000 });
+    const before = Date.now();
+    const handle = await provider.create(spec);
+    try {
+      expect(handle.pod).toEqual({ namespace: NAMESPACE, name: podName(spec.id), sandbox: true });
+      const sandbox = double.get('sandboxes', NAMESPACE, podName(spec.id));
+      expect(sandbox?.spec.shutdownPolicy).toBe('Delete');
+      const shutdown = Date.parse(sandbox?.spec.shutdownTime);
+      expect(shutdown).toBeGreaterThanOrEqual(Math.floor(before / 1000) * 1000 + 3000);
+      expect(shutdown).toBeLessThanOrEqual(Date.now() + 3000);
+      const pod = double.get('pods', NAMESPACE, podName(spec.id));
+      expect(pod?.metadata.ownerReferences).toMatchObject([
+        { kind: 'Sandbox', name: podName(spec.id), uid: sandbox?.metadata.uid },
+      ]);
+      expect(
+        double.get('secrets', NAMESPACE, `abx-${spec.id}-token`)?.metadata.ownerReferences,
+      ).toMatchObject([{ kind: 'Sandbox', uid: sandbox?.metadata.uid }]);
+      // The cluster ends it at its shutdownTime, with no control plane involved.
+      let alive = true;
+      for (const deadline = Date.now() + 10_000; alive && Date.now() < deadline; ) {
+        alive = provider.isAlive(handle);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      expect(alive).toBe(false);
+      expect(
+        double.objects().filter((o) => o.includes(spec.id) && !o.startsWith('events')),
+      ).toEqual([]);
+    } finally {
+      await provider.kill(handle);
+    }
+  });
+
+  test('agentSandbox: false makes plain pods even where the CRDs are installed', async () => {
+    const provider = new KubernetesProvider({
+      kubeConfig: double.kubeConfig(NAMESPACE),
+      runtimeImage: 'abx-runtime:test',
+      agentSandbox: false,
+    });
+    providers.push(provider);
+    const spec = specOf('plain', scratch);
+    const handle = await provider.create(spec);
+    try {
+      expect(handle.pod?.sandbox).toBeUndefined();
+      expect(double.objects('sandboxes')).toEqual([]);
+      expect(double.objects('pods')).toEqual([`pods ${NAMESPACE}/${podName(spec.id)}`]);
+    } finally {
+      await provider.kill(handle);
+    }
+    expect(double.objects('pods')).toEqual([]);
   });
 });
