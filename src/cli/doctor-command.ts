@@ -1,12 +1,27 @@
+import { execFile } from 'node:child_process';
+import { join } from 'node:path';
 import { type Command, Option } from 'commander';
+import { packageInfo } from '../util/package-info.js';
 import { ExitCode } from './errors.js';
 import { withExamples } from './options.js';
 import { printJson, printLine } from './output.js';
 
+/** What the daemon's check prints (src/providers/kubernetes/cluster-check.ts). */
+interface ClusterReport {
+  server?: string;
+  namespace?: string;
+  reachable: boolean;
+  version?: string;
+  permissions: { verb: string; resource: string; allowed: boolean }[];
+  agentSandbox: string[];
+  problems: string[];
+}
+
 /**
  * `abx doctor --provider kubernetes`: whether the cluster answers, the namespace, the permissions
- * the provider needs (SelfSubjectAccessReview) and whether agent-sandbox is installed. Exits 1
- * when the provider could not work there.
+ * the provider needs (SelfSubjectAccessReview) and whether agent-sandbox is installed. The check
+ * runs in the daemon's program (`ABX_DOCTOR`), which holds the provider; exits 1 when the provider
+ * could not work there.
  */
 export function addDoctorCommand(program: Command): void {
   withExamples(
@@ -38,25 +53,37 @@ export function addDoctorCommand(program: Command): void {
           kubeconfig?: string;
           json?: boolean;
         }) => {
-          const { KubernetesProvider } = await import(
-            '../providers/kubernetes/kubernetes-provider.js'
-          );
-          const { checkCluster } = await import('../providers/kubernetes/cluster-check.js');
-          const provider = new KubernetesProvider({
-            ...(options.namespace ? { namespace: options.namespace } : {}),
-            ...(options.context ? { context: options.context } : {}),
-            ...(options.kubeconfig ? { kubeconfigPath: options.kubeconfig } : {}),
-            watch: false,
+          const output = await new Promise<string>((resolve) => {
+            execFile(
+              process.execPath,
+              [join(packageInfo().root, 'dist', 'daemon.js')],
+              {
+                env: {
+                  ...process.env,
+                  ABX_DOCTOR: 'kubernetes',
+                  ...(options.namespace ? { ABX_KUBE_NAMESPACE: options.namespace } : {}),
+                  ...(options.context ? { ABX_KUBE_CONTEXT: options.context } : {}),
+                  ...(options.kubeconfig ? { KUBECONFIG: options.kubeconfig } : {}),
+                },
+                timeout: 60_000,
+              },
+              (_error, stdout) => resolve(stdout),
+            );
           });
-          const report = await checkCluster(provider).finally(() => provider.close());
+          let report: ClusterReport;
+          try {
+            report = JSON.parse(output.trim().split('\n').pop() ?? '') as ClusterReport;
+          } catch {
+            throw new Error(`the check printed no report: ${output.slice(0, 500)}`);
+          }
           if (options.json) printJson(report);
           else {
             printLine(
-              `API server  ${report.server}: ${report.reachable ? `answers (${report.version ?? 'unknown version'})` : 'does not answer'}`,
+              `API server  ${report.server ?? '?'}: ${report.reachable ? `answers (${report.version ?? 'unknown version'})` : 'does not answer'}`,
             );
-            printLine(`namespace   ${report.namespace}`);
+            printLine(`namespace   ${report.namespace ?? '?'}`);
             for (const p of report.permissions) {
-              printLine(`${p.allowed ? 'ok  ' : 'NO  '}        ${p.verb} ${p.resource}`);
+              printLine(`${p.allowed ? 'ok' : 'NO'}          ${p.verb} ${p.resource}`);
             }
             if (report.reachable) {
               printLine(

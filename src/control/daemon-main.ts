@@ -73,6 +73,39 @@ function wholeNumber(name: string, least: number): number | undefined {
   return value;
 }
 
+/**
+ * `ABX_DOCTOR=kubernetes` (what `abx doctor --provider kubernetes` runs): checks the cluster the
+ * provider would use, prints the report as one JSON line and exits 1 when it has problems.
+ */
+async function doctor(): Promise<never> {
+  const { KubernetesProvider } = await import('../providers/kubernetes/kubernetes-provider.js');
+  const { checkCluster } = await import('../providers/kubernetes/cluster-check.js');
+  const env = process.env;
+  const provider = new KubernetesProvider({
+    ...(env.ABX_KUBE_NAMESPACE ? { namespace: env.ABX_KUBE_NAMESPACE } : {}),
+    ...(env.ABX_KUBE_CONTEXT ? { context: env.ABX_KUBE_CONTEXT } : {}),
+    watch: false,
+  });
+  const report = await checkCluster(provider);
+  await provider.close();
+  console.log(JSON.stringify(report));
+  process.exit(report.problems.length > 0 ? 1 : 0);
+}
+
+if (process.env.ABX_DOCTOR) {
+  await doctor().catch((error: Error) => {
+    console.log(
+      JSON.stringify({
+        reachable: false,
+        permissions: [],
+        agentSandbox: [],
+        problems: [error.message],
+      }),
+    );
+    process.exit(1);
+  });
+}
+
 const warmPool = wholeNumber('ABX_WARM_POOL', 0);
 const startConcurrency = wholeNumber('ABX_START_CONCURRENCY', 1);
 const provider = await chooseProvider().catch((error: Error) => {

@@ -1,5 +1,6 @@
+import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { KubeConfig } from '@kubernetes/client-node';
@@ -213,6 +214,57 @@ describe('kubernetes provider: faults (API double)', () => {
       expect(denied.problems).toEqual([
         `this account may not create secrets in namespace ${NAMESPACE}: add it to the daemon's Role (docs/providers.md, "RBAC")`,
       ]);
+    } finally {
+      double.denied.clear();
+    }
+  });
+
+  test('abx doctor --provider kubernetes reads a kubeconfig file and reports the cluster; exit 1 with a problem', async () => {
+    const kubeconfig = join(scratch, 'kubeconfig');
+    writeFileSync(
+      kubeconfig,
+      [
+        'apiVersion: v1',
+        'kind: Config',
+        'clusters:',
+        `- name: double\n  cluster:\n    server: ${double.kubeConfig().getCurrentCluster()?.server}\n    insecure-skip-tls-verify: true`,
+        'users:',
+        '- name: tester\n  user:\n    token: double-token',
+        'contexts:',
+        `- name: double\n  context:\n    cluster: double\n    user: tester\n    namespace: ${NAMESPACE}`,
+        'current-context: double',
+      ].join('\n'),
+    );
+    const doctor = () =>
+      new Promise<{ code: number; stdout: string }>((resolve) => {
+        execFile(
+          process.execPath,
+          [
+            join(ROOT, 'dist', 'cli.js'),
+            'doctor',
+            '--provider',
+            'kubernetes',
+            '--kubeconfig',
+            kubeconfig,
+          ],
+          { timeout: 60_000 },
+          (error, stdout) => resolve({ code: error ? Number(error.code) : 0, stdout }),
+        );
+      });
+    const ok = await doctor();
+    expect(ok.stdout).toContain('answers (v1.31.0-double)');
+    expect(ok.stdout).toContain(`namespace   ${NAMESPACE}`);
+    expect(ok.stdout).toContain('ok          watch pods');
+    expect(ok.stdout).toContain('agent-sandbox  not installed');
+    expect(ok.code).toBe(0);
+    double.denied.add('delete pods');
+    try {
+      const denied = await doctor();
+      expect(denied.code).toBe(1);
+      expect(denied.stdout).toContain('NO          delete pods');
+      expect(denied.stdout).toContain(
+        `problem: this account may not delete pods in namespace ${NAMESPACE}`,
+      );
     } finally {
       double.denied.clear();
     }

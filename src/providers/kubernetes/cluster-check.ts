@@ -12,6 +12,14 @@ export const REQUIRED_PERMISSIONS: readonly { group: string; resource: string; v
     { group: '', resource: 'secrets', verbs: ['create', 'delete'] },
     { group: '', resource: 'events', verbs: ['list'] },
   ];
+/** What it also does where agent-sandbox is installed. */
+export const AGENT_SANDBOX_PERMISSIONS: readonly {
+  group: string;
+  resource: string;
+  verbs: string[];
+}[] = [
+  { group: AGENT_SANDBOX_GROUP, resource: 'sandboxes', verbs: ['create', 'get', 'list', 'delete'] },
+];
 
 /** What `abx doctor --provider kubernetes` (and a kubernetes daemon's start) learns. */
 export interface ClusterReport {
@@ -51,8 +59,20 @@ export async function checkCluster(target: {
     report.problems.push(kubeError(error, 'asking its version', server).message);
     return report;
   }
+  try {
+    const groups = await config.makeApiClient(ApisApi).getAPIVersions();
+    report.agentSandbox = groups.groups
+      .map((group) => group.name)
+      .filter((name) => name === AGENT_SANDBOX_GROUP || name === AGENT_SANDBOX_EXTENSIONS_GROUP);
+  } catch (error) {
+    report.problems.push(kubeError(error, 'listing its API groups', server).message);
+  }
   const authorization = config.makeApiClient(AuthorizationV1Api);
-  for (const { group, resource, verbs } of REQUIRED_PERMISSIONS) {
+  const needed = [
+    ...REQUIRED_PERMISSIONS,
+    ...(report.agentSandbox.includes(AGENT_SANDBOX_GROUP) ? AGENT_SANDBOX_PERMISSIONS : []),
+  ];
+  for (const { group, resource, verbs } of needed) {
     for (const verb of verbs) {
       try {
         const review = await authorization.createSelfSubjectAccessReview({
@@ -71,21 +91,13 @@ export async function checkCluster(target: {
         });
         if (!allowed) {
           report.problems.push(
-            `this account may not ${verb} ${resource} in namespace ${namespace}: add it to the daemon's Role (docs/providers.md, "RBAC")`,
+            `this account may not ${verb} ${group ? `${resource}.${group}` : resource} in namespace ${namespace}: add it to the daemon's Role (docs/providers.md, "RBAC")`,
           );
         }
       } catch (error) {
         report.problems.push(kubeError(error, `reviewing ${verb} ${resource}`, server).message);
       }
     }
-  }
-  try {
-    const groups = await config.makeApiClient(ApisApi).getAPIVersions();
-    report.agentSandbox = groups.groups
-      .map((group) => group.name)
-      .filter((name) => name === AGENT_SANDBOX_GROUP || name === AGENT_SANDBOX_EXTENSIONS_GROUP);
-  } catch (error) {
-    report.problems.push(kubeError(error, 'listing its API groups', server).message);
   }
   return report;
 }

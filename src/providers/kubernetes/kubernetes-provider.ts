@@ -9,7 +9,6 @@ import {
   type V1Pod,
 } from '@kubernetes/client-node';
 import { ENVD_PORT } from '../../../runtime/protocol/constants.js';
-import { copyIntoSandbox } from '../../control/envd-request.js';
 import { SandboxError, SandboxStartError, UnavailableError } from '../../errors.js';
 import { envdHealthy } from '../local/local-provider.js';
 import {
@@ -28,6 +27,7 @@ import {
   SANDBOXES,
 } from './agent-sandbox.js';
 import { AGENT_SANDBOX_GROUP } from './cluster-check.js';
+import { copyHome } from './home-copy.js';
 import {
   type KubeConfigOptions,
   kubeError,
@@ -204,12 +204,11 @@ export class KubernetesProvider implements SandboxProvider {
         if (await envdHealthy(handle.envdSocket)) {
           if (spec.baseHome) {
             const home = `/home/${spec.user ?? 'user'}`;
-            await copyIntoSandbox(
-              handle,
+            await copyHome(
+              handle.envdSocket,
               spec.controlToken ?? spec.accessToken,
               spec.baseHome,
               home,
-              undefined,
               Math.max(1000, deadline - Date.now()),
             ).catch(async (error: Error) => {
               throw await fail(`cannot copy the template's home into it: ${error.message}`, error);
