@@ -1122,3 +1122,21 @@ export async function closedPort(): Promise<number> {
   await new Promise<void>((resolve) => server.close(() => resolve()));
   return port;
 }
+
+/**
+ * Why the double's kubelet cannot run pods here (it needs root for its namespaces and mounts,
+ * and util-linux's unshare and setpriv), or undefined when it can: tests skip saying so.
+ */
+export function kubeletUnavailable(): string | undefined {
+  if (process.getuid?.() !== 0) {
+    return 'the API double’s kubelet needs root (mount namespaces, setpriv); run the tests as root, as CI does';
+  }
+  for (const tool of ['/usr/bin/unshare', '/usr/bin/setpriv']) {
+    try {
+      readFileSync(tool);
+    } catch {
+      return `${tool} is missing: apt-get install util-linux`;
+    }
+  }
+  return undefined;
+}

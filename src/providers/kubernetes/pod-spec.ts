@@ -50,7 +50,9 @@ export function initScript(homeUser?: string): string {
     `fs.chmodSync('${INIT_RUN_DIR}/token', 0o600);`,
     `fs.mkdirSync('${INIT_RUN_DIR}/ports', { recursive: true, mode: 0o755 });`,
     // An emptyDir is root's: the user's own home is made in it, as the user.
-    ...(homeUser ? [`fs.mkdirSync('${INIT_HOME_DIR}/${homeUser}', { mode: 0o750 });`] : []),
+    ...(homeUser
+      ? [`fs.mkdirSync(${JSON.stringify(`${INIT_HOME_DIR}/${homeUser}`)}, { mode: 0o750 });`]
+      : []),
   ].join(' ');
 }
 
