@@ -85,7 +85,11 @@ export class SandboxService {
     const name = template.spec.name;
     // The pool refills itself in the background: nothing of it runs on this create's path.
     const pooled = await this.pool.claim(name, envs, metadata, timeoutMs);
-    if (pooled) return { record: pooled, accessToken: this.tokenOf(pooled.id) };
+    if (pooled) {
+      // A provider that ends sandboxes itself (kubernetes' Sandbox shutdownTime) follows the expiry.
+      await this.provider.setExpiry?.(pooled.handle, pooled.expiresAt).catch(() => undefined);
+      return { record: pooled, accessToken: this.tokenOf(pooled.id) };
+    }
     const record = await this.slots.run('create', async () => {
       // While this create waited for a slot, a refill may have put a sandbox in the pool.
       const late = await this.pool.claim(name, envs, metadata, timeoutMs, false);
@@ -275,8 +279,10 @@ export class SandboxService {
   }
 
   setTimeout(id: string, timeoutMs: unknown): SandboxRecord {
-    this.running(id);
-    this.registry.setExpiry(id, Date.now() + checkTimeout(timeoutMs));
+    const record = this.running(id);
+    const expiresAt = Date.now() + checkTimeout(timeoutMs);
+    this.registry.setExpiry(id, expiresAt);
+    void this.provider.setExpiry?.(record.handle, expiresAt).catch(() => undefined);
     return this.get(id);
   }
 

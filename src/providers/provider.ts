@@ -164,6 +164,12 @@ export interface SandboxProvider {
   sweepOrphans(sandboxesDir: string, running: ReadonlySet<string>): Promise<string[]>;
   /** How this provider isolates sandboxes on this host. */
   isolation(): IsolationReport;
+  /**
+   * The sandbox's end moved (a pooled sandbox handed out, `setTimeout`): for a provider that ends
+   * sandboxes itself at their timeout (agent-sandbox's `shutdownTime`), so it does not end one
+   * early. Others leave it out: the daemon's reaper ends sandboxes.
+   */
+  setExpiry?(handle: SandboxHandle, expiresAt: number): Promise<void>;
   /** Releases what the provider keeps for itself (an engine client, say); sandboxes keep running. */
   close?(): Promise<void>;
   /**

@@ -422,6 +422,47 @@ export class KubeApiDouble {
         );
       return this.send(res, 200, stored.object);
     }
+    if (method === 'PATCH') {
+      if (!stored) {
+        return this.send(
+          res,
+          404,
+          status(404, 'NotFound', `${resource} "${name}" not found`, { name, kind: resource }),
+        );
+      }
+      if (!req.headers['content-type']?.startsWith('application/json-patch+json')) {
+        return this.send(
+          res,
+          415,
+          status(415, 'UnsupportedMediaType', 'the double takes JSON patches only'),
+        );
+      }
+      const patched = structuredClone(stored.object);
+      for (const op of JSON.parse(await readBody(req)) as Obj[]) {
+        const keys = (op.path as string).split('/').slice(1);
+        const last = keys.pop() as string;
+        const parent = keys.reduce<Obj | undefined>((at, key) => at?.[key], patched);
+        if (!parent || !['add', 'replace'].includes(op.op)) {
+          return this.send(
+            res,
+            422,
+            status(422, 'Invalid', `the double cannot apply ${op.op} ${op.path}`),
+          );
+        }
+        parent[last] = op.value;
+      }
+      const problems = this.validate(patched.apiVersion, resource, kind, patched);
+      if (problems) {
+        this.invalid.push({ path, problems });
+        return this.send(
+          res,
+          422,
+          status(422, 'Invalid', `${kind} "${name}" is invalid: ${problems}`),
+        );
+      }
+      this.write(resource, namespace, patched, 'MODIFIED');
+      return this.send(res, 200, patched);
+    }
     if (method === 'DELETE') {
       const text = await readBody(req);
       const options = (text ? JSON.parse(text) : {}) as Obj;
@@ -620,17 +661,26 @@ export class KubeApiDouble {
       this.write('pods', namespace, pod, 'ADDED');
       void this.kubelet(namespace, name);
     }, 5);
-    const shutdown = sandbox.spec.shutdownTime ? Date.parse(sandbox.spec.shutdownTime) : NaN;
-    if (sandbox.spec.shutdownPolicy === 'Delete' && Number.isFinite(shutdown)) {
-      setTimeout(
-        () => {
-          if (this.get('sandboxes', namespace, name)?.metadata.uid === uid) {
-            this.remove('sandboxes', namespace, name);
-          }
-        },
-        Math.max(0, shutdown - Date.now()),
-      ).unref();
-    }
+    this.scheduleShutdown(namespace, name, uid);
+  }
+
+  /** Deletes a Sandbox at its shutdownTime (read again when the timer fires: it may have moved). */
+  private scheduleShutdown(namespace: string, name: string, uid: string): void {
+    const sandbox = this.get('sandboxes', namespace, name);
+    if (sandbox?.metadata.uid !== uid || sandbox.spec.shutdownPolicy !== 'Delete') return;
+    const at = sandbox.spec.shutdownTime ? Date.parse(sandbox.spec.shutdownTime) : Number.NaN;
+    if (!Number.isFinite(at)) return;
+    const timer = setTimeout(
+      () => {
+        const now = this.get('sandboxes', namespace, name);
+        if (now?.metadata.uid !== uid) return;
+        if (Date.parse(now.spec.shutdownTime) > Date.now())
+          this.scheduleShutdown(namespace, name, uid);
+        else this.remove('sandboxes', namespace, name);
+      },
+      Math.max(0, at - Date.now()),
+    );
+    timer.unref();
   }
 
   private deliver(

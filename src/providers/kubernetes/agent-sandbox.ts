@@ -20,6 +20,11 @@ export interface AgentSandbox {
   };
 }
 
+/** A `shutdownTime`: RFC 3339 in whole seconds, as Kubernetes writes times. */
+export function shutdownTime(at: number): string {
+  return new Date(Math.ceil(at / 1000) * 1000).toISOString().replace(/\.\d+Z$/, 'Z');
+}
+
 /**
  * The `Sandbox` whose controller makes a sandbox's pod (named like the Sandbox, owned by it): the
  * pod of {@link sandboxPod} as its podTemplate, and the sandbox's end as `shutdownTime` with
@@ -49,9 +54,7 @@ export function agentSandbox(
         },
         spec: pod.spec as NonNullable<V1Pod['spec']>,
       },
-      ...(timeoutMs
-        ? { shutdownTime: new Date(now + timeoutMs).toISOString().replace(/\.\d+Z$/, 'Z') }
-        : {}),
+      ...(timeoutMs ? { shutdownTime: shutdownTime(now + timeoutMs) } : {}),
       shutdownPolicy: 'Delete',
     },
   };

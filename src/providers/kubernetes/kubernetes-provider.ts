@@ -25,6 +25,7 @@ import {
   type AgentSandbox,
   agentSandbox,
   SANDBOXES,
+  shutdownTime,
 } from './agent-sandbox.js';
 import { AGENT_SANDBOX_GROUP } from './cluster-check.js';
 import { copyHome } from './home-copy.js';
@@ -243,6 +244,25 @@ export class KubernetesProvider implements SandboxProvider {
     if (!id) return;
     await this.remove(id, handle.startTime, handle.pod?.sandbox === true);
     this.gone.add(handle.startTime);
+  }
+
+  /** Moves the Sandbox's `shutdownTime` (agent-sandbox mode) to the sandbox's new end. */
+  async setExpiry(handle: SandboxHandle, expiresAt: number): Promise<void> {
+    if (!handle.pod?.sandbox) return;
+    try {
+      await this.custom.patchNamespacedCustomObject({
+        group: AGENT_SANDBOX_GROUP,
+        version: AGENT_SANDBOX_VERSION,
+        namespace: handle.pod.namespace,
+        plural: SANDBOXES,
+        name: handle.pod.name,
+        // A JSON patch: `add` sets the member whether or not it is there.
+        body: [{ op: 'add', path: '/spec/shutdownTime', value: shutdownTime(expiresAt) }],
+      });
+    } catch (error) {
+      if (statusOf(error) === 404) return;
+      throw kubeError(error, `moving the shutdownTime of Sandbox ${handle.pod.name}`, this.server);
+    }
   }
 
   async sweepOrphans(sandboxesDir: string, running: ReadonlySet<string>): Promise<string[]> {
