@@ -2,16 +2,30 @@
 // Writes bench/results.json and prints a Markdown table. Nothing here asserts a time limit.
 import 'reflect-metadata';
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  createReadStream,
+  createWriteStream,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { cpus, freemem, release, tmpdir, totalmem } from 'node:os';
 import { dirname, join } from 'node:path';
+import type { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import { fileURLToPath } from 'node:url';
 import { Sandbox, Template, Templates } from 'agent-sandbox';
-import { Pool } from 'undici';
+import Database from 'better-sqlite3';
+import { Client, type Dispatcher, Pool } from 'undici';
 import { BenchCommands } from './commands.js';
 import { median, round, type Summary, summarize, throughput, timeEach } from './stats.js';
 
 const QUICK = process.argv.includes('--quick');
+/** `--only hops,transfers`: run just these sections (names as in main()), for working on one. */
+const onlyArg = process.argv.indexOf('--only');
+const ONLY = onlyArg >= 0 ? new Set((process.argv[onlyArg + 1] ?? '').split(',')) : undefined;
+const runs = (section: string) => !ONLY || ONLY.has(section);
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const HOME = mkdtempSync(join(tmpdir(), 'abx-bench-'));
 process.env.ABX_HOME = HOME;
@@ -131,6 +145,141 @@ async function callLatency(sandbox: Sandbox) {
   row('1 call latency', 'server.call (gateway)', ms(server));
   row('1 call latency', 'files.write + commands.run', ms(source));
   row('1 call latency', 'source delivery / server', `${round(ratio, 1)}×`, 'goal ≥ 20×');
+}
+
+/** The sandbox's envd socket on the host, from the daemon's registry: the direct hop's target. */
+function envdSocketOf(sandboxId: string): string {
+  const db = new Database(join(HOME, 'abx.db'), { readonly: true, fileMustExist: true });
+  try {
+    const row = db.prepare('SELECT handle FROM sandboxes WHERE id = ?').get(sandboxId) as
+      | { handle: string }
+      | undefined;
+    if (!row) throw new Error(`bench: sandbox ${sandboxId} is not in the registry`);
+    return JSON.parse(row.handle).envdSocket;
+  } finally {
+    db.close();
+  }
+}
+
+/**
+ * Where the time of `commands.run('true')` and of a 2-byte `files.write` goes: the same request
+ * at each hop from the process up to the SDK, interleaved (one call of each per round) so that
+ * noise falls on all of them alike. Each figure includes the ones below it.
+ */
+async function hops(sandbox: Sandbox) {
+  log('per-hop cost of commands.run and files.write');
+  const hello = await startListening(process.execPath, [
+    join(ROOT, 'bench', 'reference', 'hello.cjs'),
+  ]);
+  const loopback = new Pool(`http://127.0.0.1:${hello.port}`);
+  const direct = new Client('http://localhost', { socketPath: envdSocketOf(sandbox.sandboxId) });
+  const gateway = new Pool(daemonInfo().gatewayUrl);
+  const auth = { authorization: `Bearer ${sandbox.accessToken}` };
+  const viaGateway = {
+    'x-sandbox-id': sandbox.sandboxId,
+    'x-sandbox-port': '49983',
+    'x-access-token': sandbox.accessToken,
+  };
+  const exec = JSON.stringify({ cmd: 'true', timeout: 60, stdin: false });
+  const json = { 'content-type': 'application/json' };
+  const bytes = { 'content-type': 'application/octet-stream' };
+  const drain = async (answer: Promise<Dispatcher.ResponseData>) => {
+    const res = await answer;
+    const text = await res.body.text();
+    if (res.statusCode !== 200) throw new Error(`bench: ${res.statusCode} ${text}`);
+  };
+  const calls: Record<string, () => Promise<unknown>> = {
+    'loopback HTTP round trip (node:http)': () =>
+      drain(loopback.request({ path: '/', method: 'GET' })),
+    'process: sh -c true, spawned on the host': () =>
+      new Promise((resolve, reject) =>
+        spawn('/bin/sh', ['-c', 'true'], { stdio: 'ignore' })
+          .once('exit', resolve)
+          .once('error', reject),
+      ),
+    'run: envd direct, POST /exec': () =>
+      drain(
+        direct.request({
+          path: '/exec',
+          method: 'POST',
+          headers: { ...auth, ...json },
+          body: exec,
+        }),
+      ),
+    'run: gateway → envd, POST /exec': () =>
+      drain(
+        gateway.request({
+          path: '/exec',
+          method: 'POST',
+          headers: { ...viaGateway, ...json },
+          body: exec,
+        }),
+      ),
+    "run: SDK commands.run('true')": () => sandbox.commands.run('true'),
+    'write: envd direct, PUT /files/write': () =>
+      drain(
+        direct.request({
+          path: '/files/write?path=/tmp/hop.txt',
+          method: 'PUT',
+          headers: { ...auth, ...bytes },
+          body: 'hi',
+        }),
+      ),
+    'write: gateway → envd, PUT /files/write': () =>
+      drain(
+        gateway.request({
+          path: '/files/write?path=/tmp/hop.txt',
+          method: 'PUT',
+          headers: { ...viaGateway, ...bytes },
+          body: 'hi',
+        }),
+      ),
+    'write: SDK files.write, 2 bytes': () => sandbox.files.write('/tmp/hop.txt', 'hi'),
+  };
+  const samples: Record<string, number[]> = Object.fromEntries(
+    Object.keys(calls).map((k) => [k, []]),
+  );
+  const rounds = scale(300, 80);
+  for (let i = 0; i < rounds + 10; i++) {
+    for (const [name, call] of Object.entries(calls)) {
+      const started = performance.now();
+      await call();
+      if (i >= 10) samples[name]?.push(performance.now() - started);
+    }
+  }
+  await Promise.all([loopback.close(), direct.close(), gateway.close()]);
+  const figures = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, summarize(v)]));
+  results.hopProfile = figures;
+  // Each hop against the one it adds to: envd's run against the bare process, its write against
+  // the bare loopback round trip, the gateway against envd direct, the SDK against the gateway.
+  const bases: Record<string, [string, string]> = {
+    'run: envd direct, POST /exec': ['process: sh -c true, spawned on the host', 'the process'],
+    'run: gateway → envd, POST /exec': ['run: envd direct, POST /exec', 'envd direct'],
+    "run: SDK commands.run('true')": ['run: gateway → envd, POST /exec', 'the raw gateway call'],
+    'write: envd direct, PUT /files/write': [
+      'loopback HTTP round trip (node:http)',
+      'a loopback round trip',
+    ],
+    'write: gateway → envd, PUT /files/write': [
+      'write: envd direct, PUT /files/write',
+      'envd direct',
+    ],
+    'write: SDK files.write, 2 bytes': [
+      'write: gateway → envd, PUT /files/write',
+      'the raw gateway call',
+    ],
+  };
+  for (const [name, figure] of Object.entries(figures)) {
+    const [base, label] = bases[name] ?? [];
+    const over = base ? figures[base]?.p50 : undefined;
+    const delta = over === undefined ? undefined : round(figure.p50 - over, 2);
+    row(
+      '1 per hop',
+      name,
+      ms(figure),
+      delta === undefined ? '' : `${delta < 0 ? '−' : '+'}${Math.abs(delta)} ms over ${label}`,
+    );
+  }
 }
 
 async function callThroughput(sandbox: Sandbox, serverToken: string) {
@@ -339,10 +488,26 @@ async function transfers(sandbox: Sandbox) {
         spawnSync('cp', [file, `${file}.copy`]);
       }),
     );
+    // File to file, as cp: a host file streamed into the sandbox, a sandbox file streamed into
+    // a host file.
     figures[`envd upload ${mib} MiB`] = rate(
-      await time(() => sandbox.files.write('/tmp/up.bin', data)),
+      await time(() =>
+        sandbox.files.write('/tmp/up.bin', createReadStream(file, { highWaterMark: 1 << 20 })),
+      ),
     );
     figures[`envd download ${mib} MiB`] = rate(
+      await time(async () =>
+        pipeline(
+          (await sandbox.files.read('/tmp/up.bin', { format: 'stream' })) as Readable,
+          createWriteStream(`${file}.down`),
+        ),
+      ),
+    );
+    // Memory to file and file to memory: a Buffer sent, the file read whole into a new buffer.
+    figures[`envd upload from memory ${mib} MiB`] = rate(
+      await time(() => sandbox.files.write('/tmp/up.bin', data)),
+    );
+    figures[`envd download to memory ${mib} MiB`] = rate(
       await time(() => sandbox.files.read('/tmp/up.bin', { format: 'bytes' })),
     );
     if (mib <= 32) {
@@ -361,10 +526,17 @@ async function transfers(sandbox: Sandbox) {
   results.transfersMBps = figures;
   const ofCp = (name: string) =>
     (100 * (figures[`${name} 256 MiB`] ?? Number.NaN)) / (figures['cp 256 MiB'] ?? Number.NaN);
-  goal('upload256ShareOfCp', '256 MiB upload, share of cp', ofCp('envd upload'), '%', 50, true);
+  goal(
+    'upload256ShareOfCp',
+    '256 MiB upload file to file, share of cp',
+    ofCp('envd upload'),
+    '%',
+    50,
+    true,
+  );
   goal(
     'download256ShareOfCp',
-    '256 MiB download, share of cp',
+    '256 MiB download file to file, share of cp',
     ofCp('envd download'),
     '%',
     50,
@@ -376,7 +548,12 @@ async function transfers(sandbox: Sandbox) {
       '6 transfers',
       `${mib} MiB: cp / envd up / envd down${mib <= 32 ? ' / server up / server down' : ''}`,
       `${[f('cp'), f('envd upload'), f('envd download'), f('server upload'), f('server download')].filter((v) => v !== undefined).join(' / ')} MiB/s`,
-      `upload ${Math.round((100 * (f('envd upload') ?? 0)) / (f('cp') ?? 1))}% of cp (goal ≥ 50%)`,
+      `file to file: upload ${Math.round((100 * (f('envd upload') ?? 0)) / (f('cp') ?? 1))}%, download ${Math.round((100 * (f('envd download') ?? 0)) / (f('cp') ?? 1))}% of cp (goal ≥ 50%)`,
+    );
+    row(
+      '6 transfers',
+      `${mib} MiB: envd up from memory / down to memory`,
+      `${f('envd upload from memory')} / ${f('envd download to memory')} MiB/s`,
     );
   }
 }
@@ -741,15 +918,16 @@ async function main() {
   try {
     await sandbox.server.start({ commands: [BenchCommands] });
     const state = JSON.parse(await sandbox.files.read('/home/user/.abx/server/server-8080.json'));
-    await callLatency(sandbox);
-    await callThroughput(sandbox, state.token);
-    await lifecycle(template);
-    await serverStart(sandbox);
-    await transfers(sandbox);
-    await agentTools(sandbox);
-    await memory(template);
-    await code(sandbox);
-    await images(template);
+    if (runs('hops')) await hops(sandbox);
+    if (runs('calls')) await callLatency(sandbox);
+    if (runs('throughput')) await callThroughput(sandbox, state.token);
+    if (runs('lifecycle')) await lifecycle(template);
+    if (runs('server-start')) await serverStart(sandbox);
+    if (runs('transfers')) await transfers(sandbox);
+    if (runs('tools')) await agentTools(sandbox);
+    if (runs('memory')) await memory(template);
+    if (runs('code')) await code(sandbox);
+    if (runs('images')) await images(template);
   } finally {
     for (const child of children) child.kill('SIGKILL');
     for (const info of await Sandbox.list({ state: 'running' })) await Sandbox.kill(info.sandboxId);
@@ -759,7 +937,10 @@ async function main() {
     rmSync(HOME, { recursive: true, force: true });
   }
   results.finishedAt = new Date().toISOString();
-  writeFileSync(join(ROOT, 'bench', 'results.json'), `${JSON.stringify(results, null, 2)}\n`);
+  // A partial run prints its table but keeps the last whole run's results.json.
+  if (!ONLY) {
+    writeFileSync(join(ROOT, 'bench', 'results.json'), `${JSON.stringify(results, null, 2)}\n`);
+  }
   const lines = [
     `Machine: ${(results.machine as { cpu: string }).cpu}, ${(results.machine as { cores: number }).cores} cores, Node ${process.version}${QUICK ? ' (--quick)' : ''}`,
     '',

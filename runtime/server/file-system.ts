@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { createWriteStream } from 'node:fs';
+import { createWriteStream, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
 import { basename, dirname, join, resolve } from 'node:path';
 import { pipeline } from 'node:stream/promises';
@@ -22,6 +22,36 @@ export function safePath(path: string, name = 'path'): string {
 }
 
 /**
+ * Files up to this size are written (and read) with synchronous calls: five thread-pool round
+ * trips (mkdir, open, write, close, rename) cost far more than the system calls themselves, and
+ * a new regular file of a few KiB on the sandbox's own disk never blocks for long. Nothing that
+ * could block indefinitely (a FIFO, a device) is ever opened this way.
+ */
+export const SMALL_FILE_BYTES = 64 * 1024;
+
+const tempNameFor = (path: string) =>
+  join(dirname(path), `.${basename(path)}.${randomBytes(6).toString('hex')}.tmp`);
+
+/** {@link writeAtomic} of a small buffer, without the thread pool (see {@link SMALL_FILE_BYTES}). */
+export function writeSmallAtomic(path: string, content: Buffer): number {
+  const temp = tempNameFor(path);
+  try {
+    mkdirSync(dirname(path), { recursive: true });
+    // `wx`: a new file of our own, never an existing FIFO or device that could block the open.
+    writeFileSync(temp, content, { flag: 'wx' });
+    renameSync(temp, path);
+    return content.length;
+  } catch (error) {
+    try {
+      rmSync(temp, { force: true });
+    } catch {
+      // ENOTDIR when a parent is a file: the write's own error is the one to report.
+    }
+    throw fsError(error, `write ${path}`);
+  }
+}
+
+/**
  * Writes a file so that a reader never sees half of it: into a temporary file next to the target
  * (same file system, so the rename is atomic), then renamed over it. Parents are created.
  */
@@ -29,7 +59,10 @@ export async function writeAtomic(
   path: string,
   content: Buffer | AsyncIterable<Buffer>,
 ): Promise<number> {
-  const temp = join(dirname(path), `.${basename(path)}.${randomBytes(6).toString('hex')}.tmp`);
+  if (Buffer.isBuffer(content) && content.length <= SMALL_FILE_BYTES) {
+    return writeSmallAtomic(path, content);
+  }
+  const temp = tempNameFor(path);
   let size = 0;
   try {
     await mkdir(dirname(path), { recursive: true });

@@ -1,5 +1,3 @@
-import type { ServerResponse } from 'node:http';
-
 /** Request counters for `/system/metrics`. */
 export class Metrics {
   readonly startedAt = Date.now();
@@ -8,16 +6,16 @@ export class Metrics {
   private totalMs = 0;
   private readonly byStatus: Record<string, number> = {};
 
-  /** Counts a request from arrival to the end of its answer. */
-  track(res: ServerResponse): void {
+  /** Counts a request from its arrival; call the function returned when its answer has ended. */
+  start(): (status: number) => void {
     const started = performance.now();
     this.requests++;
     this.inFlight++;
-    res.once('close', () => {
+    return (status) => {
       this.inFlight--;
       this.totalMs += performance.now() - started;
-      this.byStatus[res.statusCode] = (this.byStatus[res.statusCode] ?? 0) + 1;
-    });
+      this.byStatus[status] = (this.byStatus[status] ?? 0) + 1;
+    };
   }
 
   snapshot() {

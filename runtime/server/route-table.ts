@@ -149,18 +149,26 @@ export class RouteTable<C> {
   ): Promise<void> {
     // Made only for handlers that ask: an AbortController (and the DOMException its abort
     // creates) per request is a measurable share of a trivial call.
+    // So is the `close` listener that aborts it, and the query's URLSearchParams.
     let closed: AbortController | undefined;
-    res.once('close', () => closed?.abort());
     const closedSignal = () => {
-      closed ??= new AbortController();
-      if (res.closed) closed.abort();
+      if (!closed) {
+        const controller = new AbortController();
+        closed = controller;
+        if (res.closed) controller.abort();
+        else res.once('close', () => controller.abort());
+      }
       return closed.signal;
     };
     // Split by hand: `new URL('//a/b', base)` would read `a` as a host name.
     const target = req.url ?? '/';
     const mark = target.indexOf('?');
     const pathname = mark < 0 ? target : target.slice(0, mark);
-    const query = new URLSearchParams(mark < 0 ? '' : target.slice(mark + 1));
+    let parsedQuery: URLSearchParams | undefined;
+    const query = () => {
+      parsedQuery ??= new URLSearchParams(mark < 0 ? '' : target.slice(mark + 1));
+      return parsedQuery;
+    };
     let matched: ReturnType<RouteTable<C>['match']> | undefined;
     try {
       try {
@@ -175,13 +183,15 @@ export class RouteTable<C> {
       const args = route.args
         ? mode === 'json'
           ? validateKwargs(`${route.method} ${route.path}`, route.args, body)
-          : validateQuery(`${route.method} ${route.path}`, route.args, query)
+          : validateQuery(`${route.method} ${route.path}`, route.args, query())
         : {};
       const result = await route.handler({
         method: route.method,
         path: pathname,
         params,
-        query,
+        get query() {
+          return query();
+        },
         body,
         args,
         stream: () =>
@@ -211,13 +221,17 @@ export class RouteTable<C> {
   }
 }
 
+/** Checks the literal segments first, so a pattern that does not match allocates nothing. */
 function matchSegments(pattern: string[], segments: string[]): Record<string, string> | undefined {
   if (pattern.length !== segments.length) return undefined;
+  for (let i = 0; i < pattern.length; i++) {
+    const part = pattern[i] as string;
+    if (!isParam(part) && part !== segments[i]) return undefined;
+  }
   const params: Record<string, string> = {};
-  for (const [i, part] of pattern.entries()) {
-    const segment = segments[i] ?? '';
-    if (isParam(part)) params[part.slice(1, -1)] = segment;
-    else if (part !== segment) return undefined;
+  for (let i = 0; i < pattern.length; i++) {
+    const part = pattern[i] as string;
+    if (isParam(part)) params[part.slice(1, -1)] = segments[i] ?? '';
   }
   return params;
 }

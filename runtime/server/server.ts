@@ -152,9 +152,13 @@ export class SandboxServer {
           Math.max(this.options.bodyTimeoutMs, this.options.streamBodyTimeoutMs ?? 0) + 5000,
       },
       (req, res) => {
-        this.metrics.track(res);
+        // One `close` listener per request for the counters and the set of answers in flight.
+        const done = this.metrics.start();
         this.active.add(res);
-        res.once('close', () => this.active.delete(res));
+        res.once('close', () => {
+          this.active.delete(res);
+          done(res.statusCode);
+        });
         if (this.stopping) res.setHeader('connection', 'close');
         void this.table.dispatch(req, res, this.context, this.limits, this.guard);
       },

@@ -15,6 +15,7 @@ interface DaemonStartOptions {
   kubeRuntimeImage?: string;
   kubeBaseImage?: string;
   kubeAgentSandbox?: string;
+  databaseUrl?: string;
 }
 
 /** `abx daemon start|stop|status|logs`. */
@@ -73,6 +74,12 @@ export function addDaemonCommand(program: Command): void {
           .choices(['auto', 'true', 'false'])
           .env('ABX_KUBE_AGENT_SANDBOX'),
       )
+      .addOption(
+        new Option(
+          '--database-url <url>',
+          'keep the registry in PostgreSQL (postgres://user:password@host:port/database), shared by every daemon given the same URL; default: SQLite in $ABX_HOME',
+        ).env('ABX_DATABASE_URL'),
+      )
       .action(async (options: DaemonStartOptions) => {
         // The daemon process reads them from its environment (it inherits this one's).
         if (options.provider) process.env.ABX_PROVIDER = options.provider;
@@ -81,6 +88,7 @@ export function addDaemonCommand(program: Command): void {
         if (options.kubeRuntimeImage) process.env.ABX_KUBE_RUNTIME_IMAGE = options.kubeRuntimeImage;
         if (options.kubeBaseImage) process.env.ABX_KUBE_BASE_IMAGE = options.kubeBaseImage;
         if (options.kubeAgentSandbox) process.env.ABX_KUBE_AGENT_SANDBOX = options.kubeAgentSandbox;
+        if (options.databaseUrl) process.env.ABX_DATABASE_URL = options.databaseUrl;
         const running = await findDaemon(abxHome());
         const wanted = options.provider ?? 'local';
         if (running && (running.provider ?? 'local') !== wanted) {
@@ -96,6 +104,7 @@ export function addDaemonCommand(program: Command): void {
     'abx daemon start',
     'abx daemon start --provider docker --docker-base-image debian:bookworm-slim',
     'abx daemon start --provider kubernetes --kube-namespace sandboxes --kube-runtime-image registry.example/abx-runtime:1',
+    'abx daemon start --database-url postgres://abx:secret@db.internal:5432/abx',
   );
 
   withExamples(
@@ -123,6 +132,7 @@ export function addDaemonCommand(program: Command): void {
           printLine(
             `running: pid ${info.pid}, provider ${info.provider ?? 'local'}, API ${info.apiUrl}, gateway ${info.gatewayUrl}, since ${info.startedAt}`,
           );
+          if (info.registry) printLine(`registry: ${info.registry}`);
           const isolation = info.isolation;
           if (isolation) {
             printLine(

@@ -118,7 +118,7 @@ export const API_ROUTES: ApiRoute[] = [
     path: '/v1/sandboxes',
     group: 'api',
     summary: 'List sandboxes; filter with state=, template= and metadata.KEY=VALUE.',
-    handler: ({ query, ctx }) => {
+    handler: async ({ query, ctx }) => {
       const state = query.get('state') ?? undefined;
       if (state && !STATES.includes(state as SandboxState)) {
         throw new InvalidArgumentError(`state must be one of ${STATES.join(', ')}, not '${state}'`);
@@ -129,13 +129,13 @@ export const API_ROUTES: ApiRoute[] = [
       }
       const template = query.get('template') ?? undefined;
       return {
-        sandboxes: ctx.sandboxes
-          .list({
+        sandboxes: (
+          await ctx.sandboxes.list({
             ...(state ? { state: state as SandboxState } : {}),
             ...(template ? { template } : {}),
             metadata,
           })
-          .map(sandboxJson),
+        ).map(sandboxJson),
       };
     },
   },
@@ -144,7 +144,7 @@ export const API_ROUTES: ApiRoute[] = [
     path: '/v1/sandboxes/{id}',
     group: 'api',
     summary: 'One sandbox.',
-    handler: ({ params, ctx }) => sandboxJson(ctx.sandboxes.get(params.id as string)),
+    handler: async ({ params, ctx }) => sandboxJson(await ctx.sandboxes.get(params.id as string)),
   },
   {
     method: 'POST',
@@ -152,8 +152,8 @@ export const API_ROUTES: ApiRoute[] = [
     group: 'api',
     summary: 'A running sandbox with its access token, to use it from another process.',
     body: 'none',
-    handler: ({ params, ctx }) => {
-      const record = ctx.sandboxes.running(params.id as string);
+    handler: async ({ params, ctx }) => {
+      const record = await ctx.sandboxes.running(params.id as string);
       return { ...sandboxJson(record), accessToken: ctx.sandboxes.tokenOf(record.id) };
     },
   },
@@ -165,7 +165,7 @@ export const API_ROUTES: ApiRoute[] = [
     body: 'none',
     handler: async ({ params, ctx }) => {
       const killed = await ctx.sandboxes.kill(params.id as string, 'killed', 'killed by request');
-      return { killed, sandbox: sandboxJson(ctx.sandboxes.get(params.id as string)) };
+      return { killed, sandbox: sandboxJson(await ctx.sandboxes.get(params.id as string)) };
     },
   },
   {
@@ -174,8 +174,8 @@ export const API_ROUTES: ApiRoute[] = [
     group: 'api',
     summary: 'Set the time left before the sandbox is reaped: { timeoutMs }.',
     args: argList({ timeoutMs: 'int' }),
-    handler: ({ params, args, ctx }) =>
-      sandboxJson(ctx.sandboxes.setTimeout(params.id as string, args.timeoutMs)),
+    handler: async ({ params, args, ctx }) =>
+      sandboxJson(await ctx.sandboxes.setTimeout(params.id as string, args.timeoutMs)),
   },
   {
     method: 'POST',
@@ -185,7 +185,7 @@ export const API_ROUTES: ApiRoute[] = [
       'Save a running sandbox as the template { name } (its home; with images, its whole filesystem).',
     args: argList({ name: 'str' }),
     handler: async ({ params, args, ctx }) => {
-      const record = ctx.sandboxes.running(params.id as string);
+      const record = await ctx.sandboxes.running(params.id as string);
       const built = await ctx.templates.snapshot(
         record,
         ctx.sandboxes.controlTokenOf(record.id),
@@ -200,14 +200,15 @@ export const API_ROUTES: ApiRoute[] = [
     path: '/v1/templates',
     group: 'api',
     summary: 'Built templates, base included.',
-    handler: ({ ctx }) => ({ templates: ctx.templates.list().map(templateJson) }),
+    handler: async ({ ctx }) => ({ templates: (await ctx.templates.list()).map(templateJson) }),
   },
   {
     method: 'GET',
     path: '/v1/templates/{name}',
     group: 'api',
     summary: 'One template.',
-    handler: ({ params, ctx }) => templateJson(ctx.templates.get(params.name as string)),
+    handler: async ({ params, ctx }) =>
+      templateJson(await ctx.templates.get(params.name as string)),
   },
   {
     method: 'POST',

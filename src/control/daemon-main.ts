@@ -74,6 +74,22 @@ function wholeNumber(name: string, least: number): number | undefined {
 }
 
 /**
+ * `ABX_DATABASE_URL` (`abx daemon start --database-url`): the registry in PostgreSQL, shared with
+ * the daemons given the same URL; unset: SQLite in the installation.
+ */
+function databaseUrl(): string | undefined {
+  const url = process.env.ABX_DATABASE_URL;
+  if (!url) return undefined;
+  if (!/^postgres(ql)?:\/\//.test(url)) {
+    console.error(
+      `abx daemon: ABX_DATABASE_URL must be a postgres://user:password@host:port/database URL, not '${url.replace(/:[^:@/]*@/, ':***@')}'`,
+    );
+    process.exit(1);
+  }
+  return url;
+}
+
+/**
  * `ABX_DOCTOR=kubernetes` (what `abx doctor --provider kubernetes` runs): checks the cluster the
  * provider would use, prints the report as one JSON line and exits 1 when it has problems.
  */
@@ -107,6 +123,7 @@ if (process.env.ABX_DOCTOR) {
 }
 
 const warmPool = wholeNumber('ABX_WARM_POOL', 0);
+const database = databaseUrl();
 const startConcurrency = wholeNumber('ABX_START_CONCURRENCY', 1);
 const provider = await chooseProvider().catch((error: Error) => {
   console.error(`abx daemon: ${error.name}: ${error.message}`);
@@ -121,11 +138,16 @@ const daemon = new Daemon({
   ...(warmPool === undefined ? {} : { warmPool }),
   ...(startConcurrency === undefined ? {} : { startConcurrency }),
   ...(provider ? { provider } : {}),
+  ...(database ? { databaseUrl: database } : {}),
 });
 for (const signal of ['SIGTERM', 'SIGINT'] as const) {
   process.on(signal, () => void daemon.stop());
 }
-const info = await daemon.start();
+const info = await daemon.start().catch(async (error: Error) => {
+  console.error(`abx daemon: ${error.message}`);
+  await daemon.stop().catch(() => undefined);
+  process.exit(1);
+});
 console.log(JSON.stringify({ event: 'listening', ...info }));
 await daemon.stopped;
 console.log(JSON.stringify({ event: 'stopped', pid: process.pid }));

@@ -1,9 +1,10 @@
+import { createHmac } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { type Guard, RouteTable } from '../../runtime/server/route-table.js';
-import { AuthenticationError, errorFromBody } from '../errors.js';
+import { AuthenticationError, errorFromBody, UnavailableError } from '../errors.js';
 import type { DaemonInfo } from '../installation/daemon-info.js';
 import { type AbxPaths, abxPaths } from '../installation/paths.js';
 import { readOrCreateSecret } from '../installation/secrets.js';
@@ -15,9 +16,16 @@ import { API_ROUTES, type ApiContext } from './api-routes.js';
 import { envdRequest, runSetupStep, setSandboxEnv } from './envd-request.js';
 import { Gateway } from './gateway.js';
 import { hashToken, sandboxToken, tokenMatches } from './ids.js';
+import {
+  DATABASE_CONNECT_TIMEOUT_MS,
+  isUnreachable,
+  PostgresRegistry,
+} from './postgres-registry.js';
 import { Reaper } from './reaper.js';
-import { Registry } from './registry.js';
+import { RecordCache } from './record-cache.js';
+import type { Registry } from './registry.js';
 import { SandboxService } from './sandbox-service.js';
+import { SqliteRegistry } from './sqlite-registry.js';
 import { TemplateService } from './template-service.js';
 
 export interface DaemonOptions {
@@ -38,6 +46,16 @@ export interface DaemonOptions {
   warmPool?: number;
   /** Sandbox starts under way at once (creates and refills); default the number of cores, ≥ 2. */
   startConcurrency?: number;
+  /**
+   * How long after a sandbox's end its processes are left to the daemon that ended it before the
+   * reaper kills them (that daemon died mid-kill); default 30 s.
+   */
+  releaseGraceMs?: number;
+  /**
+   * `postgres://…`: keep the registry in PostgreSQL, shared with the other daemons given the same
+   * URL (and the same token secret), instead of SQLite in `home`.
+   */
+  databaseUrl?: string;
   provider?: SandboxProvider;
   /**
    * Builds image templates when `provider` cannot (the local provider runs images but never as
@@ -52,6 +70,13 @@ export const DEFAULT_WARM_POOL_MAX = 10;
 
 const BODY_LIMITS = { maxBytes: 1024 * 1024, timeoutMs: 30_000 };
 
+/** What to do about a PostgreSQL refusal at start, by SQLSTATE class. */
+const POSTGRES_HINTS: Record<string, string> = {
+  '28': ': check the user and password in ABX_DATABASE_URL (abx daemon start --database-url)',
+  '3D': ': create the database (createdb NAME) or fix its name in ABX_DATABASE_URL',
+  '42': ': the user needs the right to create tables in that database (GRANT CREATE ON DATABASE … or make it the owner)',
+};
+
 /**
  * The control plane: REST API and gateway on loopback, the registry, the provider and the
  * reaper. On start it adopts the sandboxes a previous daemon left running.
@@ -59,6 +84,7 @@ const BODY_LIMITS = { maxBytes: 1024 * 1024, timeoutMs: 30_000 };
 export class Daemon {
   readonly paths: AbxPaths;
   private readonly registry: Registry;
+  private readonly tokenSecret: string;
   private readonly provider: SandboxProvider;
   readonly sandboxes: SandboxService;
   readonly templates: TemplateService;
@@ -67,6 +93,8 @@ export class Daemon {
   private readonly apiKeyHash: string;
   private readonly reaper: Reaper;
   private readonly liveness = new Map<string, { alive: boolean; at: number }>();
+  /** The gateway's cache of running sandboxes' records (PostgreSQL only). */
+  private readonly records: RecordCache | undefined;
   private stopping: Promise<void> | undefined;
   private resolveStopped = () => {};
   readonly stopped = new Promise<void>((resolve) => {
@@ -80,7 +108,10 @@ export class Daemon {
     }
     this.apiKeyHash = hashToken(readOrCreateSecret(this.paths.apiKey));
     const tokenSecret = readOrCreateSecret(this.paths.tokenSecret);
-    this.registry = new Registry(this.paths.database);
+    this.tokenSecret = tokenSecret;
+    this.registry = options.databaseUrl
+      ? new PostgresRegistry(options.databaseUrl)
+      : new SqliteRegistry(this.paths.database);
     this.provider =
       options.provider ??
       new LocalProvider({ runtimeDir: join(packageInfo().root, 'dist', 'runtime') });
@@ -105,7 +136,14 @@ export class Daemon {
           : { startConcurrency: options.startConcurrency }),
       },
     );
-    this.reaper = new Reaper(this.sandboxes.reaperHost(), options.reapIntervalMs ?? 1000);
+    this.sandboxes.onEnded = (id) => this.records?.forget(id);
+    this.reaper = new Reaper(
+      this.sandboxes.reaperHost(),
+      options.reapIntervalMs ?? 1000,
+      (error) => this.sandboxes.log.failed('reaper', error),
+      () => this.sandboxes.log.recovered('reaper'),
+      options.releaseGraceMs,
+    );
     const table = new RouteTable(API_ROUTES);
     const context: ApiContext = {
       sandboxes: this.sandboxes,
@@ -126,9 +164,17 @@ export class Daemon {
       (req, res) => void table.dispatch(req, res, context, BODY_LIMITS, guard),
     );
     const forwarded = new Set<string>();
+    // SQLite answers in the thread: no cache. PostgreSQL would cost a round trip per connection.
+    const registry = this.registry;
+    const records = registry.getSandboxNow
+      ? undefined
+      : new RecordCache((id) => registry.getSandbox(id));
+    this.records = records;
     this.gateway = new Gateway(
       {
-        find: (id) => this.registry.getSandbox(id),
+        find: registry.getSandboxNow
+          ? registry.getSandboxNow.bind(registry)
+          : (id) => (records as RecordCache).get(id),
         isAlive: (record) => {
           // /proc is read at most every 250 ms per sandbox; a sandbox that dies in between fails
           // at the socket instead, with an error of its own.
@@ -189,8 +235,49 @@ export class Daemon {
     return this.builder;
   }
 
-  /** Adopts live sandboxes, starts listening and reaping, writes `daemon.json`. */
+  /**
+   * Opens the registry (migrating it), checks that daemons sharing it derive the same tokens.
+   * Throws an error that says what to do when the database cannot be reached.
+   */
+  private async openRegistry(): Promise<void> {
+    const { registry } = this;
+    try {
+      await registry.migrate();
+    } catch (error) {
+      // The store wraps it in a 503 for API callers; at start the daemon says what to fix.
+      const cause = error instanceof UnavailableError ? error.cause : error;
+      if (registry.kind === 'postgres' && isUnreachable(cause)) {
+        throw new Error(
+          `cannot reach the registry database ${registry.location} (${(cause as Error).message}; connect timeout ${DATABASE_CONNECT_TIMEOUT_MS} ms): check that PostgreSQL runs there and that ABX_DATABASE_URL (abx daemon start --database-url) names it, with user, password and database`,
+          { cause: error },
+        );
+      }
+      const sqlstate = (cause as { code?: unknown }).code;
+      if (registry.kind === 'postgres' && typeof sqlstate === 'string' && sqlstate.length === 5) {
+        throw new Error(
+          `the registry database ${registry.location} refused this daemon: ${(cause as Error).message}${POSTGRES_HINTS[sqlstate.slice(0, 2)] ?? ''}`,
+          { cause: error },
+        );
+      }
+      throw error;
+    }
+    if (registry.kind !== 'postgres') return;
+    // Every daemon must derive the same access tokens from a sandbox id, or a sandbox created on
+    // one could not be connected to through another.
+    const mine = createHmac('sha256', this.tokenSecret)
+      .update('abx token secret check')
+      .digest('hex');
+    const agreed = await registry.agree('token-secret-check', mine);
+    if (agreed !== mine) {
+      throw new Error(
+        `the token secret of this daemon (${this.paths.tokenSecret}) is not the one the other daemons on the registry ${registry.location} use: copy theirs to ${this.paths.tokenSecret} (every daemon sharing a database needs the same file)`,
+      );
+    }
+  }
+
+  /** Opens the registry, adopts live sandboxes, starts listening and reaping, writes `daemon.json`. */
   async start(): Promise<DaemonInfo> {
+    await this.openRegistry();
     await this.sandboxes.adopt();
     const listen = (server: Server, port: number) =>
       new Promise<number>((resolve, reject) => {
@@ -209,6 +296,7 @@ export class Daemon {
       provider: this.provider.name,
       startedAt: new Date().toISOString(),
       isolation: this.provider.isolation(),
+      registry: this.registry.location,
     };
     for (const warning of info.isolation?.warnings ?? []) console.error(`warning: ${warning}`);
     writeFileSync(this.paths.daemonInfo, `${JSON.stringify(info, null, 2)}\n`, { mode: 0o600 });
@@ -219,7 +307,12 @@ export class Daemon {
   stop(): Promise<void> {
     this.stopping ??= (async () => {
       await this.reaper.stop();
-      await this.sandboxes.close();
+      // A registry that does not answer must not keep the daemon from stopping.
+      await this.sandboxes
+        .close()
+        .catch((error) =>
+          console.error(`stopping: the warm pool was not emptied: ${error.message}`),
+        );
       await this.provider.close?.();
       await (await this.builder?.catch(() => undefined))?.close?.();
       const close = (server: Server) =>
@@ -235,7 +328,7 @@ export class Daemon {
       } catch {
         // no daemon.json: nothing to remove
       }
-      this.registry.close();
+      await this.registry.close().catch(() => undefined);
       this.resolveStopped();
     })();
     return this.stopping;

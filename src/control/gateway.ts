@@ -56,8 +56,11 @@ const GATEWAY_HEADERS = new Set(['x-access-token', 'x-sandbox-id', 'x-sandbox-po
 
 /** What the gateway needs from the control plane. */
 export interface GatewayBackend {
-  /** The sandbox's record if it exists (any state). */
-  find(id: string): SandboxRecord | undefined;
+  /**
+   * The sandbox's record if it exists (any state): at once where the registry can answer in the
+   * thread (SQLite), else a promise (PostgreSQL, behind a cache of running sandboxes).
+   */
+  find(id: string): SandboxRecord | undefined | Promise<SandboxRecord | undefined>;
   /** True while its processes run. */
   isAlive(record: SandboxRecord): boolean;
   /** Makes envd forward `port` and returns the host Unix socket that reaches it. */
@@ -196,7 +199,8 @@ export class Gateway implements GatewayRoutes {
 
   async check(target: RequestTarget): Promise<Route> {
     const { id, port, token } = target;
-    const record = this.backend.find(id);
+    const found = this.backend.find(id);
+    const record = found instanceof Promise ? await found : found;
     // The token is checked before saying anything about the sandbox's state.
     if (!record || !tokenMatches(token, record.tokenHash)) {
       throw record

@@ -9,15 +9,29 @@ export interface ReaperHost {
   isEnding(id: string): boolean;
   /** Records that a sandbox ended by itself and releases what it held. */
   markDead(record: SandboxRecord): Promise<void>;
-  /** Kills a sandbox whose time is up. */
-  expire(record: SandboxRecord): Promise<unknown>;
+  /** Kills a sandbox whose time was up at `now` (unless its lifetime was extended since). */
+  expire(record: SandboxRecord, now: number): Promise<unknown>;
+  /** Kills what is left of an ended sandbox and removes its folder. */
+  release(record: SandboxRecord): Promise<void>;
 }
 
 /**
+ * How long after a sandbox's end the daemon that ended it is trusted to kill it. Past this, any
+ * daemon's reaper kills what still runs of it (the daemon that ended it died mid-kill).
+ */
+export const RELEASE_GRACE_MS = 30_000;
+/** How far back a pass looks for ended sandboxes still running. */
+export const RELEASE_WINDOW_MS = 600_000;
+
+/**
  * Keeps the registry and the hosts' processes in agreement while the daemon runs: every pass
- * kills the running sandboxes whose time is up and marks dead (cleaning up after) the running or
- * pooled ones whose processes ended by themselves. One pass at a time; `stop` waits for the pass
- * in flight, so nothing touches the registry after the daemon closes it.
+ * kills the running sandboxes whose time is up, marks dead (cleaning up after) the running or
+ * pooled ones whose processes ended by themselves, and kills what still runs of a sandbox that
+ * ended more than {@link RELEASE_GRACE_MS} ago (a daemon died between recording an end and
+ * killing). One pass at a time; `stop` waits for the pass
+ * in flight, so nothing touches the registry after the daemon closes it. Daemons sharing a
+ * registry each run one: every end is a conditional update, so each sandbox is ended (and
+ * killed) by the one pass that wins it.
  */
 export class Reaper {
   private timer: NodeJS.Timeout | undefined;
@@ -28,6 +42,10 @@ export class Reaper {
     /** Time between passes (default 1 s). */
     private readonly intervalMs = 1000,
     private readonly onError: (error: unknown) => void = (error) => console.error('reaper:', error),
+    /** Called after each pass that succeeds (a log says the passes work again). */
+    private readonly onSuccess: () => void = () => {},
+    /** See {@link RELEASE_GRACE_MS}. */
+    private readonly releaseGraceMs = RELEASE_GRACE_MS,
   ) {}
 
   /** Starts passing every `intervalMs`; a pass still running when the next is due is not doubled. */
@@ -35,7 +53,7 @@ export class Reaper {
     this.timer ??= setInterval(() => {
       if (this.inFlight) return;
       this.inFlight = this.pass()
-        .catch(this.onError)
+        .then(this.onSuccess, this.onError)
         .finally(() => {
           this.inFlight = undefined;
         });
@@ -52,16 +70,24 @@ export class Reaper {
   /** One pass as of `now`; returns the ids of the sandboxes that expired. */
   async pass(now = Date.now()): Promise<string[]> {
     const { registry } = this.host;
-    const expired = registry.expired(now);
+    const expired = await registry.expired(now);
     const dead = [
-      ...registry.listSandboxes({ state: 'running' }),
-      ...registry.listSandboxes({ state: 'pooled' }),
+      ...(await registry.listSandboxes({ state: 'running' })),
+      ...(await registry.listSandboxes({ state: 'pooled' })),
     ].filter((record) => !this.host.isEnding(record.id) && !this.host.isAlive(record.handle));
+    // Ended, yet its processes run past the grace: the daemon that ended it did not finish.
+    const leftovers = (await registry.endedSince(now - RELEASE_WINDOW_MS)).filter(
+      (record) =>
+        (record.endedAt as number) <= now - this.releaseGraceMs &&
+        !this.host.isEnding(record.id) &&
+        this.host.isAlive(record.handle),
+    );
     await Promise.all([
       ...dead.map((record) => this.host.markDead(record)),
       ...expired
         .filter((record) => !dead.some((ended) => ended.id === record.id))
-        .map((record) => this.host.expire(record)),
+        .map((record) => this.host.expire(record, now)),
+      ...leftovers.map((record) => this.host.release(record)),
     ]);
     return expired.map((record) => record.id);
   }

@@ -1,4 +1,3 @@
-import Database from 'better-sqlite3';
 /**
  * Life of a sandbox: `running` until killed, expired (reaped) or found dead. `pooled`: started
  * ahead of demand in the warm pool, not yet handed out (never listed by default).
@@ -37,24 +36,6 @@ export interface TemplateRecord {
   builtAt: number;
 }
 
-interface TemplateRow {
-  name: string;
-  spec: string;
-  dir: string | null;
-  image: string | null;
-  built_at: number;
-}
-
-function templateFromRow(row: TemplateRow): TemplateRecord {
-  return {
-    name: row.name,
-    spec: JSON.parse(row.spec),
-    dir: row.dir,
-    image: row.image ?? null,
-    builtAt: row.built_at,
-  };
-}
-
 export interface SandboxFilter {
   state?: SandboxState;
   template?: string;
@@ -62,117 +43,34 @@ export interface SandboxFilter {
   metadata?: Record<string, string>;
 }
 
-interface SandboxRow {
-  id: string;
-  template: string;
-  state: SandboxState;
-  metadata: string;
-  created_at: number;
-  expires_at: number;
-  ended_at: number | null;
-  end_reason: string | null;
-  token_hash: string;
-  handle: string;
-  capabilities: string;
-}
+/** The states a sandbox ends in. */
+export type EndState = Exclude<SandboxState, 'running' | 'pooled'>;
 
-const fromRow = (row: SandboxRow): SandboxRecord => ({
-  id: row.id,
-  template: row.template,
-  state: row.state,
-  metadata: JSON.parse(row.metadata),
-  createdAt: row.created_at,
-  expiresAt: row.expires_at,
-  endedAt: row.ended_at,
-  endReason: row.end_reason,
-  tokenHash: row.token_hash,
-  handle: JSON.parse(row.handle),
-  capabilities: JSON.parse(row.capabilities),
-});
+/**
+ * The control plane's state: sandboxes and templates. Two stores implement it: SQLite in
+ * `$ABX_HOME` (the embedded default, one daemon) and PostgreSQL (`ABX_DATABASE_URL`, shared by
+ * several daemons). Every change of a sandbox's state is one conditional statement, so two
+ * callers racing (two daemons, or a kill and the reaper) never both win: the one that loses is
+ * told (false / undefined) and its caller answers from the row as the winner left it.
+ */
+export interface Registry {
+  /** `sqlite` or `postgres`. */
+  readonly kind: 'sqlite' | 'postgres';
+  /** Where the state is, for messages: a file, or the URL without its password. */
+  readonly location: string;
 
-/** The control plane's state in SQLite: sandboxes and templates. */
-export class Registry {
-  private readonly db: Database.Database;
-  private bySandboxId: Database.Statement | undefined;
+  /** Creates or upgrades the tables (see migrations.ts); the daemon calls it once at start. */
+  migrate(): Promise<void>;
 
-  constructor(file: string) {
-    this.db = new Database(file);
-    // WAL lets readers (other CLI processes) in while the daemon writes.
-    this.db.pragma('journal_mode = WAL');
-    this.db.pragma('busy_timeout = 5000');
-    this.db.exec(`
-      CREATE TABLE IF NOT EXISTS sandboxes (
-        id TEXT PRIMARY KEY,
-        template TEXT NOT NULL,
-        state TEXT NOT NULL,
-        metadata TEXT NOT NULL,
-        created_at INTEGER NOT NULL,
-        expires_at INTEGER NOT NULL,
-        ended_at INTEGER,
-        end_reason TEXT,
-        token_hash TEXT NOT NULL,
-        handle TEXT NOT NULL,
-        capabilities TEXT NOT NULL
-      );
-      CREATE INDEX IF NOT EXISTS sandboxes_state ON sandboxes (state, expires_at);
-      CREATE TABLE IF NOT EXISTS templates (
-        name TEXT PRIMARY KEY,
-        spec TEXT NOT NULL,
-        dir TEXT,
-        built_at INTEGER NOT NULL
-      );
-    `);
-    // Registries made before image templates lack the image column.
-    const columns = this.db.prepare('PRAGMA table_info(templates)').all() as { name: string }[];
-    if (!columns.some((c) => c.name === 'image')) {
-      this.db.exec('ALTER TABLE templates ADD COLUMN image TEXT');
-    }
-  }
-
-  insertSandbox(record: SandboxRecord): void {
-    this.db
-      .prepare(
-        `INSERT INTO sandboxes (id, template, state, metadata, created_at, expires_at, ended_at,
-           end_reason, token_hash, handle, capabilities)
-         VALUES (@id, @template, @state, @metadata, @createdAt, @expiresAt, @endedAt, @endReason,
-           @tokenHash, @handle, @capabilities)`,
-      )
-      .run({
-        ...record,
-        metadata: JSON.stringify(record.metadata),
-        handle: JSON.stringify(record.handle),
-        capabilities: JSON.stringify(record.capabilities),
-      });
-  }
-
-  getSandbox(id: string): SandboxRecord | undefined {
-    // The gateway looks a sandbox up on every request: the statement is compiled once.
-    this.bySandboxId ??= this.db.prepare('SELECT * FROM sandboxes WHERE id = ?');
-    const row = this.bySandboxId.get(id) as SandboxRow | undefined;
-    return row && fromRow(row);
-  }
-
-  listSandboxes(filter: SandboxFilter = {}): SandboxRecord[] {
-    const where: string[] = [];
-    const params: unknown[] = [];
-    if (filter.state) {
-      where.push('state = ?');
-      params.push(filter.state);
-    } else {
-      where.push("state != 'pooled'");
-    }
-    if (filter.template) {
-      where.push('template = ?');
-      params.push(filter.template);
-    }
-    for (const [key, value] of Object.entries(filter.metadata ?? {})) {
-      where.push('json_extract(metadata, ?) = ?');
-      params.push(`$.${JSON.stringify(key)}`, value);
-    }
-    const sql = `SELECT * FROM sandboxes ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY created_at`;
-    return (this.db.prepare(sql).all(...params) as SandboxRow[]).map(fromRow);
-  }
-
+  insertSandbox(record: SandboxRecord): Promise<void>;
+  getSandbox(id: string): Promise<SandboxRecord | undefined>;
+  /**
+   * The same as `getSandbox` without leaving the thread, when the store can (SQLite): the
+   * gateway's lookup per connection. Absent on stores that need a round trip.
+   */
+  getSandboxNow?(id: string): SandboxRecord | undefined;
+  /** Without a state: every sandbox but the pooled ones; oldest first. */
+  listSandboxes(filter?: SandboxFilter): Promise<SandboxRecord[]>;
   /**
    * Hands out the oldest pooled sandbox of a template: it becomes `running` with the caller's
    * metadata and lifetime. One statement, so two concurrent creates never get the same one.
@@ -182,87 +80,43 @@ export class Registry {
     metadata: Record<string, string>,
     now: number,
     expiresAt: number,
-  ): SandboxRecord | undefined {
-    const row = this.db
-      .prepare(
-        `UPDATE sandboxes SET state = 'running', metadata = ?, created_at = ?, expires_at = ?
-         WHERE id = (SELECT id FROM sandboxes WHERE state = 'pooled' AND template = ?
-                     ORDER BY created_at LIMIT 1)
-         RETURNING *`,
-      )
-      .get(JSON.stringify(metadata), now, expiresAt, template) as SandboxRow | undefined;
-    return row && fromRow(row);
-  }
-
-  countPooled(template: string): number {
-    return (
-      this.db
-        .prepare(`SELECT COUNT(*) AS n FROM sandboxes WHERE state = 'pooled' AND template = ?`)
-        .get(template) as { n: number }
-    ).n;
-  }
-
-  /** Removes a row for good (a pooled sandbox that was never handed out). */
-  deleteSandbox(id: string): void {
-    this.db.prepare('DELETE FROM sandboxes WHERE id = ?').run(id);
-  }
-
-  /** Marks a running sandbox ended; false when it was not running (already ended). */
+  ): Promise<SandboxRecord | undefined>;
+  countPooled(template: string): Promise<number>;
+  /**
+   * Removes a row for good if it is still in `state` (a pooled sandbox leaving the pool, or one
+   * just claimed that turned out dead); false when another caller changed it first.
+   */
+  deleteSandbox(id: string, state: 'pooled' | 'running'): Promise<boolean>;
+  /**
+   * Marks a running sandbox ended; false when it was not running (it ended already, and the
+   * first end stays). `expiredBy`: end it only if its expiry is at or before this time (a
+   * lifetime extended meanwhile wins over the reaper).
+   */
   endSandbox(
     id: string,
-    state: Exclude<SandboxState, 'running' | 'pooled'>,
+    state: EndState,
     reason: string,
-  ): boolean {
-    const result = this.db
-      .prepare(
-        `UPDATE sandboxes SET state = ?, end_reason = ?, ended_at = ? WHERE id = ? AND state = 'running'`,
-      )
-      .run(state, reason, Date.now(), id);
-    return result.changes === 1;
-  }
-
-  setExpiry(id: string, expiresAt: number): boolean {
-    const result = this.db
-      .prepare(`UPDATE sandboxes SET expires_at = ? WHERE id = ? AND state = 'running'`)
-      .run(expiresAt, id);
-    return result.changes === 1;
-  }
-
+    options?: { expiredBy?: number },
+  ): Promise<boolean>;
+  /** Sets a running sandbox's expiry; false when it is not running. */
+  setExpiry(id: string, expiresAt: number): Promise<boolean>;
   /** Running sandboxes whose time is up. */
-  expired(now = Date.now()): SandboxRecord[] {
-    const rows = this.db
-      .prepare(`SELECT * FROM sandboxes WHERE state = 'running' AND expires_at <= ?`)
-      .all(now) as SandboxRow[];
-    return rows.map(fromRow);
-  }
+  expired(now?: number): Promise<SandboxRecord[]>;
+  /** Sandboxes that ended (killed, expired, dead) at or after `since`, oldest end first. */
+  endedSince(since: number): Promise<SandboxRecord[]>;
 
-  upsertTemplate(record: TemplateRecord): void {
-    this.db
-      .prepare(
-        `INSERT INTO templates (name, spec, dir, image, built_at) VALUES (?, ?, ?, ?, ?)
-         ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, dir = excluded.dir,
-           image = excluded.image, built_at = excluded.built_at`,
-      )
-      .run(record.name, JSON.stringify(record.spec), record.dir, record.image, record.builtAt);
-  }
+  /** Records a build; resolves to the build it replaced (read in the same transaction). */
+  upsertTemplate(record: TemplateRecord): Promise<TemplateRecord | undefined>;
+  getTemplate(name: string): Promise<TemplateRecord | undefined>;
+  listTemplates(): Promise<TemplateRecord[]>;
+  /** Removes a template; resolves to the removed record, or undefined when there was none. */
+  removeTemplate(name: string): Promise<TemplateRecord | undefined>;
 
-  getTemplate(name: string): TemplateRecord | undefined {
-    const row = this.db.prepare('SELECT * FROM templates WHERE name = ?').get(name) as
-      | TemplateRow
-      | undefined;
-    return row && templateFromRow(row);
-  }
+  /**
+   * A value the daemons sharing this registry agree on: the first daemon's `value` is kept and
+   * every later call answers it (how replicas check they derive the same tokens).
+   */
+  agree(key: string, value: string): Promise<string>;
 
-  listTemplates(): TemplateRecord[] {
-    const rows = this.db.prepare('SELECT * FROM templates ORDER BY name').all() as TemplateRow[];
-    return rows.map(templateFromRow);
-  }
-
-  removeTemplate(name: string): boolean {
-    return this.db.prepare('DELETE FROM templates WHERE name = ?').run(name).changes === 1;
-  }
-
-  close(): void {
-    this.db.close();
-  }
+  close(): Promise<void>;
 }

@@ -2,6 +2,7 @@ import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { SandboxNotFoundError } from '../errors.js';
 import type { SandboxHandle, SandboxProvider } from '../providers/provider.js';
+import { BackgroundLog } from './background-log.js';
 import { hashToken, newSandboxId, type TokenKind } from './ids.js';
 import type { ReaperHost } from './reaper.js';
 import type { Registry, SandboxFilter, SandboxRecord } from './registry.js';
@@ -31,6 +32,11 @@ export interface SandboxPoolOptions extends WarmPoolOptions {
 export class SandboxService {
   /** Sandboxes being killed right now, so a reaper pass and an API call do not race. */
   private readonly ending = new Map<string, Promise<void>>();
+  /**
+   * Told the id of each sandbox this service ended or took out of the pool (the daemon's gateway
+   * forgets what it cached of it).
+   */
+  onEnded: (id: string) => void = () => {};
 
   constructor(
     private readonly registry: Registry,
@@ -52,16 +58,21 @@ export class SandboxService {
         slots: this.slots,
         isAlive: (handle) => provider.isAlive(handle),
         template: (name) => templates.get(name),
-        start: (template) => this.start(template, 'pooled', {}, {}, MAX_SANDBOX_TIMEOUT_MS),
+        start: async (template) =>
+          (await this.start(template, 'pooled', {}, {}, MAX_SANDBOX_TIMEOUT_MS)).record,
         release: (record) => this.release(record),
         discard: (record, why) => this.kill(record.id, 'killed', why).then(() => undefined),
         setEnv: (record, env) => setEnv(record.handle, this.controlTokenOf(record.id), env),
+        log: (what, error) => this.log.failed(what, error),
+        recovered: (what) => this.log.recovered(what),
       },
       options,
     );
   }
 
   private readonly pool: WarmPool;
+  /** Failures of background work (the pool's refills, the reaper's passes). */
+  readonly log = new BackgroundLog();
   private readonly slots: StartSlots;
 
   /** The token a sandbox's users present (through the gateway), limited to its capabilities. */
@@ -77,7 +88,7 @@ export class SandboxService {
   async create(
     request: CreateSandboxRequest,
   ): Promise<{ record: SandboxRecord; accessToken: string }> {
-    const template = this.templates.get(request.template ?? 'base');
+    const template = await this.templates.get(request.template ?? 'base');
     const timeoutMs =
       request.timeoutMs === undefined ? template.spec.timeoutMs : checkTimeout(request.timeoutMs);
     const envs = checkEnvs(request.envs);
@@ -93,9 +104,13 @@ export class SandboxService {
     const record = await this.slots.run('create', async () => {
       // While this create waited for a slot, a refill may have put a sandbox in the pool.
       const late = await this.pool.claim(name, envs, metadata, timeoutMs, false);
-      if (late) return late;
-      return (await this.start(this.templates.get(name), 'running', envs, metadata, timeoutMs))
-        .record;
+      if (late) {
+        await this.provider.setExpiry?.(late.handle, late.expiresAt).catch(() => undefined);
+        return late;
+      }
+      return (
+        await this.start(await this.templates.get(name), 'running', envs, metadata, timeoutMs)
+      ).record;
     });
     return { record, accessToken: this.tokenOf(record.id) };
   }
@@ -151,9 +166,11 @@ export class SandboxService {
       capabilities: template.spec.capabilities,
     };
     try {
-      this.registry.insertSandbox(record);
+      await this.registry.insertSandbox(record);
     } catch (error) {
+      // No row (the database does not answer): no sandbox either.
       await this.provider.kill(handle);
+      rmSync(dir, { recursive: true, force: true });
       throw error;
     }
     return { record };
@@ -186,16 +203,16 @@ export class SandboxService {
   }
 
   /** A sandbox in any state; one recorded as running whose processes are gone is marked dead. */
-  get(id: string): SandboxRecord {
-    const record = this.registry.getSandbox(id);
+  async get(id: string): Promise<SandboxRecord> {
+    const record = await this.registry.getSandbox(id);
     if (!record) throw new SandboxNotFoundError(`sandbox ${id} does not exist`);
     if (
       record.state === 'running' &&
       !this.ending.has(id) &&
       !this.provider.isAlive(record.handle)
     ) {
-      void this.markDead(record);
-      return this.registry.getSandbox(id) as SandboxRecord;
+      await this.markDead(record);
+      return (await this.registry.getSandbox(id)) ?? record;
     }
     return record;
   }
@@ -205,12 +222,17 @@ export class SandboxService {
    * OOM killer ended it, else `exited`) and releases what it held: its cgroups, its uid, its
    * folder. Resolves once that is done.
    */
-  markDead(record: SandboxRecord): Promise<void> {
+  async markDead(record: SandboxRecord): Promise<void> {
     const running = this.ending.get(record.id);
     if (running) return running;
     const cause = this.provider.endCause(record.handle);
-    if (record.state === 'pooled') this.registry.deleteSandbox(record.id);
-    else this.registry.endSandbox(record.id, 'dead', cause);
+    const won =
+      record.state === 'pooled'
+        ? await this.registry.deleteSandbox(record.id, 'pooled')
+        : await this.registry.endSandbox(record.id, 'dead', cause);
+    // Another caller (this daemon's or another's) ended it first and releases it.
+    if (!won) return;
+    this.onEnded(record.id);
     return this.release(record);
   }
 
@@ -228,22 +250,22 @@ export class SandboxService {
   }
 
   /** A running sandbox, or SandboxNotFoundError saying why it is not running. */
-  running(id: string): SandboxRecord {
-    const record = this.get(id);
+  async running(id: string): Promise<SandboxRecord> {
+    const record = await this.get(id);
     if (record.state !== 'running') {
       throw new SandboxNotFoundError(
         `sandbox ${id} is not running (${record.state}: ${record.endReason})`,
       );
     }
     if (!this.provider.isAlive(record.handle)) {
-      void this.markDead(record);
-      const ended = this.registry.getSandbox(id);
+      await this.markDead(record);
+      const ended = await this.registry.getSandbox(id);
       throw new SandboxNotFoundError(`sandbox ${id} is not running (dead: ${ended?.endReason})`);
     }
     return record;
   }
 
-  list(filter: SandboxFilter): SandboxRecord[] {
+  list(filter: SandboxFilter): Promise<SandboxRecord[]> {
     return this.registry.listSandboxes(filter);
   }
 
@@ -256,12 +278,16 @@ export class SandboxService {
     state: 'killed' | 'expired' = 'killed',
     reason = 'killed',
   ): Promise<boolean> {
-    const record = this.get(id);
+    let record = await this.get(id);
     if (record.state === 'pooled') {
       // A spare nobody was handed: it leaves the pool and ends like any other.
-      this.registry.deleteSandbox(id);
-      await this.release(record);
-      return true;
+      if (await this.registry.deleteSandbox(id, 'pooled')) {
+        this.onEnded(id);
+        await this.release(record);
+        return true;
+      }
+      // A create claimed it meanwhile: it is that caller's running sandbox now.
+      record = await this.get(id);
     }
     if (record.state !== 'running') {
       await this.release(record);
@@ -270,20 +296,46 @@ export class SandboxService {
     const ending = this.ending.get(id);
     if (ending) {
       await ending;
-      return this.registry.getSandbox(id)?.state === state;
+      return (await this.registry.getSandbox(id))?.state === state;
     }
-    // Recorded first: a reaper pass that sees its processes gone must not call it dead.
-    this.registry.endSandbox(id, state, reason);
+    // Recorded first: a reaper pass that sees its processes gone must not call it dead. The
+    // update is conditional: of a kill and an expiry racing (here or on another daemon sharing
+    // the registry) one ends it, with its reason; the other answers false and leaves the
+    // releasing to the winner.
+    if (!(await this.registry.endSandbox(id, state, reason))) return false;
+    this.onEnded(id);
     await this.release(record);
     return true;
   }
 
-  setTimeout(id: string, timeoutMs: unknown): SandboxRecord {
-    const record = this.running(id);
+  async setTimeout(id: string, timeoutMs: unknown): Promise<SandboxRecord> {
+    const record = await this.running(id);
     const expiresAt = Date.now() + checkTimeout(timeoutMs);
-    this.registry.setExpiry(id, expiresAt);
+    if (!(await this.registry.setExpiry(id, expiresAt))) {
+      const ended = await this.registry.getSandbox(id);
+      throw new SandboxNotFoundError(
+        `sandbox ${id} is not running (${ended?.state}: ${ended?.endReason})`,
+      );
+    }
+    // A provider that ends sandboxes itself (kubernetes' Sandbox shutdownTime) follows the expiry.
     void this.provider.setExpiry?.(record.handle, expiresAt).catch(() => undefined);
     return this.get(id);
+  }
+
+  /**
+   * The reaper's end of a sandbox whose time was up at `now`: one conditional update claims it
+   * (still running, still due: a lifetime extended since the pass read it wins), and only the
+   * caller that claimed it kills it. Of several daemons' reapers, one wins each sandbox.
+   */
+  private async expire(record: SandboxRecord, now: number): Promise<boolean> {
+    if (this.ending.has(record.id)) return false;
+    const reason = `expired at ${new Date(record.expiresAt).toISOString()}`;
+    if (!(await this.registry.endSandbox(record.id, 'expired', reason, { expiredBy: now }))) {
+      return false;
+    }
+    this.onEnded(record.id);
+    await this.release(record);
+    return true;
   }
 
   /** What a {@link Reaper} watching these sandboxes needs. */
@@ -293,8 +345,8 @@ export class SandboxService {
       isAlive: (handle) => this.provider.isAlive(handle),
       isEnding: (id) => this.ending.has(id),
       markDead: (record) => this.markDead(record),
-      expire: (record) =>
-        this.kill(record.id, 'expired', `expired at ${new Date(record.expiresAt).toISOString()}`),
+      expire: (record, now) => this.expire(record, now),
+      release: (record) => this.release(record),
     };
   }
 
@@ -306,8 +358,10 @@ export class SandboxService {
     const adopted: string[] = [];
     const dead: string[] = [];
     // A previous daemon's spare sandboxes may come from an older template build: start afresh.
-    await this.drainPool();
-    for (const record of this.registry.listSandboxes({ state: 'running' })) {
+    // Not on a shared registry: the spares there are other live daemons' pools.
+    if (this.registry.kind === 'sqlite') await this.drainPool();
+    const pooled = await this.registry.listSandboxes({ state: 'pooled' });
+    for (const record of await this.registry.listSandboxes({ state: 'running' })) {
       if (this.provider.isAlive(record.handle)) adopted.push(record.id);
       else {
         // Releases what the dead sandbox still holds on the host (cgroups, uid, folder).
@@ -316,7 +370,10 @@ export class SandboxService {
       }
     }
     // A sandbox without a running row must not run: kill what a crash left behind.
-    const orphans = await this.provider.sweepOrphans(this.sandboxesDir, new Set(adopted));
+    const orphans = await this.provider.sweepOrphans(
+      this.sandboxesDir,
+      new Set([...adopted, ...pooled.map((record) => record.id)]),
+    );
     for (const id of orphans) rmSync(join(this.sandboxesDir, id), { recursive: true, force: true });
     return { adopted, dead, orphans };
   }

@@ -24,7 +24,7 @@ import {
 import { extractTar } from '../util/safe-extract.js';
 import { copyIntoSandbox, envdStream } from './envd-request.js';
 import { newSandboxId, newToken } from './ids.js';
-import type { Registry } from './registry.js';
+import type { Registry, TemplateRecord } from './registry.js';
 
 /** The template every installation has, without a build. */
 export const BASE_TEMPLATE: TemplateSpec = {
@@ -79,6 +79,16 @@ export type StepRunner = (
   user?: string,
 ) => Promise<{ exitCode: number; output: string }>;
 
+/** A stored build as the services use it. */
+function built(record: TemplateRecord): BuiltTemplate {
+  return {
+    spec: upgradeSpec(record.spec as TemplateSpec),
+    ...(record.dir ? { homeDir: join(record.dir, 'home') } : {}),
+    ...(record.image ? { image: record.image } : {}),
+    builtAt: record.builtAt,
+  };
+}
+
 /**
  * Templates: `base`, plus those built from a `template.yaml`. Building runs the `setup` steps
  * once in a throwaway sandbox and keeps its home folder; each new sandbox starts from a copy of
@@ -105,13 +115,15 @@ export class TemplateService {
   }
 
   /** True when another template than `except` starts from `image` (a snapshot shares its source's). */
-  private imageInUse(image: string, except: string): boolean {
-    return this.registry.listTemplates().some((t) => t.name !== except && t.image === image);
+  private async imageInUse(image: string, except: string): Promise<boolean> {
+    return (await this.registry.listTemplates()).some(
+      (t) => t.name !== except && t.image === image,
+    );
   }
 
   /** Removes a template image no template uses any more (an engine that is gone is no error). */
   private async dropImage(image: string | null | undefined, owner: string): Promise<void> {
-    if (!image || this.imageInUse(image, owner)) return;
+    if (!image || (await this.imageInUse(image, owner))) return;
     await (await this.imageStore())?.remove(image).catch(() => undefined);
     await this.provider.pruneImages?.();
   }
@@ -122,25 +134,20 @@ export class TemplateService {
     return (await this.imageBuilder?.().catch(() => undefined))?.images;
   }
 
-  get(name: string): BuiltTemplate {
+  async get(name: string): Promise<BuiltTemplate> {
     if (name === BASE_TEMPLATE.name) return { spec: BASE_TEMPLATE, builtAt: 0 };
-    const record = this.registry.getTemplate(name);
+    const record = await this.registry.getTemplate(name);
     if (!record) {
-      const known = ['base', ...this.registry.listTemplates().map((t) => t.name)];
+      const known = ['base', ...(await this.registry.listTemplates()).map((t) => t.name)];
       throw new TemplateNotFoundError(
         `template '${name}' is not built; known templates: ${known.join(', ')}. Build it with \`abx template build path/to/template.yaml\``,
       );
     }
-    return {
-      spec: upgradeSpec(record.spec as TemplateSpec),
-      ...(record.dir ? { homeDir: join(record.dir, 'home') } : {}),
-      ...(record.image ? { image: record.image } : {}),
-      builtAt: record.builtAt,
-    };
+    return built(record);
   }
 
-  list(): BuiltTemplate[] {
-    return [this.get('base'), ...this.registry.listTemplates().map((t) => this.get(t.name))];
+  async list(): Promise<BuiltTemplate[]> {
+    return [await this.get('base'), ...(await this.registry.listTemplates()).map(built)];
   }
 
   /**
@@ -174,10 +181,9 @@ export class TemplateService {
     const dir = join(this.templatesDir, spec.name);
     let homeDir: string | undefined;
     if (spec.setup.length > 0) homeDir = await this.runSetup(spec, dir, onProgress);
-    const previous = this.registry.getTemplate(spec.name);
     if (!homeDir) rmSync(dir, { recursive: true, force: true });
     const builtAt = Date.now();
-    this.registry.upsertTemplate({
+    const previous = await this.registry.upsertTemplate({
       name: spec.name,
       spec,
       dir: homeDir ? dir : null,
@@ -220,9 +226,14 @@ export class TemplateService {
         await images.remove(prepared).catch(() => undefined);
       }
     }
-    const previous = this.registry.getTemplate(spec.name);
     rmSync(join(this.templatesDir, spec.name), { recursive: true, force: true });
-    this.registry.upsertTemplate({ name: spec.name, spec, dir: null, image, builtAt });
+    const previous = await this.registry.upsertTemplate({
+      name: spec.name,
+      spec,
+      dir: null,
+      image,
+      builtAt,
+    });
     // An engine refuses to remove an image containers still run from: it stays (see images.md).
     if (previous?.image !== image) await this.dropImage(previous?.image, spec.name);
     return { spec, image, builtAt };
@@ -270,8 +281,8 @@ export class TemplateService {
   async remove(name: string): Promise<void> {
     if (name === BASE_TEMPLATE.name)
       throw new InvalidArgumentError("'base' is built in and cannot be removed");
-    const record = this.registry.getTemplate(name);
-    if (!record || !this.registry.removeTemplate(name)) {
+    const record = await this.registry.removeTemplate(name);
+    if (!record) {
       throw new TemplateNotFoundError(`template '${name}' does not exist`);
     }
     rmSync(join(this.templatesDir, name), { recursive: true, force: true });
@@ -413,7 +424,7 @@ export class TemplateService {
     if (name === BASE_TEMPLATE.name) {
       throw new InvalidArgumentError("'base' is built in; give the snapshot another name");
     }
-    const source = this.get(sandbox.template);
+    const source = await this.get(sandbox.template);
     const builtAt = Date.now();
     const dir = join(this.templatesDir, name);
     const staged = join(this.templatesDir, `.snapshot-${name}-${newSandboxId()}`);
@@ -433,7 +444,6 @@ export class TemplateService {
       rmSync(staged, { recursive: true, force: true });
       throw error;
     }
-    const previous = this.registry.getTemplate(name);
     rmSync(dir, { recursive: true, force: true });
     renameSync(staged, dir);
     const spec: TemplateSpec = {
@@ -444,7 +454,13 @@ export class TemplateService {
       setup: [],
     };
     delete spec.path;
-    this.registry.upsertTemplate({ name, spec, dir, image: image ?? null, builtAt });
+    const previous = await this.registry.upsertTemplate({
+      name,
+      spec,
+      dir,
+      image: image ?? null,
+      builtAt,
+    });
     if (previous?.image !== image) await this.dropImage(previous?.image, name);
     return { spec, homeDir: join(dir, 'home'), ...(image ? { image } : {}), builtAt };
   }

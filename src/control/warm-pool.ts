@@ -9,15 +9,19 @@ export interface PoolHost {
   /** Bounds the starts under way at once; the pool's refills wait behind creates. */
   slots: StartSlots;
   isAlive(handle: SandboxHandle): boolean;
-  template(name: string): BuiltTemplate;
+  template(name: string): Promise<BuiltTemplate>;
   /** Starts a sandbox of the template in the `pooled` state. */
-  start(template: BuiltTemplate): Promise<unknown>;
+  start(template: BuiltTemplate): Promise<SandboxRecord>;
   /** Kills what is left of a sandbox and removes its folder. */
   release(record: SandboxRecord): Promise<void>;
   /** Kills a sandbox that was handed out but could not be made the caller's. */
   discard(record: SandboxRecord, why: string): Promise<void>;
   /** Adds variables to a running sandbox's environment. */
   setEnv(record: SandboxRecord, env: Record<string, string>): Promise<void>;
+  /** Reports a failure of the pool's background work. */
+  log(what: string, error: unknown): void;
+  /** Reports that background work which failed works again. */
+  recovered(what: string): void;
 }
 
 export interface WarmPoolOptions {
@@ -53,6 +57,10 @@ class Demand {
   /** A refill failed: no more until the next create of the template. */
   stalled = false;
   rebalanceScheduled = false;
+  /** The rebalance in flight (or the last one). */
+  rebalancing: Promise<void> = Promise.resolve();
+  /** A rebalance waiting for the one in flight: later calls join it rather than queue more. */
+  queued: Promise<void> | undefined;
 
   observeStart(ms: number): void {
     this.startMs = this.measured ? 0.75 * this.startMs + 0.25 * ms : ms;
@@ -90,6 +98,11 @@ export class WarmPool {
   private readonly demand = new Map<string, Demand>();
   /** Extras and recycled sandboxes being killed. */
   private readonly evicting = new Set<Promise<void>>();
+  /**
+   * Pooled sandboxes this pool started (not yet handed out or evicted): what `close` kills. Other
+   * daemons sharing the registry keep theirs, which any daemon's creates may claim.
+   */
+  private readonly own = new Set<string>();
   private readonly windowMs: number;
   private readonly now: () => number;
   readonly max: number;
@@ -141,11 +154,12 @@ export class WarmPool {
     const { registry } = this.host;
     for (;;) {
       const now = Date.now();
-      const record = registry.claimPooled(template, metadata, now, now + timeoutMs);
+      const record = await registry.claimPooled(template, metadata, now, now + timeoutMs);
       if (!record) return undefined;
+      this.own.delete(record.id);
       if (!this.host.isAlive(record.handle)) {
         // Never handed out: no row of it stays behind, under the caller's metadata or any.
-        registry.deleteSandbox(record.id);
+        await registry.deleteSandbox(record.id, 'running');
         await this.host.release(record);
         continue;
       }
@@ -168,7 +182,7 @@ export class WarmPool {
    */
   async refill(template: string): Promise<void> {
     for (;;) {
-      this.rebalance(template);
+      await this.rebalance(template);
       const refills = [...(this.demand.get(template)?.refills ?? [])];
       if (refills.length === 0) break;
       await Promise.all(refills);
@@ -179,9 +193,10 @@ export class WarmPool {
   /**
    * Kills the pooled sandboxes of a template, or of all templates when none is named, and forgets
    * their demand until their next create: refills waiting for a slot start nothing, those under way
-   * are waited for and their sandboxes killed.
+   * are waited for and their sandboxes killed. `ownOnly`: only those this pool started (a stopping
+   * daemon leaves the others' spares on a shared registry).
    */
-  async drain(template?: string): Promise<void> {
+  async drain(template?: string, ownOnly = false): Promise<void> {
     const names = template === undefined ? [...this.demand.keys()] : [template];
     const starting: Promise<unknown>[] = [];
     for (const name of names) {
@@ -192,19 +207,21 @@ export class WarmPool {
       starting.push(...demand.starting);
     }
     await Promise.allSettled(starting);
-    const pooled = this.host.registry
-      .listSandboxes({ state: 'pooled' })
-      .filter((record) => template === undefined || record.template === template);
-    this.evict(pooled);
+    const pooled = (await this.host.registry.listSandboxes({ state: 'pooled' })).filter(
+      (record) =>
+        (template === undefined || record.template === template) &&
+        (!ownOnly || this.own.has(record.id)),
+    );
+    await this.evict(pooled);
     await Promise.all([...this.evicting]);
   }
 
-  /** Stops refilling and empties the pool. */
+  /** Stops refilling and empties the pool (of what it started itself). */
   async close(): Promise<void> {
     this.stopped = true;
     clearInterval(this.timer);
     this.timer = undefined;
-    await this.drain();
+    await this.drain(undefined, true);
   }
 
   private demanded(template: string): void {
@@ -221,31 +238,58 @@ export class WarmPool {
       demand.rebalanceScheduled = true;
       setImmediate(() => {
         demand.rebalanceScheduled = false;
-        this.rebalance(template);
+        void this.rebalanceLogged(template);
       });
     }
     // Pools shrink (and recycle) on their own, also when no create comes.
     this.timer ??= setInterval(
       () => {
-        for (const name of this.demand.keys()) this.rebalance(name);
+        for (const name of this.demand.keys()) void this.rebalanceLogged(name);
       },
       Math.min(1000, Math.max(10, this.windowMs / 10)),
     ).unref();
   }
 
-  /** Kills extras and sandboxes past the longest lifetime; starts what is missing. */
-  private rebalance(template: string): void {
+  /** A rebalance in the background: a failure (the registry does not answer) is logged. */
+  private rebalanceLogged(template: string): Promise<void> {
+    const what = `warm pool of ${template}, rebalancing`;
+    return this.rebalance(template).then(
+      () => this.host.recovered(what),
+      (error) => this.host.log(what, error),
+    );
+  }
+
+  /**
+   * Kills extras and sandboxes past the longest lifetime; starts what is missing. One at a time
+   * per template: each decides from what the one before it did.
+   */
+  private rebalance(template: string): Promise<void> {
     const demand = this.demand.get(template);
-    if (!demand || demand.dropped || this.stopped) return;
+    if (!demand) return Promise.resolve();
+    if (demand.queued) return demand.queued;
+    const next = demand.rebalancing
+      .catch(() => undefined)
+      .then(() => {
+        demand.queued = undefined;
+        return this.rebalanceNow(template, demand);
+      });
+    demand.queued = next;
+    demand.rebalancing = next;
+    return next;
+  }
+
+  private async rebalanceNow(template: string, demand: Demand): Promise<void> {
+    if (demand.dropped || this.stopped) return;
+    // Oldest first, as claimPooled hands them out: extras go from the front too.
+    const pooled = await this.host.registry.listSandboxes({ state: 'pooled', template });
+    if (demand.dropped || this.stopped) return;
     const size = this.size(template);
     const now = Date.now();
-    // Oldest first, as claimPooled hands them out: extras go from the front too.
-    const pooled = this.host.registry.listSandboxes({ state: 'pooled', template });
     const stale = pooled.filter((record) => record.expiresAt <= now);
     const fresh = pooled.filter((record) => record.expiresAt > now);
     const extras = fresh.slice(0, Math.max(0, fresh.length - size));
-    this.evict([...stale, ...extras]);
-    if (demand.stalled) return;
+    await this.evict([...stale, ...extras]);
+    if (demand.stalled || demand.dropped || this.stopped) return;
     for (let n = fresh.length - extras.length + demand.refills.size; n < size; n++) {
       this.startRefill(template, demand);
     }
@@ -259,31 +303,39 @@ export class WarmPool {
           !demand.dropped &&
           !this.stopped &&
           !demand.stalled &&
-          this.host.registry.countPooled(template) + demand.starting.size < this.size(template);
+          (await this.host.registry.countPooled(template)) + demand.starting.size <
+            this.size(template);
         if (!wanted) return;
-        const start = this.host.start(this.host.template(template));
+        const start = this.host.template(template).then((built) => this.host.start(built));
         demand.starting.add(start);
         try {
-          await start;
+          this.own.add((await start).id);
         } finally {
           demand.starting.delete(start);
         }
       })
       .catch((error) => {
         demand.stalled = true;
-        console.error(`warm pool of ${template}:`, error);
+        this.host.log(`warm pool of ${template}`, error);
       })
       .finally(() => demand.refills.delete(refill));
     demand.refills.add(refill);
   }
 
-  /** Takes pooled sandboxes out of the pool at once (no create can claim them), then kills them. */
-  private evict(records: SandboxRecord[]): void {
-    for (const record of records) this.host.registry.deleteSandbox(record.id);
+  /**
+   * Takes pooled sandboxes out of the pool (no create can claim them), then kills them; one a
+   * create claimed meanwhile (here or on another daemon) is the create's and stays.
+   */
+  private async evict(records: SandboxRecord[]): Promise<void> {
+    const taken: SandboxRecord[] = [];
     for (const record of records) {
+      this.own.delete(record.id);
+      if (await this.host.registry.deleteSandbox(record.id, 'pooled')) taken.push(record);
+    }
+    for (const record of taken) {
       const killing = this.host
         .release(record)
-        .catch((error) => console.error(`warm pool: killing ${record.id}:`, error))
+        .catch((error) => this.host.log(`warm pool: killing ${record.id}`, error))
         .finally(() => this.evicting.delete(killing));
       this.evicting.add(killing);
     }

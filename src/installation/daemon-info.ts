@@ -12,4 +12,9 @@ export interface DaemonInfo {
   provider?: string;
   /** How sandboxes are isolated: root or rootless mode, and which limits this host enforces. */
   isolation?: IsolationReport;
+  /**
+   * Where the registry is: the SQLite file, or the PostgreSQL URL without its password (absent:
+   * written by an older daemon, SQLite in the installation).
+   */
+  registry?: string;
 }

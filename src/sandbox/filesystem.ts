@@ -50,6 +50,29 @@ function batchable(files: WriteEntry[]) {
   return batch.length > 0 ? batch : undefined;
 }
 
+/**
+ * A response body read whole, into one buffer of the announced length when there is one (one copy
+ * per chunk: undici's `arrayBuffer()` took about twice the CPU on a 256 MiB file), else joined at
+ * the end.
+ */
+async function readWhole(body: Readable, length: number): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let out = Number.isSafeInteger(length) && length >= 0 ? Buffer.allocUnsafe(length) : undefined;
+  let at = 0;
+  for await (const chunk of body as AsyncIterable<Buffer>) {
+    if (out && at + chunk.length > out.length) {
+      // More than announced: keep what came, in order, and join it at the end.
+      chunks.push(out.subarray(0, at));
+      out = undefined;
+    }
+    if (out) chunk.copy(out, at);
+    else chunks.push(chunk);
+    at += chunk.length;
+  }
+  if (out) return at === out.length ? out : out.subarray(0, at);
+  return Buffer.concat(chunks, at);
+}
+
 /** Files of a sandbox, through its envd. Paths are relative to the workdir unless absolute. */
 export class Filesystem {
   constructor(private readonly envd: HttpClient) {}
@@ -65,8 +88,10 @@ export class Filesystem {
   ): Promise<string | Uint8Array | Readable> {
     const response = await this.envd.send('GET', '/files/read', { query: { path } });
     if (options.format === 'stream') return response.body;
-    const bytes = new Uint8Array(await response.body.arrayBuffer());
-    return options.format === 'bytes' ? bytes : Buffer.from(bytes).toString('utf8');
+    const bytes = await readWhole(response.body, Number(response.headers['content-length']));
+    return options.format === 'bytes'
+      ? new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.length)
+      : bytes.toString('utf8');
   }
 
   /**

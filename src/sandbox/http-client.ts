@@ -8,7 +8,7 @@ import {
   UnavailableError,
   UpstreamError,
 } from '../errors.js';
-import type { DaemonConnection } from '../installation/daemon-connection.js';
+import { type DaemonConnection, forgetDaemon } from '../installation/daemon-connection.js';
 
 type Body = Dispatcher.RequestOptions['body'];
 
@@ -170,7 +170,11 @@ export function daemonClient(connection: DaemonConnection, timeoutMs: number): H
     { authorization: `Bearer ${connection.apiKey}` },
     timeoutMs,
     'the abx daemon',
-    undefined,
+    // A daemon that cannot be reached is looked for again next time (it may have restarted).
+    async () => {
+      forgetDaemon(connection.home);
+      return undefined;
+    },
     DaemonUnavailableError,
   );
 }

@@ -14,7 +14,7 @@ describe('adoption after a daemon restart', () => {
     const killed = (await before.sandboxes.create({})).record;
     await before.sandboxes.kill(killed.id);
     await before.sandboxes.refill('base');
-    const pooled = before.sandboxes.list({ state: 'pooled' }).map((r) => r.id);
+    const pooled = (await before.sandboxes.list({ state: 'pooled' })).map((r) => r.id);
     expect(pooled).toHaveLength(1);
     const spare = pooled[0] as string;
 
@@ -29,19 +29,19 @@ describe('adoption after a daemon restart', () => {
 
     expect(result).toEqual({ adopted: [alive.id], dead: [dies.id], orphans: [orphan.id] });
     // The adopted one runs on, as it was.
-    expect(after.sandboxes.get(alive.id)).toMatchObject({
+    expect(await after.sandboxes.get(alive.id)).toMatchObject({
       state: 'running',
       metadata: { keep: 'yes' },
     });
     expect(after.provider.isAlive(alive.handle)).toBe(true);
     expect(existsSync(join(after.sandboxesDir, alive.id))).toBe(true);
     // The dead one is recorded with its cause, its folder removed.
-    expect(after.sandboxes.get(dies.id)).toMatchObject({ state: 'dead', endReason: 'oom' });
+    expect(await after.sandboxes.get(dies.id)).toMatchObject({ state: 'dead', endReason: 'oom' });
     expect(existsSync(join(after.sandboxesDir, dies.id))).toBe(false);
     // The killed one stays as it was.
-    expect(after.sandboxes.get(killed.id)).toMatchObject({ state: 'killed' });
+    expect(await after.sandboxes.get(killed.id)).toMatchObject({ state: 'killed' });
     // The previous daemon's spare sandbox may be of an older build: killed, row and folder gone.
-    expect(after.registry.getSandbox(spare)).toBeUndefined();
+    expect(await after.registry.getSandbox(spare)).toBeUndefined();
     expect(after.provider.isAlive(before.provider.sandbox(spare).handle)).toBe(false);
     expect(existsSync(join(after.sandboxesDir, spare))).toBe(false);
     // The orphan is killed and its folder removed.

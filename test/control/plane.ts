@@ -5,8 +5,9 @@ import { test as base } from 'vitest';
 import { runSetupStep, setSandboxEnv } from '../../src/control/envd-request.js';
 import { sandboxToken } from '../../src/control/ids.js';
 import { Reaper } from '../../src/control/reaper.js';
-import { Registry } from '../../src/control/registry.js';
+import type { Registry } from '../../src/control/registry.js';
 import { SandboxService } from '../../src/control/sandbox-service.js';
+import { SqliteRegistry } from '../../src/control/sqlite-registry.js';
 import { TemplateService } from '../../src/control/template-service.js';
 import { MemoryProvider, type MemoryProviderOptions } from '../helpers/memory-provider.js';
 
@@ -52,7 +53,7 @@ export const test = base.extend<{ open: (options?: PlaneOptions) => Plane }>({
         mkdirSync(templatesDir, { recursive: true });
         const provider = options.after?.provider ?? new MemoryProvider(options);
         const database = join(dir, 'abx.db');
-        const registry = new Registry(database);
+        const registry = new SqliteRegistry(database);
         const templates = new TemplateService(registry, provider, templatesDir, runSetupStep);
         const sandboxes = new SandboxService(
           registry,
@@ -81,11 +82,7 @@ export const test = base.extend<{ open: (options?: PlaneOptions) => Plane }>({
       for (const plane of opened.reverse()) {
         await plane.sandboxes.close().catch(() => undefined);
         await plane.provider.dispose();
-        try {
-          plane.registry.close();
-        } catch {
-          // closed by the test
-        }
+        await plane.registry.close().catch(() => undefined);
       }
       for (const dir of folders) rmSync(dir, { recursive: true, force: true });
     }
@@ -93,9 +90,13 @@ export const test = base.extend<{ open: (options?: PlaneOptions) => Plane }>({
 });
 
 /** Resolves once `check` holds, or throws after `timeoutMs`. */
-export async function until(check: () => boolean, what: string, timeoutMs = 2000): Promise<void> {
+export async function until(
+  check: () => boolean | Promise<boolean>,
+  what: string,
+  timeoutMs = 2000,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
-  while (!check()) {
+  while (!(await check())) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, 5));
   }

@@ -42,7 +42,7 @@ describe('SandboxService: create, get, list, kill', () => {
     });
     expect(record.handle).toEqual(box.handle);
     // The registry keeps the handle the provider returned, as a new daemon would read it.
-    expect(plane.registry.getSandbox(record.id)?.handle).toEqual(box.handle);
+    expect((await plane.registry.getSandbox(record.id))?.handle).toEqual(box.handle);
 
     // The token handed out is the one the sandbox's envd takes; another is refused.
     const reached = await envdRequest<{ sandbox: string }>(
@@ -67,13 +67,15 @@ describe('SandboxService: create, get, list, kill', () => {
     const b = (await plane.sandboxes.create({ metadata: { owner: 'bob' }, timeoutMs: 90_000 }))
       .record;
 
-    expect(plane.sandboxes.get(a.id)).toEqual(a);
+    expect(await plane.sandboxes.get(a.id)).toEqual(a);
     expect(b.expiresAt - b.createdAt).toBe(90_000);
-    expect(plane.sandboxes.list({}).map((r) => r.id)).toEqual([a.id, b.id]);
-    expect(plane.sandboxes.list({ metadata: { owner: 'bob' } }).map((r) => r.id)).toEqual([b.id]);
-    expect(plane.sandboxes.list({ template: 'other' })).toEqual([]);
-    expect(() => plane.sandboxes.get('inosuchsandbox00')).toThrow(NotFoundError);
-    expect(() => plane.sandboxes.get('inosuchsandbox00')).toThrow(
+    expect((await plane.sandboxes.list({})).map((r) => r.id)).toEqual([a.id, b.id]);
+    expect((await plane.sandboxes.list({ metadata: { owner: 'bob' } })).map((r) => r.id)).toEqual([
+      b.id,
+    ]);
+    expect(await plane.sandboxes.list({ template: 'other' })).toEqual([]);
+    await expect(plane.sandboxes.get('inosuchsandbox00')).rejects.toThrow(NotFoundError);
+    await expect(plane.sandboxes.get('inosuchsandbox00')).rejects.toThrow(
       'sandbox inosuchsandbox00 does not exist',
     );
   });
@@ -87,8 +89,11 @@ describe('SandboxService: create, get, list, kill', () => {
     expect(existsSync(folderOf(plane, record.id))).toBe(true);
 
     expect(await plane.sandboxes.kill(record.id)).toBe(true);
-    expect(plane.sandboxes.get(record.id)).toMatchObject({ state: 'killed', endReason: 'killed' });
-    expect(plane.sandboxes.get(record.id).endedAt).toEqual(expect.any(Number));
+    expect(await plane.sandboxes.get(record.id)).toMatchObject({
+      state: 'killed',
+      endReason: 'killed',
+    });
+    expect((await plane.sandboxes.get(record.id)).endedAt).toEqual(expect.any(Number));
     expect(plane.provider.isAlive(record.handle)).toBe(false);
     expect(plane.provider.killed).toEqual([record.id]);
     expect(existsSync(folderOf(plane, record.id))).toBe(false);
@@ -98,10 +103,10 @@ describe('SandboxService: create, get, list, kill', () => {
     ).rejects.toThrow();
 
     expect(await plane.sandboxes.kill(record.id)).toBe(false);
-    expect(plane.sandboxes.get(record.id).state).toBe('killed');
+    expect((await plane.sandboxes.get(record.id)).state).toBe('killed');
     // The other sandbox is untouched.
     expect(plane.provider.isAlive(other.handle)).toBe(true);
-    expect(plane.sandboxes.get(other.id).state).toBe('running');
+    expect((await plane.sandboxes.get(other.id)).state).toBe('running');
     await expect(plane.sandboxes.kill('inosuchsandbox00')).rejects.toThrow(NotFoundError);
   });
 
@@ -112,7 +117,10 @@ describe('SandboxService: create, get, list, kill', () => {
 
     expect(await plane.sandboxes.kill(record.id)).toBe(false);
     // It is recorded as what it is, dead, not as killed.
-    expect(plane.sandboxes.get(record.id)).toMatchObject({ state: 'dead', endReason: 'exited' });
+    expect(await plane.sandboxes.get(record.id)).toMatchObject({
+      state: 'dead',
+      endReason: 'exited',
+    });
     expect(existsSync(folderOf(plane, record.id))).toBe(false);
     // Releasing what it held goes through the provider's kill, safe on an ended sandbox.
     expect(plane.provider.killed).toContain(record.id);
@@ -125,24 +133,24 @@ describe('SandboxService: create, get, list, kill', () => {
       'sandbox did not start: no room',
     );
     expect(plane.provider.creates).toBe(1);
-    expect(plane.sandboxes.list({})).toEqual([]);
+    expect(await plane.sandboxes.list({})).toEqual([]);
     // The next create works.
     const { record } = await plane.sandboxes.create({});
-    expect(plane.sandboxes.list({}).map((r) => r.id)).toEqual([record.id]);
+    expect((await plane.sandboxes.list({})).map((r) => r.id)).toEqual([record.id]);
   });
 
   test('setTimeout moves the expiry of a running sandbox only', async ({ open }) => {
     const plane = open({ warmPool: 0 });
     const { record } = await plane.sandboxes.create({});
     const before = Date.now();
-    const updated = plane.sandboxes.setTimeout(record.id, 3_600_000);
+    const updated = await plane.sandboxes.setTimeout(record.id, 3_600_000);
     expect(updated.expiresAt).toBeGreaterThanOrEqual(before + 3_600_000);
     expect(updated.expiresAt).toBeLessThanOrEqual(Date.now() + 3_600_000);
-    expect(() => plane.sandboxes.setTimeout(record.id, -5)).toThrow(InvalidArgumentError);
-    expect(plane.sandboxes.get(record.id).expiresAt).toBe(updated.expiresAt);
+    await expect(plane.sandboxes.setTimeout(record.id, -5)).rejects.toThrow(InvalidArgumentError);
+    expect((await plane.sandboxes.get(record.id)).expiresAt).toBe(updated.expiresAt);
 
     await plane.sandboxes.kill(record.id);
-    expect(() => plane.sandboxes.setTimeout(record.id, 60_000)).toThrow(
+    await expect(plane.sandboxes.setTimeout(record.id, 60_000)).rejects.toThrow(
       `sandbox ${record.id} is not running (killed: killed)`,
     );
   });
@@ -169,8 +177,8 @@ describe('SandboxService: argument validation', () => {
     }
     // Nothing started, not even a warm pool.
     expect(plane.provider.creates).toBe(0);
-    expect(plane.sandboxes.list({})).toEqual([]);
-    expect(plane.sandboxes.list({ state: 'pooled' })).toEqual([]);
+    expect(await plane.sandboxes.list({})).toEqual([]);
+    expect(await plane.sandboxes.list({ state: 'pooled' })).toEqual([]);
   });
 
   test('envs and metadata must be objects of strings, named in the message', async ({ open }) => {
@@ -191,7 +199,7 @@ describe('SandboxService: argument validation', () => {
       await expect(attempt).rejects.toThrow(message);
     }
     expect(plane.provider.creates).toBe(0);
-    expect(plane.sandboxes.list({})).toEqual([]);
+    expect(await plane.sandboxes.list({})).toEqual([]);
   });
 
   test('an unknown template is a NotFoundError naming the known ones', async ({ open }) => {
@@ -214,13 +222,13 @@ describe('SandboxService: the reaper', () => {
     expect(plane.provider.kills).toBe(0);
 
     expect(await plane.reaper.pass(short.expiresAt)).toEqual([short.id]);
-    expect(plane.sandboxes.get(short.id)).toMatchObject({
+    expect(await plane.sandboxes.get(short.id)).toMatchObject({
       state: 'expired',
       endReason: `expired at ${new Date(short.expiresAt).toISOString()}`,
     });
     expect(plane.provider.isAlive(short.handle)).toBe(false);
     expect(existsSync(folderOf(plane, short.id))).toBe(false);
-    expect(plane.sandboxes.get(long.id).state).toBe('running');
+    expect((await plane.sandboxes.get(long.id)).state).toBe('running');
     expect(plane.provider.isAlive(long.handle)).toBe(true);
     expect(plane.provider.killed).toEqual([short.id]);
   });
@@ -237,15 +245,18 @@ describe('SandboxService: the reaper', () => {
 
     // Not expired: reap returns no expired ids, yet it marks the dead ones.
     expect(await plane.reaper.pass()).toEqual([]);
-    expect(plane.registry.getSandbox(oom.id)).toMatchObject({ state: 'dead', endReason: 'oom' });
-    expect(plane.registry.getSandbox(exited.id)).toMatchObject({
+    expect(await plane.registry.getSandbox(oom.id)).toMatchObject({
+      state: 'dead',
+      endReason: 'oom',
+    });
+    expect(await plane.registry.getSandbox(exited.id)).toMatchObject({
       state: 'dead',
       endReason: 'exited',
     });
-    expect(plane.registry.getSandbox(oom.id)?.endedAt).toEqual(expect.any(Number));
+    expect((await plane.registry.getSandbox(oom.id))?.endedAt).toEqual(expect.any(Number));
     expect(existsSync(folderOf(plane, oom.id))).toBe(false);
     expect(existsSync(folderOf(plane, exited.id))).toBe(false);
-    expect(plane.registry.getSandbox(alive.id)?.state).toBe('running');
+    expect((await plane.registry.getSandbox(alive.id))?.state).toBe('running');
     expect(existsSync(folderOf(plane, alive.id))).toBe(true);
     // The next pass finds nothing more to do.
     const kills = plane.provider.kills;
@@ -262,15 +273,19 @@ describe('SandboxService: the reaper', () => {
     const box = (await plane.sandboxes.create({ timeoutMs: 50 })).record;
     reaper.start();
     try {
-      for (let i = 0; i < 200 && plane.registry.getSandbox(box.id)?.state === 'running'; i++) {
+      for (
+        let i = 0;
+        i < 200 && (await plane.registry.getSandbox(box.id))?.state === 'running';
+        i++
+      ) {
         await new Promise((resolve) => setTimeout(resolve, 10));
       }
-      expect(plane.registry.getSandbox(box.id)?.state).toBe('expired');
+      expect((await plane.registry.getSandbox(box.id))?.state).toBe('expired');
     } finally {
       await reaper.stop();
     }
     // Stopped: nothing touches the registry any more, so closing it now is safe.
-    plane.registry.close();
+    await plane.registry.close();
     await new Promise((resolve) => setTimeout(resolve, 50));
     expect(errors).toEqual([]);
   });
@@ -280,12 +295,12 @@ describe('SandboxService: the reaper', () => {
     const { record } = await plane.sandboxes.create({});
     await plane.provider.die(record.id, 'oom');
     // The registry still says running: nobody looked yet.
-    expect(plane.registry.getSandbox(record.id)?.state).toBe('running');
+    expect((await plane.registry.getSandbox(record.id))?.state).toBe('running');
 
-    expect(plane.sandboxes.get(record.id)).toMatchObject({ state: 'dead', endReason: 'oom' });
-    expect(plane.registry.getSandbox(record.id)?.state).toBe('dead');
+    expect(await plane.sandboxes.get(record.id)).toMatchObject({ state: 'dead', endReason: 'oom' });
+    expect((await plane.registry.getSandbox(record.id))?.state).toBe('dead');
     await until(() => !existsSync(folderOf(plane, record.id)), 'the dead sandbox’s folder to go');
-    expect(() => plane.sandboxes.running(record.id)).toThrow(
+    await expect(plane.sandboxes.running(record.id)).rejects.toThrow(
       `sandbox ${record.id} is not running (dead: oom)`,
     );
   });

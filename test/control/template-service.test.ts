@@ -24,7 +24,7 @@ describe('TemplateService on a memory provider', () => {
     expect(built.homeDir).toBeUndefined();
     expect(built.spec).toMatchObject({ name: 'plain', env: { A: '1' }, timeoutMs: 120_000 });
     expect(plane.provider.creates).toBe(0);
-    expect(plane.templates.list().map((t) => t.spec.name)).toEqual(['base', 'plain']);
+    expect((await plane.templates.list()).map((t) => t.spec.name)).toEqual(['base', 'plain']);
 
     // Its sandboxes get its env and lifetime.
     const { record } = await plane.sandboxes.create({ template: 'plain', envs: { B: '2' } });
@@ -77,7 +77,7 @@ describe('TemplateService on a memory provider', () => {
     );
     expect(plane.provider.sandbox('build-broken').execs).toEqual(['exit 3']);
     expect(plane.provider.aliveIds()).toEqual([]);
-    expect(() => plane.templates.get('broken')).toThrow(NotFoundError);
+    await expect(plane.templates.get('broken')).rejects.toThrow(NotFoundError);
     expect(readdirSync(plane.templatesDir)).toEqual([]);
   });
 
@@ -87,7 +87,7 @@ describe('TemplateService on a memory provider', () => {
     const first = await plane.templates.build(file);
     writeFileSync(file, 'name: kept\nsetup:\n  - echo v2 > v.txt\n  - exit 1\n');
     await expect(plane.templates.build(file)).rejects.toThrow('exited with code 1');
-    expect(plane.templates.get('kept').builtAt).toBe(first.builtAt);
+    expect((await plane.templates.get('kept')).builtAt).toBe(first.builtAt);
     expect(readFileSync(join(plane.templatesDir, 'kept', 'home', 'v.txt'), 'utf8')).toBe('v1\n');
   });
 

@@ -53,7 +53,8 @@ const test = planeTest.extend<{ openPool: (options?: PoolPlaneOptions) => PoolPl
   },
 });
 
-const pooledIds = (plane: Plane) => plane.sandboxes.list({ state: 'pooled' }).map((r) => r.id);
+const pooledIds = async (plane: Plane) =>
+  (await plane.sandboxes.list({ state: 'pooled' })).map((r) => r.id);
 
 /** `n` creates at once; their sandboxes' ids, in the order of the calls. */
 async function burst(plane: Plane, n: number, request = {}): Promise<string[]> {
@@ -72,7 +73,7 @@ async function turns(n = 5): Promise<void> {
 async function fillPool(plane: Plane): Promise<{ first: string; pooled: string }> {
   const first = (await plane.sandboxes.create({})).record.id;
   await plane.sandboxes.refill('base');
-  const pooled = plane.sandboxes.list({ state: 'pooled' });
+  const pooled = await plane.sandboxes.list({ state: 'pooled' });
   expect(pooled).toHaveLength(1);
   return { first, pooled: (pooled[0] as { id: string }).id };
 }
@@ -82,16 +83,16 @@ describe('the warm pool', () => {
     open,
   }) => {
     const plane = open({ warmPool: 1 });
-    expect(plane.sandboxes.list({ state: 'pooled' })).toEqual([]);
+    expect(await plane.sandboxes.list({ state: 'pooled' })).toEqual([]);
     const { first, pooled } = await fillPool(plane);
 
     expect(pooled).not.toBe(first);
     expect(plane.provider.created).toEqual([first, pooled]);
-    const record = plane.registry.getSandbox(pooled);
+    const record = await plane.registry.getSandbox(pooled);
     expect(record).toMatchObject({ state: 'pooled', template: 'base', metadata: {} });
     expect(plane.provider.isAlive(record?.handle as never)).toBe(true);
     // Never listed unless asked for by state.
-    expect(plane.sandboxes.list({}).map((r) => r.id)).toEqual([first]);
+    expect((await plane.sandboxes.list({})).map((r) => r.id)).toEqual([first]);
     // Topping up again changes nothing: the pool is full.
     await plane.sandboxes.refill('base');
     expect(plane.provider.creates).toBe(2);
@@ -118,9 +119,9 @@ describe('the warm pool', () => {
     expect(plane.provider.created.slice(createdBefore)).not.toContain(record.id);
     expect(record).toMatchObject({ state: 'running', metadata: { owner: 'alice' } });
     expect(record.expiresAt - record.createdAt).toBe(120_000);
-    expect(plane.sandboxes.get(pooled).state).toBe('running');
-    expect(plane.sandboxes.list({}).map((r) => r.id)).toContain(pooled);
-    expect(plane.registry.getSandbox(pooled)?.tokenHash).toBeDefined();
+    expect((await plane.sandboxes.get(pooled)).state).toBe('running');
+    expect((await plane.sandboxes.list({})).map((r) => r.id)).toContain(pooled);
+    expect((await plane.registry.getSandbox(pooled))?.tokenHash).toBeDefined();
     expect(accessToken).toBe(plane.sandboxes.tokenOf(pooled));
     // The envs went to the running sandbox through envd's PUT /env, once.
     const box = plane.provider.sandbox(pooled);
@@ -130,7 +131,7 @@ describe('the warm pool', () => {
     // The refill puts a new sandbox in the pool.
     plane.provider.releaseCreates();
     await plane.sandboxes.refill('base');
-    const next = plane.sandboxes.list({ state: 'pooled' }).map((r) => r.id);
+    const next = (await plane.sandboxes.list({ state: 'pooled' })).map((r) => r.id);
     expect(next).toHaveLength(1);
     expect(next[0]).not.toBe(pooled);
   });
@@ -146,11 +147,11 @@ describe('the warm pool', () => {
   test('pooled sandboxes keep the longest lifetime until handed out', async ({ open }) => {
     const plane = open({ warmPool: 1 });
     const { pooled } = await fillPool(plane);
-    const record = plane.registry.getSandbox(pooled);
+    const record = await plane.registry.getSandbox(pooled);
     expect((record?.expiresAt ?? 0) - (record?.createdAt ?? 0)).toBe(MAX_SANDBOX_TIMEOUT_MS);
     // The reaper does not expire a pooled sandbox.
     expect(await plane.reaper.pass(Date.now() + MAX_SANDBOX_TIMEOUT_MS * 2)).not.toContain(pooled);
-    expect(plane.registry.getSandbox(pooled)?.state).toBe('pooled');
+    expect((await plane.registry.getSandbox(pooled))?.state).toBe('pooled');
   });
 
   test('a pooled sandbox that died is skipped: the caller gets a live one', async ({ open }) => {
@@ -178,8 +179,8 @@ describe('the warm pool', () => {
     await plane.provider.die(pooled, 'exited');
 
     const { record } = await plane.sandboxes.create({ metadata: { owner: 'alice' } });
-    expect(plane.registry.getSandbox(pooled)).toBeUndefined();
-    expect(plane.sandboxes.list({}).map((r) => r.id)).toEqual([first, record.id]);
+    expect(await plane.registry.getSandbox(pooled)).toBeUndefined();
+    expect((await plane.sandboxes.list({})).map((r) => r.id)).toEqual([first, record.id]);
   });
 
   test('reap() removes a pooled sandbox that died, row and folder', async ({ open }) => {
@@ -188,9 +189,9 @@ describe('the warm pool', () => {
     await plane.provider.die(pooled, 'oom');
 
     await plane.reaper.pass();
-    expect(plane.registry.getSandbox(pooled)).toBeUndefined();
+    expect(await plane.registry.getSandbox(pooled)).toBeUndefined();
     expect(existsSync(join(plane.sandboxesDir, pooled))).toBe(false);
-    expect(plane.sandboxes.list({}).map((r) => r.id)).toEqual([first]);
+    expect((await plane.sandboxes.list({})).map((r) => r.id)).toEqual([first]);
   });
 
   test('drainPool kills the pooled sandboxes of a template only', async ({ open }) => {
@@ -203,10 +204,10 @@ describe('the warm pool', () => {
     await plane.sandboxes.drainPool('base');
     expect(plane.provider.killed).toEqual([pooled]);
     expect(plane.provider.isAlive(plane.provider.sandbox(pooled).handle)).toBe(false);
-    expect(plane.registry.getSandbox(pooled)).toBeUndefined();
+    expect(await plane.registry.getSandbox(pooled)).toBeUndefined();
     expect(existsSync(join(plane.sandboxesDir, pooled))).toBe(false);
     // Running sandboxes are not the pool's.
-    expect(plane.sandboxes.get(first).state).toBe('running');
+    expect((await plane.sandboxes.get(first)).state).toBe('running');
     expect(plane.provider.isAlive(plane.provider.sandbox(first).handle)).toBe(true);
   });
 
@@ -220,7 +221,7 @@ describe('the warm pool', () => {
     plane.provider.releaseCreates();
     await draining;
     expect(plane.provider.pendingCreates).toBe(0);
-    expect(plane.sandboxes.list({ state: 'pooled' })).toEqual([]);
+    expect(await plane.sandboxes.list({ state: 'pooled' })).toEqual([]);
     expect(plane.provider.aliveIds()).toEqual([record.id]);
   });
 
@@ -232,13 +233,13 @@ describe('the warm pool', () => {
 
     await plane.sandboxes.close();
     expect(plane.provider.killed).toEqual([pooled]);
-    expect(plane.sandboxes.list({ state: 'pooled' })).toEqual([]);
+    expect(await plane.sandboxes.list({ state: 'pooled' })).toEqual([]);
     expect(plane.provider.aliveIds()).toEqual([first]);
 
     // A create after close starts a sandbox and no spare one.
     const { record } = await plane.sandboxes.create({});
     await plane.sandboxes.refill('base');
-    expect(plane.sandboxes.list({ state: 'pooled' })).toEqual([]);
+    expect(await plane.sandboxes.list({ state: 'pooled' })).toEqual([]);
     expect(plane.provider.aliveIds().sort()).toEqual([first, record.id].sort());
   });
 
@@ -251,7 +252,7 @@ describe('the warm pool', () => {
     const plane = open({ warmPool: 1 });
     const { pooled } = await fillPool(plane);
     await plane.sandboxes.kill(pooled);
-    for (const row of plane.sandboxes.list({ state: 'pooled' })) {
+    for (const row of await plane.sandboxes.list({ state: 'pooled' })) {
       expect(plane.provider.isAlive(row.handle)).toBe(true);
     }
   });
@@ -274,7 +275,7 @@ describe('the warm pool', () => {
     await plane.sandboxes.refill('base');
     await plane.sandboxes.create({});
     expect(plane.provider.creates).toBe(2);
-    expect(plane.sandboxes.list({ state: 'pooled' })).toEqual([]);
+    expect(await plane.sandboxes.list({ state: 'pooled' })).toEqual([]);
     expect(plane.sandboxes.poolSize('base')).toBe(0);
     expect(plane.provider.created[0]).toBe(record.id);
   });
@@ -283,7 +284,7 @@ describe('the warm pool', () => {
     const plane = open({ warmPool: 2 });
     await plane.sandboxes.create({});
     await plane.sandboxes.refill('base');
-    expect(plane.sandboxes.list({ state: 'pooled' })).toHaveLength(1);
+    expect(await plane.sandboxes.list({ state: 'pooled' })).toHaveLength(1);
     expect(plane.provider.creates).toBe(2);
   });
 
@@ -302,7 +303,7 @@ describe('the warm pool', () => {
     await draining;
 
     expect(plane.provider.isAlive(record.handle)).toBe(true);
-    expect(plane.sandboxes.get(record.id).state).toBe('running');
+    expect((await plane.sandboxes.get(record.id)).state).toBe('running');
   });
 });
 
@@ -313,14 +314,14 @@ describe('a pool that keeps up with demand', () => {
     const plane = openPool({ max: 20 });
     await plane.sandboxes.create({});
     await plane.sandboxes.refill('base');
-    expect(pooledIds(plane)).toHaveLength(1);
+    expect(await pooledIds(plane)).toHaveLength(1);
 
     plane.clock.now += 10_000;
     const first = await burst(plane, 6);
     // One came from the pool, five started; six were wanted at once.
     expect(plane.sandboxes.poolSize('base')).toBe(6);
     await plane.sandboxes.refill('base');
-    const pool = pooledIds(plane);
+    const pool = await pooledIds(plane);
     expect(pool).toHaveLength(6);
     expect(pool.filter((id) => first.includes(id))).toEqual([]);
 
@@ -328,7 +329,7 @@ describe('a pool that keeps up with demand', () => {
     plane.provider.holdCreates();
     const next = await burst(plane, 6);
     expect([...next].sort()).toEqual([...pool].sort());
-    expect(next.every((id) => plane.sandboxes.get(id).state === 'running')).toBe(true);
+    for (const id of next) expect((await plane.sandboxes.get(id)).state).toBe('running');
   });
 
   test('the maximum is respected, whatever the burst', async ({ openPool }) => {
@@ -336,7 +337,7 @@ describe('a pool that keeps up with demand', () => {
     await burst(plane, 8);
     expect(plane.sandboxes.poolSize('base')).toBe(3);
     await plane.sandboxes.refill('base');
-    expect(pooledIds(plane)).toHaveLength(3);
+    expect(await pooledIds(plane)).toHaveLength(3);
     expect(plane.provider.creates).toBe(8 + 3);
   });
 
@@ -364,22 +365,22 @@ describe('a pool that keeps up with demand', () => {
     const plane = openPool({ max: 10, windowMs: 60_000 });
     const users = await burst(plane, 5);
     await plane.sandboxes.refill('base');
-    const pool = pooledIds(plane);
+    const pool = await pooledIds(plane);
     expect(pool).toHaveLength(5);
 
     plane.clock.now += 59_000;
     await plane.sandboxes.refill('base');
-    expect(pooledIds(plane)).toEqual(pool);
+    expect(await pooledIds(plane)).toEqual(pool);
 
     plane.clock.now += 2_000;
     expect(plane.sandboxes.poolSize('base')).toBe(1);
     await plane.sandboxes.refill('base');
-    const kept = pooledIds(plane);
+    const kept = await pooledIds(plane);
     // The newest stays (extras go oldest first); the others are killed, rows and folders.
     expect(kept).toEqual(pool.slice(-1));
     expect([...plane.provider.killed].sort()).toEqual(pool.slice(0, -1).sort());
     for (const id of pool.slice(0, -1)) {
-      expect(plane.registry.getSandbox(id)).toBeUndefined();
+      expect(await plane.registry.getSandbox(id)).toBeUndefined();
       expect(existsSync(join(plane.sandboxesDir, id))).toBe(false);
     }
     expect(plane.provider.aliveIds().sort()).toEqual([...users, ...kept].sort());
@@ -389,9 +390,9 @@ describe('a pool that keeps up with demand', () => {
     const plane = openPool({ max: 10, windowMs: 500 });
     await burst(plane, 4);
     await plane.sandboxes.refill('base');
-    expect(pooledIds(plane)).toHaveLength(4);
+    expect(await pooledIds(plane)).toHaveLength(4);
     plane.clock.now += 1_000;
-    await until(() => pooledIds(plane).length === 1, 'the pool to shrink', 10_000);
+    await until(async () => (await pooledIds(plane)).length === 1, 'the pool to shrink', 10_000);
     await until(() => plane.provider.killed.length === 3, 'the extras to be killed', 10_000);
   });
 
@@ -401,7 +402,7 @@ describe('a pool that keeps up with demand', () => {
     const plane = openPool({ max: 20, startConcurrency: 3 });
     await burst(plane, 4);
     await plane.sandboxes.refill('base');
-    const pool = pooledIds(plane);
+    const pool = await pooledIds(plane);
     expect(pool).toHaveLength(4);
 
     plane.provider.holdCreates();
@@ -445,7 +446,7 @@ describe('a pool that keeps up with demand', () => {
     expect(plane.provider.pendingCreates).toBe(2);
     plane.provider.releaseCreates();
     await refilling;
-    expect(pooledIds(plane)).toHaveLength(6);
+    expect(await pooledIds(plane)).toHaveLength(6);
     expect(plane.provider.peakPendingCreates).toBe(2);
   });
 
@@ -455,7 +456,7 @@ describe('a pool that keeps up with demand', () => {
     const plane = openPool({ max: 1 });
     await plane.sandboxes.create({});
     await plane.sandboxes.refill('base');
-    const [pooled] = pooledIds(plane);
+    const [pooled] = await pooledIds(plane);
     plane.provider.holdCreates();
 
     const { record } = await plane.sandboxes.create({ envs: { A: 'b' } });
@@ -464,8 +465,8 @@ describe('a pool that keeps up with demand', () => {
     await until(() => plane.provider.pendingCreates === 1, 'the refill to start');
     plane.provider.releaseCreates();
     await plane.sandboxes.refill('base');
-    expect(pooledIds(plane)).toHaveLength(1);
-    expect(pooledIds(plane)).not.toContain(pooled);
+    expect(await pooledIds(plane)).toHaveLength(1);
+    expect(await pooledIds(plane)).not.toContain(pooled);
   });
 
   test('a create that waited for a start slot takes what a refill pooled meanwhile', async ({
@@ -495,34 +496,31 @@ describe('a pool that keeps up with demand', () => {
     const plane = openPool({ max: 10 });
     const users = await burst(plane, 3, { metadata: { owner: 'alice' } });
     await plane.sandboxes.refill('base');
-    const pool = pooledIds(plane);
+    const pool = await pooledIds(plane);
     expect(pool).toHaveLength(3);
 
-    const ids = (filter: Parameters<SandboxService['list']>[0]) =>
-      plane.sandboxes
-        .list(filter)
-        .map((r) => r.id)
-        .sort();
-    expect(ids({})).toEqual([...users].sort());
-    expect(ids({ state: 'running' })).toEqual([...users].sort());
-    expect(ids({ template: 'base' })).toEqual([...users].sort());
-    expect(ids({ metadata: {} })).toEqual([...users].sort());
-    expect(ids({ metadata: { owner: 'alice' } })).toEqual([...users].sort());
-    expect(ids({ state: 'pooled', template: 'base' })).toEqual([...pool].sort());
-    for (const record of plane.sandboxes.list({ state: 'pooled' })) {
+    const ids = async (filter: Parameters<SandboxService['list']>[0]) =>
+      (await plane.sandboxes.list(filter)).map((r) => r.id).sort();
+    expect(await ids({})).toEqual([...users].sort());
+    expect(await ids({ state: 'running' })).toEqual([...users].sort());
+    expect(await ids({ template: 'base' })).toEqual([...users].sort());
+    expect(await ids({ metadata: {} })).toEqual([...users].sort());
+    expect(await ids({ metadata: { owner: 'alice' } })).toEqual([...users].sort());
+    expect(await ids({ state: 'pooled', template: 'base' })).toEqual([...pool].sort());
+    for (const record of await plane.sandboxes.list({ state: 'pooled' })) {
       expect(record).toMatchObject({ template: 'base', metadata: {} });
     }
     // Past every user's lifetime: the users' sandboxes expire, the pooled ones wait on.
     const expired = await plane.reaper.pass(Date.now() + MAX_SANDBOX_TIMEOUT_MS / 2);
     expect([...expired].sort()).toEqual([...users].sort());
-    expect(ids({ state: 'pooled' })).toEqual([...pool].sort());
+    expect(await ids({ state: 'pooled' })).toEqual([...pool].sort());
   });
 
   test('a pooled sandbox past the longest lifetime is recycled', async ({ openPool }) => {
     const plane = openPool({ max: 1 });
     await plane.sandboxes.create({});
     await plane.sandboxes.refill('base');
-    const [old] = pooledIds(plane);
+    const [old] = await pooledIds(plane);
     const db = new Database(plane.database);
     try {
       db.prepare('UPDATE sandboxes SET expires_at = ? WHERE id = ?').run(Date.now() - 1, old);
@@ -530,7 +528,7 @@ describe('a pool that keeps up with demand', () => {
       db.close();
     }
     await plane.sandboxes.refill('base');
-    const now = pooledIds(plane);
+    const now = await pooledIds(plane);
     expect(now).toHaveLength(1);
     expect(now).not.toContain(old);
     expect(plane.provider.killed).toEqual([old]);
@@ -547,13 +545,13 @@ describe('a pool that keeps up with demand', () => {
     await turns();
     plane.provider.releaseCreates();
     await draining;
-    expect(pooledIds(plane)).toEqual([]);
+    expect(await pooledIds(plane)).toEqual([]);
     expect(plane.provider.aliveIds().sort()).toEqual([...users].sort());
     // The three refills that waited for a slot started nothing, now or later.
     await turns(20);
     expect(plane.provider.creates).toBe(createsBefore);
     expect(plane.provider.pendingCreates).toBe(0);
-    expect(pooledIds(plane)).toEqual([]);
+    expect(await pooledIds(plane)).toEqual([]);
     // The next create starts the pool afresh, at one.
     await plane.sandboxes.create({});
     expect(plane.sandboxes.poolSize('base')).toBe(1);
@@ -571,13 +569,13 @@ describe('a pool that keeps up with demand', () => {
     const closing = plane.sandboxes.close();
     plane.provider.releaseCreates();
     await closing;
-    expect(pooledIds(plane)).toEqual([]);
+    expect(await pooledIds(plane)).toEqual([]);
     expect(plane.provider.aliveIds().sort()).toEqual([...users].sort());
     // Past the window and a few of the pool's timer passes later, still nothing.
     plane.clock.now += 1_000;
     await new Promise((resolve) => setTimeout(resolve, 50));
     expect(plane.provider.creates).toBe(createsBefore);
-    expect(pooledIds(plane)).toEqual([]);
+    expect(await pooledIds(plane)).toEqual([]);
     expect(plane.provider.aliveIds().sort()).toEqual([...users].sort());
   });
 
@@ -587,7 +585,7 @@ describe('a pool that keeps up with demand', () => {
     const results = await Promise.allSettled([0, 1, 2].map(() => plane.sandboxes.create({})));
     expect(results.map((r) => r.status)).toEqual(['rejected', 'fulfilled', 'fulfilled']);
     expect(plane.provider.peakPendingCreates).toBe(1);
-    expect(plane.sandboxes.list({})).toHaveLength(2);
+    expect(await plane.sandboxes.list({})).toHaveLength(2);
   });
 
   test('a refill that fails stops refilling until the next create', async ({ openPool }) => {
@@ -603,8 +601,10 @@ describe('a pool that keeps up with demand', () => {
       plane.provider.failNextCreate(new SandboxStartError('sandbox did not start: no room'));
       plane.provider.releaseCreates();
       await plane.sandboxes.refill('base');
-      expect(pooledIds(plane)).toEqual([]);
-      expect(String(errors[0]?.[0])).toBe('warm pool of base:');
+      expect(await pooledIds(plane)).toEqual([]);
+      expect(String(errors[0]?.[0])).toBe(
+        'warm pool of base: SandboxStartError: sandbox did not start: no room',
+      );
       // The pool's timer passes do not retry it (a broken template would fail every second).
       const creates = plane.provider.creates;
       await new Promise((resolve) => setTimeout(resolve, 100));
@@ -614,7 +614,7 @@ describe('a pool that keeps up with demand', () => {
       plane.clock.now += 10_000;
       await plane.sandboxes.create({});
       await plane.sandboxes.refill('base');
-      expect(pooledIds(plane)).toHaveLength(1);
+      expect(await pooledIds(plane)).toHaveLength(1);
     } finally {
       spy.mockRestore();
     }

@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import {
   existsSync,
@@ -64,6 +65,39 @@ describe('FILE_OPS', () => {
     const noPath = await server.call('/files/read');
     expect(noPath.status).toBe(400);
     expect(noPath.json.problems).toEqual(['missing required argument: path']);
+  });
+
+  test('a FIFO is refused as not a regular file, at once (nothing waits for a writer)', async () => {
+    const fifo = join(dir, 'pipe');
+    execFileSync('mkfifo', [fifo]);
+    const answer = await server.call(`/files/read${q({ path: fifo })}`);
+    expect(answer.status).toBe(400);
+    expect(answer.json.error).toContain('not a regular file');
+    // The server still answers reads: no thread of its pool is stuck on the FIFO.
+    writeFileSync(join(dir, 'after.txt'), 'still here');
+    expect((await server.call(`/files/read${q({ path: join(dir, 'after.txt') })}`)).text).toBe(
+      'still here',
+    );
+  });
+
+  test('small writes: parents made, atomic replace, a parent that is a file is a clear error', async () => {
+    const path = join(dir, 'a', 'b', 'small.txt');
+    for (const text of ['first', 'second, longer']) {
+      const put = await server.call(`/files/write${q({ path })}`, { method: 'PUT', body: text });
+      expect(put.json).toEqual({ path, size: text.length });
+      expect(readFileSync(path, 'utf8')).toBe(text);
+    }
+    expect(readdirSync(join(dir, 'a', 'b'))).toEqual(['small.txt']);
+    writeFileSync(join(dir, 'plain'), 'x');
+    const under = join(dir, 'plain', 'child.txt');
+    const refused = await server.call(`/files/write${q({ path: under })}`, {
+      method: 'PUT',
+      body: 'y',
+    });
+    expect(refused.status).toBeGreaterThanOrEqual(400);
+    expect(refused.status).toBeLessThan(500);
+    expect(refused.json.error).toContain(under);
+    expect(readdirSync(dir).sort()).toEqual(['a', 'plain']);
   });
 
   test('GET /files/list and /files/stat describe entries', async () => {

@@ -1,4 +1,4 @@
-import type { Stats } from 'node:fs';
+import { closeSync, constants, fstatSync, openSync, readSync, type Stats } from 'node:fs';
 import {
   cp,
   lchown,
@@ -13,7 +13,13 @@ import {
 } from 'node:fs/promises';
 import { join } from 'node:path';
 import { BadRequestError, EditMismatchError, FileOperationError } from '../errors.js';
-import { fsAction, STREAM_BUFFER_BYTES, safePath, writeAtomic } from '../file-system.js';
+import {
+  fsAction,
+  SMALL_FILE_BYTES,
+  STREAM_BUFFER_BYTES,
+  safePath,
+  writeAtomic,
+} from '../file-system.js';
 import { Reply } from '../http.js';
 import { defineGroup } from '../route-group.js';
 import { identityFor } from '../users.js';
@@ -64,6 +70,48 @@ async function mustNotExist(path: string, overwrite: boolean): Promise<void> {
   }
 }
 
+/** A (small) request body whole. */
+async function collect(chunks: AsyncIterable<Buffer>): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  for await (const chunk of chunks) parts.push(chunk);
+  return parts.length === 1 ? (parts[0] as Buffer) : Buffer.concat(parts);
+}
+
+/** Opening a file to read never waits: O_NONBLOCK (regular files read as usual with it). */
+const READ_FLAGS = constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOCTTY;
+
+/**
+ * The range of a small regular file (SMALL_FILE_BYTES), read without the thread pool; undefined
+ * for anything else, which the streamed path answers (with its errors). Opened non-blocking, so a
+ * FIFO or a device never blocks the open; only a regular file is read.
+ */
+function readSmall(path: string, offset: number, wanted: number | undefined): Buffer | undefined {
+  if (offset < 0 || (wanted ?? 0) < 0) return undefined;
+  let fd: number;
+  try {
+    fd = openSync(path, READ_FLAGS);
+  } catch {
+    return undefined;
+  }
+  try {
+    const s = fstatSync(fd);
+    if (!s.isFile() || s.size > SMALL_FILE_BYTES) return undefined;
+    const length = Math.max(0, Math.min(wanted ?? s.size, s.size - offset));
+    const buffer = Buffer.allocUnsafe(length);
+    let got = 0;
+    while (got < length) {
+      const n = readSync(fd, buffer, got, length - got, offset + got);
+      if (n === 0) break;
+      got += n;
+    }
+    return got === length ? buffer : buffer.subarray(0, got);
+  } catch {
+    return undefined;
+  } finally {
+    closeSync(fd);
+  }
+}
+
 /**
  * Reading, writing and searching files, and BaseSandbox's file tools (file-tools.ts); paths are
  * resolved against the server's directory.
@@ -76,8 +124,11 @@ export const FILE_OPS = defineGroup('FILE_OPS', '/files', 'file read/write/list/
     args: argList({ path: 'str', 'offset?': ['int', 0], 'length?': 'int' }),
     handler: async ({ args }) => {
       const path = safePath(args.path as string);
+      const small = readSmall(path, args.offset as number, args.length as number | undefined);
+      if (small) return new Reply(200, small, { 'content-length': String(small.length) });
       // Opened before the answer starts, so an unreadable file is a 403/404, not a reset stream.
-      const handle = await fsAction(`read ${path}`, () => open(path, 'r'));
+      // Non-blocking: a FIFO (or a device) would hold the open until a writer came.
+      const handle = await fsAction(`read ${path}`, () => open(path, READ_FLAGS));
       const s = await handle.stat();
       if (!s.isFile()) {
         await handle.close();
@@ -112,10 +163,12 @@ export const FILE_OPS = defineGroup('FILE_OPS', '/files', 'file read/write/list/
       'Writes the raw request body to `?path=` atomically (temp file + rename), creating parents.',
     body: 'stream',
     args: argList({ path: 'str', 'user?': 'str' }),
-    handler: async ({ args, stream }) => {
+    handler: async ({ args, stream, headers }) => {
       const path = safePath(args.path as string);
       const identity = identityFor(args.user as string | undefined);
-      const size = await writeAtomic(path, stream());
+      // A small body is read whole and written without the thread pool (SMALL_FILE_BYTES).
+      const small = Number(headers['content-length']) <= SMALL_FILE_BYTES;
+      const size = await writeAtomic(path, small ? await collect(stream()) : stream());
       // An image build's copy step: the file belongs to the step's user.
       if (identity) await fsAction(`chown ${path}`, () => lchown(path, identity.uid, identity.gid));
       return { path, size };

@@ -1,0 +1,91 @@
+import type Database from 'better-sqlite3';
+
+/**
+ * The registry's schema, as numbered steps both stores apply in order. A store records each step
+ * it applied in `schema_migrations` (version, name, applied_at), applies the missing ones in one
+ * transaction under a lock (PostgreSQL: an advisory lock; SQLite: the write lock), and refuses a
+ * registry a newer abx migrated further than it knows. A new table or column is a new step at the
+ * end with both dialects; a released step never changes.
+ */
+export interface Migration {
+  version: number;
+  name: string;
+  /** SQL, or a function for steps that must look at what is there first. */
+  sqlite: string | ((db: Database.Database) => void);
+  postgres: string;
+}
+
+export const MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    name: 'sandboxes, templates and settings',
+    // Registries made before versioning have the tables already, some without templates.image.
+    sqlite: (db) => {
+      db.exec(`
+        CREATE TABLE IF NOT EXISTS sandboxes (
+          id TEXT PRIMARY KEY,
+          template TEXT NOT NULL,
+          state TEXT NOT NULL,
+          metadata TEXT NOT NULL,
+          created_at INTEGER NOT NULL,
+          expires_at INTEGER NOT NULL,
+          ended_at INTEGER,
+          end_reason TEXT,
+          token_hash TEXT NOT NULL,
+          handle TEXT NOT NULL,
+          capabilities TEXT NOT NULL
+        );
+        CREATE INDEX IF NOT EXISTS sandboxes_state ON sandboxes (state, expires_at);
+        CREATE INDEX IF NOT EXISTS sandboxes_ended ON sandboxes (ended_at);
+        CREATE TABLE IF NOT EXISTS templates (
+          name TEXT PRIMARY KEY,
+          spec TEXT NOT NULL,
+          dir TEXT,
+          built_at INTEGER NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+      `);
+      const columns = db.prepare('PRAGMA table_info(templates)').all() as { name: string }[];
+      if (!columns.some((c) => c.name === 'image')) {
+        db.exec('ALTER TABLE templates ADD COLUMN image TEXT');
+      }
+    },
+    // json (not jsonb) keeps the text as written: metadata and handles read back key for key.
+    postgres: `
+      CREATE TABLE sandboxes (
+        id TEXT PRIMARY KEY,
+        template TEXT NOT NULL,
+        state TEXT NOT NULL,
+        metadata JSON NOT NULL,
+        created_at BIGINT NOT NULL,
+        expires_at BIGINT NOT NULL,
+        ended_at BIGINT,
+        end_reason TEXT,
+        token_hash TEXT NOT NULL,
+        handle JSON NOT NULL,
+        capabilities JSON NOT NULL
+      );
+      CREATE INDEX sandboxes_state ON sandboxes (state, expires_at);
+      CREATE INDEX sandboxes_pool ON sandboxes (template, created_at) WHERE state = 'pooled';
+      CREATE INDEX sandboxes_ended ON sandboxes (ended_at);
+      CREATE TABLE templates (
+        name TEXT PRIMARY KEY,
+        spec TEXT NOT NULL,
+        dir TEXT,
+        image TEXT,
+        built_at BIGINT NOT NULL
+      );
+      CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    `,
+  },
+];
+
+/** The highest version this abx knows. */
+export const SCHEMA_VERSION = Math.max(...MIGRATIONS.map((m) => m.version));
+
+/** The refusal for a registry migrated by a newer abx. */
+export function tooNewError(location: string, version: number): Error {
+  return new Error(
+    `the registry ${location} is at schema version ${version}, newer than this abx knows (${SCHEMA_VERSION}): a newer abx migrated it; run that version (or newer) here too`,
+  );
+}

@@ -1,0 +1,412 @@
+import { createRequire } from 'node:module';
+import type * as Pg from 'pg';
+import { UnavailableError } from '../errors.js';
+import { MIGRATIONS, SCHEMA_VERSION, tooNewError } from './migrations.js';
+import type {
+  EndState,
+  Registry,
+  SandboxFilter,
+  SandboxRecord,
+  SandboxState,
+  TemplateRecord,
+} from './registry.js';
+
+/** A new connection to PostgreSQL must be made within this, or the request fails with 503. */
+export const DATABASE_CONNECT_TIMEOUT_MS = 5000;
+/** PostgreSQL cancels a statement that runs (or waits for a lock) longer than this. */
+export const DATABASE_STATEMENT_TIMEOUT_MS = 10_000;
+/**
+ * The client gives up on an answer after this (a network partition leaves a statement without
+ * any answer, which the server's own timeout cannot end).
+ */
+export const DATABASE_QUERY_TIMEOUT_MS = 15_000;
+/** Connections a daemon keeps open to PostgreSQL at most. */
+export const DATABASE_POOL_MAX = 10;
+/** An idle connection is closed after this. */
+export const DATABASE_IDLE_TIMEOUT_MS = 30_000;
+
+/**
+ * pg, loaded by the first PostgreSQL registry: requiring it costs about ten times what
+ * better-sqlite3 does, and a daemon on SQLite (the default, started on demand) never needs it.
+ */
+let pgModule: typeof Pg | undefined;
+function loadPg(): typeof Pg {
+  pgModule ??= createRequire(import.meta.url)('pg') as typeof Pg;
+  return pgModule;
+}
+
+/** Two daemons migrating at once: the second waits for the first behind this advisory lock. */
+const MIGRATION_LOCK = 0x61627821; // "abx!"
+
+/** A database URL without its password, fit for messages and logs. */
+export function redactUrl(url: string): string {
+  try {
+    const parsed = new URL(url);
+    if (parsed.password) parsed.password = '***';
+    return parsed.toString();
+  } catch {
+    return '(a database URL that does not parse)';
+  }
+}
+
+/** SQLSTATE classes that mean the server, not the statement, is the problem. */
+const UNAVAILABLE_SQLSTATE = /^(08|53|57P0)/;
+/** Node socket errors. */
+const SOCKET_ERRORS = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EPIPE',
+  'ENOENT',
+]);
+
+/**
+ * True when an error of pg says the database cannot be reached, as opposed to a statement the
+ * server refused: a socket error (ECONNREFUSED...), a server error whose SQLSTATE is about the
+ * connection or the server's state (08, 53, 57P0x) or our statement timeout (57014), or one of
+ * the plain `Error`s without a code pg raises for a connection that ended or timed out.
+ */
+export function isUnreachable(error: unknown): boolean {
+  if (!(error instanceof Error)) return false;
+  const code = (error as { code?: unknown }).code;
+  if (pgModule && error instanceof pgModule.DatabaseError) {
+    return typeof code === 'string' && (code === '57014' || UNAVAILABLE_SQLSTATE.test(code));
+  }
+  if (typeof code === 'string') return SOCKET_ERRORS.has(code);
+  return error.constructor === Error;
+}
+
+/** The 503 an API request gets while the database does not answer. */
+export function databaseUnavailable(location: string, error: unknown): UnavailableError {
+  const why = error instanceof Error ? error.message || (error as { code?: string }).code : error;
+  return new UnavailableError(
+    `the registry database ${location} does not answer (${why}); requests that need it fail until it is back, and the daemon reconnects by itself`,
+    { code: 'database_unavailable', cause: error },
+  );
+}
+
+interface SandboxRow {
+  id: string;
+  template: string;
+  state: SandboxState;
+  metadata: Record<string, string>;
+  created_at: string;
+  expires_at: string;
+  ended_at: string | null;
+  end_reason: string | null;
+  token_hash: string;
+  handle: SandboxRecord['handle'];
+  capabilities: string[];
+}
+
+// BIGINT arrives as a string (it may not fit a double); milliseconds since 1970 do.
+const fromRow = (row: SandboxRow): SandboxRecord => ({
+  id: row.id,
+  template: row.template,
+  state: row.state,
+  metadata: row.metadata,
+  createdAt: Number(row.created_at),
+  expiresAt: Number(row.expires_at),
+  endedAt: row.ended_at === null ? null : Number(row.ended_at),
+  endReason: row.end_reason,
+  tokenHash: row.token_hash,
+  handle: row.handle,
+  capabilities: row.capabilities,
+});
+
+interface TemplateRow {
+  name: string;
+  spec: string;
+  dir: string | null;
+  image: string | null;
+  built_at: string;
+}
+
+const templateFromRow = (row: TemplateRow): TemplateRecord => ({
+  name: row.name,
+  spec: JSON.parse(row.spec),
+  dir: row.dir,
+  image: row.image,
+  builtAt: Number(row.built_at),
+});
+
+export interface PostgresRegistryOptions {
+  /** Called when an idle connection breaks (the database went away); default: a log line. */
+  onIdleError?: (error: Error) => void;
+}
+
+/**
+ * The registry in PostgreSQL (`ABX_DATABASE_URL`): what several daemons share. Every change of
+ * state is one conditional statement (`UPDATE … WHERE state = 'running'`, the pool's claim with
+ * `FOR UPDATE SKIP LOCKED`), so replicas never both win a race. A statement that fails because
+ * the database cannot be reached throws {@link UnavailableError} (503, code
+ * `database_unavailable`); pg's pool makes new connections on the next statement, so the daemon
+ * works again as soon as the database answers.
+ */
+export class PostgresRegistry implements Registry {
+  readonly kind = 'postgres';
+  readonly location: string;
+  private readonly pool: Pg.Pool;
+
+  constructor(url: string, options: PostgresRegistryOptions = {}) {
+    this.location = redactUrl(url);
+    this.pool = new (loadPg().Pool)({
+      connectionString: url,
+      max: DATABASE_POOL_MAX,
+      connectionTimeoutMillis: DATABASE_CONNECT_TIMEOUT_MS,
+      idleTimeoutMillis: DATABASE_IDLE_TIMEOUT_MS,
+      statement_timeout: DATABASE_STATEMENT_TIMEOUT_MS,
+      query_timeout: DATABASE_QUERY_TIMEOUT_MS,
+      keepAlive: true,
+      application_name: 'abx-daemon',
+    });
+    // An idle connection that breaks emits here; unheard, it would end the process.
+    const onIdleError =
+      options.onIdleError ??
+      ((error: Error) =>
+        console.error(`registry: a connection to ${this.location} broke: ${error.message}`));
+    this.pool.on('error', onIdleError);
+  }
+
+  private async query<Row extends Pg.QueryResultRow>(
+    sql: string,
+    params: unknown[] = [],
+  ): Promise<Pg.QueryResult<Row>> {
+    try {
+      return await this.pool.query<Row>(sql, params);
+    } catch (error) {
+      throw isUnreachable(error) ? databaseUnavailable(this.location, error) : error;
+    }
+  }
+
+  /** Runs `work` in one transaction on one connection. */
+  private async transaction<T>(work: (client: Pg.PoolClient) => Promise<T>): Promise<T> {
+    let client: Pg.PoolClient;
+    try {
+      client = await this.pool.connect();
+    } catch (error) {
+      throw isUnreachable(error) ? databaseUnavailable(this.location, error) : error;
+    }
+    let broken = false;
+    try {
+      await client.query('BEGIN');
+      const result = await work(client);
+      await client.query('COMMIT');
+      return result;
+    } catch (error) {
+      await client.query('ROLLBACK').catch(() => {
+        broken = true;
+      });
+      throw isUnreachable(error) ? databaseUnavailable(this.location, error) : error;
+    } finally {
+      client.release(broken);
+    }
+  }
+
+  async migrate(): Promise<void> {
+    await this.transaction(async (client) => {
+      await client.query('SELECT pg_advisory_xact_lock($1)', [MIGRATION_LOCK]);
+      await client.query(`CREATE TABLE IF NOT EXISTS schema_migrations (
+        version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)`);
+      const { rows } = await client.query<{ version: number }>(
+        'SELECT version FROM schema_migrations',
+      );
+      const applied = new Set(rows.map((row) => row.version));
+      const newest = Math.max(0, ...applied);
+      if (newest > SCHEMA_VERSION) throw tooNewError(this.location, newest);
+      for (const migration of MIGRATIONS) {
+        if (applied.has(migration.version)) continue;
+        await client.query(migration.postgres);
+        await client.query(
+          'INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)',
+          [migration.version, migration.name, Date.now()],
+        );
+      }
+    });
+  }
+
+  /** The versions applied, in order. */
+  async appliedVersions(): Promise<number[]> {
+    const { rows } = await this.query<{ version: number }>(
+      'SELECT version FROM schema_migrations ORDER BY version',
+    );
+    return rows.map((row) => row.version);
+  }
+
+  async insertSandbox(record: SandboxRecord): Promise<void> {
+    await this.query(
+      `INSERT INTO sandboxes (id, template, state, metadata, created_at, expires_at, ended_at,
+         end_reason, token_hash, handle, capabilities)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+      [
+        record.id,
+        record.template,
+        record.state,
+        JSON.stringify(record.metadata),
+        record.createdAt,
+        record.expiresAt,
+        record.endedAt,
+        record.endReason,
+        record.tokenHash,
+        JSON.stringify(record.handle),
+        JSON.stringify(record.capabilities),
+      ],
+    );
+  }
+
+  async getSandbox(id: string): Promise<SandboxRecord | undefined> {
+    const { rows } = await this.query<SandboxRow>('SELECT * FROM sandboxes WHERE id = $1', [id]);
+    return rows[0] && fromRow(rows[0]);
+  }
+
+  async listSandboxes(filter: SandboxFilter = {}): Promise<SandboxRecord[]> {
+    const where: string[] = [];
+    const params: unknown[] = [];
+    const param = (value: unknown) => {
+      params.push(value);
+      return `$${params.length}`;
+    };
+    where.push(filter.state ? `state = ${param(filter.state)}` : "state <> 'pooled'");
+    if (filter.template) where.push(`template = ${param(filter.template)}`);
+    for (const [key, value] of Object.entries(filter.metadata ?? {})) {
+      where.push(`metadata ->> ${param(key)} = ${param(value)}`);
+    }
+    const { rows } = await this.query<SandboxRow>(
+      `SELECT * FROM sandboxes WHERE ${where.join(' AND ')} ORDER BY created_at, id`,
+      params,
+    );
+    return rows.map(fromRow);
+  }
+
+  async claimPooled(
+    template: string,
+    metadata: Record<string, string>,
+    now: number,
+    expiresAt: number,
+  ): Promise<SandboxRecord | undefined> {
+    // SKIP LOCKED: concurrent claims (of any daemon) each take another row, none waits.
+    const { rows } = await this.query<SandboxRow>(
+      `UPDATE sandboxes SET state = 'running', metadata = $1, created_at = $2, expires_at = $3
+       WHERE state = 'pooled' AND id = (
+         SELECT id FROM sandboxes WHERE state = 'pooled' AND template = $4
+         ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+       RETURNING *`,
+      [JSON.stringify(metadata), now, expiresAt, template],
+    );
+    return rows[0] && fromRow(rows[0]);
+  }
+
+  async countPooled(template: string): Promise<number> {
+    const { rows } = await this.query<{ n: string }>(
+      `SELECT COUNT(*) AS n FROM sandboxes WHERE state = 'pooled' AND template = $1`,
+      [template],
+    );
+    return Number(rows[0]?.n ?? 0);
+  }
+
+  async deleteSandbox(id: string, state: 'pooled' | 'running'): Promise<boolean> {
+    const { rowCount } = await this.query('DELETE FROM sandboxes WHERE id = $1 AND state = $2', [
+      id,
+      state,
+    ]);
+    return rowCount === 1;
+  }
+
+  async endSandbox(
+    id: string,
+    state: EndState,
+    reason: string,
+    options: { expiredBy?: number } = {},
+  ): Promise<boolean> {
+    const params: unknown[] = [state, reason, Date.now(), id];
+    let due = '';
+    if (options.expiredBy !== undefined) {
+      params.push(options.expiredBy);
+      due = ' AND expires_at <= $5';
+    }
+    const { rowCount } = await this.query(
+      `UPDATE sandboxes SET state = $1, end_reason = $2, ended_at = $3
+       WHERE id = $4 AND state = 'running'${due}`,
+      params,
+    );
+    return rowCount === 1;
+  }
+
+  async setExpiry(id: string, expiresAt: number): Promise<boolean> {
+    const { rowCount } = await this.query(
+      `UPDATE sandboxes SET expires_at = $1 WHERE id = $2 AND state = 'running'`,
+      [expiresAt, id],
+    );
+    return rowCount === 1;
+  }
+
+  async expired(now = Date.now()): Promise<SandboxRecord[]> {
+    const { rows } = await this.query<SandboxRow>(
+      `SELECT * FROM sandboxes WHERE state = 'running' AND expires_at <= $1 ORDER BY expires_at`,
+      [now],
+    );
+    return rows.map(fromRow);
+  }
+
+  async endedSince(since: number): Promise<SandboxRecord[]> {
+    const { rows } = await this.query<SandboxRow>(
+      'SELECT * FROM sandboxes WHERE ended_at >= $1 ORDER BY ended_at, id',
+      [since],
+    );
+    return rows.map(fromRow);
+  }
+
+  async upsertTemplate(record: TemplateRecord): Promise<TemplateRecord | undefined> {
+    return this.transaction(async (client) => {
+      // Locked until commit: a build racing this one reads this one's record as its previous.
+      const { rows } = await client.query<TemplateRow>(
+        'SELECT * FROM templates WHERE name = $1 FOR UPDATE',
+        [record.name],
+      );
+      await client.query(
+        `INSERT INTO templates (name, spec, dir, image, built_at) VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, dir = excluded.dir,
+           image = excluded.image, built_at = excluded.built_at`,
+        [record.name, JSON.stringify(record.spec), record.dir, record.image, record.builtAt],
+      );
+      return rows[0] && templateFromRow(rows[0]);
+    });
+  }
+
+  async getTemplate(name: string): Promise<TemplateRecord | undefined> {
+    const { rows } = await this.query<TemplateRow>('SELECT * FROM templates WHERE name = $1', [
+      name,
+    ]);
+    return rows[0] && templateFromRow(rows[0]);
+  }
+
+  async listTemplates(): Promise<TemplateRecord[]> {
+    const { rows } = await this.query<TemplateRow>('SELECT * FROM templates ORDER BY name');
+    return rows.map(templateFromRow);
+  }
+
+  async removeTemplate(name: string): Promise<TemplateRecord | undefined> {
+    const { rows } = await this.query<TemplateRow>(
+      'DELETE FROM templates WHERE name = $1 RETURNING *',
+      [name],
+    );
+    return rows[0] && templateFromRow(rows[0]);
+  }
+
+  async agree(key: string, value: string): Promise<string> {
+    const { rows } = await this.query<{ value: string }>(
+      `INSERT INTO settings (key, value) VALUES ($1, $2)
+       ON CONFLICT (key) DO UPDATE SET value = settings.value RETURNING value`,
+      [key, value],
+    );
+    return (rows[0] as { value: string }).value;
+  }
+
+  async close(): Promise<void> {
+    await this.pool.end();
+  }
+}

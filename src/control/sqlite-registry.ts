@@ -1,0 +1,292 @@
+import Database from 'better-sqlite3';
+import { MIGRATIONS, SCHEMA_VERSION, tooNewError } from './migrations.js';
+import type {
+  EndState,
+  Registry,
+  SandboxFilter,
+  SandboxRecord,
+  SandboxState,
+  TemplateRecord,
+} from './registry.js';
+
+interface TemplateRow {
+  name: string;
+  spec: string;
+  dir: string | null;
+  image: string | null;
+  built_at: number;
+}
+
+const templateFromRow = (row: TemplateRow): TemplateRecord => ({
+  name: row.name,
+  spec: JSON.parse(row.spec),
+  dir: row.dir,
+  image: row.image ?? null,
+  builtAt: row.built_at,
+});
+
+interface SandboxRow {
+  id: string;
+  template: string;
+  state: SandboxState;
+  metadata: string;
+  created_at: number;
+  expires_at: number;
+  ended_at: number | null;
+  end_reason: string | null;
+  token_hash: string;
+  handle: string;
+  capabilities: string;
+}
+
+const fromRow = (row: SandboxRow): SandboxRecord => ({
+  id: row.id,
+  template: row.template,
+  state: row.state,
+  metadata: JSON.parse(row.metadata),
+  createdAt: row.created_at,
+  expiresAt: row.expires_at,
+  endedAt: row.ended_at,
+  endReason: row.end_reason,
+  tokenHash: row.token_hash,
+  handle: JSON.parse(row.handle),
+  capabilities: JSON.parse(row.capabilities),
+});
+
+/**
+ * The registry in one SQLite file under `$ABX_HOME` (the embedded default). better-sqlite3 is
+ * synchronous: each method runs to completion before it resolves, so one statement is one atomic
+ * step, and `getSandboxNow` gives the gateway its lookup without a round trip.
+ */
+export class SqliteRegistry implements Registry {
+  readonly kind = 'sqlite';
+  private readonly db: Database.Database;
+  private bySandboxId: Database.Statement | undefined;
+
+  constructor(readonly location: string) {
+    this.db = new Database(location);
+    // WAL lets readers (other CLI processes) in while the daemon writes.
+    this.db.pragma('journal_mode = WAL');
+    // No fsync per commit (3 ms each on a VM's disk, one per create and kill); WAL still keeps
+    // the file consistent, and what a power loss could forget (the last few changes) the daemon
+    // recovers: a sandbox without a row is killed by the orphan sweep, a row of a dead sandbox is
+    // ended at adoption.
+    this.db.pragma('synchronous = NORMAL');
+    this.db.pragma('busy_timeout = 5000');
+    // Synchronous and cheap: the services may use the registry before anyone calls migrate().
+    this.migrateNow();
+  }
+
+  async migrate(): Promise<void> {
+    this.migrateNow();
+  }
+
+  private migrateNow(): void {
+    this.db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
+      version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`);
+    // IMMEDIATE takes the write lock first: two processes opening one file apply each step once.
+    this.db
+      .transaction(() => {
+        const applied = new Set(
+          (
+            this.db.prepare('SELECT version FROM schema_migrations').all() as { version: number }[]
+          ).map((row) => row.version),
+        );
+        const newest = Math.max(0, ...applied);
+        if (newest > SCHEMA_VERSION) {
+          throw tooNewError(this.location, newest);
+        }
+        for (const migration of MIGRATIONS) {
+          if (applied.has(migration.version)) continue;
+          if (typeof migration.sqlite === 'string') this.db.exec(migration.sqlite);
+          else migration.sqlite(this.db);
+          this.db
+            .prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)')
+            .run(migration.version, migration.name, Date.now());
+        }
+      })
+      .immediate();
+  }
+
+  /** The versions applied, in order (for tests and `abx doctor`-like checks). */
+  async appliedVersions(): Promise<number[]> {
+    return (
+      this.db.prepare('SELECT version FROM schema_migrations ORDER BY version').all() as {
+        version: number;
+      }[]
+    ).map((row) => row.version);
+  }
+
+  async insertSandbox(record: SandboxRecord): Promise<void> {
+    this.db
+      .prepare(
+        `INSERT INTO sandboxes (id, template, state, metadata, created_at, expires_at, ended_at,
+           end_reason, token_hash, handle, capabilities)
+         VALUES (@id, @template, @state, @metadata, @createdAt, @expiresAt, @endedAt, @endReason,
+           @tokenHash, @handle, @capabilities)`,
+      )
+      .run({
+        ...record,
+        metadata: JSON.stringify(record.metadata),
+        handle: JSON.stringify(record.handle),
+        capabilities: JSON.stringify(record.capabilities),
+      });
+  }
+
+  getSandboxNow(id: string): SandboxRecord | undefined {
+    // The gateway looks a sandbox up on every new connection: the statement is compiled once.
+    this.bySandboxId ??= this.db.prepare('SELECT * FROM sandboxes WHERE id = ?');
+    const row = this.bySandboxId.get(id) as SandboxRow | undefined;
+    return row && fromRow(row);
+  }
+
+  async getSandbox(id: string): Promise<SandboxRecord | undefined> {
+    return this.getSandboxNow(id);
+  }
+
+  async listSandboxes(filter: SandboxFilter = {}): Promise<SandboxRecord[]> {
+    const where: string[] = [];
+    const params: unknown[] = [];
+    if (filter.state) {
+      where.push('state = ?');
+      params.push(filter.state);
+    } else {
+      where.push("state != 'pooled'");
+    }
+    if (filter.template) {
+      where.push('template = ?');
+      params.push(filter.template);
+    }
+    for (const [key, value] of Object.entries(filter.metadata ?? {})) {
+      where.push('json_extract(metadata, ?) = ?');
+      params.push(`$.${JSON.stringify(key)}`, value);
+    }
+    const sql = `SELECT * FROM sandboxes WHERE ${where.join(' AND ')} ORDER BY created_at, id`;
+    return (this.db.prepare(sql).all(...params) as SandboxRow[]).map(fromRow);
+  }
+
+  async claimPooled(
+    template: string,
+    metadata: Record<string, string>,
+    now: number,
+    expiresAt: number,
+  ): Promise<SandboxRecord | undefined> {
+    const row = this.db
+      .prepare(
+        `UPDATE sandboxes SET state = 'running', metadata = ?, created_at = ?, expires_at = ?
+         WHERE id = (SELECT id FROM sandboxes WHERE state = 'pooled' AND template = ?
+                     ORDER BY created_at, id LIMIT 1)
+         RETURNING *`,
+      )
+      .get(JSON.stringify(metadata), now, expiresAt, template) as SandboxRow | undefined;
+    return row && fromRow(row);
+  }
+
+  async countPooled(template: string): Promise<number> {
+    return (
+      this.db
+        .prepare(`SELECT COUNT(*) AS n FROM sandboxes WHERE state = 'pooled' AND template = ?`)
+        .get(template) as { n: number }
+    ).n;
+  }
+
+  async deleteSandbox(id: string, state: 'pooled' | 'running'): Promise<boolean> {
+    return (
+      this.db.prepare('DELETE FROM sandboxes WHERE id = ? AND state = ?').run(id, state).changes ===
+      1
+    );
+  }
+
+  async endSandbox(
+    id: string,
+    state: EndState,
+    reason: string,
+    options: { expiredBy?: number } = {},
+  ): Promise<boolean> {
+    const due = options.expiredBy === undefined ? '' : ' AND expires_at <= ?';
+    const result = this.db
+      .prepare(
+        `UPDATE sandboxes SET state = ?, end_reason = ?, ended_at = ? WHERE id = ? AND state = 'running'${due}`,
+      )
+      .run(
+        state,
+        reason,
+        Date.now(),
+        id,
+        ...(options.expiredBy === undefined ? [] : [options.expiredBy]),
+      );
+    return result.changes === 1;
+  }
+
+  async setExpiry(id: string, expiresAt: number): Promise<boolean> {
+    const result = this.db
+      .prepare(`UPDATE sandboxes SET expires_at = ? WHERE id = ? AND state = 'running'`)
+      .run(expiresAt, id);
+    return result.changes === 1;
+  }
+
+  async expired(now = Date.now()): Promise<SandboxRecord[]> {
+    const rows = this.db
+      .prepare(`SELECT * FROM sandboxes WHERE state = 'running' AND expires_at <= ?`)
+      .all(now) as SandboxRow[];
+    return rows.map(fromRow);
+  }
+
+  async endedSince(since: number): Promise<SandboxRecord[]> {
+    const rows = this.db
+      .prepare('SELECT * FROM sandboxes WHERE ended_at >= ? ORDER BY ended_at, id')
+      .all(since) as SandboxRow[];
+    return rows.map(fromRow);
+  }
+
+  async upsertTemplate(record: TemplateRecord): Promise<TemplateRecord | undefined> {
+    return this.db.transaction(() => {
+      const previous = this.getTemplateNow(record.name);
+      this.db
+        .prepare(
+          `INSERT INTO templates (name, spec, dir, image, built_at) VALUES (?, ?, ?, ?, ?)
+           ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, dir = excluded.dir,
+             image = excluded.image, built_at = excluded.built_at`,
+        )
+        .run(record.name, JSON.stringify(record.spec), record.dir, record.image, record.builtAt);
+      return previous;
+    })();
+  }
+
+  private getTemplateNow(name: string): TemplateRecord | undefined {
+    const row = this.db.prepare('SELECT * FROM templates WHERE name = ?').get(name) as
+      | TemplateRow
+      | undefined;
+    return row && templateFromRow(row);
+  }
+
+  async getTemplate(name: string): Promise<TemplateRecord | undefined> {
+    return this.getTemplateNow(name);
+  }
+
+  async listTemplates(): Promise<TemplateRecord[]> {
+    const rows = this.db.prepare('SELECT * FROM templates ORDER BY name').all() as TemplateRow[];
+    return rows.map(templateFromRow);
+  }
+
+  async removeTemplate(name: string): Promise<TemplateRecord | undefined> {
+    const row = this.db.prepare('DELETE FROM templates WHERE name = ? RETURNING *').get(name) as
+      | TemplateRow
+      | undefined;
+    return row && templateFromRow(row);
+  }
+
+  async agree(key: string, value: string): Promise<string> {
+    const row = this.db
+      .prepare(
+        `INSERT INTO settings (key, value) VALUES (?, ?)
+         ON CONFLICT (key) DO UPDATE SET value = settings.value RETURNING value`,
+      )
+      .get(key, value) as { value: string };
+    return row.value;
+  }
+
+  async close(): Promise<void> {
+    this.db.close();
+  }
+}

@@ -1,0 +1,207 @@
+import { describe, expect } from 'vitest';
+import { STORES, sandboxRow, storeTest } from './registry-stores.js';
+
+// The same contract for both stores: what the services rely on, and what two daemons sharing one
+// database rely on (each `store.open()` is another daemon's connection to the same database).
+for (const kind of STORES) {
+  const test = storeTest(kind);
+
+  describe.skipIf(kind.skipped !== '')(`the ${kind.name} registry${kind.skipped}`, () => {
+    test('a sandbox reads back as it was written, numbers, metadata and handle alike', async ({
+      store,
+    }) => {
+      const registry = await store.open();
+      const row = sandboxRow({
+        metadata: { owner: 'alice', 'key with "quotes" and .dots': 'ünïcødé', empty: '' },
+        handle: { ...sandboxRow().handle, uid: 100_123, cgroups: ['/sys/fs/cgroup/memory/x'] },
+      });
+      await registry.insertSandbox(row);
+      expect(await registry.getSandbox(row.id)).toEqual(row);
+      expect(await registry.getSandbox('nosuchsandbox')).toBeUndefined();
+      // Metadata keys keep their order: the API shows them as the caller wrote them.
+      expect(Object.keys((await registry.getSandbox(row.id))?.metadata ?? {})).toEqual(
+        Object.keys(row.metadata),
+      );
+    });
+
+    test('listing: oldest first, pooled only when asked, filters by state, template and metadata', async ({
+      store,
+    }) => {
+      const registry = await store.open();
+      const a = sandboxRow({ metadata: { owner: 'alice', 'a.b': 'x' } });
+      const b = sandboxRow({ template: 'other', metadata: { owner: 'bob' } });
+      const spare = sandboxRow({ state: 'pooled' });
+      const gone = sandboxRow({ state: 'killed', endedAt: 1, endReason: 'killed' });
+      for (const row of [gone, spare, b, a]) await registry.insertSandbox(row);
+      const ids = async (filter?: Parameters<typeof registry.listSandboxes>[0]) =>
+        (await registry.listSandboxes(filter)).map((r) => r.id);
+      expect(await ids()).toEqual([a.id, b.id, gone.id]);
+      expect(await ids({ state: 'pooled' })).toEqual([spare.id]);
+      expect(await ids({ state: 'running' })).toEqual([a.id, b.id]);
+      expect(await ids({ template: 'other' })).toEqual([b.id]);
+      expect(await ids({ metadata: { owner: 'alice' } })).toEqual([a.id]);
+      expect(await ids({ metadata: { 'a.b': 'x' } })).toEqual([a.id]);
+      expect(await ids({ metadata: { owner: 'alice', 'a.b': 'y' } })).toEqual([]);
+      expect(await ids({ metadata: { nobody: 'x' } })).toEqual([]);
+    });
+
+    test('a sandbox ends once: of racing ends (two daemons) one wins and its reason stays', async ({
+      store,
+    }) => {
+      const [one, two] = [await store.open(), await store.open()];
+      const rows = Array.from({ length: 10 }, () => sandboxRow());
+      for (const row of rows) await one.insertSandbox(row);
+      for (const row of rows) {
+        const results = await Promise.all([
+          one.endSandbox(row.id, 'killed', 'killed by request'),
+          two.endSandbox(row.id, 'expired', 'expired at some time'),
+        ]);
+        expect(results.filter(Boolean)).toHaveLength(1);
+        const ended = await two.getSandbox(row.id);
+        expect(ended).toMatchObject(
+          results[0]
+            ? { state: 'killed', endReason: 'killed by request' }
+            : { state: 'expired', endReason: 'expired at some time' },
+        );
+        expect(ended?.endedAt).toEqual(expect.any(Number));
+      }
+      // Ended is final: neither a later end nor a new expiry changes it.
+      const [first] = rows as [(typeof rows)[0]];
+      const before = await one.getSandbox(first.id);
+      expect(await one.endSandbox(first.id, 'dead', 'exited')).toBe(false);
+      expect(await one.setExpiry(first.id, Date.now() + 1000)).toBe(false);
+      expect(await one.getSandbox(first.id)).toEqual(before);
+    });
+
+    test('an expiry ends a sandbox only if it is still due (a lifetime extended meanwhile wins)', async ({
+      store,
+    }) => {
+      const registry = await store.open();
+      const row = sandboxRow({ expiresAt: 1000 });
+      await registry.insertSandbox(row);
+      expect((await registry.expired(2000)).map((r) => r.id)).toEqual([row.id]);
+      // Another caller extends it after the reaper read it as expired.
+      expect(await registry.setExpiry(row.id, 5000)).toBe(true);
+      expect(await registry.endSandbox(row.id, 'expired', 'expired', { expiredBy: 2000 })).toBe(
+        false,
+      );
+      expect(await registry.getSandbox(row.id)).toMatchObject({
+        state: 'running',
+        expiresAt: 5000,
+      });
+      expect(await registry.expired(2000)).toEqual([]);
+      expect(await registry.endSandbox(row.id, 'expired', 'expired', { expiredBy: 5000 })).toBe(
+        true,
+      );
+      expect(await registry.expired(9000)).toEqual([]);
+    });
+
+    test('endedSince: the sandboxes that ended since a time, whatever the end', async ({
+      store,
+    }) => {
+      const registry = await store.open();
+      const rows = [sandboxRow(), sandboxRow(), sandboxRow(), sandboxRow()];
+      for (const row of rows) await registry.insertSandbox(row);
+      const since = Date.now();
+      await registry.endSandbox(rows[0]?.id as string, 'killed', 'killed by request');
+      await registry.endSandbox(rows[1]?.id as string, 'dead', 'oom');
+      await registry.endSandbox(rows[2]?.id as string, 'expired', 'expired');
+      const ended = await registry.endedSince(since);
+      expect(ended.map((r) => r.id).sort()).toEqual(
+        rows
+          .slice(0, 3)
+          .map((r) => r.id)
+          .sort(),
+      );
+      expect(ended.map((r) => r.state).sort()).toEqual(['dead', 'expired', 'killed']);
+      expect(await registry.endedSince(Date.now() + 60_000)).toEqual([]);
+    });
+
+    test('the pool hands out its oldest sandbox, each to one claim only, even when claims race', async ({
+      store,
+    }) => {
+      const [one, two] = [await store.open(), await store.open()];
+      const pooled = Array.from({ length: 5 }, () => sandboxRow({ state: 'pooled' }));
+      for (const row of pooled) await one.insertSandbox(row);
+      await one.insertSandbox(sandboxRow({ state: 'pooled', template: 'other' }));
+      expect(await two.countPooled('base')).toBe(5);
+
+      const oldest = await one.claimPooled('base', { owner: 'first' }, 7, 70);
+      expect(oldest).toMatchObject({
+        id: pooled[0]?.id,
+        state: 'running',
+        metadata: { owner: 'first' },
+        createdAt: 7,
+        expiresAt: 70,
+      });
+      // 20 claims at once from two connections for the 4 left.
+      const claims = await Promise.all(
+        Array.from({ length: 20 }, (_, i) =>
+          (i % 2 ? one : two).claimPooled('base', { claim: String(i) }, 8, 80),
+        ),
+      );
+      const won = claims.filter((c) => c !== undefined).map((c) => c?.id);
+      expect([...won].sort()).toEqual(
+        pooled
+          .slice(1)
+          .map((r) => r.id)
+          .sort(),
+      );
+      expect(await one.countPooled('base')).toBe(0);
+      expect(await one.countPooled('other')).toBe(1);
+      expect(await one.claimPooled('base', {}, 9, 90)).toBeUndefined();
+    });
+
+    test('a row is deleted only from the state the caller saw (a claimed spare stays)', async ({
+      store,
+    }) => {
+      const registry = await store.open();
+      const spare = sandboxRow({ state: 'pooled' });
+      await registry.insertSandbox(spare);
+      await registry.claimPooled('base', {}, 1, 2);
+      // The pool tries to evict it as a spare: it is somebody's sandbox now.
+      expect(await registry.deleteSandbox(spare.id, 'pooled')).toBe(false);
+      expect((await registry.getSandbox(spare.id))?.state).toBe('running');
+      expect(await registry.deleteSandbox(spare.id, 'running')).toBe(true);
+      expect(await registry.getSandbox(spare.id)).toBeUndefined();
+      expect(await registry.deleteSandbox(spare.id, 'running')).toBe(false);
+    });
+
+    test('templates: an upsert and a removal answer the record they replaced', async ({
+      store,
+    }) => {
+      const registry = await store.open();
+      const first = {
+        name: 'web',
+        spec: { name: 'web', env: { B: '1', A: '2' } },
+        dir: '/t/web',
+        image: null,
+        builtAt: 1,
+      };
+      expect(await registry.upsertTemplate(first)).toBeUndefined();
+      const second = { ...first, dir: null, image: 'abx-template/web:2', builtAt: 2 };
+      expect(await registry.upsertTemplate(second)).toEqual(first);
+      await registry.upsertTemplate({ ...first, name: 'api', spec: { name: 'api' } });
+      expect((await registry.listTemplates()).map((t) => t.name)).toEqual(['api', 'web']);
+      const read = await registry.getTemplate('web');
+      expect(read).toEqual(second);
+      expect(Object.keys((read?.spec as { env: object } | undefined)?.env ?? {})).toEqual([
+        'B',
+        'A',
+      ]);
+      expect(await registry.removeTemplate('web')).toEqual(second);
+      expect(await registry.removeTemplate('web')).toBeUndefined();
+      expect(await registry.getTemplate('web')).toBeUndefined();
+    });
+
+    test('agree: the first value of a key is kept, later ones are answered with it', async ({
+      store,
+    }) => {
+      const [one, two] = [await store.open(), await store.open()];
+      const answers = await Promise.all([one.agree('k', 'from-one'), two.agree('k', 'from-two')]);
+      expect(answers[0]).toBe(answers[1]);
+      expect(await two.agree('k', 'later')).toBe(answers[0]);
+      expect(await one.agree('other', 'x')).toBe('x');
+    });
+  });
+}

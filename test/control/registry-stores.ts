@@ -1,0 +1,120 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import pg from 'pg';
+import { test as base } from 'vitest';
+import { PostgresRegistry } from '../../src/control/postgres-registry.js';
+import type { Registry, SandboxRecord } from '../../src/control/registry.js';
+import { SqliteRegistry } from '../../src/control/sqlite-registry.js';
+import { createTestDatabase, NEEDS_POSTGRES, TEST_DATABASE_URL } from '../helpers/postgres.js';
+
+/** One registry store as the tests open it: a new empty database per test. */
+export interface StoreKind {
+  name: 'SQLite' | 'PostgreSQL';
+  /** Why its tests are skipped here, or '' when they run. */
+  skipped: string;
+}
+
+export const STORES: StoreKind[] = [
+  { name: 'SQLite', skipped: '' },
+  { name: 'PostgreSQL', skipped: NEEDS_POSTGRES },
+];
+
+export interface StoreFixture {
+  /**
+   * Opens a registry on the test's database, migrated; every call opens another one on the same
+   * database (as another daemon would), all closed after the test.
+   */
+  open(options?: { migrate?: boolean }): Promise<Registry>;
+  /** Where the test's database is: a file, or a postgres:// URL. */
+  location: string;
+  /** Runs SQL on the database directly, as an older or newer abx would have. */
+  raw(sql: string): Promise<void>;
+}
+
+/** A vitest `test` whose `store` fixture makes a database of `kind` and removes it afterwards. */
+export function storeTest(kind: StoreKind) {
+  return base.extend<{ store: StoreFixture }>({
+    // biome-ignore lint/correctness/noEmptyPattern: vitest fixtures must destructure their first argument
+    store: async ({}, use) => {
+      const opened: Registry[] = [];
+      let location: string;
+      let cleanup: () => Promise<void>;
+      let make: () => Registry;
+      let raw: (sql: string) => Promise<void>;
+      if (kind.name === 'SQLite') {
+        const dir = mkdtempSync(join(tmpdir(), 'abx-registry-'));
+        const file = join(dir, 'abx.db');
+        location = file;
+        make = () => new SqliteRegistry(file);
+        raw = async (sql) => {
+          const db = new Database(file);
+          try {
+            db.exec(sql);
+          } finally {
+            db.close();
+          }
+        };
+        cleanup = async () => rmSync(dir, { recursive: true, force: true });
+      } else {
+        const database = await createTestDatabase(TEST_DATABASE_URL as string);
+        location = database.url;
+        make = () => new PostgresRegistry(database.url);
+        raw = async (sql) => {
+          const client = new pg.Client({ connectionString: database.url });
+          await client.connect();
+          try {
+            await client.query(sql);
+          } finally {
+            await client.end();
+          }
+        };
+        cleanup = database.drop;
+      }
+      try {
+        await use({
+          location,
+          raw,
+          async open(options = {}) {
+            const registry = make();
+            opened.push(registry);
+            if (options.migrate !== false) await registry.migrate();
+            return registry;
+          },
+        });
+      } finally {
+        for (const registry of opened) await registry.close().catch(() => undefined);
+        await cleanup();
+      }
+    },
+  });
+}
+
+let sequence = 0;
+
+/** A sandbox row as the services would insert it. */
+export function sandboxRow(overrides: Partial<SandboxRecord> = {}): SandboxRecord {
+  sequence++;
+  const createdAt = 1_800_000_000_000 + sequence;
+  return {
+    id: `sbx${String(sequence).padStart(6, '0')}${Math.random().toString(36).slice(2, 8)}`,
+    template: 'base',
+    state: 'running',
+    metadata: {},
+    createdAt,
+    expiresAt: createdAt + 60_000,
+    endedAt: null,
+    endReason: null,
+    tokenHash: 'ab'.repeat(32),
+    handle: {
+      provider: 'memory',
+      pid: 4242,
+      startTime: `start-${sequence}`,
+      envdSocket: `/run/abx/${sequence}/envd.sock`,
+      portsDir: `/run/abx/${sequence}/ports`,
+    },
+    capabilities: ['files', 'commands'],
+    ...overrides,
+  };
+}
