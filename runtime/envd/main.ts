@@ -23,7 +23,12 @@ import { portsGroup } from './ports.js';
 const { values } = parseArgs({
   options: {
     socket: { type: 'string' },
+    // HOST:PORT to serve on over TCP (a pod, reached at its address), instead of or besides
+    // --socket; the token is required on every request there exactly as on the socket.
+    listen: { type: 'string' },
     'ports-dir': { type: 'string' },
+    // With --listen: forwarded ports listen on this address (the pod's) as well as in --ports-dir.
+    'ports-host': { type: 'string' },
     'token-file': { type: 'string' },
     // The template's capabilities (default all) and its name, for the refusals' wording.
     capabilities: { type: 'string' },
@@ -35,23 +40,38 @@ const { values } = parseArgs({
   },
   strict: true,
 });
-if (!values.socket || !values['ports-dir'] || !values['token-file']) {
+const usage = (): never => {
   process.stderr.write(
-    'usage: node envd.cjs --socket PATH --ports-dir DIR --token-file FILE [--capabilities LIST --template NAME]\n',
+    'usage: node envd.cjs (--socket PATH | --listen HOST:PORT) --ports-dir DIR [--ports-host HOST] --token-file FILE [--capabilities LIST --template NAME]\n',
   );
   process.exit(2);
+};
+if ((!values.socket && !values.listen) || !values['ports-dir'] || !values['token-file']) usage();
+const tokenFile = values['token-file'] as string;
+let listen: { host: string; port: number } | undefined;
+if (values.listen) {
+  // The last colon splits: a pod's IPv6 address may come bare from the downward API.
+  const found = /^\[?([^[\]]+?)\]?:(\d{1,5})$/.exec(values.listen);
+  const port = Number(found?.[2]);
+  if (!found || port < 1 || port > 65535) {
+    process.stderr.write(
+      `envd: --listen ${values.listen} is not HOST:PORT (e.g. 0.0.0.0:49983 or [::]:49983)\n`,
+    );
+    process.exit(2);
+  }
+  listen = { host: found[1] as string, port };
 }
 let tokens: ReturnType<typeof parseTokens>;
 let capabilities: Capability[];
 try {
-  tokens = parseTokens(readFileSync(values['token-file'], 'utf8'));
+  tokens = parseTokens(readFileSync(tokenFile, 'utf8'));
   capabilities = parseCapabilities(values.capabilities ?? CAPABILITIES.join(','));
 } catch (error) {
   process.stderr.write(`envd: ${(error as Error).message}\n`);
   process.exit(2);
 }
 // Gone before anything is served: no other process of the sandbox can have read it.
-rmSync(values['token-file'], { force: true });
+rmSync(tokenFile, { force: true });
 if (!tokens) {
   process.stderr.write('envd: the token file is empty; refusing to serve without a token\n');
   process.exit(2);
@@ -72,9 +92,15 @@ if (values['home-template']) {
     process.exit(1);
   }
 }
-rmSync(values.socket, { force: true });
+if (values.socket) rmSync(values.socket, { force: true });
 const server = new SandboxServer({
-  socketPath: values.socket,
+  ...(listen
+    ? {
+        host: listen.host,
+        port: listen.port,
+        ...(values.socket ? { extraSocketPath: values.socket } : {}),
+      }
+    : { socketPath: values.socket as string }),
   token: tokens.control,
   limitedToken: {
     token: tokens.client,
@@ -88,7 +114,7 @@ const server = new SandboxServer({
     SYSTEM,
     TERMINAL,
     DEV_TOOLS,
-    portsGroup(values['ports-dir']),
+    portsGroup(values['ports-dir'] as string, values['ports-host']),
     FILES_BATCH,
     ARCHIVE,
     ENV,
@@ -105,12 +131,14 @@ for (const signal of ['SIGTERM', 'SIGINT'] as const) process.once(signal, () => 
 server.start().then(
   () => {
     process.stdout.write(
-      `${JSON.stringify({ event: 'listening', socket: values.socket, pid: process.pid })}\n`,
+      `${JSON.stringify({ event: 'listening', socket: values.socket, listen: values.listen, pid: process.pid })}\n`,
     );
     return server.stopped.then(() => process.exit(0));
   },
   (error: Error) => {
-    process.stderr.write(`envd: cannot listen on ${values.socket}: ${error.message}\n`);
+    process.stderr.write(
+      `envd: cannot listen on ${values.listen ?? values.socket}: ${error.message}\n`,
+    );
     process.exit(1);
   },
 );

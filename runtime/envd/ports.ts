@@ -11,8 +11,9 @@ import { splice } from '../server/splice.js';
  * folder shared with the host) and pipes each connection to 127.0.0.1:PORT. Raw bytes both ways,
  * so HTTP, streaming and WebSocket upgrades all pass.
  */
-export function portsGroup(portsDir: string) {
+export function portsGroup(portsDir: string, tcpHost?: string) {
   const forwarders = new Map<number, Server>();
+  const tcpForwarders = new Map<number, Server>();
   const opening = new Map<number, Promise<string>>();
 
   // Concurrent first requests for one port share one attempt.
@@ -27,6 +28,7 @@ export function portsGroup(portsDir: string) {
 
   const start = async (port: number): Promise<string> => {
     const socketPath = join(portsDir, `${port}.sock`);
+    if (tcpHost !== undefined && tcpHost !== '127.0.0.1') await listenTcp(port);
     if (forwarders.has(port)) return socketPath;
     // A process in the sandbox may serve the socket itself (the command server does, to spare
     // this hop); only a stale file is replaced.
@@ -42,6 +44,25 @@ export function portsGroup(portsDir: string) {
       server.listen(socketPath, () => resolve(socketPath));
     });
   };
+
+  /**
+   * In a pod the host reaches port P at the pod's address: forward `tcpHost:P` to 127.0.0.1:P (a
+   * server bound to 127.0.0.1 only, like the command server, is reachable too). When something
+   * in the sandbox already listens on all addresses, the port is in use and reachable as it is.
+   */
+  const listenTcp = (port: number) =>
+    new Promise<void>((resolve, reject) => {
+      if (tcpForwarders.has(port)) return resolve();
+      const server = createServer((client) => splice(client, connect(port, '127.0.0.1')));
+      server.once('error', (error: NodeJS.ErrnoException) => {
+        if (error.code === 'EADDRINUSE') resolve();
+        else reject(error);
+      });
+      server.listen({ host: tcpHost, port, exclusive: true }, () => {
+        tcpForwarders.set(port, server);
+        resolve();
+      });
+    });
 
   const accepts = (socketPath: string) =>
     new Promise<boolean>((resolve) => {
@@ -87,6 +108,8 @@ export function portsGroup(portsDir: string) {
         const port = portOf(params.port);
         forwarders.get(port)?.close();
         forwarders.delete(port);
+        tcpForwarders.get(port)?.close();
+        tcpForwarders.delete(port);
         rmSync(join(portsDir, `${port}.sock`), { force: true });
         return { port, forwarding: false };
       },

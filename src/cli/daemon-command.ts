@@ -11,6 +11,10 @@ interface DaemonStartOptions {
   json?: boolean;
   provider?: string;
   dockerBaseImage?: string;
+  kubeNamespace?: string;
+  kubeRuntimeImage?: string;
+  kubeBaseImage?: string;
+  kubeAgentSandbox?: string;
   databaseUrl?: string;
 }
 
@@ -33,9 +37,9 @@ export function addDaemonCommand(program: Command): void {
       .addOption(
         new Option(
           '--provider <name>',
-          'where sandboxes run: local (bubblewrap on this host) or docker (the Docker engine of this host)',
+          'where sandboxes run: local (bubblewrap on this host), docker (the Docker engine of this host) or kubernetes (pods of the cluster of KUBECONFIG)',
         )
-          .choices(['local', 'docker'])
+          .choices(['local', 'docker', 'kubernetes'])
           .env('ABX_PROVIDER'),
       )
       .addOption(
@@ -43,6 +47,32 @@ export function addDaemonCommand(program: Command): void {
           '--docker-base-image <image>',
           'docker: the image of templates without one (default debian:bookworm-slim); it must be on the engine',
         ).env('ABX_DOCKER_BASE_IMAGE'),
+      )
+      .addOption(
+        new Option(
+          '--kube-namespace <name>',
+          'kubernetes: the namespace sandboxes run in (default: the context’s, else default)',
+        ).env('ABX_KUBE_NAMESPACE'),
+      )
+      .addOption(
+        new Option(
+          '--kube-runtime-image <image>',
+          'kubernetes: the init container’s image, holding the portable runtime at /opt/abx (docs/providers.md)',
+        ).env('ABX_KUBE_RUNTIME_IMAGE'),
+      )
+      .addOption(
+        new Option(
+          '--kube-base-image <image>',
+          'kubernetes: the image of templates without one (default debian:bookworm-slim)',
+        ).env('ABX_KUBE_BASE_IMAGE'),
+      )
+      .addOption(
+        new Option(
+          '--kube-agent-sandbox <mode>',
+          'kubernetes: make sandboxes as agent-sandbox Sandboxes: auto (when the cluster has the CRDs), true or false',
+        )
+          .choices(['auto', 'true', 'false'])
+          .env('ABX_KUBE_AGENT_SANDBOX'),
       )
       .addOption(
         new Option(
@@ -54,6 +84,10 @@ export function addDaemonCommand(program: Command): void {
         // The daemon process reads them from its environment (it inherits this one's).
         if (options.provider) process.env.ABX_PROVIDER = options.provider;
         if (options.dockerBaseImage) process.env.ABX_DOCKER_BASE_IMAGE = options.dockerBaseImage;
+        if (options.kubeNamespace) process.env.ABX_KUBE_NAMESPACE = options.kubeNamespace;
+        if (options.kubeRuntimeImage) process.env.ABX_KUBE_RUNTIME_IMAGE = options.kubeRuntimeImage;
+        if (options.kubeBaseImage) process.env.ABX_KUBE_BASE_IMAGE = options.kubeBaseImage;
+        if (options.kubeAgentSandbox) process.env.ABX_KUBE_AGENT_SANDBOX = options.kubeAgentSandbox;
         if (options.databaseUrl) process.env.ABX_DATABASE_URL = options.databaseUrl;
         const running = await findDaemon(abxHome());
         const wanted = options.provider ?? 'local';
@@ -69,6 +103,7 @@ export function addDaemonCommand(program: Command): void {
       }),
     'abx daemon start',
     'abx daemon start --provider docker --docker-base-image debian:bookworm-slim',
+    'abx daemon start --provider kubernetes --kube-namespace sandboxes --kube-runtime-image registry.example/abx-runtime:1',
     'abx daemon start --database-url postgres://abx:secret@db.internal:5432/abx',
   );
 

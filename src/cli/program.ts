@@ -4,6 +4,7 @@ import { addCodeCommand } from './code-command.js';
 import { addCommandsCommand } from './commands-command.js';
 import { addCopyCommand } from './copy-command.js';
 import { addDaemonCommand } from './daemon-command.js';
+import { addDoctorCommand } from './doctor-command.js';
 import { reportError } from './errors.js';
 import { addExecCommand } from './exec-command.js';
 import { addFileCommands } from './file-commands.js';
@@ -36,6 +37,7 @@ export function buildProgram(): Command {
   addServerCommand(program);
   addTemplateCommand(program);
   addDaemonCommand(program);
+  addDoctorCommand(program);
   addMcpCommand(program);
   return program;
 }

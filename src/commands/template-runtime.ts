@@ -4,9 +4,10 @@ import { SANDBOX_HOME } from '../../runtime/protocol/constants.js';
 import type { SetupStep, TemplateResources } from '../../runtime/protocol/wire.js';
 import { parseDuration } from '../util/duration.js';
 import { parseSize } from '../util/size.js';
+import { readKubernetes, type TemplateKubernetes } from './template-kubernetes.js';
 import { isRecord, type TemplateReader } from './template-reader.js';
 
-export type { SetupStep, TemplateResources };
+export type { SetupStep, TemplateKubernetes, TemplateResources };
 
 /** The template keys that shape the sandbox itself (the rest describe commands). */
 export const RUNTIME_KEYS = [
@@ -19,6 +20,7 @@ export const RUNTIME_KEYS = [
   'timeout',
   'resources',
   'network',
+  'kubernetes',
 ];
 const STEP_KEYS = ['run', 'copy', 'to', 'user'];
 const RESOURCE_KEYS = ['processes', 'open_files', 'file_size', 'memory', 'cpu', 'disk'];
@@ -59,6 +61,8 @@ export interface TemplateRuntime {
   resources: TemplateResources;
   /** `none` (default): only the sandbox's own loopback; `host`: the host's network. */
   network: 'none' | 'host';
+  /** Where and how the template's pods run on the kubernetes provider (others ignore it). */
+  kubernetes?: TemplateKubernetes;
 }
 
 /** Reads the runtime keys of a template document, reporting problems to `reader`. */
@@ -124,6 +128,7 @@ export function readRuntime(
   if (network !== 'none' && network !== 'host') {
     reader.problem(['network'], 'must be none (the default: no network) or host');
   }
+  const kubernetes = readKubernetes(reader, root.kubernetes);
   return {
     ...image,
     user: typeof user === 'string' ? user : DEFAULT_USER,
@@ -133,6 +138,7 @@ export function readRuntime(
     timeoutMs,
     resources,
     network: network as 'none' | 'host',
+    ...(kubernetes ? { kubernetes } : {}),
   };
 }
 

@@ -13,8 +13,11 @@ const { abxHome } = await import('../installation/paths.js');
 async function chooseProvider() {
   const name = process.env.ABX_PROVIDER || 'local';
   if (name === 'local') return undefined;
+  if (name === 'kubernetes') return kubernetesProvider();
   if (name !== 'docker') {
-    throw new Error(`ABX_PROVIDER is '${name}'; the providers are 'local' and 'docker'`);
+    throw new Error(
+      `ABX_PROVIDER is '${name}'; the providers are 'local', 'docker' and 'kubernetes'`,
+    );
   }
   const { join } = await import('node:path');
   const { packageInfo } = await import('../util/package-info.js');
@@ -26,6 +29,35 @@ async function chooseProvider() {
     ...(process.env.ABX_DOCKER_BASE_IMAGE ? { baseImage: process.env.ABX_DOCKER_BASE_IMAGE } : {}),
   });
   await provider.engine();
+  return provider;
+}
+
+/**
+ * `kubernetes`: pods in the cluster of `KUBECONFIG` (or `~/.kube/config`, or the daemon's own
+ * service account in a pod), in `ABX_KUBE_NAMESPACE`; `ABX_KUBE_RUNTIME_IMAGE` is the init
+ * container's image (the portable runtime), `ABX_KUBE_BASE_IMAGE` the image of templates without
+ * one, `ABX_KUBE_AGENT_SANDBOX` (auto, true, false) whether sandboxes are agent-sandbox Sandboxes. A daemon refuses to start when the API server does not answer.
+ */
+async function kubernetesProvider() {
+  const { KubernetesProvider } = await import('../providers/kubernetes/kubernetes-provider.js');
+  const { checkCluster } = await import('../providers/kubernetes/cluster-check.js');
+  const env = process.env;
+  const crds = env.ABX_KUBE_AGENT_SANDBOX || 'auto';
+  if (!['auto', 'true', 'false'].includes(crds)) {
+    throw new Error(`ABX_KUBE_AGENT_SANDBOX is '${crds}'; use auto (the default), true or false`);
+  }
+  const provider = new KubernetesProvider({
+    agentSandbox: crds === 'auto' ? 'auto' : crds === 'true',
+    ...(env.ABX_KUBE_NAMESPACE ? { namespace: env.ABX_KUBE_NAMESPACE } : {}),
+    ...(env.ABX_KUBE_CONTEXT ? { context: env.ABX_KUBE_CONTEXT } : {}),
+    ...(env.ABX_KUBE_RUNTIME_IMAGE ? { runtimeImage: env.ABX_KUBE_RUNTIME_IMAGE } : {}),
+    ...(env.ABX_KUBE_BASE_IMAGE ? { baseImage: env.ABX_KUBE_BASE_IMAGE } : {}),
+  });
+  const report = await checkCluster(provider);
+  if (!report.reachable) {
+    await provider.close();
+    throw new Error(report.problems.join('; '));
+  }
   return provider;
 }
 
@@ -55,6 +87,39 @@ function databaseUrl(): string | undefined {
     process.exit(1);
   }
   return url;
+}
+
+/**
+ * `ABX_DOCTOR=kubernetes` (what `abx doctor --provider kubernetes` runs): checks the cluster the
+ * provider would use, prints the report as one JSON line and exits 1 when it has problems.
+ */
+async function doctor(): Promise<never> {
+  const { KubernetesProvider } = await import('../providers/kubernetes/kubernetes-provider.js');
+  const { checkCluster } = await import('../providers/kubernetes/cluster-check.js');
+  const env = process.env;
+  const provider = new KubernetesProvider({
+    ...(env.ABX_KUBE_NAMESPACE ? { namespace: env.ABX_KUBE_NAMESPACE } : {}),
+    ...(env.ABX_KUBE_CONTEXT ? { context: env.ABX_KUBE_CONTEXT } : {}),
+    watch: false,
+  });
+  const report = await checkCluster(provider);
+  await provider.close();
+  console.log(JSON.stringify(report));
+  process.exit(report.problems.length > 0 ? 1 : 0);
+}
+
+if (process.env.ABX_DOCTOR) {
+  await doctor().catch((error: Error) => {
+    console.log(
+      JSON.stringify({
+        reachable: false,
+        permissions: [],
+        agentSandbox: [],
+        problems: [error.message],
+      }),
+    );
+    process.exit(1);
+  });
 }
 
 const warmPool = wholeNumber('ABX_WARM_POOL', 0);

@@ -10,6 +10,7 @@ import { type AbxPaths, abxPaths } from '../installation/paths.js';
 import { readOrCreateSecret } from '../installation/secrets.js';
 import { LocalProvider } from '../providers/local/local-provider.js';
 import type { SandboxProvider } from '../providers/provider.js';
+import { sandboxPortTarget } from '../providers/sandbox-socket.js';
 import { packageInfo } from '../util/package-info.js';
 import { API_ROUTES, type ApiContext } from './api-routes.js';
 import { envdRequest, runSetupStep, setSandboxEnv } from './envd-request.js';
@@ -162,6 +163,7 @@ export class Daemon {
     this.api = createServer(
       (req, res) => void table.dispatch(req, res, context, BODY_LIMITS, guard),
     );
+    const forwarded = new Set<string>();
     // SQLite answers in the thread: no cache. PostgreSQL would cost a round trip per connection.
     const registry = this.registry;
     const records = registry.getSandboxNow
@@ -186,8 +188,10 @@ export class Daemon {
         openPort: async (record, token, port) => {
           // A socket that exists is served already (by envd's forwarder, or by a command server
           // listening there itself): no round trip to envd per request.
-          const socket = join(record.handle.portsDir, `${port}.sock`);
-          if (existsSync(socket)) return socket;
+          const socket = sandboxPortTarget(record.handle, port);
+          // Over TCP (a pod) there is no file to look at: envd is asked once per sandbox and port.
+          const tcp = socket.startsWith('tcp:');
+          if (tcp ? forwarded.has(`${record.id} ${port}`) : existsSync(socket)) return socket;
           const { status, body } = await envdRequest(
             record.handle.envdSocket,
             token,
@@ -195,6 +199,10 @@ export class Daemon {
             `/ports/${port}`,
           );
           if (status !== 200) throw errorFromBody(status, body);
+          if (tcp) {
+            if (forwarded.size > 10_000) forwarded.clear();
+            forwarded.add(`${record.id} ${port}`);
+          }
           return socket;
         },
       },

@@ -96,11 +96,18 @@ export class SandboxService {
     const name = template.spec.name;
     // The pool refills itself in the background: nothing of it runs on this create's path.
     const pooled = await this.pool.claim(name, envs, metadata, timeoutMs);
-    if (pooled) return { record: pooled, accessToken: this.tokenOf(pooled.id) };
+    if (pooled) {
+      // A provider that ends sandboxes itself (kubernetes' Sandbox shutdownTime) follows the expiry.
+      await this.provider.setExpiry?.(pooled.handle, pooled.expiresAt).catch(() => undefined);
+      return { record: pooled, accessToken: this.tokenOf(pooled.id) };
+    }
     const record = await this.slots.run('create', async () => {
       // While this create waited for a slot, a refill may have put a sandbox in the pool.
       const late = await this.pool.claim(name, envs, metadata, timeoutMs, false);
-      if (late) return late;
+      if (late) {
+        await this.provider.setExpiry?.(late.handle, late.expiresAt).catch(() => undefined);
+        return late;
+      }
       return (
         await this.start(await this.templates.get(name), 'running', envs, metadata, timeoutMs)
       ).record;
@@ -135,6 +142,8 @@ export class SandboxService {
         network: template.spec.network,
         ...(template.image ? { image: template.image } : {}),
         user: template.spec.user,
+        timeoutMs,
+        ...(template.spec.kubernetes ? { kubernetes: template.spec.kubernetes } : {}),
       })
       .catch((error) => {
         // A sandbox that did not start leaves nothing: its folder holds its disk and log.
@@ -300,7 +309,7 @@ export class SandboxService {
   }
 
   async setTimeout(id: string, timeoutMs: unknown): Promise<SandboxRecord> {
-    await this.running(id);
+    const record = await this.running(id);
     const expiresAt = Date.now() + checkTimeout(timeoutMs);
     if (!(await this.registry.setExpiry(id, expiresAt))) {
       const ended = await this.registry.getSandbox(id);
@@ -308,6 +317,8 @@ export class SandboxService {
         `sandbox ${id} is not running (${ended?.state}: ${ended?.endReason})`,
       );
     }
+    // A provider that ends sandboxes itself (kubernetes' Sandbox shutdownTime) follows the expiry.
+    void this.provider.setExpiry?.(record.handle, expiresAt).catch(() => undefined);
     return this.get(id);
   }
 

@@ -1,7 +1,7 @@
 import type { Capability } from '../../runtime/protocol/capabilities.js';
 import { SANDBOX_RUN_DIR, SANDBOX_RUNTIME_DIR } from '../../runtime/protocol/constants.js';
 import type { IsolationReport } from '../../runtime/protocol/isolation.js';
-import type { TemplateResources } from '../commands/template-runtime.js';
+import type { TemplateKubernetes, TemplateResources } from '../commands/template-runtime.js';
 
 /** Where every provider's sandbox has its home (the template's `setup` output lands there). */
 export { SANDBOX_HOME } from '../../runtime/protocol/constants.js';
@@ -69,6 +69,10 @@ export interface SandboxSpec {
    * {@link ImageStore} returned); none: the provider's default (the host's system for `local`).
    */
   image?: string;
+  /** How long the sandbox may live, in ms (a provider that can enforce it itself may). */
+  timeoutMs?: number;
+  /** The template's `kubernetes:` section, for the kubernetes provider (others ignore it). */
+  kubernetes?: TemplateKubernetes;
   /**
    * Who envd (and so every process) runs as inside the sandbox: the template's user (default
    * `user`, uid 1000), or `root` for the throwaway sandbox of an image template's build. A
@@ -107,9 +111,16 @@ export interface SandboxHandle {
   provider: string;
   pid: number;
   startTime: string;
-  /** The Unix socket of the sandbox's envd, on the host. */
+  /**
+   * Where the sandbox's envd answers: its Unix socket on the host, or `tcp://HOST:PORT` for a
+   * sandbox reached over the network (a pod: its IP and envd's port). `connectSandboxSocket`
+   * dials either.
+   */
   envdSocket: string;
-  /** The folder holding one Unix socket per forwarded port (`{port}.sock`). */
+  /**
+   * The folder holding one Unix socket per forwarded port (`{port}.sock`), or `tcp://HOST` for a
+   * sandbox reached over the network, whose port P is `HOST:P` (see `sandboxPortTarget`).
+   */
   portsDir: string;
   /** The host uid the sandbox runs as, when the daemon gave it one of its own (root daemon). */
   uid?: number;
@@ -119,6 +130,11 @@ export interface SandboxHandle {
   cgroup?: string;
   /** The sandbox's container, for providers that run containers (docker: its id). */
   container?: string;
+  /**
+   * The sandbox's pod (kubernetes): its namespace and name (`startTime` then holds its uid), and
+   * whether an agent-sandbox `Sandbox` of the same name owns it (then that is what `kill` deletes).
+   */
+  pod?: { namespace: string; name: string; sandbox?: boolean };
 }
 
 /** Why a sandbox's processes ended without being killed. */
@@ -148,6 +164,12 @@ export interface SandboxProvider {
   sweepOrphans(sandboxesDir: string, running: ReadonlySet<string>): Promise<string[]>;
   /** How this provider isolates sandboxes on this host. */
   isolation(): IsolationReport;
+  /**
+   * The sandbox's end moved (a pooled sandbox handed out, `setTimeout`): for a provider that ends
+   * sandboxes itself at their timeout (agent-sandbox's `shutdownTime`), so it does not end one
+   * early. Others leave it out: the daemon's reaper ends sandboxes.
+   */
+  setExpiry?(handle: SandboxHandle, expiresAt: number): Promise<void>;
   /** Releases what the provider keeps for itself (an engine client, say); sandboxes keep running. */
   close?(): Promise<void>;
   /**

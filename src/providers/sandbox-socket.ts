@@ -1,6 +1,6 @@
 import { closeSync, fstatSync, openSync, unlinkSync } from 'node:fs';
 import { connect, Socket } from 'node:net';
-import { dirname } from 'node:path';
+import { dirname, join } from 'node:path';
 
 // Linux open(2) flags that node does not export.
 const O_PATH = 0o10000000;
@@ -63,11 +63,51 @@ export function splitRunPath(socketPath: string): { runDir: string; relative: st
   };
 }
 
+/** How a sandbox reached over TCP (a pod) names envd and its ports: `tcp://HOST:PORT`. */
+const TCP_PREFIX = 'tcp://';
+
+/** The `tcp://HOST:PORT` target of a sandbox's envd, or of one of its ports (IPv6 in brackets). */
+export function tcpTarget(host: string, port: number): string {
+  return `${TCP_PREFIX}${host.includes(':') ? `[${host}]` : host}:${port}`;
+}
+
+/** Host and port of a `tcp://HOST:PORT` target; undefined for a Unix socket path. */
+export function parseTcpTarget(target: string): { host: string; port: number } | undefined {
+  if (!target.startsWith(TCP_PREFIX)) return undefined;
+  const found = /^tcp:\/\/(?:\[([0-9a-fA-F:.]+)\]|([^:/[\]]+)):(\d{1,5})$/.exec(target);
+  const port = Number(found?.[3]);
+  if (!found || port < 1 || port > 65535) return undefined;
+  return { host: (found[1] ?? found[2]) as string, port };
+}
+
 /**
- * Connects to a socket of a sandbox's run folder without following any symlink inside it (see
- * above). Failures (a missing socket, a symlink, not a socket) come as the socket's 'error'.
+ * Where the gateway dials port `port` of a sandbox: `{portsDir}/{port}.sock` on the host, or,
+ * for a sandbox reached over TCP (`portsDir` is `tcp://HOST`, a pod's address), `tcp://HOST:port`.
+ */
+export function sandboxPortTarget(handle: { portsDir: string }, port: number): string {
+  if (handle.portsDir.startsWith(TCP_PREFIX)) {
+    const host = handle.portsDir.slice(TCP_PREFIX.length).replace(/^\[(.*)\]$/, '$1');
+    return tcpTarget(host, port);
+  }
+  return join(handle.portsDir, `${port}.sock`);
+}
+
+/**
+ * Connects to a sandbox's envd or port: a `tcp://HOST:PORT` target over TCP (a pod: its address
+ * comes from the cluster's API, not from anything the sandbox writes; envd there checks the token
+ * on every request as on its socket), anything else as a socket of the sandbox's run folder,
+ * without following any symlink inside it (see above). Failures (a missing socket, a symlink, not
+ * a socket, a refused connection) come as the socket's 'error'.
  */
 export function connectSandboxSocket(socketPath: string): Socket {
+  if (socketPath.startsWith(TCP_PREFIX)) {
+    const tcp = parseTcpTarget(socketPath);
+    if (tcp) return connect({ host: tcp.host, port: tcp.port, noDelay: true });
+    const socket = new Socket();
+    const error = Object.assign(new Error(`bad sandbox address ${socketPath}`), { code: 'EINVAL' });
+    process.nextTick(() => socket.destroy(error));
+    return socket;
+  }
   const { runDir, relative } = splitRunPath(socketPath);
   let fd: number;
   try {
@@ -91,6 +131,7 @@ export function connectSandboxSocket(socketPath: string): Socket {
 
 /** Removes a stale socket of a sandbox's run folder, never following a symlink to get there. */
 export function unlinkSandboxSocket(socketPath: string): void {
+  if (socketPath.startsWith(TCP_PREFIX)) return; // an address, not a file
   const { runDir, relative } = splitRunPath(socketPath);
   const parts = relative.split('/');
   const name = parts.pop() as string;

@@ -7,7 +7,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { envdRequest } from '../../src/control/envd-request.js';
 import { SandboxStartError } from '../../src/errors.js';
 import type { SandboxHandle, SandboxProvider, SandboxSpec } from '../../src/providers/provider.js';
-import { connectSandboxSocket } from '../../src/providers/sandbox-socket.js';
+import { connectSandboxSocket, sandboxPortTarget } from '../../src/providers/sandbox-socket.js';
 
 /** What every provider's constructor must accept, so the suite can make `create` time out. */
 export interface ContractProviderOptions {
@@ -28,6 +28,15 @@ export interface ProviderContractOptions {
   leftovers(id: string, dir: string, handle?: SandboxHandle): string[] | Promise<string[]>;
   /** Removes whatever `leftovers` still reports once the suite is done (a test failed). */
   removeLeftovers?(id: string, dir: string): Promise<void>;
+  /**
+   * The sandbox is a pod reached over the network, not processes of this host (kubernetes,
+   * against an API double whose "kubelet" runs pods as host processes). What a node enforces
+   * (rlimits, disk quota, `network: none`, seccomp, the OOM killer) is the kubelet's and the
+   * container runtime's work, not the provider's, and the double does none of it: those checks
+   * are left out. `crash` ends a sandbox from outside (a node killing its container), since
+   * `kill -9 -1` inside cannot end a pod's pid 1.
+   */
+  pod?: { crash(handle: SandboxHandle): void | Promise<void> };
 }
 
 interface ShellResult {
@@ -216,8 +225,9 @@ export function providerContract(
         const health = await envdRequest(handle.envdSocket, token(), 'GET', '/health');
         expect(health).toEqual({ status: 200, body: { status: 'ok' } });
         expect(handle.provider).toBe(provider.name);
-        expect(handle.envdSocket).toMatch(/^\//);
-        expect(handle.portsDir).toMatch(/^\//);
+        // A path on the host, or a pod's address.
+        expect(handle.envdSocket).toMatch(options.pod ? /^tcp:\/\// : /^\//);
+        expect(handle.portsDir).toMatch(options.pod ? /^tcp:\/\// : /^\//);
         expect(JSON.parse(JSON.stringify(handle))).toEqual(handle);
       });
 
@@ -275,7 +285,7 @@ export function providerContract(
         expect(provider.isAlive({ ...stored, startTime: `${stored.startTime}0` })).toBe(false);
       });
 
-      test('a port inside is reachable at handle.portsDir/{port}.sock once envd forwards it', async () => {
+      test('a port inside is reachable at sandboxPortTarget (handle.portsDir/{port}.sock, or the pod address) once envd forwards it', async () => {
         await sh(handle, token(), "printf 'served from inside\\n' > served.txt");
         const server = await envdRequest(handle.envdSocket, token(), 'POST', '/process/start', {
           cmd: 'exec /usr/bin/python3 -m http.server 8123 --bind 127.0.0.1',
@@ -283,7 +293,7 @@ export function providerContract(
         expect(server.status).toBe(200);
         const forwarded = await envdRequest(handle.envdSocket, token(), 'POST', '/ports/8123');
         expect(forwarded.status).toBe(200);
-        const socket = join(handle.portsDir, '8123.sock');
+        const socket = sandboxPortTarget(handle, 8123);
         let answer: { status: number; body: string } | Error = new Error('not tried');
         for (const deadline = Date.now() + 10_000; Date.now() < deadline; await sleep(50)) {
           answer = await httpGet(socket, '/served.txt').catch((error: Error) => error);
@@ -299,6 +309,8 @@ export function providerContract(
           'command -v node > /dev/null && test -r /opt/abx/envd.cjs && test -r /opt/abx/server.cjs && echo ok',
         );
         expect(runtime.stdout).toBe('ok\n');
+        // A pod's ports are reached at its address, through envd's forwarder (checked above).
+        if (options.pod) return;
         // What the command server does: listen on the socket itself, no forwarding by envd.
         const server = await envdRequest(handle.envdSocket, token(), 'POST', '/process/start', {
           cmd: `exec node -e "require('http').createServer((q, s) => s.end('direct')).listen('/run/abx/ports/8124.sock')"`,
@@ -313,29 +325,32 @@ export function providerContract(
         expect(answer).toEqual({ status: 200, body: 'direct' });
       });
 
-      test('applies resources: open files, file size, processes and disk', async () => {
-        const limits = await sh(
-          handle,
-          token(),
-          'ulimit -n; head -c 3000000 /dev/zero > big; wc -c < big; rm -f big; df -P -k /home/user | tail -n 1',
-        );
-        const [openFiles, written, disk] = limits.stdout.trim().split('\n');
-        expect(Number(openFiles)).toBe(200);
-        expect(Number(written)).toBe(MiB);
-        // The home's file system is the disk quota's size where the provider enforces one. Where
-        // it says it cannot (docker on a storage driver without quotas), df shows the host's disk:
-        // isolation() must then report disk as not enforced, with a warning (checked below).
-        const diskKiB = Number(disk?.split(/\s+/)[1]);
-        if (provider.isolation().limits.disk?.enforced) {
-          expect(diskKiB).toBeLessThanOrEqual(64 * 1024);
-          expect(diskKiB).toBeGreaterThan(32 * 1024);
-        } else {
-          expect(provider.isolation().warnings.join('\n')).toMatch(/^disk: /m);
-        }
-        const forks = Number((await sh(handle, token(), FORK_UNTIL_REFUSED)).stdout);
-        expect(forks).toBeGreaterThan(0);
-        expect(forks).toBeLessThan(100);
-      });
+      test.skipIf(options.pod)(
+        'applies resources: open files, file size, processes and disk',
+        async () => {
+          const limits = await sh(
+            handle,
+            token(),
+            'ulimit -n; head -c 3000000 /dev/zero > big; wc -c < big; rm -f big; df -P -k /home/user | tail -n 1',
+          );
+          const [openFiles, written, disk] = limits.stdout.trim().split('\n');
+          expect(Number(openFiles)).toBe(200);
+          expect(Number(written)).toBe(MiB);
+          // The home's file system is the disk quota's size where the provider enforces one. Where
+          // it says it cannot (docker on a storage driver without quotas), df shows the host's disk:
+          // isolation() must then report disk as not enforced, with a warning (checked below).
+          const diskKiB = Number(disk?.split(/\s+/)[1]);
+          if (provider.isolation().limits.disk?.enforced) {
+            expect(diskKiB).toBeLessThanOrEqual(64 * 1024);
+            expect(diskKiB).toBeGreaterThan(32 * 1024);
+          } else {
+            expect(provider.isolation().warnings.join('\n')).toMatch(/^disk: /m);
+          }
+          const forks = Number((await sh(handle, token(), FORK_UNTIL_REFUSED)).stdout);
+          expect(forks).toBeGreaterThan(0);
+          expect(forks).toBeLessThan(100);
+        },
+      );
 
       test('starts from a copy of baseHome, owned by the sandbox user', async () => {
         const result = await sh(
@@ -349,7 +364,7 @@ export function providerContract(
         );
       });
 
-      test("network 'none': only its own loopback", async () => {
+      test.skipIf(options.pod)("network 'none': only its own loopback", async () => {
         const result = await sh(
           handle,
           token(),
@@ -358,21 +373,24 @@ export function providerContract(
         expect(result.stdout.split('\n').filter(Boolean)).toEqual(['lo']);
       });
 
-      test('keeps the isolation promise inside: no capabilities, no user namespaces, no sysctl writes', async () => {
-        const result = await sh(
-          handle,
-          token(),
-          [
-            'grep CapEff /proc/self/status',
-            'command -v unshare > /dev/null || echo no unshare binary',
-            'unshare -U true 2> /dev/null && echo user namespace made || echo no user namespace',
-            '(echo x > /proc/sys/kernel/domainname) 2> /dev/null && echo sysctl written || echo sysctl refused',
-          ].join('; '),
-        );
-        expect(result.stdout).toBe(
-          'CapEff:\t0000000000000000\nno user namespace\nsysctl refused\n',
-        );
-      });
+      test.skipIf(options.pod)(
+        'keeps the isolation promise inside: no capabilities, no user namespaces, no sysctl writes',
+        async () => {
+          const result = await sh(
+            handle,
+            token(),
+            [
+              'grep CapEff /proc/self/status',
+              'command -v unshare > /dev/null || echo no unshare binary',
+              'unshare -U true 2> /dev/null && echo user namespace made || echo no user namespace',
+              '(echo x > /proc/sys/kernel/domainname) 2> /dev/null && echo sysctl written || echo sysctl refused',
+            ].join('; '),
+          );
+          expect(result.stdout).toBe(
+            'CapEff:\t0000000000000000\nno user namespace\nsysctl refused\n',
+          );
+        },
+      );
 
       test('isolation() reports its mode and every limit, with a warning for each not enforced', () => {
         const report = provider.isolation();
@@ -428,9 +446,12 @@ export function providerContract(
       test("a sandbox whose processes end by themselves is not alive, ended 'exited', and kill cleans up", async () => {
         const spec = specFor('exit', { resources: { memory: 256 * MiB } });
         const handle = await start(spec);
-        await envdRequest(handle.envdSocket, spec.accessToken, 'POST', '/process/exec', {
-          cmd: 'kill -9 -1',
-        }).catch(() => undefined); // envd dies while answering
+        if (options.pod) await options.pod.crash(handle);
+        else {
+          await envdRequest(handle.envdSocket, spec.accessToken, 'POST', '/process/exec', {
+            cmd: 'kill -9 -1',
+          }).catch(() => undefined); // envd dies while answering
+        }
         expect(
           await settle(
             () => provider.isAlive(handle),
@@ -445,6 +466,7 @@ export function providerContract(
       test("a sandbox whose envd the OOM killer ends (resources.memory) is not alive and ended 'oom'", async ({
         skip,
       }) => {
+        if (options.pod) skip("the API double's kubelet has no OOM killer");
         if (!provider.isolation().limits.memory?.enforced) {
           skip('memory limits are not enforced on this host');
         }

@@ -1,0 +1,103 @@
+import { ApisApi, AuthorizationV1Api, type KubeConfig, VersionApi } from '@kubernetes/client-node';
+import { kubeError } from './kube-client.js';
+
+/** The API groups of kubernetes-sigs/agent-sandbox: the core `Sandbox`, and its extensions. */
+export const AGENT_SANDBOX_GROUP = 'agents.x-k8s.io';
+export const AGENT_SANDBOX_EXTENSIONS_GROUP = 'extensions.agents.x-k8s.io';
+
+/** What the provider does in its namespace, as RBAC rules (group, resource, verbs). */
+export const REQUIRED_PERMISSIONS: readonly { group: string; resource: string; verbs: string[] }[] =
+  [
+    { group: '', resource: 'pods', verbs: ['create', 'get', 'list', 'watch', 'delete'] },
+    { group: '', resource: 'secrets', verbs: ['create', 'delete'] },
+    { group: '', resource: 'events', verbs: ['list'] },
+  ];
+/** What it also does where agent-sandbox is installed. */
+export const AGENT_SANDBOX_PERMISSIONS: readonly {
+  group: string;
+  resource: string;
+  verbs: string[];
+}[] = [
+  { group: AGENT_SANDBOX_GROUP, resource: 'sandboxes', verbs: ['create', 'get', 'list', 'delete'] },
+];
+
+/** What `abx doctor --provider kubernetes` (and a kubernetes daemon's start) learns. */
+export interface ClusterReport {
+  server: string;
+  namespace: string;
+  reachable: boolean;
+  /** The server's version (`v1.31.2`), when it answered. */
+  version?: string;
+  /** Each permission the provider needs, and whether this account has it (SelfSubjectAccessReview). */
+  permissions: { verb: string; resource: string; allowed: boolean; reason?: string }[];
+  /** The agent-sandbox API groups the server serves (empty: not installed). */
+  agentSandbox: string[];
+  /** What is wrong, each with what to do; empty when the provider can work. */
+  problems: string[];
+}
+
+/** Asks the cluster what the provider needs to know before it runs sandboxes there. */
+export async function checkCluster(target: {
+  config: KubeConfig;
+  namespace: string;
+  server: string;
+}): Promise<ClusterReport> {
+  const { config, namespace, server } = target;
+  const report: ClusterReport = {
+    server,
+    namespace,
+    reachable: false,
+    permissions: [],
+    agentSandbox: [],
+    problems: [],
+  };
+  try {
+    const version = await config.makeApiClient(VersionApi).getCode();
+    report.version = version.gitVersion;
+    report.reachable = true;
+  } catch (error) {
+    report.problems.push(kubeError(error, 'asking its version', server).message);
+    return report;
+  }
+  try {
+    const groups = await config.makeApiClient(ApisApi).getAPIVersions();
+    report.agentSandbox = groups.groups
+      .map((group) => group.name)
+      .filter((name) => name === AGENT_SANDBOX_GROUP || name === AGENT_SANDBOX_EXTENSIONS_GROUP);
+  } catch (error) {
+    report.problems.push(kubeError(error, 'listing its API groups', server).message);
+  }
+  const authorization = config.makeApiClient(AuthorizationV1Api);
+  const needed = [
+    ...REQUIRED_PERMISSIONS,
+    ...(report.agentSandbox.includes(AGENT_SANDBOX_GROUP) ? AGENT_SANDBOX_PERMISSIONS : []),
+  ];
+  for (const { group, resource, verbs } of needed) {
+    for (const verb of verbs) {
+      try {
+        const review = await authorization.createSelfSubjectAccessReview({
+          body: {
+            apiVersion: 'authorization.k8s.io/v1',
+            kind: 'SelfSubjectAccessReview',
+            spec: { resourceAttributes: { namespace, group, resource, verb } },
+          },
+        });
+        const allowed = review.status?.allowed === true;
+        report.permissions.push({
+          verb,
+          resource,
+          allowed,
+          ...(review.status?.reason ? { reason: review.status.reason } : {}),
+        });
+        if (!allowed) {
+          report.problems.push(
+            `this account may not ${verb} ${group ? `${resource}.${group}` : resource} in namespace ${namespace}: add it to the daemon's Role (docs/providers.md, "RBAC")`,
+          );
+        }
+      } catch (error) {
+        report.problems.push(kubeError(error, `reviewing ${verb} ${resource}`, server).message);
+      }
+    }
+  }
+  return report;
+}

@@ -1,0 +1,115 @@
+import { ApiException, KubeConfig } from '@kubernetes/client-node';
+import { SandboxError, UnavailableError } from '../../errors.js';
+
+/** Where the provider finds its cluster. */
+export interface KubeConfigOptions {
+  /** A loaded configuration (tests); wins over everything else. */
+  kubeConfig?: KubeConfig;
+  /** A kubeconfig file; default: `KUBECONFIG`, `~/.kube/config`, or the pod's service account. */
+  kubeconfigPath?: string;
+  /** The context to use; default the file's current context. */
+  context?: string;
+}
+
+/** The configuration from the standard places (or the ones given). */
+export function loadKubeConfig(options: KubeConfigOptions): KubeConfig {
+  if (options.kubeConfig) return options.kubeConfig;
+  const config = new KubeConfig();
+  try {
+    if (options.kubeconfigPath) config.loadFromFile(options.kubeconfigPath);
+    else config.loadFromDefault();
+  } catch (error) {
+    throw new UnavailableError(
+      `cannot read the Kubernetes configuration${options.kubeconfigPath ? ` ${options.kubeconfigPath}` : ''}: ${(error as Error).message}`,
+      { cause: error },
+    );
+  }
+  if (options.context) config.setCurrentContext(options.context);
+  if (!config.getCurrentCluster()) {
+    throw new UnavailableError(
+      'no Kubernetes cluster configured: set KUBECONFIG (or pass --kubeconfig), or run the daemon in a pod with a service account',
+    );
+  }
+  return config;
+}
+
+/** The API server's address, for messages. */
+export function serverOf(config: KubeConfig): string {
+  return config.getCurrentCluster()?.server ?? 'the configured API server';
+}
+
+/** The HTTP status of a failed API call; undefined when the server was not reached. */
+export function statusOf(error: unknown): number | undefined {
+  if (error instanceof ApiException) return error.code;
+  const code = (error as { code?: unknown; statusCode?: unknown }) ?? {};
+  if (typeof code.statusCode === 'number') return code.statusCode;
+  return undefined;
+}
+
+/** The Status message the API server answered with, or the error's own message. */
+export function kubeMessage(error: unknown): string {
+  if (error instanceof ApiException) {
+    let body = error.body as unknown;
+    if (typeof body === 'string') {
+      const text = body;
+      try {
+        body = JSON.parse(text);
+      } catch {
+        return `${error.code}: ${text.slice(0, 300)}`;
+      }
+    }
+    const message = (body as { message?: unknown } | undefined)?.message;
+    return typeof message === 'string' ? message : `HTTP ${error.code}`;
+  }
+  return (error as Error)?.message ?? String(error);
+}
+
+const UNREACHABLE = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'ETIMEDOUT',
+  'EPIPE',
+  'CERT_HAS_EXPIRED',
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+]);
+
+/** The errno-like code of a failure to reach the server (node-fetch's FetchError and its cause). */
+function networkCode(error: unknown): string | undefined {
+  for (let at = error as { code?: unknown; errno?: unknown; cause?: unknown } | undefined; at; ) {
+    for (const value of [at.code, at.errno]) {
+      if (typeof value === 'string' && UNREACHABLE.has(value)) return value;
+    }
+    at = at.cause as typeof at;
+  }
+  const type = (error as { type?: unknown })?.type;
+  return type === 'system' || type === 'request-timeout' ? 'no answer' : undefined;
+}
+
+/**
+ * An API call's failure as the project's errors: a server that cannot be reached is an
+ * {@link UnavailableError} naming it and what to check; an answer is a {@link SandboxError} with
+ * the server's own message (status attached as `status`).
+ */
+export function kubeError(error: unknown, what: string, server: string): SandboxError {
+  if (error instanceof SandboxError) return error;
+  const code = networkCode(error);
+  if (code && statusOf(error) === undefined) {
+    return new UnavailableError(
+      `the Kubernetes API server at ${server} does not answer (${code}) while ${what}: check that the cluster is up and that KUBECONFIG (or --kubeconfig) points at it`,
+      { cause: error },
+    );
+  }
+  const status = statusOf(error);
+  if (status === 401 || status === 403) {
+    return new UnavailableError(
+      `the Kubernetes API server at ${server} refused ${what} (${status}): ${kubeMessage(error)}; the daemon's account needs the RBAC rules in docs/providers.md (abx doctor --provider kubernetes checks them)`,
+      { cause: error },
+    );
+  }
+  return new SandboxError(`${what} failed: ${kubeMessage(error)}`, { cause: error });
+}

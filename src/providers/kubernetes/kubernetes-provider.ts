@@ -1,0 +1,519 @@
+import { dirname } from 'node:path';
+import {
+  ApisApi,
+  CoreV1Api,
+  CustomObjectsApi,
+  type Informer,
+  type KubeConfig,
+  makeInformer,
+  type V1Pod,
+} from '@kubernetes/client-node';
+import { ENVD_PORT } from '../../../runtime/protocol/constants.js';
+import { SandboxError, SandboxStartError, UnavailableError } from '../../errors.js';
+import { envdHealthy } from '../local/local-provider.js';
+import {
+  type EndCause,
+  envdTokenFile,
+  type IsolationReport,
+  type SandboxHandle,
+  type SandboxProvider,
+  type SandboxSpec,
+} from '../provider.js';
+import { tcpTarget } from '../sandbox-socket.js';
+import {
+  AGENT_SANDBOX_VERSION,
+  type AgentSandbox,
+  agentSandbox,
+  SANDBOXES,
+  shutdownTime,
+} from './agent-sandbox.js';
+import { AGENT_SANDBOX_GROUP } from './cluster-check.js';
+import { copyHome } from './home-copy.js';
+import {
+  type KubeConfigOptions,
+  kubeError,
+  kubeMessage,
+  loadKubeConfig,
+  serverOf,
+  statusOf,
+} from './kube-client.js';
+import {
+  MANAGED_BY,
+  MANAGED_BY_LABEL,
+  podName,
+  SANDBOX_ID_LABEL,
+  SANDBOXES_LABEL,
+  sandboxesHash,
+  sandboxPod,
+  secretName,
+  tokenSecret,
+} from './pod-spec.js';
+import { eventSummary, oomKilled, type PodProgress, podProgress } from './pod-status.js';
+
+/** The image of templates without one (a home is mounted for the user: the image has none). */
+export const DEFAULT_BASE_IMAGE = 'debian:bookworm-slim';
+/** The image holding the portable runtime at /opt/abx, for the init container (see docs). */
+export const DEFAULT_RUNTIME_IMAGE = 'abx-runtime:latest';
+
+export interface KubernetesProviderOptions extends KubeConfigOptions {
+  /** The namespace sandboxes run in; default the context's namespace, else `default`. */
+  namespace?: string;
+  /** The init container's image: the portable runtime at /opt/abx. */
+  runtimeImage?: string;
+  /** The image of templates without one; default {@link DEFAULT_BASE_IMAGE}. */
+  baseImage?: string;
+  /** How long a pod has to become ready, from the call (pulls included); default 120 s. */
+  startTimeoutMs?: number;
+  imagePullPolicy?: 'Always' | 'IfNotPresent' | 'Never';
+  /** Keep a watch of the provider's pods for `isAlive` (default true; false for one-off checks). */
+  watch?: boolean;
+  /**
+   * Make sandboxes as agent-sandbox `Sandbox` objects (true), as plain pods (false), or as
+   * Sandboxes when the cluster serves agents.x-k8s.io/v1beta1 ('auto', the default).
+   */
+  agentSandbox?: boolean | 'auto';
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+/** How long `kill` and cleanups wait for the API server to forget a pod. */
+const GONE_MS = 30_000;
+/** How soon a pod watch that ended with an error is started again. */
+const REWATCH_MS = 1000;
+
+/**
+ * Sandboxes as pods, one each, through the cluster's API (`@kubernetes/client-node`): the pod of
+ * {@link sandboxPod}, its token in a Secret owned by the pod. The handle names the pod (and its
+ * uid, as `startTime`: a pod of the same name made later is another sandbox) and envd's address,
+ * `tcp://podIP:49983`, which the gateway dials. Liveness is synchronous in the interface, so it
+ * comes from a cache of the provider's pods kept by a list+watch (an informer).
+ */
+export class KubernetesProvider implements SandboxProvider {
+  readonly name = 'kubernetes';
+  readonly namespace: string;
+  readonly config: KubeConfig;
+  readonly server: string;
+  private readonly core: CoreV1Api;
+  private readonly custom: CustomObjectsApi;
+  private crds: Promise<boolean> | undefined;
+  private informer: Informer<V1Pod> | undefined;
+  private synced = false;
+  private closed = false;
+  /** Pods known by name from the watch (uid, phase, deletion under way, OOM). */
+  private readonly pods = new Map<string, V1Pod>();
+  /** Uids of pods this provider saw gone (or removed itself). */
+  private readonly gone = new Set<string>();
+  private readonly oom = new Set<string>();
+  /** Waiters for changes of one pod, by name. */
+  private readonly waiters = new Map<string, Set<() => void>>();
+  private rewatch: NodeJS.Timeout | undefined;
+
+  constructor(private readonly options: KubernetesProviderOptions = {}) {
+    this.config = loadKubeConfig(options);
+    this.server = serverOf(this.config);
+    const context = this.config.getContextObject(this.config.getCurrentContext());
+    this.namespace = options.namespace ?? context?.namespace ?? 'default';
+    this.core = this.config.makeApiClient(CoreV1Api);
+    this.custom = this.config.makeApiClient(CustomObjectsApi);
+    if (options.watch !== false) this.watchPods();
+  }
+
+  async create(spec: SandboxSpec): Promise<SandboxHandle> {
+    const timeoutMs = this.options.startTimeoutMs ?? 120_000;
+    const deadline = Date.now() + timeoutMs;
+    const name = podName(spec.id);
+    const pod = sandboxPod(spec, {
+      namespace: this.namespace,
+      runtimeImage: this.options.runtimeImage ?? DEFAULT_RUNTIME_IMAGE,
+      baseImage: this.options.baseImage ?? DEFAULT_BASE_IMAGE,
+      sandboxesDir: dirname(spec.dir),
+      ...(this.options.imagePullPolicy ? { imagePullPolicy: this.options.imagePullPolicy } : {}),
+    });
+    let made: V1Pod | undefined;
+    let lastWhy: string | undefined;
+    /** Whether a Sandbox may have been made (then it is what goes, taking its pod). */
+    let crdMade = false;
+
+    const fail = async (why: string, cause?: unknown): Promise<SandboxStartError> => {
+      const events = made ? await this.eventsOf(name) : '';
+      await this.remove(spec.id, undefined, crdMade).catch(() => undefined);
+      return new SandboxStartError(
+        `sandbox ${spec.id} did not start: ${why}${events && !why.includes(events) ? ` (events: ${events})` : ''}`,
+        cause === undefined ? undefined : { cause },
+      );
+    };
+    const late = () =>
+      `its pod ${this.namespace}/${name} was not ready within ${timeoutMs} ms${lastWhy ? ` (${lastWhy})` : ''}`;
+    const call = async <T>(what: string, work: () => Promise<T>): Promise<T> => {
+      try {
+        return await work();
+      } catch (error) {
+        const mapped = kubeError(error, what, this.server);
+        if (mapped instanceof UnavailableError) {
+          await this.remove(spec.id, undefined, crdMade).catch(() => undefined);
+          throw mapped;
+        }
+        throw await fail(`${what}: ${kubeMessage(error)}`, error);
+      }
+    };
+
+    const crd = await call('asking the cluster for agent-sandbox', () => this.usesAgentSandbox());
+    let owner: { name: string; uid: string; kind: 'Pod' | 'Sandbox' };
+    if (crd) {
+      crdMade = true;
+      const body = agentSandbox(pod, spec.timeoutMs);
+      const sandbox = (await call(`creating Sandbox ${this.namespace}/${name}`, () =>
+        this.custom.createNamespacedCustomObject({
+          group: AGENT_SANDBOX_GROUP,
+          version: AGENT_SANDBOX_VERSION,
+          namespace: this.namespace,
+          plural: SANDBOXES,
+          body,
+        }),
+      )) as AgentSandbox;
+      made = { metadata: { name } };
+      owner = { name, uid: sandbox.metadata.uid as string, kind: 'Sandbox' };
+    } else {
+      made = await call(`creating pod ${this.namespace}/${name}`, () =>
+        this.core.createNamespacedPod({ namespace: this.namespace, body: pod }),
+      );
+      owner = { name, uid: made.metadata?.uid as string, kind: 'Pod' };
+    }
+    // The pod's uid: known now for a pod made here, once its controller made it for a Sandbox.
+    let uid = crd ? undefined : owner.uid;
+    if (Date.now() >= deadline) throw await fail(late());
+    await call(`creating secret ${this.namespace}/${secretName(spec.id)}`, () =>
+      this.core.createNamespacedSecret({
+        namespace: this.namespace,
+        body: tokenSecret(spec, this.namespace, owner, envdTokenFile(spec)),
+      }),
+    );
+
+    let current: V1Pod = made;
+    while (Date.now() < deadline) {
+      if (!uid && current.metadata?.uid && current.metadata.uid !== 'deleted') {
+        uid = current.metadata.uid;
+      }
+      const progress: PodProgress = !uid
+        ? { state: 'waiting', why: 'the agent-sandbox controller has not made its pod yet' }
+        : current.metadata?.uid === uid
+          ? podProgress(current)
+          : { state: 'failed', why: 'its pod was deleted' };
+      if (progress.state === 'failed') throw await fail(progress.why);
+      if (progress.state === 'waiting') lastWhy = progress.why;
+      if (progress.state === 'ready') {
+        const handle = this.handleOf(spec.id, uid as string, progress.podIP, crd);
+        if (await envdHealthy(handle.envdSocket)) {
+          if (spec.baseHome) {
+            const home = `/home/${spec.user ?? 'user'}`;
+            await copyHome(
+              handle.envdSocket,
+              spec.controlToken ?? spec.accessToken,
+              spec.baseHome,
+              home,
+              Math.max(1000, deadline - Date.now()),
+            ).catch(async (error: Error) => {
+              throw await fail(`cannot copy the template's home into it: ${error.message}`, error);
+            });
+          }
+          return handle;
+        }
+        lastWhy = `envd does not answer at ${handle.envdSocket}`;
+      }
+      current = await this.nextState(name, current, deadline);
+    }
+    throw await fail(late());
+  }
+
+  isAlive(handle: SandboxHandle): boolean {
+    const uid = handle.startTime;
+    if (this.gone.has(uid)) return false;
+    const name = handle.pod?.name;
+    if (!name || !this.synced) return true; // not known yet: the gateway's connect will tell
+    const pod = this.pods.get(name);
+    if (!pod || pod.metadata?.uid !== uid || pod.metadata?.deletionTimestamp) return false;
+    const phase = pod.status?.phase;
+    return phase !== 'Failed' && phase !== 'Succeeded';
+  }
+
+  endCause(handle: SandboxHandle): EndCause {
+    return this.oom.has(handle.startTime) ? 'oom' : 'exited';
+  }
+
+  async kill(handle: SandboxHandle): Promise<void> {
+    const id = handle.pod?.name.replace(/^abx-/, '');
+    if (!id) return;
+    await this.remove(id, handle.startTime, handle.pod?.sandbox === true);
+    this.gone.add(handle.startTime);
+  }
+
+  /** Moves the Sandbox's `shutdownTime` (agent-sandbox mode) to the sandbox's new end. */
+  async setExpiry(handle: SandboxHandle, expiresAt: number): Promise<void> {
+    if (!handle.pod?.sandbox) return;
+    try {
+      await this.custom.patchNamespacedCustomObject({
+        group: AGENT_SANDBOX_GROUP,
+        version: AGENT_SANDBOX_VERSION,
+        namespace: handle.pod.namespace,
+        plural: SANDBOXES,
+        name: handle.pod.name,
+        // A JSON patch: `add` sets the member whether or not it is there.
+        body: [{ op: 'add', path: '/spec/shutdownTime', value: shutdownTime(expiresAt) }],
+      });
+    } catch (error) {
+      if (statusOf(error) === 404) return;
+      throw kubeError(error, `moving the shutdownTime of Sandbox ${handle.pod.name}`, this.server);
+    }
+  }
+
+  async sweepOrphans(sandboxesDir: string, running: ReadonlySet<string>): Promise<string[]> {
+    let pods: V1Pod[];
+    try {
+      pods = (
+        await this.core.listNamespacedPod({
+          namespace: this.namespace,
+          labelSelector: `${MANAGED_BY_LABEL}=${MANAGED_BY},${SANDBOXES_LABEL}=${sandboxesHash(sandboxesDir)}`,
+        })
+      ).items;
+    } catch (error) {
+      throw kubeError(error, `listing sandbox pods in ${this.namespace}`, this.server);
+    }
+    const orphans: string[] = [];
+    for (const pod of pods) {
+      const id = pod.metadata?.labels?.[SANDBOX_ID_LABEL];
+      if (!id || running.has(id)) continue;
+      const owned = pod.metadata?.ownerReferences?.some((ref) => ref.kind === 'Sandbox') ?? false;
+      await this.remove(id, pod.metadata?.uid, owned);
+      orphans.push(id);
+    }
+    return orphans;
+  }
+
+  isolation(): IsolationReport {
+    const limits: IsolationReport['limits'] = {
+      processes: {
+        enforced: false,
+        how: "not enforced by the pod: the node's kubelet sets the pid limit (podPidsLimit)",
+      },
+      memory: { enforced: true, how: "the container's memory limit (resources.memory), a cgroup" },
+      cpu: { enforced: true, how: "the container's cpu limit (resources.cpu), a CFS quota" },
+      disk: {
+        enforced: true,
+        how: 'the ephemeral-storage limit (resources.disk): the kubelet evicts a pod past it',
+      },
+      open_files: {
+        enforced: false,
+        how: "not enforced: pods have no rlimits; the container runtime's default applies",
+      },
+      file_size: {
+        enforced: false,
+        how: "not enforced: pods have no rlimits; the container runtime's default applies",
+      },
+    };
+    return {
+      mode: 'rootless',
+      limits,
+      warnings: [
+        `kubernetes: pods in namespace ${this.namespace} of ${this.server} run as uid 1000 with no capabilities and the RuntimeDefault seccomp profile; a template's kubernetes.runtime_class (gVisor, Kata) adds a sandboxed kernel`,
+        "kubernetes: a pod always has the cluster's network (the control plane reaches envd at its address); network: none needs a NetworkPolicy that denies the sandboxes' egress (deploy/kubernetes)",
+        ...Object.entries(limits)
+          .filter(([, limit]) => !limit.enforced)
+          .map(([name, limit]) => `${name}: ${limit.how}`),
+      ],
+    };
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    clearTimeout(this.rewatch);
+    await this.informer?.stop().catch(() => undefined);
+    this.informer = undefined;
+  }
+
+  /** The handle of a ready pod. */
+  private handleOf(id: string, uid: string, podIP: string, crd: boolean): SandboxHandle {
+    const host = podIP.includes(':') ? `[${podIP}]` : podIP;
+    return {
+      provider: this.name,
+      pid: 0,
+      startTime: uid,
+      envdSocket: tcpTarget(podIP, ENVD_PORT),
+      portsDir: `tcp://${host}`,
+      pod: { namespace: this.namespace, name: podName(id), ...(crd ? { sandbox: true } : {}) },
+    };
+  }
+
+  /** True when sandboxes are made as agent-sandbox Sandboxes (found once by discovery). */
+  usesAgentSandbox(): Promise<boolean> {
+    const wanted = this.options.agentSandbox ?? 'auto';
+    if (wanted !== 'auto') return Promise.resolve(wanted);
+    this.crds ??= this.config
+      .makeApiClient(ApisApi)
+      .getAPIVersions()
+      .then((list) =>
+        list.groups.some(
+          (group) =>
+            group.name === AGENT_SANDBOX_GROUP &&
+            group.versions.some((v) => v.version === AGENT_SANDBOX_VERSION),
+        ),
+      )
+      .catch((error: unknown) => {
+        this.crds = undefined;
+        throw error;
+      });
+    return this.crds;
+  }
+
+  /**
+   * The pod's next state: from the watch when it says something, else read again (a watch that
+   * has not synced, or lost its connection, must not stall a create).
+   */
+  private async nextState(name: string, current: V1Pod, deadline: number): Promise<V1Pod> {
+    await new Promise<void>((resolve) => {
+      const waiters = this.waiters.get(name) ?? new Set();
+      const done = () => {
+        clearTimeout(timer);
+        waiters.delete(done);
+        if (waiters.size === 0) this.waiters.delete(name);
+        resolve();
+      };
+      const timer = setTimeout(done, Math.max(0, Math.min(500, deadline - Date.now())));
+      waiters.add(done);
+      this.waiters.set(name, waiters);
+    });
+    const watched = this.pods.get(name);
+    const known = current.metadata?.uid;
+    if (watched && (!known || known === 'deleted' || watched.metadata?.uid === known)) {
+      if (watched.metadata?.resourceVersion !== current.metadata?.resourceVersion) return watched;
+    }
+    if (Date.now() >= deadline) return current;
+    try {
+      return await this.core.readNamespacedPod({ name, namespace: this.namespace });
+    } catch (error) {
+      if (statusOf(error) === 404) return { metadata: { name, uid: 'deleted' } };
+      const mapped = kubeError(error, `reading pod ${this.namespace}/${name}`, this.server);
+      if (mapped instanceof UnavailableError) throw mapped;
+      return current;
+    }
+  }
+
+  /** The pod's warning events, for a start error (best effort). */
+  private async eventsOf(name: string): Promise<string> {
+    try {
+      const list = await this.core.listNamespacedEvent({
+        namespace: this.namespace,
+        fieldSelector: `involvedObject.kind=Pod,involvedObject.name=${name}`,
+      });
+      return eventSummary(list.items);
+    } catch {
+      return '';
+    }
+  }
+
+  /**
+   * Deletes sandbox `id`'s pod (of uid `uid` when given) and its Secret, and waits until the API
+   * server no longer has the pod: its containers are gone from the node. Absent is fine.
+   */
+  private async remove(id: string, uid?: string, sandbox = false): Promise<void> {
+    const name = podName(id);
+    const deadline = Date.now() + GONE_MS;
+    if (sandbox) {
+      // Its controller would make the pod again: the Sandbox goes first, its pod with it.
+      await this.custom
+        .deleteNamespacedCustomObject({
+          group: AGENT_SANDBOX_GROUP,
+          version: AGENT_SANDBOX_VERSION,
+          namespace: this.namespace,
+          plural: SANDBOXES,
+          name,
+          propagationPolicy: 'Background',
+        })
+        .catch((error: unknown) => this.unlessGone(error, `deleting Sandbox ${name}`));
+    }
+    await this.core
+      .deleteNamespacedSecret({ name: secretName(id), namespace: this.namespace })
+      .catch((error: unknown) => this.unlessGone(error, `deleting secret ${secretName(id)}`));
+    try {
+      await this.core.deleteNamespacedPod({
+        name,
+        namespace: this.namespace,
+        // 1 s, not 0: with 0 the API forgets the pod before its node has stopped it.
+        gracePeriodSeconds: 1,
+        ...(uid ? { body: { preconditions: { uid } } } : {}),
+      });
+    } catch (error) {
+      // 409: a precondition failed, the pod of that name is another sandbox's.
+      if (statusOf(error) === 404 || statusOf(error) === 409) return;
+      throw kubeError(error, `deleting pod ${this.namespace}/${name}`, this.server);
+    }
+    for (;;) {
+      try {
+        const pod = await this.core.readNamespacedPod({ name, namespace: this.namespace });
+        if (uid && pod.metadata?.uid !== uid) return;
+      } catch (error) {
+        if (statusOf(error) === 404) return;
+        throw kubeError(error, `reading pod ${this.namespace}/${name}`, this.server);
+      }
+      if (Date.now() >= deadline) {
+        throw new SandboxError(
+          `pod ${this.namespace}/${name} was still there ${GONE_MS} ms after its deletion; its node may be unreachable`,
+        );
+      }
+      await sleep(100);
+    }
+  }
+
+  private unlessGone(error: unknown, what: string): void {
+    if (statusOf(error) === 404) return;
+    const mapped = kubeError(error, what, this.server);
+    if (mapped instanceof UnavailableError) throw mapped;
+  }
+
+  /** Keeps {@link pods} from a list+watch of the provider's pods in its namespace. */
+  private watchPods(): void {
+    if (this.closed) return;
+    const labelSelector = `${MANAGED_BY_LABEL}=${MANAGED_BY}`;
+    const informer = makeInformer(
+      this.config,
+      `/api/v1/namespaces/${this.namespace}/pods`,
+      () => this.core.listNamespacedPod({ namespace: this.namespace, labelSelector }),
+      labelSelector,
+    );
+    const seen = (pod: V1Pod) => {
+      const name = pod.metadata?.name;
+      if (!name) return;
+      this.pods.set(name, pod);
+      if (oomKilled(pod) && pod.metadata?.uid) this.oom.add(pod.metadata.uid);
+      for (const wake of [...(this.waiters.get(name) ?? [])]) wake();
+    };
+    informer.on('add', seen);
+    informer.on('update', seen);
+    informer.on('delete', (pod) => {
+      const name = pod.metadata?.name;
+      if (!name) return;
+      if (pod.metadata?.uid) this.gone.add(pod.metadata.uid);
+      if (oomKilled(pod) && pod.metadata?.uid) this.oom.add(pod.metadata.uid);
+      if (this.pods.get(name)?.metadata?.uid === pod.metadata?.uid) this.pods.delete(name);
+      for (const wake of [...(this.waiters.get(name) ?? [])]) wake();
+    });
+    // start() resolves after the list and the watch's answer, or after an error was reported.
+    let failed = false;
+    const start = () => {
+      failed = false;
+      informer.start().then(
+        () => {
+          if (!failed && !this.closed) this.synced = true;
+        },
+        () => undefined,
+      );
+    };
+    informer.on('error', () => {
+      failed = true;
+      this.synced = false;
+      if (this.closed) return;
+      this.rewatch = setTimeout(start, REWATCH_MS);
+      this.rewatch.unref();
+    });
+    this.informer = informer;
+    start();
+  }
+}

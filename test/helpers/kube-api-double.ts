@@ -1,0 +1,1192 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { chmodSync, chownSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import {
+  createServer,
+  type IncomingMessage,
+  request,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
+import { createServer as createNetServer } from 'node:net';
+import { join } from 'node:path';
+import { KubeConfig } from '@kubernetes/client-node';
+import { Pod } from 'kubernetes-models/v1/Pod';
+import { Secret } from 'kubernetes-models/v1/Secret';
+
+// An in-test Kubernetes API server: the real REST paths and JSON for the objects the provider
+// uses (pods, secrets, events; the agent-sandbox CRDs when `crds` is set), list with label and
+// field selectors, create, get, delete with grace and uid preconditions, watch (`?watch=true`,
+// newline-delimited events after a resourceVersion; 410 Gone before the oldest kept), Status
+// objects for 404/409/422, discovery. Every object created is validated first: pods and secrets
+// with kubernetes-models (generated from Kubernetes' OpenAPI), custom resources with the schemas
+// the test gives; an invalid one is refused with 422, as a real API server would.
+//
+// Its "kubelet" makes pods real on this host: the init containers' and the main container's
+// commands run for real, each in its own mount, pid and uts namespaces (unshare), as the uid of
+// the pod's securityContext (setpriv, no capabilities, no new privileges), with the pod's volumes
+// as host folders bound at their mount paths, on the host's file system and network otherwise.
+// Each pod gets an address of its own in 127.0.0.0/8. This is not a container runtime: images are
+// not pulled (the host's system stands for every image; the runtime image is a folder given by
+// the test), and nothing but what the pod asks is mounted. It can be told to leave a pod Pending
+// (Unschedulable, ErrImagePull) and to crash one.
+
+// biome-ignore lint/suspicious/noExplicitAny: Kubernetes objects as JSON, read field by field
+type Obj = Record<string, any>;
+
+export interface KubeApiDoubleOptions {
+  /** Scratch folder: pods' volumes and logs. */
+  dir: string;
+  /** The folder the runtime image has at /opt/abx (a portable runtime). */
+  runtimeImageDir: string;
+  /** Serve the agent-sandbox API groups (discovery and their resources). */
+  crds?: boolean;
+  /** Validators of custom resources by `group/version/resource`: return problems, none if valid. */
+  validators?: Record<string, (object: Obj) => string[]>;
+}
+
+/** What the kubelet does with a new pod (tests set it; default: run it). */
+export type PodFate =
+  | { kind: 'run' }
+  | { kind: 'unschedulable'; message?: string }
+  | { kind: 'image-pull-error'; message?: string };
+
+interface Stored {
+  resource: string;
+  namespace: string;
+  object: Obj;
+}
+
+interface WatchEvent {
+  rv: number;
+  type: 'ADDED' | 'MODIFIED' | 'DELETED';
+  key: string;
+  resource: string;
+  namespace: string;
+  object: Obj;
+}
+
+interface Running {
+  child: ChildProcess;
+  exited: Promise<number | null>;
+}
+
+const CORE_RESOURCES: Record<string, string> = {
+  pods: 'Pod',
+  secrets: 'Secret',
+  events: 'Event',
+};
+const CRD_GROUPS: Record<string, Record<string, string>> = {
+  'agents.x-k8s.io': { sandboxes: 'Sandbox' },
+  'extensions.agents.x-k8s.io': {
+    sandboxclaims: 'SandboxClaim',
+    sandboxtemplates: 'SandboxTemplate',
+    sandboxwarmpools: 'SandboxWarmPool',
+  },
+};
+const CRD_VERSION = 'v1beta1';
+const NODE = 'double-node';
+const ENVD_READY_PATH = '/health';
+
+const quote = (value: string) => `'${value.replace(/'/g, `'\\''`)}'`;
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+function status(code: number, reason: string, message: string, details?: Obj): Obj {
+  return {
+    kind: 'Status',
+    apiVersion: 'v1',
+    metadata: {},
+    status: 'Failure',
+    message,
+    reason,
+    ...(details ? { details } : {}),
+    code,
+  };
+}
+
+/** `a=b,c!=d,e` against labels. */
+function matchesLabels(selector: string | null, labels: Record<string, string> = {}): boolean {
+  if (!selector) return true;
+  return selector.split(',').every((term) => {
+    const ne = /^([^!=]+)!=(.*)$/.exec(term);
+    if (ne) return labels[ne[1] as string] !== ne[2];
+    const eq = /^([^!=]+)==?(.*)$/.exec(term);
+    if (eq) return labels[eq[1] as string] === eq[2];
+    if (term.startsWith('!')) return !(term.slice(1) in labels);
+    return term in labels;
+  });
+}
+
+/** `metadata.name=x,involvedObject.kind=Pod` against an object. */
+function matchesFields(selector: string | null, object: Obj): boolean {
+  if (!selector) return true;
+  return selector.split(',').every((term) => {
+    const [path, value] = term.split(/==?/) as [string, string];
+    const actual = path.split('.').reduce<Obj | undefined>((at, key) => at?.[key], object);
+    return String(actual ?? '') === value;
+  });
+}
+
+function readBody(req: IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (chunk: Buffer) => chunks.push(chunk));
+    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+    req.on('error', reject);
+  });
+}
+
+function freeAddress(taken: Set<string>): string {
+  for (;;) {
+    const address = `127.${10 + Math.floor(Math.random() * 200)}.${Math.floor(Math.random() * 250)}.${2 + Math.floor(Math.random() * 250)}`;
+    if (!taken.has(address)) return address;
+  }
+}
+
+export class KubeApiDouble {
+  readonly requests: { method: string; path: string }[] = [];
+  /** Objects refused as invalid, with why (a test that sees any fails). */
+  readonly invalid: { path: string; problems: string }[] = [];
+  private server: Server | undefined;
+  private url = '';
+  private rv = 1;
+  private readonly store = new Map<string, Stored>();
+  private readonly history: WatchEvent[] = [];
+  private readonly watchers = new Set<{
+    resource: string;
+    namespace: string | undefined;
+    labels: string | null;
+    fields: string | null;
+    res: ServerResponse;
+  }>();
+  private readonly processes = new Map<string, Running[]>();
+  private readonly addresses = new Set<string>();
+  private readonly stopping = new Set<string>();
+  /** Permissions SelfSubjectAccessReviews deny, as `verb resource`. */
+  readonly denied = new Set<string>();
+  /** Decides each new pod's fate (by default, every pod runs). */
+  fate: (pod: Obj) => PodFate = () => ({ kind: 'run' });
+
+  constructor(private readonly options: KubeApiDoubleOptions) {}
+
+  async start(): Promise<string> {
+    mkdirSync(this.options.dir, { recursive: true });
+    this.server = createServer((req, res) => {
+      this.handle(req, res).catch((error: Error) => {
+        if (!res.headersSent) this.send(res, 500, status(500, 'InternalError', error.message));
+        else res.destroy();
+      });
+    });
+    await new Promise<void>((resolve) => this.server?.listen(0, '127.0.0.1', resolve));
+    const address = this.server.address() as { port: number };
+    this.url = `http://127.0.0.1:${address.port}`;
+    return this.url;
+  }
+
+  /** A client configuration pointing at this server, as a kubeconfig would. */
+  kubeConfig(namespace = 'sandboxes'): KubeConfig {
+    const config = new KubeConfig();
+    config.loadFromOptions({
+      clusters: [{ name: 'double', server: this.url, skipTLSVerify: true }],
+      users: [{ name: 'tester', token: 'double-token' }],
+      contexts: [{ name: 'double', cluster: 'double', user: 'tester', namespace }],
+      currentContext: 'double',
+    });
+    return config;
+  }
+
+  /** Objects of `resource` still stored, as `resource namespace/name`. */
+  objects(resource?: string): string[] {
+    return [...this.store.values()]
+      .filter((s) => !resource || s.resource === resource)
+      .map((s) => `${s.resource} ${s.namespace}/${s.object.metadata.name}`);
+  }
+
+  get(resource: string, namespace: string, name: string): Obj | undefined {
+    return this.store.get(`${resource}/${namespace}/${name}`)?.object;
+  }
+
+  /** Pids of the pods' processes still running (init containers and main containers). */
+  livePids(podName?: string): number[] {
+    const pids: number[] = [];
+    for (const [key, running] of this.processes) {
+      if (podName && !key.endsWith(`/${podName}`)) continue;
+      for (const { child } of running) {
+        if (child.exitCode === null && child.signalCode === null && child.pid) pids.push(child.pid);
+      }
+    }
+    return pids;
+  }
+
+  /** Kills a pod's main container, as a node failure would: the pod fails. */
+  crash(namespace: string, name: string): void {
+    for (const { child } of this.processes.get(`pods/${namespace}/${name}`) ?? []) killPod(child);
+  }
+
+  /** Creates an object as a user with kubectl would (labelled pods the provider did not make). */
+  async put(resource: string, namespace: string, object: Obj): Promise<Obj> {
+    const answer = await fetch(`${this.url}${this.collectionPath(resource, namespace)}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: 'Bearer double-token' },
+      body: JSON.stringify(object),
+    });
+    const created = (await answer.json()) as Obj;
+    if (answer.status !== 201)
+      throw new Error(`the double refused ${resource}: ${created.message}`);
+    return created;
+  }
+
+  async close(): Promise<void> {
+    for (const watcher of this.watchers) watcher.res.destroy();
+    this.watchers.clear();
+    for (const key of [...this.processes.keys()]) await this.stopProcesses(key);
+    await new Promise<void>((resolve) => {
+      if (!this.server) return resolve();
+      this.server.closeAllConnections();
+      this.server.close(() => resolve());
+    });
+  }
+
+  private collectionPath(resource: string, namespace: string): string {
+    for (const [group, resources] of Object.entries(CRD_GROUPS)) {
+      if (resource in resources)
+        return `/apis/${group}/${CRD_VERSION}/namespaces/${namespace}/${resource}`;
+    }
+    return `/api/v1/namespaces/${namespace}/${resource}`;
+  }
+
+  private send(res: ServerResponse, code: number, body: Obj): void {
+    const text = JSON.stringify(body);
+    res.writeHead(code, {
+      'content-type': 'application/json',
+      'content-length': Buffer.byteLength(text),
+    });
+    res.end(text);
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', 'http://double');
+    const method = req.method ?? 'GET';
+    this.requests.push({ method, path: `${url.pathname}${url.search}` });
+    if (req.headers.authorization !== 'Bearer double-token') {
+      return this.send(res, 401, status(401, 'Unauthorized', 'Unauthorized'));
+    }
+    const path = url.pathname.replace(/\/$/, '');
+    if (path === '/api')
+      return this.send(res, 200, {
+        kind: 'APIVersions',
+        versions: ['v1'],
+        serverAddressByClientCIDRs: [],
+      });
+    if (path === '/apis') return this.send(res, 200, this.groupList());
+    if (path === '/version') {
+      return this.send(res, 200, { major: '1', minor: '31', gitVersion: 'v1.31.0-double' });
+    }
+    const groupDiscovery = /^\/apis\/([^/]+)\/([^/]+)$/.exec(path);
+    if (groupDiscovery)
+      return this.sendResourceList(res, groupDiscovery[1] as string, groupDiscovery[2] as string);
+    if (path === '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews' && method === 'POST') {
+      const review = JSON.parse(await readBody(req)) as Obj;
+      const attributes = review.spec?.resourceAttributes ?? {};
+      const allowed = !this.denied.has(`${attributes.verb} ${attributes.resource}`);
+      return this.send(res, 201, { ...review, status: { allowed } });
+    }
+    const core = /^\/api\/v1\/namespaces\/([^/]+)\/([^/]+)(?:\/([^/]+))?$/.exec(path);
+    const custom = /^\/apis\/([^/]+)\/([^/]+)\/namespaces\/([^/]+)\/([^/]+)(?:\/([^/]+))?$/.exec(
+      path,
+    );
+    let namespace: string;
+    let resource: string;
+    let name: string | undefined;
+    let kind: string | undefined;
+    let apiVersion: string;
+    if (core) {
+      [, namespace, resource, name] = core as unknown as [
+        string,
+        string,
+        string,
+        string | undefined,
+      ];
+      kind = CORE_RESOURCES[resource];
+      apiVersion = 'v1';
+    } else if (custom && this.options.crds && custom[2] === CRD_VERSION) {
+      const group = custom[1] as string;
+      [namespace, resource, name] = [custom[3] as string, custom[4] as string, custom[5]];
+      kind = CRD_GROUPS[group]?.[resource];
+      apiVersion = `${group}/${CRD_VERSION}`;
+    } else {
+      return this.send(
+        res,
+        404,
+        status(
+          404,
+          'NotFound',
+          `the server could not find the requested resource (${method} ${path})`,
+        ),
+      );
+    }
+    if (!kind)
+      return this.send(
+        res,
+        404,
+        status(404, 'NotFound', `the server doesn't have a resource type "${resource}"`),
+      );
+    const key = (n: string) => `${resource}/${namespace}/${n}`;
+
+    if (!name && method === 'GET') {
+      const labels = url.searchParams.get('labelSelector');
+      const fields = url.searchParams.get('fieldSelector');
+      if (url.searchParams.get('watch') === 'true') {
+        return this.watch(
+          res,
+          resource,
+          namespace,
+          labels,
+          fields,
+          url.searchParams.get('resourceVersion'),
+        );
+      }
+      const items = [...this.store.values()]
+        .filter((s) => s.resource === resource && s.namespace === namespace)
+        .map((s) => s.object)
+        .filter((o) => matchesLabels(labels, o.metadata.labels) && matchesFields(fields, o));
+      return this.send(res, 200, {
+        kind: `${kind}List`,
+        apiVersion,
+        metadata: { resourceVersion: String(this.rv) },
+        items,
+      });
+    }
+    if (!name && method === 'POST') {
+      const object = JSON.parse(await readBody(req)) as Obj;
+      const problems = this.validate(apiVersion, resource, kind, object);
+      if (problems) {
+        this.invalid.push({ path, problems });
+        return this.send(
+          res,
+          422,
+          status(422, 'Invalid', `${kind} "${object?.metadata?.name}" is invalid: ${problems}`, {
+            name: object?.metadata?.name,
+            kind,
+          }),
+        );
+      }
+      if (object.metadata.namespace && object.metadata.namespace !== namespace) {
+        return this.send(
+          res,
+          400,
+          status(
+            400,
+            'BadRequest',
+            'the namespace of the provided object does not match the namespace sent on the request',
+          ),
+        );
+      }
+      if (this.store.has(key(object.metadata.name))) {
+        return this.send(
+          res,
+          409,
+          status(409, 'AlreadyExists', `${resource} "${object.metadata.name}" already exists`, {
+            name: object.metadata.name,
+            kind: resource,
+          }),
+        );
+      }
+      object.metadata = {
+        ...object.metadata,
+        namespace,
+        uid: randomUUID(),
+        creationTimestamp: new Date().toISOString(),
+        generation: 1,
+      };
+      if (resource === 'pods') object.status = { phase: 'Pending', qosClass: 'Burstable' };
+      this.write(resource, namespace, object, 'ADDED');
+      this.send(res, 201, object);
+      if (resource === 'pods') void this.kubelet(namespace, object.metadata.name as string);
+      if (resource === 'sandboxes') this.sandboxController(namespace, object);
+      return;
+    }
+    if (!name)
+      return this.send(
+        res,
+        405,
+        status(405, 'MethodNotAllowed', `${method} is not supported on ${path}`),
+      );
+    const stored = this.store.get(key(name));
+    if (method === 'GET') {
+      if (!stored)
+        return this.send(
+          res,
+          404,
+          status(404, 'NotFound', `${resource} "${name}" not found`, { name, kind: resource }),
+        );
+      return this.send(res, 200, stored.object);
+    }
+    if (method === 'PATCH') {
+      if (!stored) {
+        return this.send(
+          res,
+          404,
+          status(404, 'NotFound', `${resource} "${name}" not found`, { name, kind: resource }),
+        );
+      }
+      if (!req.headers['content-type']?.startsWith('application/json-patch+json')) {
+        return this.send(
+          res,
+          415,
+          status(415, 'UnsupportedMediaType', 'the double takes JSON patches only'),
+        );
+      }
+      const patched = structuredClone(stored.object);
+      for (const op of JSON.parse(await readBody(req)) as Obj[]) {
+        const keys = (op.path as string).split('/').slice(1);
+        const last = keys.pop() as string;
+        const parent = keys.reduce<Obj | undefined>((at, key) => at?.[key], patched);
+        if (!parent || !['add', 'replace'].includes(op.op)) {
+          return this.send(
+            res,
+            422,
+            status(422, 'Invalid', `the double cannot apply ${op.op} ${op.path}`),
+          );
+        }
+        parent[last] = op.value;
+      }
+      const problems = this.validate(patched.apiVersion, resource, kind, patched);
+      if (problems) {
+        this.invalid.push({ path, problems });
+        return this.send(
+          res,
+          422,
+          status(422, 'Invalid', `${kind} "${name}" is invalid: ${problems}`),
+        );
+      }
+      this.write(resource, namespace, patched, 'MODIFIED');
+      return this.send(res, 200, patched);
+    }
+    if (method === 'DELETE') {
+      const text = await readBody(req);
+      const options = (text ? JSON.parse(text) : {}) as Obj;
+      if (!stored)
+        return this.send(
+          res,
+          404,
+          status(404, 'NotFound', `${resource} "${name}" not found`, { name, kind: resource }),
+        );
+      const uid = options.preconditions?.uid;
+      if (uid && uid !== stored.object.metadata.uid) {
+        return this.send(
+          res,
+          409,
+          status(
+            409,
+            'Conflict',
+            `Operation cannot be fulfilled on ${resource} "${name}": Precondition failed: UID in precondition: ${uid}, UID in object meta: ${stored.object.metadata.uid}`,
+          ),
+        );
+      }
+      const graceText = url.searchParams.get('gracePeriodSeconds') ?? options.gracePeriodSeconds;
+      const grace = graceText === undefined || graceText === null ? 30 : Number(graceText);
+      if (resource === 'pods' && grace > 0) {
+        if (!stored.object.metadata.deletionTimestamp) {
+          stored.object.metadata.deletionTimestamp = new Date(
+            Date.now() + grace * 1000,
+          ).toISOString();
+          stored.object.metadata.deletionGracePeriodSeconds = grace;
+          this.write(resource, namespace, stored.object, 'MODIFIED');
+          void this.terminate(namespace, name, stored.object.metadata.uid as string);
+        }
+        return this.send(res, 200, stored.object);
+      }
+      this.remove(resource, namespace, name);
+      if (resource === 'pods') void this.stopProcesses(`pods/${namespace}/${name}`);
+      return this.send(
+        res,
+        200,
+        status(200, '', '', { name, kind: resource, uid: stored.object.metadata.uid }),
+      );
+    }
+    return this.send(
+      res,
+      405,
+      status(405, 'MethodNotAllowed', `${method} is not supported on ${path}`),
+    );
+  }
+
+  private groupList(): Obj {
+    const groups = this.options.crds
+      ? Object.keys(CRD_GROUPS).map((name) => ({
+          name,
+          versions: [{ groupVersion: `${name}/${CRD_VERSION}`, version: CRD_VERSION }],
+          preferredVersion: { groupVersion: `${name}/${CRD_VERSION}`, version: CRD_VERSION },
+        }))
+      : [];
+    return { kind: 'APIGroupList', apiVersion: 'v1', groups };
+  }
+
+  private sendResourceList(res: ServerResponse, group: string, version: string): void {
+    const resources = this.options.crds && version === CRD_VERSION ? CRD_GROUPS[group] : undefined;
+    if (!resources) {
+      this.send(
+        res,
+        404,
+        status(
+          404,
+          'NotFound',
+          `the server could not find the requested resource (${group}/${version})`,
+        ),
+      );
+      return;
+    }
+    this.send(res, 200, {
+      kind: 'APIResourceList',
+      apiVersion: 'v1',
+      groupVersion: `${group}/${version}`,
+      resources: Object.entries(resources).map(([name, kind]) => ({
+        name,
+        singularName: kind.toLowerCase(),
+        namespaced: true,
+        kind,
+        verbs: ['create', 'delete', 'get', 'list', 'patch', 'update', 'watch'],
+      })),
+    });
+  }
+
+  private validate(
+    apiVersion: string,
+    resource: string,
+    kind: string,
+    object: Obj,
+  ): string | undefined {
+    if (object?.apiVersion !== apiVersion || object?.kind !== kind) {
+      return `apiVersion/kind must be ${apiVersion} ${kind}, not ${object?.apiVersion} ${object?.kind}`;
+    }
+    if (
+      typeof object.metadata?.name !== 'string' ||
+      !/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(object.metadata.name)
+    ) {
+      return `metadata.name: Invalid value: ${JSON.stringify(object.metadata?.name)}`;
+    }
+    try {
+      if (resource === 'pods') new Pod(object as ConstructorParameters<typeof Pod>[0]).validate();
+      else if (resource === 'secrets')
+        new Secret(object as ConstructorParameters<typeof Secret>[0]).validate();
+      else {
+        const check = this.options.validators?.[`${apiVersion}/${resource}`];
+        if (!check)
+          return `no schema to validate ${apiVersion} ${resource} against: the test must give one`;
+        const problems = check(object);
+        if (problems.length > 0) return problems.join('; ');
+      }
+    } catch (error) {
+      return (error as Error).message;
+    }
+    if (resource === 'pods') return podRules(object);
+    return undefined;
+  }
+
+  private write(resource: string, namespace: string, object: Obj, type: WatchEvent['type']): void {
+    const key = `${resource}/${namespace}/${object.metadata.name}`;
+    this.rv++;
+    object.metadata.resourceVersion = String(this.rv);
+    if (type === 'DELETED') this.store.delete(key);
+    else this.store.set(key, { resource, namespace, object });
+    const event: WatchEvent = {
+      rv: this.rv,
+      type,
+      key,
+      resource,
+      namespace,
+      object: structuredClone(object),
+    };
+    this.history.push(event);
+    for (const watcher of this.watchers) this.deliver(watcher, event);
+  }
+
+  private remove(resource: string, namespace: string, name: string): void {
+    const stored = this.store.get(`${resource}/${namespace}/${name}`);
+    if (!stored) return;
+    this.write(resource, namespace, stored.object, 'DELETED');
+    // The garbage collector: what the object owned goes with it (a pod gracefully).
+    const uid = stored.object.metadata.uid;
+    for (const other of [...this.store.values()]) {
+      if (!other.object.metadata.ownerReferences?.some((ref: Obj) => ref.uid === uid)) continue;
+      const otherName = other.object.metadata.name as string;
+      if (other.resource === 'pods') {
+        other.object.metadata.deletionTimestamp = new Date().toISOString();
+        this.write('pods', other.namespace, other.object, 'MODIFIED');
+        void this.terminate(other.namespace, otherName, other.object.metadata.uid as string);
+      } else this.remove(other.resource, other.namespace, otherName);
+    }
+  }
+
+  /**
+   * agent-sandbox's controller, the part the provider relies on: a Sandbox's pod, named like it,
+   * with its podTemplate's labels, annotations and spec, owned by it; the Sandbox deleted at its
+   * shutdownTime when its shutdownPolicy is Delete.
+   */
+  private sandboxController(namespace: string, sandbox: Obj): void {
+    const { name, uid } = sandbox.metadata;
+    const template = sandbox.spec.podTemplate;
+    const pod: Obj = {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: {
+        name,
+        namespace,
+        labels: { ...template.metadata?.labels, 'agents.x-k8s.io/sandbox-name-hash': 'double' },
+        ...(template.metadata?.annotations ? { annotations: template.metadata.annotations } : {}),
+        ownerReferences: [
+          {
+            apiVersion: sandbox.apiVersion,
+            kind: 'Sandbox',
+            name,
+            uid,
+            controller: true,
+            blockOwnerDeletion: true,
+          },
+        ],
+        uid: randomUUID(),
+        creationTimestamp: new Date().toISOString(),
+      },
+      spec: structuredClone(template.spec),
+      status: { phase: 'Pending', qosClass: 'Burstable' },
+    };
+    const problems = this.validate('v1', 'pods', 'Pod', pod);
+    if (problems) {
+      this.invalid.push({ path: `Sandbox ${name}'s pod`, problems });
+      return;
+    }
+    setTimeout(() => {
+      if (this.get('sandboxes', namespace, name)?.metadata.uid !== uid) return;
+      this.write('pods', namespace, pod, 'ADDED');
+      void this.kubelet(namespace, name);
+    }, 5);
+    this.scheduleShutdown(namespace, name, uid);
+  }
+
+  /** Deletes a Sandbox at its shutdownTime (read again when the timer fires: it may have moved). */
+  private scheduleShutdown(namespace: string, name: string, uid: string): void {
+    const sandbox = this.get('sandboxes', namespace, name);
+    if (sandbox?.metadata.uid !== uid || sandbox.spec.shutdownPolicy !== 'Delete') return;
+    const at = sandbox.spec.shutdownTime ? Date.parse(sandbox.spec.shutdownTime) : Number.NaN;
+    if (!Number.isFinite(at)) return;
+    const timer = setTimeout(
+      () => {
+        const now = this.get('sandboxes', namespace, name);
+        if (now?.metadata.uid !== uid) return;
+        if (Date.parse(now.spec.shutdownTime) > Date.now())
+          this.scheduleShutdown(namespace, name, uid);
+        else this.remove('sandboxes', namespace, name);
+      },
+      Math.max(0, at - Date.now()),
+    );
+    timer.unref();
+  }
+
+  private deliver(
+    watcher: {
+      resource: string;
+      namespace: string | undefined;
+      labels: string | null;
+      fields: string | null;
+      res: ServerResponse;
+    },
+    event: WatchEvent,
+  ): void {
+    if (
+      watcher.resource !== event.resource ||
+      (watcher.namespace && watcher.namespace !== event.namespace)
+    )
+      return;
+    if (
+      !matchesLabels(watcher.labels, event.object.metadata.labels) ||
+      !matchesFields(watcher.fields, event.object)
+    )
+      return;
+    watcher.res.write(`${JSON.stringify({ type: event.type, object: event.object })}\n`);
+  }
+
+  private watch(
+    res: ServerResponse,
+    resource: string,
+    namespace: string,
+    labels: string | null,
+    fields: string | null,
+    from: string | null,
+  ): void {
+    res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
+    const watcher = { resource, namespace, labels, fields, res };
+    const since = from ? Number(from) : this.rv;
+    if (from && since < (this.history[0]?.rv ?? 1) - 1) {
+      res.end(
+        `${JSON.stringify({ type: 'ERROR', object: status(410, 'Expired', `too old resource version: ${from}`) })}\n`,
+      );
+      return;
+    }
+    for (const event of this.history) if (event.rv > since) this.deliver(watcher, event);
+    this.watchers.add(watcher);
+    res.on('close', () => this.watchers.delete(watcher));
+  }
+
+  private event(
+    namespace: string,
+    pod: Obj,
+    type: 'Normal' | 'Warning',
+    reason: string,
+    message: string,
+  ): void {
+    const name = `${pod.metadata.name}.${(this.rv + 1).toString(16)}`;
+    this.write(
+      'events',
+      namespace,
+      {
+        apiVersion: 'v1',
+        kind: 'Event',
+        metadata: {
+          name,
+          namespace,
+          uid: randomUUID(),
+          creationTimestamp: new Date().toISOString(),
+        },
+        involvedObject: {
+          kind: 'Pod',
+          namespace,
+          name: pod.metadata.name,
+          uid: pod.metadata.uid,
+          apiVersion: 'v1',
+        },
+        type,
+        reason,
+        message,
+        source: { component: 'kubelet', host: NODE },
+        firstTimestamp: new Date().toISOString(),
+        lastTimestamp: new Date().toISOString(),
+        count: 1,
+      },
+      'ADDED',
+    );
+  }
+
+  /** The pod as stored now (undefined once deleted, or replaced by another of the same name). */
+  private current(namespace: string, name: string, uid: string): Obj | undefined {
+    const pod = this.get('pods', namespace, name);
+    return pod?.metadata.uid === uid ? pod : undefined;
+  }
+
+  private update(namespace: string, pod: Obj, change: (status: Obj) => void): void {
+    const now = this.current(namespace, pod.metadata.name, pod.metadata.uid);
+    if (!now) return;
+    change(now.status);
+    this.write('pods', namespace, now, 'MODIFIED');
+  }
+
+  /** What a node does with a new pod: schedule, pull, mount, run the init containers, run, probe. */
+  private async kubelet(namespace: string, name: string): Promise<void> {
+    const pod = this.get('pods', namespace, name) as Obj;
+    const uid = pod.metadata.uid as string;
+    const key = `pods/${namespace}/${name}`;
+    const fate = this.fate(pod);
+    const at = () => new Date().toISOString();
+    if (fate.kind === 'unschedulable') {
+      const message =
+        fate.message ??
+        '0/1 nodes are available: 1 Insufficient memory. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.';
+      this.update(namespace, pod, (s) => {
+        s.conditions = [
+          {
+            type: 'PodScheduled',
+            status: 'False',
+            reason: 'Unschedulable',
+            message,
+            lastTransitionTime: at(),
+          },
+        ];
+      });
+      this.event(namespace, pod, 'Warning', 'FailedScheduling', message);
+      return;
+    }
+    await sleep(5);
+    this.update(namespace, pod, (s) => {
+      s.conditions = [{ type: 'PodScheduled', status: 'True', lastTransitionTime: at() }];
+    });
+    const live = this.current(namespace, name, uid);
+    if (!live) return;
+    live.spec.nodeName = NODE;
+    this.event(
+      namespace,
+      pod,
+      'Normal',
+      'Scheduled',
+      `Successfully assigned ${namespace}/${name} to ${NODE}`,
+    );
+    if (fate.kind === 'image-pull-error') {
+      const image = pod.spec.containers[0].image;
+      const message =
+        fate.message ??
+        `failed to pull and unpack image "${image}": failed to resolve reference "${image}": not found`;
+      this.event(
+        namespace,
+        pod,
+        'Warning',
+        'Failed',
+        `Failed to pull image "${image}": ${message}`,
+      );
+      this.update(namespace, pod, (s) => {
+        s.containerStatuses = [
+          {
+            name: pod.spec.containers[0].name,
+            image,
+            imageID: '',
+            ready: false,
+            restartCount: 0,
+            started: false,
+            state: { waiting: { reason: 'ErrImagePull', message } },
+          },
+        ];
+      });
+      return;
+    }
+    // Volumes: host folders.
+    const podDir = join(this.options.dir, uid);
+    const volumes: Record<string, string> = {};
+    const fsGroup = pod.spec.securityContext?.fsGroup as number | undefined;
+    for (const volume of pod.spec.volumes ?? []) {
+      const dir = join(podDir, 'volumes', volume.name);
+      mkdirSync(dir, { recursive: true });
+      volumes[volume.name] = dir;
+      if (volume.emptyDir) chmodSync(dir, 0o777);
+      if (volume.secret) {
+        // The kubelet waits for the Secret (FailedMount events while it is missing).
+        let secret = this.get('secrets', namespace, volume.secret.secretName);
+        for (let tries = 1; !secret; tries++) {
+          if (!this.current(namespace, name, uid)) return;
+          if (tries === 200) {
+            this.event(
+              namespace,
+              pod,
+              'Warning',
+              'FailedMount',
+              `MountVolume.SetUp failed for volume "${volume.name}" : secret "${volume.secret.secretName}" not found`,
+            );
+          }
+          await sleep(10);
+          secret = this.get('secrets', namespace, volume.secret.secretName);
+        }
+        for (const [file, value] of Object.entries(secret.data ?? {})) {
+          writeFileSync(join(dir, file), Buffer.from(value as string, 'base64'));
+          chmodSync(join(dir, file), volume.secret.defaultMode ?? 0o644);
+          if (fsGroup !== undefined) chownSync(join(dir, file), 0, fsGroup);
+        }
+        chmodSync(dir, 0o755);
+      }
+    }
+    const address = freeAddress(this.addresses);
+    this.addresses.add(address);
+    const runContainer = async (container: Obj, init: boolean): Promise<Running | string> => {
+      const security = { ...pod.spec.securityContext, ...container.securityContext };
+      const env: Record<string, string> = {};
+      for (const variable of container.env ?? []) {
+        if (variable.valueFrom?.fieldRef?.fieldPath === 'status.podIP')
+          env[variable.name] = address;
+        else env[variable.name] = String(variable.value ?? '');
+      }
+      const expand = (text: string) =>
+        text.replace(/\$\(([A-Za-z_][A-Za-z0-9_]*)\)/g, (all, v: string) => env[v] ?? all);
+      const argv = [...(container.command ?? []), ...(container.args ?? [])].map(expand);
+      const mounts: string[] = [];
+      const tops = new Set<string>();
+      const image = init ? this.options.runtimeImageDir : undefined;
+      if (image) {
+        tops.add('/opt');
+        mounts.push(
+          `mkdir -p /opt/abx && mount --bind ${quote(image)} /opt/abx && mount -o remount,bind,ro /opt/abx`,
+        );
+      }
+      for (const mount of container.volumeMounts ?? []) {
+        const top = `/${(mount.mountPath as string).split('/')[1]}`;
+        if (['/opt', '/mnt', '/run', '/home'].includes(top)) tops.add(top);
+        mounts.push(
+          `mkdir -p ${quote(mount.mountPath)} && mount --bind ${quote(volumes[mount.name] as string)} ${quote(mount.mountPath)}${mount.readOnly ? ` && mount -o remount,bind,ro ${quote(mount.mountPath)}` : ''}`,
+        );
+      }
+      const uidOf = Number(security.runAsUser ?? 0);
+      const gid = Number(security.runAsGroup ?? uidOf);
+      const passwd = join(podDir, `passwd-${container.name}`);
+      // Stands for an image that has the user (as the provider's images must).
+      writeFileSync(
+        passwd,
+        `root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n`,
+      );
+      const group = join(podDir, `group-${container.name}`);
+      writeFileSync(group, 'root:x:0:\nuser:x:1000:\n');
+      const workdir = container.workingDir as string | undefined;
+      const script = [
+        'set -e',
+        `hostname ${quote(pod.spec.hostname ?? name)}`,
+        ...[...tops].map((top) => `mount -t tmpfs -o mode=755 abx-double ${top}`),
+        ...mounts,
+        `mount --bind ${quote(passwd)} /etc/passwd`,
+        `mount --bind ${quote(group)} /etc/group`,
+        ...(workdir
+          ? [
+              `if ! mkdir -p ${quote(workdir)} 2>/dev/null || ! cd ${quote(workdir)}; then echo "ABX-START-ERROR: chdir to cwd (\\"${workdir.replace(/[\\"$`]/g, '')}\\") set in config.json failed: no such file or directory" >&2; exit 128; fi`,
+              `case ${quote(workdir)} in /home/*) chown ${uidOf}:${gid} ${quote(workdir)} ;; esac`,
+            ]
+          : []),
+        `exec setpriv --reuid=${uidOf} --regid=${gid} ${fsGroup !== undefined ? `--groups=${fsGroup}` : '--clear-groups'} --inh-caps=-all --bounding-set=-all${security.allowPrivilegeEscalation === false ? ' --no-new-privs' : ''} -- env -i ${Object.entries(
+          env,
+        )
+          .map(([k, v]) => quote(`${k}=${v}`))
+          .join(' ')} ${argv.map(quote).join(' ')}`,
+      ].join('\n');
+      const child = spawn(
+        'unshare',
+        [
+          '--mount',
+          '--pid',
+          '--uts',
+          '--fork',
+          '--kill-child',
+          '--mount-proc',
+          '--',
+          '/bin/sh',
+          '-c',
+          script,
+        ],
+        {
+          stdio: ['ignore', 'pipe', 'pipe'],
+          env: { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' },
+        },
+      );
+      let log = '';
+      child.stdout?.on('data', (chunk: Buffer) => {
+        log += chunk.toString();
+      });
+      child.stderr?.on('data', (chunk: Buffer) => {
+        log += chunk.toString();
+      });
+      const exited = new Promise<number | null>((resolve) =>
+        child.once('close', (code) => resolve(code)),
+      );
+      const running = { child, exited };
+      const list = this.processes.get(key) ?? [];
+      list.push(running);
+      this.processes.set(key, list);
+      writeFileSync(join(podDir, `${container.name}.log`), '');
+      exited.then(
+        () => writeFileSync(join(podDir, `${container.name}.log`), log),
+        () => undefined,
+      );
+      if (!init) return running;
+      const code = await exited;
+      return code === 0 ? running : `exit code ${code}: ${log.trim().slice(-500)}`;
+    };
+
+    const initStatuses: Obj[] = [];
+    for (const container of pod.spec.initContainers ?? []) {
+      if (!this.current(namespace, name, uid)) return;
+      const result = await runContainer(container, true);
+      if (typeof result === 'string') {
+        initStatuses.push({
+          name: container.name,
+          image: container.image,
+          imageID: '',
+          ready: false,
+          restartCount: 0,
+          state: { terminated: { exitCode: 1, reason: 'Error', message: result } },
+        });
+        this.update(namespace, pod, (s) => {
+          s.phase = 'Failed';
+          s.initContainerStatuses = initStatuses;
+        });
+        return;
+      }
+      initStatuses.push({
+        name: container.name,
+        image: container.image,
+        imageID: '',
+        ready: false,
+        restartCount: 0,
+        state: { terminated: { exitCode: 0, reason: 'Completed' } },
+      });
+    }
+    if (!this.current(namespace, name, uid)) return;
+    const main = pod.spec.containers[0] as Obj;
+    const started = at();
+    const running = (await runContainer(main, false)) as Running;
+    this.update(namespace, pod, (s) => {
+      s.phase = 'Running';
+      s.podIP = address;
+      s.podIPs = [{ ip: address }];
+      s.hostIP = '127.0.0.1';
+      s.startTime = started;
+      s.initContainerStatuses = initStatuses;
+      s.containerStatuses = [
+        {
+          name: main.name,
+          image: main.image,
+          imageID: '',
+          ready: false,
+          restartCount: 0,
+          started: true,
+          state: { running: { startedAt: started } },
+        },
+      ];
+      s.conditions = [
+        { type: 'PodScheduled', status: 'True', lastTransitionTime: started },
+        { type: 'Initialized', status: 'True', lastTransitionTime: started },
+        { type: 'ContainersReady', status: 'False', lastTransitionTime: started },
+        { type: 'Ready', status: 'False', lastTransitionTime: started },
+      ];
+    });
+    let ended = false;
+    running.exited.then(
+      (code) => {
+        ended = true;
+        this.addresses.delete(address);
+        const startError = running.child.exitCode === 128;
+        this.update(namespace, pod, (s) => {
+          s.phase = code === 0 ? 'Succeeded' : 'Failed';
+          for (const c of s.conditions ?? [])
+            if (c.type === 'Ready' || c.type === 'ContainersReady') c.status = 'False';
+          s.containerStatuses = [
+            {
+              name: main.name,
+              image: main.image,
+              imageID: '',
+              ready: false,
+              restartCount: 0,
+              started: false,
+              state: {
+                terminated: {
+                  exitCode: code ?? 137,
+                  reason: startError ? 'StartError' : code === 0 ? 'Completed' : 'Error',
+                  ...(startError
+                    ? {
+                        message: `failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: error during container init: chdir to cwd ("${main.workingDir}") set in config.json failed: no such file or directory`,
+                      }
+                    : {}),
+                  startedAt: started,
+                  finishedAt: at(),
+                },
+              },
+            },
+          ];
+        });
+      },
+      () => undefined,
+    );
+    // The readiness probe.
+    const probe = main.readinessProbe?.httpGet;
+    while (!ended && this.current(namespace, name, uid) && probe) {
+      const ok = await new Promise<boolean>((resolve) => {
+        const req = request(
+          { host: address, port: probe.port, path: probe.path ?? ENVD_READY_PATH, timeout: 500 },
+          (res) => {
+            res.resume();
+            resolve(res.statusCode === 200);
+          },
+        );
+        req.on('error', () => resolve(false));
+        req.on('timeout', () => req.destroy());
+        req.end();
+      });
+      if (ok) {
+        this.update(namespace, pod, (s) => {
+          s.containerStatuses[0].ready = true;
+          for (const c of s.conditions)
+            if (c.type === 'Ready' || c.type === 'ContainersReady') c.status = 'True';
+        });
+        return;
+      }
+      await sleep(20);
+    }
+  }
+
+  /** A graceful deletion: the containers are stopped, then the object goes. */
+  private async terminate(namespace: string, name: string, uid: string): Promise<void> {
+    const key = `pods/${namespace}/${name}`;
+    await this.stopProcesses(key);
+    const pod = this.current(namespace, name, uid);
+    if (pod) this.remove('pods', namespace, name);
+  }
+
+  private async stopProcesses(key: string): Promise<void> {
+    if (this.stopping.has(key)) {
+      while (this.stopping.has(key)) await sleep(10);
+      return;
+    }
+    this.stopping.add(key);
+    try {
+      const list = this.processes.get(key) ?? [];
+      for (const { child } of list) killPod(child);
+      await Promise.all(list.map((r) => r.exited));
+      this.processes.delete(key);
+    } finally {
+      this.stopping.delete(key);
+    }
+  }
+}
+
+/**
+ * Kills a container: its pid namespace's init (unshare's child) first, which takes every process
+ * of the namespace with it (unshare's --kill-child does not survive the uid change of setpriv).
+ */
+function killPod(child: ChildProcess): void {
+  const pid = child.pid;
+  if (!pid || child.exitCode !== null || child.signalCode !== null) return;
+  try {
+    for (const init of readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').split(' ')) {
+      if (/^\d+$/.test(init)) process.kill(Number(init), 'SIGKILL');
+    }
+  } catch {
+    // ended meanwhile
+  }
+  child.kill('SIGKILL');
+}
+
+/** Pod rules the API server enforces beyond the schema (those the provider could break). */
+function podRules(pod: Obj): string | undefined {
+  const names = new Set((pod.spec.volumes ?? []).map((v: Obj) => v.name));
+  for (const container of [...(pod.spec.initContainers ?? []), ...pod.spec.containers]) {
+    for (const mount of container.volumeMounts ?? []) {
+      if (!names.has(mount.name))
+        return `spec.containers[${container.name}].volumeMounts.name: Not found: "${mount.name}"`;
+    }
+  }
+  if (pod.spec.hostname && !/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(pod.spec.hostname)) {
+    return `spec.hostname: Invalid value: "${pod.spec.hostname}"`;
+  }
+  for (const [key, value] of Object.entries(pod.metadata.labels ?? {})) {
+    if (typeof value !== 'string' || value.length > 63)
+      return `metadata.labels: Invalid value: "${key}"`;
+  }
+  return undefined;
+}
+
+/** A TCP port nothing listens on (an unreachable API server). */
+export async function closedPort(): Promise<number> {
+  const server = createNetServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+/**
+ * Why the double's kubelet cannot run pods here (it needs root for its namespaces and mounts,
+ * and util-linux's unshare and setpriv), or undefined when it can: tests skip saying so.
+ */
+export function kubeletUnavailable(): string | undefined {
+  if (process.getuid?.() !== 0) {
+    return 'the API double’s kubelet needs root (mount namespaces, setpriv); run the tests as root, as CI does';
+  }
+  for (const tool of ['/usr/bin/unshare', '/usr/bin/setpriv']) {
+    try {
+      readFileSync(tool);
+    } catch {
+      return `${tool} is missing: apt-get install util-linux`;
+    }
+  }
+  return undefined;
+}

@@ -1,0 +1,519 @@
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { KubeConfig } from '@kubernetes/client-node';
+import { Pod } from 'kubernetes-models/v1/Pod';
+import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
+import { parseTemplate } from '../../src/commands/template.js';
+import { envdRequest } from '../../src/control/envd-request.js';
+import { SandboxStartError, TemplateError, UnavailableError } from '../../src/errors.js';
+import { checkCluster } from '../../src/providers/kubernetes/cluster-check.js';
+import { KubernetesProvider } from '../../src/providers/kubernetes/kubernetes-provider.js';
+import {
+  MANAGED_BY,
+  MANAGED_BY_LABEL,
+  podName,
+  SANDBOX_ID_LABEL,
+  SANDBOXES_LABEL,
+  sandboxesHash,
+  sandboxPod,
+} from '../../src/providers/kubernetes/pod-spec.js';
+import { portableRuntime } from '../../src/providers/portable-runtime.js';
+import type { SandboxSpec } from '../../src/providers/provider.js';
+import { sandboxProblems } from '../helpers/agent-sandbox-schemas.js';
+import { ensureBuilt, ROOT } from '../helpers/build.js';
+import { closedPort, KubeApiDouble, kubeletUnavailable } from '../helpers/kube-api-double.js';
+
+const NAMESPACE = 'sandboxes';
+/** Why the double's kubelet cannot run pods here (the tests that need it skip), if it cannot. */
+const unavailable = kubeletUnavailable();
+const MiB = 1024 * 1024;
+
+function specOf(label: string, dir: string, overrides: Partial<SandboxSpec> = {}): SandboxSpec {
+  const id = `${label}-${randomBytes(4).toString('hex')}`;
+  return {
+    id,
+    accessToken: randomBytes(24).toString('hex'),
+    dir: join(dir, id),
+    env: {},
+    workdir: '/home/user',
+    resources: {},
+    network: 'none',
+    ...overrides,
+  };
+}
+
+describe('a template becomes a pod', () => {
+  const context = {
+    namespace: NAMESPACE,
+    runtimeImage: 'registry.example/abx-runtime:1',
+    baseImage: 'debian:bookworm-slim',
+    sandboxesDir: '/var/lib/abx/sandboxes',
+  };
+
+  test("the template's kubernetes: section, resources and user shape a pod that Kubernetes' schema accepts", () => {
+    const template = parseTemplate(
+      [
+        'name: gpu-tools',
+        'image: python:3.12-slim',
+        'resources: { cpu: 1.5, memory: 512m, disk: 1g }',
+        'kubernetes:',
+        '  runtime_class: gvisor',
+        '  node_selector: { kubernetes.io/arch: amd64, pool: sandboxes }',
+        '  tolerations:',
+        '    - { key: sandbox, operator: Exists, effect: NoSchedule }',
+        '    - { key: dedicated, value: agents, effect: NoExecute, toleration_seconds: 60 }',
+      ].join('\n'),
+    );
+    const spec = specOf('shape', '/var/lib/abx/sandboxes', {
+      image: 'python:3.12-slim',
+      resources: template.resources,
+      ...(template.kubernetes ? { kubernetes: template.kubernetes } : {}),
+      capabilities: ['shell', 'files'],
+      template: 'gpu-tools',
+    });
+    const pod = sandboxPod(spec, context);
+    expect(() => new Pod(pod as ConstructorParameters<typeof Pod>[0]).validate()).not.toThrow();
+    expect(pod.metadata?.labels).toEqual({
+      [MANAGED_BY_LABEL]: MANAGED_BY,
+      [SANDBOX_ID_LABEL]: spec.id,
+      [SANDBOXES_LABEL]: sandboxesHash('/var/lib/abx/sandboxes'),
+    });
+    expect(pod.spec?.runtimeClassName).toBe('gvisor');
+    expect(pod.spec?.nodeSelector).toEqual({ 'kubernetes.io/arch': 'amd64', pool: 'sandboxes' });
+    expect(pod.spec?.tolerations).toEqual([
+      { key: 'sandbox', operator: 'Exists', effect: 'NoSchedule' },
+      {
+        key: 'dedicated',
+        operator: 'Equal',
+        value: 'agents',
+        effect: 'NoExecute',
+        tolerationSeconds: 60,
+      },
+    ]);
+    const main = pod.spec?.containers[0];
+    expect(main?.image).toBe('python:3.12-slim');
+    expect(main?.resources).toEqual({
+      requests: {
+        cpu: '1500m',
+        memory: String(512 * MiB),
+        'ephemeral-storage': String(1024 * MiB),
+      },
+      limits: { cpu: '1500m', memory: String(512 * MiB), 'ephemeral-storage': String(1024 * MiB) },
+    });
+    for (const container of [main, pod.spec?.initContainers?.[0]]) {
+      expect(container?.securityContext).toMatchObject({
+        runAsUser: 1000,
+        runAsGroup: 1000,
+        runAsNonRoot: true,
+        allowPrivilegeEscalation: false,
+        capabilities: { drop: ['ALL'] },
+        seccompProfile: { type: 'RuntimeDefault' },
+      });
+    }
+    expect(pod.spec?.initContainers?.[0]?.image).toBe(context.runtimeImage);
+    expect(pod.spec?.automountServiceAccountToken).toBe(false);
+    // The token is in no field of the pod: only in its Secret, mounted in the init container.
+    expect(JSON.stringify(pod)).not.toContain(spec.accessToken);
+    expect(main?.volumeMounts?.map((m) => m.name)).not.toContain('abx-token');
+  });
+
+  test('bad kubernetes: values are refused with what Kubernetes accepts, each at its place', () => {
+    let error: unknown;
+    try {
+      parseTemplate(
+        [
+          'name: bad',
+          'kubernetes:',
+          '  runtime_class: gVisor!',
+          '  node_selector: { "bad key!": x, zone: "-no-" }',
+          '  tolerations:',
+          '    - { operator: Maybe }',
+          '    - { key: a, operator: Exists, value: b }',
+          '    - { key: a, effect: NoSchedule, toleration_seconds: 5 }',
+          '  service_account: x',
+        ].join('\n'),
+        'template.yaml',
+      );
+    } catch (thrown) {
+      error = thrown;
+    }
+    expect(error).toBeInstanceOf(TemplateError);
+    const message = (error as Error).message;
+    expect(message).toContain('kubernetes.runtime_class: must name a RuntimeClass');
+    expect(message).toContain('kubernetes.node_selector.bad key!: is not a label key');
+    expect(message).toContain('kubernetes.node_selector.zone: is not a label value');
+    expect(message).toContain(
+      'kubernetes.tolerations[0].operator: must be Equal (the default) or Exists',
+    );
+    expect(message).toContain(
+      'kubernetes.tolerations[1].value: must be left out with operator Exists',
+    );
+    expect(message).toContain(
+      'kubernetes.tolerations[2].toleration_seconds: applies only with effect NoExecute',
+    );
+    expect(message).toContain('kubernetes.service_account: unknown key');
+  });
+});
+
+describe.skipIf(unavailable)(
+  `kubernetes provider: faults (API double)${unavailable ? `: skipped, ${unavailable}` : ''}`,
+  () => {
+    const scratch = mkdtempSync(join(tmpdir(), 'abx-kube-faults-'));
+    let double: KubeApiDouble;
+    const providers: KubernetesProvider[] = [];
+    const make = (options: { startTimeoutMs?: number } = {}) => {
+      const provider = new KubernetesProvider({
+        kubeConfig: double.kubeConfig(NAMESPACE),
+        runtimeImage: 'abx-runtime:test',
+        ...options,
+      });
+      providers.push(provider);
+      return provider;
+    };
+
+    beforeAll(async () => {
+      ensureBuilt();
+      const runtime = await portableRuntime({
+        runtimeDir: join(ROOT, 'dist', 'runtime'),
+        cacheDir: join(scratch, 'runtime-image'),
+      });
+      double = new KubeApiDouble({ dir: join(scratch, 'node'), runtimeImageDir: runtime.dir });
+      await double.start();
+    }, 120_000);
+
+    afterEach(() => {
+      double.fate = () => ({ kind: 'run' });
+    });
+
+    afterAll(async () => {
+      for (const provider of providers) await provider.close();
+      await double?.close();
+      rmSync(scratch, { recursive: true, force: true });
+      expect(double?.invalid ?? []).toEqual([]);
+    });
+
+    test('checkCluster (abx doctor): the server answers, the namespace, each permission, no agent-sandbox; a denied one is a problem', async () => {
+      const provider = new KubernetesProvider({
+        kubeConfig: double.kubeConfig(NAMESPACE),
+        watch: false,
+      });
+      providers.push(provider);
+      const ok = await checkCluster(provider);
+      expect(ok).toMatchObject({
+        reachable: true,
+        version: 'v1.31.0-double',
+        namespace: NAMESPACE,
+        agentSandbox: [],
+        problems: [],
+      });
+      expect(ok.permissions.map((p) => `${p.verb} ${p.resource} ${p.allowed}`)).toContain(
+        'watch pods true',
+      );
+      double.denied.add('create secrets');
+      try {
+        const denied = await checkCluster(provider);
+        expect(denied.problems).toEqual([
+          `this account may not create secrets in namespace ${NAMESPACE}: add it to the daemon's Role (docs/providers.md, "RBAC")`,
+        ]);
+      } finally {
+        double.denied.clear();
+      }
+    });
+
+    test('abx doctor --provider kubernetes reads a kubeconfig file and reports the cluster; exit 1 with a problem', async () => {
+      const kubeconfig = join(scratch, 'kubeconfig');
+      writeFileSync(
+        kubeconfig,
+        [
+          'apiVersion: v1',
+          'kind: Config',
+          'clusters:',
+          `- name: double\n  cluster:\n    server: ${double.kubeConfig().getCurrentCluster()?.server}\n    insecure-skip-tls-verify: true`,
+          'users:',
+          '- name: tester\n  user:\n    token: double-token',
+          'contexts:',
+          `- name: double\n  context:\n    cluster: double\n    user: tester\n    namespace: ${NAMESPACE}`,
+          'current-context: double',
+        ].join('\n'),
+      );
+      const doctor = () =>
+        new Promise<{ code: number; stdout: string }>((resolve) => {
+          execFile(
+            process.execPath,
+            [
+              join(ROOT, 'dist', 'cli.js'),
+              'doctor',
+              '--provider',
+              'kubernetes',
+              '--kubeconfig',
+              kubeconfig,
+            ],
+            { timeout: 60_000 },
+            (error, stdout) => resolve({ code: error ? Number(error.code) : 0, stdout }),
+          );
+        });
+      const ok = await doctor();
+      expect(ok.stdout).toContain('answers (v1.31.0-double)');
+      expect(ok.stdout).toContain(`namespace   ${NAMESPACE}`);
+      expect(ok.stdout).toContain('ok          watch pods');
+      expect(ok.stdout).toContain('agent-sandbox  not installed');
+      expect(ok.code).toBe(0);
+      double.denied.add('delete pods');
+      try {
+        const denied = await doctor();
+        expect(denied.code).toBe(1);
+        expect(denied.stdout).toContain('NO          delete pods');
+        expect(denied.stdout).toContain(
+          `problem: this account may not delete pods in namespace ${NAMESPACE}`,
+        );
+      } finally {
+        double.denied.clear();
+      }
+    });
+
+    test('an API server that does not answer: UnavailableError naming it, from create and sweep', async () => {
+      const port = await closedPort();
+      const config = new KubeConfig();
+      config.loadFromOptions({
+        clusters: [{ name: 'gone', server: `http://127.0.0.1:${port}`, skipTLSVerify: true }],
+        users: [{ name: 'u', token: 't' }],
+        contexts: [{ name: 'gone', cluster: 'gone', user: 'u', namespace: NAMESPACE }],
+        currentContext: 'gone',
+      });
+      const provider = new KubernetesProvider({ kubeConfig: config });
+      providers.push(provider);
+      const spec = specOf('unreachable', scratch);
+      const error = await provider.create(spec).catch((thrown: unknown) => thrown);
+      expect(error).toBeInstanceOf(UnavailableError);
+      expect((error as Error).message).toContain(`http://127.0.0.1:${port}`);
+      expect((error as Error).message).toMatch(/does not answer \(ECONNREFUSED\)/);
+      await expect(provider.sweepOrphans(scratch, new Set())).rejects.toThrow(UnavailableError);
+      const report = await checkCluster(provider);
+      expect(report.reachable).toBe(false);
+      expect(report.problems.join('\n')).toContain(`http://127.0.0.1:${port} does not answer`);
+    });
+
+    test('a pod that cannot be scheduled: SandboxStartError with the scheduler’s reason within the timeout, and no pod or secret left', async () => {
+      double.fate = () => ({
+        kind: 'unschedulable',
+        message: '0/3 nodes are available: 3 Insufficient memory.',
+      });
+      const spec = specOf('pending', scratch, { resources: { memory: 64 * 1024 * MiB } });
+      const error = await make({ startTimeoutMs: 1500 })
+        .create(spec)
+        .catch((thrown: unknown) => thrown);
+      expect(error).toBeInstanceOf(SandboxStartError);
+      const message = (error as Error).message;
+      expect(message).toContain(spec.id);
+      expect(message).toContain('not ready within 1500 ms');
+      expect(message).toContain('Unschedulable: 0/3 nodes are available: 3 Insufficient memory.');
+      expect(
+        double.objects().filter((o) => o.includes(spec.id) && !o.startsWith('events')),
+      ).toEqual([]);
+    });
+
+    test('an image that cannot be pulled: SandboxStartError naming ErrImagePull and the image, at once, nothing left', async () => {
+      double.fate = () => ({ kind: 'image-pull-error' });
+      const spec = specOf('pull', scratch, { image: 'registry.example/no-such-image:1' });
+      const error = await make({ startTimeoutMs: 60_000 })
+        .create(spec)
+        .catch((thrown: unknown) => thrown);
+      expect(error).toBeInstanceOf(SandboxStartError);
+      const message = (error as Error).message;
+      expect(message).toContain('ErrImagePull');
+      expect(message).toContain('registry.example/no-such-image:1');
+      expect(message).not.toContain('within 60000 ms');
+      expect(
+        double.objects().filter((o) => o.includes(spec.id) && !o.startsWith('events')),
+      ).toEqual([]);
+      expect(double.livePids(podName(spec.id))).toEqual([]);
+    });
+
+    test('envd answers over TCP at the pod’s address only with the token; kill of a pod already gone is fine', async () => {
+      const provider = make();
+      const spec = specOf('tcp', scratch);
+      const handle = await provider.create(spec);
+      try {
+        expect(handle.envdSocket).toMatch(/^tcp:\/\/127\.\d+\.\d+\.\d+:49983$/);
+        const refused = await envdRequest<{ type?: string }>(
+          handle.envdSocket,
+          'not-the-token',
+          'POST',
+          '/process/exec',
+          { cmd: 'id -u' },
+        );
+        expect(refused.status).toBe(401);
+        const ran = await envdRequest<{ stdout: string }>(
+          handle.envdSocket,
+          spec.accessToken,
+          'POST',
+          '/process/exec',
+          { cmd: 'id -u' },
+        );
+        expect(ran).toMatchObject({ status: 200, body: { stdout: '1000\n' } });
+      } finally {
+        await provider.kill(handle);
+      }
+      expect(provider.isAlive(handle)).toBe(false);
+      await expect(provider.kill(handle)).resolves.toBeUndefined();
+      await expect(make().kill(handle)).resolves.toBeUndefined();
+    });
+
+    test('sweepOrphans removes labelled pods of its folder that the registry does not know, made by anyone', async () => {
+      const provider = make();
+      const sandboxes = join(scratch, 'sweep');
+      const known = specOf('known', sandboxes);
+      const handle = await provider.create(known);
+      try {
+        // A pod left by a daemon that crashed before writing its row (made here as kubectl would).
+        const orphan = sandboxPod(specOf('orphan', sandboxes), {
+          namespace: NAMESPACE,
+          runtimeImage: 'abx-runtime:test',
+          baseImage: 'debian:bookworm-slim',
+          sandboxesDir: sandboxes,
+        });
+        double.fate = () => ({ kind: 'unschedulable' });
+        await double.put('pods', NAMESPACE, orphan);
+        // Another daemon's pod (another folder): not this daemon's to remove.
+        const other = sandboxPod(specOf('other', join(scratch, 'elsewhere')), {
+          namespace: NAMESPACE,
+          runtimeImage: 'abx-runtime:test',
+          baseImage: 'debian:bookworm-slim',
+          sandboxesDir: join(scratch, 'elsewhere'),
+        });
+        await double.put('pods', NAMESPACE, other);
+        const orphanId = orphan.metadata?.labels?.[SANDBOX_ID_LABEL] as string;
+        expect(await provider.sweepOrphans(sandboxes, new Set([known.id]))).toEqual([orphanId]);
+        expect(double.objects('pods')).not.toContain(`pods ${NAMESPACE}/${orphan.metadata?.name}`);
+        expect(double.objects('pods')).toContain(`pods ${NAMESPACE}/${other.metadata?.name}`);
+        expect(provider.isAlive(handle)).toBe(true);
+        await make().sweepOrphans(join(scratch, 'elsewhere'), new Set());
+        expect(double.objects('pods')).not.toContain(`pods ${NAMESPACE}/${other.metadata?.name}`);
+      } finally {
+        await provider.kill(handle);
+      }
+    });
+  },
+);
+
+describe.skipIf(unavailable)(
+  `kubernetes provider with agent-sandbox installed (API double)${unavailable ? `: skipped, ${unavailable}` : ''}`,
+  () => {
+    const scratch = mkdtempSync(join(tmpdir(), 'abx-kube-crd-'));
+    let double: KubeApiDouble;
+    const providers: KubernetesProvider[] = [];
+
+    beforeAll(async () => {
+      ensureBuilt();
+      const runtime = await portableRuntime({
+        runtimeDir: join(ROOT, 'dist', 'runtime'),
+        cacheDir: join(scratch, 'runtime-image'),
+      });
+      double = new KubeApiDouble({
+        dir: join(scratch, 'node'),
+        runtimeImageDir: runtime.dir,
+        crds: true,
+        validators: { 'agents.x-k8s.io/v1beta1/sandboxes': sandboxProblems },
+      });
+      await double.start();
+    }, 120_000);
+
+    afterAll(async () => {
+      for (const provider of providers) await provider.close();
+      await double?.close();
+      rmSync(scratch, { recursive: true, force: true });
+      expect(double?.invalid ?? []).toEqual([]);
+    });
+
+    test('found by discovery: a Sandbox per create, its pod made by the controller, shutdownTime from the timeout ends it', async () => {
+      const provider = new KubernetesProvider({
+        kubeConfig: double.kubeConfig(NAMESPACE),
+        runtimeImage: 'abx-runtime:test',
+      });
+      providers.push(provider);
+      expect(await provider.usesAgentSandbox()).toBe(true);
+      expect((await checkCluster(provider)).agentSandbox).toEqual([
+        'agents.x-k8s.io',
+        'extensions.agents.x-k8s.io',
+      ]);
+      const spec = specOf('crd', scratch, { timeoutMs: 3000 });
+      const before = Date.now();
+      const handle = await provider.create(spec);
+      try {
+        expect(handle.pod).toEqual({ namespace: NAMESPACE, name: podName(spec.id), sandbox: true });
+        const sandbox = double.get('sandboxes', NAMESPACE, podName(spec.id));
+        expect(sandbox?.spec.shutdownPolicy).toBe('Delete');
+        const shutdown = Date.parse(sandbox?.spec.shutdownTime);
+        expect(shutdown).toBeGreaterThanOrEqual(Math.floor(before / 1000) * 1000 + 3000);
+        // Whole seconds, rounded up.
+        expect(shutdown).toBeLessThanOrEqual(Date.now() + 4000);
+        const pod = double.get('pods', NAMESPACE, podName(spec.id));
+        expect(pod?.metadata.ownerReferences).toMatchObject([
+          { kind: 'Sandbox', name: podName(spec.id), uid: sandbox?.metadata.uid },
+        ]);
+        expect(
+          double.get('secrets', NAMESPACE, `abx-${spec.id}-token`)?.metadata.ownerReferences,
+        ).toMatchObject([{ kind: 'Sandbox', uid: sandbox?.metadata.uid }]);
+        // The cluster ends it at its shutdownTime, with no control plane involved.
+        let alive = true;
+        for (const deadline = Date.now() + 10_000; alive && Date.now() < deadline; ) {
+          alive = provider.isAlive(handle);
+          await new Promise((resolve) => setTimeout(resolve, 50));
+        }
+        expect(alive).toBe(false);
+        expect(
+          double.objects().filter((o) => o.includes(spec.id) && !o.startsWith('events')),
+        ).toEqual([]);
+      } finally {
+        await provider.kill(handle);
+      }
+    });
+
+    test('setExpiry moves the Sandbox’s shutdownTime: a sandbox given more time is not ended at the old one', async () => {
+      const provider = new KubernetesProvider({
+        kubeConfig: double.kubeConfig(NAMESPACE),
+        runtimeImage: 'abx-runtime:test',
+      });
+      providers.push(provider);
+      const spec = specOf('extend', scratch, { timeoutMs: 2000 });
+      const handle = await provider.create(spec);
+      try {
+        const later = Date.now() + 60_000;
+        await provider.setExpiry(handle, later);
+        const sandbox = double.get('sandboxes', NAMESPACE, podName(spec.id));
+        expect(Date.parse(sandbox?.spec.shutdownTime)).toBeGreaterThanOrEqual(later - 1000);
+        // Past the first shutdownTime it still runs and answers.
+        await new Promise((resolve) => setTimeout(resolve, 3000));
+        expect(provider.isAlive(handle)).toBe(true);
+        const health = await envdRequest(handle.envdSocket, spec.accessToken, 'GET', '/health');
+        expect(health.status).toBe(200);
+      } finally {
+        await provider.kill(handle);
+      }
+      // A sandbox already gone: nothing to move, no error.
+      await expect(provider.setExpiry(handle, Date.now() + 1000)).resolves.toBeUndefined();
+    });
+
+    test('agentSandbox: false makes plain pods even where the CRDs are installed', async () => {
+      const provider = new KubernetesProvider({
+        kubeConfig: double.kubeConfig(NAMESPACE),
+        runtimeImage: 'abx-runtime:test',
+        agentSandbox: false,
+      });
+      providers.push(provider);
+      const spec = specOf('plain', scratch);
+      const handle = await provider.create(spec);
+      try {
+        expect(handle.pod?.sandbox).toBeUndefined();
+        expect(double.objects('sandboxes')).toEqual([]);
+        expect(double.objects('pods')).toEqual([`pods ${NAMESPACE}/${podName(spec.id)}`]);
+      } finally {
+        await provider.kill(handle);
+      }
+      expect(double.objects('pods')).toEqual([]);
+    });
+  },
+);
