@@ -2,7 +2,8 @@ import { resolve } from 'node:path';
 import type { BuildProgress, TemplateInfo } from '../../runtime/protocol/wire.js';
 import { Template } from '../commands/template-builder.js';
 import { errorFromBody, InvalidArgumentError, UpstreamError } from '../errors.js';
-import { type ConnectionOptions, connectDaemon } from '../installation/daemon-connection.js';
+import { connectControlPlane } from '../installation/control-connection.js';
+import type { ConnectionOptions } from '../installation/daemon-connection.js';
 import { ndjsonLines } from '../util/ndjson.js';
 import { daemonClient, type HttpClient } from './http-client.js';
 
@@ -12,11 +13,14 @@ export type { TemplateInfo };
 const BUILD_TIMEOUT_MS = 3_600_000;
 
 async function client(options: ConnectionOptions, timeoutMs?: number): Promise<HttpClient> {
-  const connection = await connectDaemon(options);
+  const connection = await connectControlPlane(options);
   return daemonClient(connection, timeoutMs ?? options.requestTimeoutMs ?? 60_000);
 }
 
-/** Templates of the local installation: build from a `template.yaml`, list, remove. */
+/**
+ * Templates of the control plane (the local daemon, or the remote one of `apiUrl` /
+ * `ABX_API_URL`): build from a `template.yaml`, list, remove.
+ */
 export const Templates = {
   /**
    * Builds (or rebuilds) a template — a `template.yaml` path, or a {@link Template} made in code
