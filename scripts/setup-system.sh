@@ -5,7 +5,8 @@
 # (the portable Node runtime that sandboxes of any image run envd with), busybox-static (a root
 # filesystem with no libc, for the portable runtime's tests), docker.io (dockerd: the Docker
 # provider's engine; a `docker` CLI alone is not enough), debootstrap (the Debian image the Docker
-# provider's tests import) and, for the command server's BROWSER group, Chromium. Installs only
+# provider's tests import), iproute2 and openssl (the remote-client tests' network namespaces and
+# test CA) and, for the command server's BROWSER group, Chromium. Installs only
 # what is missing; needs root (or sudo).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
@@ -26,6 +27,9 @@ command -v patchelf >/dev/null 2>&1 || missing+=(patchelf)
 dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q ' installed' || missing+=(busybox-static)
 command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
+# The remote-client tests: two network namespaces joined by a veth pair (ip netns) and a test CA.
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 if [ "${1:-}" != "--no-browser" ] && [ ! -x /usr/bin/chromium ]; then missing+=(chromium); fi
 [ "${#missing[@]}" -eq 0 ] && exit 0
 

@@ -177,6 +177,7 @@ export class Sandbox extends BaseSandbox {
       capabilities: async () => (await this.getInfo()).capabilities,
       portClient: (port, timeoutMs) => this.portClient(port, timeoutMs),
       host: (port) => this.getHost(port),
+      url: (port) => this.getUrl(port),
       start: (cmd, envs) => this.commands.start(cmd, { envs, timeoutMs: 0, stdin: false }),
       running: async (pid) => (await this.commands.list()).some((p) => p.pid === pid && p.running),
       kill: (pid, signal) => this.commands.kill(pid, signal),
