@@ -6,8 +6,9 @@
 # filesystem with no libc, for the portable runtime's tests), docker.io (dockerd: the Docker
 # provider's engine; a `docker` CLI alone is not enough), debootstrap (the Debian image the Docker
 # provider's tests import), postgresql (the PostgreSQL registry's tests: .ci/run starts a
-# throwaway cluster with scripts/test-postgres.sh) and, for the command server's BROWSER group,
-# Chromium. Installs only what is missing; needs root (or sudo).
+# throwaway cluster with scripts/test-postgres.sh), iproute2 and openssl (the remote-client tests'
+# network namespaces and test CA) and, for the command server's BROWSER group, Chromium. Installs
+# only what is missing; needs root (or sudo).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
@@ -29,6 +30,9 @@ command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 # The server binaries (initdb, pg_ctl) live under /usr/lib/postgresql/VERSION/bin, not on PATH.
 compgen -G '/usr/lib/postgresql/*/bin/pg_ctl' >/dev/null || missing+=(postgresql)
+# The remote-client tests: two network namespaces joined by a veth pair (ip netns) and a test CA.
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 if [ "${1:-}" != "--no-browser" ] && [ ! -x /usr/bin/chromium ]; then missing+=(chromium); fi
 [ "${#missing[@]}" -eq 0 ] && exit 0
 

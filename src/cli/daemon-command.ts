@@ -1,7 +1,14 @@
 import { readFileSync } from 'node:fs';
+import { resolve } from 'node:path';
 import { type Command, Option } from 'commander';
 import { findDaemon, startDaemon, stopDaemon } from '../installation/daemon-connection.js';
 import { abxHome, abxPaths } from '../installation/paths.js';
+import {
+  checkPublicListen,
+  parseListenAddress,
+  readPem,
+  sandboxUrl,
+} from '../installation/public-listen.js';
 import { ExitCode, UsageError } from './errors.js';
 import { withSpinner } from './feedback.js';
 import { withExamples } from './options.js';
@@ -16,6 +23,72 @@ interface DaemonStartOptions {
   kubeBaseImage?: string;
   kubeAgentSandbox?: string;
   databaseUrl?: string;
+  listen?: string;
+  gatewayListen?: string;
+  tlsCert?: string;
+  tlsKey?: string;
+  domain?: string;
+  publicUrl?: string;
+  insecure?: boolean;
+}
+
+/**
+ * Checks the remote-serving options here, so a mistake is a usage error at once rather than a
+ * daemon that fails in the background, and gives the environment the daemon reads them from.
+ */
+function remoteListen(options: DaemonStartOptions): {
+  listen: boolean;
+  env: Record<string, string | undefined>;
+} {
+  const given = (['gatewayListen', 'tlsCert', 'tlsKey', 'publicUrl', 'insecure'] as const).find(
+    (name) => options[name] !== undefined,
+  );
+  if (!options.listen) {
+    if (given) {
+      const flag = `--${given.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
+      throw new UsageError(`${flag} needs --listen HOST:PORT`, 'abx daemon start --help');
+    }
+    return { listen: false, env: { ABX_DOMAIN: options.domain } };
+  }
+  if (Boolean(options.tlsCert) !== Boolean(options.tlsKey)) {
+    throw new UsageError(
+      'give both --tls-cert and --tls-key, or neither',
+      'abx daemon start --help',
+    );
+  }
+  try {
+    checkPublicListen({
+      api: parseListenAddress(options.listen, '--listen'),
+      ...(options.gatewayListen
+        ? { gateway: parseListenAddress(options.gatewayListen, '--gateway-listen') }
+        : {}),
+      ...(options.tlsCert && options.tlsKey
+        ? {
+            tls: {
+              cert: readPem(options.tlsCert, '--tls-cert', 'CERTIFICATE'),
+              key: readPem(options.tlsKey, '--tls-key', 'PRIVATE KEY'),
+            },
+          }
+        : {}),
+      ...(options.insecure ? { insecure: true } : {}),
+      ...(options.publicUrl ? { publicUrl: options.publicUrl } : {}),
+    });
+  } catch (error) {
+    throw new UsageError((error as Error).message, 'abx daemon start --help');
+  }
+  const file = (path: string | undefined) => (path ? resolve(path) : undefined);
+  return {
+    listen: true,
+    env: {
+      ABX_LISTEN: options.listen,
+      ABX_GATEWAY_LISTEN: options.gatewayListen,
+      ABX_TLS_CERT: file(options.tlsCert),
+      ABX_TLS_KEY: file(options.tlsKey),
+      ABX_DOMAIN: options.domain,
+      ABX_PUBLIC_URL: options.publicUrl,
+      ABX_INSECURE: options.insecure ? '1' : undefined,
+    },
+  };
 }
 
 /** `abx daemon start|stop|status|logs`. */
@@ -32,7 +105,9 @@ export function addDaemonCommand(program: Command): void {
   withExamples(
     daemon
       .command('start')
-      .description('Start the daemon in the background (no-op when one runs).')
+      .description(
+        'Start the daemon in the background (no-op when one runs). With --listen it also serves remote SDKs and CLIs (ABX_API_URL, ABX_API_KEY): over TLS with --tls-cert/--tls-key, or plain HTTP behind a proxy that terminates TLS (--insecure beyond loopback).',
+      )
       .option('--json', 'print the daemon info as JSON')
       .addOption(
         new Option(
@@ -80,7 +155,45 @@ export function addDaemonCommand(program: Command): void {
           'keep the registry in PostgreSQL (postgres://user:password@host:port/database), shared by every daemon given the same URL; default: SQLite in $ABX_HOME',
         ).env('ABX_DATABASE_URL'),
       )
+      .addOption(
+        new Option(
+          '--listen <host:port>',
+          'serve the API to remote clients on this address too (e.g. 0.0.0.0:8443); the key is $ABX_HOME/api-key on this host',
+        ).env('ABX_LISTEN'),
+      )
+      .addOption(
+        new Option(
+          '--gateway-listen <host:port>',
+          "the gateway's address for remote clients (default: --listen's host, port + 1)",
+        ).env('ABX_GATEWAY_LISTEN'),
+      )
+      .addOption(
+        new Option(
+          '--tls-cert <file>',
+          'PEM certificate chain both listeners serve (for --domain: one valid for *.DOMAIN)',
+        ).env('ABX_TLS_CERT'),
+      )
+      .addOption(new Option('--tls-key <file>', 'PEM private key of --tls-cert').env('ABX_TLS_KEY'))
+      .addOption(
+        new Option(
+          '--domain <name>',
+          'sandbox ports are reached at https://{port}-{sandboxId}.DOMAIN (wildcard DNS *.DOMAIN to this host or its proxy)',
+        ).env('ABX_DOMAIN'),
+      )
+      .addOption(
+        new Option(
+          '--public-url <url>',
+          "behind a proxy: the gateway's public origin, e.g. https://sandboxes.example.com (its scheme and port go in gateway URLs; its host is the domain)",
+        ).env('ABX_PUBLIC_URL'),
+      )
+      .addOption(
+        new Option(
+          '--insecure',
+          'allow plain HTTP on an address that is not loopback (only behind a proxy that terminates TLS)',
+        ).env('ABX_INSECURE'),
+      )
       .action(async (options: DaemonStartOptions) => {
+        const remote = remoteListen(options);
         // The daemon process reads them from its environment (it inherits this one's).
         if (options.provider) process.env.ABX_PROVIDER = options.provider;
         if (options.dockerBaseImage) process.env.ABX_DOCKER_BASE_IMAGE = options.dockerBaseImage;
@@ -89,6 +202,10 @@ export function addDaemonCommand(program: Command): void {
         if (options.kubeBaseImage) process.env.ABX_KUBE_BASE_IMAGE = options.kubeBaseImage;
         if (options.kubeAgentSandbox) process.env.ABX_KUBE_AGENT_SANDBOX = options.kubeAgentSandbox;
         if (options.databaseUrl) process.env.ABX_DATABASE_URL = options.databaseUrl;
+        for (const [name, value] of Object.entries(remote.env)) {
+          if (value === undefined) delete process.env[name];
+          else process.env[name] = value;
+        }
         const running = await findDaemon(abxHome());
         const wanted = options.provider ?? 'local';
         if (running && (running.provider ?? 'local') !== wanted) {
@@ -97,14 +214,27 @@ export function addDaemonCommand(program: Command): void {
             'abx daemon stop',
           );
         }
+        if (running && remote.listen && !running.remote) {
+          throw new UsageError(
+            `a daemon that serves this host only runs already (pid ${running.pid}); stop it first (abx daemon stop) to start one with --listen ${options.listen}`,
+            'abx daemon stop',
+          );
+        }
         const info = await withSpinner('starting the daemon', () => startDaemon(abxHome()));
         if (options.json) return printJson(info);
         printLine(`daemon ${info.pid} listening: API ${info.apiUrl}, gateway ${info.gatewayUrl}`);
+        if (info.remote) {
+          printLine(
+            `remote clients: API ${info.remote.apiUrl}, gateway ${info.remote.gatewayUrl}, sandbox ports at ${sandboxUrl(info.remote.publicGatewayUrl, '{sandboxId}', 0).replace('0-', '{port}-')}${info.remote.tls ? '' : ' (plain HTTP)'}`,
+          );
+        }
       }),
     'abx daemon start',
     'abx daemon start --provider docker --docker-base-image debian:bookworm-slim',
     'abx daemon start --provider kubernetes --kube-namespace sandboxes --kube-runtime-image registry.example/abx-runtime:1',
     'abx daemon start --database-url postgres://abx:secret@db.internal:5432/abx',
+    'abx daemon start --listen 0.0.0.0:8443 --tls-cert cert.pem --tls-key key.pem --domain sandboxes.example.com',
+    'abx daemon start --listen 127.0.0.1:8080 --domain sandboxes.example.com --public-url https://sandboxes.example.com  # behind a TLS proxy on this host',
   );
 
   withExamples(
@@ -133,6 +263,11 @@ export function addDaemonCommand(program: Command): void {
             `running: pid ${info.pid}, provider ${info.provider ?? 'local'}, API ${info.apiUrl}, gateway ${info.gatewayUrl}, since ${info.startedAt}`,
           );
           if (info.registry) printLine(`registry: ${info.registry}`);
+          if (info.remote) {
+            printLine(
+              `remote clients: API ${info.remote.apiUrl}, gateway ${info.remote.gatewayUrl} (${info.remote.tls ? 'TLS' : 'plain HTTP'}), gateway URLs ${info.remote.publicGatewayUrl}`,
+            );
+          }
           const isolation = info.isolation;
           if (isolation) {
             printLine(

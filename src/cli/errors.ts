@@ -50,7 +50,10 @@ const HINTS: readonly [new (...args: never[]) => Error, (error: never) => string
   [CommandTimeoutError, () => 'give it more time with --timeout, e.g. --timeout 10m'],
   [
     DaemonUnavailableError,
-    () => '`abx daemon status` and `abx daemon logs` tell what the daemon is doing',
+    () =>
+      process.env.ABX_API_URL
+        ? `check that ABX_API_URL (--api-url) ${process.env.ABX_API_URL} is right and reachable from this host`
+        : '`abx daemon status` and `abx daemon logs` tell what the daemon is doing',
   ],
 ];
 

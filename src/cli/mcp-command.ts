@@ -34,11 +34,12 @@ async function mcp(id: string | undefined, options: McpOptions): Promise<void> {
   if ((id === undefined) === (options.template === undefined)) {
     throw new UsageError('give a sandbox id or --template, not both or neither', 'abx mcp --help');
   }
-  const home = await chooseHome(options);
+  // A remote control plane (ABX_API_URL, --api-url) has no local home to choose.
+  const remote = options.home === undefined && Boolean(process.env.ABX_API_URL);
   const server = await serveMcp({
     ...(id === undefined ? { template: options.template as string } : { sandboxId: id }),
     ...(options.module ? { modules: options.module } : {}),
-    home,
+    ...(remote ? {} : { home: await chooseHome(options) }),
   });
   // An MCP client stops a stdio server by closing stdin, or by a signal when that is not enough:
   // either way a sandbox created for this session must not outlive it.

@@ -1,4 +1,4 @@
-import { Command } from 'commander';
+import { Command, Option } from 'commander';
 import { packageInfo } from '../util/package-info.js';
 import { addCodeCommand } from './code-command.js';
 import { addCommandsCommand } from './commands-command.js';
@@ -24,8 +24,52 @@ export function buildProgram(): Command {
     .showSuggestionAfterError(true)
     // Subcommands inherit these two: usage errors reach runCli instead of exiting the process.
     .exitOverride()
-    .configureHelp({ sortSubcommands: false });
-  withExamples(program, 'id=$(abx create -q) && abx exec "$id" -- uname -a && abx kill "$id"');
+    .configureHelp({ sortSubcommands: false })
+    .addOption(
+      new Option(
+        '--api-url <url>',
+        'a remote control plane (abx daemon start --listen), e.g. https://abx.example.com:8443; no local daemon is used',
+      ).env('ABX_API_URL'),
+    )
+    .addOption(
+      new Option(
+        '--api-key <key>',
+        "the remote control plane's API key (prefer ABX_API_KEY: arguments are visible to other users)",
+      ).env('ABX_API_KEY'),
+    )
+    .addOption(
+      new Option(
+        '--ca-cert <file>',
+        "a PEM CA to trust for the remote control plane's TLS, besides the system's",
+      ).env('ABX_CA_CERT'),
+    )
+    .addOption(
+      new Option(
+        '--gateway-url <url>',
+        "the remote gateway's address when {port}-{id}.{domain} names do not resolve here, e.g. https://10.0.0.5:8444",
+      ).env('ABX_GATEWAY_URL'),
+    )
+    // The SDK reads the environment: options given on the command line go there.
+    .hook('preAction', (command) => {
+      const options = command.opts<{
+        apiUrl?: string;
+        apiKey?: string;
+        caCert?: string;
+        gatewayUrl?: string;
+      }>();
+      const set = (name: string, value: string | undefined) => {
+        if (value !== undefined) process.env[name] = value;
+      };
+      set('ABX_API_URL', options.apiUrl);
+      set('ABX_API_KEY', options.apiKey);
+      set('ABX_CA_CERT', options.caCert);
+      set('ABX_GATEWAY_URL', options.gatewayUrl);
+    });
+  withExamples(
+    program,
+    'id=$(abx create -q) && abx exec "$id" -- uname -a && abx kill "$id"',
+    'ABX_API_URL=https://abx.example.com:8443 ABX_API_KEY=... abx ls',
+  );
   addSandboxCommands(program);
   addExecCommand(program);
   addCodeCommand(program);

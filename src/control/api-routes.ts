@@ -16,6 +16,11 @@ export interface ApiContext {
   templates: TemplateService;
   /** Stops the daemon after the answer is sent. */
   shutdown(): void;
+  /**
+   * The gateway's origin as clients see it, its host the sandbox domain (`https://D:8444`):
+   * sandbox ports are reached at `{scheme}://{port}-{sandboxId}.{domain}[:{port}]`.
+   */
+  gatewayUrl(): string;
 }
 
 type ApiRoute = Route<ApiContext>;
@@ -93,7 +98,8 @@ export const API_ROUTES: ApiRoute[] = [
     method: 'POST',
     path: '/v1/sandboxes',
     group: 'api',
-    summary: 'Create a sandbox from a template: { template?, timeoutMs?, envs?, metadata? }.',
+    summary:
+      'Create a sandbox from a template: { template?, timeoutMs?, envs?, metadata? }; the answer has its accessToken and the gatewayUrl its ports are reached through.',
     handler: async ({ body, ctx }) => {
       const request = (body ?? {}) as Record<string, unknown>;
       if (typeof request !== 'object' || Array.isArray(request)) {
@@ -110,7 +116,7 @@ export const API_ROUTES: ApiRoute[] = [
         envs: request.envs as Record<string, string>,
         metadata: request.metadata as Record<string, string>,
       });
-      return { ...sandboxJson(record), accessToken };
+      return { ...sandboxJson(record), accessToken, gatewayUrl: ctx.gatewayUrl() };
     },
   },
   {
@@ -154,7 +160,11 @@ export const API_ROUTES: ApiRoute[] = [
     body: 'none',
     handler: async ({ params, ctx }) => {
       const record = await ctx.sandboxes.running(params.id as string);
-      return { ...sandboxJson(record), accessToken: ctx.sandboxes.tokenOf(record.id) };
+      return {
+        ...sandboxJson(record),
+        accessToken: ctx.sandboxes.tokenOf(record.id),
+        gatewayUrl: ctx.gatewayUrl(),
+      };
     },
   },
   {

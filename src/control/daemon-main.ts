@@ -129,24 +129,70 @@ const provider = await chooseProvider().catch((error: Error) => {
   console.error(`abx daemon: ${error.name}: ${error.message}`);
   process.exit(1);
 });
-const daemon = new Daemon({
-  home: abxHome(),
-  ...(process.env.ABX_API_PORT ? { apiPort: Number(process.env.ABX_API_PORT) } : {}),
-  ...(process.env.ABX_GATEWAY_PORT ? { gatewayPort: Number(process.env.ABX_GATEWAY_PORT) } : {}),
-  ...(process.env.ABX_DOMAIN ? { domain: process.env.ABX_DOMAIN } : {}),
-  // The most sandboxes kept started per template (the pool follows demand up to it); 0: none.
-  ...(warmPool === undefined ? {} : { warmPool }),
-  ...(startConcurrency === undefined ? {} : { startConcurrency }),
-  ...(provider ? { provider } : {}),
-  ...(database ? { databaseUrl: database } : {}),
-});
+/**
+ * Remote serving from the environment (`abx daemon start --listen ...` sets these): the API and
+ * gateway addresses, TLS files, plain HTTP beyond loopback, the gateway's public origin.
+ */
+async function remoteListen() {
+  const listen = process.env.ABX_LISTEN;
+  if (!listen) {
+    const stray = ['ABX_GATEWAY_LISTEN', 'ABX_TLS_CERT', 'ABX_TLS_KEY', 'ABX_PUBLIC_URL'].find(
+      (name) => process.env[name],
+    );
+    if (stray) throw new Error(`${stray} is set but ABX_LISTEN (--listen HOST:PORT) is not`);
+    return undefined;
+  }
+  const { parseListenAddress, readPem } = await import('../installation/public-listen.js');
+  const cert = process.env.ABX_TLS_CERT;
+  const key = process.env.ABX_TLS_KEY;
+  if (Boolean(cert) !== Boolean(key)) {
+    throw new Error('give both --tls-cert and --tls-key (ABX_TLS_CERT, ABX_TLS_KEY), or neither');
+  }
+  const gateway = process.env.ABX_GATEWAY_LISTEN;
+  return {
+    api: parseListenAddress(listen, '--listen'),
+    ...(gateway ? { gateway: parseListenAddress(gateway, '--gateway-listen') } : {}),
+    ...(cert && key
+      ? {
+          tls: {
+            cert: readPem(cert, '--tls-cert', 'CERTIFICATE'),
+            key: readPem(key, '--tls-key', 'PRIVATE KEY'),
+          },
+        }
+      : {}),
+    insecure: /^(1|true|yes)$/i.test(process.env.ABX_INSECURE ?? ''),
+    ...(process.env.ABX_PUBLIC_URL ? { publicUrl: process.env.ABX_PUBLIC_URL } : {}),
+  };
+}
+
+function fail(error: Error): never {
+  console.error(`abx daemon: ${error.name}: ${error.message}`);
+  process.exit(1);
+}
+const listen = await remoteListen().catch(fail);
+let daemon: InstanceType<typeof Daemon>;
+try {
+  daemon = new Daemon({
+    home: abxHome(),
+    ...(process.env.ABX_API_PORT ? { apiPort: Number(process.env.ABX_API_PORT) } : {}),
+    ...(process.env.ABX_GATEWAY_PORT ? { gatewayPort: Number(process.env.ABX_GATEWAY_PORT) } : {}),
+    ...(process.env.ABX_DOMAIN ? { domain: process.env.ABX_DOMAIN } : {}),
+    // The most sandboxes kept started per template (the pool follows demand up to it); 0: none.
+    ...(warmPool === undefined ? {} : { warmPool }),
+    ...(startConcurrency === undefined ? {} : { startConcurrency }),
+    ...(provider ? { provider } : {}),
+    ...(listen ? { listen } : {}),
+    ...(database ? { databaseUrl: database } : {}),
+  });
+} catch (error) {
+  fail(error as Error);
+}
 for (const signal of ['SIGTERM', 'SIGINT'] as const) {
   process.on(signal, () => void daemon.stop());
 }
 const info = await daemon.start().catch(async (error: Error) => {
-  console.error(`abx daemon: ${error.message}`);
   await daemon.stop().catch(() => undefined);
-  process.exit(1);
+  return fail(error);
 });
 console.log(JSON.stringify({ event: 'listening', ...info }));
 await daemon.stopped;

@@ -1,12 +1,25 @@
 import { createHmac } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
+import type { AddressInfo, Server as NetServer } from 'node:net';
 import { join } from 'node:path';
 import { type Guard, RouteTable } from '../../runtime/server/route-table.js';
-import { AuthenticationError, errorFromBody, UnavailableError } from '../errors.js';
+import {
+  AuthenticationError,
+  errorFromBody,
+  InvalidArgumentError,
+  UnavailableError,
+} from '../errors.js';
 import type { DaemonInfo } from '../installation/daemon-info.js';
 import { type AbxPaths, abxPaths } from '../installation/paths.js';
+import {
+  checkPublicListen,
+  gatewayOrigin,
+  type ListenAddress,
+  type PublicListenOptions,
+  publicOrigin,
+} from '../installation/public-listen.js';
 import { readOrCreateSecret } from '../installation/secrets.js';
 import { LocalProvider } from '../providers/local/local-provider.js';
 import type { SandboxProvider } from '../providers/provider.js';
@@ -34,8 +47,16 @@ export interface DaemonOptions {
   apiPort?: number;
   /** Gateway port on 127.0.0.1; 0 picks a free one (default). */
   gatewayPort?: number;
-  /** Sandbox host names are `{port}-{id}.{domain}`; default `localhost`. */
+  /**
+   * Sandbox host names are `{port}-{id}.{domain}`; default the host of `listen.publicUrl`, else
+   * `localhost`.
+   */
   domain?: string;
+  /**
+   * Serve remote clients too: the API and the gateway on these addresses, over TLS or (behind a
+   * proxy that terminates it) plain HTTP. The loopback listeners for this host stay.
+   */
+  listen?: PublicListenOptions;
   /** How often expired sandboxes are looked for; default 1 s. */
   reapIntervalMs?: number;
   /**
@@ -90,6 +111,17 @@ export class Daemon {
   readonly templates: TemplateService;
   private readonly api: Server;
   private readonly gateway: Gateway;
+  /** The API and gateway listeners for remote clients, with their addresses. */
+  private readonly remote:
+    | {
+        api: NetServer;
+        gateway: NetServer;
+        at: Required<Pick<PublicListenOptions, 'api' | 'gateway'>> & PublicListenOptions;
+      }
+    | undefined;
+  private readonly domain: string;
+  /** The gateway's origin as clients see it (its host the domain), once listening. */
+  private gatewayOrigin = '';
   private readonly apiKeyHash: string;
   private readonly reaper: Reaper;
   private readonly liveness = new Map<string, { alive: boolean; at: number }>();
@@ -102,6 +134,12 @@ export class Daemon {
   });
 
   constructor(private readonly options: DaemonOptions) {
+    // Checked before anything is created, so a refused start leaves nothing behind.
+    const listen = options.listen ? checkPublicListen(options.listen) : undefined;
+    this.domain = checkDomain(
+      options.domain ??
+        (listen?.publicUrl === undefined ? 'localhost' : publicOrigin(listen.publicUrl).hostname),
+    );
     this.paths = abxPaths(options.home);
     for (const dir of [this.paths.home, this.paths.sandboxes, this.paths.templates]) {
       mkdirSync(dir, { recursive: true, mode: 0o700 });
@@ -149,6 +187,7 @@ export class Daemon {
       sandboxes: this.sandboxes,
       templates: this.templates,
       shutdown: () => setImmediate(() => void this.stop()),
+      gatewayUrl: () => this.gatewayOrigin,
     };
     const guard: Guard<ApiContext> = (route, req) => {
       if (route?.public) return;
@@ -156,13 +195,13 @@ export class Daemon {
       const key = typeof header === 'string' ? /^Bearer (.+)$/i.exec(header)?.[1] : undefined;
       if (!tokenMatches(key, this.apiKeyHash)) {
         throw new AuthenticationError(
-          `missing or wrong API key: send Authorization: Bearer <key from ${this.paths.apiKey}>`,
+          `missing or wrong API key: send Authorization: Bearer <key>, the key in ${this.paths.apiKey} on the daemon's host`,
         );
       }
     };
-    this.api = createServer(
-      (req, res) => void table.dispatch(req, res, context, BODY_LIMITS, guard),
-    );
+    const handle = (req: IncomingMessage, res: ServerResponse) =>
+      void table.dispatch(req, res, context, BODY_LIMITS, guard);
+    this.api = createServer(handle);
     const forwarded = new Set<string>();
     // SQLite answers in the thread: no cache. PostgreSQL would cost a round trip per connection.
     const registry = this.registry;
@@ -206,8 +245,15 @@ export class Daemon {
           return socket;
         },
       },
-      options.domain ?? 'localhost',
+      this.domain,
     );
+    if (listen) {
+      this.remote = {
+        api: listen.tls ? createHttpsServer(listen.tls, handle) : createServer(handle),
+        gateway: this.gateway.listener(listen.tls),
+        at: listen,
+      };
+    }
   }
 
   private builder: Promise<SandboxProvider> | undefined;
@@ -279,19 +325,52 @@ export class Daemon {
   async start(): Promise<DaemonInfo> {
     await this.openRegistry();
     await this.sandboxes.adopt();
-    const listen = (server: Server, port: number) =>
+    const listen = (server: NetServer, at: ListenAddress) =>
       new Promise<number>((resolve, reject) => {
-        server.once('error', reject);
-        server.listen(port, '127.0.0.1', () => resolve((server.address() as AddressInfo).port));
+        server.once('error', (error: NodeJS.ErrnoException) =>
+          reject(
+            new Error(
+              `cannot listen on ${hostPort(at.host, at.port)}: ${error.code === 'EADDRINUSE' ? 'the port is in use' : error.code === 'EADDRNOTAVAIL' ? 'no interface of this host has that address' : error.message}`,
+              { cause: error },
+            ),
+          ),
+        );
+        server.listen(at.port, at.host, () => resolve((server.address() as AddressInfo).port));
       });
-    const apiPort = await listen(this.api, this.options.apiPort ?? 0);
-    const gatewayPort = await listen(this.gateway.server, this.options.gatewayPort ?? 0);
+    const apiPort = await listen(this.api, { host: '127.0.0.1', port: this.options.apiPort ?? 0 });
+    const gatewayPort = await listen(this.gateway.server, {
+      host: '127.0.0.1',
+      port: this.options.gatewayPort ?? 0,
+    });
+    let remote: DaemonInfo['remote'];
+    if (this.remote) {
+      const { at } = this.remote;
+      const tls = at.tls !== undefined;
+      const scheme = tls ? 'https' : 'http';
+      const remoteApiPort = await listen(this.remote.api, at.api);
+      const remoteGatewayPort = await listen(this.remote.gateway, at.gateway);
+      this.gatewayOrigin = gatewayOrigin({
+        domain: this.domain,
+        tls,
+        port: remoteGatewayPort,
+        publicUrl: at.publicUrl,
+      });
+      remote = {
+        apiUrl: `${scheme}://${hostPort(at.api.host, remoteApiPort)}`,
+        gatewayUrl: `${scheme}://${hostPort(at.gateway.host, remoteGatewayPort)}`,
+        publicGatewayUrl: this.gatewayOrigin,
+        tls,
+      };
+    } else {
+      this.gatewayOrigin = gatewayOrigin({ domain: this.domain, tls: false, port: gatewayPort });
+    }
     this.reaper.start();
     const info: DaemonInfo = {
       pid: process.pid,
       apiUrl: `http://127.0.0.1:${apiPort}`,
       gatewayUrl: `http://127.0.0.1:${gatewayPort}`,
-      domain: this.options.domain ?? 'localhost',
+      domain: this.domain,
+      ...(remote ? { remote } : {}),
       version: packageInfo().version,
       provider: this.provider.name,
       startedAt: new Date().toISOString(),
@@ -315,13 +394,18 @@ export class Daemon {
         );
       await this.provider.close?.();
       await (await this.builder?.catch(() => undefined))?.close?.();
-      const close = (server: Server) =>
+      const close = (server: NetServer) =>
         new Promise<void>((resolve) => {
+          if (!server.listening) return resolve();
           server.close(() => resolve());
-          server.closeAllConnections();
+          (server as Server).closeAllConnections?.();
         });
       this.gateway.close();
-      await Promise.all([close(this.api), close(this.gateway.server)]);
+      await Promise.all(
+        [this.api, this.gateway.server, this.remote?.api, this.remote?.gateway]
+          .filter((server) => server !== undefined)
+          .map(close),
+      );
       try {
         const info = JSON.parse(readFileSync(this.paths.daemonInfo, 'utf8')) as DaemonInfo;
         if (info.pid === process.pid) rmSync(this.paths.daemonInfo, { force: true });
@@ -333,4 +417,21 @@ export class Daemon {
     })();
     return this.stopping;
   }
+}
+
+/** `host:port`, with an IPv6 host in brackets. */
+function hostPort(host: string, port: number): string {
+  return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
+}
+
+/** A DNS name sandbox host names can end with (`{port}-{id}.{domain}`), lower-cased. */
+function checkDomain(domain: string): string {
+  const name = domain.toLowerCase();
+  const label = '[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?';
+  if (name.length > 200 || !new RegExp(`^${label}(?:\\.${label})*$`).test(name)) {
+    throw new InvalidArgumentError(
+      `--domain must be a DNS name such as sandboxes.example.com (sandbox hosts are {port}-{sandboxId}.{domain}), not '${domain}'`,
+    );
+  }
+  return name;
 }

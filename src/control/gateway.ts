@@ -1,5 +1,6 @@
 import { createServer, type Server } from 'node:http';
-import type { Socket } from 'node:net';
+import type { Server as NetServer, Socket } from 'node:net';
+import { createServer as createTlsServer, type TLSSocket } from 'node:tls';
 import { routeCapability } from '../../runtime/envd/capabilities.js';
 import { capabilityRefusal } from '../../runtime/protocol/capabilities.js';
 import { ENVD_PORT } from '../../runtime/protocol/constants.js';
@@ -72,11 +73,22 @@ export function parseSandboxHost(
   host: string | undefined,
   domain: string,
 ): { port: number; id: string } | undefined {
+  // A DNS name is at most 253 characters; the port may follow.
+  if (host !== undefined && host.length > 260) {
+    throw new BadRequestError(
+      `the Host header is ${host.length} characters long, over a host name's 253`,
+    );
+  }
   const name = host?.replace(/:\d+$/, '').toLowerCase();
   const suffix = `.${domain.toLowerCase()}`;
   if (!name?.endsWith(suffix)) return undefined;
-  const match = /^(\d{1,5})-([a-z0-9-]+)$/.exec(name.slice(0, -suffix.length));
-  return match ? { port: Number(match[1]), id: match[2] as string } : undefined;
+  const match = /^(\d{1,5})-([a-z0-9-]{1,64})$/.exec(name.slice(0, -suffix.length));
+  if (!match) {
+    throw new BadRequestError(
+      `Host ${JSON.stringify(name.slice(0, 100))} names no sandbox port: sandbox hosts are {port}-{sandboxId}.${domain}`,
+    );
+  }
+  return { port: Number(match[1]), id: match[2] as string };
 }
 
 /**
@@ -133,6 +145,24 @@ export class Gateway implements GatewayRoutes {
     this.pool.close();
   }
 
+  /**
+   * One more listener whose connections this gateway serves: for remote clients, with TLS when
+   * given a certificate and key (the connection is served once its handshake is done).
+   */
+  listener(tls?: { cert: string; key: string }): NetServer {
+    if (!tls) {
+      const server = createServer();
+      server.removeAllListeners('connection');
+      server.on('connection', (socket: Socket) => this.accept(socket));
+      return server;
+    }
+    const server = createTlsServer(tls);
+    server.on('secureConnection', (socket: TLSSocket) => this.accept(socket));
+    // A failed handshake (a client that does not trust the certificate) concerns that client only.
+    server.on('tlsClientError', (_error, socket) => socket.destroy());
+    return server;
+  }
+
   private accept(socket: Socket): void {
     if (this.closed) {
       socket.destroy();
@@ -184,6 +214,12 @@ export class Gateway implements GatewayRoutes {
           : Number.NaN
         : fromHost?.port;
     if (!id || port === undefined) {
+      const name = head.host?.replace(/:\d+$/, '');
+      if (name && head.sandboxId === undefined && head.sandboxPort === undefined) {
+        throw new BadRequestError(
+          `Host ${JSON.stringify(name.slice(0, 100))} is not a sandbox host of this gateway: use {port}-{sandboxId}.${this.domain} or the X-Sandbox-Id and X-Sandbox-Port headers`,
+        );
+      }
       throw new BadRequestError(
         `no sandbox named: use Host {port}-{sandboxId}.${this.domain} or the X-Sandbox-Id and X-Sandbox-Port headers`,
       );

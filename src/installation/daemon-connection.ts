@@ -25,6 +25,25 @@ export interface ConnectionOptions {
   autoStart?: boolean;
   /** Timeout of one API request; default 60 s. */
   requestTimeoutMs?: number;
+  /**
+   * A remote control plane's API, e.g. `https://abx.example.com:8443` (`abx daemon start
+   * --listen`); default `$ABX_API_URL` (unless `home` is given). With it no local daemon is looked
+   * for or started and `$ABX_HOME` is not read.
+   */
+  apiUrl?: string;
+  /** The remote control plane's API key; default `$ABX_API_KEY`. */
+  apiKey?: string;
+  /**
+   * A CA to trust for the remote control plane besides the system's (and `NODE_EXTRA_CA_CERTS`):
+   * its PEM text or a file holding it; default `$ABX_CA_CERT`.
+   */
+  caCert?: string;
+  /**
+   * Where to reach the remote gateway when `{port}-{sandboxId}.{domain}` names do not resolve
+   * here (no wildcard DNS), e.g. `https://10.0.0.5:8444`; requests name the sandbox in headers.
+   * Default `$ABX_GATEWAY_URL`, else the sandbox's host name.
+   */
+  gatewayUrl?: string;
 }
 
 /** A running daemon and the key to its API. */

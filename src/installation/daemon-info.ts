@@ -10,6 +10,12 @@ export interface DaemonInfo {
   startedAt: string;
   /** Where its sandboxes run: `local` (bubblewrap) or `docker` (absent: written by an older daemon, local). */
   provider?: string;
+  /**
+   * The listeners for remote clients (`abx daemon start --listen`), besides the loopback ones
+   * above: where the API and gateway listen, the gateway's origin as clients see it (its host the
+   * sandbox domain), and whether they serve TLS.
+   */
+  remote?: { apiUrl: string; gatewayUrl: string; publicGatewayUrl: string; tls: boolean };
   /** How sandboxes are isolated: root or rootless mode, and which limits this host enforces. */
   isolation?: IsolationReport;
   /**

@@ -74,7 +74,9 @@ export async function serveMcp(options: ServeMcpOptions): Promise<McpServerHandl
   };
   const tools = async (): Promise<SandboxTool[]> => (await getSandbox()).tools();
 
-  const home = options.home ?? abxHome();
+  const home =
+    options.home ??
+    (process.env.ABX_API_URL ? `the control plane at ${process.env.ABX_API_URL}` : abxHome());
   const which = options.sandboxId
     ? `sandbox ${options.sandboxId}`
     : `a sandbox of template '${options.template}', created on first use and killed when this server stops`;

@@ -1,6 +1,7 @@
-import { type Dispatcher, errors, Pool, request } from 'undici';
+import { Agent, type Dispatcher, errors, Pool, request } from 'undici';
 import { SANDBOX_ID_HEADER, SANDBOX_PORT_HEADER } from '../../runtime/protocol/constants.js';
 import {
+  AuthenticationError,
   DaemonUnavailableError,
   errorFromBody,
   SandboxError,
@@ -8,7 +9,8 @@ import {
   UnavailableError,
   UpstreamError,
 } from '../errors.js';
-import { type DaemonConnection, forgetDaemon } from '../installation/daemon-connection.js';
+import type { ControlConnection, TlsTrust } from '../installation/control-connection.js';
+import { forgetDaemon } from '../installation/daemon-connection.js';
 
 type Body = Dispatcher.RequestOptions['body'];
 
@@ -22,14 +24,19 @@ const sandboxPools = new Map<string, Pool>();
  * by several would be checked again (and moved) at every change. Keyed by gateway, sandbox and
  * port, so every client of that port (a `Sandbox`'s envd client, its server client...) shares it.
  */
-export function sandboxPool(origin: string, sandboxId: string, port: string): Pool {
-  const key = `${origin} ${sandboxId} ${port}`;
+export function sandboxPool(
+  origin: string,
+  sandboxId: string,
+  port: string,
+  trust?: TlsTrust,
+): Pool {
+  const key = `${origin} ${sandboxId} ${port}${trust ? ` ${trustKey(trust)}` : ''}`;
   let pool = sandboxPools.get(key);
   if (pool) {
     // Most recently used last.
     sandboxPools.delete(key);
   } else {
-    pool = new Pool(origin);
+    pool = new Pool(origin, trust ? { connect: { ca: trust.ca } } : {});
     if (sandboxPools.size >= MAX_SANDBOX_POOLS) {
       const [oldest, old] = sandboxPools.entries().next().value as [string, Pool];
       sandboxPools.delete(oldest);
@@ -39,6 +46,46 @@ export function sandboxPool(origin: string, sandboxId: string, port: string): Po
   }
   sandboxPools.set(key, pool);
   return pool;
+}
+
+const trustKeys = new Map<string, string>();
+/** A short key for a trust's CA text. */
+function trustKey(trust: TlsTrust): string {
+  let key = trustKeys.get(trust.id);
+  if (key === undefined) {
+    key = `ca${trustKeys.size}`;
+    trustKeys.set(trust.id, key);
+  }
+  return key;
+}
+
+/** One undici agent per private CA, for requests outside the sandbox pools. */
+const agents = new Map<string, Agent>();
+function agentFor(trust: TlsTrust): Agent {
+  let agent = agents.get(trust.id);
+  if (!agent) {
+    agent = new Agent({ connect: { ca: trust.ca } });
+    agents.set(trust.id, agent);
+  }
+  return agent;
+}
+
+/** TLS errors that mean "this client does not trust the server's certificate". */
+const UNTRUSTED = new Set([
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'UNABLE_TO_GET_ISSUER_CERT',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+  'SELF_SIGNED_CERT_IN_CHAIN',
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'CERT_UNTRUSTED',
+]);
+
+/** What else an {@link HttpClient} may need: TLS trust, a better word for a refused key. */
+export interface HttpClientExtras {
+  /** A private CA to trust besides the system's. */
+  trust?: TlsTrust | undefined;
+  /** Turns a 401 into an error that says which key and what to do. */
+  unauthorized?: (error: AuthenticationError) => Error;
 }
 
 export interface RequestOptions {
@@ -72,6 +119,7 @@ export class HttpClient {
     private readonly explain?: (error: Error) => Promise<Error | undefined>,
     /** The class of "could not be reached". */
     private readonly unreachable: typeof UnavailableError = UnavailableError,
+    private readonly extras: HttpClientExtras = {},
   ) {
     const id = headers[SANDBOX_ID_HEADER];
     const port = headers[SANDBOX_PORT_HEADER];
@@ -108,8 +156,13 @@ export class HttpClient {
     const json = options.body !== undefined && !options.raw;
     const target = this.sandboxPort;
     try {
+      const trust = this.extras.trust;
       const response = await request(this.url(path, options.query), {
-        ...(target ? { dispatcher: sandboxPool(target.origin, target.id, target.port) } : {}),
+        ...(target
+          ? { dispatcher: sandboxPool(target.origin, target.id, target.port, trust) }
+          : trust
+            ? { dispatcher: agentFor(trust) }
+            : {}),
         method: method as 'GET',
         headers: {
           ...this.headers,
@@ -130,6 +183,9 @@ export class HttpClient {
           parsed = { error: `${this.peer} answered ${response.statusCode}: ${text.slice(0, 500)}` };
         }
         const error = errorFromBody(response.statusCode, parsed);
+        if (error instanceof AuthenticationError && this.extras.unauthorized) {
+          throw this.extras.unauthorized(error);
+        }
         // The gateway could not reach the sandbox: say why, when the sandbox itself is gone.
         if (error instanceof UpstreamError) {
           throw (await this.explain?.(error).catch(() => undefined)) ?? error;
@@ -169,6 +225,25 @@ export class HttpClient {
       );
     }
     if (error.name === 'AbortError') return error;
+    const code = (error as NodeJS.ErrnoException).code ?? '';
+    if (UNTRUSTED.has(code)) {
+      return new this.unreachable(
+        `${this.peer} could not be reached (${method} ${path}): its TLS certificate is not trusted here (${error.message}); set ABX_CA_CERT (or --ca-cert, or the caCert option) to the PEM file of the CA that signed it`,
+        { cause: error },
+      );
+    }
+    if (code === 'ENOTFOUND' && this.sandboxPort) {
+      return new this.unreachable(
+        `${this.peer} could not be reached at ${this.sandboxPort.origin} (${method} ${path}): the name does not resolve here (${error.message}); sandbox hosts need wildcard DNS for the control plane's domain, or set ABX_GATEWAY_URL (or the gatewayUrl option) to its gateway's address`,
+        { cause: error },
+      );
+    }
+    if (code === 'ERR_TLS_CERT_ALTNAME_INVALID') {
+      return new this.unreachable(
+        `${this.peer} could not be reached (${method} ${path}): its TLS certificate is not valid for that name (${error.message})`,
+        { cause: error },
+      );
+    }
     return new this.unreachable(
       `${this.peer} could not be reached (${method} ${path}): ${error.message}`,
       { cause: error },
@@ -176,18 +251,33 @@ export class HttpClient {
   }
 }
 
-/** A client of the daemon's REST API; a daemon that does not answer is a DaemonUnavailableError. */
-export function daemonClient(connection: DaemonConnection, timeoutMs: number): HttpClient {
+/**
+ * A client of the control plane's REST API: the local daemon or a remote one; one that does not
+ * answer is a DaemonUnavailableError, a refused key says which URL refused it.
+ */
+export function daemonClient(connection: ControlConnection, timeoutMs: number): HttpClient {
   return new HttpClient(
-    connection.info.apiUrl,
+    connection.apiUrl,
     { authorization: `Bearer ${connection.apiKey}` },
     timeoutMs,
-    'the abx daemon',
-    // A daemon that cannot be reached is looked for again next time (it may have restarted).
+    connection.peer,
+    // A local daemon that cannot be reached is looked for again next time (it may have restarted).
     async () => {
-      forgetDaemon(connection.home);
+      if (connection.home !== undefined) forgetDaemon(connection.home);
       return undefined;
     },
     DaemonUnavailableError,
+    {
+      trust: connection.trust,
+      ...(connection.local
+        ? {}
+        : {
+            unauthorized: (error: AuthenticationError) =>
+              new AuthenticationError(
+                `the API key was refused (401) by ${connection.peer}: check ABX_API_KEY (or --api-key, or the apiKey option); it said: ${error.message}`,
+                { cause: error },
+              ),
+          }),
+    },
   );
 }

@@ -31,11 +31,9 @@ import {
   SandboxNotFoundError,
   ServerNotRunningError,
 } from '../errors.js';
-import {
-  type ConnectionOptions,
-  connectDaemon,
-  type DaemonConnection,
-} from '../installation/daemon-connection.js';
+import { type ControlConnection, connectControlPlane } from '../installation/control-connection.js';
+import type { ConnectionOptions } from '../installation/daemon-connection.js';
+import { sandboxUrl } from '../installation/public-listen.js';
 import {
   type CodeContext,
   CodeContexts,
@@ -74,7 +72,10 @@ export interface SandboxListFilter extends ConnectionOptions {
 
 const DEFAULT_REQUEST_TIMEOUT_MS = 60_000;
 
-function controlClient(connection: DaemonConnection, options: ConnectionOptions): HttpClient {
+/** What create and connect answer: the sandbox, its token, and where its gateway is. */
+type ConnectedSandbox = SandboxInfo & { accessToken: string; gatewayUrl?: string };
+
+function controlClient(connection: ControlConnection, options: ConnectionOptions): HttpClient {
   return daemonClient(connection, options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS);
 }
 
@@ -143,12 +144,16 @@ export class Sandbox extends BaseSandbox {
    */
   fileTools: 'native' | 'execute' = 'native';
   private readonly control: HttpClient;
-  private readonly connection: DaemonConnection;
+  private readonly connection: ControlConnection;
+  /** How this sandbox was reached, to reach the same control plane again (kill, templates). */
+  private readonly options: ConnectionOptions;
+  /** The gateway's origin as clients see it, its host the sandbox domain. */
+  private readonly gatewayOrigin: string;
   private readonly envdTools: ToolRunner;
 
   private constructor(
-    info: SandboxInfo & { accessToken: string },
-    connection: DaemonConnection,
+    info: ConnectedSandbox,
+    connection: ControlConnection,
     options: ConnectionOptions,
   ) {
     super();
@@ -156,6 +161,12 @@ export class Sandbox extends BaseSandbox {
     this.template = info.template;
     this.accessToken = info.accessToken;
     this.connection = connection;
+    this.options = connection.home === undefined ? options : { ...options, home: connection.home };
+    const local = connection.local;
+    this.gatewayOrigin =
+      local?.remote?.publicGatewayUrl ??
+      info.gatewayUrl ??
+      `http://${local?.domain ?? 'localhost'}:${new URL(local?.gatewayUrl ?? 'http://localhost').port}`;
     this.control = controlClient(connection, options);
     const envd = this.portClient(ENVD_PORT, options.requestTimeoutMs);
     this.files = new Filesystem(envd);
@@ -166,6 +177,7 @@ export class Sandbox extends BaseSandbox {
       capabilities: async () => (await this.getInfo()).capabilities,
       portClient: (port, timeoutMs) => this.portClient(port, timeoutMs),
       host: (port) => this.getHost(port),
+      url: (port) => this.getUrl(port),
       start: (cmd, envs) => this.commands.start(cmd, { envs, timeoutMs: 0, stdin: false }),
       running: async (pid) => (await this.commands.list()).some((p) => p.pid === pid && p.running),
       kill: (pid, signal) => this.commands.kill(pid, signal),
@@ -316,7 +328,7 @@ export class Sandbox extends BaseSandbox {
   }
 
   private async templateCommands(): Promise<CustomCommand[]> {
-    return (await Templates.get(this.template, { home: this.connection.home })).customCommands;
+    return (await Templates.get(this.template, this.options)).customCommands;
   }
 
   /** The decorated commands of the running command server; none when no server runs. */
@@ -334,34 +346,43 @@ export class Sandbox extends BaseSandbox {
     return sandboxTools(this, options);
   }
 
-  /** Creates a sandbox from a template (starting the local daemon first if none runs). */
+  /**
+   * Creates a sandbox from a template: on the control plane of `apiUrl` / `ABX_API_URL`, else on
+   * the local daemon (started first if none runs).
+   */
   static async create(options: SandboxCreateOptions = {}): Promise<Sandbox> {
-    const connection = await connectDaemon(options);
-    const info = await controlClient(connection, options).json<
-      SandboxInfo & { accessToken: string }
-    >('POST', '/v1/sandboxes', {
-      body: {
-        ...(options.template ? { template: options.template } : {}),
-        ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),
-        ...(options.envs ? { envs: options.envs } : {}),
-        ...(options.metadata ? { metadata: options.metadata } : {}),
+    const connection = await connectControlPlane(options);
+    const info = await controlClient(connection, options).json<ConnectedSandbox>(
+      'POST',
+      '/v1/sandboxes',
+      {
+        body: {
+          ...(options.template ? { template: options.template } : {}),
+          ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),
+          ...(options.envs ? { envs: options.envs } : {}),
+          ...(options.metadata ? { metadata: options.metadata } : {}),
+        },
       },
-    });
+    );
     return new Sandbox(info, connection, options);
   }
 
-  /** A running sandbox by id, e.g. one created by another process. */
+  /**
+   * A running sandbox by id, e.g. one created by another process or on another host (with
+   * `apiUrl` / `ABX_API_URL`, the gateway's address comes from the control plane).
+   */
   static async connect(sandboxId: string, options: ConnectionOptions = {}): Promise<Sandbox> {
-    const connection = await connectDaemon(options);
-    const info = await controlClient(connection, options).json<
-      SandboxInfo & { accessToken: string }
-    >('POST', `/v1/sandboxes/${encodeURIComponent(sandboxId)}/connect`);
+    const connection = await connectControlPlane(options);
+    const info = await controlClient(connection, options).json<ConnectedSandbox>(
+      'POST',
+      `/v1/sandboxes/${encodeURIComponent(sandboxId)}/connect`,
+    );
     return new Sandbox(info, connection, options);
   }
 
   /** Sandboxes of this installation, filtered by state, template and metadata. */
   static async list(filter: SandboxListFilter = {}): Promise<SandboxInfo[]> {
-    const connection = await connectDaemon(filter);
+    const connection = await connectControlPlane(filter);
     const query: Record<string, string> = {};
     if (filter.state) query.state = filter.state;
     if (filter.template) query.template = filter.template;
@@ -375,7 +396,7 @@ export class Sandbox extends BaseSandbox {
 
   /** Kills a sandbox by id; false when it had already ended. */
   static async kill(sandboxId: string, options: ConnectionOptions = {}): Promise<boolean> {
-    const connection = await connectDaemon(options);
+    const connection = await connectControlPlane(options);
     const { killed } = await controlClient(connection, options).json<{ killed: boolean }>(
       'DELETE',
       `/v1/sandboxes/${encodeURIComponent(sandboxId)}`,
@@ -385,7 +406,7 @@ export class Sandbox extends BaseSandbox {
 
   /** Kills this sandbox and every process in it; false when it had already ended. */
   kill(): Promise<boolean> {
-    return Sandbox.kill(this.sandboxId, { home: this.connection.home });
+    return Sandbox.kill(this.sandboxId, this.options);
   }
 
   /** Sets the time left before the sandbox is reaped, counted from now. */
@@ -455,10 +476,34 @@ export class Sandbox extends BaseSandbox {
     return (await this.getInfo()).state === 'running';
   }
 
-  /** The host name of a port of this sandbox: `{port}-{sandboxId}.{domain}:{gatewayPort}`. */
+  /**
+   * The host name of a port of this sandbox: `{port}-{sandboxId}.{domain}[:{gatewayPort}]`, as
+   * clients of the gateway name it (the port left out when it is the scheme's).
+   */
   getHost(port: number): string {
-    const gateway = new URL(this.connection.info.gatewayUrl);
-    return `${port}-${this.sandboxId}.${this.connection.info.domain}:${gateway.port}`;
+    return new URL(sandboxUrl(this.gatewayOrigin, this.sandboxId, port)).host;
+  }
+
+  /** `{scheme}://{port}-{sandboxId}.{domain}[:{gatewayPort}]`: the URL of a port of this sandbox. */
+  getUrl(port: number): string {
+    return sandboxUrl(this.gatewayOrigin, this.sandboxId, port);
+  }
+
+  /**
+   * Where requests to a port go: the local daemon's loopback gateway; else the client's
+   * `gatewayUrl`; else the sandbox's own host name, or, when the control plane has no domain of
+   * its own (`localhost`), its gateway port on the API's host. Requests name the sandbox in
+   * headers too, so any of them routes.
+   */
+  private gatewayBase(port: number): string {
+    const { local, gatewayUrl, apiUrl } = this.connection;
+    if (local) return local.gatewayUrl;
+    if (gatewayUrl) return gatewayUrl;
+    const origin = new URL(this.gatewayOrigin);
+    if (origin.hostname === 'localhost') {
+      return `${origin.protocol}//${new URL(apiUrl).hostname}${origin.port ? `:${origin.port}` : ''}`;
+    }
+    return sandboxUrl(this.gatewayOrigin, this.sandboxId, port);
   }
 
   /**
@@ -467,7 +512,7 @@ export class Sandbox extends BaseSandbox {
    */
   portClient(port: number, timeoutMs = DEFAULT_REQUEST_TIMEOUT_MS): HttpClient {
     return new HttpClient(
-      this.connection.info.gatewayUrl,
+      this.gatewayBase(port),
       {
         [SANDBOX_ID_HEADER]: this.sandboxId,
         [SANDBOX_PORT_HEADER]: String(port),
@@ -490,6 +535,8 @@ export class Sandbox extends BaseSandbox {
         }
         return error instanceof SandboxError ? error : undefined;
       },
+      undefined,
+      { trust: this.connection.trust },
     );
   }
 }

@@ -79,6 +79,8 @@ export interface ServerHost {
   capabilities(): Promise<string[]>;
   portClient(port: number, timeoutMs?: number): HttpClient;
   host(port: number): string;
+  /** `{scheme}://{port}-{sandboxId}.{domain}[:{gateway}]` (https behind a TLS control plane). */
+  url?(port: number): string;
   /**
    * @deprecated Unused: the client starts the server through envd itself
    * (`portClient(ENVD_PORT)`) to follow its output until it listens, and waits for its exit the
@@ -117,9 +119,9 @@ export class ServerClient {
     this.files = new Filesystem(envd);
   }
 
-  /** The server's address through the gateway: `http://{port}-{sandboxId}.{domain}:{gateway}`. */
+  /** The server's address through the gateway: `http(s)://{port}-{sandboxId}.{domain}[:{gateway}]`. */
   get url(): string {
-    return `http://${this.host.host(this.port)}`;
+    return this.host.url?.(this.port) ?? `http://${this.host.host(this.port)}`;
   }
 
   /**

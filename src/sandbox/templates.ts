@@ -1,22 +1,46 @@
+import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { BuildProgress, TemplateInfo } from '../../runtime/protocol/wire.js';
 import { Template } from '../commands/template-builder.js';
 import { errorFromBody, InvalidArgumentError, UpstreamError } from '../errors.js';
-import { type ConnectionOptions, connectDaemon } from '../installation/daemon-connection.js';
+import { connectControlPlane, remoteControlPlane } from '../installation/control-connection.js';
+import type { ConnectionOptions } from '../installation/daemon-connection.js';
 import { ndjsonLines } from '../util/ndjson.js';
 import { daemonClient, type HttpClient } from './http-client.js';
 
 export type { TemplateInfo };
 
+/**
+ * A `template.yaml` to send to a remote control plane as text. A `dockerfile:` names a file on
+ * this host, which the control plane cannot read: refused with what to do instead.
+ */
+function readTemplateForRemote(file: string): string {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (error) {
+    throw new InvalidArgumentError(`cannot read template ${file}: ${(error as Error).message}`);
+  }
+  if (/^dockerfile\s*:/m.test(text)) {
+    throw new InvalidArgumentError(
+      `${file} builds from a dockerfile on this host, which a remote control plane cannot read: use image: instead, or build it on the control plane's host`,
+    );
+  }
+  return text;
+}
+
 /** Building runs setup steps; give it time. */
 const BUILD_TIMEOUT_MS = 3_600_000;
 
 async function client(options: ConnectionOptions, timeoutMs?: number): Promise<HttpClient> {
-  const connection = await connectDaemon(options);
+  const connection = await connectControlPlane(options);
   return daemonClient(connection, timeoutMs ?? options.requestTimeoutMs ?? 60_000);
 }
 
-/** Templates of the local installation: build from a `template.yaml`, list, remove. */
+/**
+ * Templates of the control plane (the local daemon, or the remote one of `apiUrl` /
+ * `ABX_API_URL`): build from a `template.yaml`, list, remove.
+ */
 export const Templates = {
   /**
    * Builds (or rebuilds) a template — a `template.yaml` path, or a {@link Template} made in code
@@ -40,6 +64,9 @@ export const Templates = {
         );
       }
       body = { yaml: template.toYaml(options.name) };
+    } else if (remoteControlPlane(options)) {
+      // A remote control plane cannot read this host's files: the YAML goes as text.
+      body = { yaml: readTemplateForRemote(resolve(template)) };
     } else body = { path: resolve(template) };
     const http = await client(options, BUILD_TIMEOUT_MS);
     if (!options.onProgress) return http.json<TemplateInfo>('POST', '/v1/templates', { body });
