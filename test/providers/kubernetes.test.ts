@@ -14,6 +14,7 @@ import { KubernetesProvider } from '../../src/providers/kubernetes/kubernetes-pr
 import {
   MANAGED_BY,
   MANAGED_BY_LABEL,
+  NETWORK_LABEL,
   podName,
   SANDBOX_ID_LABEL,
   SANDBOXES_LABEL,
@@ -80,6 +81,8 @@ describe('a template becomes a pod', () => {
       [MANAGED_BY_LABEL]: MANAGED_BY,
       [SANDBOX_ID_LABEL]: spec.id,
       [SANDBOXES_LABEL]: sandboxesHash('/var/lib/abx/sandboxes'),
+      // deploy/kubernetes' NetworkPolicy denies egress to pods of `network: none` by this label.
+      [NETWORK_LABEL]: spec.network,
     });
     expect(pod.spec?.runtimeClassName).toBe('gvisor');
     expect(pod.spec?.nodeSelector).toEqual({ 'kubernetes.io/arch': 'amd64', pool: 'sandboxes' });

@@ -18,7 +18,12 @@ export const AGENT_SANDBOX_PERMISSIONS: readonly {
   resource: string;
   verbs: string[];
 }[] = [
-  { group: AGENT_SANDBOX_GROUP, resource: 'sandboxes', verbs: ['create', 'get', 'list', 'delete'] },
+  // patch: a sandbox's shutdownTime moves with its timeout (setExpiry).
+  {
+    group: AGENT_SANDBOX_GROUP,
+    resource: 'sandboxes',
+    verbs: ['create', 'get', 'list', 'delete', 'patch'],
+  },
 ];
 
 /** What `abx doctor --provider kubernetes` (and a kubernetes daemon's start) learns. */

@@ -314,7 +314,7 @@ export class KubernetesProvider implements SandboxProvider {
       limits,
       warnings: [
         `kubernetes: pods in namespace ${this.namespace} of ${this.server} run as uid 1000 with no capabilities and the RuntimeDefault seccomp profile; a template's kubernetes.runtime_class (gVisor, Kata) adds a sandboxed kernel`,
-        "kubernetes: a pod always has the cluster's network (the control plane reaches envd at its address); network: none needs a NetworkPolicy that denies the sandboxes' egress (deploy/kubernetes)",
+        "kubernetes: a pod always has the cluster's network (the control plane reaches envd at its address); network: none holds only where a NetworkPolicy denies egress to pods labelled abx.dev/network=none (deploy/kubernetes/networkpolicy.yaml does)",
         ...Object.entries(limits)
           .filter(([, limit]) => !limit.enforced)
           .map(([name, limit]) => `${name}: ${limit.how}`),

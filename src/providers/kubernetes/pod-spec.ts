@@ -16,6 +16,11 @@ export const SANDBOX_ID_LABEL = 'abx.dev/sandbox-id';
 /** A hash of the daemon's sandboxes folder: `sweepOrphans` only touches its own daemon's pods. */
 export const SANDBOXES_LABEL = 'abx.dev/sandboxes';
 export const TEMPLATE_ANNOTATION = 'abx.dev/template';
+/**
+ * The template's `network` (`none` or `host`): deploy/kubernetes' NetworkPolicy denies egress to
+ * pods labelled `none`, which a pod cannot do by itself.
+ */
+export const NETWORK_LABEL = 'abx.dev/network';
 
 /** The uid and gid sandboxes run as (an image template's user; never root). */
 export const SANDBOX_UID = 1000;
@@ -147,6 +152,7 @@ export function sandboxPod(spec: SandboxSpec, context: PodContext): V1Pod {
         [MANAGED_BY_LABEL]: MANAGED_BY,
         [SANDBOX_ID_LABEL]: spec.id,
         [SANDBOXES_LABEL]: sandboxesHash(context.sandboxesDir),
+        [NETWORK_LABEL]: spec.network,
       },
       ...(spec.template ? { annotations: { [TEMPLATE_ANNOTATION]: spec.template } } : {}),
     },
