@@ -126,7 +126,7 @@ const warmPool = wholeNumber('ABX_WARM_POOL', 0);
 const database = databaseUrl();
 const startConcurrency = wholeNumber('ABX_START_CONCURRENCY', 1);
 const provider = await chooseProvider().catch((error: Error) => {
-  console.error(`abx daemon: ${error.name}: ${error.message}`);
+  console.error(`abx daemon: ${error.message}`);
   process.exit(1);
 });
 /**
@@ -166,7 +166,7 @@ async function remoteListen() {
 }
 
 function fail(error: Error): never {
-  console.error(`abx daemon: ${error.name}: ${error.message}`);
+  console.error(`abx daemon: ${error.message}`);
   process.exit(1);
 }
 const listen = await remoteListen().catch(fail);

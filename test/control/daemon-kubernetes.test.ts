@@ -1,11 +1,11 @@
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Daemon } from '../../src/control/daemon.js';
 import { KubernetesProvider } from '../../src/providers/kubernetes/kubernetes-provider.js';
 import { portableRuntime } from '../../src/providers/portable-runtime.js';
+import { call, type Json } from '../helpers/api-call.js';
 import { ensureBuilt, ROOT } from '../helpers/build.js';
 import { KubeApiDouble, kubeletUnavailable } from '../helpers/kube-api-double.js';
 
@@ -37,31 +37,6 @@ afterAll(async () => {
   rmSync(scratch, { recursive: true, force: true });
   expect(double?.invalid ?? []).toEqual([]);
 });
-
-// biome-ignore lint/suspicious/noExplicitAny: response bodies are checked field by field
-type Json = any;
-
-async function call(
-  url: string,
-  options: { method?: string; headers?: Record<string, string>; body?: unknown } = {},
-): Promise<{ status: number; body: Json }> {
-  const response = await request(url, {
-    method: (options.method ?? 'GET') as 'GET',
-    headers: {
-      ...(options.body === undefined ? {} : { 'content-type': 'application/json' }),
-      ...options.headers,
-    },
-    ...(options.body === undefined ? {} : { body: JSON.stringify(options.body) }),
-  });
-  const text = await response.body.text();
-  let body: Json = text;
-  try {
-    body = text ? JSON.parse(text) : undefined;
-  } catch {
-    // a port's plain answer
-  }
-  return { status: response.statusCode, body };
-}
 
 describe.skipIf(unavailable)(
   `the daemon on the kubernetes provider (API double)${unavailable ? `: skipped, ${unavailable}` : ''}`,

@@ -1,11 +1,11 @@
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { request } from 'undici';
 import { test as base, describe, expect } from 'vitest';
 import { Daemon, type DaemonOptions } from '../../src/control/daemon.js';
 import { sandboxToken } from '../../src/control/ids.js';
 import type { DaemonInfo } from '../../src/installation/daemon-info.js';
+import { call, type Json } from '../helpers/api-call.js';
 import { MEMORY_ISOLATION, MemoryProvider } from '../helpers/memory-provider.js';
 import { until } from './plane.js';
 
@@ -47,25 +47,6 @@ const test = base.extend<{ abx: Installation }>({
     }
   },
 });
-
-// biome-ignore lint/suspicious/noExplicitAny: response bodies are checked field by field
-type Json = any;
-
-async function call(
-  url: string,
-  options: { method?: string; headers?: Record<string, string>; body?: unknown } = {},
-): Promise<{ status: number; body: Json }> {
-  const response = await request(url, {
-    method: (options.method ?? 'GET') as 'GET',
-    headers: {
-      ...(options.body === undefined ? {} : { 'content-type': 'application/json' }),
-      ...options.headers,
-    },
-    ...(options.body === undefined ? {} : { body: JSON.stringify(options.body) }),
-  });
-  const text = await response.body.text();
-  return { status: response.statusCode, body: text ? JSON.parse(text) : undefined };
-}
 
 const apiKey = (home: string) => readFileSync(join(home, 'api-key'), 'utf8').trim();
 

@@ -1,31 +1,13 @@
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Client, request } from 'undici';
+import { Client } from 'undici';
 import { describe, expect, test } from 'vitest';
 import { Daemon } from '../../src/control/daemon.js';
+import { call, type Json } from '../helpers/api-call.js';
 import { MemoryProvider } from '../helpers/memory-provider.js';
 import { NEEDS_POSTGRES, ownCluster } from '../helpers/postgres.js';
 import { until } from './plane.js';
-
-// biome-ignore lint/suspicious/noExplicitAny: response bodies are checked field by field
-type Json = any;
-
-async function call(
-  url: string,
-  options: { method?: string; headers?: Record<string, string>; body?: unknown } = {},
-): Promise<{ status: number; body: Json }> {
-  const response = await request(url, {
-    method: (options.method ?? 'GET') as 'GET',
-    headers: {
-      ...(options.body === undefined ? {} : { 'content-type': 'application/json' }),
-      ...options.headers,
-    },
-    ...(options.body === undefined ? {} : { body: JSON.stringify(options.body) }),
-  });
-  const text = await response.body.text();
-  return { status: response.statusCode, body: text ? JSON.parse(text) : undefined };
-}
 
 /** A 503 of the API's error shape that names the database. */
 function expectDatabaseDown(answer: { status: number; body: Json }, url: string): void {

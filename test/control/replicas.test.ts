@@ -3,11 +3,12 @@ import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from '
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { Client, request } from 'undici';
+import { Client } from 'undici';
 import { test as base, describe, expect } from 'vitest';
 import { Daemon, type DaemonOptions } from '../../src/control/daemon.js';
 import { PostgresRegistry } from '../../src/control/postgres-registry.js';
 import type { DaemonInfo } from '../../src/installation/daemon-info.js';
+import { call, type Json } from '../helpers/api-call.js';
 import { ROOT } from '../helpers/build.js';
 import { MemoryProvider } from '../helpers/memory-provider.js';
 import {
@@ -18,9 +19,6 @@ import {
   withDatabase,
 } from '../helpers/postgres.js';
 import { until } from './plane.js';
-
-// biome-ignore lint/suspicious/noExplicitAny: response bodies are checked field by field
-type Json = any;
 
 interface Replica {
   daemon: Daemon;
@@ -43,22 +41,6 @@ interface Replicas {
   start(options?: Partial<DaemonOptions> & { tokenSecret?: string }): Promise<Replica>;
   /** The homes made so far (the first one's token secret is every later one's). */
   homes: string[];
-}
-
-async function call(
-  url: string,
-  options: { method?: string; headers?: Record<string, string>; body?: unknown } = {},
-): Promise<{ status: number; body: Json }> {
-  const response = await request(url, {
-    method: (options.method ?? 'GET') as 'GET',
-    headers: {
-      ...(options.body === undefined ? {} : { 'content-type': 'application/json' }),
-      ...options.headers,
-    },
-    ...(options.body === undefined ? {} : { body: JSON.stringify(options.body) }),
-  });
-  const text = await response.body.text();
-  return { status: response.statusCode, body: text ? JSON.parse(text) : undefined };
 }
 
 /** Two (or more) daemons on one PostgreSQL database and one provider; all stopped afterwards. */
