@@ -190,29 +190,9 @@ export async function startDaemon(home = abxHome()): Promise<DaemonInfo> {
   );
 }
 
-/** Daemons this process has found, by home: reused while `daemon.json` still names them. */
-const known = new Map<string, DaemonConnection>();
-
-/**
- * The daemon of `home` this process found before, when `daemon.json` still names it and its
- * process lives: a file read and a signal 0, where finding it costs a health request.
- */
-function knownDaemon(home: string): DaemonConnection | undefined {
-  const connection = known.get(home);
-  if (!connection) return undefined;
-  const info = readInfo(abxPaths(home).daemonInfo);
-  if (info?.pid === connection.info.pid && info.apiUrl === connection.info.apiUrl) {
-    if (isProcessAlive(info.pid)) return connection;
-  }
-  known.delete(home);
-  return undefined;
-}
-
 /** The daemon to talk to, started if needed (unless `autoStart: false`). */
 export async function connectDaemon(options: ConnectionOptions = {}): Promise<DaemonConnection> {
   const home = options.home ?? abxHome();
-  const reused = knownDaemon(home);
-  if (reused) return reused;
   const info =
     (await findDaemon(home)) ?? (options.autoStart === false ? undefined : await startDaemon(home));
   if (!info) {
@@ -220,22 +200,11 @@ export async function connectDaemon(options: ConnectionOptions = {}): Promise<Da
       `no abx daemon runs for ${home}; start one with \`abx daemon start\``,
     );
   }
-  const connection = { home, info, apiKey: readFileSync(abxPaths(home).apiKey, 'utf8').trim() };
-  known.set(home, connection);
-  return connection;
-}
-
-/**
- * Forgets the daemon of `home` this process found: the next connection finds it again (after
- * a request that could not reach it, it may have been restarted on another port).
- */
-export function forgetDaemon(home: string): void {
-  known.delete(home);
+  return { home, info, apiKey: readFileSync(abxPaths(home).apiKey, 'utf8').trim() };
 }
 
 /** Asks the daemon of `home` to stop and waits for its process to end. */
 export async function stopDaemon(home = abxHome(), timeoutMs = 15_000): Promise<boolean> {
-  forgetDaemon(home);
   const info = readInfo(abxPaths(home).daemonInfo);
   if (!info || !isProcessAlive(info.pid)) return false;
   const apiKey = readFileSync(abxPaths(home).apiKey, 'utf8').trim();

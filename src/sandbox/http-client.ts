@@ -10,7 +10,6 @@ import {
   UpstreamError,
 } from '../errors.js';
 import type { ControlConnection, TlsTrust } from '../installation/control-connection.js';
-import { forgetDaemon } from '../installation/daemon-connection.js';
 
 type Body = Dispatcher.RequestOptions['body'];
 
@@ -261,11 +260,7 @@ export function daemonClient(connection: ControlConnection, timeoutMs: number): 
     { authorization: `Bearer ${connection.apiKey}` },
     timeoutMs,
     connection.peer,
-    // A local daemon that cannot be reached is looked for again next time (it may have restarted).
-    async () => {
-      if (connection.home !== undefined) forgetDaemon(connection.home);
-      return undefined;
-    },
+    undefined,
     DaemonUnavailableError,
     {
       trust: connection.trust,
