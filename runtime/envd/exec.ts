@@ -4,7 +4,7 @@ import { posixShell } from '../server/child-process.js';
 import { BadRequestError } from '../server/errors.js';
 import { safePath } from '../server/file-system.js';
 import { Reply } from '../server/http.js';
-import { processInfo } from '../server/process-table.js';
+import { ProcessTable, processInfo } from '../server/process-table.js';
 import { defineGroup } from '../server/route-group.js';
 import { identityFor } from '../server/users.js';
 import { argList, envOf } from '../server/validate.js';
@@ -69,6 +69,28 @@ export const EXEC = defineGroup('EXEC', '/exec', 'processes with separate stdout
       if (!args.stdin) entry.child.stdin?.end();
       const from: StreamOffsets = { stdout: 0, stderr: 0 };
       return ndjson(processEvents(entry, from, { follow: true, closed }), {
+        start: processInfo(entry),
+      });
+    },
+  },
+  {
+    method: 'POST',
+    path: '/exec/warmup',
+    summary:
+      'Runs `true` exactly as `POST /exec` would, without listing it: warms a fresh envd before its first real command.',
+    // The daemon calls it on a sandbox it puts in its warm pool: a fresh Node process runs each
+    // function of the exec path (HTTP parsing, routing, spawn, the event stream) for the first
+    // time, slowly, and the sandbox's first real command would otherwise pay for it. The process
+    // lives in a table of its own, so `GET /process` and the ids of later processes never see it.
+    handler: async ({ closed }) => {
+      const entry = await new ProcessTable('warmup').start(posixShell(), ['-c', 'true'], {
+        command: 'true',
+        cwd: safePath('.', 'cwd'),
+        env: envOf(undefined),
+        timeoutMs: 10_000,
+      });
+      entry.child.stdin?.end();
+      return ndjson(processEvents(entry, { stdout: 0, stderr: 0 }, { follow: true, closed }), {
         start: processInfo(entry),
       });
     },

@@ -88,6 +88,39 @@ export function envdStream(
 }
 
 /**
+ * Warms a fresh sandbox's envd with `POST /exec/warmup` (a `true` run exactly as a command would
+ * be, unlisted): the warm pool does it before it offers a sandbox, so the caller's first command
+ * does not pay for envd's code running for the first time. Best effort: resolves false when envd
+ * refused it (an older runtime) or did not answer within `timeoutMs`.
+ */
+export function warmSandbox(
+  handle: { envdSocket: string },
+  token: string,
+  timeoutMs = 10_000,
+): Promise<boolean> {
+  return new Promise((resolve) => {
+    const req = request(
+      {
+        createConnection: () => connectSandboxSocket(handle.envdSocket),
+        method: 'POST',
+        path: '/exec/warmup',
+        timeout: timeoutMs,
+        headers: { authorization: `Bearer ${token}`, 'content-length': 0 },
+      },
+      (res) => {
+        res.on('error', () => resolve(false));
+        res.on('end', () => resolve(res.statusCode === 200));
+        res.resume();
+      },
+    );
+    req.on('timeout', () => req.destroy());
+    req.on('error', () => resolve(false));
+    req.on('close', () => resolve(false));
+    req.end();
+  });
+}
+
+/**
  * Runs one template `setup` step through a sandbox's envd (1 h at most): its exit code and its
  * output, stdout then stderr.
  */

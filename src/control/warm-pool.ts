@@ -34,7 +34,20 @@ export interface WarmPoolOptions {
   windowMs?: number;
   /** The clock demand is measured on (tests move it); default `Date.now`. */
   now?: () => number;
+  /**
+   * How long after a create its template's pool starts refilling; default
+   * {@link REFILL_DELAY_MS}. The caller's first commands come within milliseconds of its create,
+   * and a refill's start beside them would take half of a small host's CPU from them.
+   */
+  refillDelayMs?: number;
 }
+
+/**
+ * A refill waits this long after the create that called for it. On a 2-core host a sandbox's
+ * first command right after a create from the pool took 3-5x longer while the refill's start
+ * (namespaces, a Node process) ran beside it, and about as long as a later command without.
+ */
+export const REFILL_DELAY_MS = 200;
 
 /** The size of a pool that has not yet seen a start of its template take its time. */
 const FIRST_START_GUESS_MS = 500;
@@ -104,6 +117,7 @@ export class WarmPool {
    */
   private readonly own = new Set<string>();
   private readonly windowMs: number;
+  private readonly refillDelayMs: number;
   private readonly now: () => number;
   readonly max: number;
   private timer: NodeJS.Timeout | undefined;
@@ -113,15 +127,19 @@ export class WarmPool {
     private readonly host: PoolHost,
     options: WarmPoolOptions,
   ) {
-    const { max, windowMs = 60_000 } = options;
+    const { max, windowMs = 60_000, refillDelayMs = REFILL_DELAY_MS } = options;
     if (!Number.isInteger(max) || max < 0) {
       throw new RangeError(`the warm pool's maximum must be a whole number ≥ 0, not ${max}`);
     }
     if (!(windowMs > 0)) {
       throw new RangeError(`the warm pool's window must be a positive duration, not ${windowMs}`);
     }
+    if (!(refillDelayMs >= 0)) {
+      throw new RangeError(`the warm pool's refill delay must be ≥ 0 ms, not ${refillDelayMs}`);
+    }
     this.max = max;
     this.windowMs = windowMs;
+    this.refillDelayMs = refillDelayMs;
     this.now = options.now ?? Date.now;
   }
 
@@ -233,13 +251,13 @@ export class WarmPool {
     demand.arrivals.push(this.now());
     if (demand.arrivals.length > MAX_ARRIVALS) demand.arrivals.shift();
     demand.stalled = false;
-    // The create's answer goes out first: nothing of a refill runs in its turn of the event loop.
+    // The create's answer and the caller's first commands go first (see REFILL_DELAY_MS).
     if (!demand.rebalanceScheduled) {
       demand.rebalanceScheduled = true;
-      setImmediate(() => {
+      setTimeout(() => {
         demand.rebalanceScheduled = false;
         void this.rebalanceLogged(template);
-      });
+      }, this.refillDelayMs).unref();
     }
     // Pools shrink (and recycle) on their own, also when no create comes.
     this.timer ??= setInterval(

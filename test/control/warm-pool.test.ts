@@ -98,6 +98,17 @@ describe('the warm pool', () => {
     expect(plane.provider.creates).toBe(2);
   });
 
+  test('a pooled sandbox is warmed through envd before it is offered; a created one is not', async ({
+    open,
+  }) => {
+    const plane = open({ warmPool: 1 });
+    const { first, pooled } = await fillPool(plane);
+    expect(plane.provider.sandbox(pooled).requests).toContain('POST /exec/warmup');
+    expect(plane.provider.sandbox(first).requests).not.toContain('POST /exec/warmup');
+    // This envd has no such route (an older runtime): the sandbox is pooled all the same.
+    expect((await plane.sandboxes.create({})).record.id).toBe(pooled);
+  });
+
   test('the next create hands the pooled sandbox out at once, with the caller’s envs', async ({
     open,
   }) => {

@@ -83,6 +83,20 @@ describe('POST /exec', () => {
   });
 });
 
+describe('POST /exec/warmup', () => {
+  test('runs true as /exec does, but no process list or later id shows it', async ({ envd }) => {
+    const before = await envd.events('/exec', { cmd: 'true', stdin: false });
+    const listed = (await envd.call('/process')).json;
+    const warm = await envd.events('/exec/warmup', {});
+    expect(warm[0].start).toMatchObject({ command: 'true' });
+    expect(warm.at(-1)).toEqual({ exit: { code: 0, signal: null, timed_out: false } });
+    expect((await envd.call('/process')).json).toEqual(listed);
+    const after = await envd.events('/exec', { cmd: 'true', stdin: false });
+    const number = (events: Event[]) => Number(String(events[0].start.id).slice(1));
+    expect(number(after)).toBe(number(before) + 1);
+  });
+});
+
 describe('GET /exec/{id}/events', () => {
   test('output written while no client is attached is replayed in full', async ({ envd }) => {
     const abort = new AbortController();
