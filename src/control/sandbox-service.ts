@@ -1,4 +1,5 @@
 import { rmSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { SandboxNotFoundError } from '../errors.js';
 import type { SandboxHandle, SandboxProvider } from '../providers/provider.js';
@@ -249,7 +250,8 @@ export class SandboxService {
     if (!ending) {
       ending = (async () => {
         await this.provider.kill(record.handle);
-        rmSync(join(this.sandboxesDir, record.id), { recursive: true, force: true });
+        // In the thread pool: unlinking a disk image took the event loop 10-35 ms per kill.
+        await rm(join(this.sandboxesDir, record.id), { recursive: true, force: true });
       })().finally(() => this.ending.delete(record.id));
       this.ending.set(record.id, ending);
     }
