@@ -61,7 +61,8 @@ const fromRow = (row: SandboxRow): SandboxRecord => ({
 export class SqliteRegistry implements Registry {
   readonly kind = 'sqlite';
   private readonly db: Database.Database;
-  private bySandboxId: Database.Statement | undefined;
+  /** Statements compiled once each (a prepare per call cost ~1 ms under load). */
+  private readonly statements = new Map<string, Database.Statement>();
 
   constructor(readonly location: string) {
     this.db = new Database(location);
@@ -107,36 +108,46 @@ export class SqliteRegistry implements Registry {
       })
       .immediate();
   }
+  /** The compiled statement of `sql`, from the cache (listSandboxes' filters make a few texts). */
+  private statement(sql: string): Database.Statement {
+    let statement = this.statements.get(sql);
+    if (!statement) {
+      // A filter on many metadata keys makes a text of its own: the cache stays bounded.
+      if (this.statements.size >= 64) this.statements.clear();
+      statement = this.db.prepare(sql);
+      this.statements.set(sql, statement);
+    }
+    return statement;
+  }
 
   /** The versions applied, in order (for tests and `abx doctor`-like checks). */
   async appliedVersions(): Promise<number[]> {
     return (
-      this.db.prepare('SELECT version FROM schema_migrations ORDER BY version').all() as {
+      this.statement('SELECT version FROM schema_migrations ORDER BY version').all() as {
         version: number;
       }[]
     ).map((row) => row.version);
   }
 
   async insertSandbox(record: SandboxRecord): Promise<void> {
-    this.db
-      .prepare(
-        `INSERT INTO sandboxes (id, template, state, metadata, created_at, expires_at, ended_at,
+    this.statement(
+      `INSERT INTO sandboxes (id, template, state, metadata, created_at, expires_at, ended_at,
            end_reason, token_hash, handle, capabilities)
          VALUES (@id, @template, @state, @metadata, @createdAt, @expiresAt, @endedAt, @endReason,
            @tokenHash, @handle, @capabilities)`,
-      )
-      .run({
-        ...record,
-        metadata: JSON.stringify(record.metadata),
-        handle: JSON.stringify(record.handle),
-        capabilities: JSON.stringify(record.capabilities),
-      });
+    ).run({
+      ...record,
+      metadata: JSON.stringify(record.metadata),
+      handle: JSON.stringify(record.handle),
+      capabilities: JSON.stringify(record.capabilities),
+    });
   }
 
   getSandboxNow(id: string): SandboxRecord | undefined {
-    // The gateway looks a sandbox up on every new connection: the statement is compiled once.
-    this.bySandboxId ??= this.db.prepare('SELECT * FROM sandboxes WHERE id = ?');
-    const row = this.bySandboxId.get(id) as SandboxRow | undefined;
+    // The gateway looks a sandbox up on every new connection.
+    const row = this.statement('SELECT * FROM sandboxes WHERE id = ?').get(id) as
+      | SandboxRow
+      | undefined;
     return row && fromRow(row);
   }
 
@@ -162,7 +173,7 @@ export class SqliteRegistry implements Registry {
       params.push(`$.${JSON.stringify(key)}`, value);
     }
     const sql = `SELECT * FROM sandboxes WHERE ${where.join(' AND ')} ORDER BY created_at, id`;
-    return (this.db.prepare(sql).all(...params) as SandboxRow[]).map(fromRow);
+    return (this.statement(sql).all(...params) as SandboxRow[]).map(fromRow);
   }
 
   async claimPooled(
@@ -171,28 +182,26 @@ export class SqliteRegistry implements Registry {
     now: number,
     expiresAt: number,
   ): Promise<SandboxRecord | undefined> {
-    const row = this.db
-      .prepare(
-        `UPDATE sandboxes SET state = 'running', metadata = ?, created_at = ?, expires_at = ?
+    const row = this.statement(
+      `UPDATE sandboxes SET state = 'running', metadata = ?, created_at = ?, expires_at = ?
          WHERE id = (SELECT id FROM sandboxes WHERE state = 'pooled' AND template = ?
                      ORDER BY created_at, id LIMIT 1)
          RETURNING *`,
-      )
-      .get(JSON.stringify(metadata), now, expiresAt, template) as SandboxRow | undefined;
+    ).get(JSON.stringify(metadata), now, expiresAt, template) as SandboxRow | undefined;
     return row && fromRow(row);
   }
 
   async countPooled(template: string): Promise<number> {
     return (
-      this.db
-        .prepare(`SELECT COUNT(*) AS n FROM sandboxes WHERE state = 'pooled' AND template = ?`)
-        .get(template) as { n: number }
+      this.statement(
+        `SELECT COUNT(*) AS n FROM sandboxes WHERE state = 'pooled' AND template = ?`,
+      ).get(template) as { n: number }
     ).n;
   }
 
   async deleteSandbox(id: string, state: 'pooled' | 'running'): Promise<boolean> {
     return (
-      this.db.prepare('DELETE FROM sandboxes WHERE id = ? AND state = ?').run(id, state).changes ===
+      this.statement('DELETE FROM sandboxes WHERE id = ? AND state = ?').run(id, state).changes ===
       1
     );
   }
@@ -204,57 +213,53 @@ export class SqliteRegistry implements Registry {
     options: { expiredBy?: number } = {},
   ): Promise<boolean> {
     const due = options.expiredBy === undefined ? '' : ' AND expires_at <= ?';
-    const result = this.db
-      .prepare(
-        `UPDATE sandboxes SET state = ?, end_reason = ?, ended_at = ? WHERE id = ? AND state = 'running'${due}`,
-      )
-      .run(
-        state,
-        reason,
-        Date.now(),
-        id,
-        ...(options.expiredBy === undefined ? [] : [options.expiredBy]),
-      );
+    const result = this.statement(
+      `UPDATE sandboxes SET state = ?, end_reason = ?, ended_at = ? WHERE id = ? AND state = 'running'${due}`,
+    ).run(
+      state,
+      reason,
+      Date.now(),
+      id,
+      ...(options.expiredBy === undefined ? [] : [options.expiredBy]),
+    );
     return result.changes === 1;
   }
 
   async setExpiry(id: string, expiresAt: number): Promise<boolean> {
-    const result = this.db
-      .prepare(`UPDATE sandboxes SET expires_at = ? WHERE id = ? AND state = 'running'`)
-      .run(expiresAt, id);
+    const result = this.statement(
+      `UPDATE sandboxes SET expires_at = ? WHERE id = ? AND state = 'running'`,
+    ).run(expiresAt, id);
     return result.changes === 1;
   }
 
   async expired(now = Date.now()): Promise<SandboxRecord[]> {
-    const rows = this.db
-      .prepare(`SELECT * FROM sandboxes WHERE state = 'running' AND expires_at <= ?`)
-      .all(now) as SandboxRow[];
+    const rows = this.statement(
+      `SELECT * FROM sandboxes WHERE state = 'running' AND expires_at <= ?`,
+    ).all(now) as SandboxRow[];
     return rows.map(fromRow);
   }
 
   async endedSince(since: number): Promise<SandboxRecord[]> {
-    const rows = this.db
-      .prepare('SELECT * FROM sandboxes WHERE ended_at >= ? ORDER BY ended_at, id')
-      .all(since) as SandboxRow[];
+    const rows = this.statement(
+      'SELECT * FROM sandboxes WHERE ended_at >= ? ORDER BY ended_at, id',
+    ).all(since) as SandboxRow[];
     return rows.map(fromRow);
   }
 
   async upsertTemplate(record: TemplateRecord): Promise<TemplateRecord | undefined> {
     return this.db.transaction(() => {
       const previous = this.getTemplateNow(record.name);
-      this.db
-        .prepare(
-          `INSERT INTO templates (name, spec, dir, image, built_at) VALUES (?, ?, ?, ?, ?)
+      this.statement(
+        `INSERT INTO templates (name, spec, dir, image, built_at) VALUES (?, ?, ?, ?, ?)
            ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, dir = excluded.dir,
              image = excluded.image, built_at = excluded.built_at`,
-        )
-        .run(record.name, JSON.stringify(record.spec), record.dir, record.image, record.builtAt);
+      ).run(record.name, JSON.stringify(record.spec), record.dir, record.image, record.builtAt);
       return previous;
     })();
   }
 
   private getTemplateNow(name: string): TemplateRecord | undefined {
-    const row = this.db.prepare('SELECT * FROM templates WHERE name = ?').get(name) as
+    const row = this.statement('SELECT * FROM templates WHERE name = ?').get(name) as
       | TemplateRow
       | undefined;
     return row && templateFromRow(row);
@@ -265,24 +270,22 @@ export class SqliteRegistry implements Registry {
   }
 
   async listTemplates(): Promise<TemplateRecord[]> {
-    const rows = this.db.prepare('SELECT * FROM templates ORDER BY name').all() as TemplateRow[];
+    const rows = this.statement('SELECT * FROM templates ORDER BY name').all() as TemplateRow[];
     return rows.map(templateFromRow);
   }
 
   async removeTemplate(name: string): Promise<TemplateRecord | undefined> {
-    const row = this.db.prepare('DELETE FROM templates WHERE name = ? RETURNING *').get(name) as
+    const row = this.statement('DELETE FROM templates WHERE name = ? RETURNING *').get(name) as
       | TemplateRow
       | undefined;
     return row && templateFromRow(row);
   }
 
   async agree(key: string, value: string): Promise<string> {
-    const row = this.db
-      .prepare(
-        `INSERT INTO settings (key, value) VALUES (?, ?)
+    const row = this.statement(
+      `INSERT INTO settings (key, value) VALUES (?, ?)
          ON CONFLICT (key) DO UPDATE SET value = settings.value RETURNING value`,
-      )
-      .get(key, value) as { value: string };
+    ).get(key, value) as { value: string };
     return row.value;
   }
 
