@@ -27,6 +27,9 @@ export function completeUtf8Length(data: Buffer): number {
 
 const line = (event: unknown) => `${JSON.stringify(event)}\n`;
 
+/** The reason waitForOutput releases the losing waiter with (made once: see route-table.ts). */
+const SETTLED = new DOMException('another stream had output first', 'AbortError');
+
 /** Resolves when either log passes the offset seen, a log closes, `ms` pass or `closed` aborts. */
 async function waitForOutput(
   logs: readonly OutputLog[],
@@ -40,7 +43,7 @@ async function waitForOutput(
     await Promise.race(logs.map((log, i) => log.waitPast(seen[i] ?? 0, ms, signal)));
   } finally {
     // Releases the waiter that did not win.
-    settled.abort();
+    settled.abort(SETTLED);
   }
 }
 

@@ -14,6 +14,12 @@ import { type BodyLimits, bodyChunks, drainBody, readBody, sendError, sendResult
 
 export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
 
+/**
+ * Why a request's `closed` signal aborted: one reason made once (`abort()` without a reason builds
+ * a DOMException, with its stack, per request).
+ */
+const CLOSED = new DOMException('the request was closed', 'AbortError');
+
 /** What a handler gets: parsed path parameters, query, body and validated arguments. */
 export interface RouteRequest<C> {
   method: Method;
@@ -155,8 +161,8 @@ export class RouteTable<C> {
       if (!closed) {
         const controller = new AbortController();
         closed = controller;
-        if (res.closed) controller.abort();
-        else res.once('close', () => controller.abort());
+        if (res.closed) controller.abort(CLOSED);
+        else res.once('close', () => controller.abort(CLOSED));
       }
       return closed.signal;
     };
