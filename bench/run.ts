@@ -409,21 +409,32 @@ async function lifecycle(template: string) {
     await sandbox.kill();
     killed.push(performance.now() - t1);
   }
-  const t = performance.now();
-  const many = await Promise.all(
-    Array.from({ length: 20 }, async () => {
-      const t0 = performance.now();
-      const sandbox = await Sandbox.create({ template });
-      await sandbox.commands.run('true');
-      return { sandbox, ms: performance.now() - t0 };
-    }),
-  );
-  const wall = performance.now() - t;
-  await Promise.all(many.map(({ sandbox }) => sandbox.kill()));
+  /** 20 creates at once, each with its first command; the wall time and each one's. */
+  const burst = async () => {
+    const t = performance.now();
+    const many = await Promise.all(
+      Array.from({ length: 20 }, async () => {
+        const t0 = performance.now();
+        const sandbox = await Sandbox.create({ template });
+        await sandbox.commands.run('true');
+        return { sandbox, ms: performance.now() - t0 };
+      }),
+    );
+    const wall = performance.now() - t;
+    await Promise.all(many.map(({ sandbox }) => sandbox.kill()));
+    return { wall, each: summarize(many.map((m) => m.ms)) };
+  };
+  // The first burst finds the pool a sequential stream of creates left (one or two sandboxes);
+  // the second one comes after the pool grew to the first (up to ABX_WARM_POOL) and refilled.
+  const first = await burst();
+  const pool = await poolSize(template);
+  const again = await burst();
+  const wall = first.wall;
   results.lifecycle = {
     createToFirstCommand: summarize(created),
     kill: summarize(killed),
-    concurrent20: { wallMs: round(wall, 1), each: summarize(many.map((m) => m.ms)) },
+    concurrent20: { wallMs: round(wall, 1), each: first.each },
+    concurrent20Again: { wallMs: round(again.wall, 1), each: again.each, pooledBefore: pool },
   };
   goal(
     'createToFirstCommandP50Ms',
@@ -439,9 +450,27 @@ async function lifecycle(template: string) {
   row(
     '4 lifecycle',
     '20 creates at once',
-    `${round(wall, 0)} ms wall, each ${ms(summarize(many.map((m) => m.ms)))}`,
+    `${round(wall, 0)} ms wall, each ${ms(first.each)}`,
     'goal wall ≤ 500 ms',
   );
+  row(
+    '4 lifecycle',
+    '20 creates at once, again',
+    `${round(again.wall, 0)} ms wall, each ${ms(again.each)}`,
+    `${pool} waited in the pool (it grows to a burst, up to ABX_WARM_POOL)`,
+  );
+}
+
+/** Sandboxes of a template waiting in the warm pool, once its refills are done (up to 10 s). */
+async function poolSize(template: string): Promise<number> {
+  let last = -1;
+  for (let waited = 0; waited < 10_000; waited += 250) {
+    const n = (await Sandbox.list({ state: 'pooled', template })).length;
+    if (n === last) return n;
+    last = n;
+    await new Promise((resolve) => setTimeout(resolve, 250));
+  }
+  return last;
 }
 
 async function serverStart(sandbox: Sandbox) {
