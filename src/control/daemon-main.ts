@@ -36,7 +36,8 @@ async function chooseProvider() {
  * `kubernetes`: pods in the cluster of `KUBECONFIG` (or `~/.kube/config`, or the daemon's own
  * service account in a pod), in `ABX_KUBE_NAMESPACE`; `ABX_KUBE_RUNTIME_IMAGE` is the init
  * container's image (the portable runtime), `ABX_KUBE_BASE_IMAGE` the image of templates without
- * one, `ABX_KUBE_AGENT_SANDBOX` (auto, true, false) whether sandboxes are agent-sandbox Sandboxes. A daemon refuses to start when the API server does not answer.
+ * one (`ABX_KUBE_IMAGE_REGISTRY`, where built image templates are pushed, goes to the daemon),
+ * `ABX_KUBE_AGENT_SANDBOX` (auto, true, false) whether sandboxes are agent-sandbox Sandboxes. A daemon refuses to start when the API server does not answer.
  */
 async function kubernetesProvider() {
   const { KubernetesProvider } = await import('../providers/kubernetes/kubernetes-provider.js');
@@ -183,6 +184,10 @@ try {
     ...(provider ? { provider } : {}),
     ...(listen ? { listen } : {}),
     ...(database ? { databaseUrl: database } : {}),
+    // Where built image templates are pushed for the cluster to pull (kubernetes provider).
+    ...(process.env.ABX_KUBE_IMAGE_REGISTRY && process.env.ABX_PROVIDER === 'kubernetes'
+      ? { imageRegistry: process.env.ABX_KUBE_IMAGE_REGISTRY }
+      : {}),
   });
 } catch (error) {
   fail(error as Error);
