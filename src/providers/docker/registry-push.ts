@@ -8,7 +8,7 @@ import {
   type SandboxError,
   UnavailableError,
 } from '../../errors.js';
-import { engineAddress, engineError, statusOf } from './engine.js';
+import { dockerMessage, engineAddress, engineError, statusOf } from './engine.js';
 import { DOCKER_HUB, parseImageReference, splitTag } from './image-reference.js';
 
 /** What the engine's `X-Registry-Auth` header carries (base64 JSON, made by dockerode). */
@@ -167,13 +167,14 @@ export async function pushImage(
   try {
     let stream: NodeJS.ReadableStream;
     try {
+      // The engine wants the header even for an open registry: then it carries no credentials.
       stream = await docker
         .getImage(reference)
-        .push(auth ? { authconfig: auth } : ({} as Docker.ImagePushOptions));
+        .push({ authconfig: auth ?? { serveraddress: parsed.registry } });
     } catch (error) {
       const mapped = engineError(error, `cannot push ${reference}`, address);
       if (mapped instanceof UnavailableError) throw mapped;
-      throw pushError(mapped.message, reference, address, error);
+      throw pushError(dockerMessage(error), reference, address, error);
     }
     try {
       const digest = await followPush(docker, stream);
