@@ -123,6 +123,11 @@ if (process.env.ABX_DOCTOR) {
   });
 }
 
+if (process.env.ABX_RUNTIME_IMAGE) {
+  const { runtimeImageJob } = await import('./runtime-image-job.js');
+  await runtimeImageJob(process.env.ABX_RUNTIME_IMAGE, process.env.ABX_RUNTIME_IMAGE_PUSH === '1');
+}
+
 const warmPool = wholeNumber('ABX_WARM_POOL', 0);
 const database = databaseUrl();
 const startConcurrency = wholeNumber('ABX_START_CONCURRENCY', 1);

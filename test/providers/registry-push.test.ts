@@ -245,6 +245,31 @@ describe.skipIf(skipped)(
       expect(await registry.tags('team/abx-runtime')).toEqual(['cli-test']);
     }, 240_000);
 
+    test('abx kubernetes runtime-image: a bad reference or a registry that does not answer exits 1 saying why', async () => {
+      const abx = (reference: string) =>
+        new Promise<{ code: number | null; stderr: string }>((resolve) => {
+          execFile(
+            process.execPath,
+            [join(ROOT, 'dist', 'cli.js'), 'kubernetes', 'runtime-image', reference, '--push'],
+            { env: { ...process.env, ABX_HOME: join(scratch, 'abx-home') }, timeout: 240_000 },
+            (error, _out, stderr) => resolve({ code: error ? (error.code as number) : 0, stderr }),
+          );
+        });
+      const bad = await abx('Registry.example/ABX');
+      expect(bad.code).toBe(1);
+      expect(bad.stderr).toContain(
+        'InvalidArgumentError: runtime image reference "Registry.example/ABX"',
+      );
+      const address = `127.0.0.1:${await freePort()}`;
+      made.add(`${address}/abx-runtime:down`);
+      const down = await abx(`${address}/abx-runtime:down`);
+      expect(down.code).toBe(1);
+      expect(down.stderr).toContain(
+        `UnavailableError: cannot push ${address}/abx-runtime:down: the registry ${address} cannot be reached`,
+      );
+      expect(await hasImage(`${address}/abx-runtime:down`)).toBe(false);
+    }, 240_000);
+
     test('a registry that does not answer: an error naming it, and no image left behind', async () => {
       const address = `127.0.0.1:${await freePort()}`;
       const reference = `${address}/abx-runtime:unreachable`;
