@@ -128,6 +128,12 @@ if (process.env.ABX_RUNTIME_IMAGE) {
   await runtimeImageJob(process.env.ABX_RUNTIME_IMAGE, process.env.ABX_RUNTIME_IMAGE_PUSH === '1');
 }
 
+if (process.env.ABX_KUBE_IMAGE_REGISTRY && process.env.ABX_PROVIDER !== 'kubernetes') {
+  console.error(
+    `abx daemon: --kube-image-registry (ABX_KUBE_IMAGE_REGISTRY) pushes image templates for a cluster; it needs --provider kubernetes, not '${process.env.ABX_PROVIDER || 'local'}'`,
+  );
+  process.exit(1);
+}
 const warmPool = wholeNumber('ABX_WARM_POOL', 0);
 const database = databaseUrl();
 const startConcurrency = wholeNumber('ABX_START_CONCURRENCY', 1);
@@ -190,7 +196,7 @@ try {
     ...(listen ? { listen } : {}),
     ...(database ? { databaseUrl: database } : {}),
     // Where built image templates are pushed for the cluster to pull (kubernetes provider).
-    ...(process.env.ABX_KUBE_IMAGE_REGISTRY && process.env.ABX_PROVIDER === 'kubernetes'
+    ...(process.env.ABX_KUBE_IMAGE_REGISTRY
       ? { imageRegistry: process.env.ABX_KUBE_IMAGE_REGISTRY }
       : {}),
   });

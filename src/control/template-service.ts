@@ -15,6 +15,7 @@ import {
   TemplateBuildError,
   TemplateNotFoundError,
 } from '../errors.js';
+import { repositoryComponent } from '../providers/docker/image-reference.js';
 import {
   type ImageStore,
   SANDBOX_HOME,
@@ -112,11 +113,7 @@ export class TemplateService {
 
   /** The repository a template's image is pushed to: its name as a registry accepts it. */
   private repositoryOf(name: string): string {
-    const path = name
-      .toLowerCase()
-      .replace(/[^a-z0-9]+/g, '-')
-      .replace(/^-+|-+$/g, '');
-    return `${this.imageRegistry}/abx-template-${path || 'x'}`;
+    return `${this.imageRegistry}/abx-template-${repositoryComponent(name)}`;
   }
 
   /**
@@ -247,7 +244,8 @@ export class TemplateService {
     const builder = await this.builderFor(spec);
     const images = builder.images;
     const builtAt = Date.now();
-    const tag = `abx-template/${spec.name}:${builtAt}`;
+    // An engine takes lower-case repositories only; the tag keeps builds of `A` and `a` apart.
+    const tag = `abx-template/${repositoryComponent(spec.name)}:${builtAt}`;
     const source =
       spec.image !== undefined ? { image: spec.image } : { dockerfile: spec.dockerfile as string };
     onProgress({
@@ -475,7 +473,7 @@ export class TemplateService {
       if (this.provider.images) {
         image = await this.provider.images.commit(
           sandbox.handle,
-          `abx-template/${name}:${builtAt}`,
+          `abx-template/${repositoryComponent(name)}:${builtAt}`,
         );
       } else {
         // A provider that cannot commit keeps the image the sandbox runs on; the home is saved.

@@ -1,3 +1,4 @@
+import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -67,7 +68,7 @@ afterAll(async () => {
   const docker = engine.docker;
   if (docker) {
     for (const tag of [
-      ...(await templateImages(docker, `${label}-img`)),
+      ...(await templateImages(docker, `${label}-img-1`)),
       ...(await templateImages(docker, `${label}-down`)),
     ]) {
       await docker
@@ -113,7 +114,9 @@ describe.skipIf(skipped)(
     test('a built image template is pushed by content hash, and its pod pulls that reference', async () => {
       const { address } = registry as TestRegistry;
       const { daemon, info, auth } = await startDaemon('home', address);
-      const name = `${label}-img`;
+      // Upper case and "_" are fine in a template's name, not in a repository's (nor in a
+      // local build tag, which the engine refused before).
+      const name = `${label}-Img_1`;
       const built = await call(`${info.apiUrl}/v1/templates`, {
         method: 'POST',
         headers: auth,
@@ -121,13 +124,13 @@ describe.skipIf(skipped)(
       });
       expect(built.status, JSON.stringify(built.body)).toBe(200);
       const { image } = await daemon.templates.get(name);
-      const repository = `abx-template-${name}`;
+      const repository = `abx-template-${label}-img-1`;
       expect(image).toMatch(new RegExp(`^${address}/${repository}:[0-9a-f]{16}$`));
       const tag = (image as string).split(':').pop() as string;
       expect(await registry?.tags(repository)).toEqual([tag]);
       expect(await registry?.hasManifest(repository, tag)).toBe(true);
       // The engine keeps the pushed reference only: no build tag is left.
-      expect(await templateImages(engine.docker as Docker, name)).toEqual([image]);
+      expect(await templateImages(engine.docker as Docker, `${label}-img-1`)).toEqual([image]);
 
       const created = await call(`${info.apiUrl}/v1/sandboxes`, {
         method: 'POST',
@@ -158,6 +161,27 @@ describe.skipIf(skipped)(
       expect(JSON.stringify(built.body)).toContain(`registry ${down} cannot be reached`);
       await expect(daemon.templates.get(name)).rejects.toThrow(/is not built/);
       expect(await templateImages(engine.docker as Docker, name)).toEqual([]);
+    });
+
+    test('--kube-image-registry on another provider stops the daemon, saying it needs kubernetes', async () => {
+      const result = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
+        const child = spawn(process.execPath, [join(ROOT, 'dist', 'daemon.js')], {
+          env: {
+            ...process.env,
+            ABX_HOME: join(scratch, 'home-docker'),
+            ABX_PROVIDER: 'docker',
+            ABX_KUBE_IMAGE_REGISTRY: 'registry.example',
+          },
+          stdio: ['ignore', 'ignore', 'pipe'],
+        });
+        let stderr = '';
+        child.stderr.on('data', (chunk: Buffer) => {
+          stderr += chunk;
+        });
+        child.on('close', (code) => resolve({ code, stderr }));
+      });
+      expect(result.code).toBe(1);
+      expect(result.stderr).toContain("it needs --provider kubernetes, not 'docker'");
     });
 
     test('a registry that is not a valid prefix stops the daemon from starting', () => {

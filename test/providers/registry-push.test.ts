@@ -8,6 +8,7 @@ import { InvalidArgumentError, PermissionDeniedError, UnavailableError } from '.
 import {
   parseImageReference,
   parseRegistryPrefix,
+  repositoryComponent,
 } from '../../src/providers/docker/image-reference.js';
 import { pushError, pushImage, registryAuth } from '../../src/providers/docker/registry-push.js';
 import { makeRuntimeImage, runtimeImageTag } from '../../src/providers/kubernetes/runtime-image.js';
@@ -67,6 +68,12 @@ describe('image references', () => {
     for (const bad of ['http://registry.example', 'registry.example/x:1', 'a b', '', 'Reg/X']) {
       expect(() => parseRegistryPrefix(bad)).toThrow(/REGISTRY\[:PORT\]\[\/PATH\]/);
     }
+  });
+
+  test('a template name as a repository component', () => {
+    expect(repositoryComponent('My_Template.2')).toBe('my-template-2');
+    expect(repositoryComponent('web')).toBe('web');
+    expect(repositoryComponent('-._')).toBe('x');
   });
 
   test('the runtime tag is the version and the runtime hash: a new runtime is a new tag', () => {

@@ -30,6 +30,19 @@ export function splitTag(reference: string): { repo: string; tag: string } {
   return { repo: reference, tag: 'latest' };
 }
 
+/**
+ * A name (a template's: letters of either case, digits, ".", "_", "-") as one repository path
+ * component: lower-cased, each run of other characters one "-". `My_Template.2` → `my-template-2`.
+ */
+export function repositoryComponent(name: string): string {
+  return (
+    name
+      .toLowerCase()
+      .replace(/[^a-z0-9]+/g, '-')
+      .replace(/^-+|-+$/g, '') || 'x'
+  );
+}
+
 const EXAMPLE = 'such as registry.example:5000/team/abx-runtime:1.0';
 
 /**
