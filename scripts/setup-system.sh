@@ -6,9 +6,10 @@
 # filesystem with no libc, for the portable runtime's tests), docker.io (dockerd: the Docker
 # provider's engine; a `docker` CLI alone is not enough), debootstrap (the Debian image the Docker
 # provider's tests import), postgresql (the PostgreSQL registry's tests: .ci/run starts a
-# throwaway cluster with scripts/test-postgres.sh), iproute2 and openssl (the remote-client tests'
-# network namespaces and test CA) and, for the command server's BROWSER group, Chromium. Installs
-# only what is missing; needs root (or sudo).
+# throwaway cluster with scripts/test-postgres.sh), docker-registry (distribution 2.8: the image
+# push tests start one of their own on loopback; the package's own service is stopped and disabled
+# here), iproute2 and openssl (the remote-client tests' network namespaces and test CA) and, for
+# the command server's BROWSER group, Chromium. Installs only what is missing; needs root (or sudo).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
@@ -28,6 +29,8 @@ command -v patchelf >/dev/null 2>&1 || missing+=(patchelf)
 dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q ' installed' || missing+=(busybox-static)
 command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
+# The push tests run /usr/bin/docker-registry themselves (test/helpers/registry.ts).
+[ -x /usr/bin/docker-registry ] || missing+=(docker-registry)
 # The server binaries (initdb, pg_ctl) live under /usr/lib/postgresql/VERSION/bin, not on PATH.
 compgen -G '/usr/lib/postgresql/*/bin/pg_ctl' >/dev/null || missing+=(postgresql)
 # The remote-client tests: two network namespaces joined by a veth pair (ip netns) and a test CA.
@@ -40,4 +43,13 @@ sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+if [[ " ${missing[*]} " == *" docker-registry "* ]]; then
+  # Its postinst enables a registry on :5000 for everyone: the tests need only the binary.
+  if [ -d /run/systemd/system ]; then
+    $sudo systemctl disable --now docker-registry.service >/dev/null 2>&1 || true
+  else
+    $sudo service docker-registry stop >/dev/null 2>&1 || true
+    $sudo update-rc.d docker-registry disable >/dev/null 2>&1 || true
+  fi
+fi
 echo "installed: ${missing[*]}"

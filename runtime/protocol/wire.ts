@@ -97,8 +97,11 @@ export interface TemplateInfo {
  * `{progress}` lines as the build goes, then `{template}` or `{error, status}` last.
  */
 export interface BuildProgress {
-  /** `prepare`: getting the image ready; `step`: a setup step starts; `commit`: saving the result. */
-  phase: 'prepare' | 'step' | 'commit';
+  /**
+   * `prepare`: getting the image ready; `step`: a setup step starts; `commit`: saving the result;
+   * `push`: sending it to the registry the cluster pulls from.
+   */
+  phase: 'prepare' | 'step' | 'commit' | 'push';
   /** The setup step (0-based) and how many there are, for `step`. */
   step?: number;
   of?: number;

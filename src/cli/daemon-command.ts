@@ -21,6 +21,7 @@ interface DaemonStartOptions {
   kubeNamespace?: string;
   kubeRuntimeImage?: string;
   kubeBaseImage?: string;
+  kubeImageRegistry?: string;
   kubeAgentSandbox?: string;
   databaseUrl?: string;
   listen?: string;
@@ -137,6 +138,12 @@ export function addDaemonCommand(program: Command): void {
       )
       .addOption(
         new Option(
+          '--kube-image-registry <registry>',
+          'kubernetes: push each built image template to REGISTRY[:PORT][/PATH] (abx-template-NAME:HASH) and start its pods from there',
+        ).env('ABX_KUBE_IMAGE_REGISTRY'),
+      )
+      .addOption(
+        new Option(
           '--kube-base-image <image>',
           'kubernetes: the image of templates without one (default debian:bookworm-slim)',
         ).env('ABX_KUBE_BASE_IMAGE'),
@@ -200,6 +207,8 @@ export function addDaemonCommand(program: Command): void {
         if (options.kubeNamespace) process.env.ABX_KUBE_NAMESPACE = options.kubeNamespace;
         if (options.kubeRuntimeImage) process.env.ABX_KUBE_RUNTIME_IMAGE = options.kubeRuntimeImage;
         if (options.kubeBaseImage) process.env.ABX_KUBE_BASE_IMAGE = options.kubeBaseImage;
+        if (options.kubeImageRegistry)
+          process.env.ABX_KUBE_IMAGE_REGISTRY = options.kubeImageRegistry;
         if (options.kubeAgentSandbox) process.env.ABX_KUBE_AGENT_SANDBOX = options.kubeAgentSandbox;
         if (options.databaseUrl) process.env.ABX_DATABASE_URL = options.databaseUrl;
         for (const [name, value] of Object.entries(remote.env)) {
@@ -232,6 +241,7 @@ export function addDaemonCommand(program: Command): void {
     'abx daemon start',
     'abx daemon start --provider docker --docker-base-image debian:bookworm-slim',
     'abx daemon start --provider kubernetes --kube-namespace sandboxes --kube-runtime-image registry.example/abx-runtime:1',
+    'abx daemon start --provider kubernetes --kube-runtime-image registry.example/abx-runtime:0.9.0-3f2a1c9d0b7e --kube-image-registry registry.example/sandboxes',
     'abx daemon start --database-url postgres://abx:secret@db.internal:5432/abx',
     'abx daemon start --listen 0.0.0.0:8443 --tls-cert cert.pem --tls-key key.pem --domain sandboxes.example.com',
     'abx daemon start --listen 127.0.0.1:8080 --domain sandboxes.example.com --public-url https://sandboxes.example.com  # behind a TLS proxy on this host',

@@ -8,6 +8,7 @@ import { addDoctorCommand } from './doctor-command.js';
 import { reportError } from './errors.js';
 import { addExecCommand } from './exec-command.js';
 import { addFileCommands } from './file-commands.js';
+import { addKubernetesCommand } from './kubernetes-command.js';
 import { addMcpCommand } from './mcp-command.js';
 import { withExamples } from './options.js';
 import { addRunCommand } from './run-command.js';
@@ -82,6 +83,7 @@ export function buildProgram(): Command {
   addTemplateCommand(program);
   addDaemonCommand(program);
   addDoctorCommand(program);
+  addKubernetesCommand(program);
   addMcpCommand(program);
   return program;
 }

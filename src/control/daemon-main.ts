@@ -36,7 +36,8 @@ async function chooseProvider() {
  * `kubernetes`: pods in the cluster of `KUBECONFIG` (or `~/.kube/config`, or the daemon's own
  * service account in a pod), in `ABX_KUBE_NAMESPACE`; `ABX_KUBE_RUNTIME_IMAGE` is the init
  * container's image (the portable runtime), `ABX_KUBE_BASE_IMAGE` the image of templates without
- * one, `ABX_KUBE_AGENT_SANDBOX` (auto, true, false) whether sandboxes are agent-sandbox Sandboxes. A daemon refuses to start when the API server does not answer.
+ * one (`ABX_KUBE_IMAGE_REGISTRY`, where built image templates are pushed, goes to the daemon),
+ * `ABX_KUBE_AGENT_SANDBOX` (auto, true, false) whether sandboxes are agent-sandbox Sandboxes. A daemon refuses to start when the API server does not answer.
  */
 async function kubernetesProvider() {
   const { KubernetesProvider } = await import('../providers/kubernetes/kubernetes-provider.js');
@@ -122,6 +123,17 @@ if (process.env.ABX_DOCTOR) {
   });
 }
 
+if (process.env.ABX_RUNTIME_IMAGE) {
+  const { runtimeImageJob } = await import('./runtime-image-job.js');
+  await runtimeImageJob(process.env.ABX_RUNTIME_IMAGE, process.env.ABX_RUNTIME_IMAGE_PUSH === '1');
+}
+
+if (process.env.ABX_KUBE_IMAGE_REGISTRY && process.env.ABX_PROVIDER !== 'kubernetes') {
+  console.error(
+    `abx daemon: --kube-image-registry (ABX_KUBE_IMAGE_REGISTRY) pushes image templates for a cluster; it needs --provider kubernetes, not '${process.env.ABX_PROVIDER || 'local'}'`,
+  );
+  process.exit(1);
+}
 const warmPool = wholeNumber('ABX_WARM_POOL', 0);
 const database = databaseUrl();
 const startConcurrency = wholeNumber('ABX_START_CONCURRENCY', 1);
@@ -183,6 +195,10 @@ try {
     ...(provider ? { provider } : {}),
     ...(listen ? { listen } : {}),
     ...(database ? { databaseUrl: database } : {}),
+    // Where built image templates are pushed for the cluster to pull (kubernetes provider).
+    ...(process.env.ABX_KUBE_IMAGE_REGISTRY
+      ? { imageRegistry: process.env.ABX_KUBE_IMAGE_REGISTRY }
+      : {}),
   });
 } catch (error) {
   fail(error as Error);

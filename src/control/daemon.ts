@@ -21,6 +21,7 @@ import {
   publicOrigin,
 } from '../installation/public-listen.js';
 import { readOrCreateSecret } from '../installation/secrets.js';
+import { parseRegistryPrefix } from '../providers/docker/image-reference.js';
 import { LocalProvider } from '../providers/local/local-provider.js';
 import type { SandboxProvider } from '../providers/provider.js';
 import { sandboxPortTarget } from '../providers/sandbox-socket.js';
@@ -84,6 +85,12 @@ export interface DaemonOptions {
    * on the host's engine.
    */
   imageBuilder?: () => Promise<SandboxProvider>;
+  /**
+   * `registry[:port][/path]` a cluster pulls from: every image template built is pushed there
+   * (`abx-template-<name>:<content hash>`, through the builder's Docker engine) and its sandboxes
+   * start from the pushed reference. For the kubernetes provider (`--kube-image-registry`).
+   */
+  imageRegistry?: string;
 }
 
 /** The warm pool's maximum per template when `warmPool` / `ABX_WARM_POOL` does not say. */
@@ -136,6 +143,10 @@ export class Daemon {
   constructor(private readonly options: DaemonOptions) {
     // Checked before anything is created, so a refused start leaves nothing behind.
     const listen = options.listen ? checkPublicListen(options.listen) : undefined;
+    const imageRegistry =
+      options.imageRegistry === undefined
+        ? undefined
+        : parseRegistryPrefix(options.imageRegistry, 'the image registry (--kube-image-registry)');
     this.domain = checkDomain(
       options.domain ??
         (listen?.publicUrl === undefined ? 'localhost' : publicOrigin(listen.publicUrl).hostname),
@@ -159,6 +170,7 @@ export class Daemon {
       this.paths.templates,
       runSetupStep,
       this.provider.images ? undefined : () => this.imageBuilder(),
+      imageRegistry,
     );
     this.sandboxes = new SandboxService(
       this.registry,

@@ -15,6 +15,7 @@ import {
   TemplateBuildError,
   TemplateNotFoundError,
 } from '../errors.js';
+import { repositoryComponent } from '../providers/docker/image-reference.js';
 import {
   type ImageStore,
   SANDBOX_HOME,
@@ -102,7 +103,43 @@ export class TemplateService {
     private readonly runStep: StepRunner,
     /** Where image builds run when `provider` has no image store of its own (local → docker). */
     private readonly imageBuilder?: () => Promise<SandboxProvider>,
+    /**
+     * `registry[:port][/path]`: each built image template is pushed there, as
+     * `abx-template-<name>:<content hash>`, and its sandboxes start from that reference (what a
+     * cluster pulls). Unset: the image stays on the builder's engine.
+     */
+    private readonly imageRegistry?: string,
   ) {}
+
+  /** The repository a template's image is pushed to: its name as a registry accepts it. */
+  private repositoryOf(name: string): string {
+    return `${this.imageRegistry}/abx-template-${repositoryComponent(name)}`;
+  }
+
+  /**
+   * Pushes a built image to the image registry; the local build tag goes either way (the pushed
+   * reference stays a local name of the image; after a failure nothing of the build is left).
+   */
+  private async publish(
+    images: ImageStore,
+    spec: TemplateSpec,
+    image: string,
+    onProgress: (event: BuildProgress) => void,
+  ): Promise<string> {
+    const repository = this.repositoryOf(spec.name);
+    try {
+      if (!images.publish) {
+        throw new InvalidArgumentError(
+          `template '${spec.name}': the image builder cannot push images to ${this.imageRegistry}`,
+        );
+      }
+      onProgress({ phase: 'push', text: `pushing the image to ${repository}` });
+      // Its errors name the registry and what to do (unreachable: 503, refused: 403).
+      return await images.publish(image, repository);
+    } finally {
+      await images.remove(image).catch(() => undefined);
+    }
+  }
 
   /** The provider that builds image templates: this one, or the builder (made on demand). */
   private async builderFor(spec: TemplateSpec): Promise<SandboxProvider & { images: ImageStore }> {
@@ -207,7 +244,8 @@ export class TemplateService {
     const builder = await this.builderFor(spec);
     const images = builder.images;
     const builtAt = Date.now();
-    const tag = `abx-template/${spec.name}:${builtAt}`;
+    // An engine takes lower-case repositories only; the tag keeps builds of `A` and `a` apart.
+    const tag = `abx-template/${repositoryComponent(spec.name)}:${builtAt}`;
     const source =
       spec.image !== undefined ? { image: spec.image } : { dockerfile: spec.dockerfile as string };
     onProgress({
@@ -226,6 +264,7 @@ export class TemplateService {
         await images.remove(prepared).catch(() => undefined);
       }
     }
+    if (this.imageRegistry) image = await this.publish(images, spec, image, onProgress);
     rmSync(join(this.templatesDir, spec.name), { recursive: true, force: true });
     const previous = await this.registry.upsertTemplate({
       name: spec.name,
@@ -434,7 +473,7 @@ export class TemplateService {
       if (this.provider.images) {
         image = await this.provider.images.commit(
           sandbox.handle,
-          `abx-template/${name}:${builtAt}`,
+          `abx-template/${repositoryComponent(name)}:${builtAt}`,
         );
       } else {
         // A provider that cannot commit keeps the image the sandbox runs on; the home is saved.

@@ -101,6 +101,12 @@ export interface ImageStore {
   commit(handle: SandboxHandle, tag: string): Promise<string>;
   /** Removes an image this store made (a template rebuilt or removed); absent is fine. */
   remove(image: string): Promise<void>;
+  /**
+   * Pushes `image` to `repository` (`registry[:port]/path`) under a tag of its content (the
+   * image's id), so the tag never changes meaning; returns the pushed reference, which stays a
+   * local name of the image too. A failure leaves no tag behind.
+   */
+  publish?(image: string, repository: string): Promise<string>;
 }
 
 /**

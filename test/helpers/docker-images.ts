@@ -1,4 +1,4 @@
-import { execFile, execFileSync, spawn } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import {
   chmodSync,
   copyFileSync,
@@ -14,6 +14,7 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Docker from 'dockerode';
+import { importFolder } from '../../src/providers/docker/import-folder.js';
 import { pidAlive } from '../../src/util/pid-alive.js';
 
 /** Debian's static busybox: no libc, no Node (package busybox-static). */
@@ -74,33 +75,6 @@ async function hasImage(docker: Docker, tag: string): Promise<boolean> {
   } catch {
     return false;
   }
-}
-
-/** `docker import` of a folder, as a tar made by GNU tar (devices, owners and modes kept). */
-async function importFolder(docker: Docker, dir: string, tag: string): Promise<void> {
-  const [repo, version] = tag.split(':') as [string, string];
-  const tar = spawn('tar', ['-C', dir, '--numeric-owner', '-cf', '-', '.'], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stderr = '';
-  tar.stderr.on('data', (chunk: Buffer) => {
-    stderr += chunk;
-  });
-  const tarred = new Promise<void>((resolve, reject) => {
-    tar.on('error', reject);
-    tar.on('close', (code) =>
-      code === 0 ? resolve() : reject(new Error(`tar of ${dir} failed: ${stderr}`)),
-    );
-  });
-  const progress = await docker.importImage(tar.stdout, { repo, tag: version });
-  await new Promise<void>((resolve, reject) => {
-    docker.modem.followProgress(progress, (error: Error | null, events: { error?: string }[]) => {
-      const failed = error?.message ?? events.find((event) => event.error)?.error;
-      if (failed) reject(new Error(`docker import ${tag} failed: ${failed}`));
-      else resolve();
-    });
-  });
-  await tarred;
 }
 
 /**

@@ -8,22 +8,15 @@ import { InvalidArgumentError, SandboxError, TemplateBuildError } from '../../er
 import type { ImageSource, ImageStore, SandboxHandle } from '../provider.js';
 import { SANDBOX_LABEL, SANDBOXES_DIR_LABEL } from './container-config.js';
 import { dockerMessage, engineAddress, engineError, imageNotFound, statusOf } from './engine.js';
+import { splitTag } from './image-reference.js';
 import { addSandboxUser, SANDBOX_USER_ID } from './passwd.js';
+import { pushImage } from './registry-push.js';
 
 /** Label of an image `prepare` made: the source image's id it was made from, and the user added. */
 const PREPARED_FROM_LABEL = 'abx.prepared-from';
 const PREPARED_USER_LABEL = 'abx.user';
 /** Label of an image `commit` made from a build sandbox: the template image's tag. */
 export const TEMPLATE_LABEL = 'abx.template';
-
-/** `repo:tag` split at the last colon that is not part of a registry's port. */
-function splitTag(reference: string): { repo: string; tag: string } {
-  const at = reference.lastIndexOf(':');
-  if (at > reference.lastIndexOf('/')) {
-    return { repo: reference.slice(0, at), tag: reference.slice(at + 1) };
-  }
-  return { repo: reference, tag: 'latest' };
-}
 
 /** The bytes of one regular file of a container's file system; undefined when it is not there. */
 async function readContainerFile(
@@ -282,6 +275,11 @@ export class DockerImageStore implements ImageStore {
       }
       throw engineError(error, `cannot remove image ${image}`, this.address);
     }
+  }
+
+  async publish(image: string, repository: string): Promise<string> {
+    const id = (await this.inspectImage(image)).Id.replace(/^sha256:/, '').slice(0, 16);
+    return (await pushImage(this.docker, image, `${repository}:${id}`)).reference;
   }
 
   /** An image's inspection; a missing one is a NotFoundError saying how to get it. */
