@@ -165,7 +165,7 @@ describe.skipIf(skipped !== '')(`two daemon replicas on one cluster${skipped}`, 
       const listed = await call(`${b.apiUrl}/v1/sandboxes`, { headers: cluster.auth() });
       expect(listed.body.sandboxes).toEqual([]);
     });
-  });
+  }, 120_000);
 
   test('a replica that starts while another creates leaves that create alone; it finishes', async () => {
     await withCluster(async (cluster) => {
@@ -199,5 +199,5 @@ describe.skipIf(skipped !== '')(`two daemon replicas on one cluster${skipped}`, 
       expect(killed.body).toMatchObject({ killed: true });
       expect(sandboxObjects()).toEqual([]);
     });
-  });
+  }, 90_000);
 });
