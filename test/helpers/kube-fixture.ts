@@ -19,7 +19,7 @@ export const RUNTIME_IMAGE = 'abx-runtime:test';
 export interface KubeDoubles {
   /** Why the double's kubelet cannot run pods here (the hooks then do nothing), if it cannot. */
   readonly unavailable: string | undefined;
-  /** A folder of the block's own, removed after it. */
+  /** A folder of the block's own (once `beforeAll` ran), removed after it. */
   readonly scratch: string;
   /** The doubles in the order asked, once `beforeAll` ran. */
   readonly all: KubeApiDouble[];
@@ -38,12 +38,14 @@ export interface KubeDoubles {
  */
 export function kubeDoubles(label: string, wanted: { crds?: boolean }[] = [{}]): KubeDoubles {
   const unavailable = kubeletUnavailable();
-  const scratch = mkdtempSync(join(tmpdir(), `abx-${label}-`));
+  let scratch: string | undefined;
   const all: KubeApiDouble[] = [];
   const providers: KubernetesProvider[] = [];
 
   beforeAll(async () => {
     if (unavailable) return;
+    // Made here, not when the file is collected: a skipped block leaves no folder behind.
+    scratch = mkdtempSync(join(tmpdir(), `abx-${label}-`));
     ensureBuilt();
     const runtime = await portableRuntime({
       runtimeDir: join(ROOT, 'dist', 'runtime'),
@@ -65,7 +67,7 @@ export function kubeDoubles(label: string, wanted: { crds?: boolean }[] = [{}]):
   afterAll(async () => {
     for (const provider of providers) await provider.close().catch(() => undefined);
     for (const double of all) await double.close();
-    rmSync(scratch, { recursive: true, force: true });
+    if (scratch) rmSync(scratch, { recursive: true, force: true });
     const invalid = all.flatMap((double) => double.invalid);
     if (invalid.length) {
       throw new Error(`the provider sent invalid objects: ${JSON.stringify(invalid)}`);
@@ -74,7 +76,9 @@ export function kubeDoubles(label: string, wanted: { crds?: boolean }[] = [{}]):
 
   return {
     unavailable,
-    scratch,
+    get scratch() {
+      return scratch as string;
+    },
     all,
     get double() {
       return all[0] as KubeApiDouble;

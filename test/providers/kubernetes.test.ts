@@ -161,7 +161,6 @@ describe.skipIf(unavailable)(
   `kubernetes provider: faults (API double)${unavailable ? `: skipped, ${unavailable}` : ''}`,
   () => {
     const kube = kubeDoubles('kube-faults');
-    const { scratch } = kube;
     const make = (options: { startTimeoutMs?: number } = {}) => kube.provider(options);
 
     afterEach(() => {
@@ -193,7 +192,7 @@ describe.skipIf(unavailable)(
     });
 
     test('abx doctor --provider kubernetes reads a kubeconfig file and reports the cluster; exit 1 with a problem', async () => {
-      const kubeconfig = join(scratch, 'kubeconfig');
+      const kubeconfig = join(kube.scratch, 'kubeconfig');
       writeFileSync(
         kubeconfig,
         [
@@ -253,12 +252,14 @@ describe.skipIf(unavailable)(
         currentContext: 'gone',
       });
       const provider = kube.provider({ kubeConfig: config });
-      const spec = specOf('unreachable', scratch);
+      const spec = specOf('unreachable', kube.scratch);
       const error = await provider.create(spec).catch((thrown: unknown) => thrown);
       expect(error).toBeInstanceOf(UnavailableError);
       expect((error as Error).message).toContain(`http://127.0.0.1:${port}`);
       expect((error as Error).message).toMatch(/does not answer \(ECONNREFUSED\)/);
-      await expect(provider.sweepOrphans(scratch, new Set())).rejects.toThrow(UnavailableError);
+      await expect(provider.sweepOrphans(kube.scratch, new Set())).rejects.toThrow(
+        UnavailableError,
+      );
       const report = await checkCluster(provider);
       expect(report.reachable).toBe(false);
       expect(report.problems.join('\n')).toContain(`http://127.0.0.1:${port} does not answer`);
@@ -269,7 +270,7 @@ describe.skipIf(unavailable)(
         kind: 'unschedulable',
         message: '0/3 nodes are available: 3 Insufficient memory.',
       });
-      const spec = specOf('pending', scratch, { resources: { memory: 64 * 1024 * MiB } });
+      const spec = specOf('pending', kube.scratch, { resources: { memory: 64 * 1024 * MiB } });
       const error = await make({ startTimeoutMs: 1500 })
         .create(spec)
         .catch((thrown: unknown) => thrown);
@@ -285,7 +286,7 @@ describe.skipIf(unavailable)(
 
     test('an image that cannot be pulled: SandboxStartError naming ErrImagePull and the image, at once, nothing left', async () => {
       kube.double.fate = () => ({ kind: 'image-pull-error' });
-      const spec = specOf('pull', scratch, { image: 'registry.example/no-such-image:1' });
+      const spec = specOf('pull', kube.scratch, { image: 'registry.example/no-such-image:1' });
       const error = await make({ startTimeoutMs: 60_000 })
         .create(spec)
         .catch((thrown: unknown) => thrown);
@@ -302,7 +303,7 @@ describe.skipIf(unavailable)(
 
     test('envd answers over TCP at the pod’s address only with the token; kill of a pod already gone is fine', async () => {
       const provider = make();
-      const spec = specOf('tcp', scratch);
+      const spec = specOf('tcp', kube.scratch);
       const handle = await provider.create(spec);
       try {
         expect(handle.envdSocket).toMatch(/^tcp:\/\/127\.\d+\.\d+\.\d+:49983$/);
@@ -332,7 +333,7 @@ describe.skipIf(unavailable)(
 
     test('sweepOrphans removes labelled pods of its folder that the registry does not know, made by anyone (before startedBefore when given)', async () => {
       const provider = make();
-      const sandboxes = join(scratch, 'sweep');
+      const sandboxes = join(kube.scratch, 'sweep');
       const known = specOf('known', sandboxes);
       const handle = await provider.create(known);
       try {
@@ -346,11 +347,11 @@ describe.skipIf(unavailable)(
         kube.double.fate = () => ({ kind: 'unschedulable' });
         await kube.double.put('pods', NAMESPACE, orphan);
         // Another daemon's pod (another folder): not this daemon's to remove.
-        const other = sandboxPod(specOf('other', join(scratch, 'elsewhere')), {
+        const other = sandboxPod(specOf('other', join(kube.scratch, 'elsewhere')), {
           namespace: NAMESPACE,
           runtimeImage: 'abx-runtime:test',
           baseImage: 'debian:bookworm-slim',
-          sandboxesDir: join(scratch, 'elsewhere'),
+          sandboxesDir: join(kube.scratch, 'elsewhere'),
         });
         await kube.double.put('pods', NAMESPACE, other);
         const orphanId = orphan.metadata?.labels?.[SANDBOX_ID_LABEL] as string;
@@ -367,7 +368,7 @@ describe.skipIf(unavailable)(
         );
         expect(kube.double.objects('pods')).toContain(`pods ${NAMESPACE}/${other.metadata?.name}`);
         expect(provider.isAlive(handle)).toBe(true);
-        await make().sweepOrphans(join(scratch, 'elsewhere'), new Set());
+        await make().sweepOrphans(join(kube.scratch, 'elsewhere'), new Set());
         expect(kube.double.objects('pods')).not.toContain(
           `pods ${NAMESPACE}/${other.metadata?.name}`,
         );
@@ -382,7 +383,6 @@ describe.skipIf(unavailable)(
   `kubernetes provider with agent-sandbox installed (API double)${unavailable ? `: skipped, ${unavailable}` : ''}`,
   () => {
     const kube = kubeDoubles('kube-crd', [{ crds: true }]);
-    const { scratch } = kube;
 
     test('found by discovery: a Sandbox per create, its pod made by the controller, shutdownTime from the timeout ends it', async () => {
       const provider = kube.provider();
@@ -392,7 +392,7 @@ describe.skipIf(unavailable)(
         'extensions.agents.x-k8s.io',
       ]);
       // Long enough for a create on a loaded machine to finish before the shutdownTime.
-      const spec = specOf('crd', scratch, { timeoutMs: 15_000 });
+      const spec = specOf('crd', kube.scratch, { timeoutMs: 15_000 });
       const before = Date.now();
       const handle = await provider.create(spec);
       try {
@@ -428,7 +428,7 @@ describe.skipIf(unavailable)(
     test('setExpiry moves the Sandbox’s shutdownTime: a sandbox given more time is not ended at the old one', async () => {
       const provider = kube.provider();
       // Long enough for a create on a loaded machine to finish before the first shutdownTime.
-      const spec = specOf('extend', scratch, { timeoutMs: 15_000 });
+      const spec = specOf('extend', kube.scratch, { timeoutMs: 15_000 });
       const handle = await provider.create(spec);
       try {
         const first = Date.parse(
@@ -452,7 +452,7 @@ describe.skipIf(unavailable)(
 
     test('agentSandbox: false makes plain pods even where the CRDs are installed', async () => {
       const provider = kube.provider({ agentSandbox: false });
-      const spec = specOf('plain', scratch);
+      const spec = specOf('plain', kube.scratch);
       const handle = await provider.create(spec);
       try {
         expect(handle.pod?.sandbox).toBeUndefined();
