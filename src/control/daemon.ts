@@ -74,6 +74,12 @@ export interface DaemonOptions {
    */
   releaseGraceMs?: number;
   /**
+   * How often the reaper sweeps for sandboxes without a row (another daemon on the registry died
+   * mid-create), where other daemons share the registry and the provider's sandboxes
+   * (PostgreSQL, Kubernetes); default 60 s.
+   */
+  orphanSweepMs?: number;
+  /**
    * `postgres://…`: keep the registry in PostgreSQL, shared with the other daemons given the same
    * URL (and the same token secret), instead of SQLite in `home`.
    */
@@ -193,6 +199,7 @@ export class Daemon {
       (error) => this.sandboxes.log.failed('reaper', error),
       () => this.sandboxes.log.recovered('reaper'),
       options.releaseGraceMs,
+      options.orphanSweepMs,
     );
     const table = new RouteTable(API_ROUTES);
     const context: ApiContext = {

@@ -13,6 +13,11 @@ export interface ReaperHost {
   expire(record: SandboxRecord, now: number): Promise<unknown>;
   /** Kills what is left of an ended sandbox and removes its folder. */
   release(record: SandboxRecord): Promise<void>;
+  /**
+   * Kills the sandboxes nobody recorded that are older than any create under way (another
+   * daemon on the registry died mid-create); present where other daemons share the sandboxes.
+   */
+  sweep?(): Promise<unknown>;
 }
 
 /**
@@ -22,13 +27,16 @@ export interface ReaperHost {
 export const RELEASE_GRACE_MS = 30_000;
 /** How far back a pass looks for ended sandboxes still running. */
 export const RELEASE_WINDOW_MS = 600_000;
+/** How often a reaper sweeps for orphans, where its host sweeps (see {@link ReaperHost.sweep}). */
+export const ORPHAN_SWEEP_MS = 60_000;
 
 /**
  * Keeps the registry and the hosts' processes in agreement while the daemon runs: every pass
  * kills the running sandboxes whose time is up, marks dead (cleaning up after) the running or
  * pooled ones whose processes ended by themselves, and kills what still runs of a sandbox that
  * ended more than {@link RELEASE_GRACE_MS} ago (a daemon died between recording an end and
- * killing). One pass at a time; `stop` waits for the pass
+ * killing), and, where its host sweeps, every {@link ORPHAN_SWEEP_MS} kills the sandboxes that
+ * have no row (a daemon died mid-create). One pass at a time; `stop` waits for the pass
  * in flight, so nothing touches the registry after the daemon closes it. Daemons sharing a
  * registry each run one: every end is a conditional update, so each sandbox is ended (and
  * killed) by the one pass that wins it.
@@ -36,6 +44,8 @@ export const RELEASE_WINDOW_MS = 600_000;
 export class Reaper {
   private timer: NodeJS.Timeout | undefined;
   private inFlight: Promise<unknown> | undefined;
+  /** When the next orphan sweep is due (the first a period after the first pass). */
+  private nextSweep: number | undefined;
 
   constructor(
     private readonly host: ReaperHost,
@@ -46,6 +56,8 @@ export class Reaper {
     private readonly onSuccess: () => void = () => {},
     /** See {@link RELEASE_GRACE_MS}. */
     private readonly releaseGraceMs = RELEASE_GRACE_MS,
+    /** See {@link ORPHAN_SWEEP_MS}. */
+    private readonly sweepIntervalMs = ORPHAN_SWEEP_MS,
   ) {}
 
   /** Starts passing every `intervalMs`; a pass still running when the next is due is not doubled. */
@@ -89,6 +101,13 @@ export class Reaper {
         .map((record) => this.host.expire(record, now)),
       ...leftovers.map((record) => this.host.release(record)),
     ]);
+    if (this.host.sweep) {
+      this.nextSweep ??= now + this.sweepIntervalMs;
+      if (now >= this.nextSweep) {
+        this.nextSweep = now + this.sweepIntervalMs;
+        await this.host.sweep();
+      }
+    }
     return expired.map((record) => record.id);
   }
 }

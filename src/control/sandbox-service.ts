@@ -356,7 +356,38 @@ export class SandboxService {
       markDead: (record) => this.markDead(record),
       expire: (record, now) => this.expire(record, now),
       release: (record) => this.release(record),
+      ...(this.sharesOrphans() ? { sweep: () => this.sweepOrphans() } : {}),
     };
+  }
+
+  /**
+   * Whether other daemons create sandboxes this one's sweep sees (a shared registry, a provider
+   * whose sandboxes every replica sees): then only orphans older than any create are swept, and
+   * the reaper sweeps while the daemon runs.
+   */
+  private sharesOrphans(): boolean {
+    return this.registry.kind === 'postgres' && this.provider.orphanAgeMs !== undefined;
+  }
+
+  /**
+   * Kills the sandboxes of this folder that have no running or pooled row (a daemon died between
+   * starting one and recording it), and removes their folders. With other daemons on the
+   * registry, those younger than the provider's `orphanAgeMs` are left: they may be creates
+   * under way there.
+   */
+  private async sweepOrphans(known: ReadonlySet<string> = new Set()): Promise<string[]> {
+    // Rows are read before the provider lists its sandboxes: a create that records its row in
+    // between made its sandbox less than `orphanAgeMs` ago, and is left alone.
+    const startedBefore = this.sharesOrphans()
+      ? Date.now() - (this.provider.orphanAgeMs as number)
+      : undefined;
+    const rows = new Set(known);
+    for (const state of ['running', 'pooled'] as const) {
+      for (const record of await this.registry.listSandboxes({ state })) rows.add(record.id);
+    }
+    const orphans = await this.provider.sweepOrphans(this.sandboxesDir, rows, startedBefore);
+    for (const id of orphans) rmSync(join(this.sandboxesDir, id), { recursive: true, force: true });
+    return orphans;
   }
 
   /**
@@ -369,7 +400,6 @@ export class SandboxService {
     // A previous daemon's spare sandboxes may come from an older template build: start afresh.
     // Not on a shared registry: the spares there are other live daemons' pools.
     if (this.registry.kind === 'sqlite') await this.drainPool();
-    const pooled = await this.registry.listSandboxes({ state: 'pooled' });
     for (const record of await this.registry.listSandboxes({ state: 'running' })) {
       if (this.provider.isAlive(record.handle)) adopted.push(record.id);
       else {
@@ -379,11 +409,7 @@ export class SandboxService {
       }
     }
     // A sandbox without a running row must not run: kill what a crash left behind.
-    const orphans = await this.provider.sweepOrphans(
-      this.sandboxesDir,
-      new Set([...adopted, ...pooled.map((record) => record.id)]),
-    );
-    for (const id of orphans) rmSync(join(this.sandboxesDir, id), { recursive: true, force: true });
+    const orphans = await this.sweepOrphans(new Set(adopted));
     return { adopted, dead, orphans };
   }
 }

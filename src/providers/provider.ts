@@ -166,8 +166,21 @@ export interface SandboxProvider {
   /**
    * Kills sandboxes of `sandboxesDir` that the registry does not know as running (e.g. one
    * started just before a daemon crash, before its row was written). Returns their ids.
+   * `startedBefore` (ms since the epoch, given only to providers with `orphanAgeMs`): leave alone
+   * the sandboxes made at or after it, creates that another daemon may still be making.
    */
-  sweepOrphans(sandboxesDir: string, running: ReadonlySet<string>): Promise<string[]>;
+  sweepOrphans(
+    sandboxesDir: string,
+    running: ReadonlySet<string>,
+    startedBefore?: number,
+  ): Promise<string[]>;
+  /**
+   * Set by providers whose sandboxes every daemon sharing a registry sees and may kill (pods): a
+   * sandbox of theirs without a registry row is an orphan once this old (no create takes longer).
+   * Daemons on a shared registry then sweep such orphans while they run, not only at start: a
+   * replica killed mid-create leaves one that no restart of its own may ever come to.
+   */
+  readonly orphanAgeMs?: number;
   /** How this provider isolates sandboxes on this host. */
   isolation(): IsolationReport;
   /**

@@ -15,6 +15,13 @@ export interface RunOptions {
   /** Written to abx's stdin, which is then closed (closed at once without it). */
   input?: string;
   env?: Record<string, string>;
+  /**
+   * false: the program gets exactly `env` plus PATH, nothing of the test's environment (a client
+   * "on another machine"); default true, `env` added to the test's environment.
+   */
+  inheritEnv?: boolean;
+  /** Run it inside this network namespace (`ip netns exec NS`), as on another host. */
+  netns?: string;
   cwd?: string;
 }
 
@@ -24,9 +31,15 @@ export function runProgram(
   args: readonly string[],
   options: RunOptions = {},
 ): Promise<AbxResult> {
-  const child = spawn(file, args, {
+  const [command, argv] = options.netns
+    ? ['ip', ['netns', 'exec', options.netns, file, ...args]]
+    : [file, args];
+  const child = spawn(command, argv, {
     cwd: options.cwd ?? ROOT,
-    env: { ...process.env, ...options.env },
+    env:
+      options.inheritEnv === false
+        ? { PATH: process.env.PATH ?? '/usr/bin:/bin', ...options.env }
+        : { ...process.env, ...options.env },
     stdio: ['pipe', 'pipe', 'pipe'],
     timeout: 120_000,
   });

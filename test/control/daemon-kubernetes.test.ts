@@ -1,52 +1,27 @@
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { afterAll, describe, expect, test } from 'vitest';
 import { Daemon } from '../../src/control/daemon.js';
-import { KubernetesProvider } from '../../src/providers/kubernetes/kubernetes-provider.js';
-import { portableRuntime } from '../../src/providers/portable-runtime.js';
 import { call, type Json } from '../helpers/api-call.js';
-import { ensureBuilt, ROOT } from '../helpers/build.js';
-import { KubeApiDouble, kubeletUnavailable } from '../helpers/kube-api-double.js';
+import { kubeDoubles, NAMESPACE } from '../helpers/kube-fixture.js';
 
 // The daemon on the kubernetes provider against the API double: the API creates a pod, the
 // gateway reaches envd over TCP at the pod's address (the TCP seam), a port inside is reached
 // through envd's forwarder on the pod's address, and deleting the sandbox removes the pod.
-const NAMESPACE = 'sandboxes';
-const unavailable = kubeletUnavailable();
-const scratch = mkdtempSync(join(tmpdir(), 'abx-daemon-kube-'));
-let double: KubeApiDouble;
+const kube = kubeDoubles('daemon-kube');
+const { unavailable } = kube;
 let daemon: Daemon | undefined;
-let provider: KubernetesProvider | undefined;
-
-beforeAll(async () => {
-  if (unavailable) return;
-  ensureBuilt();
-  const runtime = await portableRuntime({
-    runtimeDir: join(ROOT, 'dist', 'runtime'),
-    cacheDir: join(scratch, 'runtime-image'),
-  });
-  double = new KubeApiDouble({ dir: join(scratch, 'node'), runtimeImageDir: runtime.dir });
-  await double.start();
-}, 120_000);
 
 afterAll(async () => {
   await daemon?.stop().catch(() => undefined);
-  await provider?.close();
-  await double?.close();
-  rmSync(scratch, { recursive: true, force: true });
-  expect(double?.invalid ?? []).toEqual([]);
 });
 
 describe.skipIf(unavailable)(
   `the daemon on the kubernetes provider (API double)${unavailable ? `: skipped, ${unavailable}` : ''}`,
   () => {
     test('create makes a pod; the gateway reaches its envd and a port inside over TCP; delete removes the pod', async () => {
-      const home = join(scratch, 'home');
-      provider = new KubernetesProvider({
-        kubeConfig: double.kubeConfig(NAMESPACE),
-        runtimeImage: 'abx-runtime:test',
-      });
+      const home = join(kube.scratch, 'home');
+      const provider = kube.provider();
       daemon = new Daemon({ home, provider, apiPort: 0, gatewayPort: 0, warmPool: 0 });
       const info = await daemon.start();
       const auth = {
@@ -74,9 +49,9 @@ describe.skipIf(unavailable)(
       });
       expect(created.status, JSON.stringify(created.body)).toBe(200);
       const { sandboxId, accessToken } = created.body;
-      expect(double.objects('pods')).toEqual([`pods ${NAMESPACE}/abx-${sandboxId}`]);
+      expect(kube.double.objects('pods')).toEqual([`pods ${NAMESPACE}/abx-${sandboxId}`]);
       // The template's kubernetes: section reached the pod.
-      const pod = double.get('pods', NAMESPACE, `abx-${sandboxId}`);
+      const pod = kube.double.get('pods', NAMESPACE, `abx-${sandboxId}`);
       expect(pod?.spec.runtimeClassName).toBe('gvisor');
       expect(pod?.spec.nodeSelector).toEqual({ pool: 'sandboxes' });
 
@@ -124,9 +99,9 @@ describe.skipIf(unavailable)(
         headers: auth,
       });
       expect(removed.status).toBeLessThan(300);
-      expect(double.objects('pods')).toEqual([]);
-      expect(double.objects('secrets')).toEqual([]);
-      expect(double.livePids()).toEqual([]);
+      expect(kube.double.objects('pods')).toEqual([]);
+      expect(kube.double.objects('secrets')).toEqual([]);
+      expect(kube.double.livePids()).toEqual([]);
     });
   },
 );

@@ -29,7 +29,7 @@ import { Secret } from 'kubernetes-models/v1/Secret';
 // Each pod gets an address of its own in 127.0.0.0/8. This is not a container runtime: images are
 // not pulled (the host's system stands for every image; the runtime image is a folder given by
 // the test), and nothing but what the pod asks is mounted. It can be told to leave a pod Pending
-// (Unschedulable, ErrImagePull) and to crash one.
+// (Unschedulable, ErrImagePull, or held until the test lets it start) and to crash one.
 
 // biome-ignore lint/suspicious/noExplicitAny: Kubernetes objects as JSON, read field by field
 type Obj = Record<string, any>;
@@ -48,6 +48,8 @@ export interface KubeApiDoubleOptions {
 /** What the kubelet does with a new pod (tests set it; default: run it). */
 export type PodFate =
   | { kind: 'run' }
+  /** Left Pending with no condition (not scheduled yet) until `until` resolves, then run. */
+  | { kind: 'hold'; until: Promise<void> }
   | { kind: 'unschedulable'; message?: string }
   | { kind: 'image-pull-error'; message?: string };
 
@@ -805,6 +807,7 @@ export class KubeApiDouble {
       this.event(namespace, pod, 'Warning', 'FailedScheduling', message);
       return;
     }
+    if (fate.kind === 'hold') await fate.until;
     await sleep(5);
     this.update(namespace, pod, (s) => {
       s.conditions = [{ type: 'PodScheduled', status: 'True', lastTransitionTime: at() }];

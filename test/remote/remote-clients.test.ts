@@ -1,4 +1,3 @@
-import { spawn } from 'node:child_process';
 import {
   existsSync,
   mkdirSync,
@@ -11,6 +10,7 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { type AbxResult, CLI, runProgram } from '../cli/abx.js';
 import { sandboxProcesses } from '../helpers/abx-home.js';
 import { ROOT } from '../helpers/build.js';
 import { makeTwoHosts, netnsUnavailable, type TestHost } from '../helpers/netns.js';
@@ -26,33 +26,13 @@ const why = netnsUnavailable();
 const DOMAIN = 'abx.test';
 const API_PORT = 8443;
 const GATEWAY_PORT = 8444;
-const CLI = join(ROOT, 'dist', 'cli.js');
-
-interface Result {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
 
 /** Runs node with `args` inside network namespace `ns`, with exactly `env` (plus PATH). */
-function nodeIn(ns: string, args: string[], env: Record<string, string>): Promise<Result> {
-  const child = spawn('ip', ['netns', 'exec', ns, process.execPath, ...args], {
-    cwd: ROOT,
-    env: { PATH: process.env.PATH ?? '/usr/bin:/bin', NO_COLOR: '1', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-    timeout: 120_000,
-  });
-  let stdout = '';
-  let stderr = '';
-  child.stdout.setEncoding('utf8').on('data', (d: string) => {
-    stdout += d;
-  });
-  child.stderr.setEncoding('utf8').on('data', (d: string) => {
-    stderr += d;
-  });
-  return new Promise((resolve, reject) => {
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
+function nodeIn(ns: string, args: string[], env: Record<string, string>): Promise<AbxResult> {
+  return runProgram(process.execPath, args, {
+    netns: ns,
+    inheritEnv: false,
+    env: { NO_COLOR: '1', ...env },
   });
 }
 

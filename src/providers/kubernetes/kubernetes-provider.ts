@@ -64,6 +64,11 @@ export interface KubernetesProviderOptions extends KubeConfigOptions {
   baseImage?: string;
   /** How long a pod has to become ready, from the call (pulls included); default 120 s. */
   startTimeoutMs?: number;
+  /**
+   * How old a labelled pod without a registry row must be before a daemon sharing the registry
+   * deletes it as an orphan; default the start timeout + {@link ORPHAN_MARGIN_MS}.
+   */
+  orphanAgeMs?: number;
   imagePullPolicy?: 'Always' | 'IfNotPresent' | 'Never';
   /** Keep a watch of the provider's pods for `isAlive` (default true; false for one-off checks). */
   watch?: boolean;
@@ -79,6 +84,11 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const GONE_MS = 30_000;
 /** How soon a pod watch that ended with an error is started again. */
 const REWATCH_MS = 1000;
+/**
+ * Past the start timeout, how long a create may still take to write its row (the registry's
+ * connect and query timeouts, 5 s and 15 s, with room for clocks that disagree a little).
+ */
+export const ORPHAN_MARGIN_MS = 60_000;
 
 /**
  * Sandboxes as pods, one each, through the cluster's API (`@kubernetes/client-node`): the pod of
@@ -92,6 +102,7 @@ export class KubernetesProvider implements SandboxProvider {
   readonly namespace: string;
   readonly config: KubeConfig;
   readonly server: string;
+  readonly orphanAgeMs: number;
   private readonly core: CoreV1Api;
   private readonly custom: CustomObjectsApi;
   private crds: Promise<boolean> | undefined;
@@ -112,6 +123,8 @@ export class KubernetesProvider implements SandboxProvider {
     this.server = serverOf(this.config);
     const context = this.config.getContextObject(this.config.getCurrentContext());
     this.namespace = options.namespace ?? context?.namespace ?? 'default';
+    this.orphanAgeMs =
+      options.orphanAgeMs ?? (options.startTimeoutMs ?? 120_000) + ORPHAN_MARGIN_MS;
     this.core = this.config.makeApiClient(CoreV1Api);
     this.custom = this.config.makeApiClient(CustomObjectsApi);
     if (options.watch !== false) this.watchPods();
@@ -265,7 +278,11 @@ export class KubernetesProvider implements SandboxProvider {
     }
   }
 
-  async sweepOrphans(sandboxesDir: string, running: ReadonlySet<string>): Promise<string[]> {
+  async sweepOrphans(
+    sandboxesDir: string,
+    running: ReadonlySet<string>,
+    startedBefore?: number,
+  ): Promise<string[]> {
     let pods: V1Pod[];
     try {
       pods = (
@@ -281,6 +298,10 @@ export class KubernetesProvider implements SandboxProvider {
     for (const pod of pods) {
       const id = pod.metadata?.labels?.[SANDBOX_ID_LABEL];
       if (!id || running.has(id)) continue;
+      // A Date once the client has read it (a string in a raw object): both parse.
+      const made = new Date(pod.metadata?.creationTimestamp ?? 0).getTime();
+      // Young enough to be another daemon's create under way (its row not written yet).
+      if (startedBefore !== undefined && !(made < startedBefore)) continue;
       const owned = pod.metadata?.ownerReferences?.some((ref) => ref.kind === 'Sandbox') ?? false;
       await this.remove(id, pod.metadata?.uid, owned);
       orphans.push(id);
