@@ -115,6 +115,7 @@ export function sandboxRow(overrides: Partial<SandboxRecord> = {}): SandboxRecor
       portsDir: `/run/abx/${sequence}/ports`,
     },
     capabilities: ['files', 'commands'],
+    owner: null,
     ...overrides,
   };
 }
