@@ -1,4 +1,5 @@
 import { PassThrough, type Readable } from 'node:stream';
+import { validateKwargs } from '../../runtime/protocol/arguments.js';
 import type { BuildProgress, SandboxInfo, TemplateInfo } from '../../runtime/protocol/wire.js';
 import { Reply } from '../../runtime/server/http.js';
 import type { Route } from '../../runtime/server/route-table.js';
@@ -28,6 +29,8 @@ export interface ApiContext {
 }
 
 type ApiRoute = Route<ApiContext>;
+
+const KEY_ARGS = argList({ name: 'str', 'admin?': ['bool', false], 'maxRunning?': 'int' });
 
 /** The caller of a route that needs a key (the guard has authenticated it). */
 function callerOf(ctx: ApiContext): Caller {
@@ -324,9 +327,10 @@ export const API_ROUTES: ApiRoute[] = [
     group: 'api',
     summary:
       'Make an API key: { name, admin?, maxRunning? }; the answer holds the key, shown this once. Admin keys only.',
-    args: argList({ name: 'str', 'admin?': ['bool', false], 'maxRunning?': 'int' }),
-    handler: async ({ args, ctx }) => {
+    handler: async ({ body, ctx }) => {
+      // Checked before the body: a key that may not make keys learns nothing of the body's form.
       requireAdmin(ctx, 'making an API key');
+      const args = validateKwargs('POST /v1/keys', KEY_ARGS, body);
       return ctx.keys.create({
         name: args.name as string,
         admin: args.admin as boolean,

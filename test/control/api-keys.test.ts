@@ -225,6 +225,8 @@ describe('API keys on one daemon', () => {
     const refused = [
       await alice.api.get('/v1/keys'),
       await alice.api.post('/v1/keys', { name: 'mine', admin: true }),
+      // Refused before its body is looked at.
+      await alice.api.post('/v1/keys', { colour: 'red' }),
       await alice.api.delete(`/v1/keys/${alice.id}`),
       await alice.api.post('/v1/templates', { yaml: 'name: t\n' }),
       await alice.api.delete('/v1/templates/base'),
