@@ -96,7 +96,8 @@ describe('abx keys create, list, revoke', () => {
     const unknown = await cli.abx(['keys', 'revoke', 'key_nosuchkey000']);
     expect(unknown.code).toBe(1);
     expect(unknown.stderr).toContain('NotFoundError: no API key has the id "key_nosuchkey000"');
-  });
+    // A dozen abx processes one after the other: minutes on a loaded machine, not a hang.
+  }, 180_000);
 
   test('usage: --name is required, --max-running takes a count, --help shows examples', async () => {
     const noName = await cli.abx(['keys', 'create']);
@@ -108,5 +109,5 @@ describe('abx keys create, list, revoke', () => {
     const help = await cli.abx(['keys', 'create', '--help']);
     expect(help.stdout).toContain('abx keys create --name ci --max-running 5 --json');
     expect((await cli.json<ApiKeyInfo[]>(['keys', 'list'])).map((k) => k.name)).not.toContain('x');
-  });
+  }, 60_000);
 });
