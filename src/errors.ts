@@ -29,6 +29,7 @@ export {
   InvalidArgumentError,
   InvalidJsonError,
   InvalidPathError,
+  LimitExceededError,
   ManifestError,
   MethodNotAllowedError,
   NotFoundError,

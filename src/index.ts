@@ -101,6 +101,7 @@ export {
   DuplicateCommandError,
   errorFromBody,
   InvalidArgumentError,
+  LimitExceededError,
   NotFoundError,
   PermissionDeniedError,
   SandboxError,
@@ -119,6 +120,8 @@ export type { ConnectionOptions } from './installation/daemon-connection.js';
 export type { DaemonInfo } from './installation/daemon-info.js';
 export type { McpServerHandle, ServeMcpOptions } from './mcp/serve-mcp.js';
 export { serveMcp } from './mcp/serve-mcp.js';
+export type { ApiKeyInfo } from './sandbox/api-keys.js';
+export { ApiKeys } from './sandbox/api-keys.js';
 export type {
   CodeContext,
   CodeLanguage,

@@ -196,6 +196,15 @@ export class CapabilityError extends SandboxError {
   static override readonly status: number = 403;
 }
 
+/**
+ * An API key reached its limit (`code` `limit_exceeded`: its most running sandboxes); ending one
+ * of its sandboxes, or a key with a higher limit, lets the next create through.
+ */
+export class LimitExceededError extends SandboxError {
+  static override readonly type: string = 'LimitExceededError';
+  static override readonly status: number = 429;
+}
+
 // ---------------------------------------------------------------- not found (404)
 
 /** No sandbox, template, command, process or file of that name (or it is gone). */
@@ -491,6 +500,7 @@ export const ERROR_CLASSES: readonly ErrorClass[] = [
   AuthenticationError,
   PermissionDeniedError,
   CapabilityError,
+  LimitExceededError,
   CapabilityDisabledError,
   NotFoundError,
   SandboxNotFoundError,
@@ -531,6 +541,7 @@ function classOfStatus(status: number): ErrorClass {
   if (status === 401) return AuthenticationError;
   if (status === 403) return PermissionDeniedError;
   if (status === 404) return NotFoundError;
+  if (status === 429) return LimitExceededError;
   if (status === 408 || status === 504) return TimeoutError;
   if (status === 502) return UpstreamError;
   if (status === 503) return UnavailableError;

@@ -213,3 +213,22 @@ export type CodeEvent =
   | CodeResultWire
   | { type: 'error'; name: string; value: string; traceback: string }
   | { type: 'end'; execution_count: number };
+
+/** An API key of the control plane as its API shows it: never the key itself, nor its hash. */
+export interface ApiKeyInfo {
+  /** `key_…`: how `abx keys revoke` names it. */
+  id: string;
+  name: string;
+  /** The key's first characters (`abx_Xy3kQ9`), to recognise it; not secret. */
+  prefix: string;
+  /** Sees and controls every sandbox, builds templates, manages keys. */
+  admin: boolean;
+  /** The most sandboxes it may have running at once; null: no limit. */
+  maxRunning: number | null;
+  createdAt: string;
+  /** When it was last used (recorded at most once a minute), or null. */
+  lastUsedAt: string | null;
+  revokedAt: string | null;
+  /** Sandboxes it has running now (in lists). */
+  running?: number;
+}

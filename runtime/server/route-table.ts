@@ -56,8 +56,11 @@ export interface Route<C> {
   handler(req: RouteRequest<C>): unknown;
 }
 
-/** Called after a route matched and before its body is read: throw to refuse the request. */
-export type Guard<C> = (route: Route<C> | undefined, req: IncomingMessage) => void;
+/**
+ * Called after a route matched and before its body is read: throw (or reject) to refuse the
+ * request. A guard that must look something up (the daemon's API keys) returns a promise.
+ */
+export type Guard<C> = (route: Route<C> | undefined, req: IncomingMessage) => void | Promise<void>;
 
 interface Pattern<C> {
   path: string;
@@ -181,7 +184,8 @@ export class RouteTable<C> {
         matched = this.match(req.method ?? 'GET', pathname);
       } finally {
         // Also when nothing matched: a caller without the token gets 401, not a map of the paths.
-        guard(matched?.route, req);
+        const checking = guard(matched?.route, req);
+        if (checking) await checking;
       }
       const { route, params } = matched;
       const mode = route.body ?? (route.method === 'GET' ? 'none' : 'json');

@@ -5,6 +5,7 @@ import {
   CommandNotFoundError,
   CommandTimeoutError,
   DaemonUnavailableError,
+  LimitExceededError,
   SandboxNotFoundError,
   ServerNotRunningError,
 } from '../errors.js';
@@ -48,6 +49,7 @@ const HINTS: readonly [new (...args: never[]) => Error, (error: never) => string
     () => "add it to the template's `capabilities` and run `abx template build` again",
   ],
   [CommandTimeoutError, () => 'give it more time with --timeout, e.g. --timeout 10m'],
+  [LimitExceededError, () => '`abx list` shows the sandboxes running under this key'],
   [
     DaemonUnavailableError,
     () =>

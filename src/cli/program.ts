@@ -8,6 +8,7 @@ import { addDoctorCommand } from './doctor-command.js';
 import { reportError } from './errors.js';
 import { addExecCommand } from './exec-command.js';
 import { addFileCommands } from './file-commands.js';
+import { addKeysCommand } from './keys-command.js';
 import { addKubernetesCommand } from './kubernetes-command.js';
 import { addMcpCommand } from './mcp-command.js';
 import { withExamples } from './options.js';
@@ -81,6 +82,7 @@ export function buildProgram(): Command {
   addCommandsCommand(program);
   addServerCommand(program);
   addTemplateCommand(program);
+  addKeysCommand(program);
   addDaemonCommand(program);
   addDoctorCommand(program);
   addKubernetesCommand(program);

@@ -1,11 +1,13 @@
 import { PassThrough, type Readable } from 'node:stream';
+import { validateKwargs } from '../../runtime/protocol/arguments.js';
 import type { BuildProgress, SandboxInfo, TemplateInfo } from '../../runtime/protocol/wire.js';
 import { Reply } from '../../runtime/server/http.js';
 import type { Route } from '../../runtime/server/route-table.js';
 import { argList } from '../../runtime/server/validate.js';
-import { errorResponse, InvalidArgumentError } from '../errors.js';
+import { errorResponse, InvalidArgumentError, SandboxNotFoundError } from '../errors.js';
 import { packageInfo } from '../util/package-info.js';
 import { ENVD_PORT } from './gateway.js';
+import type { Caller, KeyService } from './key-service.js';
 import type { SandboxRecord, SandboxState } from './registry.js';
 import type { SandboxService } from './sandbox-service.js';
 import type { BuiltTemplate, TemplateService } from './template-service.js';
@@ -14,6 +16,9 @@ import type { BuiltTemplate, TemplateService } from './template-service.js';
 export interface ApiContext {
   sandboxes: SandboxService;
   templates: TemplateService;
+  keys: KeyService;
+  /** Who sent the request (set by the daemon's guard; undefined only on public routes). */
+  caller: Caller | undefined;
   /** Stops the daemon after the answer is sent. */
   shutdown(): void;
   /**
@@ -24,6 +29,32 @@ export interface ApiContext {
 }
 
 type ApiRoute = Route<ApiContext>;
+
+const KEY_ARGS = argList({ name: 'str', 'admin?': ['bool', false], 'maxRunning?': 'int' });
+
+/** The caller of a route that needs a key (the guard has authenticated it). */
+function callerOf(ctx: ApiContext): Caller {
+  if (!ctx.caller) throw new Error('a route that needs an API key ran without a caller');
+  return ctx.caller;
+}
+
+/**
+ * Refuses a sandbox the caller may not see, exactly as an id that does not exist is refused: a key
+ * that is not an admin sees only the sandboxes it created, and learns nothing of the others.
+ */
+async function checkVisible(ctx: ApiContext, id: string): Promise<void> {
+  const caller = callerOf(ctx);
+  if (caller.admin) return;
+  const record = await ctx.sandboxes.find(id);
+  if (!record || record.owner !== caller.keyId) {
+    throw new SandboxNotFoundError(`sandbox ${id} does not exist`);
+  }
+}
+
+/** Refuses a caller whose key is not an admin key. */
+function requireAdmin(ctx: ApiContext, what: string): void {
+  ctx.keys.requireAdmin(callerOf(ctx), what);
+}
 
 const STATES: SandboxState[] = ['running', 'pooled', 'killed', 'expired', 'dead'];
 
@@ -110,12 +141,18 @@ export const API_ROUTES: ApiRoute[] = [
           `template must be a template name such as "base", not ${JSON.stringify(request.template)}`,
         );
       }
-      const { record, accessToken } = await ctx.sandboxes.create({
-        ...(typeof request.template === 'string' ? { template: request.template } : {}),
-        ...(request.timeoutMs === undefined ? {} : { timeoutMs: request.timeoutMs as number }),
-        envs: request.envs as Record<string, string>,
-        metadata: request.metadata as Record<string, string>,
-      });
+      const caller = callerOf(ctx);
+      const { record, accessToken } = await ctx.sandboxes.create(
+        {
+          ...(typeof request.template === 'string' ? { template: request.template } : {}),
+          ...(request.timeoutMs === undefined ? {} : { timeoutMs: request.timeoutMs as number }),
+          envs: request.envs as Record<string, string>,
+          metadata: request.metadata as Record<string, string>,
+        },
+        caller.keyId === null
+          ? undefined
+          : { keyId: caller.keyId, name: caller.name, maxRunning: caller.maxRunning },
+      );
       return { ...sandboxJson(record), accessToken, gatewayUrl: ctx.gatewayUrl() };
     },
   },
@@ -123,8 +160,10 @@ export const API_ROUTES: ApiRoute[] = [
     method: 'GET',
     path: '/v1/sandboxes',
     group: 'api',
-    summary: 'List sandboxes; filter with state=, template= and metadata.KEY=VALUE.',
+    summary:
+      'List sandboxes; filter with state=, template= and metadata.KEY=VALUE. A key that is not an admin sees only its own.',
     handler: async ({ query, ctx }) => {
+      const caller = callerOf(ctx);
       const state = query.get('state') ?? undefined;
       if (state && !STATES.includes(state as SandboxState)) {
         throw new InvalidArgumentError(`state must be one of ${STATES.join(', ')}, not '${state}'`);
@@ -139,6 +178,7 @@ export const API_ROUTES: ApiRoute[] = [
           await ctx.sandboxes.list({
             ...(state ? { state: state as SandboxState } : {}),
             ...(template ? { template } : {}),
+            ...(caller.admin ? {} : { owner: caller.keyId as string }),
             metadata,
           })
         ).map(sandboxJson),
@@ -150,7 +190,10 @@ export const API_ROUTES: ApiRoute[] = [
     path: '/v1/sandboxes/{id}',
     group: 'api',
     summary: 'One sandbox.',
-    handler: async ({ params, ctx }) => sandboxJson(await ctx.sandboxes.get(params.id as string)),
+    handler: async ({ params, ctx }) => {
+      await checkVisible(ctx, params.id as string);
+      return sandboxJson(await ctx.sandboxes.get(params.id as string));
+    },
   },
   {
     method: 'POST',
@@ -159,6 +202,7 @@ export const API_ROUTES: ApiRoute[] = [
     summary: 'A running sandbox with its access token, to use it from another process.',
     body: 'none',
     handler: async ({ params, ctx }) => {
+      await checkVisible(ctx, params.id as string);
       const record = await ctx.sandboxes.running(params.id as string);
       return {
         ...sandboxJson(record),
@@ -174,6 +218,7 @@ export const API_ROUTES: ApiRoute[] = [
     summary: 'Kill a sandbox and every process in it.',
     body: 'none',
     handler: async ({ params, ctx }) => {
+      await checkVisible(ctx, params.id as string);
       const killed = await ctx.sandboxes.kill(params.id as string, 'killed', 'killed by request');
       return { killed, sandbox: sandboxJson(await ctx.sandboxes.get(params.id as string)) };
     },
@@ -184,17 +229,20 @@ export const API_ROUTES: ApiRoute[] = [
     group: 'api',
     summary: 'Set the time left before the sandbox is reaped: { timeoutMs }.',
     args: argList({ timeoutMs: 'int' }),
-    handler: async ({ params, args, ctx }) =>
-      sandboxJson(await ctx.sandboxes.setTimeout(params.id as string, args.timeoutMs)),
+    handler: async ({ params, args, ctx }) => {
+      await checkVisible(ctx, params.id as string);
+      return sandboxJson(await ctx.sandboxes.setTimeout(params.id as string, args.timeoutMs));
+    },
   },
   {
     method: 'POST',
     path: '/v1/sandboxes/{id}/snapshot',
     group: 'api',
     summary:
-      'Save a running sandbox as the template { name } (its home; with images, its whole filesystem).',
+      'Save a running sandbox as the template { name } (its home; with images, its whole filesystem). Admin keys only.',
     args: argList({ name: 'str' }),
     handler: async ({ params, args, ctx }) => {
+      requireAdmin(ctx, 'saving a sandbox as a template (shared by every key)');
       const record = await ctx.sandboxes.running(params.id as string);
       const built = await ctx.templates.snapshot(
         record,
@@ -225,9 +273,10 @@ export const API_ROUTES: ApiRoute[] = [
     path: '/v1/templates',
     group: 'api',
     summary:
-      'Build a template: { path } of a template.yaml on this host, or { yaml } (a template made in code); with progress: true, NDJSON {progress} lines then {template} or {error, status}.',
+      'Build a template: { path } of a template.yaml on this host, or { yaml } (a template made in code); with progress: true, NDJSON {progress} lines then {template} or {error, status}. Admin keys only.',
     args: argList({ 'path?': 'str', 'yaml?': 'str', 'progress?': ['bool', false] }),
     handler: async ({ args, ctx }) => {
+      requireAdmin(ctx, 'building a template (shared by every key)');
       if ((args.yaml === undefined) === (args.path === undefined)) {
         throw new InvalidArgumentError('give either path (a template.yaml on this host) or yaml');
       }
@@ -250,9 +299,10 @@ export const API_ROUTES: ApiRoute[] = [
     method: 'DELETE',
     path: '/v1/templates/{name}',
     group: 'api',
-    summary: 'Remove a built template.',
+    summary: 'Remove a built template. Admin keys only.',
     body: 'none',
     handler: async ({ params, ctx }) => {
+      requireAdmin(ctx, 'removing a template (shared by every key)');
       await ctx.templates.remove(params.name as string);
       await ctx.sandboxes.drainPool(params.name as string);
       return { removed: params.name };
@@ -262,11 +312,53 @@ export const API_ROUTES: ApiRoute[] = [
     method: 'POST',
     path: '/v1/shutdown',
     group: 'api',
-    summary: 'Stop the daemon (sandboxes keep running and are adopted by the next daemon).',
+    summary:
+      'Stop the daemon (sandboxes keep running and are adopted by the next daemon). Admin keys only.',
     body: 'none',
     handler: ({ ctx }) => {
+      requireAdmin(ctx, 'stopping the daemon');
       ctx.shutdown();
       return { stopping: true };
+    },
+  },
+  {
+    method: 'POST',
+    path: '/v1/keys',
+    group: 'api',
+    summary:
+      'Make an API key: { name, admin?, maxRunning? }; the answer holds the key, shown this once. Admin keys only.',
+    handler: async ({ body, ctx }) => {
+      // Checked before the body: a key that may not make keys learns nothing of the body's form.
+      requireAdmin(ctx, 'making an API key');
+      const args = validateKwargs('POST /v1/keys', KEY_ARGS, body);
+      return ctx.keys.create({
+        name: args.name as string,
+        admin: args.admin as boolean,
+        maxRunning: (args.maxRunning as number | undefined) ?? null,
+      });
+    },
+  },
+  {
+    method: 'GET',
+    path: '/v1/keys',
+    group: 'api',
+    summary:
+      'The API keys (never the keys themselves), with the sandboxes each has running. Admin keys only.',
+    handler: async ({ ctx }) => {
+      requireAdmin(ctx, 'listing the API keys');
+      return { keys: await ctx.keys.list() };
+    },
+  },
+  {
+    method: 'DELETE',
+    path: '/v1/keys/{id}',
+    group: 'api',
+    summary:
+      'Revoke an API key: refused from the next request on; its sandboxes run on until they end. Admin keys only.',
+    body: 'none',
+    handler: async ({ params, ctx }) => {
+      requireAdmin(ctx, 'revoking an API key');
+      return ctx.keys.revoke(params.id as string);
     },
   },
 ];

@@ -5,12 +5,7 @@ import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo, Server as NetServer } from 'node:net';
 import { join } from 'node:path';
 import { type Guard, RouteTable } from '../../runtime/server/route-table.js';
-import {
-  AuthenticationError,
-  errorFromBody,
-  InvalidArgumentError,
-  UnavailableError,
-} from '../errors.js';
+import { errorFromBody, InvalidArgumentError, UnavailableError } from '../errors.js';
 import type { DaemonInfo } from '../installation/daemon-info.js';
 import { type AbxPaths, abxPaths } from '../installation/paths.js';
 import {
@@ -29,7 +24,8 @@ import { packageInfo } from '../util/package-info.js';
 import { API_ROUTES, type ApiContext } from './api-routes.js';
 import { envdRequest, runSetupStep, setSandboxEnv } from './envd-request.js';
 import { Gateway } from './gateway.js';
-import { hashToken, sandboxToken, tokenMatches } from './ids.js';
+import { hashToken, sandboxToken } from './ids.js';
+import { KeyService } from './key-service.js';
 import {
   DATABASE_CONNECT_TIMEOUT_MS,
   isUnreachable,
@@ -135,7 +131,7 @@ export class Daemon {
   private readonly domain: string;
   /** The gateway's origin as clients see it (its host the domain), once listening. */
   private gatewayOrigin = '';
-  private readonly apiKeyHash: string;
+  readonly keys: KeyService;
   private readonly reaper: Reaper;
   private readonly liveness = new Map<string, { alive: boolean; at: number }>();
   /** The gateway's cache of running sandboxes' records (PostgreSQL only). */
@@ -161,12 +157,13 @@ export class Daemon {
     for (const dir of [this.paths.home, this.paths.sandboxes, this.paths.templates]) {
       mkdirSync(dir, { recursive: true, mode: 0o700 });
     }
-    this.apiKeyHash = hashToken(readOrCreateSecret(this.paths.apiKey));
+    const apiKeyHash = hashToken(readOrCreateSecret(this.paths.apiKey));
     const tokenSecret = readOrCreateSecret(this.paths.tokenSecret);
     this.tokenSecret = tokenSecret;
     this.registry = options.databaseUrl
       ? new PostgresRegistry(options.databaseUrl)
       : new SqliteRegistry(this.paths.database);
+    this.keys = new KeyService(this.registry, apiKeyHash, this.paths.apiKey);
     this.provider =
       options.provider ??
       new LocalProvider({ runtimeDir: join(packageInfo().root, 'dist', 'runtime') });
@@ -202,24 +199,24 @@ export class Daemon {
       options.orphanSweepMs,
     );
     const table = new RouteTable(API_ROUTES);
-    const context: ApiContext = {
+    const shared: Omit<ApiContext, 'caller'> = {
       sandboxes: this.sandboxes,
       templates: this.templates,
+      keys: this.keys,
       shutdown: () => setImmediate(() => void this.stop()),
       gatewayUrl: () => this.gatewayOrigin,
     };
-    const guard: Guard<ApiContext> = (route, req) => {
-      if (route?.public) return;
-      const header = req.headers.authorization;
-      const key = typeof header === 'string' ? /^Bearer (.+)$/i.exec(header)?.[1] : undefined;
-      if (!tokenMatches(key, this.apiKeyHash)) {
-        throw new AuthenticationError(
-          `missing or wrong API key: send Authorization: Bearer <key>, the key in ${this.paths.apiKey} on the daemon's host`,
-        );
-      }
-    };
-    const handle = (req: IncomingMessage, res: ServerResponse) =>
+    const handle = (req: IncomingMessage, res: ServerResponse) => {
+      // A context per request: the guard puts the caller its key names there for the handler.
+      const context: ApiContext = { ...shared, caller: undefined };
+      const guard: Guard<ApiContext> = (route, request) => {
+        if (route?.public) return;
+        return this.keys.authenticate(request.headers.authorization).then((caller) => {
+          context.caller = caller;
+        });
+      };
       void table.dispatch(req, res, context, BODY_LIMITS, guard);
+    };
     this.api = createServer(handle);
     const forwarded = new Set<string>();
     // SQLite answers in the thread: no cache. PostgreSQL would cost a round trip per connection.

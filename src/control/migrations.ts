@@ -78,6 +78,42 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
     `,
   },
+  {
+    version: 2,
+    name: 'API keys and the owner of each sandbox',
+    sqlite: `
+      CREATE TABLE api_keys (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        prefix TEXT NOT NULL,
+        key_hash TEXT NOT NULL UNIQUE,
+        admin INTEGER NOT NULL,
+        max_running INTEGER,
+        created_at INTEGER NOT NULL,
+        last_used_at INTEGER,
+        revoked_at INTEGER
+      );
+      CREATE UNIQUE INDEX api_keys_active_name ON api_keys (name) WHERE revoked_at IS NULL;
+      ALTER TABLE sandboxes ADD COLUMN owner_key TEXT;
+      CREATE INDEX sandboxes_owner ON sandboxes (owner_key, state);
+    `,
+    postgres: `
+      CREATE TABLE api_keys (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        prefix TEXT NOT NULL,
+        key_hash TEXT NOT NULL UNIQUE,
+        admin BOOLEAN NOT NULL,
+        max_running INTEGER,
+        created_at BIGINT NOT NULL,
+        last_used_at BIGINT,
+        revoked_at BIGINT
+      );
+      CREATE UNIQUE INDEX api_keys_active_name ON api_keys (name) WHERE revoked_at IS NULL;
+      ALTER TABLE sandboxes ADD COLUMN owner_key TEXT;
+      CREATE INDEX sandboxes_owner ON sandboxes (owner_key, state);
+    `,
+  },
 ];
 
 /** The highest version this abx knows. */

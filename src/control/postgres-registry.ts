@@ -3,9 +3,11 @@ import type * as Pg from 'pg';
 import { UnavailableError } from '../errors.js';
 import { MIGRATIONS, SCHEMA_VERSION, tooNewError } from './migrations.js';
 import type {
+  ApiKeyRecord,
   EndState,
   Registry,
   SandboxFilter,
+  SandboxOwner,
   SandboxRecord,
   SandboxState,
   TemplateRecord,
@@ -101,6 +103,7 @@ interface SandboxRow {
   token_hash: string;
   handle: SandboxRecord['handle'];
   capabilities: string[];
+  owner_key: string | null;
 }
 
 // BIGINT arrives as a string (it may not fit a double); milliseconds since 1970 do.
@@ -116,6 +119,31 @@ const fromRow = (row: SandboxRow): SandboxRecord => ({
   tokenHash: row.token_hash,
   handle: row.handle,
   capabilities: row.capabilities,
+  owner: row.owner_key ?? null,
+});
+
+interface ApiKeyRow {
+  id: string;
+  name: string;
+  prefix: string;
+  key_hash: string;
+  admin: boolean;
+  max_running: number | null;
+  created_at: string;
+  last_used_at: string | null;
+  revoked_at: string | null;
+}
+
+const keyFromRow = (row: ApiKeyRow): ApiKeyRecord => ({
+  id: row.id,
+  name: row.name,
+  prefix: row.prefix,
+  keyHash: row.key_hash,
+  admin: row.admin,
+  maxRunning: row.max_running,
+  createdAt: Number(row.created_at),
+  lastUsedAt: row.last_used_at === null ? null : Number(row.last_used_at),
+  revokedAt: row.revoked_at === null ? null : Number(row.revoked_at),
 });
 
 interface TemplateRow {
@@ -237,25 +265,34 @@ export class PostgresRegistry implements Registry {
     return rows.map((row) => row.version);
   }
 
-  async insertSandbox(record: SandboxRecord): Promise<void> {
-    await this.query(
-      `INSERT INTO sandboxes (id, template, state, metadata, created_at, expires_at, ended_at,
-         end_reason, token_hash, handle, capabilities)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
-      [
-        record.id,
-        record.template,
-        record.state,
-        JSON.stringify(record.metadata),
-        record.createdAt,
-        record.expiresAt,
-        record.endedAt,
-        record.endReason,
-        record.tokenHash,
-        JSON.stringify(record.handle),
-        JSON.stringify(record.capabilities),
-      ],
-    );
+  async insertSandbox(record: SandboxRecord, maxRunning?: number | null): Promise<boolean> {
+    const limited = maxRunning != null && record.owner !== null && record.state === 'running';
+    const insert = `INSERT INTO sandboxes (id, template, state, metadata, created_at, expires_at,
+         ended_at, end_reason, token_hash, handle, capabilities, owner_key)
+       SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12
+       ${limited ? `WHERE (SELECT COUNT(*) FROM sandboxes WHERE owner_key = $12 AND state = 'running') < $13` : ''}`;
+    const params = [
+      record.id,
+      record.template,
+      record.state,
+      JSON.stringify(record.metadata),
+      record.createdAt,
+      record.expiresAt,
+      record.endedAt,
+      record.endReason,
+      record.tokenHash,
+      JSON.stringify(record.handle),
+      JSON.stringify(record.capabilities),
+      record.owner,
+      ...(limited ? [maxRunning] : []),
+    ];
+    if (!limited) return (await this.query(insert, params)).rowCount === 1;
+    // The key's row, locked until commit, lines up the creates of that key on every replica:
+    // each counts after the one before it committed its row.
+    return this.transaction(async (client) => {
+      await client.query('SELECT 1 FROM api_keys WHERE id = $1 FOR UPDATE', [record.owner]);
+      return (await client.query(insert, params)).rowCount === 1;
+    });
   }
 
   async getSandbox(id: string): Promise<SandboxRecord | undefined> {
@@ -272,6 +309,7 @@ export class PostgresRegistry implements Registry {
     };
     where.push(filter.state ? `state = ${param(filter.state)}` : "state <> 'pooled'");
     if (filter.template) where.push(`template = ${param(filter.template)}`);
+    if (filter.owner !== undefined) where.push(`owner_key = ${param(filter.owner)}`);
     for (const [key, value] of Object.entries(filter.metadata ?? {})) {
       where.push(`metadata ->> ${param(key)} = ${param(value)}`);
     }
@@ -287,17 +325,35 @@ export class PostgresRegistry implements Registry {
     metadata: Record<string, string>,
     now: number,
     expiresAt: number,
+    owner?: SandboxOwner,
   ): Promise<SandboxRecord | undefined> {
+    const limited = owner !== undefined && owner.maxRunning !== null;
     // SKIP LOCKED: concurrent claims (of any daemon) each take another row, none waits.
-    const { rows } = await this.query<SandboxRow>(
-      `UPDATE sandboxes SET state = 'running', metadata = $1, created_at = $2, expires_at = $3
+    const claim = `UPDATE sandboxes SET state = 'running', metadata = $1, created_at = $2,
+         expires_at = $3, owner_key = $5
        WHERE state = 'pooled' AND id = (
          SELECT id FROM sandboxes WHERE state = 'pooled' AND template = $4
          ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
-       RETURNING *`,
-      [JSON.stringify(metadata), now, expiresAt, template],
-    );
-    return rows[0] && fromRow(rows[0]);
+       ${limited ? `AND (SELECT COUNT(*) FROM sandboxes WHERE owner_key = $5 AND state = 'running') < $6` : ''}
+       RETURNING *`;
+    const params = [
+      JSON.stringify(metadata),
+      now,
+      expiresAt,
+      template,
+      owner?.keyId ?? null,
+      ...(limited ? [owner.maxRunning] : []),
+    ];
+    if (!limited) {
+      const { rows } = await this.query<SandboxRow>(claim, params);
+      return rows[0] && fromRow(rows[0]);
+    }
+    // As in insertSandbox: the key's row lock lines up its creates across replicas.
+    return this.transaction(async (client) => {
+      await client.query('SELECT 1 FROM api_keys WHERE id = $1 FOR UPDATE', [owner.keyId]);
+      const { rows } = await client.query<SandboxRow>(claim, params);
+      return rows[0] && fromRow(rows[0]);
+    });
   }
 
   async countPooled(template: string): Promise<number> {
@@ -395,6 +451,55 @@ export class PostgresRegistry implements Registry {
       [name],
     );
     return rows[0] && templateFromRow(rows[0]);
+  }
+
+  async insertApiKey(record: ApiKeyRecord): Promise<boolean> {
+    // The unique index on active names turns a duplicate into no change.
+    const { rowCount } = await this.query(
+      `INSERT INTO api_keys (id, name, prefix, key_hash, admin, max_running, created_at,
+         last_used_at, revoked_at)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING`,
+      [
+        record.id,
+        record.name,
+        record.prefix,
+        record.keyHash,
+        record.admin,
+        record.maxRunning,
+        record.createdAt,
+        record.lastUsedAt,
+        record.revokedAt,
+      ],
+    );
+    return rowCount === 1;
+  }
+
+  async findApiKey(keyHash: string): Promise<ApiKeyRecord | undefined> {
+    const { rows } = await this.query<ApiKeyRow>('SELECT * FROM api_keys WHERE key_hash = $1', [
+      keyHash,
+    ]);
+    return rows[0] && keyFromRow(rows[0]);
+  }
+
+  async listApiKeys(): Promise<(ApiKeyRecord & { running: number })[]> {
+    const { rows } = await this.query<ApiKeyRow & { running: string }>(
+      `SELECT k.*, (SELECT COUNT(*) FROM sandboxes s
+                    WHERE s.owner_key = k.id AND s.state = 'running') AS running
+       FROM api_keys k ORDER BY k.created_at, k.id`,
+    );
+    return rows.map((row) => ({ ...keyFromRow(row), running: Number(row.running) }));
+  }
+
+  async revokeApiKey(id: string, now: number): Promise<ApiKeyRecord | undefined> {
+    const { rows } = await this.query<ApiKeyRow>(
+      'UPDATE api_keys SET revoked_at = COALESCE(revoked_at, $1) WHERE id = $2 RETURNING *',
+      [now, id],
+    );
+    return rows[0] && keyFromRow(rows[0]);
+  }
+
+  async touchApiKey(id: string, now: number): Promise<void> {
+    await this.query('UPDATE api_keys SET last_used_at = $1 WHERE id = $2', [now, id]);
   }
 
   async agree(key: string, value: string): Promise<string> {

@@ -22,6 +22,35 @@ export interface SandboxRecord {
   tokenHash: string;
   handle: SandboxHandle;
   capabilities: string[];
+  /**
+   * The id of the API key that created it (or was handed it from the warm pool); null for the
+   * daemon's own key (`$ABX_HOME/api-key`) and for spares not handed out yet.
+   */
+  owner: string | null;
+}
+
+/** One API key of the control plane. The key itself is never stored, only its SHA-256. */
+export interface ApiKeyRecord {
+  /** `key_` and 12 letters and digits: how `abx keys revoke` names it. */
+  id: string;
+  name: string;
+  /** The first characters of the key (`abx_Xy3kQ9`): not secret, to recognise it in lists. */
+  prefix: string;
+  /** SHA-256 of the key, hex. */
+  keyHash: string;
+  /** Sees and controls every sandbox and manages keys. */
+  admin: boolean;
+  /** The most sandboxes it may have running at once; null: no limit. */
+  maxRunning: number | null;
+  createdAt: number;
+  lastUsedAt: number | null;
+  revokedAt: number | null;
+}
+
+/** What a key's create is checked against: its id and its limit of running sandboxes. */
+export interface SandboxOwner {
+  keyId: string;
+  maxRunning: number | null;
 }
 
 /** One built template. */
@@ -41,6 +70,8 @@ export interface SandboxFilter {
   template?: string;
   /** Every key must match. */
   metadata?: Record<string, string>;
+  /** Only the sandboxes of this API key id. */
+  owner?: string;
 }
 
 /** The states a sandbox ends in. */
@@ -62,7 +93,12 @@ export interface Registry {
   /** Creates or upgrades the tables (see migrations.ts); the daemon calls it once at start. */
   migrate(): Promise<void>;
 
-  insertSandbox(record: SandboxRecord): Promise<void>;
+  /**
+   * Records a sandbox. With `maxRunning`, a running row is written only while its owner has fewer
+   * running sandboxes than that, counted and written under one lock (SQLite's write lock, a row
+   * lock on the key in PostgreSQL): false when the limit is reached, and nothing is written.
+   */
+  insertSandbox(record: SandboxRecord, maxRunning?: number | null): Promise<boolean>;
   getSandbox(id: string): Promise<SandboxRecord | undefined>;
   /**
    * The same as `getSandbox` without leaving the thread, when the store can (SQLite): the
@@ -73,13 +109,15 @@ export interface Registry {
   listSandboxes(filter?: SandboxFilter): Promise<SandboxRecord[]>;
   /**
    * Hands out the oldest pooled sandbox of a template: it becomes `running` with the caller's
-   * metadata and lifetime. One statement, so two concurrent creates never get the same one.
+   * metadata, lifetime and owner. One statement, so two concurrent creates never get the same
+   * one; with an owner whose `maxRunning` is reached, none is handed out (undefined).
    */
   claimPooled(
     template: string,
     metadata: Record<string, string>,
     now: number,
     expiresAt: number,
+    owner?: SandboxOwner,
   ): Promise<SandboxRecord | undefined>;
   countPooled(template: string): Promise<number>;
   /**
@@ -111,6 +149,20 @@ export interface Registry {
   listTemplates(): Promise<TemplateRecord[]>;
   /** Removes a template; resolves to the removed record, or undefined when there was none. */
   removeTemplate(name: string): Promise<TemplateRecord | undefined>;
+
+  /** Records a new key; false (nothing written) when a key that is not revoked has its name. */
+  insertApiKey(record: ApiKeyRecord): Promise<boolean>;
+  /** The key whose SHA-256 is `keyHash`, revoked or not. */
+  findApiKey(keyHash: string): Promise<ApiKeyRecord | undefined>;
+  /** Every key, oldest first, with the number of sandboxes each has running now. */
+  listApiKeys(): Promise<(ApiKeyRecord & { running: number })[]>;
+  /**
+   * Revokes a key (the first revocation's time stays); resolves to the key as it is now, or
+   * undefined when there is no key of that id.
+   */
+  revokeApiKey(id: string, now: number): Promise<ApiKeyRecord | undefined>;
+  /** Records that a key was used at `now`. */
+  touchApiKey(id: string, now: number): Promise<void>;
 
   /**
    * A value the daemons sharing this registry agree on: the first daemon's `value` is kept and

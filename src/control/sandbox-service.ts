@@ -1,13 +1,13 @@
 import { rmSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { SandboxNotFoundError } from '../errors.js';
+import { LimitExceededError, SandboxNotFoundError } from '../errors.js';
 import type { SandboxHandle, SandboxProvider } from '../providers/provider.js';
 import { BackgroundLog } from './background-log.js';
 import { warmSandbox } from './envd-request.js';
 import { hashToken, newSandboxId, type TokenKind } from './ids.js';
 import type { ReaperHost } from './reaper.js';
-import type { Registry, SandboxFilter, SandboxRecord } from './registry.js';
+import type { Registry, SandboxFilter, SandboxOwner, SandboxRecord } from './registry.js';
 import {
   type CreateSandboxRequest,
   checkEnvs,
@@ -18,6 +18,19 @@ import {
 import { StartSlots } from './start-slots.js';
 import type { BuiltTemplate, TemplateService } from './template-service.js';
 import { WarmPool, type WarmPoolOptions } from './warm-pool.js';
+
+/** The API key a sandbox is created for: its id, its limit, and its name for messages. */
+export interface KeyOwner extends SandboxOwner {
+  name: string;
+}
+
+/** The refusal of a create over a key's limit of running sandboxes. */
+function limitExceeded(owner: KeyOwner): LimitExceededError {
+  return new LimitExceededError(
+    `the API key '${owner.name}' (${owner.keyId}) has ${owner.maxRunning} sandboxes running, its limit (--max-running): kill one of them (abx list, abx kill ID) or ask an admin for a key with a higher limit`,
+    { code: 'limit_exceeded' },
+  );
+}
 
 /** The warm pool's settings, and how many sandbox starts may be under way at once. */
 export interface SandboxPoolOptions extends WarmPoolOptions {
@@ -87,8 +100,14 @@ export class SandboxService {
     return this.tokens(id, 'control');
   }
 
+  /**
+   * Creates a sandbox for `owner` (an API key; none: the daemon's own key). A key with a limit
+   * gets LimitExceededError at it: the count and the write of the row are one locked step in
+   * the registry, so concurrent creates (on any replica) never pass it together.
+   */
   async create(
     request: CreateSandboxRequest,
+    owner?: KeyOwner,
   ): Promise<{ record: SandboxRecord; accessToken: string }> {
     const template = await this.templates.get(request.template ?? 'base');
     const timeoutMs =
@@ -96,8 +115,14 @@ export class SandboxService {
     const envs = checkEnvs(request.envs);
     const metadata = checkStringMap('metadata', request.metadata);
     const name = template.spec.name;
+    // Refused before a sandbox is started when the limit is plainly reached; the registry's
+    // locked write below is what makes the limit hold under concurrent creates.
+    if (owner && owner.maxRunning !== null) {
+      const running = await this.registry.listSandboxes({ owner: owner.keyId, state: 'running' });
+      if (running.length >= owner.maxRunning) throw limitExceeded(owner);
+    }
     // The pool refills itself in the background: nothing of it runs on this create's path.
-    const pooled = await this.pool.claim(name, envs, metadata, timeoutMs);
+    const pooled = await this.pool.claim(name, envs, metadata, timeoutMs, true, owner);
     if (pooled) {
       // A provider that ends sandboxes itself (kubernetes' Sandbox shutdownTime) follows the expiry.
       await this.provider.setExpiry?.(pooled.handle, pooled.expiresAt).catch(() => undefined);
@@ -105,13 +130,20 @@ export class SandboxService {
     }
     const record = await this.slots.run('create', async () => {
       // While this create waited for a slot, a refill may have put a sandbox in the pool.
-      const late = await this.pool.claim(name, envs, metadata, timeoutMs, false);
+      const late = await this.pool.claim(name, envs, metadata, timeoutMs, false, owner);
       if (late) {
         await this.provider.setExpiry?.(late.handle, late.expiresAt).catch(() => undefined);
         return late;
       }
       return (
-        await this.start(await this.templates.get(name), 'running', envs, metadata, timeoutMs)
+        await this.start(
+          await this.templates.get(name),
+          'running',
+          envs,
+          metadata,
+          timeoutMs,
+          owner,
+        )
       ).record;
     });
     return { record, accessToken: this.tokenOf(record.id) };
@@ -124,6 +156,7 @@ export class SandboxService {
     envs: Record<string, string>,
     metadata: Record<string, string>,
     timeoutMs: number,
+    owner?: KeyOwner,
   ): Promise<{ record: SandboxRecord }> {
     const id = newSandboxId();
     const accessToken = this.tokenOf(id);
@@ -172,14 +205,22 @@ export class SandboxService {
       tokenHash: hashToken(accessToken),
       handle,
       capabilities: template.spec.capabilities,
+      owner: owner?.keyId ?? null,
     };
+    let written: boolean;
     try {
-      await this.registry.insertSandbox(record);
+      written = await this.registry.insertSandbox(record, owner?.maxRunning);
     } catch (error) {
       // No row (the database does not answer): no sandbox either.
       await this.provider.kill(handle);
       rmSync(dir, { recursive: true, force: true });
       throw error;
+    }
+    if (!written) {
+      // Another create of the same key took the last place while this one was starting.
+      await this.provider.kill(handle);
+      rmSync(dir, { recursive: true, force: true });
+      throw limitExceeded(owner as KeyOwner);
     }
     return { record };
   }
@@ -208,6 +249,11 @@ export class SandboxService {
   /** Stops refilling and empties the warm pool (the daemon is stopping). */
   close(): Promise<void> {
     return this.pool.close();
+  }
+
+  /** The registry's row of a sandbox as it is, or undefined: nothing is checked or changed. */
+  find(id: string): Promise<SandboxRecord | undefined> {
+    return this.registry.getSandbox(id);
   }
 
   /** A sandbox in any state; one recorded as running whose processes are gone is marked dead. */

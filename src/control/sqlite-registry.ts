@@ -1,9 +1,11 @@
 import Database from 'better-sqlite3';
 import { MIGRATIONS, SCHEMA_VERSION, tooNewError } from './migrations.js';
 import type {
+  ApiKeyRecord,
   EndState,
   Registry,
   SandboxFilter,
+  SandboxOwner,
   SandboxRecord,
   SandboxState,
   TemplateRecord,
@@ -37,6 +39,7 @@ interface SandboxRow {
   token_hash: string;
   handle: string;
   capabilities: string;
+  owner_key: string | null;
 }
 
 const fromRow = (row: SandboxRow): SandboxRecord => ({
@@ -51,7 +54,35 @@ const fromRow = (row: SandboxRow): SandboxRecord => ({
   tokenHash: row.token_hash,
   handle: JSON.parse(row.handle),
   capabilities: JSON.parse(row.capabilities),
+  owner: row.owner_key ?? null,
 });
+
+interface ApiKeyRow {
+  id: string;
+  name: string;
+  prefix: string;
+  key_hash: string;
+  admin: number;
+  max_running: number | null;
+  created_at: number;
+  last_used_at: number | null;
+  revoked_at: number | null;
+}
+
+const keyFromRow = (row: ApiKeyRow): ApiKeyRecord => ({
+  id: row.id,
+  name: row.name,
+  prefix: row.prefix,
+  keyHash: row.key_hash,
+  admin: row.admin === 1,
+  maxRunning: row.max_running,
+  createdAt: row.created_at,
+  lastUsedAt: row.last_used_at,
+  revokedAt: row.revoked_at,
+});
+
+/** Running sandboxes of the owner `@owner` (a subquery of the statements that check limits). */
+const RUNNING_OF_OWNER = `(SELECT COUNT(*) FROM sandboxes WHERE owner_key = @owner AND state = 'running')`;
 
 /**
  * The registry in one SQLite file under `$ABX_HOME` (the embedded default). better-sqlite3 is
@@ -129,18 +160,25 @@ export class SqliteRegistry implements Registry {
     ).map((row) => row.version);
   }
 
-  async insertSandbox(record: SandboxRecord): Promise<void> {
-    this.statement(
-      `INSERT INTO sandboxes (id, template, state, metadata, created_at, expires_at, ended_at,
-           end_reason, token_hash, handle, capabilities)
-         VALUES (@id, @template, @state, @metadata, @createdAt, @expiresAt, @endedAt, @endReason,
-           @tokenHash, @handle, @capabilities)`,
-    ).run({
-      ...record,
-      metadata: JSON.stringify(record.metadata),
-      handle: JSON.stringify(record.handle),
-      capabilities: JSON.stringify(record.capabilities),
-    });
+  async insertSandbox(record: SandboxRecord, maxRunning?: number | null): Promise<boolean> {
+    // One statement holds the write lock from the count to the insert, for every process on the
+    // file: two creates at a key's limit cannot both pass.
+    const limited = maxRunning != null && record.owner !== null && record.state === 'running';
+    return (
+      this.statement(
+        `INSERT INTO sandboxes (id, template, state, metadata, created_at, expires_at, ended_at,
+             end_reason, token_hash, handle, capabilities, owner_key)
+           SELECT @id, @template, @state, @metadata, @createdAt, @expiresAt, @endedAt, @endReason,
+             @tokenHash, @handle, @capabilities, @owner
+           ${limited ? `WHERE ${RUNNING_OF_OWNER} < @limit` : ''}`,
+      ).run({
+        ...record,
+        metadata: JSON.stringify(record.metadata),
+        handle: JSON.stringify(record.handle),
+        capabilities: JSON.stringify(record.capabilities),
+        ...(limited ? { limit: maxRunning } : {}),
+      }).changes === 1
+    );
   }
 
   getSandboxNow(id: string): SandboxRecord | undefined {
@@ -168,6 +206,10 @@ export class SqliteRegistry implements Registry {
       where.push('template = ?');
       params.push(filter.template);
     }
+    if (filter.owner !== undefined) {
+      where.push('owner_key = ?');
+      params.push(filter.owner);
+    }
     for (const [key, value] of Object.entries(filter.metadata ?? {})) {
       where.push('json_extract(metadata, ?) = ?');
       params.push(`$.${JSON.stringify(key)}`, value);
@@ -181,13 +223,24 @@ export class SqliteRegistry implements Registry {
     metadata: Record<string, string>,
     now: number,
     expiresAt: number,
+    owner?: SandboxOwner,
   ): Promise<SandboxRecord | undefined> {
+    const limited = owner !== undefined && owner.maxRunning !== null;
     const row = this.statement(
-      `UPDATE sandboxes SET state = 'running', metadata = ?, created_at = ?, expires_at = ?
-         WHERE id = (SELECT id FROM sandboxes WHERE state = 'pooled' AND template = ?
+      `UPDATE sandboxes SET state = 'running', metadata = @metadata, created_at = @now,
+           expires_at = @expiresAt, owner_key = @owner
+         WHERE id = (SELECT id FROM sandboxes WHERE state = 'pooled' AND template = @template
                      ORDER BY created_at, id LIMIT 1)
+           ${limited ? `AND ${RUNNING_OF_OWNER} < @limit` : ''}
          RETURNING *`,
-    ).get(JSON.stringify(metadata), now, expiresAt, template) as SandboxRow | undefined;
+    ).get({
+      metadata: JSON.stringify(metadata),
+      now,
+      expiresAt,
+      template,
+      owner: owner?.keyId ?? null,
+      ...(limited ? { limit: owner.maxRunning } : {}),
+    }) as SandboxRow | undefined;
     return row && fromRow(row);
   }
 
@@ -279,6 +332,54 @@ export class SqliteRegistry implements Registry {
       | TemplateRow
       | undefined;
     return row && templateFromRow(row);
+  }
+
+  async insertApiKey(record: ApiKeyRecord): Promise<boolean> {
+    // The unique index on active names turns a duplicate into no change.
+    return (
+      this.statement(
+        `INSERT INTO api_keys (id, name, prefix, key_hash, admin, max_running, created_at,
+             last_used_at, revoked_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+      ).run(
+        record.id,
+        record.name,
+        record.prefix,
+        record.keyHash,
+        record.admin ? 1 : 0,
+        record.maxRunning,
+        record.createdAt,
+        record.lastUsedAt,
+        record.revokedAt,
+      ).changes === 1
+    );
+  }
+
+  async findApiKey(keyHash: string): Promise<ApiKeyRecord | undefined> {
+    const row = this.statement('SELECT * FROM api_keys WHERE key_hash = ?').get(keyHash) as
+      | ApiKeyRow
+      | undefined;
+    return row && keyFromRow(row);
+  }
+
+  async listApiKeys(): Promise<(ApiKeyRecord & { running: number })[]> {
+    const rows = this.statement(
+      `SELECT k.*, (SELECT COUNT(*) FROM sandboxes s
+                      WHERE s.owner_key = k.id AND s.state = 'running') AS running
+         FROM api_keys k ORDER BY k.created_at, k.id`,
+    ).all() as (ApiKeyRow & { running: number })[];
+    return rows.map((row) => ({ ...keyFromRow(row), running: row.running }));
+  }
+
+  async revokeApiKey(id: string, now: number): Promise<ApiKeyRecord | undefined> {
+    const row = this.statement(
+      'UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ? RETURNING *',
+    ).get(now, id) as ApiKeyRow | undefined;
+    return row && keyFromRow(row);
+  }
+
+  async touchApiKey(id: string, now: number): Promise<void> {
+    this.statement('UPDATE api_keys SET last_used_at = ? WHERE id = ?').run(now, id);
   }
 
   async agree(key: string, value: string): Promise<string> {

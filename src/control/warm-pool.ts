@@ -1,5 +1,5 @@
 import type { SandboxHandle } from '../providers/provider.js';
-import type { Registry, SandboxRecord } from './registry.js';
+import type { Registry, SandboxOwner, SandboxRecord } from './registry.js';
 import type { StartSlots } from './start-slots.js';
 import type { BuiltTemplate } from './template-service.js';
 
@@ -166,13 +166,14 @@ export class WarmPool {
     metadata: Record<string, string>,
     timeoutMs: number,
     counted = true,
+    owner?: SandboxOwner,
   ): Promise<SandboxRecord | undefined> {
     if (this.max <= 0 || this.stopped) return undefined;
     if (counted) this.demanded(template);
     const { registry } = this.host;
     for (;;) {
       const now = Date.now();
-      const record = await registry.claimPooled(template, metadata, now, now + timeoutMs);
+      const record = await registry.claimPooled(template, metadata, now, now + timeoutMs, owner);
       if (!record) return undefined;
       this.own.delete(record.id);
       if (!this.host.isAlive(record.handle)) {

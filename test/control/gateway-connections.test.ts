@@ -120,6 +120,7 @@ const test = base.extend<{ fx: Fixture }>({
           endedAt: null,
           endReason: null,
           tokenHash: createHash('sha256').update(token).digest('hex'),
+          owner: null,
           handle: {
             provider: 'memory',
             pid: process.pid,

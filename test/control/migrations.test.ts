@@ -1,7 +1,8 @@
+import Database from 'better-sqlite3';
 import { describe, expect } from 'vitest';
 import { MIGRATIONS, SCHEMA_VERSION } from '../../src/control/migrations.js';
 import type { Registry } from '../../src/control/registry.js';
-import { STORES, sandboxRow, storeTest } from './registry-stores.js';
+import { apiKeyRow, STORES, sandboxRow, storeTest } from './registry-stores.js';
 
 /** The versions a store recorded as applied. */
 const versions = (registry: Registry) =>
@@ -44,6 +45,44 @@ for (const kind of STORES) {
         const row = sandboxRow();
         await (registries[0] as Registry).insertSandbox(row);
         expect(await (registries[3] as Registry).getSandbox(row.id)).toEqual(row);
+      });
+
+      test('a database at step 1 (before API keys) gets step 2: its rows stay, ownerless', async ({
+        store,
+      }) => {
+        // The schema and a row as the abx of step 1 left them.
+        const step1 = MIGRATIONS[0] as (typeof MIGRATIONS)[0];
+        const schema = `CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY,
+            name TEXT NOT NULL, applied_at BIGINT NOT NULL);
+          INSERT INTO schema_migrations VALUES (1, '${step1.name}', 1);`;
+        if (kind.name === 'SQLite') {
+          const db = new Database(store.location);
+          try {
+            (step1.sqlite as (db: Database.Database) => void)(db);
+            db.exec(schema);
+          } finally {
+            db.close();
+          }
+        } else {
+          await store.raw(`${step1.postgres}; ${schema}`);
+        }
+        await store.raw(`INSERT INTO sandboxes (id, template, state, metadata, created_at,
+            expires_at, ended_at, end_reason, token_hash, handle, capabilities)
+          VALUES ('iold', 'base', 'running', '{"a":"b"}', 1, 2, NULL, NULL, 'h',
+            '{"provider":"local","pid":1,"startTime":"1","envdSocket":"/e","portsDir":"/p"}', '["files"]')`);
+        const registry = await store.open();
+        expect(await versions(registry)).toEqual(ALL);
+        expect(await registry.getSandbox('iold')).toMatchObject({
+          state: 'running',
+          metadata: { a: 'b' },
+          owner: null,
+        });
+        // What step 2 brings works: keys, and sandboxes owned by them.
+        const key = apiKeyRow();
+        expect(await registry.insertApiKey(key)).toBe(true);
+        await registry.insertSandbox(sandboxRow({ owner: key.id }), 1);
+        expect(await registry.insertSandbox(sandboxRow({ owner: key.id }), 1)).toBe(false);
+        expect((await registry.listApiKeys()).map((k) => [k.id, k.running])).toEqual([[key.id, 1]]);
       });
 
       test('a database a newer abx migrated is refused, saying so', async ({ store }) => {

@@ -1,5 +1,6 @@
 import { describe, expect } from 'vitest';
-import { STORES, sandboxRow, storeTest } from './registry-stores.js';
+import type { Registry } from '../../src/control/registry.js';
+import { apiKeyRow, STORES, sandboxRow, storeTest } from './registry-stores.js';
 
 // The same contract for both stores: what the services rely on, and what two daemons sharing one
 // database rely on (each `store.open()` is another daemon's connection to the same database).
@@ -202,6 +203,107 @@ for (const kind of STORES) {
       expect(answers[0]).toBe(answers[1]);
       expect(await two.agree('k', 'later')).toBe(answers[0]);
       expect(await one.agree('other', 'x')).toBe('x');
+    });
+
+    test('API keys: found by hash, listed with their running sandboxes, revoked once, names unique among active keys', async ({
+      store,
+    }) => {
+      const [one, two] = [await store.open(), await store.open()];
+      const alice = apiKeyRow({ name: 'alice', maxRunning: 2 });
+      const ops = apiKeyRow({ name: 'ops', admin: true });
+      expect(await one.insertApiKey(alice)).toBe(true);
+      expect(await one.insertApiKey(ops)).toBe(true);
+      expect(await two.findApiKey(alice.keyHash)).toEqual(alice);
+      expect(await two.findApiKey('cd'.repeat(32))).toBeUndefined();
+      // A second active key of one name is refused, and nothing is written.
+      const again = apiKeyRow({ name: 'alice' });
+      expect(await two.insertApiKey(again)).toBe(false);
+      expect(await one.findApiKey(again.keyHash)).toBeUndefined();
+      for (const row of [
+        sandboxRow({ owner: alice.id }),
+        sandboxRow({ owner: alice.id }),
+        sandboxRow({ owner: alice.id, state: 'killed', endedAt: 1, endReason: 'killed' }),
+        sandboxRow({ owner: ops.id }),
+        sandboxRow(),
+      ]) {
+        await one.insertSandbox(row);
+      }
+      expect(
+        (await two.listApiKeys()).map((key) => [key.name, key.running, key.admin, key.maxRunning]),
+      ).toEqual([
+        ['alice', 2, false, 2],
+        ['ops', 1, true, null],
+      ]);
+      expect((await one.listSandboxes({ owner: alice.id })).length).toBe(3);
+      expect((await one.listSandboxes({ owner: alice.id, state: 'running' })).length).toBe(2);
+      // Revoked once: a second revocation keeps the first time; an unknown id is undefined.
+      expect((await one.revokeApiKey(alice.id, 5000))?.revokedAt).toBe(5000);
+      expect((await two.revokeApiKey(alice.id, 6000))?.revokedAt).toBe(5000);
+      expect(await two.revokeApiKey('key_nosuchkey000', 6000)).toBeUndefined();
+      expect((await two.findApiKey(alice.keyHash))?.revokedAt).toBe(5000);
+      // The name of a revoked key is free again.
+      expect(await two.insertApiKey(again)).toBe(true);
+      await one.touchApiKey(ops.id, 7000);
+      expect((await two.findApiKey(ops.keyHash))?.lastUsedAt).toBe(7000);
+    });
+
+    test("a key's limit holds when many creates race on four daemons", async ({ store }) => {
+      const daemons = await Promise.all(Array.from({ length: 4 }, () => store.open()));
+      for (let round = 0; round < 5; round++) {
+        const key = apiKeyRow({ maxRunning: 5 });
+        await (daemons[0] as Registry).insertApiKey(key);
+        const results = await Promise.all(
+          Array.from({ length: 40 }, (_, i) =>
+            (daemons[i % 4] as Registry).insertSandbox(sandboxRow({ owner: key.id }), 5),
+          ),
+        );
+        expect(results.filter(Boolean)).toHaveLength(5);
+        expect(
+          await (daemons[1] as Registry).listSandboxes({ owner: key.id, state: 'running' }),
+        ).toHaveLength(5);
+      }
+    });
+
+    test("a key's limit holds when creates race on two daemons: inserts and pool claims together", async ({
+      store,
+    }) => {
+      const [one, two] = [await store.open(), await store.open()];
+      const key = apiKeyRow({ maxRunning: 3 });
+      await one.insertApiKey(key);
+      const owner = { keyId: key.id, maxRunning: 3 };
+      await one.insertSandbox(sandboxRow({ owner: key.id }), 3);
+      for (let i = 0; i < 6; i++) await one.insertSandbox(sandboxRow({ state: 'pooled' }));
+      const now = Date.now();
+      const results = await Promise.all([
+        ...Array.from({ length: 6 }, (_, i) =>
+          (i % 2 ? one : two).insertSandbox(sandboxRow({ owner: key.id }), 3),
+        ),
+        ...Array.from({ length: 6 }, (_, i) =>
+          (i % 2 ? two : one).claimPooled('base', {}, now, now + 1000, owner),
+        ),
+      ]);
+      const won = results.filter((result) => result === true || typeof result === 'object');
+      expect(won).toHaveLength(2);
+      const running = await two.listSandboxes({ owner: key.id, state: 'running' });
+      expect(running).toHaveLength(3);
+      // The spares not handed out are still spares, and belong to no key.
+      const spares = await one.listSandboxes({ state: 'pooled' });
+      expect(spares.length + results.filter((r) => typeof r === 'object').length).toBe(6);
+      expect(spares.every((row) => row.owner === null)).toBe(true);
+      // Without a limit (the daemon's own key, or a key with none) nothing is counted.
+      expect(await one.insertSandbox(sandboxRow({ owner: key.id }))).toBe(true);
+      // Another key's sandboxes do not count against this one.
+      const other = apiKeyRow({ maxRunning: 1 });
+      await one.insertApiKey(other);
+      expect(await two.insertSandbox(sandboxRow({ owner: other.id }), 1)).toBe(true);
+      expect(await two.insertSandbox(sandboxRow({ owner: other.id }), 1)).toBe(false);
+      // A spare handed out becomes its claimer's.
+      const claimed = await two.claimPooled('base', { a: 'b' }, now, now + 1000, {
+        keyId: 'key_unlimited000',
+        maxRunning: null,
+      });
+      expect(claimed?.owner).toBe('key_unlimited000');
+      expect((await one.getSandbox(claimed?.id as string))?.owner).toBe('key_unlimited000');
     });
   });
 }

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -5,7 +6,7 @@ import Database from 'better-sqlite3';
 import pg from 'pg';
 import { test as base } from 'vitest';
 import { PostgresRegistry } from '../../src/control/postgres-registry.js';
-import type { Registry, SandboxRecord } from '../../src/control/registry.js';
+import type { ApiKeyRecord, Registry, SandboxRecord } from '../../src/control/registry.js';
 import { SqliteRegistry } from '../../src/control/sqlite-registry.js';
 import { createTestDatabase, NEEDS_POSTGRES, TEST_DATABASE_URL } from '../helpers/postgres.js';
 
@@ -115,6 +116,25 @@ export function sandboxRow(overrides: Partial<SandboxRecord> = {}): SandboxRecor
       portsDir: `/run/abx/${sequence}/ports`,
     },
     capabilities: ['files', 'commands'],
+    owner: null,
+    ...overrides,
+  };
+}
+
+/** An API key row as the key service would insert it (a hash of a key nobody has). */
+export function apiKeyRow(overrides: Partial<ApiKeyRecord> = {}): ApiKeyRecord {
+  sequence++;
+  const suffix = `${String(sequence).padStart(6, '0')}${Math.random().toString(36).slice(2, 8)}`;
+  return {
+    id: `key_${suffix}`.slice(0, 16),
+    name: `key-${suffix}`,
+    prefix: `abx_${suffix.slice(0, 6)}`,
+    keyHash: createHash('sha256').update(`key ${suffix}`).digest('hex'),
+    admin: false,
+    maxRunning: null,
+    createdAt: 1_800_000_000_000 + sequence,
+    lastUsedAt: null,
+    revokedAt: null,
     ...overrides,
   };
 }

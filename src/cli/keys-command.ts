@@ -1,0 +1,101 @@
+import { type Command, InvalidArgumentError } from 'commander';
+import { ApiKeys } from '../sandbox/api-keys.js';
+import { withExamples } from './options.js';
+import { ago, printJson, printLine, printTable } from './output.js';
+
+/** Parses `--max-running`: a whole number ≥ 1. */
+function countArg(value: string): number {
+  const count = Number(value);
+  if (!/^\d+$/.test(value) || count < 1) {
+    throw new InvalidArgumentError('expected a whole number of sandboxes, 1 or more.');
+  }
+  return count;
+}
+
+/** `abx keys create|list|revoke`. */
+export function addKeysCommand(program: Command): void {
+  const keys = withExamples(
+    program
+      .command('keys')
+      .description(
+        "Manage the control plane's API keys (needs an admin key). A key that is not an admin sees and controls only the sandboxes it created.",
+      ),
+    'abx keys create --name ci --max-running 5',
+    'ABX_API_URL=https://abx.example.com:8443 ABX_API_KEY=... abx keys list',
+  );
+
+  withExamples(
+    keys
+      .command('create')
+      .description('Make an API key and print it: it is shown this once, only its hash is stored.')
+      .requiredOption('--name <name>', 'what the key is for (letters, digits, . _ @ -), unique')
+      .option('--admin', 'the key sees every sandbox, builds templates and manages keys')
+      .option('--max-running <n>', 'the most sandboxes the key may have running at once', countArg)
+      .option('--json', 'print the key and its record as JSON')
+      .action(
+        async (options: { name: string; admin?: boolean; maxRunning?: number; json?: boolean }) => {
+          const created = await ApiKeys.create(options.name, {
+            admin: options.admin === true,
+            ...(options.maxRunning === undefined ? {} : { maxRunning: options.maxRunning }),
+          });
+          if (options.json) return printJson(created);
+          printLine(created.key);
+          process.stderr.write(
+            `made API key '${created.name}' (${created.id}${created.admin ? ', admin' : ''}${created.maxRunning === null ? '' : `, at most ${created.maxRunning} running`}): keep it now, it is not shown again; clients send it as ABX_API_KEY\n`,
+          );
+        },
+      ),
+    'abx keys create --name alice',
+    'abx keys create --name ci --max-running 5 --json',
+    'abx keys create --name ops --admin',
+  );
+
+  withExamples(
+    keys
+      .command('list')
+      .alias('ls')
+      .description(
+        'List the API keys, revoked ones too: id, name, prefix, admin, limit and sandboxes running now.',
+      )
+      .option('--json', 'print JSON')
+      .action(async (options: { json?: boolean }) => {
+        const list = await ApiKeys.list();
+        if (options.json) return printJson(list);
+        printTable(
+          ['ID', 'NAME', 'PREFIX', 'ADMIN', 'RUNNING', 'LIMIT', 'CREATED', 'LAST USED', 'REVOKED'],
+          list.map((key) => [
+            key.id,
+            key.name,
+            `${key.prefix}…`,
+            key.admin ? 'yes' : 'no',
+            String(key.running ?? 0),
+            key.maxRunning === null ? '-' : String(key.maxRunning),
+            ago(key.createdAt),
+            key.lastUsedAt === null ? 'never' : ago(key.lastUsedAt),
+            key.revokedAt === null ? '-' : ago(key.revokedAt),
+          ]),
+        );
+      }),
+    'abx keys list',
+    'abx keys list --json | jq -r ".[] | select(.revokedAt == null) | .name"',
+  );
+
+  withExamples(
+    keys
+      .command('revoke <id>')
+      .description(
+        'Revoke an API key (by its id, key_…): refused from its next request on, on every replica. Its running sandboxes run on until they end.',
+      )
+      .option('--json', 'print JSON')
+      .action(async (id: string, options: { json?: boolean }) => {
+        const result = await ApiKeys.revoke(id);
+        if (options.json) return printJson(result);
+        printLine(
+          result.revoked
+            ? `revoked API key '${result.key.name}' (${result.key.id})`
+            : `API key '${result.key.name}' (${result.key.id}) was revoked already, ${ago(result.key.revokedAt as string)}`,
+        );
+      }),
+    'abx keys revoke key_3kq9x0m2ab7c',
+  );
+}

@@ -1,0 +1,52 @@
+import type { ApiKeyInfo } from '../../runtime/protocol/wire.js';
+import { connectControlPlane } from '../installation/control-connection.js';
+import type { ConnectionOptions } from '../installation/daemon-connection.js';
+import { daemonClient, type HttpClient } from './http-client.js';
+
+export type { ApiKeyInfo };
+
+async function client(options: ConnectionOptions): Promise<HttpClient> {
+  return daemonClient(await connectControlPlane(options), options.requestTimeoutMs ?? 60_000);
+}
+
+/**
+ * API keys of the control plane (the local daemon, or the remote one of `apiUrl` /
+ * `ABX_API_URL`); every call needs an admin key. A key that is not an admin sees and controls
+ * only the sandboxes it created, up to its `maxRunning`.
+ */
+export const ApiKeys = {
+  /** Makes a key; `key` in the answer is the key itself, which the control plane never shows again. */
+  async create(
+    name: string,
+    options: ConnectionOptions & { admin?: boolean; maxRunning?: number } = {},
+  ): Promise<ApiKeyInfo & { key: string }> {
+    const { admin, maxRunning } = options;
+    return (await client(options)).json<ApiKeyInfo & { key: string }>('POST', '/v1/keys', {
+      body: {
+        name,
+        ...(admin === undefined ? {} : { admin }),
+        ...(maxRunning === undefined ? {} : { maxRunning }),
+      },
+    });
+  },
+
+  /** Every key, revoked ones included, with the sandboxes each has running now. */
+  async list(options: ConnectionOptions = {}): Promise<ApiKeyInfo[]> {
+    const { keys } = await (await client(options)).json<{ keys: ApiKeyInfo[] }>('GET', '/v1/keys');
+    return keys;
+  },
+
+  /**
+   * Revokes a key by id: it is refused from its next request on. `revoked` is false when it had
+   * been revoked before. Its running sandboxes run on until they end (an admin can kill them).
+   */
+  async revoke(
+    id: string,
+    options: ConnectionOptions = {},
+  ): Promise<{ revoked: boolean; key: ApiKeyInfo }> {
+    return (await client(options)).json<{ revoked: boolean; key: ApiKeyInfo }>(
+      'DELETE',
+      `/v1/keys/${encodeURIComponent(id)}`,
+    );
+  },
+};

@@ -1,0 +1,113 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import type { ApiKeyInfo } from '../../src/index.js';
+import { createAbxHome } from '../helpers/abx-home.js';
+import { abxIn } from './abx.js';
+
+let home: Awaited<ReturnType<typeof createAbxHome>>;
+let cli: ReturnType<typeof abxIn>;
+
+beforeAll(async () => {
+  home = await createAbxHome();
+  cli = abxIn(home.home);
+});
+
+afterAll(async () => {
+  await home?.close();
+});
+
+/** `abx` as a client of the daemon's API with `key`, as a remote client would run it. */
+function as(key: string) {
+  const { apiUrl } = JSON.parse(readFileSync(join(home.home, 'daemon.json'), 'utf8'));
+  return (args: string[]) =>
+    cli.abx(args, { env: { ABX_API_URL: apiUrl, ABX_API_KEY: key, ABX_HOME: '/nonexistent' } });
+}
+
+describe('abx keys create, list, revoke', () => {
+  test('keys made with the CLI are isolated, limited and revoked, on real sandboxes', async () => {
+    // The daemon's own key (this host's CLI) is the admin that makes the others.
+    const plain = await cli.abx(['keys', 'create', '--name', 'alice']);
+    expect(plain.code).toBe(0);
+    const aliceKey = plain.stdout.trim();
+    expect(plain.stdout).toMatch(/^abx_[A-Za-z0-9_-]{43}\n$/);
+    expect(plain.stderr).toMatch(
+      /^made API key 'alice' \(key_[a-z0-9]{12}\): keep it now, it is not shown again/,
+    );
+    const ci = await cli.json<ApiKeyInfo & { key: string }>([
+      'keys',
+      'create',
+      '--name',
+      'ci',
+      '--max-running',
+      '1',
+    ]);
+    expect(ci).toMatchObject({ name: 'ci', maxRunning: 1, admin: false, revokedAt: null });
+
+    const asCi = as(ci.key);
+    const asAlice = as(aliceKey);
+    const created = await asCi(['create', '-q']);
+    expect(created.code).toBe(0);
+    const id = created.stdout.trim();
+    expect((await asCi(['exec', id, '--', 'echo', 'hi'])).stdout).toBe('hi\n');
+
+    const over = await asCi(['create', '-q']);
+    expect(over.code).toBe(1);
+    expect(over.stderr).toContain(
+      `abx: LimitExceededError: the API key 'ci' (${ci.id}) has 1 sandboxes running, its limit (--max-running)`,
+    );
+    expect(over.stderr).toContain('hint: `abx list` shows the sandboxes running under this key');
+
+    // Alice sees nothing of ci's sandbox, and cannot end it.
+    expect((await asAlice(['list'])).stdout).not.toContain(id);
+    const kill = await asAlice(['kill', id]);
+    expect(kill.code).toBe(1);
+    expect(kill.stderr).toContain(`SandboxNotFoundError: sandbox ${id} does not exist`);
+    expect((await asCi(['info', id])).stdout).toMatch(/^state:\s+running$/m);
+
+    const refused = await asAlice(['keys', 'list']);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain(
+      "abx: PermissionDeniedError: listing the API keys needs an admin API key, and the key 'alice'",
+    );
+
+    const table = await cli.abx(['keys', 'list']);
+    expect(table.code).toBe(0);
+    const lines = table.stdout.trim().split('\n');
+    expect(lines[0]).toMatch(
+      /^ID\s+NAME\s+PREFIX\s+ADMIN\s+RUNNING\s+LIMIT\s+CREATED\s+LAST USED\s+REVOKED$/,
+    );
+    expect(lines).toContainEqual(
+      expect.stringMatching(new RegExp(`^${ci.id}\\s+ci\\s+${ci.prefix}…\\s+no\\s+1\\s+1\\s`)),
+    );
+    expect(table.stdout).not.toContain(ci.key);
+
+    const revoked = await cli.abx(['keys', 'revoke', ci.id]);
+    expect(revoked).toMatchObject({ code: 0, stdout: `revoked API key 'ci' (${ci.id})\n` });
+    const after = await asCi(['list']);
+    expect(after.code).toBe(1);
+    expect(after.stderr).toContain(`the API key 'ci' (${ci.id}, ${ci.prefix}…) was revoked at`);
+    const listed = await cli.json<ApiKeyInfo[]>(['keys', 'list']);
+    expect(listed.map((k) => [k.name, k.revokedAt === null])).toEqual([
+      ['alice', true],
+      ['ci', false],
+    ]);
+
+    const unknown = await cli.abx(['keys', 'revoke', 'key_nosuchkey000']);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toContain('NotFoundError: no API key has the id "key_nosuchkey000"');
+    // A dozen abx processes one after the other: minutes on a loaded machine, not a hang.
+  }, 180_000);
+
+  test('usage: --name is required, --max-running takes a count, --help shows examples', async () => {
+    const noName = await cli.abx(['keys', 'create']);
+    expect(noName.code).toBe(2);
+    expect(noName.stderr).toContain("required option '--name <name>' not specified");
+    const badCount = await cli.abx(['keys', 'create', '--name', 'x', '--max-running', '0']);
+    expect(badCount.code).toBe(2);
+    expect(badCount.stderr).toContain('expected a whole number of sandboxes, 1 or more.');
+    const help = await cli.abx(['keys', 'create', '--help']);
+    expect(help.stdout).toContain('abx keys create --name ci --max-running 5 --json');
+    expect((await cli.json<ApiKeyInfo[]>(['keys', 'list'])).map((k) => k.name)).not.toContain('x');
+  }, 60_000);
+});

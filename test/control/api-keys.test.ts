@@ -1,0 +1,384 @@
+import { copyFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test as base, describe, expect } from 'vitest';
+import { Daemon, type DaemonOptions } from '../../src/control/daemon.js';
+import type { DaemonInfo } from '../../src/installation/daemon-info.js';
+import { call, type Json } from '../helpers/api-call.js';
+import { MemoryProvider } from '../helpers/memory-provider.js';
+import { createTestDatabase, NEEDS_POSTGRES } from '../helpers/postgres.js';
+import { until } from './plane.js';
+
+/** The API as one key sees it. */
+interface Api {
+  get(path: string): Promise<{ status: number; body: Json }>;
+  post(path: string, body?: unknown): Promise<{ status: number; body: Json }>;
+  delete(path: string): Promise<{ status: number; body: Json }>;
+}
+
+function apiAs(info: DaemonInfo, key: string): Api {
+  const headers = { authorization: `Bearer ${key}` };
+  return {
+    get: (path) => call(`${info.apiUrl}${path}`, { headers }),
+    post: (path, body = {}) => call(`${info.apiUrl}${path}`, { method: 'POST', headers, body }),
+    delete: (path) => call(`${info.apiUrl}${path}`, { method: 'DELETE', headers }),
+  };
+}
+
+interface Plane {
+  provider: MemoryProvider;
+  /**
+   * Starts a daemon: on one SQLite home by default, or (`databaseUrl`) with a home of its own on
+   * that database, sharing the first home's token secret as replicas do.
+   */
+  start(
+    options?: Partial<DaemonOptions>,
+  ): Promise<{ daemon: Daemon; info: DaemonInfo; admin: Api }>;
+  /** Stops every daemon started (before the test drops a database they use). */
+  stopAll(): Promise<void>;
+}
+
+/** Daemons on a memory provider; every daemon, home and provider cleaned after the test. */
+const test = base.extend<{ plane: Plane }>({
+  // biome-ignore lint/correctness/noEmptyPattern: vitest fixtures must destructure their first argument
+  plane: async ({}, use) => {
+    const provider = new MemoryProvider();
+    const homes: string[] = [];
+    const daemons: Daemon[] = [];
+    try {
+      await use({
+        provider,
+        async start(options = {}) {
+          const home =
+            homes.length > 0 && !options.databaseUrl
+              ? (homes[0] as string)
+              : mkdtempSync(join(tmpdir(), 'abx-keys-'));
+          if (!homes.includes(home)) {
+            if (homes.length > 0) {
+              copyFileSync(join(homes[0] as string, 'token-secret'), join(home, 'token-secret'));
+            }
+            homes.push(home);
+          }
+          const daemon = new Daemon({
+            home,
+            provider,
+            apiPort: 0,
+            gatewayPort: 0,
+            reapIntervalMs: 50,
+            warmPool: 0,
+            ...options,
+          });
+          daemons.push(daemon);
+          const info = await daemon.start();
+          const admin = apiAs(info, readFileSync(join(home, 'api-key'), 'utf8').trim());
+          return { daemon, info, admin };
+        },
+        async stopAll() {
+          provider.releaseCreates();
+          for (const daemon of daemons) await daemon.stop().catch(() => undefined);
+        },
+      });
+    } finally {
+      provider.releaseCreates();
+      for (const daemon of daemons) await daemon.stop().catch(() => undefined);
+      await provider.dispose();
+      for (const home of homes) rmSync(home, { recursive: true, force: true });
+    }
+  },
+});
+
+/** Makes a key through `admin` and answers its API and its record. */
+async function makeKey(
+  admin: Api,
+  info: DaemonInfo,
+  body: { name: string; admin?: boolean; maxRunning?: number },
+): Promise<{ api: Api; key: string; id: string }> {
+  const made = await admin.post('/v1/keys', body);
+  expect(made.status).toBe(200);
+  return { api: apiAs(info, made.body.key), key: made.body.key, id: made.body.id };
+}
+
+const ids = (body: Json): string[] => body.sandboxes.map((s: Json) => s.sandboxId).sort();
+
+describe('API keys on one daemon', () => {
+  test('create shows the key once; list shows id, name, prefix, admin, limit, running, never the key', async ({
+    plane,
+  }) => {
+    const { info, admin } = await plane.start();
+    const made = await admin.post('/v1/keys', { name: 'ci', maxRunning: 5 });
+    expect(made.status).toBe(200);
+    expect(made.body.key).toMatch(/^abx_[A-Za-z0-9_-]{43}$/);
+    expect(made.body).toMatchObject({
+      id: expect.stringMatching(/^key_[a-z0-9]{12}$/),
+      name: 'ci',
+      prefix: made.body.key.slice(0, 10),
+      admin: false,
+      maxRunning: 5,
+      lastUsedAt: null,
+      revokedAt: null,
+    });
+    const ci = apiAs(info, made.body.key);
+    expect((await ci.post('/v1/sandboxes')).status).toBe(200);
+    const listed = await admin.get('/v1/keys');
+    expect(listed.status).toBe(200);
+    expect(listed.body.keys).toEqual([
+      {
+        id: made.body.id,
+        name: 'ci',
+        prefix: made.body.prefix,
+        admin: false,
+        maxRunning: 5,
+        running: 1,
+        createdAt: made.body.createdAt,
+        lastUsedAt: expect.any(String),
+        revokedAt: null,
+      },
+    ]);
+    expect(JSON.stringify(listed.body)).not.toContain(made.body.key.slice(10));
+  });
+
+  test('bad input is refused in the contract shape and changes nothing', async ({ plane }) => {
+    const { admin } = await plane.start();
+    await admin.post('/v1/keys', { name: 'alice' });
+    const refusals: [unknown, number, string, RegExp][] = [
+      [{ name: 'alice' }, 400, 'InvalidArgumentError', /named 'alice' exists already/],
+      [{}, 400, 'ArgumentError', /name/],
+      [{ name: 'bob', maxRunning: 0 }, 400, 'InvalidArgumentError', /maxRunning must be/],
+      [{ name: 'bob', maxRunning: 'ten' }, 400, 'ArgumentError', /maxRunning/],
+      [{ name: 'bob', colour: 'red' }, 400, 'ArgumentError', /colour/],
+      [{ name: 'has space' }, 400, 'InvalidArgumentError', /name must be/],
+      [['alice'], 400, 'ArgumentError', /object/],
+    ];
+    for (const [body, status, type, message] of refusals) {
+      const answer = await admin.post('/v1/keys', body);
+      expect({ body, status: answer.status, type: answer.body.type }).toEqual({
+        body,
+        status,
+        type,
+      });
+      expect(answer.body.error).toMatch(message);
+    }
+    expect((await admin.get('/v1/keys')).body.keys.map((k: Json) => k.name)).toEqual(['alice']);
+    const unknown = await admin.delete('/v1/keys/key_nosuchkey000');
+    expect(unknown.status).toBe(404);
+    expect(unknown.body).toEqual({
+      error: expect.stringContaining('no API key has the id "key_nosuchkey000"'),
+      type: 'NotFoundError',
+    });
+  });
+
+  test("two keys cannot see or touch each other's sandboxes; admins see all", async ({ plane }) => {
+    const { info, admin } = await plane.start();
+    const alice = await makeKey(admin, info, { name: 'alice' });
+    const bob = await makeKey(admin, info, { name: 'bob' });
+    const ops = await makeKey(admin, info, { name: 'ops', admin: true });
+    const a = (await alice.api.post('/v1/sandboxes', { metadata: { team: 'x' } })).body.sandboxId;
+    const b = (await bob.api.post('/v1/sandboxes', { metadata: { team: 'x' } })).body.sandboxId;
+    const own = (await admin.post('/v1/sandboxes')).body.sandboxId;
+
+    expect(ids((await alice.api.get('/v1/sandboxes')).body)).toEqual([a]);
+    expect(ids((await alice.api.get('/v1/sandboxes?metadata.team=x')).body)).toEqual([a]);
+    expect(ids((await bob.api.get('/v1/sandboxes?state=running')).body)).toEqual([b]);
+    expect(ids((await ops.api.get('/v1/sandboxes')).body)).toEqual([a, b, own].sort());
+    expect(ids((await admin.get('/v1/sandboxes')).body)).toEqual([a, b, own].sort());
+
+    // Bob's sandbox answers Alice exactly as an id that does not exist.
+    const attempts = (id: string) => [
+      alice.api.get(`/v1/sandboxes/${id}`),
+      alice.api.post(`/v1/sandboxes/${id}/connect`),
+      alice.api.post(`/v1/sandboxes/${id}/timeout`, { timeoutMs: 1000 }),
+      alice.api.delete(`/v1/sandboxes/${id}`),
+    ];
+    const unknown = 'inosuchsandbox00';
+    const asUnknown = await Promise.all(attempts(unknown));
+    for (const [i, answer] of (await Promise.all(attempts(b))).entries()) {
+      expect(answer.status).toBe(404);
+      expect(answer.body).toEqual({
+        ...asUnknown[i]?.body,
+        error: asUnknown[i]?.body.error.replace(unknown, b),
+      });
+      expect(answer.body).toEqual({
+        error: `sandbox ${b} does not exist`,
+        type: 'SandboxNotFoundError',
+      });
+    }
+    // Nothing of it reached Bob's sandbox: it runs, with its lifetime.
+    const seen = await bob.api.get(`/v1/sandboxes/${b}`);
+    expect(seen.body.state).toBe('running');
+    expect(Date.parse(seen.body.expiresAt) - Date.now()).toBeGreaterThan(60_000);
+    // The daemon's own sandbox is nobody's but the admins'.
+    expect((await bob.api.get(`/v1/sandboxes/${own}`)).status).toBe(404);
+    // Alice reaches her own; an admin key reaches Bob's.
+    expect((await alice.api.post(`/v1/sandboxes/${a}/connect`)).body.accessToken).toEqual(
+      expect.any(String),
+    );
+    expect((await ops.api.delete(`/v1/sandboxes/${b}`)).body.killed).toBe(true);
+    expect((await alice.api.delete(`/v1/sandboxes/${a}`)).body.killed).toBe(true);
+  });
+
+  test('admin routes refuse a key that is not an admin with 403, and change nothing', async ({
+    plane,
+  }) => {
+    const { info, admin } = await plane.start();
+    const alice = await makeKey(admin, info, { name: 'alice' });
+    const a = (await alice.api.post('/v1/sandboxes')).body.sandboxId;
+    const refused = [
+      await alice.api.get('/v1/keys'),
+      await alice.api.post('/v1/keys', { name: 'mine', admin: true }),
+      // Refused before its body is looked at.
+      await alice.api.post('/v1/keys', { colour: 'red' }),
+      await alice.api.delete(`/v1/keys/${alice.id}`),
+      await alice.api.post('/v1/templates', { yaml: 'name: t\n' }),
+      await alice.api.delete('/v1/templates/base'),
+      await alice.api.post(`/v1/sandboxes/${a}/snapshot`, { name: 'mine' }),
+      await alice.api.post('/v1/shutdown'),
+    ];
+    for (const answer of refused) {
+      expect(answer.status).toBe(403);
+      expect(answer.body).toEqual({
+        error: expect.stringContaining(
+          `needs an admin API key, and the key 'alice' (${alice.id}) is not one`,
+        ),
+        type: 'PermissionDeniedError',
+        code: 'admin_required',
+      });
+    }
+    expect((await admin.get('/v1/health')).status).toBe(200);
+    expect((await admin.get('/v1/keys')).body.keys.map((k: Json) => [k.name, k.revokedAt])).toEqual(
+      [['alice', null]],
+    );
+    expect((await admin.get('/v1/templates')).body.templates.map((t: Json) => t.name)).toEqual([
+      'base',
+    ]);
+    // Templates are shared: any key reads them and creates from them.
+    expect((await alice.api.get('/v1/templates/base')).status).toBe(200);
+  });
+
+  test('a revoked key is refused from its next request on; its sandboxes run on', async ({
+    plane,
+  }) => {
+    const { info, admin } = await plane.start();
+    const alice = await makeKey(admin, info, { name: 'alice' });
+    const a = (await alice.api.post('/v1/sandboxes')).body.sandboxId;
+    const revoked = await admin.delete(`/v1/keys/${alice.id}`);
+    expect(revoked.status).toBe(200);
+    expect(revoked.body).toMatchObject({ revoked: true, key: { id: alice.id, name: 'alice' } });
+    const refused = await alice.api.get('/v1/sandboxes');
+    expect(refused.status).toBe(401);
+    expect(refused.body).toEqual({
+      error: expect.stringMatching(
+        new RegExp(
+          `^the API key 'alice' \\(${alice.id}, abx_.{6}…\\) was revoked at .+: ask an admin`,
+        ),
+      ),
+      type: 'AuthenticationError',
+      code: 'key_revoked',
+    });
+    expect((await alice.api.post('/v1/sandboxes')).status).toBe(401);
+    expect((await admin.get(`/v1/sandboxes/${a}`)).body.state).toBe('running');
+    // Revoked once: the second answer says so and keeps the first time.
+    const again = await admin.delete(`/v1/keys/${alice.id}`);
+    expect(again.body).toEqual({ revoked: false, key: revoked.body.key });
+    // The name is free again.
+    expect((await admin.post('/v1/keys', { name: 'alice' })).status).toBe(200);
+    // A key that never existed, or no key, is refused as before.
+    expect((await apiAs(info, 'abx_nothing').get('/v1/sandboxes')).status).toBe(401);
+    expect((await call(`${info.apiUrl}/v1/sandboxes`)).status).toBe(401);
+  });
+
+  test('a limit holds against creates that start together, and frees up when a sandbox ends', async ({
+    plane,
+  }) => {
+    const { info, admin } = await plane.start({ startConcurrency: 8 });
+    const ci = await makeKey(admin, info, { name: 'ci', maxRunning: 2 });
+    // Every create passes the early count (none runs yet) and starts its sandbox: the registry's
+    // locked write decides which two stay.
+    plane.provider.holdCreates();
+    const pending = Array.from({ length: 8 }, () => ci.api.post('/v1/sandboxes'));
+    await until(() => plane.provider.created.length === 8, 'eight sandboxes starting');
+    plane.provider.releaseCreates();
+    const answers = await Promise.all(pending);
+    expect(answers.map((a) => a.status).sort()).toEqual([200, 200, 429, 429, 429, 429, 429, 429]);
+    expect(answers.find((a) => a.status === 429)?.body).toEqual({
+      error: `the API key 'ci' (${ci.id}) has 2 sandboxes running, its limit (--max-running): kill one of them (abx list, abx kill ID) or ask an admin for a key with a higher limit`,
+      type: 'LimitExceededError',
+      code: 'limit_exceeded',
+    });
+    const mine = ids((await ci.api.get('/v1/sandboxes?state=running')).body);
+    expect(mine).toEqual(
+      answers
+        .filter((a) => a.status === 200)
+        .map((a) => a.body.sandboxId)
+        .sort(),
+    );
+    // The sandboxes of the refused creates were killed: none runs without a row.
+    expect(plane.provider.aliveIds().sort()).toEqual(mine);
+    // Refused before anything starts, once the limit is plainly reached.
+    expect((await ci.api.post('/v1/sandboxes')).status).toBe(429);
+    expect(plane.provider.created).toHaveLength(8);
+    expect((await ci.api.delete(`/v1/sandboxes/${mine[0]}`)).body.killed).toBe(true);
+    expect((await ci.api.post('/v1/sandboxes')).status).toBe(200);
+    expect((await ci.api.post('/v1/sandboxes')).status).toBe(429);
+    expect((await admin.get('/v1/keys')).body.keys[0].running).toBe(2);
+  });
+
+  test("a warm pool's spares are nobody's until handed out; then the creating key's", async ({
+    plane,
+  }) => {
+    const { info, admin } = await plane.start({ warmPool: 1 });
+    const alice = await makeKey(admin, info, { name: 'alice' });
+    // The first create of a template starts its pool.
+    const first = (await alice.api.post('/v1/sandboxes')).body.sandboxId;
+    await until(
+      async () => (await admin.get('/v1/sandboxes?state=pooled')).body.sandboxes.length === 1,
+      'a spare in the pool',
+    );
+    const [spare] = ids((await admin.get('/v1/sandboxes?state=pooled')).body);
+    expect((await alice.api.get(`/v1/sandboxes/${spare}`)).status).toBe(404);
+    expect(ids((await alice.api.get('/v1/sandboxes?state=pooled')).body)).toEqual([]);
+    const second = (await alice.api.post('/v1/sandboxes')).body.sandboxId;
+    expect(second).toBe(spare);
+    expect(ids((await alice.api.get('/v1/sandboxes')).body)).toEqual([first, second].sort());
+    expect((await alice.api.post(`/v1/sandboxes/${second}/connect`)).status).toBe(200);
+  });
+});
+
+describe(`API keys on two daemons sharing PostgreSQL${NEEDS_POSTGRES}`, () => {
+  test.skipIf(NEEDS_POSTGRES !== '')(
+    'a key made on one works on the other; its limit holds across both; a revocation holds on both at once',
+    async ({ plane }) => {
+      const database = await createTestDatabase();
+      try {
+        const one = await plane.start({ databaseUrl: database.url, startConcurrency: 10 });
+        const two = await plane.start({ databaseUrl: database.url, startConcurrency: 10 });
+        const made = await one.admin.post('/v1/keys', { name: 'ci', maxRunning: 3 });
+        const [viaOne, viaTwo] = [apiAs(one.info, made.body.key), apiAs(two.info, made.body.key)];
+        // All ten start their sandboxes before any row is written: the key's row lock decides.
+        plane.provider.holdCreates();
+        const pending = Array.from({ length: 10 }, (_, i) =>
+          (i % 2 ? viaOne : viaTwo).post('/v1/sandboxes'),
+        );
+        await until(() => plane.provider.created.length === 10, 'ten sandboxes starting');
+        plane.provider.releaseCreates();
+        const answers = await Promise.all(pending);
+        expect(answers.filter((a) => a.status === 200)).toHaveLength(3);
+        expect(answers.filter((a) => a.status === 429)).toHaveLength(7);
+        expect(ids((await viaTwo.get('/v1/sandboxes')).body)).toEqual(
+          answers
+            .filter((a) => a.status === 200)
+            .map((a) => a.body.sandboxId)
+            .sort(),
+        );
+        expect((await two.admin.get('/v1/keys')).body.keys[0].running).toBe(3);
+        expect(plane.provider.aliveIds()).toHaveLength(3);
+
+        expect((await one.admin.delete(`/v1/keys/${made.body.id}`)).body.revoked).toBe(true);
+        expect((await viaTwo.get('/v1/sandboxes')).body.code).toBe('key_revoked');
+        expect((await viaOne.get('/v1/sandboxes')).body.code).toBe('key_revoked');
+      } finally {
+        await plane.stopAll();
+        await database.drop();
+      }
+    },
+  );
+});
