@@ -81,17 +81,19 @@ class Demand {
   }
 
   /**
-   * The most creates that arrived within one start's time of each other since `since`: as many
-   * sandboxes as were wanted while one more was starting.
+   * The most creates that arrived within one refill's time of each other since `since` (its
+   * delay, then a start): as many sandboxes as were wanted while one more was on its way.
    */
-  peak(since: number): number {
+  peak(since: number, delayMs: number): number {
     const { arrivals } = this;
     let first = 0;
     while (first < arrivals.length && (arrivals[first] as number) < since) first++;
     arrivals.splice(0, first);
     let peak = 0;
     for (let from = 0, to = 0; to < arrivals.length; to++) {
-      while ((arrivals[to] as number) - (arrivals[from] as number) > this.startMs) from++;
+      while ((arrivals[to] as number) - (arrivals[from] as number) > delayMs + this.startMs) {
+        from++;
+      }
       peak = Math.max(peak, to - from + 1);
     }
     return peak;
@@ -100,9 +102,9 @@ class Demand {
 
 /**
  * Sandboxes started ahead of demand, per template once it has been used. A template's pool holds
- * as many as the most creates of it that came within one start's time of each other in the last
- * `windowMs` (a burst of 20 → 20; a steady stream → its rate × the time a start takes), at least
- * 1 and at most `max`. `claim` hands one out (made the caller's: its metadata, lifetime and envs);
+ * as many as the most creates of it that came within one refill's time (its delay and a start) of
+ * each other in the last `windowMs` (a burst of 20 → 20; a steady stream → its rate × that time),
+ * at least 1 and at most `max`. `claim` hands one out (made the caller's: its metadata, lifetime and envs);
  * refills run in the background, several at once behind callers' creates (StartSlots); extras are
  * killed once the demand that called for them is older than the window; `drain` empties the pool
  * (a template was rebuilt, or the daemon stops).
@@ -147,7 +149,10 @@ export class WarmPool {
   size(template: string): number {
     const demand = this.demand.get(template);
     if (!demand || this.max <= 0) return 0;
-    return Math.min(this.max, Math.max(1, demand.peak(this.now() - this.windowMs)));
+    return Math.min(
+      this.max,
+      Math.max(1, demand.peak(this.now() - this.windowMs, this.refillDelayMs)),
+    );
   }
 
   /** Records how long a start of the template took (a create's or a refill's). */
