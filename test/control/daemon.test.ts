@@ -466,9 +466,11 @@ describe('the daemon on a memory provider', () => {
     expect(readFileSync(join(started.home, 'marker.txt'), 'utf8')).toBe('first build\n');
 
     // A rebuild drains the pool: the spare started from the old home is not handed out.
-    await until(() => abx.provider.pendingCreates === 0, 'the refill');
-    const spare = (await v1.get('/v1/sandboxes?state=pooled')).body.sandboxes;
-    expect(spare).toHaveLength(1);
+    let spare: { sandboxId: string }[] = [];
+    await until(async () => {
+      spare = (await v1.get('/v1/sandboxes?state=pooled')).body.sandboxes;
+      return spare.length === 1;
+    }, 'the refill');
     writeFileSync(yaml, 'name: built\nsetup:\n  - echo second build > marker.txt\n');
     expect((await v1.post('/v1/templates', { path: yaml })).status).toBe(200);
     expect(abx.provider.killed).toContain(spare[0].sandboxId);
