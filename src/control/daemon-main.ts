@@ -61,7 +61,7 @@ async function kubernetesProvider() {
     ...(env.ABX_KUBE_RUNTIME_IMAGE ? { runtimeImage: env.ABX_KUBE_RUNTIME_IMAGE } : {}),
     ...(env.ABX_KUBE_BASE_IMAGE ? { baseImage: env.ABX_KUBE_BASE_IMAGE } : {}),
   });
-  const report = await checkCluster(provider);
+  const report = await checkCluster(provider, crds);
   if (!report.reachable) {
     await provider.close();
     throw new Error(report.problems.join('; '));
@@ -110,7 +110,7 @@ async function doctor(): Promise<never> {
     ...(env.ABX_KUBE_CONTEXT ? { context: env.ABX_KUBE_CONTEXT } : {}),
     watch: false,
   });
-  const report = await checkCluster(provider);
+  const report = await checkCluster(provider, env.ABX_KUBE_AGENT_SANDBOX);
   await provider.close();
   console.log(JSON.stringify(report));
   process.exit(report.problems.length > 0 ? 1 : 0);

@@ -38,7 +38,12 @@ export function templatePod(pod: V1Pod, bootstrapSecret: string): V1Pod {
   }
   const labels = { ...copy.metadata?.labels };
   delete labels[SANDBOX_ID_LABEL];
-  copy.metadata = { ...copy.metadata, labels };
+  // Named by its pool's Sandbox, not by a sandbox.
+  copy.metadata = {
+    namespace: copy.metadata?.namespace as string,
+    labels,
+    ...(copy.metadata?.annotations ? { annotations: copy.metadata.annotations } : {}),
+  };
   return copy;
 }
 
