@@ -583,11 +583,16 @@ describe.skipIf(unavailable)(
       }
     }, 60_000);
 
-    test('setExpiry moves the claim’s lifecycle shutdownTime; abx doctor in claims mode checks the extensions’ permissions', async () => {
+    test('a second provider uses the template’s objects; setExpiry moves the claim’s lifecycle shutdownTime; abx doctor in claims mode checks the extensions’ permissions', async () => {
       const provider = kube.provider({ agentSandbox: 'claims' });
       const spec = specOf('expiry', kube.scratch, { timeoutMs: 60_000 });
       const handle = await provider.create(spec);
       try {
+        // A new provider (another daemon) found the template's objects and read its Secret back.
+        expect(kube.double.objects('sandboxtemplates')).toHaveLength(1);
+        expect(kube.double.objects('secrets').filter((o) => o.endsWith('-bootstrap'))).toHaveLength(
+          1,
+        );
         const later = Date.now() + 600_000;
         await provider.setExpiry(handle, later);
         const claim = kube.double.get('sandboxclaims', NAMESPACE, podName(spec.id));
