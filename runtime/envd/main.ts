@@ -17,6 +17,7 @@ import { ENV } from './env.js';
 import { EXEC } from './exec.js';
 import { FILES_BATCH } from './files-batch.js';
 import { portsGroup } from './ports.js';
+import { tokensGroup } from './tokens.js';
 
 // envd: the daemon every sandbox runs first. The command server's file, process, system and
 // terminal groups, plus port forwarding, on a Unix socket that the host's gateway reaches.
@@ -118,6 +119,7 @@ const server = new SandboxServer({
     FILES_BATCH,
     ARCHIVE,
     ENV,
+    tokensGroup(({ client, control }) => server.replaceTokens({ control, limited: client })),
     // The code drivers (python_driver.py, js_driver.cjs) are shipped next to envd.cjs.
     codeGroup({ driversDir: dirname(resolve(process.argv[1] ?? '.')) }),
   ],

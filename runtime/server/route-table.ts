@@ -52,6 +52,8 @@ export interface Route<C> {
   args?: ArgSpec[];
   /** Answered without a token (`GET /health`). */
   public?: boolean;
+  /** Refused to the limited token: only the full (control) token may call it (`PUT /tokens`). */
+  control?: boolean;
   /** Returns the `200` JSON answer, or a `Reply`; throws a `SandboxError` for an error answer. */
   handler(req: RouteRequest<C>): unknown;
 }

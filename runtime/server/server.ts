@@ -100,7 +100,7 @@ export class SandboxServer {
   private extra: NetServer | undefined;
   private tokenDigest: Buffer | undefined;
   /** Digest of `limitedToken`; never matched when there is none. */
-  private readonly limitedDigest: Buffer;
+  private limitedDigest: Buffer;
   private resolveStopped = () => {};
   /** Resolves once the server has stopped, whether by {@link stop}, SIGTERM or `POST /shutdown`. */
   readonly stopped = new Promise<void>((resolve) => {
@@ -267,6 +267,11 @@ export class SandboxServer {
           'missing or wrong token: send the header "Authorization: Bearer <token>"',
         );
       }
+      if (route?.control) {
+        throw new AuthenticationError(
+          `${route.method} ${route.path} takes the control plane's token, not the sandbox's`,
+        );
+      }
       limited.check(req);
     }
     if (route && !this.enabled.has(route.group)) {
@@ -275,6 +280,25 @@ export class SandboxServer {
       );
     }
   };
+
+  /**
+   * Replaces the server's token and its limited token. Every request is checked against the
+   * current digests when it arrives, so from the next request on (on any connection, keep-alive
+   * ones included) the old tokens are refused; a request already past its check finishes.
+   */
+  replaceTokens(tokens: { control: string; limited?: string }): void {
+    const limited = this.options.limitedToken;
+    if (this.options.token === undefined || (tokens.limited !== undefined && !limited)) {
+      throw new Error('replaceTokens: this server was started without those tokens');
+    }
+    // Both digests in one synchronous step: no request can see one new and one old.
+    this.tokenDigest = digest(tokens.control);
+    this.options.token = tokens.control;
+    if (limited && tokens.limited !== undefined) {
+      this.limitedDigest = digest(tokens.limited);
+      this.options.limitedToken = { token: tokens.limited, check: limited.check };
+    }
+  }
 
   private authorized(req: IncomingMessage): boolean {
     this.tokenDigest ??= digest(this.options.token ?? '');

@@ -151,9 +151,9 @@ export function addDaemonCommand(program: Command): void {
       .addOption(
         new Option(
           '--kube-agent-sandbox <mode>',
-          'kubernetes: make sandboxes as agent-sandbox Sandboxes: auto (when the cluster has the CRDs), true or false',
+          'kubernetes: make sandboxes as agent-sandbox Sandboxes: auto (when the cluster has the CRDs), true or false; claims: SandboxClaims on a SandboxWarmPool per template (ABX_WARM_POOL its replicas, default 1)',
         )
-          .choices(['auto', 'true', 'false'])
+          .choices(['auto', 'true', 'false', 'claims'])
           .env('ABX_KUBE_AGENT_SANDBOX'),
       )
       .addOption(

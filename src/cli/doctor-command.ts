@@ -41,6 +41,14 @@ export function addDoctorCommand(program: Command): void {
         ),
       )
       .addOption(new Option('--context <name>', 'the kubeconfig context').env('ABX_KUBE_CONTEXT'))
+      .addOption(
+        new Option(
+          '--kube-agent-sandbox <mode>',
+          "the daemon's agent-sandbox mode: claims also checks the extensions and their permissions",
+        )
+          .choices(['auto', 'true', 'false', 'claims'])
+          .env('ABX_KUBE_AGENT_SANDBOX'),
+      )
       .option(
         '--kubeconfig <file>',
         'the kubeconfig file (default: KUBECONFIG, ~/.kube/config, or in-cluster)',
@@ -50,6 +58,7 @@ export function addDoctorCommand(program: Command): void {
         async (options: {
           namespace?: string;
           context?: string;
+          kubeAgentSandbox?: string;
           kubeconfig?: string;
           json?: boolean;
         }) => {
@@ -63,6 +72,9 @@ export function addDoctorCommand(program: Command): void {
                   ABX_DOCTOR: 'kubernetes',
                   ...(options.namespace ? { ABX_KUBE_NAMESPACE: options.namespace } : {}),
                   ...(options.context ? { ABX_KUBE_CONTEXT: options.context } : {}),
+                  ...(options.kubeAgentSandbox
+                    ? { ABX_KUBE_AGENT_SANDBOX: options.kubeAgentSandbox }
+                    : {}),
                   ...(options.kubeconfig ? { KUBECONFIG: options.kubeconfig } : {}),
                 },
                 timeout: 60_000,

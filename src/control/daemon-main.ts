@@ -37,24 +37,31 @@ async function chooseProvider() {
  * service account in a pod), in `ABX_KUBE_NAMESPACE`; `ABX_KUBE_RUNTIME_IMAGE` is the init
  * container's image (the portable runtime), `ABX_KUBE_BASE_IMAGE` the image of templates without
  * one (`ABX_KUBE_IMAGE_REGISTRY`, where built image templates are pushed, goes to the daemon),
- * `ABX_KUBE_AGENT_SANDBOX` (auto, true, false) whether sandboxes are agent-sandbox Sandboxes. A daemon refuses to start when the API server does not answer.
+ * `ABX_KUBE_AGENT_SANDBOX` (auto, true, false, claims) whether sandboxes are agent-sandbox Sandboxes, or
+ * SandboxClaims on a SandboxWarmPool per template (`ABX_WARM_POOL` its replicas, default 1). A daemon refuses to start when the API server does not answer.
  */
 async function kubernetesProvider() {
   const { KubernetesProvider } = await import('../providers/kubernetes/kubernetes-provider.js');
   const { checkCluster } = await import('../providers/kubernetes/cluster-check.js');
   const env = process.env;
   const crds = env.ABX_KUBE_AGENT_SANDBOX || 'auto';
-  if (!['auto', 'true', 'false'].includes(crds)) {
-    throw new Error(`ABX_KUBE_AGENT_SANDBOX is '${crds}'; use auto (the default), true or false`);
+  if (!['auto', 'true', 'false', 'claims'].includes(crds)) {
+    throw new Error(
+      `ABX_KUBE_AGENT_SANDBOX is '${crds}'; use auto (the default), true, false or claims`,
+    );
   }
+  const replicas = env.ABX_WARM_POOL ? Number(env.ABX_WARM_POOL) : undefined;
   const provider = new KubernetesProvider({
-    agentSandbox: crds === 'auto' ? 'auto' : crds === 'true',
+    agentSandbox: crds === 'auto' || crds === 'claims' ? crds : crds === 'true',
+    ...(crds === 'claims' && replicas !== undefined && Number.isInteger(replicas) && replicas >= 0
+      ? { warmPoolReplicas: replicas }
+      : {}),
     ...(env.ABX_KUBE_NAMESPACE ? { namespace: env.ABX_KUBE_NAMESPACE } : {}),
     ...(env.ABX_KUBE_CONTEXT ? { context: env.ABX_KUBE_CONTEXT } : {}),
     ...(env.ABX_KUBE_RUNTIME_IMAGE ? { runtimeImage: env.ABX_KUBE_RUNTIME_IMAGE } : {}),
     ...(env.ABX_KUBE_BASE_IMAGE ? { baseImage: env.ABX_KUBE_BASE_IMAGE } : {}),
   });
-  const report = await checkCluster(provider);
+  const report = await checkCluster(provider, crds);
   if (!report.reachable) {
     await provider.close();
     throw new Error(report.problems.join('; '));
@@ -103,7 +110,7 @@ async function doctor(): Promise<never> {
     ...(env.ABX_KUBE_CONTEXT ? { context: env.ABX_KUBE_CONTEXT } : {}),
     watch: false,
   });
-  const report = await checkCluster(provider);
+  const report = await checkCluster(provider, env.ABX_KUBE_AGENT_SANDBOX);
   await provider.close();
   console.log(JSON.stringify(report));
   process.exit(report.problems.length > 0 ? 1 : 0);

@@ -183,7 +183,8 @@ export class Daemon {
       (id, kind) => sandboxToken(tokenSecret, id, kind),
       setSandboxEnv,
       {
-        max: options.warmPool ?? DEFAULT_WARM_POOL_MAX,
+        // A provider that pools (agent-sandbox's SandboxWarmPools) is not pooled again here.
+        max: this.provider.poolsItself ? 0 : (options.warmPool ?? DEFAULT_WARM_POOL_MAX),
         ...(options.startConcurrency === undefined
           ? {}
           : { startConcurrency: options.startConcurrency }),

@@ -140,7 +140,7 @@ export interface SandboxHandle {
    * The sandbox's pod (kubernetes): its namespace and name (`startTime` then holds its uid), and
    * whether an agent-sandbox `Sandbox` of the same name owns it (then that is what `kill` deletes).
    */
-  pod?: { namespace: string; name: string; sandbox?: boolean };
+  pod?: { namespace: string; name: string; sandbox?: boolean; claim?: string };
 }
 
 /** Why a sandbox's processes ended without being killed. */
@@ -189,6 +189,11 @@ export interface SandboxProvider {
    * early. Others leave it out: the daemon's reaper ends sandboxes.
    */
   setExpiry?(handle: SandboxHandle, expiresAt: number): Promise<void>;
+  /**
+   * True when the provider pre-starts sandboxes itself (kubernetes with agent-sandbox claims:
+   * the cluster's SandboxWarmPools): the daemon then keeps no warm pool of its own.
+   */
+  readonly poolsItself?: boolean;
   /** Releases what the provider keeps for itself (an engine client, say); sandboxes keep running. */
   close?(): Promise<void>;
   /**

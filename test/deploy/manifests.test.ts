@@ -13,6 +13,7 @@ import { ServiceAccount } from 'kubernetes-models/v1/ServiceAccount';
 import { describe, expect, test } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import {
+  AGENT_SANDBOX_CLAIMS_PERMISSIONS,
   AGENT_SANDBOX_PERMISSIONS,
   REQUIRED_PERMISSIONS,
 } from '../../src/providers/kubernetes/cluster-check.js';
@@ -85,9 +86,11 @@ describe('deploy/kubernetes', () => {
         ),
       ),
     );
-    const needed = [...REQUIRED_PERMISSIONS, ...AGENT_SANDBOX_PERMISSIONS].flatMap((p) =>
-      p.verbs.map((verb) => `${verb} ${p.resource}.${p.group}`),
-    );
+    const needed = [
+      ...REQUIRED_PERMISSIONS,
+      ...AGENT_SANDBOX_PERMISSIONS,
+      ...AGENT_SANDBOX_CLAIMS_PERMISSIONS,
+    ].flatMap((p) => p.verbs.map((verb) => `${verb} ${p.resource}.${p.group}`));
     expect(granted.sort()).toEqual(needed.sort());
     expect(applied.filter((m) => m.kind.startsWith('Cluster'))).toEqual([]);
     const binding = find('RoleBinding');

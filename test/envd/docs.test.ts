@@ -7,6 +7,7 @@ import { ENV } from '../../runtime/envd/env.js';
 import { EXEC } from '../../runtime/envd/exec.js';
 import { FILES_BATCH } from '../../runtime/envd/files-batch.js';
 import { portsGroup } from '../../runtime/envd/ports.js';
+import { tokensGroup } from '../../runtime/envd/tokens.js';
 import { ROOT } from '../server/harness.js';
 
 const doc = readFileSync(join(ROOT, 'docs', 'envd-api.md'), 'utf8');
@@ -33,6 +34,7 @@ test('docs/envd-api.md lists exactly the envd-only routes, each with its group a
     ...FILES_BATCH.routes,
     ...ARCHIVE.routes,
     ...ENV.routes,
+    ...tokensGroup(() => undefined).routes,
     ...codeGroup({ driversDir: '/nonexistent' }).routes,
   ]
     .map((r) => `${r.method} ${r.path} ${r.group}: ${r.summary}`)

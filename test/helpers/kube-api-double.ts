@@ -166,6 +166,11 @@ export class KubeApiDouble {
   private readonly stopping = new Set<string>();
   /** Permissions SelfSubjectAccessReviews deny, as `verb resource`. */
   readonly denied = new Set<string>();
+  /**
+   * Whether the SandboxClaim controller binds claims (false: a controller that is down, so claims
+   * stay unbound).
+   */
+  bindClaims = true;
   /** Decides each new pod's fate (by default, every pod runs). */
   fate: (pod: Obj) => PodFate = () => ({ kind: 'run' });
 
@@ -406,6 +411,10 @@ export class KubeApiDouble {
       this.send(res, 201, object);
       if (resource === 'pods') void this.kubelet(namespace, object.metadata.name as string);
       if (resource === 'sandboxes') this.sandboxController(namespace, object);
+      if (resource === 'sandboxwarmpools' || resource === 'sandboxtemplates') {
+        this.reconcilePools(namespace);
+      }
+      if (resource === 'sandboxclaims') this.claimController(namespace, object.metadata.name);
       return;
     }
     if (!name)
@@ -463,6 +472,8 @@ export class KubeApiDouble {
         );
       }
       this.write(resource, namespace, patched, 'MODIFIED');
+      if (resource === 'sandboxclaims')
+        this.scheduleClaimShutdown(namespace, name, patched.metadata.uid);
       return this.send(res, 200, patched);
     }
     if (method === 'DELETE') {
@@ -602,6 +613,7 @@ export class KubeApiDouble {
     };
     this.history.push(event);
     for (const watcher of this.watchers) this.deliver(watcher, event);
+    if (resource === 'pods') this.syncClaims(namespace, object.metadata.name as string);
   }
 
   private remove(resource: string, namespace: string, name: string): void {
@@ -664,6 +676,212 @@ export class KubeApiDouble {
       void this.kubelet(namespace, name);
     }, 5);
     this.scheduleShutdown(namespace, name, uid);
+  }
+
+  /**
+   * agent-sandbox's SandboxWarmPool controller, the part the provider relies on: each pool keeps
+   * `spec.replicas` Sandboxes (named `<pool>-<5 characters>`, controlled by the pool) made from
+   * its SandboxTemplate's podTemplate, replenished when a claim adopts one; status.replicas.
+   */
+  private reconcilePools(namespace: string): void {
+    for (const stored of [...this.store.values()]) {
+      if (stored.resource !== 'sandboxwarmpools' || stored.namespace !== namespace) continue;
+      const pool = stored.object;
+      const template = this.get('sandboxtemplates', namespace, pool.spec.sandboxTemplateRef.name);
+      if (!template) continue;
+      const owned = this.ownedBy('sandboxes', namespace, pool.metadata.uid);
+      for (let i = owned.length; i < (pool.spec.replicas ?? 1); i++) {
+        const name = `${pool.metadata.name}-${randomUUID().replace(/-/g, '').slice(0, 5)}`;
+        this.makeSandbox(namespace, name, template, pool);
+      }
+      const replicas = this.ownedBy('sandboxes', namespace, pool.metadata.uid).length;
+      if (pool.status?.replicas !== replicas) {
+        pool.status = {
+          ...pool.status,
+          replicas,
+          selector: `agents.x-k8s.io/pool=${pool.metadata.name}`,
+        };
+        this.checkedWrite('sandboxwarmpools', namespace, pool);
+      }
+    }
+  }
+
+  /** Objects of `resource` whose controller is the object of `uid`. */
+  private ownedBy(resource: string, namespace: string, uid: string): Obj[] {
+    return [...this.store.values()]
+      .filter(
+        (s) =>
+          s.resource === resource &&
+          s.namespace === namespace &&
+          s.object.metadata.ownerReferences?.some((r: Obj) => r.uid === uid && r.controller),
+      )
+      .map((s) => s.object);
+  }
+
+  /** A controller's write of a stored object, validated as the API server would. */
+  private checkedWrite(resource: string, namespace: string, object: Obj): void {
+    const problems = this.validate(object.apiVersion, resource, object.kind, object);
+    if (problems) {
+      this.invalid.push({ path: `${object.kind} ${object.metadata.name} (controller)`, problems });
+      return;
+    }
+    this.write(resource, namespace, object, 'MODIFIED');
+  }
+
+  /** A Sandbox made by a controller from a SandboxTemplate, controlled by `owner`. */
+  private makeSandbox(namespace: string, name: string, template: Obj, owner: Obj): void {
+    const sandbox: Obj = {
+      apiVersion: 'agents.x-k8s.io/v1beta1',
+      kind: 'Sandbox',
+      metadata: {
+        name,
+        namespace,
+        labels: { 'agents.x-k8s.io/sandbox-template-ref-hash': 'double' },
+        annotations: { 'agents.x-k8s.io/sandbox-template-ref': template.metadata.name },
+        ownerReferences: [this.controllerRef(owner)],
+      },
+      spec: { podTemplate: structuredClone(template.spec.podTemplate) },
+    };
+    const problems = this.validate(sandbox.apiVersion, 'sandboxes', 'Sandbox', sandbox);
+    if (problems) {
+      this.invalid.push({ path: `Sandbox ${name} (controller)`, problems });
+      return;
+    }
+    sandbox.metadata.uid = randomUUID();
+    sandbox.metadata.creationTimestamp = new Date().toISOString();
+    this.write('sandboxes', namespace, sandbox, 'ADDED');
+    this.sandboxController(namespace, sandbox);
+  }
+
+  private controllerRef(owner: Obj): Obj {
+    return {
+      apiVersion: owner.apiVersion,
+      kind: owner.kind,
+      name: owner.metadata.name,
+      uid: owner.metadata.uid,
+      controller: true,
+      blockOwnerDeletion: true,
+    };
+  }
+
+  /** Whether a pod is Ready, and its address. */
+  private podReady(pod: Obj | undefined): string | undefined {
+    const ready = pod?.status?.conditions?.some(
+      (c: Obj) => c.type === 'Ready' && c.status === 'True',
+    );
+    return ready && !pod?.metadata.deletionTimestamp ? pod?.status?.podIP : undefined;
+  }
+
+  /**
+   * agent-sandbox's SandboxClaim controller, the part the provider relies on: a new claim adopts
+   * a Sandbox of its warm pool (one whose pod is ready first; its controller becomes the claim),
+   * else gets a Sandbox of its own named like it from the pool's template; the pool replenishes;
+   * the claim's status says the Sandbox's name, its pod's IPs and the Ready condition.
+   */
+  private claimController(namespace: string, name: string): void {
+    const claim = this.get('sandboxclaims', namespace, name);
+    if (!claim || !this.bindClaims) return;
+    const pool = this.get('sandboxwarmpools', namespace, claim.spec.warmPoolRef.name);
+    const template =
+      pool && this.get('sandboxtemplates', namespace, pool.spec.sandboxTemplateRef.name);
+    if (!pool || !template) {
+      this.setClaimStatus(
+        claim,
+        undefined,
+        'WarmPoolNotFound',
+        `SandboxWarmPool "${claim.spec.warmPoolRef.name}" not found`,
+      );
+      return;
+    }
+    const candidates = this.ownedBy('sandboxes', namespace, pool.metadata.uid).sort(
+      (a, b) =>
+        Number(Boolean(this.podReady(this.get('pods', namespace, b.metadata.name)))) -
+        Number(Boolean(this.podReady(this.get('pods', namespace, a.metadata.name)))),
+    );
+    const adopted = candidates[0];
+    let sandboxName: string;
+    if (adopted) {
+      adopted.metadata.ownerReferences = [this.controllerRef(claim)];
+      this.checkedWrite('sandboxes', namespace, adopted);
+      sandboxName = adopted.metadata.name;
+    } else {
+      this.makeSandbox(namespace, name, template, claim);
+      sandboxName = name;
+    }
+    claim.status = { sandbox: { name: sandboxName } };
+    this.syncClaims(namespace, sandboxName);
+    this.reconcilePools(namespace);
+    this.scheduleClaimShutdown(namespace, name, claim.metadata.uid);
+  }
+
+  /** The status of the claims bound to the Sandbox (and pod) `sandboxName`, from its pod. */
+  private syncClaims(namespace: string, sandboxName: string): void {
+    for (const stored of [...this.store.values()]) {
+      if (stored.resource !== 'sandboxclaims' || stored.namespace !== namespace) continue;
+      const claim = stored.object;
+      if (claim.status?.sandbox?.name !== sandboxName) continue;
+      const address = this.podReady(this.get('pods', namespace, sandboxName));
+      this.setClaimStatus(
+        claim,
+        sandboxName,
+        address ? 'DependenciesReady' : 'DependenciesNotReady',
+        address ? 'Pod is Ready' : 'Pod exists with phase: Pending',
+        address,
+      );
+    }
+  }
+
+  private setClaimStatus(
+    claim: Obj,
+    sandboxName: string | undefined,
+    reason: string,
+    message: string,
+    podIP?: string,
+  ): void {
+    const ready = podIP ? 'True' : 'False';
+    const before = claim.status?.conditions?.[0];
+    if (
+      before?.status === ready &&
+      before.reason === reason &&
+      claim.status?.sandbox?.podIPs?.[0] === podIP
+    )
+      return;
+    claim.status = {
+      ...(sandboxName
+        ? { sandbox: { name: sandboxName, ...(podIP ? { podIPs: [podIP] } : {}) } }
+        : {}),
+      conditions: [
+        {
+          type: 'Ready',
+          status: ready,
+          reason,
+          message,
+          lastTransitionTime: new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
+          observedGeneration: claim.metadata.generation ?? 1,
+        },
+      ],
+    };
+    this.checkedWrite('sandboxclaims', claim.metadata.namespace, claim);
+  }
+
+  /** Deletes a claim at its lifecycle's shutdownTime with shutdownPolicy Delete (its Sandbox goes with it). */
+  private scheduleClaimShutdown(namespace: string, name: string, uid: string): void {
+    const claim = this.get('sandboxclaims', namespace, name);
+    const lifecycle = claim?.spec.lifecycle;
+    if (claim?.metadata.uid !== uid || lifecycle?.shutdownPolicy !== 'Delete') return;
+    const at = Date.parse(lifecycle.shutdownTime);
+    if (!Number.isFinite(at)) return;
+    const timer = setTimeout(
+      () => {
+        const now = this.get('sandboxclaims', namespace, name);
+        if (now?.metadata.uid !== uid) return;
+        if (Date.parse(now.spec.lifecycle?.shutdownTime) > Date.now())
+          this.scheduleClaimShutdown(namespace, name, uid);
+        else this.remove('sandboxclaims', namespace, name);
+      },
+      Math.max(0, at - Date.now()),
+    );
+    timer.unref();
   }
 
   /** Deletes a Sandbox at its shutdownTime (read again when the timer fires: it may have moved). */

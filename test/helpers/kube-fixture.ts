@@ -7,7 +7,7 @@ import {
   type KubernetesProviderOptions,
 } from '../../src/providers/kubernetes/kubernetes-provider.js';
 import { portableRuntime } from '../../src/providers/portable-runtime.js';
-import { sandboxProblems } from './agent-sandbox-schemas.js';
+import { AGENT_SANDBOX_VALIDATORS } from './agent-sandbox-schemas.js';
 import { ensureBuilt, ROOT } from './build.js';
 import { KubeApiDouble, kubeletUnavailable } from './kube-api-double.js';
 
@@ -55,9 +55,7 @@ export function kubeDoubles(label: string, wanted: { crds?: boolean }[] = [{}]):
       const double = new KubeApiDouble({
         dir: join(scratch, `node-${i}`),
         runtimeImageDir: runtime.dir,
-        ...(crds
-          ? { crds: true, validators: { 'agents.x-k8s.io/v1beta1/sandboxes': sandboxProblems } }
-          : {}),
+        ...(crds ? { crds: true, validators: AGENT_SANDBOX_VALIDATORS } : {}),
       });
       all.push(double);
       await double.start();

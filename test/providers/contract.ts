@@ -36,7 +36,14 @@ export interface ProviderContractOptions {
    * are left out. `crash` ends a sandbox from outside (a node killing its container), since
    * `kill -9 -1` inside cannot end a pod's pid 1.
    */
-  pod?: { crash(handle: SandboxHandle): void | Promise<void> };
+  pod?: {
+    crash(handle: SandboxHandle): void | Promise<void>;
+    /**
+     * The hostname a sandbox has when it is not its id: a pod pre-started by a warm pool (claims)
+     * has its pool Sandbox's name, given before the sandbox existed.
+     */
+    hostname?(handle: SandboxHandle): string;
+  };
 }
 
 interface ShellResult {
@@ -245,7 +252,7 @@ export function providerContract(
           greeting: `it's a "value" with $HOME and spaces`,
           home: '/home/user',
           sandboxId: spec.id,
-          hostname: spec.id,
+          hostname: options.pod?.hostname?.(handle) ?? spec.id,
         });
         expect(result.stdout).not.toContain('ABX_CONTRACT_HOST_ONLY');
       });

@@ -8,8 +8,11 @@ import { providerContract } from './contract.js';
 // The Kubernetes provider against the in-test API double (no cluster can run on this machine):
 // every object it sends is validated against Kubernetes' schemas by the double, and the double's
 // kubelet runs the pod's init container and envd for real (see test/helpers/kube-api-double.ts).
-/** Plain pods, and a cluster with agent-sandbox installed (sandboxes are Sandboxes). */
-const kube = kubeDoubles('kube-contract', [{}, { crds: true }]);
+/**
+ * Plain pods, a cluster with agent-sandbox installed (sandboxes are Sandboxes), and one where
+ * sandboxes are SandboxClaims on a SandboxWarmPool per template.
+ */
+const kube = kubeDoubles('kube-contract', [{}, { crds: true }, { crds: true }]);
 const { unavailable } = kube;
 if (unavailable) {
   describe.skip(`kubernetes provider contract: skipped, ${unavailable}`, () => {
@@ -17,13 +20,21 @@ if (unavailable) {
   });
 }
 
-/** Pods, secrets and Sandboxes of sandbox `id` still in a double, and its pod's processes. */
-function leftoversIn(cluster: KubeApiDouble, id: string): string[] {
+/**
+ * Pods, secrets, Sandboxes and SandboxClaims of sandbox `id` still in a double, and its pod's
+ * processes. A claimed sandbox's pod and Sandbox are named by the pool (the handle says).
+ */
+function leftoversIn(cluster: KubeApiDouble, id: string, handle?: SandboxHandle): string[] {
+  const pod = handle?.pod?.claim ? handle.pod.name : podName(id);
   return [
     ...cluster
       .objects()
-      .filter((object) => object.includes(`/abx-${id}`) && !object.startsWith('events')),
-    ...cluster.livePids(podName(id)).map((pid) => `process ${pid} of pod ${podName(id)}`),
+      .filter(
+        (object) =>
+          (object.includes(`/abx-${id}`) || object.endsWith(`/${pod}`)) &&
+          !object.startsWith('events'),
+      ),
+    ...cluster.livePids(pod).map((pid) => `process ${pid} of pod ${pod}`),
   ];
 }
 
@@ -51,6 +62,22 @@ if (!unavailable) {
       pod: {
         crash: (handle: SandboxHandle) =>
           kube.all[1]?.crash(handle.pod?.namespace as string, handle.pod?.name as string),
+      },
+    },
+  );
+
+  providerContract(
+    'kubernetes with agent-sandbox claims (API double)',
+    (options) => kube.provider({ agentSandbox: 'claims', ...options }, kube.all[2]),
+    {
+      mode: 'rootless',
+      leftovers: (id, _dir, handle) => leftoversIn(kube.all[2] as KubeApiDouble, id, handle),
+      pod: {
+        crash: (handle: SandboxHandle) =>
+          kube.all[2]?.crash(handle.pod?.namespace as string, handle.pod?.name as string),
+        // Left out: a pooled pod was started before its sandbox existed, so it has its Sandbox's
+        // name (the sandbox's id is in ABX_SANDBOX_ID, given at the claim).
+        hostname: (handle: SandboxHandle) => handle.pod?.name as string,
       },
     },
   );

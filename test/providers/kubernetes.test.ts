@@ -465,3 +465,148 @@ describe.skipIf(unavailable)(
     });
   },
 );
+
+describe.skipIf(unavailable)(
+  `kubernetes provider with agent-sandbox claims (API double)${unavailable ? `: skipped, ${unavailable}` : ''}`,
+  () => {
+    const kube = kubeDoubles('kube-claims', [{ crds: true }]);
+
+    /** The pool's Sandboxes (not claimed yet) whose pods are ready, by name. */
+    const readyPooled = () =>
+      kube.double
+        .objects('sandboxes')
+        .map((o) => kube.double.get('sandboxes', NAMESPACE, o.split('/')[1] as string))
+        .filter((s) => s?.metadata.ownerReferences?.[0]?.kind === 'SandboxWarmPool')
+        .map((s) => s?.metadata.name as string)
+        .filter((name) =>
+          kube.double
+            .get('pods', NAMESPACE, name)
+            ?.status?.conditions?.some(
+              (c: { type: string; status: string }) => c.type === 'Ready' && c.status === 'True',
+            ),
+        );
+    /** The bootstrap tokens of the only template made. */
+    const bootstrap = () => {
+      const [secret] = kube.double.objects('secrets').filter((o) => o.endsWith('-bootstrap'));
+      const data = kube.double.get('secrets', NAMESPACE, secret?.split('/')[1] as string)?.data
+        .token as string;
+      const [client, control] = Buffer.from(data, 'base64').toString('utf8').split('\n');
+      return { client: client as string, control: control as string };
+    };
+
+    test('a create served by a pod the warm pool started takes only its own tokens (the bootstrap ones refused), two sandboxes have different ones, and kill removes the claim and its pod', async () => {
+      const provider = kube.provider({ agentSandbox: 'claims' });
+      expect(provider.poolsItself).toBe(true);
+      const first = specOf('claim', kube.scratch, {
+        controlToken: randomBytes(24).toString('hex'),
+      });
+      const a = await provider.create(first);
+      const second = specOf('claim', kube.scratch, {
+        controlToken: randomBytes(24).toString('hex'),
+      });
+      let b: Awaited<ReturnType<typeof provider.create>> | undefined;
+      try {
+        // One SandboxTemplate, one bootstrap Secret, one SandboxWarmPool for both: one template.
+        expect(kube.double.objects('sandboxtemplates')).toHaveLength(1);
+        expect(kube.double.objects('sandboxwarmpools')).toHaveLength(1);
+        const claim = kube.double.get('sandboxclaims', NAMESPACE, podName(first.id));
+        expect(claim?.status.sandbox.name).toBe(a.pod?.name);
+        expect(
+          kube.double.get('sandboxes', NAMESPACE, a.pod?.name as string)?.metadata,
+        ).toMatchObject({ ownerReferences: [{ kind: 'SandboxClaim', uid: claim?.metadata.uid }] });
+        // The pool replenished: wait for its new pod to be ready, and create from it.
+        let pooled: string[] = [];
+        for (const deadline = Date.now() + 30_000; pooled.length === 0 && Date.now() < deadline; ) {
+          pooled = readyPooled();
+          await new Promise((resolve) => setTimeout(resolve, 50));
+        }
+        expect(pooled).toHaveLength(1);
+        b = await provider.create(second);
+        expect(b.pod).toEqual({
+          namespace: NAMESPACE,
+          name: pooled[0],
+          claim: podName(second.id),
+        });
+        const boot = bootstrap();
+        for (const [handle, spec, other] of [
+          [a, first, second],
+          [b, second, first],
+        ] as const) {
+          const info = (token: string) => envdRequest(handle.envdSocket, token, 'GET', '/info');
+          // The bootstrap tokens: refused once the sandbox had its own.
+          expect((await info(boot.client)).status).toBe(401);
+          expect((await info(boot.control)).status).toBe(401);
+          expect((await info(other.accessToken)).status).toBe(401);
+          expect((await info(other.controlToken as string)).status).toBe(401);
+          expect((await info(spec.accessToken)).status).toBe(200);
+          expect((await info(spec.controlToken as string)).status).toBe(200);
+          // Its id came with the claim: the pod was started before the sandbox existed.
+          const run = await envdRequest<{ stdout: string }>(
+            handle.envdSocket,
+            spec.accessToken,
+            'POST',
+            '/process/exec',
+            { cmd: 'printf %s "$ABX_SANDBOX_ID"' },
+          );
+          expect(run.body.stdout).toBe(spec.id);
+        }
+      } finally {
+        await provider.kill(a);
+        if (b) await provider.kill(b);
+      }
+      for (const handle of [a, b]) {
+        const name = handle?.pod?.name as string;
+        expect(kube.double.objects().filter((o) => o.endsWith(`/${name}`))).toEqual([]);
+        expect(kube.double.livePids(name)).toEqual([]);
+      }
+      expect(kube.double.objects('sandboxclaims')).toEqual([]);
+    }, 90_000);
+
+    test('a claim that never binds fails within the create timeout with a clear error and leaves nothing of the sandbox', async () => {
+      const provider = kube.provider({ agentSandbox: 'claims', startTimeoutMs: 3000 });
+      kube.double.bindClaims = false;
+      try {
+        const spec = specOf('unbound', kube.scratch);
+        const started = Date.now();
+        const error = await provider.create(spec).catch((e: Error) => e);
+        expect(error).toBeInstanceOf(SandboxStartError);
+        expect((error as Error).message).toMatch(
+          new RegExp(
+            `sandbox ${spec.id} did not start: its SandboxClaim ${NAMESPACE}/${podName(spec.id)} was not bound to a ready pod within 3000 ms \\(the claim is not bound to a Sandbox yet\\)`,
+          ),
+        );
+        expect(Date.now() - started).toBeLessThan(30_000);
+        expect(kube.double.objects('sandboxclaims')).toEqual([]);
+        expect(kube.double.objects().filter((o) => o.includes(spec.id))).toEqual([]);
+      } finally {
+        kube.double.bindClaims = true;
+      }
+    }, 60_000);
+
+    test('a second provider uses the template’s objects; setExpiry moves the claim’s lifecycle shutdownTime; abx doctor in claims mode checks the extensions’ permissions', async () => {
+      const provider = kube.provider({ agentSandbox: 'claims' });
+      const spec = specOf('expiry', kube.scratch, { timeoutMs: 60_000 });
+      const handle = await provider.create(spec);
+      try {
+        // A new provider (another daemon) found the template's objects and read its Secret back.
+        expect(kube.double.objects('sandboxtemplates')).toHaveLength(1);
+        expect(kube.double.objects('secrets').filter((o) => o.endsWith('-bootstrap'))).toHaveLength(
+          1,
+        );
+        const later = Date.now() + 600_000;
+        await provider.setExpiry(handle, later);
+        const claim = kube.double.get('sandboxclaims', NAMESPACE, podName(spec.id));
+        expect(claim?.spec.lifecycle.shutdownPolicy).toBe('Delete');
+        expect(Date.parse(claim?.spec.lifecycle.shutdownTime)).toBeGreaterThanOrEqual(later - 1000);
+      } finally {
+        await provider.kill(handle);
+      }
+      await expect(provider.setExpiry(handle, Date.now() + 1000)).resolves.toBeUndefined();
+      const report = await checkCluster(provider, 'claims');
+      expect(report.problems).toEqual([]);
+      expect(report.permissions.map((p) => `${p.verb} ${p.resource}`)).toEqual(
+        expect.arrayContaining(['get secrets', 'create sandboxclaims', 'create sandboxwarmpools']),
+      );
+    }, 60_000);
+  },
+);

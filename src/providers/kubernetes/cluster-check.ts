@@ -26,6 +26,26 @@ export const AGENT_SANDBOX_PERMISSIONS: readonly {
   },
 ];
 
+/**
+ * What it also does with `--kube-agent-sandbox claims`: a SandboxTemplate, a SandboxWarmPool and
+ * a bootstrap Secret (read back when another daemon made it) per pod template, a SandboxClaim
+ * per sandbox (patch: its lifecycle's shutdownTime moves with the sandbox's timeout).
+ */
+export const AGENT_SANDBOX_CLAIMS_PERMISSIONS: readonly {
+  group: string;
+  resource: string;
+  verbs: string[];
+}[] = [
+  { group: '', resource: 'secrets', verbs: ['get'] },
+  { group: AGENT_SANDBOX_EXTENSIONS_GROUP, resource: 'sandboxtemplates', verbs: ['create', 'get'] },
+  { group: AGENT_SANDBOX_EXTENSIONS_GROUP, resource: 'sandboxwarmpools', verbs: ['create'] },
+  {
+    group: AGENT_SANDBOX_EXTENSIONS_GROUP,
+    resource: 'sandboxclaims',
+    verbs: ['create', 'get', 'list', 'delete', 'patch'],
+  },
+];
+
 /** What `abx doctor --provider kubernetes` (and a kubernetes daemon's start) learns. */
 export interface ClusterReport {
   server: string;
@@ -42,11 +62,15 @@ export interface ClusterReport {
 }
 
 /** Asks the cluster what the provider needs to know before it runs sandboxes there. */
-export async function checkCluster(target: {
-  config: KubeConfig;
-  namespace: string;
-  server: string;
-}): Promise<ClusterReport> {
+export async function checkCluster(
+  target: {
+    config: KubeConfig;
+    namespace: string;
+    server: string;
+  },
+  /** The agent-sandbox mode to check for: 'claims' needs the extensions and their permissions. */
+  mode?: string,
+): Promise<ClusterReport> {
   const { config, namespace, server } = target;
   const report: ClusterReport = {
     server,
@@ -73,9 +97,16 @@ export async function checkCluster(target: {
     report.problems.push(kubeError(error, 'listing its API groups', server).message);
   }
   const authorization = config.makeApiClient(AuthorizationV1Api);
+  const claims = mode === 'claims';
+  if (claims && !report.agentSandbox.includes(AGENT_SANDBOX_EXTENSIONS_GROUP)) {
+    report.problems.push(
+      `the cluster does not serve ${AGENT_SANDBOX_EXTENSIONS_GROUP}/v1beta1, which --kube-agent-sandbox claims needs: install agent-sandbox with its extensions, or use --kube-agent-sandbox true`,
+    );
+  }
   const needed = [
     ...REQUIRED_PERMISSIONS,
     ...(report.agentSandbox.includes(AGENT_SANDBOX_GROUP) ? AGENT_SANDBOX_PERMISSIONS : []),
+    ...(claims ? AGENT_SANDBOX_CLAIMS_PERMISSIONS : []),
   ];
   for (const { group, resource, verbs } of needed) {
     for (const verb of verbs) {

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { dirname } from 'node:path';
 import {
   ApisApi,
@@ -27,7 +28,25 @@ import {
   SANDBOXES,
   shutdownTime,
 } from './agent-sandbox.js';
-import { AGENT_SANDBOX_GROUP } from './cluster-check.js';
+import {
+  bootstrapSecret,
+  bootstrapSecretName,
+  bootstrapTokens,
+  type ClaimStatus,
+  claimedEnv,
+  claimProgress,
+  podTemplateName,
+  SANDBOX_CLAIMS,
+  SANDBOX_TEMPLATES,
+  SANDBOX_WARM_POOLS,
+  sandboxClaim,
+  sandboxTemplate,
+  sandboxWarmPool,
+  templatePod,
+  tokensOf,
+} from './agent-sandbox-claims.js';
+import { AGENT_SANDBOX_EXTENSIONS_GROUP, AGENT_SANDBOX_GROUP } from './cluster-check.js';
+import { envdPut } from './envd-put.js';
 import { copyHome } from './home-copy.js';
 import {
   type KubeConfigOptions,
@@ -73,10 +92,13 @@ export interface KubernetesProviderOptions extends KubeConfigOptions {
   /** Keep a watch of the provider's pods for `isAlive` (default true; false for one-off checks). */
   watch?: boolean;
   /**
-   * Make sandboxes as agent-sandbox `Sandbox` objects (true), as plain pods (false), or as
-   * Sandboxes when the cluster serves agents.x-k8s.io/v1beta1 ('auto', the default).
+   * Make sandboxes as agent-sandbox `Sandbox` objects (true), as plain pods (false), as Sandboxes
+   * when the cluster serves agents.x-k8s.io/v1beta1 ('auto', the default), or as `SandboxClaim`s
+   * on a `SandboxWarmPool` of a `SandboxTemplate` per template ('claims': the cluster pools).
    */
-  agentSandbox?: boolean | 'auto';
+  agentSandbox?: boolean | 'auto' | 'claims';
+  /** 'claims': the replicas of each template's SandboxWarmPool (default 1). */
+  warmPoolReplicas?: number;
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -117,6 +139,8 @@ export class KubernetesProvider implements SandboxProvider {
   /** Waiters for changes of one pod, by name. */
   private readonly waiters = new Map<string, Set<() => void>>();
   private rewatch: NodeJS.Timeout | undefined;
+  /** 'claims': each pod template's objects, made once (name → its bootstrap tokens). */
+  private readonly templates = new Map<string, Promise<{ client: string; control: string }>>();
 
   constructor(private readonly options: KubernetesProviderOptions = {}) {
     this.config = loadKubeConfig(options);
@@ -130,7 +154,16 @@ export class KubernetesProvider implements SandboxProvider {
     if (options.watch !== false) this.watchPods();
   }
 
+  /**
+   * True in 'claims' mode: the cluster's SandboxWarmPools pre-start the pods, so the daemon keeps
+   * no warm pool of its own for this provider (it would hold claimed pods, pooling twice).
+   */
+  get poolsItself(): boolean {
+    return this.options.agentSandbox === 'claims';
+  }
+
   async create(spec: SandboxSpec): Promise<SandboxHandle> {
+    if (this.options.agentSandbox === 'claims') return this.createFromClaim(spec);
     const timeoutMs = this.options.startTimeoutMs ?? 120_000;
     const deadline = Date.now() + timeoutMs;
     const name = podName(spec.id);
@@ -253,6 +286,11 @@ export class KubernetesProvider implements SandboxProvider {
   }
 
   async kill(handle: SandboxHandle): Promise<void> {
+    if (handle.pod?.claim) {
+      await this.removeClaim(handle.pod.claim, handle.pod.name, handle.startTime);
+      this.gone.add(handle.startTime);
+      return;
+    }
     const id = handle.pod?.name.replace(/^abx-/, '');
     if (!id) return;
     await this.remove(id, handle.startTime, handle.pod?.sandbox === true);
@@ -261,6 +299,33 @@ export class KubernetesProvider implements SandboxProvider {
 
   /** Moves the Sandbox's `shutdownTime` (agent-sandbox mode) to the sandbox's new end. */
   async setExpiry(handle: SandboxHandle, expiresAt: number): Promise<void> {
+    if (handle.pod?.claim) {
+      try {
+        await this.custom.patchNamespacedCustomObject({
+          group: AGENT_SANDBOX_EXTENSIONS_GROUP,
+          version: AGENT_SANDBOX_VERSION,
+          namespace: handle.pod.namespace,
+          plural: SANDBOX_CLAIMS,
+          name: handle.pod.claim,
+          // The claim's own lifecycle: its controller deletes the claim (and its Sandbox) then.
+          body: [
+            {
+              op: 'add',
+              path: '/spec/lifecycle',
+              value: { shutdownTime: shutdownTime(expiresAt), shutdownPolicy: 'Delete' },
+            },
+          ],
+        });
+      } catch (error) {
+        if (statusOf(error) === 404) return;
+        throw kubeError(
+          error,
+          `moving the shutdownTime of SandboxClaim ${handle.pod.claim}`,
+          this.server,
+        );
+      }
+      return;
+    }
     if (!handle.pod?.sandbox) return;
     try {
       await this.custom.patchNamespacedCustomObject({
@@ -295,6 +360,9 @@ export class KubernetesProvider implements SandboxProvider {
       throw kubeError(error, `listing sandbox pods in ${this.namespace}`, this.server);
     }
     const orphans: string[] = [];
+    if (this.options.agentSandbox === 'claims') {
+      orphans.push(...(await this.sweepClaims(sandboxesDir, running, startedBefore)));
+    }
     for (const pod of pods) {
       const id = pod.metadata?.labels?.[SANDBOX_ID_LABEL];
       if (!id || running.has(id)) continue;
@@ -363,10 +431,323 @@ export class KubernetesProvider implements SandboxProvider {
     };
   }
 
+  /**
+   * 'claims': a SandboxClaim on the template's SandboxWarmPool; once the claim is bound to a ready
+   * pod (its status: Ready, the Sandbox's name and pod IPs), that pod's envd, started with the
+   * template's bootstrap tokens, is given the sandbox's own (`PUT /tokens`, once: the bootstrap
+   * tokens are refused from then on), then the create's variables and the template's home.
+   * Only then is the handle returned; any failure deletes the claim (and what it owns) first.
+   */
+  private async createFromClaim(spec: SandboxSpec): Promise<SandboxHandle> {
+    const timeoutMs = this.options.startTimeoutMs ?? 120_000;
+    const deadline = Date.now() + timeoutMs;
+    const claimName = podName(spec.id);
+    const sandboxesDir = dirname(spec.dir);
+    const pod = sandboxPod(spec, {
+      namespace: this.namespace,
+      runtimeImage: this.options.runtimeImage ?? DEFAULT_RUNTIME_IMAGE,
+      baseImage: this.options.baseImage ?? DEFAULT_BASE_IMAGE,
+      sandboxesDir,
+      ...(this.options.imagePullPolicy ? { imagePullPolicy: this.options.imagePullPolicy } : {}),
+    });
+    // The name comes from the pod with a placeholder Secret: the real one is named after it.
+    const template = podTemplateName(templatePod(pod, 'abx-bootstrap'));
+    const templated = templatePod(pod, bootstrapSecretName(template));
+    let claimMade = false;
+    let bound: { name: string; uid?: string } | undefined;
+    let lastWhy: string | undefined;
+    const fail = async (why: string, cause?: unknown): Promise<SandboxStartError> => {
+      if (claimMade) {
+        await this.removeClaim(claimName, bound?.name, bound?.uid).catch(() => undefined);
+      }
+      return new SandboxStartError(
+        `sandbox ${spec.id} did not start: ${why}`,
+        cause === undefined ? undefined : { cause },
+      );
+    };
+    const call = async <T>(what: string, work: () => Promise<T>): Promise<T> => {
+      try {
+        return await work();
+      } catch (error) {
+        const mapped = kubeError(error, what, this.server);
+        if (mapped instanceof UnavailableError) {
+          if (claimMade) {
+            await this.removeClaim(claimName, bound?.name, bound?.uid).catch(() => undefined);
+          }
+          throw mapped;
+        }
+        throw await fail(`${what}: ${kubeMessage(error)}`, error);
+      }
+    };
+    const boot = await call(`making SandboxTemplate ${this.namespace}/${template}`, () =>
+      this.ensureTemplate(template, templated, sandboxesDir),
+    );
+    claimMade = true;
+    await call(`creating SandboxClaim ${this.namespace}/${claimName}`, () =>
+      this.custom.createNamespacedCustomObject({
+        group: AGENT_SANDBOX_EXTENSIONS_GROUP,
+        version: AGENT_SANDBOX_VERSION,
+        namespace: this.namespace,
+        plural: SANDBOX_CLAIMS,
+        body: sandboxClaim(spec, claimName, this.namespace, template, sandboxesDir),
+      }),
+    );
+    while (Date.now() < deadline) {
+      let claim: ClaimStatus;
+      try {
+        claim = (await this.custom.getNamespacedCustomObject({
+          group: AGENT_SANDBOX_EXTENSIONS_GROUP,
+          version: AGENT_SANDBOX_VERSION,
+          namespace: this.namespace,
+          plural: SANDBOX_CLAIMS,
+          name: claimName,
+        })) as ClaimStatus;
+      } catch (error) {
+        if (statusOf(error) === 404) throw await fail('its SandboxClaim was deleted');
+        const mapped = kubeError(error, `reading SandboxClaim ${claimName}`, this.server);
+        if (mapped instanceof UnavailableError) {
+          await this.removeClaim(claimName, bound?.name, bound?.uid).catch(() => undefined);
+          throw mapped;
+        }
+        await sleep(200);
+        continue;
+      }
+      const progress = claimProgress(claim);
+      if (claim.status?.sandbox?.name)
+        bound = { name: claim.status.sandbox.name, ...(bound?.uid ? { uid: bound.uid } : {}) };
+      if (!progress.bound) {
+        lastWhy = progress.why;
+        // Bound to a Sandbox whose pod cannot start: no use waiting for it.
+        const pod = claim.status?.sandbox?.name && this.pods.get(claim.status.sandbox.name);
+        const state = pod ? podProgress(pod) : undefined;
+        if (state?.state === 'failed') throw await fail(state.why);
+        await sleep(Math.max(0, Math.min(200, deadline - Date.now())));
+        continue;
+      }
+      const current =
+        this.pods.get(progress.sandbox) ??
+        (await this.core
+          .readNamespacedPod({ name: progress.sandbox, namespace: this.namespace })
+          .catch(() => undefined));
+      const uid = current?.metadata?.uid;
+      const state = current ? podProgress(current) : undefined;
+      if (state?.state === 'failed') throw await fail(state.why);
+      if (!uid || state?.state !== 'ready') {
+        lastWhy =
+          state?.state === 'waiting' ? state.why : `its pod ${progress.sandbox} is not ready`;
+        await sleep(Math.max(0, Math.min(200, deadline - Date.now())));
+        continue;
+      }
+      bound = { name: progress.sandbox, uid };
+      const handle: SandboxHandle = {
+        ...this.handleOf(spec.id, uid, state.podIP, false),
+        pod: { namespace: this.namespace, name: progress.sandbox, claim: claimName },
+      };
+      if (!(await envdHealthy(handle.envdSocket))) {
+        lastWhy = `envd does not answer at ${handle.envdSocket}`;
+        await sleep(Math.max(0, Math.min(200, deadline - Date.now())));
+        continue;
+      }
+      const control = spec.controlToken ?? randomBytes(32).toString('base64url');
+      const left = () => Math.max(1000, deadline - Date.now());
+      try {
+        await envdPut(
+          handle.envdSocket,
+          boot.control,
+          '/tokens',
+          { client: spec.accessToken, control },
+          left(),
+        );
+        const env = claimedEnv(pod);
+        if (Object.keys(env).length > 0) {
+          await envdPut(handle.envdSocket, control, '/env', { env }, left());
+        }
+        if (spec.baseHome) {
+          await copyHome(
+            handle.envdSocket,
+            control,
+            spec.baseHome,
+            `/home/${spec.user ?? 'user'}`,
+            left(),
+          );
+        }
+      } catch (error) {
+        throw await fail(
+          `cannot hand its pod ${progress.sandbox} to it: ${(error as Error).message}`,
+          error,
+        );
+      }
+      return handle;
+    }
+    throw await fail(
+      `its SandboxClaim ${this.namespace}/${claimName} was not bound to a ready pod within ${timeoutMs} ms${lastWhy ? ` (${lastWhy})` : ''}`,
+    );
+  }
+
+  /** 'claims': deletes the labelled SandboxClaims of this folder that the registry does not know. */
+  private async sweepClaims(
+    sandboxesDir: string,
+    running: ReadonlySet<string>,
+    startedBefore?: number,
+  ): Promise<string[]> {
+    let claims: (ClaimStatus & {
+      metadata: { name: string; labels?: Record<string, string>; creationTimestamp?: string };
+    })[];
+    try {
+      const list = (await this.custom.listNamespacedCustomObject({
+        group: AGENT_SANDBOX_EXTENSIONS_GROUP,
+        version: AGENT_SANDBOX_VERSION,
+        namespace: this.namespace,
+        plural: SANDBOX_CLAIMS,
+        labelSelector: `${MANAGED_BY_LABEL}=${MANAGED_BY},${SANDBOXES_LABEL}=${sandboxesHash(sandboxesDir)}`,
+      })) as { items: typeof claims };
+      claims = list.items;
+    } catch (error) {
+      throw kubeError(error, `listing SandboxClaims in ${this.namespace}`, this.server);
+    }
+    const orphans: string[] = [];
+    for (const claim of claims) {
+      const id = claim.metadata.labels?.[SANDBOX_ID_LABEL];
+      if (!id || running.has(id)) continue;
+      const made = new Date(claim.metadata.creationTimestamp ?? 0).getTime();
+      if (startedBefore !== undefined && !(made < startedBefore)) continue;
+      await this.removeClaim(claim.metadata.name, claim.status?.sandbox?.name);
+      orphans.push(id);
+    }
+    return orphans;
+  }
+
+  /**
+   * The SandboxTemplate, its bootstrap Secret and its SandboxWarmPool for one pod template, made
+   * once per provider (another daemon, or an earlier run, may have made them: then they are
+   * used, the Secret's tokens read back). Resolves to the bootstrap tokens.
+   */
+  private ensureTemplate(
+    name: string,
+    pod: V1Pod,
+    sandboxesDir: string,
+  ): Promise<{ client: string; control: string }> {
+    let made = this.templates.get(name);
+    if (made) return made;
+    made = (async () => {
+      const ext = {
+        group: AGENT_SANDBOX_EXTENSIONS_GROUP,
+        version: AGENT_SANDBOX_VERSION,
+        namespace: this.namespace,
+      };
+      let uid: string;
+      try {
+        const created = (await this.custom.createNamespacedCustomObject({
+          ...ext,
+          plural: SANDBOX_TEMPLATES,
+          body: sandboxTemplate(pod, name, sandboxesDir),
+        })) as { metadata: { uid: string } };
+        uid = created.metadata.uid;
+      } catch (error) {
+        if (statusOf(error) !== 409) throw error;
+        const existing = (await this.custom.getNamespacedCustomObject({
+          ...ext,
+          plural: SANDBOX_TEMPLATES,
+          name,
+        })) as { metadata: { uid: string } };
+        uid = existing.metadata.uid;
+      }
+      const secret = bootstrapSecretName(name);
+      let tokens: { client: string; control: string } | undefined;
+      try {
+        tokens = tokensOf(
+          await this.core.readNamespacedSecret({ name: secret, namespace: this.namespace }),
+        );
+      } catch (error) {
+        if (statusOf(error) !== 404) throw error;
+      }
+      if (!tokens) {
+        const fresh = bootstrapTokens();
+        try {
+          await this.core.createNamespacedSecret({
+            namespace: this.namespace,
+            body: bootstrapSecret({ name, uid }, this.namespace, sandboxesDir, fresh),
+          });
+          tokens = fresh;
+        } catch (error) {
+          if (statusOf(error) !== 409) throw error;
+          tokens = tokensOf(
+            await this.core.readNamespacedSecret({ name: secret, namespace: this.namespace }),
+          );
+          if (!tokens)
+            throw new SandboxError(`the bootstrap Secret ${secret} holds no tokens: delete it`);
+        }
+      }
+      try {
+        await this.custom.createNamespacedCustomObject({
+          ...ext,
+          plural: SANDBOX_WARM_POOLS,
+          body: sandboxWarmPool(
+            name,
+            this.namespace,
+            sandboxesDir,
+            this.options.warmPoolReplicas ?? 1,
+          ),
+        });
+      } catch (error) {
+        if (statusOf(error) !== 409) throw error;
+      }
+      return tokens;
+    })();
+    this.templates.set(name, made);
+    made.catch(() => this.templates.delete(name));
+    return made;
+  }
+
+  /**
+   * Deletes a SandboxClaim (its Sandbox and pod go with it, owned by it) and waits until its pod
+   * (`podName` of `uid`, when known) is gone from the API server. Absent is fine.
+   */
+  private async removeClaim(claim: string, podName?: string, uid?: string): Promise<void> {
+    await this.custom
+      .deleteNamespacedCustomObject({
+        group: AGENT_SANDBOX_EXTENSIONS_GROUP,
+        version: AGENT_SANDBOX_VERSION,
+        namespace: this.namespace,
+        plural: SANDBOX_CLAIMS,
+        name: claim,
+        propagationPolicy: 'Background',
+      })
+      .catch((error: unknown) => this.unlessGone(error, `deleting SandboxClaim ${claim}`));
+    if (!podName) return;
+    const deadline = Date.now() + GONE_MS;
+    for (;;) {
+      try {
+        const pod = await this.core.readNamespacedPod({ name: podName, namespace: this.namespace });
+        if (uid && pod.metadata?.uid !== uid) return;
+        // The garbage collector deletes it after its Sandbox; this makes it go without waiting.
+        if (uid && !pod.metadata?.deletionTimestamp) {
+          await this.core
+            .deleteNamespacedPod({
+              name: podName,
+              namespace: this.namespace,
+              gracePeriodSeconds: 1,
+              body: { preconditions: { uid } },
+            })
+            .catch(() => undefined);
+        }
+      } catch (error) {
+        if (statusOf(error) === 404) return;
+        throw kubeError(error, `reading pod ${this.namespace}/${podName}`, this.server);
+      }
+      if (Date.now() >= deadline) {
+        throw new SandboxError(
+          `pod ${this.namespace}/${podName} was still there ${GONE_MS} ms after its SandboxClaim ${claim} was deleted; its node may be unreachable`,
+        );
+      }
+      await sleep(100);
+    }
+  }
+
   /** True when sandboxes are made as agent-sandbox Sandboxes (found once by discovery). */
   usesAgentSandbox(): Promise<boolean> {
     const wanted = this.options.agentSandbox ?? 'auto';
-    if (wanted !== 'auto') return Promise.resolve(wanted);
+    if (wanted !== 'auto') return Promise.resolve(wanted === true);
     this.crds ??= this.config
       .makeApiClient(ApisApi)
       .getAPIVersions()
