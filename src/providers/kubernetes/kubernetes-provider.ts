@@ -297,49 +297,52 @@ export class KubernetesProvider implements SandboxProvider {
     this.gone.add(handle.startTime);
   }
 
-  /** Moves the Sandbox's `shutdownTime` (agent-sandbox mode) to the sandbox's new end. */
+  /**
+   * Moves the sandbox's end in agent-sandbox modes: the claim's `spec.lifecycle` (its controller
+   * deletes the claim, and its Sandbox, then), else the Sandbox's `shutdownTime`.
+   */
   async setExpiry(handle: SandboxHandle, expiresAt: number): Promise<void> {
-    if (handle.pod?.claim) {
-      try {
-        await this.custom.patchNamespacedCustomObject({
-          group: AGENT_SANDBOX_EXTENSIONS_GROUP,
-          version: AGENT_SANDBOX_VERSION,
-          namespace: handle.pod.namespace,
-          plural: SANDBOX_CLAIMS,
-          name: handle.pod.claim,
-          // The claim's own lifecycle: its controller deletes the claim (and its Sandbox) then.
-          body: [
-            {
-              op: 'add',
-              path: '/spec/lifecycle',
-              value: { shutdownTime: shutdownTime(expiresAt), shutdownPolicy: 'Delete' },
-            },
-          ],
-        });
-      } catch (error) {
-        if (statusOf(error) === 404) return;
-        throw kubeError(
-          error,
-          `moving the shutdownTime of SandboxClaim ${handle.pod.claim}`,
-          this.server,
-        );
-      }
-      return;
+    const pod = handle.pod;
+    const at = shutdownTime(expiresAt);
+    if (pod?.claim) {
+      await this.patchShutdown(AGENT_SANDBOX_EXTENSIONS_GROUP, SANDBOX_CLAIMS, pod.namespace, {
+        name: pod.claim,
+        what: `SandboxClaim ${pod.claim}`,
+        patch: {
+          op: 'add',
+          path: '/spec/lifecycle',
+          value: { shutdownTime: at, shutdownPolicy: 'Delete' },
+        },
+      });
+    } else if (pod?.sandbox) {
+      // A JSON patch: `add` sets the member whether or not it is there.
+      await this.patchShutdown(AGENT_SANDBOX_GROUP, SANDBOXES, pod.namespace, {
+        name: pod.name,
+        what: `Sandbox ${pod.name}`,
+        patch: { op: 'add', path: '/spec/shutdownTime', value: at },
+      });
     }
-    if (!handle.pod?.sandbox) return;
+  }
+
+  /** One JSON patch of a custom object's shutdown time; an object already gone is no error. */
+  private async patchShutdown(
+    group: string,
+    plural: string,
+    namespace: string,
+    target: { name: string; what: string; patch: unknown },
+  ): Promise<void> {
     try {
       await this.custom.patchNamespacedCustomObject({
-        group: AGENT_SANDBOX_GROUP,
+        group,
         version: AGENT_SANDBOX_VERSION,
-        namespace: handle.pod.namespace,
-        plural: SANDBOXES,
-        name: handle.pod.name,
-        // A JSON patch: `add` sets the member whether or not it is there.
-        body: [{ op: 'add', path: '/spec/shutdownTime', value: shutdownTime(expiresAt) }],
+        namespace,
+        plural,
+        name: target.name,
+        body: [target.patch],
       });
     } catch (error) {
       if (statusOf(error) === 404) return;
-      throw kubeError(error, `moving the shutdownTime of Sandbox ${handle.pod.name}`, this.server);
+      throw kubeError(error, `moving the shutdownTime of ${target.what}`, this.server);
     }
   }
 
