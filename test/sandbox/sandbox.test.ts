@@ -177,7 +177,10 @@ describe('the warm pool', () => {
         await new Promise((resolve) => setTimeout(resolve, 25));
         pooled = await Sandbox.list({ home, state: 'pooled' });
       }
-      expect(pooled.map((s) => s.template)).toEqual(['base']);
+      // One at least: the pool follows the creates of the tests before (a quick run of them
+      // counts as a burst), so it may hold more.
+      expect(pooled.length).toBeGreaterThanOrEqual(1);
+      expect(new Set(pooled.map((s) => s.template))).toEqual(new Set(['base']));
       // Pooled sandboxes are not the caller's: the default listing leaves them out.
       expect((await Sandbox.list({ home })).map((s) => s.sandboxId)).not.toContain(
         pooled[0]?.sandboxId,
