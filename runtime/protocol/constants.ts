@@ -22,3 +22,6 @@ export const SANDBOX_RUNTIME_DIR = '/opt/abx';
 export const SANDBOX_RUN_DIR = '/run/abx';
 /** The command server's state files (`server-<port>.json`), so any client can find a server. */
 export const SERVER_STATE_DIR = `${SANDBOX_HOME}/.abx/server`;
+
+/** The longest lifetime a sandbox may be given: 24 hours. */
+export const MAX_SANDBOX_TIMEOUT_MS = 24 * 3_600_000;

@@ -1,8 +1,12 @@
 import type { Command } from 'commander';
+import { CommandTimeoutError } from '../errors.js';
 import { Sandbox } from '../sandbox/sandbox.js';
 import { ExitCode } from './errors.js';
 import { collectPairs, durationArg, withExamples } from './options.js';
-import { onBrokenPipe } from './output.js';
+import { formatSpan, onBrokenPipe } from './output.js';
+
+/** Exit code of a command stopped by `--timeout`, as timeout(1) gives. */
+const TIMEOUT_EXIT = 124;
 
 interface ExecOptions {
   cwd?: string;
@@ -56,6 +60,14 @@ async function exec(id: string, words: string[], options: ExecOptions): Promise<
   try {
     const { exitCode } = await handle.wait();
     if (exitCode !== 0) throw new ExitCode(exitCode);
+  } catch (error) {
+    if (!(error instanceof CommandTimeoutError)) throw error;
+    // Its output has been printed as it came; what is left to say is why it stopped. Exit 124,
+    // as timeout(1) does.
+    process.stderr.write(
+      `abx: the command ran past --timeout ${formatSpan(options.timeout ?? 0)} and was stopped (its process group was killed); give it longer with --timeout, e.g. --timeout 10m\n`,
+    );
+    throw new ExitCode(TIMEOUT_EXIT);
   } finally {
     for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.off(signal, relay);
     // An unfinished read of stdin would keep abx alive after the command is done.

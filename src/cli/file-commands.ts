@@ -2,7 +2,7 @@ import type { Command } from 'commander';
 import { Sandbox } from '../sandbox/sandbox.js';
 import { formatBytes } from './feedback.js';
 import { withExamples } from './options.js';
-import { BROKEN_PIPE_EXIT, onBrokenPipe, printJson, printTable } from './output.js';
+import { printJson, printTable } from './output.js';
 
 async function list(id: string, path: string, options: { json?: boolean }): Promise<void> {
   const sandbox = await Sandbox.connect(id);
@@ -21,7 +21,6 @@ async function list(id: string, path: string, options: { json?: boolean }): Prom
 
 async function cat(id: string, paths: string[]): Promise<void> {
   const sandbox = await Sandbox.connect(id);
-  onBrokenPipe(() => process.exit(BROKEN_PIPE_EXIT));
   // Streamed as bytes: binary files and files larger than memory come out intact.
   for (const path of paths) {
     for await (const chunk of await sandbox.files.read(path, { format: 'stream' })) {

@@ -1,4 +1,5 @@
 import { type Command, InvalidArgumentError } from 'commander';
+import { MAX_SANDBOX_TIMEOUT_MS } from '../../runtime/protocol/constants.js';
 import { parseDuration } from '../util/duration.js';
 
 /** Parses `30s`, `10m`, `1h` (or bare seconds) to milliseconds; commander reports a bad one. */
@@ -6,6 +7,17 @@ export function durationArg(value: string): number {
   const ms = parseDuration(value);
   if (ms === undefined) {
     throw new InvalidArgumentError('expected a duration such as 30s, 10m or 1h.');
+  }
+  return ms;
+}
+
+/** A sandbox's lifetime (`--timeout` of create, `abx timeout`): a duration of at most 24 h. */
+export function lifetimeArg(value: string): number {
+  const ms = durationArg(value);
+  if (ms < 1 || ms > MAX_SANDBOX_TIMEOUT_MS) {
+    throw new InvalidArgumentError(
+      `a sandbox lives at most 24h (and at least 1ms): give a duration such as 30m or 24h, not ${value}.`,
+    );
   }
   return ms;
 }

@@ -74,11 +74,26 @@ export const BROKEN_PIPE_EXIT = 141;
 
 /**
  * Calls `action` when the reader of stdout goes away (`abx cat ID big.log | head`): that is how
- * such a pipeline ends, not an error to print a stack trace for.
+ * such a pipeline ends, not an error to print a stack trace for. Replaces the default that
+ * {@link endQuietlyOnBrokenPipe} installs.
  */
 export function onBrokenPipe(action: () => void): void {
-  process.stdout.on('error', (error: NodeJS.ErrnoException) => {
-    if (error.code !== 'EPIPE') throw error;
-    action();
-  });
+  brokenPipeAction = action;
+}
+
+let brokenPipeAction: (() => void) | undefined;
+
+/**
+ * Makes a closed stdout or stderr (`abx daemon status | head -3`) end any command quietly, as a
+ * program killed by SIGPIPE would (exit 141), unless the command chose what to do with
+ * {@link onBrokenPipe} (`exec` stops the sandbox's command first).
+ */
+export function endQuietlyOnBrokenPipe(): void {
+  for (const stream of [process.stdout, process.stderr]) {
+    stream.on('error', (error: NodeJS.ErrnoException) => {
+      if (error.code !== 'EPIPE') throw error;
+      if (brokenPipeAction) brokenPipeAction();
+      else process.exit(BROKEN_PIPE_EXIT);
+    });
+  }
 }

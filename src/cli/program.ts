@@ -1,25 +1,76 @@
 import { Command, Option } from 'commander';
+import { closeConnections } from '../util/idle-connections.js';
 import { packageInfo } from '../util/package-info.js';
-import { addCodeCommand } from './code-command.js';
-import { addCommandsCommand } from './commands-command.js';
-import { addCopyCommand } from './copy-command.js';
-import { addDaemonCommand } from './daemon-command.js';
-import { addDoctorCommand } from './doctor-command.js';
 import { reportError } from './errors.js';
-import { addExecCommand } from './exec-command.js';
-import { addFileCommands } from './file-commands.js';
-import { addKeysCommand } from './keys-command.js';
-import { addKubernetesCommand } from './kubernetes-command.js';
-import { addMcpCommand } from './mcp-command.js';
 import { withExamples } from './options.js';
-import { addRunCommand } from './run-command.js';
-import { addSandboxCommands } from './sandbox-commands.js';
-import { addServerCommand } from './server-command.js';
-import { addShellCommand } from './shell-command.js';
-import { addTemplateCommand } from './template-command.js';
+import { endQuietlyOnBrokenPipe } from './output.js';
 
-/** Builds the `abx` program. */
-export function buildProgram(): Command {
+type Register = (program: Command) => void;
+
+/**
+ * Every subcommand, in the order `abx --help` lists them: the names (aliases included) each
+ * module adds, and how to load it. A command's module, and what it imports (the SDK, undici,
+ * the Kubernetes client...), is loaded only when that command runs: `abx --version` and
+ * `abx list` then start in a fraction of the time a program with every module loaded took.
+ */
+const SUBCOMMANDS: readonly { names: readonly string[]; load: () => Promise<Register> }[] = [
+  {
+    names: ['create', 'list', 'ps', 'info', 'kill', 'timeout', 'snapshot'],
+    load: async () => (await import('./sandbox-commands.js')).addSandboxCommands,
+  },
+  { names: ['exec'], load: async () => (await import('./exec-command.js')).addExecCommand },
+  { names: ['code'], load: async () => (await import('./code-command.js')).addCodeCommand },
+  { names: ['shell'], load: async () => (await import('./shell-command.js')).addShellCommand },
+  { names: ['cp'], load: async () => (await import('./copy-command.js')).addCopyCommand },
+  { names: ['ls', 'cat'], load: async () => (await import('./file-commands.js')).addFileCommands },
+  { names: ['run'], load: async () => (await import('./run-command.js')).addRunCommand },
+  {
+    names: ['commands', 'list-commands'],
+    load: async () => (await import('./commands-command.js')).addCommandsCommand,
+  },
+  { names: ['server'], load: async () => (await import('./server-command.js')).addServerCommand },
+  {
+    names: ['template'],
+    load: async () => (await import('./template-command.js')).addTemplateCommand,
+  },
+  { names: ['keys'], load: async () => (await import('./keys-command.js')).addKeysCommand },
+  { names: ['daemon'], load: async () => (await import('./daemon-command.js')).addDaemonCommand },
+  { names: ['doctor'], load: async () => (await import('./doctor-command.js')).addDoctorCommand },
+  {
+    names: ['kubernetes'],
+    load: async () => (await import('./kubernetes-command.js')).addKubernetesCommand,
+  },
+  { names: ['mcp'], load: async () => (await import('./mcp-command.js')).addMcpCommand },
+];
+
+/** The program's own options that take a value (`--api-url URL`), to step over when reading argv. */
+const VALUE_OPTIONS = new Set(['--api-url', '--api-key', '--ca-cert', '--gateway-url']);
+
+/**
+ * The subcommand modules `args` (argv without node and the script) needs: the one it names; none
+ * for `--version` alone; all of them otherwise (help, `help CMD`, a mistyped name, which
+ * commander answers with a suggestion from every name).
+ */
+export function subcommandsFor(args: readonly string[]): typeof SUBCOMMANDS {
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i] as string;
+    if (arg === '--') break;
+    if (arg.startsWith('-')) {
+      if (VALUE_OPTIONS.has(arg)) i++;
+      continue;
+    }
+    const named = SUBCOMMANDS.find((entry) => entry.names.includes(arg));
+    return named ? [named] : SUBCOMMANDS;
+  }
+  const versionOnly = args.some((arg) => arg === '-V' || arg === '--version');
+  return versionOnly ? [] : SUBCOMMANDS;
+}
+
+/**
+ * Builds the `abx` program with the subcommands `args` needs (see {@link subcommandsFor}); every
+ * one when `args` is not given.
+ */
+export async function buildProgram(args?: readonly string[]): Promise<Command> {
   const program = new Command('abx')
     .description('Disposable, isolated Linux sandboxes for AI agents, with typed custom commands.')
     .version(packageInfo().version)
@@ -70,32 +121,26 @@ export function buildProgram(): Command {
   withExamples(
     program,
     'id=$(abx create -q) && abx exec "$id" -- uname -a && abx kill "$id"',
-    'ABX_API_URL=https://abx.example.com:8443 ABX_API_KEY=... abx ls',
+    'ABX_API_URL=https://abx.example.com:8443 ABX_API_KEY=... abx list',
   );
-  addSandboxCommands(program);
-  addExecCommand(program);
-  addCodeCommand(program);
-  addShellCommand(program);
-  addCopyCommand(program);
-  addFileCommands(program);
-  addRunCommand(program);
-  addCommandsCommand(program);
-  addServerCommand(program);
-  addTemplateCommand(program);
-  addKeysCommand(program);
-  addDaemonCommand(program);
-  addDoctorCommand(program);
-  addKubernetesCommand(program);
-  addMcpCommand(program);
+  const modules = args === undefined ? SUBCOMMANDS : subcommandsFor(args);
+  // Loaded together, registered in the table's order: help lists them the same every time.
+  for (const register of await Promise.all(modules.map((entry) => entry.load()))) {
+    register(program);
+  }
   return program;
 }
 
 /** Runs `abx` with `argv` (as in `process.argv`) and returns the exit code. */
 export async function runCli(argv: readonly string[]): Promise<number> {
+  endQuietlyOnBrokenPipe();
   try {
-    await buildProgram().parseAsync([...argv]);
+    await (await buildProgram(argv.slice(2))).parseAsync([...argv]);
     return 0;
   } catch (error) {
     return reportError(error);
+  } finally {
+    // The command is done: kept-alive connections would hold the process open a while longer.
+    await closeConnections();
   }
 }

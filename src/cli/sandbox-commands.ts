@@ -1,9 +1,17 @@
-import type { Command } from 'commander';
-import { SandboxNotFoundError } from '../errors.js';
-import { Sandbox, type SandboxInfo } from '../sandbox/sandbox.js';
+import { type Command, InvalidArgumentError } from 'commander';
+import type { SandboxInfo, SandboxState } from '../../runtime/protocol/wire.js';
+import {
+  createSandbox,
+  getSandboxInfo,
+  killSandbox,
+  listSandboxes,
+  openControl,
+  setSandboxTimeout,
+  snapshotSandbox,
+} from '../sandbox/sandbox-api.js';
 import { UsageError } from './errors.js';
 import { withSpinner } from './feedback.js';
-import { collectPairs, durationArg, withExamples } from './options.js';
+import { collectPairs, lifetimeArg, withExamples } from './options.js';
 import {
   ago,
   type Cell,
@@ -25,13 +33,6 @@ const STATE_COLOURS: Record<string, Colour> = {
 function stateCell(state: SandboxInfo['state']): Cell {
   const colour = STATE_COLOURS[state];
   return colour ? { text: state, colour } : state;
-}
-
-/** A sandbox's info by id, ended ones included (connecting works only to running ones). */
-async function findSandbox(id: string): Promise<SandboxInfo> {
-  const info = (await Sandbox.list()).find((s) => s.sandboxId === id);
-  if (!info) throw new SandboxNotFoundError(`sandbox ${id} does not exist`);
-  return info;
 }
 
 function printInfo(info: SandboxInfo): void {
@@ -65,17 +66,18 @@ interface CreateOptions {
 }
 
 async function create(options: CreateOptions): Promise<void> {
-  const sandbox = await withSpinner(`creating a sandbox from ${options.template ?? 'base'}`, () =>
-    Sandbox.create({
+  const { client } = await openControl();
+  const info = await withSpinner(`creating a sandbox from ${options.template ?? 'base'}`, () =>
+    createSandbox(client, {
       ...(options.template ? { template: options.template } : {}),
       ...(options.timeout ? { timeoutMs: options.timeout } : {}),
       ...(options.env ? { envs: options.env } : {}),
       ...(options.meta ? { metadata: options.meta } : {}),
     }),
   );
-  if (options.quiet) return printLine(sandbox.sandboxId);
-  const info = await sandbox.getInfo();
-  if (options.json) return printJson(info);
+  if (options.quiet) return printLine(info.sandboxId);
+  const { accessToken: _token, gatewayUrl: _gateway, ...sandbox } = info;
+  if (options.json) return printJson(sandbox);
   printLine(
     `created sandbox ${info.sandboxId} (template ${info.template}, expires ${relative(info.expiresAt)})`,
   );
@@ -83,15 +85,31 @@ async function create(options: CreateOptions): Promise<void> {
 
 interface ListOptions {
   all?: boolean;
-  state?: SandboxInfo['state'];
+  state?: SandboxState[];
   template?: string;
   meta?: Record<string, string>;
   json?: boolean;
 }
 
+const STATES: readonly SandboxState[] = ['running', 'pooled', 'killed', 'expired', 'dead'];
+
+/** `--state running,dead`: one state or several. */
+function statesArg(value: string, previous: SandboxState[] = []): SandboxState[] {
+  const states = value.split(',').filter(Boolean);
+  for (const state of states) {
+    if (!STATES.includes(state as SandboxState)) {
+      throw new InvalidArgumentError(
+        `expected one or more of ${STATES.join(', ')}, not '${state}'.`,
+      );
+    }
+  }
+  return [...previous, ...(states as SandboxState[])];
+}
+
 async function list(options: ListOptions): Promise<void> {
-  const sandboxes = await Sandbox.list({
-    ...(options.all ? {} : { state: options.state ?? 'running' }),
+  const { client } = await openControl();
+  const sandboxes = await listSandboxes(client, {
+    ...(options.state ? { state: options.state } : options.all ? { all: true } : {}),
     ...(options.template ? { template: options.template } : {}),
     ...(options.meta ? { metadata: options.meta } : {}),
   });
@@ -113,12 +131,13 @@ async function kill(ids: string[], options: { all?: boolean; json?: boolean }): 
     throw new UsageError('give sandbox ids or --all, not both', 'abx kill --help');
   if (!options.all && ids.length === 0)
     throw new UsageError('give the ids of the sandboxes to kill, or --all', 'abx kill --help');
+  const { client } = await openControl();
   const targets = options.all
-    ? (await Sandbox.list({ state: 'running' })).map((s) => s.sandboxId)
+    ? (await listSandboxes(client, { state: 'running' })).map((s) => s.sandboxId)
     : ids;
   const results: { sandboxId: string; killed: boolean }[] = [];
   for (const sandboxId of targets) {
-    const killed = await withSpinner(`killing ${sandboxId}`, () => Sandbox.kill(sandboxId));
+    const killed = await withSpinner(`killing ${sandboxId}`, () => killSandbox(client, sandboxId));
     results.push({ sandboxId, killed });
   }
   if (options.json) return printJson(results);
@@ -129,17 +148,17 @@ async function kill(ids: string[], options: { all?: boolean; json?: boolean }): 
 }
 
 async function timeout(id: string, ms: number, options: { json?: boolean }): Promise<void> {
-  const sandbox = await Sandbox.connect(id);
-  await sandbox.setTimeout(ms);
-  const info = await sandbox.getInfo();
+  const { client } = await openControl();
+  await setSandboxTimeout(client, id, ms);
+  const info = await getSandboxInfo(client, id);
   if (options.json) return printJson(info);
   printLine(`sandbox ${id} now expires ${relative(info.expiresAt)} (${info.expiresAt})`);
 }
 
 async function snapshot(id: string, name: string, options: { json?: boolean }): Promise<void> {
-  const sandbox = await Sandbox.connect(id);
+  const { client } = await openControl();
   const template = await withSpinner(`saving sandbox ${id} as ${name}`, () =>
-    sandbox.snapshot({ name }),
+    snapshotSandbox(client, id, name),
   );
   if (options.json) return printJson(template);
   printLine(
@@ -156,8 +175,8 @@ export function addSandboxCommands(program: Command): void {
       .option('-t, --template <name>', 'template to start from', 'base')
       .option(
         '--timeout <duration>',
-        "lifetime before it is reaped (default: the template's)",
-        durationArg,
+        "lifetime before it is reaped, at most 24h (default: the template's)",
+        lifetimeArg,
       )
       .option(
         '-e, --env <KEY=VALUE>',
@@ -182,12 +201,17 @@ export function addSandboxCommands(program: Command): void {
       .alias('ps')
       .description('List sandboxes: running ones, or all with --all.')
       .option('-a, --all', 'include ended sandboxes (killed, expired, dead)')
-      .option('--state <state>', 'only sandboxes in this state')
+      .option(
+        '--state <states>',
+        `only sandboxes in these states, comma-separated (${STATES.join(', ')})`,
+        statesArg,
+      )
       .option('-t, --template <name>', 'only sandboxes of this template')
       .option('--meta <KEY=VALUE>', 'only sandboxes with this label (repeatable)', collectPairs)
       .option('--json', 'print JSON')
       .action(list),
     'abx list --meta owner=ci --json',
+    'abx list --state killed,expired,dead',
   );
 
   withExamples(
@@ -196,7 +220,7 @@ export function addSandboxCommands(program: Command): void {
       .description('Show a sandbox: template, state, when it expires, capabilities, labels.')
       .option('--json', 'print JSON')
       .action(async (id: string, options: { json?: boolean }) => {
-        const info = await findSandbox(id);
+        const info = await getSandboxInfo((await openControl()).client, id);
         if (options.json) printJson(info);
         else printInfo(info);
       }),
@@ -219,7 +243,7 @@ export function addSandboxCommands(program: Command): void {
       .command('timeout')
       .description('Set the time a sandbox has left before it is reaped, counted from now.')
       .argument('<id>', 'the sandbox')
-      .argument('<duration>', 'time left: 30s, 10m, 1h', durationArg)
+      .argument('<duration>', 'time left: 30s, 10m, 1h (at most 24h)', lifetimeArg)
       .option('--json', 'print the sandbox as JSON')
       .action(timeout),
     'abx timeout i1a2b3c4d5e6f7g8 30m',

@@ -6,12 +6,20 @@ import { withExamples } from './options.js';
 import { formatSpan, plural, printJson, printLine, printTable } from './output.js';
 import { type OutputStream, paint } from './style.js';
 
-/** One line per build step on a terminal (stderr); nothing in a pipe, where it would be noise. */
-function printProgress(event: BuildProgress, stream: OutputStream = process.stderr): void {
-  if (stream.isTTY !== true) return;
+/**
+ * One line per build step on stderr: on a terminal (over the spinner), or anywhere with
+ * `--progress` (a CI log); nothing in a pipe otherwise, where it would be noise.
+ */
+function printProgress(
+  event: BuildProgress,
+  always: boolean,
+  stream: OutputStream = process.stderr,
+): void {
+  const terminal = stream.isTTY === true;
+  if (!terminal && !always) return;
   const where =
     event.phase === 'step' ? `[${(event.step ?? 0) + 1}/${event.of ?? '?'}]` : `[${event.phase}]`;
-  stream.write(`\r\u001b[2K${paint('dim', where, stream)} ${event.text}\n`);
+  stream.write(`${terminal ? '\r\u001b[2K' : ''}${paint('dim', where, stream)} ${event.text}\n`);
 }
 
 /** `abx template build|list|rm`. */
@@ -30,9 +38,15 @@ export function addTemplateCommand(program: Command): void {
         'Build a template: run its setup steps once; new sandboxes start from the result.',
       )
       .option('--json', 'print the built template as JSON')
-      .action(async (path: string, options: { json?: boolean }) => {
+      .option(
+        '--progress',
+        'print a line per step on stderr even when it is not a terminal (CI logs, scripts)',
+      )
+      .action(async (path: string, options: { json?: boolean; progress?: boolean }) => {
         const built = await withSpinner(`building ${path}`, () =>
-          Templates.build(path, { onProgress: (event) => printProgress(event) }),
+          Templates.build(path, {
+            onProgress: (event) => printProgress(event, options.progress === true),
+          }),
         );
         if (options.json) return printJson(built);
         printLine(
@@ -40,6 +54,7 @@ export function addTemplateCommand(program: Command): void {
         );
       }),
     'abx template build samples/template.yaml --json',
+    'abx template build template.yaml --progress 2>build.log',
   );
 
   withExamples(

@@ -161,12 +161,17 @@ export const API_ROUTES: ApiRoute[] = [
     path: '/v1/sandboxes',
     group: 'api',
     summary:
-      'List sandboxes; filter with state=, template= and metadata.KEY=VALUE. A key that is not an admin sees only its own.',
+      'List sandboxes (every state but pooled); filter with state= (one or several, comma-separated), template= and metadata.KEY=VALUE. A key that is not an admin sees only its own.',
     handler: async ({ query, ctx }) => {
       const caller = callerOf(ctx);
-      const state = query.get('state') ?? undefined;
-      if (state && !STATES.includes(state as SandboxState)) {
-        throw new InvalidArgumentError(`state must be one of ${STATES.join(', ')}, not '${state}'`);
+      // One state or several, comma-separated: state=running or state=killed,expired,dead.
+      const states = (query.get('state') ?? '').split(',').filter(Boolean);
+      for (const state of states) {
+        if (!STATES.includes(state as SandboxState)) {
+          throw new InvalidArgumentError(
+            `state must be one or more of ${STATES.join(', ')} (comma-separated), not '${state}'`,
+          );
+        }
       }
       const metadata: Record<string, string> = {};
       for (const [key, value] of query) {
@@ -176,7 +181,7 @@ export const API_ROUTES: ApiRoute[] = [
       return {
         sandboxes: (
           await ctx.sandboxes.list({
-            ...(state ? { state: state as SandboxState } : {}),
+            ...(states.length > 0 ? { state: states as SandboxState[] } : {}),
             ...(template ? { template } : {}),
             ...(caller.admin ? {} : { owner: caller.keyId as string }),
             metadata,

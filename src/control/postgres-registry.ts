@@ -307,7 +307,9 @@ export class PostgresRegistry implements Registry {
       params.push(value);
       return `$${params.length}`;
     };
-    where.push(filter.state ? `state = ${param(filter.state)}` : "state <> 'pooled'");
+    where.push(
+      filter.state ? `state = ANY(${param([filter.state].flat())}::text[])` : "state <> 'pooled'",
+    );
     if (filter.template) where.push(`template = ${param(filter.template)}`);
     if (filter.owner !== undefined) where.push(`owner_key = ${param(filter.owner)}`);
     for (const [key, value] of Object.entries(filter.metadata ?? {})) {

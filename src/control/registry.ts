@@ -66,7 +66,8 @@ export interface TemplateRecord {
 }
 
 export interface SandboxFilter {
-  state?: SandboxState;
+  /** One state or any of several; without it, every state but `pooled`. */
+  state?: SandboxState | readonly SandboxState[];
   template?: string;
   /** Every key must match. */
   metadata?: Record<string, string>;

@@ -1,4 +1,5 @@
 import { ENV_NAME_PATTERN } from '../../runtime/protocol/arguments.js';
+import { MAX_SANDBOX_TIMEOUT_MS } from '../../runtime/protocol/constants.js';
 import { InvalidArgumentError } from '../errors.js';
 
 /** What `POST /v1/sandboxes` takes. */
@@ -8,9 +9,6 @@ export interface CreateSandboxRequest {
   envs?: Record<string, string>;
   metadata?: Record<string, string>;
 }
-
-/** The longest lifetime a sandbox may be given: 24 hours. */
-export const MAX_SANDBOX_TIMEOUT_MS = 24 * 3_600_000;
 
 /** `envs`: a map of variable names to values a process environment can hold. */
 export function checkEnvs(value: unknown): Record<string, string> {

@@ -1,6 +1,7 @@
 import { rmSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
+import { MAX_SANDBOX_TIMEOUT_MS } from '../../runtime/protocol/constants.js';
 import { LimitExceededError, SandboxNotFoundError } from '../errors.js';
 import type { SandboxHandle, SandboxProvider } from '../providers/provider.js';
 import { BackgroundLog } from './background-log.js';
@@ -13,7 +14,6 @@ import {
   checkEnvs,
   checkStringMap,
   checkTimeout,
-  MAX_SANDBOX_TIMEOUT_MS,
 } from './sandbox-request.js';
 import { StartSlots } from './start-slots.js';
 import type { BuiltTemplate, TemplateService } from './template-service.js';

@@ -197,8 +197,9 @@ export class SqliteRegistry implements Registry {
     const where: string[] = [];
     const params: unknown[] = [];
     if (filter.state) {
-      where.push('state = ?');
-      params.push(filter.state);
+      const states = [filter.state].flat();
+      where.push(`state IN (${states.map(() => '?').join(', ')})`);
+      params.push(...states);
     } else {
       where.push("state != 'pooled'");
     }

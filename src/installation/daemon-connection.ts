@@ -10,8 +10,9 @@ import {
 } from 'node:fs';
 import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { request } from 'undici';
+import { getGlobalDispatcher, request } from 'undici';
 import { DaemonUnavailableError } from '../errors.js';
+import { onCloseConnections } from '../util/idle-connections.js';
 import { packageInfo } from '../util/package-info.js';
 import type { DaemonInfo } from './daemon-info.js';
 import { abxHome, abxPaths } from './paths.js';
@@ -52,6 +53,9 @@ export interface DaemonConnection {
   info: DaemonInfo;
   apiKey: string;
 }
+
+// The health checks and shutdown requests below use the global dispatcher; see idle-connections.
+onCloseConnections('daemon-connection', () => getGlobalDispatcher().destroy());
 
 const DAEMON_START_TIMEOUT_MS = 20_000;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

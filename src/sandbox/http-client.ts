@@ -1,4 +1,4 @@
-import { Agent, type Dispatcher, errors, Pool, request } from 'undici';
+import { Agent, type Dispatcher, errors, getGlobalDispatcher, Pool, request } from 'undici';
 import { SANDBOX_ID_HEADER, SANDBOX_PORT_HEADER } from '../../runtime/protocol/constants.js';
 import {
   AuthenticationError,
@@ -10,6 +10,7 @@ import {
   UpstreamError,
 } from '../errors.js';
 import type { ControlConnection, TlsTrust } from '../installation/control-connection.js';
+import { onCloseConnections } from '../util/idle-connections.js';
 
 type Body = Dispatcher.RequestOptions['body'];
 
@@ -68,6 +69,16 @@ function agentFor(trust: TlsTrust): Agent {
   }
   return agent;
 }
+
+// Closed at the end of a CLI command (src/util/idle-connections.ts): the sandbox pools, the
+// agents of private CAs, and the global dispatcher that plain requests use.
+onCloseConnections('sdk', () =>
+  Promise.all(
+    [...sandboxPools.values(), ...agents.values(), getGlobalDispatcher()].map((dispatcher) =>
+      dispatcher.destroy(),
+    ),
+  ),
+);
 
 /** TLS errors that mean "this client does not trust the server's certificate". */
 const UNTRUSTED = new Set([

@@ -31,7 +31,7 @@ import {
   SandboxNotFoundError,
   ServerNotRunningError,
 } from '../errors.js';
-import { type ControlConnection, connectControlPlane } from '../installation/control-connection.js';
+import type { ControlConnection } from '../installation/control-connection.js';
 import type { ConnectionOptions } from '../installation/daemon-connection.js';
 import { sandboxUrl } from '../installation/public-listen.js';
 import {
@@ -45,7 +45,21 @@ import {
 import { Commands } from './commands.js';
 import { envdToolRunner } from './envd-tool-runner.js';
 import { Filesystem } from './filesystem.js';
-import { daemonClient, HttpClient } from './http-client.js';
+import { HttpClient } from './http-client.js';
+import {
+  type ConnectedSandbox,
+  connectSandbox,
+  controlClient,
+  createSandbox,
+  DEFAULT_REQUEST_TIMEOUT_MS,
+  getSandboxInfo,
+  killSandbox,
+  listSandboxes,
+  openControl,
+  type SandboxListFilter,
+  setSandboxTimeout,
+  snapshotSandbox,
+} from './sandbox-api.js';
 import { ServerClient } from './server-client.js';
 import { Templates } from './templates.js';
 
@@ -63,21 +77,7 @@ export interface SandboxCreateOptions extends ConnectionOptions {
   metadata?: Record<string, string>;
 }
 
-/** Filter of {@link Sandbox.list}. */
-export interface SandboxListFilter extends ConnectionOptions {
-  state?: SandboxInfo['state'];
-  template?: string;
-  metadata?: Record<string, string>;
-}
-
-const DEFAULT_REQUEST_TIMEOUT_MS = 60_000;
-
-/** What create and connect answer: the sandbox, its token, and where its gateway is. */
-type ConnectedSandbox = SandboxInfo & { accessToken: string; gatewayUrl?: string };
-
-function controlClient(connection: ControlConnection, options: ConnectionOptions): HttpClient {
-  return daemonClient(connection, options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS);
-}
+export type { SandboxListFilter };
 
 /** Exit code {@link Sandbox.execute} reports for a command killed by its timeout. */
 const TIMEOUT_EXIT_CODE = 124;
@@ -351,20 +351,8 @@ export class Sandbox extends BaseSandbox {
    * the local daemon (started first if none runs).
    */
   static async create(options: SandboxCreateOptions = {}): Promise<Sandbox> {
-    const connection = await connectControlPlane(options);
-    const info = await controlClient(connection, options).json<ConnectedSandbox>(
-      'POST',
-      '/v1/sandboxes',
-      {
-        body: {
-          ...(options.template ? { template: options.template } : {}),
-          ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),
-          ...(options.envs ? { envs: options.envs } : {}),
-          ...(options.metadata ? { metadata: options.metadata } : {}),
-        },
-      },
-    );
-    return new Sandbox(info, connection, options);
+    const { connection, client } = await openControl(options);
+    return new Sandbox(await createSandbox(client, options), connection, options);
   }
 
   /**
@@ -372,48 +360,37 @@ export class Sandbox extends BaseSandbox {
    * `apiUrl` / `ABX_API_URL`, the gateway's address comes from the control plane).
    */
   static async connect(sandboxId: string, options: ConnectionOptions = {}): Promise<Sandbox> {
-    const connection = await connectControlPlane(options);
-    const info = await controlClient(connection, options).json<ConnectedSandbox>(
-      'POST',
-      `/v1/sandboxes/${encodeURIComponent(sandboxId)}/connect`,
-    );
-    return new Sandbox(info, connection, options);
+    const { connection, client } = await openControl(options);
+    return new Sandbox(await connectSandbox(client, sandboxId), connection, options);
   }
 
-  /** Sandboxes of this installation, filtered by state, template and metadata. */
+  /**
+   * Sandboxes of this installation, oldest first: the running ones, or those of `state` (one or
+   * several; `all: true` for every state, ended ones included), filtered by template and
+   * metadata.
+   *
+   * @example
+   * await Sandbox.list(); // running
+   * await Sandbox.list({ state: ['killed', 'expired', 'dead'] }); // ended
+   * await Sandbox.list({ all: true, metadata: { user: 'alice' } });
+   */
   static async list(filter: SandboxListFilter = {}): Promise<SandboxInfo[]> {
-    const connection = await connectControlPlane(filter);
-    const query: Record<string, string> = {};
-    if (filter.state) query.state = filter.state;
-    if (filter.template) query.template = filter.template;
-    for (const [key, value] of Object.entries(filter.metadata ?? {}))
-      query[`metadata.${key}`] = value;
-    const { sandboxes } = await controlClient(connection, filter).json<{
-      sandboxes: SandboxInfo[];
-    }>('GET', '/v1/sandboxes', { query });
-    return sandboxes;
+    return listSandboxes((await openControl(filter)).client, filter);
   }
 
   /** Kills a sandbox by id; false when it had already ended. */
   static async kill(sandboxId: string, options: ConnectionOptions = {}): Promise<boolean> {
-    const connection = await connectControlPlane(options);
-    const { killed } = await controlClient(connection, options).json<{ killed: boolean }>(
-      'DELETE',
-      `/v1/sandboxes/${encodeURIComponent(sandboxId)}`,
-    );
-    return killed;
+    return killSandbox((await openControl(options)).client, sandboxId);
   }
 
   /** Kills this sandbox and every process in it; false when it had already ended. */
   kill(): Promise<boolean> {
-    return Sandbox.kill(this.sandboxId, this.options);
+    return killSandbox(this.control, this.sandboxId);
   }
 
   /** Sets the time left before the sandbox is reaped, counted from now. */
   async setTimeout(timeoutMs: number): Promise<void> {
-    await this.control.json('POST', `/v1/sandboxes/${this.sandboxId}/timeout`, {
-      body: { timeoutMs },
-    });
+    await setSandboxTimeout(this.control, this.sandboxId, timeoutMs);
   }
 
   /**
@@ -428,11 +405,7 @@ export class Sandbox extends BaseSandbox {
    * const next = await Sandbox.create({ template: 'prepared' });
    */
   async snapshot(options: { name: string }): Promise<TemplateInfo> {
-    return this.control.json<TemplateInfo>('POST', `/v1/sandboxes/${this.sandboxId}/snapshot`, {
-      body: { name: options.name },
-      // Copying a large home (or committing an image) takes longer than a plain call.
-      timeoutMs: 600_000,
-    });
+    return snapshotSandbox(this.control, this.sandboxId, options.name);
   }
 
   /**
@@ -469,7 +442,7 @@ export class Sandbox extends BaseSandbox {
   }
 
   async getInfo(): Promise<SandboxInfo> {
-    return this.control.json<SandboxInfo>('GET', `/v1/sandboxes/${this.sandboxId}`);
+    return getSandboxInfo(this.control, this.sandboxId);
   }
 
   async isRunning(): Promise<boolean> {

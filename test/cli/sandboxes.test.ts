@@ -66,7 +66,16 @@ describe('abx create, list, info, timeout, kill', () => {
     expect(await cli.json<Info[]>(['list', '--meta', 'suite=lifecycle'])).toEqual([]);
     const all = await cli.json<Info[]>(['list', '--all', '--meta', 'suite=lifecycle']);
     expect(all.map((s) => [s.sandboxId, s.state])).toEqual([[id, 'killed']]);
-  });
+    const ended = await cli.json<Info[]>([
+      'list',
+      '--state',
+      'killed,expired',
+      '--meta',
+      'suite=lifecycle',
+    ]);
+    expect(ended.map((s) => s.sandboxId)).toEqual([id]);
+    // A dozen abx processes in a row: more than the default 30 s on a loaded machine.
+  }, 120_000);
 
   test('create --json with --env and a template; the env reaches commands', async () => {
     const info = await cli.json<Info>(['create', '--template', 'base', '--env', 'GREETING=a=b c']);
@@ -125,6 +134,18 @@ describe('abx create, list, info, timeout, kill', () => {
     const duration = await cli.abx(['timeout', 'nosuchbox', '10 minutes']);
     expect(duration.code).toBe(2);
     expect(duration.stderr).toContain('expected a duration such as 30s, 10m or 1h');
+    // Past the longest lifetime: a usage error in the CLI's terms, before anything is sent.
+    const tooLong = await cli.abx(['create', '--timeout', '25h']);
+    expect(tooLong.code).toBe(2);
+    expect(tooLong.stderr).toBe(
+      "error: option '--timeout <duration>' argument '25h' is invalid. a sandbox lives at most 24h (and at least 1ms): give a duration such as 30m or 24h, not 25h.\n",
+    );
+    expect((await cli.abx(['timeout', 'nosuchbox', '2d'])).code).toBe(2);
+    const badState = await cli.abx(['list', '--state', 'running,asleep']);
+    expect(badState.code).toBe(2);
+    expect(badState.stderr).toContain(
+      "expected one or more of running, pooled, killed, expired, dead, not 'asleep'",
+    );
     const createDuration = await cli.abx(['create', '--timeout', '5x']);
     expect(createDuration.code).toBe(2);
     expect(createDuration.stderr).toContain(

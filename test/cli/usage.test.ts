@@ -1,3 +1,4 @@
+import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -94,6 +95,40 @@ describe('abx help and usage errors', () => {
   });
 });
 
+describe('abx in a pipeline', () => {
+  /** Runs abx with its stdout's reader gone before it writes (`abx ... | head -0`). */
+  const withClosedStdout = (args: readonly string[]) =>
+    new Promise<{ code: number | null; stderr: string }>((resolve, reject) => {
+      const child = spawn(process.execPath, [CLI, ...args], {
+        env: { ...process.env, ...cli.env },
+        stdio: ['ignore', 'pipe', 'pipe'],
+        timeout: 120_000,
+      });
+      child.stdout.destroy();
+      let stderr = '';
+      child.stderr.setEncoding('utf8').on('data', (d: string) => {
+        stderr += d;
+      });
+      child.on('error', reject);
+      child.on('close', (code) => resolve({ code, stderr }));
+    });
+
+  test('a closed stdout ends any command quietly, as SIGPIPE would (exit 141)', async () => {
+    await cli.abx(['daemon', 'start']);
+    for (const args of [['--help'], ['list'], ['daemon', 'status'], ['template', 'list']]) {
+      const result = await withClosedStdout(args);
+      expect(result, args.join(' ')).toEqual({ code: 141, stderr: '' });
+    }
+  });
+
+  test("the program's help gives examples that work", async () => {
+    const { stdout } = await cli.abx(['--help']);
+    expect(stdout).toContain('abx list\n');
+    // `abx ls` lists a sandbox's files and needs an id: never an example without one.
+    expect(stdout).not.toMatch(/abx ls\s*$/m);
+  });
+});
+
 describe('abx on a terminal', () => {
   const abxLine = (...args: string[]) => [process.execPath, CLI, ...args].map(sh).join(' ');
 
@@ -123,10 +158,13 @@ describe('abx on a terminal', () => {
         'abx: TemplateBuildError: template \'steps\': setup[1] `echo "no such thing" >&2; exit 4` exited with code 4; its output ends:',
       );
       expect(failed.screen).toContain('no such thing');
-      // In a pipe: no progress lines, the same error.
+      // In a pipe: no progress lines, the same error; with --progress, plain lines.
       const piped = await cli.abx(['template', 'build', bad]);
       expect(piped.stderr).not.toContain('[1/2]');
       expect(piped.stderr).toContain('exited with code 4');
+      const logged = await cli.abx(['template', 'build', '--progress', good]);
+      expect(logged.code).toBe(0);
+      expect(logged.stderr).toBe('[1/2] echo one > one.txt\n[2/2] echo two > two.txt\n');
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

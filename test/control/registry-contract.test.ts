@@ -39,6 +39,9 @@ for (const kind of STORES) {
       expect(await ids()).toEqual([a.id, b.id, gone.id]);
       expect(await ids({ state: 'pooled' })).toEqual([spare.id]);
       expect(await ids({ state: 'running' })).toEqual([a.id, b.id]);
+      expect(await ids({ state: ['running', 'killed'] })).toEqual([a.id, b.id, gone.id]);
+      expect(await ids({ state: ['killed', 'expired', 'dead'] })).toEqual([gone.id]);
+      expect(await ids({ state: ['pooled', 'killed'], template: 'other' })).toEqual([]);
       expect(await ids({ template: 'other' })).toEqual([b.id]);
       expect(await ids({ metadata: { owner: 'alice' } })).toEqual([a.id]);
       expect(await ids({ metadata: { 'a.b': 'x' } })).toEqual([a.id]);

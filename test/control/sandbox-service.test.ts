@@ -1,11 +1,11 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect } from 'vitest';
+import { MAX_SANDBOX_TIMEOUT_MS } from '../../runtime/protocol/constants.js';
 import { DEFAULT_SANDBOX_TIMEOUT_MS } from '../../src/commands/template-runtime.js';
 import { envdRequest } from '../../src/control/envd-request.js';
 import { hashToken, sandboxToken } from '../../src/control/ids.js';
 import { Reaper } from '../../src/control/reaper.js';
-import { MAX_SANDBOX_TIMEOUT_MS } from '../../src/control/sandbox-request.js';
 import { InvalidArgumentError, NotFoundError, SandboxStartError } from '../../src/errors.js';
 import { type Plane, TOKEN_SECRET, test, until } from './plane.js';
 

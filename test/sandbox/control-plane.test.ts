@@ -127,7 +127,7 @@ describe('daemon restarts', () => {
       expect((await again.commands.run('echo still here')).stdout).toBe('still here\n');
 
       const states = Object.fromEntries(
-        (await Sandbox.list({ home })).map((s) => [s.sandboxId, [s.state, s.endReason]]),
+        (await Sandbox.list({ home, all: true })).map((s) => [s.sandboxId, [s.state, s.endReason]]),
       );
       expect(states[survivor.sandboxId]).toEqual(['running', null]);
       expect(states[victim.sandboxId]).toEqual(['dead', 'exited']);

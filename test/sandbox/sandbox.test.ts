@@ -5,7 +5,13 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { CommandExitError, InvalidArgumentError, NotFoundError, Sandbox } from '../../src/index.js';
+import {
+  CommandExitError,
+  InvalidArgumentError,
+  NotFoundError,
+  Sandbox,
+  type SandboxInfo,
+} from '../../src/index.js';
 import { createAbxHome, processesMentioning, sandboxProcesses } from '../helpers/abx-home.js';
 import { ROOT } from '../helpers/build.js';
 
@@ -73,6 +79,15 @@ describe('a sandbox', () => {
     }
     expect(await sandbox.isRunning()).toBe(false);
     expect((await sandbox.getInfo()).endReason).toBe('killed by request');
+    // Listing shows live sandboxes unless asked for more, as E2B's does.
+    const ids = (list: SandboxInfo[]) => list.map((s) => s.sandboxId);
+    const filter = { home, metadata: { suite: 'basic' } };
+    expect(ids(await Sandbox.list(filter))).toEqual([]);
+    expect(ids(await Sandbox.list({ ...filter, all: true }))).toEqual([sandbox.sandboxId]);
+    expect(ids(await Sandbox.list({ ...filter, state: ['running', 'killed'] }))).toEqual([
+      sandbox.sandboxId,
+    ]);
+    expect(ids(await Sandbox.list({ ...filter, state: 'expired' }))).toEqual([]);
     expect(await sandbox.kill()).toBe(false);
     await expect(sandbox.commands.run('echo too late')).rejects.toThrow(
       `sandbox ${sandbox.sandboxId} is not running (killed: killed by request)`,

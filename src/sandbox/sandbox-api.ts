@@ -1,0 +1,127 @@
+import type { SandboxInfo, SandboxState, TemplateInfo } from '../../runtime/protocol/wire.js';
+import { type ControlConnection, connectControlPlane } from '../installation/control-connection.js';
+import type { ConnectionOptions } from '../installation/daemon-connection.js';
+import { daemonClient, type HttpClient } from './http-client.js';
+
+/**
+ * The control plane's sandbox calls, without a {@link Sandbox} object: what `Sandbox`'s static
+ * methods and the CLI's `create`, `list`, `info`, `kill` and `timeout` send. This module loads
+ * only the HTTP client, so a CLI command made of these starts without the SDK's other parts
+ * (the command model, the bundler, the agent tools).
+ */
+
+export const DEFAULT_REQUEST_TIMEOUT_MS = 60_000;
+
+/** What create and connect answer: the sandbox, its token, and where its gateway is. */
+export type ConnectedSandbox = SandboxInfo & { accessToken: string; gatewayUrl?: string };
+
+/** What a new sandbox is made of (see `Sandbox.create`). */
+export interface SandboxSpec {
+  template?: string;
+  timeoutMs?: number;
+  envs?: Record<string, string>;
+  metadata?: Record<string, string>;
+}
+
+/**
+ * The states {@link listSandboxes} shows when asked for none: the sandboxes that are still there
+ * (E2B lists running and paused ones the same way). Ended ones come on request.
+ */
+export const LIVE_STATES: readonly SandboxState[] = ['running'];
+
+/** Filter of {@link listSandboxes}. */
+export interface SandboxListFilter extends ConnectionOptions {
+  /** One state or several; default {@link LIVE_STATES}. */
+  state?: SandboxState | readonly SandboxState[];
+  /** Every state but `pooled` (spares of the warm pool), ended sandboxes included; overrides `state`. */
+  all?: boolean;
+  template?: string;
+  metadata?: Record<string, string>;
+}
+
+export function controlClient(
+  connection: ControlConnection,
+  options: ConnectionOptions,
+): HttpClient {
+  return daemonClient(connection, options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS);
+}
+
+/** The control plane `options` name (the local daemon, started if need be, or a remote one) and a client of it. */
+export async function openControl(
+  options: ConnectionOptions = {},
+): Promise<{ connection: ControlConnection; client: HttpClient }> {
+  const connection = await connectControlPlane(options);
+  return { connection, client: controlClient(connection, options) };
+}
+
+const sandboxPath = (id: string) => `/v1/sandboxes/${encodeURIComponent(id)}`;
+
+/** Creates a sandbox; answers with its token. */
+export function createSandbox(client: HttpClient, spec: SandboxSpec): Promise<ConnectedSandbox> {
+  return client.json<ConnectedSandbox>('POST', '/v1/sandboxes', {
+    body: {
+      ...(spec.template ? { template: spec.template } : {}),
+      ...(spec.timeoutMs === undefined ? {} : { timeoutMs: spec.timeoutMs }),
+      ...(spec.envs ? { envs: spec.envs } : {}),
+      ...(spec.metadata ? { metadata: spec.metadata } : {}),
+    },
+  });
+}
+
+/** A running sandbox by id, with its token. */
+export function connectSandbox(client: HttpClient, sandboxId: string): Promise<ConnectedSandbox> {
+  return client.json<ConnectedSandbox>('POST', `${sandboxPath(sandboxId)}/connect`);
+}
+
+/** Sandboxes by state (default: the live ones), template and metadata; oldest first. */
+export async function listSandboxes(
+  client: HttpClient,
+  filter: SandboxListFilter = {},
+): Promise<SandboxInfo[]> {
+  const query: Record<string, string> = {};
+  if (!filter.all) {
+    const states = filter.state === undefined ? LIVE_STATES : [filter.state].flat();
+    query.state = states.join(',');
+  }
+  if (filter.template) query.template = filter.template;
+  for (const [key, value] of Object.entries(filter.metadata ?? {})) {
+    query[`metadata.${key}`] = value;
+  }
+  const { sandboxes } = await client.json<{ sandboxes: SandboxInfo[] }>('GET', '/v1/sandboxes', {
+    query,
+  });
+  return sandboxes;
+}
+
+/** One sandbox, whatever its state. */
+export function getSandboxInfo(client: HttpClient, sandboxId: string): Promise<SandboxInfo> {
+  return client.json<SandboxInfo>('GET', sandboxPath(sandboxId));
+}
+
+/** Kills a sandbox by id; false when it had already ended. */
+export async function killSandbox(client: HttpClient, sandboxId: string): Promise<boolean> {
+  const { killed } = await client.json<{ killed: boolean }>('DELETE', sandboxPath(sandboxId));
+  return killed;
+}
+
+/** Sets the time a running sandbox has left, counted from now. */
+export async function setSandboxTimeout(
+  client: HttpClient,
+  sandboxId: string,
+  timeoutMs: number,
+): Promise<void> {
+  await client.json('POST', `${sandboxPath(sandboxId)}/timeout`, { body: { timeoutMs } });
+}
+
+/** Saves a running sandbox as the template `name` (see `Sandbox.snapshot`). */
+export function snapshotSandbox(
+  client: HttpClient,
+  sandboxId: string,
+  name: string,
+): Promise<TemplateInfo> {
+  return client.json<TemplateInfo>('POST', `${sandboxPath(sandboxId)}/snapshot`, {
+    body: { name },
+    // Copying a large home (or committing an image) takes longer than a plain call.
+    timeoutMs: 600_000,
+  });
+}
