@@ -385,7 +385,8 @@ export class Sandbox extends BaseSandbox {
 
   /** Kills this sandbox and every process in it; false when it had already ended. */
   kill(): Promise<boolean> {
-    return killSandbox(this.control, this.sandboxId);
+    // Connects afresh: the daemon may have been restarted since this object was made.
+    return Sandbox.kill(this.sandboxId, this.options);
   }
 
   /** Sets the time left before the sandbox is reaped, counted from now. */
