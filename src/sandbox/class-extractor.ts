@@ -59,13 +59,14 @@ const DECORATE_HELPER = /^_*(ts_)?decorate(Class)?$/;
  * class is not declared at the top level, or needs a value that top-level code computes with
  * `await` or changes later (so the sandbox would see something else than the script).
  *
- * `lineOf` maps a line of `source` to the line of the file the user wrote (for TypeScript).
+ * `locate` names the place of a line of `source` in the file the user wrote (`file:line`; a
+ * source map leads from compiled JavaScript or TypeScript back to it).
  */
 export function extractCommandClasses(
   file: string,
   source: string,
   classNames: readonly string[],
-  lineOf: (line: number) => number = (line) => line,
+  locate: (line: number) => string = (line) => `${file}:${line}`,
 ): string | undefined {
   const program = parseModule(file, source);
   const statements = (program.body as AstNode[]).map(describe);
@@ -77,7 +78,7 @@ export function extractCommandClasses(
   }
   if (statements.every((s) => declarative(s, declaring))) return undefined;
 
-  const at = (node: AstNode) => `${file}:${lineOf(lineAt(source, node.start))}`;
+  const at = (node: AstNode) => locate(lineAt(source, node.start));
   const cannot = (node: AstNode, cls: string) =>
     `${at(node)}: cannot bundle ${cls || 'the command classes'} for the sandbox without running this script there:`;
   // Imports cannot be reassigned, and a module imported into the sandbox starts afresh there:
