@@ -29,7 +29,7 @@ interface Entry {
 }
 
 /** Bumped when entries change shape or meaning: older files are then ignored. */
-const FORMAT = 1;
+const FORMAT = 2;
 const MEMORY_ENTRIES = 16;
 const DISK_ENTRIES = 64;
 
@@ -80,13 +80,24 @@ export class BundleCache {
     this.counts = { builds: 0, memoryHits: 0, diskHits: 0 };
   }
 
-  /** The bundle of these modules with these schemas: from the cache while its inputs are unchanged. */
+  /**
+   * The bundle of these modules with these schemas (and, per module, the classes it must keep:
+   * see {@link bundleCommands}): from the cache while its inputs are unchanged.
+   */
   async bundle(
     files: readonly string[],
     shipped: Record<string, ShippedCommand>,
+    classes: Record<string, readonly string[]> = {},
   ): Promise<CommandBundle> {
     const key = sha256(
-      JSON.stringify([FORMAT, packageInfo().version, bundlerFingerprint(), files, shipped]),
+      JSON.stringify([
+        FORMAT,
+        packageInfo().version,
+        bundlerFingerprint(),
+        files,
+        shipped,
+        classes,
+      ]),
     );
     const remembered = this.memory.get(key);
     if (remembered && current(remembered)) {
@@ -97,7 +108,7 @@ export class BundleCache {
     // Concurrent starts of the same classes share one build.
     let pending = this.building.get(key);
     if (!pending) {
-      pending = this.load(key, files, shipped).finally(() => this.building.delete(key));
+      pending = this.load(key, files, shipped, classes).finally(() => this.building.delete(key));
       this.building.set(key, pending);
     }
     return pending;
@@ -107,6 +118,7 @@ export class BundleCache {
     key: string,
     files: readonly string[],
     shipped: Record<string, ShippedCommand>,
+    classes: Record<string, readonly string[]>,
   ): Promise<CommandBundle> {
     const dir = this.dir();
     const stored = dir ? await readEntry(join(dir, `${key}.json`)) : undefined;
@@ -116,7 +128,7 @@ export class BundleCache {
       return stored;
     }
     const startedAt = Date.now();
-    const built = await bundleCommands(files, shipped);
+    const built = await bundleCommands(files, shipped, classes);
     this.counts.builds++;
     const entry = entryOf(built, startedAt);
     if (!entry) return { code: built.code, sha256: sha256(built.code) };

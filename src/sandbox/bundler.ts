@@ -1,10 +1,19 @@
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { join, resolve } from 'node:path';
-import { type BuildOptions, build, version as esbuildVersion } from 'esbuild';
+import { readFile } from 'node:fs/promises';
+import { dirname, join, resolve } from 'node:path';
+import {
+  type BuildOptions,
+  build,
+  version as esbuildVersion,
+  type Plugin,
+  transform,
+} from 'esbuild';
 import type { ShippedCommand } from '../commands/shipped-commands.js';
-import { SandboxError } from '../errors.js';
+import { CommandDefinitionError, SandboxError } from '../errors.js';
 import { packageInfo } from '../util/package-info.js';
+import { extractCommandClasses } from './class-extractor.js';
+import { locatorOfMap, sourceLocator } from './source-locations.js';
 
 /** A bundle and what it was built from. */
 export interface BuiltBundle {
@@ -57,15 +66,73 @@ export function bundlerFingerprint(): string {
     .digest('hex');
 }
 
+const TYPESCRIPT = /\.[cm]?tsx?$/;
+
+/**
+ * What goes into the bundle of each module that defines command classes: the module as it is
+ * when it is all declarations, else only the classes and what they use (see
+ * {@link extractCommandClasses}), so that the rest of a script never runs in the sandbox.
+ */
+async function extractions(classes: Record<string, readonly string[]>): Promise<Plugin> {
+  const contents = new Map<string, string>();
+  for (const [file, names] of Object.entries(classes)) {
+    let source: string;
+    try {
+      source = await readFile(file, 'utf8');
+    } catch {
+      continue; // esbuild reports the missing file in its own words
+    }
+    let code = source;
+    let locate = await sourceLocator(file, source);
+    if (TYPESCRIPT.test(file)) {
+      // acorn reads JavaScript: compile first (esbuild, as the bundle will), keeping a line map.
+      try {
+        const compiled = await transform(source, {
+          loader: file.endsWith('x') ? 'tsx' : 'ts',
+          sourcefile: file,
+          sourcemap: 'external',
+          target: 'esnext',
+          tsconfigRaw: {
+            compilerOptions: { experimentalDecorators: true, useDefineForClassFields: false },
+          },
+        });
+        code = compiled.code;
+        locate = locatorOfMap(compiled.map, file, file);
+      } catch {
+        continue; // a syntax error: esbuild says where when it bundles the file
+      }
+    }
+    const extracted = extractCommandClasses(file, code, names, locate);
+    if (extracted !== undefined) contents.set(file, extracted);
+  }
+  return {
+    name: 'abx-command-classes',
+    setup(plugin) {
+      plugin.onLoad({ filter: /.*/ }, (args) => {
+        const code = contents.get(args.path);
+        return code === undefined
+          ? undefined
+          : { contents: code, loader: 'js', resolveDir: dirname(args.path) };
+      });
+    },
+  };
+}
+
 /**
  * Bundles user command modules into one CommonJS file for the command server's `--load`: the
  * modules, what they import, and this package's authoring half (decorators + commandManifest).
  * The schemas built on the client ride along, so the bundle needs no decorator metadata; esbuild
  * (which drops metadata) can then compile TypeScript sources as well as compiled JS.
+ *
+ * `classes` names, per module file, the decorated classes it defines that the server serves: a
+ * module that is more than declarations (a script with top-level `await` or a `main()` call) is
+ * cut down to them; it throws a {@link CommandDefinitionError} naming `module:line` when that
+ * cannot be done safely.
  */
 export async function bundleCommands(
   files: readonly string[],
   shipped: Record<string, ShippedCommand>,
+  classes: Record<string, readonly string[]> = {},
 ): Promise<BuiltBundle> {
   const authoring = authoringFile();
   if (!existsSync(authoring)) {
@@ -73,6 +140,7 @@ export async function bundleCommands(
   }
   const options = bundleOptions(authoring);
   const root = options.absWorkingDir as string;
+  const plugin = await extractions(classes);
   const sourcefile = 'abx-commands-entry.js';
   const entry = [
     "require('reflect-metadata');",
@@ -83,6 +151,7 @@ export async function bundleCommands(
   try {
     const result = await build({
       ...options,
+      plugins: [plugin],
       stdin: {
         contents: entry,
         resolveDir: root,

@@ -389,6 +389,14 @@ export class Sandbox extends BaseSandbox {
     return Sandbox.kill(this.sandboxId, this.options);
   }
 
+  /**
+   * Kills the sandbox when an `await using box = await Sandbox.create()` goes out of scope, also
+   * when the code in that scope throws. A sandbox already gone is no error.
+   */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.kill();
+  }
+
   /** Sets the time left before the sandbox is reaped, counted from now. */
   async setTimeout(timeoutMs: number): Promise<void> {
     await setSandboxTimeout(this.control, this.sandboxId, timeoutMs);

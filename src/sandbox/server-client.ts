@@ -240,7 +240,13 @@ export class ServerClient {
         ...(command.timeoutMs === undefined ? {} : { timeoutMs: command.timeoutMs }),
       };
     }
-    const bundle = await bundleCache.bundle(files, shipped);
+    // Per module, the classes to keep when the module is a script and must be cut down to them.
+    const kept: Record<string, string[]> = {};
+    for (const cls of classes) {
+      const file = readClassRecord(cls)?.sourceFile;
+      if (file) kept[file] = [...new Set([...(kept[file] ?? []), cls.name])].sort();
+    }
+    const bundle = await bundleCache.bundle(files, shipped, kept);
     // Named by its content: a sandbox (or a snapshot of one) that has it needs no upload.
     const bundlePath = `${SERVER_DIR}/bundles/${bundle.sha256}.cjs`;
     const groups = Array.isArray(options.groups) ? options.groups.join(',') : options.groups;
