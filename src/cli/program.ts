@@ -17,6 +17,7 @@ import { addSandboxCommands } from './sandbox-commands.js';
 import { addServerCommand } from './server-command.js';
 import { addShellCommand } from './shell-command.js';
 import { addTemplateCommand } from './template-command.js';
+import { addUrlCommand } from './url-command.js';
 
 /** Builds the `abx` program. */
 export function buildProgram(): Command {
@@ -81,6 +82,7 @@ export function buildProgram(): Command {
   addRunCommand(program);
   addCommandsCommand(program);
   addServerCommand(program);
+  addUrlCommand(program);
   addTemplateCommand(program);
   addKeysCommand(program);
   addDaemonCommand(program);
