@@ -282,18 +282,18 @@ export class Gateway implements GatewayRoutes {
     }
     const path = query ? `${pathname}?${query}` : pathname;
     const secure = tls || headerOf(head, 'x-forwarded-proto')?.toLowerCase() === 'https';
-    // The token: X-Access-Token, else `Authorization: Bearer` (then taken off the request), else
-    // `?token=`. A session cookie counts only on the sandbox port's own host, which set it.
+    // The token: X-Access-Token, else `?token=`, else `Authorization: Bearer` (then taken off the
+    // request). A session cookie counts only on the sandbox port's own host, which set it.
     let token = head.accessToken;
     let via: RequestTarget['via'] = 'header';
-    if (token === undefined) {
+    if (token === undefined && queryToken !== undefined) {
+      token = queryToken;
+      via = 'query';
+    } else if (token === undefined) {
       const authorization = headerOf(head, 'authorization');
       if (authorization?.startsWith('Bearer ')) {
         token = authorization.slice(7).trim();
         via = 'authorization';
-      } else if (queryToken !== undefined) {
-        token = queryToken;
-        via = 'query';
       }
     }
     if (fromPath?.kind === 'link') {
@@ -398,7 +398,7 @@ export class Gateway implements GatewayRoutes {
     } else if (!record || !tokenMatches(token, record.tokenHash)) {
       throw record
         ? new AuthenticationError(
-            `missing or wrong access token for sandbox ${id}: send X-Access-Token (or Authorization: Bearer, or ?token=)`,
+            `missing or wrong access token for sandbox ${id}: send X-Access-Token (or ?token=, or Authorization: Bearer)`,
           )
         : new SandboxNotFoundError(`sandbox ${id} does not exist`);
     }
