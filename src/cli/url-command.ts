@@ -44,7 +44,11 @@ export function addUrlCommand(program: Command): void {
       .argument('<id>', 'the sandbox')
       .argument('<port>', 'the port inside the sandbox', portArg)
       .option('--path <path>', 'where on the port the link leads', '/')
-      .option('--expires <duration>', 'how long the link can be opened (at most 1h)', durationArg)
+      .option(
+        '--expires <duration>',
+        'how long the link can be opened (default 60s, at most 1h)',
+        durationArg,
+      )
       .option(
         '--session <duration>',
         "how long the browser's cookie lasts (default 1h, at most 24h)",
