@@ -9,7 +9,8 @@ import { SandboxServer } from './server.js';
 
 const USAGE = `usage: node server.cjs [--host H] [--port P] [--socket PATH] [--token T] [--load FILE.cjs]... [--groups a,b]
   [--load-sha256 HEX]... [--body-limit BYTES] [--body-timeout-ms MS] [--command-timeout-ms MS] [--grace-ms MS]
-The token can also come from ABX_SERVER_TOKEN. Port 0 picks a free port. --load-sha256, once per --load
+The token can also come from ABX_SERVER_TOKEN; it guards host:port, not --socket PATH (a Unix socket
+only the gateway and the sandbox's own processes can open). Port 0 picks a free port. --load-sha256, once per --load
 and in the same order, refuses (exit 3) a file that is missing or has other contents.`;
 
 function positiveInt(name: string, text: string | undefined): number | undefined {

@@ -42,6 +42,9 @@ export interface SandboxServerOptions {
   /**
    * Also serve on this Unix socket, besides host:port. In a sandbox the command server listens on
    * `/run/abx/ports/{port}.sock` too, so the host's gateway reaches it without envd's forwarder.
+   * Requests on it need no token: only the gateway (which checked the sandbox's token) and the
+   * sandbox's own processes can open that file; host:port keeps the token, since with
+   * `network: host` it is on the host's loopback.
    */
   extraSocketPath?: string;
   /** Largest request body in bytes; default 64 MiB. */
@@ -98,6 +101,8 @@ export class SandboxServer {
   private readonly active = new Set<ServerResponse>();
   private stopping: Promise<void> | undefined;
   private extra: NetServer | undefined;
+  /** Connections accepted on {@link SandboxServerOptions.extraSocketPath}. */
+  private readonly socketConnections = new WeakSet<object>();
   private tokenDigest: Buffer | undefined;
   /** Digest of `limitedToken`; never matched when there is none. */
   private limitedDigest: Buffer;
@@ -207,7 +212,10 @@ export class SandboxServer {
       if (extra) {
         rmSync(extra, { force: true });
         // Connections accepted here are handed to the one HTTP server: same routes, same state.
-        this.extra = createNetServer((socket) => this.http.emit('connection', socket));
+        this.extra = createNetServer((socket) => {
+          this.socketConnections.add(socket);
+          this.http.emit('connection', socket);
+        });
         await new Promise<void>((resolve, reject) => {
           this.extra?.once('error', reject).listen(extra, () => resolve());
         });
@@ -260,7 +268,11 @@ export class SandboxServer {
 
   private readonly guard: Guard<ServerContext> = (route, req) => {
     if (route?.public) return;
-    if (this.options.token !== undefined && !this.authorized(req)) {
+    if (
+      this.options.token !== undefined &&
+      !this.socketConnections.has(req.socket) &&
+      !this.authorized(req)
+    ) {
       const limited = this.options.limitedToken;
       if (!limited || !this.presents(req, this.limitedDigest)) {
         throw new AuthenticationError(

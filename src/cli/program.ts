@@ -29,6 +29,7 @@ const SUBCOMMANDS: readonly { names: readonly string[]; load: () => Promise<Regi
     load: async () => (await import('./commands-command.js')).addCommandsCommand,
   },
   { names: ['server'], load: async () => (await import('./server-command.js')).addServerCommand },
+  { names: ['url'], load: async () => (await import('./url-command.js')).addUrlCommand },
   {
     names: ['template'],
     load: async () => (await import('./template-command.js')).addTemplateCommand,

@@ -261,6 +261,7 @@ export class Daemon {
           }
           return socket;
         },
+        tokenSecret,
       },
       this.domain,
     );

@@ -20,8 +20,36 @@ export interface RequestTarget {
   token: string | undefined;
   /** The path without its query. */
   pathname: string;
-  /** The request target to send: `?token=` removed. */
+  /** The request target to send: `?token=` (and `?abx_link=`) removed, the path form's prefix too. */
   path: string;
+  /** What authenticated it (the token, or the session cookie): a connection moves when it changes. */
+  credential: string | undefined;
+  /**
+   * Where the credential came from: `header` (X-Access-Token), `authorization` (a Bearer token,
+   * taken off the request), `query` (`?token=`), `session` (the cookie a link set), `link` (a
+   * link being redeemed).
+   */
+  via: 'header' | 'authorization' | 'query' | 'session' | 'link';
+  /** The gateway answers it itself: mint a browser link, or redeem one. */
+  local?:
+    | {
+        kind: 'mint';
+        expiresInMs: number;
+        sessionMs: number;
+        /** Where on the port the link leads. */
+        path: string;
+        /** `{scheme}://{port}-{id}.{domain}[:{port}]` as this request reached the gateway. */
+        origin: string;
+      }
+    | { kind: 'redeem'; link: string; secure: boolean; location: string };
+}
+
+/** An answer the gateway gives itself (a link minted or redeemed), not the sandbox's. */
+export interface LocalAnswer {
+  status: number;
+  /** `name: value` lines. */
+  headers: string[];
+  body: string;
 }
 
 /** A sandbox port that a token was checked for, and the socket that reaches it. */
@@ -29,6 +57,8 @@ export interface Route {
   id: string;
   port: number;
   token: string | undefined;
+  /** The {@link RequestTarget.credential} that was checked. */
+  credential: string | undefined;
   socketPath: string;
   /** The port is envd's: requests get the sandbox's token and the capability check. */
   envd: boolean;
@@ -39,10 +69,13 @@ export interface Route {
 /** What a client connection needs from the gateway. */
 export interface GatewayRoutes {
   readonly pool: UpstreamPool;
-  /** The sandbox, port and token a request names. Throws a 400. */
-  target(head: RequestHead): RequestTarget;
-  /** The full check: the sandbox exists and runs, the token is its, the port is reachable. */
-  check(target: RequestTarget): Promise<Route>;
+  /** The sandbox, port and token a request names (`tls`: it came over TLS). Throws a 400. */
+  target(head: RequestHead, tls?: boolean): RequestTarget;
+  /**
+   * The full check: the sandbox exists and runs, the token is its, the port is reachable. Or the
+   * gateway's own answer, for a request it serves itself.
+   */
+  check(target: RequestTarget): Promise<Route | LocalAnswer>;
   /** The head sent to the sandbox for a request on a checked route. Throws a 403 or 400. */
   rewrite(head: RequestHead, target: RequestTarget, route: Route): string;
   /** The connection closed. */
@@ -80,7 +113,21 @@ export function errorAnswer(error: unknown, keepAlive = false): string {
 }
 
 const sameTarget = (route: Route, target: RequestTarget) =>
-  route.id === target.id && route.port === target.port && route.token === target.token;
+  target.local === undefined &&
+  route.id === target.id &&
+  route.port === target.port &&
+  route.credential === target.credential;
+
+/** A {@link LocalAnswer} as bytes for a socket. */
+function localAnswer(answer: LocalAnswer, keepAlive: boolean): string {
+  const lines = [
+    `HTTP/1.1 ${answer.status} ${STATUS_CODES[answer.status] ?? 'OK'}`,
+    ...answer.headers,
+    `content-length: ${Buffer.byteLength(answer.body)}`,
+  ];
+  if (!keepAlive) lines.push('connection: close');
+  return `${lines.join('\r\n')}\r\n\r\n${answer.body}`;
+}
 
 /**
  * 'head': between requests; 'body' / 'chunked': forwarding a request body; 'wait': a request is
@@ -94,6 +141,7 @@ interface Held {
   head: RequestHead | undefined;
   target?: RequestTarget;
   error?: unknown;
+  answer?: LocalAnswer;
 }
 
 /**
@@ -131,6 +179,7 @@ export class ClientConnection implements UpstreamOwner {
     readonly socket: Socket,
     private readonly routes: GatewayRoutes,
     private readonly limits: ConnectionLimits,
+    private readonly tls = false,
   ) {
     socket.on('data', (chunk: Buffer) => this.onData(chunk));
     socket.on('end', () => this.onEnd());
@@ -247,7 +296,7 @@ export class ClientConnection implements UpstreamOwner {
   private startRequest(head: RequestHead): void {
     let target: RequestTarget;
     try {
-      target = this.routes.target(head);
+      target = this.routes.target(head, this.tls);
     } catch (error) {
       this.refuse(head, error);
       return;
@@ -286,7 +335,7 @@ export class ClientConnection implements UpstreamOwner {
     if (this.mode !== 'wait' || this.checking) return;
     if (this.upstream && !this.upstream.idle) return;
     const held = this.held as Held;
-    if (held.error !== undefined || !held.target) {
+    if (held.error !== undefined || held.answer !== undefined || !held.target) {
       this.held = undefined;
       const head = held.head;
       // A refused request without a body leaves the connection usable; with one, the unread
@@ -297,8 +346,10 @@ export class ClientConnection implements UpstreamOwner {
         !head.upgrade &&
         head.bodyLength === 0 &&
         !this.clientEnded &&
-        held.error instanceof SandboxError;
-      this.socket.write(errorAnswer(held.error, keepAlive));
+        (held.answer !== undefined || held.error instanceof SandboxError);
+      this.socket.write(
+        held.answer ? localAnswer(held.answer, keepAlive) : errorAnswer(held.error, keepAlive),
+      );
       if (!keepAlive) {
         this.close();
         return;
@@ -322,8 +373,18 @@ export class ClientConnection implements UpstreamOwner {
     );
   }
 
-  private routeChecked(head: RequestHead, target: RequestTarget, route: Route): void {
+  private routeChecked(
+    head: RequestHead,
+    target: RequestTarget,
+    checked: Route | LocalAnswer,
+  ): void {
     if (this.mode !== 'wait' || this.socket.destroyed) return;
+    if (!('socketPath' in checked)) {
+      this.held = { head, answer: checked };
+      this.advance();
+      return;
+    }
+    const route = checked;
     let text: string;
     try {
       text = this.routes.rewrite(head, target, route);

@@ -8,18 +8,35 @@ import {
   AuthenticationError,
   BadRequestError,
   CapabilityError,
+  MethodNotAllowedError,
+  PermissionDeniedError,
   SandboxNotFoundError,
 } from '../errors.js';
 import {
   ClientConnection,
   type ConnectionLimits,
   type GatewayRoutes,
+  type LocalAnswer,
   type RequestTarget,
   type Route,
 } from './gateway-connection.js';
 import type { RequestHead } from './gateway-http.js';
+import {
+  checkFetchSite,
+  durationOption,
+  LINK_DEFAULT_MS,
+  LINK_MAX_MS,
+  LINK_PARAM,
+  PortLinks,
+  parseSandboxPath,
+  SESSION_COOKIE,
+  SESSION_DEFAULT_MS,
+  SESSION_MAX_MS,
+  sessionCookieOf,
+  withoutSessionCookie,
+} from './gateway-links.js';
 import { UPSTREAM_MAX_IDLE_MS, UpstreamPool } from './gateway-upstream.js';
-import { tokenMatches } from './ids.js';
+import { sandboxToken, tokenMatches } from './ids.js';
 import type { SandboxRecord } from './registry.js';
 
 /** The port that names envd itself (as E2B's envd port): `49983-{id}.{domain}`. */
@@ -66,6 +83,27 @@ export interface GatewayBackend {
   isAlive(record: SandboxRecord): boolean;
   /** Makes envd forward `port` and returns the host Unix socket that reaches it. */
   openPort(record: SandboxRecord, token: string, port: number): Promise<string>;
+  /**
+   * The installation's token secret: it signs browser links and their session cookies, and gives
+   * the token of the sandbox a cookie is for. Without it the gateway mints no links.
+   */
+  tokenSecret?: string;
+}
+
+/** The value of a header (repeated ones joined with `sep`), by its lower-case name. */
+function headerOf(head: RequestHead, key: string, sep = ', '): string | undefined {
+  let value: string | undefined;
+  for (let i = 0; i < head.keys.length; i++) {
+    if (head.keys[i] === key) {
+      value = value === undefined ? head.values[i] : `${value}${sep}${head.values[i]}`;
+    }
+  }
+  return value;
+}
+
+/** A path for a Location header on this host: never `//host` or `/\\host` (another site). */
+function localPath(path: string): string {
+  return `/${path.replace(/^[/\\]+/, '')}`;
 }
 
 /** Parses `{port}-{id}.{domain}` (an optional `:gatewayPort` is ignored). */
@@ -110,6 +148,8 @@ export class Gateway implements GatewayRoutes {
    * cost more than the call itself.
    */
   readonly pool: UpstreamPool;
+  /** Browser links and their session cookies (when the backend gave a token secret). */
+  readonly links: PortLinks | undefined;
   private readonly connections = new Set<ClientConnection>();
   private readonly limits: ConnectionLimits = {
     headers: GATEWAY_HEADERS_TIMEOUT_MS,
@@ -128,6 +168,7 @@ export class Gateway implements GatewayRoutes {
   ) {
     Object.assign(this.limits, limits);
     this.pool = new UpstreamPool(this.limits.upstreamIdle);
+    this.links = backend.tokenSecret === undefined ? undefined : new PortLinks(backend.tokenSecret);
     // An http.Server for its listening and closing, but the connections are read here: node's
     // own parser is taken off, as it would consume the bytes the gateway passes on.
     this.server = createServer();
@@ -157,18 +198,18 @@ export class Gateway implements GatewayRoutes {
       return server;
     }
     const server = createTlsServer(tls);
-    server.on('secureConnection', (socket: TLSSocket) => this.accept(socket));
+    server.on('secureConnection', (socket: TLSSocket) => this.accept(socket, true));
     // A failed handshake (a client that does not trust the certificate) concerns that client only.
     server.on('tlsClientError', (_error, socket) => socket.destroy());
     return server;
   }
 
-  private accept(socket: Socket): void {
+  private accept(socket: Socket, tls = false): void {
     if (this.closed) {
       socket.destroy();
       return;
     }
-    this.connections.add(new ClientConnection(socket, this, this.limits));
+    this.connections.add(new ClientConnection(socket, this, this.limits, tls));
     // Deadlines are checked once a second for all connections, as node's server does: a timer
     // per request would cost more than the request.
     this.sweeper ??= setInterval(() => this.sweep(), 1000).unref();
@@ -184,27 +225,37 @@ export class Gateway implements GatewayRoutes {
     this.connections.delete(connection);
   }
 
-  target(head: RequestHead): RequestTarget {
+  target(head: RequestHead, tls = false): RequestTarget {
     // The path goes on as the client sent it: `new URL` would resolve `..` and `%2e%2e` segments,
     // so `/commands/%2e%2e/shutdown` would reach `/shutdown` behind the sandbox's back.
     const target = head.target;
     const mark = target.indexOf('?');
-    const pathname = mark < 0 ? target : target.slice(0, mark);
-    let path = target;
+    let pathname = mark < 0 ? target : target.slice(0, mark);
+    let query = mark < 0 ? '' : target.slice(mark + 1);
     let queryToken: string | undefined;
-    if (mark >= 0 && target.includes('token', mark)) {
-      const query = new URLSearchParams(target.slice(mark + 1));
-      if (query.has('token')) {
-        queryToken = query.get('token') ?? undefined;
-        query.delete('token');
-        path = query.size > 0 ? `${pathname}?${query}` : pathname;
+    let link: string | undefined;
+    if (mark >= 0 && (query.includes('token') || query.includes(LINK_PARAM))) {
+      const params = new URLSearchParams(query);
+      if (params.has('token')) {
+        queryToken = params.get('token') ?? undefined;
+        params.delete('token');
       }
+      if (params.has(LINK_PARAM)) {
+        link = params.get(LINK_PARAM) ?? '';
+        params.delete(LINK_PARAM);
+      }
+      query = params.toString();
     }
+    const fromHeaders = head.sandboxId !== undefined || head.sandboxPort !== undefined;
     const fromHost =
       head.sandboxId === undefined || head.sandboxPort === undefined
         ? parseSandboxHost(head.host, this.domain)
         : undefined;
-    const id = head.sandboxId ?? fromHost?.id;
+    // `/sandboxes/{id}/ports/{port}/…` on any host: no DNS needed. A sandbox host or the headers
+    // come first, so a sandbox's own `/sandboxes/…` paths stay its own.
+    const fromPath = !fromHeaders && !fromHost ? parseSandboxPath(pathname) : undefined;
+    if (fromPath) pathname = fromPath.rest;
+    const id = head.sandboxId ?? fromHost?.id ?? fromPath?.id;
     const headerPort = head.sandboxPort;
     // Digits only: Number() would also take `0x50`, `1e3` or ` 80`.
     const port =
@@ -212,17 +263,16 @@ export class Gateway implements GatewayRoutes {
         ? /^\d{1,5}$/.test(headerPort)
           ? Number(headerPort)
           : Number.NaN
-        : fromHost?.port;
+        : (fromHost?.port ?? fromPath?.port);
     if (!id || port === undefined) {
       const name = head.host?.replace(/:\d+$/, '');
-      if (name && head.sandboxId === undefined && head.sandboxPort === undefined) {
+      const forms = `Host {port}-{sandboxId}.${this.domain}, the path /sandboxes/{sandboxId}/ports/{port}/… or the X-Sandbox-Id and X-Sandbox-Port headers`;
+      if (name && !fromHeaders && !/^(\d{1,3}\.){3}\d{1,3}$|^\[|^localhost$/i.test(name)) {
         throw new BadRequestError(
-          `Host ${JSON.stringify(name.slice(0, 100))} is not a sandbox host of this gateway: use {port}-{sandboxId}.${this.domain} or the X-Sandbox-Id and X-Sandbox-Port headers`,
+          `Host ${JSON.stringify(name.slice(0, 100))} is not a sandbox host of this gateway: use ${forms}`,
         );
       }
-      throw new BadRequestError(
-        `no sandbox named: use Host {port}-{sandboxId}.${this.domain} or the X-Sandbox-Id and X-Sandbox-Port headers`,
-      );
+      throw new BadRequestError(`no sandbox named: use ${forms}`);
     }
     if (!/^[a-z0-9-]{1,64}$/.test(id)) {
       throw new BadRequestError('the sandbox id is not a sandbox id');
@@ -230,18 +280,125 @@ export class Gateway implements GatewayRoutes {
     if (!Number.isInteger(port) || port < 1 || port > 65535) {
       throw new BadRequestError(`port ${headerPort ?? port} is not a TCP port`);
     }
-    return { id, port, token: head.accessToken ?? queryToken, pathname, path };
+    const path = query ? `${pathname}?${query}` : pathname;
+    const secure = tls || headerOf(head, 'x-forwarded-proto')?.toLowerCase() === 'https';
+    // The token: X-Access-Token, else `?token=`, else `Authorization: Bearer` (then taken off the
+    // request). A session cookie counts only on the sandbox port's own host, which set it.
+    let token = head.accessToken;
+    let via: RequestTarget['via'] = 'header';
+    if (token === undefined && queryToken !== undefined) {
+      token = queryToken;
+      via = 'query';
+    } else if (token === undefined) {
+      const authorization = headerOf(head, 'authorization');
+      if (authorization?.startsWith('Bearer ')) {
+        token = authorization.slice(7).trim();
+        via = 'authorization';
+      }
+    }
+    if (fromPath?.kind === 'link') {
+      if (head.method !== 'POST') {
+        throw new MethodNotAllowedError(
+          `${head.method} /sandboxes/${id}/links/${port}: links are made with POST`,
+        );
+      }
+      const params = new URLSearchParams(query);
+      const where = params.get('path') ?? '/';
+      // biome-ignore lint/suspicious/noControlCharactersInRegex: refusing them is the point
+      if (!where.startsWith('/') || /[\x00-\x20\x7f\\]/.test(where) || where.startsWith('//')) {
+        throw new BadRequestError(
+          `path=${JSON.stringify(where.slice(0, 100))} is not a path on the sandbox port (/..., no spaces, controls or backslashes)`,
+        );
+      }
+      const hostPort = /:(\d{1,5})$/.exec(head.host ?? '')?.[1];
+      return {
+        id,
+        port,
+        token,
+        credential: token,
+        via,
+        pathname,
+        path,
+        local: {
+          kind: 'mint',
+          expiresInMs: durationOption(
+            params.get('expires_in_ms'),
+            'expires_in_ms',
+            LINK_DEFAULT_MS,
+            LINK_MAX_MS,
+          ),
+          sessionMs: durationOption(
+            params.get('session_ms'),
+            'session_ms',
+            SESSION_DEFAULT_MS,
+            SESSION_MAX_MS,
+          ),
+          path: where,
+          origin: `${secure ? 'https' : 'http'}://${port}-${id}.${this.domain}${hostPort ? `:${hostPort}` : ''}`,
+        },
+      };
+    }
+    if (link !== undefined && fromHost) {
+      return {
+        id,
+        port,
+        token: undefined,
+        credential: undefined,
+        via: 'link',
+        pathname,
+        path,
+        local: { kind: 'redeem', link, secure, location: localPath(path) },
+      };
+    }
+    if (token === undefined && fromHost) {
+      const session = sessionCookieOf(headerOf(head, 'cookie', '; '));
+      if (session !== undefined) {
+        checkFetchSite(
+          head.method,
+          headerOf(head, 'sec-fetch-site'),
+          headerOf(head, 'sec-fetch-mode'),
+        );
+        return {
+          id,
+          port,
+          token,
+          credential: `session ${session}`,
+          via: 'session',
+          pathname,
+          path,
+        };
+      }
+    }
+    return { id, port, token, credential: token, via, pathname, path };
   }
 
-  async check(target: RequestTarget): Promise<Route> {
-    const { id, port, token } = target;
+  async check(target: RequestTarget): Promise<Route | LocalAnswer> {
+    const { id, port } = target;
+    let token = target.token;
     const found = this.backend.find(id);
     const record = found instanceof Promise ? await found : found;
-    // The token is checked before saying anything about the sandbox's state.
-    if (!record || !tokenMatches(token, record.tokenHash)) {
+    const links = this.links;
+    // The credential is checked before saying anything about the sandbox's state.
+    if (target.via === 'link' || target.via === 'session') {
+      if (!record) throw new SandboxNotFoundError(`sandbox ${id} does not exist`);
+      if (!links) {
+        throw new AuthenticationError(
+          `this gateway makes no browser links: send X-Access-Token with sandbox ${id}'s token`,
+        );
+      }
+      if (target.via === 'session') {
+        const session = (target.credential as string).slice('session '.length);
+        if (!links.sessionValid(session, id, port)) {
+          throw new AuthenticationError(
+            `the ${SESSION_COOKIE} cookie is not valid for port ${port} of sandbox ${id} (expired, or for another sandbox or port): open a new link (sandbox.getSignedUrl, abx url) or send X-Access-Token`,
+          );
+        }
+      }
+      token = sandboxToken(links.secret, id);
+    } else if (!record || !tokenMatches(token, record.tokenHash)) {
       throw record
         ? new AuthenticationError(
-            `missing or wrong access token for sandbox ${id}: send X-Access-Token (or ?token=)`,
+            `missing or wrong access token for sandbox ${id}: send X-Access-Token (or ?token=, or Authorization: Bearer)`,
           )
         : new SandboxNotFoundError(`sandbox ${id} does not exist`);
     }
@@ -254,16 +411,58 @@ export class Gateway implements GatewayRoutes {
       id,
       port,
       token,
+      credential: target.credential,
       template: record.template,
       capabilities: record.capabilities,
     };
     if (port === ENVD_PORT) {
+      if (target.local) {
+        throw new PermissionDeniedError(
+          `envd's port ${ENVD_PORT} is not opened to browsers: links are for ports the sandbox serves`,
+        );
+      }
       return { ...route, socketPath: record.handle.envdSocket, envd: true };
     }
     if (!record.capabilities.includes('ports')) {
       throw new CapabilityError(
         capabilityRefusal(record.template, 'ports', `reaching port ${port} of sandbox ${id}`),
       );
+    }
+    const local = target.local;
+    if (local?.kind === 'mint') {
+      if (!links) {
+        throw new PermissionDeniedError(
+          'this gateway makes no browser links (its daemon gave it no token secret)',
+        );
+      }
+      const grant = links.mint(id, port, local.expiresInMs, local.sessionMs);
+      const sep = local.path.includes('?') ? '&' : '?';
+      const body = JSON.stringify({
+        url: `${local.origin}${local.path}${sep}${LINK_PARAM}=${grant.link}`,
+        link: grant.link,
+        expiresAt: new Date(grant.expiresAt).toISOString(),
+        sessionMs: grant.sessionMs,
+      });
+      return {
+        status: 200,
+        headers: ['content-type: application/json', 'cache-control: no-store'],
+        body,
+      };
+    }
+    if (local?.kind === 'redeem') {
+      const grant = (links as PortLinks).redeem(local.link, id, port);
+      const cookie = (links as PortLinks).session(id, port, grant.sessionMs);
+      return {
+        status: 303,
+        headers: [
+          `location: ${local.location}`,
+          // Host-only (no Domain): only this sandbox port's host gets it.
+          `set-cookie: ${SESSION_COOKIE}=${cookie}; Path=/; Max-Age=${Math.floor(grant.sessionMs / 1000)}; HttpOnly; SameSite=Lax${local.secure ? '; Secure' : ''}`,
+          'cache-control: no-store',
+          'referrer-policy: no-referrer',
+        ],
+        body: '',
+      };
     }
     const socketPath = await this.backend.openPort(record, token as string, port);
     return { ...route, socketPath, envd: false };
@@ -288,8 +487,15 @@ export class Gateway implements GatewayRoutes {
       const key = keys[i] as string;
       if (GATEWAY_HEADERS.has(key)) continue;
       if (!head.upgrade && HOP_BY_HOP.has(key)) continue;
-      // envd gets the sandbox's token as it wants it, whatever the client sent.
-      if (route.envd && key === 'authorization') continue;
+      // envd gets the sandbox's token as it wants it, whatever the client sent; a port never
+      // sees the sandbox's token, however it was sent.
+      if ((route.envd || target.via === 'authorization') && key === 'authorization') continue;
+      if (key === 'cookie') {
+        // The session cookie is the gateway's: the sandbox never sees it.
+        const rest = withoutSessionCookie(values[i] as string);
+        if (rest !== '') text += `${names[i]}: ${rest}\r\n`;
+        continue;
+      }
       text += `${names[i]}: ${values[i]}\r\n`;
     }
     // Node's servers refuse an HTTP/1.1 request without Host; the sandbox is the host.

@@ -24,6 +24,7 @@ import { renderShellCommand } from '../commands/shell-template.js';
 import {
   CommandNotFoundError,
   CommandTimeoutError,
+  InvalidArgumentError,
   InvalidPathError,
   NotFoundError,
   PermissionDeniedError,
@@ -78,6 +79,12 @@ export interface SandboxCreateOptions extends ConnectionOptions {
 }
 
 export type { SandboxListFilter };
+
+function checkPort(port: number): void {
+  if (!Number.isInteger(port) || port < 1 || port > 65535) {
+    throw new InvalidArgumentError(`port must be a TCP port (1-65535), not ${port}`);
+  }
+}
 
 /** Exit code {@link Sandbox.execute} reports for a command killed by its timeout. */
 const TIMEOUT_EXIT_CODE = 124;
@@ -459,16 +466,76 @@ export class Sandbox extends BaseSandbox {
   }
 
   /**
-   * The host name of a port of this sandbox: `{port}-{sandboxId}.{domain}[:{gatewayPort}]`, as
-   * clients of the gateway name it (the port left out when it is the scheme's).
+   * True when this sandbox's ports are named by path on the gateway rather than by host name: the
+   * control plane has no domain of its own (`localhost`), and `*.localhost` names do not resolve
+   * for Node (`getaddrinfo ENOTFOUND`) on most Linux hosts.
    */
-  getHost(port: number): string {
-    return new URL(sandboxUrl(this.gatewayOrigin, this.sandboxId, port)).host;
+  private get portsByPath(): boolean {
+    return new URL(this.gatewayOrigin).hostname === 'localhost';
   }
 
-  /** `{scheme}://{port}-{sandboxId}.{domain}[:{gatewayPort}]`: the URL of a port of this sandbox. */
+  /**
+   * Where a port of this sandbox is, without the scheme: `{port}-{sandboxId}.{domain}[:{gatewayPort}]`
+   * with a real domain, else `{gatewayHost}:{gatewayPort}/sandboxes/{sandboxId}/ports/{port}` (the
+   * path form, which needs no DNS). `http(s)://` + this + a path reaches that path of the port.
+   */
+  getHost(port: number): string {
+    const url = new URL(this.getUrl(port));
+    return this.portsByPath ? `${url.host}${url.pathname}` : url.host;
+  }
+
+  /**
+   * The URL of a port of this sandbox, which `fetch` and curl reach from this machine with the
+   * sandbox's token (`X-Access-Token: {accessToken}` or `Authorization: Bearer {accessToken}`):
+   * `http://127.0.0.1:{gatewayPort}/sandboxes/{sandboxId}/ports/{port}` from a local daemon (no
+   * DNS needed), `{scheme}://{port}-{sandboxId}.{domain}[:{gatewayPort}]` from a control plane
+   * with a domain of its own. Append the path: `${sandbox.getUrl(8080)}/health`. For a browser,
+   * see {@link getSignedUrl}.
+   */
   getUrl(port: number): string {
-    return sandboxUrl(this.gatewayOrigin, this.sandboxId, port);
+    checkPort(port);
+    if (!this.portsByPath) return sandboxUrl(this.gatewayOrigin, this.sandboxId, port);
+    return `${this.gatewayBase(port).replace(/\/+$/, '')}/sandboxes/${this.sandboxId}/ports/${port}`;
+  }
+
+  /**
+   * A link that opens a port of this sandbox in a browser without the token: it can be opened
+   * once, within `expiresInMs` (default 60 s, at most 1 h). The gateway answers it by setting an
+   * HttpOnly cookie for that port's own host name (`{port}-{sandboxId}.{domain}`, which Chromium
+   * and Firefox resolve to loopback for `localhost`) that lasts `sessionMs` (default 1 h, at most
+   * 24 h), and redirecting to `path` (default `/`) without the link, so nothing secret stays in
+   * the address bar or history.
+   *
+   * @example
+   * const url = await sandbox.getSignedUrl(3000, { path: '/dashboard' });
+   * // http://3000-i1a2b3c4d5e6f7g8.localhost:49999/dashboard?abx_link=v1....
+   */
+  async getSignedUrl(
+    port: number,
+    options: { expiresInMs?: number; sessionMs?: number; path?: string } = {},
+  ): Promise<string> {
+    checkPort(port);
+    const query = new URLSearchParams();
+    if (options.expiresInMs !== undefined) query.set('expires_in_ms', String(options.expiresInMs));
+    if (options.sessionMs !== undefined) query.set('session_ms', String(options.sessionMs));
+    const path = options.path ?? '/';
+    query.set('path', path);
+    // Not portClient: its X-Sandbox-* headers would send this request to the port itself.
+    const gateway = new HttpClient(
+      this.gatewayBase(port),
+      { [ACCESS_TOKEN_HEADER]: this.accessToken },
+      DEFAULT_REQUEST_TIMEOUT_MS,
+      `the gateway of sandbox ${this.sandboxId}`,
+      undefined,
+      undefined,
+      { trust: this.connection.trust },
+    );
+    const { link } = await gateway.json<{ link: string }>(
+      'POST',
+      `/sandboxes/${this.sandboxId}/links/${port}?${query}`,
+    );
+    const sep = path.includes('?') ? '&' : '?';
+    return `${sandboxUrl(this.gatewayOrigin, this.sandboxId, port)}${path}${sep}abx_link=${link}`;
   }
 
   /**

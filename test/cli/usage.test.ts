@@ -59,6 +59,7 @@ describe('abx help and usage errors', () => {
         'server start',
         'server status',
         'server stop',
+        'url',
         'template build',
         'template list',
         'template rm',

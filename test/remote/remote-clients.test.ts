@@ -306,7 +306,7 @@ console.log(JSON.stringify(out));
         400,
         {
           type: 'BadRequestError',
-          error: `Host "49983-${id}.evil.example" is not a sandbox host of this gateway: use {port}-{sandboxId}.${DOMAIN} or the X-Sandbox-Id and X-Sandbox-Port headers`,
+          error: `Host "49983-${id}.evil.example" is not a sandbox host of this gateway: use Host {port}-{sandboxId}.${DOMAIN}, the path /sandboxes/{sandboxId}/ports/{port}/… or the X-Sandbox-Id and X-Sandbox-Port headers`,
         },
       ]);
       expect(out.badPort).toEqual([

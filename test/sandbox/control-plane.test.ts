@@ -75,8 +75,9 @@ describe('the gateway', () => {
 
       const nothing = await gateway('/health', {});
       expect(nothing).toMatchObject({ status: 400, body: { type: 'BadRequestError' } });
+      // The local daemon's domain is `localhost`, which Node cannot resolve: the path form.
       expect(a.getHost(8080)).toBe(
-        `8080-${a.sandboxId}.localhost:${new URL(daemonInfo().gatewayUrl).port}`,
+        `127.0.0.1:${new URL(daemonInfo().gatewayUrl).port}/sandboxes/${a.sandboxId}/ports/8080`,
       );
     } finally {
       await a.kill();
