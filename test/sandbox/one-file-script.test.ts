@@ -1,30 +1,18 @@
-import { spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { DaemonUnavailableError } from '../../src/errors.js';
 import { Sandbox } from '../../src/sandbox/sandbox.js';
 import { createAbxHome, sandboxProcesses } from '../helpers/abx-home.js';
-import { ROOT } from '../helpers/build.js';
+import { readmeBlock } from '../helpers/readme.js';
+import { userProject } from '../helpers/user-project.js';
 
 // The README's first example, pasted into one file of a user's project, compiled with the
 // project's tsc and the README's tsconfig lines, and run with node against a private daemon.
 
-/** The README's tsconfig lines. */
-const TSCONFIG = {
-  compilerOptions: {
-    target: 'ES2022',
-    module: 'NodeNext',
-    moduleResolution: 'NodeNext',
-    experimentalDecorators: true,
-    emitDecoratorMetadata: true,
-    strict: true,
-    types: ['node'],
-    outDir: 'dist',
-    rootDir: 'src',
-  },
-  include: ['src'],
+/** The README's tsconfig lines, from README.md itself. */
+const TSCONFIG = JSON.parse(readmeBlock('json', 'agent-sandbox', 'compilerOptions').code) as {
+  compilerOptions: Record<string, unknown>;
 };
 
 const TEMPLATE = 'name: data-tools\ncapabilities: [shell, files, code, ports]\n';
@@ -109,43 +97,26 @@ try {
 `;
 
 let abx: Awaited<ReturnType<typeof createAbxHome>>;
-let project: string;
+let project: ReturnType<typeof userProject>;
 
 beforeAll(async () => {
   abx = await createAbxHome();
-  project = mkdtempSync(join(tmpdir(), 'abx-one-file-'));
-  writeFileSync(join(project, 'package.json'), JSON.stringify({ type: 'module', private: true }));
-  writeFileSync(join(project, 'tsconfig.json'), JSON.stringify(TSCONFIG));
-  writeFileSync(join(project, 'template.yaml'), TEMPLATE);
-  // The package as `npm install <this checkout>` would link it, and its @types/node.
-  mkdirSync(join(project, 'node_modules'));
-  symlinkSync(ROOT, join(project, 'node_modules', 'agent-sandbox'));
-  symlinkSync(join(ROOT, 'node_modules', '@types'), join(project, 'node_modules', '@types'));
-  mkdirSync(join(project, 'src'));
-  writeFileSync(join(project, 'src', 'readme.ts'), README);
-  writeFileSync(join(project, 'src', 'main.ts'), MAIN);
-  writeFileSync(join(project, 'src', 'awaited.ts'), AWAITED);
-  const tsc = spawnSync(
-    process.execPath,
-    [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', project],
-    { encoding: 'utf8', timeout: 180_000 },
-  );
-  expect(tsc.stdout + tsc.stderr).toBe('');
+  project = userProject(TSCONFIG.compilerOptions, abx.home);
+  writeFileSync(join(project.dir, 'template.yaml'), TEMPLATE);
+  project.addScript('readme', README);
+  project.addScript('main', MAIN);
+  project.addScript('awaited', AWAITED);
+  project.compile();
 }, 300_000);
 
 afterAll(async () => {
   await abx?.close();
-  if (project) rmSync(project, { recursive: true, force: true });
+  project?.remove();
 });
 
 function runScript(name: string) {
-  rmSync(join(project, 'side-effect.txt'), { force: true });
-  return spawnSync(process.execPath, [join(project, 'dist', `${name}.js`)], {
-    cwd: project,
-    encoding: 'utf8',
-    env: { ...process.env, ABX_HOME: abx.home },
-    timeout: 180_000,
-  });
+  rmSync(join(project.dir, 'side-effect.txt'), { force: true });
+  return project.run(name);
 }
 
 /** The sandbox a script printed (`sandbox <id>`). */
@@ -193,7 +164,7 @@ describe('the README example in one file', () => {
     expect(result.stdout).toContain('uploaded: ""');
     expect(result.stderr).toContain('CommandDefinitionError');
     // The line of the module node ran (tsc's output) that holds `const rate = await`.
-    const compiled = join(project, 'dist', 'awaited.js');
+    const compiled = join(project.dir, 'dist', 'awaited.js');
     const line =
       readFileSync(compiled, 'utf8')
         .split('\n')
