@@ -1,5 +1,4 @@
-import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
@@ -14,14 +13,20 @@ import { expectSeededHome, homeTemplate } from '../helpers/home-template.js';
 // image's /home/user), warm pool included; and what a hostile image's home cannot do there.
 const engine = process.getuid?.() === 0 ? await dockerEngine() : { reason: 'not root' };
 
-/** Every seeded disk the local provider keeps for image homes, with a digest of its bytes. */
+/**
+ * Every seeded disk the local provider keeps for image homes, with its owner, mode and times: a
+ * write to one would change its mtime (a digest would read 2 GiB of holes each time).
+ */
 function seedDisks(): Map<string, string> {
   const found = new Map<string, string>();
   for (const id of readdirSync(ROOTFS_ROOT)) {
     const dir = join(ROOTFS_ROOT, id);
     for (const name of readdirSync(dir).filter((n) => /^home-.*\.img$/.test(n))) {
-      const sum = execFileSync('sha256sum', [join(dir, name)], { encoding: 'utf8' });
-      found.set(join(dir, name), sum.split(' ')[0] as string);
+      const s = statSync(join(dir, name));
+      found.set(
+        join(dir, name),
+        `${s.uid} ${(s.mode & 0o7777).toString(8)} ${s.mtimeMs} ${s.ctimeMs}`,
+      );
     }
   }
   return found;
@@ -70,6 +75,8 @@ if (!('docker' in engine) || !engine.docker) {
         // Each home is the sandbox's own: a write in one is not in the other, nor in the seed.
         const seeds = seedDisks();
         expect(seeds.size).toBeGreaterThan(0);
+        // Root's, and no one else may write it.
+        for (const facts of seeds.values()) expect(facts).toMatch(/^0 (644|600) /);
         await one.commands.run('echo mine > ~/data/notes.txt && rm -r ~/.local');
         expect(await two.files.read('/home/user/data/notes.txt')).toBe('seeded data\n');
         expect(seedDisks()).toEqual(seeds);
