@@ -308,7 +308,9 @@ export class TemplateService {
       throw error;
     }
     try {
-      await this.runSteps(spec, handle, accessToken, onProgress);
+      // Copies go through the engine when it can take them: the image may have no `tar`.
+      const copyIn = builder.images.copyIn?.bind(builder.images);
+      await this.runSteps(spec, handle, accessToken, onProgress, copyIn);
       onProgress({ phase: 'commit', text: `saving the image ${tag}` });
       return await builder.images.commit(handle, tag);
     } finally {
@@ -362,10 +364,11 @@ export class TemplateService {
     handle: SandboxHandle,
     token: string,
     onProgress: (event: BuildProgress) => void,
+    copyIn?: ImageStore['copyIn'],
   ): Promise<void> {
     for (const [index, step] of spec.setup.entries()) {
       onProgress(stepProgress(spec, index, step));
-      await this.buildStep(spec, index, step, handle, token);
+      await this.buildStep(spec, index, step, handle, token, copyIn);
     }
   }
 
@@ -376,11 +379,13 @@ export class TemplateService {
     step: SetupStep,
     handle: SandboxHandle,
     token: string,
+    copyIn?: ImageStore['copyIn'],
   ): Promise<void> {
     const where = `template '${spec.name}': setup[${index}]`;
     if ('copy' in step) {
       try {
-        await copyIntoSandbox(handle, token, step.copy, step.to, step.user);
+        if (copyIn) await copyIn(handle, step.copy, step.to, step.user);
+        else await copyIntoSandbox(handle, token, step.copy, step.to, step.user);
       } catch (error) {
         throw new TemplateBuildError(
           `${where} copy ${step.copy} to ${step.to} failed: ${(error as Error).message}`,

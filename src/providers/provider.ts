@@ -99,6 +99,12 @@ export interface ImageStore {
   prepare(source: ImageSource, options: { user: string; tag: string }): Promise<string>;
   /** Saves the filesystem of a (build) sandbox as the image `tag`; returns its reference. */
   commit(handle: SandboxHandle, tag: string): Promise<string>;
+  /**
+   * Copies a host file or folder into a running (build) sandbox: a folder's content into `to`, a
+   * file as `to`, owned by `user` (a name in the sandbox's /etc/passwd). Through the engine, so
+   * the image needs no `tar`; a store without it leaves copies to envd (the image's tar).
+   */
+  copyIn?(handle: SandboxHandle, from: string, to: string, user: string): Promise<void>;
   /** Removes an image this store made (a template rebuilt or removed); absent is fine. */
   remove(image: string): Promise<void>;
   /**

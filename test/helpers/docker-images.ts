@@ -201,3 +201,38 @@ export async function ensureDebianImage(docker: Docker): Promise<string> {
   });
   return DEBIAN_IMAGE;
 }
+
+/** {@link DEBIAN_IMAGE} with Debian's python3-pip: what `pip install --user` tests need. */
+export const PIP_IMAGE = 'abx-test/debian-pip:12';
+
+/**
+ * {@link PIP_IMAGE}: python3-pip installed with apt (from the machine's Debian mirror, the only
+ * package source reachable) in a container of {@link DEBIAN_IMAGE}, committed. About a minute,
+ * once per machine; the engine keeps it.
+ */
+export async function ensurePipImage(docker: Docker): Promise<string> {
+  const base = await ensureDebianImage(docker);
+  await onceFor(docker, PIP_IMAGE, async () => {
+    const container = await docker.createContainer({
+      Image: base,
+      Cmd: [
+        '/bin/sh',
+        '-c',
+        'apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-pip && apt-get clean && rm -rf /var/lib/apt/lists/*',
+      ],
+      HostConfig: { NetworkMode: 'host' },
+    });
+    try {
+      await container.start();
+      const { StatusCode } = (await container.wait()) as { StatusCode: number };
+      if (StatusCode !== 0) {
+        const log = (await container.logs({ stdout: true, stderr: true })).toString('utf8');
+        throw new Error(`installing python3-pip failed (exit ${StatusCode}): ${log.slice(-2000)}`);
+      }
+      await container.commit({ repo: PIP_IMAGE.split(':')[0], tag: PIP_IMAGE.split(':')[1] });
+    } finally {
+      await container.remove({ force: true }).catch(() => undefined);
+    }
+  });
+  return PIP_IMAGE;
+}

@@ -99,7 +99,8 @@ if (!('docker' in engine) || !engine.docker) {
       } finally {
         await Promise.all([one.kill(), two.kill()]);
       }
-    });
+      // A build and the first create (the image's export, its home's seed) on a loaded machine.
+    }, 600_000);
 
     test('busybox (no libc, no Node) runs commands, files, a pty and a decorated command', async () => {
       await Templates.build(

@@ -1,4 +1,4 @@
-import { existsSync, readdirSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, type Stats, statSync } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import { Readable } from 'node:stream';
 import type Docker from 'dockerode';
@@ -11,6 +11,7 @@ import { dockerMessage, engineAddress, engineError, imageNotFound, statusOf } fr
 import { splitTag } from './image-reference.js';
 import { addSandboxUser, SANDBOX_USER_ID } from './passwd.js';
 import { pushImage } from './registry-push.js';
+import { copyArchive } from './sandbox-archive.js';
 
 /** Label of an image `prepare` made: the source image's id it was made from, and the user added. */
 const PREPARED_FROM_LABEL = 'abx.prepared-from';
@@ -254,6 +255,49 @@ export class DockerImageStore implements ImageStore {
       );
     }
     return tag;
+  }
+
+  async copyIn(handle: SandboxHandle, from: string, to: string, user: string): Promise<void> {
+    let stats: Stats;
+    try {
+      stats = statSync(from);
+    } catch (error) {
+      throw new InvalidArgumentError(`cannot copy ${from}: ${(error as Error).message}`, {
+        ...((error as NodeJS.ErrnoException).code
+          ? { code: (error as NodeJS.ErrnoException).code }
+          : {}),
+      });
+    }
+    if (!stats.isFile() && !stats.isDirectory()) {
+      throw new InvalidArgumentError(`cannot copy ${from}: it is neither a file nor a folder`);
+    }
+    if (!handle.container) {
+      throw new InvalidArgumentError(`sandbox handle of ${handle.provider} names no container`);
+    }
+    const container = this.docker.getContainer(handle.container);
+    const owner = user === 'root' ? { uid: 0, gid: 0 } : await this.userIds(container, user);
+    await container
+      .putArchive(Readable.from(copyArchive(from, to, owner)), { path: '/' })
+      .catch((error: unknown) => {
+        throw engineError(error, `cannot copy ${from} to ${to}`, this.address);
+      });
+  }
+
+  /** The uid and gid of `user` in a container's /etc/passwd (read through the engine). */
+  private async userIds(
+    container: Docker.Container,
+    user: string,
+  ): Promise<{ uid: number; gid: number }> {
+    const passwd = (await readContainerFile(container, '/etc/passwd', this.address)) ?? '';
+    for (const line of passwd.split('\n')) {
+      const [name, , uid, gid] = line.split(':');
+      if (name === user && /^\d+$/.test(uid ?? '') && /^\d+$/.test(gid ?? '')) {
+        return { uid: Number(uid), gid: Number(gid) };
+      }
+    }
+    throw new InvalidArgumentError(
+      `user ${JSON.stringify(user)} is not in the image's /etc/passwd: create it in an earlier step, or copy as root or as the template's user`,
+    );
   }
 
   async remove(image: string): Promise<void> {

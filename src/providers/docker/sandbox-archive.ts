@@ -1,5 +1,5 @@
 import { constants } from 'node:fs';
-import { lstat, open, readdir, readlink } from 'node:fs/promises';
+import { type FileHandle, lstat, open, readdir, readlink, stat } from 'node:fs/promises';
 import { join, posix } from 'node:path';
 import {
   END_OF_ARCHIVE,
@@ -29,14 +29,22 @@ export interface SandboxFiles {
   dirs?: string[];
 }
 
-function entry(name: string, type: TarType, mode: number, uid: number, size = 0, link?: Buffer) {
+function entry(
+  name: string,
+  type: TarType,
+  mode: number,
+  uid: number,
+  size = 0,
+  link?: Buffer,
+  gid = uid,
+) {
   const rel = name.replace(/^\/+/, '');
   const tar: TarEntry = {
     name: Buffer.from(type === '5' ? `${rel.replace(/\/+$/, '')}/` : rel),
     type,
     mode,
     uid,
-    gid: uid,
+    gid,
     size,
     mtime: Math.floor(Date.now() / 1000),
     ...(link ? { link } : {}),
@@ -46,10 +54,15 @@ function entry(name: string, type: TarType, mode: number, uid: number, size = 0,
 
 /**
  * A copy of `dir` under `to` in the archive: folders, regular files and symbolic links only,
- * owned by `uid`, with permission bits alone (no set-id or sticky bits). Symbolic links are
- * copied as links, never followed; other kinds are left out.
+ * owned by `uid` (and `gid`), with permission bits alone (no set-id or sticky bits). Symbolic
+ * links are copied as links, never followed; other kinds are left out.
  */
-async function* treeEntries(dir: string, to: string, uid: number): AsyncGenerator<Buffer> {
+async function* treeEntries(
+  dir: string,
+  to: string,
+  uid: number,
+  gid = uid,
+): AsyncGenerator<Buffer> {
   const names = (await readdir(dir)).sort();
   for (const name of names) {
     const path = join(dir, name);
@@ -57,33 +70,73 @@ async function* treeEntries(dir: string, to: string, uid: number): AsyncGenerato
     const stats = await lstat(path);
     const mode = stats.mode & 0o777;
     if (stats.isDirectory()) {
-      yield entry(inside, '5', mode, uid);
-      yield* treeEntries(path, inside, uid);
+      yield entry(inside, '5', mode, uid, 0, undefined, gid);
+      yield* treeEntries(path, inside, uid, gid);
     } else if (stats.isSymbolicLink()) {
-      yield entry(inside, '2', 0o777, uid, 0, await readlink(path, { encoding: 'buffer' }));
+      yield entry(inside, '2', 0o777, uid, 0, await readlink(path, { encoding: 'buffer' }), gid);
     } else if (stats.isFile()) {
       const file = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW);
       try {
         const size = (await file.stat()).size;
-        yield entry(inside, '0', mode, uid, size);
-        let position = 0;
-        while (position < size) {
-          const buffer = Buffer.alloc(Math.min(CHUNK, size - position));
-          const { bytesRead } = await file.read(buffer, 0, buffer.length, position);
-          if (bytesRead === 0) {
-            // Shrank meanwhile: the header promised `size` bytes.
-            yield Buffer.alloc(size - position);
-            break;
-          }
-          position += bytesRead;
-          yield bytesRead === buffer.length ? buffer : buffer.subarray(0, bytesRead);
-        }
-        yield padding(size);
+        yield fileEntry(inside, mode, uid, gid, size);
+        yield* fileBody(file, size);
       } finally {
         await file.close();
       }
     }
   }
+}
+
+function fileEntry(name: string, mode: number, uid: number, gid: number, size: number) {
+  return entry(name, '0', mode, uid, size, undefined, gid);
+}
+
+/** A regular file's `size` bytes and the padding after them (zeros if it shrank meanwhile). */
+async function* fileBody(file: FileHandle, size: number): AsyncGenerator<Buffer> {
+  let position = 0;
+  while (position < size) {
+    const buffer = Buffer.alloc(Math.min(CHUNK, size - position));
+    const { bytesRead } = await file.read(buffer, 0, buffer.length, position);
+    if (bytesRead === 0) {
+      // Shrank meanwhile: the header promised `size` bytes.
+      yield Buffer.alloc(size - position);
+      break;
+    }
+    position += bytesRead;
+    yield bytesRead === buffer.length ? buffer : buffer.subarray(0, bytesRead);
+  }
+  yield padding(size);
+}
+
+/**
+ * A host file or folder as a tar stream to unpack at `/` (a build's copy step, through the
+ * engine's archive upload: nothing is needed in the image). A folder's content lands in `to`,
+ * which is made (or given) to `owner`; a file lands as `to`. Owners come from the headers, modes
+ * keep permission bits only; a missing parent folder is made root's, 0755.
+ */
+export async function* copyArchive(
+  from: string,
+  to: string,
+  owner: { uid: number; gid: number },
+): AsyncGenerator<Buffer> {
+  const { uid, gid } = owner;
+  const dest = posix.normalize(to);
+  // The step names it: a link to a folder is that folder (as `abx cp` takes it).
+  const stats = await stat(from);
+  if (stats.isDirectory()) {
+    if (dest !== '/') yield entry(dest, '5', stats.mode & 0o777, uid, 0, undefined, gid);
+    yield* treeEntries(from, dest, uid, gid);
+  } else {
+    const file = await open(from, constants.O_RDONLY);
+    try {
+      const found = await file.stat();
+      yield fileEntry(dest, found.mode & 0o777, uid, gid, found.size);
+      yield* fileBody(file, found.size);
+    } finally {
+      await file.close();
+    }
+  }
+  yield END_OF_ARCHIVE;
 }
 
 /**

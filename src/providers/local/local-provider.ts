@@ -7,10 +7,11 @@ import {
   readdirSync,
   readFileSync,
   rmSync,
+  statSync,
   writeFileSync,
 } from 'node:fs';
 import { request } from 'node:http';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import type { Writable } from 'node:stream';
 import type Docker from 'dockerode';
 import {
@@ -45,9 +46,16 @@ import {
   type SandboxCgroups,
   sweepEmptyCgroups,
 } from './cgroups.js';
+import { fileInImage, folderInImage } from './home-seed.js';
 import { imageRootfs, pruneRootfs, ROOTFS_ROOT } from './image-rootfs.js';
 import { isSameProcess, processStartTime } from './proc.js';
-import { createDiskImage, launchArgv, STAGED, sharedRuntime } from './sandbox-disk.js';
+import {
+  createDiskImage,
+  type HomeSeed,
+  launchArgv,
+  STAGED,
+  sharedRuntime,
+} from './sandbox-disk.js';
 import { SandboxUids, type UidRange, uidProcesses } from './sandbox-uids.js';
 import { compileSeccompFilter } from './seccomp.js';
 
@@ -177,7 +185,10 @@ export class LocalProvider implements SandboxProvider {
    * engine) and the portable runtime (the image need not have Node). Root mode only: the overlay
    * over the image is a mount the launcher makes as root.
    */
-  private async imageParts(spec: SandboxSpec): Promise<{ rootfs: string; runtimeDir: string }> {
+  private async imageParts(
+    spec: SandboxSpec,
+    home: string,
+  ): Promise<{ rootfs: string; runtimeDir: string; home?: string }> {
     if (this.mode !== 'root') {
       throw new SandboxStartError(
         `sandbox ${spec.id} runs image ${spec.image}: the local provider runs images only as a root daemon (an overlay mount per sandbox); run the daemon as root, or use the docker provider (abx daemon start --provider docker)`,
@@ -194,7 +205,14 @@ export class LocalProvider implements SandboxProvider {
       imageRootfs(this.engine.docker, spec.image as string),
       this.portable,
     ]);
-    return { rootfs, runtimeDir: portable.dir };
+    const image = spec.image as string;
+    // What the launcher makes (as root) in the overlay must not be a link out of it.
+    for (const dir of ['/proc', '/dev', '/tmp', '/run/abx', '/opt/abx', '/etc', spec.workdir]) {
+      await folderInImage(rootfs, dir, image);
+    }
+    await fileInImage(rootfs, '/etc/resolv.conf', image);
+    const imageHome = await folderInImage(rootfs, home, image);
+    return { rootfs, runtimeDir: portable.dir, ...(imageHome ? { home: imageHome } : {}) };
   }
 
   async close(): Promise<void> {
@@ -211,8 +229,8 @@ export class LocalProvider implements SandboxProvider {
 
   async create(spec: SandboxSpec): Promise<SandboxHandle> {
     const root = this.mode === 'root';
-    const image = spec.image ? await this.imageParts(spec) : undefined;
     const home = spec.user && spec.user !== 'user' ? `/home/${spec.user}` : SANDBOX_HOME;
+    const image = spec.image ? await this.imageParts(spec, home) : undefined;
     const logFile = join(spec.dir, 'sandbox.log');
     mkdirSync(spec.dir, { recursive: true });
     // Handed to bwrap as open files (fds 4-6), which copies them into the sandbox: the sandbox
@@ -287,7 +305,7 @@ export class LocalProvider implements SandboxProvider {
       const prlimit = rlimits.length > 0 ? ['prlimit', ...rlimits, '--'] : [];
       if (root && uid !== undefined) {
         const diskImage = join(spec.dir, 'disk.img');
-        await createDiskImage(diskImage, disk);
+        await createDiskImage(diskImage, disk, homeSeed(spec, image));
         const inner = bwrapArgs({
           ...common,
           home: { bind: STAGED.home },
@@ -299,7 +317,6 @@ export class LocalProvider implements SandboxProvider {
           {
             image: diskImage,
             uid,
-            ...(spec.baseHome ? { baseHome: spec.baseHome } : {}),
             cgroups: cgroups.dirs,
             ...(image ? { lower: image.rootfs, home, workdir: spec.workdir } : {}),
           },
@@ -562,6 +579,28 @@ export class LocalProvider implements SandboxProvider {
       await sleep(wait);
     }
   }
+}
+
+/**
+ * What a root-mode sandbox's home starts with: the template's built home (a host template's
+ * setup, a snapshot's), else its image's /home/<user>; each seeds a formatted disk once, named by
+ * the folder's identity (a rebuilt template's home is a new folder) or by the image's id.
+ */
+function homeSeed(
+  spec: SandboxSpec,
+  image: { rootfs: string; home?: string } | undefined,
+): HomeSeed | undefined {
+  if (spec.baseHome) {
+    const stats = statSync(spec.baseHome);
+    return {
+      from: spec.baseHome,
+      disk: `${spec.baseHome}-disk-${stats.ino}-${Math.floor(stats.mtimeMs)}`,
+    };
+  }
+  if (image?.home) {
+    return { from: image.home, disk: join(dirname(image.rootfs), `home-${spec.user ?? 'user'}`) };
+  }
+  return undefined;
 }
 
 function cgroupsOf(handle: SandboxHandle): string[] {

@@ -13,6 +13,8 @@ import {
 import { open } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { SandboxStartError } from '../../errors.js';
+import { copyHomeTree } from './home-seed.js';
 
 const execFileAsync = promisify(execFile);
 
@@ -27,18 +29,19 @@ const RUNTIME_ROOT = '/run/abx-runtime';
 
 /**
  * Runs as root in the sandbox's new mount namespace: joins the sandbox's cgroups, mounts its disk
- * image on the stage, fills the home from the template's and gives it to the sandbox's uid, then
+ * image on the stage, gives the home (seeded in the disk already) to the sandbox's uid, then
  * execs the rest of its arguments (setpriv → prlimit → bwrap). Values arrive as positional
  * parameters, never as shell text. The mount lives only in this namespace: the kernel drops it,
- * and frees the loop device, when the sandbox's last process ends.
+ * and frees the loop device, when the sandbox's last process ends. The paths it makes in an
+ * image's overlay were checked for symbolic links first (see home-seed.ts): the image is
+ * read-only and the overlay's upper layer starts empty, so what was checked is what it meets.
  */
 const LAUNCH_SCRIPT = `set -eu
-stage=$1 image=$2 uid=$3 base=$4 lower=$5 home=$6 workdir=$7
-shift 7
+stage=$1 image=$2 uid=$3 lower=$4 home=$5 workdir=$6
+shift 6
 while [ "$1" != -- ]; do echo $$ > "$1/cgroup.procs"; shift; done
 shift
 mount -o loop,nosuid,nodev "$image" "$stage"
-if [ -n "$base" ]; then cp -a "$base/." "$stage/home/"; fi
 chown -R -h "$uid:$uid" "$stage/home"
 if [ -n "$lower" ]; then
   mkdir -p "$stage/upper" "$stage/work" "$stage/root"
@@ -51,7 +54,6 @@ exec "$@"`;
 export interface LaunchPaths {
   image: string;
   uid: number;
-  baseHome?: string;
   cgroups: string[];
   /**
    * An image's file system: laid read-only under an overlay whose writable layer lives on the
@@ -78,7 +80,6 @@ export function launchArgv(paths: LaunchPaths, command: string[]): string[] {
     STAGE_DIR,
     paths.image,
     String(paths.uid),
-    paths.baseHome ?? '',
     paths.lower ?? '',
     paths.home ?? '',
     paths.workdir ?? '',
@@ -123,33 +124,35 @@ export function sharedRuntime(runtimeDir: string): string {
   return dir;
 }
 
-/** What a new disk holds: `home` (0700, given to the sandbox's uid at start) and `tmp` (1777). */
-function skeleton(): string {
-  const dir = join(RUNTIME_ROOT, 'disk-skeleton');
-  if (!existsSync(join(dir, 'tmp'))) {
-    mkdirSync(join(dir, 'home'), { recursive: true, mode: 0o700 });
-    mkdirSync(join(dir, 'tmp'), { recursive: true });
-    chmodSync(join(dir, 'tmp'), 0o1777);
-  }
-  return dir;
-}
-
-/** Formats an ext4 filesystem of `bytes` with an empty home and /tmp into a new sparse file. */
-async function formatDisk(file: string, bytes: number): Promise<void> {
+/**
+ * Formats an ext4 filesystem of `bytes` into a new sparse file, holding what `content` holds
+ * (`home` and `tmp`; mkfs copies owners and modes). A home too big for it is a SandboxStartError.
+ */
+async function formatDisk(file: string, bytes: number, content: string): Promise<void> {
   await execFileAsync('truncate', ['-s', String(bytes), file]);
-  await execFileAsync('mkfs.ext4', [
-    '-q',
-    '-F',
-    '-O',
-    '^has_journal',
-    '-m',
-    '0',
-    '-E',
-    'lazy_itable_init=1,lazy_journal_init=1,nodiscard',
-    '-d',
-    skeleton(),
-    file,
-  ]);
+  try {
+    await execFileAsync('mkfs.ext4', [
+      '-q',
+      '-F',
+      '-O',
+      '^has_journal',
+      '-m',
+      '0',
+      '-E',
+      'lazy_itable_init=1,lazy_journal_init=1,nodiscard',
+      '-d',
+      content,
+      file,
+    ]);
+  } catch (error) {
+    const stderr = String((error as { stderr?: unknown }).stderr ?? '').trim();
+    throw new SandboxStartError(
+      /allocate|No space|inode/i.test(stderr)
+        ? `the template's home does not fit a disk of ${bytes} bytes: raise the template's resources.disk (${stderr.split('\n')[0]})`
+        : `formatting a sandbox disk failed: ${stderr || (error as Error).message}`,
+      { cause: error },
+    );
+  }
 }
 
 /** A formatted disk: its file, and (when filefrag could map it) every byte that is not zero. */
@@ -158,7 +161,12 @@ interface PristineDisk {
   data?: { offset: number; bytes: Buffer }[];
 }
 
-const pristine = new Map<number, Promise<PristineDisk>>();
+/** Formatted disks by file: the empty ones (one per size) and the seeded ones (see below). */
+const pristine = new Map<string, Promise<PristineDisk>>();
+/** Seeded disks whose blocks stay in memory at most (oldest forgotten first: rebuilt templates). */
+const SEEDS_KEPT = 8;
+/** A seeded disk with more data than this is copied from its file each time, not kept in memory. */
+const MAX_KEPT_BYTES = 64 * 1024 * 1024;
 
 /** ext4's block, and filefrag's unit below. */
 const BLOCK = 4096;
@@ -212,31 +220,75 @@ async function dataOf(path: string): Promise<PristineDisk['data']> {
 }
 
 /**
- * A sparse file holding an ext4 filesystem of `bytes` with an empty home and /tmp: a full disk is
- * ENOSPC inside and nothing outside. No journal (the disk dies with the sandbox), no reserved
- * blocks, lazy inode tables. Formatted once per size; each disk is a sparse copy of that one
- * (~1 MiB of metadata: half the work of mkfs), written from memory by the thread pool: a `cp` per
- * sandbox was a fork of the daemon each time, on its event loop (its costliest call in a burst
- * of creates). Where filefrag cannot map the formatted file, `cp --sparse=always` copies it.
+ * Where a sandbox's home starts from, in root mode: a folder (a template's built home, a
+ * snapshot's, or an image's /home/<user>) copied once into a formatted disk kept at
+ * `${disk}-${size}.img`; every sandbox's disk is then a copy of that one. `disk` names the
+ * content: a new content needs a new name (the caller puts the folder's identity in it).
  */
-export async function createDiskImage(file: string, bytes: number): Promise<void> {
-  let source = pristine.get(bytes);
-  if (!source) {
-    source = (async () => {
-      const path = join(RUNTIME_ROOT, `disk-${bytes}.img`);
-      if (!existsSync(path)) {
-        const partial = `${path}.${randomBytes(4).toString('hex')}`;
-        mkdirSync(RUNTIME_ROOT, { recursive: true, mode: 0o755 });
-        await formatDisk(partial, bytes);
-        renameSync(partial, path);
-      }
-      const data = await dataOf(path);
-      return data ? { path, data } : { path };
-    })();
-    source.catch(() => pristine.delete(bytes));
-    pristine.set(bytes, source);
+export interface HomeSeed {
+  from: string;
+  disk: string;
+}
+
+/** Makes `path` once: formats it in a partial file renamed into place (concurrent daemons agree). */
+async function formatOnce(
+  path: string,
+  bytes: number,
+  fill: (content: string) => Promise<void>,
+): Promise<void> {
+  if (existsSync(path)) return;
+  const partial = `${path}.${randomBytes(4).toString('hex')}`;
+  const content = `${partial}.d`;
+  try {
+    await fill(content);
+    await formatDisk(partial, bytes, content);
+    renameSync(partial, path);
+  } finally {
+    rmSync(content, { recursive: true, force: true });
+    rmSync(partial, { force: true });
   }
-  const { path, data } = await source;
+}
+
+/** The formatted disk for `bytes` (and `seed`), made on first use, its data read once. */
+function pristineDisk(bytes: number, seed: HomeSeed | undefined): Promise<PristineDisk> {
+  const path = seed ? `${seed.disk}-${bytes}.img` : join(RUNTIME_ROOT, `disk-${bytes}.img`);
+  let source = pristine.get(path);
+  if (source) return source;
+  source = (async () => {
+    mkdirSync(RUNTIME_ROOT, { recursive: true, mode: 0o755 });
+    // What a disk holds: `home` (0700, given to the sandbox's uid at start) and `tmp` (1777).
+    await formatOnce(path, bytes, async (content) => {
+      if (seed) await copyHomeTree(seed.from, join(content, 'home'), bytes);
+      else mkdirSync(join(content, 'home'), { recursive: true });
+      chmodSync(join(content, 'home'), 0o700);
+      mkdirSync(join(content, 'tmp'));
+      chmodSync(join(content, 'tmp'), 0o1777);
+    });
+    const data = await dataOf(path);
+    const size = data?.reduce((sum, run) => sum + run.bytes.length, 0) ?? 0;
+    return data && size <= MAX_KEPT_BYTES ? { path, data } : { path };
+  })();
+  source.catch(() => pristine.delete(path));
+  pristine.set(path, source);
+  if (seed) {
+    const seeds = [...pristine.keys()].filter((key) => !key.startsWith(RUNTIME_ROOT));
+    for (const old of seeds.slice(0, Math.max(0, seeds.length - SEEDS_KEPT))) pristine.delete(old);
+  }
+  return source;
+}
+
+/**
+ * A sparse file holding an ext4 filesystem of `bytes` with a home (empty, or a copy of `seed`'s
+ * folder) and /tmp: a full disk is ENOSPC inside and nothing outside. No journal (the disk dies
+ * with the sandbox), no reserved blocks, lazy inode tables. Formatted once per size and seed;
+ * each disk is a sparse copy of that one (~1 MiB of metadata for an empty home: half the work of
+ * mkfs; a seeded home costs its own data once more, never a walk of its files), written from
+ * memory by the thread pool: a `cp` per sandbox was a fork of the daemon each time, on its event
+ * loop (its costliest call in a burst of creates). Where filefrag cannot map the formatted file,
+ * or a seeded one holds more than {@link MAX_KEPT_BYTES}, `cp --sparse=always` copies it.
+ */
+export async function createDiskImage(file: string, bytes: number, seed?: HomeSeed): Promise<void> {
+  const { path, data } = await pristineDisk(bytes, seed);
   if (!data) {
     await execFileAsync('cp', ['--sparse=always', path, file]);
     return;
