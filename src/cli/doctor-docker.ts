@@ -99,7 +99,6 @@ export async function dockerDoctor(): Promise<DoctorReport> {
   });
   const address = process.env.DOCKER_HOST || 'unix:///var/run/docker.sock';
   const checks: Check[] = [];
-  let mode: DoctorReport['mode'] = 'rootless';
   try {
     let facts: EngineFacts;
     try {
@@ -116,9 +115,9 @@ export async function dockerDoctor(): Promise<DoctorReport> {
           ? `${fix}; apt-get install docker.io to install it`
           : 'start it (sudo systemctl start docker, or dockerd &), or point DOCKER_HOST at a running engine',
       });
-      return reportOf('docker', mode, checks);
+      return reportOf('docker', undefined, checks);
     }
-    mode = facts.rootless ? 'rootless' : 'root';
+    const mode = facts.rootless ? 'rootless' : 'root';
     checks.push(engineLine(facts, address));
     const isolation = provider.isolation();
     for (const [name, limit] of Object.entries(isolation.limits)) {

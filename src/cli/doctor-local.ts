@@ -8,7 +8,7 @@ import {
   rmSync,
 } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
 import { DEFAULT_DISK_BYTES } from '../commands/template-runtime.js';
 import { dockerClient, engineAddress, probeEngine } from '../providers/docker/engine.js';
@@ -57,6 +57,15 @@ function readTrimmed(path: string): string | undefined {
     return readFileSync(path, 'utf8').trim();
   } catch {
     return undefined;
+  }
+}
+
+/** This user's name, or its uid where it has no account (userInfo throws then). */
+function userName(): string {
+  try {
+    return userInfo().username;
+  } catch {
+    return String(process.getuid?.());
   }
 }
 
@@ -537,12 +546,15 @@ async function dockerEngine(root: boolean): Promise<Check> {
       found: `${found}: image templates run`,
     };
   } catch (error) {
+    const message = (error as Error).message.replace(/; start it with.*$/, '');
     return {
       name: 'docker engine',
       status: 'warning',
       required: false,
-      found: `${(error as Error).message.replace(/; start it with.*$/, '')}; image templates cannot run`,
-      fix: 'start one (sudo systemctl start docker, or dockerd &), or point DOCKER_HOST at a running engine; apt-get install docker.io to install it',
+      found: `${message}; image templates cannot run`,
+      fix: /refused this user/.test(message)
+        ? `add this user to the docker group (usermod -aG docker ${userName()}), or run the daemon as root`
+        : 'start one (sudo systemctl start docker, or dockerd &), or point DOCKER_HOST at a running engine; apt-get install docker.io to install it',
     };
   } finally {
     client.close();

@@ -24,8 +24,11 @@ export interface Check {
 /** What `abx doctor` (local or docker) prints; `--json` prints it as it is. */
 export interface DoctorReport {
   provider: 'local' | 'docker';
-  /** The mode the daemon would run in: root (a host uid per sandbox) or rootless. */
-  mode: 'root' | 'rootless';
+  /**
+   * The mode the daemon would run in: root (a host uid per sandbox) or rootless; for docker, how
+   * the engine runs (absent when it did not answer).
+   */
+  mode?: 'root' | 'rootless';
   /** True when the provider can run sandboxes here (no required check failed). */
   ready: boolean;
   checks: Check[];
@@ -33,11 +36,15 @@ export interface DoctorReport {
 
 export function reportOf(
   provider: DoctorReport['provider'],
-  mode: DoctorReport['mode'],
+  mode: DoctorReport['mode'] | undefined,
   checks: Check[],
 ): DoctorReport {
-  const ready = checks.every((c) => !c.required || c.status === 'ok' || c.status === 'warning');
-  return { provider, mode, ready, checks };
+  // An optional feature that is missing or broken is a warning: only required checks fail.
+  const lines = checks.map((c) =>
+    c.required || c.status === 'ok' ? c : { ...c, status: 'warning' as const },
+  );
+  const ready = lines.every((c) => c.status === 'ok' || c.status === 'warning');
+  return { provider, ...(mode ? { mode } : {}), ready, checks: lines };
 }
 
 const LOOK = {
@@ -65,20 +72,17 @@ export function printReport(report: DoctorReport, json: boolean): void {
   const width = Math.max(...report.checks.map((c) => c.name.length));
   const provider =
     report.provider === 'docker'
-      ? `docker provider (${report.mode === 'root' ? 'a root engine' : 'a rootless engine'})`
-      : `local provider (bubblewrap), ${MODE_TEXT[report.mode]}`;
+      ? `docker provider${report.mode ? ` (${report.mode === 'root' ? 'an engine run as root' : 'a rootless engine'})` : ''}`
+      : `local provider (bubblewrap), ${MODE_TEXT[report.mode ?? 'rootless']}`;
   printLine(paint('bold', `abx doctor: ${provider}`));
   const indent = ' '.repeat((tty ? 2 : 9) + width + 2);
   for (const check of report.checks) {
     const look = LOOK[check.status];
     const status = tty ? paint(look.colour, look.symbol) : check.status.padEnd(8);
-    const note = check.required || check.status === 'ok' ? '' : ' (optional)';
-    printLine(`${status} ${check.name.padEnd(width)}  ${check.found}${note}`);
+    printLine(`${status} ${check.name.padEnd(width)}  ${check.found}`);
     if (check.fix && check.status !== 'ok') printLine(`${indent}fix: ${check.fix}`);
   }
-  const failed = report.checks.filter(
-    (c) => c.required && (c.status === 'missing' || c.status === 'failed'),
-  );
+  const failed = report.checks.filter((c) => c.status === 'missing' || c.status === 'failed');
   const warnings = report.checks.filter((c) => c.status !== 'ok' && !failed.includes(c)).length;
   const tail = warnings > 0 ? ` (${warnings} warning${warnings === 1 ? '' : 's'})` : '';
   printLine(
