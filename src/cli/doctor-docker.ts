@@ -5,7 +5,7 @@ import { DockerProvider } from '../providers/docker/docker-provider.js';
 import type { EngineFacts } from '../providers/docker/engine.js';
 import { portableRuntime } from '../providers/portable-runtime.js';
 import { packageInfo } from '../util/package-info.js';
-import { probe, probeFailure } from './doctor-probe.js';
+import { dockerGroupFix, probe, probeFailure } from './doctor-probe.js';
 import { type Check, type DoctorReport, reportOf } from './doctor-report.js';
 
 const ENGINE_TIMEOUT_MS = 5_000;
@@ -111,9 +111,11 @@ export async function dockerDoctor(): Promise<DoctorReport> {
         status: 'failed',
         required: true,
         found: found ?? message,
-        fix: fix
-          ? `${fix}; apt-get install docker.io to install it`
-          : 'start it (sudo systemctl start docker, or dockerd &), or point DOCKER_HOST at a running engine',
+        fix: /refused this user/.test(message)
+          ? dockerGroupFix()
+          : fix
+            ? `${fix}; apt-get install docker.io to install it`
+            : 'start it (sudo systemctl start docker, or dockerd &), or point DOCKER_HOST at a running engine',
       });
       return reportOf('docker', undefined, checks);
     }

@@ -8,7 +8,7 @@ import {
   rmSync,
 } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
-import { tmpdir, userInfo } from 'node:os';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DEFAULT_DISK_BYTES } from '../commands/template-runtime.js';
 import { dockerClient, engineAddress, probeEngine } from '../providers/docker/engine.js';
@@ -20,6 +20,7 @@ import { compileSeccompFilter } from '../providers/local/seccomp.js';
 import { packageInfo } from '../util/package-info.js';
 import {
   DAEMON_PATH,
+  dockerGroupFix,
   findProgram,
   type ProbeResult,
   probe,
@@ -57,15 +58,6 @@ function readTrimmed(path: string): string | undefined {
     return readFileSync(path, 'utf8').trim();
   } catch {
     return undefined;
-  }
-}
-
-/** This user's name, or its uid where it has no account (userInfo throws then). */
-function userName(): string {
-  try {
-    return userInfo().username;
-  } catch {
-    return String(process.getuid?.());
   }
 }
 
@@ -553,7 +545,7 @@ async function dockerEngine(root: boolean): Promise<Check> {
       required: false,
       found: `${message}; image templates cannot run`,
       fix: /refused this user/.test(message)
-        ? `add this user to the docker group (usermod -aG docker ${userName()}), or run the daemon as root`
+        ? dockerGroupFix()
         : 'start one (sudo systemctl start docker, or dockerd &), or point DOCKER_HOST at a running engine; apt-get install docker.io to install it',
     };
   } finally {

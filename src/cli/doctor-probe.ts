@@ -1,5 +1,6 @@
 import { spawn } from 'node:child_process';
 import { accessSync, constants } from 'node:fs';
+import { userInfo } from 'node:os';
 import { join } from 'node:path';
 
 /** The PATH the daemon starts sandboxes with (local provider): where it finds bwrap and friends. */
@@ -99,4 +100,16 @@ export function findProgram(name: string, path: string): string | undefined {
     }
   }
   return undefined;
+}
+
+/** What to do when the Docker engine's socket refuses this user. */
+export function dockerGroupFix(): string {
+  let name: string;
+  try {
+    name = userInfo().username;
+  } catch {
+    // a uid with no account
+    name = String(process.getuid?.());
+  }
+  return `add this user to the docker group (usermod -aG docker ${name}, then log in again), or run it as root`;
 }

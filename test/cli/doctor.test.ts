@@ -13,6 +13,8 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { probe } from '../../src/cli/doctor-probe.js';
+import { processStartTime } from '../../src/providers/local/proc.js';
 import { uidProcesses } from '../../src/providers/local/sandbox-uids.js';
 import { ensureBuilt } from '../helpers/build.js';
 import { type AbxResult, CLI, inPty, runProgram, sh } from './abx.js';
@@ -206,7 +208,10 @@ describe.skipIf(!hasBwrap)('abx doctor: the local provider', () => {
       rmSync(home, { recursive: true, force: true });
     });
 
-    const asUser = (args: string[] = []) =>
+    const asUser = (
+      args: string[] = [],
+      env: Record<string, string> = { DOCKER_HOST: NO_ENGINE },
+    ) =>
       runProgram(
         'setpriv',
         [
@@ -221,7 +226,7 @@ describe.skipIf(!hasBwrap)('abx doctor: the local provider', () => {
         ],
         {
           inheritEnv: false,
-          env: { HOME: home, ABX_HOME: join(home, '.abx'), NO_COLOR: '1', DOCKER_HOST: NO_ENGINE },
+          env: { HOME: home, ABX_HOME: join(home, '.abx'), NO_COLOR: '1', ...env },
         },
       );
 
@@ -246,6 +251,21 @@ describe.skipIf(!hasBwrap)('abx doctor: the local provider', () => {
       );
       expect(code).toBe(0);
     }, 120_000);
+
+    test.skipIf(!engineAnswers || process.env.DOCKER_HOST !== undefined)(
+      '--provider docker: the engine’s socket refuses this user: the fix is the docker group, not starting an engine; exit 1',
+      async () => {
+        const { code, stdout } = await asUser(['--provider', 'docker'], {});
+        expect(line(stdout, 'docker engine')).toMatch(
+          /^failed +docker engine +cannot use Docker: the Docker engine at \/var\/run\/docker\.sock refused this user .*\(EACCES\)$/,
+        );
+        expect(fixOf(stdout, 'docker engine')).toBe(
+          `fix: add this user to the docker group (usermod -aG docker ${uid}, then log in again), or run it as root`,
+        );
+        expect(code).toBe(1);
+      },
+      120_000,
+    );
 
     test.skipIf(!existsSync('/sys/fs/cgroup/pids/cgroup.procs'))(
       'with the cgroups the fix delegates, the cgroups line is ok',
@@ -341,4 +361,20 @@ describe('abx doctor --provider kubernetes', () => {
     );
     expect(code).toBe(1);
   }, 60_000);
+});
+
+describe('doctor probes', () => {
+  test('a probe past its timeout answers as timed out, and its whole process group is killed, even a child that holds its output open', async () => {
+    const result = await probe('/bin/sh', ['-c', 'sleep 300 & echo $!; sleep 300'], {
+      timeoutMs: 1000,
+    });
+    expect(result).toMatchObject({ ok: false, timedOut: true, code: null });
+    const child = Number(result.stdout.trim());
+    expect(child).toBeGreaterThan(0);
+    // Gone, or a zombie waiting for the host's init to reap it: either way it runs no more.
+    for (let i = 0; i < 250 && processStartTime(child); i++) {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(processStartTime(child)).toBeUndefined();
+  }, 30_000);
 });
