@@ -345,7 +345,7 @@ describe('abx doctor --provider kubernetes', () => {
     const missing = join(scratch, 'no-such-kubeconfig');
     const { code, stdout } = await doctor(['--provider', 'kubernetes'], { KUBECONFIG: missing });
     expect(stdout).toContain(
-      `problem: no kubeconfig found: KUBECONFIG names ${missing}, which does not exist; point KUBECONFIG (or --kubeconfig) at a kubeconfig file`,
+      `problem: no kubeconfig found: KUBECONFIG names ${missing}, which does not exist; set KUBECONFIG to a kubeconfig file (abx doctor also takes --kubeconfig)`,
     );
     expect(stdout).not.toMatch(/TLS|localhost:8080/);
     expect(code).toBe(1);
@@ -359,6 +359,19 @@ describe('abx doctor --provider kubernetes', () => {
     expect(report.problems[0]).toMatch(
       /^no kubeconfig found \(KUBECONFIG, ~\/\.kube\/config, in-cluster\): KUBECONFIG is not set, .*\/\.kube\/config does not exist/,
     );
+    expect(code).toBe(1);
+  }, 60_000);
+
+  test('a kubernetes daemon with no kubeconfig refuses to start with the same message, not a TLS-option error', async () => {
+    const home = mkdtempSync(join(scratch, 'home-'));
+    const { code, stderr } = await runProgram(process.execPath, [join(CLI, '..', 'daemon.js')], {
+      inheritEnv: false,
+      env: { HOME: home, ABX_HOME: join(home, '.abx'), ABX_PROVIDER: 'kubernetes' },
+    });
+    expect(stderr).toContain(
+      'abx daemon: no kubeconfig found (KUBECONFIG, ~/.kube/config, in-cluster): KUBECONFIG is not set',
+    );
+    expect(stderr).not.toMatch(/TLS|skipTLSVerify/);
     expect(code).toBe(1);
   }, 60_000);
 });

@@ -7,7 +7,7 @@ export const SERVICE_ACCOUNT_TOKEN = '/var/run/secrets/kubernetes.io/serviceacco
 
 /** What to do when no configuration is found (doctor and the daemon say the same). */
 export const KUBECONFIG_HOW =
-  'point KUBECONFIG (or --kubeconfig) at a kubeconfig file, e.g. one that `kubectl config view --raw` prints on a machine that reaches the cluster, or run the daemon in a pod with a service account';
+  'set KUBECONFIG to a kubeconfig file (abx doctor also takes --kubeconfig), e.g. one that `kubectl config view --raw` prints on a machine that reaches the cluster, or run the daemon in a pod with a service account';
 
 /**
  * Where the Kubernetes configuration would come from, looked up the way @kubernetes/client-node's
