@@ -1,9 +1,13 @@
+import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
+import { Readable } from 'node:stream';
+import type Docker from 'dockerode';
+import { SANDBOX_RUNTIME_DIR } from '../../runtime/protocol/constants.js';
 import { abxHome } from '../installation/paths.js';
 import { DockerProvider } from '../providers/docker/docker-provider.js';
-import type { EngineFacts } from '../providers/docker/engine.js';
-import { portableRuntime } from '../providers/portable-runtime.js';
+import { dockerClient, dockerMessage, type EngineFacts } from '../providers/docker/engine.js';
+import { portableRuntime, SANDBOX_NODE } from '../providers/portable-runtime.js';
 import { packageInfo } from '../util/package-info.js';
 import { dockerGroupFix, probe, probeFailure } from './doctor-probe.js';
 import { type Check, type DoctorReport, reportOf } from './doctor-report.js';
@@ -29,7 +33,7 @@ function within<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
  * The portable runtime every docker sandbox runs envd on: built (or found in the daemon's cache)
  * as the daemon would, then its Node started through its own loader and libraries.
  */
-async function runtimeCheck(): Promise<Check> {
+async function runtimeCheck(docker: Docker): Promise<Check> {
   const runtimeDir = join(packageInfo().root, 'dist', 'runtime');
   const root = process.getuid?.() === 0;
   try {
@@ -54,11 +58,26 @@ async function runtimeCheck(): Promise<Check> {
         fix: `remove ${runtime.dir} so the daemon builds it again, and check that patchelf works (apt-get install patchelf)`,
       };
     }
+    const described = `Node ${result.stdout.trim()} with ${runtime.libs.length} libraries, ${Math.round(runtime.bytes / 1024 ** 2)} MB at ${runtime.dir} (${runtime.built ? 'built now' : 'cached'})`;
+    const injected = await within(
+      runInEmptyImage(docker, runtime.dir),
+      RUNTIME_TIMEOUT_MS,
+      'a container of an empty image',
+    ).catch((error: Error) => ({ ok: false as const, why: error.message }));
+    if (!injected.ok) {
+      return {
+        name: 'portable runtime',
+        status: 'failed',
+        required: true,
+        found: `${described}; bound at ${SANDBOX_RUNTIME_DIR} in a container it did not run: ${injected.why}`,
+        fix: 'the engine must be able to bind this folder read-only into containers (a rootless engine or --userns-remap needs it readable by its uids; root’s cache is /run/abx-runtime, mode 755)',
+      };
+    }
     return {
       name: 'portable runtime',
       status: 'ok',
       required: true,
-      found: `Node ${result.stdout.trim()} with ${runtime.libs.length} libraries, ${Math.round(runtime.bytes / 1024 ** 2)} MB at ${runtime.dir} (${runtime.built ? 'built now' : 'cached'}), injected read-only at /opt/abx`,
+      found: `${described}; bound read-only at ${SANDBOX_RUNTIME_DIR} in a container of an image with no files, its Node ran (${injected.version})`,
     };
   } catch (error) {
     const message = (error as Error).message;
@@ -86,13 +105,66 @@ function engineLine(facts: EngineFacts, address: string): Check {
 }
 
 /**
+ * Runs the runtime's Node in a container of an image with no files at all (imported from an
+ * empty tar), the runtime bound read-only at /opt/abx as the provider binds it: proof that any
+ * image can run envd. The image and the container are removed, whatever happens.
+ */
+async function runInEmptyImage(
+  docker: Docker,
+  runtimeDir: string,
+): Promise<{ ok: true; version: string } | { ok: false; why: string }> {
+  const image = `abx-doctor-probe:${randomBytes(6).toString('hex')}`;
+  const [repo, tag] = image.split(':') as [string, string];
+  let container: Docker.Container | undefined;
+  try {
+    const progress = await docker.importImage(Readable.from([Buffer.alloc(10_240)]) as never, {
+      repo,
+      tag,
+    });
+    await new Promise<void>((resolve, reject) =>
+      docker.modem.followProgress(progress, (error: Error | null) =>
+        error ? reject(error) : resolve(),
+      ),
+    );
+    container = await docker.createContainer({
+      Image: image,
+      Entrypoint: [SANDBOX_NODE, '-e', 'process.stdout.write(process.version)'],
+      Cmd: [],
+      Tty: true,
+      NetworkDisabled: true,
+      Labels: { 'abx.doctor': 'probe' },
+      HostConfig: {
+        Binds: [`${runtimeDir}:${SANDBOX_RUNTIME_DIR}:ro`],
+        NetworkMode: 'none',
+      },
+    });
+    await container.start();
+    const exit = (await container.wait()) as { StatusCode?: number };
+    const output = (await container.logs({ stdout: true, stderr: true })).toString('utf8').trim();
+    if (exit.StatusCode === 0 && /^v\d+\.\d+\.\d+$/.test(output))
+      return { ok: true, version: output };
+    return { ok: false, why: `exit ${exit.StatusCode}: ${output.slice(-300)}` };
+  } catch (error) {
+    return { ok: false, why: dockerMessage(error) };
+  } finally {
+    await container?.remove({ force: true }).catch(() => undefined);
+    await docker
+      .getImage(image)
+      .remove({ force: true })
+      .catch(() => undefined);
+  }
+}
+
+/**
  * `abx doctor --provider docker`: the engine answers (DOCKER_HOST or its socket), its version and
  * whether it runs rootless, the limits it enforces (the provider's own isolation report), and the
  * portable runtime every sandbox runs envd on.
  */
 export async function dockerDoctor(): Promise<DoctorReport> {
   const root = process.getuid?.() === 0;
+  const { docker, close } = dockerClient();
   const provider = new DockerProvider({
+    docker,
     runtimeDir: join(packageInfo().root, 'dist', 'runtime'),
     ...(root ? {} : { runtimeCacheDir: join(abxHome(), 'runtime') }),
     ...(process.env.ABX_DOCKER_BASE_IMAGE ? { baseImage: process.env.ABX_DOCKER_BASE_IMAGE } : {}),
@@ -156,9 +228,10 @@ export async function dockerDoctor(): Promise<DoctorReport> {
         fix: 'use a kernel and dockerd built with seccomp (the distributions’ packages are)',
       });
     }
-    checks.push(await runtimeCheck());
+    checks.push(await runtimeCheck(docker));
     return reportOf('docker', mode, checks);
   } finally {
     await provider.close();
+    close();
   }
 }

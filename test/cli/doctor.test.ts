@@ -331,9 +331,18 @@ describe('abx doctor --provider docker', () => {
       );
       expect(line(stdout, 'portable runtime')).toMatch(
         new RegExp(
-          `^ok .*Node ${process.version} with \\d+ libraries, \\d+ MB at /run/abx-runtime/portable-`,
+          `^ok .*Node ${process.version} with \\d+ libraries, \\d+ MB at /run/abx-runtime/portable-\\S+ \\((built now|cached)\\); bound read-only at /opt/abx in a container of an image with no files, its Node ran \\(${process.version}\\)$`,
         ),
       );
+      // The probe's image and container are gone.
+      const left = execFileSync('docker', ['ps', '-a', '--filter', 'label=abx.doctor', '-q'], {
+        encoding: 'utf8',
+      });
+      expect(left.trim()).toBe('');
+      const images = execFileSync('docker', ['images', 'abx-doctor-probe', '-q'], {
+        encoding: 'utf8',
+      });
+      expect(images.trim()).toBe('');
       expect(code).toBe(0);
     },
     240_000,
