@@ -80,6 +80,8 @@ export interface EngineFacts {
   seccomp: boolean;
   /** The engine remaps container uids to a subordinate range (`dockerd --userns-remap`). */
   usernsRemap: boolean;
+  /** The engine itself runs as an unprivileged user (rootless Docker). */
+  rootless: boolean;
 }
 
 /** Fields of `GET /info` this module reads (dockerode's type lacks some of them). */
@@ -172,5 +174,6 @@ export async function probeEngine(docker: Docker): Promise<EngineFacts> {
     diskQuota: diskQuotaOf(info),
     seccomp: security.some((option) => option.includes('name=seccomp')),
     usernsRemap: security.some((option) => option.includes('name=userns')),
+    rootless: security.some((option) => option.includes('name=rootless')),
   };
 }

@@ -1,5 +1,6 @@
 import { ApiException, KubeConfig } from '@kubernetes/client-node';
 import { SandboxError, UnavailableError } from '../../errors.js';
+import { kubeconfigSource } from './kubeconfig-source.js';
 
 /** Where the provider finds its cluster. */
 export interface KubeConfigOptions {
@@ -15,6 +16,8 @@ export interface KubeConfigOptions {
 export function loadKubeConfig(options: KubeConfigOptions): KubeConfig {
   if (options.kubeConfig) return options.kubeConfig;
   const config = new KubeConfig();
+  const found = kubeconfigSource(options.kubeconfigPath);
+  if ('missing' in found) throw new UnavailableError(found.missing);
   try {
     if (options.kubeconfigPath) config.loadFromFile(options.kubeconfigPath);
     else config.loadFromDefault();

@@ -228,6 +228,16 @@ export function sweepEmptyCgroups(parent = cgroupParent(), graceMs = 60_000): nu
   return removed;
 }
 
+/**
+ * The cgroup version sandboxes' limits use here: 2 when the unified hierarchy is mounted at
+ * /sys/fs/cgroup, 1 when v1 hierarchies are (a controller-less cgroup2 beside them, systemd's
+ * hybrid layout, does not count), undefined when neither is (for `abx doctor`).
+ */
+export function cgroupVersion(): 1 | 2 | undefined {
+  if (unifiedRoot()) return 2;
+  return (['memory', 'cpu', 'pids'] as const).some((c) => v1Hierarchy(c)) ? 1 : undefined;
+}
+
 /** Which controllers this daemon can use for sandboxes (for `abx daemon status`). */
 export function cgroupSupport(parent = cgroupParent()): Record<Controller, boolean> {
   const probe = `probe-${process.pid}-${Date.now()}`;

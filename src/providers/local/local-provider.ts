@@ -78,6 +78,14 @@ export interface LocalProviderOptions {
   uidRange?: UidRange;
 }
 
+/**
+ * The Node that envd runs on in a sandbox without an image: the sandbox sees the host's /usr, so
+ * the daemon's own Node when it lives there, else Debian's.
+ */
+export function hostSandboxNode(): string {
+  return process.execPath.startsWith('/usr/') ? process.execPath : '/usr/bin/node';
+}
+
 /** What a rootless sandbox's log keeps: its start and any early failure, not a flood. */
 const LOG_CAP_BYTES = 1024 * 1024;
 
@@ -276,11 +284,7 @@ export class LocalProvider implements SandboxProvider {
       }
       const disk = spec.resources.disk ?? DEFAULT_DISK_BYTES;
       const envdArgs = [
-        image
-          ? SANDBOX_NODE
-          : process.execPath.startsWith('/usr/')
-            ? process.execPath
-            : '/usr/bin/node',
+        image ? SANDBOX_NODE : hostSandboxNode(),
         ...envdArguments(`${SANDBOX_RUN_DIR}/token`, spec, image ? ['--home', home] : []),
       ];
       const common = {
