@@ -1,8 +1,9 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { rootCertificates } from 'node:tls';
-import { InvalidArgumentError } from '../errors.js';
+import { AuthenticationError, DaemonUnavailableError, InvalidArgumentError } from '../errors.js';
 import { type ConnectionOptions, connectDaemon } from './daemon-connection.js';
 import type { DaemonInfo } from './daemon-info.js';
+import { NodeJsonClient } from './json-client.js';
 
 /** CAs a client trusts for a private control plane: the system's plus one more. */
 export interface TlsTrust {
@@ -115,4 +116,34 @@ function extraCas(): string[] {
   } catch {
     return [];
   }
+}
+
+/**
+ * How a refused key (401) reads from a remote control plane: which one refused it and where the
+ * key came from. The local daemon's own key needs no such word.
+ */
+export function keyRefused(
+  connection: ControlConnection,
+): ((error: AuthenticationError) => Error) | undefined {
+  if (connection.local) return undefined;
+  return (error) =>
+    new AuthenticationError(
+      `the API key was refused (401) by ${connection.peer}: check ABX_API_KEY (or --api-key, or the apiKey option); it said: ${error.message}`,
+      { cause: error },
+    );
+}
+
+/** A JSON client of the control plane's REST API (see json-client.ts for why not undici). */
+export function controlJsonClient(
+  connection: ControlConnection,
+  timeoutMs: number,
+): NodeJsonClient {
+  return new NodeJsonClient(
+    connection.apiUrl,
+    { authorization: `Bearer ${connection.apiKey}` },
+    timeoutMs,
+    connection.peer,
+    DaemonUnavailableError,
+    { trust: connection.trust, unauthorized: keyRefused(connection) },
+  );
 }

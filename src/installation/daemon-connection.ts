@@ -10,11 +10,10 @@ import {
 } from 'node:fs';
 import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { getGlobalDispatcher, request } from 'undici';
 import { DaemonUnavailableError } from '../errors.js';
-import { onCloseConnections } from '../util/idle-connections.js';
 import { packageInfo } from '../util/package-info.js';
 import type { DaemonInfo } from './daemon-info.js';
+import { exchange } from './json-client.js';
 import { abxHome, abxPaths } from './paths.js';
 import { readOrCreateSecret } from './secrets.js';
 
@@ -54,9 +53,6 @@ export interface DaemonConnection {
   apiKey: string;
 }
 
-// The health checks and shutdown requests below use the global dispatcher; see idle-connections.
-onCloseConnections('daemon-connection', () => getGlobalDispatcher().destroy());
-
 const DAEMON_START_TIMEOUT_MS = 20_000;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -88,9 +84,11 @@ export function isProcessAlive(pid: number): boolean {
 
 async function healthy(info: DaemonInfo): Promise<boolean> {
   try {
-    const res = await request(`${info.apiUrl}/v1/health`, { signal: AbortSignal.timeout(2000) });
-    await res.body.dump();
-    return res.statusCode === 200;
+    const answer = await exchange(new URL('/v1/health', info.apiUrl), {
+      method: 'GET',
+      timeoutMs: 2000,
+    });
+    return answer.status === 200;
   } catch {
     return false;
   }
@@ -213,12 +211,11 @@ export async function stopDaemon(home = abxHome(), timeoutMs = 15_000): Promise<
   if (!info || !isProcessAlive(info.pid)) return false;
   const apiKey = readFileSync(abxPaths(home).apiKey, 'utf8').trim();
   try {
-    const res = await request(`${info.apiUrl}/v1/shutdown`, {
+    await exchange(new URL('/v1/shutdown', info.apiUrl), {
       method: 'POST',
       headers: { authorization: `Bearer ${apiKey}` },
-      signal: AbortSignal.timeout(5000),
+      timeoutMs: 5000,
     });
-    await res.body.dump();
   } catch {
     process.kill(info.pid, 'SIGTERM');
   }

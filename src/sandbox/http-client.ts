@@ -3,13 +3,17 @@ import { SANDBOX_ID_HEADER, SANDBOX_PORT_HEADER } from '../../runtime/protocol/c
 import {
   AuthenticationError,
   DaemonUnavailableError,
-  errorFromBody,
   SandboxError,
   TimeoutError,
   UnavailableError,
   UpstreamError,
 } from '../errors.js';
-import type { ControlConnection, TlsTrust } from '../installation/control-connection.js';
+import {
+  type ControlConnection,
+  keyRefused,
+  type TlsTrust,
+} from '../installation/control-connection.js';
+import { errorFromAnswer, requestUrl, unreachableError } from '../installation/json-client.js';
 import { onCloseConnections } from '../util/idle-connections.js';
 
 type Body = Dispatcher.RequestOptions['body'];
@@ -80,16 +84,6 @@ onCloseConnections('sdk', () =>
   ),
 );
 
-/** TLS errors that mean "this client does not trust the server's certificate". */
-const UNTRUSTED = new Set([
-  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
-  'UNABLE_TO_GET_ISSUER_CERT',
-  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
-  'SELF_SIGNED_CERT_IN_CHAIN',
-  'DEPTH_ZERO_SELF_SIGNED_CERT',
-  'CERT_UNTRUSTED',
-]);
-
 /** What else an {@link HttpClient} may need: TLS trust, a better word for a refused key. */
 export interface HttpClientExtras {
   /** A private CA to trust besides the system's. */
@@ -140,11 +134,7 @@ export class HttpClient {
   }
 
   url(path: string, query?: RequestOptions['query']): string {
-    const url = new URL(path, this.baseUrl);
-    for (const [key, value] of Object.entries(query ?? {})) {
-      if (value !== undefined) url.searchParams.set(key, String(value));
-    }
-    return url.toString();
+    return requestUrl(this.baseUrl, path, query).toString();
   }
 
   /**
@@ -185,14 +175,7 @@ export class HttpClient {
         ...(options.signal ? { signal: options.signal } : {}),
       });
       if (response.statusCode >= 400) {
-        const text = await response.body.text();
-        let parsed: unknown;
-        try {
-          parsed = JSON.parse(text);
-        } catch {
-          parsed = { error: `${this.peer} answered ${response.statusCode}: ${text.slice(0, 500)}` };
-        }
-        const error = errorFromBody(response.statusCode, parsed);
+        const error = errorFromAnswer(response.statusCode, await response.body.text(), this.peer);
         if (error instanceof AuthenticationError && this.extras.unauthorized) {
           throw this.extras.unauthorized(error);
         }
@@ -235,29 +218,13 @@ export class HttpClient {
       );
     }
     if (error.name === 'AbortError') return error;
-    const code = (error as NodeJS.ErrnoException).code ?? '';
-    if (UNTRUSTED.has(code)) {
-      return new this.unreachable(
-        `${this.peer} could not be reached (${method} ${path}): its TLS certificate is not trusted here (${error.message}); set ABX_CA_CERT (or --ca-cert, or the caCert option) to the PEM file of the CA that signed it`,
-        { cause: error },
-      );
-    }
-    if (code === 'ENOTFOUND' && this.sandboxPort) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOTFOUND' && this.sandboxPort) {
       return new this.unreachable(
         `${this.peer} could not be reached at ${this.sandboxPort.origin} (${method} ${path}): the name does not resolve here (${error.message}); sandbox hosts need wildcard DNS for the control plane's domain, or set ABX_GATEWAY_URL (or the gatewayUrl option) to its gateway's address`,
         { cause: error },
       );
     }
-    if (code === 'ERR_TLS_CERT_ALTNAME_INVALID') {
-      return new this.unreachable(
-        `${this.peer} could not be reached (${method} ${path}): its TLS certificate is not valid for that name (${error.message})`,
-        { cause: error },
-      );
-    }
-    return new this.unreachable(
-      `${this.peer} could not be reached (${method} ${path}): ${error.message}`,
-      { cause: error },
-    );
+    return unreachableError(this.unreachable, this.peer, `${method} ${path}`, error);
   }
 }
 
@@ -273,17 +240,6 @@ export function daemonClient(connection: ControlConnection, timeoutMs: number): 
     connection.peer,
     undefined,
     DaemonUnavailableError,
-    {
-      trust: connection.trust,
-      ...(connection.local
-        ? {}
-        : {
-            unauthorized: (error: AuthenticationError) =>
-              new AuthenticationError(
-                `the API key was refused (401) by ${connection.peer}: check ABX_API_KEY (or --api-key, or the apiKey option); it said: ${error.message}`,
-                { cause: error },
-              ),
-          }),
-    },
+    { trust: connection.trust, unauthorized: keyRefused(connection) },
   );
 }

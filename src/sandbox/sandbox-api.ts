@@ -1,13 +1,17 @@
 import type { SandboxInfo, SandboxState, TemplateInfo } from '../../runtime/protocol/wire.js';
-import { type ControlConnection, connectControlPlane } from '../installation/control-connection.js';
+import {
+  type ControlConnection,
+  connectControlPlane,
+  controlJsonClient,
+} from '../installation/control-connection.js';
 import type { ConnectionOptions } from '../installation/daemon-connection.js';
-import { daemonClient, type HttpClient } from './http-client.js';
+import type { JsonClient } from '../installation/json-client.js';
 
 /**
  * The control plane's sandbox calls, without a {@link Sandbox} object: what `Sandbox`'s static
  * methods and the CLI's `create`, `list`, `info`, `kill` and `timeout` send. This module loads
- * only the HTTP client, so a CLI command made of these starts without the SDK's other parts
- * (the command model, the bundler, the agent tools).
+ * node:http and nothing of the SDK's other parts (undici, the command model, the bundler, the
+ * agent tools), so a CLI command made of these starts about as fast as Node itself.
  */
 
 export const DEFAULT_REQUEST_TIMEOUT_MS = 60_000;
@@ -42,14 +46,14 @@ export interface SandboxListFilter extends ConnectionOptions {
 export function controlClient(
   connection: ControlConnection,
   options: ConnectionOptions,
-): HttpClient {
-  return daemonClient(connection, options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS);
+): JsonClient {
+  return controlJsonClient(connection, options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS);
 }
 
 /** The control plane `options` name (the local daemon, started if need be, or a remote one) and a client of it. */
 export async function openControl(
   options: ConnectionOptions = {},
-): Promise<{ connection: ControlConnection; client: HttpClient }> {
+): Promise<{ connection: ControlConnection; client: JsonClient }> {
   const connection = await connectControlPlane(options);
   return { connection, client: controlClient(connection, options) };
 }
@@ -57,7 +61,7 @@ export async function openControl(
 const sandboxPath = (id: string) => `/v1/sandboxes/${encodeURIComponent(id)}`;
 
 /** Creates a sandbox; answers with its token. */
-export function createSandbox(client: HttpClient, spec: SandboxSpec): Promise<ConnectedSandbox> {
+export function createSandbox(client: JsonClient, spec: SandboxSpec): Promise<ConnectedSandbox> {
   return client.json<ConnectedSandbox>('POST', '/v1/sandboxes', {
     body: {
       ...(spec.template ? { template: spec.template } : {}),
@@ -69,13 +73,13 @@ export function createSandbox(client: HttpClient, spec: SandboxSpec): Promise<Co
 }
 
 /** A running sandbox by id, with its token. */
-export function connectSandbox(client: HttpClient, sandboxId: string): Promise<ConnectedSandbox> {
+export function connectSandbox(client: JsonClient, sandboxId: string): Promise<ConnectedSandbox> {
   return client.json<ConnectedSandbox>('POST', `${sandboxPath(sandboxId)}/connect`);
 }
 
 /** Sandboxes by state (default: the live ones), template and metadata; oldest first. */
 export async function listSandboxes(
-  client: HttpClient,
+  client: JsonClient,
   filter: SandboxListFilter = {},
 ): Promise<SandboxInfo[]> {
   const query: Record<string, string> = {};
@@ -94,19 +98,19 @@ export async function listSandboxes(
 }
 
 /** One sandbox, whatever its state. */
-export function getSandboxInfo(client: HttpClient, sandboxId: string): Promise<SandboxInfo> {
+export function getSandboxInfo(client: JsonClient, sandboxId: string): Promise<SandboxInfo> {
   return client.json<SandboxInfo>('GET', sandboxPath(sandboxId));
 }
 
 /** Kills a sandbox by id; false when it had already ended. */
-export async function killSandbox(client: HttpClient, sandboxId: string): Promise<boolean> {
+export async function killSandbox(client: JsonClient, sandboxId: string): Promise<boolean> {
   const { killed } = await client.json<{ killed: boolean }>('DELETE', sandboxPath(sandboxId));
   return killed;
 }
 
 /** Sets the time a running sandbox has left, counted from now. */
 export async function setSandboxTimeout(
-  client: HttpClient,
+  client: JsonClient,
   sandboxId: string,
   timeoutMs: number,
 ): Promise<void> {
@@ -115,7 +119,7 @@ export async function setSandboxTimeout(
 
 /** Saves a running sandbox as the template `name` (see `Sandbox.snapshot`). */
 export function snapshotSandbox(
-  client: HttpClient,
+  client: JsonClient,
   sandboxId: string,
   name: string,
 ): Promise<TemplateInfo> {

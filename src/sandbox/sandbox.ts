@@ -34,6 +34,7 @@ import {
 } from '../errors.js';
 import type { ControlConnection } from '../installation/control-connection.js';
 import type { ConnectionOptions } from '../installation/daemon-connection.js';
+import type { JsonClient } from '../installation/json-client.js';
 import { sandboxUrl } from '../installation/public-listen.js';
 import {
   type CodeContext,
@@ -150,7 +151,7 @@ export class Sandbox extends BaseSandbox {
    * `node` in the sandbox (it is there for comparison and tests).
    */
   fileTools: 'native' | 'execute' = 'native';
-  private readonly control: HttpClient;
+  private readonly control: JsonClient;
   private readonly connection: ControlConnection;
   /** How this sandbox was reached, to reach the same control plane again (kill, templates). */
   private readonly options: ConnectionOptions;
