@@ -1,9 +1,10 @@
-import { createReadStream, type Stats, statSync } from 'node:fs';
+import { createReadStream } from 'node:fs';
 import { type IncomingMessage, request } from 'node:http';
 import { Readable } from 'node:stream';
 import { packTree } from '../../runtime/envd/tar-pack.js';
-import { errorFromBody, InvalidArgumentError, TimeoutError, UpstreamError } from '../errors.js';
+import { errorFromBody, TimeoutError, UpstreamError } from '../errors.js';
 import { connectSandboxSocket } from '../providers/sandbox-socket.js';
+import { copySource } from '../util/copy-source.js';
 
 /** One JSON request to an envd over its Unix socket, from the host side. */
 export function envdRequest<T>(
@@ -173,19 +174,7 @@ export async function copyIntoSandbox(
   user?: string,
   timeoutMs = 600_000,
 ): Promise<void> {
-  let stats: Stats;
-  try {
-    stats = statSync(from);
-  } catch (error) {
-    throw new InvalidArgumentError(`cannot copy ${from}: ${(error as Error).message}`, {
-      ...((error as NodeJS.ErrnoException).code
-        ? { code: (error as NodeJS.ErrnoException).code }
-        : {}),
-    });
-  }
-  if (!stats.isFile() && !stats.isDirectory()) {
-    throw new InvalidArgumentError(`cannot copy ${from}: it is neither a file nor a folder`);
-  }
+  const stats = copySource(from);
   const route = stats.isDirectory() ? '/files/archive' : '/files/write';
   const body: Readable = stats.isDirectory()
     ? Readable.from(packTree(from, stats))

@@ -1,10 +1,11 @@
-import { existsSync, readdirSync, type Stats, statSync } from 'node:fs';
+import { existsSync, readdirSync, statSync } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import { Readable } from 'node:stream';
 import type Docker from 'dockerode';
 import { Parser, type ReadEntry, create as tarCreate } from 'tar';
 import { END_OF_ARCHIVE, entryHeader, padding } from '../../../runtime/envd/tar-format.js';
 import { InvalidArgumentError, SandboxError, TemplateBuildError } from '../../errors.js';
+import { copySource } from '../../util/copy-source.js';
 import type { ImageSource, ImageStore, SandboxHandle } from '../provider.js';
 import { SANDBOX_LABEL, SANDBOXES_DIR_LABEL } from './container-config.js';
 import { dockerMessage, engineAddress, engineError, imageNotFound, statusOf } from './engine.js';
@@ -258,19 +259,7 @@ export class DockerImageStore implements ImageStore {
   }
 
   async copyIn(handle: SandboxHandle, from: string, to: string, user: string): Promise<void> {
-    let stats: Stats;
-    try {
-      stats = statSync(from);
-    } catch (error) {
-      throw new InvalidArgumentError(`cannot copy ${from}: ${(error as Error).message}`, {
-        ...((error as NodeJS.ErrnoException).code
-          ? { code: (error as NodeJS.ErrnoException).code }
-          : {}),
-      });
-    }
-    if (!stats.isFile() && !stats.isDirectory()) {
-      throw new InvalidArgumentError(`cannot copy ${from}: it is neither a file nor a folder`);
-    }
+    const _stats = copySource(from);
     if (!handle.container) {
       throw new InvalidArgumentError(`sandbox handle of ${handle.provider} names no container`);
     }
