@@ -169,7 +169,7 @@ const again = await Sandbox.connect(sandbox.sandboxId);
 out.again = (await again.commands.run('cat /home/user/note.txt')).stdout;
 out.listed = (await Sandbox.list({ metadata: { from: 'remote-sdk' } })).map((s) => [s.sandboxId, s.state]);
 out.killed = await again.kill();
-out.after = (await Sandbox.list({ metadata: { from: 'remote-sdk' } })).map((s) => s.state);
+out.after = (await Sandbox.list({ all: true, metadata: { from: 'remote-sdk' } })).map((s) => s.state);
 console.log(JSON.stringify(out));
 `,
       );
