@@ -9,10 +9,11 @@ import {
   SandboxError,
   SandboxNotFoundError,
 } from 'e2b';
-import { afterAll, test as base, beforeAll, describe, expect } from 'vitest';
+import { afterAll, test as base, beforeAll, describe, expect, vi } from 'vitest';
 import { startDaemon } from '../../../src/installation/daemon-connection.js';
 import type { DaemonInfo } from '../../../src/installation/daemon-info.js';
 import { ApiKeys } from '../../../src/sandbox/api-keys.js';
+import { Sandbox as AbxSandbox } from '../../../src/sandbox/sandbox.js';
 import { createAbxHome } from '../../helpers/abx-home.js';
 import { call, type Json } from '../../helpers/api-call.js';
 import { ROOT } from '../../helpers/build.js';
@@ -181,6 +182,56 @@ describe('the E2B SDK drives the control API', () => {
   }, 120_000);
 });
 
+describe('more of the control API', () => {
+  test('configured only by E2B_API_URL and E2B_API_KEY, the SDK lists and connects', async ({
+    made,
+  }) => {
+    const sandbox = made(await Sandbox.create(as(adminKey)));
+    vi.stubEnv('E2B_API_URL', info.apiUrl);
+    vi.stubEnv('E2B_API_KEY', adminKey);
+    try {
+      const listed = (await Sandbox.list().nextItems()).map((item) => item.sandboxId);
+      expect(listed).toContain(sandbox.sandboxId);
+      expect((await Sandbox.connect(sandbox.sandboxId)).sandboxId).toBe(sandbox.sandboxId);
+    } finally {
+      vi.unstubAllEnvs();
+    }
+  }, 60_000);
+
+  test('connect with a timeout lengthens a sandbox’s life and never shortens it', async ({
+    made,
+  }) => {
+    const sandbox = made(await Sandbox.create({ ...as(adminKey), timeoutMs: 60_000 }));
+    await Sandbox.connect(sandbox.sandboxId, { ...as(adminKey), timeoutMs: 900_000 });
+    const lengthened = (await sandbox.getInfo()).endAt.getTime();
+    expect(lengthened - Date.now()).toBeGreaterThan(800_000);
+    await Sandbox.connect(sandbox.sandboxId, { ...as(adminKey), timeoutMs: 10_000 });
+    expect((await sandbox.getInfo()).endAt.getTime()).toBe(lengthened);
+  }, 60_000);
+
+  test('createSnapshot saves the sandbox as a template that Sandbox.create starts from; admin keys only', async ({
+    made,
+  }) => {
+    const source = made(await Sandbox.create(as(adminKey)));
+    // Written through the native SDK: the envd face is another part of the work.
+    const native = await AbxSandbox.connect(source.sandboxId, { home: abx.home });
+    await native.files.write('notes/kept.txt', 'from before the snapshot');
+    const name = `e2b-snap-${Date.now()}`;
+    const snapshot = await Sandbox.createSnapshot(source.sandboxId, { ...as(adminKey), name });
+    expect(snapshot).toEqual({ snapshotId: name, names: [name] });
+    const copy = made(await Sandbox.create(snapshot.snapshotId, as(adminKey)));
+    expect((await copy.getInfo()).templateId).toBe(name);
+    const copied = await AbxSandbox.connect(copy.sandboxId, { home: abx.home });
+    expect(await copied.files.read('notes/kept.txt')).toBe('from before the snapshot');
+
+    const key = await cliKey(`snapper-${Date.now()}`);
+    const own = made(await Sandbox.create(as(key)));
+    const refused = Sandbox.createSnapshot(own.sandboxId, { ...as(key), name: `${name}-2` });
+    await expect(refused).rejects.toBeInstanceOf(SandboxError);
+    await expect(refused).rejects.toThrow(/403: .*needs an admin API key/);
+  }, 180_000);
+});
+
 describe('API keys', () => {
   test('abx keys create --format e2b prints e2b_ and hex, which works as X-API-KEY; a key sees and kills only its own sandboxes', async ({
     made,
@@ -218,6 +269,13 @@ describe('API keys', () => {
     const refused = Sandbox.list(as(made.key)).nextItems();
     await expect(refused).rejects.toBeInstanceOf(AuthenticationError);
     await expect(refused).rejects.toThrow(/revoked/);
+    const badFormat = await call(`${info.apiUrl}/v1/keys`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${adminKey}` },
+      body: { name: 'bad-format', format: 'hex' },
+    });
+    expect(badFormat.status).toBe(400);
+    expect(badFormat.body.error).toMatch(/format must be abx .* or e2b/);
     const none = await raw('GET', '/v2/sandboxes', undefined, null);
     expect(none).toEqual({
       status: 401,
