@@ -47,6 +47,11 @@ export function mountE2bControlApi(
       const built = await templates.snapshot(record, sandboxes.controlTokenOf(id), name);
       await sandboxes.drainPool(built.spec.name);
     },
+    removeTemplate: async (name, caller) => {
+      keys.requireAdmin(caller, 'removing a template (shared by every key)');
+      await templates.remove(name);
+      await sandboxes.drainPool(name);
+    },
     domain,
   };
   return new E2bControlApi(backend, limits);

@@ -55,6 +55,8 @@ export interface E2bBackend {
   resources(template: string): Promise<TemplateResources | undefined>;
   /** Saves a running sandbox as the template `name` (admin keys only, as on /v1). */
   snapshot(id: string, name: string, caller: E2bCaller): Promise<void>;
+  /** Removes a template, a snapshot's included (admin keys only, as on /v1); 404 if none. */
+  removeTemplate(name: string, caller: E2bCaller): Promise<void>;
   /** The domain sandbox hosts end with: `{port}-{sandboxId}.{domain}` at the gateway. */
   domain(): string;
 }

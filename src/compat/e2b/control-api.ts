@@ -13,6 +13,7 @@ import {
   InvalidArgumentError,
   InvalidJsonError,
   LimitExceededError,
+  RouteNotFoundError,
   SandboxError,
   SandboxNotFoundError,
   UnsupportedMediaTypeError,
@@ -211,6 +212,12 @@ async function snapshot(call: Call): Promise<Answer> {
   return new Answer(201, { snapshotID: name, names: [name] });
 }
 
+/** `Sandbox.deleteSnapshot`: a snapshot is a template. */
+async function removeTemplate(call: Call): Promise<Answer> {
+  await call.backend.removeTemplate(call.params.id as string, call.caller);
+  return new Answer(204, undefined);
+}
+
 const ROUTES: E2bRoute[] = [
   route('POST', '/v2/sandboxes', 'Create a sandbox.', create),
   route('POST', '/sandboxes', 'Create a sandbox (older SDKs).', create),
@@ -231,10 +238,24 @@ const ROUTES: E2bRoute[] = [
     await visible(call);
     throw notYet('resuming a sandbox');
   }),
+  route('DELETE', '/templates/{id}', 'Remove a snapshot (a template).', removeTemplate),
+  route('GET', '/snapshots', 'List snapshots: not yet.', async () => {
+    throw new SandboxError(
+      'listing snapshots is not supported by abx yet: abx template list shows every template, snapshots included',
+      { status: 501, code: 'not_implemented' },
+    );
+  }),
 ];
 
 /** The first path segments this API answers; the daemon's own API keeps every other path. */
-const PREFIXES = [['sandboxes'], ['v2', 'sandboxes']];
+const PREFIXES = [
+  ['sandboxes'],
+  ['v2', 'sandboxes'],
+  ['snapshots'],
+  ['templates'],
+  ['v2', 'templates'],
+  ['v3', 'templates'],
+];
 
 /** E2B's control API, answering on the daemon's listener beside `/v1`. */
 export class E2bControlApi {
@@ -245,7 +266,7 @@ export class E2bControlApi {
     private readonly limits: BodyLimits,
   ) {}
 
-  /** Whether a request path is E2B's (`/sandboxes…`, `/v2/sandboxes…`). */
+  /** Whether a request path is E2B's (`/sandboxes…`, `/v2/sandboxes…`, `/snapshots`, `/templates…`). */
   static claims(url: string | undefined): boolean {
     const path = (url ?? '/').split('?')[0] as string;
     const segments = path.split('/').filter(Boolean);
@@ -270,7 +291,8 @@ export class E2bControlApi {
     const header = req.headers['x-api-key'];
     // Before anything else: a request without a key learns nothing, not even which paths exist.
     const caller = await this.backend.authenticate(Array.isArray(header) ? header[0] : header);
-    const { route, params } = this.table.match(
+    const { route, params } = match(
+      this.table,
       req.method ?? 'GET',
       mark < 0 ? target : target.slice(0, mark),
     );
@@ -290,6 +312,18 @@ export class E2bControlApi {
       headers: req.headers,
       ctx: call,
     })) as Answer;
+  }
+}
+
+/** The route of a request; an unknown one is named with where the served routes are listed. */
+function match(table: RouteTable<Call>, method: string, path: string) {
+  try {
+    return table.match(method, path);
+  } catch (error) {
+    if (!(error instanceof RouteNotFoundError)) throw error;
+    throw new RouteNotFoundError(
+      `abx does not serve ${method} ${path} of E2B's API (its template builds, volumes, fork and network routes are not served); docs/e2b.md lists the routes it serves`,
+    );
   }
 }
 

@@ -229,6 +229,14 @@ describe('more of the control API', () => {
     const refused = Sandbox.createSnapshot(own.sandboxId, { ...as(key), name: `${name}-2` });
     await expect(refused).rejects.toBeInstanceOf(SandboxError);
     await expect(refused).rejects.toThrow(/403: .*needs an admin API key/);
+    await expect(Sandbox.deleteSnapshot(name, as(key))).rejects.toThrow(/403: /);
+
+    expect(await Sandbox.deleteSnapshot(name, as(adminKey))).toBe(true);
+    expect(await Sandbox.deleteSnapshot(name, as(adminKey))).toBe(false);
+    await expect(Sandbox.create(name, as(adminKey))).rejects.toThrow(/404: /);
+    await expect(Sandbox.listSnapshots(as(adminKey)).nextItems()).rejects.toThrow(
+      /501: listing snapshots is not supported by abx yet/,
+    );
   }, 180_000);
 });
 
@@ -370,9 +378,14 @@ describe('bad input', () => {
       status: 404,
       body: { code: 404, message: expect.stringMatching(/inosuchsandbox00 not found/) },
     });
-    const unknownRoute = await raw('GET', '/sandboxes/x/nothing');
-    expect(unknownRoute.status).toBe(404);
-    expect(unknownRoute.body.code).toBe(404);
+    const unknownRoute = await raw('POST', '/sandboxes/x/fork', {});
+    expect(unknownRoute).toEqual({
+      status: 404,
+      body: {
+        code: 404,
+        message: expect.stringMatching(/abx does not serve POST \/sandboxes\/x\/fork of E2B's API/),
+      },
+    });
     expect(await count()).toBe(before);
   }, 60_000);
 });
