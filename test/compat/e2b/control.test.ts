@@ -19,7 +19,8 @@ import { call, type Json } from '../../helpers/api-call.js';
 import { ROOT } from '../../helpers/build.js';
 
 // The real, unmodified `e2b` package against a real daemon and real (bubblewrap) sandboxes. The
-// SDK is configured only through its documented options: apiKey and apiUrl (E2B_API_URL).
+// SDK is configured only as documented: E2B_API_URL (set for the whole file, so no call can go
+// anywhere but the daemon) and the apiKey option or E2B_API_KEY.
 
 let abx: Awaited<ReturnType<typeof createAbxHome>>;
 let info: DaemonInfo;
@@ -30,14 +31,16 @@ beforeAll(async () => {
   abx = await createAbxHome();
   info = await startDaemon(abx.home);
   adminKey = readFileSync(join(abx.home, 'api-key'), 'utf8').trim();
+  process.env.E2B_API_URL = info.apiUrl;
 }, 120_000);
 
 afterAll(async () => {
+  delete process.env.E2B_API_URL;
   await abx?.close();
 }, 120_000);
 
 /** The SDK's connection options for a key. */
-const as = (apiKey: string) => ({ apiKey, apiUrl: info.apiUrl, requestTimeoutMs: 60_000 });
+const as = (apiKey: string) => ({ apiKey, requestTimeoutMs: 60_000 });
 
 /** `abx keys create --format e2b` through the CLI: the key it prints. */
 async function cliKey(name: string, ...more: string[]): Promise<string> {
@@ -187,7 +190,6 @@ describe('more of the control API', () => {
     made,
   }) => {
     const sandbox = made(await Sandbox.create(as(adminKey)));
-    vi.stubEnv('E2B_API_URL', info.apiUrl);
     vi.stubEnv('E2B_API_KEY', adminKey);
     try {
       const listed = (await Sandbox.list().nextItems()).map((item) => item.sandboxId);
