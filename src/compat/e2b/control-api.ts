@@ -275,14 +275,19 @@ export class E2bControlApi {
 
   /** Serves one request end to end; never rejects. */
   async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    let answer: Answer;
     try {
-      answer = await this.answer(req);
-    } catch (error) {
-      if (!req.complete) await drainBody(req, this.limits);
-      answer = errorAnswer(error);
+      let answer: Answer;
+      try {
+        answer = await this.answer(req);
+      } catch (error) {
+        if (!req.complete) await drainBody(req, this.limits);
+        answer = errorAnswer(error);
+      }
+      send(res, answer);
+    } catch {
+      // The client went away mid-answer: nothing is left to tell it, and the daemon goes on.
+      res.destroy();
     }
-    send(res, answer);
   }
 
   private async answer(req: IncomingMessage): Promise<Answer> {

@@ -26,18 +26,19 @@ const STATES = ['running', 'paused'];
  * pairs were joined (what the SDK's URLSearchParams of encoded pairs gives): decoded twice.
  */
 function parseMetadata(value: string | null): Record<string, string> {
-  const metadata: Record<string, string> = {};
-  if (!value) return metadata;
+  const pairs: [string, string][] = [];
+  if (!value) return {};
   for (const [key, item] of new URLSearchParams(value)) {
     try {
-      metadata[decodeURIComponent(key)] = decodeURIComponent(item);
+      pairs.push([decodeURIComponent(key), decodeURIComponent(item)]);
     } catch {
       throw new InvalidArgumentError(
         `metadata holds ${JSON.stringify(`${key}=${item}`)}, which is not valid percent-encoding; send metadata=<urlencoded key=value&…>`,
       );
     }
   }
-  return metadata;
+  // fromEntries makes every key an own property, `__proto__` included (an assignment would not).
+  return Object.fromEntries(pairs);
 }
 
 export function parseListQuery(query: URLSearchParams): ListQuery {
