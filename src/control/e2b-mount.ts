@@ -34,9 +34,10 @@ export function mountE2bControlApi(
     kill: (id) => sandboxes.kill(id, 'killed', 'killed by request (E2B API)'),
     setTimeout: (id, timeoutMs) => sandboxes.setTimeout(id, timeoutMs),
     accessToken: (id) => sandboxes.tokenOf(id),
-    resources: async (template) => {
+    template: async (name) => {
       try {
-        return (await templates.get(template)).spec.resources;
+        const { spec } = await templates.get(name);
+        return { resources: spec.resources, network: spec.network };
       } catch {
         return undefined;
       }

@@ -14,6 +14,13 @@ export interface E2bCaller {
   maxRunning: number | null;
 }
 
+/** What a template gives each of its sandboxes: limits and network. */
+export interface E2bTemplateTraits {
+  resources: TemplateResources;
+  /** `host`: the host's network; `none`: loopback only. */
+  network: 'none' | 'host';
+}
+
 /** A sandbox as the registry holds it (the fields the E2B answers are made of). */
 export interface E2bSandboxRow {
   id: string;
@@ -51,8 +58,8 @@ export interface E2bBackend {
   setTimeout(id: string, timeoutMs: number): Promise<E2bSandboxRow>;
   /** The token a sandbox's users present to its envd (the native access token). */
   accessToken(id: string): string;
-  /** The limits of a template's sandboxes; undefined when the template is gone. */
-  resources(template: string): Promise<TemplateResources | undefined>;
+  /** What a template gives its sandboxes; undefined when there is no such template. */
+  template(name: string): Promise<E2bTemplateTraits | undefined>;
   /** Saves a running sandbox as the template `name` (admin keys only, as on /v1). */
   snapshot(id: string, name: string, caller: E2bCaller): Promise<void>;
   /** Removes a template, a snapshot's included (admin keys only, as on /v1); 404 if none. */

@@ -16,9 +16,10 @@ import {
   RouteNotFoundError,
   SandboxError,
   SandboxNotFoundError,
+  TemplateNotFoundError,
   UnsupportedMediaTypeError,
 } from '../../errors.js';
-import type { E2bBackend, E2bCaller, E2bSandboxRow } from './backend.js';
+import type { E2bBackend, E2bCaller, E2bSandboxRow, E2bTemplateTraits } from './backend.js';
 import { page, parseListQuery } from './list-query.js';
 import {
   bodyObject,
@@ -72,17 +73,36 @@ async function visible(call: Call): Promise<E2bSandboxRow> {
   return row;
 }
 
-/** Fields of create abx cannot honour: refused by name rather than ignored. */
-function refuseUnsupported(body: Record<string, unknown>): void {
+/**
+ * Fields of create abx cannot honour: refused by name rather than ignored. A value abx gives
+ * anyway (no auto-pause, the template's own network) is accepted.
+ */
+function refuseUnsupported(body: Record<string, unknown>, template: E2bTemplateTraits): void {
   const given = (field: string) => body[field] !== undefined && body[field] !== null;
-  if (optionalBoolean(body, 'autoPause') === true || given('autoResume')) {
+  const autoResume = body.autoResume as { enabled?: unknown } | null | undefined;
+  if (
+    optionalBoolean(body, 'autoPause') === true ||
+    (given('autoResume') && (typeof autoResume !== 'object' || autoResume?.enabled !== false))
+  ) {
     throw new InvalidArgumentError(
       'autoPause and autoResume are not supported by abx yet (sandboxes cannot be paused; the lifecycle issue adds it): leave them out, and a sandbox is killed at its timeout',
     );
   }
-  if (given('network') || given('allow_internet_access')) {
+  const internet = optionalBoolean(body, 'allow_internet_access');
+  if (internet !== undefined && internet !== (template.network === 'host')) {
     throw new InvalidArgumentError(
-      "network and allow_internet_access are not supported by abx yet: a sandbox's network is its template's (template.yaml network: none or host); leave them out",
+      `allow_internet_access ${internet} is not what the template gives: its sandboxes have ${template.network === 'host' ? "the host's network" : 'no network but their loopback'} (template.yaml network: ${template.network}), and abx sets no network per sandbox yet; leave it out, or use a template whose network is what you need`,
+    );
+  }
+  const network = body.network;
+  if (
+    given('network') &&
+    (typeof network !== 'object' ||
+      Array.isArray(network) ||
+      Object.keys(network as object).length > 0)
+  ) {
+    throw new InvalidArgumentError(
+      "network (egress rules) is not supported by abx yet: a sandbox's network is its template's (template.yaml network: none or host); leave it out",
     );
   }
   if (Array.isArray(body.volumeMounts) ? body.volumeMounts.length > 0 : given('volumeMounts')) {
@@ -100,7 +120,13 @@ async function create(call: Call): Promise<Answer> {
   const envs = stringMap(body, 'envVars');
   const metadata = stringMap(body, 'metadata');
   optionalBoolean(body, 'secure');
-  refuseUnsupported(body);
+  const traits = await call.backend.template(template);
+  if (!traits) {
+    throw new TemplateNotFoundError(
+      `template '${template}' does not exist: abx template list shows the templates, abx template build makes one`,
+    );
+  }
+  refuseUnsupported(body, traits);
   try {
     const row = await call.backend.create(
       { template, timeoutMs: seconds * 1000, envs, metadata },
@@ -156,7 +182,7 @@ async function list(call: Call): Promise<Answer> {
     : [];
   const { items, nextToken } = page(rows, query);
   const answer = await Promise.all(
-    items.map(async (row) => listedAnswer(row, await backend.resources(row.template))),
+    items.map(async (row) => listedAnswer(row, await backend.template(row.template))),
   );
   return new Answer(200, answer, nextToken ? { 'x-next-token': nextToken } : {});
 }
@@ -175,8 +201,8 @@ function route(
 
 async function info(call: Call): Promise<Answer> {
   const row = await visible(call);
-  const resources = await call.backend.resources(row.template);
-  return new Answer(200, detailAnswer(row, resources, call.backend.domain()));
+  const template = await call.backend.template(row.template);
+  return new Answer(200, detailAnswer(row, template, call.backend.domain()));
 }
 
 async function kill(call: Call): Promise<Answer> {

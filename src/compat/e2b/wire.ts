@@ -3,9 +3,8 @@
  * and their meaning on abx. See docs/e2b.md.
  */
 import { availableParallelism, totalmem } from 'node:os';
-import type { TemplateResources } from '../../../runtime/protocol/wire.js';
 import { InvalidArgumentError } from '../../errors.js';
-import type { E2bSandboxRow } from './backend.js';
+import type { E2bSandboxRow, E2bTemplateTraits } from './backend.js';
 
 /**
  * The envd version announced for every sandbox: the highest version e2b 2.51 switches a feature
@@ -37,7 +36,8 @@ export function sandboxAnswer(row: E2bSandboxRow, accessToken: string, domain: s
 }
 
 /** The size limits a sandbox shows: its template's, else the host's (what it may use). */
-function sizes(resources: TemplateResources | undefined) {
+function sizes(template: E2bTemplateTraits | undefined) {
+  const resources = template?.resources;
   const mb = (bytes: number) => Math.floor(bytes / (1024 * 1024));
   return {
     cpuCount:
@@ -49,7 +49,7 @@ function sizes(resources: TemplateResources | undefined) {
 }
 
 /** One entry of a list (`ListedSandbox`). */
-export function listedAnswer(row: E2bSandboxRow, resources: TemplateResources | undefined) {
+export function listedAnswer(row: E2bSandboxRow, template: E2bTemplateTraits | undefined) {
   return {
     sandboxID: row.id,
     templateID: row.template,
@@ -59,7 +59,7 @@ export function listedAnswer(row: E2bSandboxRow, resources: TemplateResources | 
     endAt: new Date(row.expiresAt).toISOString(),
     // abx has no paused sandboxes yet: what is listed runs.
     state: 'running',
-    ...sizes(resources),
+    ...sizes(template),
     envdVersion: E2B_ENVD_VERSION,
     volumeMounts: [],
   };
@@ -68,10 +68,14 @@ export function listedAnswer(row: E2bSandboxRow, resources: TemplateResources | 
 /** `GET /sandboxes/{id}` (`SandboxDetail`). */
 export function detailAnswer(
   row: E2bSandboxRow,
-  resources: TemplateResources | undefined,
+  template: E2bTemplateTraits | undefined,
   domain: string,
 ) {
-  return { ...listedAnswer(row, resources), domain };
+  return {
+    ...listedAnswer(row, template),
+    ...(template ? { allowInternetAccess: template.network === 'host' } : {}),
+    domain,
+  };
 }
 
 /** The body of a POST: a JSON object, or `{}` when empty. */

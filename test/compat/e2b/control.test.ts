@@ -200,6 +200,13 @@ describe('more of the control API', () => {
     }
   }, 60_000);
 
+  test('allowInternetAccess that matches the template is accepted, and getInfo shows it', async ({
+    made,
+  }) => {
+    const sandbox = made(await Sandbox.create({ ...as(adminKey), allowInternetAccess: false }));
+    expect((await sandbox.getInfo()).allowInternetAccess).toBe(false);
+  }, 60_000);
+
   test('connect with a timeout lengthens a sandbox’s life and never shortens it', async ({
     made,
   }) => {
@@ -361,7 +368,11 @@ describe('bad input', () => {
       [{ metadata: { a: 1 } }, /metadata\.a must be a string/],
       [{ envVars: ['A=1'] }, /envVars must be an object/],
       [{ autoPause: true }, /autoPause and autoResume are not supported/],
-      [{ allow_internet_access: true }, /allow_internet_access are not supported/],
+      [
+        { allow_internet_access: true },
+        /allow_internet_access true is not what the template gives/,
+      ],
+      [{ network: { allowOut: ['1.2.3.4'] } }, /network \(egress rules\) is not supported/],
     ];
     for (const [body, message] of cases) {
       const answer = await raw('POST', '/v2/sandboxes', body);
