@@ -9,6 +9,7 @@ import {
   SandboxError,
   SandboxNotFoundError,
 } from 'e2b';
+import fc from 'fast-check';
 import { afterAll, test as base, beforeAll, describe, expect, vi } from 'vitest';
 import { startDaemon } from '../../../src/installation/daemon-connection.js';
 import type { DaemonInfo } from '../../../src/installation/daemon-info.js';
@@ -346,6 +347,43 @@ describe('bad input', () => {
     await expect(paused).rejects.toThrow(/501: pausing a sandbox is not supported by abx yet/);
     expect((await sandbox.getInfo()).state).toBe('running');
   }, 60_000);
+
+  test('arbitrary bytes as a body, with any path under /sandboxes: a 4xx { code, message }, and the daemon goes on', async () => {
+    const before = ((await raw('GET', '/v2/sandboxes')).body as Json[]).length;
+    await fc.assert(
+      fc.asyncProperty(
+        fc.constantFrom(
+          '/v2/sandboxes',
+          '/sandboxes',
+          '/sandboxes/x/timeout',
+          '/sandboxes/x/connect',
+        ),
+        // Not a JSON object (one of those is a valid create).
+        fc.uint8Array({ minLength: 1, maxLength: 300 }).filter((bytes) => {
+          try {
+            const value = JSON.parse(Buffer.from(bytes).toString('utf8'));
+            return typeof value !== 'object' || value === null || Array.isArray(value);
+          } catch {
+            return true;
+          }
+        }),
+        async (path, bytes) => {
+          const answer = await fetch(`${info.apiUrl}${path}`, {
+            method: 'POST',
+            headers: { 'x-api-key': adminKey, 'content-type': 'application/json' },
+            body: bytes,
+          });
+          const body = await answer.json();
+          expect(answer.status).toBeGreaterThanOrEqual(400);
+          expect(answer.status).toBeLessThan(500);
+          expect(body).toEqual({ code: answer.status, message: expect.any(String) });
+        },
+      ),
+      { numRuns: 150 },
+    );
+    expect((await call(`${info.apiUrl}/v1/health`)).status).toBe(200);
+    expect(((await raw('GET', '/v2/sandboxes')).body as Json[]).length).toBe(before);
+  }, 120_000);
 
   test('malformed JSON and wrong field types: 400 { code, message } naming the field; nothing created', async () => {
     const count = async () => ((await raw('GET', '/v2/sandboxes')).body as Json[]).length;
