@@ -12,6 +12,14 @@ function countArg(value: string): number {
   return count;
 }
 
+/** Parses `--format`: abx or e2b. */
+function formatArg(value: string): 'abx' | 'e2b' {
+  if (value !== 'abx' && value !== 'e2b') {
+    throw new InvalidArgumentError('expected abx (abx_…, the default) or e2b (e2b_ and hex).');
+  }
+  return value;
+}
+
 /** `abx keys create|list|revoke`. */
 export function addKeysCommand(program: Command): void {
   const keys = withExamples(
@@ -31,23 +39,40 @@ export function addKeysCommand(program: Command): void {
       .requiredOption('--name <name>', 'what the key is for (letters, digits, . _ @ -), unique')
       .option('--admin', 'the key sees every sandbox, builds templates and manages keys')
       .option('--max-running <n>', 'the most sandboxes the key may have running at once', countArg)
+      .option(
+        '--format <format>',
+        "the key's spelling: abx (abx_…, the default) or e2b (e2b_ and hex, which E2B's SDKs accept as E2B_API_KEY)",
+        formatArg,
+      )
       .option('--json', 'print the key and its record as JSON')
       .action(
-        async (options: { name: string; admin?: boolean; maxRunning?: number; json?: boolean }) => {
+        async (options: {
+          name: string;
+          admin?: boolean;
+          maxRunning?: number;
+          format?: 'abx' | 'e2b';
+          json?: boolean;
+        }) => {
           const created = await ApiKeys.create(options.name, {
             admin: options.admin === true,
             ...(options.maxRunning === undefined ? {} : { maxRunning: options.maxRunning }),
+            ...(options.format === undefined ? {} : { format: options.format }),
           });
           if (options.json) return printJson(created);
           printLine(created.key);
+          const clients =
+            options.format === 'e2b'
+              ? 'E2B SDKs send it as E2B_API_KEY, abx clients as ABX_API_KEY'
+              : 'clients send it as ABX_API_KEY';
           process.stderr.write(
-            `made API key '${created.name}' (${created.id}${created.admin ? ', admin' : ''}${created.maxRunning === null ? '' : `, at most ${created.maxRunning} running`}): keep it now, it is not shown again; clients send it as ABX_API_KEY\n`,
+            `made API key '${created.name}' (${created.id}${created.admin ? ', admin' : ''}${created.maxRunning === null ? '' : `, at most ${created.maxRunning} running`}): keep it now, it is not shown again; ${clients}\n`,
           );
         },
       ),
     'abx keys create --name alice',
     'abx keys create --name ci --max-running 5 --json',
     'abx keys create --name ops --admin',
+    'abx keys create --name agents --format e2b   # for E2B_API_KEY',
   );
 
   withExamples(

@@ -30,7 +30,12 @@ export interface ApiContext {
 
 type ApiRoute = Route<ApiContext>;
 
-const KEY_ARGS = argList({ name: 'str', 'admin?': ['bool', false], 'maxRunning?': 'int' });
+const KEY_ARGS = argList({
+  name: 'str',
+  'admin?': ['bool', false],
+  'maxRunning?': 'int',
+  'format?': ['str', 'abx'],
+});
 
 /** The caller of a route that needs a key (the guard has authenticated it). */
 function callerOf(ctx: ApiContext): Caller {
@@ -331,7 +336,7 @@ export const API_ROUTES: ApiRoute[] = [
     path: '/v1/keys',
     group: 'api',
     summary:
-      'Make an API key: { name, admin?, maxRunning? }; the answer holds the key, shown this once. Admin keys only.',
+      'Make an API key: { name, admin?, maxRunning?, format? (abx, or e2b: e2b_ and hex) }; the answer holds the key, shown this once. Admin keys only.',
     handler: async ({ body, ctx }) => {
       // Checked before the body: a key that may not make keys learns nothing of the body's form.
       requireAdmin(ctx, 'making an API key');
@@ -340,6 +345,7 @@ export const API_ROUTES: ApiRoute[] = [
         name: args.name as string,
         admin: args.admin as boolean,
         maxRunning: (args.maxRunning as number | undefined) ?? null,
+        format: args.format as string,
       });
     },
   },

@@ -5,6 +5,7 @@ import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo, Server as NetServer } from 'node:net';
 import { join } from 'node:path';
 import { type Guard, RouteTable } from '../../runtime/server/route-table.js';
+import { E2bControlApi } from '../compat/e2b/control-api.js';
 import { errorFromBody, InvalidArgumentError, UnavailableError } from '../errors.js';
 import type { DaemonInfo } from '../installation/daemon-info.js';
 import { type AbxPaths, abxPaths } from '../installation/paths.js';
@@ -22,6 +23,7 @@ import type { SandboxProvider } from '../providers/provider.js';
 import { sandboxPortTarget } from '../providers/sandbox-socket.js';
 import { packageInfo } from '../util/package-info.js';
 import { API_ROUTES, type ApiContext } from './api-routes.js';
+import { mountE2bControlApi } from './e2b-mount.js';
 import { envdRequest, runSetupStep, setSandboxEnv } from './envd-request.js';
 import { Gateway } from './gateway.js';
 import { hashToken, sandboxToken } from './ids.js';
@@ -207,7 +209,17 @@ export class Daemon {
       shutdown: () => setImmediate(() => void this.stop()),
       gatewayUrl: () => this.gatewayOrigin,
     };
+    const e2b = mountE2bControlApi(
+      { sandboxes: this.sandboxes, templates: this.templates, keys: this.keys },
+      () => this.domain,
+      BODY_LIMITS,
+    );
     const handle = (req: IncomingMessage, res: ServerResponse) => {
+      // E2B's control API (src/compat/e2b) has its own paths, keys header and error bodies.
+      if (E2bControlApi.claims(req.url)) {
+        void e2b.handle(req, res);
+        return;
+      }
       // A context per request: the guard puts the caller its key names there for the handler.
       const context: ApiContext = { ...shared, caller: undefined };
       const guard: Guard<ApiContext> = (route, request) => {

@@ -74,14 +74,23 @@ export class KeyService {
   /** The caller of a request with this `Authorization` header; AuthenticationError if none. */
   async authenticate(header: string | string[] | undefined): Promise<Caller> {
     const key = typeof header === 'string' ? /^Bearer (.+)$/i.exec(header)?.[1] : undefined;
+    return this.authenticateKey(key, 'Authorization: Bearer <key>');
+  }
+
+  /**
+   * The caller of a key however it was sent (`X-API-KEY` for E2B's API); AuthenticationError if
+   * none. `how` says in the error how to send one.
+   */
+  async authenticateKey(key: string | undefined, how: string): Promise<Caller> {
     if (tokenMatches(key, this.bootstrapHash)) return BOOTSTRAP;
     // The lookup by hash leaks nothing useful through timing: the hash of a key nobody has.
-    const record = key?.startsWith('abx_')
-      ? await this.registry.findApiKey(hashToken(key))
-      : undefined;
+    const record =
+      key?.startsWith('abx_') || key?.startsWith('e2b_')
+        ? await this.registry.findApiKey(hashToken(key))
+        : undefined;
     if (!record || !tokenMatches(key, record.keyHash)) {
       throw new AuthenticationError(
-        `missing or wrong API key: send Authorization: Bearer <key>, a key from abx keys create or the key in ${this.bootstrapFile} on the daemon's host`,
+        `missing or wrong API key: send ${how}, a key from abx keys create or the key in ${this.bootstrapFile} on the daemon's host`,
       );
     }
     if (record.revokedAt !== null) {
@@ -122,8 +131,15 @@ export class KeyService {
     name: string;
     admin: boolean;
     maxRunning: number | null;
+    /** `abx` (default): `abx_` and base64url; `e2b`: `e2b_` and hex, the form E2B's SDKs check for. */
+    format?: string;
   }): Promise<ApiKeyInfo & { key: string }> {
-    const { name, admin, maxRunning } = request;
+    const { name, admin, maxRunning, format = 'abx' } = request;
+    if (format !== 'abx' && format !== 'e2b') {
+      throw new InvalidArgumentError(
+        `format must be abx (abx_ and base64url, the default) or e2b (e2b_ and hex, which E2B's SDKs accept as E2B_API_KEY), not ${JSON.stringify(format)}`,
+      );
+    }
     if (!NAME.test(name)) {
       throw new InvalidArgumentError(
         `name must be 1 to 64 letters, digits, '.', '_', '@' or '-', starting with a letter or digit, not ${JSON.stringify(name)}`,
@@ -137,7 +153,11 @@ export class KeyService {
         `maxRunning must be a whole number from 1 to ${MAX_RUNNING_LIMIT} (or absent: no limit), not ${JSON.stringify(maxRunning)}`,
       );
     }
-    const key = `abx_${randomBytes(32).toString('base64url')}`;
+    // 32 random bytes either way; only the spelling differs. Both are looked up by their hash.
+    const key =
+      format === 'e2b'
+        ? `e2b_${randomBytes(32).toString('hex')}`
+        : `abx_${randomBytes(32).toString('base64url')}`;
     const record: ApiKeyRecord = {
       id: newKeyId(),
       name,

@@ -18,14 +18,20 @@ export const ApiKeys = {
   /** Makes a key; `key` in the answer is the key itself, which the control plane never shows again. */
   async create(
     name: string,
-    options: ConnectionOptions & { admin?: boolean; maxRunning?: number } = {},
+    options: ConnectionOptions & {
+      admin?: boolean;
+      maxRunning?: number;
+      /** `abx` (default, `abx_…`) or `e2b` (`e2b_` and hex, for E2B's SDKs' `E2B_API_KEY`). */
+      format?: 'abx' | 'e2b';
+    } = {},
   ): Promise<ApiKeyInfo & { key: string }> {
-    const { admin, maxRunning } = options;
+    const { admin, maxRunning, format } = options;
     return (await client(options)).json<ApiKeyInfo & { key: string }>('POST', '/v1/keys', {
       body: {
         name,
         ...(admin === undefined ? {} : { admin }),
         ...(maxRunning === undefined ? {} : { maxRunning }),
+        ...(format === undefined ? {} : { format }),
       },
     });
   },

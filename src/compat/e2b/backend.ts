@@ -1,0 +1,69 @@
+/**
+ * What the E2B control API needs of abx, declared here so this layer never imports the control
+ * plane: the daemon hands it an object built from its own services (src/control/e2b-mount.ts).
+ * Every call lands on the native service, registry and key store; the layer keeps no state.
+ */
+import type { TemplateResources } from '../../../runtime/protocol/wire.js';
+
+/** Who sent a request: the key its `X-API-KEY` names. */
+export interface E2bCaller {
+  /** The key's id; null for the daemon's own key. */
+  keyId: string | null;
+  name: string;
+  admin: boolean;
+  maxRunning: number | null;
+}
+
+/** What a template gives each of its sandboxes: limits and network. */
+export interface E2bTemplateTraits {
+  resources: TemplateResources;
+  /** `host`: the host's network; `none`: loopback only. */
+  network: 'none' | 'host';
+}
+
+/** A sandbox as the registry holds it (the fields the E2B answers are made of). */
+export interface E2bSandboxRow {
+  id: string;
+  template: string;
+  state: string;
+  metadata: Record<string, string>;
+  createdAt: number;
+  expiresAt: number;
+  owner: string | null;
+}
+
+export interface E2bBackend {
+  /** The caller a key names; AuthenticationError (401) for a missing, wrong or revoked key. */
+  authenticate(key: string | undefined): Promise<E2bCaller>;
+  /** Creates a running sandbox for the caller (LimitExceededError at its `maxRunning`). */
+  create(
+    request: {
+      template: string;
+      timeoutMs?: number;
+      envs: Record<string, string>;
+      metadata: Record<string, string>;
+    },
+    caller: E2bCaller,
+  ): Promise<E2bSandboxRow>;
+  /** The row of a sandbox as it is, or undefined; a running one whose processes died reads dead. */
+  get(id: string): Promise<E2bSandboxRow | undefined>;
+  /** Running sandboxes, oldest first; of one key only with `owner`. */
+  listRunning(filter: {
+    owner?: string;
+    metadata: Record<string, string>;
+  }): Promise<E2bSandboxRow[]>;
+  /** Kills a running sandbox; false when it had ended already. */
+  kill(id: string): Promise<boolean>;
+  /** Sets the time left of a running sandbox. */
+  setTimeout(id: string, timeoutMs: number): Promise<E2bSandboxRow>;
+  /** The token a sandbox's users present to its envd (the native access token). */
+  accessToken(id: string): string;
+  /** What a template gives its sandboxes; undefined when there is no such template. */
+  template(name: string): Promise<E2bTemplateTraits | undefined>;
+  /** Saves a running sandbox as the template `name` (admin keys only, as on /v1). */
+  snapshot(id: string, name: string, caller: E2bCaller): Promise<void>;
+  /** Removes a template, a snapshot's included (admin keys only, as on /v1); 404 if none. */
+  removeTemplate(name: string, caller: E2bCaller): Promise<void>;
+  /** The domain sandbox hosts end with: `{port}-{sandboxId}.{domain}` at the gateway. */
+  domain(): string;
+}

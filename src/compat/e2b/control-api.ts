@@ -1,0 +1,407 @@
+/**
+ * E2B's control API on the daemon's listener, translated onto abx's native services: what the
+ * unmodified `e2b` SDK calls with `E2B_API_URL` pointing at the daemon. Keys are abx's API keys
+ * (sent as `X-API-KEY`), with the ownership rules of `/v1`; errors are E2B's `{ code, message }`
+ * with the status the SDK turns into its own exception. See docs/e2b.md.
+ */
+import { isUtf8 } from 'node:buffer';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { type BodyLimits, bodyChunks, drainBody, readBody } from '../../../runtime/server/http.js';
+import { type Route, RouteTable } from '../../../runtime/server/route-table.js';
+import {
+  errorResponse,
+  InvalidArgumentError,
+  InvalidJsonError,
+  LimitExceededError,
+  RouteNotFoundError,
+  SandboxError,
+  SandboxNotFoundError,
+  TemplateNotFoundError,
+  UnsupportedMediaTypeError,
+} from '../../errors.js';
+import type { E2bBackend, E2bCaller, E2bSandboxRow, E2bTemplateTraits } from './backend.js';
+import { page, parseListQuery } from './list-query.js';
+import {
+  bodyObject,
+  DEFAULT_TIMEOUT_SECONDS,
+  detailAnswer,
+  listedAnswer,
+  optionalBoolean,
+  optionalString,
+  sandboxAnswer,
+  stringMap,
+  timeoutSeconds,
+} from './wire.js';
+
+/** An answer other than `200` JSON: a status, a body (undefined: none) and headers. */
+class Answer {
+  constructor(
+    readonly status: number,
+    readonly body: unknown,
+    readonly headers: Record<string, string> = {},
+  ) {}
+}
+
+interface Call {
+  params: Record<string, string>;
+  query: URLSearchParams;
+  body: Record<string, unknown>;
+  caller: E2bCaller;
+  backend: E2bBackend;
+}
+
+type E2bRoute = Route<Call>;
+
+/** Refused until the lifecycle issue gives abx paused sandboxes (a clear error, never a hang). */
+function notYet(what: string): SandboxError {
+  return new SandboxError(
+    `${what} is not supported by abx yet: abx sandboxes cannot be paused (the lifecycle issue adds it); keep the sandbox running (setTimeout) or kill it`,
+    { status: 501, code: 'not_implemented' },
+  );
+}
+
+/**
+ * The caller's running sandbox of that id. Another key's sandbox and one that has ended answer
+ * exactly like an id that never existed (404), so a key learns nothing of the others'.
+ */
+async function visible(call: Call): Promise<E2bSandboxRow> {
+  const id = call.params.id as string;
+  const row = await call.backend.get(id);
+  if (!row || (!call.caller.admin && row.owner !== call.caller.keyId) || row.state !== 'running') {
+    throw new SandboxNotFoundError(`sandbox ${id} not found: it does not exist or is not running`);
+  }
+  return row;
+}
+
+/**
+ * Fields of create abx cannot honour: refused by name rather than ignored. A value abx gives
+ * anyway (no auto-pause, the template's own network) is accepted.
+ */
+function refuseUnsupported(body: Record<string, unknown>, template: E2bTemplateTraits): void {
+  const given = (field: string) => body[field] !== undefined && body[field] !== null;
+  const autoResume = body.autoResume as { enabled?: unknown } | null | undefined;
+  if (
+    optionalBoolean(body, 'autoPause') === true ||
+    (given('autoResume') && (typeof autoResume !== 'object' || autoResume?.enabled !== false))
+  ) {
+    throw new InvalidArgumentError(
+      'autoPause and autoResume are not supported by abx yet (sandboxes cannot be paused; the lifecycle issue adds it): leave them out, and a sandbox is killed at its timeout',
+    );
+  }
+  const internet = optionalBoolean(body, 'allow_internet_access');
+  if (internet !== undefined && internet !== (template.network === 'host')) {
+    throw new InvalidArgumentError(
+      `allow_internet_access ${internet} is not what the template gives: its sandboxes have ${template.network === 'host' ? "the host's network" : 'no network but their loopback'} (template.yaml network: ${template.network}), and abx sets no network per sandbox yet; leave it out, or use a template whose network is what you need`,
+    );
+  }
+  const network = body.network;
+  if (
+    given('network') &&
+    (typeof network !== 'object' ||
+      Array.isArray(network) ||
+      Object.keys(network as object).length > 0)
+  ) {
+    throw new InvalidArgumentError(
+      "network (egress rules) is not supported by abx yet: a sandbox's network is its template's (template.yaml network: none or host); leave it out",
+    );
+  }
+  if (Array.isArray(body.volumeMounts) ? body.volumeMounts.length > 0 : given('volumeMounts')) {
+    throw new InvalidArgumentError('volumeMounts are not supported by abx: leave them out');
+  }
+  if (given('mcp')) {
+    throw new InvalidArgumentError('mcp (the MCP gateway) is not supported by abx: leave it out');
+  }
+}
+
+async function create(call: Call): Promise<Answer> {
+  const body = call.body;
+  const template = optionalString(body, 'templateID') ?? 'base';
+  const seconds = timeoutSeconds(body) ?? DEFAULT_TIMEOUT_SECONDS;
+  const envs = stringMap(body, 'envVars');
+  const metadata = stringMap(body, 'metadata');
+  optionalBoolean(body, 'secure');
+  const traits = await call.backend.template(template);
+  if (!traits) {
+    throw new TemplateNotFoundError(
+      `template '${template}' does not exist: abx template list shows the templates, abx template build makes one`,
+    );
+  }
+  refuseUnsupported(body, traits);
+  try {
+    const row = await call.backend.create(
+      { template, timeoutMs: seconds * 1000, envs, metadata },
+      call.caller,
+    );
+    return new Answer(
+      201,
+      sandboxAnswer(row, call.backend.accessToken(row.id), call.backend.domain()),
+    );
+  } catch (error) {
+    if (error instanceof LimitExceededError) throw await withRetryAfter(error, call);
+    throw error;
+  }
+}
+
+/**
+ * A key at its limit may create again once one of its sandboxes ends: at the latest when the first
+ * of them expires. `Retry-After` says when, so the SDK retries only when that is near.
+ */
+async function withRetryAfter(error: LimitExceededError, call: Call): Promise<Answer> {
+  const owner = call.caller.keyId;
+  const rows = owner === null ? [] : await call.backend.listRunning({ owner, metadata: {} });
+  const first = Math.min(...rows.map((row) => row.expiresAt));
+  const headers: Record<string, string> = Number.isFinite(first)
+    ? { 'retry-after': String(Math.max(1, Math.ceil((first - Date.now()) / 1000))) }
+    : {};
+  return new Answer(429, { code: 429, message: error.message }, headers);
+}
+
+async function connect(call: Call): Promise<Answer> {
+  const row = await visible(call);
+  const seconds = timeoutSeconds(call.body);
+  optionalBoolean(call.body, 'memory');
+  // As E2B's connect: the lifetime may grow, never shrink.
+  const current =
+    seconds !== undefined && row.expiresAt < Date.now() + seconds * 1000
+      ? await call.backend.setTimeout(row.id, seconds * 1000)
+      : row;
+  return new Answer(
+    200,
+    sandboxAnswer(current, call.backend.accessToken(row.id), call.backend.domain()),
+  );
+}
+
+async function list(call: Call): Promise<Answer> {
+  const query = parseListQuery(call.query);
+  const { caller, backend } = call;
+  const rows = query.running
+    ? await backend.listRunning({
+        ...(caller.admin ? {} : { owner: caller.keyId as string }),
+        metadata: query.metadata,
+      })
+    : [];
+  const { items, nextToken } = page(rows, query);
+  const answer = await Promise.all(
+    items.map(async (row) => listedAnswer(row, await backend.template(row.template))),
+  );
+  return new Answer(200, answer, nextToken ? { 'x-next-token': nextToken } : {});
+}
+
+const snapshotName = (id: string) => `snapshot-${id}-${Date.now().toString(36)}`;
+
+/** A route of this API: its handler gets the call (caller, parameters, body). */
+function route(
+  method: E2bRoute['method'],
+  path: string,
+  summary: string,
+  run: (call: Call) => Promise<Answer>,
+): E2bRoute {
+  return { method, path, group: 'e2b', summary, handler: ({ ctx }) => run(ctx) };
+}
+
+async function info(call: Call): Promise<Answer> {
+  const row = await visible(call);
+  const template = await call.backend.template(row.template);
+  return new Answer(200, detailAnswer(row, template, call.backend.domain()));
+}
+
+async function kill(call: Call): Promise<Answer> {
+  const row = await visible(call);
+  if (!(await call.backend.kill(row.id))) {
+    throw new SandboxNotFoundError(`sandbox ${row.id} not found: it ended meanwhile`);
+  }
+  return new Answer(204, undefined);
+}
+
+async function setTimeoutOf(call: Call): Promise<Answer> {
+  const row = await visible(call);
+  const seconds = timeoutSeconds(call.body);
+  if (seconds === undefined) {
+    throw new InvalidArgumentError(
+      `timeout is required: the seconds from now until sandbox ${row.id} is killed, 1 to 86400`,
+    );
+  }
+  await call.backend.setTimeout(row.id, seconds * 1000);
+  return new Answer(204, undefined);
+}
+
+/** abx measures no metrics over time yet: an empty list, which the SDK reads as none. */
+async function metrics(call: Call): Promise<Answer> {
+  await visible(call);
+  return new Answer(200, []);
+}
+
+async function snapshot(call: Call): Promise<Answer> {
+  const row = await visible(call);
+  const name = optionalString(call.body, 'name') ?? snapshotName(row.id);
+  await call.backend.snapshot(row.id, name, call.caller);
+  return new Answer(201, { snapshotID: name, names: [name] });
+}
+
+/** `Sandbox.deleteSnapshot`: a snapshot is a template. */
+async function removeTemplate(call: Call): Promise<Answer> {
+  await call.backend.removeTemplate(call.params.id as string, call.caller);
+  return new Answer(204, undefined);
+}
+
+const ROUTES: E2bRoute[] = [
+  route('POST', '/v2/sandboxes', 'Create a sandbox.', create),
+  route('POST', '/sandboxes', 'Create a sandbox (older SDKs).', create),
+  route('GET', '/v2/sandboxes', 'List running sandboxes, a page at a time.', list),
+  route('GET', '/sandboxes', 'List running sandboxes (older SDKs).', list),
+  route('POST', '/v2/sandboxes/{id}/connect', 'Connect to a running sandbox.', connect),
+  route('POST', '/sandboxes/{id}/connect', 'Connect (older SDKs).', connect),
+  route('GET', '/sandboxes/{id}', 'One sandbox.', info),
+  route('DELETE', '/sandboxes/{id}', 'Kill a sandbox.', kill),
+  route('POST', '/sandboxes/{id}/timeout', 'Set the time left.', setTimeoutOf),
+  route('GET', '/sandboxes/{id}/metrics', 'Metrics: none measured yet.', metrics),
+  route('POST', '/sandboxes/{id}/snapshots', 'Save a sandbox as a template.', snapshot),
+  route('POST', '/sandboxes/{id}/pause', 'Pause: not yet.', async (call) => {
+    await visible(call);
+    throw notYet('pausing a sandbox');
+  }),
+  route('POST', '/sandboxes/{id}/resume', 'Resume: not yet.', async (call) => {
+    await visible(call);
+    throw notYet('resuming a sandbox');
+  }),
+  route('DELETE', '/templates/{id}', 'Remove a snapshot (a template).', removeTemplate),
+  route('GET', '/snapshots', 'List snapshots: not yet.', async () => {
+    throw new SandboxError(
+      'listing snapshots is not supported by abx yet: abx template list shows every template, snapshots included',
+      { status: 501, code: 'not_implemented' },
+    );
+  }),
+];
+
+/** The first path segments this API answers; the daemon's own API keeps every other path. */
+const PREFIXES = [
+  ['sandboxes'],
+  ['v2', 'sandboxes'],
+  ['snapshots'],
+  ['templates'],
+  ['v2', 'templates'],
+  ['v3', 'templates'],
+];
+
+/** E2B's control API, answering on the daemon's listener beside `/v1`. */
+export class E2bControlApi {
+  private readonly table = new RouteTable<Call>(ROUTES);
+
+  constructor(
+    private readonly backend: E2bBackend,
+    private readonly limits: BodyLimits,
+  ) {}
+
+  /** Whether a request path is E2B's (`/sandboxes…`, `/v2/sandboxes…`, `/snapshots`, `/templates…`). */
+  static claims(url: string | undefined): boolean {
+    const path = (url ?? '/').split('?')[0] as string;
+    const segments = path.split('/').filter(Boolean);
+    return PREFIXES.some((prefix) => prefix.every((part, i) => segments[i] === part));
+  }
+
+  /** Serves one request end to end; never rejects. */
+  async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    try {
+      let answer: Answer;
+      try {
+        answer = await this.answer(req);
+      } catch (error) {
+        if (!req.complete) await drainBody(req, this.limits);
+        answer = errorAnswer(error);
+      }
+      send(res, answer);
+    } catch {
+      // The client went away mid-answer: nothing is left to tell it, and the daemon goes on.
+      res.destroy();
+    }
+  }
+
+  private async answer(req: IncomingMessage): Promise<Answer> {
+    const target = req.url ?? '/';
+    const mark = target.indexOf('?');
+    const header = req.headers['x-api-key'];
+    // Before anything else: a request without a key learns nothing, not even which paths exist.
+    const caller = await this.backend.authenticate(Array.isArray(header) ? header[0] : header);
+    const { route, params } = match(
+      this.table,
+      req.method ?? 'GET',
+      mark < 0 ? target : target.slice(0, mark),
+    );
+    const bytes = await readBody(req, this.limits);
+    const query = new URLSearchParams(mark < 0 ? '' : target.slice(mark + 1));
+    const body = route.method === 'POST' ? bodyObject(parseJson(bytes, req)) : {};
+    const call: Call = { params, query, body, caller, backend: this.backend };
+    return (await route.handler({
+      method: route.method,
+      path: target,
+      params,
+      query,
+      body,
+      args: {},
+      stream: () => bodyChunks(req, this.limits),
+      closed: new AbortController().signal,
+      headers: req.headers,
+      ctx: call,
+    })) as Answer;
+  }
+}
+
+/** The route of a request; an unknown one is named with where the served routes are listed. */
+function match(table: RouteTable<Call>, method: string, path: string) {
+  try {
+    return table.match(method, path);
+  } catch (error) {
+    if (!(error instanceof RouteNotFoundError)) throw error;
+    throw new RouteNotFoundError(
+      `abx does not serve ${method} ${path} of E2B's API (its template builds, volumes, fork and network routes are not served); docs/e2b.md lists the routes it serves`,
+    );
+  }
+}
+
+function parseJson(bytes: Buffer, req: IncomingMessage): unknown {
+  if (bytes.length === 0) return undefined;
+  const type = req.headers['content-type'];
+  if (type !== undefined && !/^application\/(?:[\w.+-]+\+)?json\s*(?:;|$)/i.test(type)) {
+    throw new UnsupportedMediaTypeError(
+      `the body is declared as ${JSON.stringify(type)}; send JSON with Content-Type: application/json`,
+    );
+  }
+  if (!isUtf8(bytes)) throw new InvalidJsonError('the request body is not valid UTF-8 JSON');
+  try {
+    return JSON.parse(bytes.toString('utf8'));
+  } catch (error) {
+    throw new InvalidJsonError(
+      `the request body is not valid JSON (${(error as Error).message}); send a JSON object with Content-Type: application/json`,
+    );
+  }
+}
+
+/** Any error as E2B's `{ code, message }`, `code` being the HTTP status as the SDK reads it. */
+function errorAnswer(error: unknown): Answer {
+  if (error instanceof Answer) return error;
+  const { status, body } = errorResponse(error);
+  const headers: Record<string, string> =
+    status === 405 && error instanceof SandboxError && Array.isArray(error.details.allow)
+      ? { allow: (error.details.allow as string[]).join(', ') }
+      : {};
+  return new Answer(status, { code: status, message: body.error }, headers);
+}
+
+function send(res: ServerResponse, answer: Answer): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  if (answer.body === undefined) {
+    res.writeHead(answer.status, answer.headers).end();
+    return;
+  }
+  const text = JSON.stringify(answer.body);
+  res
+    .writeHead(answer.status, {
+      ...answer.headers,
+      'content-type': 'application/json',
+      'content-length': Buffer.byteLength(text),
+    })
+    .end(text);
+}

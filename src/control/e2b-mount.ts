@@ -1,0 +1,59 @@
+import type { BodyLimits } from '../../runtime/server/http.js';
+import type { E2bBackend } from '../compat/e2b/backend.js';
+import { E2bControlApi } from '../compat/e2b/control-api.js';
+import type { KeyService } from './key-service.js';
+import type { SandboxService } from './sandbox-service.js';
+import type { TemplateService } from './template-service.js';
+
+/**
+ * E2B's control API over this daemon's services: the compatibility layer declares what it needs
+ * (E2bBackend) and this is the one place that answers it with the native services, so the layer
+ * adds no state of its own and the native API is untouched.
+ */
+export function mountE2bControlApi(
+  services: { sandboxes: SandboxService; templates: TemplateService; keys: KeyService },
+  domain: () => string,
+  limits: BodyLimits,
+): E2bControlApi {
+  const { sandboxes, templates, keys } = services;
+  const backend: E2bBackend = {
+    authenticate: (key) => keys.authenticateKey(key, 'X-API-KEY: <key> (E2B_API_KEY)'),
+    create: async (request, caller) =>
+      (
+        await sandboxes.create(
+          request,
+          caller.keyId === null
+            ? undefined
+            : { keyId: caller.keyId, name: caller.name, maxRunning: caller.maxRunning },
+        )
+      ).record,
+    // `get` notices a running row whose processes died, and records it dead.
+    get: (id) => sandboxes.get(id).catch(() => undefined),
+    listRunning: ({ owner, metadata }) =>
+      sandboxes.list({ state: 'running', metadata, ...(owner === undefined ? {} : { owner }) }),
+    kill: (id) => sandboxes.kill(id, 'killed', 'killed by request (E2B API)'),
+    setTimeout: (id, timeoutMs) => sandboxes.setTimeout(id, timeoutMs),
+    accessToken: (id) => sandboxes.tokenOf(id),
+    template: async (name) => {
+      try {
+        const { spec } = await templates.get(name);
+        return { resources: spec.resources, network: spec.network };
+      } catch {
+        return undefined;
+      }
+    },
+    snapshot: async (id, name, caller) => {
+      keys.requireAdmin(caller, 'saving a sandbox as a template (shared by every key)');
+      const record = await sandboxes.running(id);
+      const built = await templates.snapshot(record, sandboxes.controlTokenOf(id), name);
+      await sandboxes.drainPool(built.spec.name);
+    },
+    removeTemplate: async (name, caller) => {
+      keys.requireAdmin(caller, 'removing a template (shared by every key)');
+      await templates.remove(name);
+      await sandboxes.drainPool(name);
+    },
+    domain,
+  };
+  return new E2bControlApi(backend, limits);
+}

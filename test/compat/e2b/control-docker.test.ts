@@ -1,0 +1,72 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { Sandbox, SandboxNotFoundError } from 'e2b';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { startDaemon } from '../../../src/installation/daemon-connection.js';
+import type { DaemonInfo } from '../../../src/installation/daemon-info.js';
+import { createAbxHome } from '../../helpers/abx-home.js';
+import { DEBIAN_IMAGE, dockerEngine, ensureDebianImage } from '../../helpers/docker-images.js';
+
+// The control API does not depend on the provider; this runs its lifecycle once on a daemon whose
+// sandboxes are Docker containers, with the real `e2b` package. Skipped, saying why, only when no
+// Docker engine answers.
+const engine = await dockerEngine();
+
+if (!engine.docker) {
+  describe.skip(`E2B control API on Docker: skipped, ${engine.reason}`, () => {
+    test('lifecycle', () => undefined);
+  });
+} else {
+  const docker = engine.docker;
+  let abx: Awaited<ReturnType<typeof createAbxHome>>;
+  let info: DaemonInfo;
+  let apiKey: string;
+  const made: string[] = [];
+
+  beforeAll(async () => {
+    await ensureDebianImage(docker);
+    // The daemon started below inherits these.
+    process.env.ABX_PROVIDER = 'docker';
+    process.env.ABX_DOCKER_BASE_IMAGE = DEBIAN_IMAGE;
+    process.env.ABX_WARM_POOL = '0';
+    abx = await createAbxHome();
+    info = await startDaemon(abx.home);
+    apiKey = readFileSync(join(abx.home, 'api-key'), 'utf8').trim();
+    // The SDK's documented way to name the API: no call can go anywhere but the daemon.
+    process.env.E2B_API_URL = info.apiUrl;
+  }, 900_000);
+
+  afterAll(async () => {
+    for (const id of made) await Sandbox.kill(id, { apiKey }).catch(() => {});
+    await abx?.close();
+    delete process.env.E2B_API_URL;
+    delete process.env.ABX_PROVIDER;
+    delete process.env.ABX_DOCKER_BASE_IMAGE;
+    delete process.env.ABX_WARM_POOL;
+  }, 120_000);
+
+  /** Containers of one sandbox (the provider labels each with its sandbox id). */
+  const containersOf = async (id: string) =>
+    (await docker.listContainers({ all: true })).filter((container) =>
+      Object.values(container.Labels ?? {}).includes(id),
+    );
+
+  test('create, info, list, connect and kill drive Docker containers', async () => {
+    const options = { apiKey };
+    const sandbox = await Sandbox.create({ ...options, metadata: { on: 'docker' } });
+    made.push(sandbox.sandboxId);
+    expect(await containersOf(sandbox.sandboxId)).toHaveLength(1);
+    expect(await sandbox.getInfo()).toMatchObject({
+      sandboxId: sandbox.sandboxId,
+      templateId: 'base',
+      state: 'running',
+      metadata: { on: 'docker' },
+    });
+    const listed = await Sandbox.list({ ...options, query: { metadata: { on: 'docker' } } });
+    expect((await listed.nextItems()).map((item) => item.sandboxId)).toEqual([sandbox.sandboxId]);
+    expect((await Sandbox.connect(sandbox.sandboxId, options)).sandboxId).toBe(sandbox.sandboxId);
+    expect(await sandbox.kill()).toBe(true);
+    expect(await containersOf(sandbox.sandboxId)).toEqual([]);
+    await expect(sandbox.getInfo()).rejects.toBeInstanceOf(SandboxNotFoundError);
+  }, 300_000);
+}
