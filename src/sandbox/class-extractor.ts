@@ -256,7 +256,7 @@ function describe(node: AstNode): TopStatement {
     case 'ImportDeclaration':
       return statement(
         'import',
-        (node.specifiers as AstNode[]).map((s) => name(s.local)),
+        (node.specifiers as AstNode[]).map((s) => identifierName(s.local)),
         [],
       );
     case 'ExportAllDeclaration':
@@ -280,7 +280,7 @@ function describe(node: AstNode): TopStatement {
     }
     case 'FunctionDeclaration':
     case 'ClassDeclaration':
-      return statement('declaration', node.id ? [name(node.id)] : [], [node]);
+      return statement('declaration', node.id ? [identifierName(node.id)] : [], [node]);
     case 'VariableDeclaration': {
       const declarations = node.declarations as AstNode[];
       const names = declarations.flatMap((d) => boundNames(d.id as AstNode));
@@ -309,18 +309,21 @@ function isRequire(node: AstNode): boolean {
   return args.length === 1 && args[0] !== undefined && isRequire(args[0]);
 }
 
-function name(node: unknown): string {
+function identifierName(node: unknown): string {
   return (node as { name: string }).name;
 }
 
 /** `[local, exported]` of `export { a, b as c }` and `export default a`. */
 function exportedLocals(node: AstNode): [string, string][] {
   if (node.type === 'ExportDefaultDeclaration') {
-    return [[name(node.declaration), 'default']];
+    return [[identifierName(node.declaration), 'default']];
   }
   return (node.specifiers as AstNode[]).map((s) => {
     const exported = s.exported as AstNode;
-    return [name(s.local), exported.type === 'Literal' ? String(exported.value) : name(exported)];
+    return [
+      identifierName(s.local),
+      exported.type === 'Literal' ? String(exported.value) : identifierName(exported),
+    ];
   });
 }
 
@@ -329,7 +332,7 @@ function boundNames(pattern: AstNode | null | undefined): string[] {
   if (!pattern) return [];
   switch (pattern.type) {
     case 'Identifier':
-      return [name(pattern)];
+      return [identifierName(pattern)];
     case 'ObjectPattern':
       return (pattern.properties as AstNode[]).flatMap((p) =>
         boundNames((p.type === 'RestElement' ? p.argument : p.value) as AstNode),
@@ -354,7 +357,7 @@ function lexicalNames(statements: AstNode[]): string[] {
       return (node.declarations as AstNode[]).flatMap((d) => boundNames(d.id as AstNode));
     }
     if ((node.type === 'ClassDeclaration' || node.type === 'FunctionDeclaration') && node.id) {
-      return [name(node.id)];
+      return [identifierName(node.id)];
     }
     return [];
   });
@@ -401,7 +404,7 @@ function child(scope: Scope | undefined, names: Iterable<string>): Scope {
 function rootName(node: AstNode): string | undefined {
   let current = node;
   while (current.type === 'MemberExpression') current = current.object as AstNode;
-  return current.type === 'Identifier' ? name(current) : undefined;
+  return current.type === 'Identifier' ? identifierName(current) : undefined;
 }
 
 function calleeName(callee: AstNode): string | undefined {
@@ -409,8 +412,9 @@ function calleeName(callee: AstNode): string | undefined {
     const last = (callee.expressions as AstNode[]).at(-1);
     return last ? calleeName(last) : undefined;
   }
-  if (callee.type === 'Identifier') return name(callee);
-  if (callee.type === 'MemberExpression' && !callee.computed) return name(callee.property);
+  if (callee.type === 'Identifier') return identifierName(callee);
+  if (callee.type === 'MemberExpression' && !callee.computed)
+    return identifierName(callee.property);
   return undefined;
 }
 
@@ -439,7 +443,7 @@ function walk(node: unknown, scope: Scope | undefined, facts: Facts, inFunction:
     walk(value, s, facts, f);
   switch (node.type) {
     case 'Identifier': {
-      const id = name(node);
+      const id = identifierName(node);
       if (!bound(scope, id)) facts.refs.add(id);
       return;
     }
@@ -506,7 +510,9 @@ function walk(node: unknown, scope: Scope | undefined, facts: Facts, inFunction:
       const callee = node.callee as AstNode;
       const args = node.arguments as AstNode[];
       const exporting = args.some(
-        (arg) => arg.type === 'Identifier' && (name(arg) === 'exports' || name(arg) === 'module'),
+        (arg) =>
+          arg.type === 'Identifier' &&
+          (identifierName(arg) === 'exports' || identifierName(arg) === 'module'),
       );
       if (callee.type === 'MemberExpression' && !exporting) {
         noteWrite(callee.object as AstNode, scope, facts, inFunction);
@@ -517,7 +523,10 @@ function walk(node: unknown, scope: Scope | undefined, facts: Facts, inFunction:
       }
       // `Object.defineProperty(exports, ...)`, `__exportStar(require('x'), exports)`.
       for (const arg of args) {
-        if (arg.type === 'Identifier' && (name(arg) === 'exports' || name(arg) === 'module')) {
+        if (
+          arg.type === 'Identifier' &&
+          (identifierName(arg) === 'exports' || identifierName(arg) === 'module')
+        ) {
           noteWrite(arg, scope, facts, inFunction);
         }
       }
@@ -529,7 +538,7 @@ function walk(node: unknown, scope: Scope | undefined, facts: Facts, inFunction:
     case 'FunctionExpression':
     case 'ArrowFunctionExpression': {
       const params = (node.params as AstNode[]).flatMap(boundNames);
-      const own = node.type === 'FunctionExpression' && node.id ? [name(node.id)] : [];
+      const own = node.type === 'FunctionExpression' && node.id ? [identifierName(node.id)] : [];
       const bodyNode = node.body as AstNode;
       const hoisted =
         bodyNode.type === 'BlockStatement'
@@ -543,7 +552,7 @@ function walk(node: unknown, scope: Scope | undefined, facts: Facts, inFunction:
     case 'ClassDeclaration':
     case 'ClassExpression': {
       visit(node.superClass);
-      const own = node.type === 'ClassExpression' && node.id ? [name(node.id)] : [];
+      const own = node.type === 'ClassExpression' && node.id ? [identifierName(node.id)] : [];
       visit(node.body, child(scope, own));
       return;
     }
@@ -642,7 +651,7 @@ function findClass(node: unknown, cls: string): AstNode | undefined {
   if (
     node.type === 'VariableDeclarator' &&
     (node.id as AstNode).type === 'Identifier' &&
-    name(node.id) === cls
+    identifierName(node.id) === cls
   ) {
     return node;
   }

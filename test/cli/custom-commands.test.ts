@@ -123,7 +123,9 @@ describe('abx template, commands, run, server', () => {
       '8080',
     ]);
     expect(started.running).toBe(true);
-    expect(started.url).toMatch(new RegExp(`^http://8080-${id}\\.`));
+    expect(started.url).toMatch(
+      new RegExp(`^http://127\\.0\\.0\\.1:\\d+/sandboxes/${id}/ports/8080$`),
+    );
     expect(started.commands.map((c) => c.name)).toEqual(['summarize', 'add']);
 
     const status = await cli.abx(['server', 'status', id]);
@@ -155,7 +157,7 @@ describe('abx template, commands, run, server', () => {
     ]);
     expect(other.code).toBe(0);
     expect((await cli.abx(['server', 'status', id, '--port', '8081'])).stdout).toMatch(
-      /^running at http:\/\/8081-/,
+      new RegExp(`^running at http://127\\.0\\.0\\.1:\\d+/sandboxes/${id}/ports/8081\\b`),
     );
     expect(await cli.abx(['server', 'stop', id, '--port', '8081'])).toEqual({
       code: 0,

@@ -1001,7 +1001,19 @@ export class KubeApiDouble {
   }
 
   /** What a node does with a new pod: schedule, pull, mount, run the init containers, run, probe. */
+  /**
+   * A node's kubelet running a pod. A pod deleted while it starts (its folder removed under it)
+   * ends its kubelet quietly, as on a node; any other failure is the double's own and surfaces.
+   */
   private async kubelet(namespace: string, name: string): Promise<void> {
+    const uid = (this.get('pods', namespace, name) as Obj).metadata.uid as string;
+    await this.runPod(namespace, name).catch((error: NodeJS.ErrnoException) => {
+      if (error.code === 'ENOENT' && !this.current(namespace, name, uid)) return;
+      throw error;
+    });
+  }
+
+  private async runPod(namespace: string, name: string): Promise<void> {
     const pod = this.get('pods', namespace, name) as Obj;
     const uid = pod.metadata.uid as string;
     const key = `pods/${namespace}/${name}`;
@@ -1194,10 +1206,14 @@ export class KubeApiDouble {
       list.push(running);
       this.processes.set(key, list);
       writeFileSync(join(podDir, `${container.name}.log`), '');
-      exited.then(
-        () => writeFileSync(join(podDir, `${container.name}.log`), log),
-        () => undefined,
-      );
+      exited
+        .then(
+          () => writeFileSync(join(podDir, `${container.name}.log`), log),
+          () => undefined,
+        )
+        .catch(() => {
+          // the pod was deleted and its folder removed: no log to keep
+        });
       if (!init) return running;
       const code = await exited;
       return code === 0 ? running : `exit code ${code}: ${log.trim().slice(-500)}`;

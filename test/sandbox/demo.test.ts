@@ -28,7 +28,9 @@ test('the README main job: a sandbox, the command server, a registered command, 
     lines.find((line) => /^\[\s*[\d.]+ ms\] /.test(line) && line.includes(`] ${name}`));
   expect(step('build template')).toContain('data-tools (capabilities: shell, files, code, ports)');
   expect(step('create sandbox')).toMatch(/: i[a-z0-9]{15}$/);
-  expect(step('start command server')).toMatch(/: http:\/\/8080-i[a-z0-9]{15}\.localhost:\d+$/);
+  expect(step('start command server')).toMatch(
+    /: http:\/\/127\.0\.0\.1:\d+\/sandboxes\/i[a-z0-9]{15}\/ports\/8080$/,
+  );
   expect(step('call summarize (decorated)')).toContain(
     ': {"path":"people.csv","rows":7,"columns":["name","city"],"top":[{"value":"london","count":3},{"value":"new york","count":2}]}',
   );
