@@ -15,6 +15,7 @@ const LAYERS: Record<string, string[]> = {
   model: ['decorators/', 'src/commands/', 'src/authoring.ts', 'src/reflect-metadata.ts'],
   installation: ['src/installation/'],
   providers: ['src/providers/'],
+  compat: ['src/compat/'],
   control: ['src/control/'],
   agent: ['src/agent/'],
   sdk: ['src/sandbox/'],
@@ -28,7 +29,11 @@ const BELOW: Record<string, string[]> = {
   model: ['base', 'runtime'],
   installation: ['base', 'runtime'],
   providers: ['model', 'base', 'runtime'],
-  control: ['providers', 'installation', 'model', 'base', 'runtime'],
+  // Foreign wires (E2B's API) declare the services they need as interfaces and never import the
+  // control plane: the daemon mounts them and hands them its services (src/control/e2b-mount.ts),
+  // so the layer adds no state of its own and the control plane stays the one owner of it.
+  compat: ['providers', 'installation', 'model', 'base', 'runtime'],
+  control: ['compat', 'providers', 'installation', 'model', 'base', 'runtime'],
   agent: ['model', 'base', 'runtime'],
   sdk: ['agent', 'installation', 'model', 'base', 'runtime'],
   mcp: ['sdk', 'agent', 'installation', 'model', 'base', 'runtime'],
