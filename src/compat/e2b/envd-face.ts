@@ -157,6 +157,23 @@ export class E2bEnvdFace {
       signal: request.signal,
       contextValues: createContextValues().set(ENVD_TARGET, request.envd),
     });
+    if (answer.body === undefined && answer.status >= 400) {
+      // connect's bodiless refusals (405, 415, 505) get a message saying what to send instead.
+      const kind = handler.method.methodKind === 'unary' ? 'a unary call' : 'a server stream';
+      const type =
+        handler.method.methodKind === 'unary' ? 'application/json' : 'application/connect+json';
+      const why =
+        answer.status === 405
+          ? `${request.method} ${path.slice(0, 200)}: Connect calls are POST`
+          : answer.status === 415
+            ? `${path.slice(1, 200)} is ${kind}: send Content-Type ${type} (E2B's JSON codec)`
+            : `${path.slice(1, 200)}: unsupported request (${answer.status}); send Connect-Protocol-Version: 1`;
+      return {
+        status: answer.status,
+        headers: new Headers({ 'content-type': 'application/json' }),
+        body: once(Buffer.from(JSON.stringify({ code: 'invalid_argument', message: why }))),
+      };
+    }
     const headers = new Headers(answer.header);
     return { status: answer.status, headers, body: answer.body ?? once(new Uint8Array(0)) };
   }
