@@ -1,5 +1,4 @@
 import { type IncomingMessage, request } from 'node:http';
-import { createInterface } from 'node:readline';
 import { Code, ConnectError } from '@connectrpc/connect';
 import { connectSandboxSocket } from '../../providers/sandbox-socket.js';
 
@@ -83,10 +82,48 @@ function send(
   });
 }
 
+/**
+ * The most of envd's answers the face holds at once: a JSON answer, or one NDJSON line (envd's
+ * events carry at most 64 KiB of output). envd runs inside the sandbox, so its answers are
+ * bounded like any other bytes from there.
+ */
+export const MAX_ENVD_ANSWER_BYTES = 16 * 1024 * 1024;
+
+function tooLarge(): ConnectError {
+  return new ConnectError(
+    `envd's answer is over ${MAX_ENVD_ANSWER_BYTES} bytes: refused`,
+    Code.Internal,
+  );
+}
+
 async function readText(res: IncomingMessage): Promise<string> {
   const chunks: Buffer[] = [];
-  for await (const chunk of res) chunks.push(chunk as Buffer);
+  let bytes = 0;
+  for await (const chunk of res) {
+    bytes += (chunk as Buffer).length;
+    if (bytes > MAX_ENVD_ANSWER_BYTES) {
+      res.destroy();
+      throw tooLarge();
+    }
+    chunks.push(chunk as Buffer);
+  }
   return Buffer.concat(chunks).toString('utf8');
+}
+
+/** The NDJSON lines of an answer, each bounded. */
+async function* linesOf(res: IncomingMessage): AsyncGenerator<string> {
+  let rest: Buffer = Buffer.alloc(0);
+  for await (const chunk of res) {
+    rest = rest.length === 0 ? (chunk as Buffer) : Buffer.concat([rest, chunk as Buffer]);
+    let start = 0;
+    for (let end = rest.indexOf(10, start); end >= 0; end = rest.indexOf(10, start)) {
+      if (end > start) yield rest.toString('utf8', start, end);
+      start = end + 1;
+    }
+    rest = rest.subarray(start);
+    if (rest.length > MAX_ENVD_ANSWER_BYTES) throw tooLarge();
+  }
+  if (rest.length > 0) yield rest.toString('utf8');
 }
 
 /** One JSON call to envd's native API; a non-2xx answer throws the matching Connect error. */
@@ -125,17 +162,20 @@ export async function envdLines(
   if (status < 200 || status > 299) {
     throw envdError(status, await readText(res), `${method} ${path.split('?')[0]}`);
   }
-  const lines = createInterface({ input: res, crlfDelay: Number.POSITIVE_INFINITY });
-  const source = lines[Symbol.asyncIterator]();
+  const source = linesOf(res);
   return {
     async next() {
       const item = await source.next();
       if (item.done) return { done: true, value: undefined };
-      return { done: false, value: JSON.parse(item.value) as unknown };
+      try {
+        return { done: false, value: JSON.parse(item.value) as unknown };
+      } catch {
+        throw new ConnectError(`envd sent a line that is not JSON on ${path}`, Code.Internal);
+      }
     },
     async return() {
-      lines.close();
       res.destroy();
+      await source.return(undefined);
       return { done: true, value: undefined };
     },
   };

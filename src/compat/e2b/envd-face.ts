@@ -2,6 +2,8 @@ import { Code, ConnectError, createConnectRouter, createContextValues } from '@c
 import type { UniversalHandler } from '@connectrpc/connect/protocol';
 import { codeToHttpStatus, endStreamFlag, errorToJson } from '@connectrpc/connect/protocol-connect';
 import type { EnvdTarget } from './envd-client.js';
+import { filesystemService } from './filesystem-service.js';
+import { Filesystem } from './gen/filesystem/filesystem_pb.js';
 import { Process } from './gen/process/process_pb.js';
 import { ENVD_TARGET, processService } from './process-service.js';
 
@@ -85,6 +87,7 @@ export class E2bEnvdFace {
       readMaxBytes: MAX_RPC_BODY_BYTES,
     });
     router.service(Process, processService);
+    router.service(Filesystem, filesystemService);
     for (const handler of router.handlers) this.handlers.set(handler.requestPath, handler);
   }
 
@@ -138,7 +141,7 @@ export class E2bEnvdFace {
     if (!SERVICES.includes(name)) {
       return this.plainError(
         404,
-        `${request.method} ${path.slice(0, 200)} is not a route of envd's E2B face (abx serves /process.Process/*, /health)`,
+        `${request.method} ${path.slice(0, 200)} is not a route of envd's E2B face (abx serves /process.Process/*, /filesystem.Filesystem/*, /health)`,
       );
     }
     const handler = this.handlers.get(path);

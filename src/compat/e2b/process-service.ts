@@ -44,7 +44,7 @@ interface NativeExit {
   timed_out: boolean;
 }
 
-function targetOf(context: HandlerContext): EnvdTarget {
+export function targetOf(context: HandlerContext): EnvdTarget {
   const target = context.values.get(ENVD_TARGET);
   if (!target) throw new ConnectError('no sandbox named for this request', Code.Internal);
   return target;

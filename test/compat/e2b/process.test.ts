@@ -1,47 +1,29 @@
 import { request as httpRequest } from 'node:http';
-import fc from 'fast-check';
 import {
   AuthenticationError,
   CommandExitError,
-  Sandbox as E2bSandbox,
+  type Sandbox as E2bSandbox,
   SandboxError,
   TimeoutError,
 } from 'e2b';
+import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Sandbox } from '../../../src/index.js';
 import { createAbxHome } from '../../helpers/abx-home.js';
+import { attach as attachTo } from './attach.js';
 
 // The unmodified `e2b` SDK drives processes of a real abx sandbox through the daemon's gateway
 // (E2B_SANDBOX_URL mode: one URL, the sandbox named by E2b-Sandbox-Id/-Port headers). The
 // sandbox is created natively: the E2B control API is another slice, so the E2B object is made
 // the way its `Sandbox.connect` makes it, without the API call.
 
-/** The envd version the daemon's E2B control API announces (docs/e2b.md). */
-const ENVD_VERSION = '0.6.4';
-
 let abx: Awaited<ReturnType<typeof createAbxHome>>;
 let native: Sandbox;
 let gateway: string;
 let sbx: E2bSandbox;
 
-type E2bOptions = {
-  sandboxId: string;
-  envdVersion: string;
-  envdAccessToken?: string;
-  sandboxUrl: string;
-  apiKey: string;
-};
-
-/** An `e2b` Sandbox attached to an existing sandbox, as `Sandbox.connect` builds it. */
 function attach(sandboxId: string, token: string): E2bSandbox {
-  const Ctor = E2bSandbox as unknown as new (opts: E2bOptions) => E2bSandbox;
-  return new Ctor({
-    sandboxId,
-    envdVersion: ENVD_VERSION,
-    envdAccessToken: token,
-    sandboxUrl: gateway,
-    apiKey: 'e2b_unused',
-  });
+  return attachTo(gateway, sandboxId, token);
 }
 
 interface Raw {
@@ -128,7 +110,7 @@ function streamError(answer: Raw): { code: string; message: string } | undefined
   const all = envelopes(answer.body);
   const last = all.at(-1);
   expect(last?.flag).toBe(2);
-  return (last?.json as { error?: { code: string; message: string } }).error;
+  return (last?.json as { error?: { code: string; message: string } } | undefined)?.error;
 }
 
 async function waitUntil(check: () => Promise<boolean>, what: string, ms = 60_000) {
@@ -179,7 +161,9 @@ describe('commands through the e2b SDK', () => {
       .run('touch /tmp/ran-as-root', { user: 'root' })
       .catch((e: unknown) => e);
     expect(failure).toBeInstanceOf(SandboxError);
-    expect((failure as Error).message).toMatch(/permission_denied.*never runs a sandbox's processes as root/);
+    expect((failure as Error).message).toMatch(
+      /permission_denied.*never runs a sandbox's processes as root/,
+    );
     const check = await sbx.commands.run('test -e /tmp/ran-as-root || echo absent');
     expect(check.stdout).toBe('absent\n');
   });
@@ -205,7 +189,11 @@ describe('commands through the e2b SDK', () => {
     const handle = await sbx.commands.run('sleep 120', { background: true, timeoutMs: 0 });
     const listed = await sbx.commands.list();
     expect(listed).toContainEqual(
-      expect.objectContaining({ pid: handle.pid, cmd: '/bin/bash', args: ['-l', '-c', 'sleep 120'] }),
+      expect.objectContaining({
+        pid: handle.pid,
+        cmd: '/bin/bash',
+        args: ['-l', '-c', 'sleep 120'],
+      }),
     );
     expect(await sbx.commands.kill(handle.pid)).toBe(true);
     const ended = await handle.wait().catch((e: unknown) => e);
@@ -242,7 +230,11 @@ describe('PTY through the e2b SDK', () => {
       },
     });
     await sbx.pty.sendInput(terminal.pid, new TextEncoder().encode('echo $((6*7)); stty size\n'));
-    await waitUntil(async () => /42[\s\S]*24 80/.test(screen), 'the answer and size on the pty', 30_000);
+    await waitUntil(
+      async () => /42[\s\S]*24 80/.test(screen),
+      'the answer and size on the pty',
+      30_000,
+    );
     await sbx.pty.resize(terminal.pid, { cols: 100, rows: 30 });
     await sbx.pty.sendInput(terminal.pid, new TextEncoder().encode('stty size\n'));
     await waitUntil(async () => screen.includes('30 100'), 'the new size on the pty', 30_000);
@@ -258,13 +250,20 @@ describe('Connect errors in the shapes the SDK reads', () => {
     const stranger = attach(native.sandboxId, 'x'.repeat(43));
     const failure = await stranger.commands.run('echo hi').catch((e: unknown) => e);
     expect(failure).toBeInstanceOf(AuthenticationError);
-    const unary = await raw('/process.Process/List', '{}', { 'content-type': 'application/json' }, 'wrong');
+    const unary = await raw(
+      '/process.Process/List',
+      '{}',
+      { 'content-type': 'application/json' },
+      'wrong',
+    );
     expect(unary.status).toBe(401);
     expect(JSON.parse(unary.body.toString())).toMatchObject({ code: 'unauthenticated' });
   });
 
   test('an unknown method is unimplemented, naming it', async () => {
-    const answer = await raw('/process.Process/Teleport', '{}', { 'content-type': 'application/json' });
+    const answer = await raw('/process.Process/Teleport', '{}', {
+      'content-type': 'application/json',
+    });
     expect(answer.status).toBe(501);
     const body = JSON.parse(answer.body.toString());
     expect(body.code).toBe('unimplemented');
@@ -279,13 +278,17 @@ describe('Connect errors in the shapes the SDK reads', () => {
   test('a malformed envelope or body is invalid_argument; the connection and daemon go on', async () => {
     // An envelope that announces 100 bytes and brings 3.
     const cut = Buffer.concat([Buffer.from([0, 0, 0, 0, 100]), Buffer.from('{}}')]);
-    const answer = await raw('/process.Process/Start', cut, { 'content-type': 'application/connect+json' });
+    const answer = await raw('/process.Process/Start', cut, {
+      'content-type': 'application/connect+json',
+    });
     expect(streamError(answer)?.code).toBe('invalid_argument');
     const notJson = await raw('/process.Process/Start', envelope('x').subarray(0, 5 + 1), {
       'content-type': 'application/connect+json',
     });
     expect(['invalid_argument', 'internal']).toContain(streamError(notJson)?.code);
-    const badUnary = await raw('/process.Process/List', '{', { 'content-type': 'application/json' });
+    const badUnary = await raw('/process.Process/List', '{', {
+      'content-type': 'application/json',
+    });
     expect(badUnary.status).toBe(400);
     expect(JSON.parse(badUnary.body.toString())).toMatchObject({ code: 'invalid_argument' });
     expect((await sbx.commands.run('echo still here')).stdout).toBe('still here\n');
