@@ -1,4 +1,4 @@
-import { request as httpRequest } from 'node:http';
+import { Agent, request as httpRequest } from 'node:http';
 import {
   AuthenticationError,
   CommandExitError,
@@ -38,7 +38,9 @@ function raw(
   body: Buffer | string,
   headers: Record<string, string>,
   token = native.accessToken,
-): Promise<Raw> {
+  agent: Agent | false = false,
+  method = 'POST',
+): Promise<Raw & { reused: boolean }> {
   const url = new URL(gateway);
   const payload = typeof body === 'string' ? Buffer.from(body) : body;
   return new Promise((resolve, reject) => {
@@ -46,9 +48,9 @@ function raw(
       {
         host: url.hostname,
         port: url.port,
-        method: 'POST',
+        method,
         path,
-        agent: false,
+        agent,
         timeout: 60_000,
         headers: {
           'e2b-sandbox-id': native.sandboxId,
@@ -65,6 +67,7 @@ function raw(
         res.on('error', reject);
         res.on('end', () =>
           resolve({
+            reused: req.reusedSocket,
             status: res.statusCode ?? 0,
             type: res.headers['content-type'],
             body: Buffer.concat(chunks),
@@ -338,6 +341,34 @@ describe('Connect errors in the shapes the SDK reads', () => {
     );
     expect((await sbx.commands.run('echo alive')).stdout).toBe('alive\n');
   }, 240_000);
+
+  test('one keep-alive connection mixes E2B calls and native requests', async () => {
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    try {
+      const json = { 'content-type': 'application/json' };
+      const first = await raw('/process.Process/List', '{}', json, native.accessToken, agent);
+      expect(first.status).toBe(200);
+      // The native form on the same connection: X-Sandbox-* headers, envd's own route.
+      const nativeList = await raw(
+        '/process',
+        '',
+        { 'x-sandbox-id': native.sandboxId, 'x-sandbox-port': '49983' },
+        native.accessToken,
+        agent,
+        'GET',
+      );
+      expect(nativeList.reused).toBe(true);
+      expect(nativeList.status).toBe(200);
+      expect(JSON.parse(nativeList.body.toString())).toHaveProperty('processes');
+      const again = await raw('/process.Process/List', '{}', json, native.accessToken, agent);
+      expect(again.reused).toBe(true);
+      expect(again.status).toBe(200);
+      // proto3 JSON leaves an empty list out: `{}` when nothing runs.
+      expect(JSON.parse(again.body.toString())).toEqual(JSON.parse(first.body.toString()));
+    } finally {
+      agent.destroy();
+    }
+  });
 
   test('GET /health answers 204 for the SDK', async () => {
     const res = await fetch(`${gateway}/health`, {
