@@ -1,7 +1,7 @@
 import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import { splice } from '../../runtime/server/splice.js';
-import { type EnvdFaceAnswer, MAX_RPC_BODY_BYTES } from '../compat/e2b/envd-face.js';
+import { type EnvdFaceAnswer, e2bBodyLimit } from '../compat/e2b/envd-face.js';
 import {
   errorResponse,
   PayloadTooLargeError,
@@ -514,12 +514,13 @@ export class ClientConnection implements UpstreamOwner {
       this.advance();
       return;
     }
-    if (head.bodyLength > MAX_RPC_BODY_BYTES) {
+    const limit = e2bBodyLimit(target.pathname);
+    if (head.bodyLength > limit) {
       this.held = {
         head,
         target,
         error: new PayloadTooLargeError(
-          `the request body is ${head.bodyLength} bytes, over the ${MAX_RPC_BODY_BYTES} an E2B call to envd may send`,
+          `the request body is ${head.bodyLength} bytes, over the ${limit} an E2B request to ${target.pathname.slice(0, 100)} may send`,
         ),
       };
       this.advance();
@@ -564,10 +565,11 @@ export class ClientConnection implements UpstreamOwner {
     c.pieces.push(Buffer.from(buf.subarray(pos, stop)));
     c.bytes += stop - pos;
     // A chunked body has no length to refuse up front: it is cut at the limit (with its framing).
-    if (c.bytes > MAX_RPC_BODY_BYTES + 64 * 1024) {
+    const limit = e2bBodyLimit(c.target.pathname);
+    if (c.bytes > limit + 64 * 1024) {
       this.collectFailed(
         new PayloadTooLargeError(
-          `the request body is over the ${MAX_RPC_BODY_BYTES} bytes an E2B call to envd may send`,
+          `the request body is over the ${limit} bytes an E2B request to ${c.target.pathname.slice(0, 100)} may send`,
         ),
       );
       return buf.length;

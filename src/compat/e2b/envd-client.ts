@@ -53,14 +53,16 @@ function unreachable(error: unknown, target: EnvdTarget): ConnectError {
   );
 }
 
-function send(
+/** One request to envd's native API: JSON `body`, or raw bytes when it is a Buffer. */
+export function envdRequest(
   target: EnvdTarget,
   method: string,
   path: string,
   body: unknown,
   signal: AbortSignal | undefined,
 ): Promise<IncomingMessage> {
-  const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
+  const raw = Buffer.isBuffer(body);
+  const payload = body === undefined ? undefined : raw ? body : Buffer.from(JSON.stringify(body));
   return new Promise((resolve, reject) => {
     const req = request({
       socketPath: target.socketPath,
@@ -96,7 +98,7 @@ function tooLarge(): ConnectError {
   );
 }
 
-async function readText(res: IncomingMessage): Promise<string> {
+export async function readText(res: IncomingMessage): Promise<string> {
   const chunks: Buffer[] = [];
   let bytes = 0;
   for await (const chunk of res) {
@@ -134,7 +136,7 @@ export async function envdJson<T>(
   body?: unknown,
   signal?: AbortSignal,
 ): Promise<T> {
-  const res = await send(target, method, path, body, signal);
+  const res = await envdRequest(target, method, path, body, signal);
   const text = await readText(res);
   const status = res.statusCode ?? 500;
   if (status < 200 || status > 299)
@@ -157,7 +159,7 @@ export async function envdLines(
   body: unknown,
   signal: AbortSignal,
 ): Promise<AsyncIterator<unknown>> {
-  const res = await send(target, method, path, body, signal);
+  const res = await envdRequest(target, method, path, body, signal);
   const status = res.statusCode ?? 500;
   if (status < 200 || status > 299) {
     throw envdError(status, await readText(res), `${method} ${path.split('?')[0]}`);

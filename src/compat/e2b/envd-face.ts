@@ -2,6 +2,7 @@ import { Code, ConnectError, createConnectRouter, createContextValues } from '@c
 import type { UniversalHandler } from '@connectrpc/connect/protocol';
 import { codeToHttpStatus, endStreamFlag, errorToJson } from '@connectrpc/connect/protocol-connect';
 import type { EnvdTarget } from './envd-client.js';
+import { filesError, MAX_UPLOAD_BYTES, readFile, writeFiles } from './files-route.js';
 import { filesystemService } from './filesystem-service.js';
 import { Filesystem } from './gen/filesystem/filesystem_pb.js';
 import { Process } from './gen/process/process_pb.js';
@@ -10,8 +11,13 @@ import { ENVD_TARGET, processService } from './process-service.js';
 /** E2B's envd port, which the SDKs name in `E2b-Sandbox-Port`. */
 export const E2B_ENVD_PORT = 49983;
 
-/** Largest request body the face reads (a Connect request is one small JSON message). */
+/** Largest request body the face reads for an RPC (a Connect request is one small JSON message). */
 export const MAX_RPC_BODY_BYTES = 4 * 1024 * 1024;
+
+/** The largest body the gateway reads whole for an E2B request to `path`. */
+export function e2bBodyLimit(path: string): number {
+  return pathOf(path) === '/files' ? MAX_UPLOAD_BYTES : MAX_RPC_BODY_BYTES;
+}
 
 /** One E2B request to envd, read whole by the gateway and checked (sandbox, token) by it. */
 export interface EnvdFaceRequest {
@@ -99,7 +105,8 @@ export class E2bEnvdFace {
     if (port !== E2B_ENVD_PORT) return false;
     if (e2bHeaders) return true;
     const name = pathOf(path).split('/')[1] ?? '';
-    return SERVICES.includes(name);
+    // `/files` itself is E2B's (envd's native file routes are below it: `/files/read`, …).
+    return SERVICES.includes(name) || pathOf(path) === '/files';
   }
 
   /** An error of the gateway's (sandbox gone, wrong token) in the shape the request expects. */
@@ -119,6 +126,7 @@ export class E2bEnvdFace {
                 : Code.Unavailable;
     const name = pathOf(path).split('/')[1] ?? '';
     if (!SERVICES.includes(name)) {
+      // E2B's REST routes (`/files`, `/health`) answer `{code, message}` with the status.
       const body = Buffer.from(JSON.stringify({ code: status, message }));
       return {
         status,
@@ -137,11 +145,25 @@ export class E2bEnvdFace {
       }
       return { status: 204, headers: new Headers(), body: once(new Uint8Array(0)) };
     }
+    if (path === '/files') {
+      const query = new URLSearchParams(request.target.slice(path.length + 1));
+      if (request.method === 'GET') return readFile(request.envd, query, request.signal);
+      if (request.method === 'POST') {
+        return writeFiles(
+          request.envd,
+          query,
+          request.headers,
+          Buffer.from(request.body),
+          request.signal,
+        );
+      }
+      return filesError(405, `${request.method} /files: read with GET, write with POST`);
+    }
     const name = path.split('/')[1] ?? '';
     if (!SERVICES.includes(name)) {
       return this.plainError(
         404,
-        `${request.method} ${path.slice(0, 200)} is not a route of envd's E2B face (abx serves /process.Process/*, /filesystem.Filesystem/*, /health)`,
+        `${request.method} ${path.slice(0, 200)} is not a route of envd's E2B face (abx serves /process.Process/*, /filesystem.Filesystem/*, /files, /health)`,
       );
     }
     const handler = this.handlers.get(path);
