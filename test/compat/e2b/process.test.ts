@@ -220,6 +220,33 @@ describe('commands through the e2b SDK', () => {
   });
 });
 
+describe('the Start stream on the wire', () => {
+  test('start first, keepalives per Keepalive-Ping-Interval, output, end, then the end-stream message', async () => {
+    const answer = await raw(
+      '/process.Process/Start',
+      envelope({
+        process: { cmd: '/bin/sh', args: ['-c', 'sleep 2.5; printf done'] },
+        stdin: false,
+      }),
+      { 'content-type': 'application/connect+json', 'keepalive-ping-interval': '1' },
+    );
+    expect(answer.status).toBe(200);
+    expect(answer.type).toBe('application/connect+json');
+    const all = envelopes(answer.body);
+    const events = all.slice(0, -1).map((e) => Object.keys((e.json.event ?? {}) as object)[0]);
+    expect(events[0]).toBe('start');
+    expect(events.filter((e) => e === 'keepalive').length).toBeGreaterThanOrEqual(1);
+    expect(events.at(-2)).toBe('data');
+    expect(events.at(-1)).toBe('end');
+    const data = all.at(-3)?.json.event as { data: { stdout: string } };
+    expect(Buffer.from(data.data.stdout, 'base64').toString()).toBe('done');
+    expect(all.at(-2)?.json.event).toMatchObject({
+      end: { exited: true, status: 'exit status 0' },
+    });
+    expect(all.at(-1)).toEqual({ flag: 2, json: {} });
+  });
+});
+
 describe('PTY through the e2b SDK', () => {
   test('create, input, resize, kill', async () => {
     let screen = '';
