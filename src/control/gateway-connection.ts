@@ -186,6 +186,8 @@ interface Collecting {
   abort: AbortController;
 }
 
+const CRLF = Buffer.from('\r\n');
+
 /** The bytes of a chunked body (already checked whole by a {@link ChunkedScanner}). */
 function dechunk(raw: Buffer): Buffer {
   const out: Buffer[] = [];
@@ -636,7 +638,8 @@ export class ClientConnection implements UpstreamOwner {
     const bodyless = answer.status === 204 || answer.status === 304;
     if (!bodyless) lines.push('transfer-encoding: chunked');
     if (close) lines.push('connection: close');
-    socket.write(`${lines.join('\r\n')}\r\n\r\n`, 'latin1');
+    // The head goes out with the first piece of the body (or with its end): one write each.
+    let head: string | undefined = `${lines.join('\r\n')}\r\n\r\n`;
     const iterator = answer.body[Symbol.asyncIterator]();
     const pump = async () => {
       try {
@@ -645,9 +648,13 @@ export class ClientConnection implements UpstreamOwner {
           const item = await iterator.next();
           if (item.done) break;
           if (bodyless || item.value.length === 0) continue;
-          socket.write(`${item.value.length.toString(16)}\r\n`, 'latin1');
-          socket.write(item.value);
-          if (!socket.write('\r\n', 'latin1')) {
+          const frame = Buffer.concat([
+            Buffer.from(`${head ?? ''}${item.value.length.toString(16)}\r\n`, 'latin1'),
+            item.value,
+            CRLF,
+          ]);
+          head = undefined;
+          if (!socket.write(frame)) {
             await new Promise<void>((resolve) => {
               const go = () => {
                 socket.off('drain', go);
@@ -665,7 +672,7 @@ export class ClientConnection implements UpstreamOwner {
         return;
       }
       if (socket.destroyed) return;
-      if (!bodyless) socket.write('0\r\n\r\n', 'latin1');
+      socket.write(`${head ?? ''}${bodyless ? '' : '0\r\n\r\n'}`, 'latin1');
       done();
     };
     void pump();

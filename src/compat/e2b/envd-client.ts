@@ -1,4 +1,5 @@
-import { type IncomingMessage, request } from 'node:http';
+import { Agent, type AgentOptions, type IncomingMessage, request } from 'node:http';
+import type { Duplex } from 'node:stream';
 import { Code, ConnectError } from '@connectrpc/connect';
 import { connectSandboxSocket } from '../../providers/sandbox-socket.js';
 
@@ -53,6 +54,20 @@ function unreachable(error: unknown, target: EnvdTarget): ConnectError {
   );
 }
 
+/**
+ * Keeps connections to envds open between calls (a new Unix socket per call would cost more than
+ * the call); pooled per socket path. Connections never follow a symlink the sandbox may have put
+ * in place of its envd socket.
+ */
+class EnvdAgent extends Agent {
+  override createConnection(options: AgentOptions & { socketPath?: string }): Duplex {
+    return connectSandboxSocket(options.socketPath as string);
+  }
+}
+
+/** envd's servers close an idle connection after 5 s: the pool lets go of it sooner. */
+const agent = new EnvdAgent({ keepAlive: true, maxFreeSockets: 4, timeout: 4000 });
+
 /** One request to envd's native API: JSON `body`, or raw bytes when it is a Buffer. */
 export function envdRequest(
   target: EnvdTarget,
@@ -66,8 +81,7 @@ export function envdRequest(
   return new Promise((resolve, reject) => {
     const req = request({
       socketPath: target.socketPath,
-      // Never follow a symlink the sandbox may have put in place of its envd socket.
-      createConnection: () => connectSandboxSocket(target.socketPath),
+      agent,
       method,
       path,
       signal,

@@ -180,6 +180,11 @@ describe('commands through the e2b SDK', () => {
     expect((await handle.wait()).exitCode).toBe(0);
   });
 
+  test('a command silent for longer than an idle connection lives still completes', async () => {
+    const result = await sbx.commands.run('sleep 7; echo awake');
+    expect(result.stdout).toBe('awake\n');
+  });
+
   test('sendStdin and closeStdin', async () => {
     const handle = await sbx.commands.run('cat; echo "<eof>"', { background: true, stdin: true });
     await sbx.commands.sendStdin(handle.pid, 'hello\n');
