@@ -6,6 +6,7 @@ import type { AddressInfo, Server as NetServer } from 'node:net';
 import { join } from 'node:path';
 import { type Guard, RouteTable } from '../../runtime/server/route-table.js';
 import { E2bControlApi } from '../compat/e2b/control-api.js';
+import { E2bEnvdFace } from '../compat/e2b/envd-face.js';
 import { errorFromBody, InvalidArgumentError, UnavailableError } from '../errors.js';
 import type { DaemonInfo } from '../installation/daemon-info.js';
 import { type AbxPaths, abxPaths } from '../installation/paths.js';
@@ -276,6 +277,9 @@ export class Daemon {
         tokenSecret,
       },
       this.domain,
+      {},
+      // envd's E2B face (Connect RPC): E2B's SDKs reach sandboxes through this gateway too.
+      new E2bEnvdFace(),
     );
     if (listen) {
       this.remote = {

@@ -1,7 +1,14 @@
 import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import { splice } from '../../runtime/server/splice.js';
-import { errorResponse, RequestTimeoutError, SandboxError, UpstreamError } from '../errors.js';
+import { type EnvdFaceAnswer, e2bBodyLimit } from '../compat/e2b/envd-face.js';
+import {
+  errorResponse,
+  PayloadTooLargeError,
+  RequestTimeoutError,
+  SandboxError,
+  UpstreamError,
+} from '../errors.js';
 import {
   badRequest,
   type ChunkedScanner,
@@ -42,6 +49,8 @@ export interface RequestTarget {
         origin: string;
       }
     | { kind: 'redeem'; link: string; secure: boolean; location: string };
+  /** E2B's SDKs sent it to envd: the gateway reads it whole and its E2B face answers it. */
+  e2b?: boolean;
 }
 
 /** An answer the gateway gives itself (a link minted or redeemed), not the sandbox's. */
@@ -80,6 +89,16 @@ export interface GatewayRoutes {
   rewrite(head: RequestHead, target: RequestTarget, route: Route): string;
   /** The connection closed. */
   forget(connection: ClientConnection): void;
+  /** Answers an E2B request (read whole) on a checked route: see src/compat/e2b. */
+  serveE2b?(
+    head: RequestHead,
+    target: RequestTarget,
+    route: Route,
+    body: Buffer,
+    signal: AbortSignal,
+  ): Promise<EnvdFaceAnswer>;
+  /** A refusal of an E2B request in the shape its SDK reads. */
+  e2bRefusal?(head: RequestHead, target: RequestTarget, error: unknown): EnvdFaceAnswer;
 }
 
 /** Timeouts of a client connection, in milliseconds. */
@@ -114,6 +133,7 @@ export function errorAnswer(error: unknown, keepAlive = false): string {
 
 const sameTarget = (route: Route, target: RequestTarget) =>
   target.local === undefined &&
+  target.e2b !== true &&
   route.id === target.id &&
   route.port === target.port &&
   route.credential === target.credential;
@@ -130,18 +150,58 @@ function localAnswer(answer: LocalAnswer, keepAlive: boolean): string {
 }
 
 /**
- * 'head': between requests; 'body' / 'chunked': forwarding a request body; 'wait': a request is
+ * 'head': between requests; 'body' / 'chunked': forwarding a request body; 'collect': reading an
+ * E2B request's body for the E2B face; 'e2b': the E2B face answers, nothing more is read until it
+ * is done; 'wait': a request is
  * held until the answers before it are complete and its route is checked; 'upgrading': a
  * protocol switch was asked, nothing more is read until the sandbox answers; 'tunnel': switched,
  * bytes flow both ways untouched; 'closing': the last answer is written, input is dropped.
  */
-type Mode = 'head' | 'body' | 'chunked' | 'wait' | 'upgrading' | 'tunnel' | 'closing';
+type Mode =
+  | 'head'
+  | 'body'
+  | 'chunked'
+  | 'collect'
+  | 'e2b'
+  | 'wait'
+  | 'upgrading'
+  | 'tunnel'
+  | 'closing';
 
 interface Held {
   head: RequestHead | undefined;
   target?: RequestTarget;
   error?: unknown;
   answer?: LocalAnswer;
+}
+
+/** An E2B request being read whole, then answered by the E2B face. */
+interface Collecting {
+  head: RequestHead;
+  target: RequestTarget;
+  route: Route;
+  pieces: Buffer[];
+  bytes: number;
+  /** Aborted when the client goes away: the face stops what it does for it. */
+  abort: AbortController;
+}
+
+const CRLF = Buffer.from('\r\n');
+
+/** The bytes of a chunked body (already checked whole by a {@link ChunkedScanner}). */
+function dechunk(raw: Buffer): Buffer {
+  const out: Buffer[] = [];
+  let pos = 0;
+  for (;;) {
+    const eol = raw.indexOf('\r\n', pos);
+    if (eol < 0) break;
+    const size = Number.parseInt(raw.toString('latin1', pos, eol).split(';')[0] as string, 16);
+    pos = eol + 2;
+    if (!(size > 0)) break;
+    out.push(raw.subarray(pos, pos + size));
+    pos += size + 2;
+  }
+  return Buffer.concat(out);
 }
 
 /**
@@ -160,6 +220,7 @@ export class ClientConnection implements UpstreamOwner {
   private upstream: Upstream | undefined;
   private route: Route | undefined;
   private held: Held | undefined;
+  private collecting: Collecting | undefined;
   private checking = false;
   private running = false;
   /** Writing to the sandbox waits for it to drain. */
@@ -210,6 +271,12 @@ export class ClientConnection implements UpstreamOwner {
       ) {
         this.destroy();
       }
+    } else if (this.mode === 'collect') {
+      if (now - this.since > this.limits.request) {
+        this.collectFailed(
+          new RequestTimeoutError('the request could not be read: it did not arrive in time'),
+        );
+      }
     } else if (this.mode === 'body' || this.mode === 'chunked') {
       if (now - this.since > this.limits.request) {
         this.abortRequest(
@@ -239,7 +306,9 @@ export class ClientConnection implements UpstreamOwner {
     let pos = 0;
     try {
       while (pos < buf.length) {
-        if (this.mode === 'body') {
+        if (this.mode === 'collect') {
+          pos = this.collect(buf, pos);
+        } else if (this.mode === 'body') {
           const take = Math.min(this.bodyLeft, buf.length - pos);
           this.toSandbox(buf.subarray(pos, pos + take));
           pos += take;
@@ -281,7 +350,9 @@ export class ClientConnection implements UpstreamOwner {
           this.startRequest(head);
         } else {
           // Held until the sandbox answers, or a check completes: the rest waits.
-          if (this.mode === 'wait' || this.mode === 'upgrading') this.pending = buf.subarray(pos);
+          if (this.mode === 'wait' || this.mode === 'upgrading' || this.mode === 'e2b') {
+            this.pending = buf.subarray(pos);
+          }
           return;
         }
       }
@@ -347,6 +418,19 @@ export class ClientConnection implements UpstreamOwner {
         head.bodyLength === 0 &&
         !this.clientEnded &&
         (held.answer !== undefined || held.error instanceof SandboxError);
+      if (held.target?.e2b && held.head && this.routes.e2bRefusal && !held.answer) {
+        const answer = this.routes.e2bRefusal(held.head, held.target, held.error);
+        this.mode = 'e2b';
+        this.respondE2b(answer, !keepAlive, () => {
+          if (!keepAlive) {
+            this.close();
+            return;
+          }
+          this.requestSent();
+          this.resume();
+        });
+        return;
+      }
       this.socket.write(
         held.answer ? localAnswer(held.answer, keepAlive) : errorAnswer(held.error, keepAlive),
       );
@@ -385,6 +469,11 @@ export class ClientConnection implements UpstreamOwner {
       return;
     }
     const route = checked;
+    if (target.e2b && this.routes.serveE2b) {
+      this.held = undefined;
+      this.startCollecting(head, target, route);
+      return;
+    }
     let text: string;
     try {
       text = this.routes.rewrite(head, target, route);
@@ -413,6 +502,180 @@ export class ClientConnection implements UpstreamOwner {
     this.send(head, text, upstream);
     this.resume();
     this.flushToSandbox();
+  }
+
+  // --- E2B requests: read whole, answered by the E2B face ---
+
+  private startCollecting(head: RequestHead, target: RequestTarget, route: Route): void {
+    if (head.upgrade) {
+      this.held = {
+        head,
+        target,
+        error: new UpstreamError('E2B requests to envd never switch protocols'),
+      };
+      this.advance();
+      return;
+    }
+    const limit = e2bBodyLimit(target.pathname);
+    if (head.bodyLength > limit) {
+      this.held = {
+        head,
+        target,
+        error: new PayloadTooLargeError(
+          `the request body is ${head.bodyLength} bytes, over the ${limit} an E2B request to ${target.pathname.slice(0, 100)} may send`,
+        ),
+      };
+      this.advance();
+      return;
+    }
+    this.collecting = { head, target, route, pieces: [], bytes: 0, abort: new AbortController() };
+    this.closeAfter = head.close;
+    this.since = Date.now();
+    if (head.bodyLength < 0) {
+      this.chunks = requestChunks();
+      this.mode = 'collect';
+    } else if (head.bodyLength > 0) {
+      this.bodyLeft = head.bodyLength;
+      this.mode = 'collect';
+    } else {
+      this.collected();
+      return;
+    }
+    this.resume();
+  }
+
+  /** Takes body bytes of the E2B request from `buf` at `pos`; returns where it stopped. */
+  private collect(buf: Buffer, pos: number): number {
+    const c = this.collecting as Collecting;
+    let stop: number;
+    let done: boolean;
+    if (this.chunks) {
+      let end: number;
+      try {
+        end = this.chunks.feed(buf, pos, buf.length);
+      } catch (error) {
+        this.collectFailed(error);
+        return buf.length;
+      }
+      stop = end < 0 ? buf.length : end;
+      done = end >= 0;
+    } else {
+      stop = pos + Math.min(this.bodyLeft, buf.length - pos);
+      this.bodyLeft -= stop - pos;
+      done = this.bodyLeft === 0;
+    }
+    c.pieces.push(Buffer.from(buf.subarray(pos, stop)));
+    c.bytes += stop - pos;
+    // A chunked body has no length to refuse up front: it is cut at the limit (with its framing).
+    const limit = e2bBodyLimit(c.target.pathname);
+    if (c.bytes > limit + 64 * 1024) {
+      this.collectFailed(
+        new PayloadTooLargeError(
+          `the request body is over the ${limit} bytes an E2B request to ${c.target.pathname.slice(0, 100)} may send`,
+        ),
+      );
+      return buf.length;
+    }
+    if (done) this.collected();
+    return stop;
+  }
+
+  /** A body that cannot be read: the reason, and the connection ends (its rest is unknown). */
+  private collectFailed(error: unknown): void {
+    const c = this.collecting;
+    this.collecting = undefined;
+    this.chunks = undefined;
+    this.pending = undefined;
+    if (!c || !this.routes.e2bRefusal) {
+      this.socket.write(errorAnswer(error));
+      this.close();
+      return;
+    }
+    this.mode = 'e2b';
+    this.respondE2b(this.routes.e2bRefusal(c.head, c.target, error), true, () => this.close());
+  }
+
+  private collected(): void {
+    const c = this.collecting as Collecting;
+    const raw = Buffer.concat(c.pieces);
+    const body = this.chunks ? dechunk(raw) : raw;
+    this.chunks = undefined;
+    this.mode = 'e2b';
+    this.updateReading();
+    const serve = this.routes.serveE2b as NonNullable<GatewayRoutes['serveE2b']>;
+    const finish = () => {
+      this.collecting = undefined;
+      if (this.closeAfter || this.clientEnded) {
+        this.close();
+        return;
+      }
+      this.requestSent();
+      this.resume();
+    };
+    serve.call(this.routes, c.head, c.target, c.route, body, c.abort.signal).then(
+      (answer) => this.respondE2b(answer, this.closeAfter, finish),
+      (error) => {
+        const refusal = this.routes.e2bRefusal?.(c.head, c.target, error);
+        if (!refusal) {
+          this.socket.write(errorAnswer(error));
+          this.close();
+          return;
+        }
+        this.respondE2b(refusal, this.closeAfter, finish);
+      },
+    );
+  }
+
+  /** Writes the E2B face's answer (chunked, as it is produced), then calls `done`. */
+  private respondE2b(answer: EnvdFaceAnswer, close: boolean, done: () => void): void {
+    const socket = this.socket;
+    const lines = [`HTTP/1.1 ${answer.status} ${STATUS_CODES[answer.status] ?? 'OK'}`];
+    answer.headers.forEach((value, key) => {
+      if (key !== 'content-length' && key !== 'transfer-encoding' && key !== 'connection') {
+        lines.push(`${key}: ${value}`);
+      }
+    });
+    const bodyless = answer.status === 204 || answer.status === 304;
+    if (!bodyless) lines.push('transfer-encoding: chunked');
+    if (close) lines.push('connection: close');
+    // The head goes out with the first piece of the body (or with its end): one write each.
+    let head: string | undefined = `${lines.join('\r\n')}\r\n\r\n`;
+    const iterator = answer.body[Symbol.asyncIterator]();
+    const pump = async () => {
+      try {
+        for (;;) {
+          if (socket.destroyed) return;
+          const item = await iterator.next();
+          if (item.done) break;
+          if (bodyless || item.value.length === 0) continue;
+          const frame = Buffer.concat([
+            Buffer.from(`${head ?? ''}${item.value.length.toString(16)}\r\n`, 'latin1'),
+            item.value,
+            CRLF,
+          ]);
+          head = undefined;
+          if (!socket.write(frame)) {
+            await new Promise<void>((resolve) => {
+              const go = () => {
+                socket.off('drain', go);
+                socket.off('close', go);
+                resolve();
+              };
+              socket.on('drain', go);
+              socket.on('close', go);
+            });
+          }
+        }
+      } catch {
+        // The answer cannot be completed: a cut chunked body tells the client so.
+        socket.destroy();
+        return;
+      }
+      if (socket.destroyed) return;
+      socket.write(`${head ?? ''}${bodyless ? '' : '0\r\n\r\n'}`, 'latin1');
+      done();
+    };
+    void pump();
   }
 
   private send(head: RequestHead, text: string, upstream: Upstream): void {
@@ -488,7 +751,13 @@ export class ClientConnection implements UpstreamOwner {
   private updateReading(): void {
     if (this.mode === 'tunnel' || this.socket.destroyed) return;
     if (this.mode === 'closing') this.socket.resume();
-    else if (this.blocked || this.mode === 'wait' || this.mode === 'upgrading') this.socket.pause();
+    else if (
+      this.blocked ||
+      this.mode === 'wait' ||
+      this.mode === 'upgrading' ||
+      this.mode === 'e2b'
+    )
+      this.socket.pause();
     else this.socket.resume();
   }
 
@@ -550,6 +819,11 @@ export class ClientConnection implements UpstreamOwner {
     if (this.mode === 'tunnel') return;
     if (this.mode === 'closing') {
       this.socket.destroy();
+    } else if (this.mode === 'collect') {
+      this.collecting?.abort.abort();
+      this.socket.destroy();
+    } else if (this.mode === 'e2b') {
+      // The client finished sending; its answer is still being written.
     } else if (this.mode === 'body' || this.mode === 'chunked') {
       // A request cut short: it can never complete.
       this.upstream?.destroy();
@@ -562,6 +836,7 @@ export class ClientConnection implements UpstreamOwner {
 
   private onClose(): void {
     this.routes.forget(this);
+    this.collecting?.abort.abort();
     const upstream = this.upstream;
     this.upstream = undefined;
     if (!upstream) return;

@@ -4,13 +4,17 @@ import { createServer as createTlsServer, type TLSSocket } from 'node:tls';
 import { routeCapability } from '../../runtime/envd/capabilities.js';
 import { capabilityRefusal } from '../../runtime/protocol/capabilities.js';
 import { ENVD_PORT } from '../../runtime/protocol/constants.js';
+import type { E2bEnvdFace, EnvdFaceAnswer } from '../compat/e2b/envd-face.js';
 import {
   AuthenticationError,
   BadRequestError,
   CapabilityError,
+  errorResponse,
   MethodNotAllowedError,
   PermissionDeniedError,
+  SandboxError,
   SandboxNotFoundError,
+  UpstreamError,
 } from '../errors.js';
 import {
   ClientConnection,
@@ -70,7 +74,14 @@ const HOP_BY_HOP = new Set([
   'upgrade',
 ]);
 /** The gateway's own headers: never passed on. */
-const GATEWAY_HEADERS = new Set(['x-access-token', 'x-sandbox-id', 'x-sandbox-port']);
+const GATEWAY_HEADERS = new Set([
+  'x-access-token',
+  'x-sandbox-id',
+  'x-sandbox-port',
+  // E2B's SDKs name the sandbox this way (one URL for every sandbox).
+  'e2b-sandbox-id',
+  'e2b-sandbox-port',
+]);
 
 /** What the gateway needs from the control plane. */
 export interface GatewayBackend {
@@ -165,6 +176,8 @@ export class Gateway implements GatewayRoutes {
     private readonly backend: GatewayBackend,
     private readonly domain: string,
     limits: Partial<ConnectionLimits> = {},
+    /** envd's E2B face, for requests shaped as E2B's SDKs send them (docs/e2b.md). */
+    private readonly e2b?: E2bEnvdFace,
   ) {
     Object.assign(this.limits, limits);
     this.pool = new UpstreamPool(this.limits.upstreamIdle);
@@ -246,17 +259,23 @@ export class Gateway implements GatewayRoutes {
       }
       query = params.toString();
     }
-    const fromHeaders = head.sandboxId !== undefined || head.sandboxPort !== undefined;
+    // E2B's SDKs name the sandbox with their own headers; the native ones win when both are sent.
+    const e2bId = head.sandboxId === undefined ? headerOf(head, 'e2b-sandbox-id') : undefined;
+    const e2bPort = head.sandboxPort === undefined ? headerOf(head, 'e2b-sandbox-port') : undefined;
+    const e2bHeaders = e2bId !== undefined || e2bPort !== undefined;
+    const sandboxId = head.sandboxId ?? e2bId;
+    const sandboxPort = head.sandboxPort ?? e2bPort;
+    const fromHeaders = sandboxId !== undefined || sandboxPort !== undefined;
     const fromHost =
-      head.sandboxId === undefined || head.sandboxPort === undefined
+      sandboxId === undefined || sandboxPort === undefined
         ? parseSandboxHost(head.host, this.domain)
         : undefined;
     // `/sandboxes/{id}/ports/{port}/…` on any host: no DNS needed. A sandbox host or the headers
     // come first, so a sandbox's own `/sandboxes/…` paths stay its own.
     const fromPath = !fromHeaders && !fromHost ? parseSandboxPath(pathname) : undefined;
     if (fromPath) pathname = fromPath.rest;
-    const id = head.sandboxId ?? fromHost?.id ?? fromPath?.id;
-    const headerPort = head.sandboxPort;
+    const id = sandboxId ?? fromHost?.id ?? fromPath?.id;
+    const headerPort = sandboxPort;
     // Digits only: Number() would also take `0x50`, `1e3` or ` 80`.
     const port =
       headerPort !== undefined
@@ -369,7 +388,44 @@ export class Gateway implements GatewayRoutes {
         };
       }
     }
-    return { id, port, token, credential: token, via, pathname, path };
+    const e2b = this.e2b?.claims(port, pathname, e2bHeaders) === true;
+    return { id, port, token, credential: token, via, pathname, path, ...(e2b ? { e2b } : {}) };
+  }
+
+  serveE2b(
+    head: RequestHead,
+    target: RequestTarget,
+    route: Route,
+    body: Buffer,
+    signal: AbortSignal,
+  ): Promise<EnvdFaceAnswer> {
+    const face = this.e2b as E2bEnvdFace;
+    const headers = new Headers();
+    for (let i = 0; i < head.keys.length; i++) {
+      const key = head.keys[i] as string;
+      if (GATEWAY_HEADERS.has(key) || HOP_BY_HOP.has(key)) continue;
+      headers.append(key, head.values[i] as string);
+    }
+    return face.serve({
+      method: head.method,
+      target: target.path,
+      headers,
+      body,
+      envd: { sandboxId: route.id, socketPath: route.socketPath, token: route.token as string },
+      signal,
+    });
+  }
+
+  e2bRefusal(head: RequestHead, target: RequestTarget, error: unknown): EnvdFaceAnswer {
+    const known =
+      error instanceof SandboxError
+        ? error
+        : new UpstreamError(error instanceof Error ? error.message : String(error));
+    const { status } = errorResponse(known);
+    const headers = new Headers();
+    const type = headerOf(head, 'content-type');
+    if (type !== undefined) headers.set('content-type', type);
+    return (this.e2b as E2bEnvdFace).refusal(headers, target.pathname, status, known.message);
   }
 
   async check(target: RequestTarget): Promise<Route | LocalAnswer> {

@@ -1,0 +1,213 @@
+import { Code, ConnectError, createConnectRouter, createContextValues } from '@connectrpc/connect';
+import type { UniversalHandler } from '@connectrpc/connect/protocol';
+import { codeToHttpStatus, endStreamFlag, errorToJson } from '@connectrpc/connect/protocol-connect';
+import type { EnvdTarget } from './envd-client.js';
+import { filesError, MAX_UPLOAD_BYTES, readFile, writeFiles } from './files-route.js';
+import { filesystemService } from './filesystem-service.js';
+import { Filesystem } from './gen/filesystem/filesystem_pb.js';
+import { Process } from './gen/process/process_pb.js';
+import { ENVD_TARGET, processService } from './process-service.js';
+
+/** E2B's envd port, which the SDKs name in `E2b-Sandbox-Port`. */
+export const E2B_ENVD_PORT = 49983;
+
+/** Largest request body the face reads for an RPC (a Connect request is one small JSON message). */
+export const MAX_RPC_BODY_BYTES = 4 * 1024 * 1024;
+
+/** The largest body the gateway reads whole for an E2B request to `path`. */
+export function e2bBodyLimit(path: string): number {
+  return pathOf(path) === '/files' ? MAX_UPLOAD_BYTES : MAX_RPC_BODY_BYTES;
+}
+
+/** One E2B request to envd, read whole by the gateway and checked (sandbox, token) by it. */
+export interface EnvdFaceRequest {
+  method: string;
+  /** The request target: path and query. */
+  target: string;
+  headers: Headers;
+  body: Uint8Array;
+  envd: EnvdTarget;
+  /** Aborted when the client goes away. */
+  signal: AbortSignal;
+}
+
+/** The answer: a status, headers, and the body in pieces as they are produced. */
+export interface EnvdFaceAnswer {
+  status: number;
+  headers: Headers;
+  body: AsyncIterable<Uint8Array>;
+}
+
+const SERVICES = ['process.Process', 'filesystem.Filesystem'];
+
+function pathOf(target: string): string {
+  const mark = target.indexOf('?');
+  return mark < 0 ? target : target.slice(0, mark);
+}
+
+async function* once(bytes: Uint8Array): AsyncIterable<Uint8Array> {
+  if (bytes.length > 0) yield bytes;
+}
+
+/** A Connect error answer: an end-stream envelope for a stream, a JSON body for a unary call. */
+export function connectErrorAnswer(error: ConnectError, streaming: boolean): EnvdFaceAnswer {
+  const json = errorToJson(error, undefined);
+  if (streaming) {
+    const data = Buffer.from(JSON.stringify({ error: json }));
+    const frame = Buffer.alloc(5 + data.length);
+    frame[0] = endStreamFlag;
+    frame.writeUInt32BE(data.length, 1);
+    data.copy(frame, 5);
+    return {
+      status: 200,
+      headers: new Headers({ 'content-type': 'application/connect+json' }),
+      body: once(frame),
+    };
+  }
+  return {
+    status: codeToHttpStatus(error.code),
+    headers: new Headers({ 'content-type': 'application/json' }),
+    body: once(Buffer.from(JSON.stringify(json))),
+  };
+}
+
+/** Whether a request is shaped as a Connect stream (its errors go in an end-stream envelope). */
+function isStreaming(headers: Headers): boolean {
+  return /^application\/connect\+/i.test(headers.get('content-type') ?? '');
+}
+
+/**
+ * envd's E2B face: `process.Process` over Connect (JSON codec) and `GET /health`, each call
+ * mapped onto envd's native routes of the sandbox the gateway checked. The gateway hands it the
+ * requests {@link claims} says are E2B's; it keeps no state of its own.
+ */
+export class E2bEnvdFace {
+  private readonly handlers = new Map<string, UniversalHandler>();
+
+  constructor() {
+    const router = createConnectRouter({
+      // E2B's SDKs speak Connect only; the JSON codec, no compression.
+      grpc: false,
+      grpcWeb: false,
+      acceptCompression: [],
+      readMaxBytes: MAX_RPC_BODY_BYTES,
+    });
+    router.service(Process, processService);
+    router.service(Filesystem, filesystemService);
+    for (const handler of router.handlers) this.handlers.set(handler.requestPath, handler);
+  }
+
+  /**
+   * Whether a request for `port` of a sandbox is E2B's: it names the sandbox with E2B's headers
+   * (`E2b-Sandbox-Id`), or its path is one of E2B's envd services. Other ports pass as they are.
+   */
+  claims(port: number, path: string, e2bHeaders: boolean): boolean {
+    if (port !== E2B_ENVD_PORT) return false;
+    if (e2bHeaders) return true;
+    const name = pathOf(path).split('/')[1] ?? '';
+    // `/files` itself is E2B's (envd's native file routes are below it: `/files/read`, …).
+    return SERVICES.includes(name) || pathOf(path) === '/files';
+  }
+
+  /** An error of the gateway's (sandbox gone, wrong token) in the shape the request expects. */
+  refusal(headers: Headers, path: string, status: number, message: string): EnvdFaceAnswer {
+    const code =
+      status === 401
+        ? Code.Unauthenticated
+        : status === 403
+          ? Code.PermissionDenied
+          : status === 404
+            ? // E2B's proxy answers a sandbox that is gone with 502: the SDKs' "unavailable".
+              Code.Unavailable
+            : status === 400 || status === 413 || status === 431
+              ? Code.InvalidArgument
+              : status === 408
+                ? Code.DeadlineExceeded
+                : Code.Unavailable;
+    const name = pathOf(path).split('/')[1] ?? '';
+    if (!SERVICES.includes(name)) {
+      // E2B's REST routes (`/files`, `/health`) answer `{code, message}` with the status.
+      const body = Buffer.from(JSON.stringify({ code: status, message }));
+      return {
+        status,
+        headers: new Headers({ 'content-type': 'application/json' }),
+        body: once(body),
+      };
+    }
+    return connectErrorAnswer(new ConnectError(message, code), isStreaming(headers));
+  }
+
+  async serve(request: EnvdFaceRequest): Promise<EnvdFaceAnswer> {
+    const path = pathOf(request.target);
+    if (path === '/health') {
+      if (request.method !== 'GET' && request.method !== 'HEAD') {
+        return this.plainError(405, `${request.method} /health: use GET`);
+      }
+      return { status: 204, headers: new Headers(), body: once(new Uint8Array(0)) };
+    }
+    if (path === '/files') {
+      const query = new URLSearchParams(request.target.slice(path.length + 1));
+      if (request.method === 'GET') return readFile(request.envd, query, request.signal);
+      if (request.method === 'POST') {
+        return writeFiles(
+          request.envd,
+          query,
+          request.headers,
+          Buffer.from(request.body),
+          request.signal,
+        );
+      }
+      return filesError(405, `${request.method} /files: read with GET, write with POST`);
+    }
+    const name = path.split('/')[1] ?? '';
+    if (!SERVICES.includes(name)) {
+      return this.plainError(
+        404,
+        `${request.method} ${path.slice(0, 200)} is not a route of envd's E2B face (abx serves /process.Process/*, /filesystem.Filesystem/*, /files, /health)`,
+      );
+    }
+    const handler = this.handlers.get(path);
+    if (!handler) {
+      return connectErrorAnswer(
+        new ConnectError(`${path.slice(1, 200)} is not implemented by abx`, Code.Unimplemented),
+        isStreaming(request.headers),
+      );
+    }
+    const answer = await handler({
+      httpVersion: '1.1',
+      url: `http://envd${request.target}`,
+      method: request.method,
+      header: request.headers,
+      body: once(request.body),
+      signal: request.signal,
+      contextValues: createContextValues().set(ENVD_TARGET, request.envd),
+    });
+    if (answer.body === undefined && answer.status >= 400) {
+      // connect's bodiless refusals (405, 415, 505) get a message saying what to send instead.
+      const kind = handler.method.methodKind === 'unary' ? 'a unary call' : 'a server stream';
+      const type =
+        handler.method.methodKind === 'unary' ? 'application/json' : 'application/connect+json';
+      const why =
+        answer.status === 405
+          ? `${request.method} ${path.slice(0, 200)}: Connect calls are POST`
+          : answer.status === 415
+            ? `${path.slice(1, 200)} is ${kind}: send Content-Type ${type} (E2B's JSON codec)`
+            : `${path.slice(1, 200)}: unsupported request (${answer.status}); send Connect-Protocol-Version: 1`;
+      return {
+        status: answer.status,
+        headers: new Headers({ 'content-type': 'application/json' }),
+        body: once(Buffer.from(JSON.stringify({ code: 'invalid_argument', message: why }))),
+      };
+    }
+    const headers = new Headers(answer.header);
+    return { status: answer.status, headers, body: answer.body ?? once(new Uint8Array(0)) };
+  }
+
+  private plainError(status: number, message: string): EnvdFaceAnswer {
+    return {
+      status,
+      headers: new Headers({ 'content-type': 'application/json' }),
+      body: once(Buffer.from(JSON.stringify({ code: status, message }))),
+    };
+  }
+}

@@ -1,0 +1,88 @@
+import { CommandExitError, type Sandbox as E2bSandbox } from 'e2b';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { Sandbox } from '../../../src/index.js';
+import { createAbxHome } from '../../helpers/abx-home.js';
+import { DEBIAN_IMAGE, dockerEngine, ensureDebianImage } from '../../helpers/docker-images.js';
+import { attach } from './attach.js';
+
+// envd's E2B face on the Docker provider: the same SDK calls as on the local provider
+// (process.test.ts, filesystem.test.ts), against a sandbox in a container. Skipped, saying why,
+// only when no Docker engine answers.
+const engine = await dockerEngine();
+
+if (!engine.docker) {
+  describe.skip(`E2B envd face on docker: skipped, ${engine.reason}`, () => {
+    test('commands, PTY and files on docker', () => undefined);
+  });
+} else {
+  const docker = engine.docker;
+  let abx: Awaited<ReturnType<typeof createAbxHome>>;
+  let native: Sandbox;
+  let sbx: E2bSandbox;
+
+  beforeAll(async () => {
+    await ensureDebianImage(docker);
+    // The daemon the SDK starts inherits these.
+    process.env.ABX_PROVIDER = 'docker';
+    process.env.ABX_DOCKER_BASE_IMAGE = DEBIAN_IMAGE;
+    process.env.ABX_WARM_POOL = '0';
+    abx = await createAbxHome();
+    native = await Sandbox.create({ home: abx.home });
+    sbx = attach(new URL(native.getUrl(49983)).origin, native.sandboxId, native.accessToken);
+  }, 900_000);
+
+  afterAll(async () => {
+    await native?.kill().catch(() => undefined);
+    await abx?.close();
+    delete process.env.ABX_PROVIDER;
+    delete process.env.ABX_DOCKER_BASE_IMAGE;
+    delete process.env.ABX_WARM_POOL;
+  });
+
+  describe('E2B envd face on docker', () => {
+    test('commands: run, exit codes, background with stdin, kill', async () => {
+      expect(
+        (await sbx.commands.run('echo "$A"; pwd', { envs: { A: 'b' }, cwd: '/tmp' })).stdout,
+      ).toBe('b\n/tmp\n');
+      const failure = await sbx.commands.run('exit 4').catch((e: unknown) => e);
+      expect(failure).toBeInstanceOf(CommandExitError);
+      expect(failure).toMatchObject({ exitCode: 4 });
+      const cat = await sbx.commands.run('cat', { background: true, stdin: true });
+      await sbx.commands.sendStdin(cat.pid, 'in\n');
+      await sbx.commands.closeStdin(cat.pid);
+      expect((await cat.wait()).stdout).toBe('in\n');
+      const sleeper = await sbx.commands.run('sleep 60', { background: true, timeoutMs: 0 });
+      expect((await sbx.commands.list()).map((p) => p.pid)).toContain(sleeper.pid);
+      expect(await sbx.commands.kill(sleeper.pid)).toBe(true);
+      expect(await sbx.commands.kill(sleeper.pid)).toBe(false);
+    });
+
+    test('a PTY: input and resize', async () => {
+      let screen = '';
+      const decoder = new TextDecoder();
+      const terminal = await sbx.pty.create({
+        cols: 80,
+        rows: 24,
+        timeoutMs: 0,
+        onData: (data) => {
+          screen += decoder.decode(data, { stream: true });
+        },
+      });
+      await sbx.pty.resize(terminal.pid, { cols: 120, rows: 40 });
+      await sbx.pty.sendInput(terminal.pid, new TextEncoder().encode('stty size\n'));
+      const deadline = Date.now() + 30_000;
+      while (!screen.includes('40 120') && Date.now() < deadline) {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      expect(screen).toContain('40 120');
+      expect(await sbx.pty.kill(terminal.pid)).toBe(true);
+    });
+
+    test('files: write, read, list, stat', async () => {
+      await sbx.files.write('/tmp/e2b/a.txt', 'alpha');
+      expect(await sbx.files.read('/tmp/e2b/a.txt')).toBe('alpha');
+      expect((await sbx.files.list('/tmp/e2b')).map((e) => e.name)).toEqual(['a.txt']);
+      expect(await sbx.files.getInfo('/tmp/e2b/a.txt')).toMatchObject({ type: 'file', size: 5 });
+    });
+  });
+}

@@ -1,0 +1,67 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import { type Sandbox as E2bSandbox, SandboxError } from 'e2b';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { Sandbox } from '../../../src/index.js';
+import { type RootlessDaemon, startRootlessDaemon } from '../../helpers/rootless.js';
+import { attach } from './attach.js';
+
+// envd's E2B face under a rootless daemon: what E2B's SDK starts runs as the daemon's
+// unprivileged host uid, never host root, and `root` stays refused.
+
+let daemon: RootlessDaemon;
+let native: Sandbox;
+let sbx: E2bSandbox;
+
+/** Host uids of the processes whose command line holds `marker`. */
+function hostUidsOf(marker: string): number[] {
+  const uids: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (!readFileSync(`/proc/${entry}/cmdline`, 'utf8').includes(marker)) continue;
+      const status = readFileSync(`/proc/${entry}/status`, 'utf8');
+      uids.push(Number(/^Uid:\s+(\d+)/m.exec(status)?.[1]));
+    } catch {
+      // ended meanwhile
+    }
+  }
+  return uids;
+}
+
+beforeAll(async () => {
+  daemon = await startRootlessDaemon();
+  native = await Sandbox.create({ home: daemon.home });
+  sbx = attach(new URL(native.getUrl(49983)).origin, native.sandboxId, native.accessToken);
+}, 300_000);
+
+afterAll(async () => {
+  await native?.kill().catch(() => undefined);
+  await daemon?.close();
+});
+
+describe('E2B envd face under a rootless daemon', () => {
+  test("a command E2B starts runs as the daemon's unprivileged uid on the host", async () => {
+    const marker = `e2b-rootless-${Date.now()}`;
+    const handle = await sbx.commands.run(`exec -a ${marker} sleep 60`, {
+      background: true,
+      timeoutMs: 0,
+    });
+    let uids: number[] = [];
+    for (let i = 0; i < 100 && uids.length === 0; i++) {
+      uids = hostUidsOf(marker);
+      if (uids.length === 0) await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    expect(uids.length).toBeGreaterThan(0);
+    for (const uid of uids) {
+      expect(uid).not.toBe(0);
+      expect(uid).toBe(daemon.uid);
+    }
+    expect(await sbx.commands.kill(handle.pid)).toBe(true);
+  });
+
+  test('root is refused here too', async () => {
+    const failure = await sbx.commands.run('id -u', { user: 'root' }).catch((e: unknown) => e);
+    expect(failure).toBeInstanceOf(SandboxError);
+    expect((failure as Error).message).toMatch(/permission_denied/);
+  });
+});
