@@ -213,12 +213,15 @@ async function commandModule(className: string, greeting: string, slowImportMs =
     [
       `import { sandbox } from ${JSON.stringify(join(ROOT, 'src', 'authoring.js'))};`,
       "import { greeting } from './helper.js';",
-      // Slow to import inside the sandbox only: the server takes that long to listen.
-      `if (process.env.ABX_SANDBOX_ID) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ${slowImportMs});`,
+      // Slow to import inside the sandbox only: the server takes that long to listen. A
+      // declaration the class uses, so server.start keeps it (a bare top-level statement would
+      // be script code, which never runs in the sandbox).
+      `const loaded = process.env.ABX_SANDBOX_ID ? Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ${slowImportMs}) : 'here';`,
       "@sandbox('server-e2e')",
       `export class ${className} {`,
       '  @sandbox.register',
       '  hello(): string {',
+      '    void loaded; // the slow import goes with the class',
       '    return greeting;',
       '  }',
       '}',
