@@ -1,5 +1,5 @@
 import { existsSync, readFileSync } from 'node:fs';
-import { rootCertificates } from 'node:tls';
+import { createRequire } from 'node:module';
 import { AuthenticationError, DaemonUnavailableError, InvalidArgumentError } from '../errors.js';
 import { type ConnectionOptions, connectDaemon } from './daemon-connection.js';
 import type { DaemonInfo } from './daemon-info.js';
@@ -106,6 +106,11 @@ function trustOf(ca: string, source: string): TlsTrust {
   }
   // `ca` replaces node's default trust: keep the system's CAs (and NODE_EXTRA_CA_CERTS, which
   // node adds to them) alongside the private one.
+  // node:tls is loaded here, for a private CA only: a local client never needs it (it costs a
+  // CLI command's start about as much as node:http does).
+  const { rootCertificates } = createRequire(import.meta.url)(
+    'node:tls',
+  ) as typeof import('node:tls');
   return { id: pem, ca: [...rootCertificates, ...extraCas(), pem] };
 }
 

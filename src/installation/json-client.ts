@@ -1,5 +1,4 @@
 import http from 'node:http';
-import https from 'node:https';
 import {
   AuthenticationError,
   errorFromBody,
@@ -91,7 +90,7 @@ export function unreachableError(
 }
 
 /** The status and text of one HTTP exchange over node:http(s); rejects on a network failure. */
-export function exchange(
+export async function exchange(
   url: URL,
   init: {
     method: string;
@@ -102,8 +101,10 @@ export function exchange(
   },
 ): Promise<{ status: number; text: string }> {
   const secure = url.protocol === 'https:';
+  // node:https (and with it node:tls) only for a remote control plane over TLS.
+  const client = secure ? await import('node:https') : http;
   return new Promise((resolve, reject) => {
-    const request = (secure ? https : http).request(
+    const request = client.request(
       url,
       {
         method: init.method,
