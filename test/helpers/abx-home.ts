@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { stopDaemon } from '../../src/installation/daemon-connection.js';
 import { Sandbox } from '../../src/sandbox/sandbox.js';
+import { Templates } from '../../src/sandbox/templates.js';
 import { ensureBuilt } from './build.js';
 
 /** Pids of processes whose command line mentions `text` (e.g. a test's ABX_HOME). */
@@ -88,4 +89,14 @@ export async function createAbxHome(): Promise<{ home: string; close(): Promise<
       await rm(home, { recursive: true, force: true });
     },
   };
+}
+
+/**
+ * Removes every template of `home` but `base`: image templates own images on the engine, which
+ * outlive the installation's folder. Best effort, for a test's teardown.
+ */
+export async function removeTemplates(home: string | undefined): Promise<void> {
+  for (const template of home ? await Templates.list({ home }).catch(() => []) : []) {
+    if (template.name !== 'base') await Templates.remove(template.name, { home }).catch(() => {});
+  }
 }

@@ -2,7 +2,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Sandbox, Templates } from '../../src/index.js';
-import { createAbxHome } from '../helpers/abx-home.js';
+import { createAbxHome, removeTemplates } from '../helpers/abx-home.js';
 import { dockerEngine, ensureDebianImage } from '../helpers/docker-images.js';
 import { readmeBlock } from '../helpers/readme.js';
 import { userProject } from '../helpers/user-project.js';
@@ -51,11 +51,7 @@ if (!('docker' in engine) || !engine.docker) {
   }, 900_000);
 
   afterAll(async () => {
-    for (const template of abx ? await Templates.list({ home: abx.home }).catch(() => []) : []) {
-      if (template.name !== 'base') {
-        await Templates.remove(template.name, { home: abx.home }).catch(() => {});
-      }
-    }
+    await removeTemplates(abx?.home);
     await abx?.close();
     project?.remove();
     if (taggedBase) await docker.getImage(baseImage as string).remove({ noprune: true });

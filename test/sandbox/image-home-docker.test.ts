@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Sandbox, Template, Templates } from '../../src/index.js';
-import { createAbxHome } from '../helpers/abx-home.js';
+import { createAbxHome, removeTemplates } from '../helpers/abx-home.js';
 import {
   DEBIAN_IMAGE,
   dockerEngine,
@@ -40,9 +40,7 @@ if (!engine.docker) {
   }, 900_000);
 
   afterAll(async () => {
-    for (const template of home ? await Templates.list({ home }).catch(() => []) : []) {
-      if (template.name !== 'base') await Templates.remove(template.name, { home }).catch(() => {});
-    }
+    await removeTemplates(home);
     await abx?.close();
     rmSync(work, { recursive: true, force: true });
     delete process.env.ABX_PROVIDER;

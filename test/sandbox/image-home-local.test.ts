@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Sandbox, Template, Templates } from '../../src/index.js';
 import { ROOTFS_ROOT } from '../../src/providers/local/image-rootfs.js';
-import { createAbxHome } from '../helpers/abx-home.js';
+import { createAbxHome, removeTemplates } from '../helpers/abx-home.js';
 import { dockerEngine, ensurePipImage, PIP_IMAGE } from '../helpers/docker-images.js';
 import { expectSeededHome, homeTemplate } from '../helpers/home-template.js';
 
@@ -53,9 +53,7 @@ if (!('docker' in engine) || !engine.docker) {
   }, 900_000);
 
   afterAll(async () => {
-    for (const template of home ? await Templates.list({ home }).catch(() => []) : []) {
-      if (template.name !== 'base') await Templates.remove(template.name, { home }).catch(() => {});
-    }
+    await removeTemplates(home);
     await abx?.close();
     delete process.env.ABX_WARM_POOL;
     rmSync(work, { recursive: true, force: true });

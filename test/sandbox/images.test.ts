@@ -12,7 +12,7 @@ import {
 } from '../../src/index.js';
 import { Terminal } from '../../src/sandbox/terminal.js';
 import { SandboxCommands } from '../fixtures/sandbox-commands.js';
-import { createAbxHome } from '../helpers/abx-home.js';
+import { createAbxHome, removeTemplates } from '../helpers/abx-home.js';
 import {
   BUSYBOX_IMAGE,
   DEBIAN_IMAGE,
@@ -60,9 +60,7 @@ if (!engine.docker) {
   afterAll(async () => {
     // Templates own engine images: remove them with the installation, and anything a failed
     // test left among the images made during this file.
-    for (const template of home ? await Templates.list({ home }).catch(() => []) : []) {
-      if (template.name !== 'base') await Templates.remove(template.name, { home }).catch(() => {});
-    }
+    await removeTemplates(home);
     for (const tag of await templateImages()) {
       if (!imagesBefore?.has(tag))
         await docker

@@ -6,7 +6,7 @@ import { commandRegistry, Sandbox, Template, Templates } from '../../src/index.j
 import { ROOTFS_ROOT } from '../../src/providers/local/image-rootfs.js';
 import { Terminal } from '../../src/sandbox/terminal.js';
 import { SandboxCommands } from '../fixtures/sandbox-commands.js';
-import { createAbxHome } from '../helpers/abx-home.js';
+import { createAbxHome, removeTemplates } from '../helpers/abx-home.js';
 import {
   BUSYBOX_IMAGE,
   DEBIAN_IMAGE,
@@ -55,9 +55,7 @@ if (!('docker' in engine) || !engine.docker) {
   }, 900_000);
 
   afterAll(async () => {
-    for (const template of home ? await Templates.list({ home }).catch(() => []) : []) {
-      if (template.name !== 'base') await Templates.remove(template.name, { home }).catch(() => {});
-    }
+    await removeTemplates(home);
     await abx?.close();
     delete process.env.ABX_WARM_POOL;
   });
