@@ -212,7 +212,9 @@ export class Daemon {
     };
     const e2b = mountE2bControlApi(
       { sandboxes: this.sandboxes, templates: this.templates, keys: this.keys },
-      () => this.domain,
+      // The host E2B's SDKs put after `{port}-{id}.`: the domain, and the gateway's port when it
+      // is not its scheme's own (the SDK builds https://{port}-{id}.{domain} from it).
+      () => new URL(this.gatewayOrigin).host,
       BODY_LIMITS,
     );
     const handle = (req: IncomingMessage, res: ServerResponse) => {
@@ -275,6 +277,9 @@ export class Daemon {
           return socket;
         },
         tokenSecret,
+        // One URL for the API and the sandboxes: requests that name no sandbox go to the API.
+        apiTarget: () =>
+          this.apiPort === undefined ? undefined : `tcp://127.0.0.1:${this.apiPort}`,
       },
       this.domain,
       {},
@@ -290,6 +295,8 @@ export class Daemon {
     }
   }
 
+  /** The loopback API listener's port, once listening. */
+  private apiPort: number | undefined;
   private builder: Promise<SandboxProvider> | undefined;
 
   /** The provider image builds run on (made once, on the first build that needs it). */
@@ -372,6 +379,7 @@ export class Daemon {
         server.listen(at.port, at.host, () => resolve((server.address() as AddressInfo).port));
       });
     const apiPort = await listen(this.api, { host: '127.0.0.1', port: this.options.apiPort ?? 0 });
+    this.apiPort = apiPort;
     const gatewayPort = await listen(this.gateway.server, {
       host: '127.0.0.1',
       port: this.options.gatewayPort ?? 0,

@@ -51,6 +51,8 @@ export interface RequestTarget {
     | { kind: 'redeem'; link: string; secure: boolean; location: string };
   /** E2B's SDKs sent it to envd: the gateway reads it whole and its E2B face answers it. */
   e2b?: boolean;
+  /** It names no sandbox and is for the daemon's API: passed on to it unchanged. */
+  api?: boolean;
 }
 
 /** An answer the gateway gives itself (a link minted or redeemed), not the sandbox's. */

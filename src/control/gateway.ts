@@ -4,6 +4,7 @@ import { createServer as createTlsServer, type TLSSocket } from 'node:tls';
 import { routeCapability } from '../../runtime/envd/capabilities.js';
 import { capabilityRefusal } from '../../runtime/protocol/capabilities.js';
 import { ENVD_PORT } from '../../runtime/protocol/constants.js';
+import { E2bControlApi } from '../compat/e2b/control-api.js';
 import type { E2bEnvdFace, EnvdFaceAnswer } from '../compat/e2b/envd-face.js';
 import {
   AuthenticationError,
@@ -99,7 +100,47 @@ export interface GatewayBackend {
    * the token of the sandbox a cookie is for. Without it the gateway mints no links.
    */
   tokenSecret?: string;
+  /**
+   * Where the daemon's API answers (`tcp://127.0.0.1:PORT`), for requests that name no sandbox:
+   * `api.{domain}`, and `/v1/…` or E2B's control paths on any other host. One URL then serves
+   * the API and every sandbox, as E2B's SDKs expect (docs/e2b.md). Without it such requests are
+   * refused as naming no sandbox.
+   */
+  apiTarget?(): string | undefined;
 }
+
+/**
+ * The paths the daemon's API serves (`/v1/…`, E2B's control API), which the gateway passes to it
+ * when they name no sandbox.
+ */
+function isApiPath(target: string): boolean {
+  return target.startsWith('/v1/') || E2bControlApi.claims(target);
+}
+
+/** A request for the daemon's API (see {@link GatewayBackend.apiTarget}). */
+function apiTarget(pathname: string, path: string): RequestTarget {
+  return {
+    id: '',
+    port: 0,
+    token: undefined,
+    credential: undefined,
+    via: 'header',
+    pathname,
+    path,
+    api: true,
+  };
+}
+
+/** The route of {@link apiTarget}s, but for the socket. */
+const API_ROUTE = {
+  id: '',
+  port: 0,
+  token: undefined,
+  credential: undefined,
+  envd: false,
+  template: '',
+  capabilities: [],
+} as const;
 
 /** The value of a header (repeated ones joined with `sep`), by its lower-case name. */
 function headerOf(head: RequestHead, key: string, sep = ', '): string | undefined {
@@ -266,6 +307,12 @@ export class Gateway implements GatewayRoutes {
     const sandboxId = head.sandboxId ?? e2bId;
     const sandboxPort = head.sandboxPort ?? e2bPort;
     const fromHeaders = sandboxId !== undefined || sandboxPort !== undefined;
+    // `api.{domain}` is the daemon's API (E2B's SDKs with E2B_DOMAIN call it so).
+    const apiHost =
+      !fromHeaders &&
+      this.backend.apiTarget !== undefined &&
+      head.host?.replace(/:\d+$/, '').toLowerCase() === `api.${this.domain.toLowerCase()}`;
+    if (apiHost) return apiTarget(pathname, target);
     const fromHost =
       sandboxId === undefined || sandboxPort === undefined
         ? parseSandboxHost(head.host, this.domain)
@@ -284,6 +331,10 @@ export class Gateway implements GatewayRoutes {
           : Number.NaN
         : (fromHost?.port ?? fromPath?.port);
     if (!id || port === undefined) {
+      // The API's own paths, on the gateway's URL: one URL for the API and the sandboxes.
+      if (!fromHeaders && this.backend.apiTarget !== undefined && isApiPath(target)) {
+        return apiTarget(pathname, target);
+      }
       const name = head.host?.replace(/:\d+$/, '');
       const forms = `Host {port}-{sandboxId}.${this.domain}, the path /sandboxes/{sandboxId}/ports/{port}/… or the X-Sandbox-Id and X-Sandbox-Port headers`;
       if (name && !fromHeaders && !/^(\d{1,3}\.){3}\d{1,3}$|^\[|^localhost$/i.test(name)) {
@@ -429,6 +480,12 @@ export class Gateway implements GatewayRoutes {
   }
 
   async check(target: RequestTarget): Promise<Route | LocalAnswer> {
+    if (target.api) {
+      const socketPath = this.backend.apiTarget?.();
+      if (socketPath === undefined) throw new UpstreamError('the daemon API is not listening');
+      // The API checks its own keys: the gateway passes the request on as it came.
+      return { ...API_ROUTE, socketPath };
+    }
     const { id, port } = target;
     let token = target.token;
     const found = this.backend.find(id);

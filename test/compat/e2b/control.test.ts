@@ -168,7 +168,8 @@ describe('the E2B SDK drives the control API', () => {
       envdVersion: '0.6.4',
       envdAccessToken: expect.any(String),
       trafficAccessToken: null,
-      domain: info.domain,
+      // The domain, with the gateway's port: the SDK builds https://{port}-{id}.{domain} from it.
+      domain: `${info.domain}:${new URL(info.gatewayUrl).port}`,
     });
     const native = await call(`${info.apiUrl}/v1/sandboxes/${answer.body.sandboxID}/connect`, {
       method: 'POST',

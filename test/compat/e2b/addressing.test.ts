@@ -1,0 +1,219 @@
+import { execFile } from 'node:child_process';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { connect } from 'node:net';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { Sandbox } from 'e2b';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { startDaemon } from '../../../src/installation/daemon-connection.js';
+import type { DaemonInfo } from '../../../src/installation/daemon-info.js';
+import { CLI } from '../../cli/abx.js';
+import { createAbxHome } from '../../helpers/abx-home.js';
+import { ROOT } from '../../helpers/build.js';
+import { makeTestCertificates } from '../../helpers/test-ca.js';
+
+// The two ways a self-hoster points E2B's unmodified SDK at abx (docs/e2b.md, "Addressing"):
+// - one URL: E2B_API_URL and E2B_SANDBOX_URL are both the daemon's gateway URL; the API's paths
+//   go to the API, requests naming a sandbox (E2b-Sandbox-Id) to the sandbox;
+// - a domain over TLS: E2B_DOMAIN, with `api.{domain}` and `{port}-{id}.{domain}` routed by Host.
+//   Nothing resolves names here, so the client process gets `*.abx.test` from a preload that
+//   answers DNS lookups (the wildcard record an operator would add), and trusts the test CA
+//   through NODE_EXTRA_CA_CERTS, as a user would.
+
+const run = promisify(execFile);
+
+describe('one URL for the API and every sandbox', () => {
+  let abx: Awaited<ReturnType<typeof createAbxHome>>;
+  let info: DaemonInfo;
+  let apiKey: string;
+
+  beforeAll(async () => {
+    abx = await createAbxHome();
+    info = await startDaemon(abx.home);
+    apiKey = readFileSync(join(abx.home, 'api-key'), 'utf8').trim();
+  }, 120_000);
+
+  afterAll(async () => {
+    await abx?.close();
+  }, 120_000);
+
+  test('the SDK with apiUrl and sandboxUrl both the gateway URL: create, run, files, list, info, kill', async () => {
+    const opts = {
+      apiKey,
+      apiUrl: info.gatewayUrl,
+      sandboxUrl: info.gatewayUrl,
+      requestTimeoutMs: 60_000,
+    };
+    const sandbox = await Sandbox.create({ ...opts, metadata: { url: 'one' } });
+    try {
+      const ran = await sandbox.commands.run('echo "$((6 * 7))" from $(hostname)');
+      expect(ran.stdout).toBe(`42 from ${sandbox.sandboxId}\n`);
+      await sandbox.files.write('/home/user/one.txt', 'through one URL');
+      expect(await sandbox.files.read('/home/user/one.txt')).toBe('through one URL');
+      const listed = await Sandbox.list({ ...opts, query: { metadata: { url: 'one' } } });
+      expect((await listed.nextItems()).map((s) => s.sandboxId)).toEqual([sandbox.sandboxId]);
+      expect((await sandbox.getInfo()).state).toBe('running');
+    } finally {
+      expect(await sandbox.kill()).toBe(true);
+    }
+    expect(await Sandbox.kill(sandbox.sandboxId, opts)).toBe(false);
+  }, 120_000);
+
+  test('one keep-alive connection carries native API, E2B API and envd calls in turn', async () => {
+    const { sandboxID, envdAccessToken } = (await (
+      await fetch(`${info.gatewayUrl}/v2/sandboxes`, {
+        method: 'POST',
+        headers: { 'x-api-key': apiKey, 'content-type': 'application/json' },
+        body: JSON.stringify({ templateID: 'base', timeout: 120 }),
+      })
+    ).json()) as { sandboxID: string; envdAccessToken: string };
+    const url = new URL(info.gatewayUrl);
+    const socket = connect(Number(url.port), url.hostname);
+    try {
+      const answers: string[] = [];
+      let text = '';
+      socket.on('data', (chunk) => {
+        text += chunk.toString('latin1');
+      });
+      /** Sends one request and waits for its whole answer (content-length or chunked). */
+      const send = async (request: string) => {
+        const start = text.length;
+        socket.write(request);
+        for (let i = 0; i < 600; i++) {
+          const answer = text.slice(start);
+          const end = answer.indexOf('\r\n\r\n');
+          if (end >= 0) {
+            const length = /content-length: (\d+)/i.exec(answer.slice(0, end))?.[1];
+            if (length !== undefined && answer.length >= end + 4 + Number(length)) break;
+            if (/transfer-encoding: chunked/i.test(answer) && answer.endsWith('0\r\n\r\n')) break;
+          }
+          await new Promise((r) => setTimeout(r, 50));
+        }
+        answers.push(text.slice(start));
+      };
+      await send('GET /v1/health HTTP/1.1\r\nhost: localhost\r\n\r\n');
+      const rpc = '{}';
+      await send(
+        `POST /process.Process/List HTTP/1.1\r\nhost: localhost\r\ne2b-sandbox-id: ${sandboxID}\r\ne2b-sandbox-port: 49983\r\nx-access-token: ${envdAccessToken}\r\ncontent-type: application/json\r\ncontent-length: ${rpc.length}\r\n\r\n${rpc}`,
+      );
+      await send(
+        `GET /sandboxes/${sandboxID} HTTP/1.1\r\nhost: localhost\r\nx-api-key: ${apiKey}\r\n\r\n`,
+      );
+      await send(`GET /v1/sandboxes HTTP/1.1\r\nhost: localhost\r\n\r\n`);
+      expect(answers.map((answer) => answer.slice(0, 12))).toEqual([
+        'HTTP/1.1 200',
+        'HTTP/1.1 200',
+        'HTTP/1.1 200',
+        // The native API checks its own key: none was sent.
+        'HTTP/1.1 401',
+      ]);
+      // Connect's JSON for a List with nothing started: no processes field at all.
+      expect(answers[1]).toContain('\r\n{}\r\n');
+      expect(answers[2]).toContain(`"sandboxID":"${sandboxID}"`);
+      expect(answers[3]).toContain('"type":"AuthenticationError"');
+    } finally {
+      socket.destroy();
+      await fetch(`${info.gatewayUrl}/sandboxes/${sandboxID}`, {
+        method: 'DELETE',
+        headers: { 'x-api-key': apiKey },
+      });
+    }
+  }, 120_000);
+
+  test('a request that names no sandbox and no API path keeps the gateway’s own error', async () => {
+    const answer = await fetch(`${info.gatewayUrl}/process.Process/List`, { method: 'POST' });
+    expect(answer.status).toBe(400);
+    expect(((await answer.json()) as { error: string }).error).toMatch(
+      /^no sandbox named: use Host \{port\}-\{sandboxId\}/,
+    );
+  });
+});
+
+describe('a domain over TLS: api.{domain} and {port}-{id}.{domain}', () => {
+  let abx: Awaited<ReturnType<typeof createAbxHome>>;
+  let info: DaemonInfo;
+  let ca: string;
+  let apiKey: string;
+  const DOMAIN = 'abx.test';
+
+  beforeAll(async () => {
+    abx = await createAbxHome();
+    const certs = makeTestCertificates(abx.home, [`*.${DOMAIN}`, DOMAIN]);
+    ca = certs.caCert;
+    const env = { ...process.env, ABX_HOME: abx.home, ABX_WARM_POOL: '0' };
+    const started = await run(
+      process.execPath,
+      [
+        CLI,
+        'daemon',
+        'start',
+        '--listen',
+        '127.0.0.1:0',
+        '--tls-cert',
+        certs.cert,
+        '--tls-key',
+        certs.key,
+        '--domain',
+        DOMAIN,
+        '--json',
+      ],
+      { env, timeout: 60_000 },
+    );
+    info = JSON.parse(started.stdout);
+    apiKey = readFileSync(join(abx.home, 'api-key'), 'utf8').trim();
+  }, 120_000);
+
+  afterAll(async () => {
+    await abx?.close();
+  }, 120_000);
+
+  test('E2B_DOMAIN alone: the SDK creates, runs, writes, reads, lists and kills by host names', async () => {
+    const port = new URL(info.remote?.gatewayUrl as string).port;
+    const preload = join(abx.home, 'resolve-abx-test.cjs');
+    writeFileSync(
+      preload,
+      `const dns = require('node:dns');
+const lookup = dns.lookup;
+dns.lookup = function (host, options, callback) {
+  if (typeof options === 'function') { callback = options; options = {}; }
+  if (/(^|\\.)abx\\.test$/.test(host)) {
+    return options.all ? callback(null, [{ address: '127.0.0.1', family: 4 }]) : callback(null, '127.0.0.1', 4);
+  }
+  return lookup.call(this, host, options, callback);
+};
+`,
+    );
+    const script = join(abx.home, 'e2b-client.mjs');
+    writeFileSync(
+      script,
+      `import { Sandbox } from ${JSON.stringify(join(ROOT, 'node_modules', 'e2b', 'dist', 'index.mjs'))};
+const out = {};
+const sandbox = await Sandbox.create({ metadata: { url: 'domain' }, requestTimeoutMs: 60000 });
+out.id = sandbox.sandboxId;
+out.host = sandbox.getHost(8080);
+out.run = (await sandbox.commands.run('echo hello from $(hostname)')).stdout;
+await sandbox.files.write('/home/user/note.txt', 'over TLS by name');
+out.read = await sandbox.files.read('/home/user/note.txt');
+out.listed = (await (await Sandbox.list({ query: { metadata: { url: 'domain' } } })).nextItems()).map((s) => s.sandboxId);
+out.killed = await sandbox.kill();
+console.log(JSON.stringify(out));
+`,
+    );
+    const result = await run(process.execPath, ['-r', preload, script], {
+      env: {
+        PATH: process.env.PATH,
+        HOME: abx.home,
+        NODE_EXTRA_CA_CERTS: ca,
+        E2B_DOMAIN: `${DOMAIN}:${port}`,
+        E2B_API_KEY: apiKey,
+      },
+      timeout: 120_000,
+    });
+    const out = JSON.parse(result.stdout);
+    expect(out.host).toBe(`8080-${out.id}.${DOMAIN}:${port}`);
+    expect(out.run).toBe(`hello from ${out.id}\n`);
+    expect(out.read).toBe('over TLS by name');
+    expect(out.listed).toEqual([out.id]);
+    expect(out.killed).toBe(true);
+  }, 180_000);
+});
