@@ -42,6 +42,7 @@ const SUBCOMMANDS: readonly { names: readonly string[]; load: () => Promise<Regi
     load: async () => (await import('./kubernetes-command.js')).addKubernetesCommand,
   },
   { names: ['mcp'], load: async () => (await import('./mcp-command.js')).addMcpCommand },
+  { names: ['e2b'], load: async () => (await import('./e2b-command.js')).addE2bCommand },
 ];
 
 /** The program's own options that take a value (`--api-url URL`), to step over when reading argv. */

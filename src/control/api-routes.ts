@@ -128,7 +128,13 @@ export const API_ROUTES: ApiRoute[] = [
     group: 'api',
     summary: 'The daemon answers; no key needed.',
     public: true,
-    handler: () => ({ status: 'ok', pid: process.pid, version: packageInfo().version }),
+    handler: ({ ctx }) => ({
+      status: 'ok',
+      pid: process.pid,
+      version: packageInfo().version,
+      // Where sandboxes are reached: remote clients (`abx e2b env`) learn it here.
+      gatewayUrl: ctx.gatewayUrl(),
+    }),
   },
   {
     method: 'POST',

@@ -120,6 +120,35 @@ describe('one URL for the API and every sandbox', () => {
     }
   }, 120_000);
 
+  test('abx e2b env: a program configured by its export lines alone, with a key it made', async () => {
+    const script = join(abx.home, 'env-client.mjs');
+    writeFileSync(
+      script,
+      `import { Sandbox } from ${JSON.stringify(join(ROOT, 'node_modules', 'e2b', 'dist', 'index.mjs'))};
+const sandbox = await Sandbox.create();
+const ran = await sandbox.commands.run('echo from $(hostname)');
+console.log(JSON.stringify({ id: sandbox.sandboxId, out: ran.stdout, key: process.env.E2B_API_KEY, url: process.env.E2B_SANDBOX_URL }));
+await sandbox.kill();
+`,
+    );
+    const { stdout, stderr } = await run(
+      '/bin/sh',
+      [
+        '-c',
+        `eval "$("$0" "$1" e2b env --key-name from-env)" && exec "$0" "$2"`,
+        process.execPath,
+        CLI,
+        script,
+      ],
+      { env: { PATH: process.env.PATH, HOME: abx.home, ABX_HOME: abx.home }, timeout: 120_000 },
+    );
+    expect(stderr).toMatch(/^made API key 'from-env' \(key_\w+\) for E2B_API_KEY/);
+    const out = JSON.parse(stdout);
+    expect(out.out).toBe(`from ${out.id}\n`);
+    expect(out.key).toMatch(/^e2b_[0-9a-f]{64}$/);
+    expect(out.url).toBe(info.gatewayUrl);
+  }, 180_000);
+
   test('a request that names no sandbox and no API path keeps the gateway’s own error', async () => {
     const answer = await fetch(`${info.gatewayUrl}/process.Process/List`, { method: 'POST' });
     expect(answer.status).toBe(400);
@@ -199,14 +228,15 @@ out.killed = await sandbox.kill();
 console.log(JSON.stringify(out));
 `,
     );
+    // What `abx e2b env --domain` prints, with the CA a client of this daemon trusts.
+    const printed = await run(process.execPath, [CLI, 'e2b', 'env', '--domain', '--json'], {
+      env: { PATH: process.env.PATH, HOME: abx.home, ABX_HOME: abx.home },
+      timeout: 60_000,
+    });
+    const e2bEnv = JSON.parse(printed.stdout);
+    expect(e2bEnv).toEqual({ E2B_DOMAIN: `${DOMAIN}:${port}`, E2B_API_KEY: apiKey });
     const result = await run(process.execPath, ['-r', preload, script], {
-      env: {
-        PATH: process.env.PATH,
-        HOME: abx.home,
-        NODE_EXTRA_CA_CERTS: ca,
-        E2B_DOMAIN: `${DOMAIN}:${port}`,
-        E2B_API_KEY: apiKey,
-      },
+      env: { PATH: process.env.PATH, HOME: abx.home, NODE_EXTRA_CA_CERTS: ca, ...e2bEnv },
       timeout: 120_000,
     });
     const out = JSON.parse(result.stdout);
