@@ -36,7 +36,19 @@ export interface RequestTarget {
    * taken off the request), `query` (`?token=`), `session` (the cookie a link set), `link` (a
    * link being redeemed).
    */
-  via: 'header' | 'authorization' | 'query' | 'session' | 'link';
+  via: 'header' | 'authorization' | 'query' | 'session' | 'link' | 'signature';
+  /**
+   * E2B's signed `/files` URL (via `signature`): what the signature covers, checked against the
+   * sandbox's token (docs/e2b.md).
+   */
+  signed?: {
+    signature: string;
+    /** Unix seconds, or undefined for a signature that does not expire. */
+    expiration: string | undefined;
+    path: string;
+    user: string;
+    operation: 'read' | 'write';
+  };
   /** The gateway answers it itself: mint a browser link, or redeem one. */
   local?:
     | {

@@ -1,3 +1,4 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { Server as NetServer, Socket } from 'node:net';
 import { createServer as createTlsServer, type TLSSocket } from 'node:tls';
@@ -115,6 +116,50 @@ export interface GatewayBackend {
  */
 function isApiPath(target: string): boolean {
   return target.startsWith('/v1/') || E2bControlApi.claims(target);
+}
+
+/**
+ * What a signed `/files` URL of E2B's SDKs claims (`signature`, `signature_expiration`, `path`,
+ * `username` in the query): a GET reads, a POST writes. Undefined without a signature.
+ */
+function signedFiles(method: string, query: string): RequestTarget['signed'] {
+  if (!query.includes('signature')) return undefined;
+  const params = new URLSearchParams(query);
+  const signature = params.get('signature');
+  if (signature === null) return undefined;
+  return {
+    signature,
+    expiration: params.get('signature_expiration') ?? undefined,
+    path: params.get('path') ?? '',
+    user: params.get('username') ?? '',
+    operation: method === 'POST' ? 'write' : 'read',
+  };
+}
+
+/**
+ * Checks a signed URL as E2B's envd does: `v1_` and the unpadded base64 SHA-256 of
+ * `path:operation:user:token[:expiration]`, with an expiration in Unix seconds not past.
+ */
+function checkFileSignature(signed: NonNullable<RequestTarget['signed']>, token: string): void {
+  const { expiration } = signed;
+  if (expiration !== undefined && !/^\d{1,12}$/.test(expiration)) {
+    throw new AuthenticationError(
+      `signature_expiration ${JSON.stringify(expiration.slice(0, 40))} is not a Unix time in seconds`,
+    );
+  }
+  const raw = `${signed.path}:${signed.operation}:${signed.user}:${token}${expiration === undefined ? '' : `:${expiration}`}`;
+  const expected = `v1_${createHash('sha256').update(raw).digest('base64').replace(/=+$/, '')}`;
+  const given = Buffer.from(signed.signature);
+  if (given.length !== expected.length || !timingSafeEqual(given, Buffer.from(expected))) {
+    throw new AuthenticationError(
+      `the signature does not match this ${signed.operation === 'write' ? 'upload' : 'download'} of ${JSON.stringify(signed.path.slice(0, 200))}: sign the URL with the sandbox's access token (sandbox.${signed.operation === 'write' ? 'uploadUrl' : 'downloadUrl'})`,
+    );
+  }
+  if (expiration !== undefined && Number(expiration) * 1000 < Date.now()) {
+    throw new AuthenticationError(
+      `the signed URL expired at ${new Date(Number(expiration) * 1000).toISOString()}: ask for a new one`,
+    );
+  }
 }
 
 /** A request for the daemon's API (see {@link GatewayBackend.apiTarget}). */
@@ -420,6 +465,23 @@ export class Gateway implements GatewayRoutes {
         local: { kind: 'redeem', link, secure, location: localPath(path) },
       };
     }
+    // E2B's signed file URLs carry no token: the signature stands for it (checked in `check`).
+    if (token === undefined && port === ENVD_PORT && pathname === '/files') {
+      const signed = signedFiles(head.method, query);
+      if (signed) {
+        return {
+          id,
+          port,
+          token,
+          credential: `signature ${signed.signature}`,
+          via: 'signature',
+          pathname,
+          path,
+          signed,
+          e2b: true,
+        };
+      }
+    }
     if (token === undefined && fromHost) {
       const session = sessionCookieOf(headerOf(head, 'cookie', '; '));
       if (session !== undefined) {
@@ -508,6 +570,15 @@ export class Gateway implements GatewayRoutes {
         }
       }
       token = sandboxToken(links.secret, id);
+    } else if (target.via === 'signature') {
+      if (!record) throw new SandboxNotFoundError(`sandbox ${id} does not exist`);
+      if (!links) {
+        throw new AuthenticationError(
+          `this gateway checks no signed URLs: send X-Access-Token with sandbox ${id}'s token`,
+        );
+      }
+      token = sandboxToken(links.secret, id);
+      checkFileSignature(target.signed as NonNullable<RequestTarget['signed']>, token);
     } else if (!record || !tokenMatches(token, record.tokenHash)) {
       throw record
         ? new AuthenticationError(

@@ -224,6 +224,19 @@ out.run = (await sandbox.commands.run('echo hello from $(hostname)')).stdout;
 await sandbox.files.write('/home/user/note.txt', 'over TLS by name');
 out.read = await sandbox.files.read('/home/user/note.txt');
 out.listed = (await (await Sandbox.list({ query: { metadata: { url: 'domain' } } })).nextItems()).map((s) => s.sandboxId);
+// Signed file URLs: no header, the signature stands for the token.
+const down = await sandbox.downloadUrl('/home/user/note.txt');
+out.download = await (await fetch(down)).text();
+const form = new FormData();
+form.append('file', new Blob(['uploaded by URL']), 'up.txt');
+const up = await fetch(await sandbox.uploadUrl('/home/user/up.txt', { useSignatureExpiration: 60 }), { method: 'POST', body: form });
+out.upload = [up.status, await up.json()];
+out.uploaded = await sandbox.files.read('/home/user/up.txt');
+const refused = async (url, init) => { const r = await fetch(url, init); return [r.status, (await r.json()).message]; };
+out.expired = await refused(await sandbox.downloadUrl('/home/user/note.txt', { useSignatureExpiration: -60 }));
+out.otherPath = await refused(down.replace('note.txt', 'other.txt'));
+out.asUpload = await refused(down, { method: 'POST', body: form });
+out.unsigned = await refused(down.replace(/&signature=[^&]*/, ''));
 out.killed = await sandbox.kill();
 console.log(JSON.stringify(out));
 `,
@@ -244,6 +257,24 @@ console.log(JSON.stringify(out));
     expect(out.run).toBe(`hello from ${out.id}\n`);
     expect(out.read).toBe('over TLS by name');
     expect(out.listed).toEqual([out.id]);
+    expect(out.download).toBe('over TLS by name');
+    expect(out.upload).toEqual([
+      200,
+      [{ name: 'up.txt', type: 'file', path: '/home/user/up.txt' }],
+    ]);
+    expect(out.uploaded).toBe('uploaded by URL');
+    expect(out.expired).toEqual([401, expect.stringMatching(/^the signed URL expired at /)]);
+    expect(out.otherPath).toEqual([
+      401,
+      expect.stringMatching(
+        /^the signature does not match this download of "\/home\/user\/other.txt"/,
+      ),
+    ]);
+    expect(out.asUpload).toEqual([
+      401,
+      expect.stringMatching(/^the signature does not match this upload/),
+    ]);
+    expect(out.unsigned).toEqual([401, expect.stringMatching(/access token/)]);
     expect(out.killed).toBe(true);
   }, 180_000);
 });
