@@ -144,7 +144,7 @@ function checkFileSignature(signed: NonNullable<RequestTarget['signed']>, token:
   const { expiration } = signed;
   if (expiration !== undefined && !/^\d{1,12}$/.test(expiration)) {
     throw new AuthenticationError(
-      `signature_expiration ${JSON.stringify(expiration.slice(0, 40))} is not a Unix time in seconds`,
+      `invalid signature_expiration: ${JSON.stringify(expiration.slice(0, 40))} is not a Unix time in seconds`,
     );
   }
   const raw = `${signed.path}:${signed.operation}:${signed.user}:${token}${expiration === undefined ? '' : `:${expiration}`}`;
@@ -152,13 +152,12 @@ function checkFileSignature(signed: NonNullable<RequestTarget['signed']>, token:
   const given = Buffer.from(signed.signature);
   if (given.length !== expected.length || !timingSafeEqual(given, Buffer.from(expected))) {
     throw new AuthenticationError(
-      `the signature does not match this ${signed.operation === 'write' ? 'upload' : 'download'} of ${JSON.stringify(signed.path.slice(0, 200))}: sign the URL with the sandbox's access token (sandbox.${signed.operation === 'write' ? 'uploadUrl' : 'downloadUrl'})`,
+      `invalid signature: it does not match this ${signed.operation === 'write' ? 'upload' : 'download'} of ${JSON.stringify(signed.path.slice(0, 200))}: sign the URL with the sandbox's access token (sandbox.${signed.operation === 'write' ? 'uploadUrl' : 'downloadUrl'})`,
     );
   }
   if (expiration !== undefined && Number(expiration) * 1000 < Date.now()) {
-    throw new AuthenticationError(
-      `the signed URL expired at ${new Date(Number(expiration) * 1000).toISOString()}: ask for a new one`,
-    );
+    // E2B's envd's own words, which its SDKs' users match on.
+    throw new AuthenticationError('signature is already expired');
   }
 }
 

@@ -263,16 +263,16 @@ console.log(JSON.stringify(out));
       [{ name: 'up.txt', type: 'file', path: '/home/user/up.txt' }],
     ]);
     expect(out.uploaded).toBe('uploaded by URL');
-    expect(out.expired).toEqual([401, expect.stringMatching(/^the signed URL expired at /)]);
+    expect(out.expired).toEqual([401, 'signature is already expired']);
     expect(out.otherPath).toEqual([
       401,
       expect.stringMatching(
-        /^the signature does not match this download of "\/home\/user\/other.txt"/,
+        /^invalid signature: it does not match this download of "\/home\/user\/other.txt"/,
       ),
     ]);
     expect(out.asUpload).toEqual([
       401,
-      expect.stringMatching(/^the signature does not match this upload/),
+      expect.stringMatching(/^invalid signature: it does not match this upload/),
     ]);
     expect(out.unsigned).toEqual([401, expect.stringMatching(/access token/)]);
     expect(out.killed).toBe(true);
