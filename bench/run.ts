@@ -937,6 +937,80 @@ async function code(sandbox: Sandbox) {
 }
 
 /**
+ * E2B's SDK against abx (one URL: the gateway), beside the native SDK on the same sandbox, sampled
+ * in interleaved rounds so that the machine's load touches both alike. E2B's `commands.run(cmd)`
+ * starts `/bin/bash -l -c cmd`, a login shell, so the native figure it is held against runs that
+ * same line; the difference is what the E2B face costs.
+ */
+async function e2b(sandbox: Sandbox) {
+  log("E2B's SDK");
+  const { Sandbox: E2bSandbox } = await import('e2b');
+  const { gatewayUrl } = daemonInfo();
+  const apiKey = readFileSync(join(HOME, 'api-key'), 'utf8').trim();
+  const theirs = await E2bSandbox.connect(sandbox.sandboxId, {
+    apiKey,
+    apiUrl: gatewayUrl,
+    sandboxUrl: gatewayUrl,
+  });
+  const pairs: Record<string, [() => Promise<unknown>, () => Promise<unknown>]> = {
+    run: [() => theirs.commands.run('true'), () => sandbox.commands.run("/bin/bash -l -c 'true'")],
+    write: [
+      () => theirs.files.write('/home/user/e2b-bench.txt', 'hello'),
+      () => sandbox.files.write('/home/user/e2b-bench.txt', 'hello'),
+    ],
+    list: [() => theirs.commands.list(), () => sandbox.commands.list()],
+  };
+  const rounds = scale(5, 2);
+  const per = scale(12, 5);
+  const samples: Record<string, { e2b: number[]; native: number[] }> = {};
+  for (const name of Object.keys(pairs)) samples[name] = { e2b: [], native: [] };
+  for (let pass = 0; pass < rounds; pass++) {
+    for (const [name, [e2bCall, nativeCall]] of Object.entries(pairs)) {
+      const into = samples[name] as { e2b: number[]; native: number[] };
+      into.e2b.push(...(await timeEach(per, e2bCall, pass === 0 ? 2 : 0)));
+      into.native.push(...(await timeEach(per, nativeCall, pass === 0 ? 2 : 0)));
+    }
+  }
+  const figures: Record<string, { e2b: Summary; native: Summary }> = {};
+  for (const [name, { e2b: e, native: n }] of Object.entries(samples)) {
+    figures[name] = { e2b: summarize(e), native: summarize(n) };
+  }
+  results.e2b = figures;
+  const what: Record<string, [string, string]> = {
+    run: [
+      "E2B commands.run('true') (bash -l -c true)",
+      'native commands.run("/bin/bash -l -c \'true\'")',
+    ],
+    write: ['E2B files.write, 5 bytes', 'native files.write, 5 bytes'],
+    list: ['E2B commands.list() (Connect List)', 'native commands.list()'],
+  };
+  for (const [name, { e2b: e, native: n }] of Object.entries(figures)) {
+    const [theirsText, oursText] = what[name] as [string, string];
+    const over = e.p50 - n.p50;
+    row('12 E2B SDK', theirsText, ms(e), `${round(over, 2)} ms over native; goal ≤ 1 ms`);
+    row('12 E2B SDK', oursText, ms(n));
+  }
+  const overRun = figures.run as { e2b: Summary; native: Summary };
+  const overWrite = figures.write as { e2b: Summary; native: Summary };
+  goal(
+    'e2bRunOverNativeMs',
+    'E2B commands.run over native (same command)',
+    overRun.e2b.p50 - overRun.native.p50,
+    'ms',
+    1,
+    false,
+  );
+  goal(
+    'e2bWriteOverNativeMs',
+    'E2B files.write over native',
+    overWrite.e2b.p50 - overWrite.native.p50,
+    'ms',
+    1,
+    false,
+  );
+}
+
+/**
  * How long `abx` takes to start, as a person at a terminal feels it: `abx --version` and
  * `abx list` (the daemon running, a sandbox listed) against `node -e 0`, the floor of any Node
  * program, each run the same number of times, interleaved so that a change in the machine's load
@@ -1011,6 +1085,7 @@ async function main() {
     if (runs('memory')) await memory(template);
     if (runs('code')) await code(sandbox);
     if (runs('images')) await images(template);
+    if (runs('e2b')) await e2b(sandbox);
     if (runs('cli')) await cliStart();
   } finally {
     for (const child of children) child.kill('SIGKILL');

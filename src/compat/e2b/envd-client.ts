@@ -8,6 +8,12 @@ export interface EnvdTarget {
   sandboxId: string;
   socketPath: string;
   token: string;
+  /**
+   * Set when envd's stream broke under a call (the sandbox was killed or ended): the face then
+   * cuts the client's connection, as E2B's proxy does, rather than answering with an error, so
+   * the SDK asks `/health` and reports the sandbox gone.
+   */
+  lost?: boolean;
 }
 
 /** envd's statuses as Connect codes: the E2B SDK branches on the code, not the status. */

@@ -77,6 +77,21 @@ function isStreaming(headers: Headers): boolean {
 }
 
 /**
+ * The answer's pieces, but cut (the iterator throws, and the gateway drops the connection) once
+ * envd's stream broke under the call: the sandbox is gone, and E2B's SDKs learn that from a cut
+ * connection and a `/health` that answers 502, not from an error message.
+ */
+async function* cutWhenLost(
+  body: AsyncIterable<Uint8Array>,
+  target: EnvdTarget,
+): AsyncGenerator<Uint8Array> {
+  for await (const piece of body) {
+    if (target.lost) throw new Error(`sandbox ${target.sandboxId} went away under the call`);
+    yield piece;
+  }
+}
+
+/**
  * envd's E2B face: `process.Process` over Connect (JSON codec) and `GET /health`, each call
  * mapped onto envd's native routes of the sandbox the gateway checked. The gateway hands it the
  * requests {@link claims} says are E2B's; it keeps no state of its own.
@@ -126,10 +141,13 @@ export class E2bEnvdFace {
                 : Code.Unavailable;
     const name = pathOf(path).split('/')[1] ?? '';
     if (!SERVICES.includes(name)) {
-      // E2B's REST routes (`/files`, `/health`) answer `{code, message}` with the status.
-      const body = Buffer.from(JSON.stringify({ code: status, message }));
+      // E2B's REST routes (`/files`, `/health`) answer `{code, message}` with the status. A
+      // sandbox that is gone is E2B's proxy's 502: `isRunning()` is then false, and a file call
+      // raises the SDK's TimeoutError.
+      const shown = status === 404 ? 502 : status;
+      const body = Buffer.from(JSON.stringify({ code: shown, message }));
       return {
-        status,
+        status: shown,
         headers: new Headers({ 'content-type': 'application/json' }),
         body: once(body),
       };
@@ -200,7 +218,10 @@ export class E2bEnvdFace {
       };
     }
     const headers = new Headers(answer.header);
-    return { status: answer.status, headers, body: answer.body ?? once(new Uint8Array(0)) };
+    if (answer.body === undefined) {
+      return { status: answer.status, headers, body: once(new Uint8Array(0)) };
+    }
+    return { status: answer.status, headers, body: cutWhenLost(answer.body, request.envd) };
   }
 
   private plainError(status: number, message: string): EnvdFaceAnswer {

@@ -210,15 +210,25 @@ async function* processEvents(
     for (;;) {
       pending ??= lines.next();
       let timer: NodeJS.Timeout | undefined;
-      const next = await (every === undefined
-        ? pending
-        : Promise.race([
-            pending,
-            new Promise<'keepalive'>((resolve) => {
-              timer = setTimeout(() => resolve('keepalive'), every);
-            }),
-          ]));
-      clearTimeout(timer);
+      let next: IteratorResult<unknown> | 'keepalive';
+      try {
+        next = await (every === undefined
+          ? pending
+          : Promise.race([
+              pending,
+              new Promise<'keepalive'>((resolve) => {
+                timer = setTimeout(() => resolve('keepalive'), every);
+              }),
+            ]));
+      } catch (error) {
+        // envd's socket failed under the stream: the sandbox went away (not the client leaving).
+        if (!context.signal.aborted && !(error instanceof ConnectError)) {
+          targetOf(context).lost = true;
+        }
+        throw error;
+      } finally {
+        clearTimeout(timer);
+      }
       if (next === 'keepalive') {
         yield event({ case: 'keepalive', value: { $typeName: 'process.ProcessEvent.KeepAlive' } });
         continue;
@@ -256,6 +266,8 @@ async function* processEvents(
     await lines.return?.();
   }
   if (context.signal.aborted) throw context.signal.reason;
+  // envd ended the stream with no exit: the sandbox (and envd with it) went away.
+  targetOf(context).lost = true;
   throw new ConnectError('the process stream ended before the process did', Code.Unavailable);
 }
 
