@@ -167,9 +167,11 @@ describe('the E2B SDK drives the control API', () => {
       clientID: 'abx',
       envdVersion: '0.6.4',
       envdAccessToken: expect.any(String),
-      trafficAccessToken: null,
+      trafficAccessToken: expect.any(String),
       domain: info.domain,
     });
+    // The traffic token (what `@e2b/code-interpreter` sends on its context routes) is the same.
+    expect(answer.body.trafficAccessToken).toBe(answer.body.envdAccessToken);
     const native = await call(`${info.apiUrl}/v1/sandboxes/${answer.body.sandboxID}/connect`, {
       method: 'POST',
       headers: { authorization: `Bearer ${adminKey}` },
