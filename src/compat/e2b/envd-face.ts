@@ -89,8 +89,9 @@ function isStreaming(headers: Headers): boolean {
 }
 
 /**
- * envd's E2B face: `process.Process` over Connect (JSON codec) and `GET /health`, each call
- * mapped onto envd's native routes of the sandbox the gateway checked. The gateway hands it the
+ * envd's E2B face: `process.Process` and `filesystem.Filesystem` over Connect (JSON codec),
+ * `/files` and `GET /health`, and the code interpreter's port 49999 (code-interpreter.ts), each
+ * call mapped onto envd's native routes of the sandbox the gateway checked. The gateway hands it the
  * requests {@link claims} says are E2B's; it keeps no state of its own.
  */
 export class E2bEnvdFace {

@@ -9,6 +9,7 @@ import {
   SandboxError,
   TimeoutError,
 } from '@e2b/code-interpreter';
+import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Sandbox as AbxSandbox, Templates } from '../../../src/index.js';
 import { startDaemon } from '../../../src/installation/daemon-connection.js';
@@ -61,8 +62,10 @@ function raw(
         agent: false,
         timeout: 60_000,
         headers: {
-          'e2b-sandbox-id': sandboxId,
-          'e2b-sandbox-port': '49999',
+          // A request that names its Host goes without E2B's headers.
+          ...('host' in headers
+            ? {}
+            : { 'e2b-sandbox-id': sandboxId, 'e2b-sandbox-port': '49999' }),
           'content-type': 'application/json',
           ...(payload ? { 'content-length': String(payload.length) } : {}),
           ...headers,
@@ -314,6 +317,37 @@ describe('bad input', () => {
     });
     expect(traffic.status).toBe(200);
     expect(Array.isArray(JSON.parse(traffic.text))).toBe(true);
+  }, 60_000);
+
+  test('arbitrary bytes and JSON as bodies: a 400 (or a cell that ran), and the daemon goes on', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.oneof(
+          fc.uint8Array({ maxLength: 300 }).map((bytes) => Buffer.from(bytes)),
+          fc.json().map((text) => Buffer.from(text)),
+          fc
+            .record({ code: fc.oneof(fc.string(), fc.integer()), language: fc.string() })
+            .map((body) => Buffer.from(JSON.stringify(body))),
+        ),
+        fc.constantFrom('/execute', '/contexts'),
+        async (body, path) => {
+          const answer = await raw('POST', path, body);
+          expect([200, 400]).toContain(answer.status);
+          if (answer.status === 400) expect(answer.text.length).toBeGreaterThan(0);
+        },
+      ),
+      { numRuns: 80, seed: 27 },
+    );
+    expect((await sbx.runCode('x')).text).toBe('40');
+  }, 120_000);
+
+  test('Host 49999-{id}.{domain} without E2B headers reaches the code interpreter too', async () => {
+    const answer = await raw('GET', '/contexts', undefined, {
+      'x-access-token': token,
+      host: `49999-${sbx.sandboxId}.${info.domain}`,
+    });
+    expect(answer.status).toBe(200);
+    expect(JSON.parse(answer.text)).toContainEqual(expect.objectContaining({ language: 'python' }));
   }, 60_000);
 
   test('an unknown route or method of port 49999 answers what is served', async () => {
