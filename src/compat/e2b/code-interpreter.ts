@@ -414,9 +414,7 @@ export async function serveCodeInterpreter(
   const { method } = request;
   try {
     if (path === '/health') {
-      if (method !== 'GET' && method !== 'HEAD') {
-        throw new CodeInterpreterError(405, `${method} /health: use GET`);
-      }
+      if (method !== 'GET') throw new CodeInterpreterError(405, `${method} /health: use GET`);
       return jsonAnswer(200, 'OK');
     }
     if (path === '/execute') {
