@@ -152,6 +152,17 @@ const sameTarget = (route: Route, target: RequestTarget) =>
   route.port === target.port &&
   route.credential === target.credential;
 
+/** The reason phrase of an E2B answer: its own (one line of visible ASCII, bounded) or the usual. */
+function reasonPhrase(answer: EnvdFaceAnswer): string {
+  const usual = STATUS_CODES[answer.status] ?? 'OK';
+  if (answer.reason === undefined) return usual;
+  const text = answer.reason
+    .replace(/[^\x20-\x7e]+/g, ' ')
+    .trim()
+    .slice(0, 300);
+  return text === '' ? usual : text;
+}
+
 /** A {@link LocalAnswer} as bytes for a socket. */
 function localAnswer(answer: LocalAnswer, keepAlive: boolean): string {
   const lines = [
@@ -530,7 +541,7 @@ export class ClientConnection implements UpstreamOwner {
       this.advance();
       return;
     }
-    const limit = e2bBodyLimit(target.pathname);
+    const limit = e2bBodyLimit(target.pathname, target.port);
     if (head.bodyLength > limit) {
       this.held = {
         head,
@@ -581,7 +592,7 @@ export class ClientConnection implements UpstreamOwner {
     c.pieces.push(Buffer.from(buf.subarray(pos, stop)));
     c.bytes += stop - pos;
     // A chunked body has no length to refuse up front: it is cut at the limit (with its framing).
-    const limit = e2bBodyLimit(c.target.pathname);
+    const limit = e2bBodyLimit(c.target.pathname, c.target.port);
     if (c.bytes > limit + 64 * 1024) {
       this.collectFailed(
         new PayloadTooLargeError(
@@ -643,7 +654,7 @@ export class ClientConnection implements UpstreamOwner {
   /** Writes the E2B face's answer (chunked, as it is produced), then calls `done`. */
   private respondE2b(answer: EnvdFaceAnswer, close: boolean, done: () => void): void {
     const socket = this.socket;
-    const lines = [`HTTP/1.1 ${answer.status} ${STATUS_CODES[answer.status] ?? 'OK'}`];
+    const lines = [`HTTP/1.1 ${answer.status} ${reasonPhrase(answer)}`];
     answer.headers.forEach((value, key) => {
       if (key !== 'content-length' && key !== 'transfer-encoding' && key !== 'connection') {
         lines.push(`${key}: ${value}`);

@@ -5,6 +5,7 @@ import { createServer as createTlsServer, type TLSSocket } from 'node:tls';
 import { routeCapability } from '../../runtime/envd/capabilities.js';
 import { capabilityRefusal } from '../../runtime/protocol/capabilities.js';
 import { ENVD_PORT } from '../../runtime/protocol/constants.js';
+import { E2B_CODE_PORT } from '../compat/e2b/code-interpreter.js';
 import { E2bControlApi } from '../compat/e2b/control-api.js';
 import type { E2bEnvdFace, EnvdFaceAnswer } from '../compat/e2b/envd-face.js';
 import {
@@ -83,6 +84,8 @@ const GATEWAY_HEADERS = new Set([
   // E2B's SDKs name the sandbox this way (one URL for every sandbox).
   'e2b-sandbox-id',
   'e2b-sandbox-port',
+  // `@e2b/code-interpreter` sends the sandbox's token this way on its context routes.
+  'e2b-traffic-access-token',
 ]);
 
 /** What the gateway needs from the control plane. */
@@ -410,6 +413,8 @@ export class Gateway implements GatewayRoutes {
         via = 'authorization';
       }
     }
+    // E2B's traffic token is the sandbox's token too (the E2B control API announces it so).
+    token ??= headerOf(head, 'e2b-traffic-access-token');
     if (fromPath?.kind === 'link') {
       if (head.method !== 'POST') {
         throw new MethodNotAllowedError(
@@ -524,6 +529,7 @@ export class Gateway implements GatewayRoutes {
       headers,
       body,
       envd: { sandboxId: route.id, socketPath: route.socketPath, token: route.token as string },
+      port: target.port,
       signal,
     });
   }
@@ -537,7 +543,13 @@ export class Gateway implements GatewayRoutes {
     const headers = new Headers();
     const type = headerOf(head, 'content-type');
     if (type !== undefined) headers.set('content-type', type);
-    return (this.e2b as E2bEnvdFace).refusal(headers, target.pathname, status, known.message);
+    return (this.e2b as E2bEnvdFace).refusal(
+      headers,
+      target.pathname,
+      status,
+      known.message,
+      target.port,
+    );
   }
 
   async check(target: RequestTarget): Promise<Route | LocalAnswer> {
@@ -602,6 +614,19 @@ export class Gateway implements GatewayRoutes {
       if (target.local) {
         throw new PermissionDeniedError(
           `envd's port ${ENVD_PORT} is not opened to browsers: links are for ports the sandbox serves`,
+        );
+      }
+      return { ...route, socketPath: record.handle.envdSocket, envd: true };
+    }
+    if (target.e2b && port === E2B_CODE_PORT) {
+      // E2B's code interpreter is envd's code contexts, reached over envd's socket.
+      if (!record.capabilities.includes('code')) {
+        throw new CapabilityError(
+          capabilityRefusal(
+            record.template,
+            'code',
+            `E2B's code interpreter (port ${port}) of sandbox ${id}`,
+          ),
         );
       }
       return { ...route, socketPath: record.handle.envdSocket, envd: true };

@@ -20,6 +20,7 @@ import {
   UnsupportedMediaTypeError,
 } from '../../errors.js';
 import type { E2bBackend, E2bCaller, E2bSandboxRow, E2bTemplateTraits } from './backend.js';
+import { E2B_CODE_TEMPLATE } from './code-interpreter.js';
 import { page, parseListQuery } from './list-query.js';
 import {
   bodyObject,
@@ -115,12 +116,18 @@ function refuseUnsupported(body: Record<string, unknown>, template: E2bTemplateT
 
 async function create(call: Call): Promise<Answer> {
   const body = call.body;
-  const template = optionalString(body, 'templateID') ?? 'base';
+  let template = optionalString(body, 'templateID') ?? 'base';
   const seconds = timeoutSeconds(body) ?? DEFAULT_TIMEOUT_SECONDS;
   const envs = stringMap(body, 'envVars');
   const metadata = stringMap(body, 'metadata');
   optionalBoolean(body, 'secure');
-  const traits = await call.backend.template(template);
+  let traits = await call.backend.template(template);
+  if (!traits && template === E2B_CODE_TEMPLATE) {
+    // `@e2b/code-interpreter`'s default template: `base` has the code contexts it needs, unless a
+    // template of that name is built (one with more libraries, say).
+    template = 'base';
+    traits = await call.backend.template(template);
+  }
   if (!traits) {
     throw new TemplateNotFoundError(
       `template '${template}' does not exist: abx template list shows the templates, abx template build makes one`,

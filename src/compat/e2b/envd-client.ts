@@ -133,7 +133,7 @@ export async function readText(res: IncomingMessage): Promise<string> {
 }
 
 /** The NDJSON lines of an answer, each bounded. */
-async function* linesOf(res: IncomingMessage): AsyncGenerator<string> {
+export async function* linesOf(res: IncomingMessage): AsyncGenerator<string> {
   let rest: Buffer = Buffer.alloc(0);
   for await (const chunk of res) {
     rest = rest.length === 0 ? (chunk as Buffer) : Buffer.concat([rest, chunk as Buffer]);

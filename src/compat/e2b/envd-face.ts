@@ -1,6 +1,12 @@
 import { Code, ConnectError, createConnectRouter, createContextValues } from '@connectrpc/connect';
 import type { UniversalHandler } from '@connectrpc/connect/protocol';
 import { codeToHttpStatus, endStreamFlag, errorToJson } from '@connectrpc/connect/protocol-connect';
+import {
+  E2B_CODE_PORT,
+  isCodeInterpreterPath,
+  serveCodeInterpreter,
+  textAnswer,
+} from './code-interpreter.js';
 import type { EnvdTarget } from './envd-client.js';
 import { filesError, MAX_UPLOAD_BYTES, readFile, writeFiles } from './files-route.js';
 import { filesystemService } from './filesystem-service.js';
@@ -14,9 +20,11 @@ export const E2B_ENVD_PORT = 49983;
 /** Largest request body the face reads for an RPC (a Connect request is one small JSON message). */
 export const MAX_RPC_BODY_BYTES = 4 * 1024 * 1024;
 
-/** The largest body the gateway reads whole for an E2B request to `path`. */
-export function e2bBodyLimit(path: string): number {
-  return pathOf(path) === '/files' ? MAX_UPLOAD_BYTES : MAX_RPC_BODY_BYTES;
+/** The largest body the gateway reads whole for an E2B request to `path` of `port`. */
+export function e2bBodyLimit(path: string, port = E2B_ENVD_PORT): number {
+  return port === E2B_ENVD_PORT && pathOf(path) === '/files'
+    ? MAX_UPLOAD_BYTES
+    : MAX_RPC_BODY_BYTES;
 }
 
 /** One E2B request to envd, read whole by the gateway and checked (sandbox, token) by it. */
@@ -27,6 +35,8 @@ export interface EnvdFaceRequest {
   headers: Headers;
   body: Uint8Array;
   envd: EnvdTarget;
+  /** The sandbox port the request named: envd's (49983, the default) or the code interpreter's. */
+  port?: number;
   /** Aborted when the client goes away. */
   signal: AbortSignal;
 }
@@ -34,6 +44,8 @@ export interface EnvdFaceRequest {
 /** The answer: a status, headers, and the body in pieces as they are produced. */
 export interface EnvdFaceAnswer {
   status: number;
+  /** The status line's reason phrase, when it says more than the status's usual one. */
+  reason?: string;
   headers: Headers;
   body: AsyncIterable<Uint8Array>;
 }
@@ -92,8 +104,9 @@ async function* cutWhenLost(
 }
 
 /**
- * envd's E2B face: `process.Process` over Connect (JSON codec) and `GET /health`, each call
- * mapped onto envd's native routes of the sandbox the gateway checked. The gateway hands it the
+ * envd's E2B face: `process.Process` and `filesystem.Filesystem` over Connect (JSON codec),
+ * `/files` and `GET /health`, and the code interpreter's port 49999 (code-interpreter.ts), each
+ * call mapped onto envd's native routes of the sandbox the gateway checked. The gateway hands it the
  * requests {@link claims} says are E2B's; it keeps no state of its own.
  */
 export class E2bEnvdFace {
@@ -117,6 +130,8 @@ export class E2bEnvdFace {
    * (`E2b-Sandbox-Id`), or its path is one of E2B's envd services. Other ports pass as they are.
    */
   claims(port: number, path: string, e2bHeaders: boolean): boolean {
+    // The code interpreter's port is E2B's when the SDK names it, or for its routes by Host.
+    if (port === E2B_CODE_PORT) return e2bHeaders || isCodeInterpreterPath(pathOf(path));
     if (port !== E2B_ENVD_PORT) return false;
     if (e2bHeaders) return true;
     const name = pathOf(path).split('/')[1] ?? '';
@@ -125,7 +140,17 @@ export class E2bEnvdFace {
   }
 
   /** An error of the gateway's (sandbox gone, wrong token) in the shape the request expects. */
-  refusal(headers: Headers, path: string, status: number, message: string): EnvdFaceAnswer {
+  refusal(
+    headers: Headers,
+    path: string,
+    status: number,
+    message: string,
+    port = E2B_ENVD_PORT,
+  ): EnvdFaceAnswer {
+    if (port === E2B_CODE_PORT) {
+      // E2B's proxy answers a sandbox that is gone with 502: the code interpreter SDK's TimeoutError.
+      return textAnswer(status === 404 ? 502 : status, message);
+    }
     const code =
       status === 401
         ? Code.Unauthenticated
@@ -157,6 +182,7 @@ export class E2bEnvdFace {
 
   async serve(request: EnvdFaceRequest): Promise<EnvdFaceAnswer> {
     const path = pathOf(request.target);
+    if (request.port === E2B_CODE_PORT) return serveCodeInterpreter(request, path);
     if (path === '/health') {
       if (request.method !== 'GET' && request.method !== 'HEAD') {
         return this.plainError(405, `${request.method} /health: use GET`);

@@ -30,7 +30,9 @@ export function sandboxAnswer(row: E2bSandboxRow, accessToken: string, domain: s
     clientID: E2B_CLIENT_ID,
     envdVersion: E2B_ENVD_VERSION,
     envdAccessToken: accessToken,
-    trafficAccessToken: null,
+    // `@e2b/code-interpreter` sends only this one on its context routes (`E2B-Traffic-Access-Token`):
+    // the gateway takes it as the sandbox's token, so every request to a sandbox carries one.
+    trafficAccessToken: accessToken,
     domain,
   };
 }

@@ -167,10 +167,12 @@ describe('the E2B SDK drives the control API', () => {
       clientID: 'abx',
       envdVersion: '0.6.4',
       envdAccessToken: expect.any(String),
-      trafficAccessToken: null,
+      trafficAccessToken: expect.any(String),
       // The domain, with the gateway's port: the SDK builds https://{port}-{id}.{domain} from it.
       domain: `${info.domain}:${new URL(info.gatewayUrl).port}`,
     });
+    // The traffic token (what `@e2b/code-interpreter` sends on its context routes) is the same.
+    expect(answer.body.trafficAccessToken).toBe(answer.body.envdAccessToken);
     const native = await call(`${info.apiUrl}/v1/sandboxes/${answer.body.sandboxID}/connect`, {
       method: 'POST',
       headers: { authorization: `Bearer ${adminKey}` },
