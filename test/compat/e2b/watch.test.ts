@@ -82,11 +82,12 @@ describe('files.watchDir through the e2b SDK', () => {
     await sbx.files.write('/tmp/w1/new.txt', 'made');
     await seen.seen(FilesystemEventType.CREATE, 'new.txt');
     await seen.seen(FilesystemEventType.WRITE, 'new.txt');
-    await sbx.commands.run(
-      'printf x > /tmp/w1/cmd.txt && chmod 600 /tmp/w1/cmd.txt && mv /tmp/w1/cmd.txt /tmp/w1/moved.txt && rm /tmp/w1/new.txt',
-    );
+    // One command per change: changes within one batch of kernel notices are seen together.
+    await sbx.commands.run('printf x > /tmp/w1/cmd.txt');
     await seen.seen(FilesystemEventType.CREATE, 'cmd.txt');
+    await sbx.commands.run('chmod 600 /tmp/w1/cmd.txt');
     await seen.seen(FilesystemEventType.CHMOD, 'cmd.txt');
+    await sbx.commands.run('mv /tmp/w1/cmd.txt /tmp/w1/moved.txt && rm /tmp/w1/new.txt');
     await seen.seen(FilesystemEventType.RENAME, 'cmd.txt');
     await seen.seen(FilesystemEventType.CREATE, 'moved.txt');
     await seen.seen(FilesystemEventType.REMOVE, 'new.txt');
