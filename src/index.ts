@@ -148,3 +148,5 @@ export { Sandbox } from './sandbox/sandbox.js';
 export type { ServerClient, ServerStartOptions } from './sandbox/server-client.js';
 export type { TemplateInfo } from './sandbox/templates.js';
 export { Templates } from './sandbox/templates.js';
+export type { WatchEvent, WatchEventType, WatchOptions } from './sandbox/watch-handle.js';
+export { WatchHandle } from './sandbox/watch-handle.js';

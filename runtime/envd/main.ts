@@ -18,6 +18,7 @@ import { EXEC } from './exec.js';
 import { FILES_BATCH } from './files-batch.js';
 import { portsGroup } from './ports.js';
 import { tokensGroup } from './tokens.js';
+import { watchGroup } from './watch.js';
 
 // envd: the daemon every sandbox runs first. The command server's file, process, system and
 // terminal groups, plus port forwarding, on a Unix socket that the host's gateway reaches.
@@ -117,6 +118,7 @@ const server = new SandboxServer({
     DEV_TOOLS,
     portsGroup(values['ports-dir'] as string, values['ports-host']),
     FILES_BATCH,
+    watchGroup(),
     ARCHIVE,
     ENV,
     tokensGroup(({ client, control }) => server.replaceTokens({ control, limited: client })),

@@ -2,6 +2,7 @@ import { Readable } from 'node:stream';
 import { ARCHIVE_SIZE_HEADER } from '../../runtime/protocol/constants.js';
 import { NotFoundError, SandboxNotFoundError } from '../errors.js';
 import type { HttpClient } from './http-client.js';
+import { type WatchEvent, WatchHandle, type WatchOptions } from './watch-handle.js';
 
 /** A directory entry or a stat result. */
 export interface EntryInfo {
@@ -192,6 +193,19 @@ export class Filesystem {
   /** Removes a file or a directory tree. */
   async remove(path: string): Promise<void> {
     await this.envd.json('POST', '/files/delete', { body: { path, recursive: true } });
+  }
+
+  /**
+   * Watches a directory: `onEvent` gets each change below it (create, write, remove, rename,
+   * chmod; `name` relative to it) until {@link WatchHandle.stop}. A missing directory is a
+   * NotFoundError, a file an error saying so (docs/envd-api.md, WATCH).
+   */
+  watch(
+    path: string,
+    onEvent: (event: WatchEvent) => void | Promise<void>,
+    options: WatchOptions = {},
+  ): Promise<WatchHandle> {
+    return WatchHandle.open(this.envd, path, onEvent, options);
   }
 
   /** Renames a file or directory; refuses to replace one unless `overwrite`. */

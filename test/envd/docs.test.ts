@@ -8,6 +8,7 @@ import { EXEC } from '../../runtime/envd/exec.js';
 import { FILES_BATCH } from '../../runtime/envd/files-batch.js';
 import { portsGroup } from '../../runtime/envd/ports.js';
 import { tokensGroup } from '../../runtime/envd/tokens.js';
+import { watchGroup } from '../../runtime/envd/watch.js';
 import { ROOT } from '../server/harness.js';
 
 const doc = readFileSync(join(ROOT, 'docs', 'envd-api.md'), 'utf8');
@@ -32,6 +33,7 @@ test('docs/envd-api.md lists exactly the envd-only routes, each with its group a
     ...EXEC.routes,
     ...portsGroup('/nonexistent').routes,
     ...FILES_BATCH.routes,
+    ...watchGroup().routes,
     ...ARCHIVE.routes,
     ...ENV.routes,
     ...tokensGroup(() => undefined).routes,

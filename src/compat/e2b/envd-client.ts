@@ -30,6 +30,8 @@ function codeOf(status: number): Code {
       return Code.NotFound;
     case 409:
       return Code.AlreadyExists;
+    case 429:
+      return Code.ResourceExhausted;
     case 503:
       return Code.Unavailable;
     case 504:

@@ -13,6 +13,7 @@ import { filesystemService } from './filesystem-service.js';
 import { Filesystem } from './gen/filesystem/filesystem_pb.js';
 import { Process } from './gen/process/process_pb.js';
 import { ENVD_TARGET, processService } from './process-service.js';
+import { watchService } from './watch-service.js';
 
 /** E2B's envd port, which the SDKs name in `E2b-Sandbox-Port`. */
 export const E2B_ENVD_PORT = 49983;
@@ -121,7 +122,7 @@ export class E2bEnvdFace {
       readMaxBytes: MAX_RPC_BODY_BYTES,
     });
     router.service(Process, processService);
-    router.service(Filesystem, filesystemService);
+    router.service(Filesystem, { ...filesystemService, ...watchService });
     for (const handler of router.handlers) this.handlers.set(handler.requestPath, handler);
   }
 

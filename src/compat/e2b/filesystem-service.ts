@@ -11,7 +11,7 @@ import {
 import { checkUser, E2B_USER, targetOf } from './process-service.js';
 
 /** A path as envd's `GET /files/stat` and `/files/list` describe it. */
-interface NativeEntry {
+export interface NativeEntry {
   name?: string;
   path: string;
   type: 'file' | 'directory' | 'symlink' | 'other' | 'gone';
@@ -41,7 +41,7 @@ function permissionsOf(type: NativeEntry['type'], mode: number): string {
   return text;
 }
 
-function entryOf(native: NativeEntry): EntryInfo {
+export function entryOf(native: NativeEntry): EntryInfo {
   const mode = Number.parseInt(native.mode ?? '0', 8) || 0;
   const name = native.name ?? native.path.split('/').filter(Boolean).at(-1) ?? '/';
   return create(EntryInfoSchema, {
@@ -58,7 +58,7 @@ function entryOf(native: NativeEntry): EntryInfo {
   });
 }
 
-function pathArg(value: string, field: string): string {
+export function pathArg(value: string, field: string): string {
   if (value === '') {
     throw new ConnectError(`${field} is empty: name a path in the sandbox`, Code.InvalidArgument);
   }
@@ -80,7 +80,7 @@ function missing(error: unknown): boolean {
   return error instanceof ConnectError && error.code === Code.NotFound;
 }
 
-/** `filesystem.Filesystem` over envd's native FILE_OPS routes. */
+/** `filesystem.Filesystem` over envd's native FILE_OPS routes (the watches: watch-service.ts). */
 export const filesystemService: Partial<ServiceImpl<typeof FilesystemService>> = {
   async stat(request, context) {
     checkUser(context.requestHeader.get('authorization'));
@@ -171,30 +171,5 @@ export const filesystemService: Partial<ServiceImpl<typeof FilesystemService>> =
     const path = pathArg(request.path, 'path');
     await envdJson(target, 'POST', '/files/delete', { path, recursive: true }, context.signal);
     return {};
-  },
-
-  watchDir() {
-    throw new ConnectError(
-      'filesystem.Filesystem/WatchDir is not implemented by abx yet',
-      Code.Unimplemented,
-    );
-  },
-  createWatcher() {
-    throw new ConnectError(
-      'filesystem.Filesystem/CreateWatcher is not implemented by abx yet',
-      Code.Unimplemented,
-    );
-  },
-  getWatcherEvents() {
-    throw new ConnectError(
-      'filesystem.Filesystem/GetWatcherEvents is not implemented by abx yet',
-      Code.Unimplemented,
-    );
-  },
-  removeWatcher() {
-    throw new ConnectError(
-      'filesystem.Filesystem/RemoveWatcher is not implemented by abx yet',
-      Code.Unimplemented,
-    );
   },
 };

@@ -180,7 +180,7 @@ function event(value: ProcessEvent['event']): ProcessEvent {
 }
 
 /** `Keepalive-Ping-Interval` (seconds) as milliseconds; none or nonsense: no keepalives. */
-function keepaliveMs(context: HandlerContext): number | undefined {
+export function keepaliveMs(context: HandlerContext): number | undefined {
   const value = context.requestHeader.get('keepalive-ping-interval');
   if (value === null || !/^\d{1,6}$/.test(value.trim())) return undefined;
   const seconds = Number(value);

@@ -79,13 +79,10 @@ describe('files over Connect through the e2b SDK', () => {
     expect(check.stdout).toBe('hello');
   });
 
-  test('user root is refused; a watch is unimplemented, naming it', async () => {
+  test('user root is refused', async () => {
     const asRoot = await sbx.files.list('/tmp/fs', { user: 'root' }).catch((e: unknown) => e);
     expect(asRoot).toBeInstanceOf(SandboxError);
     expect((asRoot as Error).message).toMatch(/permission_denied.*root/);
-    const watch = await sbx.files.watchDir('/tmp/fs', () => {}).catch((e: unknown) => e);
-    expect(watch).toBeInstanceOf(SandboxError);
-    expect((watch as Error).message).toMatch(/unimplemented.*WatchDir/);
   });
 });
 

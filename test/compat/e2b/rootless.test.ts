@@ -1,5 +1,5 @@
 import { readdirSync, readFileSync } from 'node:fs';
-import { type Sandbox as E2bSandbox, SandboxError } from 'e2b';
+import { type Sandbox as E2bSandbox, FilesystemEventType, SandboxError } from 'e2b';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Sandbox } from '../../../src/index.js';
 import { type RootlessDaemon, startRootlessDaemon } from '../../helpers/rootless.js';
@@ -57,6 +57,23 @@ describe('E2B envd face under a rootless daemon', () => {
       expect(uid).toBe(daemon.uid);
     }
     expect(await sbx.commands.kill(handle.pid)).toBe(true);
+  });
+
+  test('a watch sees a file a command makes (inotify in a sandbox of a rootless daemon)', async () => {
+    await sbx.files.makeDir('/tmp/rootless-watch');
+    const names: string[] = [];
+    let seen: () => void = () => {};
+    const created = new Promise<void>((resolve) => {
+      seen = resolve;
+    });
+    const handle = await sbx.files.watchDir('/tmp/rootless-watch', (event) => {
+      names.push(`${event.type} ${event.name}`);
+      if (event.type === FilesystemEventType.WRITE && event.name === 'made.txt') seen();
+    });
+    await sbx.commands.run('echo made > /tmp/rootless-watch/made.txt');
+    await created;
+    expect(names).toContain('create made.txt');
+    await handle.stop();
   });
 
   test('root is refused here too', async () => {
