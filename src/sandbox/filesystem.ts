@@ -12,6 +12,8 @@ export interface EntryInfo {
   size: number;
   mode: string;
   mtime: string;
+  /** A symlink's destination, as an absolute path (resolved where the link leads somewhere). */
+  target?: string;
 }
 
 /** Something that can be written to a file. */

@@ -7,11 +7,13 @@ import {
   open,
   readdir,
   readFile,
+  readlink,
+  realpath,
   rename,
   rm,
   stat,
 } from 'node:fs/promises';
-import { join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { BadRequestError, EditMismatchError, FileOperationError } from '../errors.js';
 import {
   fsAction,
@@ -42,6 +44,19 @@ export function describe(path: string, s: Stats) {
     mode: `0${(s.mode & 0o7777).toString(8)}`,
     mtime: s.mtime.toISOString(),
   };
+}
+
+/**
+ * {@link describe}, with a symlink's `target`: the absolute path it leads to (resolved all the
+ * way where it can be, else its own text made absolute: a broken link still shows where it points).
+ */
+async function describeLink(path: string, s: Stats) {
+  const described = describe(path, s);
+  if (!s.isSymbolicLink()) return described;
+  const target = await realpath(path).catch(async () =>
+    resolve(dirname(path), await readlink(path).catch(() => '')),
+  );
+  return { ...described, target };
 }
 
 /** Files bigger than this are skipped by grep; they are rarely source and would stall it. */
@@ -185,7 +200,9 @@ export const FILE_OPS = defineGroup('FILE_OPS', '/files', 'file read/write/list/
       const entries = await Promise.all(
         names.sort().map(async (name) => {
           const s = await lstat(join(path, name)).catch(() => undefined);
-          return s ? { name, ...describe(join(path, name), s) } : { name, type: 'gone' };
+          return s
+            ? { name, ...(await describeLink(join(path, name), s)) }
+            : { name, type: 'gone' };
         }),
       );
       return { path, entries };
@@ -194,11 +211,12 @@ export const FILE_OPS = defineGroup('FILE_OPS', '/files', 'file read/write/list/
   {
     method: 'GET',
     path: '/files/stat',
-    summary: 'Type, size, mode and mtime of a path (symlinks are not followed).',
+    summary:
+      "Type, size, mode and mtime of a path (symlinks are not followed: a link's `target` is where it leads).",
     args: argList({ path: 'str' }),
     handler: async ({ args }) => {
       const path = safePath(args.path as string);
-      return describe(path, await fsAction(`stat ${path}`, () => lstat(path)));
+      return describeLink(path, await fsAction(`stat ${path}`, () => lstat(path)));
     },
   },
   {

@@ -19,6 +19,8 @@ export interface NativeEntry {
   /** Permission bits in octal, `0755`. */
   mode?: string;
   mtime?: string;
+  /** A symlink's destination, absolute. */
+  target?: string;
 }
 
 /** ListDir walks at most this many entries (a depth over a large tree stays bounded). */
@@ -55,7 +57,18 @@ export function entryOf(native: NativeEntry): EntryInfo {
     owner: E2B_USER,
     group: E2B_USER,
     ...(native.mtime ? { modifiedTime: timestampFromDate(new Date(native.mtime)) } : {}),
+    ...(native.target === undefined ? {} : { symlinkTarget: native.target }),
   });
+}
+
+/** Paths by their components, each compared as bytes are (Go's WalkDir order). */
+function comparePaths(a: string[], b: string[]): number {
+  for (let i = 0; i < Math.min(a.length, b.length); i++) {
+    const x = a[i] as string;
+    const y = b[i] as string;
+    if (x !== y) return x < y ? -1 : 1;
+  }
+  return a.length - b.length;
 }
 
 export function pathArg(value: string, field: string): string {
@@ -128,6 +141,10 @@ export const filesystemService: Partial<ServiceImpl<typeof FilesystemService>> =
       }
       level = next;
     }
+    // E2B's envd walks the tree depth first, each directory's entries by name (Go's WalkDir):
+    // the levels read here are put in that order.
+    const parts = new Map(entries.map((entry) => [entry, entry.path.split('/')]));
+    entries.sort((a, b) => comparePaths(parts.get(a) as string[], parts.get(b) as string[]));
     return { entries };
   },
 
@@ -169,7 +186,16 @@ export const filesystemService: Partial<ServiceImpl<typeof FilesystemService>> =
     checkUser(context.requestHeader.get('authorization'));
     const target = targetOf(context);
     const path = pathArg(request.path, 'path');
-    await envdJson(target, 'POST', '/files/delete', { path, recursive: true }, context.signal);
+    // As E2B's envd (Go's os.RemoveAll): a path that is not there is removed already.
+    await envdJson(
+      target,
+      'POST',
+      '/files/delete',
+      { path, recursive: true },
+      context.signal,
+    ).catch((error: unknown) => {
+      if (!missing(error)) throw error;
+    });
     return {};
   },
 };

@@ -51,14 +51,18 @@ describe('files over Connect through the e2b SDK', () => {
       ['link', 'symlink'],
       ['top.txt', 'file'],
     ]);
+    // Depth first, each directory by name, as E2B's envd walks: not level by level.
     const three = await sbx.files.list('/tmp/fs', { depth: 3 });
-    expect(three.map((e) => e.path).sort()).toEqual([
+    expect(three.map((e) => e.path)).toEqual([
       '/tmp/fs/a',
       '/tmp/fs/a/b',
       '/tmp/fs/a/b/c.txt',
       '/tmp/fs/link',
       '/tmp/fs/top.txt',
     ]);
+    // A symlink says where it leads, as an absolute path, in a listing and in getInfo.
+    expect(three.find((e) => e.name === 'link')?.symlinkTarget).toBe('/tmp/fs/top.txt');
+    expect((await sbx.files.getInfo('/tmp/fs/link')).symlinkTarget).toBe('/tmp/fs/top.txt');
     await expect(sbx.files.list('/tmp/fs/top.txt')).rejects.toBeInstanceOf(InvalidArgumentError);
     await expect(sbx.files.list('/tmp/fs/nothing')).rejects.toBeInstanceOf(NotFoundError);
   });
@@ -75,6 +79,8 @@ describe('files over Connect through the e2b SDK', () => {
     expect(await sbx.files.exists('/tmp/fs/a/b/c.txt')).toBe(false);
     await sbx.files.remove('/tmp/fs/a');
     expect(await sbx.files.exists('/tmp/fs/a')).toBe(false);
+    // Removing what is not there is done already (E2B's envd: os.RemoveAll).
+    await expect(sbx.files.remove('/tmp/fs/a')).resolves.toBeUndefined();
     const check = await sbx.commands.run('cat /tmp/fs/moved.txt');
     expect(check.stdout).toBe('hello');
   });

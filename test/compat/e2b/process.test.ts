@@ -413,3 +413,23 @@ describe('Connect errors in the shapes the SDK reads', () => {
     expect(res.status).toBe(204);
   });
 });
+
+describe('a sandbox that dies under a call', () => {
+  test('a running command ends with TimeoutError saying so; isRunning() is false; a file call is a TimeoutError', async () => {
+    const doomed = await Sandbox.create({ home: abx.home });
+    try {
+      const theirs = attach(doomed.sandboxId, doomed.accessToken);
+      expect(await theirs.isRunning()).toBe(true);
+      const sleeping = await theirs.commands.run('sleep 60', { background: true });
+      await doomed.kill();
+      // E2B's proxy cuts the connection; the SDK asks /health (502) and reports the sandbox gone.
+      const ended = await sleeping.wait().catch((e: unknown) => e);
+      expect(ended).toBeInstanceOf(TimeoutError);
+      expect((ended as Error).message).toContain('sandbox was killed or reached its end of life');
+      expect(await theirs.isRunning()).toBe(false);
+      await expect(theirs.files.read('/home/user/x')).rejects.toBeInstanceOf(TimeoutError);
+    } finally {
+      await doomed.kill().catch(() => undefined);
+    }
+  }, 120_000);
+});
