@@ -237,7 +237,20 @@ out.expired = await refused(await sandbox.downloadUrl('/home/user/note.txt', { u
 out.otherPath = await refused(down.replace('note.txt', 'other.txt'));
 out.asUpload = await refused(down, { method: 'POST', body: form });
 out.unsigned = await refused(down.replace(/&signature=[^&]*/, ''));
+// A watch over a Connect server stream, by host name.
+const seen = [];
+const watch = await sandbox.files.watchDir('/home/user', (e) => seen.push([e.type, e.name]));
+await sandbox.files.write('/home/user/watched.txt', 'x');
+for (let i = 0; i < 100 && !seen.some(([, name]) => name === 'watched.txt'); i++) await new Promise((r) => setTimeout(r, 50));
+await watch.stop();
+out.watched = seen.some(([, name]) => name === 'watched.txt');
 out.killed = await sandbox.kill();
+// The code interpreter (port 49999) by host name too, with its own package.
+const { Sandbox: CodeSandbox } = await import(${JSON.stringify(join(ROOT, 'node_modules', '@e2b', 'code-interpreter', 'dist', 'index.mjs'))});
+const code = await CodeSandbox.create({ requestTimeoutMs: 60000 });
+await code.runCode('x = 6 * 7');
+out.cell = (await code.runCode('x')).text;
+await code.kill();
 console.log(JSON.stringify(out));
 `,
     );
@@ -276,5 +289,7 @@ console.log(JSON.stringify(out));
     ]);
     expect(out.unsigned).toEqual([401, expect.stringMatching(/access token/)]);
     expect(out.killed).toBe(true);
+    expect(out.watched).toBe(true);
+    expect(out.cell).toBe('42');
   }, 180_000);
 });
