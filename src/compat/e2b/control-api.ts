@@ -187,7 +187,13 @@ async function list(call: Call): Promise<Answer> {
         metadata: query.metadata,
       })
     : [];
-  const { items, nextToken } = page(rows, query);
+  const { startedAfter, template } = query;
+  const chosen = rows.filter(
+    (row) =>
+      (startedAfter === undefined || row.createdAt >= startedAfter) &&
+      (template === undefined || row.template === template),
+  );
+  const { items, nextToken } = page(chosen, query);
   const answer = await Promise.all(
     items.map(async (row) => listedAnswer(row, await backend.template(row.template))),
   );

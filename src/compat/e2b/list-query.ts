@@ -17,6 +17,10 @@ export interface ListQuery {
   order: 'asc' | 'desc';
   /** Where the page starts: after this sandbox in the order. */
   after: { createdAt: number; id: string } | undefined;
+  /** `startedAfter`: only sandboxes started at or after this time (ms since the epoch). */
+  startedAfter: number | undefined;
+  /** `template`: only sandboxes of this template. */
+  template: string | undefined;
 }
 
 const STATES = ['running', 'paused'];
@@ -70,7 +74,17 @@ export function parseListQuery(query: URLSearchParams): ListQuery {
     throw new InvalidArgumentError(`order must be asc or desc, not ${JSON.stringify(order)}`);
   }
   const token = query.get('nextToken');
+  const startedText = query.get('startedAfter');
+  const startedAfter = startedText === null ? undefined : Date.parse(startedText);
+  if (startedAfter !== undefined && !Number.isFinite(startedAfter)) {
+    throw new InvalidArgumentError(
+      `startedAfter must be a time such as 2026-01-31T12:00:00Z, not ${JSON.stringify(startedText?.slice(0, 100))}`,
+    );
+  }
+  const template = query.get('template') || undefined;
   return {
+    startedAfter,
+    template,
     metadata: parseMetadata(query.get('metadata')),
     running: states.length === 0 || states.includes('running'),
     limit,

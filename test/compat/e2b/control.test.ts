@@ -133,6 +133,26 @@ describe('the E2B SDK drives the control API', () => {
       [created[1]?.sandboxId],
     ]);
 
+    // startedAfter (at or after) and template filter too.
+    const ids = async (query: { startedAfter?: Date; template?: string }) =>
+      (
+        await Sandbox.list({
+          ...as(key),
+          query: { metadata: { suite: run }, ...query },
+        }).nextItems()
+      )
+        .map((s) => s.sandboxId)
+        .sort();
+    const third = await (created[2] as Sandbox).getInfo();
+    expect(await ids({ startedAfter: third.startedAt })).toEqual([third.sandboxId]);
+    expect(await ids({ startedAfter: new Date(third.startedAt.getTime() + 1000) })).toEqual([]);
+    expect(await ids({ template: 'base' })).toHaveLength(3);
+    expect(await ids({ template: 'no-such-template' })).toEqual([]);
+    await expect(raw('GET', '/v2/sandboxes?startedAfter=yesterday')).resolves.toMatchObject({
+      status: 400,
+      body: { code: 400, message: expect.stringMatching(/^startedAfter must be a time/) },
+    });
+
     await first.setTimeout(600_000);
     expect((await first.getInfo()).endAt.getTime() - Date.now()).toBeGreaterThan(500_000);
 
