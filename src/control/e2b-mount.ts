@@ -3,7 +3,7 @@ import type { E2bBackend } from '../compat/e2b/backend.js';
 import { E2bControlApi } from '../compat/e2b/control-api.js';
 import type { KeyService } from './key-service.js';
 import type { SandboxService } from './sandbox-service.js';
-import type { TemplateService } from './template-service.js';
+import { snapshotSource, type TemplateService } from './template-service.js';
 
 /**
  * E2B's control API over this daemon's services: the compatibility layer declares what it needs
@@ -42,6 +42,11 @@ export function mountE2bControlApi(
         return undefined;
       }
     },
+    snapshots: async () =>
+      (await templates.list())
+        .map((t) => ({ name: t.spec.name, sandboxId: snapshotSource(t.spec), builtAt: t.builtAt }))
+        .filter((t): t is { name: string; sandboxId: string; builtAt: number } => !!t.sandboxId)
+        .sort((a, b) => a.builtAt - b.builtAt || (a.name < b.name ? -1 : 1)),
     snapshot: async (id, name, caller) => {
       keys.requireAdmin(caller, 'saving a sandbox as a template (shared by every key)');
       const record = await sandboxes.running(id);

@@ -63,6 +63,18 @@ function stepProgress(spec: TemplateSpec, index: number, step: SetupStep): Build
 }
 
 /** A template ready to start sandboxes from. */
+/** A snapshot's description: it names the sandbox and template it was saved from. */
+function snapshotDescription(sandboxId: string, template: string): string {
+  return `snapshot of sandbox ${sandboxId} (template ${template})`;
+}
+
+/** The sandbox a template was saved from by {@link TemplateService.snapshot}; undefined for others. */
+export function snapshotSource(template: { description?: string | undefined }): string | undefined {
+  return /^snapshot of sandbox ([a-z0-9-]{1,64}) \(template [^)]*\)$/.exec(
+    template.description ?? '',
+  )?.[1];
+}
+
 export interface BuiltTemplate {
   spec: TemplateSpec;
   /** The home folder its setup produced; sandboxes start from a copy. */
@@ -493,7 +505,7 @@ export class TemplateService {
     const spec: TemplateSpec = {
       ...source.spec,
       name,
-      description: `snapshot of sandbox ${sandbox.id} (template ${sandbox.template})`,
+      description: snapshotDescription(sandbox.id, sandbox.template),
       // What the steps made is in the snapshot already.
       setup: [],
     };

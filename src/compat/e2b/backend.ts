@@ -62,6 +62,8 @@ export interface E2bBackend {
   template(name: string): Promise<E2bTemplateTraits | undefined>;
   /** Saves a running sandbox as the template `name` (admin keys only, as on /v1). */
   snapshot(id: string, name: string, caller: E2bCaller): Promise<void>;
+  /** The snapshots (templates saved from sandboxes), oldest first, with the sandbox of each. */
+  snapshots(): Promise<{ name: string; sandboxId: string; builtAt: number }[]>;
   /** Removes a template, a snapshot's included (admin keys only, as on /v1); 404 if none. */
   removeTemplate(name: string, caller: E2bCaller): Promise<void>;
   /** The domain sandbox hosts end with: `{port}-{sandboxId}.{domain}` at the gateway. */

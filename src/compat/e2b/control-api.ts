@@ -251,6 +251,30 @@ async function snapshot(call: Call): Promise<Answer> {
   return new Answer(201, { snapshotID: name, names: [name] });
 }
 
+/**
+ * `Sandbox.listSnapshots` and `sandbox.listSnapshots()`: the templates saved from sandboxes,
+ * filtered by `sandboxID` and `name`, paged as sandboxes are (`limit`, `nextToken`). Snapshots
+ * are templates, shared by every key, as `abx template list` shows them.
+ */
+async function listSnapshots(call: Call): Promise<Answer> {
+  const query = parseListQuery(call.query);
+  const sandboxId = call.query.get('sandboxID') || undefined;
+  const name = call.query.get('name') || undefined;
+  const rows = (await call.backend.snapshots())
+    .filter(
+      (s) =>
+        (sandboxId === undefined || s.sandboxId === sandboxId) &&
+        (name === undefined || s.name === name),
+    )
+    .map((s) => ({ createdAt: s.builtAt, id: s.name }));
+  const { items, nextToken } = page(rows, query);
+  return new Answer(
+    200,
+    items.map((s) => ({ snapshotID: s.id, names: [s.id] })),
+    nextToken ? { 'x-next-token': nextToken } : {},
+  );
+}
+
 /** `Sandbox.deleteSnapshot`: a snapshot is a template. */
 async function removeTemplate(call: Call): Promise<Answer> {
   await call.backend.removeTemplate(call.params.id as string, call.caller);
@@ -278,12 +302,7 @@ const ROUTES: E2bRoute[] = [
     throw notYet('resuming a sandbox');
   }),
   route('DELETE', '/templates/{id}', 'Remove a snapshot (a template).', removeTemplate),
-  route('GET', '/snapshots', 'List snapshots: not yet.', async () => {
-    throw new SandboxError(
-      'listing snapshots is not supported by abx yet: abx template list shows every template, snapshots included',
-      { status: 501, code: 'not_implemented' },
-    );
-  }),
+  route('GET', '/snapshots', 'List snapshots (templates saved from sandboxes).', listSnapshots),
 ];
 
 /** The first path segments this API answers; the daemon's own API keeps every other path. */

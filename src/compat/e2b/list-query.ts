@@ -4,7 +4,6 @@
  * `X-Next-Token` header and no header means the last page.
  */
 import { InvalidArgumentError } from '../../errors.js';
-import type { E2bSandboxRow } from './backend.js';
 
 /** E2B's page size: 100 by default and at most. */
 export const MAX_PAGE = 100;
@@ -93,7 +92,7 @@ export function parseListQuery(query: URLSearchParams): ListQuery {
   };
 }
 
-function encodeToken(row: E2bSandboxRow): string {
+function encodeToken(row: { createdAt: number; id: string }): string {
   return Buffer.from(JSON.stringify([row.createdAt, row.id])).toString('base64url');
 }
 
@@ -110,10 +109,10 @@ function decodeToken(token: string): { createdAt: number; id: string } {
 }
 
 /** One page of `rows` (in any order) and the token of the next, if there is a next. */
-export function page(
-  rows: E2bSandboxRow[],
-  query: ListQuery,
-): { items: E2bSandboxRow[]; nextToken: string | undefined } {
+export function page<T extends { createdAt: number; id: string }>(
+  rows: T[],
+  query: Pick<ListQuery, 'order' | 'after' | 'limit'>,
+): { items: T[]; nextToken: string | undefined } {
   const sign = query.order === 'asc' ? 1 : -1;
   const compare = (a: { createdAt: number; id: string }, b: { createdAt: number; id: string }) =>
     sign * (a.createdAt - b.createdAt || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));

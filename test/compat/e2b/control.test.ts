@@ -256,6 +256,21 @@ describe('more of the control API', () => {
     expect((await copy.getInfo()).templateId).toBe(name);
     const copied = await AbxSandbox.connect(copy.sandboxId, { home: abx.home });
     expect(await copied.files.read('notes/kept.txt')).toBe('from before the snapshot');
+    // Listed: all, by the sandbox it came from (the instance method), by name.
+    const second = await source.createSnapshot({ ...as(adminKey), name: `${name}-b` });
+    const listed = async (paginator: { nextItems(): Promise<{ snapshotId: string }[]> }) =>
+      (await paginator.nextItems()).map((s) => s.snapshotId).sort();
+    expect(await listed(Sandbox.listSnapshots(as(adminKey)))).toEqual([name, `${name}-b`]);
+    expect(await listed(source.listSnapshots())).toEqual([name, `${name}-b`]);
+    expect(await listed(copy.listSnapshots())).toEqual([]);
+    expect(await listed(Sandbox.listSnapshots({ ...as(adminKey), name }))).toEqual([name]);
+    // Pages of one, newest first.
+    const pager = Sandbox.listSnapshots({ ...as(adminKey), limit: 1 });
+    expect(await listed(pager)).toEqual([`${name}-b`]);
+    expect(pager.hasNext).toBe(true);
+    expect(await listed(pager)).toEqual([name]);
+    expect(pager.hasNext).toBe(false);
+    expect(await Sandbox.deleteSnapshot(second.snapshotId, as(adminKey))).toBe(true);
 
     const key = await cliKey(`snapper-${Date.now()}`);
     const own = made(await Sandbox.create(as(key)));
@@ -267,9 +282,7 @@ describe('more of the control API', () => {
     expect(await Sandbox.deleteSnapshot(name, as(adminKey))).toBe(true);
     expect(await Sandbox.deleteSnapshot(name, as(adminKey))).toBe(false);
     await expect(Sandbox.create(name, as(adminKey))).rejects.toThrow(/404: /);
-    await expect(Sandbox.listSnapshots(as(adminKey)).nextItems()).rejects.toThrow(
-      /501: listing snapshots is not supported by abx yet/,
-    );
+    expect(await listed(Sandbox.listSnapshots(as(adminKey)))).toEqual([]);
   }, 180_000);
 });
 
