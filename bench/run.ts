@@ -947,6 +947,22 @@ async function e2b(sandbox: Sandbox) {
   const { Sandbox: E2bSandbox } = await import('e2b');
   const { gatewayUrl } = daemonInfo();
   const apiKey = readFileSync(join(HOME, 'api-key'), 'utf8').trim();
+  const gateway = new Pool(gatewayUrl);
+  const e2bHeaders = {
+    'e2b-sandbox-id': sandbox.sandboxId,
+    'e2b-sandbox-port': '49983',
+    'x-access-token': sandbox.accessToken,
+  };
+  const nativeHeaders = {
+    'x-sandbox-id': sandbox.sandboxId,
+    'x-sandbox-port': '49983',
+    'x-access-token': sandbox.accessToken,
+  };
+  const drainOk = async (answer: Promise<Dispatcher.ResponseData>) => {
+    const res = await answer;
+    const text = await res.body.text();
+    if (res.statusCode !== 200) throw new Error(`bench: ${res.statusCode} ${text}`);
+  };
   const theirs = await E2bSandbox.connect(sandbox.sandboxId, {
     apiKey,
     apiUrl: gatewayUrl,
@@ -959,6 +975,24 @@ async function e2b(sandbox: Sandbox) {
       () => sandbox.files.write('/home/user/e2b-bench.txt', 'hello'),
     ],
     list: [() => theirs.commands.list(), () => sandbox.commands.list()],
+    // The face alone, without either SDK: a Connect List against envd's GET /process, both
+    // through the gateway on a kept-alive connection.
+    raw: [
+      () =>
+        drainOk(
+          gateway.request({
+            path: '/process.Process/List',
+            method: 'POST',
+            headers: {
+              ...e2bHeaders,
+              'content-type': 'application/json',
+              'connect-protocol-version': '1',
+            },
+            body: '{}',
+          }),
+        ),
+      () => drainOk(gateway.request({ path: '/process', method: 'GET', headers: nativeHeaders })),
+    ],
   };
   const rounds = scale(5, 2);
   const per = scale(12, 5);
@@ -983,6 +1017,7 @@ async function e2b(sandbox: Sandbox) {
     ],
     write: ['E2B files.write, 5 bytes', 'native files.write, 5 bytes'],
     list: ['E2B commands.list() (Connect List)', 'native commands.list()'],
+    raw: ['raw Connect List through the gateway (no SDK)', 'raw GET /process through the gateway'],
   };
   for (const [name, { e2b: e, native: n }] of Object.entries(figures)) {
     const [theirsText, oursText] = what[name] as [string, string];
@@ -1000,6 +1035,16 @@ async function e2b(sandbox: Sandbox) {
     1,
     false,
   );
+  const overRaw = figures.raw as { e2b: Summary; native: Summary };
+  goal(
+    'e2bFaceOverNativeMs',
+    'the E2B face alone: Connect List over GET /process',
+    overRaw.e2b.p50 - overRaw.native.p50,
+    'ms',
+    1,
+    false,
+  );
+  await gateway.close();
   goal(
     'e2bWriteOverNativeMs',
     'E2B files.write over native',
