@@ -82,3 +82,25 @@ describe('E2B envd face under a rootless daemon', () => {
     expect((failure as Error).message).toMatch(/permission_denied/);
   });
 });
+
+describe("E2B's code interpreter under a rootless daemon", () => {
+  test('@e2b/code-interpreter creates through the control API and runs cells, never as root', async () => {
+    const { Sandbox: CodeSandbox } = await import('@e2b/code-interpreter');
+    const info = JSON.parse(readFileSync(`${daemon.home}/daemon.json`, 'utf8'));
+    const apiKey = readFileSync(`${daemon.home}/api-key`, 'utf8').trim();
+    const code = await CodeSandbox.create({
+      apiKey,
+      apiUrl: info.gatewayUrl,
+      sandboxUrl: info.gatewayUrl,
+      requestTimeoutMs: 60_000,
+    });
+    try {
+      await code.runCode('import os\nuid = os.getuid()');
+      const cell = await code.runCode('uid');
+      expect(cell.error).toBeUndefined();
+      expect(Number(cell.text)).toBeGreaterThan(0);
+    } finally {
+      await code.kill();
+    }
+  }, 120_000);
+});
