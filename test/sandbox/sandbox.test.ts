@@ -68,6 +68,10 @@ describe('a sandbox', () => {
       expect(await sandbox.files.exists('a.txt')).toBe(false);
       expect((await sandbox.commands.run('cat c.txt')).stdout).toBe('first');
       await sandbox.files.makeDir('x/y/z');
+      // A read-only place is refused as such, not as a missing parent.
+      await expect(sandbox.files.makeDir('/usr/abx-made/deep')).rejects.toThrow(
+        /EROFS: read-only file system/,
+      );
       await sandbox.files.remove('x');
       expect(await sandbox.files.exists('x')).toBe(false);
       await expect(sandbox.files.read('nope.txt')).rejects.toThrow(NotFoundError);

@@ -59,6 +59,33 @@ async function describeLink(path: string, s: Stats) {
   return { ...described, target };
 }
 
+/**
+ * `mkdir -p`. Node's recursive mkdir answers ENOENT for some failures that are not a missing
+ * parent (a read-only file system): then each missing level is made on its own, so the error is
+ * the real one (EROFS, EACCES, ENOTDIR).
+ */
+async function makeDirectory(path: string): Promise<void> {
+  try {
+    await mkdir(path, { recursive: true });
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
+    const missing: string[] = [];
+    for (let dir = path; ; dir = dirname(dir)) {
+      if (
+        await lstat(dir).then(
+          () => true,
+          () => false,
+        )
+      )
+        break;
+      missing.unshift(dir);
+      if (dirname(dir) === dir) break;
+    }
+    // Made level by level, it either works (a parent came back meanwhile) or says why not.
+    for (const dir of missing) await mkdir(dir);
+  }
+}
+
 /** Files bigger than this are skipped by grep; they are rarely source and would stall it. */
 const GREP_MAX_FILE_BYTES = 8 * 1024 * 1024;
 
@@ -226,7 +253,7 @@ export const FILE_OPS = defineGroup('FILE_OPS', '/files', 'file read/write/list/
     args: argList({ path: 'str' }),
     handler: async ({ args }) => {
       const path = safePath(args.path as string);
-      await fsAction(`create directory ${path}`, () => mkdir(path, { recursive: true }));
+      await fsAction(`create directory ${path}`, () => makeDirectory(path));
       return { path };
     },
   },

@@ -85,6 +85,18 @@ describe('files over Connect through the e2b SDK', () => {
     expect(check.stdout).toBe('hello');
   });
 
+  test('a path the sandbox user may not read or write is refused, and nothing changes', async () => {
+    const shadow = await sbx.files.read('/tmp/../etc/shadow').catch((e: unknown) => e);
+    expect(shadow).toBeInstanceOf(SandboxError);
+    expect((shadow as Error).message).toMatch(/^403: .*\/etc\/shadow/);
+    const written = await sbx.files.write('/usr/abx-e2b.txt', 'x').catch((e: unknown) => e);
+    expect(written).toBeInstanceOf(SandboxError);
+    expect((written as Error).message).toMatch(/^403: /);
+    expect(await sbx.files.exists('/usr/abx-e2b.txt')).toBe(false);
+    const made = await sbx.files.makeDir('/usr/abx-e2b-dir').catch((e: unknown) => e);
+    expect((made as Error).message).toMatch(/permission_denied/);
+  });
+
   test('user root is refused', async () => {
     const asRoot = await sbx.files.list('/tmp/fs', { user: 'root' }).catch((e: unknown) => e);
     expect(asRoot).toBeInstanceOf(SandboxError);
