@@ -135,7 +135,12 @@ export function envdStream(
     });
     req.on('response', (res) => resolve({ res, cancel: () => req.destroy() }));
     req.on('error', (error) => reject(signal?.aborted ? error : unreachable(error, target)));
-    pipeline(body, req).catch((error: unknown) => req.destroy(error as Error));
+    // Settled here too: a request cut on a reused keep-alive socket emits no 'error'.
+    pipeline(body, req).catch((error: unknown) => {
+      req.destroy(error as Error);
+      reject(error);
+    });
+    req.on('close', () => reject(unreachable(new Error('the connection closed'), target)));
   });
 }
 
