@@ -1,7 +1,7 @@
 import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import { splice } from '../../runtime/server/splice.js';
-import { type EnvdFaceAnswer, e2bBodyLimit } from '../compat/e2b/envd-face.js';
+import { type EnvdFaceAnswer, e2bBodyLimit, e2bStreamsBody } from '../compat/e2b/envd-face.js';
 import {
   errorResponse,
   PayloadTooLargeError,
@@ -9,6 +9,7 @@ import {
   SandboxError,
   UpstreamError,
 } from '../errors.js';
+import { BodyFeed } from './gateway-body.js';
 import {
   badRequest,
   type ChunkedScanner,
@@ -103,12 +104,15 @@ export interface GatewayRoutes {
   rewrite(head: RequestHead, target: RequestTarget, route: Route): string;
   /** The connection closed. */
   forget(connection: ClientConnection): void;
-  /** Answers an E2B request (read whole) on a checked route: see src/compat/e2b. */
+  /**
+   * Answers an E2B request on a checked route (see src/compat/e2b): its body read whole, or, for an
+   * upload ({@link e2bStreamsBody}), handed on as it arrives.
+   */
   serveE2b?(
     head: RequestHead,
     target: RequestTarget,
     route: Route,
-    body: Buffer,
+    body: Buffer | AsyncIterable<Buffer>,
     signal: AbortSignal,
   ): Promise<EnvdFaceAnswer>;
   /** A refusal of an E2B request in the shape its SDK reads. */
@@ -176,8 +180,8 @@ function localAnswer(answer: LocalAnswer, keepAlive: boolean): string {
 
 /**
  * 'head': between requests; 'body' / 'chunked': forwarding a request body; 'collect': reading an
- * E2B request's body for the E2B face; 'e2b': the E2B face answers, nothing more is read until it
- * is done; 'wait': a request is
+ * E2B request's body for the E2B face; 'feed': handing an E2B upload's body to the E2B face as it
+ * arrives; 'e2b': the E2B face answers, nothing more is read until it is done; 'wait': a request is
  * held until the answers before it are complete and its route is checked; 'upgrading': a
  * protocol switch was asked, nothing more is read until the sandbox answers; 'tunnel': switched,
  * bytes flow both ways untouched; 'closing': the last answer is written, input is dropped.
@@ -187,6 +191,7 @@ type Mode =
   | 'body'
   | 'chunked'
   | 'collect'
+  | 'feed'
   | 'e2b'
   | 'wait'
   | 'upgrading'
@@ -210,6 +215,23 @@ interface Collecting {
   /** Aborted when the client goes away: the face stops what it does for it. */
   abort: AbortController;
 }
+
+/** An E2B upload whose body the E2B face reads as it arrives. */
+interface Streaming {
+  head: RequestHead;
+  target: RequestTarget;
+  feed: BodyFeed;
+  /** Aborted when the client goes away or the body cannot complete: the face stops its writes. */
+  abort: AbortController;
+  /** An answer (the face's, or the gateway's refusal) has begun: no other is written. */
+  answered: boolean;
+}
+
+/**
+ * How much of an upload's body waits for the E2B face before the gateway stops reading the client:
+ * enough to keep envd's disk writes busy, small beside what the daemon holds for anything else.
+ */
+const FEED_HIGH_WATER = 1024 * 1024;
 
 const CRLF = Buffer.from('\r\n');
 
@@ -246,6 +268,7 @@ export class ClientConnection implements UpstreamOwner {
   private route: Route | undefined;
   private held: Held | undefined;
   private collecting: Collecting | undefined;
+  private streaming: Streaming | undefined;
   private checking = false;
   private running = false;
   /** Writing to the sandbox waits for it to drain. */
@@ -302,6 +325,12 @@ export class ClientConnection implements UpstreamOwner {
           new RequestTimeoutError('the request could not be read: it did not arrive in time'),
         );
       }
+    } else if (this.mode === 'feed') {
+      if (now - this.since > this.limits.request) {
+        this.streamFailed(
+          new RequestTimeoutError('the request could not be read: it did not arrive in time'),
+        );
+      }
     } else if (this.mode === 'body' || this.mode === 'chunked') {
       if (now - this.since > this.limits.request) {
         this.abortRequest(
@@ -333,6 +362,8 @@ export class ClientConnection implements UpstreamOwner {
       while (pos < buf.length) {
         if (this.mode === 'collect') {
           pos = this.collect(buf, pos);
+        } else if (this.mode === 'feed') {
+          pos = this.feedBody(buf, pos);
         } else if (this.mode === 'body') {
           const take = Math.min(this.bodyLeft, buf.length - pos);
           this.toSandbox(buf.subarray(pos, pos + take));
@@ -541,6 +572,10 @@ export class ClientConnection implements UpstreamOwner {
       this.advance();
       return;
     }
+    if (e2bStreamsBody(head.method, target.pathname, target.port)) {
+      this.startStreaming(head, target, route);
+      return;
+    }
     const limit = e2bBodyLimit(target.pathname, target.port);
     if (head.bodyLength > limit) {
       this.held = {
@@ -649,6 +684,128 @@ export class ClientConnection implements UpstreamOwner {
         this.respondE2b(refusal, this.closeAfter, finish);
       },
     );
+  }
+
+  // --- E2B uploads: the body handed to the E2B face as it arrives ---
+
+  private startStreaming(head: RequestHead, target: RequestTarget, route: Route): void {
+    const feed = new BodyFeed(FEED_HIGH_WATER, () => this.feedDrained());
+    const s: Streaming = { head, target, feed, abort: new AbortController(), answered: false };
+    this.streaming = s;
+    this.closeAfter = head.close;
+    this.since = Date.now();
+    if (head.bodyLength < 0) {
+      this.chunks = requestChunks();
+      this.mode = 'feed';
+    } else if (head.bodyLength > 0) {
+      this.bodyLeft = head.bodyLength;
+      this.mode = 'feed';
+    } else {
+      feed.end();
+      this.mode = 'e2b';
+    }
+    const finish = () => {
+      this.streaming = undefined;
+      if (this.closeAfter || this.clientEnded) {
+        this.close();
+        return;
+      }
+      this.requestSent();
+      this.resume();
+    };
+    const answer = (reply: EnvdFaceAnswer) => {
+      if (s.answered || this.socket.destroyed) {
+        void reply.body[Symbol.asyncIterator]().return?.();
+        return;
+      }
+      s.answered = true;
+      if (this.mode === 'feed') {
+        // Answered before the body ended (a refusal, a full disk): the rest of the body is
+        // dropped, and the connection ends after the answer, since its next request is unknown.
+        feed.drop();
+        this.closeAfter = true;
+        this.respondE2b(reply, true, () => this.close());
+        return;
+      }
+      this.respondE2b(reply, this.closeAfter, finish);
+    };
+    const serve = this.routes.serveE2b as NonNullable<GatewayRoutes['serveE2b']>;
+    serve.call(this.routes, head, target, route, feed, s.abort.signal).then(answer, (error) => {
+      const refusal = this.routes.e2bRefusal?.(head, target, error);
+      if (refusal) {
+        answer(refusal);
+        return;
+      }
+      if (s.answered) return;
+      s.answered = true;
+      this.socket.write(errorAnswer(error));
+      this.close();
+    });
+    this.resume();
+  }
+
+  /** Hands body bytes of the E2B upload from `buf` at `pos` to the face; returns where it stopped. */
+  private feedBody(buf: Buffer, pos: number): number {
+    const feed = (this.streaming as Streaming).feed;
+    let stop: number;
+    let done: boolean;
+    if (this.chunks) {
+      let end: number;
+      try {
+        end = this.chunks.feed(buf, pos, buf.length, (from, to) =>
+          feed.push(buf.subarray(from, to)),
+        );
+      } catch (error) {
+        this.streamFailed(error);
+        return buf.length;
+      }
+      stop = end < 0 ? buf.length : end;
+      done = end >= 0;
+    } else {
+      stop = pos + Math.min(this.bodyLeft, buf.length - pos);
+      feed.push(buf.subarray(pos, stop));
+      this.bodyLeft -= stop - pos;
+      done = this.bodyLeft === 0;
+    }
+    if (done) {
+      feed.end();
+      this.chunks = undefined;
+      // The face answers once it has written what it read; the next request waits for that.
+      this.mode = 'e2b';
+    }
+    return stop;
+  }
+
+  /** The face took enough of the upload: read the client again. */
+  private feedDrained(): void {
+    if (this.mode !== 'feed') return;
+    this.updateReading();
+    if (this.pending && !this.running) this.run();
+  }
+
+  /**
+   * An upload's body cannot complete (too slow, bad chunk framing): the face's read throws and its
+   * writes are aborted, so nothing cut short is written, and the client gets the reason.
+   */
+  private streamFailed(error: unknown): void {
+    const s = this.streaming;
+    this.chunks = undefined;
+    this.pending = undefined;
+    if (!s) {
+      this.socket.write(errorAnswer(error));
+      this.close();
+      return;
+    }
+    s.feed.fail(error);
+    s.abort.abort();
+    if (s.answered || !this.routes.e2bRefusal) {
+      this.socket.destroy();
+      return;
+    }
+    s.answered = true;
+    this.mode = 'e2b';
+    this.closeAfter = true;
+    this.respondE2b(this.routes.e2bRefusal(s.head, s.target, error), true, () => this.close());
   }
 
   /** Writes the E2B face's answer (chunked, as it is produced), then calls `done`. */
@@ -780,7 +937,8 @@ export class ClientConnection implements UpstreamOwner {
       this.blocked ||
       this.mode === 'wait' ||
       this.mode === 'upgrading' ||
-      this.mode === 'e2b'
+      this.mode === 'e2b' ||
+      (this.mode === 'feed' && this.streaming?.feed.full === true)
     )
       this.socket.pause();
     else this.socket.resume();
@@ -847,6 +1005,10 @@ export class ClientConnection implements UpstreamOwner {
     } else if (this.mode === 'collect') {
       this.collecting?.abort.abort();
       this.socket.destroy();
+    } else if (this.mode === 'feed') {
+      // The body was cut short: the face's read throws, so its write leaves no file.
+      this.cutStream();
+      this.socket.destroy();
     } else if (this.mode === 'e2b') {
       // The client finished sending; its answer is still being written.
     } else if (this.mode === 'body' || this.mode === 'chunked') {
@@ -862,11 +1024,20 @@ export class ClientConnection implements UpstreamOwner {
   private onClose(): void {
     this.routes.forget(this);
     this.collecting?.abort.abort();
+    this.cutStream();
     const upstream = this.upstream;
     this.upstream = undefined;
     if (!upstream) return;
     if (this.mode === 'head' && upstream.idle) this.routes.pool.release(upstream);
     else upstream.destroy();
+  }
+
+  /** The client went away during an upload: its body never completes, the face's work stops. */
+  private cutStream(): void {
+    const s = this.streaming;
+    if (!s) return;
+    s.feed.fail(new Error('the client went away before the request body ended'));
+    s.abort.abort();
   }
 
   // --- sandbox → client ---

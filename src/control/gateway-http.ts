@@ -268,13 +268,20 @@ export class ChunkedScanner {
 
   /**
    * Consumes `buf[start, end)`. Returns where the body ended (the index after its last byte) when
-   * it did, or -1 when all of it belongs to the body. Throws on a malformed body.
+   * it did, or -1 when all of it belongs to the body. Throws on a malformed body. `onData` gets each
+   * range of chunk data (the body without its framing), for a reader that hands the body on.
    */
-  feed(buf: Buffer, start: number, end: number): number {
+  feed(
+    buf: Buffer,
+    start: number,
+    end: number,
+    onData?: (from: number, to: number) => void,
+  ): number {
     let pos = start;
     while (pos < end) {
       if (this.state === 'data') {
         const take = Math.min(this.left, end - pos);
+        if (take > 0) onData?.(pos, pos + take);
         pos += take;
         this.left -= take;
         if (this.left === 0) {

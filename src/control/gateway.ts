@@ -513,7 +513,7 @@ export class Gateway implements GatewayRoutes {
     head: RequestHead,
     target: RequestTarget,
     route: Route,
-    body: Buffer,
+    body: Buffer | AsyncIterable<Buffer>,
     signal: AbortSignal,
   ): Promise<EnvdFaceAnswer> {
     const face = this.e2b as E2bEnvdFace;
@@ -527,7 +527,7 @@ export class Gateway implements GatewayRoutes {
       method: head.method,
       target: target.path,
       headers,
-      body,
+      ...(Buffer.isBuffer(body) ? { body } : { body: new Uint8Array(0), stream: body }),
       envd: { sandboxId: route.id, socketPath: route.socketPath, token: route.token as string },
       port: target.port,
       signal,

@@ -1,5 +1,6 @@
 import { Agent, type AgentOptions, type IncomingMessage, request } from 'node:http';
 import type { Duplex } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import { Code, ConnectError } from '@connectrpc/connect';
 import { connectSandboxSocket } from '../../providers/sandbox-socket.js';
 
@@ -103,6 +104,43 @@ export function envdRequest(
     req.on('response', resolve);
     req.on('error', (error) => reject(signal?.aborted ? error : unreachable(error, target)));
     req.end(payload);
+  });
+}
+
+/**
+ * A request to envd's native API whose body is streamed from `body` (chunked), with backpressure:
+ * `body` is read only as fast as envd takes it. If `body` throws, the request is cut, so envd
+ * never sees a cut body as a whole one. Resolves with envd's answer (which may come before the
+ * body is all sent: `cancel` then stops sending).
+ */
+export function envdStream(
+  target: EnvdTarget,
+  method: string,
+  path: string,
+  body: AsyncIterable<Uint8Array>,
+  signal: AbortSignal | undefined,
+): Promise<{ res: IncomingMessage; cancel(): void }> {
+  return new Promise((resolve, reject) => {
+    const req = request({
+      socketPath: target.socketPath,
+      agent,
+      method,
+      path,
+      signal,
+      headers: {
+        authorization: `Bearer ${target.token}`,
+        'content-type': 'application/octet-stream',
+        'transfer-encoding': 'chunked',
+      },
+    });
+    req.on('response', (res) => resolve({ res, cancel: () => req.destroy() }));
+    req.on('error', (error) => reject(signal?.aborted ? error : unreachable(error, target)));
+    // Settled here too: a request cut on a reused keep-alive socket emits no 'error'.
+    pipeline(body, req).catch((error: unknown) => {
+      req.destroy(error as Error);
+      reject(error);
+    });
+    req.on('close', () => reject(unreachable(new Error('the connection closed'), target)));
   });
 }
 

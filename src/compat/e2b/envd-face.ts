@@ -8,7 +8,7 @@ import {
   textAnswer,
 } from './code-interpreter.js';
 import type { EnvdTarget } from './envd-client.js';
-import { filesError, MAX_UPLOAD_BYTES, readFile, writeFiles } from './files-route.js';
+import { filesError, readFile, writeFiles } from './files-route.js';
 import { filesystemService } from './filesystem-service.js';
 import { Filesystem } from './gen/filesystem/filesystem_pb.js';
 import { Process } from './gen/process/process_pb.js';
@@ -21,20 +21,29 @@ export const E2B_ENVD_PORT = 49983;
 /** Largest request body the face reads for an RPC (a Connect request is one small JSON message). */
 export const MAX_RPC_BODY_BYTES = 4 * 1024 * 1024;
 
-/** The largest body the gateway reads whole for an E2B request to `path` of `port`. */
-export function e2bBodyLimit(path: string, port = E2B_ENVD_PORT): number {
-  return port === E2B_ENVD_PORT && pathOf(path) === '/files'
-    ? MAX_UPLOAD_BYTES
-    : MAX_RPC_BODY_BYTES;
+/** The largest body the gateway reads whole for an E2B request (one it does not stream). */
+export function e2bBodyLimit(_path: string, _port = E2B_ENVD_PORT): number {
+  return MAX_RPC_BODY_BYTES;
 }
 
-/** One E2B request to envd, read whole by the gateway and checked (sandbox, token) by it. */
+/**
+ * Whether the gateway hands an E2B request's body to the face as it arrives rather than whole: an
+ * upload (`POST /files`), which may be of any size and is streamed on into envd's disk writes.
+ */
+export function e2bStreamsBody(method: string, path: string, port = E2B_ENVD_PORT): boolean {
+  return port === E2B_ENVD_PORT && method === 'POST' && pathOf(path) === '/files';
+}
+
+/** One E2B request to envd, checked (sandbox, token) by the gateway. */
 export interface EnvdFaceRequest {
   method: string;
   /** The request target: path and query. */
   target: string;
   headers: Headers;
+  /** The body, read whole (empty when {@link stream} carries it). */
   body: Uint8Array;
+  /** The body as it arrives, for an upload ({@link e2bStreamsBody}); it throws if it is cut short. */
+  stream?: AsyncIterable<Uint8Array>;
   envd: EnvdTarget;
   /** The sandbox port the request named: envd's (49983, the default) or the code interpreter's. */
   port?: number;
@@ -198,7 +207,7 @@ export class E2bEnvdFace {
           request.envd,
           query,
           request.headers,
-          Buffer.from(request.body),
+          request.stream ?? once(request.body),
           request.signal,
         );
       }

@@ -1,11 +1,9 @@
 import { basename } from 'node:path/posix';
-import { gunzipSync } from 'node:zlib';
-import { type EnvdTarget, envdRequest, readText } from './envd-client.js';
-import { boundaryOf, MultipartError, parseMultipart } from './multipart.js';
+import { pipeline } from 'node:stream/promises';
+import { createGunzip } from 'node:zlib';
+import { type EnvdTarget, envdRequest, envdStream, readText } from './envd-client.js';
+import { boundaryOf, MultipartError, readMultipart } from './multipart.js';
 import { E2B_USER } from './process-service.js';
-
-/** Largest file `POST /files` takes (read whole by the gateway; gzip's output counts too). */
-export const MAX_UPLOAD_BYTES = 64 * 1024 * 1024;
 
 /** An answer of E2B's `/files`: its status, headers and body pieces. */
 export interface FilesAnswer {
@@ -77,74 +75,185 @@ export async function readFile(
   };
 }
 
-/** `POST /files`: one file (octet-stream, or a one-part form) or several (a form), each written whole. */
+/** An upload that cannot be written as sent: its status and message (E2B's `{code, message}`). */
+class UploadRefused extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'UploadRefused';
+  }
+}
+
+/**
+ * The body unpacked as it arrives (zlib's streaming gunzip). Nothing bounds what it expands to:
+ * it is written to the sandbox's disk as it comes, so the disk's quota is the bound (envd's write
+ * then fails with ENOSPC, answered as 507).
+ */
+async function* gunzipped(body: AsyncIterable<Uint8Array>): AsyncGenerator<Buffer> {
+  const gunzip = createGunzip();
+  let bodyError: unknown;
+  const feeding = pipeline(async function* () {
+    try {
+      for await (const chunk of body) yield chunk;
+    } catch (error) {
+      bodyError = error;
+      throw error;
+    }
+  }, gunzip).catch(() => undefined);
+  try {
+    for await (const chunk of gunzip) yield chunk as Buffer;
+  } catch (error) {
+    if (bodyError !== undefined) throw bodyError;
+    throw new UploadRefused(
+      400,
+      `the gzip body could not be read: ${(error as Error).message}; send the file gzip-compressed whole, or without Content-Encoding`,
+    );
+  } finally {
+    // Not awaited: the body's source may wait for the client's next bytes, which the gateway
+    // drops once the face has answered.
+    gunzip.destroy();
+    void feeding;
+  }
+}
+
+/** envd's error codes for a full disk: E2B's envd answers them 507 (the SDK's NotEnoughSpaceError). */
+const DISK_FULL = new Set(['ENOSPC', 'EDQUOT']);
+
+/**
+ * One file streamed into envd's `PUT /files/write` (atomic: a write that does not complete leaves
+ * no file). A `data` that throws (the client went away, the form broke) aborts the write and is
+ * rethrown; envd's refusal is a {@link FilesAnswer} in E2B's shape.
+ */
+async function putFile(
+  target: EnvdTarget,
+  path: string,
+  data: AsyncIterable<Uint8Array>,
+  signal: AbortSignal,
+): Promise<{ path: string } | FilesAnswer> {
+  let dataError: unknown;
+  const tapped = (async function* () {
+    try {
+      for await (const chunk of data) yield chunk;
+    } catch (error) {
+      dataError = error;
+      throw error;
+    }
+  })();
+  let call: Awaited<ReturnType<typeof envdStream>>;
+  try {
+    call = await envdStream(
+      target,
+      'PUT',
+      `/files/write?path=${encodeURIComponent(path)}`,
+      tapped,
+      signal,
+    );
+  } catch (error) {
+    throw dataError ?? error;
+  }
+  const { res } = call;
+  const status = res.statusCode ?? 502;
+  const ok = status >= 200 && status < 300;
+  let text: string;
+  try {
+    text = await readText(res);
+  } finally {
+    // An early refusal (a full disk, a directory in the way) ends the upload: the rest of the
+    // body is not sent on.
+    if (!ok) call.cancel();
+  }
+  if (ok) return JSON.parse(text) as { path: string };
+  let code: unknown;
+  try {
+    code = (JSON.parse(text) as { code?: unknown }).code;
+  } catch {
+    // not JSON
+  }
+  if (typeof code === 'string' && DISK_FULL.has(code)) {
+    return fromEnvd(507, text, `write ${path}: the sandbox's disk is full`);
+  }
+  return fromEnvd(status, text, `write ${path}`);
+}
+
+function isAnswer(value: { path: string } | FilesAnswer): value is FilesAnswer {
+  return 'status' in value;
+}
+
+/**
+ * `POST /files`: one file (octet-stream) or a form of one or more, each streamed into envd's write
+ * as its bytes arrive (memory stays bounded whatever the size). Parts are written in turn, as
+ * E2B's envd writes them: a form that turns out malformed keeps the files of the parts before the
+ * break, and the part being written when it broke is not written (envd's write is atomic).
+ */
 export async function writeFiles(
   target: EnvdTarget,
   query: URLSearchParams,
   headers: Headers,
-  raw: Buffer,
+  raw: AsyncIterable<Uint8Array>,
   signal: AbortSignal,
 ): Promise<FilesAnswer> {
   const refused = userRefusal(query);
   if (refused) return refused;
-  let body = raw;
   const encoding = (headers.get('content-encoding') ?? 'identity').trim().toLowerCase();
-  if (encoding === 'gzip') {
-    try {
-      body = gunzipSync(raw, { maxOutputLength: MAX_UPLOAD_BYTES });
-    } catch (error) {
-      return filesError(
-        400,
-        `the gzip body could not be read (or is over ${MAX_UPLOAD_BYTES} bytes once unpacked): ${(error as Error).message}`,
-      );
-    }
-  } else if (encoding !== 'identity') {
+  if (encoding !== 'gzip' && encoding !== 'identity') {
     return filesError(
       415,
       `Content-Encoding ${JSON.stringify(encoding.slice(0, 40))}: send gzip or none`,
     );
   }
+  const body = encoding === 'gzip' ? gunzipped(raw) : raw;
   const type = headers.get('content-type') ?? '';
   const path = query.get('path') || undefined;
-  let files: { path: string | undefined; data: Buffer }[];
-  if (/^multipart\/form-data/i.test(type)) {
-    try {
-      const parts = parseMultipart(body, boundaryOf(type)).filter((p) => p.name === 'file');
-      if (parts.length === 0) return filesError(400, 'the form has no `file` part');
-      files = parts.map((p) => ({
-        path: parts.length === 1 && path ? path : p.filename || path,
-        data: p.data,
-      }));
-    } catch (error) {
-      if (error instanceof MultipartError) return filesError(400, error.message);
-      throw error;
-    }
-  } else if (/^application\/octet-stream/i.test(type) || type === '') {
-    files = [{ path, data: body }];
-  } else {
-    return filesError(
-      400,
-      `Content-Type ${JSON.stringify(type.slice(0, 100))}: send multipart/form-data or application/octet-stream`,
-    );
-  }
-  const missing = files.find((f) => !f.path);
-  if (missing) {
-    return filesError(400, 'a file has no path: give ?path= or the full path as the part filename');
-  }
   const written: { name: string; type: 'file'; path: string }[] = [];
-  for (const file of files) {
-    const res = await envdRequest(
-      target,
-      'PUT',
-      `/files/write?path=${encodeURIComponent(file.path as string)}`,
-      file.data,
-      signal,
-    );
-    const text = await readText(res);
-    const status = res.statusCode ?? 502;
-    if (status < 200 || status > 299) return fromEnvd(status, text, `write ${file.path}`);
-    const done = JSON.parse(text) as { path: string };
-    written.push({ name: basename(done.path), type: 'file', path: done.path });
+  /** The paths asked for and written, so that no two parts write one file. */
+  const seen = new Set<string>();
+  const done = (asked: string, result: { path: string }) => {
+    seen.add(asked).add(result.path);
+    written.push({ name: basename(result.path), type: 'file', path: result.path });
+  };
+  try {
+    if (/^multipart\/form-data/i.test(type)) {
+      const boundary = boundaryOf(type);
+      for await (const part of readMultipart(body, boundary)) {
+        if (part.name !== 'file') continue;
+        // As E2B's envd: `?path=` names the file of every part, else the part's filename does.
+        const file = path ?? part.filename;
+        if (!file) {
+          return filesError(
+            400,
+            'a file has no path: give ?path= or the full path as the part filename',
+          );
+        }
+        if (seen.has(file)) {
+          return filesError(
+            400,
+            `cannot upload multiple files to same path ${JSON.stringify(file.slice(0, 200))}: name each part's file by its filename and leave ?path= out`,
+          );
+        }
+        const result = await putFile(target, file, part.data, signal);
+        if (isAnswer(result)) return result;
+        done(file, result);
+      }
+      if (written.length === 0) return filesError(400, 'the form has no `file` part');
+    } else if (/^application\/octet-stream/i.test(type) || type === '') {
+      if (!path) {
+        return filesError(400, 'an octet-stream upload needs ?path= naming the file to write');
+      }
+      const result = await putFile(target, path, body, signal);
+      if (isAnswer(result)) return result;
+      done(path, result);
+    } else {
+      return filesError(
+        400,
+        `Content-Type ${JSON.stringify(type.slice(0, 100))}: send multipart/form-data or application/octet-stream`,
+      );
+    }
+  } catch (error) {
+    if (error instanceof MultipartError) return filesError(400, error.message);
+    if (error instanceof UploadRefused) return filesError(error.status, error.message);
+    throw error;
   }
   return {
     status: 200,

@@ -1,10 +1,14 @@
-/** One part of a `multipart/form-data` body. */
+/** One part of a `multipart/form-data` body, its bytes read as they arrive. */
 export interface FormPart {
   /** The `name` of its Content-Disposition. */
   name: string;
   /** Its `filename`, when it has one. */
   filename: string | undefined;
-  data: Buffer;
+  /**
+   * Its bytes, up to the next boundary. Read it before asking for the next part (what is not
+   * read is skipped then); it throws a {@link MultipartError} if the body ends inside the part.
+   */
+  data: AsyncIterable<Buffer>;
 }
 
 /** A body that is not the multipart form its Content-Type says. */
@@ -17,6 +21,9 @@ export class MultipartError extends Error {
 
 /** Most parts one body may hold. */
 export const MAX_PARTS = 1000;
+
+/** Most bytes of one part's headers (the SDKs send one short Content-Disposition line). */
+export const MAX_PART_HEAD_BYTES = 16 * 1024;
 
 /** The boundary of a `multipart/form-data` Content-Type (RFC 2046: 1 to 70 characters). */
 export function boundaryOf(contentType: string): string {
@@ -41,34 +48,10 @@ function parameter(disposition: string, key: string): string | undefined {
   return match[1] !== undefined ? match[1].replace(/\\(.)/g, '$1') : match[2];
 }
 
-/**
- * The parts of a whole `multipart/form-data` body (RFC 7578). Strict: anything that does not
- * frame as the boundary says is a {@link MultipartError}, never a guess.
- */
-export function parseMultipart(body: Buffer, boundary: string): FormPart[] {
-  const delimiter = Buffer.from(`--${boundary}`);
-  const parts: FormPart[] = [];
-  let pos = body.indexOf(delimiter);
-  if (pos < 0) throw new MultipartError('the boundary never appears');
-  for (;;) {
-    pos += delimiter.length;
-    // `--` after a delimiter closes the body.
-    if (body[pos] === 0x2d && body[pos + 1] === 0x2d) return parts;
-    // Transport padding (spaces, tabs) may follow a delimiter before its CRLF.
-    while (body[pos] === 0x20 || body[pos] === 0x09) pos++;
-    if (body[pos] !== 0x0d || body[pos + 1] !== 0x0a) {
-      throw new MultipartError('a boundary line does not end with CRLF');
-    }
-    pos += 2;
-    const headEnd = body.indexOf('\r\n\r\n', pos);
-    // A part without headers starts with its blank line at once.
-    const bare = body[pos] === 0x0d && body[pos + 1] === 0x0a;
-    if (!bare && headEnd < 0) throw new MultipartError('a part has no end to its headers');
-    const headText = bare ? '' : body.toString('latin1', pos, headEnd);
-    pos = bare ? pos + 2 : headEnd + 4;
-    const next = body.indexOf(Buffer.concat([Buffer.from('\r\n'), delimiter]), pos);
-    if (next < 0) throw new MultipartError('a part is not closed by the boundary');
-    let disposition: string | undefined;
+/** The name and filename a part's header lines give, or a {@link MultipartError}. */
+function partHead(headText: string): { name: string; filename: string | undefined } {
+  let disposition: string | undefined;
+  if (headText !== '') {
     for (const line of headText.split('\r\n')) {
       const colon = line.indexOf(':');
       if (colon <= 0) throw new MultipartError('a part header is not `name: value`');
@@ -76,17 +59,172 @@ export function parseMultipart(body: Buffer, boundary: string): FormPart[] {
         disposition = line.slice(colon + 1).trim();
       }
     }
-    if (!disposition || !/^form-data\s*(;|$)/i.test(disposition)) {
-      throw new MultipartError('a part has no Content-Disposition: form-data');
+  }
+  if (!disposition || !/^form-data\s*(;|$)/i.test(disposition)) {
+    throw new MultipartError('a part has no Content-Disposition: form-data');
+  }
+  const name = parameter(disposition, 'name');
+  if (name === undefined) throw new MultipartError('a part has no name');
+  return { name, filename: parameter(disposition, 'filename') };
+}
+
+/**
+ * The body's bytes not handled yet. Only a tail shorter than the delimiter (which may be its
+ * start, split across reads) or one part's headers are ever held, whatever the body's size.
+ */
+class Bytes {
+  buf: Buffer = Buffer.alloc(0);
+  private ended = false;
+  private readonly source: AsyncIterator<Uint8Array>;
+
+  constructor(source: AsyncIterable<Uint8Array>) {
+    this.source = source[Symbol.asyncIterator]();
+  }
+
+  /** Reads once more from the body; false when it has ended. */
+  async more(): Promise<boolean> {
+    while (!this.ended) {
+      const item = await this.source.next();
+      if (item.done) {
+        this.ended = true;
+        break;
+      }
+      const chunk = Buffer.isBuffer(item.value)
+        ? item.value
+        : Buffer.from(item.value.buffer, item.value.byteOffset, item.value.byteLength);
+      if (chunk.length === 0) continue;
+      this.buf = this.buf.length === 0 ? chunk : Buffer.concat([this.buf, chunk]);
+      return true;
     }
-    const name = parameter(disposition, 'name');
-    if (name === undefined) throw new MultipartError('a part has no name');
-    parts.push({
-      name,
-      filename: parameter(disposition, 'filename'),
-      data: body.subarray(pos, next),
-    });
-    if (parts.length > MAX_PARTS) throw new MultipartError(`over ${MAX_PARTS} parts`);
-    pos = next + 2;
+    return false;
+  }
+
+  /** At least `n` bytes are held, unless the body ended first. */
+  async need(n: number): Promise<void> {
+    while (this.buf.length < n && (await this.more())) {
+      // read on
+    }
+  }
+
+  skip(n: number): void {
+    this.buf = this.buf.subarray(n);
+  }
+
+  /** Stops the body's source (a reader that gives up early). */
+  async close(): Promise<void> {
+    if (!this.ended) await this.source.return?.();
+    this.ended = true;
+  }
+}
+
+/**
+ * The parts of a `multipart/form-data` body (RFC 7578), read as the body arrives: each part's
+ * bytes are handed on in pieces, so a form of any size is read in bounded memory. Strict: anything
+ * that does not frame as the boundary says is a {@link MultipartError}, never a guess. What follows
+ * the closing delimiter is read and dropped.
+ */
+export async function* readMultipart(
+  source: AsyncIterable<Uint8Array>,
+  boundary: string,
+): AsyncGenerator<FormPart> {
+  const delimiter = Buffer.from(`--${boundary}`);
+  // Inside a part, the delimiter is preceded by the CRLF that ends the part's data.
+  const end = Buffer.from(`\r\n--${boundary}`);
+  const bytes = new Bytes(source);
+  try {
+    // The preamble, before the first delimiter, is dropped.
+    for (;;) {
+      const at = bytes.buf.indexOf(delimiter);
+      if (at >= 0) {
+        bytes.skip(at + delimiter.length);
+        break;
+      }
+      bytes.skip(Math.max(0, bytes.buf.length - (delimiter.length - 1)));
+      if (!(await bytes.more())) throw new MultipartError('the boundary never appears');
+    }
+    for (let count = 1; ; count++) {
+      // `--` after a delimiter closes the body; what follows is the epilogue.
+      await bytes.need(2);
+      if (bytes.buf[0] === 0x2d && bytes.buf[1] === 0x2d) {
+        while (await bytes.more()) bytes.skip(bytes.buf.length);
+        return;
+      }
+      // Transport padding (spaces, tabs) may follow a delimiter before its CRLF.
+      for (;;) {
+        let k = 0;
+        while (k < bytes.buf.length && (bytes.buf[k] === 0x20 || bytes.buf[k] === 0x09)) k++;
+        bytes.skip(k);
+        if (bytes.buf.length > 0 || !(await bytes.more())) break;
+      }
+      await bytes.need(2);
+      if (bytes.buf[0] !== 0x0d || bytes.buf[1] !== 0x0a) {
+        throw new MultipartError('a boundary line does not end with CRLF');
+      }
+      bytes.skip(2);
+      await bytes.need(2);
+      let headText = '';
+      if (bytes.buf[0] === 0x0d && bytes.buf[1] === 0x0a) {
+        // A part without headers starts with its blank line at once.
+        bytes.skip(2);
+      } else {
+        for (;;) {
+          const headEnd = bytes.buf.indexOf('\r\n\r\n');
+          if (headEnd >= 0) {
+            headText = bytes.buf.toString('latin1', 0, headEnd);
+            bytes.skip(headEnd + 4);
+            break;
+          }
+          if (bytes.buf.length > MAX_PART_HEAD_BYTES) {
+            throw new MultipartError(`a part's headers are over ${MAX_PART_HEAD_BYTES} bytes`);
+          }
+          if (!(await bytes.more())) throw new MultipartError('a part has no end to its headers');
+        }
+      }
+      const head = partHead(headText);
+      if (count > MAX_PARTS) throw new MultipartError(`over ${MAX_PARTS} parts`);
+      let open = true;
+      /** The part's next piece, or undefined at its closing delimiter. */
+      const nextPiece = async (): Promise<Buffer | undefined> => {
+        while (open) {
+          const at = bytes.buf.indexOf(end);
+          if (at >= 0) {
+            const piece = bytes.buf.subarray(0, at);
+            // Left at the delimiter itself (its CRLF belongs to the part's end).
+            bytes.skip(at + 2);
+            open = false;
+            if (piece.length > 0) return piece;
+            break;
+          }
+          // All but a tail that may be the start of the delimiter is the part's.
+          const safe = bytes.buf.length - (end.length - 1);
+          if (safe > 0) {
+            const piece = bytes.buf.subarray(0, safe);
+            bytes.skip(safe);
+            return piece;
+          }
+          if (!(await bytes.more()))
+            throw new MultipartError('a part is not closed by the boundary');
+        }
+        return undefined;
+      };
+      const data: AsyncIterable<Buffer> = {
+        [Symbol.asyncIterator]: () => ({
+          next: async () => {
+            const piece = await nextPiece();
+            return piece === undefined
+              ? { done: true, value: undefined }
+              : { done: false, value: piece };
+          },
+        }),
+      };
+      yield { ...head, data };
+      // What the reader left of the part is skipped.
+      while ((await nextPiece()) !== undefined) {
+        // skip
+      }
+      bytes.skip(delimiter.length);
+    }
+  } finally {
+    await bytes.close();
   }
 }

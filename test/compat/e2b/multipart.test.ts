@@ -1,8 +1,14 @@
 import fc from 'fast-check';
 import { describe, expect, test } from 'vitest';
-import { boundaryOf, MultipartError, parseMultipart } from '../../../src/compat/e2b/multipart.js';
+import {
+  boundaryOf,
+  MAX_PART_HEAD_BYTES,
+  MultipartError,
+  readMultipart,
+} from '../../../src/compat/e2b/multipart.js';
 
-// The reader of E2B's `/files` upload forms: round trips and fuzzed bodies (fixed seed).
+// The streaming reader of E2B's `/files` upload forms: round trips over random chunkings, and
+// fuzzed bodies (fixed seed) that must give parts or a MultipartError, and never hang.
 const SEED = 20261202;
 
 function form(boundary: string, parts: { name: string; filename?: string; data: Buffer }[]) {
@@ -21,25 +27,55 @@ function form(boundary: string, parts: { name: string; filename?: string; data: 
   return Buffer.concat(pieces);
 }
 
+/** `body` cut at `cuts` (positions, any order), as the chunks a socket might deliver. */
+async function* chunked(body: Buffer, cuts: number[]): AsyncGenerator<Uint8Array> {
+  const at = [...new Set(cuts.map((c) => c % (body.length + 1)))].sort((a, b) => a - b);
+  let from = 0;
+  for (const to of [...at, body.length]) {
+    // A Uint8Array view, not a Buffer: the reader takes either.
+    yield new Uint8Array(body.buffer, body.byteOffset + from, to - from);
+    from = to;
+  }
+}
+
+/** Every part with its bytes, read as a consumer reads them (each part's data in turn). */
+async function readAll(source: AsyncIterable<Uint8Array>, boundary: string) {
+  const parts: { name: string; filename: string | undefined; data: Buffer }[] = [];
+  for await (const part of readMultipart(source, boundary)) {
+    const pieces: Buffer[] = [];
+    for await (const piece of part.data) pieces.push(Buffer.from(piece));
+    parts.push({ name: part.name, filename: part.filename, data: Buffer.concat(pieces) });
+  }
+  return parts;
+}
+
+/** Fails instead of hanging: the reader must end on every body. */
+function bounded<T>(work: Promise<T>): Promise<T> {
+  return Promise.race([
+    work,
+    new Promise<T>((_, reject) =>
+      setTimeout(() => reject(new Error('the reader did not end')), 5_000).unref(),
+    ),
+  ]);
+}
+
 describe('multipart reader', () => {
-  test('reads back what a form holds, whatever the bytes', () => {
+  test('reads back what a form holds, whatever the bytes and however they are cut', async () => {
     const boundary = 'b0undary-4f1c9e';
     const word = fc.stringMatching(/^[a-z0-9/._-]{1,20}$/);
-    fc.assert(
-      fc.property(
+    await fc.assert(
+      fc.asyncProperty(
         fc.array(
           fc.record({ name: word, filename: word, data: fc.uint8Array({ maxLength: 200 }) }),
-          {
-            minLength: 1,
-            maxLength: 5,
-          },
+          { minLength: 1, maxLength: 5 },
         ),
-        (parts) => {
+        fc.array(fc.nat(), { maxLength: 40 }),
+        async (parts, cuts) => {
           const input = parts.map((p) => ({ ...p, data: Buffer.from(p.data) }));
           // A body holding the boundary itself is not a form a client can send.
           fc.pre(input.every((p) => !p.data.includes(`--${boundary}`)));
-          const read = parseMultipart(form(boundary, input), boundary);
-          expect(read.map((p) => [p.name, p.filename, Buffer.from(p.data)])).toEqual(
+          const read = await bounded(readAll(chunked(form(boundary, input), cuts), boundary));
+          expect(read.map((p) => [p.name, p.filename, p.data])).toEqual(
             input.map((p) => [p.name, p.filename, p.data]),
           );
         },
@@ -48,7 +84,40 @@ describe('multipart reader', () => {
     );
   });
 
-  test('a fuzzed body is parts or a MultipartError, never anything else', () => {
+  test('one byte at a time, and a part the reader skips', async () => {
+    const body = form('xyz', [
+      { name: 'note', data: Buffer.from('skipped\r\n--xy') },
+      { name: 'file', filename: '/a/b.txt', data: Buffer.from('-\r\n-x\r\n--xy') },
+    ]);
+    const seen: [string, string][] = [];
+    const cuts = [...Array(body.length).keys()];
+    for await (const part of readMultipart(chunked(body, cuts), 'xyz')) {
+      if (part.name !== 'file') continue;
+      const pieces: Buffer[] = [];
+      for await (const piece of part.data) pieces.push(piece);
+      seen.push([part.filename as string, Buffer.concat(pieces).toString()]);
+    }
+    expect(seen).toEqual([['/a/b.txt', '-\r\n-x\r\n--xy']]);
+  });
+
+  test('a large part goes through in pieces, never held whole', async () => {
+    const part = Buffer.alloc(8 * 1024 * 1024, 7);
+    const body = form('big', [{ name: 'file', filename: 'f', data: part }]);
+    // 64 KiB reads, as a socket gives them.
+    const cuts = Array.from({ length: Math.ceil(body.length / 65536) }, (_, i) => i * 65536);
+    let largest = 0;
+    let total = 0;
+    for await (const p of readMultipart(chunked(body, cuts), 'big')) {
+      for await (const piece of p.data) {
+        largest = Math.max(largest, piece.length);
+        total += piece.length;
+      }
+    }
+    expect(total).toBe(part.length);
+    expect(largest).toBeLessThanOrEqual(65536 + 64);
+  });
+
+  test('a fuzzed body is parts or a MultipartError, never anything else, never a hang', async () => {
     const boundary = 'xyz';
     const chunk = fc.oneof(
       fc.uint8Array({ maxLength: 30 }).map((b) => Buffer.from(b)),
@@ -65,17 +134,44 @@ describe('multipart reader', () => {
         )
         .map((s) => Buffer.from(s)),
     );
-    fc.assert(
-      fc.property(fc.array(chunk, { maxLength: 20 }), (chunks) => {
-        try {
-          const parts = parseMultipart(Buffer.concat(chunks), boundary);
-          expect(Array.isArray(parts)).toBe(true);
-        } catch (error) {
-          expect(error).toBeInstanceOf(MultipartError);
-        }
-      }),
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(chunk, { maxLength: 20 }),
+        fc.array(fc.nat(), { maxLength: 10 }),
+        async (chunks, cuts) => {
+          try {
+            const parts = await bounded(readAll(chunked(Buffer.concat(chunks), cuts), boundary));
+            expect(Array.isArray(parts)).toBe(true);
+          } catch (error) {
+            expect(error).toBeInstanceOf(MultipartError);
+          }
+        },
+      ),
       { seed: SEED, numRuns: 2000 },
     );
+  });
+
+  test('broken forms name what is wrong', async () => {
+    const read = (text: string) => readAll(chunked(Buffer.from(text), []), 'xyz').catch((e) => e);
+    expect((await read('no boundary here')).message).toMatch(/the boundary never appears/);
+    expect(
+      (await read('--xyz\r\nContent-Disposition: form-data; name="f"\r\n\r\nopen')).message,
+    ).toMatch(/a part is not closed by the boundary/);
+    expect((await read('--xyz\r\nX: y\r\n\r\n\r\n--xyz--')).message).toMatch(
+      /no Content-Disposition/,
+    );
+    expect((await read('--xyzjunk')).message).toMatch(/does not end with CRLF/);
+    const longHead = `--xyz\r\nX-Long: ${'a'.repeat(MAX_PART_HEAD_BYTES + 10)}`;
+    expect((await read(longHead)).message).toMatch(/headers are over/);
+  });
+
+  test('a body that throws passes its error on (a client that went away)', async () => {
+    const gone = new Error('the client went away');
+    async function* cut(): AsyncGenerator<Uint8Array> {
+      yield Buffer.from('--xyz\r\nContent-Disposition: form-data; name="file"\r\n\r\nhalf of it');
+      throw gone;
+    }
+    expect(await readAll(cut(), 'xyz').catch((e) => e)).toBe(gone);
   });
 
   test('the boundary comes from the Content-Type, or a clear error', () => {
