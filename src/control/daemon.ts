@@ -13,6 +13,7 @@ import { type AbxPaths, abxPaths } from '../installation/paths.js';
 import {
   checkPublicListen,
   gatewayOrigin,
+  isLoopback,
   type ListenAddress,
   type PublicListenOptions,
   publicOrigin,
@@ -289,7 +290,11 @@ export class Daemon {
     if (listen) {
       this.remote = {
         api: listen.tls ? createHttpsServer(listen.tls, handle) : createServer(handle),
-        gateway: this.gateway.listener(listen.tls),
+        // The remote gateway serves the API's paths too (one URL), unless that would expose an
+        // API its operator kept on loopback.
+        gateway: this.gateway.listener(listen.tls, {
+          api: !isLoopback(listen.api.host) || isLoopback(listen.gateway.host),
+        }),
         at: listen,
       };
     }

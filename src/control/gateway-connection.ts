@@ -94,7 +94,7 @@ export interface Route {
 export interface GatewayRoutes {
   readonly pool: UpstreamPool;
   /** The sandbox, port and token a request names (`tls`: it came over TLS). Throws a 400. */
-  target(head: RequestHead, tls?: boolean): RequestTarget;
+  target(head: RequestHead, tls?: boolean, api?: boolean): RequestTarget;
   /**
    * The full check: the sandbox exists and runs, the token is its, the port is reachable. Or the
    * gateway's own answer, for a request it serves itself.
@@ -289,6 +289,8 @@ export class ClientConnection implements UpstreamOwner {
     private readonly routes: GatewayRoutes,
     private readonly limits: ConnectionLimits,
     private readonly tls = false,
+    /** Requests that name no sandbox may go to the daemon's API (see GatewayBackend.apiTarget). */
+    private readonly api = true,
   ) {
     socket.on('data', (chunk: Buffer) => this.onData(chunk));
     socket.on('end', () => this.onEnd());
@@ -423,7 +425,7 @@ export class ClientConnection implements UpstreamOwner {
   private startRequest(head: RequestHead): void {
     let target: RequestTarget;
     try {
-      target = this.routes.target(head, this.tls);
+      target = this.routes.target(head, this.tls, this.api);
     } catch (error) {
       this.refuse(head, error);
       return;

@@ -291,26 +291,27 @@ export class Gateway implements GatewayRoutes {
    * One more listener whose connections this gateway serves: for remote clients, with TLS when
    * given a certificate and key (the connection is served once its handshake is done).
    */
-  listener(tls?: { cert: string; key: string }): NetServer {
+  listener(tls?: { cert: string; key: string }, options: { api?: boolean } = {}): NetServer {
+    const api = options.api ?? true;
     if (!tls) {
       const server = createServer();
       server.removeAllListeners('connection');
-      server.on('connection', (socket: Socket) => this.accept(socket));
+      server.on('connection', (socket: Socket) => this.accept(socket, false, api));
       return server;
     }
     const server = createTlsServer(tls);
-    server.on('secureConnection', (socket: TLSSocket) => this.accept(socket, true));
+    server.on('secureConnection', (socket: TLSSocket) => this.accept(socket, true, api));
     // A failed handshake (a client that does not trust the certificate) concerns that client only.
     server.on('tlsClientError', (_error, socket) => socket.destroy());
     return server;
   }
 
-  private accept(socket: Socket, tls = false): void {
+  private accept(socket: Socket, tls = false, api = true): void {
     if (this.closed) {
       socket.destroy();
       return;
     }
-    this.connections.add(new ClientConnection(socket, this, this.limits, tls));
+    this.connections.add(new ClientConnection(socket, this, this.limits, tls, api));
     // Deadlines are checked once a second for all connections, as node's server does: a timer
     // per request would cost more than the request.
     this.sweeper ??= setInterval(() => this.sweep(), 1000).unref();
@@ -326,7 +327,7 @@ export class Gateway implements GatewayRoutes {
     this.connections.delete(connection);
   }
 
-  target(head: RequestHead, tls = false): RequestTarget {
+  target(head: RequestHead, tls = false, api = true): RequestTarget {
     // The path goes on as the client sent it: `new URL` would resolve `..` and `%2e%2e` segments,
     // so `/commands/%2e%2e/shutdown` would reach `/shutdown` behind the sandbox's back.
     const target = head.target;
@@ -355,9 +356,10 @@ export class Gateway implements GatewayRoutes {
     const sandboxPort = head.sandboxPort ?? e2bPort;
     const fromHeaders = sandboxId !== undefined || sandboxPort !== undefined;
     // `api.{domain}` is the daemon's API (E2B's SDKs with E2B_DOMAIN call it so).
+    const toApi = api && this.backend.apiTarget !== undefined;
     const apiHost =
+      toApi &&
       !fromHeaders &&
-      this.backend.apiTarget !== undefined &&
       head.host?.replace(/:\d+$/, '').toLowerCase() === `api.${this.domain.toLowerCase()}`;
     if (apiHost) return apiTarget(pathname, target);
     const fromHost =
@@ -379,7 +381,7 @@ export class Gateway implements GatewayRoutes {
         : (fromHost?.port ?? fromPath?.port);
     if (!id || port === undefined) {
       // The API's own paths, on the gateway's URL: one URL for the API and the sandboxes.
-      if (!fromHeaders && this.backend.apiTarget !== undefined && isApiPath(target)) {
+      if (toApi && !fromHeaders && isApiPath(target)) {
         return apiTarget(pathname, target);
       }
       const name = head.host?.replace(/:\d+$/, '');

@@ -601,4 +601,68 @@ describe('the gateway routes whole connections', () => {
       await new Promise<void>((resolve) => gateway.server.close(() => resolve()));
     }
   });
+
+  test("requests that name no sandbox reach the daemon's API, but not on a listener kept from it", async ({
+    fx,
+  }) => {
+    const api = createServer((req, res) => {
+      res.setHeader('content-type', 'application/json');
+      res.end(JSON.stringify({ api: true, path: req.url, host: req.headers.host }));
+    });
+    await new Promise<void>((resolve) => api.listen(0, '127.0.0.1', () => resolve()));
+    const apiPort = (api.address() as { port: number }).port;
+    const gateway = new Gateway(
+      { ...fx.backend, apiTarget: () => `tcp://127.0.0.1:${apiPort}` },
+      'abx.test',
+      {},
+    );
+    const open = gateway.listener();
+    const closed = gateway.listener(undefined, { api: false });
+    const listenOn = (server: typeof open) =>
+      new Promise<number>((resolve) =>
+        server.listen(0, '127.0.0.1', () => resolve((server.address() as { port: number }).port)),
+      );
+    const clients: RawConnection[] = [];
+    try {
+      const client = new RawConnection(await listenOn(open));
+      clients.push(client);
+      // /v1 and E2B's control paths on the gateway's own host, and any path on api.{domain}.
+      client.write(http('GET', '/v1/health', {}));
+      expect((await client.answer()).json).toEqual({
+        api: true,
+        path: '/v1/health',
+        host: '127.0.0.1',
+      });
+      client.write(http('GET', '/v2/sandboxes?limit=1', {}));
+      expect((await client.answer()).json).toMatchObject({
+        api: true,
+        path: '/v2/sandboxes?limit=1',
+      });
+      client.write(http('GET', '/anything', { Host: 'api.abx.test:8444' }));
+      expect((await client.answer()).json).toMatchObject({ api: true, path: '/anything' });
+      // Then a sandbox on the same connection, and the API again.
+      client.write(http('GET', '/health', to(fx.a)));
+      expect((await client.answer()).status).toBe(200);
+      client.write(http('GET', '/v1/health', {}));
+      expect((await client.answer()).json).toMatchObject({ api: true });
+      // A path of no API that names no sandbox is the gateway's own refusal.
+      client.write(http('GET', '/process.Process/List', {}));
+      const none = await client.answer();
+      expect(none.status).toBe(400);
+      expect(none.json.error).toMatch(/^no sandbox named/);
+
+      const kept = new RawConnection(await listenOn(closed));
+      clients.push(kept);
+      kept.write(http('GET', '/v1/health', {}));
+      const refused = await kept.answer();
+      expect(refused.status).toBe(400);
+      expect(refused.json.error).toMatch(/^no sandbox named/);
+    } finally {
+      for (const client of clients) client.socket.destroy();
+      gateway.close();
+      for (const server of [open, closed, api]) {
+        await new Promise<void>((resolve) => server.close(() => resolve()));
+      }
+    }
+  });
 });
