@@ -266,6 +266,8 @@ export class ClientConnection implements UpstreamOwner {
   private chunks: ChunkedScanner | undefined;
   private upstream: Upstream | undefined;
   private route: Route | undefined;
+  /** The last E2B request's checked route: the next one for the same sandbox, port and credential needs no new check. */
+  private e2bRoute: Route | undefined;
   private held: Held | undefined;
   private collecting: Collecting | undefined;
   private streaming: Streaming | undefined;
@@ -431,6 +433,24 @@ export class ClientConnection implements UpstreamOwner {
       return;
     }
     const { route, upstream } = this;
+    // An E2B request like the last one on this connection, once what was sent before is
+    // answered: checked already, as a native request on a paired connection is. Not `/health`:
+    // the face answers it without envd, so the check is what says whether the sandbox lives.
+    const known = this.e2bRoute;
+    if (
+      target.e2b &&
+      target.pathname !== '/health' &&
+      known &&
+      this.routes.serveE2b &&
+      known.id === target.id &&
+      known.port === target.port &&
+      known.credential === target.credential &&
+      (!upstream || upstream.idle)
+    ) {
+      this.mode = 'wait';
+      this.startCollecting(head, target, known);
+      return;
+    }
     if (route && upstream && sameTarget(route, target) && this.routes.pool.usable(upstream)) {
       let text: string;
       try {
@@ -529,6 +549,7 @@ export class ClientConnection implements UpstreamOwner {
     const route = checked;
     if (target.e2b && this.routes.serveE2b) {
       this.held = undefined;
+      this.e2bRoute = route;
       this.startCollecting(head, target, route);
       return;
     }
@@ -822,9 +843,32 @@ export class ClientConnection implements UpstreamOwner {
     const bodyless = answer.status === 204 || answer.status === 304;
     if (!bodyless) lines.push('transfer-encoding: chunked');
     if (close) lines.push('connection: close');
-    // The head goes out with the first piece of the body (or with its end): one write each.
+    // The head goes out with the first piece of the body (or with its end). A piece is held until
+    // the next one comes or the event loop turns, so a one-piece answer (every unary call) leaves
+    // in one write with its end; a stream's pieces leave as they come.
     let head: string | undefined = `${lines.join('\r\n')}\r\n\r\n`;
     const iterator = answer.body[Symbol.asyncIterator]();
+    let held: Buffer | undefined;
+    let flushing: NodeJS.Immediate | undefined;
+    let full = false;
+    const flush = () => {
+      clearImmediate(flushing);
+      flushing = undefined;
+      if (held === undefined || socket.destroyed) return;
+      const bytes = held;
+      held = undefined;
+      if (!socket.write(bytes)) full = true;
+    };
+    const drained = () =>
+      new Promise<void>((resolve) => {
+        const go = () => {
+          socket.off('drain', go);
+          socket.off('close', go);
+          resolve();
+        };
+        socket.on('drain', go);
+        socket.on('close', go);
+      });
     const pump = async () => {
       try {
         for (;;) {
@@ -832,31 +876,30 @@ export class ClientConnection implements UpstreamOwner {
           const item = await iterator.next();
           if (item.done) break;
           if (bodyless || item.value.length === 0) continue;
-          const frame = Buffer.concat([
+          flush();
+          if (full) {
+            full = false;
+            await drained();
+          }
+          held = Buffer.concat([
             Buffer.from(`${head ?? ''}${item.value.length.toString(16)}\r\n`, 'latin1'),
             item.value,
             CRLF,
           ]);
           head = undefined;
-          if (!socket.write(frame)) {
-            await new Promise<void>((resolve) => {
-              const go = () => {
-                socket.off('drain', go);
-                socket.off('close', go);
-                resolve();
-              };
-              socket.on('drain', go);
-              socket.on('close', go);
-            });
-          }
+          flushing = setImmediate(flush);
         }
       } catch {
         // The answer cannot be completed: a cut chunked body tells the client so.
+        clearImmediate(flushing);
         socket.destroy();
         return;
       }
+      clearImmediate(flushing);
       if (socket.destroyed) return;
-      socket.write(`${head ?? ''}${bodyless ? '' : '0\r\n\r\n'}`, 'latin1');
+      const end = Buffer.from(`${head ?? ''}${bodyless ? '' : '0\r\n\r\n'}`, 'latin1');
+      socket.write(held === undefined ? end : Buffer.concat([held, end]));
+      held = undefined;
       done();
     };
     void pump();
