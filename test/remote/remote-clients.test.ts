@@ -14,6 +14,7 @@ import { type AbxResult, CLI, runProgram } from '../cli/abx.js';
 import { sandboxProcesses } from '../helpers/abx-home.js';
 import { ROOT } from '../helpers/build.js';
 import { makeTwoHosts, netnsUnavailable, type TestHost } from '../helpers/netns.js';
+import { writeResolvePreload } from '../helpers/resolve-preload.js';
 import { makeTestCertificates, type TestCertificates } from '../helpers/test-ca.js';
 
 // A control plane on one "host" (a network namespace) serving TLS on its veth address, driven by
@@ -141,19 +142,7 @@ describe.skipIf(why !== undefined)(
     test('the SDK on the other host creates, runs, writes, reads, connects and kills over TLS, by sandbox host names', async () => {
       // The SDK reaches `{port}-{id}.abx.test:8444` by name: this preload is the wildcard DNS.
       const preload = join(dir, 'resolve-abx-test.cjs');
-      writeFileSync(
-        preload,
-        `const dns = require('node:dns');
-const lookup = dns.lookup;
-dns.lookup = function (host, options, callback) {
-  if (typeof options === 'function') { callback = options; options = {}; }
-  if (/(^|\\.)abx\\.test$/.test(host)) {
-    return options.all ? callback(null, [{ address: ${JSON.stringify(server.ip)}, family: 4 }]) : callback(null, ${JSON.stringify(server.ip)}, 4);
-  }
-  return lookup.call(this, host, options, callback);
-};
-`,
-      );
+      writeResolvePreload(preload, DOMAIN, server.ip);
       const script = join(dir, 'sdk-client.mjs');
       writeFileSync(
         script,

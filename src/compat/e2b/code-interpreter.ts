@@ -4,6 +4,7 @@
  * names, which already keep one interpreter per context. No state is kept here. See docs/e2b.md.
  */
 import { ConnectError } from '@connectrpc/connect';
+import { RESULT_FORMATS } from '../../../runtime/protocol/wire.js';
 import { envdRequest, linesOf, readText } from './envd-client.js';
 import type { EnvdFaceAnswer, EnvdFaceRequest } from './envd-face.js';
 
@@ -41,21 +42,7 @@ const LANGUAGES: Record<string, string> = {
 };
 
 /** The fields of a `result` line that E2B's SDKs read; anything else would land in `extra`. */
-const RESULT_FIELDS = [
-  'text',
-  'html',
-  'markdown',
-  'svg',
-  'png',
-  'jpeg',
-  'pdf',
-  'latex',
-  'json',
-  'javascript',
-  'data',
-  'chart',
-  'extra',
-];
+const RESULT_FIELDS: readonly string[] = [...RESULT_FORMATS, 'data', 'chart', 'extra'];
 
 /** A path of the code interpreter (E2B's server serves these and nothing else). */
 export function isCodeInterpreterPath(path: string): boolean {

@@ -1,4 +1,10 @@
-import { Agent, type AgentOptions, type IncomingMessage, request } from 'node:http';
+import {
+  Agent,
+  type AgentOptions,
+  type ClientRequest,
+  type IncomingMessage,
+  request,
+} from 'node:http';
 import type { Duplex } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { Code, ConnectError } from '@connectrpc/connect';
@@ -77,6 +83,24 @@ class EnvdAgent extends Agent {
 /** envd's servers close an idle connection after 5 s: the pool lets go of it sooner. */
 const agent = new EnvdAgent({ keepAlive: true, maxFreeSockets: 4, timeout: 4000 });
 
+/** A request to a sandbox's envd over its socket, with the sandbox's token. */
+function toEnvd(
+  target: EnvdTarget,
+  method: string,
+  path: string,
+  signal: AbortSignal | undefined,
+  headers: Record<string, string | number>,
+): ClientRequest {
+  return request({
+    socketPath: target.socketPath,
+    agent,
+    method,
+    path,
+    signal,
+    headers: { authorization: `Bearer ${target.token}`, ...headers },
+  });
+}
+
 /** One request to envd's native API: JSON `body`, or raw bytes when it is a Buffer. */
 export function envdRequest(
   target: EnvdTarget,
@@ -88,18 +112,8 @@ export function envdRequest(
   const raw = Buffer.isBuffer(body);
   const payload = body === undefined ? undefined : raw ? body : Buffer.from(JSON.stringify(body));
   return new Promise((resolve, reject) => {
-    const req = request({
-      socketPath: target.socketPath,
-      agent,
-      method,
-      path,
-      signal,
-      headers: {
-        authorization: `Bearer ${target.token}`,
-        ...(payload
-          ? { 'content-type': 'application/json', 'content-length': payload.length }
-          : {}),
-      },
+    const req = toEnvd(target, method, path, signal, {
+      ...(payload ? { 'content-type': 'application/json', 'content-length': payload.length } : {}),
     });
     req.on('response', resolve);
     req.on('error', (error) => reject(signal?.aborted ? error : unreachable(error, target)));
@@ -121,17 +135,9 @@ export function envdStream(
   signal: AbortSignal | undefined,
 ): Promise<{ res: IncomingMessage; cancel(): void }> {
   return new Promise((resolve, reject) => {
-    const req = request({
-      socketPath: target.socketPath,
-      agent,
-      method,
-      path,
-      signal,
-      headers: {
-        authorization: `Bearer ${target.token}`,
-        'content-type': 'application/octet-stream',
-        'transfer-encoding': 'chunked',
-      },
+    const req = toEnvd(target, method, path, signal, {
+      'content-type': 'application/octet-stream',
+      'transfer-encoding': 'chunked',
     });
     req.on('response', (res) => resolve({ res, cancel: () => req.destroy() }));
     req.on('error', (error) => reject(signal?.aborted ? error : unreachable(error, target)));

@@ -10,6 +10,7 @@ import type { DaemonInfo } from '../../../src/installation/daemon-info.js';
 import { CLI } from '../../cli/abx.js';
 import { createAbxHome } from '../../helpers/abx-home.js';
 import { ROOT } from '../../helpers/build.js';
+import { writeResolvePreload } from '../../helpers/resolve-preload.js';
 import { makeTestCertificates } from '../../helpers/test-ca.js';
 
 // The two ways a self-hoster points E2B's unmodified SDK at abx (docs/e2b.md, "Addressing"):
@@ -199,19 +200,7 @@ describe('a domain over TLS: api.{domain} and {port}-{id}.{domain}', () => {
   test('E2B_DOMAIN alone: the SDK creates, runs, writes, reads, lists and kills by host names', async () => {
     const port = new URL(info.remote?.gatewayUrl as string).port;
     const preload = join(abx.home, 'resolve-abx-test.cjs');
-    writeFileSync(
-      preload,
-      `const dns = require('node:dns');
-const lookup = dns.lookup;
-dns.lookup = function (host, options, callback) {
-  if (typeof options === 'function') { callback = options; options = {}; }
-  if (/(^|\\.)abx\\.test$/.test(host)) {
-    return options.all ? callback(null, [{ address: '127.0.0.1', family: 4 }]) : callback(null, '127.0.0.1', 4);
-  }
-  return lookup.call(this, host, options, callback);
-};
-`,
-    );
+    writeResolvePreload(preload, DOMAIN, '127.0.0.1');
     const script = join(abx.home, 'e2b-client.mjs');
     writeFileSync(
       script,

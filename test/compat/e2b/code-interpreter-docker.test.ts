@@ -1,11 +1,7 @@
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { NotFoundError, Sandbox } from '@e2b/code-interpreter';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { startDaemon } from '../../../src/installation/daemon-connection.js';
-import type { DaemonInfo } from '../../../src/installation/daemon-info.js';
-import { createAbxHome } from '../../helpers/abx-home.js';
-import { DEBIAN_IMAGE, dockerEngine, ensureDebianImage } from '../../helpers/docker-images.js';
+import { dockerEngine } from '../../helpers/docker-images.js';
+import { type DockerHome, dockerHome } from './docker-home.js';
 
 // `@e2b/code-interpreter` on the Docker provider: the same package calls as on the local provider
 // (code-interpreter.test.ts), against a sandbox in a container of a Debian image with python3 (and
@@ -18,22 +14,15 @@ if (!engine.docker) {
   });
 } else {
   const docker = engine.docker;
-  let abx: Awaited<ReturnType<typeof createAbxHome>>;
-  let info: DaemonInfo;
+  let abx: DockerHome;
   let sbx: Sandbox;
 
   beforeAll(async () => {
-    await ensureDebianImage(docker);
-    // The daemon inherits these.
-    process.env.ABX_PROVIDER = 'docker';
-    process.env.ABX_DOCKER_BASE_IMAGE = DEBIAN_IMAGE;
-    process.env.ABX_WARM_POOL = '0';
-    abx = await createAbxHome();
-    info = await startDaemon(abx.home);
+    abx = await dockerHome(docker);
     sbx = await Sandbox.create({
-      apiKey: readFileSync(join(abx.home, 'api-key'), 'utf8').trim(),
-      apiUrl: info.apiUrl,
-      sandboxUrl: info.gatewayUrl,
+      apiKey: abx.apiKey,
+      apiUrl: abx.info.apiUrl,
+      sandboxUrl: abx.info.gatewayUrl,
       requestTimeoutMs: 120_000,
     });
   }, 900_000);
@@ -41,9 +30,6 @@ if (!engine.docker) {
   afterAll(async () => {
     await sbx?.kill().catch(() => undefined);
     await abx?.close();
-    delete process.env.ABX_PROVIDER;
-    delete process.env.ABX_DOCKER_BASE_IMAGE;
-    delete process.env.ABX_WARM_POOL;
   }, 120_000);
 
   describe('E2B code interpreter on docker', () => {

@@ -1,11 +1,8 @@
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { Sandbox, SandboxNotFoundError } from 'e2b';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { startDaemon } from '../../../src/installation/daemon-connection.js';
 import type { DaemonInfo } from '../../../src/installation/daemon-info.js';
-import { createAbxHome } from '../../helpers/abx-home.js';
-import { DEBIAN_IMAGE, dockerEngine, ensureDebianImage } from '../../helpers/docker-images.js';
+import { dockerEngine } from '../../helpers/docker-images.js';
+import { type DockerHome, dockerHome } from './docker-home.js';
 
 // The control API does not depend on the provider; this runs its lifecycle once on a daemon whose
 // sandboxes are Docker containers, with the real `e2b` package. Skipped, saying why, only when no
@@ -18,31 +15,22 @@ if (!engine.docker) {
   });
 } else {
   const docker = engine.docker;
-  let abx: Awaited<ReturnType<typeof createAbxHome>>;
+  let abx: DockerHome;
   let info: DaemonInfo;
   let apiKey: string;
   const made: string[] = [];
 
   beforeAll(async () => {
-    await ensureDebianImage(docker);
-    // The daemon started below inherits these.
-    process.env.ABX_PROVIDER = 'docker';
-    process.env.ABX_DOCKER_BASE_IMAGE = DEBIAN_IMAGE;
-    process.env.ABX_WARM_POOL = '0';
-    abx = await createAbxHome();
-    info = await startDaemon(abx.home);
-    apiKey = readFileSync(join(abx.home, 'api-key'), 'utf8').trim();
+    abx = await dockerHome(docker);
+    ({ info, apiKey } = abx);
     // The SDK's documented way to name the API: no call can go anywhere but the daemon.
     process.env.E2B_API_URL = info.apiUrl;
   }, 900_000);
 
   afterAll(async () => {
     for (const id of made) await Sandbox.kill(id, { apiKey }).catch(() => {});
-    await abx?.close();
     delete process.env.E2B_API_URL;
-    delete process.env.ABX_PROVIDER;
-    delete process.env.ABX_DOCKER_BASE_IMAGE;
-    delete process.env.ABX_WARM_POOL;
+    await abx?.close();
   }, 120_000);
 
   /** Containers of one sandbox (the provider labels each with its sandbox id). */

@@ -1,9 +1,9 @@
 import { CommandExitError, type Sandbox as E2bSandbox } from 'e2b';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Sandbox } from '../../../src/index.js';
-import { createAbxHome } from '../../helpers/abx-home.js';
-import { DEBIAN_IMAGE, dockerEngine, ensureDebianImage } from '../../helpers/docker-images.js';
+import { dockerEngine } from '../../helpers/docker-images.js';
 import { attach } from './attach.js';
+import { type DockerHome, dockerHome } from './docker-home.js';
 
 // envd's E2B face on the Docker provider: the same SDK calls as on the local provider
 // (process.test.ts, filesystem.test.ts), against a sandbox in a container. Skipped, saying why,
@@ -16,17 +16,12 @@ if (!engine.docker) {
   });
 } else {
   const docker = engine.docker;
-  let abx: Awaited<ReturnType<typeof createAbxHome>>;
+  let abx: DockerHome;
   let native: Sandbox;
   let sbx: E2bSandbox;
 
   beforeAll(async () => {
-    await ensureDebianImage(docker);
-    // The daemon the SDK starts inherits these.
-    process.env.ABX_PROVIDER = 'docker';
-    process.env.ABX_DOCKER_BASE_IMAGE = DEBIAN_IMAGE;
-    process.env.ABX_WARM_POOL = '0';
-    abx = await createAbxHome();
+    abx = await dockerHome(docker);
     native = await Sandbox.create({ home: abx.home });
     sbx = attach(new URL(native.getUrl(49983)).origin, native.sandboxId, native.accessToken);
   }, 900_000);
@@ -34,9 +29,6 @@ if (!engine.docker) {
   afterAll(async () => {
     await native?.kill().catch(() => undefined);
     await abx?.close();
-    delete process.env.ABX_PROVIDER;
-    delete process.env.ABX_DOCKER_BASE_IMAGE;
-    delete process.env.ABX_WARM_POOL;
   });
 
   describe('E2B envd face on docker', () => {
