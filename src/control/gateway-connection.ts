@@ -850,14 +850,13 @@ export class ClientConnection implements UpstreamOwner {
     const iterator = answer.body[Symbol.asyncIterator]();
     let held: Buffer | undefined;
     let flushing: NodeJS.Immediate | undefined;
-    let full = false;
     const flush = () => {
       clearImmediate(flushing);
       flushing = undefined;
       if (held === undefined || socket.destroyed) return;
       const bytes = held;
       held = undefined;
-      if (!socket.write(bytes)) full = true;
+      socket.write(bytes);
     };
     const drained = () =>
       new Promise<void>((resolve) => {
@@ -877,10 +876,9 @@ export class ClientConnection implements UpstreamOwner {
           if (item.done) break;
           if (bodyless || item.value.length === 0) continue;
           flush();
-          if (full) {
-            full = false;
-            await drained();
-          }
+          // Whether the socket still waits to drain now, not whether a write once said so: a
+          // 'drain' that came in between would never come again.
+          if (socket.writableNeedDrain) await drained();
           held = Buffer.concat([
             Buffer.from(`${head ?? ''}${item.value.length.toString(16)}\r\n`, 'latin1'),
             item.value,

@@ -213,6 +213,11 @@ out.run = (await sandbox.commands.run('echo hello from $(hostname)')).stdout;
 await sandbox.files.write('/home/user/note.txt', 'over TLS by name');
 out.read = await sandbox.files.read('/home/user/note.txt');
 out.listed = (await (await Sandbox.list({ query: { metadata: { url: 'domain' } } })).nextItems()).map((s) => s.sandboxId);
+// Output in a burst, then silence, then more, over TLS: the stream's socket fills and drains
+// while the process is quiet, and the stream goes on after (it once waited for a second drain).
+out.burst = (await sandbox.commands.run('head -c 3000000 /dev/zero | tr -c x x; sleep 1; echo end', { timeoutMs: 30000 })).stdout.length;
+await sandbox.files.write('/home/user/big.txt', 'x'.repeat(4_000_000));
+out.big = (await sandbox.files.read('/home/user/big.txt')).length;
 // Signed file URLs: no header, the signature stands for the token.
 const down = await sandbox.downloadUrl('/home/user/note.txt');
 out.download = await (await fetch(down)).text();
@@ -259,6 +264,8 @@ console.log(JSON.stringify(out));
     expect(out.run).toBe(`hello from ${out.id}\n`);
     expect(out.read).toBe('over TLS by name');
     expect(out.listed).toEqual([out.id]);
+    expect(out.burst).toBe(3_000_004);
+    expect(out.big).toBe(4_000_000);
     expect(out.download).toBe('over TLS by name');
     expect(out.upload).toEqual([
       200,
