@@ -1,5 +1,4 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { request as httpRequest } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
@@ -15,6 +14,7 @@ import { Sandbox as AbxSandbox, Templates } from '../../../src/index.js';
 import { startDaemon } from '../../../src/installation/daemon-connection.js';
 import type { DaemonInfo } from '../../../src/installation/daemon-info.js';
 import { createAbxHome } from '../../helpers/abx-home.js';
+import { type RawAnswer, rawRequest } from './raw-request.js';
 
 // The real, unmodified `@e2b/code-interpreter` package against a real daemon and a real
 // (bubblewrap) sandbox: made by its own `Sandbox.create()` (template `code-interpreter-v1`, E2B's
@@ -35,60 +35,28 @@ const options = () => ({
   requestTimeoutMs: 60_000,
 });
 
-interface Raw {
-  status: number;
-  reason: string;
-  type: string | undefined;
-  text: string;
-}
+type Raw = RawAnswer & { text: string };
 
 /** One raw request to the gateway, addressed as `@e2b/code-interpreter` addresses port 49999. */
-function raw(
+async function raw(
   method: string,
   path: string,
   body: Buffer | string | undefined,
   headers: Record<string, string> = { 'x-access-token': token },
   sandboxId = sbx.sandboxId,
 ): Promise<Raw> {
-  const url = new URL(info.gatewayUrl);
-  const payload = typeof body === 'string' ? Buffer.from(body) : body;
-  return new Promise((resolve, reject) => {
-    const req = httpRequest(
-      {
-        host: url.hostname,
-        port: url.port,
-        method,
-        path,
-        agent: false,
-        timeout: 60_000,
-        headers: {
-          // A request that names its Host goes without E2B's headers.
-          ...('host' in headers
-            ? {}
-            : { 'e2b-sandbox-id': sandboxId, 'e2b-sandbox-port': '49999' }),
-          'content-type': 'application/json',
-          ...(payload ? { 'content-length': String(payload.length) } : {}),
-          ...headers,
-        },
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('error', reject);
-        res.on('end', () =>
-          resolve({
-            status: res.statusCode ?? 0,
-            reason: res.statusMessage ?? '',
-            type: res.headers['content-type'],
-            text: Buffer.concat(chunks).toString('utf8'),
-          }),
-        );
-      },
-    );
-    req.on('timeout', () => req.destroy(new Error(`no answer to ${path} within 60 s`)));
-    req.on('error', reject);
-    req.end(payload);
+  const answer = await rawRequest(info.gatewayUrl, {
+    method,
+    path,
+    body,
+    headers: {
+      // A request that names its Host goes without E2B's headers.
+      ...('host' in headers ? {} : { 'e2b-sandbox-id': sandboxId, 'e2b-sandbox-port': '49999' }),
+      'content-type': 'application/json',
+      ...headers,
+    },
   });
+  return { ...answer, text: answer.body.toString('utf8') };
 }
 
 beforeAll(async () => {

@@ -1,4 +1,4 @@
-import { Agent, request as httpRequest } from 'node:http';
+import { Agent } from 'node:http';
 import {
   AuthenticationError,
   CommandExitError,
@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Sandbox } from '../../../src/index.js';
 import { createAbxHome } from '../../helpers/abx-home.js';
 import { attach as attachTo } from './attach.js';
+import { type RawAnswer, rawRequest } from './raw-request.js';
 
 // The unmodified `e2b` SDK drives processes of a real abx sandbox through the daemon's gateway
 // (E2B_SANDBOX_URL mode: one URL, the sandbox named by E2b-Sandbox-Id/-Port headers). The
@@ -26,12 +27,6 @@ function attach(sandboxId: string, token: string): E2bSandbox {
   return attachTo(gateway, sandboxId, token);
 }
 
-interface Raw {
-  status: number;
-  type: string | undefined;
-  body: Buffer;
-}
-
 /** One raw request to the gateway, as an E2B SDK would address it. */
 function raw(
   path: string,
@@ -40,44 +35,19 @@ function raw(
   token = native.accessToken,
   agent: Agent | false = false,
   method = 'POST',
-): Promise<Raw & { reused: boolean }> {
-  const url = new URL(gateway);
-  const payload = typeof body === 'string' ? Buffer.from(body) : body;
-  return new Promise((resolve, reject) => {
-    const req = httpRequest(
-      {
-        host: url.hostname,
-        port: url.port,
-        method,
-        path,
-        agent,
-        timeout: 60_000,
-        headers: {
-          'e2b-sandbox-id': native.sandboxId,
-          'e2b-sandbox-port': '49983',
-          'x-access-token': token,
-          'connect-protocol-version': '1',
-          'content-length': String(payload.length),
-          ...headers,
-        },
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('error', reject);
-        res.on('end', () =>
-          resolve({
-            reused: req.reusedSocket,
-            status: res.statusCode ?? 0,
-            type: res.headers['content-type'],
-            body: Buffer.concat(chunks),
-          }),
-        );
-      },
-    );
-    req.on('timeout', () => req.destroy(new Error(`no answer to ${path} within 60 s`)));
-    req.on('error', reject);
-    req.end(payload);
+): Promise<RawAnswer> {
+  return rawRequest(gateway, {
+    method,
+    path,
+    agent,
+    body,
+    headers: {
+      'e2b-sandbox-id': native.sandboxId,
+      'e2b-sandbox-port': '49983',
+      'x-access-token': token,
+      'connect-protocol-version': '1',
+      ...headers,
+    },
   });
 }
 
@@ -108,7 +78,7 @@ function envelopes(body: Buffer): { flag: number; json: Record<string, unknown> 
 }
 
 /** The end-stream error of a stream answer (the last envelope, flag 2). */
-function streamError(answer: Raw): { code: string; message: string } | undefined {
+function streamError(answer: RawAnswer): { code: string; message: string } | undefined {
   expect(answer.status).toBe(200);
   const all = envelopes(answer.body);
   const last = all.at(-1);
