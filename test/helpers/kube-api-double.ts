@@ -164,6 +164,8 @@ export class KubeApiDouble {
   private readonly processes = new Map<string, Running[]>();
   private readonly addresses = new Set<string>();
   private readonly stopping = new Set<string>();
+  /** Set by close(): no container starts after it. */
+  private closing = false;
   /** Permissions SelfSubjectAccessReviews deny, as `verb resource`. */
   readonly denied = new Set<string>();
   /**
@@ -244,6 +246,8 @@ export class KubeApiDouble {
   }
 
   async close(): Promise<void> {
+    // A kubelet still starting a pod stops before its next container: nothing starts after this.
+    this.closing = true;
     for (const watcher of this.watchers) watcher.res.destroy();
     this.watchers.clear();
     for (const key of [...this.processes.keys()]) await this.stopProcesses(key);
@@ -1008,6 +1012,7 @@ export class KubeApiDouble {
   private async kubelet(namespace: string, name: string): Promise<void> {
     const uid = (this.get('pods', namespace, name) as Obj).metadata.uid as string;
     await this.runPod(namespace, name).catch((error: NodeJS.ErrnoException) => {
+      if (this.closing) return; // the test is over and has removed the nodes' folders
       if (error.code === 'ENOENT' && !this.current(namespace, name, uid)) return;
       throw error;
     });
@@ -1116,6 +1121,7 @@ export class KubeApiDouble {
     const address = freeAddress(this.addresses);
     this.addresses.add(address);
     const runContainer = async (container: Obj, init: boolean): Promise<Running | string> => {
+      if (this.closing) throw new Error('the Kubernetes double is closed');
       const security = { ...pod.spec.securityContext, ...container.securityContext };
       const env: Record<string, string> = {};
       for (const variable of container.env ?? []) {

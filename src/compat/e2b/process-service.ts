@@ -298,12 +298,16 @@ export const processService: Partial<ServiceImpl<typeof ProcessService>> = {
     }
     let cmd = commandLine(config);
     const size = request.pty?.size;
+    let initialSize: { cols: number; rows: number } | undefined;
     if (request.pty) {
       const cols = size?.cols || 80;
       const rows = size?.rows || 24;
       // util-linux `script` gives the command a pty, as envd's terminals do (no native addon);
-      // envd's stdin and stdout of the process are then the pty's.
-      cmd = `exec script -qefc ${shellQuote(`stty cols ${cols} rows ${rows} 2>/dev/null; ${cmd}`)} /dev/null`;
+      // envd's stdin and stdout of the process are then the pty's. A new pty is 0x0: the command
+      // waits (up to 3 s) until the face has set the size below, before the start event goes
+      // out, so a resize sent right after the start can never be undone by the initial size.
+      cmd = `exec script -qefc ${shellQuote(`i=0; while [ "$(stty size 2>/dev/null)" = "0 0" ] && [ $i -lt 300 ]; do sleep 0.01; i=$((i+1)); done; ${cmd}`)} /dev/null`;
+      initialSize = { cols, rows };
     }
     const lines = await envdLines(
       target,
@@ -331,6 +335,10 @@ export const processService: Partial<ServiceImpl<typeof ProcessService>> = {
       }
       id = start.id;
       if (context.signal.aborted) onAbort();
+      if (initialSize && start.pid) {
+        // Best effort: an image without stty keeps the 0x0 size, as before.
+        await setPtySize(target, start.pid, initialSize, context.signal).catch(() => undefined);
+      }
       for await (const e of processEvents(
         lines,
         context,
@@ -447,23 +455,7 @@ export const processService: Partial<ServiceImpl<typeof ProcessService>> = {
         Code.InvalidArgument,
       );
     }
-    const pid = found.pid;
-    // The pty's slave is the stdin of `script`'s child; setting its size sends SIGWINCH.
-    const result = await envdJson<{ exit_code: number; stderr: string }>(
-      target,
-      'POST',
-      '/process/exec',
-      {
-        cmd: `stty -F "$(readlink /proc/$(cut -d' ' -f1 /proc/${pid}/task/${pid}/children)/fd/0)" cols ${size.cols} rows ${size.rows}`,
-        timeout: 10,
-      },
-    );
-    if (result.exit_code !== 0) {
-      throw new ConnectError(
-        `cannot resize the pty of pid ${pid}: ${result.stderr.trim()}`,
-        Code.FailedPrecondition,
-      );
-    }
+    await setPtySize(target, found.pid, size, context.signal);
     return {};
   },
 
@@ -475,3 +467,39 @@ export const processService: Partial<ServiceImpl<typeof ProcessService>> = {
     );
   },
 };
+
+/**
+ * Sets the size of the pty a `script` process (pid) made; the kernel sends SIGWINCH. The pty's
+ * slave is the stdin of `script`'s child, which it opens just after the fork: the script waits
+ * up to 2 s for it to be there, so a resize sent right after the start is not lost.
+ */
+async function setPtySize(
+  target: EnvdTarget,
+  pid: number,
+  size: { cols: number; rows: number },
+  signal: AbortSignal,
+): Promise<void> {
+  const script = [
+    'i=0',
+    'while [ $i -lt 200 ]; do',
+    `  c=$(cut -d' ' -f1 /proc/${pid}/task/${pid}/children 2>/dev/null); t=`,
+    '  [ -n "$c" ] && t=$(readlink "/proc/$c/fd/0" 2>/dev/null)',
+    `  case "$t" in /dev/pts/*) exec stty -F "$t" cols ${size.cols} rows ${size.rows} ;; esac`,
+    '  sleep 0.01; i=$((i+1))',
+    'done',
+    `echo "the pty of pid ${pid} is not open (has the process ended?)" >&2; exit 1`,
+  ].join('\n');
+  const result = await envdJson<{ exit_code: number; stderr: string }>(
+    target,
+    'POST',
+    '/process/exec',
+    { cmd: script, timeout: 10 },
+    signal,
+  );
+  if (result.exit_code !== 0) {
+    throw new ConnectError(
+      `cannot resize the pty of pid ${pid}: ${result.stderr.trim()}`,
+      Code.FailedPrecondition,
+    );
+  }
+}

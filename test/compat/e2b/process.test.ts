@@ -248,6 +248,41 @@ describe('PTY through the e2b SDK', () => {
     expect(ended).toMatchObject({ exitCode: -1 });
     expect((await sbx.commands.list()).map((p) => p.pid)).not.toContain(terminal.pid);
   });
+  test('a resize sent the moment create returns is the size the shell sees', async () => {
+    // The pty is opened by `script` after the start: a resize racing it must not be lost, nor
+    // undone by the initial size (CI saw both). Several terminals, to meet the race.
+    for (let round = 0; round < 5; round++) {
+      let screen = '';
+      const decoder = new TextDecoder();
+      const terminal = await sbx.pty.create({
+        cols: 80,
+        rows: 24,
+        timeoutMs: 0,
+        onData: (data) => {
+          screen += decoder.decode(data, { stream: true });
+        },
+      });
+      await sbx.pty.resize(terminal.pid, { cols: 101 + round, rows: 31 });
+      await sbx.pty.sendInput(terminal.pid, new TextEncoder().encode('stty size\n'));
+      await waitUntil(
+        async () => screen.includes(`31 ${101 + round}`),
+        `the resized size on terminal ${round}`,
+        30_000,
+      );
+      expect(screen).not.toContain('24 80');
+      expect(await sbx.pty.kill(terminal.pid)).toBe(true);
+    }
+  });
+
+  test('resizing a pid that has no pty, or none at all, is a clear error', async () => {
+    const plain = await sbx.commands.run('sleep 30', { background: true });
+    const noPty = await sbx.pty.resize(plain.pid, { cols: 90, rows: 20 }).catch((e) => e);
+    expect(String(noPty)).toContain(`process with pid ${plain.pid} has no pty to resize`);
+    await plain.kill();
+    const unknown = await sbx.pty.resize(999_999, { cols: 90, rows: 20 }).catch((e) => e);
+    expect(unknown).toBeInstanceOf(Error);
+    expect(String(unknown)).toContain('999999');
+  });
 });
 
 describe('Connect errors in the shapes the SDK reads', () => {
