@@ -31,6 +31,7 @@ export default defineConfig([
       authoring: 'src/authoring.ts',
       cli: 'src/cli/main.ts',
       daemon: 'src/control/daemon-main.ts',
+      egress: 'src/egress/main.ts',
     },
     format: ['esm'],
     splitting: true,

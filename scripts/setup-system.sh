@@ -8,8 +8,10 @@
 # provider's tests import), postgresql (the PostgreSQL registry's tests: .ci/run starts a
 # throwaway cluster with scripts/test-postgres.sh), docker-registry (distribution 2.8: the image
 # push tests start one of their own on loopback; the package's own service is stopped and disabled
-# here), iproute2 and openssl (the remote-client tests' network namespaces and test CA) and, for
-# the command server's BROWSER group, Chromium. Installs only what is missing; needs root (or sudo).
+# here), iproute2 and openssl (the remote-client tests' network namespaces and test CA),
+# slirp4netns, nftables and curl (the `internet` network: user-mode networking into a sandbox's
+# namespace, the rules in it, and the client the egress tests run inside) and, for the command
+# server's BROWSER group, Chromium. Installs only what is missing; needs root (or sudo).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
@@ -36,6 +38,9 @@ compgen -G '/usr/lib/postgresql/*/bin/pg_ctl' >/dev/null || missing+=(postgresql
 # The remote-client tests: two network namespaces joined by a veth pair (ip netns) and a test CA.
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+command -v slirp4netns >/dev/null 2>&1 || missing+=(slirp4netns)
+command -v nft >/dev/null 2>&1 || missing+=(nftables)
+command -v curl >/dev/null 2>&1 || missing+=(curl)
 if [ "${1:-}" != "--no-browser" ] && [ ! -x /usr/bin/chromium ]; then missing+=(chromium); fi
 [ "${#missing[@]}" -eq 0 ] && exit 0
 

@@ -1,0 +1,174 @@
+/**
+ * The egress service's process: `node dist/egress.js --control SOCKET [--hosts FILE]
+ * [--permit CIDR]… [--deny CIDR]…`. The daemon starts it in the egress network namespace (its
+ * own, or `--egress-netns`), and drives it over a Unix socket (which crosses namespaces):
+ *
+ * - `PUT /sandboxes/{id}` `{ policy }` → 201 `{ ports }`: serve a sandbox;
+ * - `PUT /sandboxes/{id}/policy` `{ policy }` → 204: change its policy (new connections at once);
+ * - `PUT /sandboxes/{id}/net` `{ holder, userns }` → 204: its namespace, where DNS answers for
+ *   allowed names open their addresses to raw TCP (under a policy that denies by address);
+ * - `GET /sandboxes/{id}` → `{ policy, ports, counters }`;
+ * - `DELETE /sandboxes/{id}` → 204 (404 unknown);
+ * - `GET /health` → `{ sandboxes }`.
+ *
+ * Errors are `{ "error": message }` with 400 (bad policy or body), 404 or 409.
+ */
+import { chmodSync, rmSync } from 'node:fs';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { parseArgs } from 'node:util';
+import { type EgressPolicy, EgressRules, normalizePolicy, PolicyError } from './policy.js';
+import { NameResolver } from './resolver.js';
+import { allowResolved, type SandboxNet } from './sandbox-net.js';
+import { EgressService } from './service.js';
+
+/** Largest control request body. */
+const MAX_BODY = 256 * 1024;
+
+const { values } = parseArgs({
+  options: {
+    control: { type: 'string' },
+    hosts: { type: 'string' },
+    permit: { type: 'string', multiple: true },
+    deny: { type: 'string', multiple: true },
+  },
+});
+if (!values.control) {
+  process.stderr.write(
+    'usage: egress --control SOCKET [--hosts FILE] [--permit CIDR]… [--deny CIDR]…\n',
+  );
+  process.exit(2);
+}
+const control = values.control;
+
+const rules = new EgressRules({
+  permit: values.permit ?? [],
+  alsoDeny: (values.deny ?? []).map((cidr) => ({ cidr, what: "the daemon's own listener" })),
+});
+const policies = new Map<string, EgressPolicy>();
+const nets = new Map<string, Pick<SandboxNet, 'holder' | 'userns'>>();
+
+const service = new EgressService(
+  rules,
+  new NameResolver(values.hosts ? { hostsFile: values.hosts } : {}),
+  {
+    // Raw TCP to an allowed name's addresses, where only an address rule would let it out: the
+    // addresses are opened (for the answer's TTL) before the sandbox reads the answer.
+    onAllowedAddresses: async (id, addresses, ttl) => {
+      const net = nets.get(id);
+      if (!net || (policies.get(id)?.denyOut.length ?? 0) === 0) return;
+      await allowResolved(net, addresses, ttl).catch((error: Error) => {
+        process.stderr.write(`egress: ${id}: ${error.message}\n`);
+      });
+    },
+  },
+);
+
+function send(res: ServerResponse, status: number, body?: unknown): void {
+  const text = body === undefined ? '' : JSON.stringify(body);
+  res.writeHead(status, body === undefined ? {} : { 'content-type': 'application/json' });
+  res.end(text);
+}
+
+async function readJson(req: IncomingMessage): Promise<Record<string, unknown>> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > MAX_BODY) throw new PolicyError(`the body is over ${MAX_BODY} bytes`);
+    chunks.push(chunk as Buffer);
+  }
+  let body: unknown;
+  try {
+    body = JSON.parse(Buffer.concat(chunks).toString() || '{}');
+  } catch {
+    throw new PolicyError('the body is not JSON');
+  }
+  if (!body || typeof body !== 'object' || Array.isArray(body)) {
+    throw new PolicyError('the body must be a JSON object');
+  }
+  return body as Record<string, unknown>;
+}
+
+function policyOf(body: Record<string, unknown>): EgressPolicy {
+  const policy = (body.policy ?? {}) as Record<string, unknown>;
+  if (typeof policy !== 'object' || Array.isArray(policy)) {
+    throw new PolicyError('policy must be an object with allowOut and denyOut');
+  }
+  return normalizePolicy({
+    allowOut: (policy.allowOut ?? []) as string[],
+    denyOut: (policy.denyOut ?? []) as string[],
+  });
+}
+
+const server = createServer(async (req, res) => {
+  try {
+    const url = new URL(req.url ?? '/', 'http://egress');
+    if (url.pathname === '/health') return send(res, 200, { sandboxes: service.ids().length });
+    const match = /^\/sandboxes\/([A-Za-z0-9_-]{1,64})(\/policy|\/net)?$/.exec(url.pathname);
+    if (!match) return send(res, 404, { error: `no route ${req.method} ${url.pathname}` });
+    const id = match[1] as string;
+    const known = policies.has(id);
+    if (match[2] === '/net') {
+      if (req.method !== 'PUT') return send(res, 405, { error: 'use PUT' });
+      if (!known) return send(res, 404, { error: `sandbox ${id} is not served` });
+      const body = await readJson(req);
+      if (!Number.isInteger(body.holder) || typeof body.userns !== 'boolean') {
+        throw new PolicyError('net must be { holder: pid, userns: boolean }');
+      }
+      nets.set(id, { holder: body.holder as number, userns: body.userns });
+      return send(res, 204);
+    }
+    if (match[2]) {
+      if (req.method !== 'PUT') return send(res, 405, { error: 'use PUT' });
+      if (!known) return send(res, 404, { error: `sandbox ${id} is not served` });
+      const policy = policyOf(await readJson(req));
+      service.setPolicy(id, policy);
+      policies.set(id, policy);
+      return send(res, 204);
+    }
+    if (req.method === 'PUT') {
+      if (known) return send(res, 409, { error: `sandbox ${id} is already served` });
+      const policy = policyOf(await readJson(req));
+      const ports = await service.add(id, policy);
+      policies.set(id, policy);
+      return send(res, 201, { ports });
+    }
+    if (req.method === 'GET') {
+      if (!known) return send(res, 404, { error: `sandbox ${id} is not served` });
+      return send(res, 200, {
+        policy: policies.get(id),
+        ports: service.ports(id),
+        counters: service.counters(id),
+      });
+    }
+    if (req.method === 'DELETE') {
+      if (!known) return send(res, 404, { error: `sandbox ${id} is not served` });
+      service.remove(id);
+      policies.delete(id);
+      nets.delete(id);
+      return send(res, 204);
+    }
+    return send(res, 405, { error: `${req.method} is not served on ${url.pathname}` });
+  } catch (error) {
+    if (error instanceof PolicyError) return send(res, 400, { error: error.message });
+    return send(res, 500, { error: (error as Error).message });
+  }
+});
+
+rmSync(control, { force: true });
+server.listen(control, () => {
+  chmodSync(control, 0o600);
+  process.stdout.write('ready\n');
+});
+
+const stop = () => {
+  service.close();
+  server.close();
+  rmSync(control, { force: true });
+  process.exit(0);
+};
+process.on('SIGTERM', stop);
+process.on('SIGINT', stop);
+// The daemon holds our stdin: when it goes (even SIGKILLed), so do we.
+process.stdin.on('end', stop);
+process.stdin.resume();

@@ -1,0 +1,352 @@
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { promisify } from 'node:util';
+import { ALWAYS_DENIED, type EgressPolicy, type Entry, parsePolicy } from './policy.js';
+import type { EgressPorts } from './service.js';
+
+const run = promisify(execFile);
+
+/** The sandbox side of slirp4netns: its gateway (the egress namespace's loopback) and DNS. */
+export const SLIRP_GATEWAY = '10.0.2.2';
+export const SLIRP_DNS = '10.0.2.3';
+/** What a sandbox on `internet` reads as /etc/resolv.conf (every DNS packet goes to egress anyway). */
+export const SANDBOX_RESOLV_CONF = `nameserver ${SLIRP_DNS}\noptions edns0 timeout:2 attempts:2\n`;
+/** How long the namespace holder and slirp4netns may take to be ready. */
+export const NET_START_TIMEOUT_MS = 10_000;
+
+/** A sandbox's network namespace and what serves it, as the handle keeps it (survives restarts). */
+export interface SandboxNet {
+  /** The process holding the namespace (and, rootless, the user namespace that owns it). */
+  holder: number;
+  holderStart: string;
+  /** slirp4netns, running in the egress namespace. */
+  slirp: number;
+  /** Whether the holder made a user namespace (rootless): nsenter must join it too. */
+  userns: boolean;
+  ports: EgressPorts;
+}
+
+/** The environment tag that marks the processes of a sandbox's network (for the sweep). */
+export const NET_TAG = 'ABX_SANDBOX_NET';
+
+function startTime(pid: number): string | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19];
+  } catch {
+    return undefined;
+  }
+}
+
+/** nsenter's options that enter a sandbox's network namespace (and its owner, rootless). */
+export function enterArgs(net: Pick<SandboxNet, 'holder' | 'userns'>): string[] {
+  return net.userns
+    ? [
+        'nsenter',
+        '--preserve-credentials',
+        `--user=/proc/${net.holder}/ns/user`,
+        `--net=/proc/${net.holder}/ns/net`,
+        '--',
+      ]
+    : ['nsenter', `--net=/proc/${net.holder}/ns/net`, '--'];
+}
+
+function cidrs(entries: Entry[], kind: 'ipv4' | 'ipv6'): string[] {
+  return entries.flatMap((e) => (e.kind === 'cidr' && e.range[0].kind() === kind ? [e.text] : []));
+}
+
+function set(name: string, elements: string[], flags = 'interval'): string {
+  const body = elements.length > 0 ? ` elements = { ${elements.join(', ')} }` : '';
+  return `  set ${name} { type ipv4_addr; flags ${flags};${body} }`;
+}
+
+/**
+ * The nftables ruleset of a sandbox's namespace (table `inet abx`). Before address translation
+ * (priority -150) it decides by address: loopback passes; DNS passes (it is redirected to the
+ * egress service below); only TCP leaves; IPv6 does not; the operator's permitted ranges skip
+ * the always-denied ones; then allowOut CIDRs and the addresses egress's DNS answered for
+ * allowed names pass, denyOut CIDRs are reset, and the rest passes. Then DNS, 80 and 443 are
+ * sent to the sandbox's ports of the egress service, which decides by name. The sandbox has no
+ * capability in this namespace: it can neither read nor change these rules.
+ */
+export function sandboxRuleset(
+  policy: EgressPolicy,
+  ports: EgressPorts,
+  options: { permit?: string[]; alsoDeny?: string[] } = {},
+): string {
+  const parsed = parsePolicy(policy);
+  const always = [...ALWAYS_DENIED.map((r) => r.cidr), ...(options.alsoDeny ?? [])].filter(
+    (c) => !c.includes(':'),
+  );
+  return [
+    'table inet abx {',
+    set('always4', always),
+    set('permit4', options.permit ?? []),
+    set('allow4', cidrs(parsed.allow, 'ipv4')),
+    set('deny4', cidrs(parsed.deny, 'ipv4')),
+    set('resolved4', [], 'timeout'),
+    '  chain filter_out {',
+    '    type filter hook output priority -150; policy accept;',
+    '    oif "lo" accept',
+    '    meta l4proto { tcp, udp } th dport 53 accept',
+    `    ip daddr ${SLIRP_GATEWAY} tcp dport { ${ports.http}, ${ports.tls} } accept`,
+    '    meta nfproto ipv6 reject',
+    '    meta l4proto != tcp reject',
+    '    ip daddr @permit4 jump decide',
+    '    ip daddr @always4 reject with tcp reset',
+    '    jump decide',
+    '  }',
+    '  chain decide {',
+    '    ip daddr @allow4 accept',
+    '    ip daddr @resolved4 accept',
+    '    ip daddr @deny4 reject with tcp reset',
+    '  }',
+    '  chain nat_out {',
+    '    type nat hook output priority -100; policy accept;',
+    '    oif "lo" return',
+    `    meta l4proto { tcp, udp } th dport 53 dnat ip to ${SLIRP_GATEWAY}:${ports.dns}`,
+    `    ip daddr ${SLIRP_GATEWAY} return`,
+    `    tcp dport 80 dnat ip to ${SLIRP_GATEWAY}:${ports.http}`,
+    `    tcp dport 443 dnat ip to ${SLIRP_GATEWAY}:${ports.tls}`,
+    '  }',
+    '}',
+    '',
+  ].join('\n');
+}
+
+/** Runs `nft -f -` with `ruleset` inside the sandbox's namespace. */
+export async function applyRuleset(net: Pick<SandboxNet, 'holder' | 'userns'>, ruleset: string) {
+  const [command, ...args] = [...enterArgs(net), 'nft', '-f', '-'];
+  await new Promise<void>((resolve, reject) => {
+    const child = spawn(command as string, args, { stdio: ['pipe', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (c: Buffer) => {
+      stderr += c.toString();
+    });
+    child.once('error', reject);
+    child.once('close', (code) =>
+      code === 0
+        ? resolve()
+        : reject(new Error(`nft refused the sandbox's rules: ${stderr.trim()}`)),
+    );
+    child.stdin.end(ruleset);
+  });
+}
+
+/**
+ * Replaces a running sandbox's policy in its namespace: the address sets are rewritten in one
+ * nft transaction, so a new connection meets either the old rules or the new ones.
+ */
+export async function updatePolicy(
+  net: Pick<SandboxNet, 'holder' | 'userns'>,
+  policy: EgressPolicy,
+): Promise<void> {
+  const parsed = parsePolicy(policy);
+  const fill = (name: string, elements: string[]) => [
+    `flush set inet abx ${name}`,
+    ...(elements.length > 0 ? [`add element inet abx ${name} { ${elements.join(', ')} }`] : []),
+  ];
+  await applyRuleset(
+    net,
+    [
+      ...fill('allow4', cidrs(parsed.allow, 'ipv4')),
+      ...fill('deny4', cidrs(parsed.deny, 'ipv4')),
+      'flush set inet abx resolved4',
+      '',
+    ].join('\n'),
+  );
+}
+
+/** Lets a sandbox dial `addresses` by address for `ttl` seconds (egress's DNS answered them). */
+export async function allowResolved(
+  net: Pick<SandboxNet, 'holder' | 'userns'>,
+  addresses: string[],
+  ttl: number,
+): Promise<void> {
+  if (addresses.length === 0) return;
+  const elements = addresses.map((a) => `${a} timeout ${Math.max(1, Math.round(ttl))}s`);
+  await applyRuleset(net, `add element inet abx resolved4 { ${elements.join(', ')} }\n`);
+}
+
+function waitFor(check: () => boolean, what: string, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  return new Promise((resolve, reject) => {
+    const tick = () => {
+      if (check()) return resolve();
+      if (Date.now() > deadline) return reject(new Error(`${what} within ${timeoutMs} ms`));
+      setTimeout(tick, 2);
+    };
+    tick();
+  });
+}
+
+/**
+ * Makes a sandbox's network: a namespace held by a small process (rootless: inside a user
+ * namespace of the daemon's uid, which is what lets it configure the namespace), its rules, and
+ * slirp4netns attached from the egress namespace. Nothing leaves before the rules are in: the
+ * namespace has no route until slirp4netns configures its interface. On failure, nothing is left.
+ */
+export async function startSandboxNet(options: {
+  id: string;
+  rootless: boolean;
+  policy: EgressPolicy;
+  ports: EgressPorts;
+  /** The egress namespace (a path such as /run/netns/NAME); none: the daemon's own. */
+  egressNetns?: string;
+  permit?: string[];
+  alsoDeny?: string[];
+}): Promise<SandboxNet> {
+  const env = { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', [NET_TAG]: options.id };
+  const holder = spawn(
+    'unshare',
+    [
+      ...(options.rootless ? ['--user', '--map-root-user'] : []),
+      '--net',
+      '--',
+      'sleep',
+      'infinity',
+    ],
+    { detached: true, stdio: 'ignore', env },
+  );
+  holder.unref();
+  const children: ChildProcess[] = [holder];
+  const stop = () => {
+    for (const child of children) {
+      try {
+        if (child.pid) process.kill(child.pid, 'SIGKILL');
+      } catch {
+        // gone
+      }
+    }
+  };
+  try {
+    const pid = holder.pid;
+    if (!pid) throw new Error('unshare did not start');
+    const ours = readlinkSync('/proc/self/ns/net');
+    await waitFor(
+      () => {
+        if (holder.exitCode !== null)
+          throw new Error(`unshare ended (exit code ${holder.exitCode})`);
+        try {
+          return (
+            readlinkSync(`/proc/${pid}/ns/net`) !== ours &&
+            readFileSync(`/proc/${pid}/cmdline`, 'utf8').startsWith('sleep')
+          );
+        } catch {
+          return false;
+        }
+      },
+      'the network namespace was not made',
+      NET_START_TIMEOUT_MS,
+    );
+    const net: SandboxNet = {
+      holder: pid,
+      holderStart: startTime(pid) ?? '',
+      slirp: 0,
+      userns: options.rootless,
+      ports: options.ports,
+    };
+    const [command, ...args] = [...enterArgs(net), 'ip', 'link', 'set', 'lo', 'up'];
+    await run(command as string, args, { timeout: NET_START_TIMEOUT_MS });
+    await applyRuleset(net, sandboxRuleset(options.policy, options.ports, options));
+    const slirpArgs = [
+      '--configure',
+      '--mtu=65520',
+      '--ready-fd=3',
+      '--enable-sandbox',
+      '--enable-seccomp',
+      ...(options.rootless ? [`--userns-path=/proc/${pid}/ns/user`] : []),
+      '--netns-type=path',
+      `/proc/${pid}/ns/net`,
+      'tap0',
+    ];
+    // slirp4netns's --enable-sandbox unmounts what it does not need in a mount namespace of its
+    // own; as root that namespace must be private first, or the unmounts reach the host's
+    // (/run/netns bind mounts vanished). Rootless, its namespace is owned by the holder's user
+    // namespace, whose mounts are slaves already.
+    const argv = [
+      ...(options.egressNetns ? ['nsenter', `--net=${options.egressNetns}`, '--'] : []),
+      ...(options.rootless ? [] : ['unshare', '--mount', '--propagation', 'private', '--']),
+      'slirp4netns',
+      ...slirpArgs,
+    ];
+    const slirp = spawn(argv[0] as string, argv.slice(1), {
+      detached: true,
+      stdio: ['ignore', 'ignore', 'pipe', 'pipe'],
+      env,
+    });
+    children.push(slirp);
+    slirp.unref();
+    let stderr = '';
+    slirp.stderr?.on('data', (c: Buffer) => {
+      stderr = (stderr + c.toString()).slice(-2000);
+    });
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(
+        () => reject(new Error(`slirp4netns was not ready within ${NET_START_TIMEOUT_MS} ms`)),
+        NET_START_TIMEOUT_MS,
+      );
+      const ready = slirp.stdio[3] as NodeJS.ReadableStream;
+      ready.once('data', () => {
+        clearTimeout(timer);
+        resolve();
+      });
+      slirp.once('exit', (code) => {
+        clearTimeout(timer);
+        reject(new Error(`slirp4netns ended (exit code ${code}): ${stderr.trim()}`));
+      });
+      slirp.once('error', (error) => {
+        clearTimeout(timer);
+        reject(error);
+      });
+    });
+    (slirp.stdio[3] as NodeJS.ReadableStream & { destroy(): void }).destroy();
+    slirp.stderr?.destroy();
+    net.slirp = slirp.pid as number;
+    return net;
+  } catch (error) {
+    stop();
+    throw new Error(`the sandbox's network did not start: ${(error as Error).message}`, {
+      cause: error,
+    });
+  }
+}
+
+/** Ends a sandbox's network: slirp4netns and the holder (each checked by its tag: pids get reused). */
+export function stopSandboxNet(net: SandboxNet): void {
+  for (const pid of [net.slirp, net.holder]) {
+    if (!pid) continue;
+    try {
+      const tag = readFileSync(`/proc/${pid}/environ`, 'utf8');
+      if (!tag.includes(`${NET_TAG}=`)) continue;
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // gone
+    }
+  }
+}
+
+/** Pids of network processes (holders, slirp4netns) of sandboxes not in `live`, for the sweep. */
+export function orphanNetProcesses(live: ReadonlySet<string>): number[] {
+  const found: number[] = [];
+  for (const entry of readdirSafe('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    let environ: string;
+    try {
+      environ = readFileSync(`/proc/${entry}/environ`, 'utf8');
+    } catch {
+      continue;
+    }
+    const tag = environ.split('\0').find((v) => v.startsWith(`${NET_TAG}=`));
+    if (tag && !live.has(tag.slice(NET_TAG.length + 1))) found.push(Number(entry));
+  }
+  return found;
+}
+
+function readdirSafe(dir: string): string[] {
+  try {
+    return readdirSync(dir);
+  } catch {
+    return [];
+  }
+}

@@ -1,0 +1,496 @@
+import { createSocket, type Socket as UdpSocket } from 'node:dgram';
+import {
+  createServer as createHttpServer,
+  type Server as HttpServer,
+  request as httpRequest,
+  type IncomingMessage,
+} from 'node:http';
+import { connect, createServer, type Server, type Socket } from 'node:net';
+import dnsPacket from 'dns-packet';
+import { getExtensionData, readTlsClientHello } from 'read-tls-client-hello';
+import { type EgressPolicy, type EgressRules, type ParsedPolicy, parsePolicy } from './policy.js';
+import type { NameResolver } from './resolver.js';
+
+/** How long a client may take to send its request head or TLS ClientHello. */
+export const HELLO_TIMEOUT_MS = 10_000;
+/** How long a dial to an allowed address may take. */
+export const DIAL_TIMEOUT_MS = 15_000;
+/** Events kept per sandbox for `abx logs --network`. */
+const RECENT_EVENTS = 200;
+
+export interface EgressEvent {
+  time: string;
+  kind: 'dns' | 'http' | 'tls' | 'connect';
+  target: string;
+  allowed: boolean;
+  rule: string;
+}
+
+export interface EgressCounters {
+  allowed: number;
+  refused: number;
+  recent: EgressEvent[];
+}
+
+/** The ports on the egress namespace's loopback that one sandbox's traffic is sent to. */
+export interface EgressPorts {
+  http: number;
+  tls: number;
+  dns: number;
+}
+
+interface Entry {
+  id: string;
+  policy: EgressPolicy;
+  parsed: ParsedPolicy;
+  counters: EgressCounters;
+  servers: Array<Server | HttpServer | UdpSocket>;
+  sockets: Set<Socket>;
+  ports: EgressPorts;
+}
+
+/**
+ * The egress service: per sandbox, a DNS server, an HTTP proxy (transparent for port 80, and
+ * explicit with CONNECT for tools that honour HTTP_PROXY) and a TLS passthrough for port 443
+ * that reads the ClientHello's server name. Each decides by the sandbox's policy, then dials the
+ * name itself (never the address the client claims), and counts what it allowed and refused.
+ * It runs in the egress network namespace; sandboxes reach its loopback ports through their
+ * user-mode network (slirp4netns), whose rules send DNS, 80 and 443 here.
+ */
+export class EgressService {
+  private readonly sandboxes = new Map<string, Entry>();
+
+  constructor(
+    private readonly rules: EgressRules,
+    private readonly resolver: NameResolver,
+    private readonly hooks: {
+      /** Told the addresses a sandbox may now dial by address (its DNS answers), before they go out. */
+      onAllowedAddresses?: (id: string, addresses: string[], ttl: number) => Promise<void>;
+    } = {},
+  ) {}
+
+  /** Starts serving a sandbox; its ports. Replaces nothing: a known id is an error. */
+  async add(id: string, policy: EgressPolicy): Promise<EgressPorts> {
+    if (this.sandboxes.has(id)) throw new Error(`sandbox ${id} is already served`);
+    const parsed = parsePolicy(policy);
+    const entry: Entry = {
+      id,
+      policy,
+      parsed,
+      counters: { allowed: 0, refused: 0, recent: [] },
+      servers: [],
+      sockets: new Set(),
+      ports: { http: 0, tls: 0, dns: 0 },
+    };
+    this.sandboxes.set(id, entry);
+    try {
+      entry.ports.http = await this.listen(entry, this.httpServer(entry));
+      entry.ports.tls = await this.listen(entry, this.tlsServer(entry));
+      entry.ports.dns = await this.dnsServers(entry);
+    } catch (error) {
+      this.remove(id);
+      throw error;
+    }
+    return { ...entry.ports };
+  }
+
+  /** The sandbox's policy from now on: new connections and queries are decided by it at once. */
+  setPolicy(id: string, policy: EgressPolicy): void {
+    const entry = this.entry(id);
+    entry.parsed = parsePolicy(policy);
+    entry.policy = policy;
+  }
+
+  counters(id: string): EgressCounters {
+    const { allowed, refused, recent } = this.entry(id).counters;
+    return { allowed, refused, recent: [...recent] };
+  }
+
+  ports(id: string): EgressPorts | undefined {
+    const entry = this.sandboxes.get(id);
+    return entry ? { ...entry.ports } : undefined;
+  }
+
+  ids(): string[] {
+    return [...this.sandboxes.keys()];
+  }
+
+  /** Stops serving a sandbox: its listeners close and its open connections end. */
+  remove(id: string): void {
+    const entry = this.sandboxes.get(id);
+    if (!entry) return;
+    this.sandboxes.delete(id);
+    for (const server of entry.servers) {
+      try {
+        server.close();
+      } catch {
+        // never listened
+      }
+    }
+    for (const socket of entry.sockets) socket.destroy();
+  }
+
+  close(): void {
+    for (const id of this.ids()) this.remove(id);
+  }
+
+  private entry(id: string): Entry {
+    const entry = this.sandboxes.get(id);
+    if (!entry) throw new Error(`sandbox ${id} is not served by the egress service`);
+    return entry;
+  }
+
+  private record(entry: Entry, event: Omit<EgressEvent, 'time'>): void {
+    if (event.allowed) entry.counters.allowed++;
+    else entry.counters.refused++;
+    entry.counters.recent.push({ time: new Date().toISOString(), ...event });
+    if (entry.counters.recent.length > RECENT_EVENTS) entry.counters.recent.shift();
+  }
+
+  private listen(entry: Entry, server: Server | HttpServer): Promise<number> {
+    entry.servers.push(server);
+    server.on('connection', (socket: Socket) => {
+      entry.sockets.add(socket);
+      socket.once('close', () => entry.sockets.delete(socket));
+    });
+    return new Promise((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(0, '127.0.0.1', () => {
+        server.off('error', reject);
+        resolve((server.address() as { port: number }).port);
+      });
+    });
+  }
+
+  /** Where a connection asked for by `name` may go: the first allowed address, or the refusal. */
+  private async route(
+    entry: Entry,
+    name: string,
+  ): Promise<{ address: string; rule: string } | { refused: string }> {
+    const route = await this.resolveAllowed(entry, name);
+    if ('refused' in route) return { refused: route.refused };
+    return { address: route.addresses[0] as string, rule: route.rule };
+  }
+
+  private dial(address: string, port: number, socket: Socket, head: Buffer | undefined): void {
+    const upstream = connect({ host: address, port, timeout: DIAL_TIMEOUT_MS });
+    upstream.once('timeout', () => upstream.destroy(new Error('dial timed out')));
+    upstream.once('connect', () => {
+      upstream.setTimeout(0);
+      if (head && head.length > 0) upstream.write(head);
+      socket.pipe(upstream);
+      upstream.pipe(socket);
+    });
+    upstream.once('error', () => socket.destroy());
+    upstream.once('close', () => socket.destroy());
+    socket.once('error', () => upstream.destroy());
+    socket.once('close', () => upstream.destroy());
+  }
+
+  private httpServer(entry: Entry): HttpServer {
+    const server = createHttpServer({ requestTimeout: 0, headersTimeout: HELLO_TIMEOUT_MS });
+    const refuse = (res: import('node:http').ServerResponse, status: number, why: string) => {
+      const body = `abx egress: ${why}\n`;
+      res.writeHead(status, {
+        'content-type': 'text/plain; charset=utf-8',
+        'content-length': Buffer.byteLength(body),
+        'x-abx-egress': 'refused',
+        connection: 'close',
+      });
+      res.end(body);
+    };
+    server.on('request', async (req: IncomingMessage, res) => {
+      // Absolute form from a client that uses this as its HTTP_PROXY; origin form with a Host
+      // header from a transparent one.
+      let host: string;
+      let port = 80;
+      let path = req.url ?? '/';
+      try {
+        if (/^https?:\/\//i.test(path)) {
+          const url = new URL(path);
+          if (url.protocol !== 'http:') return refuse(res, 400, `${url.protocol} is not proxied`);
+          host = url.hostname;
+          port = url.port ? Number(url.port) : 80;
+          path = `${url.pathname}${url.search}`;
+        } else {
+          const header = req.headers.host;
+          if (!header) return refuse(res, 400, 'a request without a Host header is refused');
+          const url = new URL(`http://${header}`);
+          host = url.hostname;
+        }
+      } catch {
+        return refuse(res, 400, 'the request target or Host header is malformed');
+      }
+      const route = await this.route(entry, host);
+      if ('refused' in route) {
+        this.record(entry, { kind: 'http', target: host, allowed: false, rule: route.refused });
+        return refuse(
+          res,
+          403,
+          `${host} is refused by the sandbox's network policy: ${route.refused}`,
+        );
+      }
+      this.record(entry, { kind: 'http', target: host, allowed: true, rule: route.rule });
+      const headers = { ...req.headers };
+      delete headers['proxy-connection'];
+      delete headers['proxy-authorization'];
+      const upstream = httpRequest({
+        host: route.address,
+        port,
+        method: req.method,
+        path,
+        headers,
+        setHost: false,
+        timeout: DIAL_TIMEOUT_MS,
+      });
+      upstream.once('timeout', () => upstream.destroy(new Error('the server did not answer')));
+      upstream.once('response', (answer) => {
+        upstream.setTimeout(0);
+        res.writeHead(answer.statusCode ?? 502, answer.rawHeaders);
+        answer.pipe(res);
+      });
+      upstream.once('error', (error) => {
+        if (res.headersSent) res.destroy();
+        else refuse(res, 502, `${host}: ${error.message}`);
+      });
+      req.pipe(upstream);
+    });
+    server.on('connect', async (req: IncomingMessage, socket: Socket, head: Buffer) => {
+      const [host = '', portText = ''] = (req.url ?? '').split(/:(?=\d+$)/);
+      const port = Number(portText);
+      const answer = (status: string, why: string) =>
+        socket.end(
+          `HTTP/1.1 ${status}\r\ncontent-type: text/plain\r\nx-abx-egress: refused\r\nconnection: close\r\n\r\nabx egress: ${why}\n`,
+        );
+      if (!host || !Number.isInteger(port) || port < 1 || port > 65_535) {
+        return answer('400 Bad Request', 'CONNECT needs host:port');
+      }
+      const route = await this.route(entry, host.replace(/^\[|\]$/g, ''));
+      if ('refused' in route) {
+        this.record(entry, { kind: 'connect', target: host, allowed: false, rule: route.refused });
+        return answer(
+          '403 Forbidden',
+          `${host} is refused by the sandbox's network policy: ${route.refused}`,
+        );
+      }
+      this.record(entry, { kind: 'connect', target: host, allowed: true, rule: route.rule });
+      socket.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+      this.dial(route.address, port, socket, head);
+    });
+    server.on('upgrade', async (req: IncomingMessage, socket: Socket, head: Buffer) => {
+      const hostHeader = req.headers.host ?? '';
+      let host: string;
+      try {
+        host = new URL(`http://${hostHeader}`).hostname;
+      } catch {
+        return socket.destroy();
+      }
+      const route = await this.route(entry, host);
+      if ('refused' in route) {
+        this.record(entry, { kind: 'http', target: host, allowed: false, rule: route.refused });
+        return socket.end(
+          `HTTP/1.1 403 Forbidden\r\nconnection: close\r\n\r\nabx egress: ${host} is refused: ${route.refused}\n`,
+        );
+      }
+      this.record(entry, { kind: 'http', target: host, allowed: true, rule: route.rule });
+      const lines = [`${req.method} ${req.url} HTTP/${req.httpVersion}`];
+      for (let i = 0; i < req.rawHeaders.length; i += 2) {
+        lines.push(`${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}`);
+      }
+      this.dial(
+        route.address,
+        80,
+        socket,
+        Buffer.concat([Buffer.from(`${lines.join('\r\n')}\r\n\r\n`), head]),
+      );
+    });
+    server.on('clientError', (_error, socket) => socket.destroy());
+    return server;
+  }
+
+  private tlsServer(entry: Entry): Server {
+    return createServer((socket) => {
+      socket.setTimeout(HELLO_TIMEOUT_MS, () => socket.destroy());
+      socket.on('error', () => undefined);
+      void (async () => {
+        let name: string | undefined;
+        try {
+          const hello = await readTlsClientHello(socket);
+          name = (getExtensionData(hello, 'server_name') as { serverName?: string } | null)
+            ?.serverName;
+        } catch {
+          this.record(entry, {
+            kind: 'tls',
+            target: '?',
+            allowed: false,
+            rule: 'not a TLS ClientHello',
+          });
+          return socket.destroy();
+        }
+        if (!name) {
+          this.record(entry, {
+            kind: 'tls',
+            target: '?',
+            allowed: false,
+            rule: 'a TLS connection without a server name (SNI) is refused',
+          });
+          return refuseTls(socket);
+        }
+        const route = await this.route(entry, name);
+        if ('refused' in route) {
+          this.record(entry, { kind: 'tls', target: name, allowed: false, rule: route.refused });
+          return refuseTls(socket);
+        }
+        this.record(entry, { kind: 'tls', target: name, allowed: true, rule: route.rule });
+        socket.setTimeout(0);
+        // readTlsClientHello put the ClientHello back: it flows on to the server as sent.
+        this.dial(route.address, 443, socket, undefined);
+      })();
+    });
+  }
+
+  /** A UDP and a TCP DNS server on one port; its number. */
+  private async dnsServers(entry: Entry): Promise<number> {
+    for (let attempt = 0; attempt < 20; attempt++) {
+      const udp = createSocket('udp4');
+      const port = await new Promise<number>((resolve, reject) => {
+        udp.once('error', reject);
+        udp.bind(0, '127.0.0.1', () => resolve(udp.address().port));
+      });
+      const tcp = createServer();
+      const bound = await new Promise<boolean>((resolve) => {
+        tcp.once('error', () => resolve(false));
+        tcp.listen(port, '127.0.0.1', () => resolve(true));
+      });
+      if (!bound) {
+        udp.close();
+        continue;
+      }
+      entry.servers.push(udp, tcp);
+      udp.on('message', async (message, from) => {
+        const answer = await this.dnsAnswer(entry, message);
+        if (answer) udp.send(answer, from.port, from.address);
+      });
+      tcp.on('connection', (socket) => {
+        entry.sockets.add(socket);
+        socket.once('close', () => entry.sockets.delete(socket));
+        socket.setTimeout(HELLO_TIMEOUT_MS, () => socket.destroy());
+        socket.on('error', () => undefined);
+        let buffered = Buffer.alloc(0);
+        socket.on('data', async (chunk: Buffer) => {
+          buffered = Buffer.concat([buffered, chunk]);
+          while (buffered.length >= 2) {
+            const length = buffered.readUInt16BE(0);
+            if (buffered.length < 2 + length) break;
+            const message = buffered.subarray(2, 2 + length);
+            buffered = buffered.subarray(2 + length);
+            const answer = await this.dnsAnswer(entry, message);
+            if (!answer) return socket.destroy();
+            const size = Buffer.alloc(2);
+            size.writeUInt16BE(answer.length);
+            socket.write(Buffer.concat([size, answer]));
+          }
+        });
+      });
+      return port;
+    }
+    throw new Error('no free port for the DNS server of the egress service');
+  }
+
+  /** The answer to one DNS message; undefined for bytes that are not a query. */
+  private async dnsAnswer(entry: Entry, message: Buffer): Promise<Buffer | undefined> {
+    let query: dnsPacket.Packet;
+    try {
+      query = dnsPacket.decode(message);
+    } catch {
+      return undefined;
+    }
+    if (query.type !== 'query') return undefined;
+    const question = query.questions?.[0];
+    const reply = (rcode: number, answers: dnsPacket.Answer[] = [], why?: string) =>
+      dnsPacket.encode({
+        type: 'response',
+        id: query.id,
+        // QR, RD copied, RA, and the response code.
+        flags: 0x8000 | ((query.flags ?? 0) & 0x0100) | 0x0080 | rcode,
+        questions: query.questions,
+        answers,
+        // RFC 8914 extended error 18 (Prohibited) with the rule, for tools that show it (dig).
+        additionals: why
+          ? [
+              {
+                type: 'OPT',
+                name: '.',
+                udpPayloadSize: 1232,
+                options: [
+                  { code: 15, data: Buffer.concat([Buffer.from([0, 18]), Buffer.from(why)]) },
+                ],
+              } as unknown as dnsPacket.Answer,
+            ]
+          : [],
+      });
+    const NOERROR = 0;
+    const NXDOMAIN = 3;
+    const NOTIMP = 4;
+    const REFUSED = 5;
+    if (!question) return reply(1);
+    const name = question.name.toLowerCase();
+    if (question.type !== 'A' && question.type !== 'AAAA') return reply(NOTIMP);
+    const route = await this.resolveAllowed(entry, name);
+    if ('refused' in route) {
+      this.record(entry, { kind: 'dns', target: name, allowed: false, rule: route.refused });
+      return reply(route.nx ? NXDOMAIN : REFUSED, [], route.refused);
+    }
+    this.record(entry, { kind: 'dns', target: name, allowed: true, rule: route.rule });
+    // No IPv6 route: AAAA questions get an empty answer, so clients use the A records at once.
+    if (question.type === 'AAAA') return reply(NOERROR);
+    await this.hooks.onAllowedAddresses?.(entry.id, route.addresses, route.ttl);
+    return reply(
+      NOERROR,
+      route.addresses.map((address) => ({
+        type: 'A',
+        name: question.name,
+        ttl: route.ttl,
+        data: address,
+      })),
+    );
+  }
+
+  /**
+   * A name's addresses that the policy lets the sandbox dial. A name the policy refuses by name
+   * is never sent upstream (no lookups leak what a denied name was).
+   */
+  private async resolveAllowed(
+    entry: Entry,
+    name: string,
+  ): Promise<
+    { addresses: string[]; ttl: number; rule: string } | { refused: string; nx?: boolean }
+  > {
+    const byName = this.rules.decide(entry.parsed, { name });
+    if (!byName.allowed) return { refused: byName.rule };
+    let resolved: { addresses: string[]; ttl: number };
+    try {
+      resolved = await this.resolver.resolve(name);
+    } catch (error) {
+      return { refused: (error as Error).message };
+    }
+    if (resolved.addresses.length === 0) return { refused: `${name} has no address`, nx: true };
+    const allowed: string[] = [];
+    let rule = byName.rule;
+    let refusal: string | undefined;
+    for (const address of resolved.addresses) {
+      const decision = this.rules.decide(entry.parsed, { name, address });
+      if (decision.allowed) {
+        allowed.push(address);
+        rule = decision.rule;
+      } else refusal ??= `${decision.rule} (${name} is ${address})`;
+    }
+    if (allowed.length === 0) return { refused: refusal as string };
+    return { addresses: allowed, ttl: resolved.ttl, rule };
+  }
+}
+
+/** Ends a TLS connection with a fatal access_denied alert (TLS 1.2 record, as a server sends). */
+function refuseTls(socket: Socket): void {
+  socket.end(Buffer.from([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31]));
+}

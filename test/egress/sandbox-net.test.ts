@@ -1,0 +1,250 @@
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { request } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import type { EgressPolicy } from '../../src/egress/policy.js';
+import {
+  enterArgs,
+  type SandboxNet,
+  startSandboxNet,
+  stopSandboxNet,
+  updatePolicy,
+} from '../../src/egress/sandbox-net.js';
+import type { EgressPorts } from '../../src/egress/service.js';
+import { ensureBuilt, ROOT } from '../helpers/build.js';
+import { internetUnavailable, makeInternet, type TestInternet } from '../helpers/internet.js';
+
+/**
+ * The egress service and a sandbox's network, without a daemon: the service runs in a test
+ * "internet" namespace (TEST-NET servers, no route out), and a namespace made by startSandboxNet
+ * stands for a sandbox. Clients run in that namespace with nsenter (as root there: these tests
+ * check what the rules decide; the attack tests with real sandboxes are in test/security).
+ */
+const unavailable = internetUnavailable();
+
+function controlCall(
+  socket: string,
+  method: string,
+  path: string,
+  body?: unknown,
+): Promise<{ status: number; json: Record<string, unknown> }> {
+  return new Promise((resolve, reject) => {
+    const req = request({ socketPath: socket, method, path }, (res) => {
+      let text = '';
+      res.on('data', (c: Buffer) => {
+        text += c.toString();
+      });
+      res.on('end', () =>
+        resolve({ status: res.statusCode ?? 0, json: text ? JSON.parse(text) : {} }),
+      );
+    });
+    req.on('error', reject);
+    req.end(body === undefined ? undefined : JSON.stringify(body));
+  });
+}
+
+describe.skipIf(unavailable)('a sandbox network through the egress service', () => {
+  let internet: TestInternet;
+  let egress: ChildProcess;
+  let dir: string;
+  let socket: string;
+  const nets: SandboxNet[] = [];
+
+  beforeAll(async () => {
+    ensureBuilt();
+    internet = await makeInternet();
+    dir = mkdtempSync(join(tmpdir(), 'abx-egress-'));
+    socket = join(dir, 'egress.sock');
+    egress = spawn(
+      'ip',
+      [
+        'netns',
+        'exec',
+        internet.ns,
+        process.execPath,
+        join(ROOT, 'dist', 'egress.js'),
+        '--control',
+        socket,
+        '--hosts',
+        internet.hostsFile,
+      ],
+      { stdio: ['pipe', 'pipe', 'inherit'] },
+    );
+    await new Promise<void>((resolve, reject) => {
+      egress.stdout?.once('data', () => resolve());
+      egress.once('exit', (code) => reject(new Error(`egress ended (exit code ${code})`)));
+    });
+  }, 60_000);
+
+  afterAll(() => {
+    for (const net of nets) stopSandboxNet(net);
+    egress?.kill('SIGKILL');
+    internet?.remove();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  async function sandbox(id: string, policy: EgressPolicy): Promise<SandboxNet> {
+    const added = await controlCall(socket, 'PUT', `/sandboxes/${id}`, { policy });
+    expect(added.status).toBe(201);
+    const net = await startSandboxNet({
+      id,
+      rootless: false,
+      policy,
+      ports: added.json.ports as EgressPorts,
+      egressNetns: internet.path,
+    });
+    nets.push(net);
+    expect(
+      (
+        await controlCall(socket, 'PUT', `/sandboxes/${id}/net`, {
+          holder: net.holder,
+          userns: false,
+        })
+      ).status,
+    ).toBe(204);
+    return net;
+  }
+
+  /** Runs a shell command in the sandbox's namespace; curl's exit code and output. */
+  function inside(net: SandboxNet, command: string): { status: number; out: string } {
+    const [cmd, ...args] = [...enterArgs(net), 'sh', '-c', command];
+    const result = spawnSync(cmd as string, args, { encoding: 'utf8', timeout: 30_000 });
+    return { status: result.status ?? -1, out: `${result.stdout}${result.stderr}` };
+  }
+
+  const curl = (net: SandboxNet, args: string) =>
+    inside(net, `curl -sS -m 10 --cacert ${internet.caCert} ${args}`);
+
+  test('allowed names answer over HTTP and HTTPS; denied ones are refused with the rule, and never arrive', async () => {
+    const net = await sandbox('names', {
+      allowOut: ['allowed.test', '*.wild.test'],
+      denyOut: ['denied.test'],
+    });
+    expect(curl(net, 'http://allowed.test/').out).toContain(
+      'http hello from 203.0.113.10 for allowed.test',
+    );
+    expect(curl(net, 'https://allowed.test/').out).toContain('https hello from 203.0.113.10');
+    expect(curl(net, 'https://api.wild.test/').out).toContain('https hello from 192.0.2.44');
+    const before = internet.hits().length;
+    // A client that knows the address itself: the proxy refuses by the Host header.
+    const http = curl(
+      net,
+      `-i --resolve denied.test:80:${internet.addresses.denied} http://denied.test/`,
+    );
+    expect(http.out).toMatch(/HTTP\/1\.1 403/);
+    expect(http.out).toContain(
+      "denied.test is refused by the sandbox's network policy: denyOut denied.test",
+    );
+    // DNS refuses the name too: curl cannot even resolve it.
+    expect(curl(net, 'https://denied.test/').status).not.toBe(0);
+    expect(inside(net, 'getent hosts denied.test').status).not.toBe(0);
+    expect(inside(net, 'getent hosts allowed.test').out).toContain('203.0.113.10');
+    expect(internet.hits().slice(before).join('\n')).not.toContain('198.51.100.7');
+    const counters = await controlCall(socket, 'GET', '/sandboxes/names');
+    expect((counters.json.counters as { refused: number }).refused).toBeGreaterThanOrEqual(3);
+  });
+
+  test('TLS to an allowed name at a denied address, and a Host header that lies, are refused', async () => {
+    const net = await sandbox('lies', { allowOut: ['allowed.test'], denyOut: ['0.0.0.0/0'] });
+    const before = internet.hits().length;
+    const sni = curl(
+      net,
+      `--connect-to allowed.test:443:${internet.addresses.denied}:443 https://allowed.test/`,
+    );
+    expect(sni.status).not.toBe(0);
+    // The allowed name's address, once DNS gave it, with a Host header naming another.
+    expect(inside(net, 'getent hosts allowed.test').out).toContain(internet.addresses.allowed);
+    const host = curl(net, `-i -H 'Host: denied.test' http://${internet.addresses.allowed}/`);
+    expect(host.out).toMatch(/403[\s\S]*denied.test is refused/);
+    // A raw connection by address to what no rule allows: reset at once.
+    const raw = inside(net, `curl -sS -m 10 telnet://${internet.addresses.denied}:7000 </dev/null`);
+    expect(raw.status).not.toBe(0);
+    expect(raw.out).toMatch(/couldn't connect|refused|reset/i);
+    expect(internet.hits().slice(before).join('\n')).not.toContain(internet.addresses.denied);
+  });
+
+  test('allowInternetAccess false (deny 0.0.0.0/0): only allowed names, raw TCP to them after DNS, and CIDR allows', async () => {
+    const net = await sandbox('closed', {
+      allowOut: ['allowed.test', `${internet.addresses.other}/32`],
+      denyOut: ['0.0.0.0/0', '::/0'],
+    });
+    expect(curl(net, 'http://allowed.test/').out).toContain('hello from 203.0.113.10');
+    // Raw TCP by name: egress's DNS answer opened the address for a while.
+    expect(
+      inside(net, "printf 'ping\\n' | curl -sS -m 10 telnet://allowed.test:7000").out,
+    ).toContain('echo ping');
+    expect(
+      inside(net, `printf 'cidr\\n' | curl -sS -m 10 telnet://${internet.addresses.other}:7000`)
+        .out,
+    ).toContain('echo cidr');
+    expect(curl(net, '-i http://other.test/').out).toContain('hello from 192.0.2.44');
+    expect(inside(net, 'getent hosts denied.test').status).not.toBe(0);
+    expect(
+      inside(net, `curl -sS -m 10 telnet://${internet.addresses.denied}:7000 </dev/null`).status,
+    ).not.toBe(0);
+  });
+
+  test('allow wins over deny, and a policy change applies to the next connection', async () => {
+    const policy = { allowOut: ['www.allowed.test'], denyOut: ['*.allowed.test', 'allowed.test'] };
+    const net = await sandbox('live', policy);
+    expect(curl(net, 'http://www.allowed.test/').out).toContain('hello from 203.0.113.10');
+    expect(inside(net, 'getent hosts allowed.test').status).not.toBe(0);
+    const claimed = `--resolve allowed.test:80:${internet.addresses.allowed}`;
+    expect(curl(net, `-i ${claimed} http://allowed.test/`).out).toContain('denyOut allowed.test');
+    const changed = { allowOut: ['allowed.test'], denyOut: ['0.0.0.0/0'] };
+    expect(
+      (await controlCall(socket, 'PUT', '/sandboxes/live/policy', { policy: changed })).status,
+    ).toBe(204);
+    await updatePolicy(net, changed);
+    expect(curl(net, 'http://allowed.test/').out).toContain('hello from 203.0.113.10');
+    expect(inside(net, 'getent hosts www.allowed.test').status).not.toBe(0);
+  });
+
+  test('the always-denied ranges: loopback, link-local, private, and the egress side of the link', async () => {
+    const net = await sandbox('always', {
+      allowOut: ['0.0.0.0/0', 'loopback.test', 'metadata.test', 'private.test'],
+      denyOut: [],
+    });
+    for (const name of ['loopback.test', 'metadata.test', 'private.test']) {
+      // DNS gives no such address, and a proxy asked by name refuses it (no rebinding inward).
+      expect(inside(net, `getent hosts ${name}`).status, name).not.toBe(0);
+      const answer = curl(net, `-i -H 'Host: ${name}' http://${internet.addresses.allowed}/`);
+      expect(answer.out, name).toMatch(/403[\s\S]*always denied/);
+    }
+    for (const address of ['127.0.0.1', '169.254.169.254', '10.1.2.3', '10.0.2.2', '10.0.2.3']) {
+      const raw = inside(net, `curl -sS -m 5 telnet://${address}:7000 </dev/null`);
+      expect(raw.status, address).not.toBe(0);
+    }
+    // The egress namespace's loopback, where slirp4netns would take 10.0.2.2: only the proxy's ports.
+    const control = inside(net, 'curl -sS -m 5 http://10.0.2.2:7000/');
+    expect(control.status).not.toBe(0);
+    expect(curl(net, 'http://allowed.test/').out).toContain('hello');
+  });
+
+  test('bad policies are refused by the control route, naming the entry; nothing is served', async () => {
+    const bad = await controlCall(socket, 'PUT', '/sandboxes/bad', {
+      policy: { allowOut: ['ok.test', 'not a name'] },
+    });
+    expect(bad.status).toBe(400);
+    expect(bad.json.error).toContain('allowOut[1]');
+    expect((await controlCall(socket, 'GET', '/sandboxes/bad')).status).toBe(404);
+  });
+
+  test('stopping a sandbox network leaves no process and no namespace', async () => {
+    const net = await sandbox('gone', { allowOut: [], denyOut: [] });
+    expect(existsSync(`/proc/${net.slirp}`)).toBe(true);
+    stopSandboxNet(net);
+    await controlCall(socket, 'DELETE', '/sandboxes/gone');
+    for (
+      let i = 0;
+      i < 100 && (existsSync(`/proc/${net.slirp}`) || existsSync(`/proc/${net.holder}`));
+      i++
+    ) {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(existsSync(`/proc/${net.slirp}`)).toBe(false);
+    expect(existsSync(`/proc/${net.holder}`)).toBe(false);
+  });
+});

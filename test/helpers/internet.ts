@@ -1,0 +1,150 @@
+import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { makeTestCertificates } from './test-ca.js';
+
+/** Why a test internet cannot be made here, or undefined. */
+export function internetUnavailable(): string | undefined {
+  if (process.getuid?.() !== 0) return 'network namespaces need root';
+  for (const [tool, pkg] of [
+    ['ip', 'iproute2'],
+    ['nft', 'nftables'],
+    ['slirp4netns', 'slirp4netns'],
+    ['openssl', 'openssl'],
+  ] as const) {
+    if (spawnSync('sh', ['-c', `command -v ${tool}`], { stdio: 'ignore' }).status !== 0) {
+      return `no '${tool}' command (Debian's ${pkg}; scripts/setup-system.sh installs it)`;
+    }
+  }
+  return undefined;
+}
+
+/**
+ * A stand-in for the internet, wholly on this machine: a network namespace with no route out,
+ * whose `lo` carries TEST-NET addresses (RFC 5737) for its servers. Each address serves HTTP on
+ * 80, HTTPS on 443 (a certificate for every name below, from a CA made here) and a line echo on
+ * 7000; every request is logged (`hits`) with the address it reached, so a test can check that
+ * a refused request never arrived. Names resolve through `hostsFile` (ABX_EGRESS_HOSTS).
+ */
+export interface TestInternet {
+  ns: string;
+  /** The namespace's path, what `--egress-netns` takes. */
+  path: string;
+  hostsFile: string;
+  caCert: string;
+  addresses: { allowed: string; denied: string; other: string };
+  /** Every request the servers received: `http|https|tcp <address> <host or line>`. */
+  hits(): string[];
+  remove(): void;
+}
+
+export const TEST_NAMES = {
+  'allowed.test': 'allowed',
+  'www.allowed.test': 'allowed',
+  'api.wild.test': 'other',
+  'denied.test': 'denied',
+  'other.test': 'other',
+  'loopback.test': '127.0.0.1',
+  'metadata.test': '169.254.169.254',
+  'private.test': '10.1.2.3',
+} as const;
+
+const SERVER = `
+const fs = require('node:fs');
+const [cert, key] = [fs.readFileSync(process.argv[2]), fs.readFileSync(process.argv[3])];
+const log = (line) => process.stdout.write(line + '\\n');
+const handler = (scheme) => (req, res) => {
+  log(scheme + ' ' + req.socket.localAddress + ' ' + req.headers.host + ' ' + req.url);
+  if (req.url.startsWith('/bytes/')) {
+    const size = Number(req.url.slice(7));
+    res.writeHead(200, { 'content-length': size });
+    const chunk = Buffer.alloc(65536, 120);
+    let left = size;
+    const pump = () => {
+      while (left > 0) {
+        const n = Math.min(left, chunk.length);
+        left -= n;
+        if (!res.write(n === chunk.length ? chunk : chunk.subarray(0, n))) return res.once('drain', pump);
+      }
+      res.end();
+    };
+    return pump();
+  }
+  res.end(scheme + ' hello from ' + req.socket.localAddress + ' for ' + req.headers.host + '\\n');
+};
+require('node:http').createServer(handler('http')).listen(80, '0.0.0.0');
+require('node:https').createServer({ cert, key }, handler('https')).listen(443, '0.0.0.0');
+require('node:net').createServer((s) => {
+  s.once('data', (d) => { log('tcp ' + s.localAddress + ' ' + d.toString().trim()); s.end('echo ' + d); });
+}).listen(7000, '0.0.0.0', () => log('ready'));
+`;
+
+export async function makeInternet(): Promise<TestInternet> {
+  const suffix = randomBytes(3).toString('hex');
+  const ns = `abxinet-${suffix}`;
+  const dir = mkdtempSync(join(tmpdir(), 'abx-internet-'));
+  const addresses = { allowed: '203.0.113.10', denied: '198.51.100.7', other: '192.0.2.44' };
+  const ip = (...args: string[]) => execFileSync('ip', args, { stdio: 'pipe' });
+  let server: ChildProcess | undefined;
+  const lines: string[] = [];
+  const remove = () => {
+    server?.kill('SIGKILL');
+    const pids = spawnSync('ip', ['netns', 'pids', ns], { encoding: 'utf8' }).stdout ?? '';
+    for (const pid of pids.split(/\s+/).filter(Boolean)) {
+      try {
+        process.kill(Number(pid), 'SIGKILL');
+      } catch {
+        // gone
+      }
+    }
+    spawnSync('ip', ['netns', 'del', ns], { stdio: 'ignore' });
+    rmSync(dir, { recursive: true, force: true });
+  };
+  try {
+    ip('netns', 'add', ns);
+    ip('-n', ns, 'link', 'set', 'lo', 'up');
+    for (const address of Object.values(addresses)) {
+      ip('-n', ns, 'addr', 'add', `${address}/32`, 'dev', 'lo');
+    }
+    const certs = makeTestCertificates(dir, Object.keys(TEST_NAMES));
+    const hosts = Object.entries(TEST_NAMES).map(
+      ([name, where]) =>
+        `${where in addresses ? addresses[where as keyof typeof addresses] : where} ${name}`,
+    );
+    const hostsFile = join(dir, 'hosts');
+    writeFileSync(hostsFile, `${hosts.join('\n')}\n`);
+    const script = join(dir, 'server.cjs');
+    writeFileSync(script, SERVER);
+    server = spawn('ip', ['netns', 'exec', ns, process.execPath, script, certs.cert, certs.key], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    let buffered = '';
+    server.stdout?.on('data', (chunk: Buffer) => {
+      buffered += chunk.toString();
+      const parts = buffered.split('\n');
+      buffered = parts.pop() ?? '';
+      lines.push(...parts);
+    });
+    const deadline = Date.now() + 15_000;
+    while (!lines.includes('ready')) {
+      if (Date.now() > deadline || server.exitCode !== null) {
+        throw new Error('the test internet servers did not start');
+      }
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    return {
+      ns,
+      path: `/run/netns/${ns}`,
+      hostsFile,
+      caCert: certs.caCert,
+      addresses,
+      hits: () => lines.filter((l) => l !== 'ready'),
+      remove,
+    };
+  } catch (error) {
+    remove();
+    throw error;
+  }
+}
