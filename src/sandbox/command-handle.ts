@@ -132,8 +132,8 @@ export class CommandHandle {
     return this.source.api.kill(this.pid, signal);
   }
 
-  /** Writes to the command's stdin. */
-  sendStdin(data: string): Promise<void> {
+  /** Writes to the command's stdin: text (as UTF-8) or bytes, as they are. */
+  sendStdin(data: string | Uint8Array): Promise<void> {
     return this.source.api.stdin(this.pid, data, false);
   }
 

@@ -148,8 +148,8 @@ export class Commands {
     return this.api.kill(pid, signal);
   }
 
-  /** Writes to a process's stdin. */
-  sendStdin(pid: string, data: string): Promise<void> {
+  /** Writes to a process's stdin: text (as UTF-8) or bytes, as they are. */
+  sendStdin(pid: string, data: string | Uint8Array): Promise<void> {
     return this.api.stdin(pid, data, false);
   }
 

@@ -90,9 +90,12 @@ export class ProcessApi {
     }
   }
 
-  async stdin(id: string, data: string, eof: boolean): Promise<void> {
-    await this.envd.json('POST', `/process/${encodeURIComponent(id)}/stdin`, {
-      body: { data, eof },
-    });
+  /** Writes text (as UTF-8) or bytes (sent base64) to a process's stdin. */
+  async stdin(id: string, data: string | Uint8Array, eof: boolean): Promise<void> {
+    const body =
+      typeof data === 'string'
+        ? { data, eof }
+        : { data: Buffer.from(data).toString('base64'), encoding: 'base64', eof };
+    await this.envd.json('POST', `/process/${encodeURIComponent(id)}/stdin`, { body });
   }
 }

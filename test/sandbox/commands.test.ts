@@ -215,7 +215,7 @@ describe('commands.connect', () => {
     expect((await again.wait()).stdout).toBe('one\ntwo\n');
   });
 
-  test('onStdoutBytes and onStderrBytes get the bytes as written; the text is decoded from them', async ({
+  test('onStdoutBytes and onStderrBytes get the bytes as written, the text is decoded from them; sendStdin takes bytes', async ({
     sandbox,
   }) => {
     const script =
@@ -246,6 +246,10 @@ describe('commands.connect', () => {
     expect(long.stdout).toBe('€'.repeat(200_000));
     expect(Buffer.concat(replayed)).toEqual(Buffer.from('€'.repeat(200_000)));
     expect(replayed.length).toBeGreaterThan(1);
+    const cat = await sandbox.commands.start('od -An -tx1');
+    await cat.sendStdin(new Uint8Array([0xff, 0xfe, 0x00, 0x41]));
+    await cat.closeStdin();
+    expect((await cat.wait()).stdout.trim()).toBe('ff fe 00 41');
   });
 
   test('an unknown pid is an error', async ({ sandbox }) => {

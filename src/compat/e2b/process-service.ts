@@ -398,7 +398,8 @@ export const processService: Partial<ServiceImpl<typeof ProcessService>> = {
       throw new ConnectError('SendInputRequest.input is empty', Code.InvalidArgument);
     const found = await findProcess(target, request.process, context.signal);
     await envdJson(target, 'POST', `/process/${encodeURIComponent(found.id)}/stdin`, {
-      data: Buffer.from(input.value).toString('utf8'),
+      data: Buffer.from(input.value).toString('base64'),
+      encoding: 'base64',
     });
     return {};
   },

@@ -301,6 +301,23 @@ describe('output bytes that are not UTF-8 (E2B sends protobuf bytes)', () => {
     expect(pieces).toBeGreaterThan(1);
   });
 
+  test('SendInput writes bytes that are not UTF-8 to stdin exactly', async () => {
+    const file = '/tmp/abx-stdin.bin';
+    const handle = await sbx.commands.run(`cat > ${file}`, { background: true, stdin: true });
+    const sent = await raw(
+      '/process.Process/SendInput',
+      JSON.stringify({
+        process: { pid: handle.pid },
+        input: { stdin: NOT_UTF8.toString('base64') },
+      }),
+      { 'content-type': 'application/json' },
+    );
+    expect(sent.status).toBe(200);
+    await sbx.commands.closeStdin(handle.pid);
+    await handle.wait();
+    expect((await sbx.commands.run(`od -An -tx1 ${file}`)).stdout.trim()).toBe('ff fe 00 41');
+  });
+
   test('megabytes of random bytes arrive complete (sha256 from inside the sandbox)', async () => {
     const file = '/tmp/abx-random.bin';
     const answer = await startRaw(`head -c 3000000 /dev/urandom > ${file} && cat ${file}`);
