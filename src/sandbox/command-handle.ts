@@ -18,7 +18,8 @@ export interface OutputCallbacks {
   /**
    * Called with each piece of stdout as the bytes the command wrote, UTF-8 or not (binary
    * output, another encoding). With either bytes callback, the text (`onStdout`, `stdout`) is
-   * decoded from those same bytes here, by a streaming `TextDecoder`.
+   * decoded from those same bytes here, by a streaming `TextDecoder`. Output envd no longer
+   * holds (past 16 MiB a stream) is skipped: the text says so, the bytes just go on.
    */
   onStdoutBytes?: (data: Uint8Array) => void;
   /** Called with each piece of stderr as the bytes the command wrote. */
