@@ -1,5 +1,5 @@
 import { Readable } from 'node:stream';
-import type { StreamOffsets } from '../protocol/wire.js';
+import { OUTPUT_ENCODINGS, type OutputEncoding, type StreamOffsets } from '../protocol/wire.js';
 import { posixShell } from '../server/child-process.js';
 import { BadRequestError } from '../server/errors.js';
 import { safePath } from '../server/file-system.js';
@@ -29,6 +29,21 @@ function ndjson(events: AsyncIterable<string>, first?: unknown): Reply {
   );
 }
 
+const OUTPUT_ARG = [
+  'str',
+  'text',
+  'how output events carry bytes: text (UTF-8, U+FFFD for what is not) or base64 (the raw bytes)',
+] as const;
+
+function outputOf(value: unknown): OutputEncoding {
+  if (!OUTPUT_ENCODINGS.includes(value as OutputEncoding)) {
+    throw new BadRequestError(
+      `output must be ${OUTPUT_ENCODINGS.map((o) => JSON.stringify(o)).join(' or ')}, not ${JSON.stringify(value)}`,
+    );
+  }
+  return value as OutputEncoding;
+}
+
 function offsetOf(value: unknown, name: string): number {
   const offset = value as number;
   if (offset < 0) throw new BadRequestError(`${name} must not be negative`);
@@ -54,10 +69,12 @@ export const EXEC = defineGroup('EXEC', '/exec', 'processes with separate stdout
       'timeout?': ['float', 0, 'seconds before the process group is killed; 0: no limit'],
       'stdin?': ['bool', true, 'keep stdin open for /process/{id}/stdin; false: closed at once'],
       'user?': ['str', undefined, 'run as this user (only where envd runs as root)'],
+      'output?': [...OUTPUT_ARG],
     }),
     handler: async ({ args, ctx, closed }) => {
       const seconds = args.timeout as number;
       if (seconds < 0) throw new BadRequestError('timeout must not be negative (0: no limit)');
+      const output = outputOf(args.output);
       const cmd = args.cmd as string;
       const entry = await ctx.processes.start(posixShell(), ['-c', cmd], {
         command: cmd,
@@ -68,7 +85,7 @@ export const EXEC = defineGroup('EXEC', '/exec', 'processes with separate stdout
       });
       if (!args.stdin) entry.child.stdin?.end();
       const from: StreamOffsets = { stdout: 0, stderr: 0 };
-      return ndjson(processEvents(entry, from, { follow: true, closed }), {
+      return ndjson(processEvents(entry, from, { follow: true, closed, output }), {
         start: processInfo(entry),
       });
     },
@@ -104,14 +121,16 @@ export const EXEC = defineGroup('EXEC', '/exec', 'processes with separate stdout
       'stdout_offset?': ['int', 0, 'stdout byte to start from'],
       'stderr_offset?': ['int', 0, 'stderr byte to start from'],
       'follow?': ['bool', true, 'keep streaming until the process exits'],
+      'output?': [...OUTPUT_ARG],
     }),
     handler: ({ args, ctx, params, closed }) => {
+      const output = outputOf(args.output);
       const entry = ctx.processes.get(params.id ?? '');
       const from: StreamOffsets = {
         stdout: offsetOf(args.stdout_offset, 'stdout_offset'),
         stderr: offsetOf(args.stderr_offset, 'stderr_offset'),
       };
-      return ndjson(processEvents(entry, from, { follow: args.follow as boolean, closed }));
+      return ndjson(processEvents(entry, from, { follow: args.follow as boolean, closed, output }));
     },
   },
 ]);

@@ -1,4 +1,4 @@
-import type { StreamName, StreamOffsets } from '../protocol/wire.js';
+import type { OutputEncoding, StreamName, StreamOffsets } from '../protocol/wire.js';
 import type { OutputLog } from '../server/output-log.js';
 import type { ManagedProcess } from '../server/process-table.js';
 
@@ -53,7 +53,8 @@ async function waitForOutput(
  * the process writes; without, they stop at the output there is now.
  *
  * - `{"stream":"stdout","data":"…","offset":0,"next":6}`: `data` starts at byte `offset`;
- *   resume from `next`.
+ *   resume from `next`. With `output: 'base64'`, `data` is the bytes as read, base64-encoded,
+ *   and the event says `"encoding":"base64"`: nothing is held back or replaced.
  * - `{"stream":"stderr","dropped":N,"offset":O}`: the N bytes before O are gone (the log keeps the
  *   newest bytes only); output goes on from O.
  * - `{"keepalive":true}` while a followed process is silent.
@@ -62,8 +63,9 @@ async function waitForOutput(
 export async function* processEvents(
   entry: ManagedProcess,
   from: StreamOffsets,
-  options: { follow: boolean; closed: AbortSignal },
+  options: { follow: boolean; closed: AbortSignal; output?: OutputEncoding },
 ): AsyncGenerator<string> {
+  const base64 = options.output === 'base64';
   const at = { ...from };
   const logs = STREAMS.map((name) => entry[name]);
   while (!options.closed.aborted) {
@@ -77,15 +79,25 @@ export async function* processEvents(
       while (true) {
         const { data, offset } = log.read(at[name], EVENT_BYTES);
         const last = log.done && offset + data.length === log.end;
-        const size = last ? data.length : completeUtf8Length(data);
+        const size = last || base64 ? data.length : completeUtf8Length(data);
         if (size === 0) break;
         at[name] = offset + size;
-        yield line({
-          stream: name,
-          data: data.subarray(0, size).toString('utf8'),
-          offset,
-          next: at[name],
-        });
+        yield line(
+          base64
+            ? {
+                stream: name,
+                data: data.toString('base64'),
+                encoding: 'base64',
+                offset,
+                next: at[name],
+              }
+            : {
+                stream: name,
+                data: data.subarray(0, size).toString('utf8'),
+                offset,
+                next: at[name],
+              },
+        );
       }
       seen.push(log.end);
     }

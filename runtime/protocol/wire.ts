@@ -146,16 +146,25 @@ export type StreamName = 'stdout' | 'stderr';
 export type StreamOffsets = Record<StreamName, number>;
 
 /**
+ * How output events carry their bytes: `text` (the default) as UTF-8 text, a character split
+ * across reads held back until whole and bytes that are not UTF-8 as U+FFFD; `base64` as the raw
+ * bytes, base64-encoded, byte for byte.
+ */
+export const OUTPUT_ENCODINGS = ['text', 'base64'] as const;
+export type OutputEncoding = (typeof OUTPUT_ENCODINGS)[number];
+
+/**
  * One line of an envd event stream (NDJSON; see docs/envd-api.md):
  * - `{"start": {...}}` first, for a new process;
- * - `{"stream","data","offset","next"}`: `data` starts at byte `offset`; resume from `next`;
+ * - `{"stream","data","offset","next"}`: `data` starts at byte `offset`; resume from `next`
+ *   (with `"encoding":"base64"` when the stream was asked for `output: 'base64'`);
  * - `{"stream","dropped","offset"}`: the `dropped` bytes before `offset` are gone;
  * - `{"keepalive":true}` while a followed process is silent;
  * - `{"exit": {...}}`, always the last line.
  */
 export type ProcessEvent =
   | { start: ProcessInfoWire }
-  | { stream: StreamName; data: string; offset: number; next: number }
+  | { stream: StreamName; data: string; encoding?: 'base64'; offset: number; next: number }
   | { stream: StreamName; dropped: number; offset: number }
   | { keepalive: true }
   | { exit: ExitWire };

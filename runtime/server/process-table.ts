@@ -131,7 +131,7 @@ export class ProcessTable {
   }
 
   /** Writes to the process's stdin; `eof` closes it afterwards. */
-  write(id: string, data: string, eof = false): void {
+  write(id: string, data: string | Uint8Array, eof = false): void {
     const entry = this.get(id);
     const stdin = entry.child.stdin;
     if (entry.output.done || !stdin || stdin.writableEnded) {

@@ -1,4 +1,6 @@
 import { constants } from 'node:os';
+import { TextDecoder } from 'node:util';
+import type { OutputEncoding } from '../../runtime/protocol/wire.js';
 import {
   CommandExitError,
   type CommandResult,
@@ -13,6 +15,20 @@ export interface OutputCallbacks {
   onStdout?: (data: string) => void;
   /** Called with each piece of stderr as it arrives. */
   onStderr?: (data: string) => void;
+  /**
+   * Called with each piece of stdout as the bytes the command wrote, UTF-8 or not (binary
+   * output, another encoding). With either bytes callback, the text (`onStdout`, `stdout`) is
+   * decoded from those same bytes here, by a streaming `TextDecoder`. Output envd no longer
+   * holds (past 16 MiB a stream) is skipped: the text says so, the bytes just go on.
+   */
+  onStdoutBytes?: (data: Uint8Array) => void;
+  /** Called with each piece of stderr as the bytes the command wrote. */
+  onStderrBytes?: (data: Uint8Array) => void;
+}
+
+/** The output encoding to ask envd for: raw bytes only when a callback wants them. */
+export function outputFor(options: OutputCallbacks): OutputEncoding | undefined {
+  return options.onStdoutBytes || options.onStderrBytes ? 'base64' : undefined;
 }
 
 /** Options every handle takes. */
@@ -48,6 +64,8 @@ export class CommandHandle {
   private exit: ExitWire | undefined;
   private readonly offsets: StreamOffsets;
   private readonly finished: Promise<ExitWire>;
+  /** Set when envd sends raw bytes: the text of each stream is decoded here. */
+  private readonly decoders: Record<'stdout' | 'stderr', TextDecoder> | undefined;
 
   /** @internal Made by `sandbox.commands.start()` and `sandbox.commands.connect()`. */
   constructor(
@@ -56,6 +74,9 @@ export class CommandHandle {
   ) {
     this.pid = source.pid;
     this.offsets = { ...source.from };
+    this.decoders = outputFor(options)
+      ? { stdout: new TextDecoder(), stderr: new TextDecoder() }
+      : undefined;
     this.finished = this.follow().catch((error: unknown) => {
       if (!source.abort.signal.aborted) throw error;
       throw new SandboxError(`stopped following command ${this.pid}: disconnect() was called`, {
@@ -112,8 +133,8 @@ export class CommandHandle {
     return this.source.api.kill(this.pid, signal);
   }
 
-  /** Writes to the command's stdin. */
-  sendStdin(data: string): Promise<void> {
+  /** Writes to the command's stdin: text (as UTF-8) or bytes, as they are. */
+  sendStdin(data: string | Uint8Array): Promise<void> {
     return this.source.api.stdin(this.pid, data, false);
   }
 
@@ -166,29 +187,65 @@ export class CommandHandle {
           cause: failure,
         });
       }
-      events = await this.source.api.events(this.pid, this.offsets, signal);
+      events = await this.source.api.events(
+        this.pid,
+        this.offsets,
+        signal,
+        outputFor(this.options),
+      );
       reopened = true;
     }
   }
 
   /** Applies one event: output goes to the text and the callbacks; returns the exit, if it is one. */
   private apply(event: ProcessEvent): ExitWire | undefined {
-    if ('exit' in event) return event.exit;
+    if ('exit' in event) {
+      // A character cut short at the very end is U+FFFD, as envd's own text would have it.
+      for (const stream of ['stdout', 'stderr'] as const) {
+        const rest = this.decoders?.[stream].decode();
+        if (rest) this.output(stream, rest);
+      }
+      return event.exit;
+    }
     if (!('stream' in event)) return undefined;
-    const text =
-      'dropped' in event
-        ? `[abx: ${event.dropped} earlier bytes of ${event.stream} were dropped: envd keeps only the newest output of each stream]\n`
-        : event.data;
     this.offsets[event.stream] = 'dropped' in event ? event.offset : event.next;
-    if (event.stream === 'stdout') this.out += text;
+    if ('dropped' in event) {
+      // The bytes before the gap cannot join those after it.
+      const rest = this.decoders?.[event.stream].decode() ?? '';
+      this.output(
+        event.stream,
+        `${rest}[abx: ${event.dropped} earlier bytes of ${event.stream} were dropped: envd keeps only the newest output of each stream]\n`,
+      );
+      return undefined;
+    }
+    const decoder = this.decoders?.[event.stream];
+    if (!decoder || event.encoding !== 'base64') {
+      this.output(event.stream, event.data);
+      return undefined;
+    }
+    const bytes = Buffer.from(event.data, 'base64');
+    const onBytes =
+      event.stream === 'stdout' ? this.options.onStdoutBytes : this.options.onStderrBytes;
+    try {
+      onBytes?.(bytes);
+    } catch (error) {
+      throw new CallbackError(error);
+    }
+    const text = decoder.decode(bytes, { stream: true });
+    if (text) this.output(event.stream, text);
+    return undefined;
+  }
+
+  /** Adds text to a stream's output and hands it to its callback. */
+  private output(stream: 'stdout' | 'stderr', text: string): void {
+    if (stream === 'stdout') this.out += text;
     else this.err += text;
-    const callback = event.stream === 'stdout' ? this.options.onStdout : this.options.onStderr;
+    const callback = stream === 'stdout' ? this.options.onStdout : this.options.onStderr;
     try {
       callback?.(text);
     } catch (error) {
       throw new CallbackError(error);
     }
-    return undefined;
   }
 }
 

@@ -1,5 +1,5 @@
 import { type CommandResult, SandboxError } from '../errors.js';
-import { CommandHandle, type HandleOptions } from './command-handle.js';
+import { CommandHandle, type HandleOptions, outputFor } from './command-handle.js';
 import type { HttpClient } from './http-client.js';
 import { ProcessApi, type ProcessInfoWire } from './process-api.js';
 
@@ -100,6 +100,7 @@ export class Commands {
         envs: options.envs,
         timeoutMs,
         stdin: options.stdin ?? true,
+        output: outputFor(options),
       },
       abort.signal,
     );
@@ -133,7 +134,7 @@ export class Commands {
   async connect(pid: string, options: CommandConnectOptions = {}): Promise<CommandHandle> {
     const from = { stdout: options.stdoutOffset ?? 0, stderr: options.stderrOffset ?? 0 };
     const abort = new AbortController();
-    const events = await this.api.events(pid, from, abort.signal);
+    const events = await this.api.events(pid, from, abort.signal, outputFor(options));
     return new CommandHandle({ api: this.api, pid, events, from, abort }, options);
   }
 
@@ -147,8 +148,8 @@ export class Commands {
     return this.api.kill(pid, signal);
   }
 
-  /** Writes to a process's stdin. */
-  sendStdin(pid: string, data: string): Promise<void> {
+  /** Writes to a process's stdin: text (as UTF-8) or bytes, as they are. */
+  sendStdin(pid: string, data: string | Uint8Array): Promise<void> {
     return this.api.stdin(pid, data, false);
   }
 

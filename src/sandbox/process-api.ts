@@ -1,4 +1,9 @@
-import type { ProcessEvent, ProcessInfoWire, StreamOffsets } from '../../runtime/protocol/wire.js';
+import type {
+  OutputEncoding,
+  ProcessEvent,
+  ProcessInfoWire,
+  StreamOffsets,
+} from '../../runtime/protocol/wire.js';
 import { NotFoundError, SandboxNotFoundError } from '../errors.js';
 import { ndjsonLines } from '../util/ndjson.js';
 import type { HttpClient } from './http-client.js';
@@ -17,6 +22,8 @@ export interface ExecRequest {
   envs?: Record<string, string>;
   timeoutMs: number;
   stdin: boolean;
+  /** `base64`: output events carry the raw bytes (the default, text, is UTF-8). */
+  output?: OutputEncoding;
 }
 
 /**
@@ -38,6 +45,7 @@ export class ProcessApi {
         ...(request.envs ? { env: request.envs } : {}),
         timeout: request.timeoutMs / 1000,
         stdin: request.stdin,
+        ...(request.output ? { output: request.output } : {}),
       },
       timeoutMs: STREAM_IDLE_MS,
       signal,
@@ -50,9 +58,14 @@ export class ProcessApi {
     id: string,
     from: StreamOffsets,
     signal: AbortSignal,
+    output?: OutputEncoding,
   ): Promise<AsyncIterator<ProcessEvent>> {
     const response = await this.envd.send('GET', `/exec/${encodeURIComponent(id)}/events`, {
-      query: { stdout_offset: from.stdout, stderr_offset: from.stderr },
+      query: {
+        stdout_offset: from.stdout,
+        stderr_offset: from.stderr,
+        ...(output ? { output } : {}),
+      },
       timeoutMs: STREAM_IDLE_MS,
       signal,
     });
@@ -77,9 +90,12 @@ export class ProcessApi {
     }
   }
 
-  async stdin(id: string, data: string, eof: boolean): Promise<void> {
-    await this.envd.json('POST', `/process/${encodeURIComponent(id)}/stdin`, {
-      body: { data, eof },
-    });
+  /** Writes text (as UTF-8) or bytes (sent base64) to a process's stdin. */
+  async stdin(id: string, data: string | Uint8Array, eof: boolean): Promise<void> {
+    const body =
+      typeof data === 'string'
+        ? { data, eof }
+        : { data: Buffer.from(data).toString('base64'), encoding: 'base64', eof };
+    await this.envd.json('POST', `/process/${encodeURIComponent(id)}/stdin`, { body });
   }
 }

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -174,6 +175,79 @@ describe('GET /exec/{id}/events', () => {
     expect((await envd.call(`/process/${ids[0]}`)).status).toBe(404);
     const kept = await envd.events(`/exec/${ids[1]}/events`);
     expect(textOf(kept, 'stdout')).toBe('1\n');
+  });
+});
+
+/** The bytes of one stream, from `output=base64` events (each must say its encoding). */
+function bytesOf(events: readonly Event[], stream: 'stdout' | 'stderr'): Buffer {
+  const data = events.filter((e) => e.stream === stream && 'data' in e);
+  for (const e of data) expect(e.encoding).toBe('base64');
+  return Buffer.concat(data.map((e) => Buffer.from(e.data, 'base64')));
+}
+
+describe('output=base64: the bytes as written', () => {
+  const NOT_UTF8 =
+    "printf '\\377\\376\\000A'; printf 'e\\342\\202' >&2; sleep 0.2; printf '\\254\\200' >&2";
+
+  test('POST /exec carries bytes that are not UTF-8 exactly; the default still gives text', async ({
+    envd,
+  }) => {
+    const raw = await envd.events('/exec', { cmd: NOT_UTF8, stdin: false, output: 'base64' });
+    expect(bytesOf(raw, 'stdout')).toEqual(Buffer.from([0xff, 0xfe, 0x00, 0x41]));
+    // A lone continuation byte after the euro sign: kept, not replaced.
+    expect(bytesOf(raw, 'stderr')).toEqual(Buffer.from([0x65, 0xe2, 0x82, 0xac, 0x80]));
+    for (const stream of ['stdout', 'stderr']) {
+      let offset = 0;
+      for (const event of raw.filter((e) => e.stream === stream)) {
+        expect(event.offset).toBe(offset);
+        offset = event.next;
+      }
+      expect(offset).toBe(stream === 'stdout' ? 4 : 5);
+    }
+    expect(raw.at(-1)).toEqual({ exit: { code: 0, signal: null, timed_out: false } });
+    const text = await envd.events('/exec', { cmd: NOT_UTF8, stdin: false });
+    expect(textOf(text, 'stdout')).toBe('\uFFFD\uFFFD\u0000A');
+    expect(textOf(text, 'stderr')).toBe('e€\uFFFD');
+    expect(text.some((e) => 'encoding' in e)).toBe(false);
+  });
+
+  test('GET /exec/{id}/events?output=base64 replays bytes from an offset', async ({ envd }) => {
+    const first = await envd.events('/exec', { cmd: NOT_UTF8, stdin: false });
+    const { id } = first[0].start;
+    const rest = await envd.events(
+      `/exec/${id}/events?output=base64&stdout_offset=1&stderr_offset=2`,
+    );
+    expect(bytesOf(rest, 'stdout')).toEqual(Buffer.from([0xfe, 0x00, 0x41]));
+    expect(bytesOf(rest, 'stderr')).toEqual(Buffer.from([0x82, 0xac, 0x80]));
+    expect(rest.filter((e) => e.stream === 'stdout')[0]).toMatchObject({ offset: 1 });
+  });
+
+  test('megabytes of random bytes arrive complete, in events of at most 64 KiB', async ({
+    envd,
+  }) => {
+    const file = join(dir, 'random.bin');
+    const events = await envd.events('/exec', {
+      cmd: `head -c 3000000 /dev/urandom > ${file}; cat ${file}`,
+      stdin: false,
+      output: 'base64',
+    });
+    const got = bytesOf(events, 'stdout');
+    expect(got.length).toBe(3_000_000);
+    const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+    expect(sha(got)).toBe(sha(readFileSync(file)));
+    const sizes = events.filter((e) => e.stream === 'stdout').map((e) => e.next - e.offset);
+    expect(Math.max(...sizes)).toBeLessThanOrEqual(64 * 1024);
+  });
+
+  test('an unknown output is 400 naming the choices, and nothing runs', async ({ envd }) => {
+    const marker = join(dir, 'ran-with-bad-output');
+    const bad = await envd.call('/exec', { body: { cmd: `touch ${marker}`, output: 'hex' } });
+    expect(bad.status).toBe(400);
+    expect(bad.json.error).toContain('output must be "text" or "base64", not "hex"');
+    const { json } = await envd.call('/process/start', { body: { cmd: 'true' } });
+    const replay = await envd.call(`/exec/${json.id}/events?output=utf16`);
+    expect(replay.status).toBe(400);
+    expect(() => readFileSync(marker)).toThrow(/ENOENT/);
   });
 });
 

@@ -215,6 +215,43 @@ describe('commands.connect', () => {
     expect((await again.wait()).stdout).toBe('one\ntwo\n');
   });
 
+  test('onStdoutBytes and onStderrBytes get the bytes as written, the text is decoded from them; sendStdin takes bytes', async ({
+    sandbox,
+  }) => {
+    const script =
+      "printf '\\377\\376\\000A'; printf 'e\\342\\202' >&2; sleep 0.2; printf '\\254\\342' >&2";
+    const out: Uint8Array[] = [];
+    const err: Uint8Array[] = [];
+    const text: string[] = [];
+    const result = await sandbox.commands.run(script, {
+      onStdoutBytes: (data) => out.push(data),
+      onStderrBytes: (data) => err.push(data),
+      onStderr: (data) => text.push(data),
+    });
+    expect(Buffer.concat(out)).toEqual(Buffer.from([0xff, 0xfe, 0x00, 0x41]));
+    expect(Buffer.concat(err)).toEqual(Buffer.from([0x65, 0xe2, 0x82, 0xac, 0xe2]));
+    // The euro sign split across writes is whole; the lone lead byte at the end is U+FFFD.
+    expect(result).toEqual({ stdout: '\uFFFD\uFFFD\u0000A', stderr: 'e€\uFFFD', exitCode: 0 });
+    expect(text.join('')).toBe(result.stderr);
+    // Without a bytes callback the text is envd's, the same.
+    expect(await sandbox.commands.run(script)).toEqual(result);
+    const handle = await sandbox.commands.start(
+      "head -c 200000 /dev/zero | tr '\\0' x | sed 's/x/€/g'",
+    );
+    const replayed: Uint8Array[] = [];
+    const again = await sandbox.commands.connect(handle.pid, {
+      onStdoutBytes: (data) => replayed.push(data),
+    });
+    const long = await again.wait();
+    expect(long.stdout).toBe('€'.repeat(200_000));
+    expect(Buffer.concat(replayed)).toEqual(Buffer.from('€'.repeat(200_000)));
+    expect(replayed.length).toBeGreaterThan(1);
+    const cat = await sandbox.commands.start('od -An -tx1');
+    await cat.sendStdin(new Uint8Array([0xff, 0xfe, 0x00, 0x41]));
+    await cat.closeStdin();
+    expect((await cat.wait()).stdout.trim()).toBe('ff fe 00 41');
+  });
+
   test('an unknown pid is an error', async ({ sandbox }) => {
     await expect(sandbox.commands.connect('p999')).rejects.toThrow(/no process with id 'p999'/);
   });

@@ -53,6 +53,28 @@ describe('PROCESS', () => {
     expect(closed.json.error).toContain('no longer takes input');
   });
 
+  test('stdin with encoding base64 writes bytes that are not UTF-8; bad base64 is 400', async () => {
+    const file = join(dir, 'stdin.bin');
+    const { json } = await server.call('/process/start', { body: { cmd: `cat > ${file}` } });
+    const bytes = Buffer.from([0xff, 0xfe, 0x00, 0x41, 0xe2, 0x82]);
+    const wrote = await server.call(`/process/${json.id}/stdin`, {
+      body: { data: bytes.toString('base64'), encoding: 'base64', eof: false },
+    });
+    expect(wrote.json).toEqual({ written: 6 });
+    const bad = await server.call(`/process/${json.id}/stdin`, {
+      body: { data: 'not base64!', encoding: 'base64' },
+    });
+    expect(bad.status).toBe(400);
+    expect(bad.json.error).toContain('data is not base64');
+    const unknown = await server.call(`/process/${json.id}/stdin`, {
+      body: { data: '', encoding: 'hex', eof: true },
+    });
+    expect(unknown.json.error).toContain('encoding must be "text" or "base64", not "hex"');
+    await server.call(`/process/${json.id}/stdin`, { body: { data: '', eof: true } });
+    await eventually(async () => !(await processState(json.id)).running);
+    expect(readFileSync(file)).toEqual(bytes);
+  });
+
   test('output follow streams until the process exits', async () => {
     const { json } = await server.call('/process/start', {
       body: { cmd: 'for i in 1 2 3; do echo line$i; sleep 0.1; done' },

@@ -67,6 +67,24 @@ export function utf8Boundary(data: Buffer): number {
   return data.length;
 }
 
+const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
+
+/** The bytes `data` stands for: UTF-8 text, or (for input that is not text) base64. */
+function stdinBytes(data: string, encoding: unknown): Buffer {
+  if (encoding === 'text') return Buffer.from(data, 'utf8');
+  if (encoding !== 'base64') {
+    throw new BadRequestError(
+      `encoding must be "text" or "base64", not ${JSON.stringify(encoding)}`,
+    );
+  }
+  if (!BASE64.test(data)) {
+    throw new BadRequestError(
+      'data is not base64 (A-Z a-z 0-9 + /, padded with = to a multiple of 4)',
+    );
+  }
+  return Buffer.from(data, 'base64');
+}
+
 /** Shell commands: run to completion, or start in the background and manage by id. */
 export const PROCESS = defineGroup('PROCESS', '/process', 'run and manage processes', [
   {
@@ -108,11 +126,17 @@ export const PROCESS = defineGroup('PROCESS', '/process', 'run and manage proces
   {
     method: 'POST',
     path: '/process/{id}/stdin',
-    summary: 'Writes `data` to the process input; `eof` closes it.',
-    args: argList({ data: 'str', 'eof?': ['bool', false] }),
+    summary:
+      'Writes `data` to the process input (base64 with `encoding: base64`); `eof` closes it.',
+    args: argList({
+      data: 'str',
+      'eof?': ['bool', false],
+      'encoding?': ['str', 'text', 'text (data is written as UTF-8) or base64 (data is bytes)'],
+    }),
     handler: ({ ctx, params, args }) => {
-      ctx.processes.write(params.id ?? '', args.data as string, args.eof as boolean);
-      return { written: Buffer.byteLength(args.data as string) };
+      const bytes = stdinBytes(args.data as string, args.encoding);
+      ctx.processes.write(params.id ?? '', bytes, args.eof as boolean);
+      return { written: bytes.length };
     },
   },
   {

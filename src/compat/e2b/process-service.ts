@@ -239,6 +239,7 @@ async function* processEvents(
         start?: NativeProcess;
         stream?: 'stdout' | 'stderr';
         data?: string;
+        encoding?: string;
         exit?: NativeExit;
       };
       if (line.start) {
@@ -247,7 +248,8 @@ async function* processEvents(
           value: { $typeName: 'process.ProcessEvent.StartEvent', pid: line.start.pid ?? 0 },
         });
       } else if (line.stream && typeof line.data === 'string' && line.data.length > 0) {
-        const bytes = Buffer.from(line.data, 'utf8');
+        // The face asks envd for base64: the bytes as the process wrote them, UTF-8 or not.
+        const bytes = Buffer.from(line.data, line.encoding === 'base64' ? 'base64' : 'utf8');
         yield event({
           case: 'data',
           value: {
@@ -318,6 +320,7 @@ export const processService: Partial<ServiceImpl<typeof ProcessService>> = {
         ...(config.cwd === undefined || config.cwd === '' ? {} : { cwd: config.cwd }),
         env: config.envs,
         stdin: request.stdin ?? true,
+        output: 'base64',
       },
       context.signal,
     );
@@ -359,7 +362,7 @@ export const processService: Partial<ServiceImpl<typeof ProcessService>> = {
     const lines = await envdLines(
       target,
       'GET',
-      `/exec/${encodeURIComponent(found.id)}/events`,
+      `/exec/${encodeURIComponent(found.id)}/events?output=base64`,
       undefined,
       context.signal,
     );
@@ -395,7 +398,8 @@ export const processService: Partial<ServiceImpl<typeof ProcessService>> = {
       throw new ConnectError('SendInputRequest.input is empty', Code.InvalidArgument);
     const found = await findProcess(target, request.process, context.signal);
     await envdJson(target, 'POST', `/process/${encodeURIComponent(found.id)}/stdin`, {
-      data: Buffer.from(input.value).toString('utf8'),
+      data: Buffer.from(input.value).toString('base64'),
+      encoding: 'base64',
     });
     return {};
   },

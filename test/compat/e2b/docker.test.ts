@@ -55,24 +55,33 @@ if (!engine.docker) {
       expect(again).toBe(false);
     });
 
-    test('a PTY: input and resize', async () => {
+    test('a PTY: input, resize and bytes that are not UTF-8', async () => {
       let screen = '';
+      const chunks: Uint8Array[] = [];
       const decoder = new TextDecoder();
       const terminal = await sbx.pty.create({
         cols: 80,
         rows: 24,
         timeoutMs: 0,
         onData: (data) => {
+          chunks.push(data);
           screen += decoder.decode(data, { stream: true });
         },
       });
       await sbx.pty.resize(terminal.pid, { cols: 120, rows: 40 });
-      await sbx.pty.sendInput(terminal.pid, new TextEncoder().encode('stty size\n'));
+      await sbx.pty.sendInput(
+        terminal.pid,
+        new TextEncoder().encode("stty size; printf 'X\\377\\376\\000AY'\n"),
+      );
+      // The echoed line is ASCII: only printf's output holds the bytes between X and Y.
+      const bytes = Buffer.from([0x58, 0xff, 0xfe, 0x00, 0x41, 0x59]);
       const deadline = Date.now() + 30_000;
-      while (!screen.includes('40 120') && Date.now() < deadline) {
+      const done = () => screen.includes('40 120') && Buffer.concat(chunks).includes(bytes);
+      while (!done() && Date.now() < deadline) {
         await new Promise((resolve) => setTimeout(resolve, 100));
       }
       expect(screen).toContain('40 120');
+      expect(Buffer.concat(chunks).includes(bytes)).toBe(true);
       expect(await sbx.pty.kill(terminal.pid)).toBe(true);
     });
 

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { Agent } from 'node:http';
 import {
   AuthenticationError,
@@ -219,6 +220,111 @@ describe('the Start stream on the wire', () => {
       end: { exited: true, status: 'exit status 0' },
     });
     expect(all.at(-1)).toEqual({ flag: 2, json: {} });
+  });
+});
+
+/** The stdout bytes of a Start or Connect stream answer (its `data.stdout` fields decoded). */
+function stdoutBytes(answer: RawAnswer): Buffer {
+  expect(streamError(answer)).toBeUndefined();
+  const pieces = envelopes(answer.body)
+    .map((e) => (e.json.event as { data?: { stdout?: string } } | undefined)?.data?.stdout)
+    .filter((data): data is string => data !== undefined);
+  return Buffer.concat(pieces.map((data) => Buffer.from(data, 'base64')));
+}
+
+/** A raw Start of `sh -c script`, its stdin closed. */
+function startRaw(script: string): Promise<RawAnswer> {
+  return raw(
+    '/process.Process/Start',
+    envelope({ process: { cmd: '/bin/sh', args: ['-c', script] }, stdin: false }),
+    { 'content-type': 'application/connect+json' },
+  );
+}
+
+describe('output bytes that are not UTF-8 (E2B sends protobuf bytes)', () => {
+  const NOT_UTF8 = Buffer.from([0xff, 0xfe, 0x00, 0x41]);
+  const PRINT = "printf '\\377\\376\\000A'";
+
+  test('a Start stream carries them byte for byte', async () => {
+    expect(stdoutBytes(await startRaw(PRINT))).toEqual(NOT_UTF8);
+  });
+
+  test('a Connect stream replays them byte for byte', async () => {
+    const handle = await sbx.commands.run(`${PRINT}; sleep 2`, { background: true });
+    const answer = await raw(
+      '/process.Process/Connect',
+      envelope({ process: { pid: handle.pid } }),
+      { 'content-type': 'application/connect+json' },
+    );
+    expect(stdoutBytes(answer)).toEqual(NOT_UTF8);
+    expect((await handle.wait()).exitCode).toBe(0);
+  });
+
+  test('PTY data is the exact bytes', async () => {
+    const chunks: Uint8Array[] = [];
+    const terminal = await sbx.pty.create({
+      cols: 80,
+      rows: 24,
+      timeoutMs: 0,
+      onData: (data) => {
+        chunks.push(data);
+      },
+    });
+    try {
+      // The echoed command line is ASCII; only printf's output holds the bytes between X and Y.
+      const wanted = Buffer.concat([Buffer.from('X'), NOT_UTF8, Buffer.from('Y')]);
+      await sbx.pty.sendInput(
+        terminal.pid,
+        new TextEncoder().encode("printf 'X\\377\\376\\000AY'\n"),
+      );
+      await waitUntil(
+        async () => Buffer.concat(chunks).includes(wanted),
+        'the bytes on the pty',
+        30_000,
+      );
+    } finally {
+      await sbx.pty.kill(terminal.pid);
+    }
+  });
+
+  test("commands.run's strings are what TextDecoder makes of the exact bytes, characters split across chunks included", async () => {
+    const result = await sbx.commands.run(`${PRINT}; printf '\\342\\202' >&2`);
+    expect(result.stdout).toBe(new TextDecoder().decode(NOT_UTF8));
+    expect(result.stderr).toBe('\uFFFD');
+    // 600 000 bytes of three-byte characters: envd reads in pieces of up to 64 KiB, which a
+    // character straddles, and the SDK's decoder joins them.
+    let pieces = 0;
+    const long = await sbx.commands.run("head -c 200000 /dev/zero | tr '\\0' x | sed 's/x/€/g'", {
+      onStdout: () => void pieces++,
+    });
+    expect(long.stdout).toBe('€'.repeat(200_000));
+    expect(pieces).toBeGreaterThan(1);
+  });
+
+  test('SendInput writes bytes that are not UTF-8 to stdin exactly', async () => {
+    const file = '/tmp/abx-stdin.bin';
+    const handle = await sbx.commands.run(`cat > ${file}`, { background: true, stdin: true });
+    const sent = await raw(
+      '/process.Process/SendInput',
+      JSON.stringify({
+        process: { pid: handle.pid },
+        input: { stdin: NOT_UTF8.toString('base64') },
+      }),
+      { 'content-type': 'application/json' },
+    );
+    expect(sent.status).toBe(200);
+    await sbx.commands.closeStdin(handle.pid);
+    await handle.wait();
+    expect((await sbx.commands.run(`od -An -tx1 ${file}`)).stdout.trim()).toBe('ff fe 00 41');
+  });
+
+  test('megabytes of random bytes arrive complete (sha256 from inside the sandbox)', async () => {
+    const file = '/tmp/abx-random.bin';
+    const answer = await startRaw(`head -c 3000000 /dev/urandom > ${file} && cat ${file}`);
+    const got = stdoutBytes(answer);
+    expect(got.length).toBe(3_000_000);
+    const inside = await sbx.commands.run(`sha256sum ${file}`);
+    expect(inside.stdout.split(' ')[0]).toBe(createHash('sha256').update(got).digest('hex'));
   });
 });
 
