@@ -80,7 +80,9 @@ export interface TemplateInfo {
   /** The user its sandboxes run as. */
   user: string;
   capabilities: string[];
-  network: 'none' | 'host';
+  /** `none`, `internet` (egress by `egress`, its policy) or `host`. */
+  network: 'none' | 'host' | 'internet';
+  egress?: { allowOut: string[]; denyOut: string[] };
   timeoutMs: number;
   workdir: string;
   env: Record<string, string>;

@@ -21,7 +21,7 @@ interface TemplateDocument {
   setup?: StepDocument[];
   timeout?: string | number;
   resources?: Record<string, string | number>;
-  network?: 'none' | 'host';
+  network?: 'none' | 'host' | 'internet' | { allow_out?: string[]; deny_out?: string[] };
 }
 
 /** Options of a step: who runs it (an image template's steps run as `root` by default). */
@@ -167,9 +167,25 @@ export class Template {
     });
   }
 
-  /** `host` gives the sandboxes the host's network; `none` (default) only their loopback. */
-  setNetwork(network: 'none' | 'host'): Template {
-    return this.with({ network });
+  /**
+   * `none` (default): only the sandbox's loopback; `internet`: egress through abx's policy, here
+   * `{ allowOut, denyOut }` (CIDRs, domain names, `*.` wildcards; an allow entry wins);
+   * `host`: the host's own network namespace.
+   */
+  setNetwork(
+    network: 'none' | 'host' | 'internet',
+    policy?: { allowOut?: string[]; denyOut?: string[] },
+  ): Template {
+    if (policy && network !== 'internet') {
+      throw new TypeError(
+        `setNetwork: a policy applies to the internet network only, not ${network}`,
+      );
+    }
+    return this.with({
+      network: policy
+        ? { allow_out: policy.allowOut ?? [], deny_out: policy.denyOut ?? [] }
+        : network,
+    });
   }
 
   /** The `template.yaml` this template equals, named `name`. */

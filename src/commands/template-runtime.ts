@@ -2,6 +2,7 @@ import { resolve } from 'node:path';
 import { ENV_NAME_PATTERN } from '../../runtime/protocol/arguments.js';
 import { SANDBOX_HOME } from '../../runtime/protocol/constants.js';
 import type { SetupStep, TemplateResources } from '../../runtime/protocol/wire.js';
+import { type EgressPolicy, normalizePolicy, PolicyError } from '../egress/policy.js';
 import { parseDuration } from '../util/duration.js';
 import { parseSize } from '../util/size.js';
 import { readKubernetes, type TemplateKubernetes } from './template-kubernetes.js';
@@ -59,8 +60,13 @@ export interface TemplateRuntime {
   /** Default lifetime of a sandbox, in milliseconds. */
   timeoutMs: number;
   resources: TemplateResources;
-  /** `none` (default): only the sandbox's own loopback; `host`: the host's network. */
-  network: 'none' | 'host';
+  /**
+   * `none` (default): only the sandbox's own loopback; `internet`: egress through abx's policy
+   * (`egress`); `host`: the host's own network namespace.
+   */
+  network: 'none' | 'host' | 'internet';
+  /** The egress policy of an `internet` template (`network: { allow_out, deny_out }`). */
+  egress?: EgressPolicy;
   /** Where and how the template's pods run on the kubernetes provider (others ignore it). */
   kubernetes?: TemplateKubernetes;
 }
@@ -124,10 +130,7 @@ export function readRuntime(
 
   const resources = readResources(reader, root.resources);
 
-  const network = root.network ?? 'none';
-  if (network !== 'none' && network !== 'host') {
-    reader.problem(['network'], 'must be none (the default: no network) or host');
-  }
+  const { network, egress } = readNetwork(reader, root.network);
   const kubernetes = readKubernetes(reader, root.kubernetes);
   return {
     ...image,
@@ -137,9 +140,57 @@ export function readRuntime(
     setup,
     timeoutMs,
     resources,
-    network: network as 'none' | 'host',
+    network,
+    ...(egress ? { egress } : {}),
     ...(kubernetes ? { kubernetes } : {}),
   };
+}
+
+/**
+ * `network:` is `none`, `internet` or `host`, or a mapping `{ allow_out, deny_out }` (lists of
+ * CIDRs, domain names and `*.` wildcards) that means `internet` with that policy.
+ */
+function readNetwork(
+  reader: TemplateReader,
+  value: unknown,
+): { network: TemplateRuntime['network']; egress?: EgressPolicy } {
+  const modes = 'none (the default: no network), internet (egress by policy) or host';
+  if (value === undefined || value === null) return { network: 'none' };
+  if (typeof value === 'string') {
+    if (value === 'none' || value === 'host' || value === 'internet') return { network: value };
+    reader.problem(['network'], `must be ${modes}, or a mapping with allow_out and deny_out`);
+    return { network: 'none' };
+  }
+  if (!isRecord(value)) {
+    reader.problem(['network'], `must be ${modes}, or a mapping with allow_out and deny_out`);
+    return { network: 'none' };
+  }
+  for (const key of Object.keys(value)) {
+    if (key !== 'allow_out' && key !== 'deny_out') {
+      reader.problem(['network', key], 'is not a network key (allow_out, deny_out)');
+    }
+  }
+  try {
+    const egress = normalizePolicy(
+      {
+        allowOut: (value.allow_out ?? []) as string[],
+        denyOut: (value.deny_out ?? []) as string[],
+      },
+      'network',
+    );
+    return { network: 'internet', egress };
+  } catch (error) {
+    if (!(error instanceof PolicyError)) throw error;
+    reader.problem(
+      ['network'],
+      error.message
+        .replace(/^network\.?/, '')
+        .replace('allowOut', 'allow_out')
+        .replace('denyOut', 'deny_out')
+        .trim(),
+    );
+    return { network: 'none' };
+  }
 }
 
 function readImage(

@@ -90,6 +90,7 @@ export function templateJson(template: BuiltTemplate): TemplateInfo {
     user: spec.user,
     capabilities: spec.capabilities,
     network: spec.network,
+    ...(spec.egress ? { egress: spec.egress } : {}),
     timeoutMs: spec.timeoutMs,
     workdir: spec.workdir,
     env: spec.env,

@@ -175,6 +175,7 @@ export class SandboxService {
         workdir: template.spec.workdir,
         resources: template.spec.resources,
         network: template.spec.network,
+        ...(template.spec.egress ? { egress: template.spec.egress } : {}),
         ...(template.image ? { image: template.image } : {}),
         user: template.spec.user,
         timeoutMs,
@@ -447,8 +448,14 @@ export class SandboxService {
     // Not on a shared registry: the spares there are other live daemons' pools.
     if (this.registry.kind === 'sqlite') await this.drainPool();
     for (const record of await this.registry.listSandboxes({ state: 'running' })) {
-      if (this.provider.isAlive(record.handle)) adopted.push(record.id);
-      else {
+      if (this.provider.isAlive(record.handle)) {
+        adopted.push(record.id);
+        // What the daemon served it (an internet sandbox's egress) is served again; a failure
+        // leaves it without that (its rules deny rather than allow), said in the log.
+        await this.provider.adopt?.(record.handle).catch((error: Error) => {
+          console.error(`abx daemon: sandbox ${record.id}: ${error.message}`);
+        });
+      } else {
         // Releases what the dead sandbox still holds on the host (cgroups, uid, folder).
         await this.markDead(record);
         dead.push(record.id);

@@ -15,11 +15,12 @@
  */
 import { chmodSync, rmSync } from 'node:fs';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { dirname } from 'node:path';
 import { parseArgs } from 'node:util';
 import { type EgressPolicy, EgressRules, normalizePolicy, PolicyError } from './policy.js';
 import { NameResolver } from './resolver.js';
 import { allowResolved, type SandboxNet } from './sandbox-net.js';
-import { EgressService } from './service.js';
+import { type EgressPorts, EgressService } from './service.js';
 
 /** Largest control request body. */
 const MAX_BODY = 256 * 1024;
@@ -30,6 +31,8 @@ const { values } = parseArgs({
     hosts: { type: 'string' },
     permit: { type: 'string', multiple: true },
     deny: { type: 'string', multiple: true },
+    // The control socket's folder is this process's own: removed when it ends.
+    'owns-dir': { type: 'boolean' },
   },
 });
 if (!values.control) {
@@ -128,8 +131,16 @@ const server = createServer(async (req, res) => {
     }
     if (req.method === 'PUT') {
       if (known) return send(res, 409, { error: `sandbox ${id} is already served` });
-      const policy = policyOf(await readJson(req));
-      const ports = await service.add(id, policy);
+      const body = await readJson(req);
+      const policy = policyOf(body);
+      const wanted = body.ports as EgressPorts | undefined;
+      if (
+        wanted !== undefined &&
+        !['http', 'tls', 'dns'].every((k) => Number.isInteger((wanted as never)[k]))
+      ) {
+        throw new PolicyError('ports must be { http, tls, dns }');
+      }
+      const ports = await service.add(id, policy, wanted);
       policies.set(id, policy);
       return send(res, 201, { ports });
     }
@@ -164,7 +175,7 @@ server.listen(control, () => {
 const stop = () => {
   service.close();
   server.close();
-  rmSync(control, { force: true });
+  rmSync(values['owns-dir'] ? dirname(control) : control, { recursive: true, force: true });
   process.exit(0);
 };
 process.on('SIGTERM', stop);

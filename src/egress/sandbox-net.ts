@@ -16,6 +16,8 @@ export const NET_START_TIMEOUT_MS = 10_000;
 
 /** A sandbox's network namespace and what serves it, as the handle keeps it (survives restarts). */
 export interface SandboxNet {
+  /** The sandbox's id (what the egress service knows it by). */
+  id: string;
   /** The process holding the namespace (and, rootless, the user namespace that owns it). */
   holder: number;
   holderStart: string;
@@ -240,6 +242,7 @@ export async function startSandboxNet(options: {
       NET_START_TIMEOUT_MS,
     );
     const net: SandboxNet = {
+      id: options.id,
       holder: pid,
       holderStart: startTime(pid) ?? '',
       slirp: 0,
@@ -326,8 +329,8 @@ export function stopSandboxNet(net: SandboxNet): void {
   }
 }
 
-/** Pids of network processes (holders, slirp4netns) of sandboxes not in `live`, for the sweep. */
-export function orphanNetProcesses(live: ReadonlySet<string>): number[] {
+/** Pids of network processes (holders, slirp4netns) of the sandboxes `orphan` says are, for the sweep. */
+export function orphanNetProcesses(orphan: (id: string) => boolean): number[] {
   const found: number[] = [];
   for (const entry of readdirSafe('/proc')) {
     if (!/^\d+$/.test(entry)) continue;
@@ -338,7 +341,7 @@ export function orphanNetProcesses(live: ReadonlySet<string>): number[] {
       continue;
     }
     const tag = environ.split('\0').find((v) => v.startsWith(`${NET_TAG}=`));
-    if (tag && !live.has(tag.slice(NET_TAG.length + 1))) found.push(Number(entry));
+    if (tag && orphan(tag.slice(NET_TAG.length + 1))) found.push(Number(entry));
   }
   return found;
 }

@@ -69,8 +69,11 @@ export class EgressService {
     } = {},
   ) {}
 
-  /** Starts serving a sandbox; its ports. Replaces nothing: a known id is an error. */
-  async add(id: string, policy: EgressPolicy): Promise<EgressPorts> {
+  /**
+   * Starts serving a sandbox; its ports (`wanted`, when given: a sandbox adopted by a new daemon
+   * keeps the ports its rules name). Replaces nothing: a known id is an error.
+   */
+  async add(id: string, policy: EgressPolicy, wanted?: EgressPorts): Promise<EgressPorts> {
     if (this.sandboxes.has(id)) throw new Error(`sandbox ${id} is already served`);
     const parsed = parsePolicy(policy);
     const entry: Entry = {
@@ -84,9 +87,9 @@ export class EgressService {
     };
     this.sandboxes.set(id, entry);
     try {
-      entry.ports.http = await this.listen(entry, this.httpServer(entry));
-      entry.ports.tls = await this.listen(entry, this.tlsServer(entry));
-      entry.ports.dns = await this.dnsServers(entry);
+      entry.ports.http = await this.listen(entry, this.httpServer(entry), wanted?.http);
+      entry.ports.tls = await this.listen(entry, this.tlsServer(entry), wanted?.tls);
+      entry.ports.dns = await this.dnsServers(entry, wanted?.dns);
     } catch (error) {
       this.remove(id);
       throw error;
@@ -147,7 +150,7 @@ export class EgressService {
     if (entry.counters.recent.length > RECENT_EVENTS) entry.counters.recent.shift();
   }
 
-  private listen(entry: Entry, server: Server | HttpServer): Promise<number> {
+  private listen(entry: Entry, server: Server | HttpServer, port = 0): Promise<number> {
     entry.servers.push(server);
     server.on('connection', (socket: Socket) => {
       entry.sockets.add(socket);
@@ -155,7 +158,7 @@ export class EgressService {
     });
     return new Promise((resolve, reject) => {
       server.once('error', reject);
-      server.listen(0, '127.0.0.1', () => {
+      server.listen(port, '127.0.0.1', () => {
         server.off('error', reject);
         resolve((server.address() as { port: number }).port);
       });
@@ -350,12 +353,12 @@ export class EgressService {
   }
 
   /** A UDP and a TCP DNS server on one port; its number. */
-  private async dnsServers(entry: Entry): Promise<number> {
-    for (let attempt = 0; attempt < 20; attempt++) {
+  private async dnsServers(entry: Entry, wanted = 0): Promise<number> {
+    for (let attempt = 0; attempt < (wanted ? 1 : 20); attempt++) {
       const udp = createSocket('udp4');
       const port = await new Promise<number>((resolve, reject) => {
         udp.once('error', reject);
-        udp.bind(0, '127.0.0.1', () => resolve(udp.address().port));
+        udp.bind(wanted, '127.0.0.1', () => resolve(udp.address().port));
       });
       const tcp = createServer();
       const bound = await new Promise<boolean>((resolve) => {

@@ -2,6 +2,8 @@ import type { Capability } from '../../runtime/protocol/capabilities.js';
 import { SANDBOX_RUN_DIR, SANDBOX_RUNTIME_DIR } from '../../runtime/protocol/constants.js';
 import type { IsolationReport } from '../../runtime/protocol/isolation.js';
 import type { TemplateKubernetes, TemplateResources } from '../commands/template-runtime.js';
+import type { EgressPolicy } from '../egress/policy.js';
+import type { SandboxNet } from '../egress/sandbox-net.js';
 
 /** Where every provider's sandbox has its home (the template's `setup` output lands there). */
 export { SANDBOX_HOME } from '../../runtime/protocol/constants.js';
@@ -63,7 +65,13 @@ export interface SandboxSpec {
   env: Record<string, string>;
   workdir: string;
   resources: TemplateResources;
-  network: 'none' | 'host';
+  /**
+   * `none`: only the sandbox's own loopback; `internet`: egress through abx's policy (`egress`);
+   * `host`: the host's own network namespace.
+   */
+  network: 'none' | 'host' | 'internet';
+  /** The egress policy of an `internet` sandbox (none: everything public allowed). */
+  egress?: EgressPolicy;
   /**
    * The container image whose filesystem the sandbox runs on (a reference the provider's
    * {@link ImageStore} returned); none: the provider's default (the host's system for `local`).
@@ -147,6 +155,8 @@ export interface SandboxHandle {
    * whether an agent-sandbox `Sandbox` of the same name owns it (then that is what `kill` deletes).
    */
   pod?: { namespace: string; name: string; sandbox?: boolean; claim?: string };
+  /** An `internet` sandbox's network (local provider): its namespace, slirp4netns, egress ports. */
+  net?: SandboxNet & { policy: EgressPolicy };
 }
 
 /** Why a sandbox's processes ended without being killed. */
@@ -160,6 +170,11 @@ export interface SandboxProvider {
   readonly name: string;
   /** Starts a sandbox and resolves once its envd answers. */
   create(spec: SandboxSpec): Promise<SandboxHandle>;
+  /**
+   * A new daemon found this sandbox running: take up what the provider serves it from the daemon
+   * (the egress service of an `internet` sandbox). Absent: nothing to do.
+   */
+  adopt?(handle: SandboxHandle): Promise<void>;
   /** True while the sandbox's root process runs (and is the same process). */
   isAlive(handle: SandboxHandle): boolean;
   /** Why a sandbox that is no longer alive ended (call before `kill` releases its cgroups). */

@@ -18,7 +18,7 @@ export interface E2bCaller {
 export interface E2bTemplateTraits {
   resources: TemplateResources;
   /** `host`: the host's network; `none`: loopback only. */
-  network: 'none' | 'host';
+  network: 'none' | 'host' | 'internet';
 }
 
 /** A sandbox as the registry holds it (the fields the E2B answers are made of). */

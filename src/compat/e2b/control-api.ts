@@ -90,7 +90,7 @@ function refuseUnsupported(body: Record<string, unknown>, template: E2bTemplateT
     );
   }
   const internet = optionalBoolean(body, 'allow_internet_access');
-  if (internet !== undefined && internet !== (template.network === 'host')) {
+  if (internet !== undefined && internet !== (template.network !== 'none')) {
     throw new InvalidArgumentError(
       `allow_internet_access ${internet} is not what the template gives: its sandboxes have ${template.network === 'host' ? "the host's network" : 'no network but their loopback'} (template.yaml network: ${template.network}), and abx sets no network per sandbox yet; leave it out, or use a template whose network is what you need`,
     );

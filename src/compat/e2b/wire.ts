@@ -75,7 +75,7 @@ export function detailAnswer(
 ) {
   return {
     ...listedAnswer(row, template),
-    ...(template ? { allowInternetAccess: template.network === 'host' } : {}),
+    ...(template ? { allowInternetAccess: template.network !== 'none' } : {}),
     domain,
   };
 }

@@ -155,6 +155,12 @@ export class DockerProvider implements SandboxProvider {
   }
 
   async create(spec: SandboxSpec): Promise<SandboxHandle> {
+    if (spec.network === 'internet') {
+      // Denied rather than allowed: a sandbox that asked for a policy never runs without one.
+      throw new SandboxStartError(
+        `sandbox ${spec.id} did not start: the docker provider does not give the internet network (egress by policy) yet; it runs on the local provider (docs/network.md). Use network: none or host in the template`,
+      );
+    }
     const timeoutMs = this.options.startTimeoutMs ?? 15_000;
     const deadline = Date.now() + timeoutMs;
     const user = sandboxUser(spec);

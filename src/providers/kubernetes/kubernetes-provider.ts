@@ -163,6 +163,12 @@ export class KubernetesProvider implements SandboxProvider {
   }
 
   async create(spec: SandboxSpec): Promise<SandboxHandle> {
+    if (spec.network === 'internet') {
+      // Denied rather than allowed: a sandbox that asked for a policy never runs without one.
+      throw new SandboxStartError(
+        `sandbox ${spec.id} did not start: the kubernetes provider does not give the internet network (egress by policy) yet; it runs on the local provider (docs/network.md). Use network: none or host in the template`,
+      );
+    }
     if (this.options.agentSandbox === 'claims') return this.createFromClaim(spec);
     const timeoutMs = this.options.startTimeoutMs ?? 120_000;
     const deadline = Date.now() + timeoutMs;

@@ -60,10 +60,14 @@ export interface BwrapOptions {
    * Open file descriptors (in bwrap) whose contents become the sandbox's /etc/passwd and
    * /etc/group (so its user has a name) and /run/abx/token (envd's token, 0600).
    */
-  fds: { passwd: number; group: number; token: number };
+  fds: { passwd: number; group: number; token: number; resolv?: number };
   env: Record<string, string>;
   workdir: string;
-  network: 'none' | 'host';
+  /**
+   * `internet`: the sandbox joins a namespace made for it (bwrap runs inside it, see
+   * sandbox-net.ts), and reads `fds.resolv` as /etc/resolv.conf.
+   */
+  network: 'none' | 'host' | 'internet';
   /** An open file descriptor (in bwrap) holding the compiled seccomp filter. */
   seccompFd?: number;
   /** The sandbox's first process and its arguments. */
@@ -128,7 +132,7 @@ export function bwrapArgs(options: BwrapOptions): string[] {
     '--unshare-ipc',
     '--unshare-uts',
     '--unshare-cgroup-try',
-    ...(options.network === 'host' ? [] : ['--unshare-net']),
+    ...(options.network === 'none' ? ['--unshare-net'] : []),
     '--hostname',
     options.hostname,
     // A new session: a process in the sandbox cannot push keystrokes into the host's terminal.
@@ -152,6 +156,9 @@ export function bwrapArgs(options: BwrapOptions): string[] {
           String(options.fds.group),
           '/etc/group',
         ]),
+    ...(options.network === 'internet' && options.fds.resolv !== undefined
+      ? ['--ro-bind-data', String(options.fds.resolv), '/etc/resolv.conf']
+      : []),
     '--proc',
     '/proc',
     ...procMounts(),

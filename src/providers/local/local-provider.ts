@@ -20,6 +20,15 @@ import {
   SANDBOX_RUNTIME_DIR,
 } from '../../../runtime/protocol/constants.js';
 import { DEFAULT_DISK_BYTES } from '../../commands/template-runtime.js';
+import { EgressController, egressOptionsFromEnv } from '../../egress/controller.js';
+import {
+  enterArgs,
+  orphanNetProcesses,
+  SANDBOX_RESOLV_CONF,
+  type SandboxNet,
+  startSandboxNet,
+  stopSandboxNet,
+} from '../../egress/sandbox-net.js';
 import { SandboxStartError } from '../../errors.js';
 import { dockerClient } from '../docker/engine.js';
 import { type PortableRuntime, portableRuntime, SANDBOX_NODE } from '../portable-runtime.js';
@@ -76,6 +85,11 @@ export interface LocalProviderOptions {
   mode?: 'root' | 'rootless';
   /** Host uids for root mode; default 1500000000-1500999999 (or `ABX_UID_RANGE`). */
   uidRange?: UidRange;
+  /**
+   * The egress service of `internet` sandboxes; default: one started on first use, configured
+   * from the environment (ABX_EGRESS_NETNS, ABX_EGRESS_HOSTS, ABX_EGRESS_PERMIT).
+   */
+  egress?: EgressController;
 }
 
 /**
@@ -167,6 +181,14 @@ export class LocalProvider implements SandboxProvider {
   private readonly runtimeDir: string;
   private report: IsolationReport | undefined;
 
+  private egressController: EgressController | undefined;
+
+  /** The egress service (started on first use). */
+  get egress(): EgressController {
+    this.egressController ??= this.options.egress ?? new EgressController(egressOptionsFromEnv());
+    return this.egressController;
+  }
+
   constructor(private readonly options: LocalProviderOptions) {
     const isRoot = process.getuid?.() === 0;
     this.mode = options.mode ?? (isRoot ? 'root' : 'rootless');
@@ -250,6 +272,7 @@ export class LocalProvider implements SandboxProvider {
       group: `user:x:${SANDBOX_UID}:\n`,
       token: envdTokenFile(spec),
       'seccomp.bpf': this.seccomp,
+      'resolv.conf': SANDBOX_RESOLV_CONF,
     };
     for (const [name, data] of Object.entries(dataFiles)) {
       writeFileSync(join(spec.dir, name), data, { mode: 0o600 });
@@ -269,6 +292,38 @@ export class LocalProvider implements SandboxProvider {
       throw new SandboxStartError(`sandbox ${spec.id} did not start: ${(error as Error).message}`, {
         cause: error,
       });
+    }
+    // An internet sandbox's namespace, its rules and its link exist before anything of the sandbox
+    // runs in it (bwrap starts inside it below).
+    let net: (SandboxNet & { policy: NonNullable<SandboxSpec['egress']> }) | undefined;
+    if (spec.network === 'internet') {
+      const policy = spec.egress ?? { allowOut: [], denyOut: [] };
+      try {
+        const ports = await this.egress.add(spec.id, policy);
+        net = {
+          ...(await startSandboxNet({
+            id: spec.id,
+            rootless: !root,
+            policy,
+            ports,
+            ...(this.egress.options.netns ? { egressNetns: this.egress.options.netns } : {}),
+            ...(this.egress.options.permit ? { permit: this.egress.options.permit } : {}),
+            ...(this.egress.options.alsoDeny ? { alsoDeny: this.egress.options.alsoDeny } : {}),
+          })),
+          policy,
+        };
+        await this.egress.setNet(spec.id, net);
+      } catch (error) {
+        if (net) stopSandboxNet(net);
+        await this.egress.remove(spec.id).catch(() => undefined);
+        await this.reclaim(cgroups.dirs, uid);
+        throw new SandboxStartError(
+          `sandbox ${spec.id} did not start: ${(error as Error).message}`,
+          {
+            cause: error,
+          },
+        );
+      }
     }
     let argv: string[];
     try {
@@ -301,7 +356,7 @@ export class LocalProvider implements SandboxProvider {
         workdir: spec.workdir,
         network: spec.network,
         seccompFd: 3,
-        fds: { passwd: 4, group: 5, token: 6 },
+        fds: { passwd: 4, group: 5, token: 6, resolv: 7 },
         command: envdArgs,
       };
       const bwrap = this.options.bwrapPath ?? 'bwrap';
@@ -317,24 +372,27 @@ export class LocalProvider implements SandboxProvider {
           runtimeDir: image?.runtimeDir ?? this.runtimeDir,
           ...(image ? { rootfs: STAGED.root, homePath: home } : {}),
         });
-        argv = launchArgv(
-          {
-            image: diskImage,
-            uid,
-            cgroups: cgroups.dirs,
-            ...(image ? { lower: image.rootfs, home, workdir: spec.workdir } : {}),
-          },
-          [
-            'setpriv',
-            `--reuid=${uid}`,
-            `--regid=${uid}`,
-            '--clear-groups',
-            '--no-new-privs',
-            ...prlimit,
-            bwrap,
-            ...inner,
-          ],
-        );
+        argv = [
+          ...(net ? enterArgs(net) : []),
+          ...launchArgv(
+            {
+              image: diskImage,
+              uid,
+              cgroups: cgroups.dirs,
+              ...(image ? { lower: image.rootfs, home, workdir: spec.workdir } : {}),
+            },
+            [
+              'setpriv',
+              `--reuid=${uid}`,
+              `--regid=${uid}`,
+              '--clear-groups',
+              '--no-new-privs',
+              ...prlimit,
+              bwrap,
+              ...inner,
+            ],
+          ),
+        ];
       } else {
         // No loop mounts without root: the home and /tmp are tmpfs mounts of the disk quota's
         // size each (memory-backed; see docs/security.md), and envd fills the home from the
@@ -351,12 +409,13 @@ export class LocalProvider implements SandboxProvider {
           tmp: { tmpfsBytes: disk },
           runtimeDir: this.runtimeDir,
         });
-        argv = [...prlimit, bwrap, ...inner];
+        argv = [...(net ? enterArgs(net) : []), ...prlimit, bwrap, ...inner];
         if (cgroups.dirs.length > 0) {
           argv = ['/bin/sh', '-c', JOIN_CGROUPS, 'abx-join', ...cgroups.dirs, '--', ...argv];
         }
       }
     } catch (error) {
+      await this.releaseNet(net);
       await this.reclaim(cgroups.dirs, uid);
       throw new SandboxStartError(`sandbox ${spec.id} did not start: ${(error as Error).message}`, {
         cause: error,
@@ -368,13 +427,14 @@ export class LocalProvider implements SandboxProvider {
     // /proc and write to the host's disk. Rootless, it would own it: the log goes through a pipe
     // to a reader outside the sandbox that keeps the first MiB and discards the rest.
     const log = root ? openSync(logFile, 'a') : cappedLog(logFile);
-    const fds = ['seccomp.bpf', 'passwd', 'group', 'token'].map((name) =>
+    const fds = ['seccomp.bpf', 'passwd', 'group', 'token', 'resolv.conf'].map((name) =>
       openSync(join(spec.dir, name), 'r'),
     );
     rmSync(join(spec.dir, 'token'));
     const child = spawn(command, args, {
       detached: true,
-      // fd 3: the seccomp filter (`--seccomp 3`); 4, 5, 6: /etc/passwd, /etc/group, the token.
+      // fd 3: the seccomp filter (`--seccomp 3`); 4, 5, 6: /etc/passwd, /etc/group, the token;
+      // 7: an internet sandbox's /etc/resolv.conf.
       stdio: ['ignore', log, log, ...fds],
       // bwrap's own processes (the sandbox's pid 1) keep this environment: nothing of the host's.
       env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' },
@@ -400,12 +460,14 @@ export class LocalProvider implements SandboxProvider {
       portsDir: `/proc/${init}/root${SANDBOX_RUN_DIR}/ports`,
       ...(uid !== undefined ? { uid } : {}),
       ...(cgroups.dirs.length > 0 ? { cgroups: cgroups.dirs } : {}),
+      ...(net ? { net } : {}),
     });
     const timeoutMs = this.options.startTimeoutMs ?? 15_000;
     const deadline = Date.now() + timeoutMs;
     const fail = async (why: string) => {
       // What started may still be mounting or copying as root: all of it is in the cgroups.
       if (child.pid) this.killTree(child.pid);
+      await this.releaseNet(net);
       await this.reclaim(cgroups.dirs, uid);
       const tail = logTail(logFile);
       return new SandboxStartError(
@@ -448,6 +510,22 @@ export class LocalProvider implements SandboxProvider {
       await until(() => !isSameProcess(handle.pid, handle.startTime));
     }
     await this.reclaim(cgroups, handle.uid, deadline);
+    await this.releaseNet(handle.net);
+  }
+
+  /** An internet sandbox's namespace holder and slirp4netns end; egress stops serving it. */
+  private async releaseNet(net: SandboxNet | undefined): Promise<void> {
+    if (!net) return;
+    stopSandboxNet(net);
+    await this.egress.remove(net.id).catch(() => undefined);
+  }
+
+  async adopt(handle: SandboxHandle): Promise<void> {
+    const net = handle.net;
+    if (!net) return;
+    // The same ports: the sandbox's rules send its DNS, 80 and 443 there.
+    await this.egress.add(net.id, net.policy, net.ports);
+    await this.egress.setNet(net.id, net);
   }
 
   /**
@@ -496,6 +574,9 @@ export class LocalProvider implements SandboxProvider {
       }
     }
     for (const pids of orphans.values()) killPids(pids);
+    // Network holders and slirp4netns of sandboxes that do not run (a crash mid-create, a kill
+    // that a SIGKILLed daemon did not finish).
+    killPids(orphanNetProcesses(ours));
     // Root mode: a uid handed to a sandbox of ours that is not running is freed.
     if (this.mode === 'root') {
       for (const lock of this.uids.held()) {

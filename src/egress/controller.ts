@@ -1,0 +1,196 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { request } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { packageInfo } from '../util/package-info.js';
+import type { EgressPolicy } from './policy.js';
+import type { SandboxNet } from './sandbox-net.js';
+import type { EgressCounters, EgressPorts } from './service.js';
+
+/** How long the egress process may take to start, and one control call to answer. */
+export const EGRESS_START_TIMEOUT_MS = 10_000;
+export const EGRESS_CALL_TIMEOUT_MS = 10_000;
+
+export interface EgressOptions {
+  /** The egress network namespace (`--egress-netns`, ABX_EGRESS_NETNS); none: the daemon's own. */
+  netns?: string;
+  /** A hosts file answered before DNS (ABX_EGRESS_HOSTS). */
+  hostsFile?: string;
+  /** Always-denied ranges the operator permits by name (`--egress-permit`, ABX_EGRESS_PERMIT). */
+  permit?: string[];
+  /** More ranges to deny always (the daemon's own listener). */
+  alsoDeny?: string[];
+}
+
+/** The egress options a daemon reads from its environment. */
+export function egressOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): EgressOptions {
+  const list = (text: string | undefined) =>
+    (text ?? '')
+      .split(/[\s,]+/)
+      .map((s) => s.trim())
+      .filter(Boolean);
+  return {
+    ...(env.ABX_EGRESS_NETNS ? { netns: env.ABX_EGRESS_NETNS } : {}),
+    ...(env.ABX_EGRESS_HOSTS ? { hostsFile: env.ABX_EGRESS_HOSTS } : {}),
+    ...(env.ABX_EGRESS_PERMIT ? { permit: list(env.ABX_EGRESS_PERMIT) } : {}),
+  };
+}
+
+/** An answer of the egress process that is not what was asked for. */
+export class EgressError extends Error {
+  override name = 'EgressError';
+  constructor(
+    message: string,
+    readonly status: number,
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * The daemon's side of the egress process: starts it (in the egress namespace) on first use and
+ * drives it over its control socket. The process ends with the daemon (it watches its stdin);
+ * a new daemon serves adopted sandboxes again on the same ports (`add` with `ports`).
+ */
+export class EgressController {
+  private child: ChildProcess | undefined;
+  private starting: Promise<void> | undefined;
+  private dir: string | undefined;
+
+  constructor(readonly options: EgressOptions = {}) {}
+
+  private get socket(): string {
+    return join(this.dir as string, 'egress.sock');
+  }
+
+  private start(): Promise<void> {
+    if (this.child && this.child.exitCode === null && this.child.signalCode === null) {
+      return this.starting ?? Promise.resolve();
+    }
+    this.dir ??= mkdtempSync(join(tmpdir(), 'abx-egress-'));
+    const script = join(packageInfo().root, 'dist', 'egress.js');
+    const argv = [
+      ...(this.options.netns ? ['nsenter', `--net=${this.options.netns}`, '--'] : []),
+      process.execPath,
+      script,
+      '--control',
+      this.socket,
+      '--owns-dir',
+      ...(this.options.hostsFile ? ['--hosts', this.options.hostsFile] : []),
+      ...(this.options.permit ?? []).flatMap((c) => ['--permit', c]),
+      ...(this.options.alsoDeny ?? []).flatMap((c) => ['--deny', c]),
+    ];
+    const child = spawn(argv[0] as string, argv.slice(1), {
+      stdio: ['pipe', 'pipe', 'pipe'],
+      env: { PATH: process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin' },
+    });
+    this.child = child;
+    let stderr = '';
+    child.stderr?.on('data', (c: Buffer) => {
+      stderr = (stderr + c.toString()).slice(-4000);
+    });
+    this.starting = new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => {
+        child.kill('SIGKILL');
+        reject(new Error(`the egress service did not start within ${EGRESS_START_TIMEOUT_MS} ms`));
+      }, EGRESS_START_TIMEOUT_MS);
+      child.stdout?.once('data', () => {
+        clearTimeout(timer);
+        resolve();
+      });
+      child.once('exit', (code, signal) => {
+        clearTimeout(timer);
+        reject(
+          new Error(
+            `the egress service ended (${signal ?? `exit code ${code}`})${stderr ? `: ${stderr.trim()}` : ''}`,
+          ),
+        );
+      });
+      child.once('error', (error) => {
+        clearTimeout(timer);
+        reject(error);
+      });
+    });
+    // Not a reason for the daemon to stay up: the egress process ends when its stdin does.
+    child.unref();
+    (child.stdout as unknown as { unref?: () => void })?.unref?.();
+    (child.stderr as unknown as { unref?: () => void })?.unref?.();
+    (child.stdin as unknown as { unref?: () => void })?.unref?.();
+    return this.starting;
+  }
+
+  private async call(method: string, path: string, body?: unknown): Promise<unknown> {
+    await this.start();
+    return new Promise((resolve, reject) => {
+      const req = request(
+        { socketPath: this.socket, method, path, timeout: EGRESS_CALL_TIMEOUT_MS },
+        (res) => {
+          let text = '';
+          res.on('data', (c: Buffer) => {
+            text += c.toString();
+          });
+          res.on('end', () => {
+            const json = text ? JSON.parse(text) : undefined;
+            if ((res.statusCode ?? 500) >= 300) {
+              return reject(
+                new EgressError(
+                  json?.error ?? `egress answered ${res.statusCode}`,
+                  res.statusCode ?? 500,
+                ),
+              );
+            }
+            resolve(json);
+          });
+        },
+      );
+      req.once('timeout', () =>
+        req.destroy(
+          new Error(`the egress service did not answer within ${EGRESS_CALL_TIMEOUT_MS} ms`),
+        ),
+      );
+      req.once('error', reject);
+      req.end(body === undefined ? undefined : JSON.stringify(body));
+    });
+  }
+
+  /** Serves a sandbox (on `ports` when given: an adopted sandbox's rules name them); its ports. */
+  async add(id: string, policy: EgressPolicy, ports?: EgressPorts): Promise<EgressPorts> {
+    const answer = (await this.call('PUT', `/sandboxes/${id}`, {
+      policy,
+      ...(ports ? { ports } : {}),
+    })) as {
+      ports: EgressPorts;
+    };
+    return answer.ports;
+  }
+
+  async setNet(id: string, net: Pick<SandboxNet, 'holder' | 'userns'>): Promise<void> {
+    await this.call('PUT', `/sandboxes/${id}/net`, { holder: net.holder, userns: net.userns });
+  }
+
+  async setPolicy(id: string, policy: EgressPolicy): Promise<void> {
+    await this.call('PUT', `/sandboxes/${id}/policy`, { policy });
+  }
+
+  async get(
+    id: string,
+  ): Promise<{ policy: EgressPolicy; ports: EgressPorts; counters: EgressCounters }> {
+    return (await this.call('GET', `/sandboxes/${id}`)) as never;
+  }
+
+  /** Stops serving a sandbox; one it does not serve is fine. */
+  async remove(id: string): Promise<void> {
+    if (!this.child || this.child.exitCode !== null) return;
+    await this.call('DELETE', `/sandboxes/${id}`).catch((error) => {
+      if (!(error instanceof EgressError && error.status === 404)) throw error;
+    });
+  }
+
+  close(): void {
+    this.child?.kill('SIGTERM');
+    this.child = undefined;
+    if (this.dir) rmSync(this.dir, { recursive: true, force: true });
+    this.dir = undefined;
+  }
+}

@@ -1,0 +1,137 @@
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { orphanNetProcesses } from '../../src/egress/sandbox-net.js';
+import { startDaemon, stopDaemon } from '../../src/installation/daemon-connection.js';
+import { Sandbox } from '../../src/sandbox/sandbox.js';
+import { Templates } from '../../src/sandbox/templates.js';
+import { createAbxHome } from '../helpers/abx-home.js';
+import { internetUnavailable, makeInternet, type TestInternet } from '../helpers/internet.js';
+
+/**
+ * Real sandboxes of a root daemon on `network: internet`, whose egress namespace is a test
+ * "internet" (TEST-NET servers, no route out): what a process in the sandbox, as its own user,
+ * can and cannot reach.
+ */
+const unavailable = internetUnavailable();
+
+describe.skipIf(unavailable)('sandboxes on the internet network (root daemon)', () => {
+  let internet: TestInternet;
+  let abx: { home: string; close(): Promise<void> };
+  let templateDir: string;
+  let box: Sandbox;
+
+  const sh = (command: string) =>
+    box.commands.run(command, { timeoutMs: 30_000, allowNonZeroExit: true });
+
+  beforeAll(async () => {
+    internet = await makeInternet();
+    abx = await createAbxHome();
+    process.env.ABX_EGRESS_NETNS = internet.path;
+    process.env.ABX_EGRESS_HOSTS = internet.hostsFile;
+    await startDaemon(abx.home);
+    templateDir = mkdtempSync(join(tmpdir(), 'abx-internet-template-'));
+    writeFileSync(
+      join(templateDir, 'template.yaml'),
+      [
+        'name: web',
+        'network:',
+        '  allow_out: [allowed.test, "*.wild.test", 192.0.2.44/32]',
+        '  deny_out: [0.0.0.0/0]',
+        '',
+      ].join('\n'),
+    );
+    await Templates.build(join(templateDir, 'template.yaml'), { home: abx.home });
+    box = await Sandbox.create({ home: abx.home, template: 'web' });
+    await box.files.write('/tmp/ca.pem', readFileSync(internet.caCert, 'utf8'));
+  }, 180_000);
+
+  afterAll(async () => {
+    await box?.kill().catch(() => undefined);
+    await abx?.close();
+    internet?.remove();
+    if (templateDir) rmSync(templateDir, { recursive: true, force: true });
+  });
+
+  test('allowed names answer over HTTP and HTTPS, as the sandbox user, with no proxy settings', async () => {
+    expect((await sh('id -u')).stdout.trim()).toBe('1000');
+    expect((await sh('curl -sS -m 10 http://allowed.test/')).stdout).toContain(
+      'http hello from 203.0.113.10 for allowed.test',
+    );
+    expect(
+      (await sh('curl -sS -m 10 --cacert /tmp/ca.pem https://api.wild.test/')).stdout,
+    ).toContain('https hello from 192.0.2.44');
+    // Any program: Python's own HTTP client, which reads no proxy variables here.
+    const python = await sh(
+      `python3 -c "import urllib.request; print(urllib.request.urlopen('http://allowed.test/', timeout=10).read().decode())"`,
+    );
+    expect(python.stdout).toContain('hello from 203.0.113.10');
+  });
+
+  test('denied names fail at once: DNS refuses them, and the proxy names the rule', async () => {
+    const before = internet.hits().length;
+    expect((await sh('getent hosts denied.test')).exitCode).not.toBe(0);
+    const claimed = await sh(
+      `curl -sS -m 10 -i --resolve denied.test:80:${internet.addresses.denied} http://denied.test/`,
+    );
+    // The address is denied before any proxy: the connection is reset.
+    expect(claimed.exitCode).not.toBe(0);
+    const lying = await sh(`curl -sS -m 10 -i -H 'Host: denied.test' http://allowed.test/`);
+    expect(lying.stdout).toMatch(
+      /403[\s\S]*denied.test is refused by the sandbox's network policy: denyOut 0\.0\.0\.0\/0/,
+    );
+    expect(internet.hits().slice(before).join('\n')).not.toContain(internet.addresses.denied);
+  });
+
+  test('raw TCP: to an allowed CIDR and to an allowed name after DNS; nowhere else', async () => {
+    expect(
+      (await sh(`printf 'one\\n' | curl -sS -m 10 telnet://192.0.2.44:7000`)).stdout,
+    ).toContain('echo one');
+    expect(
+      (await sh(`printf 'two\\n' | curl -sS -m 10 telnet://allowed.test:7000`)).stdout,
+    ).toContain('echo two');
+    const denied = await sh(`curl -sS -m 10 telnet://${internet.addresses.denied}:7000 </dev/null`);
+    expect(denied.exitCode).not.toBe(0);
+  });
+
+  test('the always-denied ranges and the egress side of the link stay shut', async () => {
+    for (const address of ['10.0.2.2', '10.0.2.3', '169.254.169.254', '10.1.2.3']) {
+      const raw = await sh(`curl -sS -m 5 telnet://${address}:7000 </dev/null`);
+      expect(raw.exitCode, address).not.toBe(0);
+    }
+    expect((await sh('getent hosts loopback.test')).exitCode).not.toBe(0);
+  });
+
+  test('the sandbox cannot read or change its rules or its link', async () => {
+    const list = await sh('nft list ruleset');
+    expect(list.exitCode).not.toBe(0);
+    const flush = await sh('nft flush ruleset');
+    expect(flush.exitCode).not.toBe(0);
+    const route = await sh('ip route del default');
+    expect(route.exitCode).not.toBe(0);
+    expect((await sh('curl -sS -m 10 http://allowed.test/')).stdout).toContain('hello');
+  });
+
+  test('a killed sandbox leaves no namespace holder, no slirp4netns and no egress ports', async () => {
+    const other = await Sandbox.create({ home: abx.home, template: 'web' });
+    expect(orphanNetProcesses((id) => id === other.sandboxId).length).toBe(2);
+    await other.kill();
+    expect(orphanNetProcesses((id) => id === other.sandboxId)).toEqual([]);
+  });
+
+  test('a daemon SIGKILLed and restarted adopts the sandbox: its internet still works', async () => {
+    const info = JSON.parse(readFileSync(join(abx.home, 'daemon.json'), 'utf8')) as { pid: number };
+    process.kill(info.pid, 'SIGKILL');
+    for (let i = 0; i < 100 && existsSync(`/proc/${info.pid}`); i++)
+      await new Promise((r) => setTimeout(r, 20));
+    await startDaemon(abx.home);
+    const again = await Sandbox.connect(box.sandboxId, { home: abx.home });
+    const answer = await again.commands.run('curl -sS -m 10 http://allowed.test/', {
+      timeoutMs: 30_000,
+    });
+    expect(answer.stdout).toContain('hello from 203.0.113.10');
+    await stopDaemon(abx.home);
+    await startDaemon(abx.home);
+  });
+});
