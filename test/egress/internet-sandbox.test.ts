@@ -1,4 +1,4 @@
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
@@ -8,6 +8,7 @@ import { Sandbox } from '../../src/sandbox/sandbox.js';
 import { Templates } from '../../src/sandbox/templates.js';
 import { createAbxHome } from '../helpers/abx-home.js';
 import { internetUnavailable, makeInternet, type TestInternet } from '../helpers/internet.js';
+import { type RootlessDaemon, startRootlessDaemon } from '../helpers/rootless.js';
 
 /**
  * Real sandboxes of a root daemon on `network: internet`, whose egress namespace is a test
@@ -133,5 +134,56 @@ describe.skipIf(unavailable)('sandboxes on the internet network (root daemon)', 
     expect(answer.stdout).toContain('hello from 203.0.113.10');
     await stopDaemon(abx.home);
     await startDaemon(abx.home);
+  });
+});
+
+/**
+ * A rootless daemon's internet sandbox, its egress the daemon's own namespace (the host's). Only
+ * a policy that denies every address is used, so no packet can leave this machine: DNS refuses
+ * names without a lookup, and every address is reset in the sandbox's own namespace.
+ */
+describe.skipIf(unavailable)('sandboxes on the internet network (rootless daemon)', () => {
+  let daemon: RootlessDaemon;
+  let templateDir: string;
+  let box: Sandbox;
+  const sh = (command: string) =>
+    box.commands.run(command, { timeoutMs: 30_000, allowNonZeroExit: true });
+
+  beforeAll(async () => {
+    daemon = await startRootlessDaemon({ delegateCgroups: true });
+    templateDir = mkdtempSync(join(tmpdir(), 'abx-internet-template-'));
+    chmodSync(templateDir, 0o755);
+    writeFileSync(
+      join(templateDir, 'template.yaml'),
+      'name: closed\nnetwork:\n  allow_out: []\n  deny_out: [0.0.0.0/0]\n',
+    );
+    await Templates.build(join(templateDir, 'template.yaml'), { home: daemon.home });
+    box = await Sandbox.create({ home: daemon.home, template: 'closed' });
+  }, 180_000);
+
+  afterAll(async () => {
+    await box?.kill().catch(() => undefined);
+    await daemon?.close();
+    if (templateDir) rmSync(templateDir, { recursive: true, force: true });
+  });
+
+  test('the sandbox runs in a namespace of its own, with the egress link and rules in place', async () => {
+    const link = await sh(
+      'cat /proc/net/route; ls /sys/class/net 2>/dev/null || cat /proc/net/dev',
+    );
+    expect(link.stdout).toContain('tap0');
+    expect((await sh('getent hosts example.test')).exitCode).not.toBe(0);
+    for (const address of ['10.0.2.2', '127.0.0.1', '203.0.113.10']) {
+      const raw = await sh(`curl -sS -m 5 telnet://${address}:7000 </dev/null`);
+      expect(raw.exitCode, address).not.toBe(0);
+    }
+    expect((await sh('nft list ruleset')).exitCode).not.toBe(0);
+  });
+
+  test('kill leaves no holder and no slirp4netns of the daemon uid', async () => {
+    const id = box.sandboxId;
+    expect(orphanNetProcesses((x) => x === id).length).toBe(2);
+    await box.kill();
+    expect(orphanNetProcesses((x) => x === id)).toEqual([]);
   });
 });
