@@ -70,19 +70,19 @@ function unreachable(error: unknown, target: EnvdTarget): ConnectError {
   );
 }
 
-/**
- * Keeps connections to envds open between calls (a new Unix socket per call would cost more than
- * the call); pooled per socket path. Connections never follow a symlink the sandbox may have put
- * in place of its envd socket.
- */
+/** Connections to envd never follow a symlink the sandbox may have put in place of its socket. */
 class EnvdAgent extends Agent {
   override createConnection(options: AgentOptions & { socketPath?: string }): Duplex {
     return connectSandboxSocket(options.socketPath as string);
   }
 }
 
-/** envd's servers close an idle connection after 5 s: the pool lets go of it sooner. */
-const agent = new EnvdAgent({ keepAlive: true, maxFreeSockets: 4, timeout: 4000 });
+/**
+ * Each streamed upload (a file over 64 KiB) gets a connection of its own: a connect costs nothing
+ * beside such a transfer, and the upload is never written into a kept-alive connection that envd
+ * is closing as idle (a streamed body cannot be sent again).
+ */
+const agent = new EnvdAgent({ keepAlive: false });
 
 /** A request to a sandbox's envd over its socket, with the sandbox's token. */
 function toEnvd(
