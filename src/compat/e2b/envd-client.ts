@@ -5,9 +5,10 @@ import {
   type IncomingMessage,
   request,
 } from 'node:http';
-import type { Duplex } from 'node:stream';
+import type { Duplex, Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { Code, ConnectError } from '@connectrpc/connect';
+import { Pool } from 'undici';
 import { connectSandboxSocket } from '../../providers/sandbox-socket.js';
 
 /** The envd of one sandbox, as the gateway checked it: its socket and its access token. */
@@ -69,19 +70,19 @@ function unreachable(error: unknown, target: EnvdTarget): ConnectError {
   );
 }
 
-/**
- * Keeps connections to envds open between calls (a new Unix socket per call would cost more than
- * the call); pooled per socket path. Connections never follow a symlink the sandbox may have put
- * in place of its envd socket.
- */
+/** Connections to envd never follow a symlink the sandbox may have put in place of its socket. */
 class EnvdAgent extends Agent {
   override createConnection(options: AgentOptions & { socketPath?: string }): Duplex {
     return connectSandboxSocket(options.socketPath as string);
   }
 }
 
-/** envd's servers close an idle connection after 5 s: the pool lets go of it sooner. */
-const agent = new EnvdAgent({ keepAlive: true, maxFreeSockets: 4, timeout: 4000 });
+/**
+ * Each streamed upload (a file over 64 KiB) gets a connection of its own: a connect costs nothing
+ * beside such a transfer, and the upload is never written into a kept-alive connection that envd
+ * is closing as idle (a streamed body cannot be sent again).
+ */
+const agent = new EnvdAgent({ keepAlive: false });
 
 /** A request to a sandbox's envd over its socket, with the sandbox's token. */
 function toEnvd(
@@ -101,24 +102,81 @@ function toEnvd(
   });
 }
 
+/** Pools kept at most (one per sandbox); the least recently used one is closed past this. */
+const MAX_ENVD_POOLS = 256;
+const pools = new Map<string, Pool>();
+
+/**
+ * The connections to one envd, for calls whose body is known whole: undici's client costs a
+ * fraction of node:http's per call (the face makes one or more per E2B call). Kept open between
+ * calls, let go of before envd's own 5 s idle close; no deadline on an answer (a command's event
+ * stream lasts as long as the command).
+ */
+function poolOf(socketPath: string): Pool {
+  let pool = pools.get(socketPath);
+  if (pool) {
+    // Most recently used last.
+    pools.delete(socketPath);
+  } else {
+    pool = new Pool('http://envd', {
+      connect: (_options, callback) => {
+        const socket = connectSandboxSocket(socketPath);
+        const failed = (error: Error) => callback(error, null);
+        socket.once('error', failed);
+        socket.once('connect', () => {
+          socket.off('error', failed);
+          callback(null, socket);
+        });
+      },
+      keepAliveTimeout: 4000,
+      keepAliveMaxTimeout: 4000,
+      headersTimeout: 0,
+      bodyTimeout: 0,
+    });
+    if (pools.size >= MAX_ENVD_POOLS) {
+      const [oldest, old] = pools.entries().next().value as [string, Pool];
+      pools.delete(oldest);
+      // Calls under way finish; no new one reaches it, as it is no longer found.
+      old.close().catch(() => undefined);
+    }
+  }
+  pools.set(socketPath, pool);
+  return pool;
+}
+
+/** envd's answer: its status, and its body as it arrives (destroy it to stop reading). */
+export type EnvdResponse = Readable & { statusCode: number };
+
 /** One request to envd's native API: JSON `body`, or raw bytes when it is a Buffer. */
-export function envdRequest(
+export async function envdRequest(
   target: EnvdTarget,
   method: string,
   path: string,
   body: unknown,
   signal: AbortSignal | undefined,
-): Promise<IncomingMessage> {
+): Promise<EnvdResponse> {
   const raw = Buffer.isBuffer(body);
   const payload = body === undefined ? undefined : raw ? body : Buffer.from(JSON.stringify(body));
-  return new Promise((resolve, reject) => {
-    const req = toEnvd(target, method, path, signal, {
-      ...(payload ? { 'content-type': 'application/json', 'content-length': payload.length } : {}),
+  try {
+    const res = await poolOf(target.socketPath).request({
+      method: method as 'GET',
+      path,
+      headers: {
+        authorization: `Bearer ${target.token}`,
+        ...(payload
+          ? {
+              'content-type': raw ? 'application/octet-stream' : 'application/json',
+              'content-length': String(payload.length),
+            }
+          : {}),
+      },
+      ...(payload ? { body: payload } : {}),
+      ...(signal ? { signal } : {}),
     });
-    req.on('response', resolve);
-    req.on('error', (error) => reject(signal?.aborted ? error : unreachable(error, target)));
-    req.end(payload);
-  });
+    return Object.assign(res.body as Readable, { statusCode: res.statusCode });
+  } catch (error) {
+    throw signal?.aborted ? error : unreachable(error, target);
+  }
 }
 
 /**
@@ -164,7 +222,7 @@ function tooLarge(): ConnectError {
   );
 }
 
-export async function readText(res: IncomingMessage): Promise<string> {
+export async function readText(res: Readable): Promise<string> {
   const chunks: Buffer[] = [];
   let bytes = 0;
   for await (const chunk of res) {
@@ -179,7 +237,7 @@ export async function readText(res: IncomingMessage): Promise<string> {
 }
 
 /** The NDJSON lines of an answer, each bounded. */
-export async function* linesOf(res: IncomingMessage): AsyncGenerator<string> {
+export async function* linesOf(res: Readable): AsyncGenerator<string> {
   let rest: Buffer = Buffer.alloc(0);
   for await (const chunk of res) {
     rest = rest.length === 0 ? (chunk as Buffer) : Buffer.concat([rest, chunk as Buffer]);

@@ -1,7 +1,14 @@
 import { basename } from 'node:path/posix';
 import { pipeline } from 'node:stream/promises';
 import { createGunzip } from 'node:zlib';
-import { type EnvdTarget, envdRequest, envdStream, readText } from './envd-client.js';
+import { SMALL_FILE_BYTES } from '../../../runtime/server/file-system.js';
+import {
+  type EnvdResponse,
+  type EnvdTarget,
+  envdRequest,
+  envdStream,
+  readText,
+} from './envd-client.js';
 import { boundaryOf, MultipartError, readMultipart } from './multipart.js';
 import { E2B_USER } from './process-service.js';
 
@@ -122,6 +129,37 @@ async function* gunzipped(body: AsyncIterable<Uint8Array>): AsyncGenerator<Buffe
 const DISK_FULL = new Set(['ENOSPC', 'EDQUOT']);
 
 /**
+ * The first bytes of `data`, up to `limit`: the whole of it when it ends within the limit, else
+ * the same bytes as a stream that goes on with the rest. An error of `data` is thrown as it is.
+ */
+async function readUpTo(
+  data: AsyncIterable<Uint8Array>,
+  limit: number,
+): Promise<
+  { whole: Buffer; rest?: undefined } | { whole?: undefined; rest: AsyncIterable<Uint8Array> }
+> {
+  const iterator = data[Symbol.asyncIterator]();
+  const read: Uint8Array[] = [];
+  let bytes = 0;
+  for (;;) {
+    const item = await iterator.next();
+    if (item.done) return { whole: Buffer.concat(read, bytes) };
+    read.push(item.value);
+    bytes += item.value.length;
+    if (bytes > limit) break;
+  }
+  return {
+    rest: (async function* () {
+      yield* read;
+      read.length = 0;
+      for (let item = await iterator.next(); !item.done; item = await iterator.next()) {
+        yield item.value;
+      }
+    })(),
+  };
+}
+
+/**
  * One file streamed into envd's `PUT /files/write` (atomic: a write that does not complete leaves
  * no file). A `data` that throws (the client went away, the form broke) aborts the write and is
  * rethrown; envd's refusal is a {@link FilesAnswer} in E2B's shape.
@@ -132,26 +170,42 @@ async function putFile(
   data: AsyncIterable<Uint8Array>,
   signal: AbortSignal,
 ): Promise<{ path: string } | FilesAnswer> {
-  let dataError: unknown;
-  const tapped = (async function* () {
-    try {
-      for await (const chunk of data) yield chunk;
-    } catch (error) {
-      dataError = error;
-      throw error;
-    }
-  })();
-  let call: Awaited<ReturnType<typeof envdStream>>;
-  try {
-    call = await envdStream(
+  // A small file (most uploads: a script, a config) is read whole first and sent with its
+  // length in one write: envd then writes it at once, without the thread pool, where a streamed
+  // body costs it a millisecond more. A larger one is streamed from its first bytes on.
+  const head = await readUpTo(data, SMALL_FILE_BYTES);
+  let call: { res: EnvdResponse | Awaited<ReturnType<typeof envdStream>>['res']; cancel(): void };
+  if (head.whole) {
+    const res = await envdRequest(
       target,
       'PUT',
       `/files/write?path=${encodeURIComponent(path)}`,
-      tapped,
+      head.whole,
       signal,
     );
-  } catch (error) {
-    throw dataError ?? error;
+    call = { res, cancel: () => res.destroy() };
+  } else {
+    let dataError: unknown;
+    const rest = head.rest;
+    const tapped = (async function* () {
+      try {
+        for await (const chunk of rest) yield chunk;
+      } catch (error) {
+        dataError = error;
+        throw error;
+      }
+    })();
+    try {
+      call = await envdStream(
+        target,
+        'PUT',
+        `/files/write?path=${encodeURIComponent(path)}`,
+        tapped,
+        signal,
+      );
+    } catch (error) {
+      throw dataError ?? error;
+    }
   }
   const { res } = call;
   const status = res.statusCode ?? 502;
