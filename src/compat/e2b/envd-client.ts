@@ -124,7 +124,7 @@ export function envdRequest(
 /**
  * A request to envd's native API whose body is streamed from `body` (chunked), with backpressure:
  * `body` is read only as fast as envd takes it. If `body` throws, the request is cut, so envd
- * never sees a cut body as a whole one. Resolves with envd's answer (which may come before the
+ * never sees a cut body as a whole one; `headers` are sent too. Resolves with envd's answer (which may come before the
  * body is all sent: `cancel` then stops sending).
  */
 export function envdStream(
@@ -133,9 +133,11 @@ export function envdStream(
   path: string,
   body: AsyncIterable<Uint8Array>,
   signal: AbortSignal | undefined,
+  headers: Record<string, string> = {},
 ): Promise<{ res: IncomingMessage; cancel(): void }> {
   return new Promise((resolve, reject) => {
     const req = toEnvd(target, method, path, signal, {
+      ...headers,
       'content-type': 'application/octet-stream',
       'transfer-encoding': 'chunked',
     });
