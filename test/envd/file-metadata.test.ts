@@ -150,7 +150,7 @@ describe('envd file metadata', () => {
       rmSync(path);
       let reused = false;
       // File systems hand a freed inode number to the next file (ext4 does at once): try for it.
-      for (let i = 0; i < 20 && !reused; i++) {
+      for (let i = 0; i < 100 && !reused; i++) {
         writeFileSync(path, 'new');
         reused = statSync(path).ino === before.ino;
         if (!reused) rmSync(path);
@@ -238,6 +238,8 @@ describe('envd file metadata', () => {
       forged,
       JSON.stringify({
         files: [
+          // An earlier file on the same inode (born before this one): not this file's.
+          { ...identity, btime: String(s.birthtimeNs - 1n), path, metadata: { earlier: 'file' } },
           { ...identity, path, metadata: { ok: 'yes', bad: 'a\u0000' } },
           { ...identity, ino: 'x', path, metadata: { a: 'b' } },
           { dev: '1', ino: '2', btime: '3', path: '/x', metadata: { a: 'b' } },
