@@ -80,6 +80,7 @@ if (!tokens) {
   process.exit(2);
 }
 const home = values.home ?? process.env.HOME ?? SANDBOX_HOME;
+const metadataDir = join(resolve(home), '.abx', 'envd');
 if (values['home-template']) {
   try {
     cpSync(values['home-template'], home, {
@@ -114,7 +115,7 @@ const server = new SandboxServer({
     // File metadata (E2B's `X-Metadata-*`) in the home's .abx folder, where abx keeps its state:
     // on the sandbox's disk (it survives envd, counts against the disk's quota, goes with a
     // snapshot), made only when a file first gets metadata. docs/e2b.md, "File metadata".
-    fileOps({ metadata: new FileMetadataStore(join(home, '.abx', 'envd', 'file-metadata.json')) }),
+    fileOps({ metadata: new FileMetadataStore(join(metadataDir, 'file-metadata.json')) }),
     PROCESS,
     EXEC,
     SYSTEM,
@@ -122,7 +123,8 @@ const server = new SandboxServer({
     DEV_TOOLS,
     portsGroup(values['ports-dir'] as string, values['ports-host']),
     FILES_BATCH,
-    watchGroup(),
+    // A watch of the home does not see envd's own metadata store change.
+    watchGroup({}, [metadataDir]),
     ARCHIVE,
     ENV,
     tokensGroup(({ client, control }) => server.replaceTokens({ control, limited: client })),

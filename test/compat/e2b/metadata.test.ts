@@ -1,6 +1,11 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { type Sandbox as E2bSandbox, InvalidArgumentError } from 'e2b';
+import {
+  type Sandbox as E2bSandbox,
+  type FilesystemEvent,
+  FilesystemEventType,
+  InvalidArgumentError,
+} from 'e2b';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Sandbox } from '../../../src/index.js';
 import { createAbxHome } from '../../helpers/abx-home.js';
@@ -159,6 +164,40 @@ describe('file metadata through the e2b SDK', () => {
     await sbx.files.write('/tmp/meta/after-link.txt', 'x', { metadata: { k: 'v' } });
     expect(await sbx.files.read('/tmp/meta/precious')).toBe('precious');
     const kind = await sbx.commands.run('stat -c %F ~/.abx/envd/file-metadata.json');
+    expect(kind.stdout.trim()).toBe('regular file');
+  });
+
+  test("a recursive watch of the home does not see envd's store change", async () => {
+    await sbx.commands.run('mkdir -p /home/user/watched');
+    // The store's folder exists once a file has had metadata (its creation, `.abx`, is seen once).
+    await sbx.files.write('/tmp/meta/before-watch.txt', 'b', { metadata: { b: '1' } });
+    const events: FilesystemEvent[] = [];
+    let marked: () => void = () => undefined;
+    const marker = new Promise<void>((resolve) => {
+      marked = resolve;
+    });
+    const handle = await sbx.files.watchDir(
+      '/home/user',
+      (event) => {
+        events.push(event);
+        if (event.name === 'watched/marker.txt' && event.type === FilesystemEventType.WRITE)
+          marked();
+      },
+      { recursive: true },
+    );
+    try {
+      await sbx.files.write('/home/user/watched/tagged.txt', 't', { metadata: { w: '1' } });
+      // Written after the store was saved (before the answer): once its event came, any event of
+      // the store would have come before it.
+      await sbx.files.write('/home/user/watched/marker.txt', 'm');
+      await marker;
+    } finally {
+      await handle.stop();
+    }
+    const names = [...new Set(events.map((event) => event.name))].sort();
+    expect(names).toEqual(['watched/marker.txt', 'watched/tagged.txt']);
+    // The store is there all the same.
+    const kind = await sbx.commands.run('stat -c %F /home/user/.abx/envd/file-metadata.json');
     expect(kind.stdout.trim()).toBe('regular file');
   });
 
