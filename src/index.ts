@@ -138,7 +138,7 @@ export type {
   ProcessInfo,
   RunOptions,
 } from './sandbox/commands.js';
-export type { EntryInfo, WriteData, WriteEntry } from './sandbox/filesystem.js';
+export type { EntryInfo, WriteData, WriteEntry, WriteOptions } from './sandbox/filesystem.js';
 export type {
   SandboxCreateOptions,
   SandboxInfo,

@@ -1,11 +1,12 @@
 import { cpSync, readFileSync, rmSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { CAPABILITIES, type Capability } from '../protocol/capabilities.js';
 import { SANDBOX_HOME } from '../protocol/constants.js';
+import { FileMetadataStore } from '../server/file-metadata.js';
 import { CORE } from '../server/groups/core.js';
 import { DEV_TOOLS } from '../server/groups/dev-tools.js';
-import { FILE_OPS } from '../server/groups/files.js';
+import { fileOps } from '../server/groups/files.js';
 import { PROCESS } from '../server/groups/process.js';
 import { SYSTEM } from '../server/groups/system.js';
 import { TERMINAL } from '../server/groups/terminal.js';
@@ -78,8 +79,9 @@ if (!tokens) {
   process.stderr.write('envd: the token file is empty; refusing to serve without a token\n');
   process.exit(2);
 }
+const home = values.home ?? process.env.HOME ?? SANDBOX_HOME;
+const metadataDir = join(resolve(home), '.abx', 'envd');
 if (values['home-template']) {
-  const home = values.home ?? process.env.HOME ?? SANDBOX_HOME;
   try {
     cpSync(values['home-template'], home, {
       recursive: true,
@@ -110,7 +112,10 @@ const server = new SandboxServer({
   },
   catalog: [
     CORE,
-    FILE_OPS,
+    // File metadata (E2B's `X-Metadata-*`) in the home's .abx folder, where abx keeps its state:
+    // on the sandbox's disk (it survives envd, counts against the disk's quota, goes with a
+    // snapshot), made only when a file first gets metadata. docs/e2b.md, "File metadata".
+    fileOps({ metadata: new FileMetadataStore(join(metadataDir, 'file-metadata.json')) }),
     PROCESS,
     EXEC,
     SYSTEM,
@@ -118,7 +123,8 @@ const server = new SandboxServer({
     DEV_TOOLS,
     portsGroup(values['ports-dir'] as string, values['ports-host']),
     FILES_BATCH,
-    watchGroup(),
+    // A watch of the home does not see envd's own metadata store change.
+    watchGroup({}, [metadataDir]),
     ARCHIVE,
     ENV,
     tokensGroup(({ client, control }) => server.replaceTokens({ control, limited: client })),

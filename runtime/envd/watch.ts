@@ -123,7 +123,13 @@ export class DirectoryWatch {
     readonly recursive: boolean,
     private readonly limits: WatchLimits,
     private readonly onClose: (watch: DirectoryWatch) => void,
+    /** Folders of envd's own state (the file metadata store): never reported, never followed. */
+    private readonly hidden: readonly string[] = [],
   ) {}
+
+  private isHidden(path: string): boolean {
+    return this.hidden.some((dir) => path === dir || path.startsWith(`${dir}/`));
+  }
 
   /** Checks the directory and starts watching it; throws the request's error when it cannot. */
   start(): void {
@@ -248,6 +254,7 @@ export class DirectoryWatch {
     for (const name of names.sort()) {
       if (TEMP_NAME.test(name)) continue;
       const path = join(dir, name);
+      if (this.isHidden(path)) continue;
       const s = lstatOrUndefined(path);
       if (!s) continue;
       this.remember(path, s);
@@ -266,7 +273,7 @@ export class DirectoryWatch {
   }
 
   private notice(dir: string, kind: string, name: string): void {
-    if (this.ended || this.closed || TEMP_NAME.test(name)) return;
+    if (this.ended || this.closed || TEMP_NAME.test(name) || this.isHidden(join(dir, name))) return;
     this.pending.push({ dir, kind, name });
     if (!this.flushing) {
       this.flushing = true;
@@ -415,6 +422,8 @@ async function* watchLines(watch: DirectoryWatch, closed: AbortSignal): AsyncGen
 /** The WATCH group with its own watches, bounded by `limits`; `closeAll` ends every watch. */
 export function watchGroup(
   limits: Partial<WatchLimits> = {},
+  /** Folders of envd's own state, left out of every watch. */
+  hidden: readonly string[] = [],
 ): RouteGroup & { closeAll(): void; count(): number } {
   const bounds = { ...DEFAULT_WATCH_LIMITS, ...limits };
   const watches = new Map<string, DirectoryWatch>();
@@ -426,10 +435,16 @@ export function watchGroup(
         `envd already has ${bounds.watches} watches: stop one (DELETE /files/watch/{id}, or close a stream) first`,
       );
     }
-    const watch = new DirectoryWatch(path, recursive, bounds, (w) => {
-      watches.delete(w.id);
-      polled.delete(w.id);
-    });
+    const watch = new DirectoryWatch(
+      path,
+      recursive,
+      bounds,
+      (w) => {
+        watches.delete(w.id);
+        polled.delete(w.id);
+      },
+      hidden,
+    );
     watch.start();
     watches.set(watch.id, watch);
     return watch;

@@ -32,13 +32,25 @@ export const SMALL_FILE_BYTES = 64 * 1024;
 const tempNameFor = (path: string) =>
   join(dirname(path), `.${basename(path)}.${randomBytes(6).toString('hex')}.tmp`);
 
+/**
+ * Called with the temporary file once it is whole, before it is renamed into place (its inode is
+ * the one that will be at the path): envd notes its identity there, where no other process can
+ * have replaced it yet. Throwing cancels the write.
+ */
+export type BeforeRename = (temp: string) => void;
+
 /** {@link writeAtomic} of a small buffer, without the thread pool (see {@link SMALL_FILE_BYTES}). */
-export function writeSmallAtomic(path: string, content: Buffer): number {
+export function writeSmallAtomic(
+  path: string,
+  content: Buffer,
+  beforeRename?: BeforeRename,
+): number {
   const temp = tempNameFor(path);
   try {
     mkdirSync(dirname(path), { recursive: true });
     // `wx`: a new file of our own, never an existing FIFO or device that could block the open.
     writeFileSync(temp, content, { flag: 'wx' });
+    beforeRename?.(temp);
     renameSync(temp, path);
     return content.length;
   } catch (error) {
@@ -58,9 +70,10 @@ export function writeSmallAtomic(path: string, content: Buffer): number {
 export async function writeAtomic(
   path: string,
   content: Buffer | AsyncIterable<Buffer>,
+  beforeRename?: BeforeRename,
 ): Promise<number> {
   if (Buffer.isBuffer(content) && content.length <= SMALL_FILE_BYTES) {
-    return writeSmallAtomic(path, content);
+    return writeSmallAtomic(path, content, beforeRename);
   }
   const temp = tempNameFor(path);
   let size = 0;
@@ -83,6 +96,7 @@ export async function writeAtomic(
         createWriteStream(temp, { flags: 'wx', highWaterMark: STREAM_BUFFER_BYTES }),
       );
     }
+    beforeRename?.(temp);
     await rename(temp, path);
     return size;
   } catch (error) {

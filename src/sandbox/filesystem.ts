@@ -1,6 +1,11 @@
 import { Readable } from 'node:stream';
 import { ARCHIVE_SIZE_HEADER } from '../../runtime/protocol/constants.js';
-import { NotFoundError, SandboxNotFoundError } from '../errors.js';
+import {
+  checkMetadata,
+  MetadataError,
+  metadataHeaders,
+} from '../../runtime/protocol/file-metadata.js';
+import { BadRequestError, NotFoundError, SandboxNotFoundError } from '../errors.js';
 import type { HttpClient } from './http-client.js';
 import { type WatchEvent, WatchHandle, type WatchOptions } from './watch-handle.js';
 
@@ -14,6 +19,22 @@ export interface EntryInfo {
   mtime: string;
   /** A symlink's destination, as an absolute path (resolved where the link leads somewhere). */
   target?: string;
+  /**
+   * The file's user metadata, given by the write that made it (`write(path, data, { metadata })`);
+   * absent when it has none. Keys are lowercase.
+   */
+  metadata?: Record<string, string>;
+}
+
+/** Options of {@link Filesystem.write}. */
+export interface WriteOptions {
+  /**
+   * User metadata for the file (E2B's `metadata`): keys are HTTP tokens (letters, digits and
+   * ``!#$%&'*+-.^_`|~``, kept lowercased), values printable ASCII, at most 4096 bytes a file. It
+   * stays with the file through renames and goes when the file is deleted; the file's next write
+   * replaces it (a write without metadata clears it). Checked before anything is sent.
+   */
+  metadata?: Record<string, string>;
 }
 
 /** Something that can be written to a file. */
@@ -100,13 +121,34 @@ export class Filesystem {
   /**
    * Writes a file (parents are created; the write is atomic: readers see the old or the new
    * content, never half). Streams are sent as they come, never held whole in memory. Several
-   * files at once: `write([{ path, data }, ...])`.
+   * files at once: `write([{ path, data }, ...])`. `metadata` is kept with each file written
+   * (see {@link WriteOptions}).
    */
-  write(path: string, data: WriteData): Promise<EntryInfo>;
-  write(files: WriteEntry[]): Promise<EntryInfo[]>;
-  async write(pathOrFiles: string | WriteEntry[], data?: WriteData) {
+  write(path: string, data: WriteData, options?: WriteOptions): Promise<EntryInfo>;
+  write(files: WriteEntry[], options?: WriteOptions): Promise<EntryInfo[]>;
+  async write(
+    pathOrFiles: string | WriteEntry[],
+    dataOrOptions?: WriteData | WriteOptions,
+    maybeOptions?: WriteOptions,
+  ) {
+    const many = Array.isArray(pathOrFiles);
+    const options = (many ? dataOrOptions : maybeOptions) as WriteOptions | undefined;
+    const metadata = options?.metadata;
+    if (metadata) {
+      try {
+        checkMetadata(
+          Object.fromEntries(Object.entries(metadata).map(([k, v]) => [k.toLowerCase(), v])),
+        );
+      } catch (error) {
+        if (error instanceof MetadataError)
+          throw new BadRequestError(`invalid metadata: ${error.message}`);
+        throw error;
+      }
+    }
+    const withMetadata = metadata !== undefined && Object.keys(metadata).length > 0;
     if (Array.isArray(pathOrFiles)) {
-      const batch = batchable(pathOrFiles);
+      // The batch route carries no metadata: with some, each file is its own write.
+      const batch = withMetadata ? undefined : batchable(pathOrFiles);
       if (batch) {
         const { files } = await this.envd.json<{ files: Omit<EntryInfo, 'name'>[] }>(
           'POST',
@@ -116,18 +158,24 @@ export class Filesystem {
         return files.map((info) => ({ name: info.path.split('/').pop() ?? info.path, ...info }));
       }
       const results: EntryInfo[] = [];
-      for (const file of pathOrFiles) results.push(await this.writeOne(file.path, file.data));
+      for (const file of pathOrFiles) {
+        results.push(await this.writeOne(file.path, file.data, metadata));
+      }
       return results;
     }
-    return this.writeOne(pathOrFiles, data ?? '');
+    return this.writeOne(pathOrFiles, (dataOrOptions as WriteData | undefined) ?? '', metadata);
   }
 
-  private async writeOne(path: string, data: WriteData): Promise<EntryInfo> {
+  private async writeOne(
+    path: string,
+    data: WriteData,
+    metadata?: Record<string, string>,
+  ): Promise<EntryInfo> {
     const info = await this.envd.json<Omit<EntryInfo, 'name'>>('PUT', '/files/write', {
       query: { path },
       body: toBody(data),
       raw: true,
-      headers: { 'content-type': 'application/octet-stream' },
+      headers: { 'content-type': 'application/octet-stream', ...metadataHeaders(metadata) },
     });
     return { name: info.path.split('/').pop() ?? info.path, ...info };
   }

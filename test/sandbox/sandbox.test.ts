@@ -122,6 +122,39 @@ describe('a sandbox', () => {
     });
   });
 
+  test('file metadata: written with a file, shown by stat and list, kept through a rename', async () => {
+    await withSandbox(async (sandbox) => {
+      const written = await sandbox.files.write('tagged/a.txt', 'a', {
+        metadata: { Stage: 'raw' },
+      });
+      expect(written).toMatchObject({
+        path: '/home/user/tagged/a.txt',
+        metadata: { stage: 'raw' },
+      });
+      await sandbox.commands.run('mv tagged/a.txt tagged/b.txt');
+      expect((await sandbox.files.stat('tagged/b.txt')).metadata).toEqual({ stage: 'raw' });
+      // Several files with metadata: each is its own write, each gets the set.
+      await sandbox.files.write(
+        [
+          { path: 'tagged/c.txt', data: 'c' },
+          { path: 'tagged/d.txt', data: 'd' },
+        ],
+        { metadata: { batch: '1' } },
+      );
+      const listed = await sandbox.files.list('tagged');
+      expect(Object.fromEntries(listed.map((e) => [e.name, e.metadata]))).toEqual({
+        'b.txt': { stage: 'raw' },
+        'c.txt': { batch: '1' },
+        'd.txt': { batch: '1' },
+      });
+      // A bad set is refused before anything is sent; nothing is written.
+      await expect(
+        sandbox.files.write('tagged/e.txt', 'e', { metadata: { k: 'caf\u00e9' } }),
+      ).rejects.toThrow(/invalid metadata: metadata value for key "k" is not printable/);
+      expect(await sandbox.files.exists('tagged/e.txt')).toBe(false);
+    });
+  });
+
   test('a non-zero exit throws CommandExitError carrying the result', async () => {
     await withSandbox(async (sandbox) => {
       const error = await sandbox.commands.run('echo out; echo err >&2; exit 3').catch((e) => e);

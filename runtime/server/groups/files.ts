@@ -1,4 +1,13 @@
-import { closeSync, constants, fstatSync, openSync, readSync, type Stats } from 'node:fs';
+import {
+  type BigIntStats,
+  closeSync,
+  constants,
+  fstatSync,
+  lstatSync,
+  openSync,
+  readSync,
+  type Stats,
+} from 'node:fs';
 import {
   cp,
   lchown,
@@ -14,7 +23,9 @@ import {
   stat,
 } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
+import { MetadataError, metadataFromHeaders } from '../../protocol/file-metadata.js';
 import { BadRequestError, EditMismatchError, FileOperationError } from '../errors.js';
+import type { FileMetadataStore } from '../file-metadata.js';
 import {
   fsAction,
   SMALL_FILE_BYTES,
@@ -23,25 +34,25 @@ import {
   writeAtomic,
 } from '../file-system.js';
 import { Reply } from '../http.js';
-import { defineGroup } from '../route-group.js';
+import { defineGroup, type RouteGroup } from '../route-group.js';
 import { identityFor } from '../users.js';
 import { argList } from '../validate.js';
 import { globToRegExp, walk } from '../walk.js';
 import { FILE_TOOL_ROUTES } from './file-tools.js';
 
-function kindOf(s: Stats): string {
+function kindOf(s: Stats | BigIntStats): string {
   if (s.isSymbolicLink()) return 'symlink';
   if (s.isDirectory()) return 'directory';
   return s.isFile() ? 'file' : 'other';
 }
 
 /** A path as the file routes describe it. */
-export function describe(path: string, s: Stats) {
+export function describe(path: string, s: Stats | BigIntStats) {
   return {
     path,
     type: kindOf(s),
-    size: s.size,
-    mode: `0${(s.mode & 0o7777).toString(8)}`,
+    size: Number(s.size),
+    mode: `0${(Number(s.mode) & 0o7777).toString(8)}`,
     mtime: s.mtime.toISOString(),
   };
 }
@@ -50,7 +61,7 @@ export function describe(path: string, s: Stats) {
  * {@link describe}, with a symlink's `target`: the absolute path it leads to (resolved all the
  * way where it can be, else its own text made absolute: a broken link still shows where it points).
  */
-async function describeLink(path: string, s: Stats) {
+async function describeLink(path: string, s: Stats | BigIntStats) {
   const described = describe(path, s);
   if (!s.isSymbolicLink()) return described;
   const target = await realpath(path).catch(async () =>
@@ -154,236 +165,294 @@ function readSmall(path: string, offset: number, wanted: number | undefined): Bu
   }
 }
 
+/** The `X-Metadata-*` headers of a write, checked (a bad set is a 400 naming the fault). */
+function metadataOf(headers: Record<string, string | string[] | undefined>) {
+  try {
+    return metadataFromHeaders(Object.entries(headers));
+  } catch (error) {
+    if (error instanceof MetadataError)
+      throw new BadRequestError(`invalid metadata: ${error.message}`);
+    throw error;
+  }
+}
+
+/** {@link describeLink} with the file's metadata when the server keeps some. */
+async function describeWithMetadata(
+  path: string,
+  s: BigIntStats,
+  store: FileMetadataStore | undefined,
+) {
+  const described = await describeLink(path, s);
+  const metadata = await store?.metadataOf(path, s);
+  return metadata ? { ...described, metadata } : described;
+}
+
 /**
  * Reading, writing and searching files, and BaseSandbox's file tools (file-tools.ts); paths are
- * resolved against the server's directory.
+ * resolved against the server's directory. With `metadata` (envd's), writes keep the
+ * `X-Metadata-*` headers they carry and stat and list answer them; without (the command server),
+ * a write with metadata is refused.
  */
-export const FILE_OPS = defineGroup('FILE_OPS', '/files', 'file read/write/list/search/edit', [
-  {
-    method: 'GET',
-    path: '/files/read',
-    summary: 'Raw bytes of a file (`offset`, `length` for a range), as application/octet-stream.',
-    args: argList({ path: 'str', 'offset?': ['int', 0], 'length?': 'int' }),
-    handler: async ({ args }) => {
-      const path = safePath(args.path as string);
-      const small = readSmall(path, args.offset as number, args.length as number | undefined);
-      if (small) return new Reply(200, small, { 'content-length': String(small.length) });
-      // Opened before the answer starts, so an unreadable file is a 403/404, not a reset stream.
-      // Non-blocking: a FIFO (or a device) would hold the open until a writer came.
-      const handle = await fsAction(`read ${path}`, () => open(path, READ_FLAGS));
-      const s = await handle.stat();
-      if (!s.isFile()) {
-        await handle.close();
-        throw new FileOperationError(`${path} is not a regular file`, {
-          code: s.isDirectory() ? 'EISDIR' : 'not_a_regular_file',
-        });
-      }
-      const start = args.offset as number;
-      const wanted = args.length as number | undefined;
-      if (start < 0 || (wanted ?? 0) < 0) {
-        await handle.close();
-        throw new BadRequestError('offset and length must not be negative');
-      }
-      const length = Math.max(0, Math.min(wanted ?? s.size, s.size - start));
-      if (length === 0) await handle.close();
-      // createReadStream refuses an empty range, so an empty answer is a plain empty buffer.
-      const body =
-        length === 0
-          ? Buffer.alloc(0)
-          : handle.createReadStream({
-              start,
-              end: start + length - 1,
-              highWaterMark: Math.min(length, STREAM_BUFFER_BYTES),
-            });
-      return new Reply(200, body, { 'content-length': String(length) });
-    },
-  },
-  {
-    method: 'PUT',
-    path: '/files/write',
-    summary:
-      'Writes the raw request body to `?path=` atomically (temp file + rename), creating parents.',
-    body: 'stream',
-    args: argList({ path: 'str', 'user?': 'str' }),
-    handler: async ({ args, stream, headers }) => {
-      const path = safePath(args.path as string);
-      const identity = identityFor(args.user as string | undefined);
-      // A small body is read whole and written without the thread pool (SMALL_FILE_BYTES).
-      const small = Number(headers['content-length']) <= SMALL_FILE_BYTES;
-      const size = await writeAtomic(path, small ? await collect(stream()) : stream());
-      // An image build's copy step: the file belongs to the step's user.
-      if (identity) await fsAction(`chown ${path}`, () => lchown(path, identity.uid, identity.gid));
-      return { path, size };
-    },
-  },
-  {
-    method: 'GET',
-    path: '/files/list',
-    summary: 'Entries of a directory with type, size and mtime.',
-    args: argList({ 'path?': ['str', '.'] }),
-    handler: async ({ args }) => {
-      const path = safePath(args.path as string);
-      const names = await fsAction(`list ${path}`, () => readdir(path));
-      const entries = await Promise.all(
-        names.sort().map(async (name) => {
-          const s = await lstat(join(path, name)).catch(() => undefined);
-          return s
-            ? { name, ...(await describeLink(join(path, name), s)) }
-            : { name, type: 'gone' };
-        }),
-      );
-      return { path, entries };
-    },
-  },
-  {
-    method: 'GET',
-    path: '/files/stat',
-    summary:
-      "Type, size, mode and mtime of a path (symlinks are not followed: a link's `target` is where it leads).",
-    args: argList({ path: 'str' }),
-    handler: async ({ args }) => {
-      const path = safePath(args.path as string);
-      return describeLink(path, await fsAction(`stat ${path}`, () => lstat(path)));
-    },
-  },
-  {
-    method: 'POST',
-    path: '/files/mkdir',
-    summary: 'Creates a directory and its parents; an existing directory is fine.',
-    args: argList({ path: 'str' }),
-    handler: async ({ args }) => {
-      const path = safePath(args.path as string);
-      await fsAction(`create directory ${path}`, () => makeDirectory(path));
-      return { path };
-    },
-  },
-  {
-    method: 'POST',
-    path: '/files/move',
-    summary: 'Renames a file or directory; refuses to replace one unless `overwrite`.',
-    args: argList({ from: 'str', to: 'str', 'overwrite?': ['bool', false] }),
-    handler: async ({ args }) => {
-      const from = safePath(args.from as string, 'from');
-      const to = safePath(args.to as string, 'to');
-      await mustNotExist(to, args.overwrite as boolean);
-      await fsAction(`move ${from} to ${to}`, async () => {
-        await mkdir(join(to, '..'), { recursive: true });
-        await rename(from, to);
-      });
-      return { from, to };
-    },
-  },
-  {
-    method: 'POST',
-    path: '/files/copy',
-    summary: 'Copies a file or a directory tree; refuses to replace unless `overwrite`.',
-    args: argList({ from: 'str', to: 'str', 'overwrite?': ['bool', false] }),
-    handler: async ({ args }) => {
-      const from = safePath(args.from as string, 'from');
-      const to = safePath(args.to as string, 'to');
-      await mustNotExist(to, args.overwrite as boolean);
-      await fsAction(`copy ${from} to ${to}`, () =>
-        cp(from, to, { recursive: true, force: true, errorOnExist: false }),
-      );
-      return { from, to };
-    },
-  },
-  {
-    method: 'POST',
-    path: '/files/delete',
-    summary: 'Deletes a file, or a directory with `recursive`.',
-    args: argList({ path: 'str', 'recursive?': ['bool', false] }),
-    handler: async ({ args }) => {
-      const path = safePath(args.path as string);
-      const s = await fsAction(`delete ${path}`, () => lstat(path));
-      if (s.isDirectory() && !args.recursive) {
-        throw new FileOperationError(`${path} is a directory; pass recursive: true to delete it`, {
-          code: 'EISDIR',
-        });
-      }
-      await fsAction(`delete ${path}`, () => rm(path, { recursive: true }));
-      return { path, deleted: true };
-    },
-  },
-  {
-    method: 'GET',
-    path: '/files/glob',
-    summary: 'Paths under `cwd` matching a glob (`**`, `*`, `?`, `{a,b}`), up to `limit`.',
-    args: argList({ pattern: 'str', 'cwd?': ['str', '.'], 'limit?': ['int', 1000] }),
-    handler: async ({ args }) => {
-      const cwd = safePath(args.cwd as string, 'cwd');
-      const regex = globToRegExp(args.pattern as string);
-      const matches: string[] = [];
-      let truncated = false;
-      for await (const entry of walk(cwd)) {
-        if (!regex.test(entry.path)) continue;
-        if (matches.length >= (args.limit as number)) {
-          truncated = true;
-          break;
+export function fileOps(options: { metadata?: FileMetadataStore } = {}): RouteGroup {
+  const store = options.metadata;
+  return defineGroup('FILE_OPS', '/files', 'file read/write/list/search/edit', [
+    {
+      method: 'GET',
+      path: '/files/read',
+      summary: 'Raw bytes of a file (`offset`, `length` for a range), as application/octet-stream.',
+      args: argList({ path: 'str', 'offset?': ['int', 0], 'length?': 'int' }),
+      handler: async ({ args }) => {
+        const path = safePath(args.path as string);
+        const small = readSmall(path, args.offset as number, args.length as number | undefined);
+        if (small) return new Reply(200, small, { 'content-length': String(small.length) });
+        // Opened before the answer starts, so an unreadable file is a 403/404, not a reset stream.
+        // Non-blocking: a FIFO (or a device) would hold the open until a writer came.
+        const handle = await fsAction(`read ${path}`, () => open(path, READ_FLAGS));
+        const s = await handle.stat();
+        if (!s.isFile()) {
+          await handle.close();
+          throw new FileOperationError(`${path} is not a regular file`, {
+            code: s.isDirectory() ? 'EISDIR' : 'not_a_regular_file',
+          });
         }
-        matches.push(entry.path);
-      }
-      return { cwd, matches, truncated };
-    },
-  },
-  {
-    method: 'GET',
-    path: '/files/grep',
-    summary: 'Lines matching a regular expression in a file or the files under a directory.',
-    args: argList({
-      pattern: 'str',
-      'path?': ['str', '.'],
-      'glob?': 'str',
-      'ignore_case?': ['bool', false],
-      'limit?': ['int', 500],
-    }),
-    handler: async ({ args }) => {
-      const root = safePath(args.path as string);
-      const regex = regexOf(args.pattern as string, args.ignore_case ? 'i' : '');
-      const only = args.glob === undefined ? undefined : globToRegExp(args.glob as string);
-      const rootStat = await fsAction(`search ${root}`, () => stat(root));
-      const files = rootStat.isDirectory() ? walk(root) : [{ path: '', dir: false }];
-      const matches: { path: string; line: number; text: string }[] = [];
-      for await (const entry of files) {
-        if (entry.dir || (only && !only.test(entry.path))) continue;
-        const full = entry.path === '' ? root : join(root, entry.path);
-        const s = await stat(full).catch(() => undefined);
-        if (!s?.isFile() || s.size > GREP_MAX_FILE_BYTES) continue;
-        const bytes = await readFile(full).catch(() => undefined);
-        if (!bytes || bytes.subarray(0, 8192).includes(0)) continue; // binary
-        const lines = bytes.toString('utf8').split('\n');
-        for (const [i, text] of lines.entries()) {
-          if (!regex.test(text)) continue;
-          if (matches.length >= (args.limit as number)) return { matches, truncated: true };
-          matches.push({ path: full, line: i + 1, text });
+        const start = args.offset as number;
+        const wanted = args.length as number | undefined;
+        if (start < 0 || (wanted ?? 0) < 0) {
+          await handle.close();
+          throw new BadRequestError('offset and length must not be negative');
         }
-      }
-      return { matches, truncated: false };
+        const length = Math.max(0, Math.min(wanted ?? s.size, s.size - start));
+        if (length === 0) await handle.close();
+        // createReadStream refuses an empty range, so an empty answer is a plain empty buffer.
+        const body =
+          length === 0
+            ? Buffer.alloc(0)
+            : handle.createReadStream({
+                start,
+                end: start + length - 1,
+                highWaterMark: Math.min(length, STREAM_BUFFER_BYTES),
+              });
+        return new Reply(200, body, { 'content-length': String(length) });
+      },
     },
-  },
-  {
-    method: 'POST',
-    path: '/files/edit',
-    summary: 'Replaces exact text in a file (once, or every time with `all`), atomically.',
-    args: argList({ path: 'str', old: 'str', new: 'str', 'all?': ['bool', false] }),
-    handler: async ({ args }) => {
-      const path = safePath(args.path as string);
-      const [old, replacement] = [args.old as string, args.new as string];
-      if (old === '') throw new BadRequestError('old is empty; give the exact text to replace');
-      const text = await fsAction(`read ${path}`, () => readFile(path, 'utf8'));
-      const count = text.split(old).length - 1;
-      if (count === 0) throw new EditMismatchError(`the text to replace does not occur in ${path}`);
-      if (count > 1 && !args.all) {
-        throw new EditMismatchError(
-          `the text to replace occurs ${count} times in ${path}; give more context or pass all: true`,
+    {
+      method: 'PUT',
+      path: '/files/write',
+      summary:
+        "Writes the raw request body to `?path=` atomically (temp file + rename), creating parents; `X-Metadata-<key>` headers become the new file's metadata.",
+      body: 'stream',
+      args: argList({ path: 'str', 'user?': 'str' }),
+      handler: async ({ args, stream, headers }) => {
+        const path = safePath(args.path as string);
+        const identity = identityFor(args.user as string | undefined);
+        // Checked before a byte is written: a refused set leaves the file as it was.
+        const metadata = metadataOf(headers);
+        const hasMetadata = Object.keys(metadata).length > 0;
+        if (hasMetadata && !store) {
+          throw new BadRequestError(
+            'this server keeps no file metadata: send X-Metadata-* headers to envd (port 49983), or leave them out',
+          );
+        }
+        if (store) await store.admit(path, metadata);
+        const replaced = await store?.replacing(path);
+        let written: BigIntStats | undefined;
+        const noteWritten = (temp: string) => {
+          written = lstatSync(temp, { bigint: true });
+        };
+        // A small body is read whole and written without the thread pool (SMALL_FILE_BYTES).
+        const small = Number(headers['content-length']) <= SMALL_FILE_BYTES;
+        const size = await writeAtomic(
+          path,
+          small ? await collect(stream()) : stream(),
+          hasMetadata ? noteWritten : undefined,
         );
-      }
-      const edited = args.all
-        ? text.split(old).join(replacement)
-        : text.replace(old, () => replacement);
-      await writeAtomic(path, Buffer.from(edited, 'utf8'));
-      return { path, replacements: args.all ? count : 1 };
+        // An image build's copy step: the file belongs to the step's user.
+        if (identity)
+          await fsAction(`chown ${path}`, () => lchown(path, identity.uid, identity.gid));
+        await store?.written(path, written, metadata, replaced);
+        return hasMetadata ? { path, size, metadata } : { path, size };
+      },
     },
-  },
-  ...FILE_TOOL_ROUTES,
-]);
+    {
+      method: 'GET',
+      path: '/files/list',
+      summary: 'Entries of a directory with type, size and mtime.',
+      args: argList({ 'path?': ['str', '.'] }),
+      handler: async ({ args }) => {
+        const path = safePath(args.path as string);
+        const names = await fsAction(`list ${path}`, () => readdir(path));
+        const entries = await Promise.all(
+          names.sort().map(async (name) => {
+            const s = await lstat(join(path, name), { bigint: true }).catch(() => undefined);
+            return s
+              ? { name, ...(await describeWithMetadata(join(path, name), s, store)) }
+              : { name, type: 'gone' };
+          }),
+        );
+        return { path, entries };
+      },
+    },
+    {
+      method: 'GET',
+      path: '/files/stat',
+      summary:
+        "Type, size, mode and mtime of a path (symlinks are not followed: a link's `target` is where it leads).",
+      args: argList({ path: 'str' }),
+      handler: async ({ args }) => {
+        const path = safePath(args.path as string);
+        const s = await fsAction(`stat ${path}`, () => lstat(path, { bigint: true }));
+        return describeWithMetadata(path, s, store);
+      },
+    },
+    {
+      method: 'POST',
+      path: '/files/mkdir',
+      summary: 'Creates a directory and its parents; an existing directory is fine.',
+      args: argList({ path: 'str' }),
+      handler: async ({ args }) => {
+        const path = safePath(args.path as string);
+        await fsAction(`create directory ${path}`, () => makeDirectory(path));
+        return { path };
+      },
+    },
+    {
+      method: 'POST',
+      path: '/files/move',
+      summary: 'Renames a file or directory; refuses to replace one unless `overwrite`.',
+      args: argList({ from: 'str', to: 'str', 'overwrite?': ['bool', false] }),
+      handler: async ({ args }) => {
+        const from = safePath(args.from as string, 'from');
+        const to = safePath(args.to as string, 'to');
+        await mustNotExist(to, args.overwrite as boolean);
+        const move = () =>
+          fsAction(`move ${from} to ${to}`, async () => {
+            await mkdir(join(to, '..'), { recursive: true });
+            await rename(from, to);
+          });
+        await (store ? store.moving(from, to, move) : move());
+        return { from, to };
+      },
+    },
+    {
+      method: 'POST',
+      path: '/files/copy',
+      summary: 'Copies a file or a directory tree; refuses to replace unless `overwrite`.',
+      args: argList({ from: 'str', to: 'str', 'overwrite?': ['bool', false] }),
+      handler: async ({ args }) => {
+        const from = safePath(args.from as string, 'from');
+        const to = safePath(args.to as string, 'to');
+        await mustNotExist(to, args.overwrite as boolean);
+        await fsAction(`copy ${from} to ${to}`, () =>
+          cp(from, to, { recursive: true, force: true, errorOnExist: false }),
+        );
+        return { from, to };
+      },
+    },
+    {
+      method: 'POST',
+      path: '/files/delete',
+      summary: 'Deletes a file, or a directory with `recursive`.',
+      args: argList({ path: 'str', 'recursive?': ['bool', false] }),
+      handler: async ({ args }) => {
+        const path = safePath(args.path as string);
+        const s = await fsAction(`delete ${path}`, () => lstat(path));
+        if (s.isDirectory() && !args.recursive) {
+          throw new FileOperationError(
+            `${path} is a directory; pass recursive: true to delete it`,
+            {
+              code: 'EISDIR',
+            },
+          );
+        }
+        await fsAction(`delete ${path}`, () => rm(path, { recursive: true }));
+        await store?.deleted(path);
+        return { path, deleted: true };
+      },
+    },
+    {
+      method: 'GET',
+      path: '/files/glob',
+      summary: 'Paths under `cwd` matching a glob (`**`, `*`, `?`, `{a,b}`), up to `limit`.',
+      args: argList({ pattern: 'str', 'cwd?': ['str', '.'], 'limit?': ['int', 1000] }),
+      handler: async ({ args }) => {
+        const cwd = safePath(args.cwd as string, 'cwd');
+        const regex = globToRegExp(args.pattern as string);
+        const matches: string[] = [];
+        let truncated = false;
+        for await (const entry of walk(cwd)) {
+          if (!regex.test(entry.path)) continue;
+          if (matches.length >= (args.limit as number)) {
+            truncated = true;
+            break;
+          }
+          matches.push(entry.path);
+        }
+        return { cwd, matches, truncated };
+      },
+    },
+    {
+      method: 'GET',
+      path: '/files/grep',
+      summary: 'Lines matching a regular expression in a file or the files under a directory.',
+      args: argList({
+        pattern: 'str',
+        'path?': ['str', '.'],
+        'glob?': 'str',
+        'ignore_case?': ['bool', false],
+        'limit?': ['int', 500],
+      }),
+      handler: async ({ args }) => {
+        const root = safePath(args.path as string);
+        const regex = regexOf(args.pattern as string, args.ignore_case ? 'i' : '');
+        const only = args.glob === undefined ? undefined : globToRegExp(args.glob as string);
+        const rootStat = await fsAction(`search ${root}`, () => stat(root));
+        const files = rootStat.isDirectory() ? walk(root) : [{ path: '', dir: false }];
+        const matches: { path: string; line: number; text: string }[] = [];
+        for await (const entry of files) {
+          if (entry.dir || (only && !only.test(entry.path))) continue;
+          const full = entry.path === '' ? root : join(root, entry.path);
+          const s = await stat(full).catch(() => undefined);
+          if (!s?.isFile() || s.size > GREP_MAX_FILE_BYTES) continue;
+          const bytes = await readFile(full).catch(() => undefined);
+          if (!bytes || bytes.subarray(0, 8192).includes(0)) continue; // binary
+          const lines = bytes.toString('utf8').split('\n');
+          for (const [i, text] of lines.entries()) {
+            if (!regex.test(text)) continue;
+            if (matches.length >= (args.limit as number)) return { matches, truncated: true };
+            matches.push({ path: full, line: i + 1, text });
+          }
+        }
+        return { matches, truncated: false };
+      },
+    },
+    {
+      method: 'POST',
+      path: '/files/edit',
+      summary: 'Replaces exact text in a file (once, or every time with `all`), atomically.',
+      args: argList({ path: 'str', old: 'str', new: 'str', 'all?': ['bool', false] }),
+      handler: async ({ args }) => {
+        const path = safePath(args.path as string);
+        const [old, replacement] = [args.old as string, args.new as string];
+        if (old === '') throw new BadRequestError('old is empty; give the exact text to replace');
+        const text = await fsAction(`read ${path}`, () => readFile(path, 'utf8'));
+        const count = text.split(old).length - 1;
+        if (count === 0)
+          throw new EditMismatchError(`the text to replace does not occur in ${path}`);
+        if (count > 1 && !args.all) {
+          throw new EditMismatchError(
+            `the text to replace occurs ${count} times in ${path}; give more context or pass all: true`,
+          );
+        }
+        const edited = args.all
+          ? text.split(old).join(replacement)
+          : text.replace(old, () => replacement);
+        await writeAtomic(path, Buffer.from(edited, 'utf8'));
+        return { path, replacements: args.all ? count : 1 };
+      },
+    },
+    ...FILE_TOOL_ROUTES,
+  ]);
+}
+
+/** {@link fileOps} without file metadata: the command server's. */
+export const FILE_OPS = fileOps();

@@ -154,6 +154,7 @@ export async function envdRequest(
   path: string,
   body: unknown,
   signal: AbortSignal | undefined,
+  headers: Record<string, string> = {},
 ): Promise<EnvdResponse> {
   const raw = Buffer.isBuffer(body);
   const payload = body === undefined ? undefined : raw ? body : Buffer.from(JSON.stringify(body));
@@ -162,6 +163,7 @@ export async function envdRequest(
       method: method as 'GET',
       path,
       headers: {
+        ...headers,
         authorization: `Bearer ${target.token}`,
         ...(payload
           ? {
@@ -182,7 +184,7 @@ export async function envdRequest(
 /**
  * A request to envd's native API whose body is streamed from `body` (chunked), with backpressure:
  * `body` is read only as fast as envd takes it. If `body` throws, the request is cut, so envd
- * never sees a cut body as a whole one. Resolves with envd's answer (which may come before the
+ * never sees a cut body as a whole one; `headers` are sent too. Resolves with envd's answer (which may come before the
  * body is all sent: `cancel` then stops sending).
  */
 export function envdStream(
@@ -191,9 +193,11 @@ export function envdStream(
   path: string,
   body: AsyncIterable<Uint8Array>,
   signal: AbortSignal | undefined,
+  headers: Record<string, string> = {},
 ): Promise<{ res: IncomingMessage; cancel(): void }> {
   return new Promise((resolve, reject) => {
     const req = toEnvd(target, method, path, signal, {
+      ...headers,
       'content-type': 'application/octet-stream',
       'transfer-encoding': 'chunked',
     });

@@ -1,6 +1,11 @@
 import { basename } from 'node:path/posix';
 import { pipeline } from 'node:stream/promises';
 import { createGunzip } from 'node:zlib';
+import {
+  MetadataError,
+  metadataFromHeaders,
+  metadataHeaders,
+} from '../../../runtime/protocol/file-metadata.js';
 import { SMALL_FILE_BYTES } from '../../../runtime/server/file-system.js';
 import {
   type EnvdResponse,
@@ -168,8 +173,9 @@ async function putFile(
   target: EnvdTarget,
   path: string,
   data: AsyncIterable<Uint8Array>,
+  metadata: Record<string, string>,
   signal: AbortSignal,
-): Promise<{ path: string } | FilesAnswer> {
+): Promise<Written | FilesAnswer> {
   // A small file (most uploads: a script, a config) is read whole first and sent with its
   // length in one write: envd then writes it at once, without the thread pool, where a streamed
   // body costs it a millisecond more. A larger one is streamed from its first bytes on.
@@ -182,6 +188,7 @@ async function putFile(
       `/files/write?path=${encodeURIComponent(path)}`,
       head.whole,
       signal,
+      metadataHeaders(metadata),
     );
     call = { res, cancel: () => res.destroy() };
   } else {
@@ -202,6 +209,7 @@ async function putFile(
         `/files/write?path=${encodeURIComponent(path)}`,
         tapped,
         signal,
+        metadataHeaders(metadata),
       );
     } catch (error) {
       throw dataError ?? error;
@@ -218,7 +226,7 @@ async function putFile(
     // body is not sent on.
     if (!ok) call.cancel();
   }
-  if (ok) return JSON.parse(text) as { path: string };
+  if (ok) return JSON.parse(text) as Written;
   let code: unknown;
   try {
     code = (JSON.parse(text) as { code?: unknown }).code;
@@ -231,7 +239,13 @@ async function putFile(
   return fromEnvd(status, text, `write ${path}`);
 }
 
-function isAnswer(value: { path: string } | FilesAnswer): value is FilesAnswer {
+/** envd's answer to a write: the metadata it keeps for the file when there is some. */
+interface Written {
+  path: string;
+  metadata?: Record<string, string>;
+}
+
+function isAnswer(value: Written | FilesAnswer): value is FilesAnswer {
   return 'status' in value;
 }
 
@@ -257,15 +271,38 @@ export async function writeFiles(
       `Content-Encoding ${JSON.stringify(encoding.slice(0, 40))}: send gzip or none`,
     );
   }
+  // `X-Metadata-<key>: <value>`: every file of the upload gets the set (E2B's envd keeps it as
+  // `user.e2b.*` xattrs; abx's envd keeps it itself). A bad set is refused before a byte is written.
+  let metadata: Record<string, string>;
+  try {
+    metadata = metadataFromHeaders(headers.entries());
+  } catch (error) {
+    if (error instanceof MetadataError)
+      return filesError(400, `invalid metadata: ${error.message}`);
+    throw error;
+  }
   const body = encoding === 'gzip' ? gunzipped(raw) : raw;
   const type = headers.get('content-type') ?? '';
   const path = query.get('path') || undefined;
-  const written: { name: string; type: 'file'; path: string }[] = [];
+  const written: {
+    name: string;
+    type: 'file';
+    path: string;
+    metadata?: Record<string, string>;
+  }[] = [];
   /** The paths asked for and written, so that no two parts write one file. */
   const seen = new Set<string>();
-  const done = (asked: string, result: { path: string }) => {
+  const done = (asked: string, result: Written) => {
     seen.add(asked).add(result.path);
-    written.push({ name: basename(result.path), type: 'file', path: result.path });
+    written.push({
+      name: basename(result.path),
+      type: 'file',
+      path: result.path,
+      // As E2B's envd: the metadata the file has now, left out when it has none.
+      ...(result.metadata && Object.keys(result.metadata).length > 0
+        ? { metadata: result.metadata }
+        : {}),
+    });
   };
   try {
     if (/^multipart\/form-data/i.test(type)) {
@@ -286,7 +323,7 @@ export async function writeFiles(
             `cannot upload multiple files to same path ${JSON.stringify(file.slice(0, 200))}: name each part's file by its filename and leave ?path= out`,
           );
         }
-        const result = await putFile(target, file, part.data, signal);
+        const result = await putFile(target, file, part.data, metadata, signal);
         if (isAnswer(result)) return result;
         done(file, result);
       }
@@ -295,7 +332,7 @@ export async function writeFiles(
       if (!path) {
         return filesError(400, 'an octet-stream upload needs ?path= naming the file to write');
       }
-      const result = await putFile(target, path, body, signal);
+      const result = await putFile(target, path, body, metadata, signal);
       if (isAnswer(result)) return result;
       done(path, result);
     } else {

@@ -21,6 +21,8 @@ export interface NativeEntry {
   mtime?: string;
   /** A symlink's destination, absolute. */
   target?: string;
+  /** The file's user metadata (E2B's `X-Metadata-*`), when it has some. */
+  metadata?: Record<string, string>;
 }
 
 /** ListDir walks at most this many entries (a depth over a large tree stays bounded). */
@@ -58,6 +60,7 @@ export function entryOf(native: NativeEntry): EntryInfo {
     group: E2B_USER,
     ...(native.mtime ? { modifiedTime: timestampFromDate(new Date(native.mtime)) } : {}),
     ...(native.target === undefined ? {} : { symlinkTarget: native.target }),
+    ...(native.metadata ? { metadata: native.metadata } : {}),
   });
 }
 

@@ -91,5 +91,13 @@ if (!engine.docker) {
       expect((await sbx.files.list('/tmp/e2b')).map((e) => e.name)).toEqual(['a.txt']);
       expect(await sbx.files.getInfo('/tmp/e2b/a.txt')).toMatchObject({ type: 'file', size: 5 });
     });
+
+    test('file metadata on overlayfs: kept through mv, dropped with rm, not inherited by a new file', async () => {
+      await sbx.files.write('/tmp/e2b/m.txt', 'm', { metadata: { layer: 'upper' } });
+      await sbx.commands.run('mv /tmp/e2b/m.txt /home/user/m.txt');
+      expect((await sbx.files.getInfo('/home/user/m.txt')).metadata).toEqual({ layer: 'upper' });
+      await sbx.commands.run('rm /home/user/m.txt && echo new > /home/user/m.txt');
+      expect((await sbx.files.getInfo('/home/user/m.txt')).metadata).toBeUndefined();
+    });
   });
 }

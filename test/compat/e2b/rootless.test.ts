@@ -76,6 +76,15 @@ describe('E2B envd face under a rootless daemon', () => {
     await handle.stop();
   });
 
+  test('file metadata in a tmpfs home: kept through mv, not inherited after rm', async () => {
+    const home = (await sbx.commands.run('stat -f -c %T /home/user')).stdout.trim();
+    await sbx.files.write('/home/user/tagged.txt', 't', { metadata: { fs: home } });
+    await sbx.commands.run('mv /home/user/tagged.txt /home/user/moved.txt');
+    expect((await sbx.files.getInfo('/home/user/moved.txt')).metadata).toEqual({ fs: home });
+    await sbx.commands.run('rm /home/user/moved.txt && echo new > /home/user/moved.txt');
+    expect((await sbx.files.getInfo('/home/user/moved.txt')).metadata).toBeUndefined();
+  });
+
   test('root is refused here too', async () => {
     const failure = await sbx.commands.run('id -u', { user: 'root' }).catch((e: unknown) => e);
     expect(failure).toBeInstanceOf(SandboxError);
