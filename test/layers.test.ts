@@ -12,6 +12,9 @@ import { sources, specifiers } from './helpers/imports.js';
 const LAYERS: Record<string, string[]> = {
   runtime: ['runtime/'],
   base: ['src/util/', 'src/errors.ts'],
+  // Egress policy, the egress service's process and a sandbox's network namespace: templates
+  // read policies, providers enforce them, the control plane stores and changes them.
+  egress: ['src/egress/'],
   model: ['decorators/', 'src/commands/', 'src/authoring.ts', 'src/reflect-metadata.ts'],
   installation: ['src/installation/'],
   providers: ['src/providers/'],
@@ -26,14 +29,15 @@ const LAYERS: Record<string, string[]> = {
 const BELOW: Record<string, string[]> = {
   runtime: [],
   base: ['runtime'],
-  model: ['base', 'runtime'],
+  egress: ['base', 'runtime'],
+  model: ['egress', 'base', 'runtime'],
   installation: ['base', 'runtime'],
-  providers: ['model', 'base', 'runtime'],
+  providers: ['model', 'egress', 'base', 'runtime'],
   // Foreign wires (E2B's API) declare the services they need as interfaces and never import the
   // control plane: the daemon mounts them and hands them its services (src/control/e2b-mount.ts),
   // so the layer adds no state of its own and the control plane stays the one owner of it.
-  compat: ['providers', 'installation', 'model', 'base', 'runtime'],
-  control: ['compat', 'providers', 'installation', 'model', 'base', 'runtime'],
+  compat: ['providers', 'installation', 'model', 'egress', 'base', 'runtime'],
+  control: ['compat', 'providers', 'installation', 'model', 'egress', 'base', 'runtime'],
   agent: ['model', 'base', 'runtime'],
   sdk: ['agent', 'installation', 'model', 'base', 'runtime'],
   mcp: ['sdk', 'agent', 'installation', 'model', 'base', 'runtime'],

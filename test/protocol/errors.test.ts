@@ -29,7 +29,14 @@ const BUILT_IN = new Set(['Error', 'TypeError', 'RangeError', 'SyntaxError', 'Ag
  * Classes whose instances never cross the wire from a server: thrown and caught on one side.
  * Everything else a server of this package constructs must be in the table.
  */
-const LOCAL_ONLY = new Set(['UsageError', 'ExitCode', 'ToolCallError', 'CallbackError']);
+const LOCAL_ONLY = new Set([
+  'UsageError',
+  'ExitCode',
+  'ToolCallError',
+  'CallbackError',
+  // The file-metadata check's own: every caller turns it into a BadRequestError (a 400).
+  'MetadataError',
+]);
 
 /** Every `new XError(` and `XError.of(` in the code of the servers (command server, envd, daemon). */
 function errorsConstructedIn(dirs: string[]): Set<string> {
