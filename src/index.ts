@@ -139,6 +139,7 @@ export type {
   RunOptions,
 } from './sandbox/commands.js';
 export type { EntryInfo, WriteData, WriteEntry, WriteOptions } from './sandbox/filesystem.js';
+export type { NetworkPolicy } from './sandbox/sandbox-api.js';
 export type {
   SandboxCreateOptions,
   SandboxInfo,

@@ -25,6 +25,8 @@ export interface SandboxInfo {
   endReason: string | null;
   /** The port envd answers on through the gateway. */
   envdPort: number;
+  /** An `internet` sandbox's egress policy (docs/network.md); absent on other networks. */
+  network?: { allowOut: string[]; denyOut: string[] };
 }
 
 /** Limits applied to every process of a sandbox (see the README for which are enforced). */

@@ -76,6 +76,14 @@ export function sandboxJson(record: SandboxRecord): SandboxInfo {
     endedAt: record.endedAt === null ? null : new Date(record.endedAt).toISOString(),
     endReason: record.endReason,
     envdPort: ENVD_PORT,
+    ...(record.handle.net
+      ? {
+          network: {
+            allowOut: record.handle.net.policy.allowOut,
+            denyOut: record.handle.net.policy.denyOut,
+          },
+        }
+      : {}),
   };
 }
 
@@ -142,7 +150,7 @@ export const API_ROUTES: ApiRoute[] = [
     path: '/v1/sandboxes',
     group: 'api',
     summary:
-      'Create a sandbox from a template: { template?, timeoutMs?, envs?, metadata? }; the answer has its accessToken and the gatewayUrl its ports are reached through.',
+      'Create a sandbox from a template: { template?, timeoutMs?, envs?, metadata?, network?: { allowOut?, denyOut? }, allowInternetAccess? }; the answer has its accessToken and the gatewayUrl its ports are reached through.',
     handler: async ({ body, ctx }) => {
       const request = (body ?? {}) as Record<string, unknown>;
       if (typeof request !== 'object' || Array.isArray(request)) {
@@ -160,6 +168,10 @@ export const API_ROUTES: ApiRoute[] = [
           ...(request.timeoutMs === undefined ? {} : { timeoutMs: request.timeoutMs as number }),
           envs: request.envs as Record<string, string>,
           metadata: request.metadata as Record<string, string>,
+          ...(request.network === undefined ? {} : { network: request.network }),
+          ...(request.allowInternetAccess === undefined
+            ? {}
+            : { allowInternetAccess: request.allowInternetAccess }),
         },
         caller.keyId === null
           ? undefined
@@ -249,6 +261,17 @@ export const API_ROUTES: ApiRoute[] = [
     handler: async ({ params, args, ctx }) => {
       await checkVisible(ctx, params.id as string);
       return sandboxJson(await ctx.sandboxes.setTimeout(params.id as string, args.timeoutMs));
+    },
+  },
+  {
+    method: 'PUT',
+    path: '/v1/sandboxes/{id}/network',
+    group: 'api',
+    summary:
+      "Replace an internet sandbox's egress policy: { allowOut?, denyOut? } (CIDRs, domain names, *.domain wildcards; an allow entry wins). New connections and DNS questions follow it at once.",
+    handler: async ({ params, body, ctx }) => {
+      await checkVisible(ctx, params.id as string);
+      return sandboxJson(await ctx.sandboxes.setNetwork(params.id as string, body));
     },
   },
   {

@@ -1,6 +1,7 @@
 import { createRequire } from 'node:module';
 import type * as Pg from 'pg';
 import { UnavailableError } from '../errors.js';
+import type { SandboxHandle } from '../providers/provider.js';
 import { MIGRATIONS, SCHEMA_VERSION, tooNewError } from './migrations.js';
 import type {
   ApiKeyRecord,
@@ -398,6 +399,14 @@ export class PostgresRegistry implements Registry {
     const { rowCount } = await this.query(
       `UPDATE sandboxes SET expires_at = $1 WHERE id = $2 AND state = 'running'`,
       [expiresAt, id],
+    );
+    return rowCount === 1;
+  }
+
+  async setHandle(id: string, handle: SandboxHandle): Promise<boolean> {
+    const { rowCount } = await this.query(
+      `UPDATE sandboxes SET handle = $1 WHERE id = $2 AND state = 'running'`,
+      [JSON.stringify(handle), id],
     );
     return rowCount === 1;
   }

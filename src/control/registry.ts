@@ -139,6 +139,8 @@ export interface Registry {
   ): Promise<boolean>;
   /** Sets a running sandbox's expiry; false when it is not running. */
   setExpiry(id: string, expiresAt: number): Promise<boolean>;
+  /** Replaces a running sandbox's handle (its network policy changed); false when not running. */
+  setHandle(id: string, handle: SandboxHandle): Promise<boolean>;
   /** Running sandboxes whose time is up. */
   expired(now?: number): Promise<SandboxRecord[]>;
   /** Sandboxes that ended (killed, expired, dead) at or after `since`, oldest end first. */

@@ -1,5 +1,6 @@
 import { ENV_NAME_PATTERN } from '../../runtime/protocol/arguments.js';
 import { MAX_SANDBOX_TIMEOUT_MS } from '../../runtime/protocol/constants.js';
+import { type EgressPolicy, normalizePolicy, PolicyError } from '../egress/policy.js';
 import { InvalidArgumentError } from '../errors.js';
 
 /** What `POST /v1/sandboxes` takes. */
@@ -8,6 +9,39 @@ export interface CreateSandboxRequest {
   timeoutMs?: number;
   envs?: Record<string, string>;
   metadata?: Record<string, string>;
+  /** The sandbox's egress policy: the `internet` network with these lists (docs/network.md). */
+  network?: unknown;
+  /** E2B's switch: true gives the `internet` network; false denies every address. */
+  allowInternetAccess?: unknown;
+}
+
+/**
+ * `network`: `{ allowOut?, denyOut? }` (CIDRs, domain names, `*.` wildcards), canonical; undefined
+ * when absent. A bad entry is an InvalidArgumentError naming it.
+ */
+export function checkNetworkPolicy(value: unknown, name = 'network'): EgressPolicy | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== 'object' || Array.isArray(value)) {
+    throw new InvalidArgumentError(
+      `${name} must be an object { allowOut?, denyOut? } of CIDRs, domain names and *.domain wildcards`,
+    );
+  }
+  const { allowOut, denyOut, ...rest } = value as Record<string, unknown>;
+  const unknown = Object.keys(rest);
+  if (unknown.length > 0) {
+    throw new InvalidArgumentError(
+      `${name}.${unknown[0]} is not a network key (allowOut, denyOut)`,
+    );
+  }
+  try {
+    return normalizePolicy(
+      { allowOut: (allowOut ?? []) as string[], denyOut: (denyOut ?? []) as string[] },
+      name,
+    );
+  } catch (error) {
+    if (error instanceof PolicyError) throw new InvalidArgumentError(error.message);
+    throw error;
+  }
 }
 
 /** `envs`: a map of variable names to values a process environment can hold. */

@@ -2,8 +2,9 @@ import { rmSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { MAX_SANDBOX_TIMEOUT_MS } from '../../runtime/protocol/constants.js';
-import { LimitExceededError, SandboxNotFoundError } from '../errors.js';
-import type { SandboxHandle, SandboxProvider } from '../providers/provider.js';
+import { type EgressPolicy, withoutInternet } from '../egress/policy.js';
+import { InvalidArgumentError, LimitExceededError, SandboxNotFoundError } from '../errors.js';
+import type { SandboxHandle, SandboxProvider, SandboxSpec } from '../providers/provider.js';
 import { BackgroundLog } from './background-log.js';
 import { warmSandbox } from './envd-request.js';
 import { hashToken, newSandboxId, type TokenKind } from './ids.js';
@@ -12,6 +13,7 @@ import type { Registry, SandboxFilter, SandboxOwner, SandboxRecord } from './reg
 import {
   type CreateSandboxRequest,
   checkEnvs,
+  checkNetworkPolicy,
   checkStringMap,
   checkTimeout,
 } from './sandbox-request.js';
@@ -114,6 +116,7 @@ export class SandboxService {
       request.timeoutMs === undefined ? template.spec.timeoutMs : checkTimeout(request.timeoutMs);
     const envs = checkEnvs(request.envs);
     const metadata = checkStringMap('metadata', request.metadata);
+    const network = sandboxNetwork(template, request);
     const name = template.spec.name;
     // Refused before a sandbox is started when the limit is plainly reached; the registry's
     // locked write below is what makes the limit hold under concurrent creates.
@@ -121,8 +124,11 @@ export class SandboxService {
       const running = await this.registry.listSandboxes({ owner: owner.keyId, state: 'running' });
       if (running.length >= owner.maxRunning) throw limitExceeded(owner);
     }
-    // The pool refills itself in the background: nothing of it runs on this create's path.
-    const pooled = await this.pool.claim(name, envs, metadata, timeoutMs, true, owner);
+    // The pool refills itself in the background: nothing of it runs on this create's path. Its
+    // sandboxes have the template's network: one asked with another starts afresh.
+    const pooled = network
+      ? undefined
+      : await this.pool.claim(name, envs, metadata, timeoutMs, true, owner);
     if (pooled) {
       // A provider that ends sandboxes itself (kubernetes' Sandbox shutdownTime) follows the expiry.
       await this.provider.setExpiry?.(pooled.handle, pooled.expiresAt).catch(() => undefined);
@@ -130,7 +136,9 @@ export class SandboxService {
     }
     const record = await this.slots.run('create', async () => {
       // While this create waited for a slot, a refill may have put a sandbox in the pool.
-      const late = await this.pool.claim(name, envs, metadata, timeoutMs, false, owner);
+      const late = network
+        ? undefined
+        : await this.pool.claim(name, envs, metadata, timeoutMs, false, owner);
       if (late) {
         await this.provider.setExpiry?.(late.handle, late.expiresAt).catch(() => undefined);
         return late;
@@ -143,6 +151,7 @@ export class SandboxService {
           metadata,
           timeoutMs,
           owner,
+          network,
         )
       ).record;
     });
@@ -157,6 +166,7 @@ export class SandboxService {
     metadata: Record<string, string>,
     timeoutMs: number,
     owner?: KeyOwner,
+    network?: { network: SandboxSpec['network']; egress?: EgressPolicy },
   ): Promise<{ record: SandboxRecord }> {
     const id = newSandboxId();
     const accessToken = this.tokenOf(id);
@@ -174,8 +184,10 @@ export class SandboxService {
         env: { ...template.spec.env, ...envs },
         workdir: template.spec.workdir,
         resources: template.spec.resources,
-        network: template.spec.network,
-        ...(template.spec.egress ? { egress: template.spec.egress } : {}),
+        ...(network ?? {
+          network: template.spec.network,
+          ...(template.spec.egress ? { egress: template.spec.egress } : {}),
+        }),
         ...(template.image ? { image: template.image } : {}),
         user: template.spec.user,
         timeoutMs,
@@ -364,6 +376,26 @@ export class SandboxService {
     return true;
   }
 
+  /**
+   * A running internet sandbox's new egress policy: new connections and DNS questions follow it
+   * at once (open ones go on). Kept in the registry with the sandbox's handle.
+   */
+  async setNetwork(id: string, body: unknown): Promise<SandboxRecord> {
+    const record = await this.running(id);
+    const policy = checkNetworkPolicy(body, 'network');
+    if (!policy) throw new InvalidArgumentError('the body must be { allowOut?, denyOut? }');
+    if (!record.handle.net || !this.provider.setNetwork) {
+      throw new InvalidArgumentError(
+        `sandbox ${id} is not on the internet network, so it has no egress policy to change; create it with a network policy (Sandbox.create({ network })) or from a template with network: internet`,
+      );
+    }
+    const handle = await this.provider.setNetwork(record.handle, policy);
+    if (!(await this.registry.setHandle(id, handle))) {
+      throw new SandboxNotFoundError(`sandbox ${id} ended while its network changed`);
+    }
+    return this.get(id);
+  }
+
   async setTimeout(id: string, timeoutMs: unknown): Promise<SandboxRecord> {
     const record = await this.running(id);
     const expiresAt = Date.now() + checkTimeout(timeoutMs);
@@ -465,4 +497,34 @@ export class SandboxService {
     const orphans = await this.sweepOrphans(new Set(adopted));
     return { adopted, dead, orphans };
   }
+}
+
+/**
+ * The network a create asks for, when it differs from the template's: a `network` policy means
+ * `internet` with it (replacing the template's lists); `allowInternetAccess: true` means
+ * `internet`; `false` denies every address (what `allowOut` names still passes, as in E2B). A
+ * template on the host's network takes neither.
+ */
+function sandboxNetwork(
+  template: BuiltTemplate,
+  request: CreateSandboxRequest,
+): { network: SandboxSpec['network']; egress?: EgressPolicy } | undefined {
+  const policy = checkNetworkPolicy(request.network);
+  const internet = request.allowInternetAccess;
+  if (internet !== undefined && typeof internet !== 'boolean') {
+    throw new InvalidArgumentError(
+      `allowInternetAccess must be true or false, not ${JSON.stringify(internet)}`,
+    );
+  }
+  if (!policy && internet === undefined) return undefined;
+  if (template.spec.network === 'host') {
+    throw new InvalidArgumentError(
+      `template ${template.spec.name} gives its sandboxes the host's network, which takes no egress policy; leave out network and allowInternetAccess, or use a template whose network is none or internet`,
+    );
+  }
+  if (internet === false && !policy && template.spec.network === 'none') {
+    return { network: 'none' };
+  }
+  const lists = policy ?? template.spec.egress ?? { allowOut: [], denyOut: [] };
+  return { network: 'internet', egress: internet === false ? withoutInternet(lists) : lists };
 }

@@ -1,4 +1,5 @@
 import Database from 'better-sqlite3';
+import type { SandboxHandle } from '../providers/provider.js';
 import { MIGRATIONS, SCHEMA_VERSION, tooNewError } from './migrations.js';
 import type {
   ApiKeyRecord,
@@ -283,6 +284,13 @@ export class SqliteRegistry implements Registry {
     const result = this.statement(
       `UPDATE sandboxes SET expires_at = ? WHERE id = ? AND state = 'running'`,
     ).run(expiresAt, id);
+    return result.changes === 1;
+  }
+
+  async setHandle(id: string, handle: SandboxHandle): Promise<boolean> {
+    const result = this.statement(
+      `UPDATE sandboxes SET handle = ? WHERE id = ? AND state = 'running'`,
+    ).run(JSON.stringify(handle), id);
     return result.changes === 1;
   }
 

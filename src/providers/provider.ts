@@ -175,6 +175,11 @@ export interface SandboxProvider {
    * (the egress service of an `internet` sandbox). Absent: nothing to do.
    */
   adopt?(handle: SandboxHandle): Promise<void>;
+  /**
+   * Gives a running `internet` sandbox a new egress policy (new connections follow it at once);
+   * the handle to keep from now on. Absent: the provider has no internet network.
+   */
+  setNetwork?(handle: SandboxHandle, policy: EgressPolicy): Promise<SandboxHandle>;
   /** True while the sandbox's root process runs (and is the same process). */
   isAlive(handle: SandboxHandle): boolean;
   /** Why a sandbox that is no longer alive ended (call before `kill` releases its cgroups). */

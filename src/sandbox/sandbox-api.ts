@@ -25,6 +25,18 @@ export interface SandboxSpec {
   timeoutMs?: number;
   envs?: Record<string, string>;
   metadata?: Record<string, string>;
+  network?: NetworkPolicy;
+  allowInternetAccess?: boolean;
+}
+
+/**
+ * An egress policy (docs/network.md): CIDRs, exact domain names or `*.` wildcards. An allow
+ * entry wins over a deny entry; what neither names is allowed; the host, private ranges and other
+ * sandboxes are never reached.
+ */
+export interface NetworkPolicy {
+  allowOut?: string[];
+  denyOut?: string[];
 }
 
 /**
@@ -68,6 +80,10 @@ export function createSandbox(client: JsonClient, spec: SandboxSpec): Promise<Co
       ...(spec.timeoutMs === undefined ? {} : { timeoutMs: spec.timeoutMs }),
       ...(spec.envs ? { envs: spec.envs } : {}),
       ...(spec.metadata ? { metadata: spec.metadata } : {}),
+      ...(spec.network ? { network: spec.network } : {}),
+      ...(spec.allowInternetAccess === undefined
+        ? {}
+        : { allowInternetAccess: spec.allowInternetAccess }),
     },
   });
 }
@@ -115,6 +131,15 @@ export async function setSandboxTimeout(
   timeoutMs: number,
 ): Promise<void> {
   await client.json('POST', `${sandboxPath(sandboxId)}/timeout`, { body: { timeoutMs } });
+}
+
+/** Replaces an internet sandbox's egress policy (see `Sandbox.setNetwork`). */
+export function setSandboxNetwork(
+  client: JsonClient,
+  sandboxId: string,
+  policy: NetworkPolicy,
+): Promise<SandboxInfo> {
+  return client.json<SandboxInfo>('PUT', `${sandboxPath(sandboxId)}/network`, { body: policy });
 }
 
 /** Saves a running sandbox as the template `name` (see `Sandbox.snapshot`). */

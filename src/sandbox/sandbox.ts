@@ -57,8 +57,10 @@ import {
   getSandboxInfo,
   killSandbox,
   listSandboxes,
+  type NetworkPolicy,
   openControl,
   type SandboxListFilter,
+  setSandboxNetwork,
   setSandboxTimeout,
   snapshotSandbox,
 } from './sandbox-api.js';
@@ -77,6 +79,16 @@ export interface SandboxCreateOptions extends ConnectionOptions {
   envs?: Record<string, string>;
   /** Your own labels, to find sandboxes with {@link Sandbox.list}. */
   metadata?: Record<string, string>;
+  /**
+   * Egress by policy (the `internet` network, docs/network.md), replacing the template's lists:
+   * CIDRs, domain names and `*.` wildcards; an allow entry wins over a deny entry.
+   *
+   * @example
+   * await Sandbox.create({ network: { allowOut: ['pypi.org', '*.pythonhosted.org'], denyOut: ['0.0.0.0/0'] } });
+   */
+  network?: NetworkPolicy;
+  /** E2B's switch: true gives the `internet` network; false denies every address but `allowOut`'s. */
+  allowInternetAccess?: boolean;
 }
 
 export type { SandboxListFilter };
@@ -403,6 +415,14 @@ export class Sandbox extends BaseSandbox {
    */
   async [Symbol.asyncDispose](): Promise<void> {
     await this.kill();
+  }
+
+  /**
+   * Replaces this internet sandbox's egress policy; new connections and DNS questions follow it
+   * at once (open connections go on). The sandbox's info shows it as `network`.
+   */
+  async setNetwork(policy: NetworkPolicy): Promise<SandboxInfo> {
+    return setSandboxNetwork(this.control, this.sandboxId, policy);
   }
 
   /** Sets the time left before the sandbox is reaped, counted from now. */

@@ -77,6 +77,32 @@ for (const kind of STORES) {
       expect(await one.getSandbox(first.id)).toEqual(before);
     });
 
+    test("setHandle replaces a running sandbox's handle (its network policy), and no ended one's", async ({
+      store,
+    }) => {
+      const registry = await store.open();
+      const row = sandboxRow({});
+      await registry.insertSandbox(row);
+      const handle = {
+        ...row.handle,
+        net: {
+          id: row.id,
+          holder: 7,
+          holderStart: '1',
+          slirp: 8,
+          userns: false,
+          ports: { http: 1, tls: 2, dns: 3 },
+          policy: { allowOut: ['a.test'], denyOut: ['0.0.0.0/0'] },
+        },
+      };
+      expect(await registry.setHandle(row.id, handle)).toBe(true);
+      expect((await registry.getSandbox(row.id))?.handle).toEqual(handle);
+      await registry.endSandbox(row.id, 'killed', 'killed');
+      expect(await registry.setHandle(row.id, row.handle)).toBe(false);
+      expect((await registry.getSandbox(row.id))?.handle).toEqual(handle);
+      expect(await registry.setHandle('nope', row.handle)).toBe(false);
+    });
+
     test('an expiry ends a sandbox only if it is still due (a lifetime extended meanwhile wins)', async ({
       store,
     }) => {

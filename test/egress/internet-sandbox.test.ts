@@ -121,6 +121,69 @@ describe.skipIf(unavailable)('sandboxes on the internet network (root daemon)', 
     expect(orphanNetProcesses((id) => id === other.sandboxId)).toEqual([]);
   });
 
+  test('a policy per sandbox: given at create (from base, whose network is none), shown, and changed live', async () => {
+    const own = await Sandbox.create({
+      home: abx.home,
+      network: { allowOut: ['other.test'], denyOut: ['0.0.0.0/0'] },
+    });
+    try {
+      const run = (command: string) =>
+        own.commands.run(command, { timeoutMs: 30_000, allowNonZeroExit: true });
+      expect((await own.getInfo()).network).toEqual({
+        allowOut: ['other.test'],
+        denyOut: ['0.0.0.0/0'],
+      });
+      expect((await run('curl -sS -m 10 http://other.test/')).stdout).toContain(
+        'hello from 192.0.2.44',
+      );
+      expect((await run('getent hosts allowed.test')).exitCode).not.toBe(0);
+      // The change applies to the next connection and DNS question.
+      const info = await own.setNetwork({ allowOut: ['allowed.test'], denyOut: ['0.0.0.0/0'] });
+      expect(info.network).toEqual({ allowOut: ['allowed.test'], denyOut: ['0.0.0.0/0'] });
+      expect((await run('curl -sS -m 10 http://allowed.test/')).stdout).toContain(
+        'hello from 203.0.113.10',
+      );
+      expect((await run('getent hosts other.test')).exitCode).not.toBe(0);
+      expect((await run(`curl -sS -m 10 telnet://192.0.2.44:7000 </dev/null`)).exitCode).not.toBe(
+        0,
+      );
+      // Kept with the sandbox: another client sees it.
+      const seen = await Sandbox.connect(own.sandboxId, { home: abx.home });
+      expect((await seen.getInfo()).network?.allowOut).toEqual(['allowed.test']);
+    } finally {
+      await own.kill();
+    }
+  });
+
+  test('bad network requests are refused, naming the problem, and change nothing', async () => {
+    const bad = await Sandbox.create({
+      home: abx.home,
+      network: { allowOut: ['fine.test', 'not a name'] },
+    }).catch((e: Error) => e);
+    expect(String(bad)).toContain('network.allowOut[1]');
+    const flag = await Sandbox.create({
+      home: abx.home,
+      allowInternetAccess: 'yes' as never,
+    }).catch((e: Error) => e);
+    expect(String(flag)).toContain('allowInternetAccess must be true or false');
+    const change = await box.setNetwork({ denyOut: ['10.0.0.0/33'] }).catch((e: Error) => e);
+    expect(String(change)).toContain('network.denyOut[0]');
+    expect((await box.getInfo()).network?.allowOut).toContain('allowed.test');
+    // A sandbox without the internet network has no policy to change.
+    const offline = await Sandbox.create({ home: abx.home, allowInternetAccess: false });
+    try {
+      expect((await offline.getInfo()).network).toBeUndefined();
+      const refused = await offline
+        .setNetwork({ allowOut: ['allowed.test'] })
+        .catch((e: Error) => e);
+      expect(String(refused)).toContain('is not on the internet network');
+      const link = await offline.commands.run('cat /proc/net/dev', { timeoutMs: 30_000 });
+      expect(link.stdout).not.toContain('tap0');
+    } finally {
+      await offline.kill();
+    }
+  });
+
   test('a daemon SIGKILLed and restarted adopts the sandbox: its internet still works', async () => {
     const info = JSON.parse(readFileSync(join(abx.home, 'daemon.json'), 'utf8')) as { pid: number };
     process.kill(info.pid, 'SIGKILL');

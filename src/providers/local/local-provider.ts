@@ -21,6 +21,7 @@ import {
 } from '../../../runtime/protocol/constants.js';
 import { DEFAULT_DISK_BYTES } from '../../commands/template-runtime.js';
 import { EgressController, egressOptionsFromEnv } from '../../egress/controller.js';
+import type { EgressPolicy } from '../../egress/policy.js';
 import {
   enterArgs,
   orphanNetProcesses,
@@ -28,6 +29,7 @@ import {
   type SandboxNet,
   startSandboxNet,
   stopSandboxNet,
+  updatePolicy,
 } from '../../egress/sandbox-net.js';
 import { SandboxStartError } from '../../errors.js';
 import { dockerClient } from '../docker/engine.js';
@@ -518,6 +520,16 @@ export class LocalProvider implements SandboxProvider {
     if (!net) return;
     stopSandboxNet(net);
     await this.egress.remove(net.id).catch(() => undefined);
+  }
+
+  async setNetwork(handle: SandboxHandle, policy: EgressPolicy): Promise<SandboxHandle> {
+    const net = handle.net;
+    if (!net) throw new Error('the sandbox is not on the internet network');
+    // The namespace's address rules first, then the names egress decides by: for a moment a
+    // connection may meet the new addresses and the old names, never neither.
+    await updatePolicy(net, policy);
+    await this.egress.setPolicy(net.id, policy);
+    return { ...handle, net: { ...net, policy } };
   }
 
   async adopt(handle: SandboxHandle): Promise<void> {
