@@ -6,6 +6,7 @@ import {
   killSandbox,
   listSandboxes,
   openControl,
+  setSandboxNetwork,
   setSandboxTimeout,
   snapshotSandbox,
 } from '../sandbox/sandbox-api.js';
@@ -47,6 +48,7 @@ function printInfo(info: SandboxInfo): void {
     ['expires', info.state === 'running' ? `${info.expiresAt} (${relative(info.expiresAt)})` : '-'],
     ...ended,
     ['capabilities', info.capabilities.join(', ') || '-'],
+    ...(info.network ? ([['network', networkText(info.network)]] as const) : []),
     [
       'metadata',
       Object.entries(info.metadata)
@@ -56,11 +58,34 @@ function printInfo(info: SandboxInfo): void {
   ]);
 }
 
+/** An internet sandbox's policy in one line: `internet: allow a, b; deny c`. */
+function networkText(policy: { allowOut: string[]; denyOut: string[] }): string {
+  const parts = [
+    policy.allowOut.length > 0 ? `allow ${policy.allowOut.join(', ')}` : '',
+    policy.denyOut.length > 0 ? `deny ${policy.denyOut.join(', ')}` : '',
+  ].filter(Boolean);
+  return `internet${parts.length > 0 ? `: ${parts.join('; ')}` : ' (no lists: every public address)'}`;
+}
+
+/** `--allow a --allow b,c`: entries, repeatable or comma-separated. */
+function collectEntries(value: string, previous: string[] = []): string[] {
+  return [
+    ...previous,
+    ...value
+      .split(',')
+      .map((e) => e.trim())
+      .filter(Boolean),
+  ];
+}
+
 interface CreateOptions {
   template?: string;
   timeout?: number;
   env?: Record<string, string>;
   meta?: Record<string, string>;
+  allow?: string[];
+  deny?: string[];
+  internet?: boolean;
   quiet?: boolean;
   json?: boolean;
 }
@@ -73,6 +98,10 @@ async function create(options: CreateOptions): Promise<void> {
       ...(options.timeout ? { timeoutMs: options.timeout } : {}),
       ...(options.env ? { envs: options.env } : {}),
       ...(options.meta ? { metadata: options.meta } : {}),
+      ...(options.allow || options.deny
+        ? { network: { allowOut: options.allow ?? [], denyOut: options.deny ?? [] } }
+        : {}),
+      ...(options.internet === undefined ? {} : { allowInternetAccess: options.internet }),
     }),
   );
   if (options.quiet) return printLine(info.sandboxId);
@@ -155,6 +184,27 @@ async function timeout(id: string, ms: number, options: { json?: boolean }): Pro
   printLine(`sandbox ${id} now expires ${relative(info.expiresAt)} (${info.expiresAt})`);
 }
 
+async function network(
+  id: string,
+  options: { allow?: string[]; deny?: string[]; json?: boolean },
+): Promise<void> {
+  const { client } = await openControl();
+  const info =
+    options.allow || options.deny
+      ? await setSandboxNetwork(client, id, {
+          allowOut: options.allow ?? [],
+          denyOut: options.deny ?? [],
+        })
+      : await getSandboxInfo(client, id);
+  if (options.json) return printJson(info.network ?? null);
+  if (!info.network) {
+    return printLine(
+      `sandbox ${id} is not on the internet network (it has none but its loopback, or the host's); create one with --allow/--deny or from a template with network: internet`,
+    );
+  }
+  printLine(`sandbox ${id}: ${networkText(info.network)}`);
+}
+
 async function snapshot(id: string, name: string, options: { json?: boolean }): Promise<void> {
   const { client } = await openControl();
   const template = await withSpinner(`saving sandbox ${id} as ${name}`, () =>
@@ -166,7 +216,7 @@ async function snapshot(id: string, name: string, options: { json?: boolean }): 
   );
 }
 
-/** `abx create|list|info|kill|timeout|snapshot`: the life of sandboxes. */
+/** `abx create|list|info|kill|timeout|network|snapshot`: the life of sandboxes. */
 export function addSandboxCommands(program: Command): void {
   withExamples(
     program
@@ -187,6 +237,21 @@ export function addSandboxCommands(program: Command): void {
         '--meta <KEY=VALUE>',
         'a label to find it by, with list --meta (repeatable)',
         collectPairs,
+      )
+      .option(
+        '--allow <entries>',
+        'internet network: reach these CIDRs, domains or *.domain wildcards (repeatable, comma-separated; an allow wins over a deny)',
+        collectEntries,
+      )
+      .option(
+        '--deny <entries>',
+        'internet network: do not reach these (0.0.0.0/0: anything --allow does not name)',
+        collectEntries,
+      )
+      .option('--internet', "the internet network, with the template's lists or none")
+      .option(
+        '--no-internet',
+        'no network but its loopback (what --allow names still passes on internet)',
       )
       .option('-q, --quiet', 'print the id alone')
       .option('--json', 'print the sandbox as JSON')
@@ -247,6 +312,25 @@ export function addSandboxCommands(program: Command): void {
       .option('--json', 'print the sandbox as JSON')
       .action(timeout),
     'abx timeout i1a2b3c4d5e6f7g8 30m',
+  );
+
+  withExamples(
+    program
+      .command('network')
+      .description(
+        "Show an internet sandbox's egress policy, or replace it with --allow and --deny (new connections follow it at once; see docs/network.md).",
+      )
+      .argument('<id>', 'the sandbox')
+      .option(
+        '--allow <entries>',
+        'CIDRs, domains or *.domain wildcards to reach (repeatable, comma-separated)',
+        collectEntries,
+      )
+      .option('--deny <entries>', 'what not to reach (0.0.0.0/0: all but --allow)', collectEntries)
+      .option('--json', 'print the policy as JSON')
+      .action(network),
+    'abx network i1a2b3c4d5e6f7g8',
+    'abx network i1a2b3c4d5e6f7g8 --allow pypi.org,files.pythonhosted.org --deny 0.0.0.0/0',
   );
 
   withExamples(

@@ -6,6 +6,7 @@ import { orphanNetProcesses } from '../../src/egress/sandbox-net.js';
 import { startDaemon, stopDaemon } from '../../src/installation/daemon-connection.js';
 import { Sandbox } from '../../src/sandbox/sandbox.js';
 import { Templates } from '../../src/sandbox/templates.js';
+import { CLI, runProgram } from '../cli/abx.js';
 import { createAbxHome } from '../helpers/abx-home.js';
 import { internetUnavailable, makeInternet, type TestInternet } from '../helpers/internet.js';
 import { type RootlessDaemon, startRootlessDaemon } from '../helpers/rootless.js';
@@ -181,6 +182,40 @@ describe.skipIf(unavailable)('sandboxes on the internet network (root daemon)', 
       expect(link.stdout).not.toContain('tap0');
     } finally {
       await offline.kill();
+    }
+  });
+
+  test('abx create --allow/--deny and abx network show and change a policy', async () => {
+    const abxCli = (...args: string[]) =>
+      runProgram(process.execPath, [CLI, ...args], { env: { ABX_HOME: abx.home } });
+    const created = await abxCli('create', '-q', '--allow', 'other.test', '--deny', '0.0.0.0/0');
+    expect(created.code, created.stderr).toBe(0);
+    const id = created.stdout.trim();
+    try {
+      const shown = await abxCli('network', id);
+      expect(shown.stdout).toContain(`sandbox ${id}: internet: allow other.test; deny 0.0.0.0/0`);
+      const changed = await abxCli(
+        'network',
+        id,
+        '--allow',
+        'allowed.test,*.wild.test',
+        '--deny',
+        '0.0.0.0/0',
+        '--json',
+      );
+      expect(JSON.parse(changed.stdout)).toEqual({
+        allowOut: ['allowed.test', '*.wild.test'],
+        denyOut: ['0.0.0.0/0'],
+      });
+      const bad = await abxCli('network', id, '--allow', 'a b');
+      expect(bad.code).not.toBe(0);
+      expect(bad.stderr).toContain("network.allowOut[0]: 'a b'");
+      const info = await abxCli('info', id);
+      expect(info.stdout).toMatch(
+        /network:\s+internet: allow allowed\.test, \*\.wild\.test; deny 0\.0\.0\.0\/0/,
+      );
+    } finally {
+      await abxCli('kill', id);
     }
   });
 
