@@ -139,13 +139,13 @@ export type {
   RunOptions,
 } from './sandbox/commands.js';
 export type { EntryInfo, WriteData, WriteEntry, WriteOptions } from './sandbox/filesystem.js';
-export type { NetworkPolicy } from './sandbox/sandbox-api.js';
 export type {
   SandboxCreateOptions,
   SandboxInfo,
   SandboxListFilter,
 } from './sandbox/sandbox.js';
 export { Sandbox } from './sandbox/sandbox.js';
+export type { NetworkPolicy } from './sandbox/sandbox-api.js';
 export type { ServerClient, ServerStartOptions } from './sandbox/server-client.js';
 export type { TemplateInfo } from './sandbox/templates.js';
 export { Templates } from './sandbox/templates.js';

@@ -1,7 +1,8 @@
 import type { BodyLimits } from '../../runtime/server/http.js';
-import type { E2bBackend } from '../compat/e2b/backend.js';
+import type { E2bBackend, E2bSandboxRow } from '../compat/e2b/backend.js';
 import { E2bControlApi } from '../compat/e2b/control-api.js';
 import type { KeyService } from './key-service.js';
+import type { SandboxRecord } from './registry.js';
 import type { SandboxService } from './sandbox-service.js';
 import { snapshotSource, type TemplateService } from './template-service.js';
 
@@ -19,20 +20,32 @@ export function mountE2bControlApi(
   const backend: E2bBackend = {
     authenticate: (key) => keys.authenticateKey(key, 'X-API-KEY: <key> (E2B_API_KEY)'),
     create: async (request, caller) =>
-      (
-        await sandboxes.create(
-          request,
-          caller.keyId === null
-            ? undefined
-            : { keyId: caller.keyId, name: caller.name, maxRunning: caller.maxRunning },
-        )
-      ).record,
+      rowOf(
+        (
+          await sandboxes.create(
+            request,
+            caller.keyId === null
+              ? undefined
+              : { keyId: caller.keyId, name: caller.name, maxRunning: caller.maxRunning },
+          )
+        ).record,
+      ),
+    setNetwork: async (id, network) => rowOf(await sandboxes.setNetwork(id, network)),
     // `get` notices a running row whose processes died, and records it dead.
-    get: (id) => sandboxes.get(id).catch(() => undefined),
-    listRunning: ({ owner, metadata }) =>
-      sandboxes.list({ state: 'running', metadata, ...(owner === undefined ? {} : { owner }) }),
+    get: async (id) => {
+      const record = await sandboxes.get(id).catch(() => undefined);
+      return record && rowOf(record);
+    },
+    listRunning: async ({ owner, metadata }) =>
+      (
+        await sandboxes.list({
+          state: 'running',
+          metadata,
+          ...(owner === undefined ? {} : { owner }),
+        })
+      ).map(rowOf),
     kill: (id) => sandboxes.kill(id, 'killed', 'killed by request (E2B API)'),
-    setTimeout: (id, timeoutMs) => sandboxes.setTimeout(id, timeoutMs),
+    setTimeout: async (id, timeoutMs) => rowOf(await sandboxes.setTimeout(id, timeoutMs)),
     accessToken: (id) => sandboxes.tokenOf(id),
     template: async (name) => {
       try {
@@ -61,4 +74,12 @@ export function mountE2bControlApi(
     domain,
   };
   return new E2bControlApi(backend, limits);
+}
+
+/** A registry row as the E2B layer reads it: an internet sandbox's policy comes from its handle. */
+function rowOf(record: SandboxRecord): E2bSandboxRow {
+  const net = record.handle.net;
+  return net
+    ? { ...record, network: { allowOut: net.policy.allowOut, denyOut: net.policy.denyOut } }
+    : record;
 }

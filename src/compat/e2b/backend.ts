@@ -17,8 +17,14 @@ export interface E2bCaller {
 /** What a template gives each of its sandboxes: limits and network. */
 export interface E2bTemplateTraits {
   resources: TemplateResources;
-  /** `host`: the host's network; `none`: loopback only. */
+  /** `host`: the host's network; `none`: loopback only; `internet`: egress by policy. */
   network: 'none' | 'host' | 'internet';
+}
+
+/** An egress policy, as E2B's `network.allowOut` and `denyOut` (docs/network.md). */
+export interface E2bNetwork {
+  allowOut: string[];
+  denyOut: string[];
 }
 
 /** A sandbox as the registry holds it (the fields the E2B answers are made of). */
@@ -30,6 +36,8 @@ export interface E2bSandboxRow {
   createdAt: number;
   expiresAt: number;
   owner: string | null;
+  /** An internet sandbox's policy; none: its template's network without one (none or host). */
+  network?: E2bNetwork;
 }
 
 export interface E2bBackend {
@@ -42,9 +50,13 @@ export interface E2bBackend {
       timeoutMs?: number;
       envs: Record<string, string>;
       metadata: Record<string, string>;
+      network?: Partial<E2bNetwork>;
+      allowInternetAccess?: boolean;
     },
     caller: E2bCaller,
   ): Promise<E2bSandboxRow>;
+  /** Replaces a running internet sandbox's egress policy (InvalidArgumentError on another). */
+  setNetwork(id: string, network: E2bNetwork): Promise<E2bSandboxRow>;
   /** The row of a sandbox as it is, or undefined; a running one whose processes died reads dead. */
   get(id: string): Promise<E2bSandboxRow | undefined>;
   /** Running sandboxes, oldest first; of one key only with `owner`. */

@@ -79,6 +79,7 @@ async function visible(call: Call): Promise<E2bSandboxRow> {
  * anyway (no auto-pause, the template's own network) is accepted.
  */
 function refuseUnsupported(body: Record<string, unknown>, template: E2bTemplateTraits): void {
+  // allow_internet_access and network's allowOut and denyOut are read by networkOf.
   const given = (field: string) => body[field] !== undefined && body[field] !== null;
   const autoResume = body.autoResume as { enabled?: unknown } | null | undefined;
   if (
@@ -89,21 +90,9 @@ function refuseUnsupported(body: Record<string, unknown>, template: E2bTemplateT
       'autoPause and autoResume are not supported by abx yet (sandboxes cannot be paused; the lifecycle issue adds it): leave them out, and a sandbox is killed at its timeout',
     );
   }
-  const internet = optionalBoolean(body, 'allow_internet_access');
-  if (internet !== undefined && internet !== (template.network !== 'none')) {
+  if (template.network === 'host' && (given('allow_internet_access') || given('network'))) {
     throw new InvalidArgumentError(
-      `allow_internet_access ${internet} is not what the template gives: its sandboxes have ${template.network === 'host' ? "the host's network" : 'no network but their loopback'} (template.yaml network: ${template.network}), and abx sets no network per sandbox yet; leave it out, or use a template whose network is what you need`,
-    );
-  }
-  const network = body.network;
-  if (
-    given('network') &&
-    (typeof network !== 'object' ||
-      Array.isArray(network) ||
-      Object.keys(network as object).length > 0)
-  ) {
-    throw new InvalidArgumentError(
-      "network (egress rules) is not supported by abx yet: a sandbox's network is its template's (template.yaml network: none or host); leave it out",
+      "the template gives its sandboxes the host's network (template.yaml network: host), which takes no egress policy: leave out allow_internet_access and network, or use a template whose network is none or internet",
     );
   }
   if (Array.isArray(body.volumeMounts) ? body.volumeMounts.length > 0 : given('volumeMounts')) {
@@ -134,9 +123,18 @@ async function create(call: Call): Promise<Answer> {
     );
   }
   refuseUnsupported(body, traits);
+  const network = networkOf(body.network, 'network');
+  const internet = optionalBoolean(body, 'allow_internet_access');
   try {
     const row = await call.backend.create(
-      { template, timeoutMs: seconds * 1000, envs, metadata },
+      {
+        template,
+        timeoutMs: seconds * 1000,
+        envs,
+        metadata,
+        ...(network ? { network } : {}),
+        ...(internet === undefined ? {} : { allowInternetAccess: internet }),
+      },
       call.caller,
     );
     return new Answer(
@@ -238,6 +236,55 @@ async function setTimeoutOf(call: Call): Promise<Answer> {
   return new Answer(204, undefined);
 }
 
+/**
+ * E2B's `network` object: `allowOut` and `denyOut` are abx's policy; what abx does not do
+ * (header rules, an egress proxy of the caller's, host masking, public traffic to ports without
+ * the token) is refused by name rather than ignored. Undefined when absent.
+ */
+function networkOf(
+  value: unknown,
+  name: string,
+): { allowOut?: string[]; denyOut?: string[] } | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== 'object' || Array.isArray(value)) {
+    throw new InvalidArgumentError(`${name} must be an object { allowOut?, denyOut? }`);
+  }
+  const { allowOut, denyOut, allowPublicTraffic, ...rest } = value as Record<string, unknown>;
+  if (allowPublicTraffic === true) {
+    throw new InvalidArgumentError(
+      `${name}.allowPublicTraffic true is not supported by abx: a sandbox's ports are reached with its traffic token only (as allowPublicTraffic false); leave it out`,
+    );
+  }
+  const other = Object.keys(rest).find((key) => rest[key] !== undefined && rest[key] !== null);
+  if (other) {
+    throw new InvalidArgumentError(
+      `${name}.${other} is not supported by abx: only allowOut and denyOut (CIDRs, domain names, *.domain wildcards) are; leave it out`,
+    );
+  }
+  return {
+    ...(allowOut === undefined ? {} : { allowOut: allowOut as string[] }),
+    ...(denyOut === undefined ? {} : { denyOut: denyOut as string[] }),
+  };
+}
+
+/**
+ * `Sandbox.updateNetwork` / `sandbox.updateNetwork()`: replaces the whole egress policy (fields
+ * left out are cleared, as in E2B); `allow_internet_access: false` denies every address but what
+ * allowOut names.
+ */
+async function updateNetwork(call: Call): Promise<Answer> {
+  const row = await visible(call);
+  const { allow_internet_access: _flag, ...lists } = call.body;
+  const network = networkOf(lists, 'network') ?? {};
+  const internet = optionalBoolean(call.body, 'allow_internet_access');
+  const denyOut = [
+    ...(network.denyOut ?? []),
+    ...(internet === false ? ['0.0.0.0/0', '::/0'] : []),
+  ];
+  await call.backend.setNetwork(row.id, { allowOut: network.allowOut ?? [], denyOut });
+  return new Answer(204, undefined);
+}
+
 /** abx measures no metrics over time yet: an empty list, which the SDK reads as none. */
 async function metrics(call: Call): Promise<Answer> {
   await visible(call);
@@ -291,6 +338,7 @@ const ROUTES: E2bRoute[] = [
   route('GET', '/sandboxes/{id}', 'One sandbox.', info),
   route('DELETE', '/sandboxes/{id}', 'Kill a sandbox.', kill),
   route('POST', '/sandboxes/{id}/timeout', 'Set the time left.', setTimeoutOf),
+  route('PUT', '/sandboxes/{id}/network', "Replace a sandbox's egress policy.", updateNetwork),
   route('GET', '/sandboxes/{id}/metrics', 'Metrics: none measured yet.', metrics),
   route('POST', '/sandboxes/{id}/snapshots', 'Save a sandbox as a template.', snapshot),
   route('POST', '/sandboxes/{id}/pause', 'Pause: not yet.', async (call) => {
@@ -361,7 +409,8 @@ export class E2bControlApi {
     );
     const bytes = await readBody(req, this.limits);
     const query = new URLSearchParams(mark < 0 ? '' : target.slice(mark + 1));
-    const body = route.method === 'POST' ? bodyObject(parseJson(bytes, req)) : {};
+    const body =
+      route.method === 'POST' || route.method === 'PUT' ? bodyObject(parseJson(bytes, req)) : {};
     const call: Call = { params, query, body, caller, backend: this.backend };
     return (await route.handler({
       method: route.method,
@@ -385,7 +434,7 @@ function match(table: RouteTable<Call>, method: string, path: string) {
   } catch (error) {
     if (!(error instanceof RouteNotFoundError)) throw error;
     throw new RouteNotFoundError(
-      `abx does not serve ${method} ${path} of E2B's API (its template builds, volumes, fork and network routes are not served); docs/e2b.md lists the routes it serves`,
+      `abx does not serve ${method} ${path} of E2B's API (its template builds, volumes and fork routes are not served); docs/e2b.md lists the routes it serves`,
     );
   }
 }

@@ -75,7 +75,15 @@ export function detailAnswer(
 ) {
   return {
     ...listedAnswer(row, template),
-    ...(template ? { allowInternetAccess: template.network !== 'none' } : {}),
+    ...(row.network
+      ? {
+          // E2B's flag is false when everything is denied (what allow_internet_access false sets).
+          allowInternetAccess: !row.network.denyOut.includes('0.0.0.0/0'),
+          network: { allowOut: row.network.allowOut, denyOut: row.network.denyOut },
+        }
+      : template
+        ? { allowInternetAccess: template.network === 'host' }
+        : {}),
     domain,
   };
 }

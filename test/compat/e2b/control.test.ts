@@ -442,11 +442,11 @@ describe('bad input', () => {
       [{ metadata: { a: 1 } }, /metadata\.a must be a string/],
       [{ envVars: ['A=1'] }, /envVars must be an object/],
       [{ autoPause: true }, /autoPause and autoResume are not supported/],
-      [
-        { allow_internet_access: true },
-        /allow_internet_access true is not what the template gives/,
-      ],
-      [{ network: { allowOut: ['1.2.3.4'] } }, /network \(egress rules\) is not supported/],
+      [{ allow_internet_access: 'yes' }, /allow_internet_access must be/],
+      [{ network: { allowOut: ['not a name'] } }, /network\.allowOut\[0\]: 'not a name'/],
+      [{ network: ['1.2.3.4'] }, /network must be an object/],
+      [{ network: { rules: { 'a.test': [] } } }, /network\.rules is not supported by abx/],
+      [{ network: { allowPublicTraffic: true } }, /allowPublicTraffic true is not supported/],
     ];
     for (const [body, message] of cases) {
       const answer = await raw('POST', '/v2/sandboxes', body);
