@@ -3,6 +3,7 @@ import type { SandboxInfo, SandboxState } from '../../runtime/protocol/wire.js';
 import {
   createSandbox,
   getSandboxInfo,
+  getSandboxNetwork,
   killSandbox,
   listSandboxes,
   openControl,
@@ -186,23 +187,37 @@ async function timeout(id: string, ms: number, options: { json?: boolean }): Pro
 
 async function network(
   id: string,
-  options: { allow?: string[]; deny?: string[]; json?: boolean },
+  options: { allow?: string[]; deny?: string[]; log?: boolean; json?: boolean },
 ): Promise<void> {
   const { client } = await openControl();
-  const info =
-    options.allow || options.deny
-      ? await setSandboxNetwork(client, id, {
-          allowOut: options.allow ?? [],
-          denyOut: options.deny ?? [],
-        })
-      : await getSandboxInfo(client, id);
-  if (options.json) return printJson(info.network ?? null);
+  if (options.allow || options.deny) {
+    const info = await setSandboxNetwork(client, id, {
+      allowOut: options.allow ?? [],
+      denyOut: options.deny ?? [],
+    });
+    if (options.json) return printJson(info.network ?? null);
+    return printLine(
+      `sandbox ${id}: ${networkText(info.network ?? { allowOut: [], denyOut: [] })}`,
+    );
+  }
+  const info = await getSandboxInfo(client, id);
   if (!info.network) {
+    if (options.json) return printJson(null);
     return printLine(
       `sandbox ${id} is not on the internet network (it has none but its loopback, or the host's); create one with --allow/--deny or from a template with network: internet`,
     );
   }
-  printLine(`sandbox ${id}: ${networkText(info.network)}`);
+  const stats = await getSandboxNetwork(client, id);
+  if (options.json) return printJson(stats);
+  printLine(`sandbox ${id}: ${networkText(stats)}`);
+  printLine(`egress: ${stats.allowed} allowed, ${stats.refused} refused`);
+  if (options.log) {
+    for (const event of stats.recent) {
+      printLine(
+        `${event.time}  ${event.allowed ? 'allowed' : 'refused'}  ${event.kind.padEnd(7)} ${event.target}  (${event.rule})`,
+      );
+    }
+  }
 }
 
 async function snapshot(id: string, name: string, options: { json?: boolean }): Promise<void> {
@@ -327,9 +342,10 @@ export function addSandboxCommands(program: Command): void {
         collectEntries,
       )
       .option('--deny <entries>', 'what not to reach (0.0.0.0/0: all but --allow)', collectEntries)
-      .option('--json', 'print the policy as JSON')
+      .option('--log', 'also print the latest decisions (DNS, HTTP, TLS), each with its rule')
+      .option('--json', 'print the policy (and counters, when showing) as JSON')
       .action(network),
-    'abx network i1a2b3c4d5e6f7g8',
+    'abx network i1a2b3c4d5e6f7g8 --log',
     'abx network i1a2b3c4d5e6f7g8 --allow pypi.org,files.pythonhosted.org --deny 0.0.0.0/0',
   );
 

@@ -264,6 +264,17 @@ export const API_ROUTES: ApiRoute[] = [
     },
   },
   {
+    method: 'GET',
+    path: '/v1/sandboxes/{id}/network',
+    group: 'api',
+    summary:
+      "An internet sandbox's egress policy and what it allowed and refused: { allowOut, denyOut, allowed, refused, recent: the latest 200 decisions }.",
+    handler: async ({ params, ctx }) => {
+      await checkVisible(ctx, params.id as string);
+      return ctx.sandboxes.networkOf(params.id as string);
+    },
+  },
+  {
     method: 'PUT',
     path: '/v1/sandboxes/{id}/network',
     group: 'api',

@@ -3,6 +3,7 @@ import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { MAX_SANDBOX_TIMEOUT_MS } from '../../runtime/protocol/constants.js';
 import { type EgressPolicy, withoutInternet } from '../egress/policy.js';
+import type { EgressCounters } from '../egress/service.js';
 import { InvalidArgumentError, LimitExceededError, SandboxNotFoundError } from '../errors.js';
 import type { SandboxHandle, SandboxProvider, SandboxSpec } from '../providers/provider.js';
 import { BackgroundLog } from './background-log.js';
@@ -394,6 +395,18 @@ export class SandboxService {
       throw new SandboxNotFoundError(`sandbox ${id} ended while its network changed`);
     }
     return this.get(id);
+  }
+
+  /** An internet sandbox's policy and what egress allowed and refused for it. */
+  async networkOf(id: string): Promise<EgressPolicy & EgressCounters> {
+    const record = await this.running(id);
+    const net = record.handle.net;
+    if (!net || !this.provider.networkStats) {
+      throw new InvalidArgumentError(
+        `sandbox ${id} is not on the internet network: it has no egress policy or counters`,
+      );
+    }
+    return { ...net.policy, ...(await this.provider.networkStats(record.handle)) };
   }
 
   async setTimeout(id: string, timeoutMs: unknown): Promise<SandboxRecord> {

@@ -4,6 +4,7 @@ import type { IsolationReport } from '../../runtime/protocol/isolation.js';
 import type { TemplateKubernetes, TemplateResources } from '../commands/template-runtime.js';
 import type { EgressPolicy } from '../egress/policy.js';
 import type { SandboxNet } from '../egress/sandbox-net.js';
+import type { EgressCounters } from '../egress/service.js';
 
 /** Where every provider's sandbox has its home (the template's `setup` output lands there). */
 export { SANDBOX_HOME } from '../../runtime/protocol/constants.js';
@@ -180,6 +181,8 @@ export interface SandboxProvider {
    * the handle to keep from now on. Absent: the provider has no internet network.
    */
   setNetwork?(handle: SandboxHandle, policy: EgressPolicy): Promise<SandboxHandle>;
+  /** What egress allowed and refused for an internet sandbox: counts and the latest decisions. */
+  networkStats?(handle: SandboxHandle): Promise<EgressCounters>;
   /** True while the sandbox's root process runs (and is the same process). */
   isAlive(handle: SandboxHandle): boolean;
   /** Why a sandbox that is no longer alive ended (call before `kill` releases its cgroups). */

@@ -133,6 +133,31 @@ export async function setSandboxTimeout(
   await client.json('POST', `${sandboxPath(sandboxId)}/timeout`, { body: { timeoutMs } });
 }
 
+/** One decision of a sandbox's egress: a DNS question, an HTTP request, a TLS or CONNECT dial. */
+export interface NetworkEvent {
+  time: string;
+  kind: 'dns' | 'http' | 'tls' | 'connect';
+  /** The name asked for (`?` when a TLS client sent none). */
+  target: string;
+  allowed: boolean;
+  /** The rule that decided: `allowOut pypi.org`, `denyOut 0.0.0.0/0`, `always denied: …`. */
+  rule: string;
+}
+
+/** An internet sandbox's policy and what egress allowed and refused (see `Sandbox.getNetwork`). */
+export interface NetworkInfo {
+  allowOut: string[];
+  denyOut: string[];
+  allowed: number;
+  refused: number;
+  /** The latest decisions, oldest first (at most 200). */
+  recent: NetworkEvent[];
+}
+
+export function getSandboxNetwork(client: JsonClient, sandboxId: string): Promise<NetworkInfo> {
+  return client.json<NetworkInfo>('GET', `${sandboxPath(sandboxId)}/network`);
+}
+
 /** Replaces an internet sandbox's egress policy (see `Sandbox.setNetwork`). */
 export function setSandboxNetwork(
   client: JsonClient,

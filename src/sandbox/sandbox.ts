@@ -55,8 +55,10 @@ import {
   createSandbox,
   DEFAULT_REQUEST_TIMEOUT_MS,
   getSandboxInfo,
+  getSandboxNetwork,
   killSandbox,
   listSandboxes,
+  type NetworkInfo,
   type NetworkPolicy,
   openControl,
   type SandboxListFilter,
@@ -423,6 +425,14 @@ export class Sandbox extends BaseSandbox {
    */
   async setNetwork(policy: NetworkPolicy): Promise<SandboxInfo> {
     return setSandboxNetwork(this.control, this.sandboxId, policy);
+  }
+
+  /**
+   * This internet sandbox's policy and what its egress allowed and refused: counts of DNS
+   * questions, HTTP requests and TLS dials, and the latest decisions with the rule of each.
+   */
+  async getNetwork(): Promise<NetworkInfo> {
+    return getSandboxNetwork(this.control, this.sandboxId);
   }
 
   /** Sets the time left before the sandbox is reaped, counted from now. */

@@ -138,6 +138,25 @@ describe.skipIf(unavailable)('sandboxes on the internet network (root daemon)', 
         'hello from 192.0.2.44',
       );
       expect((await run('getent hosts allowed.test')).exitCode).not.toBe(0);
+      // Counted, each with its rule.
+      const stats = await own.getNetwork();
+      expect(stats.allowed).toBeGreaterThan(0);
+      expect(stats.recent).toContainEqual(
+        expect.objectContaining({
+          kind: 'dns',
+          target: 'allowed.test',
+          allowed: false,
+          rule: 'denyOut 0.0.0.0/0',
+        }),
+      );
+      expect(stats.recent).toContainEqual(
+        expect.objectContaining({
+          kind: 'http',
+          target: 'other.test',
+          allowed: true,
+          rule: 'allowOut other.test',
+        }),
+      );
       // The change applies to the next connection and DNS question.
       const info = await own.setNetwork({ allowOut: ['allowed.test'], denyOut: ['0.0.0.0/0'] });
       expect(info.network).toEqual({ allowOut: ['allowed.test'], denyOut: ['0.0.0.0/0'] });
@@ -210,6 +229,10 @@ describe.skipIf(unavailable)('sandboxes on the internet network (root daemon)', 
       const bad = await abxCli('network', id, '--allow', 'a b');
       expect(bad.code).not.toBe(0);
       expect(bad.stderr).toContain("network.allowOut[0]: 'a b'");
+      const logged = await abxCli('network', id, '--log');
+      expect(logged.stdout).toMatch(/egress: \d+ allowed, \d+ refused/);
+      const status = await abxCli('daemon', 'status');
+      expect(status.stdout).toMatch(/egress\s+enforced/);
       const info = await abxCli('info', id);
       expect(info.stdout).toMatch(
         /network:\s+internet: allow allowed\.test, \*\.wild\.test; deny 0\.0\.0\.0\/0/,

@@ -405,6 +405,7 @@ export function providerContract(
         expect(Object.keys(report.limits).sort()).toEqual([
           'cpu',
           'disk',
+          'egress',
           'file_size',
           'memory',
           'open_files',

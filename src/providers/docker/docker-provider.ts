@@ -369,6 +369,10 @@ export class DockerProvider implements SandboxProvider {
         : { enforced: false, how: `not enforced: ${facts.diskQuota.why}` },
       open_files: { enforced: true, how: 'RLIMIT_NOFILE (Ulimits nofile)' },
       file_size: { enforced: true, how: 'RLIMIT_FSIZE (Ulimits fsize)' },
+      egress: {
+        enforced: false,
+        how: 'not yet on docker: internet sandboxes are refused (network: none and host work; docs/network.md)',
+      },
     };
     const warnings = [
       facts.usernsRemap

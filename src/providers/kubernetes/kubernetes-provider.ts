@@ -406,6 +406,10 @@ export class KubernetesProvider implements SandboxProvider {
         enforced: false,
         how: "not enforced: pods have no rlimits; the container runtime's default applies",
       },
+      egress: {
+        enforced: false,
+        how: 'not yet on kubernetes: internet sandboxes are refused (docs/network.md)',
+      },
     };
     return {
       mode: 'rootless',

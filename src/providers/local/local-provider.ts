@@ -31,6 +31,7 @@ import {
   stopSandboxNet,
   updatePolicy,
 } from '../../egress/sandbox-net.js';
+import type { EgressCounters } from '../../egress/service.js';
 import { SandboxStartError } from '../../errors.js';
 import { dockerClient } from '../docker/engine.js';
 import { type PortableRuntime, portableRuntime, SANDBOX_NODE } from '../portable-runtime.js';
@@ -532,6 +533,11 @@ export class LocalProvider implements SandboxProvider {
     return { ...handle, net: { ...net, policy } };
   }
 
+  async networkStats(handle: SandboxHandle): Promise<EgressCounters> {
+    if (!handle.net) throw new Error('the sandbox is not on the internet network');
+    return (await this.egress.get(handle.net.id)).counters;
+  }
+
   async adopt(handle: SandboxHandle): Promise<void> {
     const net = handle.net;
     if (!net) return;
@@ -629,6 +635,7 @@ export class LocalProvider implements SandboxProvider {
           },
       open_files: { enforced: true, how: 'RLIMIT_NOFILE' },
       file_size: { enforced: true, how: 'RLIMIT_FSIZE' },
+      egress: egressSupport(this.egress.options.netns),
     };
     const warnings = Object.entries(limits)
       .filter(([, limit]) => !limit.enforced)
@@ -702,4 +709,25 @@ function homeSeed(
 
 function cgroupsOf(handle: SandboxHandle): string[] {
   return handle.cgroups ?? (handle.cgroup ? [handle.cgroup] : []);
+}
+
+/**
+ * Whether `internet` sandboxes can start here: slirp4netns and nft on the PATH. Without them such
+ * a sandbox does not start (denied rather than allowed), and the report says why.
+ */
+function egressSupport(netns: string | undefined): { enforced: boolean; how: string } {
+  const missing = ['slirp4netns', 'nft', 'unshare', 'nsenter'].filter(
+    (tool) =>
+      !['/usr/bin', '/usr/sbin', '/bin', '/sbin'].some((dir) => existsSync(join(dir, tool))),
+  );
+  if (missing.length > 0) {
+    return {
+      enforced: false,
+      how: `internet network unavailable: no ${missing.join(', ')} (Debian: slirp4netns, nftables, util-linux); such sandboxes do not start`,
+    };
+  }
+  return {
+    enforced: true,
+    how: `internet network: a namespace per sandbox, nftables rules and slirp4netns, egress by policy from ${netns ?? "the daemon's own network namespace"} (docs/network.md)`,
+  };
 }
