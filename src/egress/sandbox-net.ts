@@ -197,7 +197,16 @@ export async function startSandboxNet(options: {
   egressNetns?: string;
   permit?: string[];
   alsoDeny?: string[];
+  /**
+   * A namespace that exists already: the pid of a process in it (a container's init), entered
+   * as root. None: a holder of the sandbox's own is made.
+   */
+  existing?: number;
 }): Promise<SandboxNet> {
+  const failed = (error: unknown) =>
+    new Error(`the sandbox's network did not start: ${(error as Error).message}`, { cause: error });
+  if (options.existing)
+    return attachNet(options, options.existing).catch((e) => Promise.reject(failed(e)));
   const env = { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', [NET_TAG]: options.id };
   const holder = spawn(
     'unshare',
@@ -241,51 +250,71 @@ export async function startSandboxNet(options: {
       'the network namespace was not made',
       NET_START_TIMEOUT_MS,
     );
-    const net: SandboxNet = {
-      id: options.id,
-      holder: pid,
-      holderStart: startTime(pid) ?? '',
-      slirp: 0,
-      userns: options.rootless,
-      ports: options.ports,
-    };
-    const [command, ...args] = [...enterArgs(net), 'ip', 'link', 'set', 'lo', 'up'];
-    await run(command as string, args, { timeout: NET_START_TIMEOUT_MS });
-    await applyRuleset(net, sandboxRuleset(options.policy, options.ports, options));
-    const slirpArgs = [
-      '--configure',
-      '--mtu=65520',
-      '--ready-fd=3',
-      // Its own mount namespace and no capabilities but binding: only where it may unshare (as
-      // root). Rootless it runs as the daemon's uid, which owns nothing it could abuse more.
-      ...(options.rootless ? [] : ['--enable-sandbox']),
-      '--enable-seccomp',
-      ...(options.rootless ? [`--userns-path=/proc/${pid}/ns/user`] : []),
-      '--netns-type=path',
-      `/proc/${pid}/ns/net`,
-      'tap0',
-    ];
-    // slirp4netns's --enable-sandbox unmounts what it does not need in a mount namespace of its
-    // own; as root that namespace must be private first, or the unmounts reach the host's
-    // (/run/netns bind mounts vanished). Rootless, its namespace is owned by the holder's user
-    // namespace, whose mounts are slaves already.
-    const argv = [
-      ...(options.egressNetns ? ['nsenter', `--net=${options.egressNetns}`, '--'] : []),
-      ...(options.rootless ? [] : ['unshare', '--mount', '--propagation', 'private', '--']),
-      'slirp4netns',
-      ...slirpArgs,
-    ];
-    const slirp = spawn(argv[0] as string, argv.slice(1), {
-      detached: true,
-      stdio: ['ignore', 'ignore', 'pipe', 'pipe'],
-      env,
-    });
-    children.push(slirp);
-    slirp.unref();
-    let stderr = '';
-    slirp.stderr?.on('data', (c: Buffer) => {
-      stderr = (stderr + c.toString()).slice(-2000);
-    });
+    return await attachNet(options, pid, true);
+  } catch (error) {
+    stop();
+    throw failed(error);
+  }
+}
+
+/**
+ * Configures the namespace `pid` is in: loopback up, the rules, then slirp4netns from the egress
+ * namespace (nothing leaves before the rules are in: there is no route until slirp4netns
+ * configures its interface). `own`: the holder is the sandbox's own (rootless: its user namespace
+ * is what lets the daemon's uid in).
+ */
+async function attachNet(
+  options: Parameters<typeof startSandboxNet>[0],
+  pid: number,
+  own = false,
+): Promise<SandboxNet> {
+  const env = { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', [NET_TAG]: options.id };
+  const userns = own && options.rootless;
+  const net: SandboxNet = {
+    id: options.id,
+    holder: pid,
+    holderStart: startTime(pid) ?? '',
+    slirp: 0,
+    userns,
+    ports: options.ports,
+  };
+  const [command, ...args] = [...enterArgs(net), 'ip', 'link', 'set', 'lo', 'up'];
+  await run(command as string, args, { timeout: NET_START_TIMEOUT_MS });
+  await applyRuleset(net, sandboxRuleset(options.policy, options.ports, options));
+  const slirpArgs = [
+    '--configure',
+    '--mtu=65520',
+    '--ready-fd=3',
+    // Its own mount namespace and no capabilities but binding: only where it may unshare (as
+    // root). Rootless it runs as the daemon's uid, which owns nothing it could abuse more.
+    ...(options.rootless ? [] : ['--enable-sandbox']),
+    '--enable-seccomp',
+    ...(userns ? [`--userns-path=/proc/${pid}/ns/user`] : []),
+    '--netns-type=path',
+    `/proc/${pid}/ns/net`,
+    'tap0',
+  ];
+  // slirp4netns's --enable-sandbox unmounts what it does not need in a mount namespace of its
+  // own; as root that namespace must be private first, or the unmounts reach the host's
+  // (/run/netns bind mounts vanished). Rootless, its namespace is owned by the holder's user
+  // namespace, whose mounts are slaves already.
+  const argv = [
+    ...(options.egressNetns ? ['nsenter', `--net=${options.egressNetns}`, '--'] : []),
+    ...(options.rootless ? [] : ['unshare', '--mount', '--propagation', 'private', '--']),
+    'slirp4netns',
+    ...slirpArgs,
+  ];
+  const slirp = spawn(argv[0] as string, argv.slice(1), {
+    detached: true,
+    stdio: ['ignore', 'ignore', 'pipe', 'pipe'],
+    env,
+  });
+  slirp.unref();
+  let stderr = '';
+  slirp.stderr?.on('data', (c: Buffer) => {
+    stderr = (stderr + c.toString()).slice(-2000);
+  });
+  try {
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(
         () => reject(new Error(`slirp4netns was not ready within ${NET_START_TIMEOUT_MS} ms`)),
@@ -305,16 +334,14 @@ export async function startSandboxNet(options: {
         reject(error);
       });
     });
-    (slirp.stdio[3] as NodeJS.ReadableStream & { destroy(): void }).destroy();
-    slirp.stderr?.destroy();
-    net.slirp = slirp.pid as number;
-    return net;
   } catch (error) {
-    stop();
-    throw new Error(`the sandbox's network did not start: ${(error as Error).message}`, {
-      cause: error,
-    });
+    slirp.kill('SIGKILL');
+    throw error;
   }
+  (slirp.stdio[3] as NodeJS.ReadableStream & { destroy(): void }).destroy();
+  slirp.stderr?.destroy();
+  net.slirp = slirp.pid as number;
+  return net;
 }
 
 /** Ends a sandbox's network: slirp4netns and the holder (each checked by its tag: pids get reused). */

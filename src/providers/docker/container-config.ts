@@ -102,7 +102,11 @@ export function containerOptions(
     ...(context.engine.cgroupDriver === 'cgroupfs'
       ? { CgroupParent: sandboxCgroupParent(spec.id) }
       : {}),
-    Binds: [`${context.runtimeDir}:${SANDBOX_RUNTIME_DIR}:ro`],
+    Binds: [
+      `${context.runtimeDir}:${SANDBOX_RUNTIME_DIR}:ro`,
+      // An internet sandbox's resolver: egress's DNS (every DNS packet goes there anyway).
+      ...(spec.network === 'internet' ? [`${spec.dir}/resolv.conf:/etc/resolv.conf:ro`] : []),
+    ],
     Tmpfs: {
       [SANDBOX_RUN_DIR]: tmpfs(user.uid),
       [`${SANDBOX_RUN_DIR}/ports`]: tmpfs(user.uid),

@@ -1,8 +1,12 @@
-import { mkdirSync } from 'node:fs';
-import { dirname, posix } from 'node:path';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { dirname, join, posix } from 'node:path';
 import { Readable } from 'node:stream';
 import type Docker from 'dockerode';
 import { SANDBOX_RUN_DIR } from '../../../runtime/protocol/constants.js';
+import type { EgressPolicy } from '../../egress/policy.js';
+import { SANDBOX_RESOLV_CONF } from '../../egress/sandbox-net.js';
+import { type KeptNet, SandboxNetworks } from '../../egress/sandbox-networks.js';
+import type { EgressCounters } from '../../egress/service.js';
 import { SandboxError, SandboxStartError, UnavailableError } from '../../errors.js';
 import { oomKills, removeCgroups } from '../local/cgroups.js';
 import { envdHealthy } from '../local/local-provider.js';
@@ -103,6 +107,8 @@ async function logTail(container: Docker.Container): Promise<string> {
  */
 export class DockerProvider implements SandboxProvider {
   readonly name = 'docker';
+  /** The internet networks of this provider's sandboxes (the egress service on first use). */
+  readonly networks = new SandboxNetworks();
   readonly images: DockerImageStore;
   private readonly docker: Docker;
   private facts: EngineFacts | undefined;
@@ -155,20 +161,24 @@ export class DockerProvider implements SandboxProvider {
   }
 
   async create(spec: SandboxSpec): Promise<SandboxHandle> {
-    if (spec.network === 'internet') {
+    if (spec.network === 'internet' && process.getuid?.() !== 0) {
       // Denied rather than allowed: a sandbox that asked for a policy never runs without one.
       throw new SandboxStartError(
-        `sandbox ${spec.id} did not start: the docker provider does not give the internet network (egress by policy) yet; it runs on the local provider (docs/network.md). Use network: none or host in the template`,
+        `sandbox ${spec.id} did not start: the internet network on docker needs a root daemon (it configures the container's network namespace); run the daemon as root, or use the local provider (docs/network.md)`,
       );
     }
     const timeoutMs = this.options.startTimeoutMs ?? 15_000;
     const deadline = Date.now() + timeoutMs;
     const user = sandboxUser(spec);
     mkdirSync(spec.dir, { recursive: true });
+    if (spec.network === 'internet')
+      writeFileSync(join(spec.dir, 'resolv.conf'), SANDBOX_RESOLV_CONF);
+    let net: KeptNet | undefined;
     let container: Docker.Container | undefined;
 
     const fail = async (why: string, cause?: unknown): Promise<SandboxStartError> => {
       const tail = container ? await logTail(container) : '';
+      await this.networks.release(net);
       if (container) await this.removeContainer(container.id).catch(() => undefined);
       await this.removeSandboxCgroups(spec.id);
       return new SandboxStartError(
@@ -243,6 +253,20 @@ export class DockerProvider implements SandboxProvider {
           : `it ended at once (exit code ${info.State.ExitCode}${info.State.Error ? `: ${info.State.Error}` : ''})`,
       );
     }
+    if (spec.network === 'internet') {
+      // The container started with no network (NetworkMode none): it gets its rules, then its
+      // only link, before create returns and anything of the user's runs in it.
+      try {
+        net = await this.networks.start({
+          id: spec.id,
+          policy: spec.egress,
+          rootless: false,
+          existing: pid,
+        });
+      } catch (error) {
+        throw await fail((error as Error).message, error);
+      }
+    }
     const socket = `/proc/${pid}/root${SANDBOX_RUN_DIR}/envd.sock`;
     while (Date.now() < deadline) {
       if (!isSameProcess(pid, startTime)) throw await fail('envd ended before it answered');
@@ -255,6 +279,7 @@ export class DockerProvider implements SandboxProvider {
           portsDir: `/proc/${pid}/root${SANDBOX_RUN_DIR}/ports`,
           container: made.id,
           ...(cgroupfs ? { cgroups: sandboxCgroupDirs(spec.id) } : {}),
+          ...(net ? { net } : {}),
         };
       }
       await sleep(5);
@@ -302,7 +327,20 @@ export class DockerProvider implements SandboxProvider {
     const id = this.sandboxIdOf(handle);
     const cgroups = [...new Set([...(handle.cgroups ?? []), ...(id ? sandboxCgroupDirs(id) : [])])];
     while (!removeCgroups(cgroups) && Date.now() < deadline) await sleep(10);
+    await this.networks.release(handle.net);
     if (unreachable) throw unreachable;
+  }
+
+  setNetwork(handle: SandboxHandle, policy: EgressPolicy): Promise<SandboxHandle> {
+    return this.networks.setPolicy(handle, policy);
+  }
+
+  networkStats(handle: SandboxHandle): Promise<EgressCounters> {
+    return this.networks.stats(handle);
+  }
+
+  adopt(handle: SandboxHandle): Promise<void> {
+    return this.networks.adopt(handle);
   }
 
   async sweepOrphans(sandboxesDir: string, running: ReadonlySet<string>): Promise<string[]> {
@@ -322,6 +360,16 @@ export class DockerProvider implements SandboxProvider {
       await this.removeContainer(found.Id).catch(() => undefined);
       await this.removeSandboxCgroups(id);
       orphans.push(id);
+    }
+    // slirp4netns of sandboxes that do not run (tagged with their id; their folder is ours).
+    for (const pid of this.networks.orphans(
+      (id) => !running.has(id) && /^[\w.-]+$/.test(id) && existsSync(join(sandboxesDir, id)),
+    )) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // gone
+      }
     }
     return orphans;
   }
@@ -369,10 +417,13 @@ export class DockerProvider implements SandboxProvider {
         : { enforced: false, how: `not enforced: ${facts.diskQuota.why}` },
       open_files: { enforced: true, how: 'RLIMIT_NOFILE (Ulimits nofile)' },
       file_size: { enforced: true, how: 'RLIMIT_FSIZE (Ulimits fsize)' },
-      egress: {
-        enforced: false,
-        how: 'not yet on docker: internet sandboxes are refused (network: none and host work; docs/network.md)',
-      },
+      egress:
+        process.getuid?.() === 0
+          ? this.networks.support()
+          : {
+              enforced: false,
+              how: "internet network unavailable: it needs a root daemon to configure a container's namespace; such sandboxes do not start",
+            },
     };
     const warnings = [
       facts.usernsRemap

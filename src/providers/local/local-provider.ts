@@ -20,17 +20,10 @@ import {
   SANDBOX_RUNTIME_DIR,
 } from '../../../runtime/protocol/constants.js';
 import { DEFAULT_DISK_BYTES } from '../../commands/template-runtime.js';
-import { EgressController, egressOptionsFromEnv } from '../../egress/controller.js';
+import type { EgressController } from '../../egress/controller.js';
 import type { EgressPolicy } from '../../egress/policy.js';
-import {
-  enterArgs,
-  orphanNetProcesses,
-  SANDBOX_RESOLV_CONF,
-  type SandboxNet,
-  startSandboxNet,
-  stopSandboxNet,
-  updatePolicy,
-} from '../../egress/sandbox-net.js';
+import { enterArgs, SANDBOX_RESOLV_CONF } from '../../egress/sandbox-net.js';
+import { type KeptNet, SandboxNetworks } from '../../egress/sandbox-networks.js';
 import type { EgressCounters } from '../../egress/service.js';
 import { SandboxStartError } from '../../errors.js';
 import { dockerClient } from '../docker/engine.js';
@@ -184,15 +177,11 @@ export class LocalProvider implements SandboxProvider {
   private readonly runtimeDir: string;
   private report: IsolationReport | undefined;
 
-  private egressController: EgressController | undefined;
-
-  /** The egress service (started on first use). */
-  get egress(): EgressController {
-    this.egressController ??= this.options.egress ?? new EgressController(egressOptionsFromEnv());
-    return this.egressController;
-  }
+  /** The internet networks of this provider's sandboxes (the egress service on first use). */
+  readonly networks: SandboxNetworks;
 
   constructor(private readonly options: LocalProviderOptions) {
+    this.networks = new SandboxNetworks(options.egress);
     const isRoot = process.getuid?.() === 0;
     this.mode = options.mode ?? (isRoot ? 'root' : 'rootless');
     if (this.mode === 'root' && !isRoot) {
@@ -298,27 +287,11 @@ export class LocalProvider implements SandboxProvider {
     }
     // An internet sandbox's namespace, its rules and its link exist before anything of the sandbox
     // runs in it (bwrap starts inside it below).
-    let net: (SandboxNet & { policy: NonNullable<SandboxSpec['egress']> }) | undefined;
+    let net: KeptNet | undefined;
     if (spec.network === 'internet') {
-      const policy = spec.egress ?? { allowOut: [], denyOut: [] };
       try {
-        const ports = await this.egress.add(spec.id, policy);
-        net = {
-          ...(await startSandboxNet({
-            id: spec.id,
-            rootless: !root,
-            policy,
-            ports,
-            ...(this.egress.options.netns ? { egressNetns: this.egress.options.netns } : {}),
-            ...(this.egress.options.permit ? { permit: this.egress.options.permit } : {}),
-            ...(this.egress.options.alsoDeny ? { alsoDeny: this.egress.options.alsoDeny } : {}),
-          })),
-          policy,
-        };
-        await this.egress.setNet(spec.id, net);
+        net = await this.networks.start({ id: spec.id, policy: spec.egress, rootless: !root });
       } catch (error) {
-        if (net) stopSandboxNet(net);
-        await this.egress.remove(spec.id).catch(() => undefined);
         await this.reclaim(cgroups.dirs, uid);
         throw new SandboxStartError(
           `sandbox ${spec.id} did not start: ${(error as Error).message}`,
@@ -418,7 +391,7 @@ export class LocalProvider implements SandboxProvider {
         }
       }
     } catch (error) {
-      await this.releaseNet(net);
+      await this.networks.release(net);
       await this.reclaim(cgroups.dirs, uid);
       throw new SandboxStartError(`sandbox ${spec.id} did not start: ${(error as Error).message}`, {
         cause: error,
@@ -470,7 +443,7 @@ export class LocalProvider implements SandboxProvider {
     const fail = async (why: string) => {
       // What started may still be mounting or copying as root: all of it is in the cgroups.
       if (child.pid) this.killTree(child.pid);
-      await this.releaseNet(net);
+      await this.networks.release(net);
       await this.reclaim(cgroups.dirs, uid);
       const tail = logTail(logFile);
       return new SandboxStartError(
@@ -513,37 +486,19 @@ export class LocalProvider implements SandboxProvider {
       await until(() => !isSameProcess(handle.pid, handle.startTime));
     }
     await this.reclaim(cgroups, handle.uid, deadline);
-    await this.releaseNet(handle.net);
+    await this.networks.release(handle.net);
   }
 
-  /** An internet sandbox's namespace holder and slirp4netns end; egress stops serving it. */
-  private async releaseNet(net: SandboxNet | undefined): Promise<void> {
-    if (!net) return;
-    stopSandboxNet(net);
-    await this.egress.remove(net.id).catch(() => undefined);
+  setNetwork(handle: SandboxHandle, policy: EgressPolicy): Promise<SandboxHandle> {
+    return this.networks.setPolicy(handle, policy);
   }
 
-  async setNetwork(handle: SandboxHandle, policy: EgressPolicy): Promise<SandboxHandle> {
-    const net = handle.net;
-    if (!net) throw new Error('the sandbox is not on the internet network');
-    // The namespace's address rules first, then the names egress decides by: for a moment a
-    // connection may meet the new addresses and the old names, never neither.
-    await updatePolicy(net, policy);
-    await this.egress.setPolicy(net.id, policy);
-    return { ...handle, net: { ...net, policy } };
+  networkStats(handle: SandboxHandle): Promise<EgressCounters> {
+    return this.networks.stats(handle);
   }
 
-  async networkStats(handle: SandboxHandle): Promise<EgressCounters> {
-    if (!handle.net) throw new Error('the sandbox is not on the internet network');
-    return (await this.egress.get(handle.net.id)).counters;
-  }
-
-  async adopt(handle: SandboxHandle): Promise<void> {
-    const net = handle.net;
-    if (!net) return;
-    // The same ports: the sandbox's rules send its DNS, 80 and 443 there.
-    await this.egress.add(net.id, net.policy, net.ports);
-    await this.egress.setNet(net.id, net);
+  adopt(handle: SandboxHandle): Promise<void> {
+    return this.networks.adopt(handle);
   }
 
   /**
@@ -594,7 +549,7 @@ export class LocalProvider implements SandboxProvider {
     for (const pids of orphans.values()) killPids(pids);
     // Network holders and slirp4netns of sandboxes that do not run (a crash mid-create, a kill
     // that a SIGKILLed daemon did not finish).
-    killPids(orphanNetProcesses(ours));
+    killPids(this.networks.orphans(ours));
     // Root mode: a uid handed to a sandbox of ours that is not running is freed.
     if (this.mode === 'root') {
       for (const lock of this.uids.held()) {
@@ -635,7 +590,7 @@ export class LocalProvider implements SandboxProvider {
           },
       open_files: { enforced: true, how: 'RLIMIT_NOFILE' },
       file_size: { enforced: true, how: 'RLIMIT_FSIZE' },
-      egress: egressSupport(this.egress.options.netns),
+      egress: this.networks.support(),
     };
     const warnings = Object.entries(limits)
       .filter(([, limit]) => !limit.enforced)
@@ -709,25 +664,4 @@ function homeSeed(
 
 function cgroupsOf(handle: SandboxHandle): string[] {
   return handle.cgroups ?? (handle.cgroup ? [handle.cgroup] : []);
-}
-
-/**
- * Whether `internet` sandboxes can start here: slirp4netns and nft on the PATH. Without them such
- * a sandbox does not start (denied rather than allowed), and the report says why.
- */
-function egressSupport(netns: string | undefined): { enforced: boolean; how: string } {
-  const missing = ['slirp4netns', 'nft', 'unshare', 'nsenter'].filter(
-    (tool) =>
-      !['/usr/bin', '/usr/sbin', '/bin', '/sbin'].some((dir) => existsSync(join(dir, tool))),
-  );
-  if (missing.length > 0) {
-    return {
-      enforced: false,
-      how: `internet network unavailable: no ${missing.join(', ')} (Debian: slirp4netns, nftables, util-linux); such sandboxes do not start`,
-    };
-  }
-  return {
-    enforced: true,
-    how: `internet network: a namespace per sandbox, nftables rules and slirp4netns, egress by policy from ${netns ?? "the daemon's own network namespace"} (docs/network.md)`,
-  };
 }

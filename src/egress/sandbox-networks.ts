@@ -1,0 +1,126 @@
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { EgressController, egressOptionsFromEnv } from './controller.js';
+import type { EgressPolicy } from './policy.js';
+import {
+  orphanNetProcesses,
+  type SandboxNet,
+  startSandboxNet,
+  stopSandboxNet,
+  updatePolicy,
+} from './sandbox-net.js';
+import type { EgressCounters } from './service.js';
+
+/** An internet sandbox's network as its handle keeps it: the namespace's parts and its policy. */
+export type KeptNet = SandboxNet & { policy: EgressPolicy };
+
+/**
+ * The `internet` networks of one provider's sandboxes: the egress service (started on first use)
+ * and, per sandbox, the namespace's rules and slirp4netns. Local and Docker sandboxes share it;
+ * each provider says whose namespace it is (a holder of its own, or a container's).
+ */
+export class SandboxNetworks {
+  private controller: EgressController | undefined;
+
+  constructor(private readonly given?: EgressController) {}
+
+  get egress(): EgressController {
+    this.controller ??= this.given ?? new EgressController(egressOptionsFromEnv());
+    return this.controller;
+  }
+
+  /**
+   * Serves a new sandbox and makes its network; on failure nothing is left. `existing`: a
+   * namespace that is there already (a container's init), configured as root.
+   */
+  async start(options: {
+    id: string;
+    policy: EgressPolicy | undefined;
+    rootless: boolean;
+    existing?: number;
+  }): Promise<KeptNet> {
+    const policy = options.policy ?? { allowOut: [], denyOut: [] };
+    const { netns, permit, alsoDeny } = this.egress.options;
+    let net: SandboxNet | undefined;
+    try {
+      const ports = await this.egress.add(options.id, policy);
+      net = await startSandboxNet({
+        id: options.id,
+        rootless: options.rootless,
+        policy,
+        ports,
+        ...(options.existing ? { existing: options.existing } : {}),
+        ...(netns ? { egressNetns: netns } : {}),
+        ...(permit ? { permit } : {}),
+        ...(alsoDeny ? { alsoDeny } : {}),
+      });
+      await this.egress.setNet(options.id, net);
+      return { ...net, policy };
+    } catch (error) {
+      if (net) stopSandboxNet(net);
+      await this.egress.remove(options.id).catch(() => undefined);
+      throw error;
+    }
+  }
+
+  /** Ends a sandbox's network (slirp4netns, a holder of its own); egress stops serving it. */
+  async release(net: SandboxNet | undefined): Promise<void> {
+    if (!net) return;
+    stopSandboxNet(net);
+    await this.egress.remove(net.id).catch(() => undefined);
+  }
+
+  /**
+   * A sandbox's new policy: the namespace's address rules first, then the names egress decides
+   * by. The handle to keep from now on.
+   */
+  async setPolicy<H extends { net?: KeptNet }>(handle: H, policy: EgressPolicy): Promise<H> {
+    const net = internetOf(handle);
+    await updatePolicy(net, policy);
+    await this.egress.setPolicy(net.id, policy);
+    return { ...handle, net: { ...net, policy } };
+  }
+
+  async stats(handle: { net?: KeptNet }): Promise<EgressCounters> {
+    return (await this.egress.get(internetOf(handle).id)).counters;
+  }
+
+  /** A new daemon serves an adopted sandbox again, on the ports its rules name. */
+  async adopt(handle: { net?: KeptNet }): Promise<void> {
+    const { net } = handle;
+    if (!net) return;
+    await this.egress.add(net.id, net.policy, net.ports);
+    await this.egress.setNet(net.id, net);
+  }
+
+  /** Pids of the network processes of sandboxes `orphan` names (for a provider's sweep). */
+  orphans(orphan: (id: string) => boolean): number[] {
+    return orphanNetProcesses(orphan);
+  }
+
+  /**
+   * Whether `internet` sandboxes can start here (the isolation report's `egress` line). Without
+   * the tools such a sandbox does not start: denied rather than allowed.
+   */
+  support(): { enforced: boolean; how: string } {
+    const missing = ['slirp4netns', 'nft', 'unshare', 'nsenter'].filter(
+      (tool) =>
+        !['/usr/bin', '/usr/sbin', '/bin', '/sbin'].some((dir) => existsSync(join(dir, tool))),
+    );
+    if (missing.length > 0) {
+      return {
+        enforced: false,
+        how: `internet network unavailable: no ${missing.join(', ')} (Debian: slirp4netns, nftables, util-linux); such sandboxes do not start`,
+      };
+    }
+    return {
+      enforced: true,
+      how: `internet network: a namespace per sandbox, nftables rules and slirp4netns, egress by policy from ${this.egress.options.netns ?? "the daemon's own network namespace"} (docs/network.md)`,
+    };
+  }
+}
+
+function internetOf(handle: { net?: KeptNet }): KeptNet {
+  if (!handle.net) throw new Error('the sandbox is not on the internet network');
+  return handle.net;
+}

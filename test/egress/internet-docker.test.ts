@@ -1,0 +1,90 @@
+import { readFileSync } from 'node:fs';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { orphanNetProcesses } from '../../src/egress/sandbox-net.js';
+import { Sandbox } from '../../src/sandbox/sandbox.js';
+import { type DockerHome, dockerHome } from '../compat/e2b/docker-home.js';
+import { dockerEngine } from '../helpers/docker-images.js';
+import { internetUnavailable, makeInternet, type TestInternet } from '../helpers/internet.js';
+
+/**
+ * The internet network on the Docker provider (a root daemon): the container starts with no
+ * network, gets its rules and slirp4netns before create returns, and egress decides as on the
+ * local provider. The Debian image has no curl: the sandbox's clients are bash's /dev/tcp and the
+ * runtime's node.
+ */
+const engine = await dockerEngine();
+const unavailable = internetUnavailable() ?? engine.reason;
+
+describe.skipIf(unavailable)('internet sandboxes on docker', () => {
+  let internet: TestInternet;
+  let abx: DockerHome;
+  let box: Sandbox;
+  const sh = (command: string) =>
+    box.commands.run(command, { timeoutMs: 30_000, allowNonZeroExit: true });
+  /** An HTTP(S) GET from the sandbox with node's own client (no proxy settings). */
+  const get = (url: string, extra = '') =>
+    sh(
+      `node -e "${extra}fetch('${url}').then(async r => console.log(r.status, await r.text())).catch(e => { console.log('failed', e.cause?.code ?? e.message); process.exit(1) })"`,
+    );
+
+  beforeAll(async () => {
+    internet = await makeInternet();
+    process.env.ABX_EGRESS_NETNS = internet.path;
+    process.env.ABX_EGRESS_HOSTS = internet.hostsFile;
+    abx = await dockerHome(engine.docker as NonNullable<typeof engine.docker>);
+    box = await Sandbox.create({
+      home: abx.home,
+      network: { allowOut: ['allowed.test', '192.0.2.44/32'], denyOut: ['0.0.0.0/0'] },
+    });
+    await box.files.write('/tmp/ca.pem', readFileSync(internet.caCert, 'utf8'));
+  }, 300_000);
+
+  afterAll(async () => {
+    await box?.kill().catch(() => undefined);
+    await abx?.close();
+    delete process.env.ABX_EGRESS_NETNS;
+    delete process.env.ABX_EGRESS_HOSTS;
+    internet?.remove();
+  });
+
+  test('allowed names answer over HTTP and HTTPS; denied names and addresses do not', async () => {
+    expect((await get('http://allowed.test/')).stdout).toContain(
+      '200 http hello from 203.0.113.10',
+    );
+    const tls = await sh(
+      `NODE_EXTRA_CA_CERTS=/tmp/ca.pem node -e "fetch('https://allowed.test/').then(async r => console.log(r.status, await r.text()))"`,
+    );
+    expect(tls.stdout).toContain('200 https hello from 203.0.113.10');
+    const before = internet.hits().length;
+    expect((await get('http://denied.test/')).stdout).toContain('failed');
+    expect((await sh('getent hosts denied.test')).exitCode).not.toBe(0);
+    const raw = await sh(`bash -c 'exec 3<>/dev/tcp/${internet.addresses.denied}/7000'`);
+    expect(raw.exitCode).not.toBe(0);
+    const lying = await sh(
+      `bash -c 'exec 3<>/dev/tcp/allowed.test/80; printf "GET / HTTP/1.0\\r\\nHost: denied.test\\r\\n\\r\\n" >&3; cat <&3'`,
+    );
+    expect(lying.stdout).toMatch(/403[\s\S]*denied.test is refused/);
+    expect(internet.hits().slice(before).join('\n')).not.toContain(internet.addresses.denied);
+    expect(
+      (await sh(`bash -c 'exec 3<>/dev/tcp/192.0.2.44/7000; echo cidr >&3; head -1 <&3'`)).stdout,
+    ).toContain('echo cidr');
+  });
+
+  test('the always-denied ranges stay shut, and the sandbox cannot touch its rules', async () => {
+    for (const address of ['10.0.2.2', '169.254.169.254', '127.0.0.53', '10.1.2.3']) {
+      const raw = await sh(`bash -c 'exec 3<>/dev/tcp/${address}/7000'`);
+      expect(raw.exitCode, address).not.toBe(0);
+    }
+    expect((await sh('nft list ruleset')).exitCode).not.toBe(0);
+  });
+
+  test('a policy change applies at once; kill leaves no slirp4netns', async () => {
+    await box.setNetwork({ allowOut: ['other.test'], denyOut: ['0.0.0.0/0'] });
+    expect((await get('http://other.test/')).stdout).toContain('200 http hello from 192.0.2.44');
+    expect((await get('http://allowed.test/')).stdout).toContain('failed');
+    const id = box.sandboxId;
+    expect(orphanNetProcesses((x) => x === id).length).toBe(1);
+    await box.kill();
+    expect(orphanNetProcesses((x) => x === id)).toEqual([]);
+  });
+});
