@@ -1,4 +1,4 @@
-import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { promisify } from 'node:util';
 import { ALWAYS_DENIED, type EgressPolicy, type Entry, parsePolicy } from './policy.js';
@@ -220,14 +220,11 @@ export async function startSandboxNet(options: {
     { detached: true, stdio: 'ignore', env },
   );
   holder.unref();
-  const children: ChildProcess[] = [holder];
   const stop = () => {
-    for (const child of children) {
-      try {
-        if (child.pid) process.kill(child.pid, 'SIGKILL');
-      } catch {
-        // gone
-      }
+    try {
+      if (holder.pid) process.kill(holder.pid, 'SIGKILL');
+    } catch {
+      // gone
     }
   };
   try {

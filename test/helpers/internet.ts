@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { deleteNetns } from './netns.js';
 import { makeTestCertificates } from './test-ca.js';
 
 /** Why a test internet cannot be made here, or undefined. */
@@ -91,15 +92,7 @@ export async function makeInternet(): Promise<TestInternet> {
   const lines: string[] = [];
   const remove = () => {
     server?.kill('SIGKILL');
-    const pids = spawnSync('ip', ['netns', 'pids', ns], { encoding: 'utf8' }).stdout ?? '';
-    for (const pid of pids.split(/\s+/).filter(Boolean)) {
-      try {
-        process.kill(Number(pid), 'SIGKILL');
-      } catch {
-        // gone
-      }
-    }
-    spawnSync('ip', ['netns', 'del', ns], { stdio: 'ignore' });
+    deleteNetns(ns);
     rmSync(dir, { recursive: true, force: true });
   };
   try {

@@ -13,6 +13,22 @@ export function netnsUnavailable(): string | undefined {
   return undefined;
 }
 
+/**
+ * Deletes a test's network namespace, SIGKILLing what still runs in it first: a process left in
+ * a deleted namespace would keep it alive, unseen.
+ */
+export function deleteNetns(ns: string): void {
+  const pids = spawnSync('ip', ['netns', 'pids', ns], { encoding: 'utf8' }).stdout ?? '';
+  for (const pid of pids.split(/\s+/).filter(Boolean)) {
+    try {
+      process.kill(Number(pid), 'SIGKILL');
+    } catch {
+      // gone
+    }
+  }
+  spawnSync('ip', ['netns', 'del', ns], { stdio: 'ignore' });
+}
+
 /** One end of the link: a network namespace and its address. */
 export interface TestHost {
   ns: string;
@@ -34,18 +50,7 @@ export function makeTwoHosts(): { server: TestHost; client: TestHost; remove(): 
   const remove = () => {
     // Only still here when it could not be moved into its namespace.
     spawnSync('ip', ['link', 'del', a], { stdio: 'ignore' });
-    for (const ns of made.splice(0)) {
-      // A process left in a deleted namespace would keep it alive, unseen: end them first.
-      const pids = spawnSync('ip', ['netns', 'pids', ns], { encoding: 'utf8' }).stdout ?? '';
-      for (const pid of pids.split(/\s+/).filter(Boolean)) {
-        try {
-          process.kill(Number(pid), 'SIGKILL');
-        } catch {
-          // gone
-        }
-      }
-      spawnSync('ip', ['netns', 'del', ns], { stdio: 'ignore' });
-    }
+    for (const ns of made.splice(0)) deleteNetns(ns);
   };
   const ip = (...args: string[]) => execFileSync('ip', args, { stdio: 'pipe' });
   try {

@@ -329,26 +329,32 @@ describe('output bytes that are not UTF-8 (E2B sends protobuf bytes)', () => {
 });
 
 describe('PTY through the e2b SDK', () => {
-  test('create, input, resize, kill', async () => {
-    let screen = '';
+  /** An 80x24 terminal and what it has shown so far. */
+  async function openTerminal() {
+    const shown = { screen: '' };
     const decoder = new TextDecoder();
     const terminal = await sbx.pty.create({
       cols: 80,
       rows: 24,
       timeoutMs: 0,
       onData: (data) => {
-        screen += decoder.decode(data, { stream: true });
+        shown.screen += decoder.decode(data, { stream: true });
       },
     });
+    return { terminal, shown };
+  }
+
+  test('create, input, resize, kill', async () => {
+    const { terminal, shown } = await openTerminal();
     await sbx.pty.sendInput(terminal.pid, new TextEncoder().encode('echo $((6*7)); stty size\n'));
     await waitUntil(
-      async () => /42[\s\S]*24 80/.test(screen),
+      async () => /42[\s\S]*24 80/.test(shown.screen),
       'the answer and size on the pty',
       30_000,
     );
     await sbx.pty.resize(terminal.pid, { cols: 100, rows: 30 });
     await sbx.pty.sendInput(terminal.pid, new TextEncoder().encode('stty size\n'));
-    await waitUntil(async () => screen.includes('30 100'), 'the new size on the pty', 30_000);
+    await waitUntil(async () => shown.screen.includes('30 100'), 'the new size on the pty', 30_000);
     expect(await sbx.pty.kill(terminal.pid)).toBe(true);
     const ended = await terminal.wait().catch((e: unknown) => e);
     expect(ended).toMatchObject({ exitCode: -1 });
@@ -358,24 +364,15 @@ describe('PTY through the e2b SDK', () => {
     // The pty is opened by `script` after the start: a resize racing it must not be lost, nor
     // undone by the initial size (CI saw both). Several terminals, to meet the race.
     for (let round = 0; round < 5; round++) {
-      let screen = '';
-      const decoder = new TextDecoder();
-      const terminal = await sbx.pty.create({
-        cols: 80,
-        rows: 24,
-        timeoutMs: 0,
-        onData: (data) => {
-          screen += decoder.decode(data, { stream: true });
-        },
-      });
+      const { terminal, shown } = await openTerminal();
       await sbx.pty.resize(terminal.pid, { cols: 101 + round, rows: 31 });
       await sbx.pty.sendInput(terminal.pid, new TextEncoder().encode('stty size\n'));
       await waitUntil(
-        async () => screen.includes(`31 ${101 + round}`),
+        async () => shown.screen.includes(`31 ${101 + round}`),
         `the resized size on terminal ${round}`,
         30_000,
       );
-      expect(screen).not.toContain('24 80');
+      expect(shown.screen).not.toContain('24 80');
       expect(await sbx.pty.kill(terminal.pid)).toBe(true);
     }
   });
