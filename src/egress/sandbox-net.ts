@@ -1,6 +1,7 @@
 import { execFile, spawn } from 'node:child_process';
 import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { promisify } from 'node:util';
+import { egressEnterArgs } from './controller.js';
 import { ALWAYS_DENIED, type EgressPolicy, type Entry, parsePolicy } from './policy.js';
 import type { EgressPorts } from './service.js';
 
@@ -195,6 +196,12 @@ export async function startSandboxNet(options: {
   ports: EgressPorts;
   /** The egress namespace (a path such as /run/netns/NAME); none: the daemon's own. */
   egressNetns?: string;
+  /**
+   * The user namespace that owns `egressNetns`, for a rootless daemon: the holder's user
+   * namespace is made inside it, so that slirp4netns, run in the egress namespace, may join the
+   * sandbox's.
+   */
+  egressUserns?: string;
   permit?: string[];
   alsoDeny?: string[];
   /**
@@ -208,17 +215,18 @@ export async function startSandboxNet(options: {
   if (options.existing)
     return attachNet(options, options.existing).catch((e) => Promise.reject(failed(e)));
   const env = { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', [NET_TAG]: options.id };
-  const holder = spawn(
+  const argv = [
+    ...(options.rootless && options.egressUserns
+      ? ['nsenter', '--preserve-credentials', `--user=${options.egressUserns}`, '--']
+      : []),
     'unshare',
-    [
-      ...(options.rootless ? ['--user', '--map-root-user'] : []),
-      '--net',
-      '--',
-      'sleep',
-      'infinity',
-    ],
-    { detached: true, stdio: 'ignore', env },
-  );
+    ...(options.rootless ? ['--user', '--map-root-user'] : []),
+    '--net',
+    '--',
+    'sleep',
+    'infinity',
+  ];
+  const holder = spawn(argv[0] as string, argv.slice(1), { detached: true, stdio: 'ignore', env });
   holder.unref();
   const stop = () => {
     try {
@@ -296,7 +304,7 @@ async function attachNet(
   // (/run/netns bind mounts vanished). Rootless, its namespace is owned by the holder's user
   // namespace, whose mounts are slaves already.
   const argv = [
-    ...(options.egressNetns ? ['nsenter', `--net=${options.egressNetns}`, '--'] : []),
+    ...egressEnterArgs({ netns: options.egressNetns, userns: options.egressUserns }),
     ...(options.rootless ? [] : ['unshare', '--mount', '--propagation', 'private', '--']),
     'slirp4netns',
     ...slirpArgs,

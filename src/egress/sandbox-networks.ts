@@ -1,6 +1,6 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { EgressController, egressOptionsFromEnv } from './controller.js';
+import { EgressController, egressOptionsFromEnv, egressProblem } from './controller.js';
 import type { EgressPolicy } from './policy.js';
 import {
   orphanNetProcesses,
@@ -40,7 +40,9 @@ export class SandboxNetworks {
     existing?: number;
   }): Promise<KeptNet> {
     const policy = options.policy ?? { allowOut: [], denyOut: [] };
-    const { netns, permit, alsoDeny } = this.egress.options;
+    const { netns, userns, permit, alsoDeny } = this.egress.options;
+    const problem = egressProblem(this.egress.options, options.rootless && !options.existing);
+    if (problem) throw new Error(`the sandbox's network did not start: ${problem}`);
     let net: SandboxNet | undefined;
     try {
       const ports = await this.egress.add(options.id, policy);
@@ -51,6 +53,7 @@ export class SandboxNetworks {
         ports,
         ...(options.existing ? { existing: options.existing } : {}),
         ...(netns ? { egressNetns: netns } : {}),
+        ...(userns ? { egressUserns: userns } : {}),
         ...(permit ? { permit } : {}),
         ...(alsoDeny ? { alsoDeny } : {}),
       });
@@ -102,7 +105,7 @@ export class SandboxNetworks {
    * Whether `internet` sandboxes can start here (the isolation report's `egress` line). Without
    * the tools such a sandbox does not start: denied rather than allowed.
    */
-  support(): { enforced: boolean; how: string } {
+  support(rootless = process.getuid?.() !== 0): { enforced: boolean; how: string } {
     const missing = ['slirp4netns', 'nft', 'unshare', 'nsenter'].filter(
       (tool) =>
         !['/usr/bin', '/usr/sbin', '/bin', '/sbin'].some((dir) => existsSync(join(dir, tool))),
@@ -111,6 +114,13 @@ export class SandboxNetworks {
       return {
         enforced: false,
         how: `internet network unavailable: no ${missing.join(', ')} (Debian: slirp4netns, nftables, util-linux); such sandboxes do not start`,
+      };
+    }
+    const problem = egressProblem(this.egress.options, rootless);
+    if (problem) {
+      return {
+        enforced: false,
+        how: `internet network unavailable: ${problem}; such sandboxes do not start`,
       };
     }
     return {

@@ -61,11 +61,16 @@ export interface RootlessDaemon {
  * in a mount namespace of the daemon's own. `close()` stops the daemon and every process of
  * that uid and removes what was made.
  */
+/** A uid with no account, for a rootless daemon (and what it must own, made before it starts). */
+export function rootlessUid(): number {
+  return 1_400_000_000 + randomInt(1_000_000);
+}
+
 export async function startRootlessDaemon(
-  options: { delegateCgroups?: boolean } = {},
+  options: { delegateCgroups?: boolean; uid?: number; env?: Record<string, string> } = {},
 ): Promise<RootlessDaemon> {
   ensureBuilt();
-  const uid = 1_400_000_000 + randomInt(1_000_000);
+  const uid = options.uid ?? rootlessUid();
   const home = mkdtempSync(join(tmpdir(), 'abx-rootless-'));
   chownSync(home, uid, uid);
   const cgroups: string[] = [];
@@ -111,6 +116,7 @@ export async function startRootlessDaemon(
         HOME: home,
         ABX_HOME: home,
         UID_: String(uid),
+        ...options.env,
       },
     },
   );
