@@ -12,6 +12,25 @@ export const SLIRP_GATEWAY = '10.0.2.2';
 export const SLIRP_DNS = '10.0.2.3';
 /** What a sandbox on `internet` reads as /etc/resolv.conf (every DNS packet goes to egress anyway). */
 export const SANDBOX_RESOLV_CONF = `nameserver ${SLIRP_DNS}\noptions edns0 timeout:2 attempts:2\n`;
+/**
+ * The proxy variables of an `internet` sandbox, for tools that honour them: they send plain HTTP
+ * as absolute URLs and HTTPS as CONNECT to the sandbox's egress proxy, whose refusal is an HTTP
+ * 403 naming the rule (without them a denied name fails at DNS). Traffic without them is
+ * captured all the same; the sandbox's own loopback is never proxied.
+ */
+export function proxyEnv(ports: Pick<EgressPorts, 'http'>): Record<string, string> {
+  const url = `http://${SLIRP_GATEWAY}:${ports.http}`;
+  const local = 'localhost,127.0.0.1,::1';
+  return {
+    HTTP_PROXY: url,
+    HTTPS_PROXY: url,
+    NO_PROXY: local,
+    http_proxy: url,
+    https_proxy: url,
+    no_proxy: local,
+  };
+}
+
 /** How long the namespace holder and slirp4netns may take to be ready. */
 export const NET_START_TIMEOUT_MS = 10_000;
 

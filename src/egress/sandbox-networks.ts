@@ -9,7 +9,7 @@ import {
   stopSandboxNet,
   updatePolicy,
 } from './sandbox-net.js';
-import type { EgressCounters } from './service.js';
+import type { EgressCounters, EgressPorts } from './service.js';
 
 /** An internet sandbox's network as its handle keeps it: the namespace's parts and its policy. */
 export type KeptNet = SandboxNet & { policy: EgressPolicy };
@@ -30,22 +30,35 @@ export class SandboxNetworks {
   }
 
   /**
-   * Serves a new sandbox and makes its network; on failure nothing is left. `existing`: a
-   * namespace that is there already (a container's init), configured as root.
+   * Has egress serve a new sandbox ahead of its network (when the sandbox's environment must
+   * name its ports, as a container's is fixed at create); `start` then takes the ports. On a
+   * failure before `start`, `release` with just the id stops serving it.
+   */
+  async serve(id: string, policy: EgressPolicy | undefined, rootless: boolean) {
+    const problem = egressProblem(this.egress.options, rootless);
+    if (problem) throw new Error(`the sandbox's network did not start: ${problem}`);
+    return this.egress.add(id, policy ?? { allowOut: [], denyOut: [] });
+  }
+
+  /**
+   * Serves a new sandbox (unless `serve` did: its `ports`) and makes its network; on failure
+   * nothing is left. `existing`: a namespace that is there already (a container's init),
+   * configured as root.
    */
   async start(options: {
     id: string;
     policy: EgressPolicy | undefined;
     rootless: boolean;
     existing?: number;
+    ports?: EgressPorts;
   }): Promise<KeptNet> {
     const policy = options.policy ?? { allowOut: [], denyOut: [] };
     const { netns, userns, permit, alsoDeny } = this.egress.options;
-    const problem = egressProblem(this.egress.options, options.rootless && !options.existing);
-    if (problem) throw new Error(`the sandbox's network did not start: ${problem}`);
     let net: SandboxNet | undefined;
     try {
-      const ports = await this.egress.add(options.id, policy);
+      const ports =
+        options.ports ??
+        (await this.serve(options.id, policy, options.rootless && !options.existing));
       net = await startSandboxNet({
         id: options.id,
         rootless: options.rootless,
@@ -66,10 +79,13 @@ export class SandboxNetworks {
     }
   }
 
-  /** Ends a sandbox's network (slirp4netns, a holder of its own); egress stops serving it. */
-  async release(net: SandboxNet | undefined): Promise<void> {
+  /**
+   * Ends a sandbox's network (slirp4netns, a holder of its own); egress stops serving it. Just
+   * `{ id }`: a sandbox served whose network was not made.
+   */
+  async release(net: SandboxNet | { id: string } | undefined): Promise<void> {
     if (!net) return;
-    stopSandboxNet(net);
+    if ('holder' in net) stopSandboxNet(net);
     await this.egress.remove(net.id).catch(() => undefined);
   }
 

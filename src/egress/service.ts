@@ -271,10 +271,9 @@ export class EgressService {
       const route = await this.route(entry, host.replace(/^\[|\]$/g, ''));
       if ('refused' in route) {
         this.record(entry, { kind: 'connect', target: host, allowed: false, rule: route.refused });
-        return answer(
-          '403 Forbidden',
-          `${host} is refused by the sandbox's network policy: ${route.refused}`,
-        );
+        // The reason phrase says it too: clients show it, not a CONNECT answer's body.
+        const why = `${host} is refused by the sandbox's network policy: ${route.refused}`;
+        return answer(`403 ${why.replace(/[^\x20-\x7e]/g, '?')}`, why);
       }
       this.record(entry, { kind: 'connect', target: host, allowed: true, rule: route.rule });
       socket.write('HTTP/1.1 200 Connection Established\r\n\r\n');

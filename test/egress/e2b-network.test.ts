@@ -48,12 +48,12 @@ describe.skipIf(unavailable)("E2B's network options on abx's internet network", 
       network: { allowOut: ['allowed.test'], denyOut: ['0.0.0.0/0'] },
     });
     made.push(sandbox);
-    const fetched = await sandbox.commands.run('curl -sS -m 10 http://allowed.test/', {
+    const fetched = await sandbox.commands.run('curl -fsS -m 10 http://allowed.test/', {
       timeoutMs: 30_000,
     });
     expect(fetched.stdout).toContain('hello from 203.0.113.10');
     const refused = await sandbox.commands
-      .run('curl -sS -m 10 http://other.test/', { timeoutMs: 30_000 })
+      .run('curl -fsS -m 10 http://other.test/', { timeoutMs: 30_000 })
       .catch((e: { exitCode?: number }) => e);
     expect(refused.exitCode).not.toBe(0);
     const details = await sandbox.getInfo();
@@ -70,14 +70,14 @@ describe.skipIf(unavailable)("E2B's network options on abx's internet network", 
       sandbox.commands
         .run(command, { timeoutMs: 30_000 })
         .catch((e: { exitCode?: number; stdout?: string }) => e);
-    expect((await run('curl -sS -m 10 http://other.test/')).stdout).toContain(
+    expect((await run('curl -fsS -m 10 http://other.test/')).stdout).toContain(
       'hello from 192.0.2.44',
     );
     await sandbox.updateNetwork({ allowOut: ['other.test'], allowInternetAccess: false });
-    expect((await run('curl -sS -m 10 http://other.test/')).stdout).toContain(
+    expect((await run('curl -fsS -m 10 http://other.test/')).stdout).toContain(
       'hello from 192.0.2.44',
     );
-    expect((await run('curl -sS -m 10 http://allowed.test/')).exitCode).not.toBe(0);
+    expect((await run('curl -fsS -m 10 http://allowed.test/')).exitCode).not.toBe(0);
     const details = await sandbox.getInfo();
     expect(details.network?.allowOut).toEqual(['other.test']);
     expect(details.network?.denyOut).toEqual(['0.0.0.0/0', '::/0']);

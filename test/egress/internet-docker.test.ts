@@ -70,6 +70,21 @@ describe.skipIf(unavailable)('internet sandboxes on docker', () => {
     ).toContain('echo cidr');
   });
 
+  test("the proxy variables name the sandbox's egress proxy, which refuses by name with the rule", async () => {
+    /** A GET of an absolute URL from the proxy that HTTP_PROXY names, as proxy clients send it. */
+    const ask = (url: string) =>
+      sh(
+        `node -e "const p = new URL(process.env.HTTP_PROXY); require('http').get({ host: p.hostname, port: p.port, path: '${url}', headers: { host: new URL('${url}').host } }, (r) => { let b = ''; r.on('data', (c) => (b += c)); r.on('end', () => console.log(r.statusCode, b)); })"`,
+      );
+    expect((await sh('echo $HTTPS_PROXY $no_proxy')).stdout.trim()).toMatch(
+      /^http:\/\/10\.0\.2\.2:\d+ localhost,127\.0\.0\.1,::1$/,
+    );
+    expect((await ask('http://allowed.test/')).stdout).toContain('http hello from 203.0.113.10');
+    expect((await ask('http://denied.test/')).stdout).toMatch(
+      /^403 abx egress: denied.test is refused by the sandbox's network policy: denyOut 0\.0\.0\.0\/0/,
+    );
+  });
+
   test('the always-denied ranges stay shut, and the sandbox cannot touch its rules', async () => {
     for (const address of ['10.0.2.2', '169.254.169.254', '127.0.0.53', '10.1.2.3']) {
       const raw = await sh(`bash -c 'exec 3<>/dev/tcp/${address}/7000'`);

@@ -114,17 +114,20 @@ describe.skipIf(unavailable).each(modes)(
       if (templateDir) rmSync(templateDir, { recursive: true, force: true });
     });
 
+    /** Without the proxy variables: what any program gets, captured in the sandbox's namespace. */
+    const direct = 'env -u HTTP_PROXY -u HTTPS_PROXY -u http_proxy -u https_proxy ';
+
     test('allowed names answer over HTTP and HTTPS, as the sandbox user, with no proxy settings', async () => {
       expect((await sh('id -u')).stdout.trim()).toBe('1000');
-      expect((await sh('curl -sS -m 10 http://allowed.test/')).stdout).toContain(
+      expect((await sh(`${direct}curl -sS -m 10 http://allowed.test/`)).stdout).toContain(
         'http hello from 203.0.113.10 for allowed.test',
       );
       expect(
-        (await sh('curl -sS -m 10 --cacert /tmp/ca.pem https://api.wild.test/')).stdout,
+        (await sh(`${direct}curl -sS -m 10 --cacert /tmp/ca.pem https://api.wild.test/`)).stdout,
       ).toContain('https hello from 192.0.2.44');
-      // Any program: Python's own HTTP client, which reads no proxy variables here.
+      // Any program: Python's own HTTP client.
       const python = await sh(
-        `python3 -c "import urllib.request; print(urllib.request.urlopen('http://allowed.test/', timeout=10).read().decode())"`,
+        `${direct}python3 -c "import urllib.request; print(urllib.request.urlopen('http://allowed.test/', timeout=10).read().decode())"`,
       );
       expect(python.stdout).toContain('hello from 203.0.113.10');
     });
@@ -133,14 +136,42 @@ describe.skipIf(unavailable).each(modes)(
       const before = internet.hits().length;
       expect((await sh('getent hosts denied.test')).exitCode).not.toBe(0);
       const claimed = await sh(
-        `curl -sS -m 10 -i --resolve denied.test:80:${internet.addresses.denied} http://denied.test/`,
+        `${direct}curl -sS -m 10 -i --resolve denied.test:80:${internet.addresses.denied} http://denied.test/`,
       );
       // The address is denied before any proxy: the connection is reset.
       expect(claimed.exitCode).not.toBe(0);
-      const lying = await sh(`curl -sS -m 10 -i -H 'Host: denied.test' http://allowed.test/`);
+      const lying = await sh(
+        `${direct}curl -sS -m 10 -i -H 'Host: denied.test' http://allowed.test/`,
+      );
       expect(lying.stdout).toMatch(
         /403[\s\S]*denied.test is refused by the sandbox's network policy: denyOut 0\.0\.0\.0\/0/,
       );
+      expect(internet.hits().slice(before).join('\n')).not.toContain(internet.addresses.denied);
+    });
+
+    test('tools that honour HTTP_PROXY go through the egress proxy: refusals name the rule', async () => {
+      const variables = await sh('env | grep -i _proxy= | sort');
+      expect(variables.stdout).toMatch(/^HTTPS_PROXY=http:\/\/10\.0\.2\.2:\d+$/m);
+      expect(variables.stdout).toMatch(/^no_proxy=localhost,127\.0\.0\.1,::1$/m);
+      const before = internet.hits().length;
+      // HTTPS by CONNECT: allowed through, refused by name with the rule.
+      expect(
+        (await sh('curl -sS -m 10 --cacert /tmp/ca.pem https://allowed.test/')).stdout,
+      ).toContain('https hello from 203.0.113.10 for allowed.test');
+      const tunnel = await sh('curl -sS -m 10 -v https://denied.test/');
+      expect(tunnel.exitCode).not.toBe(0);
+      expect(tunnel.stderr).toMatch(/CONNECT[\s\S]*403/);
+      expect(tunnel.stderr).toContain(
+        "denied.test is refused by the sandbox's network policy: denyOut 0.0.0.0/0",
+      );
+      // Plain HTTP as an absolute URL: a 403 naming the rule rather than a DNS failure.
+      const plain = await sh('curl -sS -m 10 -i http://denied.test/');
+      expect(plain.stdout).toMatch(/^HTTP\/1\.1 403/);
+      expect(plain.stdout).toContain('denyOut 0.0.0.0/0');
+      const pip = await sh(
+        `python3 -c "import urllib.request; print(urllib.request.urlopen('http://api.wild.test/', timeout=10).read().decode())"`,
+      );
+      expect(pip.stdout).toContain('hello from 192.0.2.44 for api.wild.test');
       expect(internet.hits().slice(before).join('\n')).not.toContain(internet.addresses.denied);
     });
 
