@@ -129,14 +129,14 @@ export class SandboxNetworks {
     if (missing.length > 0) {
       return {
         enforced: false,
-        how: `internet network unavailable: no ${missing.join(', ')} (Debian: slirp4netns, nftables, util-linux); such sandboxes do not start`,
+        how: `internet network unavailable: no ${missing.join(', ')} (Debian: slirp4netns, nftables, util-linux); such sandboxes do not start, and templates that name no network run offline`,
       };
     }
     const problem = egressProblem(this.egress.options, rootless);
     if (problem) {
       return {
         enforced: false,
-        how: `internet network unavailable: ${problem}; such sandboxes do not start`,
+        how: `internet network unavailable: ${problem}; such sandboxes do not start, and templates that name no network run offline`,
       };
     }
     return {

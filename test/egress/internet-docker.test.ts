@@ -27,6 +27,8 @@ describe.skipIf(unavailable)('internet sandboxes on docker', () => {
       `node -e "${extra}fetch('${url}').then(async r => console.log(r.status, await r.text())).catch(e => { console.log('failed', e.cause?.code ?? e.message); process.exit(1) })"`,
     );
 
+  const before = process.env.ABX_EGRESS_NETNS;
+
   beforeAll(async () => {
     internet = await makeInternet();
     process.env.ABX_EGRESS_NETNS = internet.path;
@@ -42,7 +44,8 @@ describe.skipIf(unavailable)('internet sandboxes on docker', () => {
   afterAll(async () => {
     await box?.kill().catch(() => undefined);
     await abx?.close();
-    delete process.env.ABX_EGRESS_NETNS;
+    if (before) process.env.ABX_EGRESS_NETNS = before;
+    else delete process.env.ABX_EGRESS_NETNS;
     delete process.env.ABX_EGRESS_HOSTS;
     internet?.remove();
   });

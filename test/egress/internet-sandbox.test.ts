@@ -213,6 +213,30 @@ describe.skipIf(unavailable).each(modes)(
       expect(orphanNetProcesses((id) => id === other.sandboxId)).toEqual([]);
     });
 
+    test('internet is the default: a sandbox of base reaches the internet, never the always-denied ranges', async () => {
+      const plain = await Sandbox.create({ home: abx.home });
+      try {
+        const run = (command: string) =>
+          plain.commands.run(command, { timeoutMs: 30_000, allowNonZeroExit: true });
+        expect((await plain.getInfo()).network).toEqual({ allowOut: [], denyOut: [] });
+        expect((await run('curl -sS -m 10 http://denied.test/')).stdout).toContain(
+          'hello from 198.51.100.7',
+        );
+        expect((await run(`${direct}curl -sS -m 10 http://other.test/`)).stdout).toContain(
+          'hello from 192.0.2.44',
+        );
+        for (const address of ['127.0.0.1', '10.0.2.2', '169.254.169.254', '10.1.2.3']) {
+          const raw = await run(`curl -sS -m 5 telnet://${address}:7000 </dev/null`);
+          expect(raw.exitCode, address).not.toBe(0);
+        }
+        expect((await run('curl -sS -m 5 -i http://metadata.test/')).stdout).toMatch(
+          /403[\s\S]*always denied: link-local/,
+        );
+      } finally {
+        await plain.kill();
+      }
+    });
+
     test('a policy per sandbox: given at create (from base, whose network is none), shown, and changed live', async () => {
       const own = await Sandbox.create({
         home: abx.home,
@@ -282,8 +306,15 @@ describe.skipIf(unavailable).each(modes)(
         const change = await box.setNetwork({ denyOut: ['10.0.0.0/33'] }).catch((e: Error) => e);
         expect(String(change)).toContain('network.denyOut[0]');
         expect((await box.getInfo()).network?.allowOut).toContain('allowed.test');
-        // A sandbox without the internet network has no policy to change.
-        const offline = await Sandbox.create({ home: abx.home, allowInternetAccess: false });
+        // A sandbox without the internet network (`network: none`, one word away) has no policy
+        // to change; allowInternetAccess false keeps it offline.
+        writeFileSync(join(templateDir, 'offline.yaml'), 'name: offline\nnetwork: none\n');
+        await Templates.build(join(templateDir, 'offline.yaml'), { home: abx.home });
+        const offline = await Sandbox.create({
+          home: abx.home,
+          template: 'offline',
+          allowInternetAccess: false,
+        });
         try {
           expect((await offline.getInfo()).network).toBeUndefined();
           const refused = await offline
@@ -384,7 +415,7 @@ describe.skipIf(unavailable)('sandboxes on the internet network (rootless daemon
     box.commands.run(command, { timeoutMs: 30_000, allowNonZeroExit: true });
 
   beforeAll(async () => {
-    daemon = await startRootlessDaemon({ delegateCgroups: true });
+    daemon = await startRootlessDaemon({ delegateCgroups: true, hostEgress: true });
     templateDir = mkdtempSync(join(tmpdir(), 'abx-internet-template-'));
     chmodSync(templateDir, 0o755);
     writeFileSync(

@@ -157,7 +157,7 @@ export async function makeInternet(options: { owner?: number } = {}): Promise<Te
  * A network namespace owned by a new user namespace of `uid` (its root mapped to `uid`), held by
  * a `sleep` of that uid and named `ns` like `ip netns add`'s; the user namespace's path.
  */
-async function ownedNamespace(ns: string, uid: number): Promise<string> {
+export async function ownedNamespace(ns: string, uid: number): Promise<string> {
   const holder = spawn(
     'setpriv',
     [

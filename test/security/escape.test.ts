@@ -16,6 +16,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { orphanNetProcesses } from '../../src/egress/sandbox-net.js';
 import { Sandbox, Templates } from '../../src/index.js';
+import { startDaemon } from '../../src/installation/daemon-connection.js';
 import { CLI, runProgram } from '../cli/abx.js';
 import { createAbxHome, sandboxProcesses } from '../helpers/abx-home.js';
 import { FORK_BOMB } from '../helpers/attacks.js';
@@ -436,12 +437,31 @@ describe.runIf(IS_ROOT).each(modes)('escape attempts against a %s', (mode, insta
 
 /**
  * An attacker in a sandbox on the `internet` network with no policy (everything allowed but the
- * always-denied ranges), the egress the daemon's own namespace, as by default. Every attack aims
+ * always-denied ranges), the egress the daemon's own namespace, as outside tests (the daemons of
+ * other tests egress into namespaces with no route). Every attack aims
  * at this host's loopback (the daemon's API and gateway, a trap server on 127.0.0.1 that counts
  * what reaches it) or at another sandbox's egress ports, so a failure reaches nothing beyond this
  * machine; no name is looked up.
  */
-describe.skipIf(internetUnavailable()).each(modes)(
+const hostEgressModes: [string, () => Promise<Installation>][] = [
+  [
+    'root daemon',
+    async () => {
+      const abx = await createAbxHome();
+      const given = process.env.ABX_EGRESS_NETNS;
+      delete process.env.ABX_EGRESS_NETNS;
+      try {
+        await startDaemon(abx.home);
+      } finally {
+        if (given) process.env.ABX_EGRESS_NETNS = given;
+      }
+      return abx;
+    },
+  ],
+  ['rootless daemon', () => startRootlessDaemon({ delegateCgroups: true, hostEgress: true })],
+];
+
+describe.skipIf(internetUnavailable()).each(hostEgressModes)(
   'escape attempts from an internet sandbox against a %s',
   (_mode, install) => {
     let abx: Installation;

@@ -380,6 +380,20 @@ export class DockerProvider implements SandboxProvider {
     return orphans;
   }
 
+  private egressSupport(): { enforced: boolean; how: string } {
+    return process.getuid?.() === 0
+      ? this.networks.support(false)
+      : {
+          enforced: false,
+          how: "internet network unavailable: it needs a root daemon to configure a container's namespace; such sandboxes do not start, and templates that name no network run offline",
+        };
+  }
+
+  internetUnavailable(): string | undefined {
+    const support = this.egressSupport();
+    return support.enforced ? undefined : support.how;
+  }
+
   isolation(): IsolationReport {
     const facts = this.facts;
     if (!facts) {
@@ -423,13 +437,7 @@ export class DockerProvider implements SandboxProvider {
         : { enforced: false, how: `not enforced: ${facts.diskQuota.why}` },
       open_files: { enforced: true, how: 'RLIMIT_NOFILE (Ulimits nofile)' },
       file_size: { enforced: true, how: 'RLIMIT_FSIZE (Ulimits fsize)' },
-      egress:
-        process.getuid?.() === 0
-          ? this.networks.support()
-          : {
-              enforced: false,
-              how: "internet network unavailable: it needs a root daemon to configure a container's namespace; such sandboxes do not start",
-            },
+      egress: this.egressSupport(),
     };
     const warnings = [
       facts.usernsRemap

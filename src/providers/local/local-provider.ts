@@ -490,6 +490,11 @@ export class LocalProvider implements SandboxProvider {
     await this.networks.release(handle.net);
   }
 
+  internetUnavailable(): string | undefined {
+    const support = this.networks.support();
+    return support.enforced ? undefined : support.how;
+  }
+
   setNetwork(handle: SandboxHandle, policy: EgressPolicy): Promise<SandboxHandle> {
     return this.networks.setPolicy(handle, policy);
   }
