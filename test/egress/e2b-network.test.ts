@@ -83,16 +83,20 @@ describe.skipIf(unavailable)("E2B's network options on abx's internet network", 
     expect(details.network?.denyOut).toEqual(['0.0.0.0/0', '::/0']);
   });
 
-  test('updateNetwork on a sandbox without the internet network, or with a bad entry, is refused', async () => {
-    const offline = await Sandbox.create({ ...opts, allowInternetAccess: false });
-    made.push(offline);
-    const refused = await offline
-      .updateNetwork({ allowOut: ['allowed.test'] })
-      .catch((e: Error) => e);
-    expect(String(refused)).toContain('is not on the internet network');
-    const online = await Sandbox.create({ ...opts, allowInternetAccess: true });
-    made.push(online);
-    const bad = await online.updateNetwork({ denyOut: ['10.0.0.0/33'] }).catch((e: Error) => e);
+  test('a sandbox made with allowInternetAccess false is closed, and updateNetwork opens it, as on E2B', async () => {
+    const closed = await Sandbox.create({ ...opts, allowInternetAccess: false });
+    made.push(closed);
+    const get = (url: string) =>
+      closed.commands
+        .run(`curl -fsS -m 10 ${url}`, { timeoutMs: 30_000 })
+        .then((r) => r.stdout)
+        .catch((e: { exitCode?: number }) => `exit ${e.exitCode}`);
+    expect((await closed.getInfo()).allowInternetAccess).toBe(false);
+    expect(await get('http://allowed.test/')).toMatch(/^exit [1-9]/);
+    await closed.updateNetwork({ allowOut: ['allowed.test'], denyOut: ['0.0.0.0/0'] });
+    expect(await get('http://allowed.test/')).toContain('hello from 203.0.113.10');
+    expect(await get('http://other.test/')).toMatch(/^exit [1-9]/);
+    const bad = await closed.updateNetwork({ denyOut: ['10.0.0.0/33'] }).catch((e: Error) => e);
     expect(String(bad)).toContain('network.denyOut[0]');
   });
 });
