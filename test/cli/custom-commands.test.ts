@@ -57,7 +57,7 @@ describe('abx template, commands, run, server', () => {
     const listed = await cli.json<{ name: string }[]>(['template', 'list']);
     expect(listed.map((t) => t.name).sort()).toEqual(['base', 'cli-tools']);
     const table = await cli.abx(['template', 'list']);
-    expect(table.stdout).toMatch(/^cli-tools\s+shell,files,code,ports\s+none\s+5m\s+\d{4}-/m);
+    expect(table.stdout).toMatch(/^cli-tools\s+shell,files,code,ports\s+internet\s+5m\s+\d{4}-/m);
 
     id = (await cli.abx(['create', '-q', '--template', 'cli-tools'])).stdout.trim();
   });

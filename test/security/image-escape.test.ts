@@ -41,7 +41,9 @@ if (!('docker' in engine) || !engine.docker) {
         Template.fromImage(DEBIAN_IMAGE)
           // What a careless (or hostile) image author leaves: a set-uid-root shell.
           .runCmd('cp /bin/sh /usr/local/bin/rootsh && chmod 4755 /usr/local/bin/rootsh')
-          .setResources({ processes: 64, memory: '256M' }),
+          .setResources({ processes: 64, memory: '256M' })
+          // Offline by name (internet is the default; the escape suite attacks egress itself).
+          .setNetwork('none'),
         { home: abx.home, name: 'hostile-image' },
       );
       box = await Sandbox.create({ home: abx.home, template: 'hostile-image' });
