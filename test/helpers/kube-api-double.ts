@@ -171,6 +171,8 @@ function freeAddress(taken: Set<string>): string {
 
 export class KubeApiDouble {
   readonly requests: { method: string; path: string }[] = [];
+  /** Objects the double no longer has, as `resource namespace/name`, in the order they went. */
+  readonly deleted: string[] = [];
   /** Objects refused as invalid, with why (a test that sees any fails). */
   readonly invalid: { path: string; problems: string }[] = [];
   private server: Server | undefined;
@@ -734,8 +736,10 @@ export class KubeApiDouble {
     const key = `${resource}/${namespace}/${object.metadata.name}`;
     this.rv++;
     object.metadata.resourceVersion = String(this.rv);
-    if (type === 'DELETED') this.store.delete(key);
-    else this.store.set(key, { resource, namespace, object });
+    if (type === 'DELETED') {
+      this.store.delete(key);
+      this.deleted.push(`${resource} ${namespace}/${object.metadata.name}`);
+    } else this.store.set(key, { resource, namespace, object });
     const event: WatchEvent = {
       rv: this.rv,
       type,
@@ -753,10 +757,17 @@ export class KubeApiDouble {
     const stored = this.store.get(`${resource}/${namespace}/${name}`);
     if (!stored) return;
     this.write(resource, namespace, stored.object, 'DELETED');
-    // The garbage collector: what the object owned goes with it (a pod gracefully).
+    // The garbage collector: what the object owned goes with it (a pod gracefully), once none of
+    // its owners is left; while another owner is there, only the reference to this one goes.
     const uid = stored.object.metadata.uid;
     for (const other of [...this.store.values()]) {
-      if (!other.object.metadata.ownerReferences?.some((ref: Obj) => ref.uid === uid)) continue;
+      const refs: Obj[] = other.object.metadata.ownerReferences ?? [];
+      if (!refs.some((ref) => ref.uid === uid)) continue;
+      if (refs.some((ref) => ref.uid !== uid && this.exists(ref.uid))) {
+        other.object.metadata.ownerReferences = refs.filter((ref) => ref.uid !== uid);
+        this.write(other.resource, other.namespace, other.object, 'MODIFIED');
+        continue;
+      }
       const otherName = other.object.metadata.name as string;
       if (other.resource === 'pods') {
         other.object.metadata.deletionTimestamp = new Date().toISOString();
@@ -764,6 +775,11 @@ export class KubeApiDouble {
         void this.terminate(other.namespace, otherName, other.object.metadata.uid as string);
       } else this.remove(other.resource, other.namespace, otherName);
     }
+  }
+
+  /** Whether an object of that uid is stored (a pod being deleted still is). */
+  private exists(uid: string): boolean {
+    return [...this.store.values()].some((s) => s.object.metadata.uid === uid);
   }
 
   /**

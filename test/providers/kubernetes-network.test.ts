@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1/NetworkPolicy';
 import { afterAll, afterEach, describe, expect, test } from 'vitest';
+import { parse as parseYaml } from 'yaml';
 import { Daemon } from '../../src/control/daemon.js';
 import { type EgressPolicy, withoutInternet } from '../../src/egress/policy.js';
 import { InvalidArgumentError, SandboxStartError, UnavailableError } from '../../src/errors.js';
@@ -13,8 +14,10 @@ import {
 import { podName, sandboxesHash, sandboxPod } from '../../src/providers/kubernetes/pod-spec.js';
 import type { SandboxHandle, SandboxSpec } from '../../src/providers/provider.js';
 import { call } from '../helpers/api-call.js';
+import { ROOT } from '../helpers/build.js';
 import { type KubeApiDouble, networkPolicyRules } from '../helpers/kube-api-double.js';
 import { kubeDoubles, NAMESPACE, RUNTIME_IMAGE } from '../helpers/kube-fixture.js';
+import { readmeBlocks } from '../helpers/readme.js';
 
 // The internet network on the Kubernetes provider: a NetworkPolicy per sandbox. No cluster runs
 // here and the API double's pods share the host's network (no CNI enforces anything), so these
@@ -159,6 +162,20 @@ describe("an internet sandbox's NetworkPolicy, as a cluster admin reads it", () 
       "ABX_EGRESS_PERMIT takes CIDRs only; 'pypi.org' is not one",
     );
   });
+
+  test("docs/providers.md's example is the object the provider makes", () => {
+    const [example] = readmeBlocks(join(ROOT, 'docs', 'providers.md')).filter(
+      (b) => b.heading === 'The internet network' && b.lang === 'yaml',
+    );
+    const spec = parseYaml(example?.code ?? '').spec;
+    const id = spec.podSelector.matchLabels['abx.dev/sandbox-id'];
+    const made = egressNetworkPolicy(
+      id,
+      { allowOut: ['203.0.113.7'], denyOut: ['203.0.113.0/24'] },
+      { namespace: NAMESPACE, permit: [] },
+    );
+    expect(spec).toEqual(made.spec);
+  });
 });
 
 const kube = kubeDoubles('kube-network', [{}, { crds: true }]);
@@ -182,6 +199,9 @@ const leftovers = (id: string, on = kube.double) =>
   on.objects().filter((o) => o.includes(`abx-${id}`) && !o.startsWith('events'));
 const stored = (id: string, on = kube.double) =>
   on.get('networkpolicies', NAMESPACE, `abx-${id}-egress`);
+/** The pod and NetworkPolicy of sandbox `id`, in the order they were deleted. */
+const gone = (id: string, on = kube.double) =>
+  on.deleted.filter((o) => o === `pods ${NAMESPACE}/abx-${id}` || o.endsWith(`/abx-${id}-egress`));
 
 describe.skipIf(kube.unavailable)(
   `kubernetes provider: the internet network (API double)${kube.unavailable ? `: skipped, ${kube.unavailable}` : ''}`,
@@ -279,6 +299,11 @@ describe.skipIf(kube.unavailable)(
       expect(leftovers(spec.id)).toEqual([]);
       expect(leftovers(other.id)).toEqual([]);
       expect(kube.double.livePids(podName(spec.id))).toEqual([]);
+      // The pod went first: a pod that no policy selects may reach everything.
+      expect(gone(spec.id)).toEqual([
+        `pods ${NAMESPACE}/${podName(spec.id)}`,
+        `networkpolicies ${NAMESPACE}/abx-${spec.id}-egress`,
+      ]);
     });
 
     test('a policy naming domains that matter is refused at create, naming them and what to do; nothing is made', async () => {
@@ -427,13 +452,16 @@ describe.skipIf(kube.unavailable)(
       expect(provider.isolation().limits.egress).toMatchObject({ enforced: false });
     });
 
-    test('with agent-sandbox, the Sandbox owns the policy: the cluster ending it at its shutdownTime takes the policy too, with no kill', async () => {
+    test('with agent-sandbox, the Sandbox and its pod own the policy: the cluster ending the Sandbox at its shutdownTime takes it after the pod, with no kill', async () => {
       const provider = kube.provider({}, kube.all[1] as KubeApiDouble);
+      const cluster = kube.all[1] as KubeApiDouble;
       const spec = specOf('crd', { timeoutMs: 15_000, egress: { allowOut: [], denyOut: [] } });
       const handle = await provider.create(spec);
-      const cluster = kube.all[1] as KubeApiDouble;
       try {
         const sandbox = cluster.get('sandboxes', NAMESPACE, podName(spec.id));
+        const pod = cluster.get('pods', NAMESPACE, podName(spec.id));
+        // Both: the controller may make the pod again (the Sandbox keeps the policy for it), and
+        // the collector deletes the policy only once both are gone (the pod last).
         expect(stored(spec.id, cluster)?.metadata.ownerReferences).toEqual([
           {
             apiVersion: 'agents.x-k8s.io/v1beta1',
@@ -441,12 +469,17 @@ describe.skipIf(kube.unavailable)(
             name: podName(spec.id),
             uid: sandbox?.metadata.uid,
           },
+          { apiVersion: 'v1', kind: 'Pod', name: podName(spec.id), uid: pod?.metadata.uid },
         ]);
         for (const deadline = Date.now() + 30_000; Date.now() < deadline; ) {
           if (leftovers(spec.id, cluster).length === 0) break;
           await new Promise((resolve) => setTimeout(resolve, 100));
         }
         expect(leftovers(spec.id, cluster)).toEqual([]);
+        expect(gone(spec.id, cluster)).toEqual([
+          `pods ${NAMESPACE}/${podName(spec.id)}`,
+          `networkpolicies ${NAMESPACE}/abx-${spec.id}-egress`,
+        ]);
       } finally {
         await provider.kill(handle);
       }

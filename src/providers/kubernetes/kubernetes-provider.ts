@@ -7,6 +7,7 @@ import {
   type Informer,
   type KubeConfig,
   makeInformer,
+  type V1OwnerReference,
   type V1Pod,
 } from '@kubernetes/client-node';
 import { ENVD_PORT } from '../../../runtime/protocol/constants.js';
@@ -262,26 +263,40 @@ export class KubernetesProvider implements SandboxProvider {
       );
       owner = { name, uid: made.metadata?.uid as string, kind: 'Pod' };
     }
-    if (egress && policy) {
-      // Owned by the pod (or its Sandbox): the garbage collector removes it with the sandbox,
-      // even one the cluster ends by itself (a Sandbox's shutdownTime) with no daemon running.
-      const owned = egressNetworkPolicy(
+    // The policy's owners: the garbage collector deletes it once all of them are gone, so with
+    // the sandbox, even one the cluster ends by itself (a Sandbox's shutdownTime) with no daemon
+    // running, and only after its pod: never is the pod left without it.
+    let policyVersion = policy?.metadata?.resourceVersion;
+    const own = async (owners: V1OwnerReference[]) => {
+      if (!egress) return;
+      const body = egressNetworkPolicy(
         spec.id,
         egress,
-        this.policyContext(sandboxesHash(sandboxesDir), {
-          apiVersion: crd ? `${AGENT_SANDBOX_GROUP}/${AGENT_SANDBOX_VERSION}` : 'v1',
-          kind: owner.kind,
-          name: owner.name,
-          uid: owner.uid,
-        }),
+        this.policyContext(sandboxesHash(sandboxesDir), owners),
       );
-      await call(`setting the owner of NetworkPolicy ${this.namespace}/${policyName}`, () =>
-        this.networkPolicies.replace({
-          ...owned,
-          metadata: { ...owned.metadata, resourceVersion: policy.metadata?.resourceVersion },
-        }),
+      const replaced = await call(
+        `setting the owners of NetworkPolicy ${this.namespace}/${policyName}`,
+        () =>
+          this.networkPolicies.replace({
+            ...body,
+            metadata: { ...body.metadata, resourceVersion: policyVersion },
+          }),
       );
-    }
+      policyVersion = replaced.metadata?.resourceVersion;
+    };
+    const sandboxOwner = crd
+      ? [
+          {
+            apiVersion: `${AGENT_SANDBOX_GROUP}/${AGENT_SANDBOX_VERSION}`,
+            kind: 'Sandbox',
+            name,
+            uid: owner.uid,
+          },
+        ]
+      : [];
+    // A Sandbox's controller may make its pod again: the Sandbox owns the policy too.
+    if (crd) await own(sandboxOwner);
+    let podOwns = false;
     // The pod's uid: known now for a pod made here, once its controller made it for a Sandbox.
     let uid = crd ? undefined : owner.uid;
     if (Date.now() >= deadline) throw await fail(late());
@@ -296,6 +311,10 @@ export class KubernetesProvider implements SandboxProvider {
     while (Date.now() < deadline) {
       if (!uid && current.metadata?.uid && current.metadata.uid !== 'deleted') {
         uid = current.metadata.uid;
+      }
+      if (uid && !podOwns) {
+        podOwns = true;
+        await own([...sandboxOwner, { apiVersion: 'v1', kind: 'Pod', name, uid }]);
       }
       const progress: PodProgress = !uid
         ? { state: 'waiting', why: 'the agent-sandbox controller has not made its pod yet' }
@@ -401,7 +420,7 @@ export class KubernetesProvider implements SandboxProvider {
     const body = egressNetworkPolicy(
       id,
       policy,
-      this.policyContext(hash, { apiVersion: 'v1', kind: 'Pod', name, uid: handle.startTime }),
+      this.policyContext(hash, [{ apiVersion: 'v1', kind: 'Pod', name, uid: handle.startTime }]),
     );
     try {
       await this.networkPolicies.put(body);
@@ -434,15 +453,12 @@ export class KubernetesProvider implements SandboxProvider {
     return policy;
   }
 
-  private policyContext(
-    hash: string | undefined,
-    owner?: { apiVersion: string; kind: string; name: string; uid: string },
-  ) {
+  private policyContext(hash: string | undefined, owners?: V1OwnerReference[]) {
     return {
       namespace: this.namespace,
       ...(hash ? { sandboxesHash: hash } : {}),
       permit: this.permit,
-      ...(owner ? { owner } : {}),
+      ...(owners ? { owners } : {}),
     };
   }
 

@@ -2,6 +2,7 @@ import type {
   V1IPBlock,
   V1NetworkPolicy,
   V1NetworkPolicyEgressRule,
+  V1OwnerReference,
 } from '@kubernetes/client-node';
 import {
   ALWAYS_DENIED,
@@ -149,8 +150,11 @@ export interface NetworkPolicyContext {
   sandboxesHash?: string;
   /** The operator's permitted always-denied ranges. */
   permit: readonly Cidr[];
-  /** The object that owns it (the pod, or its Sandbox): the garbage collector removes it with it. */
-  owner?: { apiVersion: string; kind: string; name: string; uid: string };
+  /**
+   * The objects that own it (the pod, and its Sandbox): the garbage collector removes it once
+   * all of them are gone.
+   */
+  owners?: V1OwnerReference[];
 }
 
 /**
@@ -199,7 +203,7 @@ export function egressNetworkPolicy(
         [SANDBOX_ID_LABEL]: id,
         ...(context.sandboxesHash ? { [SANDBOXES_LABEL]: context.sandboxesHash } : {}),
       },
-      ...(context.owner ? { ownerReferences: [{ ...context.owner }] } : {}),
+      ...(context.owners?.length ? { ownerReferences: context.owners.map((o) => ({ ...o })) } : {}),
     },
     spec: {
       podSelector: { matchLabels: { [SANDBOX_ID_LABEL]: id } },
