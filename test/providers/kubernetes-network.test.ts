@@ -286,8 +286,19 @@ describe.skipIf(kube.unavailable)(
           `sandbox ${spec.id}'s egress policy was not changed: the kubernetes provider enforces egress with a NetworkPolicy, which matches addresses, never names, so it cannot enforce allowOut pypi.org`,
         );
         expect(stored(spec.id)?.spec.egress).toEqual([DNS_RULE]);
-        // A domain that changes nothing (allowed where every address is) is taken.
+        // A domain that changes nothing (allowed where every address is) is taken; a replace
+        // that loses a race with another writer (409) reads the policy again and tries again.
+        let puts = 0;
+        kube.double.refuse = ({ method, resource }) =>
+          method === 'PUT' && resource === 'networkpolicies' && puts++ === 0
+            ? {
+                code: 409,
+                reason: 'Conflict',
+                message: 'Operation cannot be fulfilled: the object has been modified',
+              }
+            : undefined;
         live = await provider.setNetwork(live, { allowOut: ['pypi.org'], denyOut: [] });
+        expect(puts).toBe(2);
         expect(stored(spec.id)?.spec.egress).toEqual([
           DNS_RULE,
           tcpTo({ cidr: '0.0.0.0/0', except: ALWAYS_V4 }, { cidr: '::/0', except: ALWAYS_V6 }),
