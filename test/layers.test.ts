@@ -41,9 +41,10 @@ const BELOW: Record<string, string[]> = {
   agent: ['model', 'base', 'runtime'],
   sdk: ['agent', 'installation', 'model', 'base', 'runtime'],
   mcp: ['sdk', 'agent', 'installation', 'model', 'base', 'runtime'],
-  // `abx doctor` runs the providers' own checks (bubblewrap, cgroups, uids, disks, the engine)
-  // where the user is, with no daemon: the CLI may import providers, never the control plane.
-  cli: ['mcp', 'sdk', 'agent', 'installation', 'providers', 'model', 'base', 'runtime'],
+  // `abx doctor` runs the providers' own checks (bubblewrap, cgroups, uids, disks, the engine,
+  // a sandbox's network) where the user is, with no daemon: the CLI may import providers and
+  // egress, never the control plane.
+  cli: ['mcp', 'sdk', 'agent', 'installation', 'providers', 'model', 'egress', 'base', 'runtime'],
   entry: ['mcp', 'sdk', 'agent', 'installation', 'model', 'base', 'runtime'],
 };
 

@@ -31,7 +31,19 @@ interface DaemonStartOptions {
   domain?: string;
   publicUrl?: string;
   insecure?: boolean;
+  egressNetns?: string;
+  egressUserns?: string;
+  egressHosts?: string;
+  egressPermit?: string;
 }
+
+/** The egress options (docs/network.md) as the daemon process reads them: absolute paths. */
+const EGRESS_FLAGS = [
+  ['egressNetns', 'ABX_EGRESS_NETNS', true],
+  ['egressUserns', 'ABX_EGRESS_USERNS', true],
+  ['egressHosts', 'ABX_EGRESS_HOSTS', true],
+  ['egressPermit', 'ABX_EGRESS_PERMIT', false],
+] as const;
 
 /**
  * Checks the remote-serving options here, so a mistake is a usage error at once rather than a
@@ -199,8 +211,36 @@ export function addDaemonCommand(program: Command): void {
           'allow plain HTTP on an address that is not loopback (only behind a proxy that terminates TLS)',
         ).env('ABX_INSECURE'),
       )
+      .addOption(
+        new Option(
+          '--egress-netns <path>',
+          "internet sandboxes reach the network from this namespace (e.g. /run/netns/NAME) rather than the daemon's own",
+        ).env('ABX_EGRESS_NETNS'),
+      )
+      .addOption(
+        new Option(
+          '--egress-userns <path>',
+          'without root: the user namespace of your uid that owns --egress-netns (default: /proc/PID/ns/user when --egress-netns is /proc/PID/ns/net)',
+        ).env('ABX_EGRESS_USERNS'),
+      )
+      .addOption(
+        new Option(
+          '--egress-hosts <file>',
+          "a hosts file whose names egress's DNS answers before its resolvers",
+        ).env('ABX_EGRESS_HOSTS'),
+      )
+      .addOption(
+        new Option(
+          '--egress-permit <cidrs>',
+          'always-denied ranges internet sandboxes may reach after all, each named (comma-separated CIDRs, e.g. 10.20.0.0/16); the policy still applies',
+        ).env('ABX_EGRESS_PERMIT'),
+      )
       .action(async (options: DaemonStartOptions) => {
         const remote = remoteListen(options);
+        for (const [key, name, isPath] of EGRESS_FLAGS) {
+          const value = options[key];
+          if (value) process.env[name] = isPath ? resolve(value) : value;
+        }
         // The daemon process reads them from its environment (it inherits this one's).
         if (options.provider) process.env.ABX_PROVIDER = options.provider;
         if (options.dockerBaseImage) process.env.ABX_DOCKER_BASE_IMAGE = options.dockerBaseImage;
@@ -243,6 +283,7 @@ export function addDaemonCommand(program: Command): void {
     'abx daemon start --provider kubernetes --kube-namespace sandboxes --kube-runtime-image registry.example/abx-runtime:1',
     'abx daemon start --provider kubernetes --kube-runtime-image registry.example/abx-runtime:0.9.0-3f2a1c9d0b7e --kube-image-registry registry.example/sandboxes',
     'abx daemon start --database-url postgres://abx:secret@db.internal:5432/abx',
+    'abx daemon start --egress-netns /run/netns/egress --egress-permit 10.20.0.0/16',
     'abx daemon start --listen 0.0.0.0:8443 --tls-cert cert.pem --tls-key key.pem --domain sandboxes.example.com',
     'abx daemon start --listen 127.0.0.1:8080 --domain sandboxes.example.com --public-url https://sandboxes.example.com  # behind a TLS proxy on this host',
   );

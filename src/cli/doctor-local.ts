@@ -11,6 +11,8 @@ import { writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DEFAULT_DISK_BYTES } from '../commands/template-runtime.js';
+import { egressOptionsFromEnv, egressProblem } from '../egress/controller.js';
+import { startSandboxNet, stopSandboxNet } from '../egress/sandbox-net.js';
 import { dockerClient, engineAddress, probeEngine } from '../providers/docker/engine.js';
 import { cgroupParent, cgroupSupport, cgroupVersion } from '../providers/local/cgroups.js';
 import { hostSandboxNode } from '../providers/local/local-provider.js';
@@ -553,6 +555,67 @@ async function dockerEngine(root: boolean): Promise<Check> {
   }
 }
 
+/**
+ * The `internet` network, for real: a namespace of the sandbox's kind, its nftables rules (a
+ * policy that denies every address, so nothing leaves) and slirp4netns from the egress
+ * namespace, then all of it stopped. Optional: without it, templates that name no network run
+ * offline, and those that name `internet` do not start.
+ */
+async function internetNetwork(root: boolean): Promise<Check> {
+  const name = 'internet network';
+  const offline = 'templates that name no network run offline; `network: internet` does not start';
+  const missing = ['slirp4netns', 'nft', 'nsenter', 'unshare'].filter(
+    (tool) => !findProgram(tool, DAEMON_PATH),
+  );
+  if (missing.length > 0) {
+    return {
+      name,
+      status: 'missing',
+      required: false,
+      found: `no ${missing.join(', ')}: ${offline}`,
+      fix: 'apt-get install slirp4netns nftables util-linux',
+    };
+  }
+  const options = egressOptionsFromEnv(process.env, !root);
+  const problem = egressProblem(options, !root);
+  if (problem) {
+    return {
+      name,
+      status: 'failed',
+      required: false,
+      found: `${problem}: ${offline}`,
+      fix: 'fix or unset ABX_EGRESS_NETNS, ABX_EGRESS_USERNS and ABX_EGRESS_PERMIT (docs/network.md)',
+    };
+  }
+  try {
+    const net = await startSandboxNet({
+      id: `doctor-${process.pid}`,
+      rootless: !root,
+      policy: { allowOut: [], denyOut: ['0.0.0.0/0'] },
+      ports: { http: 9, tls: 9, dns: 9 },
+      ...(options.netns ? { egressNetns: options.netns } : {}),
+      ...(options.userns ? { egressUserns: options.userns } : {}),
+    });
+    stopSandboxNet(net);
+  } catch (error) {
+    return {
+      name,
+      status: 'failed',
+      required: false,
+      found: `${(error as Error).message}: ${offline}`,
+      fix: root
+        ? 'check that nftables works here (nft list ruleset) and that slirp4netns runs'
+        : 'unprivileged user namespaces must be allowed (see the user namespaces check), and slirp4netns must run as this user',
+    };
+  }
+  return {
+    name,
+    status: 'ok',
+    required: false,
+    found: `a namespace with nftables rules and slirp4netns started and stopped; egress from ${options.netns ?? 'this network namespace'}`,
+  };
+}
+
 const PYTHON_PROBE = `
 import sys
 print(sys.version.split()[0])
@@ -651,15 +714,17 @@ export async function localDoctor(): Promise<DoctorReport> {
   const range = root ? uidRange() : undefined;
   try {
     const sandboxUid = range?.uid;
-    const [bwrap, userns, disk, sandboxNodeCheck, docker, py, browser] = await Promise.all([
-      bubblewrap(),
-      userNamespaces(sandboxUid),
-      diskQuotas(root, dir),
-      sandboxNode(),
-      dockerEngine(root),
-      python(dir),
-      chromium(dir),
-    ]);
+    const [bwrap, userns, disk, sandboxNodeCheck, docker, py, browser, internet] =
+      await Promise.all([
+        bubblewrap(),
+        userNamespaces(sandboxUid),
+        diskQuotas(root, dir),
+        sandboxNode(),
+        dockerEngine(root),
+        python(dir),
+        chromium(dir),
+        internetNetwork(root),
+      ]);
     const start =
       bwrap.path && bwrap.check.status === 'ok'
         ? await sandboxStart(bwrap.path, sandboxUid, dir)
@@ -678,6 +743,7 @@ export async function localDoctor(): Promise<DoctorReport> {
       disk,
       daemonNode(),
       sandboxNodeCheck,
+      internet,
       docker,
       py,
       browser,

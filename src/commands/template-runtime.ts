@@ -61,10 +61,15 @@ export interface TemplateRuntime {
   timeoutMs: number;
   resources: TemplateResources;
   /**
-   * `none` (default): only the sandbox's own loopback; `internet`: egress through abx's policy
-   * (`egress`); `host`: the host's own network namespace.
+   * `internet` (default): egress through abx's policy (`egress`); `none`: only the sandbox's own
+   * loopback; `host`: the host's own network namespace.
    */
   network: 'none' | 'host' | 'internet';
+  /**
+   * The template did not name a network: `internet` by default, which a provider that cannot
+   * enforce egress gives as `none` (denied rather than allowed). Named, it is refused there.
+   */
+  networkDefault?: true;
   /** The egress policy of an `internet` template (`network: { allow_out, deny_out }`). */
   egress?: EgressPolicy;
   /** Where and how the template's pods run on the kubernetes provider (others ignore it). */
@@ -130,7 +135,7 @@ export function readRuntime(
 
   const resources = readResources(reader, root.resources);
 
-  const { network, egress } = readNetwork(reader, root.network);
+  const { network, egress, networkDefault } = readNetwork(reader, root.network);
   const kubernetes = readKubernetes(reader, root.kubernetes);
   return {
     ...image,
@@ -141,6 +146,7 @@ export function readRuntime(
     timeoutMs,
     resources,
     network,
+    ...(networkDefault ? { networkDefault } : {}),
     ...(egress ? { egress } : {}),
     ...(kubernetes ? { kubernetes } : {}),
   };
@@ -153,9 +159,9 @@ export function readRuntime(
 function readNetwork(
   reader: TemplateReader,
   value: unknown,
-): { network: TemplateRuntime['network']; egress?: EgressPolicy } {
-  const modes = 'none (the default: no network), internet (egress by policy) or host';
-  if (value === undefined || value === null) return { network: 'none' };
+): { network: TemplateRuntime['network']; egress?: EgressPolicy; networkDefault?: true } {
+  const modes = 'internet (the default: egress by policy), none (no network) or host';
+  if (value === undefined || value === null) return { network: 'internet', networkDefault: true };
   if (typeof value === 'string') {
     if (value === 'none' || value === 'host' || value === 'internet') return { network: value };
     reader.problem(['network'], `must be ${modes}, or a mapping with allow_out and deny_out`);

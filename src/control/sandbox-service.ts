@@ -122,7 +122,7 @@ export class SandboxService {
       request.timeoutMs === undefined ? template.spec.timeoutMs : checkTimeout(request.timeoutMs);
     const envs = checkEnvs(request.envs);
     const metadata = checkStringMap('metadata', request.metadata);
-    const network = sandboxNetwork(template, request);
+    const network = sandboxNetwork(template.spec.name, this.templateNetwork(template), request);
     const name = template.spec.name;
     // Refused before a sandbox is started when the limit is plainly reached; the registry's
     // locked write below is what makes the limit hold under concurrent creates.
@@ -164,6 +164,25 @@ export class SandboxService {
     return { record, accessToken: this.tokenOf(record.id) };
   }
 
+  /**
+   * A template's network on this provider: a template that names none gets `internet`, or —
+   * where this provider cannot enforce egress — `none` (denied rather than allowed; the isolation
+   * report says why). One that names `internet` is refused there by the provider.
+   */
+  private templateNetwork(template: BuiltTemplate): {
+    network: SandboxSpec['network'];
+    egress?: EgressPolicy;
+  } {
+    const { network, egress, networkDefault } = template.spec;
+    if (network === 'internet' && networkDefault) {
+      const unavailable = this.provider.internetUnavailable
+        ? this.provider.internetUnavailable()
+        : `the ${this.provider.name} provider has no internet network`;
+      if (unavailable !== undefined) return { network: 'none' };
+    }
+    return { network, ...(egress ? { egress } : {}) };
+  }
+
   /** Starts a sandbox and records it; never leaves one running without a registry row. */
   private async start(
     template: BuiltTemplate,
@@ -190,10 +209,7 @@ export class SandboxService {
         env: { ...template.spec.env, ...envs },
         workdir: template.spec.workdir,
         resources: template.spec.resources,
-        ...(network ?? {
-          network: template.spec.network,
-          ...(template.spec.egress ? { egress: template.spec.egress } : {}),
-        }),
+        ...(network ?? this.templateNetwork(template)),
         ...(template.image ? { image: template.image } : {}),
         user: template.spec.user,
         timeoutMs,
@@ -529,7 +545,8 @@ export class SandboxService {
  * template on the host's network takes neither.
  */
 function sandboxNetwork(
-  template: BuiltTemplate,
+  templateName: string,
+  own: { network: SandboxSpec['network']; egress?: EgressPolicy },
   request: CreateSandboxRequest,
 ): { network: SandboxSpec['network']; egress?: EgressPolicy } | undefined {
   const policy = checkNetworkPolicy(request.network);
@@ -540,14 +557,14 @@ function sandboxNetwork(
     );
   }
   if (!policy && internet === undefined) return undefined;
-  if (template.spec.network === 'host') {
+  if (own.network === 'host') {
     throw new InvalidArgumentError(
-      `template ${template.spec.name} gives its sandboxes the host's network, which takes no egress policy; leave out network and allowInternetAccess, or use a template whose network is none or internet`,
+      `template ${templateName} gives its sandboxes the host's network, which takes no egress policy; leave out network and allowInternetAccess, or use a template whose network is none or internet`,
     );
   }
-  if (internet === false && !policy && template.spec.network === 'none') {
+  if (internet === false && !policy && own.network === 'none') {
     return { network: 'none' };
   }
-  const lists = policy ?? template.spec.egress ?? { allowOut: [], denyOut: [] };
+  const lists = policy ?? own.egress ?? { allowOut: [], denyOut: [] };
   return { network: 'internet', egress: internet === false ? withoutInternet(lists) : lists };
 }

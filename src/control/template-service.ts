@@ -30,7 +30,7 @@ import type { Registry, TemplateRecord } from './registry.js';
 /** The template every installation has, without a build. */
 export const BASE_TEMPLATE: TemplateSpec = {
   name: 'base',
-  description: 'A plain sandbox: shell, files and code, no network',
+  description: 'A plain sandbox: shell, files and code, and the internet through egress policy',
   capabilities: [...DEFAULT_CAPABILITIES],
   customCommands: [],
   places: {},
@@ -40,7 +40,8 @@ export const BASE_TEMPLATE: TemplateSpec = {
   setup: [],
   timeoutMs: DEFAULT_SANDBOX_TIMEOUT_MS,
   resources: {},
-  network: 'none',
+  network: 'internet',
+  networkDefault: true,
 };
 
 /** A spec stored by an older version: setup steps were plain strings, there was no `user`. */

@@ -1,10 +1,10 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { packageInfo } from '../util/package-info.js';
-import type { EgressPolicy } from './policy.js';
+import { type EgressPolicy, parseEntry } from './policy.js';
 import type { SandboxNet } from './sandbox-net.js';
 import type { EgressCounters, EgressPorts } from './service.js';
 
@@ -15,6 +15,11 @@ export const EGRESS_CALL_TIMEOUT_MS = 10_000;
 export interface EgressOptions {
   /** The egress network namespace (`--egress-netns`, ABX_EGRESS_NETNS); none: the daemon's own. */
   netns?: string;
+  /**
+   * The user namespace that owns `netns` (`--egress-userns`, ABX_EGRESS_USERNS): how a rootless
+   * daemon enters it. Derived from a `/proc/PID/ns/net` path when not given.
+   */
+  userns?: string;
   /** A hosts file answered before DNS (ABX_EGRESS_HOSTS). */
   hostsFile?: string;
   /** Always-denied ranges the operator permits by name (`--egress-permit`, ABX_EGRESS_PERMIT). */
@@ -23,15 +28,60 @@ export interface EgressOptions {
   alsoDeny?: string[];
 }
 
+/**
+ * nsenter's options that enter the egress namespace (and, rootless, the user namespace that owns
+ * it: a daemon without root may enter only what its uid owns); none for the daemon's own.
+ */
+export function egressEnterArgs(options: Pick<EgressOptions, 'netns' | 'userns'>): string[] {
+  if (!options.netns) return [];
+  return [
+    'nsenter',
+    ...(options.userns ? ['--preserve-credentials', `--user=${options.userns}`] : []),
+    `--net=${options.netns}`,
+    '--',
+  ];
+}
+
+/**
+ * Why this daemon cannot use its egress namespace, or undefined: without root, it must be owned
+ * by a user namespace of the daemon's uid, which the daemon enters first.
+ */
+export function egressProblem(options: EgressOptions, rootless: boolean): string | undefined {
+  for (const [i, range] of (options.permit ?? []).entries()) {
+    try {
+      if (parseEntry(range, `ABX_EGRESS_PERMIT[${i}]`).kind !== 'cidr') throw new Error('a name');
+    } catch {
+      return `ABX_EGRESS_PERMIT (--egress-permit) names '${range}', which is not a CIDR such as 10.20.0.0/16`;
+    }
+  }
+  if (!options.netns) return undefined;
+  if (!existsSync(options.netns)) return `the egress namespace ${options.netns} does not exist`;
+  if (rootless && !options.userns) {
+    return `a daemon without root enters the egress namespace ${options.netns} only through the user namespace of its uid that owns it: give ABX_EGRESS_USERNS (--egress-userns), e.g. /proc/PID/ns/user of the process that made both (docs/network.md)`;
+  }
+  if (options.userns && !existsSync(options.userns))
+    return `the egress user namespace ${options.userns} does not exist`;
+  return undefined;
+}
+
 /** The egress options a daemon reads from its environment. */
-export function egressOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): EgressOptions {
+export function egressOptionsFromEnv(
+  env: NodeJS.ProcessEnv = process.env,
+  rootless = process.getuid?.() !== 0,
+): EgressOptions {
   const list = (text: string | undefined) =>
     (text ?? '')
       .split(/[\s,]+/)
       .map((s) => s.trim())
       .filter(Boolean);
+  const userns =
+    env.ABX_EGRESS_USERNS ||
+    (env.ABX_EGRESS_NETNS && rootless
+      ? /^(\/proc\/\d+\/ns\/)net$/.exec(env.ABX_EGRESS_NETNS)?.[1]?.concat('user')
+      : undefined);
   return {
     ...(env.ABX_EGRESS_NETNS ? { netns: env.ABX_EGRESS_NETNS } : {}),
+    ...(env.ABX_EGRESS_NETNS && userns ? { userns } : {}),
     ...(env.ABX_EGRESS_HOSTS ? { hostsFile: env.ABX_EGRESS_HOSTS } : {}),
     ...(env.ABX_EGRESS_PERMIT ? { permit: list(env.ABX_EGRESS_PERMIT) } : {}),
   };
@@ -71,7 +121,7 @@ export class EgressController {
     this.dir ??= mkdtempSync(join(tmpdir(), 'abx-egress-'));
     const script = join(packageInfo().root, 'dist', 'egress.js');
     const argv = [
-      ...(this.options.netns ? ['nsenter', `--net=${this.options.netns}`, '--'] : []),
+      ...egressEnterArgs(this.options),
       process.execPath,
       script,
       '--control',

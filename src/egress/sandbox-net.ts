@@ -1,6 +1,7 @@
 import { execFile, spawn } from 'node:child_process';
 import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { promisify } from 'node:util';
+import { egressEnterArgs } from './controller.js';
 import { ALWAYS_DENIED, type EgressPolicy, type Entry, parsePolicy } from './policy.js';
 import type { EgressPorts } from './service.js';
 
@@ -11,6 +12,25 @@ export const SLIRP_GATEWAY = '10.0.2.2';
 export const SLIRP_DNS = '10.0.2.3';
 /** What a sandbox on `internet` reads as /etc/resolv.conf (every DNS packet goes to egress anyway). */
 export const SANDBOX_RESOLV_CONF = `nameserver ${SLIRP_DNS}\noptions edns0 timeout:2 attempts:2\n`;
+/**
+ * The proxy variables of an `internet` sandbox, for tools that honour them: they send plain HTTP
+ * as absolute URLs and HTTPS as CONNECT to the sandbox's egress proxy, whose refusal is an HTTP
+ * 403 naming the rule (without them a denied name fails at DNS). Traffic without them is
+ * captured all the same; the sandbox's own loopback is never proxied.
+ */
+export function proxyEnv(ports: Pick<EgressPorts, 'http'>): Record<string, string> {
+  const url = `http://${SLIRP_GATEWAY}:${ports.http}`;
+  const local = 'localhost,127.0.0.1,::1';
+  return {
+    HTTP_PROXY: url,
+    HTTPS_PROXY: url,
+    NO_PROXY: local,
+    http_proxy: url,
+    https_proxy: url,
+    no_proxy: local,
+  };
+}
+
 /** How long the namespace holder and slirp4netns may take to be ready. */
 export const NET_START_TIMEOUT_MS = 10_000;
 
@@ -195,6 +215,12 @@ export async function startSandboxNet(options: {
   ports: EgressPorts;
   /** The egress namespace (a path such as /run/netns/NAME); none: the daemon's own. */
   egressNetns?: string;
+  /**
+   * The user namespace that owns `egressNetns`, for a rootless daemon: the holder's user
+   * namespace is made inside it, so that slirp4netns, run in the egress namespace, may join the
+   * sandbox's.
+   */
+  egressUserns?: string;
   permit?: string[];
   alsoDeny?: string[];
   /**
@@ -208,17 +234,18 @@ export async function startSandboxNet(options: {
   if (options.existing)
     return attachNet(options, options.existing).catch((e) => Promise.reject(failed(e)));
   const env = { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', [NET_TAG]: options.id };
-  const holder = spawn(
+  const argv = [
+    ...(options.rootless && options.egressUserns
+      ? ['nsenter', '--preserve-credentials', `--user=${options.egressUserns}`, '--']
+      : []),
     'unshare',
-    [
-      ...(options.rootless ? ['--user', '--map-root-user'] : []),
-      '--net',
-      '--',
-      'sleep',
-      'infinity',
-    ],
-    { detached: true, stdio: 'ignore', env },
-  );
+    ...(options.rootless ? ['--user', '--map-root-user'] : []),
+    '--net',
+    '--',
+    'sleep',
+    'infinity',
+  ];
+  const holder = spawn(argv[0] as string, argv.slice(1), { detached: true, stdio: 'ignore', env });
   holder.unref();
   const stop = () => {
     try {
@@ -296,7 +323,7 @@ async function attachNet(
   // (/run/netns bind mounts vanished). Rootless, its namespace is owned by the holder's user
   // namespace, whose mounts are slaves already.
   const argv = [
-    ...(options.egressNetns ? ['nsenter', `--net=${options.egressNetns}`, '--'] : []),
+    ...egressEnterArgs({ netns: options.egressNetns, userns: options.egressUserns }),
     ...(options.rootless ? [] : ['unshare', '--mount', '--propagation', 'private', '--']),
     'slirp4netns',
     ...slirpArgs,

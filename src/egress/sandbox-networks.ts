@@ -1,6 +1,6 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { EgressController, egressOptionsFromEnv } from './controller.js';
+import { EgressController, egressOptionsFromEnv, egressProblem } from './controller.js';
 import type { EgressPolicy } from './policy.js';
 import {
   orphanNetProcesses,
@@ -9,7 +9,7 @@ import {
   stopSandboxNet,
   updatePolicy,
 } from './sandbox-net.js';
-import type { EgressCounters } from './service.js';
+import type { EgressCounters, EgressPorts } from './service.js';
 
 /** An internet sandbox's network as its handle keeps it: the namespace's parts and its policy. */
 export type KeptNet = SandboxNet & { policy: EgressPolicy };
@@ -30,20 +30,35 @@ export class SandboxNetworks {
   }
 
   /**
-   * Serves a new sandbox and makes its network; on failure nothing is left. `existing`: a
-   * namespace that is there already (a container's init), configured as root.
+   * Has egress serve a new sandbox ahead of its network (when the sandbox's environment must
+   * name its ports, as a container's is fixed at create); `start` then takes the ports. On a
+   * failure before `start`, `release` with just the id stops serving it.
+   */
+  async serve(id: string, policy: EgressPolicy | undefined, rootless: boolean) {
+    const problem = egressProblem(this.egress.options, rootless);
+    if (problem) throw new Error(`the sandbox's network did not start: ${problem}`);
+    return this.egress.add(id, policy ?? { allowOut: [], denyOut: [] });
+  }
+
+  /**
+   * Serves a new sandbox (unless `serve` did: its `ports`) and makes its network; on failure
+   * nothing is left. `existing`: a namespace that is there already (a container's init),
+   * configured as root.
    */
   async start(options: {
     id: string;
     policy: EgressPolicy | undefined;
     rootless: boolean;
     existing?: number;
+    ports?: EgressPorts;
   }): Promise<KeptNet> {
     const policy = options.policy ?? { allowOut: [], denyOut: [] };
-    const { netns, permit, alsoDeny } = this.egress.options;
+    const { netns, userns, permit, alsoDeny } = this.egress.options;
     let net: SandboxNet | undefined;
     try {
-      const ports = await this.egress.add(options.id, policy);
+      const ports =
+        options.ports ??
+        (await this.serve(options.id, policy, options.rootless && !options.existing));
       net = await startSandboxNet({
         id: options.id,
         rootless: options.rootless,
@@ -51,6 +66,7 @@ export class SandboxNetworks {
         ports,
         ...(options.existing ? { existing: options.existing } : {}),
         ...(netns ? { egressNetns: netns } : {}),
+        ...(userns ? { egressUserns: userns } : {}),
         ...(permit ? { permit } : {}),
         ...(alsoDeny ? { alsoDeny } : {}),
       });
@@ -63,10 +79,13 @@ export class SandboxNetworks {
     }
   }
 
-  /** Ends a sandbox's network (slirp4netns, a holder of its own); egress stops serving it. */
-  async release(net: SandboxNet | undefined): Promise<void> {
+  /**
+   * Ends a sandbox's network (slirp4netns, a holder of its own); egress stops serving it. Just
+   * `{ id }`: a sandbox served whose network was not made.
+   */
+  async release(net: SandboxNet | { id: string } | undefined): Promise<void> {
     if (!net) return;
-    stopSandboxNet(net);
+    if ('holder' in net) stopSandboxNet(net);
     await this.egress.remove(net.id).catch(() => undefined);
   }
 
@@ -102,7 +121,7 @@ export class SandboxNetworks {
    * Whether `internet` sandboxes can start here (the isolation report's `egress` line). Without
    * the tools such a sandbox does not start: denied rather than allowed.
    */
-  support(): { enforced: boolean; how: string } {
+  support(rootless = process.getuid?.() !== 0): { enforced: boolean; how: string } {
     const missing = ['slirp4netns', 'nft', 'unshare', 'nsenter'].filter(
       (tool) =>
         !['/usr/bin', '/usr/sbin', '/bin', '/sbin'].some((dir) => existsSync(join(dir, tool))),
@@ -110,7 +129,14 @@ export class SandboxNetworks {
     if (missing.length > 0) {
       return {
         enforced: false,
-        how: `internet network unavailable: no ${missing.join(', ')} (Debian: slirp4netns, nftables, util-linux); such sandboxes do not start`,
+        how: `internet network unavailable: no ${missing.join(', ')} (Debian: slirp4netns, nftables, util-linux); such sandboxes do not start, and templates that name no network run offline`,
+      };
+    }
+    const problem = egressProblem(this.egress.options, rootless);
+    if (problem) {
+      return {
+        enforced: false,
+        how: `internet network unavailable: ${problem}; such sandboxes do not start, and templates that name no network run offline`,
       };
     }
     return {

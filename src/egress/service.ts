@@ -7,8 +7,16 @@ import {
 } from 'node:http';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import dnsPacket from 'dns-packet';
+import ipaddr from 'ipaddr.js';
 import { getExtensionData, readTlsClientHello } from 'read-tls-client-hello';
-import { type EgressPolicy, type EgressRules, type ParsedPolicy, parsePolicy } from './policy.js';
+import {
+  canonicalName,
+  type EgressPolicy,
+  type EgressRules,
+  type ParsedPolicy,
+  parsePolicy,
+  plainAddress,
+} from './policy.js';
 import type { NameResolver } from './resolver.js';
 
 /** How long a client may take to send its request head or TLS ClientHello. */
@@ -271,10 +279,9 @@ export class EgressService {
       const route = await this.route(entry, host.replace(/^\[|\]$/g, ''));
       if ('refused' in route) {
         this.record(entry, { kind: 'connect', target: host, allowed: false, rule: route.refused });
-        return answer(
-          '403 Forbidden',
-          `${host} is refused by the sandbox's network policy: ${route.refused}`,
-        );
+        // The reason phrase says it too: clients show it, not a CONNECT answer's body.
+        const why = `${host} is refused by the sandbox's network policy: ${route.refused}`;
+        return answer(`403 ${why.replace(/[^\x20-\x7e]/g, '?')}`, why);
       }
       this.record(entry, { kind: 'connect', target: host, allowed: true, rule: route.rule });
       socket.write('HTTP/1.1 200 Connection Established\r\n\r\n');
@@ -469,11 +476,26 @@ export class EgressService {
   ): Promise<
     { addresses: string[]; ttl: number; rule: string } | { refused: string; nx?: boolean }
   > {
-    const byName = this.rules.decide(entry.parsed, { name });
+    // An address in any spelling a client may send (127.1, 0x7f000001, 2130706433, [::1],
+    // ::ffff:127.0.0.1) is decided as that address, with no lookup.
+    const literal = name.replace(/^\[(.*)\]$/, '$1');
+    if (ipaddr.isValid(literal)) {
+      const address = plainAddress(literal).toString();
+      const decision = this.rules.decide(entry.parsed, { address });
+      if (!decision.allowed) return { refused: `${decision.rule} (${address})` };
+      return { addresses: [address], ttl: 60, rule: decision.rule };
+    }
+    const canonical = canonicalName(name);
+    if (!canonical) return { refused: `'${name}' is not a domain name`, nx: true };
+    const byName = this.rules.decide(entry.parsed, { name: canonical });
     if (!byName.allowed) return { refused: byName.rule };
     let resolved: { addresses: string[]; ttl: number };
     try {
-      resolved = await this.resolver.resolve(name);
+      // localhost and its subdomains are the loopback (RFC 6761), never asked of a resolver.
+      resolved =
+        canonical === 'localhost' || canonical.endsWith('.localhost')
+          ? { addresses: ['127.0.0.1'], ttl: 60 }
+          : await this.resolver.resolve(canonical);
     } catch (error) {
       return { refused: (error as Error).message };
     }

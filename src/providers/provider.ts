@@ -228,6 +228,12 @@ export interface SandboxProvider {
   /** How this provider isolates sandboxes on this host. */
   isolation(): IsolationReport;
   /**
+   * Why this provider cannot give sandboxes the `internet` network here, or undefined when it
+   * can. Left out: it cannot. Templates that name no network then run offline (denied rather
+   * than allowed); those that name `internet` do not start.
+   */
+  internetUnavailable?(): string | undefined;
+  /**
    * The sandbox's end moved (a pooled sandbox handed out, `setTimeout`): for a provider that ends
    * sandboxes itself at their timeout (agent-sandbox's `shutdownTime`), so it does not end one
    * early. Others leave it out: the daemon's reaper ends sandboxes.

@@ -83,6 +83,9 @@ describe.skipIf(!hasBwrap)('abx doctor: the local provider', () => {
       expect(line(stdout, 'uid range')).toMatch(/^(ok|warning) .* 1500000000-1500999999/);
       expect(line(stdout, 'disk quotas')).toMatch(/^ok .*ext4 disk image.*loop-mounted/);
       expect(line(stdout, 'node \\(sandboxes\\)')).toContain(`${process.version} at /usr/bin/node`);
+      expect(line(stdout, 'internet network')).toMatch(
+        /^ok +internet network +a namespace with nftables rules and slirp4netns started and stopped; egress from this network namespace$/,
+      );
       // Optional: the engine is not there, which warns with the fix and does not fail.
       expect(line(stdout, 'docker engine')).toMatch(
         new RegExp(
@@ -118,6 +121,7 @@ describe.skipIf(!hasBwrap)('abx doctor: the local provider', () => {
         'disk quotas',
         'node (daemon)',
         'node (sandboxes)',
+        'internet network',
         'docker engine',
         'python3 (code)',
         'chromium (browser)',
@@ -246,6 +250,16 @@ describe.skipIf(!hasBwrap)('abx doctor: the local provider', () => {
       expect(line(stdout, 'cgroups')).toMatch(/^warning .*limits are not enforced/);
       expect(fixOf(stdout, 'cgroups')).toContain(`abx-${uid}`);
       expect(line(stdout, 'disk quotas')).toMatch(/^warning .*tmpfs/);
+      expect(line(stdout, 'internet network')).toMatch(/^ok .*slirp4netns started and stopped/);
+      // An egress namespace this user cannot enter is named, with what to do; only a warning.
+      const elsewhere = await asUser([], {
+        DOCKER_HOST: NO_ENGINE,
+        ABX_EGRESS_NETNS: '/run/netns/abx-doctor-no-such-namespace',
+      });
+      expect(line(elsewhere.stdout, 'internet network')).toMatch(
+        /^warning +internet network +the egress namespace \/run\/netns\/abx-doctor-no-such-namespace does not exist: templates that name no network run offline/,
+      );
+      expect(elsewhere.code).toBe(0);
       expect(stdout).toMatch(
         /\nsandboxes can run here with the local provider \(\d+ warnings\)\n$/,
       );

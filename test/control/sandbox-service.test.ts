@@ -61,6 +61,32 @@ describe('SandboxService: create, get, list, kill', () => {
     expect(refused.status).toBe(401);
   });
 
+  test('a template that names no network is on the internet where the provider enforces egress, offline where not', async ({
+    open,
+  }) => {
+    const plane = open({ warmPool: 0 });
+    // This provider has no egress: base's sandboxes run offline (denied rather than allowed).
+    const offline = (await plane.sandboxes.create({})).record;
+    expect(plane.provider.sandbox(offline.id).spec.network).toBe('none');
+    // One that enforces it gives base's sandboxes the internet, with no policy of their own.
+    const provider = plane.provider as typeof plane.provider & {
+      internetUnavailable?: () => string | undefined;
+    };
+    provider.internetUnavailable = () => undefined;
+    const online = (await plane.sandboxes.create({})).record;
+    expect(plane.provider.sandbox(online.id).spec).toMatchObject({ network: 'internet' });
+    expect(plane.provider.sandbox(online.id).spec.egress).toBeUndefined();
+    // allowInternetAccess false from it: every address denied, on the internet network still.
+    const closed = (await plane.sandboxes.create({ allowInternetAccess: false })).record;
+    expect(plane.provider.sandbox(closed.id).spec).toMatchObject({
+      network: 'internet',
+      egress: { allowOut: [], denyOut: ['0.0.0.0/0', '::/0'] },
+    });
+    provider.internetUnavailable = () => 'no slirp4netns';
+    const closedHere = (await plane.sandboxes.create({ allowInternetAccess: false })).record;
+    expect(plane.provider.sandbox(closedHere.id).spec.network).toBe('none');
+  });
+
   test('get and list find sandboxes; filters narrow the list', async ({ open }) => {
     const plane = open({ warmPool: 0 });
     const a = (await plane.sandboxes.create({ metadata: { owner: 'alice' } })).record;

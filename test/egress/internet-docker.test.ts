@@ -27,6 +27,8 @@ describe.skipIf(unavailable)('internet sandboxes on docker', () => {
       `node -e "${extra}fetch('${url}').then(async r => console.log(r.status, await r.text())).catch(e => { console.log('failed', e.cause?.code ?? e.message); process.exit(1) })"`,
     );
 
+  const before = process.env.ABX_EGRESS_NETNS;
+
   beforeAll(async () => {
     internet = await makeInternet();
     process.env.ABX_EGRESS_NETNS = internet.path;
@@ -42,7 +44,8 @@ describe.skipIf(unavailable)('internet sandboxes on docker', () => {
   afterAll(async () => {
     await box?.kill().catch(() => undefined);
     await abx?.close();
-    delete process.env.ABX_EGRESS_NETNS;
+    if (before) process.env.ABX_EGRESS_NETNS = before;
+    else delete process.env.ABX_EGRESS_NETNS;
     delete process.env.ABX_EGRESS_HOSTS;
     internet?.remove();
   });
@@ -68,6 +71,21 @@ describe.skipIf(unavailable)('internet sandboxes on docker', () => {
     expect(
       (await sh(`bash -c 'exec 3<>/dev/tcp/192.0.2.44/7000; echo cidr >&3; head -1 <&3'`)).stdout,
     ).toContain('echo cidr');
+  });
+
+  test("the proxy variables name the sandbox's egress proxy, which refuses by name with the rule", async () => {
+    /** A GET of an absolute URL from the proxy that HTTP_PROXY names, as proxy clients send it. */
+    const ask = (url: string) =>
+      sh(
+        `node -e "const p = new URL(process.env.HTTP_PROXY); require('http').get({ host: p.hostname, port: p.port, path: '${url}', headers: { host: new URL('${url}').host } }, (r) => { let b = ''; r.on('data', (c) => (b += c)); r.on('end', () => console.log(r.statusCode, b)); })"`,
+      );
+    expect((await sh('echo $HTTPS_PROXY $no_proxy')).stdout.trim()).toMatch(
+      /^http:\/\/10\.0\.2\.2:\d+ localhost,127\.0\.0\.1,::1$/,
+    );
+    expect((await ask('http://allowed.test/')).stdout).toContain('http hello from 203.0.113.10');
+    expect((await ask('http://denied.test/')).stdout).toMatch(
+      /^403 abx egress: denied.test is refused by the sandbox's network policy: denyOut 0\.0\.0\.0\/0/,
+    );
   });
 
   test('the always-denied ranges stay shut, and the sandbox cannot touch its rules', async () => {

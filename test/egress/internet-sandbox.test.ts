@@ -9,7 +9,7 @@ import { Templates } from '../../src/sandbox/templates.js';
 import { CLI, runProgram } from '../cli/abx.js';
 import { createAbxHome } from '../helpers/abx-home.js';
 import { internetUnavailable, makeInternet, type TestInternet } from '../helpers/internet.js';
-import { type RootlessDaemon, startRootlessDaemon } from '../helpers/rootless.js';
+import { type RootlessDaemon, rootlessUid, startRootlessDaemon } from '../helpers/rootless.js';
 
 /**
  * Real sandboxes of a root daemon on `network: internet`, whose egress namespace is a test
@@ -18,248 +18,392 @@ import { type RootlessDaemon, startRootlessDaemon } from '../helpers/rootless.js
  */
 const unavailable = internetUnavailable();
 
-describe.skipIf(unavailable)('sandboxes on the internet network (root daemon)', () => {
-  let internet: TestInternet;
-  let abx: { home: string; close(): Promise<void> };
-  let templateDir: string;
-  let box: Sandbox;
-
-  const sh = (command: string) =>
-    box.commands.run(command, { timeoutMs: 30_000, allowNonZeroExit: true });
-
-  beforeAll(async () => {
-    internet = await makeInternet();
-    abx = await createAbxHome();
-    process.env.ABX_EGRESS_NETNS = internet.path;
-    process.env.ABX_EGRESS_HOSTS = internet.hostsFile;
-    await startDaemon(abx.home);
-    templateDir = mkdtempSync(join(tmpdir(), 'abx-internet-template-'));
-    writeFileSync(
-      join(templateDir, 'template.yaml'),
-      [
-        'name: web',
-        'network:',
-        '  allow_out: [allowed.test, "*.wild.test", 192.0.2.44/32]',
-        '  deny_out: [0.0.0.0/0]',
-        '',
-      ].join('\n'),
-    );
-    await Templates.build(join(templateDir, 'template.yaml'), { home: abx.home });
-    box = await Sandbox.create({ home: abx.home, template: 'web' });
-    await box.files.write('/tmp/ca.pem', readFileSync(internet.caCert, 'utf8'));
-  }, 180_000);
-
-  afterAll(async () => {
-    await box?.kill().catch(() => undefined);
-    await abx?.close();
-    internet?.remove();
-    if (templateDir) rmSync(templateDir, { recursive: true, force: true });
-  });
-
-  test('allowed names answer over HTTP and HTTPS, as the sandbox user, with no proxy settings', async () => {
-    expect((await sh('id -u')).stdout.trim()).toBe('1000');
-    expect((await sh('curl -sS -m 10 http://allowed.test/')).stdout).toContain(
-      'http hello from 203.0.113.10 for allowed.test',
-    );
-    expect(
-      (await sh('curl -sS -m 10 --cacert /tmp/ca.pem https://api.wild.test/')).stdout,
-    ).toContain('https hello from 192.0.2.44');
-    // Any program: Python's own HTTP client, which reads no proxy variables here.
-    const python = await sh(
-      `python3 -c "import urllib.request; print(urllib.request.urlopen('http://allowed.test/', timeout=10).read().decode())"`,
-    );
-    expect(python.stdout).toContain('hello from 203.0.113.10');
-  });
-
-  test('denied names fail at once: DNS refuses them, and the proxy names the rule', async () => {
-    const before = internet.hits().length;
-    expect((await sh('getent hosts denied.test')).exitCode).not.toBe(0);
-    const claimed = await sh(
-      `curl -sS -m 10 -i --resolve denied.test:80:${internet.addresses.denied} http://denied.test/`,
-    );
-    // The address is denied before any proxy: the connection is reset.
-    expect(claimed.exitCode).not.toBe(0);
-    const lying = await sh(`curl -sS -m 10 -i -H 'Host: denied.test' http://allowed.test/`);
-    expect(lying.stdout).toMatch(
-      /403[\s\S]*denied.test is refused by the sandbox's network policy: denyOut 0\.0\.0\.0\/0/,
-    );
-    expect(internet.hits().slice(before).join('\n')).not.toContain(internet.addresses.denied);
-  });
-
-  test('raw TCP: to an allowed CIDR and to an allowed name after DNS; nowhere else', async () => {
-    expect(
-      (await sh(`printf 'one\\n' | curl -sS -m 10 telnet://192.0.2.44:7000`)).stdout,
-    ).toContain('echo one');
-    expect(
-      (await sh(`printf 'two\\n' | curl -sS -m 10 telnet://allowed.test:7000`)).stdout,
-    ).toContain('echo two');
-    const denied = await sh(`curl -sS -m 10 telnet://${internet.addresses.denied}:7000 </dev/null`);
-    expect(denied.exitCode).not.toBe(0);
-  });
-
-  test('the always-denied ranges and the egress side of the link stay shut', async () => {
-    for (const address of ['10.0.2.2', '10.0.2.3', '169.254.169.254', '10.1.2.3']) {
-      const raw = await sh(`curl -sS -m 5 telnet://${address}:7000 </dev/null`);
-      expect(raw.exitCode, address).not.toBe(0);
-    }
-    expect((await sh('getent hosts loopback.test')).exitCode).not.toBe(0);
-  });
-
-  test('the sandbox cannot read or change its rules or its link', async () => {
-    const list = await sh('nft list ruleset');
-    expect(list.exitCode).not.toBe(0);
-    const flush = await sh('nft flush ruleset');
-    expect(flush.exitCode).not.toBe(0);
-    const route = await sh('ip route del default');
-    expect(route.exitCode).not.toBe(0);
-    expect((await sh('curl -sS -m 10 http://allowed.test/')).stdout).toContain('hello');
-  });
-
-  test('a killed sandbox leaves no namespace holder, no slirp4netns and no egress ports', async () => {
-    const other = await Sandbox.create({ home: abx.home, template: 'web' });
-    expect(orphanNetProcesses((id) => id === other.sandboxId).length).toBe(2);
-    await other.kill();
-    expect(orphanNetProcesses((id) => id === other.sandboxId)).toEqual([]);
-  });
-
-  test('a policy per sandbox: given at create (from base, whose network is none), shown, and changed live', async () => {
-    const own = await Sandbox.create({
-      home: abx.home,
-      network: { allowOut: ['other.test'], denyOut: ['0.0.0.0/0'] },
-    });
-    try {
-      const run = (command: string) =>
-        own.commands.run(command, { timeoutMs: 30_000, allowNonZeroExit: true });
-      expect((await own.getInfo()).network).toEqual({
-        allowOut: ['other.test'],
-        denyOut: ['0.0.0.0/0'],
-      });
-      expect((await run('curl -sS -m 10 http://other.test/')).stdout).toContain(
-        'hello from 192.0.2.44',
-      );
-      expect((await run('getent hosts allowed.test')).exitCode).not.toBe(0);
-      // Counted, each with its rule.
-      const stats = await own.getNetwork();
-      expect(stats.allowed).toBeGreaterThan(0);
-      expect(stats.recent).toContainEqual(
-        expect.objectContaining({
-          kind: 'dns',
-          target: 'allowed.test',
-          allowed: false,
-          rule: 'denyOut 0.0.0.0/0',
-        }),
-      );
-      expect(stats.recent).toContainEqual(
-        expect.objectContaining({
-          kind: 'http',
-          target: 'other.test',
-          allowed: true,
-          rule: 'allowOut other.test',
-        }),
-      );
-      // The change applies to the next connection and DNS question.
-      const info = await own.setNetwork({ allowOut: ['allowed.test'], denyOut: ['0.0.0.0/0'] });
-      expect(info.network).toEqual({ allowOut: ['allowed.test'], denyOut: ['0.0.0.0/0'] });
-      expect((await run('curl -sS -m 10 http://allowed.test/')).stdout).toContain(
-        'hello from 203.0.113.10',
-      );
-      expect((await run('getent hosts other.test')).exitCode).not.toBe(0);
-      expect((await run(`curl -sS -m 10 telnet://192.0.2.44:7000 </dev/null`)).exitCode).not.toBe(
-        0,
-      );
-      // Kept with the sandbox: another client sees it.
-      const seen = await Sandbox.connect(own.sandboxId, { home: abx.home });
-      expect((await seen.getInfo()).network?.allowOut).toEqual(['allowed.test']);
-    } finally {
-      await own.kill();
-    }
-  });
-
-  test('bad network requests are refused, naming the problem, and change nothing', async () => {
-    const bad = await Sandbox.create({
-      home: abx.home,
-      network: { allowOut: ['fine.test', 'not a name'] },
-    }).catch((e: Error) => e);
-    expect(String(bad)).toContain('network.allowOut[1]');
-    const flag = await Sandbox.create({
-      home: abx.home,
-      allowInternetAccess: 'yes' as never,
-    }).catch((e: Error) => e);
-    expect(String(flag)).toContain('allowInternetAccess must be true or false');
-    const change = await box.setNetwork({ denyOut: ['10.0.0.0/33'] }).catch((e: Error) => e);
-    expect(String(change)).toContain('network.denyOut[0]');
-    expect((await box.getInfo()).network?.allowOut).toContain('allowed.test');
-    // A sandbox without the internet network has no policy to change.
-    const offline = await Sandbox.create({ home: abx.home, allowInternetAccess: false });
-    try {
-      expect((await offline.getInfo()).network).toBeUndefined();
-      const refused = await offline
-        .setNetwork({ allowOut: ['allowed.test'] })
-        .catch((e: Error) => e);
-      expect(String(refused)).toContain('is not on the internet network');
-      const link = await offline.commands.run('cat /proc/net/dev', { timeoutMs: 30_000 });
-      expect(link.stdout).not.toContain('tap0');
-    } finally {
-      await offline.kill();
-    }
-  });
-
-  test('abx create --allow/--deny and abx network show and change a policy', async () => {
-    const abxCli = (...args: string[]) =>
-      runProgram(process.execPath, [CLI, ...args], { env: { ABX_HOME: abx.home } });
-    const created = await abxCli('create', '-q', '--allow', 'other.test', '--deny', '0.0.0.0/0');
-    expect(created.code, created.stderr).toBe(0);
-    const id = created.stdout.trim();
-    try {
-      const shown = await abxCli('network', id);
-      expect(shown.stdout).toContain(`sandbox ${id}: internet: allow other.test; deny 0.0.0.0/0`);
-      const changed = await abxCli(
-        'network',
-        id,
-        '--allow',
-        'allowed.test,*.wild.test',
-        '--deny',
-        '0.0.0.0/0',
-        '--json',
-      );
-      expect(JSON.parse(changed.stdout)).toEqual({
-        allowOut: ['allowed.test', '*.wild.test'],
-        denyOut: ['0.0.0.0/0'],
-      });
-      const bad = await abxCli('network', id, '--allow', 'a b');
-      expect(bad.code).not.toBe(0);
-      expect(bad.stderr).toContain("network.allowOut[0]: 'a b'");
-      const logged = await abxCli('network', id, '--log');
-      expect(logged.stdout).toMatch(/egress: \d+ allowed, \d+ refused/);
-      const status = await abxCli('daemon', 'status');
-      expect(status.stdout).toMatch(/egress\s+enforced/);
-      const info = await abxCli('info', id);
-      expect(info.stdout).toMatch(
-        /network:\s+internet: allow allowed\.test, \*\.wild\.test; deny 0\.0\.0\.0\/0/,
-      );
-    } finally {
-      await abxCli('kill', id);
-    }
-  });
-
-  test('a daemon SIGKILLed and restarted adopts the sandbox: its internet still works', async () => {
-    const info = JSON.parse(readFileSync(join(abx.home, 'daemon.json'), 'utf8')) as { pid: number };
-    process.kill(info.pid, 'SIGKILL');
-    for (let i = 0; i < 100 && existsSync(`/proc/${info.pid}`); i++)
-      await new Promise((r) => setTimeout(r, 20));
-    await startDaemon(abx.home);
-    const again = await Sandbox.connect(box.sandboxId, { home: abx.home });
-    const answer = await again.commands.run('curl -sS -m 10 http://allowed.test/', {
-      timeoutMs: 30_000,
-    });
-    expect(answer.stdout).toContain('hello from 203.0.113.10');
-    await stopDaemon(abx.home);
-    await startDaemon(abx.home);
-  });
-});
+interface Installation {
+  home: string;
+  internet: TestInternet;
+  close(): Promise<void>;
+}
 
 /**
- * A rootless daemon's internet sandbox, its egress the daemon's own namespace (the host's). Only
+ * The daemon modes: root, and rootless (an unprivileged uid, whose egress namespace is owned by a
+ * user namespace of that uid, as it must be for a daemon without root to enter it).
+ */
+const modes: [string, () => Promise<Installation>][] = [
+  [
+    'root daemon',
+    async () => {
+      const internet = await makeInternet();
+      const abx = await createAbxHome();
+      process.env.ABX_EGRESS_NETNS = internet.path;
+      process.env.ABX_EGRESS_HOSTS = internet.hostsFile;
+      await startDaemon(abx.home);
+      return {
+        home: abx.home,
+        internet,
+        close: async () => {
+          await abx.close();
+          internet.remove();
+        },
+      };
+    },
+  ],
+  [
+    'rootless daemon',
+    async () => {
+      const uid = rootlessUid();
+      const internet = await makeInternet({ owner: uid });
+      const daemon = await startRootlessDaemon({
+        uid,
+        delegateCgroups: true,
+        env: {
+          ABX_EGRESS_NETNS: internet.path,
+          ABX_EGRESS_USERNS: internet.userns as string,
+          ABX_EGRESS_HOSTS: internet.hostsFile,
+        },
+      }).catch((error) => {
+        internet.remove();
+        throw error;
+      });
+      return {
+        home: daemon.home,
+        internet,
+        close: async () => {
+          await daemon.close();
+          internet.remove();
+        },
+      };
+    },
+  ],
+];
+
+describe.skipIf(unavailable).each(modes)(
+  'sandboxes on the internet network (%s)',
+  (mode, install) => {
+    const rootDaemon = mode === 'root daemon';
+    let internet: TestInternet;
+    let abx: Installation;
+    let templateDir: string;
+    let box: Sandbox;
+
+    const sh = (command: string) =>
+      box.commands.run(command, { timeoutMs: 30_000, allowNonZeroExit: true });
+
+    beforeAll(async () => {
+      abx = await install();
+      internet = abx.internet;
+      templateDir = mkdtempSync(join(tmpdir(), 'abx-internet-template-'));
+      chmodSync(templateDir, 0o755);
+      writeFileSync(
+        join(templateDir, 'template.yaml'),
+        [
+          'name: web',
+          'network:',
+          '  allow_out: [allowed.test, "*.wild.test", 192.0.2.44/32]',
+          '  deny_out: [0.0.0.0/0]',
+          '',
+        ].join('\n'),
+      );
+      await Templates.build(join(templateDir, 'template.yaml'), { home: abx.home });
+      box = await Sandbox.create({ home: abx.home, template: 'web' });
+      await box.files.write('/tmp/ca.pem', readFileSync(internet.caCert, 'utf8'));
+    }, 180_000);
+
+    afterAll(async () => {
+      await box?.kill().catch(() => undefined);
+      await abx?.close();
+      if (templateDir) rmSync(templateDir, { recursive: true, force: true });
+    });
+
+    /** Without the proxy variables: what any program gets, captured in the sandbox's namespace. */
+    const direct = 'env -u HTTP_PROXY -u HTTPS_PROXY -u http_proxy -u https_proxy ';
+
+    test('allowed names answer over HTTP and HTTPS, as the sandbox user, with no proxy settings', async () => {
+      expect((await sh('id -u')).stdout.trim()).toBe('1000');
+      expect((await sh(`${direct}curl -sS -m 10 http://allowed.test/`)).stdout).toContain(
+        'http hello from 203.0.113.10 for allowed.test',
+      );
+      expect(
+        (await sh(`${direct}curl -sS -m 10 --cacert /tmp/ca.pem https://api.wild.test/`)).stdout,
+      ).toContain('https hello from 192.0.2.44');
+      // Any program: Python's own HTTP client.
+      const python = await sh(
+        `${direct}python3 -c "import urllib.request; print(urllib.request.urlopen('http://allowed.test/', timeout=10).read().decode())"`,
+      );
+      expect(python.stdout).toContain('hello from 203.0.113.10');
+    });
+
+    test('denied names fail at once: DNS refuses them, and the proxy names the rule', async () => {
+      const before = internet.hits().length;
+      expect((await sh('getent hosts denied.test')).exitCode).not.toBe(0);
+      const claimed = await sh(
+        `${direct}curl -sS -m 10 -i --resolve denied.test:80:${internet.addresses.denied} http://denied.test/`,
+      );
+      // The address is denied before any proxy: the connection is reset.
+      expect(claimed.exitCode).not.toBe(0);
+      const lying = await sh(
+        `${direct}curl -sS -m 10 -i -H 'Host: denied.test' http://allowed.test/`,
+      );
+      expect(lying.stdout).toMatch(
+        /403[\s\S]*denied.test is refused by the sandbox's network policy: denyOut 0\.0\.0\.0\/0/,
+      );
+      expect(internet.hits().slice(before).join('\n')).not.toContain(internet.addresses.denied);
+    });
+
+    test('tools that honour HTTP_PROXY go through the egress proxy: refusals name the rule', async () => {
+      const variables = await sh('env | grep -i _proxy= | sort');
+      expect(variables.stdout).toMatch(/^HTTPS_PROXY=http:\/\/10\.0\.2\.2:\d+$/m);
+      expect(variables.stdout).toMatch(/^no_proxy=localhost,127\.0\.0\.1,::1$/m);
+      const before = internet.hits().length;
+      // HTTPS by CONNECT: allowed through, refused by name with the rule.
+      expect(
+        (await sh('curl -sS -m 10 --cacert /tmp/ca.pem https://allowed.test/')).stdout,
+      ).toContain('https hello from 203.0.113.10 for allowed.test');
+      const tunnel = await sh('curl -sS -m 10 -v https://denied.test/');
+      expect(tunnel.exitCode).not.toBe(0);
+      expect(tunnel.stderr).toMatch(/CONNECT[\s\S]*403/);
+      expect(tunnel.stderr).toContain(
+        "denied.test is refused by the sandbox's network policy: denyOut 0.0.0.0/0",
+      );
+      // Plain HTTP as an absolute URL: a 403 naming the rule rather than a DNS failure.
+      const plain = await sh('curl -sS -m 10 -i http://denied.test/');
+      expect(plain.stdout).toMatch(/^HTTP\/1\.1 403/);
+      expect(plain.stdout).toContain('denyOut 0.0.0.0/0');
+      const pip = await sh(
+        `python3 -c "import urllib.request; print(urllib.request.urlopen('http://api.wild.test/', timeout=10).read().decode())"`,
+      );
+      expect(pip.stdout).toContain('hello from 192.0.2.44 for api.wild.test');
+      expect(internet.hits().slice(before).join('\n')).not.toContain(internet.addresses.denied);
+    });
+
+    test('raw TCP: to an allowed CIDR and to an allowed name after DNS; nowhere else', async () => {
+      expect(
+        (await sh(`printf 'one\\n' | curl -sS -m 10 telnet://192.0.2.44:7000`)).stdout,
+      ).toContain('echo one');
+      expect(
+        (await sh(`printf 'two\\n' | curl -sS -m 10 telnet://allowed.test:7000`)).stdout,
+      ).toContain('echo two');
+      const denied = await sh(
+        `curl -sS -m 10 telnet://${internet.addresses.denied}:7000 </dev/null`,
+      );
+      expect(denied.exitCode).not.toBe(0);
+    });
+
+    test('the always-denied ranges and the egress side of the link stay shut', async () => {
+      for (const address of ['10.0.2.2', '10.0.2.3', '169.254.169.254', '10.1.2.3']) {
+        const raw = await sh(`curl -sS -m 5 telnet://${address}:7000 </dev/null`);
+        expect(raw.exitCode, address).not.toBe(0);
+      }
+      expect((await sh('getent hosts loopback.test')).exitCode).not.toBe(0);
+    });
+
+    test('the sandbox cannot read or change its rules or its link', async () => {
+      const list = await sh('nft list ruleset');
+      expect(list.exitCode).not.toBe(0);
+      const flush = await sh('nft flush ruleset');
+      expect(flush.exitCode).not.toBe(0);
+      const route = await sh('ip route del default');
+      expect(route.exitCode).not.toBe(0);
+      expect((await sh('curl -sS -m 10 http://allowed.test/')).stdout).toContain('hello');
+    });
+
+    test('a killed sandbox leaves no namespace holder, no slirp4netns and no egress ports', async () => {
+      const other = await Sandbox.create({ home: abx.home, template: 'web' });
+      expect(orphanNetProcesses((id) => id === other.sandboxId).length).toBe(2);
+      await other.kill();
+      expect(orphanNetProcesses((id) => id === other.sandboxId)).toEqual([]);
+    });
+
+    test('internet is the default: a sandbox of base reaches the internet, never the always-denied ranges', async () => {
+      const plain = await Sandbox.create({ home: abx.home });
+      try {
+        const run = (command: string) =>
+          plain.commands.run(command, { timeoutMs: 30_000, allowNonZeroExit: true });
+        expect((await plain.getInfo()).network).toEqual({ allowOut: [], denyOut: [] });
+        expect((await run('curl -sS -m 10 http://denied.test/')).stdout).toContain(
+          'hello from 198.51.100.7',
+        );
+        expect((await run(`${direct}curl -sS -m 10 http://other.test/`)).stdout).toContain(
+          'hello from 192.0.2.44',
+        );
+        for (const address of ['127.0.0.1', '10.0.2.2', '169.254.169.254', '10.1.2.3']) {
+          const raw = await run(`curl -sS -m 5 telnet://${address}:7000 </dev/null`);
+          expect(raw.exitCode, address).not.toBe(0);
+        }
+        expect((await run('curl -sS -m 5 -i http://metadata.test/')).stdout).toMatch(
+          /403[\s\S]*always denied: link-local/,
+        );
+      } finally {
+        await plain.kill();
+      }
+    });
+
+    test('a policy per sandbox: given at create (from base, whose network is none), shown, and changed live', async () => {
+      const own = await Sandbox.create({
+        home: abx.home,
+        network: { allowOut: ['other.test'], denyOut: ['0.0.0.0/0'] },
+      });
+      try {
+        const run = (command: string) =>
+          own.commands.run(command, { timeoutMs: 30_000, allowNonZeroExit: true });
+        expect((await own.getInfo()).network).toEqual({
+          allowOut: ['other.test'],
+          denyOut: ['0.0.0.0/0'],
+        });
+        expect((await run('curl -sS -m 10 http://other.test/')).stdout).toContain(
+          'hello from 192.0.2.44',
+        );
+        expect((await run('getent hosts allowed.test')).exitCode).not.toBe(0);
+        // Counted, each with its rule.
+        const stats = await own.getNetwork();
+        expect(stats.allowed).toBeGreaterThan(0);
+        expect(stats.recent).toContainEqual(
+          expect.objectContaining({
+            kind: 'dns',
+            target: 'allowed.test',
+            allowed: false,
+            rule: 'denyOut 0.0.0.0/0',
+          }),
+        );
+        expect(stats.recent).toContainEqual(
+          expect.objectContaining({
+            kind: 'http',
+            target: 'other.test',
+            allowed: true,
+            rule: 'allowOut other.test',
+          }),
+        );
+        // The change applies to the next connection and DNS question.
+        const info = await own.setNetwork({ allowOut: ['allowed.test'], denyOut: ['0.0.0.0/0'] });
+        expect(info.network).toEqual({ allowOut: ['allowed.test'], denyOut: ['0.0.0.0/0'] });
+        expect((await run('curl -sS -m 10 http://allowed.test/')).stdout).toContain(
+          'hello from 203.0.113.10',
+        );
+        expect((await run('getent hosts other.test')).exitCode).not.toBe(0);
+        expect((await run(`curl -sS -m 10 telnet://192.0.2.44:7000 </dev/null`)).exitCode).not.toBe(
+          0,
+        );
+        // Kept with the sandbox: another client sees it.
+        const seen = await Sandbox.connect(own.sandboxId, { home: abx.home });
+        expect((await seen.getInfo()).network?.allowOut).toEqual(['allowed.test']);
+      } finally {
+        await own.kill();
+      }
+    });
+
+    test.runIf(rootDaemon)(
+      'bad network requests are refused, naming the problem, and change nothing',
+      async () => {
+        const bad = await Sandbox.create({
+          home: abx.home,
+          network: { allowOut: ['fine.test', 'not a name'] },
+        }).catch((e: Error) => e);
+        expect(String(bad)).toContain('network.allowOut[1]');
+        const flag = await Sandbox.create({
+          home: abx.home,
+          allowInternetAccess: 'yes' as never,
+        }).catch((e: Error) => e);
+        expect(String(flag)).toContain('allowInternetAccess must be true or false');
+        const change = await box.setNetwork({ denyOut: ['10.0.0.0/33'] }).catch((e: Error) => e);
+        expect(String(change)).toContain('network.denyOut[0]');
+        expect((await box.getInfo()).network?.allowOut).toContain('allowed.test');
+        // A sandbox without the internet network (`network: none`, one word away) has no policy
+        // to change; allowInternetAccess false keeps it offline.
+        writeFileSync(join(templateDir, 'offline.yaml'), 'name: offline\nnetwork: none\n');
+        await Templates.build(join(templateDir, 'offline.yaml'), { home: abx.home });
+        const offline = await Sandbox.create({
+          home: abx.home,
+          template: 'offline',
+          allowInternetAccess: false,
+        });
+        try {
+          expect((await offline.getInfo()).network).toBeUndefined();
+          const refused = await offline
+            .setNetwork({ allowOut: ['allowed.test'] })
+            .catch((e: Error) => e);
+          expect(String(refused)).toContain('is not on the internet network');
+          const link = await offline.commands.run('cat /proc/net/dev', { timeoutMs: 30_000 });
+          expect(link.stdout).not.toContain('tap0');
+        } finally {
+          await offline.kill();
+        }
+      },
+    );
+
+    test.runIf(rootDaemon)(
+      'abx create --allow/--deny and abx network show and change a policy',
+      async () => {
+        const abxCli = (...args: string[]) =>
+          runProgram(process.execPath, [CLI, ...args], { env: { ABX_HOME: abx.home } });
+        const created = await abxCli(
+          'create',
+          '-q',
+          '--allow',
+          'other.test',
+          '--deny',
+          '0.0.0.0/0',
+        );
+        expect(created.code, created.stderr).toBe(0);
+        const id = created.stdout.trim();
+        try {
+          const shown = await abxCli('network', id);
+          expect(shown.stdout).toContain(
+            `sandbox ${id}: internet: allow other.test; deny 0.0.0.0/0`,
+          );
+          const changed = await abxCli(
+            'network',
+            id,
+            '--allow',
+            'allowed.test,*.wild.test',
+            '--deny',
+            '0.0.0.0/0',
+            '--json',
+          );
+          expect(JSON.parse(changed.stdout)).toEqual({
+            allowOut: ['allowed.test', '*.wild.test'],
+            denyOut: ['0.0.0.0/0'],
+          });
+          const bad = await abxCli('network', id, '--allow', 'a b');
+          expect(bad.code).not.toBe(0);
+          expect(bad.stderr).toContain("network.allowOut[0]: 'a b'");
+          const logged = await abxCli('network', id, '--log');
+          expect(logged.stdout).toMatch(/egress: \d+ allowed, \d+ refused/);
+          const status = await abxCli('daemon', 'status');
+          expect(status.stdout).toMatch(/egress\s+enforced/);
+          const info = await abxCli('info', id);
+          expect(info.stdout).toMatch(
+            /network:\s+internet: allow allowed\.test, \*\.wild\.test; deny 0\.0\.0\.0\/0/,
+          );
+        } finally {
+          await abxCli('kill', id);
+        }
+      },
+    );
+
+    test.runIf(rootDaemon)(
+      'a daemon SIGKILLed and restarted adopts the sandbox: its internet still works',
+      async () => {
+        const info = JSON.parse(readFileSync(join(abx.home, 'daemon.json'), 'utf8')) as {
+          pid: number;
+        };
+        process.kill(info.pid, 'SIGKILL');
+        for (let i = 0; i < 100 && existsSync(`/proc/${info.pid}`); i++)
+          await new Promise((r) => setTimeout(r, 20));
+        await startDaemon(abx.home);
+        const again = await Sandbox.connect(box.sandboxId, { home: abx.home });
+        const answer = await again.commands.run('curl -sS -m 10 http://allowed.test/', {
+          timeoutMs: 30_000,
+        });
+        expect(answer.stdout).toContain('hello from 203.0.113.10');
+        await stopDaemon(abx.home);
+        await startDaemon(abx.home);
+      },
+    );
+  },
+);
+
+/**
+ * A rootless daemon's internet sandbox, its egress the daemon's own namespace (the host's), as
+ * when no egress namespace is given. Only
  * a policy that denies every address is used, so no packet can leave this machine: DNS refuses
  * names without a lookup, and every address is reset in the sandbox's own namespace.
  */
@@ -271,7 +415,7 @@ describe.skipIf(unavailable)('sandboxes on the internet network (rootless daemon
     box.commands.run(command, { timeoutMs: 30_000, allowNonZeroExit: true });
 
   beforeAll(async () => {
-    daemon = await startRootlessDaemon({ delegateCgroups: true });
+    daemon = await startRootlessDaemon({ delegateCgroups: true, hostEgress: true });
     templateDir = mkdtempSync(join(tmpdir(), 'abx-internet-template-'));
     chmodSync(templateDir, 0o755);
     writeFileSync(

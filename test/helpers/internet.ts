@@ -1,6 +1,6 @@
 import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { deleteNetns } from './netns.js';
@@ -33,6 +33,8 @@ export interface TestInternet {
   ns: string;
   /** The namespace's path, what `--egress-netns` takes. */
   path: string;
+  /** With `owner`: the user namespace of that uid which owns the namespace (`--egress-userns`). */
+  userns?: string;
   hostsFile: string;
   caCert: string;
   addresses: { allowed: string; denied: string; other: string };
@@ -82,10 +84,16 @@ require('node:net').createServer((s) => {
 }).listen(7000, '0.0.0.0', () => log('ready'));
 `;
 
-export async function makeInternet(): Promise<TestInternet> {
+/**
+ * `owner`: the namespace belongs to a user namespace of that uid (made by a process of that uid),
+ * as a rootless daemon's egress namespace must; it is named the same way, and its files are
+ * readable by all.
+ */
+export async function makeInternet(options: { owner?: number } = {}): Promise<TestInternet> {
   const suffix = randomBytes(3).toString('hex');
   const ns = `abxinet-${suffix}`;
   const dir = mkdtempSync(join(tmpdir(), 'abx-internet-'));
+  let userns: string | undefined;
   const addresses = { allowed: '203.0.113.10', denied: '198.51.100.7', other: '192.0.2.44' };
   const ip = (...args: string[]) => execFileSync('ip', args, { stdio: 'pipe' });
   let server: ChildProcess | undefined;
@@ -96,7 +104,9 @@ export async function makeInternet(): Promise<TestInternet> {
     rmSync(dir, { recursive: true, force: true });
   };
   try {
-    ip('netns', 'add', ns);
+    if (options.owner === undefined) ip('netns', 'add', ns);
+    else userns = await ownedNamespace(ns, options.owner);
+    chmodSync(dir, 0o755);
     ip('-n', ns, 'link', 'set', 'lo', 'up');
     for (const address of Object.values(addresses)) {
       ip('-n', ns, 'addr', 'add', `${address}/32`, 'dev', 'lo');
@@ -130,6 +140,7 @@ export async function makeInternet(): Promise<TestInternet> {
     return {
       ns,
       path: `/run/netns/${ns}`,
+      ...(userns ? { userns } : {}),
       hostsFile,
       caCert: certs.caCert,
       addresses,
@@ -140,4 +151,40 @@ export async function makeInternet(): Promise<TestInternet> {
     remove();
     throw error;
   }
+}
+
+/**
+ * A network namespace owned by a new user namespace of `uid` (its root mapped to `uid`), held by
+ * a `sleep` of that uid and named `ns` like `ip netns add`'s; the user namespace's path.
+ */
+export async function ownedNamespace(ns: string, uid: number): Promise<string> {
+  const holder = spawn(
+    'setpriv',
+    [
+      `--reuid=${uid}`,
+      `--regid=${uid}`,
+      '--clear-groups',
+      'unshare',
+      '--user',
+      '--map-root-user',
+    ].concat(['--net', 'sleep', 'infinity']),
+    { detached: true, stdio: 'ignore' },
+  );
+  holder.unref();
+  const ours = readlinkSync('/proc/self/ns/net');
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    try {
+      if (readlinkSync(`/proc/${holder.pid}/ns/net`) !== ours) break;
+    } catch {
+      // not yet
+    }
+    if (Date.now() > deadline || holder.exitCode !== null) {
+      holder.kill('SIGKILL');
+      throw new Error(`the namespace of uid ${uid} was not made`);
+    }
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  execFileSync('ip', ['netns', 'attach', ns, String(holder.pid)], { stdio: 'pipe' });
+  return `/proc/${holder.pid}/ns/user`;
 }

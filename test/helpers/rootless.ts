@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { randomInt } from 'node:crypto';
 import {
   chownSync,
@@ -17,6 +17,8 @@ import { stopDaemon } from '../../src/installation/daemon-connection.js';
 import { uidProcesses } from '../../src/providers/local/sandbox-uids.js';
 import { Sandbox } from '../../src/sandbox/sandbox.js';
 import { ensureBuilt, ROOT } from './build.js';
+import { ownedNamespace } from './internet.js';
+import { deleteNetns } from './netns.js';
 
 const CONTROLLERS = ['memory', 'pids', 'cpu'] as const;
 
@@ -61,11 +63,32 @@ export interface RootlessDaemon {
  * in a mount namespace of the daemon's own. `close()` stops the daemon and every process of
  * that uid and removes what was made.
  */
+/** A uid with no account, for a rootless daemon (and what it must own, made before it starts). */
+export function rootlessUid(): number {
+  return 1_400_000_000 + randomInt(1_000_000);
+}
+
 export async function startRootlessDaemon(
-  options: { delegateCgroups?: boolean } = {},
+  options: {
+    delegateCgroups?: boolean;
+    uid?: number;
+    env?: Record<string, string>;
+    /** Internet sandboxes' egress from the host's namespace, as by default outside tests. */
+    hostEgress?: boolean;
+  } = {},
 ): Promise<RootlessDaemon> {
   ensureBuilt();
-  const uid = 1_400_000_000 + randomInt(1_000_000);
+  const uid = options.uid ?? rootlessUid();
+  // Unless the test gives one: an egress namespace of this uid's own with no route, so that no
+  // sandbox of this daemon (internet by default) can send a packet off this machine.
+  let egressNs: string | undefined;
+  const env = { ...options.env };
+  if (!options.hostEgress && !env.ABX_EGRESS_NETNS) {
+    egressNs = `abx-rootless-egress-${uid}`;
+    env.ABX_EGRESS_USERNS = await ownedNamespace(egressNs, uid);
+    env.ABX_EGRESS_NETNS = `/run/netns/${egressNs}`;
+    execFileSync('ip', ['-n', egressNs, 'link', 'set', 'lo', 'up'], { stdio: 'pipe' });
+  }
   const home = mkdtempSync(join(tmpdir(), 'abx-rootless-'));
   chownSync(home, uid, uid);
   const cgroups: string[] = [];
@@ -111,6 +134,7 @@ export async function startRootlessDaemon(
         HOME: home,
         ABX_HOME: home,
         UID_: String(uid),
+        ...env,
       },
     },
   );
@@ -126,6 +150,7 @@ export async function startRootlessDaemon(
     await stopDaemon(home).catch(() => undefined);
     for (let i = 0; i < 100 && killUid(uid) > 0; i++) await new Promise((r) => setTimeout(r, 20));
     for (const dir of cgroups) removeCgroupTree(dir);
+    if (egressNs) deleteNetns(egressNs);
     rmSync(home, { recursive: true, force: true });
     rmSync(stage, { recursive: true, force: true });
   };

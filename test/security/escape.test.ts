@@ -1,3 +1,4 @@
+import { createSocket } from 'node:dgram';
 import {
   chmodSync,
   copyFileSync,
@@ -9,14 +10,18 @@ import {
   statSync,
   writeFileSync,
 } from 'node:fs';
+import { type AddressInfo, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { orphanNetProcesses } from '../../src/egress/sandbox-net.js';
 import { Sandbox, Templates } from '../../src/index.js';
+import { startDaemon } from '../../src/installation/daemon-connection.js';
 import { CLI, runProgram } from '../cli/abx.js';
 import { createAbxHome, sandboxProcesses } from '../helpers/abx-home.js';
 import { FORK_BOMB } from '../helpers/attacks.js';
 import { ROOT } from '../helpers/build.js';
+import { internetUnavailable } from '../helpers/internet.js';
 import { startRootlessDaemon } from '../helpers/rootless.js';
 
 // An attacker's view: code inside a sandbox tries to reach the host, other sandboxes and its own
@@ -429,6 +434,196 @@ describe.runIf(IS_ROOT).each(modes)('escape attempts against a %s', (mode, insta
     expect(sandboxProcesses(id)).toEqual([]);
   });
 });
+
+/**
+ * An attacker in a sandbox on the `internet` network with no policy (everything allowed but the
+ * always-denied ranges), the egress the daemon's own namespace, as outside tests (the daemons of
+ * other tests egress into namespaces with no route). Every attack aims
+ * at this host's loopback (the daemon's API and gateway, a trap server on 127.0.0.1 that counts
+ * what reaches it) or at another sandbox's egress ports, so a failure reaches nothing beyond this
+ * machine; no name is looked up.
+ */
+const hostEgressModes: [string, () => Promise<Installation>][] = [
+  [
+    'root daemon',
+    async () => {
+      const abx = await createAbxHome();
+      const given = process.env.ABX_EGRESS_NETNS;
+      delete process.env.ABX_EGRESS_NETNS;
+      try {
+        await startDaemon(abx.home);
+      } finally {
+        if (given) process.env.ABX_EGRESS_NETNS = given;
+      }
+      return abx;
+    },
+  ],
+  ['rootless daemon', () => startRootlessDaemon({ delegateCgroups: true, hostEgress: true })],
+];
+
+describe.skipIf(internetUnavailable()).each(hostEgressModes)(
+  'escape attempts from an internet sandbox against a %s',
+  (_mode, install) => {
+    let abx: Installation;
+    let box: Sandbox;
+    let other: Sandbox;
+    const trapped: string[] = [];
+    const trap = createServer((socket) => {
+      trapped.push(`tcp ${socket.remoteAddress}`);
+      socket.destroy();
+    });
+    const udpTrap = createSocket('udp4');
+    let ports: { api: number; gateway: number; trap: number; udp: number };
+    let limitsDir: string | undefined;
+
+    beforeAll(async () => {
+      abx = await install();
+      await new Promise<void>((resolve) => trap.listen(0, '127.0.0.1', resolve));
+      await new Promise<void>((resolve) => udpTrap.bind(0, '127.0.0.1', resolve));
+      udpTrap.on('message', (_m, from) => trapped.push(`udp ${from.address}`));
+      limitsDir = mkdtempSync(join(tmpdir(), 'abx-escape-limits-'));
+      chmodSync(limitsDir, 0o755);
+      copyFileSync(LIMITS, join(limitsDir, 'template.yaml'));
+      await Templates.build(join(limitsDir, 'template.yaml'), { home: abx.home });
+      box = await Sandbox.create({ home: abx.home, allowInternetAccess: true });
+      other = await Sandbox.create({ home: abx.home, allowInternetAccess: true });
+      const info = JSON.parse(readFileSync(join(abx.home, 'daemon.json'), 'utf8'));
+      ports = {
+        api: Number(new URL(info.apiUrl).port),
+        gateway: Number(new URL(info.gatewayUrl).port),
+        trap: (trap.address() as AddressInfo).port,
+        udp: udpTrap.address().port,
+      };
+    }, 180_000);
+
+    afterAll(async () => {
+      await box?.kill().catch(() => undefined);
+      await other?.kill().catch(() => undefined);
+      await abx?.close();
+      trap.close();
+      udpTrap.close();
+      if (limitsDir) rmSync(limitsDir, { recursive: true, force: true });
+    });
+
+    test('the host loopback is out of reach by every spelling, directly and through the proxy', async () => {
+      const hosts = [
+        '127.0.0.1',
+        '10.0.2.2',
+        'localhost',
+        '[::1]',
+        '2130706433',
+        '0x7f000001',
+      ].concat(['127.1', '0.0.0.0', '[::ffff:127.0.0.1]', 'api.localhost']);
+      const script = Object.values({ a: ports.api, g: ports.gateway, t: ports.trap })
+        .flatMap((port) =>
+          hosts.map((host) => {
+            const url = `http://${host}:${port}/`;
+            const code = `-s -o /dev/null -m 5 -w '%{http_code} %header{x-abx-egress}\\n'`;
+            return [
+              `echo "direct ${url} $(env -u http_proxy curl ${code} ${url})"`,
+              `echo "proxy ${url} $(curl ${code} --noproxy '' -x "$HTTP_PROXY" ${url})"`,
+              `echo "tunnel ${url} $(curl ${code} --noproxy '' -p -x "$HTTP_PROXY" ${url})"`,
+            ].join('\n');
+          }),
+        )
+        .join('\n');
+      const { stdout } = await sh(box, script, 240_000);
+      const lines = stdout.trim().split('\n');
+      expect(lines).toHaveLength(3 * 3 * hosts.length);
+      for (const line of lines) {
+        // Refused: no connection (000), or the egress proxy's own 403.
+        expect(line).toMatch(/ (000 ?|403 refused)$/);
+      }
+      expect(trapped).toEqual([]);
+    });
+
+    test('a Host header or TLS server name naming the loopback is refused by name', async () => {
+      // 198.51.100.7 is never dialled: the proxy decides by the name, and refuses it.
+      const lies = [
+        `curl -s -m 5 -H 'Host: 127.0.0.1:${ports.api}' http://198.51.100.7/v1/sandboxes`,
+        `curl -s -m 5 -H 'Host: localhost:${ports.trap}' http://198.51.100.7/`,
+        `curl -s -m 5 -k --resolve localhost:443:198.51.100.7 https://localhost/`,
+      ].map((c) => `env -u http_proxy -u https_proxy ${c}; echo " exit $?"`);
+      const { stdout } = await sh(box, lies.join('\n'), 60_000);
+      expect(stdout).not.toMatch(/sandboxId|"error"/);
+      expect(stdout.match(/refused/g)?.length).toBe(2);
+      expect(stdout).toMatch(/exit 35/); // TLS: the access_denied alert
+      expect(trapped).toEqual([]);
+    });
+
+    test("another sandbox's egress ports are shut to this one", async () => {
+      const theirs = Number(new URL((await sh(other, 'echo $HTTP_PROXY')).stdout.trim()).port);
+      const ours = Number(new URL((await sh(box, 'echo $HTTP_PROXY')).stdout.trim()).port);
+      expect(theirs).not.toBe(ours);
+      const direct = await sh(
+        box,
+        `env -u http_proxy curl -s -m 5 -o /dev/null -w '%{http_code}' http://10.0.2.2:${theirs}/`,
+      );
+      expect(direct.stdout).toBe('000');
+      const asProxy = await sh(
+        box,
+        `curl -s -m 5 -o /dev/null -w '%{http_code}' --noproxy '' -x http://10.0.2.2:${theirs} http://127.0.0.1:${ports.trap}/`,
+      );
+      expect(asProxy.stdout).toBe('000');
+      expect(trapped).toEqual([]);
+    });
+
+    test('no raw sockets, no ICMP, and no UDP but DNS (which egress answers)', async () => {
+      const { stdout } = await python(
+        box,
+        [
+          'import socket',
+          'def attempt(what, make, send):',
+          '    try:',
+          '        s = make()',
+          '        send(s)',
+          '        print(what, "sent")',
+          '    except OSError as e:',
+          '        print(what, "refused", e.errno)',
+          'attempt("raw", lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP), lambda s: s.sendto(b"\\x08\\0\\0\\0\\0\\0\\0\\0", ("10.0.2.2", 0)))',
+          'attempt("icmp", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP), lambda s: s.sendto(b"\\x08\\0\\0\\0\\0\\0\\0\\0", ("10.0.2.2", 0)))',
+          `attempt("udp", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM), lambda s: s.sendto(b"x", ("10.0.2.2", ${ports.udp})))`,
+          `attempt("udp-loopback", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM), lambda s: s.sendto(b"x", ("127.0.0.1", ${ports.udp})))`,
+        ].join('\n'),
+      );
+      expect(stdout).toMatch(/^raw refused/m);
+      expect(stdout).toMatch(/^icmp refused/m);
+      expect(stdout).toMatch(/^udp refused/m);
+      // The sandbox's own loopback is its own: the host's trap hears nothing of it.
+      await new Promise((r) => setTimeout(r, 200));
+      expect(trapped).toEqual([]);
+      const dns = await sh(box, 'getent hosts api.localhost; echo "exit $?"');
+      expect(dns.stdout).not.toContain('127.0.0.1');
+    });
+
+    test('the network of a sandbox that dies of OOM, or kills itself, is gone with it', async () => {
+      for (const how of ['oom', 'kill']) {
+        const victim = await Sandbox.create({
+          home: abx.home,
+          template: 'hostile-limits',
+          network: { denyOut: ['0.0.0.0/0'] },
+        });
+        const id = victim.sandboxId;
+        expect(orphanNetProcesses((x) => x === id).length).toBe(2);
+        const attack =
+          how === 'oom'
+            ? 'echo 1000 > /proc/2/oom_score_adj && /usr/bin/python3 -c "x = bytearray(1 << 30)"'
+            : 'kill -9 -1';
+        await victim.commands.run(attack, { timeoutMs: 20_000 }).catch(() => undefined);
+        const info = await waitFor(
+          () => victim.getInfo(),
+          (i) => i.state !== 'running',
+        );
+        expect([info.state, info.endReason]).toEqual(['dead', how === 'oom' ? 'oom' : 'exited']);
+        await waitFor(
+          () => orphanNetProcesses((x) => x === id).length,
+          (n) => n === 0,
+        );
+        expect(orphanNetProcesses((x) => x === id)).toEqual([]);
+      }
+    });
+  },
+);
 
 describe.runIf(IS_ROOT)('a rootless daemon without delegated cgroups', () => {
   let abx: Installation;

@@ -1,6 +1,8 @@
 import { createHash } from 'node:crypto';
 import type Docker from 'dockerode';
 import { SANDBOX_RUN_DIR, SANDBOX_RUNTIME_DIR } from '../../../runtime/protocol/constants.js';
+import { proxyEnv } from '../../egress/sandbox-net.js';
+import type { EgressPorts } from '../../egress/service.js';
 import { DEFAULT_PROCESS_LIMIT } from '../local/local-provider.js';
 import { SANDBOX_NODE } from '../portable-runtime.js';
 import { envdArguments, type SandboxSpec } from '../provider.js';
@@ -42,6 +44,8 @@ export interface ContainerContext {
   /** The folder holding the sandbox's folder (`dirname(spec.dir)`). */
   sandboxesDir: string;
   engine: EngineFacts;
+  /** An internet sandbox's egress ports (its proxy variables name them). */
+  egress?: EgressPorts;
 }
 
 /**
@@ -65,6 +69,7 @@ export function containerOptions(
     HOME: user.home,
     USER: user.name,
     LANG: 'C.UTF-8',
+    ...(context.egress ? proxyEnv(context.egress) : {}),
     ...spec.env,
     ABX_SANDBOX_ID: spec.id,
   };

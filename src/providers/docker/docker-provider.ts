@@ -6,7 +6,7 @@ import { SANDBOX_RUN_DIR } from '../../../runtime/protocol/constants.js';
 import type { EgressPolicy } from '../../egress/policy.js';
 import { SANDBOX_RESOLV_CONF } from '../../egress/sandbox-net.js';
 import { type KeptNet, SandboxNetworks } from '../../egress/sandbox-networks.js';
-import type { EgressCounters } from '../../egress/service.js';
+import type { EgressCounters, EgressPorts } from '../../egress/service.js';
 import { SandboxError, SandboxStartError, UnavailableError } from '../../errors.js';
 import { oomKills, removeCgroups } from '../local/cgroups.js';
 import { envdHealthy } from '../local/local-provider.js';
@@ -174,11 +174,12 @@ export class DockerProvider implements SandboxProvider {
     if (spec.network === 'internet')
       writeFileSync(join(spec.dir, 'resolv.conf'), SANDBOX_RESOLV_CONF);
     let net: KeptNet | undefined;
+    let egress: EgressPorts | undefined;
     let container: Docker.Container | undefined;
 
     const fail = async (why: string, cause?: unknown): Promise<SandboxStartError> => {
       const tail = container ? await logTail(container) : '';
-      await this.networks.release(net);
+      await this.networks.release(net ?? (egress ? { id: spec.id } : undefined));
       if (container) await this.removeContainer(container.id).catch(() => undefined);
       await this.removeSandboxCgroups(spec.id);
       return new SandboxStartError(
@@ -209,7 +210,11 @@ export class DockerProvider implements SandboxProvider {
     );
     const imageInfo = await step('its image', () => this.images.inspectImage(image));
     const imagePath = imageInfo.Config?.Env?.find((entry) => entry.startsWith('PATH='))?.slice(5);
+    if (spec.network === 'internet') {
+      egress = await step('egress', () => this.networks.serve(spec.id, spec.egress, false));
+    }
     const options = containerOptions(spec, {
+      ...(egress ? { egress } : {}),
       image: imageInfo.Id,
       ...(imagePath ? { imagePath } : {}),
       runtimeDir: runtime.dir,
@@ -262,6 +267,7 @@ export class DockerProvider implements SandboxProvider {
           policy: spec.egress,
           rootless: false,
           existing: pid,
+          ...(egress ? { ports: egress } : {}),
         });
       } catch (error) {
         throw await fail((error as Error).message, error);
@@ -374,6 +380,20 @@ export class DockerProvider implements SandboxProvider {
     return orphans;
   }
 
+  private egressSupport(): { enforced: boolean; how: string } {
+    return process.getuid?.() === 0
+      ? this.networks.support(false)
+      : {
+          enforced: false,
+          how: "internet network unavailable: it needs a root daemon to configure a container's namespace; such sandboxes do not start, and templates that name no network run offline",
+        };
+  }
+
+  internetUnavailable(): string | undefined {
+    const support = this.egressSupport();
+    return support.enforced ? undefined : support.how;
+  }
+
   isolation(): IsolationReport {
     const facts = this.facts;
     if (!facts) {
@@ -417,13 +437,7 @@ export class DockerProvider implements SandboxProvider {
         : { enforced: false, how: `not enforced: ${facts.diskQuota.why}` },
       open_files: { enforced: true, how: 'RLIMIT_NOFILE (Ulimits nofile)' },
       file_size: { enforced: true, how: 'RLIMIT_FSIZE (Ulimits fsize)' },
-      egress:
-        process.getuid?.() === 0
-          ? this.networks.support()
-          : {
-              enforced: false,
-              how: "internet network unavailable: it needs a root daemon to configure a container's namespace; such sandboxes do not start",
-            },
+      egress: this.egressSupport(),
     };
     const warnings = [
       facts.usernsRemap

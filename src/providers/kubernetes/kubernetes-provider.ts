@@ -141,6 +141,10 @@ export const ORPHAN_MARGIN_MS = 60_000;
  * `tcp://podIP:49983`, which the gateway dials. Liveness is synchronous in the interface, so it
  * comes from a cache of the provider's pods kept by a list+watch (an informer).
  */
+/** Why claims mode gives no internet network (the isolation report, and the default's fallback). */
+const CLAIMS_NO_INTERNET =
+  "internet network unavailable in claims mode: a warm pool's pods start before their sandbox, so no NetworkPolicy of its own can select them; such sandboxes do not start, and templates that name no network run offline";
+
 export class KubernetesProvider implements SandboxProvider {
   readonly name = 'kubernetes';
   readonly namespace: string;
@@ -618,6 +622,10 @@ export class KubernetesProvider implements SandboxProvider {
       );
   }
 
+  internetUnavailable(): string | undefined {
+    return this.options.agentSandbox === 'claims' ? CLAIMS_NO_INTERNET : undefined;
+  }
+
   isolation(): IsolationReport {
     const limits: IsolationReport['limits'] = {
       processes: {
@@ -640,10 +648,7 @@ export class KubernetesProvider implements SandboxProvider {
       },
       egress:
         this.options.agentSandbox === 'claims'
-          ? {
-              enforced: false,
-              how: "internet network unavailable in claims mode: a warm pool's pods start before their sandbox, so no NetworkPolicy of its own can select them; such sandboxes do not start",
-            }
+          ? { enforced: false, how: CLAIMS_NO_INTERNET }
           : {
               enforced: true,
               how: "internet network: a NetworkPolicy per sandbox, TCP to the policy's CIDRs less the always-denied ranges, DNS to the cluster's DNS only; enforced by the cluster's CNI (it must enforce NetworkPolicy egress); domain entries are refused (a NetworkPolicy matches addresses only) (docs/providers.md)",

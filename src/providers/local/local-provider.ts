@@ -22,7 +22,7 @@ import {
 import { DEFAULT_DISK_BYTES } from '../../commands/template-runtime.js';
 import type { EgressController } from '../../egress/controller.js';
 import type { EgressPolicy } from '../../egress/policy.js';
-import { enterArgs, SANDBOX_RESOLV_CONF } from '../../egress/sandbox-net.js';
+import { enterArgs, proxyEnv, SANDBOX_RESOLV_CONF } from '../../egress/sandbox-net.js';
 import { type KeptNet, SandboxNetworks } from '../../egress/sandbox-networks.js';
 import type { EgressCounters } from '../../egress/service.js';
 import { SandboxStartError } from '../../errors.js';
@@ -326,6 +326,7 @@ export class LocalProvider implements SandboxProvider {
           HOME: home,
           USER: spec.user ?? 'user',
           LANG: 'C.UTF-8',
+          ...(net ? proxyEnv(net.ports) : {}),
           ...spec.env,
           ABX_SANDBOX_ID: spec.id,
         },
@@ -487,6 +488,11 @@ export class LocalProvider implements SandboxProvider {
     }
     await this.reclaim(cgroups, handle.uid, deadline);
     await this.networks.release(handle.net);
+  }
+
+  internetUnavailable(): string | undefined {
+    const support = this.networks.support();
+    return support.enforced ? undefined : support.how;
   }
 
   setNetwork(handle: SandboxHandle, policy: EgressPolicy): Promise<SandboxHandle> {

@@ -1,0 +1,24 @@
+import { execFileSync, spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { deleteNetns } from './helpers/netns.js';
+
+/**
+ * Sandboxes are on the `internet` network unless their template names another, and their
+ * egress leaves from the daemon's network namespace. So that no test sandbox can send a packet
+ * off this machine, every daemon a test starts as root gets an egress namespace with only a
+ * loopback and no route (ABX_EGRESS_NETNS, inherited by the test workers), unless the run names
+ * one. Tests that need a reachable "internet" make their own (test/helpers/internet.ts); rootless
+ * daemons get one of their uid's own (test/helpers/rootless.ts).
+ */
+export default function setup(): (() => void) | undefined {
+  if (process.env.ABX_EGRESS_NETNS || process.getuid?.() !== 0) return undefined;
+  if (spawnSync('ip', ['-V'], { stdio: 'ignore' }).status !== 0) return undefined;
+  const ns = `abx-test-egress-${randomBytes(3).toString('hex')}`;
+  execFileSync('ip', ['netns', 'add', ns], { stdio: 'pipe' });
+  execFileSync('ip', ['-n', ns, 'link', 'set', 'lo', 'up'], { stdio: 'pipe' });
+  process.env.ABX_EGRESS_NETNS = `/run/netns/${ns}`;
+  return () => {
+    delete process.env.ABX_EGRESS_NETNS;
+    deleteNetns(ns);
+  };
+}
