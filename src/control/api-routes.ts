@@ -5,6 +5,7 @@ import { Reply } from '../../runtime/server/http.js';
 import type { Route } from '../../runtime/server/route-table.js';
 import { argList } from '../../runtime/server/validate.js';
 import { errorResponse, InvalidArgumentError, SandboxNotFoundError } from '../errors.js';
+import { egressPolicyOf } from '../providers/provider.js';
 import { packageInfo } from '../util/package-info.js';
 import { ENVD_PORT } from './gateway.js';
 import type { Caller, KeyService } from './key-service.js';
@@ -65,6 +66,7 @@ const STATES: SandboxState[] = ['running', 'pooled', 'killed', 'expired', 'dead'
 
 /** A sandbox as the API shows it (never its token). */
 export function sandboxJson(record: SandboxRecord): SandboxInfo {
+  const egress = egressPolicyOf(record.handle);
   return {
     sandboxId: record.id,
     template: record.template,
@@ -76,14 +78,7 @@ export function sandboxJson(record: SandboxRecord): SandboxInfo {
     endedAt: record.endedAt === null ? null : new Date(record.endedAt).toISOString(),
     endReason: record.endReason,
     envdPort: ENVD_PORT,
-    ...(record.handle.net
-      ? {
-          network: {
-            allowOut: record.handle.net.policy.allowOut,
-            denyOut: record.handle.net.policy.denyOut,
-          },
-        }
-      : {}),
+    ...(egress ? { network: { allowOut: egress.allowOut, denyOut: egress.denyOut } } : {}),
   };
 }
 

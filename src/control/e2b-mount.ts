@@ -1,6 +1,7 @@
 import type { BodyLimits } from '../../runtime/server/http.js';
 import type { E2bBackend, E2bSandboxRow } from '../compat/e2b/backend.js';
 import { E2bControlApi } from '../compat/e2b/control-api.js';
+import { egressPolicyOf } from '../providers/provider.js';
 import type { KeyService } from './key-service.js';
 import type { SandboxRecord } from './registry.js';
 import type { SandboxService } from './sandbox-service.js';
@@ -78,8 +79,8 @@ export function mountE2bControlApi(
 
 /** A registry row as the E2B layer reads it: an internet sandbox's policy comes from its handle. */
 function rowOf(record: SandboxRecord): E2bSandboxRow {
-  const net = record.handle.net;
-  return net
-    ? { ...record, network: { allowOut: net.policy.allowOut, denyOut: net.policy.denyOut } }
+  const policy = egressPolicyOf(record.handle);
+  return policy
+    ? { ...record, network: { allowOut: policy.allowOut, denyOut: policy.denyOut } }
     : record;
 }

@@ -5,7 +5,12 @@ import { MAX_SANDBOX_TIMEOUT_MS } from '../../runtime/protocol/constants.js';
 import { type EgressPolicy, withoutInternet } from '../egress/policy.js';
 import type { EgressCounters } from '../egress/service.js';
 import { InvalidArgumentError, LimitExceededError, SandboxNotFoundError } from '../errors.js';
-import type { SandboxHandle, SandboxProvider, SandboxSpec } from '../providers/provider.js';
+import {
+  egressPolicyOf,
+  type SandboxHandle,
+  type SandboxProvider,
+  type SandboxSpec,
+} from '../providers/provider.js';
 import { BackgroundLog } from './background-log.js';
 import { warmSandbox } from './envd-request.js';
 import { hashToken, newSandboxId, type TokenKind } from './ids.js';
@@ -401,7 +406,7 @@ export class SandboxService {
     const record = await this.running(id);
     const policy = checkNetworkPolicy(body, 'network');
     if (!policy) throw new InvalidArgumentError('the body must be { allowOut?, denyOut? }');
-    if (!record.handle.net || !this.provider.setNetwork) {
+    if (!egressPolicyOf(record.handle) || !this.provider.setNetwork) {
       throw new InvalidArgumentError(
         `sandbox ${id} is not on the internet network, so it has no egress policy to change; create it with a network policy (Sandbox.create({ network })) or from a template with network: internet`,
       );
@@ -416,13 +421,18 @@ export class SandboxService {
   /** An internet sandbox's policy and what egress allowed and refused for it. */
   async networkOf(id: string): Promise<EgressPolicy & EgressCounters> {
     const record = await this.running(id);
-    const net = record.handle.net;
-    if (!net || !this.provider.networkStats) {
+    const policy = egressPolicyOf(record.handle);
+    if (!policy) {
       throw new InvalidArgumentError(
         `sandbox ${id} is not on the internet network: it has no egress policy or counters`,
       );
     }
-    return { ...net.policy, ...(await this.provider.networkStats(record.handle)) };
+    if (!this.provider.networkStats) {
+      throw new InvalidArgumentError(
+        `sandbox ${id}'s egress is enforced by the ${this.provider.name} provider, which counts no connections (a Kubernetes NetworkPolicy has no counters); its policy is in its info (abx info ${id}, GET /v1/sandboxes/${id})`,
+      );
+    }
+    return { ...policy, ...(await this.provider.networkStats(record.handle)) };
   }
 
   async setTimeout(id: string, timeoutMs: unknown): Promise<SandboxRecord> {

@@ -154,10 +154,25 @@ export interface SandboxHandle {
   /**
    * The sandbox's pod (kubernetes): its namespace and name (`startTime` then holds its uid), and
    * whether an agent-sandbox `Sandbox` of the same name owns it (then that is what `kill` deletes).
+   * `egress`: an `internet` sandbox's policy, which its NetworkPolicy enforces.
    */
-  pod?: { namespace: string; name: string; sandbox?: boolean; claim?: string };
+  pod?: {
+    namespace: string;
+    name: string;
+    sandbox?: boolean;
+    claim?: string;
+    egress?: EgressPolicy;
+  };
   /** An `internet` sandbox's network (local provider): its namespace, slirp4netns, egress ports. */
   net?: SandboxNet & { policy: EgressPolicy };
+}
+
+/**
+ * The egress policy of an `internet` sandbox, wherever its provider keeps it (a network namespace
+ * of the host, or a pod's NetworkPolicy); undefined for a sandbox on another network.
+ */
+export function egressPolicyOf(handle: SandboxHandle): EgressPolicy | undefined {
+  return handle.net?.policy ?? handle.pod?.egress;
 }
 
 /** Why a sandbox's processes ended without being killed. */

@@ -11,16 +11,22 @@ import {
 import { createServer as createNetServer } from 'node:net';
 import { join } from 'node:path';
 import { KubeConfig } from '@kubernetes/client-node';
+import ipaddr from 'ipaddr.js';
+import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1/NetworkPolicy';
 import { Pod } from 'kubernetes-models/v1/Pod';
 import { Secret } from 'kubernetes-models/v1/Secret';
 
 // An in-test Kubernetes API server: the real REST paths and JSON for the objects the provider
-// uses (pods, secrets, events; the agent-sandbox CRDs when `crds` is set), list with label and
-// field selectors, create, get, delete with grace and uid preconditions, watch (`?watch=true`,
-// newline-delimited events after a resourceVersion; 410 Gone before the oldest kept), Status
-// objects for 404/409/422, discovery. Every object created is validated first: pods and secrets
-// with kubernetes-models (generated from Kubernetes' OpenAPI), custom resources with the schemas
-// the test gives; an invalid one is refused with 422, as a real API server would.
+// uses (pods, secrets, events, networking.k8s.io/v1 NetworkPolicies; the agent-sandbox CRDs when
+// `crds` is set), list with label and field selectors, create, get, replace (PUT, NetworkPolicies
+// only: 409 when the resourceVersion sent is not the stored one), delete with grace and uid
+// preconditions, watch (`?watch=true`, newline-delimited events after a resourceVersion; 410 Gone
+// before the oldest kept), Status objects for 404/409/422, discovery. Every object created or
+// replaced is validated first: pods, secrets and NetworkPolicies with kubernetes-models (generated
+// from Kubernetes' OpenAPI) and the rules the API server adds (an ipBlock's `except` strictly
+// inside its `cidr`...), custom resources with the schemas the test gives; an invalid one is
+// refused with 422, as a real API server would. A test may make it refuse any request
+// (`refuse`), as an admission webhook or RBAC would.
 //
 // Its "kubelet" makes pods real on this host: the init containers' and the main container's
 // commands run for real, each in its own mount, pid and uts namespaces (unshare), as the uid of
@@ -29,7 +35,9 @@ import { Secret } from 'kubernetes-models/v1/Secret';
 // Each pod gets an address of its own in 127.0.0.0/8. This is not a container runtime: images are
 // not pulled (the host's system stands for every image; the runtime image is a folder given by
 // the test), and nothing but what the pod asks is mounted. It can be told to leave a pod Pending
-// (Unschedulable, ErrImagePull, or held until the test lets it start) and to crash one.
+// (Unschedulable, ErrImagePull, or held until the test lets it start) and to crash one. Pods run
+// on the host's network: no NetworkPolicy is enforced (no CNI), so tests of them read the objects
+// the provider made, not traffic.
 
 // biome-ignore lint/suspicious/noExplicitAny: Kubernetes objects as JSON, read field by field
 type Obj = Record<string, any>;
@@ -43,6 +51,16 @@ export interface KubeApiDoubleOptions {
   crds?: boolean;
   /** Validators of custom resources by `group/version/resource`: return problems, none if valid. */
   validators?: Record<string, (object: Obj) => string[]>;
+}
+
+/** A request as `refuse` sees it. */
+export interface DoubleRequest {
+  method: string;
+  resource: string;
+  namespace: string;
+  name?: string;
+  /** The body of a create or replace. */
+  object?: Obj;
 }
 
 /** What the kubelet does with a new pod (tests set it; default: run it). */
@@ -86,6 +104,12 @@ const CRD_GROUPS: Record<string, Record<string, string>> = {
     sandboxwarmpools: 'SandboxWarmPool',
   },
 };
+/** Built-in API groups beyond the core one: group → version → resource → kind. */
+const BUILTIN_GROUPS: Record<string, Record<string, Record<string, string>>> = {
+  'networking.k8s.io': { v1: { networkpolicies: 'NetworkPolicy' } },
+};
+/** Resources the double replaces with PUT (others answer 405: it does not model their updates). */
+const REPLACEABLE = new Set(['networkpolicies']);
 const CRD_VERSION = 'v1beta1';
 const NODE = 'double-node';
 const ENVD_READY_PATH = '/health';
@@ -147,6 +171,8 @@ function freeAddress(taken: Set<string>): string {
 
 export class KubeApiDouble {
   readonly requests: { method: string; path: string }[] = [];
+  /** Objects the double no longer has, as `resource namespace/name`, in the order they went. */
+  readonly deleted: string[] = [];
   /** Objects refused as invalid, with why (a test that sees any fails). */
   readonly invalid: { path: string; problems: string }[] = [];
   private server: Server | undefined;
@@ -175,6 +201,13 @@ export class KubeApiDouble {
   bindClaims = true;
   /** Decides each new pod's fate (by default, every pod runs). */
   fate: (pod: Obj) => PodFate = () => ({ kind: 'run' });
+  /**
+   * Refuses a request before anything is stored, as an admission webhook or RBAC would: the
+   * Status to answer with (code, reason, message), or undefined to serve it (the default).
+   */
+  refuse: (
+    request: DoubleRequest,
+  ) => { code: number; reason: string; message: string } | undefined = () => undefined;
 
   constructor(private readonly options: KubeApiDoubleOptions) {}
 
@@ -263,6 +296,12 @@ export class KubeApiDouble {
       if (resource in resources)
         return `/apis/${group}/${CRD_VERSION}/namespaces/${namespace}/${resource}`;
     }
+    for (const [group, versions] of Object.entries(BUILTIN_GROUPS)) {
+      for (const [version, resources] of Object.entries(versions)) {
+        if (resource in resources)
+          return `/apis/${group}/${version}/namespaces/${namespace}/${resource}`;
+      }
+    }
     return `/api/v1/namespaces/${namespace}/${resource}`;
   }
 
@@ -320,6 +359,11 @@ export class KubeApiDouble {
       ];
       kind = CORE_RESOURCES[resource];
       apiVersion = 'v1';
+    } else if (custom && BUILTIN_GROUPS[custom[1] as string]?.[custom[2] as string]) {
+      const [group, version] = [custom[1] as string, custom[2] as string];
+      [namespace, resource, name] = [custom[3] as string, custom[4] as string, custom[5]];
+      kind = BUILTIN_GROUPS[group]?.[version]?.[resource];
+      apiVersion = `${group}/${version}`;
     } else if (custom && this.options.crds && custom[2] === CRD_VERSION) {
       const group = custom[1] as string;
       [namespace, resource, name] = [custom[3] as string, custom[4] as string, custom[5]];
@@ -343,6 +387,19 @@ export class KubeApiDouble {
         status(404, 'NotFound', `the server doesn't have a resource type "${resource}"`),
       );
     const key = (n: string) => `${resource}/${namespace}/${n}`;
+    // The body of a create or replace, read once (for `refuse` and the handlers below).
+    const body =
+      method === 'POST' || method === 'PUT' ? (JSON.parse(await readBody(req)) as Obj) : undefined;
+    const refused = this.refuse({
+      method,
+      resource,
+      namespace,
+      ...(name ? { name } : {}),
+      ...(body ? { object: body } : {}),
+    });
+    if (refused) {
+      return this.send(res, refused.code, status(refused.code, refused.reason, refused.message));
+    }
 
     if (!name && method === 'GET') {
       const labels = url.searchParams.get('labelSelector');
@@ -369,7 +426,7 @@ export class KubeApiDouble {
       });
     }
     if (!name && method === 'POST') {
-      const object = JSON.parse(await readBody(req)) as Obj;
+      const object = body as Obj;
       const problems = this.validate(apiVersion, resource, kind, object);
       if (problems) {
         this.invalid.push({ path, problems });
@@ -436,6 +493,71 @@ export class KubeApiDouble {
           status(404, 'NotFound', `${resource} "${name}" not found`, { name, kind: resource }),
         );
       return this.send(res, 200, stored.object);
+    }
+    if (method === 'PUT') {
+      if (!REPLACEABLE.has(resource)) {
+        return this.send(
+          res,
+          405,
+          status(405, 'MethodNotAllowed', `the double does not replace ${resource}`),
+        );
+      }
+      const object = body as Obj;
+      if (object?.metadata?.name !== name) {
+        return this.send(
+          res,
+          400,
+          status(
+            400,
+            'BadRequest',
+            `the name of the object (${object?.metadata?.name}) does not match the name on the URL (${name})`,
+          ),
+        );
+      }
+      if (!stored) {
+        return this.send(
+          res,
+          404,
+          status(404, 'NotFound', `${resource}.${apiVersion.split('/')[0]} "${name}" not found`, {
+            name,
+            kind: resource,
+          }),
+        );
+      }
+      const sent = object.metadata.resourceVersion;
+      if (sent !== undefined && sent !== stored.object.metadata.resourceVersion) {
+        return this.send(
+          res,
+          409,
+          status(
+            409,
+            'Conflict',
+            `Operation cannot be fulfilled on ${resource}.${apiVersion.split('/')[0]} "${name}": the object has been modified; please apply your changes to the latest version and try again`,
+          ),
+        );
+      }
+      const problems = this.validate(apiVersion, resource, kind, object);
+      if (problems) {
+        this.invalid.push({ path, problems });
+        return this.send(
+          res,
+          422,
+          status(422, 'Invalid', `${kind} "${name}" is invalid: ${problems}`),
+        );
+      }
+      const before = stored.object;
+      object.metadata = {
+        ...object.metadata,
+        namespace,
+        uid: before.metadata.uid,
+        creationTimestamp: before.metadata.creationTimestamp,
+        generation:
+          JSON.stringify(object.spec) === JSON.stringify(before.spec)
+            ? before.metadata.generation
+            : (before.metadata.generation ?? 1) + 1,
+      };
+      this.write(resource, namespace, object, 'MODIFIED');
+      return this.send(res, 200, object);
     }
     if (method === 'PATCH') {
       if (!stored) {
@@ -530,18 +652,24 @@ export class KubeApiDouble {
   }
 
   private groupList(): Obj {
-    const groups = this.options.crds
-      ? Object.keys(CRD_GROUPS).map((name) => ({
-          name,
-          versions: [{ groupVersion: `${name}/${CRD_VERSION}`, version: CRD_VERSION }],
-          preferredVersion: { groupVersion: `${name}/${CRD_VERSION}`, version: CRD_VERSION },
-        }))
-      : [];
+    const group = (name: string, version: string) => ({
+      name,
+      versions: [{ groupVersion: `${name}/${version}`, version }],
+      preferredVersion: { groupVersion: `${name}/${version}`, version },
+    });
+    const groups = [
+      ...Object.entries(BUILTIN_GROUPS).map(([name, versions]) =>
+        group(name, Object.keys(versions)[0] as string),
+      ),
+      ...(this.options.crds ? Object.keys(CRD_GROUPS).map((name) => group(name, CRD_VERSION)) : []),
+    ];
     return { kind: 'APIGroupList', apiVersion: 'v1', groups };
   }
 
   private sendResourceList(res: ServerResponse, group: string, version: string): void {
-    const resources = this.options.crds && version === CRD_VERSION ? CRD_GROUPS[group] : undefined;
+    const resources =
+      BUILTIN_GROUPS[group]?.[version] ??
+      (this.options.crds && version === CRD_VERSION ? CRD_GROUPS[group] : undefined);
     if (!resources) {
       this.send(
         res,
@@ -587,6 +715,8 @@ export class KubeApiDouble {
       if (resource === 'pods') new Pod(object as ConstructorParameters<typeof Pod>[0]).validate();
       else if (resource === 'secrets')
         new Secret(object as ConstructorParameters<typeof Secret>[0]).validate();
+      else if (resource === 'networkpolicies')
+        new NetworkPolicy(object as ConstructorParameters<typeof NetworkPolicy>[0]).validate();
       else {
         const check = this.options.validators?.[`${apiVersion}/${resource}`];
         if (!check)
@@ -598,6 +728,7 @@ export class KubeApiDouble {
       return (error as Error).message;
     }
     if (resource === 'pods') return podRules(object);
+    if (resource === 'networkpolicies') return networkPolicyRules(object);
     return undefined;
   }
 
@@ -605,8 +736,10 @@ export class KubeApiDouble {
     const key = `${resource}/${namespace}/${object.metadata.name}`;
     this.rv++;
     object.metadata.resourceVersion = String(this.rv);
-    if (type === 'DELETED') this.store.delete(key);
-    else this.store.set(key, { resource, namespace, object });
+    if (type === 'DELETED') {
+      this.store.delete(key);
+      this.deleted.push(`${resource} ${namespace}/${object.metadata.name}`);
+    } else this.store.set(key, { resource, namespace, object });
     const event: WatchEvent = {
       rv: this.rv,
       type,
@@ -624,10 +757,17 @@ export class KubeApiDouble {
     const stored = this.store.get(`${resource}/${namespace}/${name}`);
     if (!stored) return;
     this.write(resource, namespace, stored.object, 'DELETED');
-    // The garbage collector: what the object owned goes with it (a pod gracefully).
+    // The garbage collector: what the object owned goes with it (a pod gracefully), once none of
+    // its owners is left; while another owner is there, only the reference to this one goes.
     const uid = stored.object.metadata.uid;
     for (const other of [...this.store.values()]) {
-      if (!other.object.metadata.ownerReferences?.some((ref: Obj) => ref.uid === uid)) continue;
+      const refs: Obj[] = other.object.metadata.ownerReferences ?? [];
+      if (!refs.some((ref) => ref.uid === uid)) continue;
+      if (refs.some((ref) => ref.uid !== uid && this.exists(ref.uid))) {
+        other.object.metadata.ownerReferences = refs.filter((ref) => ref.uid !== uid);
+        this.write(other.resource, other.namespace, other.object, 'MODIFIED');
+        continue;
+      }
       const otherName = other.object.metadata.name as string;
       if (other.resource === 'pods') {
         other.object.metadata.deletionTimestamp = new Date().toISOString();
@@ -635,6 +775,11 @@ export class KubeApiDouble {
         void this.terminate(other.namespace, otherName, other.object.metadata.uid as string);
       } else this.remove(other.resource, other.namespace, otherName);
     }
+  }
+
+  /** Whether an object of that uid is stored (a pod being deleted still is). */
+  private exists(uid: string): boolean {
+    return [...this.store.values()].some((s) => s.object.metadata.uid === uid);
   }
 
   /**
@@ -1403,6 +1548,70 @@ function podRules(pod: Obj): string | undefined {
   for (const [key, value] of Object.entries(pod.metadata.labels ?? {})) {
     if (typeof value !== 'string' || value.length > 63)
       return `metadata.labels: Invalid value: "${key}"`;
+  }
+  return undefined;
+}
+
+/**
+ * NetworkPolicy rules the API server enforces beyond the schema (Kubernetes'
+ * pkg/apis/networking/validation): each ipBlock's `cidr` a CIDR and each `except` a CIDR strictly
+ * inside it; ports of TCP, UDP or SCTP, numbers 1-65535; policyTypes Ingress or Egress.
+ */
+export function networkPolicyRules(policy: Obj): string | undefined {
+  const spec = policy.spec ?? {};
+  for (const type of spec.policyTypes ?? []) {
+    if (!['Ingress', 'Egress'].includes(type))
+      return `spec.policyTypes: Unsupported value: "${type}"`;
+  }
+  const rules = [
+    ...(spec.egress ?? []).map((rule: Obj, i: number) => ({
+      at: `spec.egress[${i}]`,
+      peers: rule.to ?? [],
+      ports: rule.ports ?? [],
+    })),
+    ...(spec.ingress ?? []).map((rule: Obj, i: number) => ({
+      at: `spec.ingress[${i}]`,
+      peers: rule.from ?? [],
+      ports: rule.ports ?? [],
+    })),
+  ];
+  const parse = (text: unknown): [ipaddr.IPv4 | ipaddr.IPv6, number] | undefined => {
+    try {
+      return typeof text === 'string' ? ipaddr.parseCIDR(text) : undefined;
+    } catch {
+      return undefined;
+    }
+  };
+  for (const { at, peers, ports } of rules) {
+    for (const [j, peer] of (peers as Obj[]).entries()) {
+      const block = peer.ipBlock;
+      if (!block) continue;
+      if (peer.podSelector || peer.namespaceSelector) {
+        return `${at}.to[${j}]: Forbidden: may not specify more than 1 peer type`;
+      }
+      const range = parse(block.cidr);
+      if (!range) return `${at}.to[${j}].ipBlock.cidr: Invalid value: "${block.cidr}"`;
+      for (const [k, text] of ((block.except ?? []) as string[]).entries()) {
+        const except = parse(text);
+        const where = `${at}.to[${j}].ipBlock.except[${k}]`;
+        if (!except) return `${where}: Invalid value: "${text}"`;
+        if (
+          except[0].kind() !== range[0].kind() ||
+          except[1] <= range[1] ||
+          !except[0].match(range as never)
+        ) {
+          return `${where}: Invalid value: "${text}": must be a strict subset of \`cidr\``;
+        }
+      }
+    }
+    for (const [j, port] of (ports as Obj[]).entries()) {
+      if (port.protocol !== undefined && !['TCP', 'UDP', 'SCTP'].includes(port.protocol)) {
+        return `${at}.ports[${j}].protocol: Unsupported value: "${port.protocol}"`;
+      }
+      if (typeof port.port === 'number' && (port.port < 1 || port.port > 65535)) {
+        return `${at}.ports[${j}].port: Invalid value: ${port.port}`;
+      }
+    }
   }
   return undefined;
 }

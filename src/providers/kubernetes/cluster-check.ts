@@ -11,6 +11,12 @@ export const REQUIRED_PERMISSIONS: readonly { group: string; resource: string; v
     { group: '', resource: 'pods', verbs: ['create', 'get', 'list', 'watch', 'delete'] },
     { group: '', resource: 'secrets', verbs: ['create', 'delete'] },
     { group: '', resource: 'events', verbs: ['list'] },
+    // An internet sandbox's own NetworkPolicy: made, replaced (get, update), swept, deleted.
+    {
+      group: 'networking.k8s.io',
+      resource: 'networkpolicies',
+      verbs: ['create', 'get', 'update', 'list', 'delete'],
+    },
   ];
 /** What it also does where agent-sandbox is installed. */
 export const AGENT_SANDBOX_PERMISSIONS: readonly {

@@ -1,4 +1,9 @@
-import { ApiException, KubeConfig } from '@kubernetes/client-node';
+import {
+  ApiException,
+  KubeConfig,
+  NetworkingV1Api,
+  type V1NetworkPolicy,
+} from '@kubernetes/client-node';
 import { SandboxError, UnavailableError } from '../../errors.js';
 import { kubeconfigSource } from './kubeconfig-source.js';
 
@@ -115,4 +120,95 @@ export function kubeError(error: unknown, what: string, server: string): Sandbox
     );
   }
   return new SandboxError(`${what} failed: ${kubeMessage(error)}`, { cause: error });
+}
+
+/** How often a replace that lost a race with another writer (409) is tried again. */
+const REPLACE_TRIES = 3;
+
+/**
+ * The NetworkPolicies of one namespace (`networking.k8s.io/v1`): create, read, replace, delete,
+ * list by label. Failures are the client's own (`statusOf`, `kubeError` read them).
+ */
+export class NetworkPolicies {
+  private readonly api: NetworkingV1Api;
+
+  constructor(
+    config: KubeConfig,
+    readonly namespace: string,
+  ) {
+    this.api = config.makeApiClient(NetworkingV1Api);
+  }
+
+  create(body: V1NetworkPolicy): Promise<V1NetworkPolicy> {
+    return this.api.createNamespacedNetworkPolicy({ namespace: this.namespace, body });
+  }
+
+  read(name: string): Promise<V1NetworkPolicy> {
+    return this.api.readNamespacedNetworkPolicy({ name, namespace: this.namespace });
+  }
+
+  /** A PUT: with `metadata.resourceVersion` the server refuses (409) if it changed meanwhile. */
+  replace(body: V1NetworkPolicy): Promise<V1NetworkPolicy> {
+    return this.api.replaceNamespacedNetworkPolicy({
+      name: body.metadata?.name as string,
+      namespace: this.namespace,
+      body,
+    });
+  }
+
+  /** Deletes one; false when it was not there. */
+  async delete(name: string): Promise<boolean> {
+    try {
+      await this.api.deleteNamespacedNetworkPolicy({ name, namespace: this.namespace });
+      return true;
+    } catch (error) {
+      if (statusOf(error) === 404) return false;
+      throw error;
+    }
+  }
+
+  async list(labelSelector: string): Promise<V1NetworkPolicy[]> {
+    return (
+      await this.api.listNamespacedNetworkPolicy({ namespace: this.namespace, labelSelector })
+    ).items;
+  }
+
+  /**
+   * Makes `body` the policy of its name: the stored one's spec replaced (read first, its
+   * resourceVersion sent, so a concurrent change is never overwritten blindly; its labels kept
+   * under `body`'s, its owners kept when it has any), or `body` created when there is none.
+   */
+  async put(body: V1NetworkPolicy): Promise<V1NetworkPolicy> {
+    const name = body.metadata?.name as string;
+    for (let attempt = 1; ; attempt++) {
+      let stored: V1NetworkPolicy;
+      try {
+        stored = await this.read(name);
+      } catch (error) {
+        if (statusOf(error) !== 404) throw error;
+        try {
+          return await this.create(body);
+        } catch (created) {
+          if (statusOf(created) !== 409 || attempt >= REPLACE_TRIES) throw created;
+          continue;
+        }
+      }
+      const owners = stored.metadata?.ownerReferences?.length
+        ? stored.metadata.ownerReferences
+        : body.metadata?.ownerReferences;
+      try {
+        return await this.replace({
+          ...body,
+          metadata: {
+            ...body.metadata,
+            labels: { ...stored.metadata?.labels, ...body.metadata?.labels },
+            ...(owners ? { ownerReferences: owners } : {}),
+            resourceVersion: stored.metadata?.resourceVersion as string,
+          },
+        });
+      } catch (error) {
+        if (statusOf(error) !== 409 || attempt >= REPLACE_TRIES) throw error;
+      }
+    }
+  }
 }

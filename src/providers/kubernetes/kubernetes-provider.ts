@@ -7,10 +7,18 @@ import {
   type Informer,
   type KubeConfig,
   makeInformer,
+  type V1OwnerReference,
   type V1Pod,
 } from '@kubernetes/client-node';
 import { ENVD_PORT } from '../../../runtime/protocol/constants.js';
-import { SandboxError, SandboxStartError, UnavailableError } from '../../errors.js';
+import { egressOptionsFromEnv } from '../../egress/controller.js';
+import { type EgressPolicy, parsePolicy } from '../../egress/policy.js';
+import {
+  InvalidArgumentError,
+  SandboxError,
+  SandboxStartError,
+  UnavailableError,
+} from '../../errors.js';
 import { envdHealthy } from '../local/local-provider.js';
 import {
   type EndCause,
@@ -53,12 +61,21 @@ import {
   kubeError,
   kubeMessage,
   loadKubeConfig,
+  NetworkPolicies,
   serverOf,
   statusOf,
 } from './kube-client.js';
 import {
+  domainsRefusal,
+  egressNetworkPolicy,
+  networkPolicyName,
+  permittedRanges,
+  unenforceableEntries,
+} from './network-policy.js';
+import {
   MANAGED_BY,
   MANAGED_BY_LABEL,
+  NETWORK_LABEL,
   podName,
   SANDBOX_ID_LABEL,
   SANDBOXES_LABEL,
@@ -99,6 +116,11 @@ export interface KubernetesProviderOptions extends KubeConfigOptions {
   agentSandbox?: boolean | 'auto' | 'claims';
   /** 'claims': the replicas of each template's SandboxWarmPool (default 1). */
   warmPoolReplicas?: number;
+  /**
+   * Always-denied ranges that `internet` sandboxes may reach all the same (CIDRs); default
+   * ABX_EGRESS_PERMIT, as on the other providers (docs/network.md).
+   */
+  egressPermit?: string[];
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -119,6 +141,10 @@ export const ORPHAN_MARGIN_MS = 60_000;
  * `tcp://podIP:49983`, which the gateway dials. Liveness is synchronous in the interface, so it
  * comes from a cache of the provider's pods kept by a list+watch (an informer).
  */
+/** Why claims mode gives no internet network (the isolation report, and the default's fallback). */
+const CLAIMS_NO_INTERNET =
+  "internet network unavailable in claims mode: a warm pool's pods start before their sandbox, so no NetworkPolicy of its own can select them; such sandboxes do not start, and templates that name no network run offline";
+
 export class KubernetesProvider implements SandboxProvider {
   readonly name = 'kubernetes';
   readonly namespace: string;
@@ -127,6 +153,8 @@ export class KubernetesProvider implements SandboxProvider {
   readonly orphanAgeMs: number;
   private readonly core: CoreV1Api;
   private readonly custom: CustomObjectsApi;
+  private readonly networkPolicies: NetworkPolicies;
+  private readonly permit: ReturnType<typeof permittedRanges>;
   private crds: Promise<boolean> | undefined;
   private informer: Informer<V1Pod> | undefined;
   private synced = false;
@@ -151,6 +179,8 @@ export class KubernetesProvider implements SandboxProvider {
       options.orphanAgeMs ?? (options.startTimeoutMs ?? 120_000) + ORPHAN_MARGIN_MS;
     this.core = this.config.makeApiClient(CoreV1Api);
     this.custom = this.config.makeApiClient(CustomObjectsApi);
+    this.networkPolicies = new NetworkPolicies(this.config, this.namespace);
+    this.permit = permittedRanges(options.egressPermit ?? egressOptionsFromEnv().permit ?? []);
     if (options.watch !== false) this.watchPods();
   }
 
@@ -163,31 +193,28 @@ export class KubernetesProvider implements SandboxProvider {
   }
 
   async create(spec: SandboxSpec): Promise<SandboxHandle> {
-    if (spec.network === 'internet') {
-      // Denied rather than allowed: a sandbox that asked for a policy never runs without one.
-      throw new SandboxStartError(
-        `sandbox ${spec.id} did not start: the kubernetes provider does not give the internet network (egress by policy) yet; it runs on the local provider (docs/network.md). Use network: none or host in the template`,
-      );
-    }
+    const egress = spec.network === 'internet' ? this.enforceable(spec) : undefined;
     if (this.options.agentSandbox === 'claims') return this.createFromClaim(spec);
     const timeoutMs = this.options.startTimeoutMs ?? 120_000;
     const deadline = Date.now() + timeoutMs;
     const name = podName(spec.id);
+    const sandboxesDir = dirname(spec.dir);
     const pod = sandboxPod(spec, {
       namespace: this.namespace,
       runtimeImage: this.options.runtimeImage ?? DEFAULT_RUNTIME_IMAGE,
       baseImage: this.options.baseImage ?? DEFAULT_BASE_IMAGE,
-      sandboxesDir: dirname(spec.dir),
+      sandboxesDir,
       ...(this.options.imagePullPolicy ? { imagePullPolicy: this.options.imagePullPolicy } : {}),
     });
     let made: V1Pod | undefined;
     let lastWhy: string | undefined;
     /** Whether a Sandbox may have been made (then it is what goes, taking its pod). */
     let crdMade = false;
+    const policyName = networkPolicyName(spec.id);
 
     const fail = async (why: string, cause?: unknown): Promise<SandboxStartError> => {
       const events = made ? await this.eventsOf(name) : '';
-      await this.remove(spec.id, undefined, crdMade).catch(() => undefined);
+      await this.remove(spec.id, undefined, crdMade, egress !== undefined).catch(() => undefined);
       return new SandboxStartError(
         `sandbox ${spec.id} did not start: ${why}${events && !why.includes(events) ? ` (events: ${events})` : ''}`,
         cause === undefined ? undefined : { cause },
@@ -201,13 +228,23 @@ export class KubernetesProvider implements SandboxProvider {
       } catch (error) {
         const mapped = kubeError(error, what, this.server);
         if (mapped instanceof UnavailableError) {
-          await this.remove(spec.id, undefined, crdMade).catch(() => undefined);
+          await this.remove(spec.id, undefined, crdMade, egress !== undefined).catch(
+            () => undefined,
+          );
           throw mapped;
         }
         throw await fail(`${what}: ${kubeMessage(error)}`, error);
       }
     };
 
+    // An internet sandbox's NetworkPolicy exists before its pod: the pod is never without it.
+    const policy = egress
+      ? await call(`creating NetworkPolicy ${this.namespace}/${policyName}`, () =>
+          this.networkPolicies.create(
+            egressNetworkPolicy(spec.id, egress, this.policyContext(sandboxesHash(sandboxesDir))),
+          ),
+        )
+      : undefined;
     const crd = await call('asking the cluster for agent-sandbox', () => this.usesAgentSandbox());
     let owner: { name: string; uid: string; kind: 'Pod' | 'Sandbox' };
     if (crd) {
@@ -230,6 +267,40 @@ export class KubernetesProvider implements SandboxProvider {
       );
       owner = { name, uid: made.metadata?.uid as string, kind: 'Pod' };
     }
+    // The policy's owners: the garbage collector deletes it once all of them are gone, so with
+    // the sandbox, even one the cluster ends by itself (a Sandbox's shutdownTime) with no daemon
+    // running, and only after its pod: never is the pod left without it.
+    let policyVersion = policy?.metadata?.resourceVersion;
+    const own = async (owners: V1OwnerReference[]) => {
+      if (!egress) return;
+      const body = egressNetworkPolicy(
+        spec.id,
+        egress,
+        this.policyContext(sandboxesHash(sandboxesDir), owners),
+      );
+      const replaced = await call(
+        `setting the owners of NetworkPolicy ${this.namespace}/${policyName}`,
+        () =>
+          this.networkPolicies.replace({
+            ...body,
+            metadata: { ...body.metadata, resourceVersion: policyVersion },
+          }),
+      );
+      policyVersion = replaced.metadata?.resourceVersion;
+    };
+    const sandboxOwner = crd
+      ? [
+          {
+            apiVersion: `${AGENT_SANDBOX_GROUP}/${AGENT_SANDBOX_VERSION}`,
+            kind: 'Sandbox',
+            name,
+            uid: owner.uid,
+          },
+        ]
+      : [];
+    // A Sandbox's controller may make its pod again: the Sandbox owns the policy too.
+    if (crd) await own(sandboxOwner);
+    let podOwns = false;
     // The pod's uid: known now for a pod made here, once its controller made it for a Sandbox.
     let uid = crd ? undefined : owner.uid;
     if (Date.now() >= deadline) throw await fail(late());
@@ -245,6 +316,10 @@ export class KubernetesProvider implements SandboxProvider {
       if (!uid && current.metadata?.uid && current.metadata.uid !== 'deleted') {
         uid = current.metadata.uid;
       }
+      if (uid && !podOwns) {
+        podOwns = true;
+        await own([...sandboxOwner, { apiVersion: 'v1', kind: 'Pod', name, uid }]);
+      }
       const progress: PodProgress = !uid
         ? { state: 'waiting', why: 'the agent-sandbox controller has not made its pod yet' }
         : current.metadata?.uid === uid
@@ -253,7 +328,7 @@ export class KubernetesProvider implements SandboxProvider {
       if (progress.state === 'failed') throw await fail(progress.why);
       if (progress.state === 'waiting') lastWhy = progress.why;
       if (progress.state === 'ready') {
-        const handle = this.handleOf(spec.id, uid as string, progress.podIP, crd);
+        const handle = this.handleOf(spec.id, uid as string, progress.podIP, crd, egress);
         if (await envdHealthy(handle.envdSocket)) {
           if (spec.baseHome) {
             const home = `/home/${spec.user ?? 'user'}`;
@@ -299,8 +374,96 @@ export class KubernetesProvider implements SandboxProvider {
     }
     const id = handle.pod?.name.replace(/^abx-/, '');
     if (!id) return;
-    await this.remove(id, handle.startTime, handle.pod?.sandbox === true);
+    await this.remove(
+      id,
+      handle.startTime,
+      handle.pod?.sandbox === true,
+      handle.pod?.egress !== undefined,
+    );
     this.gone.add(handle.startTime);
+  }
+
+  /**
+   * A running internet sandbox's new policy: its NetworkPolicy replaced (the CNI applies it to
+   * new connections; whether open ones go on is the CNI's choice). A policy with domain entries
+   * that would matter is refused, the old one kept.
+   */
+  async setNetwork(handle: SandboxHandle, policy: EgressPolicy): Promise<SandboxHandle> {
+    const pod = handle.pod;
+    const id = pod?.name.replace(/^abx-/, '');
+    if (!pod?.egress || !id) {
+      throw new InvalidArgumentError(
+        `sandbox ${id ?? pod?.name ?? '?'} is not on the internet network: it has no NetworkPolicy to change`,
+      );
+    }
+    const entries = unenforceableEntries(parsePolicy(policy));
+    if (entries.length > 0) {
+      throw new InvalidArgumentError(
+        `sandbox ${id}'s egress policy was not changed: ${domainsRefusal(entries)}`,
+      );
+    }
+    await this.putPolicy(id, handle, policy);
+    return { ...handle, pod: { ...pod, egress: policy } };
+  }
+
+  /**
+   * A new daemon found this sandbox running: its NetworkPolicy is made what the registry says
+   * again (made anew if someone deleted it while no daemon ran).
+   */
+  async adopt(handle: SandboxHandle): Promise<void> {
+    const id = handle.pod?.name.replace(/^abx-/, '');
+    if (!handle.pod?.egress || !id) return;
+    await this.putPolicy(id, handle, handle.pod.egress);
+  }
+
+  /** Replaces (or makes) sandbox `id`'s NetworkPolicy with `policy`; owned by its pod when made. */
+  private async putPolicy(id: string, handle: SandboxHandle, policy: EgressPolicy): Promise<void> {
+    const name = handle.pod?.name as string;
+    // The folder's label, from the pod (a policy made anew is found by the sweep too).
+    const hash = this.pods.get(name)?.metadata?.labels?.[SANDBOXES_LABEL];
+    const body = egressNetworkPolicy(
+      id,
+      policy,
+      this.policyContext(hash, [{ apiVersion: 'v1', kind: 'Pod', name, uid: handle.startTime }]),
+    );
+    try {
+      await this.networkPolicies.put(body);
+    } catch (error) {
+      throw kubeError(
+        error,
+        `replacing NetworkPolicy ${this.namespace}/${networkPolicyName(id)}`,
+        this.server,
+      );
+    }
+  }
+
+  /**
+   * An internet sandbox's policy, if a NetworkPolicy can enforce it: refused in claims mode, and
+   * when it names domains that would matter (denied rather than allowed).
+   */
+  private enforceable(spec: SandboxSpec): EgressPolicy {
+    if (this.options.agentSandbox === 'claims') {
+      throw new SandboxStartError(
+        `sandbox ${spec.id} did not start: the internet network is not given in claims mode (--kube-agent-sandbox claims): a warm pool's pods start before their sandbox exists, so no NetworkPolicy of the sandbox's own can select them; use --kube-agent-sandbox true or false, or network: none or host (docs/providers.md, "The internet network")`,
+      );
+    }
+    const policy = spec.egress ?? { allowOut: [], denyOut: [] };
+    const entries = unenforceableEntries(parsePolicy(policy));
+    if (entries.length > 0) {
+      throw new InvalidArgumentError(
+        `sandbox ${spec.id} did not start: ${domainsRefusal(entries)}`,
+      );
+    }
+    return policy;
+  }
+
+  private policyContext(hash: string | undefined, owners?: V1OwnerReference[]) {
+    return {
+      namespace: this.namespace,
+      ...(hash ? { sandboxesHash: hash } : {}),
+      permit: this.permit,
+      ...(owners ? { owners } : {}),
+    };
   }
 
   /**
@@ -372,18 +535,95 @@ export class KubernetesProvider implements SandboxProvider {
     if (this.options.agentSandbox === 'claims') {
       orphans.push(...(await this.sweepClaims(sandboxesDir, running, startedBefore)));
     }
+    /** Ids of pods left alone: their NetworkPolicies stay with them. */
+    const kept = new Set<string>();
     for (const pod of pods) {
       const id = pod.metadata?.labels?.[SANDBOX_ID_LABEL];
       if (!id || running.has(id)) continue;
       // A Date once the client has read it (a string in a raw object): both parse.
       const made = new Date(pod.metadata?.creationTimestamp ?? 0).getTime();
       // Young enough to be another daemon's create under way (its row not written yet).
-      if (startedBefore !== undefined && !(made < startedBefore)) continue;
+      if (startedBefore !== undefined && !(made < startedBefore)) {
+        kept.add(id);
+        continue;
+      }
       const owned = pod.metadata?.ownerReferences?.some((ref) => ref.kind === 'Sandbox') ?? false;
-      await this.remove(id, pod.metadata?.uid, owned);
+      const internet = pod.metadata?.labels?.[NETWORK_LABEL] === 'internet';
+      await this.remove(id, pod.metadata?.uid, owned, internet);
       orphans.push(id);
     }
+    for (const id of await this.sweepNetworkPolicies(sandboxesDir, running, kept, startedBefore)) {
+      if (!orphans.includes(id)) orphans.push(id);
+    }
     return orphans;
+  }
+
+  /**
+   * Deletes the NetworkPolicies of this folder whose sandbox the registry does not know and
+   * that select nothing: neither its pod nor a Sandbox that would make one is there (a create
+   * that failed before it could clean up, a daemon killed meanwhile). A policy whose pod is still
+   * there waits for that pod to be swept (then {@link remove} takes both). An account that may
+   * not list NetworkPolicies has made none: nothing to do.
+   */
+  private async sweepNetworkPolicies(
+    sandboxesDir: string,
+    running: ReadonlySet<string>,
+    kept: ReadonlySet<string>,
+    startedBefore?: number,
+  ): Promise<string[]> {
+    let policies: Awaited<ReturnType<NetworkPolicies['list']>>;
+    try {
+      policies = await this.networkPolicies.list(
+        `${MANAGED_BY_LABEL}=${MANAGED_BY},${SANDBOXES_LABEL}=${sandboxesHash(sandboxesDir)}`,
+      );
+    } catch (error) {
+      if (statusOf(error) === 403) return [];
+      throw kubeError(error, `listing NetworkPolicies in ${this.namespace}`, this.server);
+    }
+    const swept: string[] = [];
+    for (const policy of policies) {
+      const id = policy.metadata?.labels?.[SANDBOX_ID_LABEL];
+      if (!id || running.has(id) || kept.has(id)) continue;
+      const made = new Date(policy.metadata?.creationTimestamp ?? 0).getTime();
+      if (startedBefore !== undefined && !(made < startedBefore)) continue;
+      if (await this.selectsSomething(id)) continue;
+      try {
+        if (await this.networkPolicies.delete(networkPolicyName(id))) swept.push(id);
+      } catch (error) {
+        throw kubeError(error, `deleting NetworkPolicy ${networkPolicyName(id)}`, this.server);
+      }
+    }
+    return swept;
+  }
+
+  /** Whether sandbox `id`'s pod is there, or a Sandbox that makes it. */
+  private async selectsSomething(id: string): Promise<boolean> {
+    const name = podName(id);
+    const there = (error: unknown, what: string): boolean => {
+      if (statusOf(error) === 404) return false;
+      throw kubeError(error, what, this.server);
+    };
+    const pod = await this.core.readNamespacedPod({ name, namespace: this.namespace }).then(
+      () => true,
+      (error: unknown) => there(error, `reading pod ${this.namespace}/${name}`),
+    );
+    if (pod || !(await this.usesAgentSandbox().catch(() => false))) return pod;
+    return this.custom
+      .getNamespacedCustomObject({
+        group: AGENT_SANDBOX_GROUP,
+        version: AGENT_SANDBOX_VERSION,
+        namespace: this.namespace,
+        plural: SANDBOXES,
+        name,
+      })
+      .then(
+        () => true,
+        (error: unknown) => there(error, `reading Sandbox ${this.namespace}/${name}`),
+      );
+  }
+
+  internetUnavailable(): string | undefined {
+    return this.options.agentSandbox === 'claims' ? CLAIMS_NO_INTERNET : undefined;
   }
 
   isolation(): IsolationReport {
@@ -406,10 +646,13 @@ export class KubernetesProvider implements SandboxProvider {
         enforced: false,
         how: "not enforced: pods have no rlimits; the container runtime's default applies",
       },
-      egress: {
-        enforced: false,
-        how: 'not yet on kubernetes: internet sandboxes are refused (docs/network.md)',
-      },
+      egress:
+        this.options.agentSandbox === 'claims'
+          ? { enforced: false, how: CLAIMS_NO_INTERNET }
+          : {
+              enforced: true,
+              how: "internet network: a NetworkPolicy per sandbox, TCP to the policy's CIDRs less the always-denied ranges, DNS to the cluster's DNS only; enforced by the cluster's CNI (it must enforce NetworkPolicy egress); domain entries are refused (a NetworkPolicy matches addresses only) (docs/providers.md)",
+            },
     };
     return {
       mode: 'rootless',
@@ -417,6 +660,11 @@ export class KubernetesProvider implements SandboxProvider {
       warnings: [
         `kubernetes: pods in namespace ${this.namespace} of ${this.server} run as uid 1000 with no capabilities and the RuntimeDefault seccomp profile; a template's kubernetes.runtime_class (gVisor, Kata) adds a sandboxed kernel`,
         "kubernetes: a pod always has the cluster's network (the control plane reaches envd at its address); network: none holds only where a NetworkPolicy denies egress to pods labelled abx.dev/network=none (deploy/kubernetes/networkpolicy.yaml does)",
+        ...(this.options.agentSandbox === 'claims'
+          ? []
+          : [
+              "kubernetes: internet sandboxes' egress holds only where the cluster's CNI enforces NetworkPolicy egress (Calico, Cilium, Antrea do; flannel alone does not); names resolve through the cluster's DNS for every name, and a denied address is dropped by the CNI, not refused with a reason",
+            ]),
         ...Object.entries(limits)
           .filter(([, limit]) => !limit.enforced)
           .map(([name, limit]) => `${name}: ${limit.how}`),
@@ -431,8 +679,14 @@ export class KubernetesProvider implements SandboxProvider {
     this.informer = undefined;
   }
 
-  /** The handle of a ready pod. */
-  private handleOf(id: string, uid: string, podIP: string, crd: boolean): SandboxHandle {
+  /** The handle of a ready pod (`egress`: an internet sandbox's policy). */
+  private handleOf(
+    id: string,
+    uid: string,
+    podIP: string,
+    crd: boolean,
+    egress?: EgressPolicy,
+  ): SandboxHandle {
     const host = podIP.includes(':') ? `[${podIP}]` : podIP;
     return {
       provider: this.name,
@@ -440,7 +694,12 @@ export class KubernetesProvider implements SandboxProvider {
       startTime: uid,
       envdSocket: tcpTarget(podIP, ENVD_PORT),
       portsDir: `tcp://${host}`,
-      pod: { namespace: this.namespace, name: podName(id), ...(crd ? { sandbox: true } : {}) },
+      pod: {
+        namespace: this.namespace,
+        name: podName(id),
+        ...(crd ? { sandbox: true } : {}),
+        ...(egress ? { egress } : {}),
+      },
     };
   }
 
@@ -826,9 +1085,24 @@ export class KubernetesProvider implements SandboxProvider {
 
   /**
    * Deletes sandbox `id`'s pod (of uid `uid` when given) and its Secret, and waits until the API
-   * server no longer has the pod: its containers are gone from the node. Absent is fine.
+   * server no longer has the pod: its containers are gone from the node. Then, with `policy`, its
+   * NetworkPolicy: never before, since a pod that no policy selects may reach everything.
+   * Absent is fine.
    */
-  private async remove(id: string, uid?: string, sandbox = false): Promise<void> {
+  private async remove(id: string, uid?: string, sandbox = false, policy = false): Promise<void> {
+    if (!(await this.removePod(id, uid, sandbox)) || !policy) return;
+    await this.networkPolicies
+      .delete(networkPolicyName(id))
+      .catch((error: unknown) =>
+        this.unlessGone(error, `deleting NetworkPolicy ${networkPolicyName(id)}`),
+      );
+  }
+
+  /**
+   * {@link remove}'s pod part: true once the pod is gone, false when the pod of that name is
+   * another of uid (it and its policy stay).
+   */
+  private async removePod(id: string, uid?: string, sandbox = false): Promise<boolean> {
     const name = podName(id);
     const deadline = Date.now() + GONE_MS;
     if (sandbox) {
@@ -856,16 +1130,17 @@ export class KubernetesProvider implements SandboxProvider {
         ...(uid ? { body: { preconditions: { uid } } } : {}),
       });
     } catch (error) {
+      if (statusOf(error) === 404) return true;
       // 409: a precondition failed, the pod of that name is another sandbox's.
-      if (statusOf(error) === 404 || statusOf(error) === 409) return;
+      if (statusOf(error) === 409) return false;
       throw kubeError(error, `deleting pod ${this.namespace}/${name}`, this.server);
     }
     for (;;) {
       try {
         const pod = await this.core.readNamespacedPod({ name, namespace: this.namespace });
-        if (uid && pod.metadata?.uid !== uid) return;
+        if (uid && pod.metadata?.uid !== uid) return false;
       } catch (error) {
-        if (statusOf(error) === 404) return;
+        if (statusOf(error) === 404) return true;
         throw kubeError(error, `reading pod ${this.namespace}/${name}`, this.server);
       }
       if (Date.now() >= deadline) {

@@ -17,8 +17,9 @@ export const SANDBOX_ID_LABEL = 'abx.dev/sandbox-id';
 export const SANDBOXES_LABEL = 'abx.dev/sandboxes';
 export const TEMPLATE_ANNOTATION = 'abx.dev/template';
 /**
- * The template's `network` (`none` or `host`): deploy/kubernetes' NetworkPolicy denies egress to
- * pods labelled `none`, which a pod cannot do by itself.
+ * The sandbox's `network` (`none`, `internet` or `host`): deploy/kubernetes' NetworkPolicies deny
+ * egress to pods labelled `none`, which a pod cannot do by itself, and to those labelled
+ * `internet` but for what their own NetworkPolicy allows (network-policy.ts).
  */
 export const NETWORK_LABEL = 'abx.dev/network';
 
