@@ -81,14 +81,12 @@ describe.skipIf(unavailable)('32 internet sandboxes downloading at once (root da
     // downloads' own questions are then answered from what is open.
     for (let i = 0; i < SANDBOXES; i += 8) {
       const answers = await Promise.all(
-        boxes
-          .slice(i, i + 8)
-          .map((box) =>
-            box.commands.run('getent hosts allowed.test', {
-              timeoutMs: 30_000,
-              allowNonZeroExit: true,
-            }),
-          ),
+        boxes.slice(i, i + 8).map((box) =>
+          box.commands.run('getent hosts allowed.test', {
+            timeoutMs: 30_000,
+            allowNonZeroExit: true,
+          }),
+        ),
       );
       for (const [j, answer] of answers.entries()) {
         expect(answer.stdout, `sandbox ${i + j}`).toContain(internet.addresses.allowed);
