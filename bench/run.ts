@@ -6,6 +6,7 @@ import {
   createReadStream,
   createWriteStream,
   mkdtempSync,
+  readdirSync,
   readFileSync,
   rmSync,
   writeFileSync,
@@ -20,6 +21,7 @@ import { fileURLToPath } from 'node:url';
 import { Sandbox, Template, Templates } from 'agent-sandbox';
 import Database from 'better-sqlite3';
 import { Client, type Dispatcher, Pool } from 'undici';
+import { internetUnavailable, makeInternet, type TestInternet } from '../test/helpers/internet.js';
 import { BenchCommands } from './commands.js';
 import { median, round, type Summary, summarize, throughput, timeEach } from './stats.js';
 
@@ -28,7 +30,8 @@ const QUICK = process.argv.includes('--quick');
 const onlyArg = process.argv.indexOf('--only');
 const ONLY = onlyArg >= 0 ? new Set((process.argv[onlyArg + 1] ?? '').split(',')) : undefined;
 const runs = (section: string) => !ONLY || ONLY.has(section);
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+// bench/build/bench/run.js: the package is three folders up.
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 const HOME = mkdtempSync(join(tmpdir(), 'abx-bench-'));
 process.env.ABX_HOME = HOME;
 const scale = (full: number, quick: number) => (QUICK ? quick : full);
@@ -1259,6 +1262,226 @@ async function cliStart() {
   );
 }
 
+/** Pids of the processes whose environment holds `ABX_SANDBOX_NET=<id>` (a sandbox's holder and slirp4netns). */
+function sandboxNetProcesses(id: string): number[] {
+  const found: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (
+        readFileSync(`/proc/${entry}/environ`, 'utf8').split('\0').includes(`ABX_SANDBOX_NET=${id}`)
+      )
+        found.push(Number(entry));
+    } catch {
+      // ended meanwhile, or not ours to read
+    }
+  }
+  return found;
+}
+
+/** A process's CPU time so far (user + system), in ms; 0 when it is gone. */
+function cpuMs(pid: number | undefined): number {
+  if (!pid) return 0;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) * (1000 / 100);
+  } catch {
+    return 0;
+  }
+}
+
+/** The first process whose parent is `parent` and whose command line contains `text`. */
+function childMentioning(parent: number, text: string): number | undefined {
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (ppid === parent && readFileSync(`/proc/${entry}/cmdline`, 'utf8').includes(text))
+        return Number(entry);
+    } catch {
+      // ended meanwhile
+    }
+  }
+  return undefined;
+}
+
+/**
+ * Egress (issue 28): a 100 MiB download from inside an `internet` sandbox, through egress, as a
+ * share of the same download made straight from the egress namespace (`ip netns exec`), to the
+ * same server of the tests' stand-in internet (test/helpers/internet.ts: a network namespace
+ * with TEST-NET servers and no route out). Three ways: HTTP on port 80 (egress's HTTP proxy, by
+ * the Host header), HTTPS on 443 (its TLS passthrough, by the SNI) and plain TCP to port 8080
+ * (no proxy: slirp4netns alone, the address opened by egress's DNS), each timed by curl's
+ * `time_total`, interleaved, the median of several. The CPU time of the egress service and of
+ * the sandbox's slirp4netns over the timed downloads says where the time goes. Its own daemon
+ * (`ABX_EGRESS_NETNS` the stand-in internet) and `$ABX_HOME`; needs root.
+ */
+async function egress() {
+  const unavailable = internetUnavailable();
+  if (unavailable) {
+    row('13 egress', 'skipped', '—', `needs root and a test internet: ${unavailable}`);
+    results.egress = { skipped: unavailable };
+    return;
+  }
+  log('egress: a stand-in internet, a daemon on it, an internet sandbox');
+  const home = mkdtempSync(join(tmpdir(), 'abx-bench-egress-'));
+  let internet: TestInternet | undefined;
+  const ids: string[] = [];
+  const cli = (...args: string[]) =>
+    spawnSync(process.execPath, [join(ROOT, 'dist', 'cli.js'), ...args], {
+      encoding: 'utf8',
+      env: {
+        ...process.env,
+        ABX_HOME: home,
+        // One sandbox: no pooled ones holding namespaces beside it.
+        ABX_WARM_POOL: '0',
+        ...(internet
+          ? { ABX_EGRESS_NETNS: internet.path, ABX_EGRESS_HOSTS: internet.hostsFile }
+          : {}),
+      },
+    });
+  // Also on Ctrl-C or a kill: sandboxes, their network processes, the daemon, the namespace.
+  const cleanUp = () => {
+    for (const id of ids) cli('kill', id);
+    cli('daemon', 'stop');
+    for (const pid of ids.flatMap(sandboxNetProcesses)) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // gone
+      }
+    }
+    internet?.remove();
+    rmSync(home, { recursive: true, force: true });
+  };
+  const onSignal = (signal: NodeJS.Signals) => {
+    cleanUp();
+    process.kill(process.pid, signal);
+  };
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  try {
+    internet = await makeInternet();
+    const started = cli('daemon', 'start');
+    if (started.status !== 0) {
+      throw new Error(
+        `abx daemon start (egress bench) exited ${started.status}: ${started.stderr}`,
+      );
+    }
+    await Templates.build(
+      Template.fromBase().setNetwork('internet', {
+        allowOut: ['allowed.test'],
+        denyOut: ['0.0.0.0/0'],
+      }),
+      { name: 'egress', home },
+    );
+    const box = await Sandbox.create({ template: 'egress', home });
+    ids.push(box.sandboxId);
+    await box.files.write('/tmp/ca.pem', readFileSync(internet.caCert, 'utf8'));
+    const daemonPid = (
+      JSON.parse(readFileSync(join(home, 'daemon.json'), 'utf8')) as { pid: number }
+    ).pid;
+    const egressPid = childMentioning(daemonPid, 'egress.js');
+    const slirpPid = sandboxNetProcesses(box.sandboxId).find((pid) =>
+      readFileSync(`/proc/${pid}/cmdline`, 'utf8').startsWith('slirp4netns'),
+    );
+    const size = 100 * 1024 * 1024;
+    const rounds = scale(5, 3);
+    const format = '%{http_code} %{size_download} %{time_total}';
+    const seconds = (how: string, out: string) => {
+      const [code, bytes, total] = out.trim().split(' ');
+      if (code !== '200' || Number(bytes) !== size) {
+        throw new Error(`egress bench: ${how} got HTTP ${code} and ${bytes} of ${size} bytes`);
+      }
+      return Number(total);
+    };
+    const { ns, caCert, addresses } = internet;
+    const ways = {
+      http: { port: 80, url: `http://allowed.test/bytes/${size}`, tls: false },
+      https: { port: 443, url: `https://allowed.test/bytes/${size}`, tls: true },
+      tcp: { port: 8080, url: `http://allowed.test:8080/bytes/${size}`, tls: false },
+    };
+    type Way = keyof typeof ways;
+    const straight = (way: Way) => {
+      const { port, url, tls } = ways[way];
+      const run = spawnSync(
+        'ip',
+        [
+          ...['netns', 'exec', ns, 'curl', '-sS', '--max-time', '120', '-o', '/dev/null'],
+          ...['-w', format, '--resolve', `allowed.test:${port}:${addresses.allowed}`],
+          ...(tls ? ['--cacert', caCert] : []),
+          url,
+        ],
+        { encoding: 'utf8' },
+      );
+      if (run.status !== 0) throw new Error(`egress bench: straight ${way}: ${run.stderr}`);
+      return seconds(`straight ${way}`, run.stdout);
+    };
+    const through = async (way: Way) => {
+      const { url, tls } = ways[way];
+      const { stdout } = await box.commands.run(
+        `curl -sS --max-time 120 -o /dev/null -w '${format}' ${tls ? '--cacert /tmp/ca.pem ' : ''}${url}`,
+        { timeoutMs: 180_000 },
+      );
+      return seconds(`${way} through egress`, stdout);
+    };
+    const samples = Object.fromEntries(
+      Object.keys(ways).map((way) => [way, { straight: [] as number[], through: [] as number[] }]),
+    ) as Record<Way, { straight: number[]; through: number[] }>;
+    const cpu = Object.fromEntries(
+      Object.keys(ways).map((way) => [way, { egress: 0, slirp: 0 }]),
+    ) as Record<Way, { egress: number; slirp: number }>;
+    // A first round untimed (the egress service's JIT, the page cache), then interleaved rounds.
+    for (let pass = 0; pass <= rounds; pass++) {
+      for (const way of Object.keys(ways) as Way[]) {
+        const straightSeconds = straight(way);
+        const before = [cpuMs(egressPid), cpuMs(slirpPid)];
+        const throughSeconds = await through(way);
+        if (pass === 0) continue;
+        cpu[way].egress += cpuMs(egressPid) - (before[0] as number);
+        cpu[way].slirp += cpuMs(slirpPid) - (before[1] as number);
+        samples[way].straight.push(straightSeconds);
+        samples[way].through.push(throughSeconds);
+      }
+    }
+    const mib = size / 1024 / 1024;
+    const figures: Record<string, unknown> = { mib, rounds };
+    const labels: Record<Way, string> = {
+      http: 'HTTP (port 80: egress HTTP proxy)',
+      https: 'HTTPS (443: egress TLS passthrough by SNI)',
+      tcp: 'TCP to port 8080 (no proxy: slirp4netns alone)',
+    };
+    for (const way of Object.keys(ways) as Way[]) {
+      const straightMiBps = round(mib / median(samples[way].straight), 1);
+      const throughMiBps = round(mib / median(samples[way].through), 1);
+      const sharePct = round((100 * throughMiBps) / straightMiBps, 1);
+      const perRun = (ms: number) => round(ms / rounds, 0);
+      figures[way] = {
+        straightSeconds: samples[way].straight,
+        throughSeconds: samples[way].through,
+        straightMiBps,
+        throughMiBps,
+        sharePct,
+        egressCpuMsPerDownload: perRun(cpu[way].egress),
+        slirpCpuMsPerDownload: perRun(cpu[way].slirp),
+      };
+      row(
+        '13 egress',
+        `${mib} MiB ${labels[way]}: straight / through egress`,
+        `${straightMiBps} / ${throughMiBps} MiB/s`,
+        `${sharePct}% of straight (median of ${rounds}); CPU per download: egress service ${perRun(cpu[way].egress)} ms, slirp4netns ${perRun(cpu[way].slirp)} ms`,
+      );
+    }
+    results.egress = figures;
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+    cleanUp();
+  }
+}
+
 async function main() {
   const templateFile = join(HOME, 'bench.yaml');
   writeFileSync(
@@ -1282,6 +1505,7 @@ async function main() {
     if (runs('images')) await images(template);
     if (runs('e2b')) await e2b(sandbox);
     if (runs('cli')) await cliStart();
+    if (runs('egress')) await egress();
   } finally {
     for (const child of children) child.kill('SIGKILL');
     for (const info of await Sandbox.list({ state: 'running' })) await Sandbox.kill(info.sandboxId);

@@ -19,7 +19,7 @@ import { dirname } from 'node:path';
 import { parseArgs } from 'node:util';
 import { type EgressPolicy, EgressRules, normalizePolicy, PolicyError } from './policy.js';
 import { NameResolver } from './resolver.js';
-import { allowResolved, type SandboxNet } from './sandbox-net.js';
+import { ResolvedAddresses, type SandboxNet } from './sandbox-net.js';
 import { type EgressPorts, EgressService } from './service.js';
 
 /** Largest control request body. */
@@ -49,6 +49,8 @@ const rules = new EgressRules({
 });
 const policies = new Map<string, EgressPolicy>();
 const nets = new Map<string, Pick<SandboxNet, 'holder' | 'userns'>>();
+/** What DNS answers opened in each sandbox's namespace (its `resolved4` set). */
+const resolved = new ResolvedAddresses();
 
 const service = new EgressService(
   rules,
@@ -58,9 +60,10 @@ const service = new EgressService(
     // addresses are opened (for the answer's TTL) before the sandbox reads the answer.
     onAllowedAddresses: async (id, addresses, ttl) => {
       const net = nets.get(id);
-      if (!net || (policies.get(id)?.denyOut.length ?? 0) === 0) return;
-      await allowResolved(net, addresses, ttl).catch((error: Error) => {
+      if (!net || (policies.get(id)?.denyOut.length ?? 0) === 0) return undefined;
+      return resolved.allow(id, net, addresses, ttl).catch((error: Error) => {
         process.stderr.write(`egress: ${id}: ${error.message}\n`);
+        return undefined;
       });
     },
   },
@@ -119,6 +122,7 @@ const server = createServer(async (req, res) => {
         throw new PolicyError('net must be { holder: pid, userns: boolean }');
       }
       nets.set(id, { holder: body.holder as number, userns: body.userns });
+      resolved.forget(id);
       return send(res, 204);
     }
     if (match[2]) {
@@ -127,6 +131,8 @@ const server = createServer(async (req, res) => {
       const policy = policyOf(await readJson(req));
       service.setPolicy(id, policy);
       policies.set(id, policy);
+      // The daemon flushed the namespace's resolved addresses with the new rules.
+      resolved.forget(id);
       return send(res, 204);
     }
     if (req.method === 'PUT') {
@@ -157,6 +163,7 @@ const server = createServer(async (req, res) => {
       service.remove(id);
       policies.delete(id);
       nets.delete(id);
+      resolved.forget(id);
       return send(res, 204);
     }
     return send(res, 405, { error: `${req.method} is not served on ${url.pathname}` });

@@ -179,15 +179,99 @@ export async function updatePolicy(
   );
 }
 
-/** Lets a sandbox dial `addresses` by address for `ttl` seconds (egress's DNS answered them). */
+/**
+ * Lets a sandbox dial `addresses` by address for `ttl` seconds from now (egress's DNS answered
+ * them). nftables does not renew the timeout of an element added again (nft 1.0.6, Linux 6.18),
+ * so each is added, deleted and added afresh in one transaction: open ones are renewed, the
+ * others made, and no packet sees the set without them.
+ */
 export async function allowResolved(
   net: Pick<SandboxNet, 'holder' | 'userns'>,
   addresses: string[],
   ttl: number,
 ): Promise<void> {
   if (addresses.length === 0) return;
-  const elements = addresses.map((a) => `${a} timeout ${Math.max(1, Math.round(ttl))}s`);
-  await applyRuleset(net, `add element inet abx resolved4 { ${elements.join(', ')} }\n`);
+  const timed = addresses.map((a) => `${a} timeout ${Math.max(1, Math.round(ttl))}s`).join(', ');
+  await applyRuleset(
+    net,
+    [
+      `add element inet abx resolved4 { ${timed} }`,
+      `delete element inet abx resolved4 { ${addresses.join(', ')} }`,
+      `add element inet abx resolved4 { ${timed} }`,
+      '',
+    ].join('\n'),
+  );
+}
+
+/** An address open for less than this yet is opened again (renewed) rather than taken as open. */
+export const REOPEN_MARGIN_MS = 5_000;
+
+/**
+ * Opens the addresses of a sandbox's DNS answers to raw TCP ({@link allowResolved}), and skips
+ * those open for a while yet: each opening is an `nsenter … nft`, and with one per DNS question,
+ * 32 sandboxes resolving at once queued spawns past the resolvers' 2 s timeout, whose retries
+ * queued more, until names stopped resolving (test/egress/internet-load.test.ts). A sandbox's
+ * calls run one at a time, so a retried or parallel question waits for the opening under way and
+ * then finds its address open. An answer from what is open carries the TTL it has left.
+ */
+export class ResolvedAddresses {
+  /** Per sandbox: address → the earliest its element can expire (ms since the epoch). */
+  private readonly open = new Map<string, Map<string, number>>();
+  private readonly queues = new Map<string, Promise<unknown>>();
+
+  constructor(
+    private readonly add: (
+      net: Pick<SandboxNet, 'holder' | 'userns'>,
+      addresses: string[],
+      ttl: number,
+    ) => Promise<void> = allowResolved,
+  ) {}
+
+  /**
+   * Opens `addresses` (for `ttl` seconds) in the sandbox's namespace unless they are open; the
+   * TTL the DNS answer should carry: `ttl`, or what is left of an earlier opening.
+   */
+  allow(
+    id: string,
+    net: Pick<SandboxNet, 'holder' | 'userns'>,
+    addresses: string[],
+    ttl: number,
+  ): Promise<number> {
+    const run = (this.queues.get(id) ?? Promise.resolve())
+      .catch(() => undefined)
+      .then(() => this.allowNow(id, net, addresses, ttl));
+    this.queues.set(id, run);
+    const done = () => {
+      if (this.queues.get(id) === run) this.queues.delete(id);
+    };
+    run.then(done, done);
+    return run;
+  }
+
+  /** Forgets what was opened for a sandbox: its set was flushed (a new policy), or it is gone. */
+  forget(id: string): void {
+    this.open.delete(id);
+  }
+
+  private async allowNow(
+    id: string,
+    net: Pick<SandboxNet, 'holder' | 'userns'>,
+    addresses: string[],
+    ttl: number,
+  ): Promise<number> {
+    const opened = this.open.get(id) ?? new Map<string, number>();
+    this.open.set(id, opened);
+    const now = Date.now();
+    const missing = addresses.filter((a) => (opened.get(a) ?? 0) < now + REOPEN_MARGIN_MS);
+    if (missing.length > 0) {
+      await this.add(net, missing, ttl);
+      // Renewed after `now`: open until this at least.
+      for (const address of missing) opened.set(address, now + ttl * 1000);
+      for (const [address, until] of opened) if (until < now) opened.delete(address);
+    }
+    const left = Math.min(...addresses.map((a) => opened.get(a) as number)) - Date.now();
+    return Math.max(1, Math.min(ttl, Math.floor(left / 1000)));
+  }
 }
 
 function waitFor(check: () => boolean, what: string, timeoutMs: number): Promise<void> {

@@ -3,10 +3,13 @@ import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, test, vi } from 'vitest';
 import type { EgressPolicy } from '../../src/egress/policy.js';
 import {
+  allowResolved,
   enterArgs,
+  REOPEN_MARGIN_MS,
+  ResolvedAddresses,
   type SandboxNet,
   startSandboxNet,
   stopSandboxNet,
@@ -223,6 +226,37 @@ describe.skipIf(unavailable)('a sandbox network through the egress service', () 
     expect(curl(net, 'http://allowed.test/').out).toContain('hello');
   });
 
+  test('relayed downloads arrive whole: TLS by SNI, CONNECT, and a server that closes first', async () => {
+    const net = await sandbox('relay', { allowOut: ['allowed.test'], denyOut: ['0.0.0.0/0'] });
+    const size = 24 * 1024 * 1024 + 7;
+    const expected = `${internet.patternSha256(size)}  -`;
+    const fetch = (args: string) =>
+      inside(net, `curl -sS -m 60 --cacert ${internet.caCert} ${args} | sha256sum`).out.trim();
+    expect(fetch(`https://allowed.test/pattern/${size}`)).toBe(expected);
+    // The server ends the connection after the body: what is still on its way arrives first.
+    expect(fetch(`-H 'Connection: close' https://allowed.test/pattern/${size}`)).toBe(expected);
+    // CONNECT, as a client with HTTPS_PROXY sends it, to the HTTP proxy's port.
+    expect(fetch(`-p -x http://allowed.test:80 https://allowed.test/pattern/${size}`)).toBe(
+      expected,
+    );
+  });
+
+  test('a DNS answer renews the opening of an address already open (nft does not on a plain add)', async () => {
+    const net = await sandbox('renew', { allowOut: ['allowed.test'], denyOut: ['0.0.0.0/0'] });
+    const expires = () => {
+      const listed = inside(net, 'nft list set inet abx resolved4').out;
+      const [, s = '', ms = '0'] =
+        /203\.0\.113\.10 timeout 30s expires (\d+)s(?:(\d+)ms)?/.exec(listed) ?? [];
+      return Number(s) + Number(ms) / 1000;
+    };
+    await allowResolved(net, [internet.addresses.allowed], 30);
+    await new Promise((r) => setTimeout(r, 2_100));
+    expect(expires()).toBeLessThan(28.5);
+    await allowResolved(net, [internet.addresses.allowed, internet.addresses.other], 30);
+    expect(expires()).toBeGreaterThan(29);
+    expect(inside(net, 'nft list set inet abx resolved4').out).toContain(internet.addresses.other);
+  });
+
   test('bad policies are refused by the control route, naming the entry; nothing is served', async () => {
     const bad = await controlCall(socket, 'PUT', '/sandboxes/bad', {
       policy: { allowOut: ['ok.test', 'not a name'] },
@@ -246,5 +280,62 @@ describe.skipIf(unavailable)('a sandbox network through the egress service', () 
     }
     expect(existsSync(`/proc/${net.slirp}`)).toBe(false);
     expect(existsSync(`/proc/${net.holder}`)).toBe(false);
+  });
+});
+
+/** Which DNS answers open their addresses again: a fake opener, a fake clock. */
+describe('ResolvedAddresses', () => {
+  const net = { holder: 1, userns: false };
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  test('many questions at once open an address once; later answers carry the TTL left', async () => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+    const calls: string[][] = [];
+    let release = () => {};
+    const opened = new Promise<void>((r) => {
+      release = r;
+    });
+    const resolved = new ResolvedAddresses(async (_net, addresses) => {
+      calls.push(addresses);
+      await opened;
+    });
+    const answers = Array.from({ length: 32 }, () =>
+      resolved.allow('a', net, ['203.0.113.10'], 60),
+    );
+    release();
+    expect(await Promise.all(answers)).toEqual(Array(32).fill(60));
+    expect(calls).toEqual([['203.0.113.10']]);
+    vi.setSystemTime(Date.now() + 20_000);
+    expect(await resolved.allow('a', net, ['203.0.113.10'], 60)).toBe(40);
+    // Another sandbox has a namespace of its own; a new address is opened with its TTL.
+    expect(await resolved.allow('b', net, ['203.0.113.10'], 60)).toBe(60);
+    expect(await resolved.allow('a', net, ['203.0.113.10', '192.0.2.44'], 60)).toBe(40);
+    expect(calls).toEqual([['203.0.113.10'], ['203.0.113.10'], ['192.0.2.44']]);
+  });
+
+  test('an opening near its end is renewed; a forgotten sandbox (new policy) opens afresh', async () => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+    const calls: string[][] = [];
+    const resolved = new ResolvedAddresses(async (_net, addresses) => {
+      calls.push(addresses);
+    });
+    await resolved.allow('a', net, ['203.0.113.10'], 30);
+    vi.setSystemTime(Date.now() + 30_000 - REOPEN_MARGIN_MS + 1);
+    expect(await resolved.allow('a', net, ['203.0.113.10'], 30)).toBe(30);
+    resolved.forget('a');
+    expect(await resolved.allow('a', net, ['203.0.113.10'], 30)).toBe(30);
+    expect(calls.length).toBe(3);
+  });
+
+  test('a failed opening fails its question only', async () => {
+    let fail = true;
+    const resolved = new ResolvedAddresses(async () => {
+      if (fail) throw new Error('nft refused');
+    });
+    await expect(resolved.allow('a', net, ['203.0.113.10'], 60)).rejects.toThrow('nft refused');
+    fail = false;
+    expect(await resolved.allow('a', net, ['203.0.113.10'], 60)).toBe(60);
   });
 });

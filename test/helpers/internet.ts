@@ -1,5 +1,5 @@
 import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { chmodSync, mkdtempSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -25,9 +25,14 @@ export function internetUnavailable(): string | undefined {
 /**
  * A stand-in for the internet, wholly on this machine: a network namespace with no route out,
  * whose `lo` carries TEST-NET addresses (RFC 5737) for its servers. Each address serves HTTP on
- * 80, HTTPS on 443 (a certificate for every name below, from a CA made here) and a line echo on
- * 7000; every request is logged (`hits`) with the address it reached, so a test can check that
- * a refused request never arrived. Names resolve through `hostsFile` (ABX_EGRESS_HOSTS).
+ * 80 and 8080, HTTPS on 443 (a certificate for every name below, from a CA made here) and a line
+ * echo on 7000; every request is logged (`hits`) with the address it reached, so a test can check
+ * that a refused request never arrived. Names resolve through `hostsFile` (ABX_EGRESS_HOSTS).
+ *
+ * Downloads: `/bytes/N` is N bytes of `x`, cheap to serve; `/pattern/N` is N bytes of a random
+ * block of {@link PATTERN_BLOCK} bytes repeated (made per run), whose SHA-256 `patternSha256(N)`
+ * gives: a prime length, so no read or segment boundary lines up with it, and a lost,
+ * repeated or reordered piece changes the hash.
  */
 export interface TestInternet {
   ns: string;
@@ -40,6 +45,8 @@ export interface TestInternet {
   addresses: { allowed: string; denied: string; other: string };
   /** Every request the servers received: `http|https|tcp <address> <host or line>`. */
   hits(): string[];
+  /** The SHA-256 (hex) of what `/pattern/<size>` sends. */
+  patternSha256(size: number): string;
   remove(): void;
 }
 
@@ -54,12 +61,30 @@ export const TEST_NAMES = {
   'private.test': '10.1.2.3',
 } as const;
 
+/** The length of `/pattern/N`'s repeated block: a prime, a little under 64 KiB. */
+export const PATTERN_BLOCK = 65_521;
+
 const SERVER = `
 const fs = require('node:fs');
 const [cert, key] = [fs.readFileSync(process.argv[2]), fs.readFileSync(process.argv[3])];
+const block = fs.readFileSync(process.argv[4]);
 const log = (line) => process.stdout.write(line + '\\n');
 const handler = (scheme) => (req, res) => {
   log(scheme + ' ' + req.socket.localAddress + ' ' + req.headers.host + ' ' + req.url);
+  if (req.url.startsWith('/pattern/')) {
+    const size = Number(req.url.slice(9));
+    res.writeHead(200, { 'content-length': size });
+    let left = size;
+    const pump = () => {
+      while (left > 0) {
+        const n = Math.min(left, block.length);
+        left -= n;
+        if (!res.write(n === block.length ? block : block.subarray(0, n))) return res.once('drain', pump);
+      }
+      res.end();
+    };
+    return pump();
+  }
   if (req.url.startsWith('/bytes/')) {
     const size = Number(req.url.slice(7));
     res.writeHead(200, { 'content-length': size });
@@ -78,6 +103,7 @@ const handler = (scheme) => (req, res) => {
   res.end(scheme + ' hello from ' + req.socket.localAddress + ' for ' + req.headers.host + '\\n');
 };
 require('node:http').createServer(handler('http')).listen(80, '0.0.0.0');
+require('node:http').createServer(handler('http')).listen(8080, '0.0.0.0');
 require('node:https').createServer({ cert, key }, handler('https')).listen(443, '0.0.0.0');
 require('node:net').createServer((s) => {
   s.once('data', (d) => { log('tcp ' + s.localAddress + ' ' + d.toString().trim()); s.end('echo ' + d); });
@@ -98,6 +124,14 @@ export async function makeInternet(options: { owner?: number } = {}): Promise<Te
   const ip = (...args: string[]) => execFileSync('ip', args, { stdio: 'pipe' });
   let server: ChildProcess | undefined;
   const lines: string[] = [];
+  const block = randomBytes(PATTERN_BLOCK);
+  const patternSha256 = (size: number) => {
+    const hash = createHash('sha256');
+    for (let left = size; left > 0; left -= block.length) {
+      hash.update(left >= block.length ? block : block.subarray(0, left));
+    }
+    return hash.digest('hex');
+  };
   const remove = () => {
     server?.kill('SIGKILL');
     deleteNetns(ns);
@@ -120,9 +154,13 @@ export async function makeInternet(options: { owner?: number } = {}): Promise<Te
     writeFileSync(hostsFile, `${hosts.join('\n')}\n`);
     const script = join(dir, 'server.cjs');
     writeFileSync(script, SERVER);
-    server = spawn('ip', ['netns', 'exec', ns, process.execPath, script, certs.cert, certs.key], {
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
+    const blockFile = join(dir, 'pattern');
+    writeFileSync(blockFile, block);
+    server = spawn(
+      'ip',
+      ['netns', 'exec', ns, process.execPath, script, certs.cert, certs.key, blockFile],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
     let buffered = '';
     server.stdout?.on('data', (chunk: Buffer) => {
       buffered += chunk.toString();
@@ -145,6 +183,7 @@ export async function makeInternet(options: { owner?: number } = {}): Promise<Te
       caCert: certs.caCert,
       addresses,
       hits: () => lines.filter((l) => l !== 'ready'),
+      patternSha256,
       remove,
     };
   } catch (error) {
