@@ -255,6 +255,7 @@ export class EgressService {
       let host: string;
       let port = 80;
       let path = req.url ?? '/';
+      let targetHost: string | undefined;
       try {
         if (/^https?:\/\//i.test(path)) {
           const url = new URL(path);
@@ -262,6 +263,9 @@ export class EgressService {
           host = url.hostname;
           port = url.port ? Number(url.port) : 80;
           path = `${url.pathname}${url.search}`;
+          // RFC 9112 §3.2.2: a proxy ignores the Host header of an absolute-form request and
+          // sends the target's, so a Host that lies cannot pick another site at that address.
+          targetHost = url.host;
         } else {
           const header = req.headers.host;
           if (!header) return refuse(res, 400, 'a request without a Host header is refused');
@@ -282,6 +286,7 @@ export class EgressService {
       }
       this.record(entry, { kind: 'http', target: host, allowed: true, rule: route.rule });
       const headers = { ...req.headers };
+      if (targetHost) headers.host = targetHost;
       delete headers['proxy-connection'];
       delete headers['proxy-authorization'];
       const upstream = httpRequest({

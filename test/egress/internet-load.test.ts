@@ -111,8 +111,8 @@ describe.skipIf(unavailable)('32 internet sandboxes downloading at once (root da
     const denied = (box: Sandbox, i: number) =>
       box.commands.run(
         i % 2 === 0
-          ? `curl -sS --max-time 30 -i -H 'Host: denied.test' http://allowed.test/`
-          : `getent hosts allowed.test >/dev/null && curl -sS --max-time 30 --cacert /tmp/ca.pem --resolve denied.test:443:${internet.addresses.allowed} https://denied.test/`,
+          ? `env -u http_proxy curl -sS --max-time 30 -i -H 'Host: denied.test' http://allowed.test/`
+          : `getent hosts allowed.test >/dev/null && env -u https_proxy -u HTTPS_PROXY curl -sS --max-time 30 --cacert /tmp/ca.pem --resolve denied.test:443:${internet.addresses.allowed} https://denied.test/`,
         { timeoutMs: 60_000, allowNonZeroExit: true },
       );
     const started = performance.now();

@@ -164,6 +164,10 @@ describe.skipIf(unavailable).each(modes)(
       expect(tunnel.stderr).toContain(
         "denied.test is refused by the sandbox's network policy: denyOut 0.0.0.0/0",
       );
+      // A Host header that lies is replaced by the target's (RFC 9112): no other site at that address.
+      expect((await sh(`curl -sS -m 10 -H 'Host: denied.test' http://allowed.test/`)).stdout).toBe(
+        'http hello from 203.0.113.10 for allowed.test\n',
+      );
       // Plain HTTP as an absolute URL: a 403 naming the rule rather than a DNS failure.
       const plain = await sh('curl -sS -m 10 -i http://denied.test/');
       expect(plain.stdout).toMatch(/^HTTP\/1\.1 403/);
