@@ -3,6 +3,7 @@ import type { SandboxInfo, SandboxState } from '../../runtime/protocol/wire.js';
 import {
   createSandbox,
   getSandboxInfo,
+  getSandboxMetrics,
   getSandboxNetwork,
   killSandbox,
   listSandboxes,
@@ -12,7 +13,7 @@ import {
   snapshotSandbox,
 } from '../sandbox/sandbox-api.js';
 import { UsageError } from './errors.js';
-import { withSpinner } from './feedback.js';
+import { formatBytes, withSpinner } from './feedback.js';
 import { collectPairs, lifetimeArg, withExamples } from './options.js';
 import {
   ago,
@@ -220,6 +221,28 @@ async function network(
   }
 }
 
+async function metrics(id: string, options: { json?: boolean; last?: number }): Promise<void> {
+  const { client } = await openControl();
+  const samples = await getSandboxMetrics(client, id);
+  const shown = options.last === undefined ? samples : samples.slice(-options.last);
+  if (options.json) return printJson(shown);
+  if (shown.length === 0) {
+    return printLine(
+      `sandbox ${id} has no samples yet: the daemon takes one every 5 s (ABX_METRICS_INTERVAL_MS)`,
+    );
+  }
+  printTable(
+    ['time', 'cpu', 'memory', 'disk', 'processes'],
+    shown.map((m) => [
+      m.timestamp.slice(11, 19),
+      `${m.cpuUsedPct.toFixed(1)}% of ${m.cpuCount}`,
+      `${formatBytes(m.memUsed)} / ${formatBytes(m.memTotal)}`,
+      `${formatBytes(m.diskUsed)} / ${formatBytes(m.diskTotal)}`,
+      String(m.processes),
+    ]),
+  );
+}
+
 async function snapshot(id: string, name: string, options: { json?: boolean }): Promise<void> {
   const { client } = await openControl();
   const template = await withSpinner(`saving sandbox ${id} as ${name}`, () =>
@@ -231,7 +254,15 @@ async function snapshot(id: string, name: string, options: { json?: boolean }): 
   );
 }
 
-/** `abx create|list|info|kill|timeout|network|snapshot`: the life of sandboxes. */
+function positiveCount(text: string): number {
+  const count = Number(text);
+  if (!/^\d+$/.test(text) || count < 1) {
+    throw new InvalidArgumentError(`give a whole number of samples, 1 or more, not '${text}'`);
+  }
+  return count;
+}
+
+/** `abx create|list|info|kill|timeout|network|metrics|snapshot`: the life of sandboxes. */
 export function addSandboxCommands(program: Command): void {
   withExamples(
     program
@@ -347,6 +378,19 @@ export function addSandboxCommands(program: Command): void {
       .action(network),
     'abx network i1a2b3c4d5e6f7g8 --log',
     'abx network i1a2b3c4d5e6f7g8 --allow pypi.org,files.pythonhosted.org --deny 0.0.0.0/0',
+  );
+
+  withExamples(
+    program
+      .command('metrics')
+      .description(
+        "Show a running sandbox's use over time: CPU (a percent of its cores: its limit, else the host's), memory, disk and processes, sampled by the daemon every 5 s (ABX_METRICS_INTERVAL_MS), the last 720 kept.",
+      )
+      .argument('<id>', 'the sandbox')
+      .option('-n, --last <count>', 'only the latest samples', positiveCount)
+      .option('--json', 'print the samples as JSON')
+      .action(metrics),
+    'abx metrics i1a2b3c4d5e6f7g8 --last 12',
   );
 
   withExamples(

@@ -10,7 +10,9 @@ import {
   statSync,
   writeFileSync,
 } from 'node:fs';
+import { statfs } from 'node:fs/promises';
 import { request } from 'node:http';
+import { availableParallelism, totalmem } from 'node:os';
 import { dirname, join } from 'node:path';
 import type { Writable } from 'node:stream';
 import type Docker from 'dockerode';
@@ -36,6 +38,7 @@ import {
   type SandboxHandle,
   type SandboxProvider,
   type SandboxSpec,
+  type SandboxUsage,
 } from '../provider.js';
 import { connectSandboxSocket } from '../sandbox-socket.js';
 import { bwrapArgs, prlimitArgs, SANDBOX_HOME_TEMPLATE, SANDBOX_UID } from './bwrap-args.js';
@@ -45,6 +48,7 @@ import {
   cgroupParent,
   cgroupPids,
   cgroupSupport,
+  cgroupUsage,
   createCgroups,
   oomKills,
   removeCgroups,
@@ -53,7 +57,7 @@ import {
 } from './cgroups.js';
 import { fileInImage, folderInImage } from './home-seed.js';
 import { imageRootfs, pruneRootfs, ROOTFS_ROOT } from './image-rootfs.js';
-import { isSameProcess, processStartTime } from './proc.js';
+import { isSameProcess, processesUsage, processStartTime } from './proc.js';
 import {
   createDiskImage,
   type HomeSeed,
@@ -488,6 +492,37 @@ export class LocalProvider implements SandboxProvider {
     }
     await this.reclaim(cgroups, handle.uid, deadline);
     await this.networks.release(handle.net);
+  }
+
+  /**
+   * From its cgroups where it has them (CPU time, memory charged, limits), else from /proc (the
+   * CPU time and resident memory of its processes); the disk from the file system its home is on
+   * (root: the ext4 image that holds home and /tmp; rootless: the home's tmpfs).
+   */
+  async metrics(handle: SandboxHandle): Promise<SandboxUsage> {
+    const dirs = cgroupsOf(handle);
+    let pids = cgroupPids(dirs);
+    if (pids.length === 0) {
+      pids = handle.uid === undefined ? [handle.pid] : uidProcesses(handle.uid);
+    }
+    const cgroup = cgroupUsage(dirs);
+    const proc =
+      cgroup.cpuTimeUs === undefined || cgroup.memUsed === undefined
+        ? processesUsage(pids)
+        : undefined;
+    const root = `/proc/${handle.pid}/root`;
+    // An image template's user may have another home: then the disk of /tmp (the same in root mode).
+    const disk = await statfs(`${root}${SANDBOX_HOME}`).catch(() => statfs(`${root}/tmp`));
+    return {
+      cpuTimeUs: cgroup.cpuTimeUs ?? proc?.cpuTimeUs ?? 0,
+      cpuCount: cgroup.cpuLimit ?? availableParallelism(),
+      memUsed: cgroup.memUsed ?? proc?.rss ?? 0,
+      memCache: cgroup.memCache ?? 0,
+      memTotal: Math.min(cgroup.memLimit ?? Number.POSITIVE_INFINITY, totalmem()),
+      diskUsed: (disk.blocks - disk.bfree) * disk.bsize,
+      diskTotal: disk.blocks * disk.bsize,
+      processes: pids.length,
+    };
   }
 
   internetUnavailable(): string | undefined {
