@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Sandbox, type SandboxMetric, Templates } from '../../src/index.js';
 import { startDaemon } from '../../src/installation/daemon-connection.js';
 import type { DaemonInfo } from '../../src/installation/daemon-info.js';
+import { ApiKeys } from '../../src/sandbox/api-keys.js';
 import { createAbxHome } from '../helpers/abx-home.js';
 import { call } from '../helpers/api-call.js';
 import { ROOT } from '../helpers/build.js';
@@ -152,6 +153,13 @@ describe('sandbox metrics', () => {
         expect(answer.body.error).toMatch(message);
         expect(answer.body.type).toBe('InvalidArgumentError');
       }
+      // Another key's sandbox answers as an unknown id.
+      const other = await ApiKeys.create(`other-${Date.now()}`, { home });
+      const foreign = await call(`${info.apiUrl}${path}`, {
+        headers: { authorization: `Bearer ${other.key}` },
+      });
+      expect(foreign.status).toBe(404);
+      expect(foreign.body.error).toBe(`sandbox ${box.sandboxId} does not exist`);
       const unknown = await get('/v1/sandboxes/i0000000000000000/metrics');
       expect(unknown.status).toBe(404);
       expect(unknown.body.error).toContain('does not exist');
