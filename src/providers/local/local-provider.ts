@@ -10,9 +10,7 @@ import {
   statSync,
   writeFileSync,
 } from 'node:fs';
-import { statfs } from 'node:fs/promises';
 import { request } from 'node:http';
-import { availableParallelism, totalmem } from 'node:os';
 import { dirname, join } from 'node:path';
 import type { Writable } from 'node:stream';
 import type Docker from 'dockerode';
@@ -57,7 +55,7 @@ import {
 } from './cgroups.js';
 import { fileInImage, folderInImage } from './home-seed.js';
 import { imageRootfs, pruneRootfs, ROOTFS_ROOT } from './image-rootfs.js';
-import { isSameProcess, processesUsage, processStartTime } from './proc.js';
+import { isSameProcess, processStartTime } from './proc.js';
 import {
   createDiskImage,
   type HomeSeed,
@@ -66,6 +64,7 @@ import {
   sharedRuntime,
 } from './sandbox-disk.js';
 import { SandboxUids, type UidRange, uidProcesses } from './sandbox-uids.js';
+import { sandboxUsage } from './sandbox-usage.js';
 import { compileSeccompFilter } from './seccomp.js';
 
 /** The pids limit of a sandbox whose template sets no `processes`: a fork bomb stops there. */
@@ -505,24 +504,7 @@ export class LocalProvider implements SandboxProvider {
     if (pids.length === 0) {
       pids = handle.uid === undefined ? [handle.pid] : uidProcesses(handle.uid);
     }
-    const cgroup = cgroupUsage(dirs);
-    const proc =
-      cgroup.cpuTimeUs === undefined || cgroup.memUsed === undefined
-        ? processesUsage(pids)
-        : undefined;
-    const root = `/proc/${handle.pid}/root`;
-    // An image template's user may have another home: then the disk of /tmp (the same in root mode).
-    const disk = await statfs(`${root}${SANDBOX_HOME}`).catch(() => statfs(`${root}/tmp`));
-    return {
-      cpuTimeUs: cgroup.cpuTimeUs ?? proc?.cpuTimeUs ?? 0,
-      cpuCount: cgroup.cpuLimit ?? availableParallelism(),
-      memUsed: cgroup.memUsed ?? proc?.rss ?? 0,
-      memCache: cgroup.memCache ?? 0,
-      memTotal: Math.min(cgroup.memLimit ?? Number.POSITIVE_INFINITY, totalmem()),
-      diskUsed: (disk.blocks - disk.bfree) * disk.bsize,
-      diskTotal: disk.blocks * disk.bsize,
-      processes: pids.length,
-    };
+    return sandboxUsage(cgroupUsage(dirs), pids, handle.pid);
   }
 
   internetUnavailable(): string | undefined {
