@@ -10,7 +10,7 @@ import type { EgressCounters, EgressPorts } from '../../egress/service.js';
 import { SandboxError, SandboxStartError, UnavailableError } from '../../errors.js';
 import { cgroupPids, cgroupUsage, oomKills, removeCgroups } from '../local/cgroups.js';
 import { envdHealthy } from '../local/local-provider.js';
-import { isSameProcess, processStartTime } from '../local/proc.js';
+import { isSameProcess, processStartTime, processTree } from '../local/proc.js';
 import { sandboxUsage } from '../local/sandbox-usage.js';
 import { type PortableRuntime, portableRuntime } from '../portable-runtime.js';
 import {
@@ -302,8 +302,8 @@ export class DockerProvider implements SandboxProvider {
   /**
    * From the sandbox's parent cgroups (cgroupfs driver): their usage counts the container's cgroup
    * below them, whose limits Docker set. Without them (the systemd driver), from /proc: the
-   * container's init alone. The disk: the file system of its home (the container's overlay, on
-   * the engine's disk; its size is the engine's disk, not a StorageOpt quota).
+   * container's init and its descendants. The disk: the file system of its home (the container's
+   * overlay, on the engine's disk; its size is the engine's disk, not a StorageOpt quota).
    */
   async metrics(handle: SandboxHandle): Promise<SandboxUsage> {
     const parents = handle.cgroups ?? [];
@@ -322,7 +322,7 @@ export class DockerProvider implements SandboxProvider {
           ? {}
           : { memLimit: limits.memLimit }),
       },
-      pids.length > 0 ? pids : [handle.pid],
+      pids.length > 0 ? pids : processTree(handle.pid),
       handle.pid,
     );
   }

@@ -55,7 +55,7 @@ import {
 } from './cgroups.js';
 import { fileInImage, folderInImage } from './home-seed.js';
 import { imageRootfs, pruneRootfs, ROOTFS_ROOT } from './image-rootfs.js';
-import { isSameProcess, processStartTime } from './proc.js';
+import { isSameProcess, processStartTime, processTree } from './proc.js';
 import {
   createDiskImage,
   type HomeSeed,
@@ -502,7 +502,7 @@ export class LocalProvider implements SandboxProvider {
     const dirs = cgroupsOf(handle);
     let pids = cgroupPids(dirs);
     if (pids.length === 0) {
-      pids = handle.uid === undefined ? [handle.pid] : uidProcesses(handle.uid);
+      pids = handle.uid === undefined ? processTree(handle.pid) : uidProcesses(handle.uid);
     }
     return sandboxUsage(cgroupUsage(dirs), pids, handle.pid);
   }
