@@ -293,7 +293,7 @@ export const API_ROUTES: ApiRoute[] = [
       const unavailable = ctx.metrics.unavailable();
       if (unavailable) {
         throw new InvalidArgumentError(
-          `sandbox ${id} has no metrics: ${unavailable} (the local provider does)`,
+          `sandbox ${id} has no metrics: ${unavailable} (the local and docker providers measure them)`,
         );
       }
       return { metrics: ctx.metrics.samples(id, range.start, range.end).map(metricJson) };

@@ -101,6 +101,17 @@ describe('the metrics sampler', () => {
     expect(sampler.samples('c', undefined, at - 1)).toEqual([]);
   });
 
+  test('a provider that measures nothing: no samples, and the reason names it', async () => {
+    const registry = { listSandboxes: async () => [] } as unknown as Registry;
+    const provider = { name: 'kubernetes', isAlive: () => true } as unknown as SandboxProvider;
+    const sampler = new MetricsSampler(registry, provider, 1000);
+    expect(sampler.unavailable()).toBe('the kubernetes provider measures no sandbox metrics');
+    sampler.start();
+    await sampler.pass();
+    await sampler.stop();
+    expect(sampler.size()).toBe(0);
+  });
+
   test('ABX_METRICS_INTERVAL_MS: a whole number of ms, 100 or more, else a clear error', () => {
     expect(metricsInterval({})).toBe(5000);
     expect(metricsInterval({ ABX_METRICS_INTERVAL_MS: '250' })).toBe(250);
