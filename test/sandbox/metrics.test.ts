@@ -1,4 +1,4 @@
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -187,4 +187,33 @@ describe('sandbox metrics', () => {
     expect(ended.status).toBe(200);
     expect(ended.body.metrics).toEqual([]);
   }, 240_000);
+
+  test('abx metrics --watch prints new samples as they come and ends with the sandbox', async () => {
+    const box = await Sandbox.create({ home });
+    const watch = spawn(
+      process.execPath,
+      [join(ROOT, 'dist', 'cli.js'), 'metrics', box.sandboxId, '--last', '1', '--watch'],
+      { env: { ...process.env, ABX_HOME: home }, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    let out = '';
+    watch.stdout.on('data', (chunk) => {
+      out += chunk;
+    });
+    const exited = new Promise<number | null>((resolve) => watch.on('exit', resolve));
+    try {
+      const deadline = Date.now() + 60_000;
+      // The header, then samples: with --last 1, all but one came while it watched.
+      while (out.split('\n').filter((line) => /% of \d/.test(line)).length < 3) {
+        if (Date.now() > deadline) throw new Error(`abx metrics --watch printed only: ${out}`);
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      expect(out.split('\n')[0]).toMatch(/^time\s+cpu\s+memory\s+disk\s+processes$/);
+      await box.kill();
+      expect(await exited).toBe(0);
+      expect(out).toContain(`sandbox ${box.sandboxId} ended (killed: killed by request)`);
+    } finally {
+      watch.kill('SIGKILL');
+      await box.kill();
+    }
+  }, 120_000);
 });
