@@ -145,7 +145,12 @@ export type {
   SandboxListFilter,
 } from './sandbox/sandbox.js';
 export { Sandbox } from './sandbox/sandbox.js';
-export type { NetworkEvent, NetworkInfo, NetworkPolicy } from './sandbox/sandbox-api.js';
+export type {
+  NetworkEvent,
+  NetworkInfo,
+  NetworkPolicy,
+  SandboxMetric,
+} from './sandbox/sandbox-api.js';
 export type { ServerClient, ServerStartOptions } from './sandbox/server-client.js';
 export type { TemplateInfo } from './sandbox/templates.js';
 export { Templates } from './sandbox/templates.js';

@@ -3,16 +3,18 @@ import type { SandboxInfo, SandboxState } from '../../runtime/protocol/wire.js';
 import {
   createSandbox,
   getSandboxInfo,
+  getSandboxMetrics,
   getSandboxNetwork,
   killSandbox,
   listSandboxes,
   openControl,
+  type SandboxMetric,
   setSandboxNetwork,
   setSandboxTimeout,
   snapshotSandbox,
 } from '../sandbox/sandbox-api.js';
 import { UsageError } from './errors.js';
-import { withSpinner } from './feedback.js';
+import { formatBytes, withSpinner } from './feedback.js';
 import { collectPairs, lifetimeArg, withExamples } from './options.js';
 import {
   ago,
@@ -220,6 +222,73 @@ async function network(
   }
 }
 
+function metricCells(m: SandboxMetric): string[] {
+  return [
+    m.timestamp.slice(11, 19),
+    `${m.cpuUsedPct.toFixed(1)}% of ${m.cpuCount}`,
+    `${formatBytes(m.memUsed)} / ${formatBytes(m.memTotal)}`,
+    `${formatBytes(m.diskUsed)} / ${formatBytes(m.diskTotal)}`,
+    String(m.processes),
+  ];
+}
+
+const METRIC_HEADER = ['time', 'cpu', 'memory', 'disk', 'processes'];
+const METRIC_WIDTHS = [10, 14, 24, 24, 9];
+
+/** One row of `abx metrics --watch`, in fixed columns (the rows come one at a time). */
+function watchLine(cells: readonly string[]): string {
+  return cells
+    .map((cell, i) => cell.padEnd(METRIC_WIDTHS[i] ?? 0))
+    .join(' ')
+    .trimEnd();
+}
+
+async function metrics(
+  id: string,
+  options: { json?: boolean; last?: number; watch?: boolean },
+): Promise<void> {
+  const { client } = await openControl();
+  const samples = await getSandboxMetrics(client, id);
+  const shown = options.last === undefined ? samples : samples.slice(-options.last);
+  if (options.watch) return watchMetrics(client, id, shown, options.json === true);
+  if (options.json) return printJson(shown);
+  if (shown.length === 0) {
+    return printLine(
+      `sandbox ${id} has no samples yet: the daemon takes one every 5 s (ABX_METRICS_INTERVAL_MS)`,
+    );
+  }
+  printTable(METRIC_HEADER, shown.map(metricCells));
+}
+
+/**
+ * Prints `shown`, then each new sample as it comes (a JSON line each with `json`), until the
+ * sandbox ends.
+ */
+async function watchMetrics(
+  client: Parameters<typeof getSandboxMetrics>[0],
+  id: string,
+  shown: SandboxMetric[],
+  json: boolean,
+): Promise<void> {
+  const print = (m: SandboxMetric) =>
+    printLine(json ? JSON.stringify(m) : watchLine(metricCells(m)));
+  if (!json) printLine(watchLine(METRIC_HEADER));
+  for (const m of shown) print(m);
+  let after = shown.length > 0 ? Date.parse((shown.at(-1) as SandboxMetric).timestamp) : 0;
+  for (;;) {
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    const info = await getSandboxInfo(client, id);
+    for (const m of await getSandboxMetrics(client, id, { start: after + 1 })) {
+      print(m);
+      after = Date.parse(m.timestamp);
+    }
+    if (info.state !== 'running') {
+      if (!json) printLine(`sandbox ${id} ended (${info.state}: ${info.endReason})`);
+      return;
+    }
+  }
+}
+
 async function snapshot(id: string, name: string, options: { json?: boolean }): Promise<void> {
   const { client } = await openControl();
   const template = await withSpinner(`saving sandbox ${id} as ${name}`, () =>
@@ -231,7 +300,15 @@ async function snapshot(id: string, name: string, options: { json?: boolean }): 
   );
 }
 
-/** `abx create|list|info|kill|timeout|network|snapshot`: the life of sandboxes. */
+function positiveCount(text: string): number {
+  const count = Number(text);
+  if (!/^\d+$/.test(text) || count < 1) {
+    throw new InvalidArgumentError(`give a whole number of samples, 1 or more, not '${text}'`);
+  }
+  return count;
+}
+
+/** `abx create|list|info|kill|timeout|network|metrics|snapshot`: the life of sandboxes. */
 export function addSandboxCommands(program: Command): void {
   withExamples(
     program
@@ -347,6 +424,21 @@ export function addSandboxCommands(program: Command): void {
       .action(network),
     'abx network i1a2b3c4d5e6f7g8 --log',
     'abx network i1a2b3c4d5e6f7g8 --allow pypi.org,files.pythonhosted.org --deny 0.0.0.0/0',
+  );
+
+  withExamples(
+    program
+      .command('metrics')
+      .description(
+        "Show a running sandbox's use over time: CPU (a percent of its cores: its limit, else the host's), memory, disk and processes, sampled by the daemon every 5 s (ABX_METRICS_INTERVAL_MS), the last 720 kept.",
+      )
+      .argument('<id>', 'the sandbox')
+      .option('-n, --last <count>', 'only the latest samples', positiveCount)
+      .option('-w, --watch', 'then print each new sample as it comes, until the sandbox ends')
+      .option('--json', 'print the samples as JSON (with --watch: a JSON line per sample)')
+      .action(metrics),
+    'abx metrics i1a2b3c4d5e6f7g8 --last 12',
+    'abx metrics i1a2b3c4d5e6f7g8 --last 1 --watch',
   );
 
   withExamples(

@@ -7,8 +7,10 @@ import { argList } from '../../runtime/server/validate.js';
 import { errorResponse, InvalidArgumentError, SandboxNotFoundError } from '../errors.js';
 import { egressPolicyOf } from '../providers/provider.js';
 import { packageInfo } from '../util/package-info.js';
+import { timeRange } from '../util/time-range.js';
 import { ENVD_PORT } from './gateway.js';
 import type { Caller, KeyService } from './key-service.js';
+import type { MetricsSample, MetricsSampler } from './metrics.js';
 import type { SandboxRecord, SandboxState } from './registry.js';
 import type { SandboxService } from './sandbox-service.js';
 import type { BuiltTemplate, TemplateService } from './template-service.js';
@@ -18,6 +20,8 @@ export interface ApiContext {
   sandboxes: SandboxService;
   templates: TemplateService;
   keys: KeyService;
+  /** Running sandboxes' samples of use (CPU, memory, disk, processes). */
+  metrics: MetricsSampler;
   /** Who sent the request (set by the daemon's guard; undefined only on public routes). */
   caller: Caller | undefined;
   /** Stops the daemon after the answer is sent. */
@@ -60,6 +64,12 @@ async function checkVisible(ctx: ApiContext, id: string): Promise<void> {
 /** Refuses a caller whose key is not an admin key. */
 function requireAdmin(ctx: ApiContext, what: string): void {
   ctx.keys.requireAdmin(callerOf(ctx), what);
+}
+
+/** A sample as the API shows it: its time as ISO 8601, as every time of the API. */
+export function metricJson(sample: MetricsSample) {
+  const { at, ...rest } = sample;
+  return { timestamp: new Date(at).toISOString(), ...rest };
 }
 
 const STATES: SandboxState[] = ['running', 'pooled', 'killed', 'expired', 'dead'];
@@ -267,6 +277,26 @@ export const API_ROUTES: ApiRoute[] = [
     handler: async ({ params, ctx }) => {
       await checkVisible(ctx, params.id as string);
       return ctx.sandboxes.networkOf(params.id as string);
+    },
+  },
+  {
+    method: 'GET',
+    path: '/v1/sandboxes/{id}/metrics',
+    group: 'api',
+    summary:
+      "A running sandbox's use, sampled every 5 s (ABX_METRICS_INTERVAL_MS), the last 720 samples: { metrics: [{ timestamp, cpuUsedPct (share of cpuCount), cpuCount, memUsed, memCache, memTotal, diskUsed, diskTotal, processes }] }; start= and end= (ms since the epoch, both included) bound them. An ended sandbox has none.",
+    handler: async ({ params, query, ctx }) => {
+      const id = params.id as string;
+      await checkVisible(ctx, id);
+      const range = timeRange(query, 'ms');
+      await ctx.sandboxes.get(id);
+      const unavailable = ctx.metrics.unavailable();
+      if (unavailable) {
+        throw new InvalidArgumentError(
+          `sandbox ${id} has no metrics: ${unavailable} (the local and docker providers measure them)`,
+        );
+      }
+      return { metrics: ctx.metrics.samples(id, range.start, range.end).map(metricJson) };
     },
   },
   {

@@ -30,6 +30,7 @@ import { envdRequest, runSetupStep, setSandboxEnv } from './envd-request.js';
 import { Gateway } from './gateway.js';
 import { hashToken, sandboxToken } from './ids.js';
 import { KeyService } from './key-service.js';
+import { MetricsSampler, metricsInterval } from './metrics.js';
 import {
   DATABASE_CONNECT_TIMEOUT_MS,
   isUnreachable,
@@ -60,6 +61,8 @@ export interface DaemonOptions {
   listen?: PublicListenOptions;
   /** How often expired sandboxes are looked for; default 1 s. */
   reapIntervalMs?: number;
+  /** Time between samples of every running sandbox's use (default: ABX_METRICS_INTERVAL_MS, else 5 s). */
+  metricsIntervalMs?: number;
   /**
    * The most sandboxes kept started per template, so `create` hands one out at once: a used
    * template's pool follows its recent demand between 1 and this; default
@@ -137,6 +140,7 @@ export class Daemon {
   private gatewayOrigin = '';
   readonly keys: KeyService;
   private readonly reaper: Reaper;
+  readonly metrics: MetricsSampler;
   private readonly liveness = new Map<string, { alive: boolean; at: number }>();
   /** The gateway's cache of running sandboxes' records (PostgreSQL only). */
   private readonly records: RecordCache | undefined;
@@ -194,7 +198,17 @@ export class Daemon {
           : { startConcurrency: options.startConcurrency }),
       },
     );
-    this.sandboxes.onEnded = (id) => this.records?.forget(id);
+    this.metrics = new MetricsSampler(
+      this.registry,
+      this.provider,
+      options.metricsIntervalMs ?? metricsInterval(),
+      undefined,
+      (error) => this.sandboxes.log.failed('metrics', error),
+    );
+    this.sandboxes.onEnded = (id) => {
+      this.records?.forget(id);
+      this.metrics.drop(id);
+    };
     this.reaper = new Reaper(
       this.sandboxes.reaperHost(),
       options.reapIntervalMs ?? 1000,
@@ -208,11 +222,17 @@ export class Daemon {
       sandboxes: this.sandboxes,
       templates: this.templates,
       keys: this.keys,
+      metrics: this.metrics,
       shutdown: () => setImmediate(() => void this.stop()),
       gatewayUrl: () => this.gatewayOrigin,
     };
     const e2b = mountE2bControlApi(
-      { sandboxes: this.sandboxes, templates: this.templates, keys: this.keys },
+      {
+        sandboxes: this.sandboxes,
+        templates: this.templates,
+        keys: this.keys,
+        metrics: this.metrics,
+      },
       // The host E2B's SDKs put after `{port}-{id}.`: the domain, and the gateway's port when it
       // is not its scheme's own (the SDK builds https://{port}-{id}.{domain} from it).
       () => new URL(this.gatewayOrigin).host,
@@ -412,6 +432,7 @@ export class Daemon {
       this.gatewayOrigin = gatewayOrigin({ domain: this.domain, tls: false, port: gatewayPort });
     }
     this.reaper.start();
+    this.metrics.start();
     const info: DaemonInfo = {
       pid: process.pid,
       apiUrl: `http://127.0.0.1:${apiPort}`,
@@ -433,6 +454,7 @@ export class Daemon {
   stop(): Promise<void> {
     this.stopping ??= (async () => {
       await this.reaper.stop();
+      await this.metrics.stop();
       // A registry that does not answer must not keep the daemon from stopping.
       await this.sandboxes
         .close()

@@ -3,6 +3,7 @@ import type { E2bBackend, E2bSandboxRow } from '../compat/e2b/backend.js';
 import { E2bControlApi } from '../compat/e2b/control-api.js';
 import { egressPolicyOf } from '../providers/provider.js';
 import type { KeyService } from './key-service.js';
+import type { MetricsSampler } from './metrics.js';
 import type { SandboxRecord } from './registry.js';
 import type { SandboxService } from './sandbox-service.js';
 import { snapshotSource, type TemplateService } from './template-service.js';
@@ -13,11 +14,16 @@ import { snapshotSource, type TemplateService } from './template-service.js';
  * adds no state of its own and the native API is untouched.
  */
 export function mountE2bControlApi(
-  services: { sandboxes: SandboxService; templates: TemplateService; keys: KeyService },
+  services: {
+    sandboxes: SandboxService;
+    templates: TemplateService;
+    keys: KeyService;
+    metrics: MetricsSampler;
+  },
   domain: () => string,
   limits: BodyLimits,
 ): E2bControlApi {
-  const { sandboxes, templates, keys } = services;
+  const { sandboxes, templates, keys, metrics } = services;
   const backend: E2bBackend = {
     authenticate: (key) => keys.authenticateKey(key, 'X-API-KEY: <key> (E2B_API_KEY)'),
     create: async (request, caller) =>
@@ -72,6 +78,7 @@ export function mountE2bControlApi(
       await templates.remove(name);
       await sandboxes.drainPool(name);
     },
+    metrics: (id, start, end) => metrics.samples(id, start, end),
     domain,
   };
   return new E2bControlApi(backend, limits);

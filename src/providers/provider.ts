@@ -175,6 +175,28 @@ export function egressPolicyOf(handle: SandboxHandle): EgressPolicy | undefined 
   return handle.net?.policy ?? handle.pod?.egress;
 }
 
+/**
+ * What a sandbox uses at one instant (a provider's {@link SandboxProvider.metrics}); the daemon's
+ * sampler turns `cpuTimeUs` into a share of `cpuCount` between two readings.
+ */
+export interface SandboxUsage {
+  /** CPU time all its processes used since it started, in microseconds (a growing counter). */
+  cpuTimeUs: number;
+  /** Cores it may use: its CPU limit (`0.5` is half a core), else the host's cores. */
+  cpuCount: number;
+  /** Bytes of memory its processes use (page cache included, as its limit counts it). */
+  memUsed: number;
+  /** Of `memUsed`, the page cache (file data the kernel may drop), in bytes. */
+  memCache: number;
+  /** Its memory limit in bytes, else the host's memory. */
+  memTotal: number;
+  /** Bytes used on its disk (home and /tmp), and the disk's size (its quota). */
+  diskUsed: number;
+  diskTotal: number;
+  /** Processes running in it. */
+  processes: number;
+}
+
 /** Why a sandbox's processes ended without being killed. */
 export type EndCause = 'oom' | 'exited';
 
@@ -198,6 +220,11 @@ export interface SandboxProvider {
   setNetwork?(handle: SandboxHandle, policy: EgressPolicy): Promise<SandboxHandle>;
   /** What egress allowed and refused for an internet sandbox: counts and the latest decisions. */
   networkStats?(handle: SandboxHandle): Promise<EgressCounters>;
+  /**
+   * What a running sandbox uses now (see {@link SandboxUsage}); the daemon samples it every few
+   * seconds. Absent: this provider measures nothing, and a sandbox's metrics are empty.
+   */
+  metrics?(handle: SandboxHandle): Promise<SandboxUsage>;
   /** True while the sandbox's root process runs (and is the same process). */
   isAlive(handle: SandboxHandle): boolean;
   /** Why a sandbox that is no longer alive ended (call before `kill` releases its cgroups). */

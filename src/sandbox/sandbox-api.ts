@@ -158,6 +158,49 @@ export function getSandboxNetwork(client: JsonClient, sandboxId: string): Promis
   return client.json<NetworkInfo>('GET', `${sandboxPath(sandboxId)}/network`);
 }
 
+/**
+ * One sample of a sandbox's use (see `Sandbox.getMetrics`), in E2B's shape with abx's
+ * `processes`: the daemon takes one every 5 s and keeps the last 720.
+ */
+export interface SandboxMetric {
+  /** When it was taken (ISO 8601). */
+  timestamp: string;
+  /** CPU used since the previous sample, as a percent of `cpuCount` cores (100: all busy). */
+  cpuUsedPct: number;
+  /** Cores the sandbox may use: its CPU limit (may be a fraction), else the host's cores. */
+  cpuCount: number;
+  /** Memory used in bytes, page cache included (`memCache` of it). */
+  memUsed: number;
+  memCache: number;
+  /** Its memory limit, else the host's memory, in bytes. */
+  memTotal: number;
+  /** Bytes used on its disk (home and /tmp), and the disk's size (its quota). */
+  diskUsed: number;
+  diskTotal: number;
+  /** Processes running in it. */
+  processes: number;
+}
+
+/** The samples of a running sandbox from `start` to `end` (both included). */
+export async function getSandboxMetrics(
+  client: JsonClient,
+  sandboxId: string,
+  range: { start?: Date | number; end?: Date | number } = {},
+): Promise<SandboxMetric[]> {
+  const query = new URLSearchParams();
+  for (const name of ['start', 'end'] as const) {
+    const value = range[name];
+    if (value !== undefined) query.set(name, String(Math.round(Number(value))));
+  }
+  const tail = query.size > 0 ? `?${query}` : '';
+  return (
+    await client.json<{ metrics: SandboxMetric[] }>(
+      'GET',
+      `${sandboxPath(sandboxId)}/metrics${tail}`,
+    )
+  ).metrics;
+}
+
 /** Replaces an internet sandbox's egress policy (see `Sandbox.setNetwork`). */
 export function setSandboxNetwork(
   client: JsonClient,

@@ -55,6 +55,7 @@ import {
   createSandbox,
   DEFAULT_REQUEST_TIMEOUT_MS,
   getSandboxInfo,
+  getSandboxMetrics,
   getSandboxNetwork,
   killSandbox,
   listSandboxes,
@@ -62,6 +63,7 @@ import {
   type NetworkPolicy,
   openControl,
   type SandboxListFilter,
+  type SandboxMetric,
   setSandboxNetwork,
   setSandboxTimeout,
   snapshotSandbox,
@@ -433,6 +435,22 @@ export class Sandbox extends BaseSandbox {
    */
   async getNetwork(): Promise<NetworkInfo> {
     return getSandboxNetwork(this.control, this.sandboxId);
+  }
+
+  /**
+   * This running sandbox's use over time, oldest first: CPU (a percent of its `cpuCount`),
+   * memory, disk and processes, sampled by the daemon every 5 s (the last hour kept), between
+   * `start` and `end` (Dates or ms since the epoch, both included). E2B's `getMetrics` with
+   * ISO 8601 timestamps, as every time abx answers.
+   *
+   * @example
+   * const [last] = (await sandbox.getMetrics()).slice(-1);
+   * console.log(`${last.cpuUsedPct}% of ${last.cpuCount} cores, ${last.memUsed} bytes`);
+   */
+  async getMetrics(
+    range: { start?: Date | number; end?: Date | number } = {},
+  ): Promise<SandboxMetric[]> {
+    return getSandboxMetrics(this.control, this.sandboxId, range);
   }
 
   /** Sets the time left before the sandbox is reaped, counted from now. */

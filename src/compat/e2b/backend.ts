@@ -40,6 +40,19 @@ export interface E2bSandboxRow {
   network?: E2bNetwork;
 }
 
+/** One sample of a sandbox's use (see src/control/metrics.ts). */
+export interface E2bMetricSample {
+  /** ms since the epoch */
+  at: number;
+  cpuUsedPct: number;
+  cpuCount: number;
+  memUsed: number;
+  memCache: number;
+  memTotal: number;
+  diskUsed: number;
+  diskTotal: number;
+}
+
 export interface E2bBackend {
   /** The caller a key names; AuthenticationError (401) for a missing, wrong or revoked key. */
   authenticate(key: string | undefined): Promise<E2bCaller>;
@@ -78,6 +91,11 @@ export interface E2bBackend {
   snapshots(): Promise<{ name: string; sandboxId: string; builtAt: number }[]>;
   /** Removes a template, a snapshot's included (admin keys only, as on /v1); 404 if none. */
   removeTemplate(name: string, caller: E2bCaller): Promise<void>;
+  /**
+   * A running sandbox's samples of use from `start` to `end` (ms since the epoch, both included),
+   * oldest first; empty where the provider measures none.
+   */
+  metrics(id: string, start?: number, end?: number): E2bMetricSample[];
   /** The domain sandbox hosts end with: `{port}-{sandboxId}.{domain}` at the gateway. */
   domain(): string;
 }

@@ -19,6 +19,7 @@ import {
   TemplateNotFoundError,
   UnsupportedMediaTypeError,
 } from '../../errors.js';
+import { timeRange } from '../../util/time-range.js';
 import type { E2bBackend, E2bCaller, E2bSandboxRow, E2bTemplateTraits } from './backend.js';
 import { E2B_CODE_TEMPLATE } from './code-interpreter.js';
 import { page, parseListQuery } from './list-query.js';
@@ -285,10 +286,34 @@ async function updateNetwork(call: Call): Promise<Answer> {
   return new Answer(204, undefined);
 }
 
-/** abx measures no metrics over time yet: an empty list, which the SDK reads as none. */
+/**
+ * `Sandbox.getMetrics` / `sandbox.getMetrics()`: the samples the daemon keeps of a running
+ * sandbox (every 5 s, the last 720), bounded by `start` and `end` in seconds since the epoch (the
+ * whole second of `end` included), in E2B's `SandboxMetric` shape. A provider that measures
+ * nothing answers an empty list, which the SDK reads as none.
+ */
 async function metrics(call: Call): Promise<Answer> {
-  await visible(call);
-  return new Answer(200, []);
+  const row = await visible(call);
+  const { start, end } = timeRange(call.query, 's');
+  const samples = call.backend.metrics(
+    row.id,
+    start === undefined ? undefined : start * 1000,
+    end === undefined ? undefined : end * 1000 + 999,
+  );
+  return new Answer(
+    200,
+    samples.map((s) => ({
+      timestamp: new Date(s.at).toISOString(),
+      timestampUnix: Math.floor(s.at / 1000),
+      cpuUsedPct: s.cpuUsedPct,
+      cpuCount: s.cpuCount,
+      memUsed: s.memUsed,
+      memCache: s.memCache,
+      memTotal: s.memTotal,
+      diskUsed: s.diskUsed,
+      diskTotal: s.diskTotal,
+    })),
+  );
 }
 
 async function snapshot(call: Call): Promise<Answer> {
@@ -339,7 +364,7 @@ const ROUTES: E2bRoute[] = [
   route('DELETE', '/sandboxes/{id}', 'Kill a sandbox.', kill),
   route('POST', '/sandboxes/{id}/timeout', 'Set the time left.', setTimeoutOf),
   route('PUT', '/sandboxes/{id}/network', "Replace a sandbox's egress policy.", updateNetwork),
-  route('GET', '/sandboxes/{id}/metrics', 'Metrics: none measured yet.', metrics),
+  route('GET', '/sandboxes/{id}/metrics', 'Samples of CPU, memory and disk use.', metrics),
   route('POST', '/sandboxes/{id}/snapshots', 'Save a sandbox as a template.', snapshot),
   route('POST', '/sandboxes/{id}/pause', 'Pause: not yet.', async (call) => {
     await visible(call);

@@ -8,9 +8,10 @@ import { SANDBOX_RESOLV_CONF } from '../../egress/sandbox-net.js';
 import { type KeptNet, SandboxNetworks } from '../../egress/sandbox-networks.js';
 import type { EgressCounters, EgressPorts } from '../../egress/service.js';
 import { SandboxError, SandboxStartError, UnavailableError } from '../../errors.js';
-import { oomKills, removeCgroups } from '../local/cgroups.js';
+import { cgroupPids, cgroupUsage, oomKills, removeCgroups } from '../local/cgroups.js';
 import { envdHealthy } from '../local/local-provider.js';
-import { isSameProcess, processStartTime } from '../local/proc.js';
+import { isSameProcess, processStartTime, processTree } from '../local/proc.js';
+import { sandboxUsage } from '../local/sandbox-usage.js';
 import { type PortableRuntime, portableRuntime } from '../portable-runtime.js';
 import {
   type EndCause,
@@ -19,6 +20,7 @@ import {
   type SandboxHandle,
   type SandboxProvider,
   type SandboxSpec,
+  type SandboxUsage,
 } from '../provider.js';
 import {
   containerOptions,
@@ -295,6 +297,34 @@ export class DockerProvider implements SandboxProvider {
 
   isAlive(handle: SandboxHandle): boolean {
     return isSameProcess(handle.pid, handle.startTime);
+  }
+
+  /**
+   * From the sandbox's parent cgroups (cgroupfs driver): their usage counts the container's cgroup
+   * below them, whose limits Docker set. Without them (the systemd driver), from /proc: the
+   * container's init and its descendants. The disk: the file system of its home (the container's
+   * overlay, on the engine's disk; its size is the engine's disk, not a StorageOpt quota).
+   */
+  async metrics(handle: SandboxHandle): Promise<SandboxUsage> {
+    const parents = handle.cgroups ?? [];
+    const container = handle.container;
+    const inner = container
+      ? parents.map((dir) => join(dir, container)).filter((dir) => existsSync(dir))
+      : [];
+    const own = cgroupUsage(parents);
+    const limits = cgroupUsage(inner);
+    const pids = cgroupPids([...parents, ...inner]);
+    return sandboxUsage(
+      {
+        ...own,
+        ...(limits.cpuLimit === undefined ? {} : { cpuLimit: limits.cpuLimit }),
+        ...(limits.memLimit === undefined || (own.memLimit ?? Infinity) < limits.memLimit
+          ? {}
+          : { memLimit: limits.memLimit }),
+      },
+      pids.length > 0 ? pids : processTree(handle.pid),
+      handle.pid,
+    );
   }
 
   endCause(handle: SandboxHandle): EndCause {

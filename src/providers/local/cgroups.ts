@@ -291,3 +291,64 @@ export function removeCgroups(dirs: readonly string[]): boolean {
   }
   return all;
 }
+
+/** What a sandbox's cgroups say it uses; a field is absent where no cgroup of it exists here. */
+export interface CgroupUsage {
+  /** CPU time used, in microseconds (v2 `cpu.stat` usage_usec, v1 `cpuacct.usage`). */
+  cpuTimeUs?: number;
+  /** Its CPU limit in cores (a CFS quota), when it has one. */
+  cpuLimit?: number;
+  /** Memory charged to it, page cache included (v2 `memory.current`, v1 `usage_in_bytes`). */
+  memUsed?: number;
+  /** Of that, page cache (`file` in v2's memory.stat, `cache` in v1's). */
+  memCache?: number;
+  /** Its memory limit in bytes, when it has one. */
+  memLimit?: number;
+}
+
+function readText(file: string): string | undefined {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch {
+    return undefined;
+  }
+}
+
+function statField(text: string | undefined, name: string): number | undefined {
+  const match = text === undefined ? null : new RegExp(`^${name} (\\d+)$`, 'm').exec(text);
+  return match ? Number(match[1]) : undefined;
+}
+
+/**
+ * Reads usage from a sandbox's cgroups, v2 or v1 (each v1 folder answers for its controller; v1
+ * mounts cpuacct with cpu, so the cpu folder has `cpuacct.usage`). A limit of "max" (or v1's
+ * near-2^63 "no limit") is no limit.
+ */
+export function cgroupUsage(dirs: readonly string[]): CgroupUsage {
+  const usage: CgroupUsage = {};
+  for (const dir of dirs) {
+    const cpuStat = readText(join(dir, 'cpu.stat'));
+    const usec = statField(cpuStat, 'usage_usec');
+    if (usec !== undefined) usage.cpuTimeUs = usec;
+    const ns = readText(join(dir, 'cpuacct.usage'));
+    if (ns !== undefined && usage.cpuTimeUs === undefined) usage.cpuTimeUs = Number(ns) / 1000;
+    const max = readText(join(dir, 'cpu.max'))?.trim().split(/\s+/);
+    if (max && max[0] !== 'max') usage.cpuLimit = Number(max[0]) / Number(max[1]);
+    const quota = Number(readText(join(dir, 'cpu.cfs_quota_us')) ?? -1);
+    if (quota > 0) {
+      usage.cpuLimit = quota / Number(readText(join(dir, 'cpu.cfs_period_us')) ?? CFS_PERIOD_US);
+    }
+    const current =
+      readText(join(dir, 'memory.current')) ?? readText(join(dir, 'memory.usage_in_bytes'));
+    if (current !== undefined) {
+      usage.memUsed = Number(current);
+      const stat = readText(join(dir, 'memory.stat'));
+      usage.memCache = statField(stat, 'file') ?? statField(stat, 'cache') ?? 0;
+      const limit =
+        readText(join(dir, 'memory.max')) ?? readText(join(dir, 'memory.limit_in_bytes'));
+      const bytes = limit === undefined || limit.trim() === 'max' ? Number.NaN : Number(limit);
+      if (bytes > 0 && bytes < 2 ** 62) usage.memLimit = bytes;
+    }
+  }
+  return usage;
+}

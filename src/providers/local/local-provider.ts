@@ -36,6 +36,7 @@ import {
   type SandboxHandle,
   type SandboxProvider,
   type SandboxSpec,
+  type SandboxUsage,
 } from '../provider.js';
 import { connectSandboxSocket } from '../sandbox-socket.js';
 import { bwrapArgs, prlimitArgs, SANDBOX_HOME_TEMPLATE, SANDBOX_UID } from './bwrap-args.js';
@@ -45,6 +46,7 @@ import {
   cgroupParent,
   cgroupPids,
   cgroupSupport,
+  cgroupUsage,
   createCgroups,
   oomKills,
   removeCgroups,
@@ -53,7 +55,7 @@ import {
 } from './cgroups.js';
 import { fileInImage, folderInImage } from './home-seed.js';
 import { imageRootfs, pruneRootfs, ROOTFS_ROOT } from './image-rootfs.js';
-import { isSameProcess, processStartTime } from './proc.js';
+import { isSameProcess, processStartTime, processTree } from './proc.js';
 import {
   createDiskImage,
   type HomeSeed,
@@ -62,6 +64,7 @@ import {
   sharedRuntime,
 } from './sandbox-disk.js';
 import { SandboxUids, type UidRange, uidProcesses } from './sandbox-uids.js';
+import { sandboxUsage } from './sandbox-usage.js';
 import { compileSeccompFilter } from './seccomp.js';
 
 /** The pids limit of a sandbox whose template sets no `processes`: a fork bomb stops there. */
@@ -488,6 +491,20 @@ export class LocalProvider implements SandboxProvider {
     }
     await this.reclaim(cgroups, handle.uid, deadline);
     await this.networks.release(handle.net);
+  }
+
+  /**
+   * From its cgroups where it has them (CPU time, memory charged, limits), else from /proc (the
+   * CPU time and resident memory of its processes); the disk from the file system its home is on
+   * (root: the ext4 image that holds home and /tmp; rootless: the home's tmpfs).
+   */
+  async metrics(handle: SandboxHandle): Promise<SandboxUsage> {
+    const dirs = cgroupsOf(handle);
+    let pids = cgroupPids(dirs);
+    if (pids.length === 0) {
+      pids = handle.uid === undefined ? processTree(handle.pid) : uidProcesses(handle.uid);
+    }
+    return sandboxUsage(cgroupUsage(dirs), pids, handle.pid);
   }
 
   internetUnavailable(): string | undefined {

@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 
 /**
  * The start time of a process (field 22 of /proc/PID/stat, in clock ticks since boot), or
@@ -20,4 +20,58 @@ export function processStartTime(pid: number): string | undefined {
 /** True when `pid` runs and started at `startTime`. */
 export function isSameProcess(pid: number, startTime: string): boolean {
   return processStartTime(pid) === startTime;
+}
+
+/** Clock ticks per second of /proc's times (USER_HZ: 100 on every Linux architecture abx runs on). */
+const USER_HZ = 100;
+/** Bytes per page of /proc/PID/statm (4 KiB on x86-64 and arm64's usual kernels). */
+const PAGE_BYTES = 4096;
+
+/**
+ * The CPU time and resident memory of some processes, from /proc: each one's user and system time
+ * with that of the children it reaped (so a command that ended still counts in envd's), and its
+ * resident set (shared pages count once per process). For sandboxes without a cpu or memory
+ * cgroup; a process that ended meanwhile is left out.
+ */
+export function processesUsage(pids: readonly number[]): { cpuTimeUs: number; rss: number } {
+  let ticks = 0;
+  let pages = 0;
+  for (const pid of pids) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      // utime, stime, cutime, cstime: fields 14-17 of stat(5), the 3rd field being fields[0].
+      for (let i = 11; i <= 14; i++) ticks += Number(fields[i]);
+      pages += Number(readFileSync(`/proc/${pid}/statm`, 'utf8').split(' ')[1]);
+    } catch {
+      // ended meanwhile
+    }
+  }
+  return { cpuTimeUs: (ticks * 1e6) / USER_HZ, rss: pages * PAGE_BYTES };
+}
+
+/** `pid` and every process descended from it, from the parent pids in /proc. */
+export function processTree(pid: number): number[] {
+  const children = new Map<number, number[]>();
+  let entries: string[];
+  try {
+    entries = readdirSync('/proc');
+  } catch {
+    return [pid];
+  }
+  for (const entry of entries) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      const parent = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      const list = children.get(parent) ?? [];
+      list.push(Number(entry));
+      children.set(parent, list);
+    } catch {
+      // ended meanwhile
+    }
+  }
+  const tree = [pid];
+  for (let i = 0; i < tree.length; i++) tree.push(...(children.get(tree[i] as number) ?? []));
+  return tree;
 }
