@@ -2,6 +2,7 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { orphanNetProcesses } from '../../src/egress/sandbox-net.js';
 import { stopDaemon } from '../../src/installation/daemon-connection.js';
 import { Sandbox } from '../../src/sandbox/sandbox.js';
 import { Templates } from '../../src/sandbox/templates.js';
@@ -79,7 +80,9 @@ export async function createAbxHome(): Promise<{ home: string; close(): Promise<
       await stopDaemon(home).catch(() => undefined);
       // Sandboxes' command lines name no host folder: find what is left by the ids of its folders.
       const ids = existsSync(join(home, 'sandboxes')) ? readdirSync(join(home, 'sandboxes')) : [];
-      for (const pid of [...processesMentioning(home), ...ids.flatMap(sandboxProcesses)]) {
+      // An internet sandbox's namespace holder and slirp4netns carry its id in a tag.
+      const nets = orphanNetProcesses((id) => ids.includes(id));
+      for (const pid of [...processesMentioning(home), ...ids.flatMap(sandboxProcesses), ...nets]) {
         try {
           process.kill(pid, 'SIGKILL');
         } catch {
