@@ -1,29 +1,13 @@
-import type { SandboxProvider, SandboxUsage } from '../providers/provider.js';
+import type { MetricsSample, SandboxProvider, SandboxUsage } from '../providers/provider.js';
+
+export type { MetricsSample };
+
 import type { Registry } from './registry.js';
 
 /** How often running sandboxes are sampled unless `ABX_METRICS_INTERVAL_MS` says otherwise. */
 export const METRICS_INTERVAL_MS = 5000;
 /** Samples kept per sandbox: the last hour at the default interval. */
 export const METRICS_SAMPLES = 720;
-
-/**
- * One sample of a sandbox's use, in E2B's shape (`timestamp`, `cpuUsedPct`, `cpuCount`,
- * `memUsed`, `memTotal`, `diskUsed`, `diskTotal`, plus `memCache`) and abx's `processes`.
- * `cpuUsedPct` is the CPU time used since the previous sample as a share of `cpuCount` cores
- * over that time (the first sample: since the sandbox started): 100 is its whole limit busy.
- */
-export interface MetricsSample {
-  /** When it was taken, in ms since the epoch. */
-  at: number;
-  cpuUsedPct: number;
-  cpuCount: number;
-  memUsed: number;
-  memCache: number;
-  memTotal: number;
-  diskUsed: number;
-  diskTotal: number;
-  processes: number;
-}
 
 interface Ring {
   samples: MetricsSample[];

@@ -197,6 +197,19 @@ export interface SandboxUsage {
   processes: number;
 }
 
+/**
+ * One sample of a sandbox's use, in E2B's shape (`cpuUsedPct`, `cpuCount`, `memUsed`,
+ * `memTotal`, `diskUsed`, `diskTotal`, plus `memCache`) and abx's `processes`: a reading of
+ * `SandboxUsage` with the CPU time counter turned into `cpuUsedPct`, the CPU time used since the
+ * previous sample as a share of `cpuCount` cores over that time (the first sample: since the
+ * sandbox started); 100 is its whole limit busy.
+ */
+export type MetricsSample = Omit<SandboxUsage, 'cpuTimeUs'> & {
+  /** When it was taken, in ms since the epoch. */
+  at: number;
+  cpuUsedPct: number;
+};
+
 /** Why a sandbox's processes ended without being killed. */
 export type EndCause = 'oom' | 'exited';
 

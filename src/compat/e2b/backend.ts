@@ -4,6 +4,7 @@
  * Every call lands on the native service, registry and key store; the layer keeps no state.
  */
 import type { TemplateResources } from '../../../runtime/protocol/wire.js';
+import type { MetricsSample } from '../../providers/provider.js';
 
 /** Who sent a request: the key its `X-API-KEY` names. */
 export interface E2bCaller {
@@ -38,19 +39,6 @@ export interface E2bSandboxRow {
   owner: string | null;
   /** An internet sandbox's policy; none: its template's network without one (none or host). */
   network?: E2bNetwork;
-}
-
-/** One sample of a sandbox's use (see src/control/metrics.ts). */
-export interface E2bMetricSample {
-  /** ms since the epoch */
-  at: number;
-  cpuUsedPct: number;
-  cpuCount: number;
-  memUsed: number;
-  memCache: number;
-  memTotal: number;
-  diskUsed: number;
-  diskTotal: number;
 }
 
 export interface E2bBackend {
@@ -95,7 +83,7 @@ export interface E2bBackend {
    * A running sandbox's samples of use from `start` to `end` (ms since the epoch, both included),
    * oldest first; empty where the provider measures none.
    */
-  metrics(id: string, start?: number, end?: number): E2bMetricSample[];
+  metrics(id: string, start?: number, end?: number): MetricsSample[];
   /** The domain sandbox hosts end with: `{port}-{sandboxId}.{domain}` at the gateway. */
   domain(): string;
 }
