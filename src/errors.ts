@@ -40,6 +40,7 @@ export {
   SandboxError,
   type SandboxErrorOptions,
   SandboxNotFoundError,
+  SandboxPausedError,
   SandboxStartError,
   SerializationError,
   ServerCommandError,

@@ -9,6 +9,13 @@ import { defineGroup } from '../server/route-group.js';
  */
 export const ENV = defineGroup('ENV', '/env', 'the environment of the sandbox’s processes', [
   {
+    method: 'GET',
+    path: '/env',
+    summary:
+      'The environment every later process of the sandbox gets, as `{ env }` (what a hibernate keeps).',
+    handler: () => ({ env: { ...process.env } }),
+  },
+  {
     method: 'PUT',
     path: '/env',
     summary:

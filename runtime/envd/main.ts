@@ -39,6 +39,8 @@ const { values } = parseArgs({
     // A read-only template home to copy into an empty home first (sandboxes whose home is a
     // size-limited tmpfs, which starts empty: rootless mode).
     'home-template': { type: 'string' },
+    // The same for /tmp (a hibernated rootless sandbox waking: its /tmp as it was).
+    'tmp-template': { type: 'string' },
     home: { type: 'string' },
   },
   strict: true,
@@ -81,9 +83,13 @@ if (!tokens) {
 }
 const home = values.home ?? process.env.HOME ?? SANDBOX_HOME;
 const metadataDir = join(resolve(home), '.abx', 'envd');
-if (values['home-template']) {
+for (const [template, into] of [
+  [values['home-template'], home],
+  [values['tmp-template'], '/tmp'],
+] as const) {
+  if (!template) continue;
   try {
-    cpSync(values['home-template'], home, {
+    cpSync(template, into, {
       recursive: true,
       force: true,
       preserveTimestamps: true,
@@ -91,7 +97,7 @@ if (values['home-template']) {
     });
   } catch (error) {
     process.stderr.write(
-      `envd: cannot fill ${home} from the template: ${(error as Error).message}\n`,
+      `envd: cannot fill ${into} from the template: ${(error as Error).message}\n`,
     );
     process.exit(1);
   }

@@ -205,6 +205,15 @@ export class LimitExceededError extends SandboxError {
   static override readonly status: number = 429;
 }
 
+/**
+ * The sandbox is paused (`code` `paused`; or `already_paused` for a pause of a paused one):
+ * resume it first (`sandbox.resume()`, `Sandbox.connect(id)`, `abx resume ID`).
+ */
+export class SandboxPausedError extends SandboxError {
+  static override readonly type: string = 'SandboxPausedError';
+  static override readonly status: number = 409;
+}
+
 // ---------------------------------------------------------------- not found (404)
 
 /** No sandbox, template, command, process or file of that name (or it is gone). */
@@ -497,6 +506,7 @@ export const ERROR_CLASSES: readonly ErrorClass[] = [
   PayloadTooLargeError,
   UnsupportedMediaTypeError,
   ContextDeadError,
+  SandboxPausedError,
   AuthenticationError,
   PermissionDeniedError,
   CapabilityError,

@@ -7,8 +7,27 @@ import type { ArgSpec, ArgType } from './arguments.js';
 
 // ---------------------------------------------------------------- daemon API (/v1)
 
-/** Where a sandbox is in its life. `pooled`: started ahead of demand, not handed out yet. */
-export type SandboxState = 'pooled' | 'running' | 'killed' | 'expired' | 'dead';
+/**
+ * Where a sandbox is in its life. `pooled`: started ahead of demand, not handed out yet.
+ * `paused`: frozen (its memory kept) or hibernated (its processes ended, its disk kept) until a
+ * resume; it keeps its id, tokens and files.
+ */
+export type SandboxState = 'pooled' | 'running' | 'paused' | 'killed' | 'expired' | 'dead';
+
+/** How a paused sandbox is kept (see docs/lifecycle.md). */
+export interface PausedInfo {
+  /** True: frozen, every process kept in memory; false: hibernated, only the disk kept. */
+  memory: boolean;
+  /** ISO 8601 time of the pause. */
+  pausedAt: string;
+}
+
+/** What happens at a sandbox's timeout: it is killed (the default) or paused. */
+export interface SandboxLifecycle {
+  onTimeout: 'kill' | 'pause';
+  /** With `pause`: keep its memory (freeze) or only its disk (hibernate). */
+  keepMemory: boolean;
+}
 
 /** A sandbox as `GET /v1/sandboxes/:id` shows it (never its token). */
 export interface SandboxInfo {
@@ -27,6 +46,10 @@ export interface SandboxInfo {
   envdPort: number;
   /** An `internet` sandbox's egress policy (docs/network.md); absent on other networks. */
   network?: { allowOut: string[]; denyOut: string[] };
+  /** A paused sandbox's pause; absent otherwise. */
+  paused?: PausedInfo;
+  /** What its timeout does: `{ onTimeout: 'kill' }` unless it was created with `autoPause`. */
+  lifecycle: SandboxLifecycle;
 }
 
 /** Limits applied to every process of a sandbox (see the README for which are enforced). */

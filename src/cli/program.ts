@@ -15,7 +15,19 @@ type Register = (program: Command) => void;
  */
 const SUBCOMMANDS: readonly { names: readonly string[]; load: () => Promise<Register> }[] = [
   {
-    names: ['create', 'list', 'ps', 'info', 'kill', 'timeout', 'snapshot'],
+    names: [
+      'create',
+      'list',
+      'ps',
+      'info',
+      'kill',
+      'pause',
+      'resume',
+      'timeout',
+      'network',
+      'metrics',
+      'snapshot',
+    ],
     load: async () => (await import('./sandbox-commands.js')).addSandboxCommands,
   },
   { names: ['exec'], load: async () => (await import('./exec-command.js')).addExecCommand },

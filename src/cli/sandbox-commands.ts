@@ -8,6 +8,8 @@ import {
   killSandbox,
   listSandboxes,
   openControl,
+  pauseSandbox,
+  resumeSandbox,
   type SandboxMetric,
   setSandboxNetwork,
   setSandboxTimeout,
@@ -29,6 +31,7 @@ import type { Colour } from './style.js';
 
 const STATE_COLOURS: Record<string, Colour> = {
   running: 'green',
+  paused: 'cyan',
   killed: 'dim',
   expired: 'yellow',
   dead: 'red',
@@ -46,9 +49,22 @@ function printInfo(info: SandboxInfo): void {
   printFields([
     ['id', info.sandboxId],
     ['template', info.template],
-    ['state', info.state],
+    ['state', info.paused ? `paused (${pausedText(info.paused)})` : info.state],
     ['created', `${info.createdAt} (${ago(info.createdAt)})`],
-    ['expires', info.state === 'running' ? `${info.expiresAt} (${relative(info.expiresAt)})` : '-'],
+    [
+      info.paused ? 'removed' : 'expires',
+      info.state === 'running' || info.paused
+        ? `${info.expiresAt} (${relative(info.expiresAt)})`
+        : '-',
+    ],
+    ...(info.lifecycle.onTimeout === 'pause'
+      ? ([
+          [
+            'on timeout',
+            `pause (${info.lifecycle.keepMemory ? 'freeze, memory kept' : 'hibernate, disk kept'})`,
+          ],
+        ] as const)
+      : []),
     ...ended,
     ['capabilities', info.capabilities.join(', ') || '-'],
     ...(info.network ? ([['network', networkText(info.network)]] as const) : []),
@@ -59,6 +75,11 @@ function printInfo(info: SandboxInfo): void {
         .join(' ') || '-',
     ],
   ]);
+}
+
+/** How a paused sandbox is kept, and since when: `frozen 5 min ago`. */
+function pausedText(paused: NonNullable<SandboxInfo['paused']>): string {
+  return `${paused.memory ? 'frozen, memory kept' : 'hibernated, disk kept'}, ${ago(paused.pausedAt)}`;
 }
 
 /** An internet sandbox's policy in one line: `internet: allow a, b; deny c`. */
@@ -89,6 +110,8 @@ interface CreateOptions {
   allow?: string[];
   deny?: string[];
   internet?: boolean;
+  autoPause?: boolean;
+  hibernate?: boolean;
   quiet?: boolean;
   json?: boolean;
 }
@@ -105,6 +128,8 @@ async function create(options: CreateOptions): Promise<void> {
         ? { network: { allowOut: options.allow ?? [], denyOut: options.deny ?? [] } }
         : {}),
       ...(options.internet === undefined ? {} : { allowInternetAccess: options.internet }),
+      ...(options.autoPause ? { autoPause: true } : {}),
+      ...(options.autoPause && options.hibernate ? { autoPauseMemory: false } : {}),
     }),
   );
   if (options.quiet) return printLine(info.sandboxId);
@@ -123,7 +148,14 @@ interface ListOptions {
   json?: boolean;
 }
 
-const STATES: readonly SandboxState[] = ['running', 'pooled', 'killed', 'expired', 'dead'];
+const STATES: readonly SandboxState[] = [
+  'running',
+  'paused',
+  'pooled',
+  'killed',
+  'expired',
+  'dead',
+];
 
 /** `--state running,dead`: one state or several. */
 function statesArg(value: string, previous: SandboxState[] = []): SandboxState[] {
@@ -153,8 +185,32 @@ async function list(options: ListOptions): Promise<void> {
       s.template,
       stateCell(s.state),
       ago(s.createdAt).replace(/ ago$/, ''),
-      s.state === 'running' ? relative(s.expiresAt) : '-',
+      s.state === 'running' ? relative(s.expiresAt) : s.paused ? pausedText(s.paused) : '-',
     ]),
+  );
+}
+
+async function pause(id: string, options: { hibernate?: boolean; json?: boolean }): Promise<void> {
+  const { client } = await openControl();
+  const info = await withSpinner(`${options.hibernate ? 'hibernating' : 'pausing'} ${id}`, () =>
+    pauseSandbox(client, id, options.hibernate ? { memory: false } : {}),
+  );
+  if (options.json) return printJson(info);
+  printLine(
+    `paused ${id} (${options.hibernate ? 'hibernated: its processes ended, its disk kept' : 'frozen: its processes and memory kept'}); abx resume ${id} runs it again`,
+  );
+}
+
+async function resume(id: string, options: { timeout?: number; json?: boolean }): Promise<void> {
+  const { client } = await openControl();
+  const info = await withSpinner(`resuming ${id}`, () =>
+    resumeSandbox(client, id, options.timeout ? { timeoutMs: options.timeout } : {}),
+  );
+  if (options.json) return printJson(info);
+  printLine(
+    info.resumed
+      ? `resumed ${id}; it expires ${relative(info.expiresAt)}`
+      : `${id} was running already; it expires ${relative(info.expiresAt)}`,
   );
 }
 
@@ -345,6 +401,11 @@ export function addSandboxCommands(program: Command): void {
         '--no-internet',
         'no network but its loopback (what --allow names still passes on internet)',
       )
+      .option(
+        '--auto-pause',
+        'at its timeout, pause it (frozen, memory kept) instead of killing it; resume with abx resume',
+      )
+      .option('--hibernate', 'with --auto-pause: hibernate instead (its disk kept, memory freed)')
       .option('-q, --quiet', 'print the id alone')
       .option('--json', 'print the sandbox as JSON')
       .action(create),
@@ -393,6 +454,37 @@ export function addSandboxCommands(program: Command): void {
       .action(kill),
     'abx kill i1a2b3c4d5e6f7g8',
     'abx kill --all',
+  );
+
+  withExamples(
+    program
+      .command('pause')
+      .description(
+        'Pause a running sandbox: its processes are frozen where they are, with their memory, using no CPU. With --hibernate its processes end and their memory is freed instead, while its files (home, /tmp, an image’s changes) and environment are kept. A paused sandbox keeps its id and token and counts against no key’s limit; it is removed after the daemon’s paused timeout (30 days).',
+      )
+      .argument('<id>', 'the sandbox')
+      .option('--hibernate', 'end its processes, keep its disk (see above)')
+      .option('--json', 'print the sandbox as JSON')
+      .action(pause),
+    'abx pause i1a2b3c4d5e6f7g8',
+    'abx pause i1a2b3c4d5e6f7g8 --hibernate && abx resume i1a2b3c4d5e6f7g8',
+  );
+
+  withExamples(
+    program
+      .command('resume')
+      .description(
+        'Run a paused sandbox again: a frozen one where its processes were, a hibernated one started anew on its files. SDK calls (commands, files) resume a paused sandbox by themselves.',
+      )
+      .argument('<id>', 'the sandbox')
+      .option(
+        '--timeout <duration>',
+        "its lifetime from now, at most 24h (default: the template's)",
+        lifetimeArg,
+      )
+      .option('--json', 'print the sandbox as JSON')
+      .action(resume),
+    'abx resume i1a2b3c4d5e6f7g8 --timeout 1h',
   );
 
   withExamples(

@@ -12,7 +12,7 @@ import { ENVD_PORT } from './gateway.js';
 import type { Caller, KeyService } from './key-service.js';
 import type { MetricsSample, MetricsSampler } from './metrics.js';
 import type { SandboxRecord, SandboxState } from './registry.js';
-import type { SandboxService } from './sandbox-service.js';
+import type { KeyOwner, SandboxService } from './sandbox-service.js';
 import type { BuiltTemplate, TemplateService } from './template-service.js';
 
 /** What the API's handlers reach. */
@@ -61,6 +61,13 @@ async function checkVisible(ctx: ApiContext, id: string): Promise<void> {
   }
 }
 
+/** The key a create or resume counts against (none: the daemon's own key). */
+function keyOwner(caller: Caller): KeyOwner | undefined {
+  return caller.keyId === null
+    ? undefined
+    : { keyId: caller.keyId, name: caller.name, maxRunning: caller.maxRunning };
+}
+
 /** Refuses a caller whose key is not an admin key. */
 function requireAdmin(ctx: ApiContext, what: string): void {
   ctx.keys.requireAdmin(callerOf(ctx), what);
@@ -72,7 +79,7 @@ export function metricJson(sample: MetricsSample) {
   return { timestamp: new Date(at).toISOString(), ...rest };
 }
 
-const STATES: SandboxState[] = ['running', 'pooled', 'killed', 'expired', 'dead'];
+const STATES: SandboxState[] = ['running', 'pooled', 'paused', 'killed', 'expired', 'dead'];
 
 /** A sandbox as the API shows it (never its token). */
 export function sandboxJson(record: SandboxRecord): SandboxInfo {
@@ -89,6 +96,15 @@ export function sandboxJson(record: SandboxRecord): SandboxInfo {
     endReason: record.endReason,
     envdPort: ENVD_PORT,
     ...(egress ? { network: { allowOut: egress.allowOut, denyOut: egress.denyOut } } : {}),
+    ...(record.paused
+      ? {
+          paused: {
+            memory: record.paused.memory,
+            pausedAt: new Date(record.paused.at).toISOString(),
+          },
+        }
+      : {}),
+    lifecycle: record.lifecycle ?? { onTimeout: 'kill', keepMemory: true },
   };
 }
 
@@ -155,7 +171,7 @@ export const API_ROUTES: ApiRoute[] = [
     path: '/v1/sandboxes',
     group: 'api',
     summary:
-      'Create a sandbox from a template: { template?, timeoutMs?, envs?, metadata?, network?: { allowOut?, denyOut? }, allowInternetAccess? }; the answer has its accessToken and the gatewayUrl its ports are reached through.',
+      'Create a sandbox from a template: { template?, timeoutMs?, envs?, metadata?, network?: { allowOut?, denyOut? }, allowInternetAccess?, autoPause? (its timeout pauses it), autoPauseMemory? }; the answer has its accessToken and the gatewayUrl its ports are reached through.',
     handler: async ({ body, ctx }) => {
       const request = (body ?? {}) as Record<string, unknown>;
       if (typeof request !== 'object' || Array.isArray(request)) {
@@ -177,10 +193,10 @@ export const API_ROUTES: ApiRoute[] = [
           ...(request.allowInternetAccess === undefined
             ? {}
             : { allowInternetAccess: request.allowInternetAccess }),
+          autoPause: request.autoPause,
+          autoPauseMemory: request.autoPauseMemory,
         },
-        caller.keyId === null
-          ? undefined
-          : { keyId: caller.keyId, name: caller.name, maxRunning: caller.maxRunning },
+        keyOwner(caller),
       );
       return { ...sandboxJson(record), accessToken, gatewayUrl: ctx.gatewayUrl() };
     },
@@ -233,11 +249,16 @@ export const API_ROUTES: ApiRoute[] = [
     method: 'POST',
     path: '/v1/sandboxes/{id}/connect',
     group: 'api',
-    summary: 'A running sandbox with its access token, to use it from another process.',
+    summary:
+      'A running sandbox with its access token, to use it from another process; a paused one is resumed first (with its template’s timeout).',
     body: 'none',
     handler: async ({ params, ctx }) => {
       await checkVisible(ctx, params.id as string);
-      const record = await ctx.sandboxes.running(params.id as string);
+      const { record } = await ctx.sandboxes.resume(
+        params.id as string,
+        {},
+        keyOwner(callerOf(ctx)),
+      );
       return {
         ...sandboxJson(record),
         accessToken: ctx.sandboxes.tokenOf(record.id),
@@ -255,6 +276,35 @@ export const API_ROUTES: ApiRoute[] = [
       await checkVisible(ctx, params.id as string);
       const killed = await ctx.sandboxes.kill(params.id as string, 'killed', 'killed by request');
       return { killed, sandbox: sandboxJson(await ctx.sandboxes.get(params.id as string)) };
+    },
+  },
+  {
+    method: 'POST',
+    path: '/v1/sandboxes/{id}/pause',
+    group: 'api',
+    summary:
+      'Pause a running sandbox: { memory? }. memory true (the default) freezes its processes with their memory; false hibernates it: its processes end, its disk and environment are kept. 409 (SandboxPausedError) when it is paused already.',
+    args: argList({ 'memory?': ['bool', true] }),
+    handler: async ({ params, args, ctx }) => {
+      await checkVisible(ctx, params.id as string);
+      return sandboxJson(await ctx.sandboxes.pause(params.id as string, { memory: args.memory }));
+    },
+  },
+  {
+    method: 'POST',
+    path: '/v1/sandboxes/{id}/resume',
+    group: 'api',
+    summary:
+      'Run a paused sandbox again: { timeoutMs? } (default: its template’s timeout). The answer is the sandbox with resumed: false when it was running already.',
+    args: argList({ 'timeoutMs?': 'int' }),
+    handler: async ({ params, args, ctx }) => {
+      await checkVisible(ctx, params.id as string);
+      const { record, resumed } = await ctx.sandboxes.resume(
+        params.id as string,
+        args.timeoutMs === undefined ? {} : { timeoutMs: args.timeoutMs },
+        keyOwner(callerOf(ctx)),
+      );
+      return { ...sandboxJson(record), resumed };
     },
   },
   {

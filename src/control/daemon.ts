@@ -39,7 +39,7 @@ import {
 import { Reaper } from './reaper.js';
 import { RecordCache } from './record-cache.js';
 import type { Registry } from './registry.js';
-import { SandboxService } from './sandbox-service.js';
+import { PAUSED_TIMEOUT_MS, SandboxService } from './sandbox-service.js';
 import { SqliteRegistry } from './sqlite-registry.js';
 import { TemplateService } from './template-service.js';
 
@@ -63,6 +63,11 @@ export interface DaemonOptions {
   reapIntervalMs?: number;
   /** Time between samples of every running sandbox's use (default: ABX_METRICS_INTERVAL_MS, else 5 s). */
   metricsIntervalMs?: number;
+  /**
+   * How long a paused sandbox is kept before it is removed; default `ABX_PAUSED_TIMEOUT_MS`, else
+   * 30 days.
+   */
+  pausedTimeoutMs?: number;
   /**
    * The most sandboxes kept started per template, so `create` hands one out at once: a used
    * template's pool follows its recent demand between 1 and this; default
@@ -113,6 +118,29 @@ const POSTGRES_HINTS: Record<string, string> = {
   '3D': ': create the database (createdb NAME) or fix its name in ABX_DATABASE_URL',
   '42': ': the user needs the right to create tables in that database (GRANT CREATE ON DATABASE … or make it the owner)',
 };
+
+/** `ABX_PAUSED_TIMEOUT_MS`: how long a paused sandbox is kept (default 30 days). */
+export function pausedTimeout(env: NodeJS.ProcessEnv = process.env): number {
+  const text = env.ABX_PAUSED_TIMEOUT_MS;
+  if (text === undefined || text === '') return PAUSED_TIMEOUT_MS;
+  const ms = Number(text);
+  if (!Number.isSafeInteger(ms) || ms < 1000) {
+    throw new Error(
+      `ABX_PAUSED_TIMEOUT_MS must be a whole number of milliseconds, 1000 or more, not '${text}'`,
+    );
+  }
+  return ms;
+}
+
+/** `ABX_AUTO_PAUSE_MEMORY`: what `autoPause` keeps when a create does not say (default true). */
+export function autoPauseMemory(env: NodeJS.ProcessEnv = process.env): boolean {
+  const text = env.ABX_AUTO_PAUSE_MEMORY;
+  if (text === undefined || text === '' || text === 'true' || text === '1') return true;
+  if (text === 'false' || text === '0') return false;
+  throw new Error(
+    `ABX_AUTO_PAUSE_MEMORY must be true (freeze) or false (hibernate), not '${text}'`,
+  );
+}
 
 /**
  * The control plane: REST API and gateway on loopback, the registry, the provider and the
@@ -209,6 +237,9 @@ export class Daemon {
       this.records?.forget(id);
       this.metrics.drop(id);
     };
+    this.sandboxes.onChanged = (id) => this.records?.forget(id);
+    this.sandboxes.pausedTimeoutMs = options.pausedTimeoutMs ?? pausedTimeout();
+    this.sandboxes.autoPauseMemory = autoPauseMemory();
     this.reaper = new Reaper(
       this.sandboxes.reaperHost(),
       options.reapIntervalMs ?? 1000,

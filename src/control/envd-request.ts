@@ -160,6 +160,16 @@ export async function setSandboxEnv(
   if (status !== 200) throw errorFromBody(status, body);
 }
 
+/** A running sandbox's environment, as its next process would get it (envd's `GET /env`). */
+export async function sandboxEnv(
+  handle: { envdSocket: string },
+  token: string,
+): Promise<Record<string, string>> {
+  const { status, body } = await envdRequest(handle.envdSocket, token, 'GET', '/env');
+  if (status !== 200) throw errorFromBody(status, body);
+  return (body as { env: Record<string, string> }).env;
+}
+
 /**
  * Copies a host file or folder into a running sandbox at `to` through its envd: a file with
  * `PUT /files/write`, a folder as a tar stream (packed here, unpacked by envd) with

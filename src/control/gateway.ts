@@ -17,6 +17,7 @@ import {
   PermissionDeniedError,
   SandboxError,
   SandboxNotFoundError,
+  SandboxPausedError,
   UpstreamError,
 } from '../errors.js';
 import {
@@ -598,6 +599,12 @@ export class Gateway implements GatewayRoutes {
             `missing or wrong access token for sandbox ${id}: send X-Access-Token (or ?token=, or Authorization: Bearer)`,
           )
         : new SandboxNotFoundError(`sandbox ${id} does not exist`);
+    }
+    if (record.state === 'paused') {
+      throw new SandboxPausedError(
+        `sandbox ${id} is paused: resume it first (sandbox.resume() or Sandbox.connect('${id}') in the SDK, abx resume ${id}, or POST /v1/sandboxes/${id}/resume on the daemon's API)`,
+        { code: 'paused' },
+      );
     }
     if (record.state !== 'running' || !this.backend.isAlive(record)) {
       throw new SandboxNotFoundError(

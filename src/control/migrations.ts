@@ -114,6 +114,18 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX sandboxes_owner ON sandboxes (owner_key, state);
     `,
   },
+  {
+    version: 3,
+    name: 'paused sandboxes and what a timeout does',
+    sqlite: `
+      ALTER TABLE sandboxes ADD COLUMN paused TEXT;
+      ALTER TABLE sandboxes ADD COLUMN lifecycle TEXT;
+    `,
+    postgres: `
+      ALTER TABLE sandboxes ADD COLUMN paused JSON;
+      ALTER TABLE sandboxes ADD COLUMN lifecycle JSON;
+    `,
+  },
 ];
 
 /** The highest version this abx knows. */

@@ -6,6 +6,8 @@ import { MIGRATIONS, SCHEMA_VERSION, tooNewError } from './migrations.js';
 import type {
   ApiKeyRecord,
   EndState,
+  LifecycleRecord,
+  PauseRecord,
   Registry,
   SandboxFilter,
   SandboxOwner,
@@ -105,6 +107,8 @@ interface SandboxRow {
   handle: SandboxRecord['handle'];
   capabilities: string[];
   owner_key: string | null;
+  paused: SandboxRecord['paused'];
+  lifecycle: SandboxRecord['lifecycle'];
 }
 
 // BIGINT arrives as a string (it may not fit a double); milliseconds since 1970 do.
@@ -121,7 +125,13 @@ const fromRow = (row: SandboxRow): SandboxRecord => ({
   handle: row.handle,
   capabilities: row.capabilities,
   owner: row.owner_key ?? null,
+  paused: row.paused ?? null,
+  lifecycle: row.lifecycle ?? null,
 });
+
+/** Running sandboxes of the key `$N` (a subquery of the statements that check limits). */
+const runningOf = (param: string) =>
+  `(SELECT COUNT(*) FROM sandboxes WHERE owner_key = ${param} AND state = 'running')`;
 
 interface ApiKeyRow {
   id: string;
@@ -269,9 +279,9 @@ export class PostgresRegistry implements Registry {
   async insertSandbox(record: SandboxRecord, maxRunning?: number | null): Promise<boolean> {
     const limited = maxRunning != null && record.owner !== null && record.state === 'running';
     const insert = `INSERT INTO sandboxes (id, template, state, metadata, created_at, expires_at,
-         ended_at, end_reason, token_hash, handle, capabilities, owner_key)
-       SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12
-       ${limited ? `WHERE (SELECT COUNT(*) FROM sandboxes WHERE owner_key = $12 AND state = 'running') < $13` : ''}`;
+         ended_at, end_reason, token_hash, handle, capabilities, owner_key, lifecycle)
+       SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13
+       ${limited ? `WHERE ${runningOf('$12')} < $14` : ''}`;
     const params = [
       record.id,
       record.template,
@@ -285,6 +295,7 @@ export class PostgresRegistry implements Registry {
       JSON.stringify(record.handle),
       JSON.stringify(record.capabilities),
       record.owner,
+      record.lifecycle === null ? null : JSON.stringify(record.lifecycle),
       ...(limited ? [maxRunning] : []),
     ];
     if (!limited) return (await this.query(insert, params)).rowCount === 1;
@@ -337,7 +348,7 @@ export class PostgresRegistry implements Registry {
        WHERE state = 'pooled' AND id = (
          SELECT id FROM sandboxes WHERE state = 'pooled' AND template = $4
          ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
-       ${limited ? `AND (SELECT COUNT(*) FROM sandboxes WHERE owner_key = $5 AND state = 'running') < $6` : ''}
+       ${limited ? `AND ${runningOf('$5')} < $6` : ''}
        RETURNING *`;
     const params = [
       JSON.stringify(metadata),
@@ -389,8 +400,48 @@ export class PostgresRegistry implements Registry {
     }
     const { rowCount } = await this.query(
       `UPDATE sandboxes SET state = $1, end_reason = $2, ended_at = $3
-       WHERE id = $4 AND state = 'running'${due}`,
+       WHERE id = $4 AND state IN ('running', 'paused')${due}`,
       params,
+    );
+    return rowCount === 1;
+  }
+
+  async pauseSandbox(id: string, pause: PauseRecord, expiresAt: number): Promise<boolean> {
+    const { rowCount } = await this.query(
+      `UPDATE sandboxes SET state = 'paused', paused = $1, expires_at = $2
+       WHERE id = $3 AND state = 'running'`,
+      [JSON.stringify(pause), expiresAt, id],
+    );
+    return rowCount === 1;
+  }
+
+  async resumeSandbox(
+    id: string,
+    handle: SandboxHandle,
+    expiresAt: number,
+    maxRunning?: number | null,
+  ): Promise<boolean> {
+    const limited = maxRunning != null;
+    const resume = `UPDATE sandboxes SET state = 'running', paused = NULL, handle = $1,
+         expires_at = $2
+       WHERE id = $3 AND state = 'paused'
+       ${limited ? `AND (owner_key IS NULL OR (SELECT COUNT(*) FROM sandboxes AS o WHERE o.owner_key = sandboxes.owner_key AND o.state = 'running') < $4)` : ''}`;
+    const params = [JSON.stringify(handle), expiresAt, id, ...(limited ? [maxRunning] : [])];
+    if (!limited) return (await this.query(resume, params)).rowCount === 1;
+    // As in insertSandbox: the owner's key row lines up its creates and resumes across replicas.
+    return this.transaction(async (client) => {
+      await client.query(
+        'SELECT 1 FROM api_keys WHERE id = (SELECT owner_key FROM sandboxes WHERE id = $1) FOR UPDATE',
+        [id],
+      );
+      return (await client.query(resume, params)).rowCount === 1;
+    });
+  }
+
+  async setLifecycle(id: string, lifecycle: LifecycleRecord | null): Promise<boolean> {
+    const { rowCount } = await this.query(
+      `UPDATE sandboxes SET lifecycle = $1 WHERE id = $2 AND state = 'running'`,
+      [lifecycle === null ? null : JSON.stringify(lifecycle), id],
     );
     return rowCount === 1;
   }
@@ -413,7 +464,8 @@ export class PostgresRegistry implements Registry {
 
   async expired(now = Date.now()): Promise<SandboxRecord[]> {
     const { rows } = await this.query<SandboxRow>(
-      `SELECT * FROM sandboxes WHERE state = 'running' AND expires_at <= $1 ORDER BY expires_at`,
+      `SELECT * FROM sandboxes WHERE state IN ('running', 'paused') AND expires_at <= $1
+       ORDER BY expires_at`,
       [now],
     );
     return rows.map(fromRow);

@@ -1,6 +1,8 @@
 /**
  * Life of a sandbox: `running` until killed, expired (reaped) or found dead. `pooled`: started
- * ahead of demand in the warm pool, not yet handed out (never listed by default).
+ * ahead of demand in the warm pool, not yet handed out (never listed by default). `paused`:
+ * frozen or hibernated until resumed (back to `running`), killed, or removed at its paused
+ * timeout.
  */
 import type { SandboxState } from '../../runtime/protocol/wire.js';
 import type { SandboxHandle } from '../providers/provider.js';
@@ -27,6 +29,24 @@ export interface SandboxRecord {
    * daemon's own key (`$ABX_HOME/api-key`) and for spares not handed out yet.
    */
   owner: string | null;
+  /** Set while `paused`: how it is kept and since when. */
+  paused: PauseRecord | null;
+  /** Set when its timeout pauses it (`autoPause`) instead of killing it. */
+  lifecycle: LifecycleRecord | null;
+}
+
+/** How a paused sandbox is kept. */
+export interface PauseRecord {
+  /** True: frozen with its memory; false: hibernated, its processes ended, its disk kept. */
+  memory: boolean;
+  /** When it was paused, in ms since the epoch. */
+  at: number;
+}
+
+/** A sandbox whose timeout pauses it: with its memory (freeze) or only its disk (hibernate). */
+export interface LifecycleRecord {
+  onTimeout: 'pause';
+  keepMemory: boolean;
 }
 
 /** One API key of the control plane. The key itself is never stored, only its SHA-256. */
@@ -76,7 +96,7 @@ export interface SandboxFilter {
 }
 
 /** The states a sandbox ends in. */
-export type EndState = Exclude<SandboxState, 'running' | 'pooled'>;
+export type EndState = Exclude<SandboxState, 'running' | 'pooled' | 'paused'>;
 
 /**
  * The control plane's state: sandboxes and templates. Two stores implement it: SQLite in
@@ -127,8 +147,8 @@ export interface Registry {
    */
   deleteSandbox(id: string, state: 'pooled' | 'running'): Promise<boolean>;
   /**
-   * Marks a running sandbox ended; false when it was not running (it ended already, and the
-   * first end stays). `expiredBy`: end it only if its expiry is at or before this time (a
+   * Marks a running or paused sandbox ended; false when it was neither (it ended already, and
+   * the first end stays). `expiredBy`: end it only if its expiry is at or before this time (a
    * lifetime extended meanwhile wins over the reaper).
    */
   endSandbox(
@@ -137,11 +157,30 @@ export interface Registry {
     reason: string,
     options?: { expiredBy?: number },
   ): Promise<boolean>;
+  /**
+   * A running sandbox becomes `paused` (kept as `pause` says) until `expiresAt` (its paused
+   * timeout); false when it was not running.
+   */
+  pauseSandbox(id: string, pause: PauseRecord, expiresAt: number): Promise<boolean>;
+  /**
+   * A paused sandbox runs again, with `handle` (a hibernated one has new processes) until
+   * `expiresAt`. With `maxRunning`, only while its owner has fewer running sandboxes than that
+   * (counted and written under one lock, as `insertSandbox`); false when it was not paused or
+   * the limit is reached (the row says which).
+   */
+  resumeSandbox(
+    id: string,
+    handle: SandboxHandle,
+    expiresAt: number,
+    maxRunning?: number | null,
+  ): Promise<boolean>;
+  /** Records what a running sandbox's timeout does; false when it is not running. */
+  setLifecycle(id: string, lifecycle: LifecycleRecord | null): Promise<boolean>;
   /** Sets a running sandbox's expiry; false when it is not running. */
   setExpiry(id: string, expiresAt: number): Promise<boolean>;
   /** Replaces a running sandbox's handle (its network policy changed); false when not running. */
   setHandle(id: string, handle: SandboxHandle): Promise<boolean>;
-  /** Running sandboxes whose time is up. */
+  /** Running and paused sandboxes whose time is up (a paused one's: its paused timeout). */
   expired(now?: number): Promise<SandboxRecord[]>;
   /** Sandboxes that ended (killed, expired, dead) at or after `since`, oldest end first. */
   endedSince(since: number): Promise<SandboxRecord[]>;

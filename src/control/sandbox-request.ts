@@ -13,6 +13,45 @@ export interface CreateSandboxRequest {
   network?: unknown;
   /** E2B's switch: true gives the `internet` network; false denies every address. */
   allowInternetAccess?: unknown;
+  /** True: its timeout pauses it instead of killing it (E2B's `autoPause`). */
+  autoPause?: unknown;
+  /** With `autoPause`: keep its memory (freeze, the default) or only its disk (hibernate). */
+  autoPauseMemory?: unknown;
+}
+
+/**
+ * What a create's timeout does: `{ onTimeout: 'pause', keepMemory }` with `autoPause: true`
+ * (`keepMemory` from `autoPauseMemory`, else `defaultMemory`); null without it.
+ */
+export function checkLifecycle(
+  request: Pick<CreateSandboxRequest, 'autoPause' | 'autoPauseMemory'>,
+  defaultMemory: boolean,
+): { onTimeout: 'pause'; keepMemory: boolean } | null {
+  const { autoPause, autoPauseMemory } = request;
+  if (autoPause !== undefined && autoPause !== null && typeof autoPause !== 'boolean') {
+    throw new InvalidArgumentError(
+      `autoPause must be true or false, not ${JSON.stringify(autoPause)}`,
+    );
+  }
+  if (
+    autoPauseMemory !== undefined &&
+    autoPauseMemory !== null &&
+    typeof autoPauseMemory !== 'boolean'
+  ) {
+    throw new InvalidArgumentError(
+      `autoPauseMemory must be true (freeze: keep its memory) or false (hibernate: keep its disk), not ${JSON.stringify(autoPauseMemory)}`,
+    );
+  }
+  if (autoPause !== true) {
+    if (typeof autoPauseMemory === 'boolean') {
+      throw new InvalidArgumentError('autoPauseMemory needs autoPause: true');
+    }
+    return null;
+  }
+  return {
+    onTimeout: 'pause',
+    keepMemory: typeof autoPauseMemory === 'boolean' ? autoPauseMemory : defaultMemory,
+  };
 }
 
 /**

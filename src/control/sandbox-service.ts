@@ -1,10 +1,16 @@
-import { rmSync } from 'node:fs';
-import { rm } from 'node:fs/promises';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { MAX_SANDBOX_TIMEOUT_MS } from '../../runtime/protocol/constants.js';
 import { type EgressPolicy, withoutInternet } from '../egress/policy.js';
 import type { EgressCounters } from '../egress/service.js';
-import { InvalidArgumentError, LimitExceededError, SandboxNotFoundError } from '../errors.js';
+import {
+  InvalidArgumentError,
+  LimitExceededError,
+  SandboxError,
+  SandboxNotFoundError,
+  SandboxPausedError,
+} from '../errors.js';
 import {
   egressPolicyOf,
   type SandboxHandle,
@@ -12,13 +18,20 @@ import {
   type SandboxSpec,
 } from '../providers/provider.js';
 import { BackgroundLog } from './background-log.js';
-import { warmSandbox } from './envd-request.js';
+import { sandboxEnv, warmSandbox } from './envd-request.js';
 import { hashToken, newSandboxId, type TokenKind } from './ids.js';
 import type { ReaperHost } from './reaper.js';
-import type { Registry, SandboxFilter, SandboxOwner, SandboxRecord } from './registry.js';
+import type {
+  LifecycleRecord,
+  Registry,
+  SandboxFilter,
+  SandboxOwner,
+  SandboxRecord,
+} from './registry.js';
 import {
   type CreateSandboxRequest,
   checkEnvs,
+  checkLifecycle,
   checkNetworkPolicy,
   checkStringMap,
   checkTimeout,
@@ -40,6 +53,28 @@ function limitExceeded(owner: KeyOwner): LimitExceededError {
   );
 }
 
+/** How long a paused sandbox is kept before it is removed, unless the daemon says otherwise. */
+export const PAUSED_TIMEOUT_MS = 30 * 24 * 3600 * 1000;
+
+/** What a sandbox was started with, kept in its folder (never its tokens) for a wake. */
+type KeptSpec = Omit<SandboxSpec, 'accessToken' | 'controlToken'>;
+const SPEC_FILE = 'spec.json';
+/** Variables a woken sandbox gets afresh (its proxy's, its id), not from what it had. */
+const FRESH_ENV = /^(http_proxy|https_proxy|no_proxy|ABX_SANDBOX_ID)$/i;
+
+/** The refusal of a call that needs a running sandbox, for one that is paused. */
+function pausedError(record: SandboxRecord, what = 'is paused'): SandboxPausedError {
+  const since = new Date(record.paused?.at ?? record.createdAt).toISOString();
+  const kept = record.paused?.memory === false ? 'hibernated' : 'frozen';
+  return new SandboxPausedError(
+    `sandbox ${record.id} ${what} (${kept} since ${since}): resume it first (sandbox.resume(), Sandbox.connect('${record.id}'), abx resume ${record.id}, or POST /v1/sandboxes/${record.id}/resume)`,
+    { code: what === 'is paused' ? 'paused' : 'already_paused' },
+  );
+}
+
+/** A resume's timeout when it names none and its template is gone. */
+const DEFAULT_RESUME_TIMEOUT_MS = 300_000;
+
 /** The warm pool's settings, and how many sandbox starts may be under way at once. */
 export interface SandboxPoolOptions extends WarmPoolOptions {
   /** Provider starts under way at once, creates and refills together; default by cores. */
@@ -60,6 +95,14 @@ export class SandboxService {
    * forgets what it cached of it).
    */
   onEnded: (id: string) => void = () => {};
+  /** Told the id of each sandbox paused or resumed (the gateway forgets its cached record). */
+  onChanged: (id: string) => void = () => {};
+  /** How long a paused sandbox is kept before it is removed (`--paused-timeout`). */
+  pausedTimeoutMs = PAUSED_TIMEOUT_MS;
+  /** Whether `autoPause` keeps memory when a create does not say (`autoPauseMemory`). */
+  autoPauseMemory = true;
+  /** Pauses and resumes under way, by sandbox: one change of a sandbox at a time. */
+  private readonly changing = new Map<string, Promise<unknown>>();
 
   constructor(
     private readonly registry: Registry,
@@ -69,7 +112,11 @@ export class SandboxService {
     /** A token of a sandbox id (derived, never stored): its users' or the control plane's. */
     private readonly tokens: (id: string, kind: TokenKind) => string,
     /** Adds variables to a running sandbox's environment (envd's `PUT /env`). */
-    setEnv: (handle: SandboxHandle, token: string, env: Record<string, string>) => Promise<void>,
+    private readonly setEnv: (
+      handle: SandboxHandle,
+      token: string,
+      env: Record<string, string>,
+    ) => Promise<void>,
     /** The most sandboxes kept started per template (or the pool's settings); 0: no pool. */
     warmPool: number | SandboxPoolOptions = 1,
   ) {
@@ -123,6 +170,7 @@ export class SandboxService {
     const envs = checkEnvs(request.envs);
     const metadata = checkStringMap('metadata', request.metadata);
     const network = sandboxNetwork(template.spec.name, this.templateNetwork(template), request);
+    const lifecycle = this.lifecycleOf(request);
     const name = template.spec.name;
     // Refused before a sandbox is started when the limit is plainly reached; the registry's
     // locked write below is what makes the limit hold under concurrent creates.
@@ -138,7 +186,10 @@ export class SandboxService {
     if (pooled) {
       // A provider that ends sandboxes itself (kubernetes' Sandbox shutdownTime) follows the expiry.
       await this.provider.setExpiry?.(pooled.handle, pooled.expiresAt).catch(() => undefined);
-      return { record: pooled, accessToken: this.tokenOf(pooled.id) };
+      return {
+        record: await this.withLifecycle(pooled, lifecycle),
+        accessToken: this.tokenOf(pooled.id),
+      };
     }
     const record = await this.slots.run('create', async () => {
       // While this create waited for a slot, a refill may have put a sandbox in the pool.
@@ -147,7 +198,7 @@ export class SandboxService {
         : await this.pool.claim(name, envs, metadata, timeoutMs, false, owner);
       if (late) {
         await this.provider.setExpiry?.(late.handle, late.expiresAt).catch(() => undefined);
-        return late;
+        return this.withLifecycle(late, lifecycle);
       }
       return (
         await this.start(
@@ -158,10 +209,37 @@ export class SandboxService {
           timeoutMs,
           owner,
           network,
+          lifecycle,
         )
       ).record;
     });
     return { record, accessToken: this.tokenOf(record.id) };
+  }
+
+  /** What a create's timeout does (`autoPause`), refused where this provider cannot pause. */
+  private lifecycleOf(request: CreateSandboxRequest): LifecycleRecord | null {
+    const lifecycle = checkLifecycle(request, this.autoPauseMemory);
+    if (lifecycle) this.pauseProblem(lifecycle.keepMemory, 'autoPause');
+    return lifecycle;
+  }
+
+  /** A sandbox handed from the pool, with its create's `autoPause` recorded. */
+  private async withLifecycle(
+    record: SandboxRecord,
+    lifecycle: LifecycleRecord | null,
+  ): Promise<SandboxRecord> {
+    if (!lifecycle) return record;
+    await this.registry.setLifecycle(record.id, lifecycle);
+    return { ...record, lifecycle };
+  }
+
+  /** Refuses a pause (`what`) this provider cannot do. */
+  private pauseProblem(memory: boolean, what: string): void {
+    if (memory ? this.provider.freeze : this.provider.hibernate && this.provider.wake) return;
+    const other = memory ? this.provider.hibernate : this.provider.freeze;
+    throw new InvalidArgumentError(
+      `the ${this.provider.name} provider cannot ${memory ? 'pause a sandbox with its memory (freeze)' : 'hibernate a sandbox (pause with memory: false)'}, so ${what} is refused${other ? `; it can ${memory ? 'hibernate (memory: false)' : 'freeze (memory: true)'}` : ''}`,
+    );
   }
 
   /**
@@ -192,35 +270,40 @@ export class SandboxService {
     timeoutMs: number,
     owner?: KeyOwner,
     network?: { network: SandboxSpec['network']; egress?: EgressPolicy },
+    lifecycle: LifecycleRecord | null = null,
   ): Promise<{ record: SandboxRecord }> {
     const id = newSandboxId();
     const accessToken = this.tokenOf(id);
     const dir = join(this.sandboxesDir, id);
     const began = performance.now();
+    const kept: KeptSpec = {
+      id,
+      capabilities: template.spec.capabilities,
+      template: template.spec.name,
+      dir,
+      ...(template.homeDir ? { baseHome: template.homeDir } : {}),
+      env: { ...template.spec.env, ...envs },
+      workdir: template.spec.workdir,
+      resources: template.spec.resources,
+      ...(network ?? this.templateNetwork(template)),
+      ...(template.image ? { image: template.image } : {}),
+      user: template.spec.user,
+      timeoutMs,
+      ...(template.spec.kubernetes ? { kubernetes: template.spec.kubernetes } : {}),
+    };
     const handle = await this.provider
-      .create({
-        id,
-        accessToken,
-        controlToken: this.controlTokenOf(id),
-        capabilities: template.spec.capabilities,
-        template: template.spec.name,
-        dir,
-        ...(template.homeDir ? { baseHome: template.homeDir } : {}),
-        env: { ...template.spec.env, ...envs },
-        workdir: template.spec.workdir,
-        resources: template.spec.resources,
-        ...(network ?? this.templateNetwork(template)),
-        ...(template.image ? { image: template.image } : {}),
-        user: template.spec.user,
-        timeoutMs,
-        ...(template.spec.kubernetes ? { kubernetes: template.spec.kubernetes } : {}),
-      })
+      .create({ ...kept, accessToken, controlToken: this.controlTokenOf(id) })
       .catch((error) => {
         // A sandbox that did not start leaves nothing: its folder holds its disk and log.
         rmSync(dir, { recursive: true, force: true });
         throw error;
       });
     this.pool.observeStart(template.spec.name, performance.now() - began);
+    // What a wake after a hibernate starts it as (a provider that can hibernate only).
+    if (this.provider.wake) {
+      mkdirSync(dir, { recursive: true });
+      writeFileSync(join(dir, SPEC_FILE), JSON.stringify(kept), { mode: 0o600 });
+    }
     // A pooled sandbox waits for its caller: its exec path is warmed now, off every create's path
     // (twice: V8 compiles a function better on its second run; a third changed nothing measured).
     if (state === 'pooled') {
@@ -241,6 +324,8 @@ export class SandboxService {
       handle,
       capabilities: template.spec.capabilities,
       owner: owner?.keyId ?? null,
+      paused: null,
+      lifecycle,
     };
     let written: boolean;
     try {
@@ -342,6 +427,7 @@ export class SandboxService {
   /** A running sandbox, or SandboxNotFoundError saying why it is not running. */
   async running(id: string): Promise<SandboxRecord> {
     const record = await this.get(id);
+    if (record.state === 'paused') throw pausedError(record);
     if (record.state !== 'running') {
       throw new SandboxNotFoundError(
         `sandbox ${id} is not running (${record.state}: ${record.endReason})`,
@@ -368,6 +454,8 @@ export class SandboxService {
     state: 'killed' | 'expired' = 'killed',
     reason = 'killed',
   ): Promise<boolean> {
+    // A pause or resume under way finishes first (its sandbox is then killed as it left it).
+    await this.changing.get(id)?.catch(() => undefined);
     let record = await this.get(id);
     if (record.state === 'pooled') {
       // A spare nobody was handed: it leaves the pool and ends like any other.
@@ -379,7 +467,7 @@ export class SandboxService {
       // A create claimed it meanwhile: it is that caller's running sandbox now.
       record = await this.get(id);
     }
-    if (record.state !== 'running') {
+    if (record.state !== 'running' && record.state !== 'paused') {
       await this.release(record);
       return false;
     }
@@ -449,14 +537,183 @@ export class SandboxService {
     return this.get(id);
   }
 
+  /** Runs one change of a sandbox (a pause, a resume) after those under way on it. */
+  private serial<T>(id: string, work: () => Promise<T>): Promise<T> {
+    const before = this.changing.get(id) ?? Promise.resolve();
+    const next = before.catch(() => undefined).then(work);
+    this.changing.set(id, next);
+    const clear = () => {
+      if (this.changing.get(id) === next) this.changing.delete(id);
+    };
+    next.then(clear, clear);
+    return next;
+  }
+
+  /**
+   * Pauses a running sandbox: `memory` (default true) freezes its processes where they are, their
+   * memory kept; `memory: false` hibernates it: its processes end, its disk (home, /tmp, an
+   * image's overlay) and environment are kept for `resume`. Recorded first (`paused`, removed
+   * after {@link pausedTimeoutMs}), then done; a failure puts it back running and says why. A
+   * paused sandbox counts against no key's limit of running sandboxes.
+   */
+  pause(
+    id: string,
+    options: { memory?: unknown } = {},
+    /** The reaper's pause of a sandbox whose time was up then (a lifetime extended since wins). */
+    expiredBy?: number,
+  ): Promise<SandboxRecord> {
+    const { memory = true } = options;
+    if (typeof memory !== 'boolean') {
+      throw new InvalidArgumentError(
+        `memory must be true (freeze, memory kept) or false (hibernate, only the disk kept), not ${JSON.stringify(memory)}`,
+      );
+    }
+    this.pauseProblem(memory, 'the pause');
+    return this.serial(id, async () => {
+      const record = await this.get(id);
+      if (record.state === 'paused') throw pausedError(record, 'is paused already');
+      if (expiredBy !== undefined && record.expiresAt > expiredBy) return record;
+      const { handle } = await this.running(id);
+      // Read while it runs: what a hibernated sandbox wakes with.
+      const spec = memory ? undefined : await this.hibernateSpec(record);
+      const at = Date.now();
+      if (!(await this.registry.pauseSandbox(id, { memory, at }, at + this.pausedTimeoutMs))) {
+        return this.running(id);
+      }
+      this.onChanged(id);
+      try {
+        if (memory) await this.provider.freeze?.(handle);
+        else await this.provider.hibernate?.(handle, spec as SandboxSpec);
+      } catch (error) {
+        // It runs on as it was (what a failed hibernate ended, the reaper finds dead).
+        await this.provider.thaw?.(handle).catch(() => undefined);
+        await this.registry.resumeSandbox(id, handle, record.expiresAt);
+        this.onChanged(id);
+        throw new SandboxError(
+          `sandbox ${id} could not be ${memory ? 'frozen' : 'hibernated'}, and runs on: ${(error as Error).message}`,
+          { cause: error },
+        );
+      }
+      return this.get(id);
+    });
+  }
+
+  /**
+   * Runs a paused sandbox again (a running one is answered as it is, `resumed: false`): a frozen
+   * one where its processes were; a hibernated one started anew on its kept disk and environment.
+   * It runs `timeoutMs` from now (default: its template's timeout). `owner`: the key asking; its
+   * limit of running sandboxes applies when the sandbox is its own.
+   */
+  resume(
+    id: string,
+    options: { timeoutMs?: unknown } = {},
+    owner?: KeyOwner,
+  ): Promise<{ record: SandboxRecord; resumed: boolean }> {
+    const asked = options.timeoutMs === undefined ? undefined : checkTimeout(options.timeoutMs);
+    return this.serial(id, async () => {
+      const record = await this.get(id);
+      if (record.state === 'running') {
+        if (!this.provider.isAlive(record.handle)) await this.running(id);
+        return { record, resumed: false };
+      }
+      if (record.state !== 'paused' || !record.paused) await this.running(id);
+      const timeoutMs =
+        asked ??
+        (await this.templates.get(record.template).then(
+          (template) => template.spec.timeoutMs,
+          () => DEFAULT_RESUME_TIMEOUT_MS,
+        ));
+      const limit = owner && owner.keyId === record.owner ? owner.maxRunning : null;
+      if (limit !== null) {
+        const running = await this.registry.listSandboxes({
+          owner: owner?.keyId,
+          state: 'running',
+        });
+        if (running.length >= limit) throw limitExceeded(owner as KeyOwner);
+      }
+      const refused = async (): Promise<never> => {
+        const now = await this.registry.getSandbox(id);
+        if (now?.state === 'paused') throw limitExceeded(owner as KeyOwner);
+        return this.running(id) as Promise<never>;
+      };
+      if (record.paused?.memory) {
+        if (
+          !(await this.registry.resumeSandbox(id, record.handle, Date.now() + timeoutMs, limit))
+        ) {
+          await refused();
+        }
+        await this.provider.thaw?.(record.handle);
+        this.onChanged(id);
+        return { record: await this.running(id), resumed: true };
+      }
+      const spec = await this.keptSpec(record);
+      if (!this.provider.wake) this.pauseProblem(false, 'the resume');
+      const handle = await (this.provider.wake as NonNullable<SandboxProvider['wake']>)(
+        record.handle,
+        spec,
+      );
+      try {
+        // What envd had at the hibernate (a pooled sandbox's create envs, setEnv's) comes back.
+        await this.setEnv(handle, this.controlTokenOf(id), spec.env);
+        if (!(await this.registry.resumeSandbox(id, handle, Date.now() + timeoutMs, limit))) {
+          await refused();
+        }
+      } catch (error) {
+        // Hibernated again, as it was before this resume.
+        await this.provider.hibernate?.(handle, spec).catch(() => undefined);
+        throw error;
+      }
+      this.onChanged(id);
+      return { record: await this.get(id), resumed: true };
+    });
+  }
+
+  /** What a sandbox was started with, and its tokens: what it wakes as. */
+  private async keptSpec(record: SandboxRecord): Promise<SandboxSpec> {
+    let kept: KeptSpec;
+    try {
+      kept = JSON.parse(await readFile(join(this.sandboxesDir, record.id, SPEC_FILE), 'utf8'));
+    } catch (error) {
+      throw new SandboxError(
+        `sandbox ${record.id} cannot wake: what it was started with (${join(this.sandboxesDir, record.id, SPEC_FILE)}) cannot be read: ${(error as Error).message}`,
+        { cause: error },
+      );
+    }
+    return {
+      ...kept,
+      accessToken: this.tokenOf(record.id),
+      controlToken: this.controlTokenOf(record.id),
+    };
+  }
+
+  /** The spec a hibernated sandbox wakes as: its own, with the environment envd has now. */
+  private async hibernateSpec(record: SandboxRecord): Promise<SandboxSpec> {
+    const spec = await this.keptSpec(record);
+    const env = await sandboxEnv(record.handle, this.controlTokenOf(record.id));
+    spec.env = Object.fromEntries(Object.entries(env).filter(([name]) => !FRESH_ENV.test(name)));
+    const { accessToken: _access, controlToken: _control, ...kept } = spec;
+    await writeFile(join(this.sandboxesDir, record.id, SPEC_FILE), JSON.stringify(kept), {
+      mode: 0o600,
+    });
+    return spec;
+  }
+
   /**
    * The reaper's end of a sandbox whose time was up at `now`: one conditional update claims it
    * (still running, still due: a lifetime extended since the pass read it wins), and only the
-   * caller that claimed it kills it. Of several daemons' reapers, one wins each sandbox.
+   * caller that claimed it kills it. Of several daemons' reapers, one wins each sandbox. One
+   * created with `autoPause` is paused instead; a paused one is removed (its paused timeout).
    */
   private async expire(record: SandboxRecord, now: number): Promise<boolean> {
-    if (this.ending.has(record.id)) return false;
-    const reason = `expired at ${new Date(record.expiresAt).toISOString()}`;
+    if (this.ending.has(record.id) || this.changing.has(record.id)) return false;
+    if (record.state === 'running' && record.lifecycle?.onTimeout === 'pause') {
+      await this.pause(record.id, { memory: record.lifecycle.keepMemory }, now);
+      return true;
+    }
+    const reason =
+      record.state === 'paused'
+        ? `paused since ${new Date(record.paused?.at ?? record.createdAt).toISOString()}, removed at its paused timeout`
+        : `expired at ${new Date(record.expiresAt).toISOString()}`;
     if (!(await this.registry.endSandbox(record.id, 'expired', reason, { expiredBy: now }))) {
       return false;
     }
@@ -500,7 +757,7 @@ export class SandboxService {
       ? Date.now() - (this.provider.orphanAgeMs as number)
       : undefined;
     const rows = new Set(known);
-    for (const state of ['running', 'pooled'] as const) {
+    for (const state of ['running', 'pooled', 'paused'] as const) {
       for (const record of await this.registry.listSandboxes({ state })) rows.add(record.id);
     }
     const orphans = await this.provider.sweepOrphans(this.sandboxesDir, rows, startedBefore);
@@ -518,6 +775,19 @@ export class SandboxService {
     // A previous daemon's spare sandboxes may come from an older template build: start afresh.
     // Not on a shared registry: the spares there are other live daemons' pools.
     if (this.registry.kind === 'sqlite') await this.drainPool();
+    // Paused ones are left as their rows say, whatever a daemon that died mid-way left: a frozen
+    // one frozen, a hibernated one without processes (and its disk kept).
+    for (const record of await this.registry.listSandboxes({ state: 'paused' })) {
+      adopted.push(record.id);
+      const settle = record.paused?.memory
+        ? this.provider.isAlive(record.handle)
+          ? this.provider.freeze?.(record.handle)
+          : this.markDead(record).then(() => dead.push(record.id))
+        : this.keptSpec(record).then((spec) => this.provider.hibernate?.(record.handle, spec));
+      await settle?.catch((error: Error) => {
+        console.error(`abx daemon: paused sandbox ${record.id}: ${error.message}`);
+      });
+    }
     for (const record of await this.registry.listSandboxes({ state: 'running' })) {
       if (this.provider.isAlive(record.handle)) {
         adopted.push(record.id);

@@ -4,6 +4,8 @@ import { MIGRATIONS, SCHEMA_VERSION, tooNewError } from './migrations.js';
 import type {
   ApiKeyRecord,
   EndState,
+  LifecycleRecord,
+  PauseRecord,
   Registry,
   SandboxFilter,
   SandboxOwner,
@@ -41,6 +43,8 @@ interface SandboxRow {
   handle: string;
   capabilities: string;
   owner_key: string | null;
+  paused: string | null;
+  lifecycle: string | null;
 }
 
 const fromRow = (row: SandboxRow): SandboxRecord => ({
@@ -56,6 +60,8 @@ const fromRow = (row: SandboxRow): SandboxRecord => ({
   handle: JSON.parse(row.handle),
   capabilities: JSON.parse(row.capabilities),
   owner: row.owner_key ?? null,
+  paused: row.paused ? JSON.parse(row.paused) : null,
+  lifecycle: row.lifecycle ? JSON.parse(row.lifecycle) : null,
 });
 
 interface ApiKeyRow {
@@ -168,15 +174,16 @@ export class SqliteRegistry implements Registry {
     return (
       this.statement(
         `INSERT INTO sandboxes (id, template, state, metadata, created_at, expires_at, ended_at,
-             end_reason, token_hash, handle, capabilities, owner_key)
+             end_reason, token_hash, handle, capabilities, owner_key, lifecycle)
            SELECT @id, @template, @state, @metadata, @createdAt, @expiresAt, @endedAt, @endReason,
-             @tokenHash, @handle, @capabilities, @owner
+             @tokenHash, @handle, @capabilities, @owner, @lifecycle
            ${limited ? `WHERE ${RUNNING_OF_OWNER} < @limit` : ''}`,
       ).run({
         ...record,
         metadata: JSON.stringify(record.metadata),
         handle: JSON.stringify(record.handle),
         capabilities: JSON.stringify(record.capabilities),
+        lifecycle: record.lifecycle === null ? null : JSON.stringify(record.lifecycle),
         ...(limited ? { limit: maxRunning } : {}),
       }).changes === 1
     );
@@ -269,7 +276,8 @@ export class SqliteRegistry implements Registry {
   ): Promise<boolean> {
     const due = options.expiredBy === undefined ? '' : ' AND expires_at <= ?';
     const result = this.statement(
-      `UPDATE sandboxes SET state = ?, end_reason = ?, ended_at = ? WHERE id = ? AND state = 'running'${due}`,
+      `UPDATE sandboxes SET state = ?, end_reason = ?, ended_at = ?
+         WHERE id = ? AND state IN ('running', 'paused')${due}`,
     ).run(
       state,
       reason,
@@ -277,6 +285,43 @@ export class SqliteRegistry implements Registry {
       id,
       ...(options.expiredBy === undefined ? [] : [options.expiredBy]),
     );
+    return result.changes === 1;
+  }
+
+  async pauseSandbox(id: string, pause: PauseRecord, expiresAt: number): Promise<boolean> {
+    const result = this.statement(
+      `UPDATE sandboxes SET state = 'paused', paused = ?, expires_at = ?
+         WHERE id = ? AND state = 'running'`,
+    ).run(JSON.stringify(pause), expiresAt, id);
+    return result.changes === 1;
+  }
+
+  async resumeSandbox(
+    id: string,
+    handle: SandboxHandle,
+    expiresAt: number,
+    maxRunning?: number | null,
+  ): Promise<boolean> {
+    // One statement: the owner's count and the change happen under the write lock.
+    const limited = maxRunning != null;
+    const result = this.statement(
+      `UPDATE sandboxes SET state = 'running', paused = NULL, handle = @handle,
+           expires_at = @expiresAt
+         WHERE id = @id AND state = 'paused'
+         ${limited ? `AND (owner_key IS NULL OR (SELECT COUNT(*) FROM sandboxes AS o WHERE o.owner_key = sandboxes.owner_key AND o.state = 'running') < @limit)` : ''}`,
+    ).run({
+      handle: JSON.stringify(handle),
+      expiresAt,
+      id,
+      ...(limited ? { limit: maxRunning } : {}),
+    });
+    return result.changes === 1;
+  }
+
+  async setLifecycle(id: string, lifecycle: LifecycleRecord | null): Promise<boolean> {
+    const result = this.statement(
+      `UPDATE sandboxes SET lifecycle = ? WHERE id = ? AND state = 'running'`,
+    ).run(lifecycle === null ? null : JSON.stringify(lifecycle), id);
     return result.changes === 1;
   }
 
@@ -296,7 +341,7 @@ export class SqliteRegistry implements Registry {
 
   async expired(now = Date.now()): Promise<SandboxRecord[]> {
     const rows = this.statement(
-      `SELECT * FROM sandboxes WHERE state = 'running' AND expires_at <= ?`,
+      `SELECT * FROM sandboxes WHERE state IN ('running', 'paused') AND expires_at <= ?`,
     ).all(now) as SandboxRow[];
     return rows.map(fromRow);
   }

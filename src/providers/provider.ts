@@ -238,18 +238,39 @@ export interface SandboxProvider {
    * seconds. Absent: this provider measures nothing, and a sandbox's metrics are empty.
    */
   metrics?(handle: SandboxHandle): Promise<SandboxUsage>;
+  /**
+   * Freezes every process of a running sandbox where it is (their memory kept, no CPU used);
+   * resolves once they are all stopped (the isolation report's `pause` line says how). Freezing
+   * a frozen sandbox is a no-op. Absent: this provider cannot pause with memory.
+   */
+  freeze?(handle: SandboxHandle): Promise<void>;
+  /** Lets a frozen sandbox's processes run again where they were. Safe on one not frozen. */
+  thaw?(handle: SandboxHandle): Promise<void>;
+  /**
+   * Ends every process of the sandbox and frees its memory, CPU and network, but keeps its disk
+   * (home, /tmp, an image's overlay) and what `wake` needs; safe to call again (a daemon that
+   * died mid-way). `spec`: the one it was created with. Absent: this provider cannot hibernate.
+   */
+  hibernate?(handle: SandboxHandle, spec: SandboxSpec): Promise<void>;
+  /**
+   * Starts a hibernated sandbox again on its kept disk, as `spec` (the one it was created with,
+   * its environment as it was at the hibernate); resolves with its new handle once envd answers.
+   */
+  wake?(handle: SandboxHandle, spec: SandboxSpec): Promise<SandboxHandle>;
   /** True while the sandbox's root process runs (and is the same process). */
   isAlive(handle: SandboxHandle): boolean;
   /** Why a sandbox that is no longer alive ended (call before `kill` releases its cgroups). */
   endCause(handle: SandboxHandle): EndCause;
   /**
-   * Kills every process of the sandbox and releases what it held on the host (cgroups, uid);
-   * resolves once they are gone. Safe to call on a sandbox that already ended.
+   * Kills every process of the sandbox (frozen ones too) and releases what it held on the host
+   * (cgroups, uid); resolves once they are gone. Safe to call on a sandbox that already ended or
+   * is hibernated.
    */
   kill(handle: SandboxHandle): Promise<void>;
   /**
-   * Kills sandboxes of `sandboxesDir` that the registry does not know as running (e.g. one
-   * started just before a daemon crash, before its row was written). Returns their ids.
+   * Kills sandboxes of `sandboxesDir` that the registry does not know as running, pooled or
+   * paused (e.g. one started just before a daemon crash, before its row was written). Returns
+   * their ids.
    * `startedBefore` (ms since the epoch, given only to providers with `orphanAgeMs`): leave alone
    * the sandboxes made at or after it, creates that another daemon may still be making.
    */

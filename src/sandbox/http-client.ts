@@ -4,6 +4,7 @@ import {
   AuthenticationError,
   DaemonUnavailableError,
   SandboxError,
+  SandboxPausedError,
   TimeoutError,
   UnavailableError,
   UpstreamError,
@@ -84,12 +85,28 @@ onCloseConnections('sdk', () =>
   ),
 );
 
+/** True for a body that is read as it is sent (a stream), so it cannot be sent again. */
+function isStream(body: unknown): boolean {
+  return (
+    typeof body === 'object' &&
+    body !== null &&
+    (typeof (body as { pipe?: unknown }).pipe === 'function' ||
+      typeof (body as { getReader?: unknown }).getReader === 'function' ||
+      Symbol.asyncIterator in body)
+  );
+}
+
 /** What else an {@link HttpClient} may need: TLS trust, a better word for a refused key. */
 export interface HttpClientExtras {
   /** A private CA to trust besides the system's. */
   trust?: TlsTrust | undefined;
   /** Turns a 401 into an error that says which key and what to do. */
   unauthorized?: (error: AuthenticationError) => Error;
+  /**
+   * Resumes the sandbox when the gateway answers that it is paused; the request is then sent
+   * once more (one whose body is a stream, which cannot be sent twice, fails with the answer).
+   */
+  resume?: () => Promise<void>;
 }
 
 export interface RequestOptions {
@@ -146,6 +163,15 @@ export class HttpClient {
     try {
       return await this.sendOnce(method, path, options);
     } catch (error) {
+      if (
+        error instanceof SandboxPausedError &&
+        error.code === 'paused' &&
+        this.extras.resume &&
+        !isStream(options.body)
+      ) {
+        await this.extras.resume();
+        return this.sendOnce(method, path, options);
+      }
       if (method !== 'GET' || !(error instanceof this.unreachable)) throw error;
       return this.sendOnce(method, path, options);
     }

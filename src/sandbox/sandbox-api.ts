@@ -27,6 +27,8 @@ export interface SandboxSpec {
   metadata?: Record<string, string>;
   network?: NetworkPolicy;
   allowInternetAccess?: boolean;
+  autoPause?: boolean;
+  autoPauseMemory?: boolean;
 }
 
 /**
@@ -43,7 +45,7 @@ export interface NetworkPolicy {
  * The states {@link listSandboxes} shows when asked for none: the sandboxes that are still there
  * (E2B lists running and paused ones the same way). Ended ones come on request.
  */
-export const LIVE_STATES: readonly SandboxState[] = ['running'];
+export const LIVE_STATES: readonly SandboxState[] = ['running', 'paused'];
 
 /** Filter of {@link listSandboxes}. */
 export interface SandboxListFilter extends ConnectionOptions {
@@ -84,7 +86,31 @@ export function createSandbox(client: JsonClient, spec: SandboxSpec): Promise<Co
       ...(spec.allowInternetAccess === undefined
         ? {}
         : { allowInternetAccess: spec.allowInternetAccess }),
+      ...(spec.autoPause === undefined ? {} : { autoPause: spec.autoPause }),
+      ...(spec.autoPauseMemory === undefined ? {} : { autoPauseMemory: spec.autoPauseMemory }),
     },
+  });
+}
+
+/** Pauses a running sandbox: frozen with its memory, or (`memory: false`) hibernated. */
+export function pauseSandbox(
+  client: JsonClient,
+  sandboxId: string,
+  options: { memory?: boolean } = {},
+): Promise<SandboxInfo> {
+  return client.json<SandboxInfo>('POST', `${sandboxPath(sandboxId)}/pause`, {
+    body: options.memory === undefined ? {} : { memory: options.memory },
+  });
+}
+
+/** Runs a paused sandbox again; `resumed` is false when it was running already. */
+export function resumeSandbox(
+  client: JsonClient,
+  sandboxId: string,
+  options: { timeoutMs?: number } = {},
+): Promise<SandboxInfo & { resumed: boolean }> {
+  return client.json('POST', `${sandboxPath(sandboxId)}/resume`, {
+    body: options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs },
   });
 }
 

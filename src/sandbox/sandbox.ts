@@ -30,6 +30,7 @@ import {
   PermissionDeniedError,
   SandboxError,
   SandboxNotFoundError,
+  SandboxPausedError,
   ServerNotRunningError,
 } from '../errors.js';
 import type { ControlConnection } from '../installation/control-connection.js';
@@ -62,6 +63,8 @@ import {
   type NetworkInfo,
   type NetworkPolicy,
   openControl,
+  pauseSandbox,
+  resumeSandbox,
   type SandboxListFilter,
   type SandboxMetric,
   setSandboxNetwork,
@@ -93,6 +96,13 @@ export interface SandboxCreateOptions extends ConnectionOptions {
   network?: NetworkPolicy;
   /** E2B's switch: true gives the `internet` network; false denies every address but `allowOut`'s. */
   allowInternetAccess?: boolean;
+  /**
+   * At its timeout the sandbox pauses instead of dying (E2B's `autoPause`): frozen with its
+   * memory, or hibernated with `autoPauseMemory: false` (the daemon's default otherwise:
+   * `ABX_AUTO_PAUSE_MEMORY`, true). It is removed after the daemon's paused timeout (30 days).
+   */
+  autoPause?: boolean;
+  autoPauseMemory?: boolean;
 }
 
 export type { SandboxListFilter };
@@ -381,7 +391,8 @@ export class Sandbox extends BaseSandbox {
 
   /**
    * A running sandbox by id, e.g. one created by another process or on another host (with
-   * `apiUrl` / `ABX_API_URL`, the gateway's address comes from the control plane).
+   * `apiUrl` / `ABX_API_URL`, the gateway's address comes from the control plane). A paused one
+   * is resumed first, as E2B's `connect` does.
    */
   static async connect(sandboxId: string, options: ConnectionOptions = {}): Promise<Sandbox> {
     const { connection, client } = await openControl(options);
@@ -451,6 +462,37 @@ export class Sandbox extends BaseSandbox {
     range: { start?: Date | number; end?: Date | number } = {},
   ): Promise<SandboxMetric[]> {
     return getSandboxMetrics(this.control, this.sandboxId, range);
+  }
+
+  /**
+   * Pauses this sandbox. By default it is frozen: every process stops where it is, its memory
+   * kept, using no CPU, until {@link resume} (open connections and code contexts included).
+   * `{ memory: false }` hibernates it: its processes end and their memory is freed, while its
+   * disk (home, /tmp, an image's changes) and environment are kept; a resume starts it again on
+   * them. A paused sandbox keeps its id and token, counts against no key's limit, and is removed
+   * after the daemon's paused timeout (30 days). Calls through this object (commands, files,
+   * ports) resume it by themselves. False when it was paused already (as E2B's `pause`).
+   *
+   * @example
+   * await sandbox.pause({ memory: false }); // back after lunch
+   * await sandbox.resume();
+   */
+  async pause(options: { memory?: boolean } = {}): Promise<boolean> {
+    try {
+      await pauseSandbox(this.control, this.sandboxId, options);
+      return true;
+    } catch (error) {
+      if (error instanceof SandboxPausedError && error.code === 'already_paused') return false;
+      throw error;
+    }
+  }
+
+  /**
+   * Runs this paused sandbox again, for `timeoutMs` from now (default: its template's timeout).
+   * False when it was running already.
+   */
+  async resume(options: { timeoutMs?: number } = {}): Promise<boolean> {
+    return (await resumeSandbox(this.control, this.sandboxId, options)).resumed;
   }
 
   /** Sets the time left before the sandbox is reaped, counted from now. */
@@ -634,7 +676,13 @@ export class Sandbox extends BaseSandbox {
         return error instanceof SandboxError ? error : undefined;
       },
       undefined,
-      { trust: this.connection.trust },
+      {
+        trust: this.connection.trust,
+        // A call to a paused sandbox resumes it and is sent once more.
+        resume: async () => {
+          await this.resume();
+        },
+      },
     );
   }
 }

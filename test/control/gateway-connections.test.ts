@@ -121,6 +121,8 @@ const test = base.extend<{ fx: Fixture }>({
           endReason: null,
           tokenHash: createHash('sha256').update(token).digest('hex'),
           owner: null,
+          paused: null,
+          lifecycle: null,
           handle: {
             provider: 'memory',
             pid: process.pid,

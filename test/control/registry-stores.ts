@@ -117,6 +117,8 @@ export function sandboxRow(overrides: Partial<SandboxRecord> = {}): SandboxRecor
     },
     capabilities: ['files', 'commands'],
     owner: null,
+    paused: null,
+    lifecycle: null,
     ...overrides,
   };
 }

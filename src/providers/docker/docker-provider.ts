@@ -299,6 +299,115 @@ export class DockerProvider implements SandboxProvider {
     return isSameProcess(handle.pid, handle.startTime);
   }
 
+  /** `docker pause`: the engine's cgroup freezer holds every process of the container. */
+  async freeze(handle: SandboxHandle): Promise<void> {
+    const container = this.containerOf(handle);
+    await this.engineCall('docker pause', async () => {
+      const info = await container.inspect();
+      if (!info.State.Running) throw new SandboxError('its container is not running');
+      if (!info.State.Paused) await container.pause();
+    });
+  }
+
+  async thaw(handle: SandboxHandle): Promise<void> {
+    const container = this.containerOf(handle);
+    await this.engineCall('docker unpause', async () => {
+      const info = await container.inspect();
+      if (info.State.Paused) await container.unpause();
+    });
+  }
+
+  /**
+   * A stop that keeps the container: its writable layer (home, /tmp, everything written outside
+   * them) stays on the engine's disk; its network ends (`wake` serves it on the same ports).
+   */
+  async hibernate(handle: SandboxHandle): Promise<void> {
+    const container = this.containerOf(handle);
+    await this.engineCall('docker stop', async () => {
+      const info = await container.inspect();
+      if (info.State.Paused) await container.unpause();
+      // No grace: a hibernate keeps the disk, not the processes (as a kill would end them).
+      if (info.State.Running) await container.stop({ t: 0 });
+    });
+    await this.networks.release(handle.net);
+  }
+
+  /**
+   * `docker start` of the kept container, with envd's token put back first (envd deletes it once
+   * read), then its network again on the same egress ports (its environment names them).
+   */
+  async wake(handle: SandboxHandle, spec: SandboxSpec): Promise<SandboxHandle> {
+    const container = this.containerOf(handle);
+    const deadline = Date.now() + (this.options.startTimeoutMs ?? 15_000);
+    const user = sandboxUser(spec);
+    const info = await this.engineCall('docker start', async () => {
+      await container.putArchive(
+        Readable.from(sandboxArchive({ uid: user.uid, token: envdTokenFile(spec) })),
+        { path: '/' },
+      );
+      if (handle.cgroups) prepareMemoryCgroup(spec.id, spec.resources.memory);
+      await container.start();
+      if (handle.cgroups) adoptMemory(spec.id, container.id);
+      return container.inspect();
+    });
+    const pid = info.State.Pid;
+    const startTime = pid > 0 ? processStartTime(pid) : undefined;
+    if (!startTime) {
+      throw new SandboxStartError(
+        `sandbox ${spec.id} did not wake: its container ended at once (exit code ${info.State.ExitCode})`,
+      );
+    }
+    let net: KeptNet | undefined;
+    if (handle.net) {
+      const ports = await this.networks.egress.add(spec.id, handle.net.policy, handle.net.ports);
+      net = await this.networks.start({
+        id: spec.id,
+        policy: handle.net.policy,
+        rootless: false,
+        existing: pid,
+        ports,
+      });
+    }
+    const socket = `/proc/${pid}/root${SANDBOX_RUN_DIR}/envd.sock`;
+    while (Date.now() < deadline) {
+      if (!isSameProcess(pid, startTime)) break;
+      if (await envdHealthy(socket)) {
+        return {
+          ...handle,
+          pid,
+          startTime,
+          envdSocket: socket,
+          portsDir: `/proc/${pid}/root${SANDBOX_RUN_DIR}/ports`,
+          ...(net ? { net } : {}),
+        };
+      }
+      await sleep(5);
+    }
+    const tail = await logTail(container);
+    await container.stop({ t: 0 }).catch(() => undefined);
+    await this.networks.release(net);
+    throw new SandboxStartError(
+      `sandbox ${spec.id} did not wake: envd did not answer${tail ? `\n--- sandbox log ---\n${tail}` : ''}`,
+    );
+  }
+
+  private containerOf(handle: SandboxHandle): Docker.Container {
+    if (!handle.container) throw new SandboxError('the sandbox has no container');
+    return this.docker.getContainer(handle.container);
+  }
+
+  /** An engine call, with the engine's failures in abx's words (an unreachable engine: 503). */
+  private async engineCall<T>(what: string, work: () => Promise<T>): Promise<T> {
+    try {
+      return await within(work(), KILL_MS * 2, what);
+    } catch (error) {
+      if (error instanceof SandboxError) throw error;
+      const mapped = engineError(error, what, this.address);
+      if (mapped instanceof UnavailableError) throw mapped;
+      throw new SandboxError(`${what}: ${dockerMessage(error)}`, { cause: error });
+    }
+  }
+
   /**
    * From the sandbox's parent cgroups (cgroupfs driver): their usage counts the container's cgroup
    * below them, whose limits Docker set. Without them (the systemd driver), from /proc: the

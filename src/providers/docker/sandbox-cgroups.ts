@@ -33,7 +33,7 @@ function unified(): boolean {
 export function prepareMemoryCgroup(id: string, memory: number | undefined): boolean {
   if (!memory || unified()) return false;
   try {
-    return createCgroups(id, { memory }, PARENT).dirs.length > 0;
+    return createCgroups(id, { memory }, PARENT, false).dirs.length > 0;
   } catch {
     return false;
   }

@@ -69,8 +69,11 @@ export function cgroupParent(env: NodeJS.ProcessEnv = process.env): string {
   return env.ABX_CGROUP_PARENT?.replace(/^\/+|\/+$/g, '') || (uid === 0 ? 'abx' : `abx-${uid}`);
 }
 
+/** The v1 hierarchies a sandbox may have a cgroup in: its limits' and the freezer's. */
+const V1_HIERARCHIES = ['memory', 'cpu', 'pids', 'freezer'] as const;
+
 /** The folder where a v1 controller's hierarchy is mounted, when there is one. */
-function v1Hierarchy(controller: Controller): string | undefined {
+function v1Hierarchy(controller: Controller | 'freezer'): string | undefined {
   const dir = join(CGROUP_ROOT, controller);
   return existsSync(join(dir, 'cgroup.procs')) ? dir : undefined;
 }
@@ -123,6 +126,8 @@ export function createCgroups(
   id: string,
   limits: CgroupLimits,
   parent = cgroupParent(),
+  /** v1: a freezer cgroup too, for pauses (v2's cgroups each have a freezer). */
+  freezer = true,
 ): SandboxCgroups {
   const controllers = wanted(limits);
   const result: SandboxCgroups = { dirs: [], unenforced: [] };
@@ -177,6 +182,18 @@ export function createCgroups(
       result.unenforced.push(controller);
     }
   }
+  // The freezer pauses the sandbox (no limit of its own; without it a pause stops each process).
+  const freezerRoot = freezer ? v1Hierarchy('freezer') : undefined;
+  if (freezerRoot) {
+    const dir = join(freezerRoot, parent, id);
+    try {
+      mkdirSync(join(freezerRoot, parent), { recursive: true });
+      mkdirSync(dir);
+      result.dirs.push(dir);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'EEXIST') throw sharedCgroup(dir);
+    }
+  }
   return result;
 }
 
@@ -184,7 +201,7 @@ export function createCgroups(
 export function cgroupDirsOf(id: string, parent = cgroupParent()): string[] {
   const candidates = unifiedRoot()
     ? [join(CGROUP_ROOT, parent, id)]
-    : (['memory', 'cpu', 'pids'] as const).flatMap((controller) => {
+    : V1_HIERARCHIES.flatMap((controller) => {
         const hierarchy = v1Hierarchy(controller);
         return hierarchy ? [join(hierarchy, parent, id)] : [];
       });
@@ -199,7 +216,7 @@ export function cgroupDirsOf(id: string, parent = cgroupParent()): string[] {
 export function sweepEmptyCgroups(parent = cgroupParent(), graceMs = 60_000): number {
   const parents = unifiedRoot()
     ? [join(CGROUP_ROOT, parent)]
-    : (['memory', 'cpu', 'pids'] as const).flatMap((controller) => {
+    : V1_HIERARCHIES.flatMap((controller) => {
         const hierarchy = v1Hierarchy(controller);
         return hierarchy ? [join(hierarchy, parent)] : [];
       });
@@ -247,6 +264,67 @@ export function cgroupSupport(parent = cgroupParent()): Record<Controller, boole
   const support = { memory: true, cpu: true, pids: true };
   for (const controller of made.unenforced) support[controller] = false;
   return support;
+}
+
+/** A sandbox's freezer: v2's `cgroup.freeze` in its cgroup, or its v1 freezer cgroup. */
+function freezerOf(dirs: readonly string[]): { dir: string; version: 1 | 2 } | undefined {
+  for (const dir of dirs) {
+    if (existsSync(join(dir, 'freezer.state'))) return { dir, version: 1 };
+    if (existsSync(join(dir, 'cgroup.freeze'))) return { dir, version: 2 };
+  }
+  return undefined;
+}
+
+/** True once every process of the freezer's cgroup is frozen. */
+function frozen(freezer: { dir: string; version: 1 | 2 }): boolean {
+  try {
+    if (freezer.version === 1) {
+      return readFileSync(join(freezer.dir, 'freezer.state'), 'utf8').trim() === 'FROZEN';
+    }
+    return /^frozen 1$/m.test(readFileSync(join(freezer.dir, 'cgroup.events'), 'utf8'));
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Freezes every process of a sandbox's cgroups and waits (up to `timeoutMs`) until the kernel
+ * says they all are. False when the sandbox has no freezer this daemon may write (then nothing
+ * was changed); throws when the kernel did not finish freezing in time (the freeze is undone).
+ */
+export async function freezeCgroups(dirs: readonly string[], timeoutMs = 5000): Promise<boolean> {
+  const freezer = freezerOf(dirs);
+  if (!freezer) return false;
+  const file = join(freezer.dir, freezer.version === 1 ? 'freezer.state' : 'cgroup.freeze');
+  if (!tryWrite(file, freezer.version === 1 ? 'FROZEN' : '1')) return false;
+  const deadline = Date.now() + timeoutMs;
+  for (let wait = 1; !frozen(freezer); wait = Math.min(wait * 2, 20)) {
+    if (Date.now() >= deadline) {
+      thawCgroups(dirs);
+      throw new Error(`the kernel did not finish freezing ${freezer.dir} within ${timeoutMs} ms`);
+    }
+    // A v1 freezer stuck in FREEZING is asked again (a task that was mid-fork).
+    if (freezer.version === 1) tryWrite(file, 'FROZEN');
+    await new Promise((resolve) => setTimeout(resolve, wait));
+  }
+  return true;
+}
+
+/** Lets the processes of a sandbox's frozen cgroups run again; false without a freezer. */
+export function thawCgroups(dirs: readonly string[]): boolean {
+  const freezer = freezerOf(dirs);
+  if (!freezer) return false;
+  return freezer.version === 1
+    ? tryWrite(join(freezer.dir, 'freezer.state'), 'THAWED')
+    : tryWrite(join(freezer.dir, 'cgroup.freeze'), '0');
+}
+
+/** Whether sandboxes here get a freezer this daemon may write (for the isolation report). */
+export function freezerSupport(parent = cgroupParent()): boolean {
+  const made = createCgroups(`probe-${process.pid}-${Date.now()}`, { processes: 1024 }, parent);
+  const found = freezerOf(made.dirs) !== undefined;
+  removeCgroups(made.dirs);
+  return found;
 }
 
 /** Pids in a sandbox's cgroups (every process that joined, and their descendants). */

@@ -10,6 +10,7 @@ import {
   statSync,
   writeFileSync,
 } from 'node:fs';
+import { cp, lstat, rename, rm } from 'node:fs/promises';
 import { request } from 'node:http';
 import { dirname, join } from 'node:path';
 import type { Writable } from 'node:stream';
@@ -24,7 +25,7 @@ import type { EgressController } from '../../egress/controller.js';
 import type { EgressPolicy } from '../../egress/policy.js';
 import { enterArgs, proxyEnv, SANDBOX_RESOLV_CONF } from '../../egress/sandbox-net.js';
 import { type KeptNet, SandboxNetworks } from '../../egress/sandbox-networks.js';
-import type { EgressCounters } from '../../egress/service.js';
+import type { EgressCounters, EgressPorts } from '../../egress/service.js';
 import { SandboxStartError } from '../../errors.js';
 import { dockerClient } from '../docker/engine.js';
 import { type PortableRuntime, portableRuntime, SANDBOX_NODE } from '../portable-runtime.js';
@@ -48,14 +49,17 @@ import {
   cgroupSupport,
   cgroupUsage,
   createCgroups,
+  freezeCgroups,
+  freezerSupport,
   oomKills,
   removeCgroups,
   type SandboxCgroups,
   sweepEmptyCgroups,
+  thawCgroups,
 } from './cgroups.js';
 import { fileInImage, folderInImage } from './home-seed.js';
 import { imageRootfs, pruneRootfs, ROOTFS_ROOT } from './image-rootfs.js';
-import { isSameProcess, processStartTime, processTree } from './proc.js';
+import { isSameProcess, processStartTime, processState, processTree } from './proc.js';
 import {
   createDiskImage,
   type HomeSeed,
@@ -148,14 +152,26 @@ function logTail(file: string, bytes = 2000): string {
   }
 }
 
-function killPids(pids: Iterable<number>): void {
-  for (const pid of pids) {
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch {
-      // gone meanwhile
-    }
+function signal(pid: number, name: NodeJS.Signals): void {
+  try {
+    process.kill(pid, name);
+  } catch {
+    // gone meanwhile
   }
+}
+
+function killPids(pids: Iterable<number>): void {
+  for (const pid of pids) signal(pid, 'SIGKILL');
+}
+
+/** Where a rootless sandbox's hibernate copies its home and /tmp, in its folder. */
+const HIBERNATED = 'hibernated';
+const NO_LISTS: EgressPolicy = { allowOut: [], denyOut: [] };
+
+/** What a hibernated sandbox wakes with (see `LocalProvider.wake`). */
+interface Woken {
+  uid?: number;
+  ports?: EgressPorts;
 }
 
 /** Joins every cgroup folder given before `--`, then execs the rest (rootless mode). */
@@ -252,7 +268,15 @@ export class LocalProvider implements SandboxProvider {
     await pruneRootfs(this.engine.docker).catch(() => undefined);
   }
 
-  async create(spec: SandboxSpec): Promise<SandboxHandle> {
+  create(spec: SandboxSpec): Promise<SandboxHandle> {
+    return this.launch(spec);
+  }
+
+  /**
+   * Starts a sandbox: a new one, or (`woken`) a hibernated one again on what it kept: its uid,
+   * its disk image (root mode) or the copy of its home and /tmp (rootless), its egress ports.
+   */
+  private async launch(spec: SandboxSpec, woken?: Woken): Promise<SandboxHandle> {
     const root = this.mode === 'root';
     const home = spec.user && spec.user !== 'user' ? `/home/${spec.user}` : SANDBOX_HOME;
     const image = spec.image ? await this.imageParts(spec, home) : undefined;
@@ -273,7 +297,7 @@ export class LocalProvider implements SandboxProvider {
       writeFileSync(join(spec.dir, name), data, { mode: 0o600 });
     }
 
-    const uid = root ? this.uids.allocate(spec.id, spec.dir) : undefined;
+    const uid = root ? this.sandboxUid(spec, woken) : undefined;
     const limits: CgroupLimits = {
       ...(spec.resources.memory ? { memory: spec.resources.memory } : {}),
       ...(spec.resources.cpu ? { cpu: spec.resources.cpu } : {}),
@@ -293,7 +317,16 @@ export class LocalProvider implements SandboxProvider {
     let net: KeptNet | undefined;
     if (spec.network === 'internet') {
       try {
-        net = await this.networks.start({ id: spec.id, policy: spec.egress, rootless: !root });
+        // A woken sandbox's environment names its egress ports: it gets the same ones again.
+        const ports = woken?.ports
+          ? await this.networks.egress.add(spec.id, spec.egress ?? NO_LISTS, woken.ports)
+          : undefined;
+        net = await this.networks.start({
+          id: spec.id,
+          policy: spec.egress,
+          rootless: !root,
+          ...(ports ? { ports } : {}),
+        });
       } catch (error) {
         await this.reclaim(cgroups.dirs, uid);
         throw new SandboxStartError(
@@ -344,7 +377,10 @@ export class LocalProvider implements SandboxProvider {
       const prlimit = rlimits.length > 0 ? ['prlimit', ...rlimits, '--'] : [];
       if (root && uid !== undefined) {
         const diskImage = join(spec.dir, 'disk.img');
-        await createDiskImage(diskImage, disk, homeSeed(spec, image));
+        if (!woken) await createDiskImage(diskImage, disk, homeSeed(spec, image));
+        else if (!existsSync(diskImage)) {
+          throw new Error(`its disk image ${diskImage} is gone: it cannot wake`);
+        }
         const inner = bwrapArgs({
           ...common,
           home: { bind: STAGED.home },
@@ -377,14 +413,27 @@ export class LocalProvider implements SandboxProvider {
         // No loop mounts without root: the home and /tmp are tmpfs mounts of the disk quota's
         // size each (memory-backed; see docs/security.md), and envd fills the home from the
         // template's, bound read-only, before it serves anything.
+        // A woken sandbox's home and /tmp come back from the copy its hibernate made.
+        const saved = woken ? join(spec.dir, HIBERNATED) : undefined;
         const inner = bwrapArgs({
           ...common,
-          ...(spec.baseHome
+          ...(saved
             ? {
-                homeTemplate: spec.baseHome,
-                command: [...envdArgs, '--home-template', SANDBOX_HOME_TEMPLATE],
+                homeTemplate: saved,
+                command: [
+                  ...envdArgs,
+                  '--home-template',
+                  `${SANDBOX_HOME_TEMPLATE}/home`,
+                  '--tmp-template',
+                  `${SANDBOX_HOME_TEMPLATE}/tmp`,
+                ],
               }
-            : {}),
+            : spec.baseHome
+              ? {
+                  homeTemplate: spec.baseHome,
+                  command: [...envdArgs, '--home-template', SANDBOX_HOME_TEMPLATE],
+                }
+              : {}),
           home: { tmpfsBytes: disk },
           tmp: { tmpfsBytes: disk },
           runtimeDir: this.runtimeDir,
@@ -467,15 +516,117 @@ export class LocalProvider implements SandboxProvider {
     throw await fail(`envd did not answer within ${timeoutMs} ms`);
   }
 
+  /** A root-mode sandbox's uid: a new one, or a woken sandbox's own (its files are that uid's). */
+  private sandboxUid(spec: SandboxSpec, woken: Woken | undefined): number {
+    if (woken?.uid !== undefined && this.uids.reclaim(woken.uid, spec.id, spec.dir)) {
+      return woken.uid;
+    }
+    // Its lock was lost (a reboot empties /run): a new uid, given the home by the launcher.
+    return this.uids.allocate(spec.id, spec.dir);
+  }
+
   isAlive(handle: SandboxHandle): boolean {
     return isSameProcess(handle.pid, handle.startTime);
+  }
+
+  /**
+   * With the cgroup freezer where the sandbox has one this daemon may write (a root daemon: v1's
+   * freezer cgroup or v2's cgroup.freeze); else SIGSTOP to each of its processes, until none is
+   * left running (a fork in between is stopped on the next round).
+   */
+  async freeze(handle: SandboxHandle): Promise<void> {
+    if (!this.isAlive(handle)) throw new Error('its processes ended');
+    if (await freezeCgroups(cgroupsOf(handle))) return;
+    for (let round = 0; round < 100; round++) {
+      const running = this.processesOf(handle).filter((pid) => {
+        const state = processState(pid);
+        return state !== undefined && state !== 'T' && state !== 't' && state !== 'Z';
+      });
+      if (running.length === 0) return;
+      for (const pid of running) signal(pid, 'SIGSTOP');
+      await sleep(Math.min(1 + round, 10));
+    }
+    await this.thaw(handle);
+    throw new Error('its processes kept starting new ones faster than SIGSTOP stopped them');
+  }
+
+  async thaw(handle: SandboxHandle): Promise<void> {
+    if (thawCgroups(cgroupsOf(handle))) return;
+    for (const pid of this.processesOf(handle)) signal(pid, 'SIGCONT');
+  }
+
+  /**
+   * Root mode: its processes end and its disk image (home, /tmp, an image's overlay) stays in its
+   * folder with its uid. Rootless: the home and /tmp are tmpfs mounts that end with it, so they
+   * are copied first (frozen, so nothing changes under the copy) into its folder, without
+   * sockets, FIFOs or devices, for `wake` to fill the new ones from.
+   */
+  async hibernate(handle: SandboxHandle, spec: SandboxSpec): Promise<void> {
+    if (this.mode === 'rootless' && this.isAlive(handle)) {
+      await this.freeze(handle);
+      const saved = join(spec.dir, HIBERNATED);
+      const partial = `${saved}.partial`;
+      await rm(partial, { recursive: true, force: true });
+      const root = `/proc/${handle.pid}/root`;
+      const home = spec.user && spec.user !== 'user' ? `/home/${spec.user}` : SANDBOX_HOME;
+      for (const [from, to] of [
+        [home, 'home'],
+        ['/tmp', 'tmp'],
+      ] as const) {
+        await cp(`${root}${from}`, join(partial, to), {
+          recursive: true,
+          preserveTimestamps: true,
+          verbatimSymlinks: true,
+          filter: async (source) => {
+            const stats = await lstat(source);
+            return stats.isFile() || stats.isDirectory() || stats.isSymbolicLink();
+          },
+        });
+      }
+      await rm(saved, { recursive: true, force: true });
+      await rename(partial, saved);
+    }
+    await this.end(handle, false);
+  }
+
+  async wake(handle: SandboxHandle, spec: SandboxSpec): Promise<SandboxHandle> {
+    // What the hibernate left of it (a daemon that died mid-way) goes first.
+    await this.end(handle, false);
+    if (this.mode === 'rootless' && !existsSync(join(spec.dir, HIBERNATED))) {
+      throw new SandboxStartError(
+        `sandbox ${spec.id} cannot wake: the copy of its home its hibernate made (${join(spec.dir, HIBERNATED)}) is gone`,
+      );
+    }
+    const woken = await this.launch(spec, {
+      ...(handle.uid !== undefined ? { uid: handle.uid } : {}),
+      ...(handle.net ? { ports: handle.net.ports } : {}),
+    });
+    // envd filled the new home and /tmp: the copy is not needed any more.
+    await rm(join(spec.dir, HIBERNATED), { recursive: true, force: true });
+    return woken;
+  }
+
+  /** The processes of a sandbox: its cgroups' members, else its uid's or its init's tree. */
+  private processesOf(handle: SandboxHandle): number[] {
+    const pids = cgroupPids(cgroupsOf(handle));
+    if (pids.length > 0) return pids;
+    if (!this.isAlive(handle)) return [];
+    return handle.uid === undefined ? processTree(handle.pid) : uidProcesses(handle.uid);
   }
 
   endCause(handle: SandboxHandle): EndCause {
     return oomKills(cgroupsOf(handle)) > 0 ? 'oom' : 'exited';
   }
 
-  async kill(handle: SandboxHandle): Promise<void> {
+  kill(handle: SandboxHandle): Promise<void> {
+    return this.end(handle, true);
+  }
+
+  /**
+   * Kills every process of the sandbox (a frozen one too) and removes its cgroups and network;
+   * `release`: its uid is freed too (a hibernate keeps it, as its disk's files are that uid's).
+   */
+  private async end(handle: SandboxHandle, release: boolean): Promise<void> {
     const cgroups = cgroupsOf(handle);
     // SIGKILL is not refused, but a process in uninterruptible sleep takes its time: 5 s at most.
     const deadline = Date.now() + 5000;
@@ -486,10 +637,12 @@ export class LocalProvider implements SandboxProvider {
     };
     if (this.isAlive(handle)) {
       killPids([handle.pid]);
+      // A frozen process dies of SIGKILL only once thawed (the v1 freezer).
+      thawCgroups(cgroups);
       // The kernel kills the rest of the pid namespace once its init is gone; wait for that.
       await until(() => !isSameProcess(handle.pid, handle.startTime));
     }
-    await this.reclaim(cgroups, handle.uid, deadline);
+    await this.reclaim(cgroups, handle.uid, deadline, release);
     await this.networks.release(handle.net);
   }
 
@@ -532,6 +685,7 @@ export class LocalProvider implements SandboxProvider {
     cgroups: readonly string[],
     uid: number | undefined,
     deadline = Date.now() + 5000,
+    releaseUid = true,
   ): Promise<void> {
     // Every process of a sandbox is in its pids cgroup: watching that is cheaper than scanning
     // /proc for the uid, which is the fallback when the host gave it no cgroup.
@@ -542,8 +696,9 @@ export class LocalProvider implements SandboxProvider {
       await sleep(wait);
     }
     if (uid !== undefined && cgroups.length === 0) await this.waitUidGone(uid);
+    thawCgroups(cgroups);
     for (let i = 0; i < 200 && !removeCgroups(cgroups); i++) await sleep(10);
-    this.uids.release(uid);
+    if (releaseUid) this.uids.release(uid);
   }
 
   async sweepOrphans(sandboxesDir: string, running: ReadonlySet<string>): Promise<string[]> {
@@ -614,6 +769,12 @@ export class LocalProvider implements SandboxProvider {
       open_files: { enforced: true, how: 'RLIMIT_NOFILE' },
       file_size: { enforced: true, how: 'RLIMIT_FSIZE' },
       egress: this.networks.support(),
+      pause: freezerSupport()
+        ? { enforced: true, how: 'the cgroup freezer (a pause keeps memory, uses no CPU)' }
+        : {
+            enforced: true,
+            how: 'SIGSTOP to each process (no freezer cgroup this daemon may write): a process of the sandbox sees SIGCONT on resume',
+          },
     };
     const warnings = Object.entries(limits)
       .filter(([, limit]) => !limit.enforced)

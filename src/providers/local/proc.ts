@@ -75,3 +75,13 @@ export function processTree(pid: number): number[] {
   for (let i = 0; i < tree.length; i++) tree.push(...(children.get(tree[i] as number) ?? []));
   return tree;
 }
+
+/** A process's state letter (field 3 of /proc/PID/stat: `R`, `S`, `T` stopped...), or undefined. */
+export function processState(pid: number): string | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+  } catch {
+    return undefined;
+  }
+}

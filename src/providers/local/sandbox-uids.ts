@@ -101,6 +101,30 @@ export class SandboxUids {
     );
   }
 
+  /**
+   * Takes `uid` again for a sandbox that had it (a hibernated one waking): true when the lock is
+   * this sandbox's or was free; false when another sandbox holds it now.
+   */
+  reclaim(uid: number, sandbox: string, dir: string): boolean {
+    mkdirSync(this.lockDir, { recursive: true, mode: 0o700 });
+    const lock = join(this.lockDir, String(uid));
+    try {
+      writeFileSync(lock, JSON.stringify({ dir, sandbox } satisfies UidLock), {
+        flag: 'wx',
+        mode: 0o600,
+      });
+      return true;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+    }
+    try {
+      const owner = JSON.parse(readFileSync(lock, 'utf8')) as UidLock;
+      return owner.sandbox === sandbox && owner.dir === dir;
+    } catch {
+      return false;
+    }
+  }
+
   release(uid: number | undefined): void {
     if (uid === undefined) return;
     try {
