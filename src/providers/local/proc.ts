@@ -82,11 +82,19 @@ export function processTree(pid: number): number[] {
  * For a sandbox on `internet` that is its slirp4netns link (`tap0`), which everything it exchanges
  * with the outside crosses (egress's DNS, HTTP and TLS ports, and raw TCP to allowed addresses);
  * on `none` there is only the loopback, so 0. `null` when the namespace is the daemon's own or the
- * host's (`network: host`): its counters are the host's, not the sandbox's. Reading the file
- * costs nothing on the data path.
+ * host's (`network: host`): its counters are the host's, not the sandbox's; `null` too when the
+ * files cannot be read. Reading them costs nothing on the data path.
  */
 export function networkBytes(pid: number): { rx: number; tx: number } | null {
-  const ns = readlinkSync(`/proc/${pid}/ns/net`);
+  let ns: string;
+  let dev: string;
+  try {
+    ns = readlinkSync(`/proc/${pid}/ns/net`);
+    dev = readFileSync(`/proc/${pid}/net/dev`, 'utf8');
+  } catch {
+    // Ended meanwhile (its other figures fail too), or not ours to read: not measured.
+    return null;
+  }
   for (const shared of ['/proc/self/ns/net', '/proc/1/ns/net']) {
     try {
       if (readlinkSync(shared) === ns) return null;
@@ -97,7 +105,7 @@ export function networkBytes(pid: number): { rx: number; tx: number } | null {
   let rx = 0;
   let tx = 0;
   // Two header lines, then `  name: rx_bytes packets … (8 fields) tx_bytes packets …`.
-  for (const line of readFileSync(`/proc/${pid}/net/dev`, 'utf8').split('\n').slice(2)) {
+  for (const line of dev.split('\n').slice(2)) {
     const colon = line.indexOf(':');
     if (colon < 0 || line.slice(0, colon).trim() === 'lo') continue;
     const fields = line
