@@ -285,11 +285,14 @@ function metricCells(m: SandboxMetric): string[] {
     `${formatBytes(m.memUsed)} / ${formatBytes(m.memTotal)}`,
     `${formatBytes(m.diskUsed)} / ${formatBytes(m.diskTotal)}`,
     String(m.processes),
+    m.netRxBytes === null || m.netTxBytes === null
+      ? 'not measured (host network)'
+      : `${formatBytes(m.netRxBytes)} in, ${formatBytes(m.netTxBytes)} out`,
   ];
 }
 
-const METRIC_HEADER = ['time', 'cpu', 'memory', 'disk', 'processes'];
-const METRIC_WIDTHS = [10, 14, 24, 24, 9];
+const METRIC_HEADER = ['time', 'cpu', 'memory', 'disk', 'processes', 'network'];
+const METRIC_WIDTHS = [10, 14, 24, 24, 9, 28];
 
 /** One row of `abx metrics --watch`, in fixed columns (the rows come one at a time). */
 function watchLine(cells: readonly string[]): string {
@@ -522,7 +525,7 @@ export function addSandboxCommands(program: Command): void {
     program
       .command('metrics')
       .description(
-        "Show a running sandbox's use over time: CPU (a percent of its cores: its limit, else the host's), memory, disk and processes, sampled by the daemon every 5 s (ABX_METRICS_INTERVAL_MS), the last 720 kept.",
+        "Show a running sandbox's use over time: CPU (a percent of its cores: its limit, else the host's), memory, disk, processes and network bytes in and out, sampled by the daemon every 5 s (ABX_METRICS_INTERVAL_MS), the last 720 kept.",
       )
       .argument('<id>', 'the sandbox')
       .option('-n, --last <count>', 'only the latest samples', positiveCount)

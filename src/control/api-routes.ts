@@ -334,7 +334,7 @@ export const API_ROUTES: ApiRoute[] = [
     path: '/v1/sandboxes/{id}/metrics',
     group: 'api',
     summary:
-      "A running sandbox's use, sampled every 5 s (ABX_METRICS_INTERVAL_MS), the last 720 samples: { metrics: [{ timestamp, cpuUsedPct (share of cpuCount), cpuCount, memUsed, memCache, memTotal, diskUsed, diskTotal, processes }] }; start= and end= (ms since the epoch, both included) bound them. An ended sandbox has none.",
+      "A running sandbox's use, sampled every 5 s (ABX_METRICS_INTERVAL_MS), the last 720 samples: { metrics: [{ timestamp, cpuUsedPct (share of cpuCount), cpuCount, memUsed, memCache, memTotal, diskUsed, diskTotal, processes, netRxBytes, netTxBytes (bytes in and out since it started; null on the host network) }] }; start= and end= (ms since the epoch, both included) bound them. An ended sandbox has none.",
     handler: async ({ params, query, ctx }) => {
       const id = params.id as string;
       await checkVisible(ctx, id);

@@ -130,6 +130,8 @@ export class MetricsSampler {
           diskUsed: usage.diskUsed,
           diskTotal: usage.diskTotal,
           processes: usage.processes,
+          netRxBytes: usage.netRxBytes,
+          netTxBytes: usage.netTxBytes,
         };
         const samples = ring?.samples ?? [];
         samples.push(sample);

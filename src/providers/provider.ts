@@ -195,11 +195,20 @@ export interface SandboxUsage {
   diskTotal: number;
   /** Processes running in it. */
   processes: number;
+  /**
+   * Bytes it received from and sent to the outside since it started (growing counters), as its
+   * network link counts them (headers included): 0 on `none`, whose only interface is its own
+   * loopback; `null` on `host`, whose traffic cannot be told from the host's. Its own loopback
+   * and the gateway's requests to its ports (Unix sockets) are not network traffic here.
+   */
+  netRxBytes: number | null;
+  netTxBytes: number | null;
 }
 
 /**
  * One sample of a sandbox's use, in E2B's shape (`cpuUsedPct`, `cpuCount`, `memUsed`,
- * `memTotal`, `diskUsed`, `diskTotal`, plus `memCache`) and abx's `processes`: a reading of
+ * `memTotal`, `diskUsed`, `diskTotal`, plus `memCache`) and abx's `processes`, `netRxBytes` and
+ * `netTxBytes` (which the E2B face leaves out): a reading of
  * `SandboxUsage` with the CPU time counter turned into `cpuUsedPct`, the CPU time used since the
  * previous sample as a share of `cpuCount` cores over that time (the first sample: since the
  * sandbox started); 100 is its whole limit busy.

@@ -186,7 +186,7 @@ export function getSandboxNetwork(client: JsonClient, sandboxId: string): Promis
 
 /**
  * One sample of a sandbox's use (see `Sandbox.getMetrics`), in E2B's shape with abx's
- * `processes`: the daemon takes one every 5 s and keeps the last 720.
+ * `processes`, `netRxBytes` and `netTxBytes`: the daemon takes one every 5 s and keeps the last 720.
  */
 export interface SandboxMetric {
   /** When it was taken (ISO 8601). */
@@ -205,6 +205,13 @@ export interface SandboxMetric {
   diskTotal: number;
   /** Processes running in it. */
   processes: number;
+  /**
+   * Bytes it received from and sent to the outside since it started (growing counters, headers
+   * included): 0 on the `none` network; `null` on `host`, where the host's traffic and the
+   * sandbox's are one.
+   */
+  netRxBytes: number | null;
+  netTxBytes: number | null;
 }
 
 /** The samples of a running sandbox from `start` to `end` (both included). */

@@ -34,6 +34,8 @@ function setup(capacity: number) {
       diskUsed: 3,
       diskTotal: 4,
       processes: 5,
+      netRxBytes: cpuTimeUs * 2,
+      netTxBytes: null,
     });
   return { sampler, running, add, reading };
 }
@@ -49,6 +51,12 @@ describe('the metrics sampler', () => {
     const samples = sampler.samples('a');
     expect(samples).toHaveLength(3);
     expect(samples.map((s) => s.at)).toEqual([...samples.map((s) => s.at)].sort((x, y) => x - y));
+    // The network counters are kept as read: growing totals, null where not measured.
+    expect(samples.map((s) => [s.netRxBytes, s.netTxBytes])).toEqual([
+      [4, null],
+      [6, null],
+      [8, null],
+    ]);
   });
 
   test('the CPU share is the time used between samples over the cores it may use, within 0 to 100', async () => {

@@ -33,7 +33,11 @@ describe.skipIf(unavailable)('internet sandboxes on docker', () => {
     internet = await makeInternet();
     process.env.ABX_EGRESS_NETNS = internet.path;
     process.env.ABX_EGRESS_HOSTS = internet.hostsFile;
-    abx = await dockerHome(engine.docker as NonNullable<typeof engine.docker>);
+    // Read by this file's daemon: a metrics sample every 200 ms.
+    process.env.ABX_METRICS_INTERVAL_MS = '200';
+    abx = await dockerHome(engine.docker as NonNullable<typeof engine.docker>).finally(() => {
+      delete process.env.ABX_METRICS_INTERVAL_MS;
+    });
     box = await Sandbox.create({
       home: abx.home,
       network: { allowOut: ['allowed.test', '192.0.2.44/32'], denyOut: ['0.0.0.0/0'] },
@@ -94,6 +98,39 @@ describe.skipIf(unavailable)('internet sandboxes on docker', () => {
       expect(raw.exitCode, address).not.toBe(0);
     }
     expect((await sh('nft list ruleset')).exitCode).not.toBe(0);
+  });
+
+  test("a download and an upload show in the sandbox's netRxBytes and netTxBytes", async () => {
+    const N = 8 * 1024 ** 2;
+    /** The newest sample once one taken from now on passes `ok`; fails after 60 s. */
+    const sampleWhere = async (what: string, ok: (rx: number, tx: number) => boolean) => {
+      const since = Date.now();
+      for (;;) {
+        const samples = await box.getMetrics({ start: since });
+        const found = samples.find((m) => ok(m.netRxBytes as number, m.netTxBytes as number));
+        if (found) return found;
+        if (Date.now() > since + 60_000) {
+          throw new Error(`no sample with ${what}; the last: ${JSON.stringify(samples.at(-1))}`);
+        }
+        await new Promise((resolve) => setTimeout(resolve, 200));
+      }
+    };
+    const start = await sampleWhere('network counters', (rx) => typeof rx === 'number');
+    const [rx0, tx0] = [start.netRxBytes as number, start.netTxBytes as number];
+    const down = await sh(
+      `node -e "fetch('http://allowed.test/bytes/${N}').then(r => r.arrayBuffer()).then(b => console.log(b.byteLength))"`,
+    );
+    expect(down.stdout.trim()).toBe(String(N));
+    const downloaded = await sampleWhere(`${N} bytes more in`, (rx) => rx >= rx0 + N);
+    expect((downloaded.netTxBytes as number) - tx0).toBeLessThan(N / 4);
+    const up = await sh(
+      `node -e "fetch('http://allowed.test/sink', { method: 'POST', body: Buffer.alloc(${N}) }).then(r => r.text()).then(console.log)"`,
+    );
+    expect(up.stdout.trim()).toBe(String(N));
+    await sampleWhere(
+      `${N} bytes more out`,
+      (_rx, tx) => tx >= (downloaded.netTxBytes as number) + N,
+    );
   });
 
   test('a policy change applies at once; kill leaves no slirp4netns', async () => {

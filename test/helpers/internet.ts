@@ -32,7 +32,8 @@ export function internetUnavailable(): string | undefined {
  * Downloads: `/bytes/N` is N bytes of `x`, cheap to serve; `/pattern/N` is N bytes of a random
  * block of {@link PATTERN_BLOCK} bytes repeated (made per run), whose SHA-256 `patternSha256(N)`
  * gives: a prime length, so no read or segment boundary lines up with it, and a lost,
- * repeated or reordered piece changes the hash.
+ * repeated or reordered piece changes the hash. Uploads: `/sink` reads the request's body and
+ * answers with its length in bytes.
  */
 export interface TestInternet {
   ns: string;
@@ -99,6 +100,11 @@ const handler = (scheme) => (req, res) => {
       res.end();
     };
     return pump();
+  }
+  if (req.url === '/sink') {
+    let size = 0;
+    req.on('data', (chunk) => { size += chunk.length; });
+    return req.on('end', () => res.end(String(size)));
   }
   res.end(scheme + ' hello from ' + req.socket.localAddress + ' for ' + req.headers.host + '\\n');
 };

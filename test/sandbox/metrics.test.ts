@@ -170,7 +170,7 @@ describe('sandbox metrics', () => {
         { env: { ...process.env, ABX_HOME: home }, timeout: 60_000 },
       );
       const lines = cli.stdout.trim().split('\n');
-      expect(lines[0]).toMatch(/time\s+cpu\s+memory\s+disk\s+processes/);
+      expect(lines[0]).toMatch(/time\s+cpu\s+memory\s+disk\s+processes\s+network/);
       expect(lines).toHaveLength(3);
       expect(lines[1]).toMatch(/\d+\.\d% of \d/);
       const json = await promisify(execFile)(
@@ -207,7 +207,7 @@ describe('sandbox metrics', () => {
         if (Date.now() > deadline) throw new Error(`abx metrics --watch printed only: ${out}`);
         await new Promise((resolve) => setTimeout(resolve, 100));
       }
-      expect(out.split('\n')[0]).toMatch(/^time\s+cpu\s+memory\s+disk\s+processes$/);
+      expect(out.split('\n')[0]).toMatch(/^time\s+cpu\s+memory\s+disk\s+processes\s+network$/);
       await box.kill();
       expect(await exited).toBe(0);
       expect(out).toContain(`sandbox ${box.sandboxId} ended (killed: killed by request)`);

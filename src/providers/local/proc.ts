@@ -1,4 +1,4 @@
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 
 /**
  * The start time of a process (field 22 of /proc/PID/stat, in clock ticks since boot), or
@@ -84,4 +84,46 @@ export function processState(pid: number): string | undefined {
   } catch {
     return undefined;
   }
+}
+
+/**
+ * The bytes a process's network namespace received and sent over its interfaces other than the
+ * loopback, from /proc/PID/net/dev: the kernel's counters, growing since each interface came up.
+ * For a sandbox on `internet` that is its slirp4netns link (`tap0`), which everything it exchanges
+ * with the outside crosses (egress's DNS, HTTP and TLS ports, and raw TCP to allowed addresses);
+ * on `none` there is only the loopback, so 0. `null` when the namespace is the daemon's own or the
+ * host's (`network: host`): its counters are the host's, not the sandbox's; `null` too when the
+ * files cannot be read. Reading them costs nothing on the data path.
+ */
+export function networkBytes(pid: number): { rx: number; tx: number } | null {
+  let ns: string;
+  let dev: string;
+  try {
+    ns = readlinkSync(`/proc/${pid}/ns/net`);
+    dev = readFileSync(`/proc/${pid}/net/dev`, 'utf8');
+  } catch {
+    // Ended meanwhile (its other figures fail too), or not ours to read: not measured.
+    return null;
+  }
+  for (const shared of ['/proc/self/ns/net', '/proc/1/ns/net']) {
+    try {
+      if (readlinkSync(shared) === ns) return null;
+    } catch {
+      // another uid's init (a rootless daemon): not comparable, and not needed
+    }
+  }
+  let rx = 0;
+  let tx = 0;
+  // Two header lines, then `  name: rx_bytes packets … (8 fields) tx_bytes packets …`.
+  for (const line of dev.split('\n').slice(2)) {
+    const colon = line.indexOf(':');
+    if (colon < 0 || line.slice(0, colon).trim() === 'lo') continue;
+    const fields = line
+      .slice(colon + 1)
+      .trim()
+      .split(/\s+/);
+    rx += Number(fields[0]) || 0;
+    tx += Number(fields[8]) || 0;
+  }
+  return { rx, tx };
 }

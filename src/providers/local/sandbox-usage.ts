@@ -3,13 +3,14 @@ import { availableParallelism, totalmem } from 'node:os';
 import { SANDBOX_HOME } from '../../../runtime/protocol/constants.js';
 import type { SandboxUsage } from '../provider.js';
 import type { CgroupUsage } from './cgroups.js';
-import { processesUsage } from './proc.js';
+import { networkBytes, processesUsage } from './proc.js';
 
 /**
  * A sandbox's {@link SandboxUsage} from what its cgroups say (`cgroup`), with /proc's figures for
  * its processes (`pids`) where no cgroup of that kind measures it, and the disk from the file
  * system of its home seen through `/proc/{pid}/root` (an image template's user may have another
- * home: then that of /tmp).
+ * home: then that of /tmp), and its network bytes from the counters of its namespace's interfaces
+ * (see {@link networkBytes}).
  */
 export async function sandboxUsage(
   cgroup: CgroupUsage,
@@ -22,6 +23,7 @@ export async function sandboxUsage(
       : undefined;
   const root = `/proc/${pid}/root`;
   const disk = await statfs(`${root}${SANDBOX_HOME}`).catch(() => statfs(`${root}/tmp`));
+  const net = networkBytes(pid);
   return {
     cpuTimeUs: cgroup.cpuTimeUs ?? proc?.cpuTimeUs ?? 0,
     cpuCount: cgroup.cpuLimit ?? availableParallelism(),
@@ -31,5 +33,7 @@ export async function sandboxUsage(
     diskUsed: (disk.blocks - disk.bfree) * disk.bsize,
     diskTotal: disk.blocks * disk.bsize,
     processes: pids.length,
+    netRxBytes: net?.rx ?? null,
+    netTxBytes: net?.tx ?? null,
   };
 }

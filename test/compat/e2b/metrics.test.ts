@@ -72,6 +72,18 @@ test("the E2B SDK's getMetrics: samples in its shape, a busy loop shows, start a
     const wire = await raw(`/sandboxes/${sandbox.sandboxId}/metrics`);
     expect(wire.status).toBe(200);
     expect(wire.body[0].timestampUnix).toBe(Math.floor(Date.parse(wire.body[0].timestamp) / 1000));
+    // E2B's shape only: abx's network bytes and processes are not on this face.
+    expect(Object.keys(wire.body[0]).sort()).toEqual([
+      'cpuCount',
+      'cpuUsedPct',
+      'diskTotal',
+      'diskUsed',
+      'memCache',
+      'memTotal',
+      'memUsed',
+      'timestamp',
+      'timestampUnix',
+    ]);
     const bad = await raw(`/sandboxes/${sandbox.sandboxId}/metrics?start=soon`);
     expect(bad.status).toBe(400);
     expect(bad.body).toMatchObject({ code: 400, message: expect.stringMatching(/^start must be/) });
