@@ -4,7 +4,12 @@ import { join } from 'node:path';
 import { MAX_SANDBOX_TIMEOUT_MS } from '../../runtime/protocol/constants.js';
 import { type EgressPolicy, withoutInternet } from '../egress/policy.js';
 import type { EgressCounters } from '../egress/service.js';
-import { InvalidArgumentError, LimitExceededError, SandboxNotFoundError } from '../errors.js';
+import {
+  errorResponse,
+  InvalidArgumentError,
+  LimitExceededError,
+  SandboxNotFoundError,
+} from '../errors.js';
 import {
   egressPolicyOf,
   type SandboxHandle,
@@ -14,6 +19,7 @@ import {
 import { BackgroundLog } from './background-log.js';
 import { warmSandbox } from './envd-request.js';
 import { hashToken, newSandboxId, type TokenKind } from './ids.js';
+import type { CreateSource, SandboxEvents } from './prometheus.js';
 import type { ReaperHost } from './reaper.js';
 import type { Registry, SandboxFilter, SandboxOwner, SandboxRecord } from './registry.js';
 import {
@@ -60,6 +66,8 @@ export class SandboxService {
    * forgets what it cached of it).
    */
   onEnded: (id: string) => void = () => {};
+  /** Told of each create and end (the daemon's Prometheus metrics); none: nothing is counted. */
+  events: SandboxEvents | undefined;
 
   constructor(
     private readonly registry: Registry,
@@ -117,6 +125,22 @@ export class SandboxService {
     request: CreateSandboxRequest,
     owner?: KeyOwner,
   ): Promise<{ record: SandboxRecord; accessToken: string }> {
+    const began = performance.now();
+    try {
+      const { record, source, pooled } = await this.createOnce(request, owner);
+      this.events?.created(record.template, source, (performance.now() - began) / 1000, pooled);
+      return { record, accessToken: this.tokenOf(record.id) };
+    } catch (error) {
+      // A refused request (4xx) is the caller's; only the daemon's own failures count.
+      if (errorResponse(error).status >= 500) this.events?.createFailed(request.template ?? 'base');
+      throw error;
+    }
+  }
+
+  private async createOnce(
+    request: CreateSandboxRequest,
+    owner?: KeyOwner,
+  ): Promise<{ record: SandboxRecord; source: CreateSource; pooled: boolean }> {
     const template = await this.templates.get(request.template ?? 'base');
     const timeoutMs =
       request.timeoutMs === undefined ? template.spec.timeoutMs : checkTimeout(request.timeoutMs);
@@ -138,14 +162,16 @@ export class SandboxService {
     if (pooled) {
       // A provider that ends sandboxes itself (kubernetes' Sandbox shutdownTime) follows the expiry.
       await this.provider.setExpiry?.(pooled.handle, pooled.expiresAt).catch(() => undefined);
-      return { record: pooled, accessToken: this.tokenOf(pooled.id) };
+      return { record: pooled, source: 'pool', pooled: true };
     }
+    let source: CreateSource = 'start';
     const record = await this.slots.run('create', async () => {
       // While this create waited for a slot, a refill may have put a sandbox in the pool.
       const late = network
         ? undefined
         : await this.pool.claim(name, envs, metadata, timeoutMs, false, owner);
       if (late) {
+        source = 'pool';
         await this.provider.setExpiry?.(late.handle, late.expiresAt).catch(() => undefined);
         return late;
       }
@@ -161,7 +187,7 @@ export class SandboxService {
         )
       ).record;
     });
-    return { record, accessToken: this.tokenOf(record.id) };
+    return { record, source, pooled: !network && this.pool.max > 0 };
   }
 
   /**
@@ -321,6 +347,7 @@ export class SandboxService {
         : await this.registry.endSandbox(record.id, 'dead', cause);
     // Another caller (this daemon's or another's) ended it first and releases it.
     if (!won) return;
+    if (record.state !== 'pooled') this.events?.ended('dead');
     this.onEnded(record.id);
     return this.release(record);
   }
@@ -393,6 +420,7 @@ export class SandboxService {
     // the registry) one ends it, with its reason; the other answers false and leaves the
     // releasing to the winner.
     if (!(await this.registry.endSandbox(id, state, reason))) return false;
+    this.events?.ended(state);
     this.onEnded(id);
     await this.release(record);
     return true;
@@ -460,6 +488,7 @@ export class SandboxService {
     if (!(await this.registry.endSandbox(record.id, 'expired', reason, { expiredBy: now }))) {
       return false;
     }
+    this.events?.ended('expired');
     this.onEnded(record.id);
     await this.release(record);
     return true;
