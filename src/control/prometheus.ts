@@ -68,10 +68,19 @@ export class DaemonMetrics implements SandboxEvents, GatewayCounts {
   private readonly poolMisses: Counter<'template'>;
   private readonly reaperPasses: Counter;
   private readonly reaperFailures: Counter;
-  /** The gateway's counters, one child per label value: no label lookup per request. */
-  private readonly requests: Record<GatewayRequestKind, { inc(): void }>;
-  private readonly bytesIn: { inc(value: number): void };
-  private readonly bytesOut: { inc(value: number): void };
+  /**
+   * The gateway's counts as plain numbers, published at each scrape: a request costs an addition,
+   * not a label lookup (prom-client's `inc` took about 70 ns).
+   */
+  private readonly requests: Record<GatewayRequestKind, number> = {
+    api: 0,
+    envd: 0,
+    e2b: 0,
+    port: 0,
+    link: 0,
+    invalid: 0,
+  };
+  private readonly bytes = { in: 0, out: 0 };
   /** Templates that had a create: their pool sizes are reported. */
   private readonly templates = new Set<string>();
   /** The egress counts of each sandbox at the last scrape, to add only what is new. */
@@ -150,24 +159,29 @@ export class DaemonMetrics implements SandboxEvents, GatewayCounts {
       labelNames: ['template'],
       registers,
     });
-    const requests = new Counter({
+    const requests = this.requests;
+    new Counter({
       name: 'abx_gateway_requests_total',
       help: 'Requests through the gateway, by kind (api, envd, e2b, port, link, invalid)',
       labelNames: ['kind'],
       registers,
+      collect() {
+        this.reset();
+        for (const [kind, count] of Object.entries(requests)) this.inc({ kind }, count);
+      },
     });
-    const kinds: GatewayRequestKind[] = ['api', 'envd', 'e2b', 'port', 'link', 'invalid'];
-    this.requests = Object.fromEntries(
-      kinds.map((kind) => [kind, requests.labels({ kind })]),
-    ) as Record<GatewayRequestKind, { inc(): void }>;
-    const bytes = new Counter({
+    const bytes = this.bytes;
+    new Counter({
       name: 'abx_gateway_bytes_total',
       help: "Bytes of the gateway's client connections, counted when each closes: in (from clients), out (to clients)",
       labelNames: ['direction'],
       registers,
+      collect() {
+        this.reset();
+        this.inc({ direction: 'in' }, bytes.in);
+        this.inc({ direction: 'out' }, bytes.out);
+      },
     });
-    this.bytesIn = bytes.labels({ direction: 'in' });
-    this.bytesOut = bytes.labels({ direction: 'out' });
     this.reaperPasses = new Counter({
       name: 'abx_reaper_passes_total',
       help: "The reaper's passes (expiries, dead sandboxes, leftovers)",
@@ -241,11 +255,11 @@ export class DaemonMetrics implements SandboxEvents, GatewayCounts {
   }
 
   request(kind: GatewayRequestKind): void {
-    this.requests[kind].inc();
+    this.requests[kind]++;
   }
 
   connection(bytesIn: number, bytesOut: number): void {
-    if (bytesIn > 0) this.bytesIn.inc(bytesIn);
-    if (bytesOut > 0) this.bytesOut.inc(bytesOut);
+    this.bytes.in += bytesIn;
+    this.bytes.out += bytesOut;
   }
 }

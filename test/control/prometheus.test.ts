@@ -1,11 +1,14 @@
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { Daemon } from '../../src/control/daemon.js';
 import { type DaemonInfo, Sandbox } from '../../src/index.js';
 import { createAbxHome } from '../helpers/abx-home.js';
 import { call } from '../helpers/api-call.js';
+import { MemoryProvider } from '../helpers/memory-provider.js';
 import { until } from './plane.js';
 
 let abx: Awaited<ReturnType<typeof createAbxHome>>;
@@ -182,4 +185,65 @@ describe("the daemon's Prometheus metrics (GET /metrics)", () => {
       );
     }
   }, 120_000);
+});
+
+describe('create failures and ends by state (a daemon on the memory provider)', () => {
+  test("count the daemon's failed creates, not refused ones, and each way a sandbox ends", async () => {
+    const provider = new MemoryProvider();
+    const dir = mkdtempSync(join(tmpdir(), 'abx-prometheus-'));
+    const daemon = new Daemon({ home: dir, provider, reapIntervalMs: 50, warmPool: 0 });
+    try {
+      const info = await daemon.start();
+      const headers = {
+        authorization: `Bearer ${readFileSync(join(dir, 'api-key'), 'utf8').trim()}`,
+      };
+      const create = (body: unknown) =>
+        call(`${info.apiUrl}/v1/sandboxes`, { method: 'POST', headers, body });
+      const scraped = async () => {
+        const response = await call(`${info.apiUrl}/metrics`, { headers });
+        expect(response.status).toBe(200);
+        return parsePrometheusTextFormat(response.body);
+      };
+
+      provider.failNextCreate(new Error('the provider could not start it'));
+      expect((await create({})).status).toBe(500);
+      expect((await create({ template: 'nosuchtemplate' })).status).toBe(404);
+      expect((await create({ timeoutMs: -1 })).status).toBe(400);
+      const killed = (await create({})).body.sandboxId;
+      const dead = (await create({})).body.sandboxId;
+      const expiring = (await create({ timeoutMs: 1000 })).body.sandboxId;
+      expect(
+        (await call(`${info.apiUrl}/v1/sandboxes/${killed}`, { method: 'DELETE', headers })).status,
+      ).toBe(200);
+      await provider.die(dead, 'exited');
+      await until(
+        async () => {
+          const parsed = await scraped();
+          return (
+            value(parsed, 'abx_sandbox_ends_total', { state: 'dead' }) === 1 &&
+            value(parsed, 'abx_sandbox_ends_total', { state: 'expired' }) === 1
+          );
+        },
+        `sandbox ${dead} found dead and ${expiring} expired by the reaper`,
+        10_000,
+      );
+      const parsed = await scraped();
+      expect(value(parsed, 'abx_sandbox_create_failures_total', { template: 'base' })).toBe(1);
+      expect(
+        parsed
+          .find((f) => f.name === 'abx_sandbox_create_failures_total')
+          ?.metrics.map((m) => m.labels?.template),
+      ).toEqual(['base']);
+      expect(
+        value(parsed, 'abx_sandbox_creates_total', { template: 'base', source: 'start' }),
+      ).toBe(3);
+      expect(value(parsed, 'abx_sandbox_ends_total', { state: 'killed' })).toBe(1);
+      // No warm pool: no create missed it.
+      expect(value(parsed, 'abx_warm_pool_misses_total', { template: 'base' })).toBe(0);
+      expect(value(parsed, 'abx_sandboxes', { state: 'running', template: 'base' })).toBe(0);
+    } finally {
+      await daemon.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
 });
