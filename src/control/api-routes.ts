@@ -11,6 +11,7 @@ import { timeRange } from '../util/time-range.js';
 import { ENVD_PORT } from './gateway.js';
 import type { Caller, KeyService } from './key-service.js';
 import type { MetricsSample, MetricsSampler } from './metrics.js';
+import type { DaemonMetrics } from './prometheus.js';
 import type { SandboxRecord, SandboxState } from './registry.js';
 import type { KeyOwner, SandboxService } from './sandbox-service.js';
 import type { BuiltTemplate, TemplateService } from './template-service.js';
@@ -22,6 +23,8 @@ export interface ApiContext {
   keys: KeyService;
   /** Running sandboxes' samples of use (CPU, memory, disk, processes). */
   metrics: MetricsSampler;
+  /** The daemon's own metrics, which `GET /metrics` answers in Prometheus' text format. */
+  prometheus: DaemonMetrics;
   /** Who sent the request (set by the daemon's guard; undefined only on public routes). */
   caller: Caller | undefined;
   /** Stops the daemon after the answer is sent. */
@@ -34,6 +37,9 @@ export interface ApiContext {
 }
 
 type ApiRoute = Route<ApiContext>;
+
+/** Where the daemon's Prometheus metrics are scraped (Prometheus' default path). */
+export const METRICS_PATH = '/metrics';
 
 const KEY_ARGS = argList({
   name: 'str',
@@ -432,6 +438,18 @@ export const API_ROUTES: ApiRoute[] = [
       await ctx.templates.remove(params.name as string);
       await ctx.sandboxes.drainPool(params.name as string);
       return { removed: params.name };
+    },
+  },
+  {
+    method: 'GET',
+    path: METRICS_PATH,
+    group: 'api',
+    summary:
+      "The daemon's own metrics in Prometheus' text format (docs/metrics.md): admin keys only, sent as Authorization: Bearer or X-API-KEY.",
+    handler: async ({ ctx }) => {
+      requireAdmin(ctx, `GET ${METRICS_PATH} (the daemon's Prometheus metrics)`);
+      const { text, contentType } = await ctx.prometheus.scrape();
+      return new Reply(200, text, { 'content-type': contentType, 'cache-control': 'no-store' });
     },
   },
   {

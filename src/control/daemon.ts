@@ -21,10 +21,10 @@ import {
 import { readOrCreateSecret } from '../installation/secrets.js';
 import { parseRegistryPrefix } from '../providers/docker/image-reference.js';
 import { LocalProvider } from '../providers/local/local-provider.js';
-import type { SandboxProvider } from '../providers/provider.js';
+import { egressPolicyOf, type SandboxProvider } from '../providers/provider.js';
 import { sandboxPortTarget } from '../providers/sandbox-socket.js';
 import { packageInfo } from '../util/package-info.js';
-import { API_ROUTES, type ApiContext } from './api-routes.js';
+import { API_ROUTES, type ApiContext, METRICS_PATH } from './api-routes.js';
 import { mountE2bControlApi } from './e2b-mount.js';
 import { envdRequest, runSetupStep, setSandboxEnv } from './envd-request.js';
 import { Gateway } from './gateway.js';
@@ -36,6 +36,7 @@ import {
   isUnreachable,
   PostgresRegistry,
 } from './postgres-registry.js';
+import { DaemonMetrics } from './prometheus.js';
 import { Reaper } from './reaper.js';
 import { RecordCache } from './record-cache.js';
 import type { Registry } from './registry.js';
@@ -169,6 +170,8 @@ export class Daemon {
   readonly keys: KeyService;
   private readonly reaper: Reaper;
   readonly metrics: MetricsSampler;
+  /** The daemon's own metrics (`GET /metrics`, Prometheus' text format). */
+  readonly prometheus: DaemonMetrics;
   private readonly liveness = new Map<string, { alive: boolean; at: number }>();
   /** The gateway's cache of running sandboxes' records (PostgreSQL only). */
   private readonly records: RecordCache | undefined;
@@ -233,6 +236,12 @@ export class Daemon {
       undefined,
       (error) => this.sandboxes.log.failed('metrics', error),
     );
+    this.prometheus = new DaemonMetrics({
+      liveSandboxes: () => this.registry.countLive(),
+      poolSize: (template) => this.sandboxes.poolSize(template),
+      ...(this.provider.networkStats ? { egress: () => this.egressCounts() } : {}),
+    });
+    this.sandboxes.events = this.prometheus;
     this.sandboxes.onEnded = (id) => {
       this.records?.forget(id);
       this.metrics.drop(id);
@@ -243,8 +252,14 @@ export class Daemon {
     this.reaper = new Reaper(
       this.sandboxes.reaperHost(),
       options.reapIntervalMs ?? 1000,
-      (error) => this.sandboxes.log.failed('reaper', error),
-      () => this.sandboxes.log.recovered('reaper'),
+      (error) => {
+        this.prometheus.reaperPass(false);
+        this.sandboxes.log.failed('reaper', error);
+      },
+      () => {
+        this.prometheus.reaperPass(true);
+        this.sandboxes.log.recovered('reaper');
+      },
       options.releaseGraceMs,
       options.orphanSweepMs,
     );
@@ -254,6 +269,7 @@ export class Daemon {
       templates: this.templates,
       keys: this.keys,
       metrics: this.metrics,
+      prometheus: this.prometheus,
       shutdown: () => setImmediate(() => void this.stop()),
       gatewayUrl: () => this.gatewayOrigin,
     };
@@ -279,7 +295,16 @@ export class Daemon {
       const context: ApiContext = { ...shared, caller: undefined };
       const guard: Guard<ApiContext> = (route, request) => {
         if (route?.public) return;
-        return this.keys.authenticate(request.headers.authorization).then((caller) => {
+        const apiKey = request.headers['x-api-key'];
+        // Scrapers send a key either way (Prometheus' `authorization`, or a header of their own).
+        const caller =
+          route?.path === METRICS_PATH && request.headers.authorization === undefined
+            ? this.keys.authenticateKey(
+                typeof apiKey === 'string' ? apiKey : undefined,
+                'Authorization: Bearer <key> or X-API-KEY: <key>',
+              )
+            : this.keys.authenticate(request.headers.authorization);
+        return caller.then((caller) => {
           context.caller = caller;
         });
       };
@@ -329,6 +354,7 @@ export class Daemon {
           return socket;
         },
         tokenSecret,
+        counts: this.prometheus,
         // One URL for the API and the sandboxes: requests that name no sandbox go to the API.
         apiTarget: () =>
           this.apiPort === undefined ? undefined : `tcp://127.0.0.1:${this.apiPort}`,
@@ -349,6 +375,29 @@ export class Daemon {
         at: listen,
       };
     }
+  }
+
+  /**
+   * What the egress service allowed and refused for each running sandbox it serves, read at a
+   * scrape (one call per internet sandbox, in parallel; undefined where one fails).
+   */
+  private async egressCounts(): Promise<
+    Map<string, { allowed: number; refused: number } | undefined>
+  > {
+    const provider = this.provider;
+    // Paused ones too: a sandbox missing from one scrape would have its counts added again.
+    const running = (await this.registry.listSandboxes({ state: ['running', 'paused'] })).filter(
+      (record) => egressPolicyOf(record.handle) !== undefined,
+    );
+    const counts = await Promise.all(
+      running.map((record) =>
+        provider.networkStats?.(record.handle).then(
+          ({ allowed, refused }) => ({ allowed, refused }),
+          () => undefined,
+        ),
+      ),
+    );
+    return new Map(running.map((record, i) => [record.id, counts[i]]));
   }
 
   /** The loopback API listener's port, once listening. */

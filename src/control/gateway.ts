@@ -45,6 +45,7 @@ import {
 } from './gateway-links.js';
 import { UPSTREAM_MAX_IDLE_MS, UpstreamPool } from './gateway-upstream.js';
 import { sandboxToken, tokenMatches } from './ids.js';
+import type { GatewayCounts, GatewayRequestKind } from './prometheus.js';
 import type { SandboxRecord } from './registry.js';
 
 /** The port that names envd itself (as E2B's envd port): `49983-{id}.{domain}`. */
@@ -112,6 +113,16 @@ export interface GatewayBackend {
    * refused as naming no sandbox.
    */
   apiTarget?(): string | undefined;
+  /** Told of each request head and each closed client connection (the daemon's metrics). */
+  counts?: GatewayCounts;
+}
+
+/** What a request is for, as the gateway's request counter labels it. */
+export function gatewayRequestKind(target: RequestTarget): GatewayRequestKind {
+  if (target.api) return 'api';
+  if (target.local) return 'link';
+  if (target.e2b) return 'e2b';
+  return target.port === ENVD_PORT ? 'envd' : 'port';
 }
 
 /**
@@ -326,9 +337,27 @@ export class Gateway implements GatewayRoutes {
 
   forget(connection: ClientConnection): void {
     this.connections.delete(connection);
+    // Once per connection, from the socket's own tallies: nothing is counted per chunk.
+    const { socket } = connection;
+    this.backend.counts?.connection(socket.bytesRead, socket.bytesWritten);
   }
 
   target(head: RequestHead, tls = false, api = true): RequestTarget {
+    const counts = this.backend.counts;
+    if (!counts) return this.targetOf(head, tls, api);
+    let target: RequestTarget;
+    try {
+      target = this.targetOf(head, tls, api);
+    } catch (error) {
+      counts.request('invalid');
+      throw error;
+    }
+    counts.request(gatewayRequestKind(target));
+    return target;
+  }
+
+  /** The sandbox, port and token a request names (see {@link GatewayRoutes.target}). */
+  private targetOf(head: RequestHead, tls: boolean, api: boolean): RequestTarget {
     // The path goes on as the client sent it: `new URL` would resolve `..` and `%2e%2e` segments,
     // so `/commands/%2e%2e/shutdown` would reach `/shutdown` behind the sandbox's back.
     const target = head.target;

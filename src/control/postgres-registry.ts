@@ -378,6 +378,13 @@ export class PostgresRegistry implements Registry {
     return Number(rows[0]?.n ?? 0);
   }
 
+  async countLive(): Promise<{ state: SandboxState; template: string; count: number }[]> {
+    const { rows } = await this.query<{ state: SandboxState; template: string; count: string }>(
+      'SELECT state, template, COUNT(*) AS count FROM sandboxes WHERE ended_at IS NULL GROUP BY state, template ORDER BY state, template',
+    );
+    return rows.map((row) => ({ ...row, count: Number(row.count) }));
+  }
+
   async deleteSandbox(id: string, state: 'pooled' | 'running'): Promise<boolean> {
     const { rowCount } = await this.query('DELETE FROM sandboxes WHERE id = $1 AND state = $2', [
       id,

@@ -141,6 +141,8 @@ export interface Registry {
     owner?: SandboxOwner,
   ): Promise<SandboxRecord | undefined>;
   countPooled(template: string): Promise<number>;
+  /** Sandboxes that have not ended (every state the table holds), counted by state and template. */
+  countLive(): Promise<{ state: SandboxState; template: string; count: number }[]>;
   /**
    * Removes a row for good if it is still in `state` (a pooled sandbox leaving the pool, or one
    * just claimed that turned out dead); false when another caller changed it first.

@@ -5,6 +5,7 @@ import { MAX_SANDBOX_TIMEOUT_MS } from '../../runtime/protocol/constants.js';
 import { type EgressPolicy, withoutInternet } from '../egress/policy.js';
 import type { EgressCounters } from '../egress/service.js';
 import {
+  errorResponse,
   InvalidArgumentError,
   LimitExceededError,
   SandboxError,
@@ -20,6 +21,7 @@ import {
 import { BackgroundLog } from './background-log.js';
 import { sandboxEnv, warmSandbox } from './envd-request.js';
 import { hashToken, newSandboxId, type TokenKind } from './ids.js';
+import type { CreateSource, SandboxEvents } from './prometheus.js';
 import type { ReaperHost } from './reaper.js';
 import type {
   LifecycleRecord,
@@ -103,6 +105,8 @@ export class SandboxService {
   autoPauseMemory = true;
   /** Pauses and resumes under way, by sandbox: one change of a sandbox at a time. */
   private readonly changing = new Map<string, Promise<unknown>>();
+  /** Told of each create and end (the daemon's Prometheus metrics); none: nothing is counted. */
+  events: SandboxEvents | undefined;
 
   constructor(
     private readonly registry: Registry,
@@ -164,6 +168,22 @@ export class SandboxService {
     request: CreateSandboxRequest,
     owner?: KeyOwner,
   ): Promise<{ record: SandboxRecord; accessToken: string }> {
+    const began = performance.now();
+    try {
+      const { record, source, pooled } = await this.createOnce(request, owner);
+      this.events?.created(record.template, source, (performance.now() - began) / 1000, pooled);
+      return { record, accessToken: this.tokenOf(record.id) };
+    } catch (error) {
+      // A refused request (4xx) is the caller's; only the daemon's own failures count.
+      if (errorResponse(error).status >= 500) this.events?.createFailed(request.template ?? 'base');
+      throw error;
+    }
+  }
+
+  private async createOnce(
+    request: CreateSandboxRequest,
+    owner?: KeyOwner,
+  ): Promise<{ record: SandboxRecord; source: CreateSource; pooled: boolean }> {
     const template = await this.templates.get(request.template ?? 'base');
     const timeoutMs =
       request.timeoutMs === undefined ? template.spec.timeoutMs : checkTimeout(request.timeoutMs);
@@ -186,17 +206,16 @@ export class SandboxService {
     if (pooled) {
       // A provider that ends sandboxes itself (kubernetes' Sandbox shutdownTime) follows the expiry.
       await this.provider.setExpiry?.(pooled.handle, pooled.expiresAt).catch(() => undefined);
-      return {
-        record: await this.withLifecycle(pooled, lifecycle),
-        accessToken: this.tokenOf(pooled.id),
-      };
+      return { record: await this.withLifecycle(pooled, lifecycle), source: 'pool', pooled: true };
     }
+    let source: CreateSource = 'start';
     const record = await this.slots.run('create', async () => {
       // While this create waited for a slot, a refill may have put a sandbox in the pool.
       const late = network
         ? undefined
         : await this.pool.claim(name, envs, metadata, timeoutMs, false, owner);
       if (late) {
+        source = 'pool';
         await this.provider.setExpiry?.(late.handle, late.expiresAt).catch(() => undefined);
         return this.withLifecycle(late, lifecycle);
       }
@@ -213,7 +232,7 @@ export class SandboxService {
         )
       ).record;
     });
-    return { record, accessToken: this.tokenOf(record.id) };
+    return { record, source, pooled: !network && this.pool.max > 0 };
   }
 
   /** What a create's timeout does (`autoPause`), refused where this provider cannot pause. */
@@ -406,6 +425,7 @@ export class SandboxService {
         : await this.registry.endSandbox(record.id, 'dead', cause);
     // Another caller (this daemon's or another's) ended it first and releases it.
     if (!won) return;
+    if (record.state !== 'pooled') this.events?.ended('dead');
     this.onEnded(record.id);
     return this.release(record);
   }
@@ -481,6 +501,7 @@ export class SandboxService {
     // the registry) one ends it, with its reason; the other answers false and leaves the
     // releasing to the winner.
     if (!(await this.registry.endSandbox(id, state, reason))) return false;
+    this.events?.ended(state);
     this.onEnded(id);
     await this.release(record);
     return true;
@@ -594,6 +615,7 @@ export class SandboxService {
           { cause: error },
         );
       }
+      this.events?.paused(memory ? 'freeze' : 'hibernate');
       return this.get(id);
     });
   }
@@ -644,6 +666,7 @@ export class SandboxService {
         }
         await this.provider.thaw?.(record.handle);
         this.onChanged(id);
+        this.events?.resumed('freeze');
         return { record: await this.running(id), resumed: true };
       }
       const spec = await this.keptSpec(record);
@@ -664,6 +687,7 @@ export class SandboxService {
         throw error;
       }
       this.onChanged(id);
+      this.events?.resumed('hibernate');
       return { record: await this.get(id), resumed: true };
     });
   }
@@ -717,6 +741,7 @@ export class SandboxService {
     if (!(await this.registry.endSandbox(record.id, 'expired', reason, { expiredBy: now }))) {
       return false;
     }
+    this.events?.ended('expired');
     this.onEnded(record.id);
     await this.release(record);
     return true;

@@ -261,6 +261,12 @@ export class SqliteRegistry implements Registry {
     ).n;
   }
 
+  async countLive(): Promise<{ state: SandboxState; template: string; count: number }[]> {
+    return this.statement(
+      'SELECT state, template, COUNT(*) AS count FROM sandboxes WHERE ended_at IS NULL GROUP BY state, template ORDER BY state, template',
+    ).all() as { state: SandboxState; template: string; count: number }[];
+  }
+
   async deleteSandbox(id: string, state: 'pooled' | 'running'): Promise<boolean> {
     return (
       this.statement('DELETE FROM sandboxes WHERE id = ? AND state = ?').run(id, state).changes ===

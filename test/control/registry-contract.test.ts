@@ -49,6 +49,31 @@ for (const kind of STORES) {
       expect(await ids({ metadata: { nobody: 'x' } })).toEqual([]);
     });
 
+    test('countLive counts the sandboxes not ended by state and template, as every daemon sees them', async ({
+      store,
+    }) => {
+      const [one, two] = [await store.open(), await store.open()];
+      expect(await one.countLive()).toEqual([]);
+      const running = [sandboxRow(), sandboxRow(), sandboxRow({ template: 'other' })];
+      const rows = [
+        ...running,
+        sandboxRow({ state: 'pooled' }),
+        sandboxRow({ state: 'killed', endedAt: 1, endReason: 'killed' }),
+        sandboxRow({ state: 'dead', template: 'other', endedAt: 2, endReason: 'exited' }),
+      ];
+      for (const row of rows) await one.insertSandbox(row);
+      expect(await two.countLive()).toEqual([
+        { state: 'pooled', template: 'base', count: 1 },
+        { state: 'running', template: 'base', count: 2 },
+        { state: 'running', template: 'other', count: 1 },
+      ]);
+      await one.endSandbox((running[2] as (typeof running)[0]).id, 'killed', 'killed');
+      expect(await two.countLive()).toEqual([
+        { state: 'pooled', template: 'base', count: 1 },
+        { state: 'running', template: 'base', count: 2 },
+      ]);
+    });
+
     test('a sandbox ends once: of racing ends (two daemons) one wins and its reason stays', async ({
       store,
     }) => {
