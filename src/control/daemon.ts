@@ -246,7 +246,10 @@ export class Daemon {
       this.records?.forget(id);
       this.metrics.drop(id);
     };
-    this.sandboxes.onChanged = (id) => this.records?.forget(id);
+    this.sandboxes.onChanged = (id) => {
+      this.records?.forget(id);
+      this.gateway.forgetSandbox(id);
+    };
     this.sandboxes.pausedTimeoutMs = options.pausedTimeoutMs ?? pausedTimeout();
     this.sandboxes.autoPauseMemory = autoPauseMemory();
     this.reaper = new Reaper(

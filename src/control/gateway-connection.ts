@@ -424,6 +424,15 @@ export class ClientConnection implements UpstreamOwner {
     }
   }
 
+  /**
+   * The sandbox `id` was paused (or resumed): its next request here goes through the full check
+   * again, which answers a paused sandbox with 409, instead of straight to the frozen envd.
+   */
+  forgetRoute(id: string): void {
+    if (this.route?.id === id) this.route = undefined;
+    if (this.e2bRoute?.id === id) this.e2bRoute = undefined;
+  }
+
   private startRequest(head: RequestHead): void {
     let target: RequestTarget;
     try {

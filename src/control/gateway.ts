@@ -335,6 +335,11 @@ export class Gateway implements GatewayRoutes {
     this.pool.sweep(now);
   }
 
+  /** A sandbox was paused or resumed: every connection checks its next request to it afresh. */
+  forgetSandbox(id: string): void {
+    for (const connection of this.connections) connection.forgetRoute(id);
+  }
+
   forget(connection: ClientConnection): void {
     this.connections.delete(connection);
     // Once per connection, from the socket's own tallies: nothing is counted per chunk.

@@ -20,7 +20,7 @@ import { ensureBuilt, ROOT } from './build.js';
 import { ownedNamespace } from './internet.js';
 import { deleteNetns } from './netns.js';
 
-const CONTROLLERS = ['memory', 'pids', 'cpu'] as const;
+const CONTROLLERS = ['memory', 'pids', 'cpu', 'freezer'] as const;
 
 /** SIGKILLs every live process of `uid`; how many there were. */
 function killUid(uid: number): number {
