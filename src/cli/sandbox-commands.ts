@@ -221,7 +221,7 @@ async function kill(ids: string[], options: { all?: boolean; json?: boolean }): 
     throw new UsageError('give the ids of the sandboxes to kill, or --all', 'abx kill --help');
   const { client } = await openControl();
   const targets = options.all
-    ? (await listSandboxes(client, { state: 'running' })).map((s) => s.sandboxId)
+    ? (await listSandboxes(client, { state: ['running', 'paused'] })).map((s) => s.sandboxId)
     : ids;
   const results: { sandboxId: string; killed: boolean }[] = [];
   for (const sandboxId of targets) {
@@ -232,7 +232,7 @@ async function kill(ids: string[], options: { all?: boolean; json?: boolean }): 
   for (const { sandboxId, killed } of results) {
     printLine(killed ? `killed ${sandboxId}` : `${sandboxId} had already ended`);
   }
-  if (results.length === 0) printLine('no running sandboxes');
+  if (results.length === 0) printLine('no running or paused sandboxes');
 }
 
 async function timeout(id: string, ms: number, options: { json?: boolean }): Promise<void> {
@@ -452,7 +452,7 @@ export function addSandboxCommands(program: Command): void {
     program
       .command('kill [ids...]')
       .description('Kill sandboxes and every process in them.')
-      .option('--all', 'kill every running sandbox')
+      .option('--all', 'kill every running or paused sandbox')
       .option('--json', 'print what was killed as JSON')
       .action(kill),
     'abx kill i1a2b3c4d5e6f7g8',

@@ -23,7 +23,7 @@ for (const delegateCgroups of [false, true]) {
 
     test('the isolation report says how a pause freezes', () => {
       const info = JSON.parse(readFileSync(join(daemon.home, 'daemon.json'), 'utf8')) as DaemonInfo;
-      expect(info.isolation.limits.pause?.how).toMatch(
+      expect(info.isolation?.limits.pause?.how).toMatch(
         delegateCgroups ? /^the cgroup freezer/ : /^SIGSTOP to each process/,
       );
     });
