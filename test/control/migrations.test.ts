@@ -47,7 +47,7 @@ for (const kind of STORES) {
         expect(await (registries[3] as Registry).getSandbox(row.id)).toEqual(row);
       });
 
-      test('a database at step 1 (before API keys) gets step 2: its rows stay, ownerless', async ({
+      test('a database at step 1 (before API keys) gets steps 2 and 3: its rows stay, ownerless and not paused', async ({
         store,
       }) => {
         // The schema and a row as the abx of step 1 left them.
@@ -76,6 +76,8 @@ for (const kind of STORES) {
           state: 'running',
           metadata: { a: 'b' },
           owner: null,
+          paused: null,
+          lifecycle: null,
         });
         // What step 2 brings works: keys, and sandboxes owned by them.
         const key = apiKeyRow();

@@ -301,6 +301,66 @@ for (const kind of STORES) {
       expect((await two.findApiKey(ops.keyHash))?.lastUsedAt).toBe(7000);
     });
 
+    test('a pause and a resume: one state change each, paused rows counted by no key, ended from either state', async ({
+      store,
+    }) => {
+      const [one, two] = [await store.open(), await store.open()];
+      const key = apiKeyRow({ maxRunning: 1 });
+      await one.insertApiKey(key);
+      const lifecycle = { onTimeout: 'pause', keepMemory: false } as const;
+      const row = sandboxRow({ owner: key.id, lifecycle });
+      expect(await one.insertSandbox(row, 1)).toBe(true);
+      expect((await two.getSandbox(row.id))?.lifecycle).toEqual(lifecycle);
+      const pause = { memory: false, at: 1_900_000_000_000 };
+      // Of two daemons pausing at once, one wins.
+      const paused = await Promise.all([
+        one.pauseSandbox(row.id, pause, 1_900_000_060_000),
+        two.pauseSandbox(row.id, pause, 1_900_000_060_000),
+      ]);
+      expect(paused.filter(Boolean)).toHaveLength(1);
+      const read = await two.getSandbox(row.id);
+      expect(read).toMatchObject({ state: 'paused', paused: pause, expiresAt: 1_900_000_060_000 });
+      // Paused, it counts against no limit: its key may start another, which fills the limit.
+      const other = sandboxRow({ owner: key.id });
+      expect(await two.insertSandbox(other, 1)).toBe(true);
+      expect(await one.setExpiry(row.id, 1)).toBe(false);
+      expect(await one.setLifecycle(row.id, null)).toBe(false);
+      // Over the limit, a resume writes nothing; once the other ended, it goes through (once).
+      const handle = { ...row.handle, pid: 777, startTime: 'woken' };
+      expect(await one.resumeSandbox(row.id, handle, 1_900_000_120_000, 1)).toBe(false);
+      expect((await two.getSandbox(row.id))?.state).toBe('paused');
+      await two.endSandbox(other.id, 'killed', 'killed');
+      const resumed = await Promise.all([
+        one.resumeSandbox(row.id, handle, 1_900_000_120_000, 1),
+        two.resumeSandbox(row.id, handle, 1_900_000_120_000, 1),
+      ]);
+      expect(resumed.filter(Boolean)).toHaveLength(1);
+      expect(await one.getSandbox(row.id)).toMatchObject({
+        state: 'running',
+        paused: null,
+        handle,
+        expiresAt: 1_900_000_120_000,
+        lifecycle,
+      });
+      // Without a limit (the daemon's own key) a resume counts nothing.
+      await one.pauseSandbox(row.id, pause, 5);
+      expect(await two.resumeSandbox(row.id, handle, 6)).toBe(true);
+      // A paused sandbox's paused timeout is an expiry like any; it ends from paused.
+      await one.pauseSandbox(row.id, pause, 50);
+      expect((await two.expired(49)).map((r) => r.id)).not.toContain(row.id);
+      expect((await two.expired(50)).map((r) => r.id)).toContain(row.id);
+      expect(await two.endSandbox(row.id, 'expired', 'paused too long', { expiredBy: 50 })).toBe(
+        true,
+      );
+      expect(await one.resumeSandbox(row.id, handle, 100)).toBe(false);
+      expect(await one.pauseSandbox(row.id, pause, 100)).toBe(false);
+      expect(await one.getSandbox(row.id)).toMatchObject({
+        state: 'expired',
+        endReason: 'paused too long',
+      });
+      expect(await one.setLifecycle(other.id, lifecycle)).toBe(false);
+    });
+
     test("a key's limit holds when many creates race on four daemons", async ({ store }) => {
       const daemons = await Promise.all(Array.from({ length: 4 }, () => store.open()));
       for (let round = 0; round < 5; round++) {
