@@ -466,6 +466,209 @@ async function lifecycle(template: string) {
   );
 }
 
+/** The host's busy and total CPU time so far, in clock ticks (the first line of /proc/stat). */
+function hostCpuTicks(): { busy: number; total: number } {
+  const fields = (readFileSync('/proc/stat', 'utf8').split('\n')[0] as string)
+    .trim()
+    .split(/\s+/)
+    .slice(1)
+    .map(Number);
+  const total = fields.reduce((sum, n) => sum + n, 0);
+  // idle and iowait are the 4th and 5th.
+  return { busy: total - (fields[3] ?? 0) - (fields[4] ?? 0), total };
+}
+
+/** The share (0-1) of the host's CPU busy during `ms` from now. */
+async function hostBusyShare(ms: number): Promise<number> {
+  const before = hostCpuTicks();
+  await new Promise((resolve) => setTimeout(resolve, ms));
+  const after = hostCpuTicks();
+  return (after.busy - before.busy) / Math.max(1, after.total - before.total);
+}
+
+/**
+ * The CPU time (ms) the processes of some local sandboxes used so far: the members of each one's
+ * pids cgroup (a root daemon's), from /proc. Other load on the host does not count.
+ */
+function sandboxesCpuMs(ids: readonly string[]): number {
+  let total = 0;
+  for (const id of ids) {
+    let pids: string[] = [];
+    try {
+      pids = readFileSync(`/sys/fs/cgroup/pids/abx/${id}/cgroup.procs`, 'utf8').split('\n');
+    } catch {
+      // not a root daemon's local sandbox
+    }
+    for (const pid of pids) if (pid) total += cpuMs(Number(pid));
+  }
+  return total;
+}
+
+/** The share (0-1) of the host's cores the processes of `ids` used during `ms` from now. */
+async function sandboxesCpuShare(ids: readonly string[], ms: number): Promise<number> {
+  const before = sandboxesCpuMs(ids);
+  await new Promise((resolve) => setTimeout(resolve, ms));
+  return (sandboxesCpuMs(ids) - before) / (ms * cpus().length);
+}
+
+/** MemAvailable of /proc/meminfo, in bytes. */
+function memAvailable(): number {
+  const match = /^MemAvailable:\s+(\d+) kB$/m.exec(readFileSync('/proc/meminfo', 'utf8'));
+  return Number(match?.[1] ?? 0) * 1024;
+}
+
+/**
+ * Pause and resume (docs/lifecycle.md): a freeze and its resume, a hibernate and the resume to
+ * the first command after it against a cold create (no warm pool: the same network, started
+ * afresh) to its first command; then 20 busy sandboxes frozen (the host's CPU they used) and 20
+ * holding 64 MiB each hibernated (the host's MemAvailable they give back).
+ */
+async function pauses(template: string) {
+  log('pause, resume, hibernate');
+  const rounds = scale(20, 5);
+  const frozen: number[] = [];
+  const thawed: number[] = [];
+  const hibernated: number[] = [];
+  const woken: number[] = [];
+  const cold: number[] = [];
+  const box = await Sandbox.create({ template, timeoutMs: 1_800_000 });
+  try {
+    await box.commands.start('i=0; while :; do i=$((i+1)); sleep 0.05; done');
+    await box.files.write('kept.txt', 'kept');
+    for (let i = 0; i < rounds; i++) {
+      let t = performance.now();
+      await box.pause();
+      frozen.push(performance.now() - t);
+      t = performance.now();
+      await box.resume();
+      thawed.push(performance.now() - t);
+      t = performance.now();
+      await box.pause({ memory: false });
+      hibernated.push(performance.now() - t);
+      t = performance.now();
+      await box.resume();
+      await box.commands.run('true');
+      woken.push(performance.now() - t);
+      // A cold create of the same network, interleaved so noise falls on both alike.
+      t = performance.now();
+      const fresh = await Sandbox.create({ template, network: { allowOut: [], denyOut: [] } });
+      await fresh.commands.run('true');
+      cold.push(performance.now() - t);
+      await fresh.kill();
+    }
+  } finally {
+    await box.kill();
+  }
+  const [pause, resume, hibernate, wake, coldCreate] = [
+    frozen,
+    thawed,
+    hibernated,
+    woken,
+    cold,
+  ].map(summarize) as [Summary, Summary, Summary, Summary, Summary];
+
+  // 20 sandboxes, each a busy loop: the host's CPU with them running, then frozen.
+  const many = await Promise.all(
+    Array.from({ length: 20 }, () => Sandbox.create({ template, timeoutMs: 1_800_000 })),
+  );
+  let busyRunning = 0;
+  let busyFrozen = 0;
+  let ownRunning = 0;
+  let ownFrozen = 0;
+  let memRecovered = 0;
+  let heldMiB = 0;
+  try {
+    await Promise.all(many.map((s) => s.commands.start('while :; do :; done')));
+    // The pool's refills after 20 creates are done first: they would count as the host's.
+    await poolSize(template);
+    const ids = many.map((s) => s.sandboxId);
+    [ownRunning, busyRunning] = await Promise.all([
+      sandboxesCpuShare(ids, 2000),
+      hostBusyShare(2000),
+    ]);
+    await Promise.all(many.map((s) => s.pause()));
+    [ownFrozen, busyFrozen] = await Promise.all([
+      sandboxesCpuShare(ids, 2000),
+      hostBusyShare(2000),
+    ]);
+    await Promise.all(many.map((s) => s.kill()));
+    // 20 holding 64 MiB each, once all hold it (a marker file says so): then hibernated.
+    const holders = await Promise.all(
+      Array.from({ length: 20 }, () => Sandbox.create({ template, timeoutMs: 1_800_000 })),
+    );
+    many.splice(0, many.length, ...holders);
+    await poolSize(template);
+    const before = memAvailable();
+    await Promise.all(
+      holders.map(async (s) => {
+        await s.commands.start(
+          `python3 -c "b = bytearray(64 << 20); open('/tmp/held', 'w').write('1'); import time; time.sleep(3600)"`,
+        );
+        await s.commands.run('while [ ! -f /tmp/held ]; do sleep 0.05; done', {
+          timeoutMs: 60_000,
+        });
+      }),
+    );
+    const holding = memAvailable();
+    await Promise.all(holders.map((s) => s.pause({ memory: false })));
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    const after = memAvailable();
+    heldMiB = (before - holding) / 1024 ** 2;
+    memRecovered = (after - holding) / Math.max(1, before - holding);
+  } finally {
+    await Promise.all(many.map((s) => s.kill()));
+  }
+  results.pauses = {
+    pause,
+    resume,
+    hibernate,
+    resumeFromHibernateToFirstCommand: wake,
+    coldCreateToFirstCommand: coldCreate,
+    hostCpuBusy20Running: round(busyRunning, 3),
+    hostCpuBusy20Frozen: round(busyFrozen, 3),
+    sandboxesCpu20Running: round(ownRunning, 3),
+    sandboxesCpu20Frozen: round(ownFrozen, 3),
+    memHeldBy20MiB: round(heldMiB, 0),
+    memRecoveredByHibernate20: round(memRecovered, 3),
+  };
+  goal(
+    'resumeFromHibernateToFirstCommandP50Ms',
+    'resume from hibernate → first command p50 (goal: ≤ a cold create → first command, same run)',
+    wake.p50,
+    'ms',
+    round(coldCreate.p50, 1),
+    false,
+  );
+  goal(
+    'hibernate20MemRecoveredShare',
+    'MemAvailable given back by hibernating 20 sandboxes holding 64 MiB each (share)',
+    memRecovered,
+    '',
+    0.9,
+    true,
+  );
+  results.pauseP50Ms = round(pause.p50, 2);
+  results.resumeP50Ms = round(resume.p50, 2);
+  results.hibernateP50Ms = round(hibernate.p50, 2);
+  row('12 pause', 'pause (freeze)', ms(pause));
+  row('12 pause', 'resume (thaw)', ms(resume));
+  row('12 pause', 'hibernate', ms(hibernate), 'the processes end, the disk stays');
+  row('12 pause', 'resume from hibernate → first command', ms(wake), 'goal p50 ≤ a cold create');
+  row('12 pause', 'cold create → first command (same network, no pool)', ms(coldCreate));
+  row(
+    '12 pause',
+    "CPU of 20 sandboxes' busy loops: running → frozen",
+    `${round(ownRunning * 100, 1)}% → ${round(ownFrozen * 100, 1)}% of the host's cores`,
+    `their own processes, 2 s each; the whole host: ${round(busyRunning * 100, 1)}% → ${round(busyFrozen * 100, 1)}%`,
+  );
+  row(
+    '12 pause',
+    'MemAvailable given back by hibernating 20 sandboxes',
+    `${round(memRecovered * 100, 1)}% of ${round(heldMiB, 0)} MiB`,
+    'goal ≥ 90%',
+  );
+}
+
 /** Sandboxes of a template waiting in the warm pool, once its refills are done (up to 10 s). */
 async function poolSize(template: string): Promise<number> {
   let last = -1;
@@ -1506,9 +1709,12 @@ async function main() {
     if (runs('e2b')) await e2b(sandbox);
     if (runs('cli')) await cliStart();
     if (runs('egress')) await egress();
+    if (runs('pause')) await pauses(template);
   } finally {
     for (const child of children) child.kill('SIGKILL');
-    for (const info of await Sandbox.list({ state: 'running' })) await Sandbox.kill(info.sandboxId);
+    for (const info of await Sandbox.list({ state: ['running', 'paused'] })) {
+      await Sandbox.kill(info.sandboxId);
+    }
     spawnSync(process.execPath, [join(ROOT, 'dist', 'cli.js'), 'daemon', 'stop'], {
       env: process.env,
     });
