@@ -244,9 +244,13 @@ export class Daemon {
     this.sandboxes.events = this.prometheus;
     this.sandboxes.onEnded = (id) => {
       this.records?.forget(id);
+      this.gateway?.changed(id, true);
       this.metrics.drop(id);
     };
-    this.sandboxes.onChanged = (id) => this.records?.forget(id);
+    this.sandboxes.onChanged = (id) => {
+      this.records?.forget(id);
+      this.gateway?.changed(id);
+    };
     this.sandboxes.pausedTimeoutMs = options.pausedTimeoutMs ?? pausedTimeout();
     this.sandboxes.autoPauseMemory = autoPauseMemory();
     this.reaper = new Reaper(

@@ -88,6 +88,8 @@ export interface Route {
   envd: boolean;
   template: string;
   capabilities: readonly string[];
+  /** The sandbox's {@link GatewayRoutes.generation} when it was checked. */
+  generation?: number;
 }
 
 /** What a client connection needs from the gateway. */
@@ -104,6 +106,12 @@ export interface GatewayRoutes {
   rewrite(head: RequestHead, target: RequestTarget, route: Route): string;
   /** The connection closed. */
   forget(connection: ClientConnection): void;
+  /**
+   * A number that changes whenever the sandbox is paused or resumed: a route checked at another
+   * is checked again (a frozen sandbox's envd must not be sent requests; a woken one has a new
+   * socket). Absent: routes stay valid while their upstream is usable.
+   */
+  generation?(id: string): number;
   /**
    * Answers an E2B request on a checked route (see src/compat/e2b): its body read whole, or, for an
    * upload ({@link e2bStreamsBody}), handed on as it arrives.
@@ -445,13 +453,20 @@ export class ClientConnection implements UpstreamOwner {
       known.id === target.id &&
       known.port === target.port &&
       known.credential === target.credential &&
+      (known.generation ?? 0) === (this.routes.generation?.(known.id) ?? 0) &&
       (!upstream || upstream.idle)
     ) {
       this.mode = 'wait';
       this.startCollecting(head, target, known);
       return;
     }
-    if (route && upstream && sameTarget(route, target) && this.routes.pool.usable(upstream)) {
+    if (
+      route &&
+      upstream &&
+      sameTarget(route, target) &&
+      (route.generation ?? 0) === (this.routes.generation?.(route.id) ?? 0) &&
+      this.routes.pool.usable(upstream)
+    ) {
       let text: string;
       try {
         text = this.routes.rewrite(head, target, route);

@@ -262,6 +262,8 @@ export class Gateway implements GatewayRoutes {
   /** Browser links and their session cookies (when the backend gave a token secret). */
   readonly links: PortLinks | undefined;
   private readonly connections = new Set<ClientConnection>();
+  /** Sandboxes paused or resumed while this gateway runs: how many times (see generation). */
+  private readonly generations = new Map<string, number>();
   private readonly limits: ConnectionLimits = {
     headers: GATEWAY_HEADERS_TIMEOUT_MS,
     request: GATEWAY_REQUEST_TIMEOUT_MS,
@@ -333,6 +335,19 @@ export class Gateway implements GatewayRoutes {
     const now = Date.now();
     for (const connection of this.connections) connection.tick(now);
     this.pool.sweep(now);
+  }
+
+  generation(id: string): number {
+    return this.generations.get(id) ?? 0;
+  }
+
+  /**
+   * A sandbox was paused or resumed (`ended`: it ended): routes checked before are checked again
+   * on their next request, so none reaches a frozen envd, or the socket of one before its wake.
+   */
+  changed(id: string, ended = false): void {
+    if (ended) this.generations.delete(id);
+    else this.generations.set(id, this.generation(id) + 1);
   }
 
   forget(connection: ClientConnection): void {
@@ -647,6 +662,7 @@ export class Gateway implements GatewayRoutes {
       credential: target.credential,
       template: record.template,
       capabilities: record.capabilities,
+      generation: this.generation(id),
     };
     if (port === ENVD_PORT) {
       if (target.local) {
