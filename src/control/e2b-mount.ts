@@ -1,11 +1,11 @@
 import type { BodyLimits } from '../../runtime/server/http.js';
-import type { E2bBackend, E2bSandboxRow } from '../compat/e2b/backend.js';
+import type { E2bBackend, E2bCaller, E2bSandboxRow } from '../compat/e2b/backend.js';
 import { E2bControlApi } from '../compat/e2b/control-api.js';
 import { egressPolicyOf } from '../providers/provider.js';
 import type { KeyService } from './key-service.js';
 import type { MetricsSampler } from './metrics.js';
 import type { SandboxRecord } from './registry.js';
-import type { SandboxService } from './sandbox-service.js';
+import type { KeyOwner, SandboxService } from './sandbox-service.js';
 import { snapshotSource, type TemplateService } from './template-service.js';
 
 /**
@@ -27,31 +27,32 @@ export function mountE2bControlApi(
   const backend: E2bBackend = {
     authenticate: (key) => keys.authenticateKey(key, 'X-API-KEY: <key> (E2B_API_KEY)'),
     create: async (request, caller) =>
-      rowOf(
-        (
-          await sandboxes.create(
-            request,
-            caller.keyId === null
-              ? undefined
-              : { keyId: caller.keyId, name: caller.name, maxRunning: caller.maxRunning },
-          )
-        ).record,
-      ),
+      rowOf((await sandboxes.create(request, keyOwner(caller))).record),
     setNetwork: async (id, network) => rowOf(await sandboxes.setNetwork(id, network)),
     // `get` notices a running row whose processes died, and records it dead.
     get: async (id) => {
       const record = await sandboxes.get(id).catch(() => undefined);
       return record && rowOf(record);
     },
-    listRunning: async ({ owner, metadata }) =>
+    list: async ({ owner, metadata, states }) =>
       (
         await sandboxes.list({
-          state: 'running',
+          state: states,
           metadata,
           ...(owner === undefined ? {} : { owner }),
         })
       ).map(rowOf),
     kill: (id) => sandboxes.kill(id, 'killed', 'killed by request (E2B API)'),
+    pause: async (id, memory) =>
+      rowOf(await sandboxes.pause(id, memory === undefined ? {} : { memory })),
+    resume: async (id, timeoutMs, caller) => {
+      const { record, resumed } = await sandboxes.resume(
+        id,
+        timeoutMs === undefined ? {} : { timeoutMs },
+        keyOwner(caller),
+      );
+      return { row: rowOf(record), resumed };
+    },
     setTimeout: async (id, timeoutMs) => rowOf(await sandboxes.setTimeout(id, timeoutMs)),
     accessToken: (id) => sandboxes.tokenOf(id),
     template: async (name) => {
@@ -82,6 +83,13 @@ export function mountE2bControlApi(
     domain,
   };
   return new E2bControlApi(backend, limits);
+}
+
+/** The key a create or resume counts against (none: the daemon's own key). */
+function keyOwner(caller: E2bCaller): KeyOwner | undefined {
+  return caller.keyId === null
+    ? undefined
+    : { keyId: caller.keyId, name: caller.name, maxRunning: caller.maxRunning };
 }
 
 /** A registry row as the E2B layer reads it: an internet sandbox's policy comes from its handle. */

@@ -1,4 +1,4 @@
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -71,7 +71,8 @@ export async function createAbxHome(): Promise<{ home: string; close(): Promise<
     home,
     async close() {
       try {
-        for (const info of await Sandbox.list({ home, state: 'running', autoStart: false })) {
+        const live = await Sandbox.list({ home, state: ['running', 'paused'], autoStart: false });
+        for (const info of live) {
           await Sandbox.kill(info.sandboxId, { home, autoStart: false });
         }
       } catch {
@@ -82,6 +83,14 @@ export async function createAbxHome(): Promise<{ home: string; close(): Promise<
       const ids = existsSync(join(home, 'sandboxes')) ? readdirSync(join(home, 'sandboxes')) : [];
       // An internet sandbox's namespace holder and slirp4netns carry its id in a tag.
       const nets = orphanNetProcesses((id) => ids.includes(id));
+      // A frozen process (cgroup v1's freezer) dies of SIGKILL only once thawed.
+      for (const id of ids) {
+        try {
+          writeFileSync(`/sys/fs/cgroup/freezer/abx/${id}/freezer.state`, 'THAWED');
+        } catch {
+          // not frozen, or no freezer cgroup
+        }
+      }
       for (const pid of [...processesMentioning(home), ...ids.flatMap(sandboxProcesses), ...nets]) {
         try {
           process.kill(pid, 'SIGKILL');

@@ -39,7 +39,14 @@ export interface E2bSandboxRow {
   owner: string | null;
   /** An internet sandbox's policy; none: its template's network without one (none or host). */
   network?: E2bNetwork;
+  /** Set while paused: frozen with its memory (`memory: true`) or hibernated, and since when. */
+  paused?: { memory: boolean; at: number } | null;
+  /** Set when its timeout pauses it (`autoPause`) instead of killing it. */
+  lifecycle?: { onTimeout: 'pause'; keepMemory: boolean } | null;
 }
+
+/** The states a sandbox is listed in (E2B's `state` query). */
+export type E2bListedState = 'running' | 'paused';
 
 export interface E2bBackend {
   /** The caller a key names; AuthenticationError (401) for a missing, wrong or revoked key. */
@@ -53,6 +60,10 @@ export interface E2bBackend {
       metadata: Record<string, string>;
       network?: Partial<E2bNetwork>;
       allowInternetAccess?: boolean;
+      /** True: its timeout pauses it instead of killing it. */
+      autoPause?: boolean;
+      /** With `autoPause`: keep its memory (freeze) or only its disk (hibernate). */
+      autoPauseMemory?: boolean;
     },
     caller: E2bCaller,
   ): Promise<E2bSandboxRow>;
@@ -60,13 +71,29 @@ export interface E2bBackend {
   setNetwork(id: string, network: E2bNetwork): Promise<E2bSandboxRow>;
   /** The row of a sandbox as it is, or undefined; a running one whose processes died reads dead. */
   get(id: string): Promise<E2bSandboxRow | undefined>;
-  /** Running sandboxes, oldest first; of one key only with `owner`. */
-  listRunning(filter: {
+  /** Sandboxes in any of `states`, oldest first; of one key only with `owner`. */
+  list(filter: {
     owner?: string;
     metadata: Record<string, string>;
+    states: readonly E2bListedState[];
   }): Promise<E2bSandboxRow[]>;
-  /** Kills a running sandbox; false when it had ended already. */
+  /** Kills a running or paused sandbox; false when it had ended already. */
   kill(id: string): Promise<boolean>;
+  /**
+   * Pauses a running sandbox: `memory` true (the default) freezes it with its memory, false
+   * hibernates it (its disk kept). SandboxPausedError (409) when it is paused already.
+   */
+  pause(id: string, memory: boolean | undefined): Promise<E2bSandboxRow>;
+  /**
+   * Runs a paused sandbox again for `timeoutMs` (default: its template's timeout), counted
+   * against the caller's limit when it is the caller's; a running one is answered as it is,
+   * `resumed: false`.
+   */
+  resume(
+    id: string,
+    timeoutMs: number | undefined,
+    caller: E2bCaller,
+  ): Promise<{ row: E2bSandboxRow; resumed: boolean }>;
   /** Sets the time left of a running sandbox. */
   setTimeout(id: string, timeoutMs: number): Promise<E2bSandboxRow>;
   /** The token a sandbox's users present to its envd (the native access token). */

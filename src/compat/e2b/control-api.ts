@@ -54,43 +54,57 @@ interface Call {
 
 type E2bRoute = Route<Call>;
 
-/** Refused until the lifecycle issue gives abx paused sandboxes (a clear error, never a hang). */
-function notYet(what: string): SandboxError {
-  return new SandboxError(
-    `${what} is not supported by abx yet: abx sandboxes cannot be paused (the lifecycle issue adds it); keep the sandbox running (setTimeout) or kill it`,
-    { status: 501, code: 'not_implemented' },
-  );
-}
-
 /**
- * The caller's running sandbox of that id. Another key's sandbox and one that has ended answer
- * exactly like an id that never existed (404), so a key learns nothing of the others'.
+ * The caller's running or paused sandbox of that id. Another key's sandbox and one that has ended
+ * answer exactly like an id that never existed (404), so a key learns nothing of the others'. A
+ * paused one is refused by the native service where it must run (409, saying to resume it).
  */
 async function visible(call: Call): Promise<E2bSandboxRow> {
   const id = call.params.id as string;
   const row = await call.backend.get(id);
-  if (!row || (!call.caller.admin && row.owner !== call.caller.keyId) || row.state !== 'running') {
-    throw new SandboxNotFoundError(`sandbox ${id} not found: it does not exist or is not running`);
+  if (
+    !row ||
+    (!call.caller.admin && row.owner !== call.caller.keyId) ||
+    (row.state !== 'running' && row.state !== 'paused')
+  ) {
+    throw new SandboxNotFoundError(
+      `sandbox ${id} not found: it does not exist, or it has ended (only running and paused sandboxes are kept)`,
+    );
   }
   return row;
 }
 
 /**
+ * `autoResume: { enabled }`: E2B resumes such a sandbox on any request to it. abx does not (a
+ * paused sandbox's traffic gets 409 until a connect resumes it), so `enabled: true` is refused by
+ * name; `enabled: false` is what abx does.
+ */
+function refuseAutoResume(body: Record<string, unknown>): void {
+  const value = body.autoResume;
+  if (value === undefined || value === null) return;
+  const enabled =
+    typeof value === 'object' && !Array.isArray(value)
+      ? (value as { enabled?: unknown }).enabled
+      : value;
+  if (enabled === false || enabled === undefined || enabled === null) return;
+  if (enabled !== true) {
+    throw new InvalidArgumentError(
+      `autoResume must be { enabled: true | false }, not ${JSON.stringify(value)}`,
+    );
+  }
+  throw new InvalidArgumentError(
+    "autoResume (lifecycle.autoResume: true) is not supported by abx: a paused sandbox is not resumed by its traffic (a request to it gets 409 until it is resumed); leave autoResume out and resume it with Sandbox.connect(id) (what E2B's docs say for a sandbox paused without its memory too)",
+  );
+}
+
+/**
  * Fields of create abx cannot honour: refused by name rather than ignored. A value abx gives
- * anyway (no auto-pause, the template's own network) is accepted.
+ * anyway (no auto-resume, the template's own network) is accepted.
  */
 function refuseUnsupported(body: Record<string, unknown>, template: E2bTemplateTraits): void {
   // allow_internet_access and network's allowOut and denyOut are read by networkOf.
   const given = (field: string) => body[field] !== undefined && body[field] !== null;
-  const autoResume = body.autoResume as { enabled?: unknown } | null | undefined;
-  if (
-    optionalBoolean(body, 'autoPause') === true ||
-    (given('autoResume') && (typeof autoResume !== 'object' || autoResume?.enabled !== false))
-  ) {
-    throw new InvalidArgumentError(
-      'autoPause and autoResume are not supported by abx yet (sandboxes cannot be paused; the lifecycle issue adds it): leave them out, and a sandbox is killed at its timeout',
-    );
-  }
+  refuseAutoResume(body);
   if (template.network === 'host' && (given('allow_internet_access') || given('network'))) {
     throw new InvalidArgumentError(
       "the template gives its sandboxes the host's network (template.yaml network: host), which takes no egress policy: leave out allow_internet_access and network, or use a template whose network is none or internet",
@@ -126,6 +140,10 @@ async function create(call: Call): Promise<Answer> {
   refuseUnsupported(body, traits);
   const network = networkOf(body.network, 'network');
   const internet = optionalBoolean(body, 'allow_internet_access');
+  // The native create checks them together (autoPauseMemory needs autoPause: true) and refuses
+  // a pause this provider cannot do.
+  const autoPause = optionalBoolean(body, 'autoPause');
+  const autoPauseMemory = optionalBoolean(body, 'autoPauseMemory');
   try {
     const row = await call.backend.create(
       {
@@ -135,6 +153,8 @@ async function create(call: Call): Promise<Answer> {
         metadata,
         ...(network ? { network } : {}),
         ...(internet === undefined ? {} : { allowInternetAccess: internet }),
+        ...(autoPause === undefined ? {} : { autoPause }),
+        ...(autoPauseMemory === undefined ? {} : { autoPauseMemory }),
       },
       call.caller,
     );
@@ -154,7 +174,8 @@ async function create(call: Call): Promise<Answer> {
  */
 async function withRetryAfter(error: LimitExceededError, call: Call): Promise<Answer> {
   const owner = call.caller.keyId;
-  const rows = owner === null ? [] : await call.backend.listRunning({ owner, metadata: {} });
+  const rows =
+    owner === null ? [] : await call.backend.list({ owner, metadata: {}, states: ['running'] });
   const first = Math.min(...rows.map((row) => row.expiresAt));
   const headers: Record<string, string> = Number.isFinite(first)
     ? { 'retry-after': String(Math.max(1, Math.ceil((first - Date.now()) / 1000))) }
@@ -162,11 +183,54 @@ async function withRetryAfter(error: LimitExceededError, call: Call): Promise<An
   return new Answer(429, { code: 429, message: error.message }, headers);
 }
 
+/**
+ * A paused sandbox run again for `timeout` seconds (default E2B's 300, as at create): **201**.
+ * `memory: false` (the SDK's `onResume: 'reboot'`) is a start from its disk alone: what a
+ * hibernated sandbox's resume is anyway; a frozen one resumes with its memory only, so it is
+ * refused (as E2B refuses it where that start is not enabled). Undefined when it was running
+ * (resumed meanwhile by another caller).
+ */
+async function resumePaused(
+  call: Call,
+  row: E2bSandboxRow,
+  seconds: number | undefined,
+): Promise<Answer | undefined> {
+  if (optionalBoolean(call.body, 'memory') === false && row.paused?.memory !== false) {
+    throw new InvalidArgumentError(
+      `sandbox ${row.id} was paused with its memory (frozen), and abx resumes it only with its memory: memory: false (onResume: 'reboot') is not supported for it; connect without onResume, or pause it with keepMemory: false to have it start from its disk`,
+    );
+  }
+  try {
+    const { row: resumed, resumed: changed } = await call.backend.resume(
+      row.id,
+      (seconds ?? DEFAULT_TIMEOUT_SECONDS) * 1000,
+      call.caller,
+    );
+    if (!changed) return undefined;
+    return new Answer(
+      201,
+      sandboxAnswer(resumed, call.backend.accessToken(row.id), call.backend.domain()),
+    );
+  } catch (error) {
+    if (error instanceof LimitExceededError) throw await withRetryAfter(error, call);
+    throw error;
+  }
+}
+
+/**
+ * `Sandbox.connect`: a paused sandbox is resumed (**201**); a running one answers **200**, its
+ * `timeout` lengthening its life, never shortening it (as E2B's).
+ */
 async function connect(call: Call): Promise<Answer> {
-  const row = await visible(call);
+  let row = await visible(call);
   const seconds = timeoutSeconds(call.body);
-  optionalBoolean(call.body, 'memory');
-  // As E2B's connect: the lifetime may grow, never shrink.
+  if (row.state === 'paused') {
+    const resumed = await resumePaused(call, row, seconds);
+    if (resumed) return resumed;
+    row = await visible(call);
+  } else {
+    optionalBoolean(call.body, 'memory');
+  }
   const current =
     seconds !== undefined && row.expiresAt < Date.now() + seconds * 1000
       ? await call.backend.setTimeout(row.id, seconds * 1000)
@@ -177,15 +241,50 @@ async function connect(call: Call): Promise<Answer> {
   );
 }
 
+/**
+ * E2B's deprecated `POST /sandboxes/{id}/resume` (older SDKs): a paused sandbox is resumed
+ * (**201**), a running one is a conflict (409), as at E2B. Its `autoPause` set what the resumed
+ * sandbox's timeout does; abx keeps what its create said, so another value is refused by name.
+ */
+async function resume(call: Call): Promise<Answer> {
+  const row = await visible(call);
+  const seconds = timeoutSeconds(call.body);
+  const autoPause = optionalBoolean(call.body, 'autoPause');
+  const has = row.lifecycle?.onTimeout === 'pause';
+  if (autoPause !== undefined && autoPause !== has) {
+    throw new InvalidArgumentError(
+      `autoPause ${autoPause} on resume is not supported by abx: sandbox ${row.id} keeps what its create said (autoPause ${has}); leave autoPause out, or use connect (Sandbox.connect), which takes none`,
+    );
+  }
+  const answer = row.state === 'paused' ? await resumePaused(call, row, seconds) : undefined;
+  if (!answer) {
+    throw new SandboxError(
+      `sandbox ${row.id} is already running: only a paused sandbox can be resumed (connect answers a running one as it is)`,
+      { status: 409, code: 'conflict' },
+    );
+  }
+  return answer;
+}
+
+/**
+ * `sandbox.pause()` / `Sandbox.pause(id)`: `memory` (the SDK's `keepMemory`; absent means true)
+ * freezes it with its memory, false hibernates it (its disk kept). **204**; 409 when it is paused
+ * already, which the SDK returns as `false`.
+ */
+async function pause(call: Call): Promise<Answer> {
+  const row = await visible(call);
+  await call.backend.pause(row.id, optionalBoolean(call.body, 'memory'));
+  return new Answer(204, undefined);
+}
+
 async function list(call: Call): Promise<Answer> {
   const query = parseListQuery(call.query);
   const { caller, backend } = call;
-  const rows = query.running
-    ? await backend.listRunning({
-        ...(caller.admin ? {} : { owner: caller.keyId as string }),
-        metadata: query.metadata,
-      })
-    : [];
+  const rows = await backend.list({
+    ...(caller.admin ? {} : { owner: caller.keyId as string }),
+    metadata: query.metadata,
+    states: query.states,
+  });
   const { startedAfter, template } = query;
   const chosen = rows.filter(
     (row) =>
@@ -356,9 +455,14 @@ async function removeTemplate(call: Call): Promise<Answer> {
 const ROUTES: E2bRoute[] = [
   route('POST', '/v2/sandboxes', 'Create a sandbox.', create),
   route('POST', '/sandboxes', 'Create a sandbox (older SDKs).', create),
-  route('GET', '/v2/sandboxes', 'List running sandboxes, a page at a time.', list),
-  route('GET', '/sandboxes', 'List running sandboxes (older SDKs).', list),
-  route('POST', '/v2/sandboxes/{id}/connect', 'Connect to a running sandbox.', connect),
+  route('GET', '/v2/sandboxes', 'List running and paused sandboxes, a page at a time.', list),
+  route('GET', '/sandboxes', 'List running and paused sandboxes (older SDKs).', list),
+  route(
+    'POST',
+    '/v2/sandboxes/{id}/connect',
+    'Connect to a sandbox, resuming a paused one.',
+    connect,
+  ),
   route('POST', '/sandboxes/{id}/connect', 'Connect (older SDKs).', connect),
   route('GET', '/sandboxes/{id}', 'One sandbox.', info),
   route('DELETE', '/sandboxes/{id}', 'Kill a sandbox.', kill),
@@ -366,14 +470,8 @@ const ROUTES: E2bRoute[] = [
   route('PUT', '/sandboxes/{id}/network', "Replace a sandbox's egress policy.", updateNetwork),
   route('GET', '/sandboxes/{id}/metrics', 'Samples of CPU, memory and disk use.', metrics),
   route('POST', '/sandboxes/{id}/snapshots', 'Save a sandbox as a template.', snapshot),
-  route('POST', '/sandboxes/{id}/pause', 'Pause: not yet.', async (call) => {
-    await visible(call);
-    throw notYet('pausing a sandbox');
-  }),
-  route('POST', '/sandboxes/{id}/resume', 'Resume: not yet.', async (call) => {
-    await visible(call);
-    throw notYet('resuming a sandbox');
-  }),
+  route('POST', '/sandboxes/{id}/pause', 'Pause: freeze, or hibernate with memory: false.', pause),
+  route('POST', '/sandboxes/{id}/resume', 'Resume a paused sandbox (older SDKs).', resume),
   route('DELETE', '/templates/{id}', 'Remove a snapshot (a template).', removeTemplate),
   route('GET', '/snapshots', 'List snapshots (templates saved from sandboxes).', listSnapshots),
 ];

@@ -4,14 +4,15 @@
  * `X-Next-Token` header and no header means the last page.
  */
 import { InvalidArgumentError } from '../../errors.js';
+import type { E2bListedState } from './backend.js';
 
 /** E2B's page size: 100 by default and at most. */
 export const MAX_PAGE = 100;
 
 export interface ListQuery {
   metadata: Record<string, string>;
-  /** Whether running sandboxes are asked for (abx has no paused ones to add). */
-  running: boolean;
+  /** The states asked for (`state=running,paused`); both when the query names none. */
+  states: E2bListedState[];
   limit: number;
   order: 'asc' | 'desc';
   /** Where the page starts: after this sandbox in the order. */
@@ -22,7 +23,7 @@ export interface ListQuery {
   template: string | undefined;
 }
 
-const STATES = ['running', 'paused'];
+const STATES: readonly E2bListedState[] = ['running', 'paused'];
 
 /**
  * `metadata` is one parameter holding `k=v&k2=v2`, each key and value percent-encoded before the
@@ -50,7 +51,7 @@ export function parseListQuery(query: URLSearchParams): ListQuery {
     .flatMap((value) => value.split(','))
     .filter(Boolean);
   for (const state of states) {
-    if (!STATES.includes(state)) {
+    if (!STATES.includes(state as E2bListedState)) {
       throw new InvalidArgumentError(
         `state must be running or paused (comma-separated), not ${JSON.stringify(state)}`,
       );
@@ -85,7 +86,7 @@ export function parseListQuery(query: URLSearchParams): ListQuery {
     startedAfter,
     template,
     metadata: parseMetadata(query.get('metadata')),
-    running: states.length === 0 || states.includes('running'),
+    states: STATES.filter((state) => states.length === 0 || states.includes(state)),
     limit,
     order,
     after: token ? decodeToken(token) : undefined,

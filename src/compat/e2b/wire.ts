@@ -58,9 +58,10 @@ export function listedAnswer(row: E2bSandboxRow, template: E2bTemplateTraits | u
     clientID: E2B_CLIENT_ID,
     metadata: row.metadata,
     startedAt: new Date(row.createdAt).toISOString(),
-    endAt: new Date(row.expiresAt).toISOString(),
-    // abx has no paused sandboxes yet: what is listed runs.
-    state: 'running',
+    // As E2B's: when a paused one stopped running (its pause), when a running one will stop.
+    endAt: new Date(row.paused ? row.paused.at : row.expiresAt).toISOString(),
+    // Only running and paused sandboxes are shown (E2B forgets ended ones).
+    state: row.state === 'paused' ? 'paused' : 'running',
     ...sizes(template),
     envdVersion: E2B_ENVD_VERSION,
     volumeMounts: [],
@@ -84,8 +85,18 @@ export function detailAnswer(
       : template
         ? { allowInternetAccess: template.network === 'host' }
         : {}),
+    lifecycle: lifecycleAnswer(row),
     domain,
   };
+}
+
+/**
+ * `SandboxLifecycle`: what its timeout does (`autoPause` at create: `pause`, with its memory or
+ * only its disk alike), and `autoResume`, which abx never does (a paused sandbox's traffic gets
+ * 409 until it is resumed by connect).
+ */
+export function lifecycleAnswer(row: E2bSandboxRow) {
+  return { onTimeout: row.lifecycle?.onTimeout ?? 'kill', autoResume: false };
 }
 
 /** The body of a POST: a JSON object, or `{}` when empty. */

@@ -25,11 +25,14 @@ if (!engine.docker) {
     ({ info, apiKey } = abx);
     // The SDK's documented way to name the API: no call can go anywhere but the daemon.
     process.env.E2B_API_URL = info.apiUrl;
+    // Sandbox calls (files, commands) through the gateway: one URL.
+    process.env.E2B_SANDBOX_URL = info.gatewayUrl;
   }, 900_000);
 
   afterAll(async () => {
     for (const id of made) await Sandbox.kill(id, { apiKey }).catch(() => {});
     delete process.env.E2B_API_URL;
+    delete process.env.E2B_SANDBOX_URL;
     await abx?.close();
   }, 120_000);
 
@@ -56,5 +59,30 @@ if (!engine.docker) {
     expect(await sandbox.kill()).toBe(true);
     expect(await containersOf(sandbox.sandboxId)).toEqual([]);
     await expect(sandbox.getInfo()).rejects.toBeInstanceOf(SandboxNotFoundError);
+  }, 300_000);
+
+  test('pause freezes the container and connect resumes it with its process; a hibernate keeps its files', async () => {
+    const options = { apiKey, requestTimeoutMs: 120_000 };
+    const sandbox = await Sandbox.create(options);
+    made.push(sandbox.sandboxId);
+    await sandbox.files.write('/home/user/kept.txt', 'before the pause');
+    const sleeper = await sandbox.commands.run('sleep 600', { background: true, timeoutMs: 0 });
+
+    expect(await sandbox.pause()).toBe(true);
+    expect(await sandbox.pause()).toBe(false);
+    expect((await sandbox.getInfo()).state).toBe('paused');
+    const [frozen] = await containersOf(sandbox.sandboxId);
+    expect(frozen?.State).toBe('paused');
+    const resumed = await Sandbox.connect(sandbox.sandboxId, options);
+    expect(await resumed.files.read('/home/user/kept.txt')).toBe('before the pause');
+    expect((await resumed.commands.list()).map((p) => p.pid)).toContain(sleeper.pid);
+
+    expect(await resumed.pause({ keepMemory: false })).toBe(true);
+    expect((await sandbox.getInfo()).state).toBe('paused');
+    const woken = await Sandbox.connect(sandbox.sandboxId, options);
+    expect(await woken.files.read('/home/user/kept.txt')).toBe('before the pause');
+    expect((await woken.commands.list()).map((p) => p.pid)).not.toContain(sleeper.pid);
+    expect(await Sandbox.kill(sandbox.sandboxId, options)).toBe(true);
+    expect(await containersOf(sandbox.sandboxId)).toEqual([]);
   }, 300_000);
 }
