@@ -400,12 +400,12 @@ export class Sandbox extends BaseSandbox {
   }
 
   /**
-   * Sandboxes of this installation, oldest first: the running ones, or those of `state` (one or
+   * Sandboxes of this installation, oldest first: the running and paused ones, or those of `state` (one or
    * several; `all: true` for every state, ended ones included), filtered by template and
    * metadata.
    *
    * @example
-   * await Sandbox.list(); // running
+   * await Sandbox.list(); // running and paused
    * await Sandbox.list({ state: ['killed', 'expired', 'dead'] }); // ended
    * await Sandbox.list({ all: true, metadata: { user: 'alice' } });
    */
