@@ -144,7 +144,7 @@ describe('abx create, list, info, timeout, kill', () => {
     const badState = await cli.abx(['list', '--state', 'running,asleep']);
     expect(badState.code).toBe(2);
     expect(badState.stderr).toContain(
-      "expected one or more of running, pooled, killed, expired, dead, not 'asleep'",
+      "expected one or more of running, paused, pooled, killed, expired, dead, not 'asleep'",
     );
     const createDuration = await cli.abx(['create', '--timeout', '5x']);
     expect(createDuration.code).toBe(2);

@@ -402,6 +402,7 @@ export function providerContract(
       test('isolation() reports its mode and every limit, with a warning for each not enforced', () => {
         const report = provider.isolation();
         expect(report.mode).toBe(options.mode);
+        // A provider that pauses says how (the freezer, SIGSTOP, `docker pause`).
         expect(Object.keys(report.limits).sort()).toEqual([
           'cpu',
           'disk',
@@ -409,6 +410,7 @@ export function providerContract(
           'file_size',
           'memory',
           'open_files',
+          ...(provider.freeze ? ['pause'] : []),
           'processes',
         ]);
         for (const [limit, { enforced, how }] of Object.entries(report.limits)) {

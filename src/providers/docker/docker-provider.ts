@@ -577,6 +577,10 @@ export class DockerProvider implements SandboxProvider {
       open_files: { enforced: true, how: 'RLIMIT_NOFILE (Ulimits nofile)' },
       file_size: { enforced: true, how: 'RLIMIT_FSIZE (Ulimits fsize)' },
       egress: this.egressSupport(),
+      pause: {
+        enforced: true,
+        how: 'docker pause (the engine’s cgroup freezer); a hibernate stops the container and keeps it',
+      },
     };
     const warnings = [
       facts.usernsRemap
