@@ -772,11 +772,16 @@ export class SandboxService {
         };
         const handle = await this.slots
           .run('create', () =>
-            fork(source.handle, sourceSpec, {
-              ...kept,
-              accessToken,
-              controlToken: this.controlTokenOf(forkId),
-            }),
+            fork(
+              source.handle,
+              sourceSpec,
+              {
+                ...kept,
+                accessToken,
+                controlToken: this.controlTokenOf(forkId),
+              },
+              paused,
+            ),
           )
           .catch(async (error) => {
             await rm(dir, { recursive: true, force: true });
