@@ -1,10 +1,11 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { Sandbox } from '../../src/index.js';
+import { Sandbox, Template, Templates } from '../../src/index.js';
 import { startDaemon } from '../../src/installation/daemon-connection.js';
 import { createAbxHome, sandboxProcesses } from '../helpers/abx-home.js';
 import { call } from '../helpers/api-call.js';
+import { DEBIAN_IMAGE, dockerEngine, ensureDebianImage } from '../helpers/docker-images.js';
 import { type RootlessDaemon, startRootlessDaemon } from '../helpers/rootless.js';
 
 // Forks on the local provider, a root daemon (a uid and a disk image per sandbox) and a rootless
@@ -163,6 +164,39 @@ describe('fork on the local provider', () => {
 
   forkCases('a root daemon', () => root.home, true);
   forkCases('a rootless daemon', () => (rootless as RootlessDaemon).home, false);
+
+  test('an image sandbox’s fork has its changes to the image, owned by the fork’s user; the image’s own folders stay root’s', async (context) => {
+    const engine = await dockerEngine();
+    if (!engine.docker) {
+      context.skip(`no Docker engine to export the image from: ${engine.reason}`);
+      return;
+    }
+    await ensureDebianImage(engine.docker);
+    await Templates.build(Template.fromImage(DEBIAN_IMAGE), {
+      home: root.home,
+      name: 'fork-debian',
+    });
+    const source = await Sandbox.create({ home: root.home, template: 'fork-debian' });
+    let forks: Sandbox[] = [];
+    try {
+      // /var/tmp is the image's (world-writable): what is written there lands in the overlay's
+      // upper layer on the disk, under a copy of the image's root-owned /var.
+      await source.commands.run('echo upper > /var/tmp/x && echo tmp > /tmp/y');
+      forks = await source.fork();
+      const fork = forks[0] as Sandbox;
+      expect(await read(fork, '/var/tmp/x')).toBe('upper');
+      expect(await read(fork, '/tmp/y')).toBe('tmp');
+      const owners = await fork.commands.run('stat -c %u /var/tmp/x /tmp/y /var /var/tmp');
+      // The image's root-owned folders show as the overflow uid (host root is not mapped in the
+      // sandbox's user namespace), as in the source: they were not given to the fork's uid.
+      expect(owners.stdout.split('\n').filter(Boolean)).toEqual(['1000', '1000', '65534', '65534']);
+      await fork.commands.run('echo more >> /var/tmp/x && echo more >> /tmp/y');
+      expect(await read(source, '/var/tmp/x')).toBe('upper');
+    } finally {
+      await killAll([source, ...forks]);
+      await Templates.remove('fork-debian', { home: root.home }).catch(() => undefined);
+    }
+  }, 600_000);
 
   test('bad requests are refused with what was wrong, and start nothing', async () => {
     const info = await startDaemon(root.home);
