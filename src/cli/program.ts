@@ -23,6 +23,7 @@ const SUBCOMMANDS: readonly { names: readonly string[]; load: () => Promise<Regi
       'kill',
       'pause',
       'resume',
+      'fork',
       'timeout',
       'network',
       'metrics',

@@ -2,6 +2,7 @@ import { type Command, InvalidArgumentError } from 'commander';
 import type { SandboxInfo, SandboxState } from '../../runtime/protocol/wire.js';
 import {
   createSandbox,
+  forkSandbox,
   getSandboxInfo,
   getSandboxMetrics,
   getSandboxNetwork,
@@ -212,6 +213,45 @@ async function resume(id: string, options: { timeout?: number; json?: boolean })
       ? `resumed ${id}; it expires ${relative(info.expiresAt)}`
       : `${id} was running already; it expires ${relative(info.expiresAt)}`,
   );
+}
+
+/** Parses `--count`: a whole number of forks, 1 to 10. */
+function forkCountArg(value: string): number {
+  const count = Number(value);
+  if (!/^\d+$/.test(value) || count < 1 || count > 10) {
+    throw new InvalidArgumentError('expected a whole number of forks from 1 to 10.');
+  }
+  return count;
+}
+
+async function fork(
+  id: string,
+  options: {
+    count?: number;
+    timeout?: number;
+    meta?: Record<string, string>;
+    quiet?: boolean;
+    json?: boolean;
+  },
+): Promise<void> {
+  const { client } = await openControl();
+  const count = options.count ?? 1;
+  const forks = await withSpinner(`forking ${id}${count > 1 ? ` ${count} times` : ''}`, () =>
+    forkSandbox(client, id, {
+      count,
+      ...(options.timeout ? { timeoutMs: options.timeout } : {}),
+      ...(options.meta ? { metadata: options.meta } : {}),
+    }),
+  );
+  const infos = forks.map(({ accessToken: _token, gatewayUrl: _gateway, ...info }) => info);
+  if (options.json) return printJson(infos);
+  for (const info of infos) {
+    printLine(
+      options.quiet
+        ? info.sandboxId
+        : `forked ${id} as ${info.sandboxId} (expires ${relative(info.expiresAt)})`,
+    );
+  }
 }
 
 async function kill(ids: string[], options: { all?: boolean; json?: boolean }): Promise<void> {
@@ -488,6 +528,27 @@ export function addSandboxCommands(program: Command): void {
       .option('--json', 'print the sandbox as JSON')
       .action(resume),
     'abx resume i1a2b3c4d5e6f7g8 --timeout 1h',
+  );
+
+  withExamples(
+    program
+      .command('fork')
+      .description(
+        'Start new sandboxes from a running or paused one: each runs on a copy of its files (home, /tmp, an image’s changes) taken while it was frozen for an instant, with its network policy, environment and labels, and an id and token of its own. Its processes are not copied: only envd runs in a fork.',
+      )
+      .argument('<id>', 'the sandbox to fork')
+      .option('-n, --count <n>', 'how many forks, 1 to 10 (default 1)', forkCountArg)
+      .option(
+        '--timeout <duration>',
+        "each fork's lifetime, at most 24h (default: the template's)",
+        lifetimeArg,
+      )
+      .option('--meta <KEY=VALUE>', 'a label added to the forks (repeatable)', collectPairs)
+      .option('-q, --quiet', 'print the ids alone, one a line')
+      .option('--json', 'print the forks as JSON')
+      .action(fork),
+    'abx fork i1a2b3c4d5e6f7g8',
+    'abx fork i1a2b3c4d5e6f7g8 --count 3 -q',
   );
 
   withExamples(

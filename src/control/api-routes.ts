@@ -315,6 +315,34 @@ export const API_ROUTES: ApiRoute[] = [
   },
   {
     method: 'POST',
+    path: '/v1/sandboxes/{id}/fork',
+    group: 'api',
+    summary:
+      'Fork a running or paused sandbox: { count? (1-10, default 1), timeoutMs?, metadata? }. Each fork is a new running sandbox on a copy of its disk (home, /tmp, an image’s changes; not its processes), with its own id and token, its network policy, environment and metadata. The answer: { sandboxes: [sandbox with accessToken] }.',
+    handler: async ({ params, body, ctx }) => {
+      const request = (body ?? {}) as Record<string, unknown>;
+      if (typeof request !== 'object' || Array.isArray(request)) {
+        throw new InvalidArgumentError(
+          'the body must be a JSON object: { count?, timeoutMs?, metadata? }',
+        );
+      }
+      await checkVisible(ctx, params.id as string);
+      const forks = await ctx.sandboxes.fork(
+        params.id as string,
+        { count: request.count, timeoutMs: request.timeoutMs, metadata: request.metadata },
+        keyOwner(callerOf(ctx)),
+      );
+      return {
+        sandboxes: forks.map(({ record, accessToken }) => ({
+          ...sandboxJson(record),
+          accessToken,
+          gatewayUrl: ctx.gatewayUrl(),
+        })),
+      };
+    },
+  },
+  {
+    method: 'POST',
     path: '/v1/sandboxes/{id}/timeout',
     group: 'api',
     summary: 'Set the time left before the sandbox is reaped: { timeoutMs }.',

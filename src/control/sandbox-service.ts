@@ -692,6 +692,146 @@ export class SandboxService {
     });
   }
 
+  /**
+   * Forks a running or paused sandbox: `count` (1-10, default 1) new running sandboxes, each on a
+   * copy of its disk (home, /tmp, an image's overlay; never its processes), with an id, tokens
+   * and (root daemon) a uid of its own, its template, resources, network policy and environment
+   * (what envd has now; a frozen source's envd cannot answer: what it was started with), its
+   * metadata with `metadata` over it, and `timeoutMs` (default: its template's). The forks are
+   * `owner`'s and count against its limit. All start or none is left.
+   */
+  fork(
+    id: string,
+    options: { count?: unknown; timeoutMs?: unknown; metadata?: unknown } = {},
+    owner?: KeyOwner,
+  ): Promise<{ record: SandboxRecord; accessToken: string }[]> {
+    const { count = 1 } = options;
+    if (typeof count !== 'number' || !Number.isInteger(count) || count < 1 || count > 10) {
+      throw new InvalidArgumentError(
+        `count must be a whole number of forks from 1 to 10, not ${JSON.stringify(count)}`,
+      );
+    }
+    const asked = options.timeoutMs === undefined ? undefined : checkTimeout(options.timeoutMs);
+    const extra = checkStringMap('metadata', options.metadata);
+    const fork = this.provider.fork?.bind(this.provider);
+    if (!fork) {
+      throw new InvalidArgumentError(
+        `the ${this.provider.name} provider cannot fork sandboxes (the local and docker providers can)`,
+      );
+    }
+    return this.serial(id, async () => {
+      const source = await this.get(id);
+      if (source.state !== 'paused') await this.running(id);
+      const paused = source.paused ? (source.paused.memory ? 'frozen' : 'hibernated') : undefined;
+      if (owner && owner.maxRunning !== null) {
+        const running = await this.registry.listSandboxes({ owner: owner.keyId, state: 'running' });
+        if (running.length + count > owner.maxRunning) throw limitExceeded(owner);
+      }
+      let sourceSpec: SandboxSpec;
+      try {
+        sourceSpec = await this.keptSpec(source);
+      } catch (error) {
+        throw new SandboxError(
+          `sandbox ${id} cannot be forked: ${(error as Error).message.replace(/^.*?: /, '')}`,
+          { cause: error },
+        );
+      }
+      // A running source's environment as envd has it now (a hibernated one's was kept so).
+      const env = paused
+        ? sourceSpec.env
+        : Object.fromEntries(
+            Object.entries(await sandboxEnv(source.handle, this.controlTokenOf(id))).filter(
+              ([name]) => !FRESH_ENV.test(name),
+            ),
+          );
+      const egress = egressPolicyOf(source.handle) ?? sourceSpec.egress;
+      const timeoutMs =
+        asked ??
+        (await this.templates.get(source.template).then(
+          (template) => template.spec.timeoutMs,
+          () => DEFAULT_RESUME_TIMEOUT_MS,
+        ));
+      const metadata = { ...source.metadata, ...extra };
+      const one = async (): Promise<{ record: SandboxRecord; accessToken: string }> => {
+        const forkId = newSandboxId();
+        const accessToken = this.tokenOf(forkId);
+        const dir = join(this.sandboxesDir, forkId);
+        const {
+          accessToken: _access,
+          controlToken: _control,
+          baseHome: _home,
+          ...inherited
+        } = sourceSpec;
+        const kept: KeptSpec = {
+          ...inherited,
+          id: forkId,
+          dir,
+          env,
+          timeoutMs,
+          ...(egress ? { egress } : {}),
+        };
+        const handle = await this.slots
+          .run('create', () =>
+            fork(
+              source.handle,
+              sourceSpec,
+              {
+                ...kept,
+                accessToken,
+                controlToken: this.controlTokenOf(forkId),
+              },
+              paused,
+            ),
+          )
+          .catch(async (error) => {
+            await rm(dir, { recursive: true, force: true });
+            throw error;
+          });
+        await writeFile(join(dir, SPEC_FILE), JSON.stringify(kept), { mode: 0o600 });
+        const now = Date.now();
+        const record: SandboxRecord = {
+          ...source,
+          id: forkId,
+          state: 'running',
+          metadata,
+          createdAt: now,
+          expiresAt: now + timeoutMs,
+          endedAt: null,
+          endReason: null,
+          tokenHash: hashToken(accessToken),
+          handle,
+          owner: owner?.keyId ?? null,
+          paused: null,
+          lifecycle: null,
+        };
+        const written = await this.registry
+          .insertSandbox(record, owner?.maxRunning)
+          .catch(async (error) => {
+            await this.provider.kill(handle);
+            await rm(dir, { recursive: true, force: true });
+            throw error;
+          });
+        if (!written) {
+          await this.provider.kill(handle);
+          await rm(dir, { recursive: true, force: true });
+          throw limitExceeded(owner as KeyOwner);
+        }
+        return { record, accessToken };
+      };
+      const results = await Promise.allSettled(Array.from({ length: count }, one));
+      const made = results.flatMap((result) =>
+        result.status === 'fulfilled' ? [result.value] : [],
+      );
+      const failed = results.find((result) => result.status === 'rejected');
+      if (failed) {
+        // All or none: the forks that started end with the one that did not.
+        await Promise.all(made.map(({ record }) => this.kill(record.id, 'killed', 'fork failed')));
+        throw failed.reason;
+      }
+      return made;
+    });
+  }
+
   /** What a sandbox was started with, and its tokens: what it wakes as. */
   private async keptSpec(record: SandboxRecord): Promise<SandboxSpec> {
     let kept: KeptSpec;

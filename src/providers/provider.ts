@@ -266,6 +266,19 @@ export interface SandboxProvider {
    * its environment as it was at the hibernate); resolves with its new handle once envd answers.
    */
   wake?(handle: SandboxHandle, spec: SandboxSpec): Promise<SandboxHandle>;
+  /**
+   * Starts a new sandbox (`spec`: its own id, folder, tokens, environment) on a copy of the disk
+   * of `source` (started as `sourceSpec`): its home, /tmp and an image's overlay; never its
+   * processes. `paused`: the source is frozen (it stays so) or hibernated (its kept disk is
+   * copied); else it runs, and is frozen only for the instant of the copy. Resolves once the
+   * fork's envd answers. Absent: this provider cannot fork.
+   */
+  fork?(
+    source: SandboxHandle,
+    sourceSpec: SandboxSpec,
+    spec: SandboxSpec,
+    paused?: 'frozen' | 'hibernated',
+  ): Promise<SandboxHandle>;
   /** True while the sandbox's root process runs (and is the same process). */
   isAlive(handle: SandboxHandle): boolean;
   /** Why a sandbox that is no longer alive ended (call before `kill` releases its cgroups). */

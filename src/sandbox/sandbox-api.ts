@@ -114,6 +114,29 @@ export function resumeSandbox(
   });
 }
 
+/**
+ * Forks a running or paused sandbox: `count` (1-10, default 1) new running sandboxes on copies of
+ * its disk (not its processes), each with its token.
+ */
+export async function forkSandbox(
+  client: JsonClient,
+  sandboxId: string,
+  options: { count?: number; timeoutMs?: number; metadata?: Record<string, string> } = {},
+): Promise<ConnectedSandbox[]> {
+  const answer = await client.json<{ sandboxes: ConnectedSandbox[] }>(
+    'POST',
+    `${sandboxPath(sandboxId)}/fork`,
+    {
+      body: {
+        ...(options.count === undefined ? {} : { count: options.count }),
+        ...(options.timeoutMs === undefined ? {} : { timeoutMs: options.timeoutMs }),
+        ...(options.metadata === undefined ? {} : { metadata: options.metadata }),
+      },
+    },
+  );
+  return answer.sandboxes;
+}
+
 /** A running sandbox by id, with its token. */
 export function connectSandbox(client: JsonClient, sandboxId: string): Promise<ConnectedSandbox> {
   return client.json<ConnectedSandbox>('POST', `${sandboxPath(sandboxId)}/connect`);

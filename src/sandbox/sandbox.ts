@@ -55,6 +55,7 @@ import {
   controlClient,
   createSandbox,
   DEFAULT_REQUEST_TIMEOUT_MS,
+  forkSandbox,
   getSandboxInfo,
   getSandboxMetrics,
   getSandboxNetwork,
@@ -493,6 +494,24 @@ export class Sandbox extends BaseSandbox {
    */
   async resume(options: { timeoutMs?: number } = {}): Promise<boolean> {
     return (await resumeSandbox(this.control, this.sandboxId, options)).resumed;
+  }
+
+  /**
+   * Forks this sandbox (running or paused): `count` (1-10, default 1) new running sandboxes, each
+   * on a copy of its disk (home, /tmp, an image's changes) taken in an instant while it was
+   * frozen. Its processes are not copied: a fork starts with only envd running. Each fork has its
+   * own id, token and lifetime (`timeoutMs`, default its template's) and this one's network
+   * policy, environment and metadata (`metadata` added over it); it counts against the key's
+   * limit. All start or none.
+   *
+   * @example
+   * const [a, b] = await sandbox.fork({ count: 2 }); // try two ideas from the same files
+   */
+  async fork(
+    options: { count?: number; timeoutMs?: number; metadata?: Record<string, string> } = {},
+  ): Promise<Sandbox[]> {
+    const forks = await forkSandbox(this.control, this.sandboxId, options);
+    return forks.map((info) => new Sandbox(info, this.connection, this.options));
   }
 
   /** Sets the time left before the sandbox is reaped, counted from now. */

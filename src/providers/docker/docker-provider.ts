@@ -58,6 +58,10 @@ export interface DockerProviderOptions {
   docker?: Docker;
 }
 
+/** The repository of fork images, tagged with the fork's id, and their label (the same id). */
+const FORK_IMAGE = 'abx-fork';
+const FORK_LABEL = 'abx.fork';
+
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 /** How long `kill` waits for the engine to remove a container. */
 const KILL_MS = 5000;
@@ -391,6 +395,44 @@ export class DockerProvider implements SandboxProvider {
     );
   }
 
+  /**
+   * `docker commit` of the source's container (paused by the engine for the commit; a paused or
+   * stopped one as it is) to a throwaway image `abx-fork:<fork id>`, labelled {@link FORK_LABEL},
+   * and a sandbox created from it as `create` does (its token, egress, limits): the source's
+   * whole writable layer (home, /tmp, everything it changed) comes along, not its processes.
+   * The image goes when the fork is killed (`kill`), or at the next orphan sweep when it is left.
+   */
+  async fork(
+    source: SandboxHandle,
+    sourceSpec: SandboxSpec,
+    spec: SandboxSpec,
+  ): Promise<SandboxHandle> {
+    const container = this.containerOf(source);
+    const committed = await this.engineCall('docker commit', () =>
+      container.commit({
+        repo: FORK_IMAGE,
+        tag: spec.id,
+        pause: true,
+        changes: `LABEL ${FORK_LABEL}=${spec.id}`,
+      }),
+    ).catch((error: Error) => {
+      throw new SandboxStartError(
+        `sandbox ${sourceSpec.id} could not be forked: ${error.message}`,
+        { cause: error },
+      );
+    });
+    const image = (committed as { Id?: string }).Id ?? `${FORK_IMAGE}:${spec.id}`;
+    try {
+      return await this.create({ ...spec, image });
+    } catch (error) {
+      await this.docker
+        .getImage(image)
+        .remove()
+        .catch(() => undefined);
+      throw error;
+    }
+  }
+
   private containerOf(handle: SandboxHandle): Docker.Container {
     if (!handle.container) throw new SandboxError('the sandbox has no container');
     return this.docker.getContainer(handle.container);
@@ -453,6 +495,14 @@ export class DockerProvider implements SandboxProvider {
         );
         if (info.State.OOMKilled) this.oomKilled.set(handle.container, true);
         await this.removeContainer(handle.container, deadline);
+        // A fork's image (see `fork`) goes with it; one a fork of it still uses stays, for the
+        // orphan sweep.
+        if (info.Config.Labels?.[FORK_LABEL]) {
+          await this.docker
+            .getImage(info.Image)
+            .remove()
+            .catch(() => undefined);
+        }
       } catch (error) {
         const failure =
           statusOf(error) === 404 ? undefined : engineError(error, 'kill', this.address);
@@ -505,6 +555,23 @@ export class DockerProvider implements SandboxProvider {
       await this.removeContainer(found.Id).catch(() => undefined);
       await this.removeSandboxCgroups(id);
       orphans.push(id);
+    }
+    // Fork images (see `fork`) of this installation that no container uses any more.
+    const images = await this.docker
+      .listImages({
+        filters: {
+          label: [FORK_LABEL, `${SANDBOXES_DIR_LABEL}=${sandboxesDirHash(sandboxesDir)}`],
+        },
+      })
+      .catch(() => []);
+    for (const image of images) {
+      const id = image.Labels?.[FORK_LABEL];
+      if (id && !running.has(id)) {
+        await this.docker
+          .getImage(image.Id)
+          .remove()
+          .catch(() => undefined);
+      }
     }
     // slirp4netns of sandboxes that do not run (tagged with their id; their folder is ours).
     for (const pid of this.networks.orphans(

@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import {
   closeSync,
   existsSync,
@@ -14,6 +14,7 @@ import { cp, lstat, rename, rm } from 'node:fs/promises';
 import { request } from 'node:http';
 import { dirname, join } from 'node:path';
 import type { Writable } from 'node:stream';
+import { promisify } from 'node:util';
 import type Docker from 'dockerode';
 import {
   SANDBOX_HOME,
@@ -168,10 +169,50 @@ function killPids(pids: Iterable<number>): void {
 const HIBERNATED = 'hibernated';
 const NO_LISTS: EgressPolicy = { allowOut: [], denyOut: [] };
 
-/** What a hibernated sandbox wakes with (see `LocalProvider.wake`). */
+/**
+ * What a sandbox starts on besides a new disk: a hibernated one's kept disk (see
+ * `LocalProvider.wake`), or a fork's copy of another's (see `LocalProvider.fork`). `uid`: the uid
+ * to take back (a wake); `fromUid`: the uid the disk's files belong to, given to the uid it gets
+ * when that is another (a fork, a wake whose uid was lost).
+ */
 interface Woken {
   uid?: number;
+  fromUid?: number;
   ports?: EgressPorts;
+}
+
+const execFileAsync = promisify(execFile);
+
+/**
+ * Copies a running rootless sandbox's home and /tmp (tmpfs mounts, reached through its root) into
+ * `to`/home and `to`/tmp, without sockets, FIFOs or devices; the caller froze it, so nothing
+ * changes under the copy. Written to a partial folder renamed into place.
+ */
+async function copyHomeAndTmp(pid: number, home: string, to: string): Promise<void> {
+  const partial = `${to}.partial`;
+  await rm(partial, { recursive: true, force: true });
+  const root = `/proc/${pid}/root`;
+  for (const [from, name] of [
+    [home, 'home'],
+    ['/tmp', 'tmp'],
+  ] as const) {
+    await cp(`${root}${from}`, join(partial, name), {
+      recursive: true,
+      preserveTimestamps: true,
+      verbatimSymlinks: true,
+      filter: async (source) => {
+        const stats = await lstat(source);
+        return stats.isFile() || stats.isDirectory() || stats.isSymbolicLink();
+      },
+    });
+  }
+  await rm(to, { recursive: true, force: true });
+  await rename(partial, to);
+}
+
+/** The home of a sandbox started as `spec`, inside it. */
+function homeOf(spec: SandboxSpec): string {
+  return spec.user && spec.user !== 'user' ? `/home/${spec.user}` : SANDBOX_HOME;
 }
 
 /** Joins every cgroup folder given before `--`, then execs the rest (rootless mode). */
@@ -278,7 +319,7 @@ export class LocalProvider implements SandboxProvider {
    */
   private async launch(spec: SandboxSpec, woken?: Woken): Promise<SandboxHandle> {
     const root = this.mode === 'root';
-    const home = spec.user && spec.user !== 'user' ? `/home/${spec.user}` : SANDBOX_HOME;
+    const home = homeOf(spec);
     const image = spec.image ? await this.imageParts(spec, home) : undefined;
     const logFile = join(spec.dir, 'sandbox.log');
     mkdirSync(spec.dir, { recursive: true });
@@ -396,6 +437,7 @@ export class LocalProvider implements SandboxProvider {
               uid,
               cgroups: cgroups.dirs,
               ...(image ? { lower: image.rootfs, home, workdir: spec.workdir } : {}),
+              ...(woken?.fromUid !== undefined ? { fromUid: woken.fromUid } : {}),
             },
             [
               'setpriv',
@@ -564,27 +606,7 @@ export class LocalProvider implements SandboxProvider {
   async hibernate(handle: SandboxHandle, spec: SandboxSpec): Promise<void> {
     if (this.mode === 'rootless' && this.isAlive(handle)) {
       await this.freeze(handle);
-      const saved = join(spec.dir, HIBERNATED);
-      const partial = `${saved}.partial`;
-      await rm(partial, { recursive: true, force: true });
-      const root = `/proc/${handle.pid}/root`;
-      const home = spec.user && spec.user !== 'user' ? `/home/${spec.user}` : SANDBOX_HOME;
-      for (const [from, to] of [
-        [home, 'home'],
-        ['/tmp', 'tmp'],
-      ] as const) {
-        await cp(`${root}${from}`, join(partial, to), {
-          recursive: true,
-          preserveTimestamps: true,
-          verbatimSymlinks: true,
-          filter: async (source) => {
-            const stats = await lstat(source);
-            return stats.isFile() || stats.isDirectory() || stats.isSymbolicLink();
-          },
-        });
-      }
-      await rm(saved, { recursive: true, force: true });
-      await rename(partial, saved);
+      await copyHomeAndTmp(handle.pid, homeOf(spec), join(spec.dir, HIBERNATED));
     }
     await this.end(handle, false);
   }
@@ -598,12 +620,94 @@ export class LocalProvider implements SandboxProvider {
       );
     }
     const woken = await this.launch(spec, {
-      ...(handle.uid !== undefined ? { uid: handle.uid } : {}),
+      ...(handle.uid !== undefined ? { uid: handle.uid, fromUid: handle.uid } : {}),
       ...(handle.net ? { ports: handle.net.ports } : {}),
     });
     // envd filled the new home and /tmp: the copy is not needed any more.
     await rm(join(spec.dir, HIBERNATED), { recursive: true, force: true });
     return woken;
+  }
+
+  /** Copies of running sandboxes' disks under way, by source pid: one freeze at a time each. */
+  private readonly copying = new Map<number, Promise<unknown>>();
+
+  /**
+   * A new sandbox (`spec`: its own id, folder, tokens) on a copy of `source`'s disk: its home,
+   * /tmp and an image's overlay layer; not its processes. A running source is frozen for the
+   * copy only (one copy at a time per source); a frozen one (`paused`) stays frozen; a
+   * hibernated one's kept disk is copied. Root: the disk image, by reflink where the file system
+   * has it, else sparse; the fork gets a uid of its own, given the copied files at its start.
+   * Rootless: the home and /tmp copied out of the source's tmpfs mounts (or its hibernated copy)
+   * fill the fork's new ones, as a wake's do.
+   */
+  async fork(
+    source: SandboxHandle,
+    sourceSpec: SandboxSpec,
+    spec: SandboxSpec,
+    paused?: 'frozen' | 'hibernated',
+  ): Promise<SandboxHandle> {
+    const live = paused !== 'hibernated';
+    if (live && !this.isAlive(source)) {
+      throw new SandboxStartError(`sandbox ${sourceSpec.id} cannot be forked: its processes ended`);
+    }
+    mkdirSync(spec.dir, { recursive: true });
+    const copy = async () => {
+      if (this.mode === 'root') {
+        // The disk is mounted in the source: what its file system holds in memory goes to the
+        // image file first (its processes are frozen: nothing is written meanwhile).
+        if (live) await execFileAsync('sync', ['-f', `/proc/${source.pid}/root/tmp`]);
+        await execFileAsync('cp', [
+          '--reflink=auto',
+          '--sparse=always',
+          join(sourceSpec.dir, 'disk.img'),
+          join(spec.dir, 'disk.img'),
+        ]);
+      } else if (live) {
+        await copyHomeAndTmp(source.pid, homeOf(sourceSpec), join(spec.dir, HIBERNATED));
+      } else {
+        await cp(join(sourceSpec.dir, HIBERNATED), join(spec.dir, HIBERNATED), {
+          recursive: true,
+          preserveTimestamps: true,
+          verbatimSymlinks: true,
+        });
+      }
+    };
+    try {
+      if (paused) await copy();
+      else await this.frozenFor(source, copy);
+    } catch (error) {
+      throw new SandboxStartError(
+        `sandbox ${sourceSpec.id} could not be forked: copying its disk failed: ${(error as Error).message}`,
+        { cause: error },
+      );
+    }
+    const forked = await this.launch(spec, {
+      ...(source.uid !== undefined ? { fromUid: source.uid } : {}),
+    });
+    // envd filled the new home and /tmp (rootless): the copy is not needed any more.
+    await rm(join(spec.dir, HIBERNATED), { recursive: true, force: true });
+    return forked;
+  }
+
+  /** Runs `work` with a running sandbox frozen, after other such work on it; thaws it after. */
+  private frozenFor(handle: SandboxHandle, work: () => Promise<void>): Promise<void> {
+    const before = this.copying.get(handle.pid) ?? Promise.resolve();
+    const next = before
+      .catch(() => undefined)
+      .then(async () => {
+        await this.freeze(handle);
+        try {
+          await work();
+        } finally {
+          await this.thaw(handle);
+        }
+      });
+    this.copying.set(handle.pid, next);
+    const clear = () => {
+      if (this.copying.get(handle.pid) === next) this.copying.delete(handle.pid);
+    };
+    next.then(clear, clear);
+    return next;
   }
 
   /** The processes of a sandbox: its cgroups' members, else its uid's or its init's tree. */

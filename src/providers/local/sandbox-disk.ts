@@ -35,14 +35,25 @@ const RUNTIME_ROOT = '/run/abx-runtime';
  * and frees the loop device, when the sandbox's last process ends. The paths it makes in an
  * image's overlay were checked for symbolic links first (see home-seed.ts): the image is
  * read-only and the overlay's upper layer starts empty, so what was checked is what it meets.
+ * `from`: the uid the disk's files belonged to when it was another sandbox's (a fork's copy, a
+ * wake that lost its uid): what that uid owns in /tmp and the overlay's upper layer is given to
+ * the new uid (`-h`: a link itself, never what it points to; `-xdev`: never past the disk), and
+ * nothing else there (the upper layer holds the image's own root-owned folders too).
  */
 const LAUNCH_SCRIPT = `set -eu
-stage=$1 image=$2 uid=$3 lower=$4 home=$5 workdir=$6
-shift 6
+stage=$1 image=$2 uid=$3 lower=$4 home=$5 workdir=$6 from=$7
+shift 7
 while [ "$1" != -- ]; do echo $$ > "$1/cgroup.procs"; shift; done
 shift
 mount -o loop,nosuid,nodev "$image" "$stage"
 chown -R -h "$uid:$uid" "$stage/home"
+if [ -n "$from" ] && [ "$from" != "$uid" ]; then
+  for d in "$stage/tmp" "$stage/upper"; do
+    [ -d "$d" ] || continue
+    find "$d" -xdev -user "$from" -exec chown -h "$uid" {} +
+    find "$d" -xdev -group "$from" -exec chgrp -h "$uid" {} +
+  done
+fi
 if [ -n "$lower" ]; then
   mkdir -p "$stage/upper" "$stage/work" "$stage/root"
   mount -t overlay overlay -o "lowerdir=$lower,upperdir=$stage/upper,workdir=$stage/work,nosuid,nodev" "$stage/root"
@@ -63,6 +74,8 @@ export interface LaunchPaths {
   /** The sandbox's home and working directory, made in the overlay for bwrap to mount on. */
   home?: string;
   workdir?: string;
+  /** The uid the disk's files belonged to, when another (see LAUNCH_SCRIPT's `from`). */
+  fromUid?: number;
 }
 
 /** The argv that starts `command` (run as the sandbox's uid) in the sandbox's mount namespace. */
@@ -83,6 +96,7 @@ export function launchArgv(paths: LaunchPaths, command: string[]): string[] {
     paths.lower ?? '',
     paths.home ?? '',
     paths.workdir ?? '',
+    paths.fromUid === undefined ? '' : String(paths.fromUid),
     ...paths.cgroups,
     '--',
     ...command,
