@@ -667,6 +667,8 @@ async function pauses(template: string) {
     `${round(memRecovered * 100, 1)}% of ${round(heldMiB, 0)} MiB`,
     'goal ≥ 90%',
   );
+}
+
 /**
  * Fork (issue 29): `sandbox.fork()` → first command done in the fork, of a sandbox with 100 MiB
  * of random bytes in its home (nothing for a sparse copy to skip) and of one with an empty home,
