@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
-import { existsSync, readdirSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { commandRegistry, Sandbox, Template, Templates } from '../../src/index.js';
@@ -130,6 +131,36 @@ if (!('docker' in engine) || !engine.docker) {
         await box.kill();
       }
     });
+
+    test('a link the sandbox leaves in its kept overlay is not followed out of it at a wake', async () => {
+      // The launcher makes the workdir's folders in the overlay as root. A hibernated sandbox
+      // keeps its overlay's upper layer: a link it put where the workdir's parent was (a folder any
+      // user may write, as images have) must not
+      // take that root mkdir to a host folder.
+      await Templates.build(
+        Template.fromImage(BUSYBOX_IMAGE)
+          .runCmd('mkdir -p /work/sub/deeper && chmod -R 777 /work')
+          .setWorkdir('/work/sub/deeper'),
+        { home, name: 'local-linked-workdir' },
+      );
+      const probe = mkdtempSync(join(tmpdir(), 'abx-link-probe-'));
+      const box = await Sandbox.create({ home, template: 'local-linked-workdir' });
+      try {
+        await box.commands.run(`cd / && mv /work/sub /work/old && ln -s ${probe} /work/sub`);
+        expect((await box.commands.run('readlink /work/sub', { cwd: '/' })).stdout).toBe(
+          `${probe}\n`,
+        );
+        await box.pause({ memory: false });
+        await box.resume();
+        expect(existsSync(join(probe, 'deeper'))).toBe(false);
+        expect(readdirSync(probe)).toEqual([]);
+        // The workdir is the image's again, and the sandbox works in it.
+        expect((await box.commands.run('pwd')).stdout).toBe('/work/sub/deeper\n');
+      } finally {
+        await box.kill();
+        rmSync(probe, { recursive: true, force: true });
+      }
+    }, 300_000);
 
     test('a snapshot of a local image sandbox keeps its image and its home', async () => {
       const box = await Sandbox.create({ home, template: 'local-debian' });

@@ -34,7 +34,9 @@ const RUNTIME_ROOT = '/run/abx-runtime';
  * parameters, never as shell text. The mount lives only in this namespace: the kernel drops it,
  * and frees the loop device, when the sandbox's last process ends. The paths it makes in an
  * image's overlay were checked for symbolic links first (see home-seed.ts): the image is
- * read-only and the overlay's upper layer starts empty, so what was checked is what it meets.
+ * read-only, and a link the sandbox left on one of those paths (or their parents) in the upper
+ * layer it keeps across a hibernate or a fork is removed before the overlay is mounted, so what
+ * was checked is what it meets.
  * `from`: the uid the disk's files belonged to when it was another sandbox's (a fork's copy, a
  * wake that lost its uid): what that uid owns in /tmp and the overlay's upper layer is given to
  * the new uid (`-h`: a link itself, never what it points to; `-xdev`: never past the disk), and
@@ -56,6 +58,21 @@ if [ -n "$from" ] && [ "$from" != "$uid" ]; then
 fi
 if [ -n "$lower" ]; then
   mkdir -p "$stage/upper" "$stage/work" "$stage/root"
+  # A kept upper layer (a wake, a fork) holds what the sandbox wrote: a link of its own on a path
+  # made below would be followed here, as root, out of the sandbox. Each goes first (the link
+  # itself), so those paths are the image's again, which were checked.
+  set -f
+  for d in proc dev tmp run run/abx opt opt/abx "\${home#/}" "\${workdir#/}" etc etc/resolv.conf; do
+    p=$stage/upper
+    IFS=/
+    for part in $d; do
+      [ -n "$part" ] || continue
+      p=$p/$part
+      if [ -L "$p" ]; then rm -f "$p"; fi
+    done
+    unset IFS
+  done
+  set +f
   mount -t overlay overlay -o "lowerdir=$lower,upperdir=$stage/upper,workdir=$stage/work,nosuid,nodev" "$stage/root"
   for d in proc dev tmp run/abx opt/abx "\${home#/}" "\${workdir#/}" etc; do mkdir -p "$stage/root/$d"; done
   [ -e "$stage/root/etc/resolv.conf" ] || : > "$stage/root/etc/resolv.conf"
