@@ -53,6 +53,8 @@ export function mountE2bControlApi(
       );
       return { row: rowOf(record), resumed };
     },
+    fork: async (id, options, caller) =>
+      (await sandboxes.fork(id, options, keyOwner(caller))).map(({ record }) => rowOf(record)),
     setTimeout: async (id, timeoutMs) => rowOf(await sandboxes.setTimeout(id, timeoutMs)),
     accessToken: (id) => sandboxes.tokenOf(id),
     template: async (name) => {

@@ -94,6 +94,15 @@ export interface E2bBackend {
     timeoutMs: number | undefined,
     caller: E2bCaller,
   ): Promise<{ row: E2bSandboxRow; resumed: boolean }>;
+  /**
+   * `count` new running sandboxes on copies of a running or paused sandbox's disk, the caller's,
+   * for `timeoutMs` each (default: the template's); all start or none is left.
+   */
+  fork(
+    id: string,
+    options: { count: number; timeoutMs?: number },
+    caller: E2bCaller,
+  ): Promise<E2bSandboxRow[]>;
   /** Sets the time left of a running sandbox. */
   setTimeout(id: string, timeoutMs: number): Promise<E2bSandboxRow>;
   /** The token a sandbox's users present to its envd (the native access token). */

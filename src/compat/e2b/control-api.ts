@@ -277,6 +277,33 @@ async function pause(call: Call): Promise<Answer> {
   return new Answer(204, undefined);
 }
 
+/**
+ * E2B's fork: `{ timeout?, count? }` → one entry per fork, `{ sandbox }` as a create answers it.
+ * abx starts all of them or none, so a failure is the request's error rather than an entry's.
+ */
+async function fork(call: Call): Promise<Answer> {
+  const row = await visible(call);
+  const seconds = timeoutSeconds(call.body);
+  const count = call.body.count ?? 1;
+  try {
+    const forks = await call.backend.fork(
+      row.id,
+      { count: count as number, ...(seconds === undefined ? {} : { timeoutMs: seconds * 1000 }) },
+      call.caller,
+    );
+    const domain = call.backend.domain();
+    return new Answer(
+      201,
+      forks.map((made) => ({
+        sandbox: sandboxAnswer(made, call.backend.accessToken(made.id), domain),
+      })),
+    );
+  } catch (error) {
+    if (error instanceof LimitExceededError) throw await withRetryAfter(error, call);
+    throw error;
+  }
+}
+
 async function list(call: Call): Promise<Answer> {
   const query = parseListQuery(call.query);
   const { caller, backend } = call;
@@ -472,6 +499,7 @@ const ROUTES: E2bRoute[] = [
   route('POST', '/sandboxes/{id}/snapshots', 'Save a sandbox as a template.', snapshot),
   route('POST', '/sandboxes/{id}/pause', 'Pause: freeze, or hibernate with memory: false.', pause),
   route('POST', '/sandboxes/{id}/resume', 'Resume a paused sandbox (older SDKs).', resume),
+  route('POST', '/sandboxes/{id}/fork', 'Fork: count new sandboxes on copies of its disk.', fork),
   route('DELETE', '/templates/{id}', 'Remove a snapshot (a template).', removeTemplate),
   route('GET', '/snapshots', 'List snapshots (templates saved from sandboxes).', listSnapshots),
 ];
@@ -557,7 +585,7 @@ function match(table: RouteTable<Call>, method: string, path: string) {
   } catch (error) {
     if (!(error instanceof RouteNotFoundError)) throw error;
     throw new RouteNotFoundError(
-      `abx does not serve ${method} ${path} of E2B's API (its template builds, volumes and fork routes are not served); docs/e2b.md lists the routes it serves`,
+      `abx does not serve ${method} ${path} of E2B's API (its template builds and volumes are not served); docs/e2b.md lists the routes it serves`,
     );
   }
 }

@@ -462,12 +462,14 @@ describe('bad input', () => {
       status: 404,
       body: { code: 404, message: expect.stringMatching(/inosuchsandbox00 not found/) },
     });
-    const unknownRoute = await raw('POST', '/sandboxes/x/fork', {});
+    const unknownRoute = await raw('POST', '/sandboxes/x/refreshes', {});
     expect(unknownRoute).toEqual({
       status: 404,
       body: {
         code: 404,
-        message: expect.stringMatching(/abx does not serve POST \/sandboxes\/x\/fork of E2B's API/),
+        message: expect.stringMatching(
+          /abx does not serve POST \/sandboxes\/x\/refreshes of E2B's API/,
+        ),
       },
     });
     expect(await count()).toBe(before);

@@ -302,3 +302,39 @@ describe('pause and resume through the E2B SDK', () => {
     });
   }, 120_000);
 });
+
+describe('fork through the E2B SDK', () => {
+  test('Sandbox.fork: count sandboxes with the source’s files and not its processes; bad counts refused', async ({
+    made,
+  }) => {
+    const source = made(await Sandbox.create(as(adminKey)));
+    await source.files.write('/home/user/kept.txt', 'kept');
+    await source.commands.run('sleep 600', { background: true });
+    const forks = await Sandbox.fork(source.sandboxId, {
+      ...as(adminKey),
+      count: 2,
+      timeoutMs: 120_000,
+    });
+    expect(forks).toHaveLength(2);
+    for (const fork of forks) {
+      if (!(fork instanceof Sandbox)) throw fork;
+      made(fork);
+      expect(fork.sandboxId).not.toBe(source.sandboxId);
+      expect(await fork.files.read('/home/user/kept.txt')).toBe('kept');
+      const processes = await fork.commands.list();
+      expect(processes.some((p) => p.cmd.includes('sleep') || p.args.includes('600'))).toBe(false);
+      await fork.files.write('/home/user/own.txt', fork.sandboxId);
+    }
+    // The source did not see the forks' writes.
+    await expect(source.files.read('/home/user/own.txt')).rejects.toThrow();
+    for (const bad of [0, 11, '2']) {
+      expect(
+        await raw('POST', `/sandboxes/${source.sandboxId}/fork`, { count: bad }),
+      ).toMatchObject({
+        status: 400,
+        body: { code: 400, message: expect.stringMatching(/count must be a whole number/) },
+      });
+    }
+    expect((await raw('POST', '/sandboxes/inosuchsandbox00/fork', { count: 1 })).status).toBe(404);
+  }, 180_000);
+});
