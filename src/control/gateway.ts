@@ -576,7 +576,9 @@ export class Gateway implements GatewayRoutes {
       error instanceof SandboxError
         ? error
         : new UpstreamError(error instanceof Error ? error.message : String(error));
-    const { status } = errorResponse(known);
+    // E2B's proxy answers for a paused sandbox as for one that is gone (its SDKs' isRunning()
+    // reads false); the message still names the way to resume it.
+    const status = known instanceof SandboxPausedError ? 404 : errorResponse(known).status;
     const headers = new Headers();
     const type = headerOf(head, 'content-type');
     if (type !== undefined) headers.set('content-type', type);

@@ -13,6 +13,7 @@ import {
   SandboxPausedError,
 } from '../errors.js';
 import {
+  checkForkCount,
   egressPolicyOf,
   type SandboxHandle,
   type SandboxProvider,
@@ -705,12 +706,7 @@ export class SandboxService {
     options: { count?: unknown; timeoutMs?: unknown; metadata?: unknown } = {},
     owner?: KeyOwner,
   ): Promise<{ record: SandboxRecord; accessToken: string }[]> {
-    const { count = 1 } = options;
-    if (typeof count !== 'number' || !Number.isInteger(count) || count < 1 || count > 10) {
-      throw new InvalidArgumentError(
-        `count must be a whole number of forks from 1 to 10, not ${JSON.stringify(count)}`,
-      );
-    }
+    const count = checkForkCount(options.count);
     const asked = options.timeoutMs === undefined ? undefined : checkTimeout(options.timeoutMs);
     const extra = checkStringMap('metadata', options.metadata);
     const fork = this.provider.fork?.bind(this.provider);

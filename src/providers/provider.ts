@@ -5,6 +5,7 @@ import type { TemplateKubernetes, TemplateResources } from '../commands/template
 import type { EgressPolicy } from '../egress/policy.js';
 import type { SandboxNet } from '../egress/sandbox-net.js';
 import type { EgressCounters } from '../egress/service.js';
+import { InvalidArgumentError } from '../errors.js';
 
 /** Where every provider's sandbox has its home (the template's `setup` output lands there). */
 export { SANDBOX_HOME } from '../../runtime/protocol/constants.js';
@@ -218,6 +219,19 @@ export type MetricsSample = Omit<SandboxUsage, 'cpuTimeUs'> & {
   at: number;
   cpuUsedPct: number;
 };
+
+/** The most forks one request makes. */
+export const MAX_FORKS = 10;
+
+/** A fork's `count`: a whole number from 1 to {@link MAX_FORKS} (default 1). */
+export function checkForkCount(count: unknown = 1): number {
+  if (typeof count !== 'number' || !Number.isInteger(count) || count < 1 || count > MAX_FORKS) {
+    throw new InvalidArgumentError(
+      `count must be a whole number of forks from 1 to ${MAX_FORKS}, not ${JSON.stringify(count)}`,
+    );
+  }
+  return count;
+}
 
 /** Why a sandbox's processes ended without being killed. */
 export type EndCause = 'oom' | 'exited';

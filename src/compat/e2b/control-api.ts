@@ -19,6 +19,7 @@ import {
   TemplateNotFoundError,
   UnsupportedMediaTypeError,
 } from '../../errors.js';
+import { checkForkCount } from '../../providers/provider.js';
 import { timeRange } from '../../util/time-range.js';
 import type { E2bBackend, E2bCaller, E2bSandboxRow, E2bTemplateTraits } from './backend.js';
 import { E2B_CODE_TEMPLATE } from './code-interpreter.js';
@@ -282,13 +283,14 @@ async function pause(call: Call): Promise<Answer> {
  * abx starts all of them or none, so a failure is the request's error rather than an entry's.
  */
 async function fork(call: Call): Promise<Answer> {
-  const row = await visible(call);
+  // The request is checked before the sandbox is looked up, as E2B does.
   const seconds = timeoutSeconds(call.body);
-  const count = call.body.count ?? 1;
+  const count = checkForkCount(call.body.count ?? 1);
+  const row = await visible(call);
   try {
     const forks = await call.backend.fork(
       row.id,
-      { count: count as number, ...(seconds === undefined ? {} : { timeoutMs: seconds * 1000 }) },
+      { count, ...(seconds === undefined ? {} : { timeoutMs: seconds * 1000 }) },
       call.caller,
     );
     const domain = call.backend.domain();

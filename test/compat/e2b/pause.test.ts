@@ -114,11 +114,10 @@ describe('pause and resume through the E2B SDK', () => {
     expect(await listed({ run }, ['running'])).toEqual([]);
     expect(await listed({ run })).toEqual([{ id: sandbox.sandboxId, state: 'paused' }]);
     // Its envd is not reached while it is paused, on the SDK's kept-alive connection too: the
-    // gateway answers 409, saying to resume it (a command's stream reads that as unavailable,
-    // which the SDK reports as a sandbox gone).
-    await expect(sandbox.files.read('/home/user/kept.txt')).rejects.toThrow(
-      /409: sandbox .* is paused: resume it first/,
-    );
+    // gateway answers as E2B's proxy does for a sandbox that is not running (502; unavailable on
+    // Connect), so isRunning() is false and a call fails rather than hangs.
+    expect(await sandbox.isRunning()).toBe(false);
+    await expect(sandbox.files.read('/home/user/kept.txt')).rejects.toThrow();
     await expect(sandbox.commands.run('true')).rejects.toBeInstanceOf(SandboxNotFoundError);
     // A call that needs it running says so too.
     await expect(sandbox.setTimeout(60_000)).rejects.toThrow(
