@@ -1,31 +1,12 @@
 import { availableParallelism } from 'node:os';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { Sandbox, type SandboxMetric } from '../../src/index.js';
+import { Sandbox } from '../../src/index.js';
 import { type DockerHome, dockerHome } from '../compat/e2b/docker-home.js';
 import { dockerEngine } from '../helpers/docker-images.js';
+import { sampleWhere } from '../helpers/metrics.js';
 
 const MiB = 1024 ** 2;
 const engine = await dockerEngine();
-
-/** The first sample (from now on) that `ok` accepts; fails after 60 s. */
-async function sampleWhere(
-  box: Sandbox,
-  what: string,
-  ok: (m: SandboxMetric) => boolean,
-): Promise<SandboxMetric> {
-  const since = Date.now();
-  let last: SandboxMetric | undefined;
-  for (;;) {
-    const samples = await box.getMetrics({ start: since });
-    const found = samples.find(ok);
-    if (found) return found;
-    last = samples.at(-1) ?? last;
-    if (Date.now() > since + 60_000) {
-      throw new Error(`no sample with ${what} within 60 s; the last: ${JSON.stringify(last)}`);
-    }
-    await new Promise((resolve) => setTimeout(resolve, 200));
-  }
-}
 
 if (!engine.docker) {
   describe.skip(`sandbox metrics on Docker: skipped, ${engine.reason}`, () => {

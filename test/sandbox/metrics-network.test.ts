@@ -4,11 +4,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { Sandbox, type SandboxMetric, Templates } from '../../src/index.js';
+import { Sandbox, Templates } from '../../src/index.js';
 import { startDaemon } from '../../src/installation/daemon-connection.js';
 import { createAbxHome } from '../helpers/abx-home.js';
 import { ROOT } from '../helpers/build.js';
 import { internetUnavailable, makeInternet, type TestInternet } from '../helpers/internet.js';
+import { sampleWhere } from '../helpers/metrics.js';
 import { rootlessUid, startRootlessDaemon } from '../helpers/rootless.js';
 
 /**
@@ -85,26 +86,6 @@ const modes: [string, () => Promise<Installation>][] = [
     },
   ],
 ];
-
-/** The first sample taken from now on that `ok` accepts; fails after 60 s, naming the last. */
-async function sampleWhere(
-  box: Sandbox,
-  what: string,
-  ok: (m: SandboxMetric) => boolean,
-): Promise<SandboxMetric> {
-  const since = Date.now();
-  let last: SandboxMetric | undefined;
-  for (;;) {
-    const samples = await box.getMetrics({ start: since });
-    const found = samples.find(ok);
-    if (found) return found;
-    last = samples.at(-1) ?? last;
-    if (Date.now() > since + 60_000) {
-      throw new Error(`no sample with ${what} within 60 s; the last: ${JSON.stringify(last)}`);
-    }
-    await new Promise((resolve) => setTimeout(resolve, 200));
-  }
-}
 
 /** No proxy variables: the traffic is captured in the sandbox's namespace all the same. */
 const direct = 'env -u HTTP_PROXY -u HTTPS_PROXY -u http_proxy -u https_proxy ';

@@ -1,6 +1,7 @@
 import { availableParallelism } from 'node:os';
 import { afterAll, beforeAll, expect, test } from 'vitest';
-import { Sandbox, type SandboxMetric } from '../../src/index.js';
+import { Sandbox } from '../../src/index.js';
+import { sampleWhere } from '../helpers/metrics.js';
 import { type RootlessDaemon, startRootlessDaemon } from '../helpers/rootless.js';
 
 // A rootless daemon (an unprivileged host uid, no cgroups delegated) measures its sandboxes from
@@ -16,24 +17,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await daemon?.close();
 });
-
-async function sampleWhere(
-  box: Sandbox,
-  what: string,
-  ok: (m: SandboxMetric) => boolean,
-): Promise<SandboxMetric> {
-  const since = Date.now();
-  let last: SandboxMetric | undefined;
-  for (;;) {
-    const found = (await box.getMetrics({ start: since })).find(ok);
-    if (found) return found;
-    last = (await box.getMetrics()).at(-1) ?? last;
-    if (Date.now() > since + 60_000) {
-      throw new Error(`no sample with ${what} within 60 s; the last: ${JSON.stringify(last)}`);
-    }
-    await new Promise((resolve) => setTimeout(resolve, 200));
-  }
-}
 
 test('a rootless sandbox: a busy loop, 100 MB held and a 20 MB file in its home show', async () => {
   const box = await Sandbox.create({ home: daemon.home });

@@ -4,13 +4,14 @@ import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { Sandbox, type SandboxMetric, Templates } from '../../src/index.js';
+import { Sandbox, Templates } from '../../src/index.js';
 import { startDaemon } from '../../src/installation/daemon-connection.js';
 import type { DaemonInfo } from '../../src/installation/daemon-info.js';
 import { ApiKeys } from '../../src/sandbox/api-keys.js';
 import { createAbxHome } from '../helpers/abx-home.js';
 import { call } from '../helpers/api-call.js';
 import { ROOT } from '../helpers/build.js';
+import { sampleWhere } from '../helpers/metrics.js';
 
 const MiB = 1024 ** 2;
 
@@ -38,27 +39,6 @@ afterAll(async () => {
   rmSync(work, { recursive: true, force: true });
   delete process.env.ABX_METRICS_INTERVAL_MS;
 }, 120_000);
-
-/** The first sample (from now on) that `ok` accepts, polling the SDK; fails after 60 s. */
-async function sampleWhere(
-  box: Sandbox,
-  what: string,
-  ok: (m: SandboxMetric) => boolean,
-): Promise<SandboxMetric> {
-  const since = Date.now();
-  const deadline = since + 60_000;
-  let last: SandboxMetric | undefined;
-  for (;;) {
-    const samples = await box.getMetrics({ start: since });
-    const found = samples.find(ok);
-    if (found) return found;
-    last = samples.at(-1) ?? last;
-    if (Date.now() > deadline) {
-      throw new Error(`no sample with ${what} within 60 s; the last: ${JSON.stringify(last)}`);
-    }
-    await new Promise((resolve) => setTimeout(resolve, 200));
-  }
-}
 
 /** Raw GET of the native API with the daemon's key. */
 const get = (path: string) =>
