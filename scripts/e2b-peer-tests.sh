@@ -30,9 +30,18 @@ cp -r "$src" "$work/tests"
 export ABX_HOME="$work/home" ABX_WARM_POOL="${ABX_WARM_POOL:-1}"
 abx() { node "$root/dist/cli.js" "$@"; }
 
+# The sandboxes' egress leaves from a network namespace of this run's own with only its loopback:
+# E2B's network tests fetch public addresses, and no packet of theirs may leave this machine
+# (they fail here instead, as docs/e2b.md says). Needs root, as the rest of the run does.
+egress_ns="abx-peer-egress-$$"
+ip netns add "$egress_ns"
+ip -n "$egress_ns" link set lo up
+export ABX_EGRESS_NETNS="/run/netns/$egress_ns"
+
 cleanup() {
   abx kill --all >/dev/null 2>&1 || true
   abx daemon stop >/dev/null 2>&1 || true
+  ip netns delete "$egress_ns" 2>/dev/null || true
 }
 trap cleanup EXIT
 
