@@ -54,4 +54,6 @@ export {
   UnavailableError,
   UnsupportedMediaTypeError,
   UpstreamError,
+  VolumeConflictError,
+  VolumeNotFoundError,
 } from '../runtime/protocol/errors.js';

@@ -214,6 +214,15 @@ export class SandboxPausedError extends SandboxError {
   static override readonly status: number = 409;
 }
 
+/**
+ * A volume's name is taken (`code` `volume_exists`), or it is mounted by live sandboxes and cannot
+ * be removed (`code` `volume_in_use`, `users`: their ids): kill them first.
+ */
+export class VolumeConflictError extends SandboxError {
+  static override readonly type: string = 'VolumeConflictError';
+  static override readonly status: number = 409;
+}
+
 // ---------------------------------------------------------------- not found (404)
 
 /** No sandbox, template, command, process or file of that name (or it is gone). */
@@ -233,6 +242,11 @@ export class CapabilityDisabledError extends NotFoundError {
 /** The sandbox does not exist, or no longer runs (the message says how it ended). */
 export class SandboxNotFoundError extends NotFoundError {
   static override readonly type: string = 'SandboxNotFoundError';
+}
+
+/** No volume of that name (among the caller's). */
+export class VolumeNotFoundError extends NotFoundError {
+  static override readonly type: string = 'VolumeNotFoundError';
 }
 
 /** No template of that name. */
@@ -507,6 +521,7 @@ export const ERROR_CLASSES: readonly ErrorClass[] = [
   UnsupportedMediaTypeError,
   ContextDeadError,
   SandboxPausedError,
+  VolumeConflictError,
   AuthenticationError,
   PermissionDeniedError,
   CapabilityError,
@@ -515,6 +530,7 @@ export const ERROR_CLASSES: readonly ErrorClass[] = [
   NotFoundError,
   SandboxNotFoundError,
   TemplateNotFoundError,
+  VolumeNotFoundError,
   CommandNotFoundError,
   RouteNotFoundError,
   ServerNotRunningError,

@@ -50,6 +50,32 @@ export interface SandboxInfo {
   paused?: PausedInfo;
   /** What its timeout does: `{ onTimeout: 'kill' }` unless it was created with `autoPause`. */
   lifecycle: SandboxLifecycle;
+  /** The volumes it mounts (docs/volumes.md); empty when none. */
+  volumeMounts: VolumeMount[];
+}
+
+/** A volume mounted in a sandbox. */
+export interface VolumeMount {
+  name: string;
+  path: string;
+  readOnly: boolean;
+}
+
+/** A volume as the API shows it (docs/volumes.md). */
+export interface VolumeInfo {
+  volumeId: string;
+  name: string;
+  /** Its size limit, in bytes. */
+  sizeBytes: number;
+  /** ISO 8601. */
+  createdAt: string;
+  /** What it holds now, in bytes (one volume's answer; lists leave it out). */
+  usedBytes?: number;
+  totalBytes?: number;
+  /** False where the size is only reported, not enforced (docs/volumes.md says where). */
+  quotaEnforced?: boolean;
+  /** Ids of the live sandboxes that mount it. */
+  usedBy?: string[];
 }
 
 /** Limits applied to every process of a sandbox (see the README for which are enforced). */

@@ -15,11 +15,13 @@ import type { DaemonMetrics } from './prometheus.js';
 import type { SandboxRecord, SandboxState } from './registry.js';
 import type { KeyOwner, SandboxService } from './sandbox-service.js';
 import type { BuiltTemplate, TemplateService } from './template-service.js';
+import { type VolumeService, volumeJson } from './volume-service.js';
 
 /** What the API's handlers reach. */
 export interface ApiContext {
   sandboxes: SandboxService;
   templates: TemplateService;
+  volumes: VolumeService;
   keys: KeyService;
   /** Running sandboxes' samples of use (CPU, memory, disk, processes). */
   metrics: MetricsSampler;
@@ -111,6 +113,7 @@ export function sandboxJson(record: SandboxRecord): SandboxInfo {
         }
       : {}),
     lifecycle: record.lifecycle ?? { onTimeout: 'kill', keepMemory: true },
+    volumeMounts: record.volumeMounts.map(({ name, path, readOnly }) => ({ name, path, readOnly })),
   };
 }
 
@@ -177,7 +180,7 @@ export const API_ROUTES: ApiRoute[] = [
     path: '/v1/sandboxes',
     group: 'api',
     summary:
-      'Create a sandbox from a template: { template?, timeoutMs?, envs?, metadata?, network?: { allowOut?, denyOut? }, allowInternetAccess?, autoPause? (its timeout pauses it), autoPauseMemory? }; the answer has its accessToken and the gatewayUrl its ports are reached through.',
+      'Create a sandbox from a template: { template?, timeoutMs?, envs?, metadata?, network?: { allowOut?, denyOut? }, allowInternetAccess?, autoPause? (its timeout pauses it), autoPauseMemory?, volumeMounts?: [{ name, path, readOnly? }] }; the answer has its accessToken and the gatewayUrl its ports are reached through.',
     handler: async ({ body, ctx }) => {
       const request = (body ?? {}) as Record<string, unknown>;
       if (typeof request !== 'object' || Array.isArray(request)) {
@@ -201,6 +204,7 @@ export const API_ROUTES: ApiRoute[] = [
             : { allowInternetAccess: request.allowInternetAccess }),
           autoPause: request.autoPause,
           autoPauseMemory: request.autoPauseMemory,
+          volumeMounts: request.volumeMounts,
         },
         keyOwner(caller),
       );
@@ -466,6 +470,52 @@ export const API_ROUTES: ApiRoute[] = [
       await ctx.templates.remove(params.name as string);
       await ctx.sandboxes.drainPool(params.name as string);
       return { removed: params.name };
+    },
+  },
+  {
+    method: 'POST',
+    path: '/v1/volumes',
+    group: 'api',
+    summary:
+      "Make a volume: { name, size? } (bytes, or 512M, 2G; default 1G). Names are the caller's key's own: letters, digits, _ and -. 409 (VolumeConflictError, volume_exists) when the name is taken.",
+    handler: async ({ body, ctx }) => {
+      const request = (body ?? {}) as Record<string, unknown>;
+      if (typeof request !== 'object' || Array.isArray(request)) {
+        throw new InvalidArgumentError('the body must be a JSON object { name, size? }');
+      }
+      const volume = await ctx.volumes.create(callerOf(ctx).keyId, request);
+      return new Reply(201, volumeJson(volume, await ctx.volumes.details(volume)));
+    },
+  },
+  {
+    method: 'GET',
+    path: '/v1/volumes',
+    group: 'api',
+    summary: "The caller's key's volumes, by name.",
+    handler: async ({ ctx }) => ({
+      volumes: (await ctx.volumes.list(callerOf(ctx).keyId)).map((volume) => volumeJson(volume)),
+    }),
+  },
+  {
+    method: 'GET',
+    path: '/v1/volumes/{name}',
+    group: 'api',
+    summary: 'One volume: its size, what it holds now and the live sandboxes that mount it.',
+    handler: async ({ params, ctx }) => {
+      const volume = await ctx.volumes.get(callerOf(ctx).keyId, params.name as string);
+      return volumeJson(volume, await ctx.volumes.details(volume));
+    },
+  },
+  {
+    method: 'DELETE',
+    path: '/v1/volumes/{name}',
+    group: 'api',
+    summary:
+      'Remove a volume and every file in it. 409 (VolumeConflictError, volume_in_use, with users) while a running or paused sandbox mounts it.',
+    body: 'none',
+    handler: async ({ params, ctx }) => {
+      const volume = await ctx.volumes.get(callerOf(ctx).keyId, params.name as string);
+      return { removed: await ctx.volumes.remove(volume), name: volume.name };
     },
   },
   {

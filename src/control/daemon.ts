@@ -43,6 +43,7 @@ import type { Registry } from './registry.js';
 import { PAUSED_TIMEOUT_MS, SandboxService } from './sandbox-service.js';
 import { SqliteRegistry } from './sqlite-registry.js';
 import { TemplateService } from './template-service.js';
+import { VolumeService } from './volume-service.js';
 
 export interface DaemonOptions {
   home: string;
@@ -154,6 +155,7 @@ export class Daemon {
   private readonly provider: SandboxProvider;
   readonly sandboxes: SandboxService;
   readonly templates: TemplateService;
+  readonly volumes: VolumeService;
   private readonly api: Server;
   private readonly gateway: Gateway;
   /** The API and gateway listeners for remote clients, with their addresses. */
@@ -242,6 +244,8 @@ export class Daemon {
       ...(this.provider.networkStats ? { egress: () => this.egressCounts() } : {}),
     });
     this.sandboxes.events = this.prometheus;
+    this.volumes = new VolumeService(this.registry, this.provider, this.paths.volumes);
+    this.sandboxes.volumes = this.volumes;
     this.sandboxes.onEnded = (id) => {
       this.records?.forget(id);
       this.metrics.drop(id);
@@ -270,6 +274,7 @@ export class Daemon {
     const shared: Omit<ApiContext, 'caller'> = {
       sandboxes: this.sandboxes,
       templates: this.templates,
+      volumes: this.volumes,
       keys: this.keys,
       metrics: this.metrics,
       prometheus: this.prometheus,

@@ -126,6 +126,33 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE sandboxes ADD COLUMN lifecycle JSON;
     `,
   },
+  {
+    version: 4,
+    name: 'volumes and the volumes each sandbox mounts',
+    // owner_key '' is the daemon's own key: a unique index treats NULLs as all different.
+    sqlite: `
+      CREATE TABLE volumes (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        owner_key TEXT NOT NULL,
+        size_bytes INTEGER NOT NULL,
+        created_at INTEGER NOT NULL
+      );
+      CREATE UNIQUE INDEX volumes_owner_name ON volumes (owner_key, name);
+      ALTER TABLE sandboxes ADD COLUMN volume_mounts TEXT;
+    `,
+    postgres: `
+      CREATE TABLE volumes (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        owner_key TEXT NOT NULL,
+        size_bytes BIGINT NOT NULL,
+        created_at BIGINT NOT NULL
+      );
+      CREATE UNIQUE INDEX volumes_owner_name ON volumes (owner_key, name);
+      ALTER TABLE sandboxes ADD COLUMN volume_mounts JSON;
+    `,
+  },
 ];
 
 /** The highest version this abx knows. */

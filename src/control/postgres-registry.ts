@@ -14,7 +14,10 @@ import type {
   SandboxRecord,
   SandboxState,
   TemplateRecord,
+  VolumeRecord,
+  VolumeRemoval,
 } from './registry.js';
+import { volumeMountsJson, volumeNeedle } from './registry.js';
 
 /** A new connection to PostgreSQL must be made within this, or the request fails with 503. */
 export const DATABASE_CONNECT_TIMEOUT_MS = 5000;
@@ -109,6 +112,7 @@ interface SandboxRow {
   owner_key: string | null;
   paused: SandboxRecord['paused'];
   lifecycle: SandboxRecord['lifecycle'];
+  volume_mounts: SandboxRecord['volumeMounts'] | null;
 }
 
 // BIGINT arrives as a string (it may not fit a double); milliseconds since 1970 do.
@@ -127,7 +131,29 @@ const fromRow = (row: SandboxRow): SandboxRecord => ({
   owner: row.owner_key ?? null,
   paused: row.paused ?? null,
   lifecycle: row.lifecycle ?? null,
+  volumeMounts: row.volume_mounts ?? [],
 });
+
+interface VolumeRow {
+  id: string;
+  name: string;
+  owner_key: string;
+  size_bytes: string;
+  created_at: string;
+}
+
+const volumeFromRow = (row: VolumeRow): VolumeRecord => ({
+  id: row.id,
+  name: row.name,
+  owner: row.owner_key === '' ? null : row.owner_key,
+  sizeBytes: Number(row.size_bytes),
+  createdAt: Number(row.created_at),
+});
+
+/** The live sandboxes that mount a volume (`$1`: its {@link volumeNeedle}). */
+const USERS_OF_VOLUME = `SELECT id FROM sandboxes
+  WHERE state IN ('running', 'paused', 'pooled') AND strpos(volume_mounts::text, $1) > 0
+  ORDER BY created_at, id`;
 
 /** Running sandboxes of the key `$N` (a subquery of the statements that check limits). */
 const runningOf = (param: string) =>
@@ -279,9 +305,9 @@ export class PostgresRegistry implements Registry {
   async insertSandbox(record: SandboxRecord, maxRunning?: number | null): Promise<boolean> {
     const limited = maxRunning != null && record.owner !== null && record.state === 'running';
     const insert = `INSERT INTO sandboxes (id, template, state, metadata, created_at, expires_at,
-         ended_at, end_reason, token_hash, handle, capabilities, owner_key, lifecycle)
-       SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13
-       ${limited ? `WHERE ${runningOf('$12')} < $14` : ''}`;
+         ended_at, end_reason, token_hash, handle, capabilities, owner_key, lifecycle, volume_mounts)
+       SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14
+       ${limited ? `WHERE ${runningOf('$12')} < $15` : ''}`;
     const params = [
       record.id,
       record.template,
@@ -296,13 +322,26 @@ export class PostgresRegistry implements Registry {
       JSON.stringify(record.capabilities),
       record.owner,
       record.lifecycle === null ? null : JSON.stringify(record.lifecycle),
+      volumeMountsJson(record.volumeMounts),
       ...(limited ? [maxRunning] : []),
     ];
-    if (!limited) return (await this.query(insert, params)).rowCount === 1;
-    // The key's row, locked until commit, lines up the creates of that key on every replica:
-    // each counts after the one before it committed its row.
+    const volumes = [...new Set(record.volumeMounts.map((m) => m.id))];
+    if (!limited && volumes.length === 0) return (await this.query(insert, params)).rowCount === 1;
     return this.transaction(async (client) => {
-      await client.query('SELECT 1 FROM api_keys WHERE id = $1 FOR UPDATE', [record.owner]);
+      // Its volumes' rows, share-locked until commit: a removal (which locks the row for update)
+      // waits for this row and then sees the sandbox, or went first and the volume is gone.
+      if (volumes.length > 0) {
+        const { rowCount } = await client.query(
+          'SELECT 1 FROM volumes WHERE id = ANY($1::text[]) FOR SHARE',
+          [volumes],
+        );
+        if (rowCount !== volumes.length) return false;
+      }
+      // The key's row, locked until commit, lines up the creates of that key on every replica:
+      // each counts after the one before it committed its row.
+      if (limited) {
+        await client.query('SELECT 1 FROM api_keys WHERE id = $1 FOR UPDATE', [record.owner]);
+      }
       return (await client.query(insert, params)).rowCount === 1;
     });
   }
@@ -570,6 +609,55 @@ export class PostgresRegistry implements Registry {
 
   async touchApiKey(id: string, now: number): Promise<void> {
     await this.query('UPDATE api_keys SET last_used_at = $1 WHERE id = $2', [now, id]);
+  }
+
+  async insertVolume(record: VolumeRecord): Promise<boolean> {
+    const { rowCount } = await this.query(
+      `INSERT INTO volumes (id, name, owner_key, size_bytes, created_at) VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT (owner_key, name) DO NOTHING`,
+      [record.id, record.name, record.owner ?? '', record.sizeBytes, record.createdAt],
+    );
+    return rowCount === 1;
+  }
+
+  async getVolume(id: string): Promise<VolumeRecord | undefined> {
+    const { rows } = await this.query<VolumeRow>('SELECT * FROM volumes WHERE id = $1', [id]);
+    return rows[0] && volumeFromRow(rows[0]);
+  }
+
+  async findVolume(owner: string | null, name: string): Promise<VolumeRecord | undefined> {
+    const { rows } = await this.query<VolumeRow>(
+      'SELECT * FROM volumes WHERE owner_key = $1 AND name = $2',
+      [owner ?? '', name],
+    );
+    return rows[0] && volumeFromRow(rows[0]);
+  }
+
+  async listVolumes(owner?: string | null): Promise<VolumeRecord[]> {
+    const { rows } =
+      owner === undefined
+        ? await this.query<VolumeRow>('SELECT * FROM volumes ORDER BY name, owner_key')
+        : await this.query<VolumeRow>('SELECT * FROM volumes WHERE owner_key = $1 ORDER BY name', [
+            owner ?? '',
+          ]);
+    return rows.map(volumeFromRow);
+  }
+
+  async volumeUsers(id: string): Promise<string[]> {
+    const { rows } = await this.query<{ id: string }>(USERS_OF_VOLUME, [volumeNeedle(id)]);
+    return rows.map((row) => row.id);
+  }
+
+  async removeVolume(id: string): Promise<VolumeRemoval> {
+    return this.transaction(async (client) => {
+      // Waits for creates that share-locked the row (see insertSandbox), then holds it.
+      const locked = await client.query('SELECT 1 FROM volumes WHERE id = $1 FOR UPDATE', [id]);
+      if (locked.rowCount !== 1) return { removed: false, users: [] };
+      const { rows } = await client.query<{ id: string }>(USERS_OF_VOLUME, [volumeNeedle(id)]);
+      if (rows.length > 0) return { removed: false, users: rows.map((row) => row.id) };
+      await client.query('DELETE FROM volumes WHERE id = $1', [id]);
+      return { removed: true, users: [] };
+    });
   }
 
   async agree(key: string, value: string): Promise<string> {

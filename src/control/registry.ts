@@ -33,6 +33,51 @@ export interface SandboxRecord {
   paused: PauseRecord | null;
   /** Set when its timeout pauses it (`autoPause`) instead of killing it. */
   lifecycle: LifecycleRecord | null;
+  /** The volumes it mounts (none: `[]`); a volume is in use while a live sandbox names it. */
+  volumeMounts: VolumeMountRecord[];
+}
+
+/** A volume mounted in a sandbox (what the registry keeps of a create's `volumeMounts`). */
+export interface VolumeMountRecord {
+  /** The volume's id (its name may be given to another volume after this one is removed). */
+  id: string;
+  name: string;
+  path: string;
+  readOnly: boolean;
+}
+
+/**
+ * What a sandbox's mounts (as the registry keeps them: `JSON.stringify` of its
+ * {@link VolumeMountRecord}s, id first, no spaces) hold exactly when one of them is volume `id`:
+ * a name or path that looks like an id cannot match, as its quotes would be escaped.
+ */
+export function volumeNeedle(id: string): string {
+  return `"id":${JSON.stringify(id)}`;
+}
+
+/** A sandbox's mounts as the registry keeps them (see {@link volumeNeedle}); none: null. */
+export function volumeMountsJson(mounts: readonly VolumeMountRecord[]): string | null {
+  if (mounts.length === 0) return null;
+  return JSON.stringify(
+    mounts.map(({ id, name, path, readOnly }) => ({ id, name, path, readOnly })),
+  );
+}
+
+/** One volume. Names are unique per owner; the id never changes and is never reused. */
+export interface VolumeRecord {
+  id: string;
+  name: string;
+  /** The id of the API key that made it; null for the daemon's own key. */
+  owner: string | null;
+  sizeBytes: number;
+  createdAt: number;
+}
+
+/** What a volume's removal did: removed it, or found live sandboxes that mount it (`users`). */
+export interface VolumeRemoval {
+  removed: boolean;
+  /** Ids of the running, paused or pooled sandboxes that mount it (removal refused). */
+  users: string[];
 }
 
 /** How a paused sandbox is kept. */
@@ -115,7 +160,8 @@ export interface Registry {
   migrate(): Promise<void>;
 
   /**
-   * Records a sandbox. With `maxRunning`, a running row is written only while its owner has fewer
+   * Records a sandbox. A sandbox that mounts volumes is written only while they all still exist.
+   * With `maxRunning`, a running row is written only while its owner has fewer
    * running sandboxes than that, counted and written under one lock (SQLite's write lock, a row
    * lock on the key in PostgreSQL): false when the limit is reached, and nothing is written.
    */
@@ -207,6 +253,22 @@ export interface Registry {
   revokeApiKey(id: string, now: number): Promise<ApiKeyRecord | undefined>;
   /** Records that a key was used at `now`. */
   touchApiKey(id: string, now: number): Promise<void>;
+
+  /** Records a volume; false when its owner has one of that name already. */
+  insertVolume(record: VolumeRecord): Promise<boolean>;
+  getVolume(id: string): Promise<VolumeRecord | undefined>;
+  /** The volume `name` of `owner` (null: the daemon's own key). */
+  findVolume(owner: string | null, name: string): Promise<VolumeRecord | undefined>;
+  /** The volumes of `owner` (null: the daemon's own key) by name; every volume without one. */
+  listVolumes(owner?: string | null): Promise<VolumeRecord[]>;
+  /** Ids of the live (running, paused, pooled) sandboxes that mount the volume. */
+  volumeUsers(id: string): Promise<string[]>;
+  /**
+   * Deletes a volume's row unless a live sandbox mounts it, in one locked step with
+   * {@link insertSandbox}: a create that mounts it either committed first (and the removal is
+   * refused, naming it) or finds the volume gone (and records nothing).
+   */
+  removeVolume(id: string): Promise<VolumeRemoval>;
 
   /**
    * A value the daemons sharing this registry agree on: the first daemon's `value` is kept and

@@ -17,6 +17,8 @@ export interface CreateSandboxRequest {
   autoPause?: unknown;
   /** With `autoPause`: keep its memory (freeze, the default) or only its disk (hibernate). */
   autoPauseMemory?: unknown;
+  /** Volumes to mount: `[{ name, path, readOnly? }]` (docs/volumes.md). */
+  volumeMounts?: unknown;
 }
 
 /**

@@ -11,6 +11,7 @@ import {
   SandboxError,
   SandboxNotFoundError,
   SandboxPausedError,
+  VolumeNotFoundError,
 } from '../errors.js';
 import {
   checkForkCount,
@@ -18,6 +19,8 @@ import {
   type SandboxHandle,
   type SandboxProvider,
   type SandboxSpec,
+  sandboxHome,
+  type VolumeMountSpec,
 } from '../providers/provider.js';
 import { BackgroundLog } from './background-log.js';
 import { sandboxEnv, warmSandbox } from './envd-request.js';
@@ -30,6 +33,7 @@ import type {
   SandboxFilter,
   SandboxOwner,
   SandboxRecord,
+  VolumeMountRecord,
 } from './registry.js';
 import {
   type CreateSandboxRequest,
@@ -41,7 +45,14 @@ import {
 } from './sandbox-request.js';
 import { StartSlots } from './start-slots.js';
 import type { BuiltTemplate, TemplateService } from './template-service.js';
+import type { VolumeService } from './volume-service.js';
 import { WarmPool, type WarmPoolOptions } from './warm-pool.js';
+
+/** A new sandbox's volumes: what the registry keeps and what the provider mounts. */
+interface SandboxVolumes {
+  records: VolumeMountRecord[];
+  specs: VolumeMountSpec[];
+}
 
 /** The API key a sandbox is created for: its id, its limit, and its name for messages. */
 export interface KeyOwner extends SandboxOwner {
@@ -108,6 +119,8 @@ export class SandboxService {
   private readonly changing = new Map<string, Promise<unknown>>();
   /** Told of each create and end (the daemon's Prometheus metrics); none: nothing is counted. */
   events: SandboxEvents | undefined;
+  /** Volumes, for creates with `volumeMounts`; none: such creates are refused. */
+  volumes: VolumeService | undefined;
 
   constructor(
     private readonly registry: Registry,
@@ -193,6 +206,7 @@ export class SandboxService {
     const network = sandboxNetwork(template.spec.name, this.templateNetwork(template), request);
     const lifecycle = this.lifecycleOf(request);
     const name = template.spec.name;
+    const volumes = await this.volumeMounts(request.volumeMounts, owner, template);
     // Refused before a sandbox is started when the limit is plainly reached; the registry's
     // locked write below is what makes the limit hold under concurrent creates.
     if (owner && owner.maxRunning !== null) {
@@ -200,8 +214,9 @@ export class SandboxService {
       if (running.length >= owner.maxRunning) throw limitExceeded(owner);
     }
     // The pool refills itself in the background: nothing of it runs on this create's path. Its
-    // sandboxes have the template's network: one asked with another starts afresh.
-    const pooled = network
+    // sandboxes have the template's network and no volumes: one asked with either starts afresh.
+    const own = network !== undefined || volumes.records.length > 0;
+    const pooled = own
       ? undefined
       : await this.pool.claim(name, envs, metadata, timeoutMs, true, owner);
     if (pooled) {
@@ -212,7 +227,7 @@ export class SandboxService {
     let source: CreateSource = 'start';
     const record = await this.slots.run('create', async () => {
       // While this create waited for a slot, a refill may have put a sandbox in the pool.
-      const late = network
+      const late = own
         ? undefined
         : await this.pool.claim(name, envs, metadata, timeoutMs, false, owner);
       if (late) {
@@ -221,19 +236,44 @@ export class SandboxService {
         return this.withLifecycle(late, lifecycle);
       }
       return (
-        await this.start(
-          await this.templates.get(name),
-          'running',
-          envs,
-          metadata,
-          timeoutMs,
-          owner,
-          network,
+        await this.start(await this.templates.get(name), 'running', envs, metadata, timeoutMs, {
+          ...(owner ? { owner } : {}),
+          ...(network ? { network } : {}),
           lifecycle,
-        )
+          volumes,
+        })
       ).record;
     });
-    return { record, source, pooled: !network && this.pool.max > 0 };
+    return { record, source, pooled: !own && this.pool.max > 0 };
+  }
+
+  /** Why the registry refused a new sandbox's row: a volume removed meanwhile, or the limit. */
+  private async notWritten(record: SandboxRecord, owner?: KeyOwner): Promise<SandboxError> {
+    if (record.volumeMounts.length > 0 && this.volumes) {
+      if (!(await this.volumes.allExist(record.volumeMounts))) {
+        return new VolumeNotFoundError(
+          `a volume of sandbox ${record.id} (${record.volumeMounts.map((m) => m.name).join(', ')}) was removed while it started; nothing was made`,
+        );
+      }
+    }
+    return limitExceeded(owner as KeyOwner);
+  }
+
+  /** A create's `volumeMounts`, checked (none: empty); refused where there are no volumes. */
+  private volumeMounts(
+    value: unknown,
+    owner: KeyOwner | undefined,
+    template: BuiltTemplate,
+  ): Promise<SandboxVolumes> {
+    if (value === undefined || value === null || (Array.isArray(value) && value.length === 0)) {
+      return Promise.resolve({ records: [], specs: [] });
+    }
+    if (!this.volumes) {
+      throw new InvalidArgumentError(
+        `volumeMounts: the ${this.provider.name} provider has no volumes`,
+      );
+    }
+    return this.volumes.mounts(value, owner?.keyId ?? null, sandboxHome(template.spec.user));
   }
 
   /** What a create's timeout does (`autoPause`), refused where this provider cannot pause. */
@@ -288,10 +328,14 @@ export class SandboxService {
     envs: Record<string, string>,
     metadata: Record<string, string>,
     timeoutMs: number,
-    owner?: KeyOwner,
-    network?: { network: SandboxSpec['network']; egress?: EgressPolicy },
-    lifecycle: LifecycleRecord | null = null,
+    options: {
+      owner?: KeyOwner;
+      network?: { network: SandboxSpec['network']; egress?: EgressPolicy };
+      lifecycle?: LifecycleRecord | null;
+      volumes?: SandboxVolumes;
+    } = {},
   ): Promise<{ record: SandboxRecord }> {
+    const { owner, network, lifecycle = null, volumes } = options;
     const id = newSandboxId();
     const accessToken = this.tokenOf(id);
     const dir = join(this.sandboxesDir, id);
@@ -310,6 +354,7 @@ export class SandboxService {
       user: template.spec.user,
       timeoutMs,
       ...(template.spec.kubernetes ? { kubernetes: template.spec.kubernetes } : {}),
+      ...(volumes && volumes.specs.length > 0 ? { volumeMounts: volumes.specs } : {}),
     };
     const handle = await this.provider
       .create({ ...kept, accessToken, controlToken: this.controlTokenOf(id) })
@@ -346,6 +391,7 @@ export class SandboxService {
       owner: owner?.keyId ?? null,
       paused: null,
       lifecycle,
+      volumeMounts: volumes?.records ?? [],
     };
     let written: boolean;
     try {
@@ -357,10 +403,11 @@ export class SandboxService {
       throw error;
     }
     if (!written) {
-      // Another create of the same key took the last place while this one was starting.
+      // Another create of the same key took the last place while this one was starting, or a
+      // volume it mounts was removed meanwhile.
       await this.provider.kill(handle);
       rmSync(dir, { recursive: true, force: true });
-      throw limitExceeded(owner as KeyOwner);
+      throw await this.notWritten(record, owner);
     }
     return { record };
   }
@@ -810,7 +857,7 @@ export class SandboxService {
         if (!written) {
           await this.provider.kill(handle);
           await rm(dir, { recursive: true, force: true });
-          throw limitExceeded(owner as KeyOwner);
+          throw await this.notWritten(record, owner);
         }
         return { record, accessToken };
       };

@@ -12,7 +12,10 @@ import type {
   SandboxRecord,
   SandboxState,
   TemplateRecord,
+  VolumeRecord,
+  VolumeRemoval,
 } from './registry.js';
+import { volumeMountsJson, volumeNeedle } from './registry.js';
 
 interface TemplateRow {
   name: string;
@@ -45,6 +48,7 @@ interface SandboxRow {
   owner_key: string | null;
   paused: string | null;
   lifecycle: string | null;
+  volume_mounts: string | null;
 }
 
 const fromRow = (row: SandboxRow): SandboxRecord => ({
@@ -62,7 +66,29 @@ const fromRow = (row: SandboxRow): SandboxRecord => ({
   owner: row.owner_key ?? null,
   paused: row.paused ? JSON.parse(row.paused) : null,
   lifecycle: row.lifecycle ? JSON.parse(row.lifecycle) : null,
+  volumeMounts: row.volume_mounts ? JSON.parse(row.volume_mounts) : [],
 });
+
+interface VolumeRow {
+  id: string;
+  name: string;
+  owner_key: string;
+  size_bytes: number;
+  created_at: number;
+}
+
+const volumeFromRow = (row: VolumeRow): VolumeRecord => ({
+  id: row.id,
+  name: row.name,
+  owner: row.owner_key === '' ? null : row.owner_key,
+  sizeBytes: row.size_bytes,
+  createdAt: row.created_at,
+});
+
+/** The live sandboxes that mount a volume (`?`: its {@link volumeNeedle}). */
+const USERS_OF_VOLUME = `SELECT id FROM sandboxes
+  WHERE state IN ('running', 'paused', 'pooled') AND instr(volume_mounts, ?) > 0
+  ORDER BY created_at, id`;
 
 interface ApiKeyRow {
   id: string;
@@ -174,16 +200,20 @@ export class SqliteRegistry implements Registry {
     return (
       this.statement(
         `INSERT INTO sandboxes (id, template, state, metadata, created_at, expires_at, ended_at,
-             end_reason, token_hash, handle, capabilities, owner_key, lifecycle)
+             end_reason, token_hash, handle, capabilities, owner_key, lifecycle, volume_mounts)
            SELECT @id, @template, @state, @metadata, @createdAt, @expiresAt, @endedAt, @endReason,
-             @tokenHash, @handle, @capabilities, @owner, @lifecycle
-           ${limited ? `WHERE ${RUNNING_OF_OWNER} < @limit` : ''}`,
+             @tokenHash, @handle, @capabilities, @owner, @lifecycle, @volumeMounts
+           WHERE ${limited ? `${RUNNING_OF_OWNER} < @limit` : '1'}
+             AND (SELECT COUNT(*) FROM volumes WHERE id IN (SELECT value FROM json_each(@volumeIds)))
+               = json_array_length(@volumeIds)`,
       ).run({
         ...record,
         metadata: JSON.stringify(record.metadata),
         handle: JSON.stringify(record.handle),
         capabilities: JSON.stringify(record.capabilities),
         lifecycle: record.lifecycle === null ? null : JSON.stringify(record.lifecycle),
+        volumeMounts: volumeMountsJson(record.volumeMounts),
+        volumeIds: JSON.stringify([...new Set(record.volumeMounts.map((m) => m.id))]),
         ...(limited ? { limit: maxRunning } : {}),
       }).changes === 1
     );
@@ -440,6 +470,60 @@ export class SqliteRegistry implements Registry {
 
   async touchApiKey(id: string, now: number): Promise<void> {
     this.statement('UPDATE api_keys SET last_used_at = ? WHERE id = ?').run(now, id);
+  }
+
+  async insertVolume(record: VolumeRecord): Promise<boolean> {
+    return (
+      this.statement(
+        `INSERT INTO volumes (id, name, owner_key, size_bytes, created_at) VALUES (?, ?, ?, ?, ?)
+           ON CONFLICT (owner_key, name) DO NOTHING`,
+      ).run(record.id, record.name, record.owner ?? '', record.sizeBytes, record.createdAt)
+        .changes === 1
+    );
+  }
+
+  async getVolume(id: string): Promise<VolumeRecord | undefined> {
+    const row = this.statement('SELECT * FROM volumes WHERE id = ?').get(id) as
+      | VolumeRow
+      | undefined;
+    return row && volumeFromRow(row);
+  }
+
+  async findVolume(owner: string | null, name: string): Promise<VolumeRecord | undefined> {
+    const row = this.statement('SELECT * FROM volumes WHERE owner_key = ? AND name = ?').get(
+      owner ?? '',
+      name,
+    ) as VolumeRow | undefined;
+    return row && volumeFromRow(row);
+  }
+
+  async listVolumes(owner?: string | null): Promise<VolumeRecord[]> {
+    const rows = (
+      owner === undefined
+        ? this.statement('SELECT * FROM volumes ORDER BY name, owner_key').all()
+        : this.statement('SELECT * FROM volumes WHERE owner_key = ? ORDER BY name').all(owner ?? '')
+    ) as VolumeRow[];
+    return rows.map(volumeFromRow);
+  }
+
+  async volumeUsers(id: string): Promise<string[]> {
+    return (this.statement(USERS_OF_VOLUME).all(volumeNeedle(id)) as { id: string }[]).map(
+      (row) => row.id,
+    );
+  }
+
+  async removeVolume(id: string): Promise<VolumeRemoval> {
+    // IMMEDIATE: the write lock from the check to the delete, as an insert's check holds it.
+    return this.db
+      .transaction((): VolumeRemoval => {
+        const users = (
+          this.statement(USERS_OF_VOLUME).all(volumeNeedle(id)) as { id: string }[]
+        ).map((row) => row.id);
+        if (users.length > 0) return { removed: false, users };
+        const removed = this.statement('DELETE FROM volumes WHERE id = ?').run(id).changes === 1;
+        return { removed, users: [] };
+      })
+      .immediate();
   }
 
   async agree(key: string, value: string): Promise<string> {

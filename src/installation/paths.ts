@@ -23,6 +23,8 @@ export function abxPaths(home = abxHome()) {
     daemonLog: join(home, 'daemon.log'),
     sandboxes: join(home, 'sandboxes'),
     templates: join(home, 'templates'),
+    /** One folder per volume: its storage, where the provider keeps it on this host. */
+    volumes: join(home, 'volumes'),
   };
 }
 

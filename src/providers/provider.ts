@@ -1,5 +1,9 @@
 import type { Capability } from '../../runtime/protocol/capabilities.js';
-import { SANDBOX_RUN_DIR, SANDBOX_RUNTIME_DIR } from '../../runtime/protocol/constants.js';
+import {
+  SANDBOX_HOME,
+  SANDBOX_RUN_DIR,
+  SANDBOX_RUNTIME_DIR,
+} from '../../runtime/protocol/constants.js';
 import type { IsolationReport } from '../../runtime/protocol/isolation.js';
 import type { TemplateKubernetes, TemplateResources } from '../commands/template-runtime.js';
 import type { EgressPolicy } from '../egress/policy.js';
@@ -41,6 +45,11 @@ export function envdArguments(
  */
 export function envdTokenFile(spec: Pick<SandboxSpec, 'accessToken' | 'controlToken'>): string {
   return spec.controlToken ? `${spec.accessToken}\n${spec.controlToken}\n` : spec.accessToken;
+}
+
+/** The home of a sandbox whose user is `user`: /home/user, or /home/<user> for another name. */
+export function sandboxHome(user?: string): string {
+  return user && user !== 'user' ? `/home/${user}` : SANDBOX_HOME;
 }
 
 /** Everything a provider needs to start one sandbox. */
@@ -89,6 +98,59 @@ export interface SandboxSpec {
    * sandbox's processes are never root on the host.
    */
   user?: string;
+  /**
+   * Volumes to mount (checked by the control plane: each exists, made by this provider's
+   * {@link VolumeStore}, its path free and allowed). Absent or empty: none.
+   */
+  volumeMounts?: VolumeMountSpec[];
+}
+
+/** One volume: what its provider's {@link VolumeStore} needs to make, mount or remove it. */
+export interface VolumeSpec {
+  /** `vol_` and letters and digits: unique, never reused. */
+  id: string;
+  /** Its name, unique among its owner's volumes (`[A-Za-z0-9_-]`, at most 63). */
+  name: string;
+  /** Its size limit (quota), in bytes. */
+  sizeBytes: number;
+  /** A host folder of its own, kept until it is removed (a provider may keep its disk there). */
+  dir: string;
+}
+
+/** A volume mounted in a sandbox at `path` (absolute, canonical). */
+export interface VolumeMountSpec {
+  volume: VolumeSpec;
+  path: string;
+  readOnly: boolean;
+}
+
+/** What a volume holds now, in bytes, against its limit. */
+export interface VolumeUsage {
+  used: number;
+  total: number;
+  /**
+   * True when a write past `total` fails (ENOSPC) because the storage itself is that size; false
+   * when the limit is only reported (a mode whose storage the daemon cannot bound).
+   */
+  enforced: boolean;
+}
+
+/**
+ * Volumes of a provider: storage that outlives every sandbox, mounted by several at once, with
+ * its files owned by the sandbox's user (uid 1000) in every sandbox that mounts it.
+ */
+export interface VolumeStore {
+  /**
+   * Why this provider cannot make or mount volumes here, or undefined when it can (checked before
+   * a volume is made, so none is made that no sandbox could mount).
+   */
+  unavailable(): string | undefined;
+  /** Makes the volume's storage, empty, of its size; nothing is left behind when it fails. */
+  create(volume: VolumeSpec): Promise<void>;
+  /** Removes its storage and everything in it; one already gone is fine. */
+  remove(volume: VolumeSpec): Promise<void>;
+  /** What it holds now. */
+  usage(volume: VolumeSpec): Promise<VolumeUsage>;
 }
 
 /** Where an image template starts from. */
@@ -350,4 +412,6 @@ export interface SandboxProvider {
   pruneImages?(): Promise<void>;
   /** Present when the provider runs container images (image templates need it). */
   readonly images?: ImageStore;
+  /** Present when the provider has volumes (`volumeMounts` on create need it). */
+  readonly volumes?: VolumeStore;
 }

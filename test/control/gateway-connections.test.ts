@@ -123,6 +123,7 @@ const test = base.extend<{ fx: Fixture }>({
           owner: null,
           paused: null,
           lifecycle: null,
+          volumeMounts: [],
           handle: {
             provider: 'memory',
             pid: process.pid,

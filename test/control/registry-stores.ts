@@ -119,6 +119,7 @@ export function sandboxRow(overrides: Partial<SandboxRecord> = {}): SandboxRecor
     owner: null,
     paused: null,
     lifecycle: null,
+    volumeMounts: [],
     ...overrides,
   };
 }

@@ -72,6 +72,8 @@ export interface BwrapOptions {
   seccompFd?: number;
   /** The sandbox's first process and its arguments. */
   command: string[];
+  /** Volumes: host folders bound at their paths (after the home and /tmp, which may hold them). */
+  volumes?: readonly { source: string; dest: string; readOnly: boolean }[];
 }
 
 function systemMounts(): string[] {
@@ -168,6 +170,11 @@ export function bwrapArgs(options: BwrapOptions): string[] {
     ...(options.rootfs ? [] : ['--dir', '/home']),
     ...mountAt(options.home, options.homePath ?? SANDBOX_HOME, '0700'),
     ...(options.homeTemplate ? ['--ro-bind', options.homeTemplate, SANDBOX_HOME_TEMPLATE] : []),
+    ...(options.volumes ?? []).flatMap((volume) => [
+      volume.readOnly ? '--ro-bind' : '--bind',
+      volume.source,
+      volume.dest,
+    ]),
     // envd's and the ports' sockets: a small tmpfs of the sandbox's own, which the host reaches
     // through /proc/PID/root (nothing the sandbox writes lands on the host's disk).
     '--size',

@@ -39,6 +39,7 @@ import {
   type SandboxProvider,
   type SandboxSpec,
   type SandboxUsage,
+  sandboxHome,
 } from '../provider.js';
 import { connectSandboxSocket } from '../sandbox-socket.js';
 import { bwrapArgs, prlimitArgs, SANDBOX_HOME_TEMPLATE, SANDBOX_UID } from './bwrap-args.js';
@@ -68,9 +69,10 @@ import {
   STAGED,
   sharedRuntime,
 } from './sandbox-disk.js';
-import { SandboxUids, type UidRange, uidProcesses } from './sandbox-uids.js';
+import { DEFAULT_UID_RANGE, SandboxUids, type UidRange, uidProcesses } from './sandbox-uids.js';
 import { sandboxUsage } from './sandbox-usage.js';
 import { compileSeccompFilter } from './seccomp.js';
+import { LocalVolumes, type VolumeBind } from './volumes.js';
 
 /** The pids limit of a sandbox whose template sets no `processes`: a fork bomb stops there. */
 export const DEFAULT_PROCESS_LIMIT = 4096;
@@ -212,7 +214,7 @@ async function copyHomeAndTmp(pid: number, home: string, to: string): Promise<vo
 
 /** The home of a sandbox started as `spec`, inside it. */
 function homeOf(spec: SandboxSpec): string {
-  return spec.user && spec.user !== 'user' ? `/home/${spec.user}` : SANDBOX_HOME;
+  return sandboxHome(spec.user);
 }
 
 /** Joins every cgroup folder given before `--`, then execs the rest (rootless mode). */
@@ -239,6 +241,8 @@ export class LocalProvider implements SandboxProvider {
 
   /** The internet networks of this provider's sandboxes (the egress service on first use). */
   readonly networks: SandboxNetworks;
+  /** Volumes (`$ABX_HOME/volumes`): disk images idmapped into sandboxes, or plain folders. */
+  readonly volumes: LocalVolumes;
 
   constructor(private readonly options: LocalProviderOptions) {
     this.networks = new SandboxNetworks(options.egress);
@@ -255,6 +259,8 @@ export class LocalProvider implements SandboxProvider {
       );
     }
     this.uids = new SandboxUids(options.uidRange);
+    // One host uid below the sandboxes' range owns every volume's files on disk.
+    this.volumes = new LocalVolumes(this.mode, (options.uidRange ?? DEFAULT_UID_RANGE).first - 1);
     this.runtimeDir = this.mode === 'root' ? sharedRuntime(options.runtimeDir) : options.runtimeDir;
   }
 
@@ -289,7 +295,17 @@ export class LocalProvider implements SandboxProvider {
     ]);
     const image = spec.image as string;
     // What the launcher makes (as root) in the overlay must not be a link out of it.
-    for (const dir of ['/proc', '/dev', '/tmp', '/run/abx', '/opt/abx', '/etc', spec.workdir]) {
+    const mountPoints = (spec.volumeMounts ?? []).map((mount) => mount.path);
+    for (const dir of [
+      '/proc',
+      '/dev',
+      '/tmp',
+      '/run/abx',
+      '/opt/abx',
+      '/etc',
+      spec.workdir,
+      ...mountPoints,
+    ]) {
       await folderInImage(rootfs, dir, image);
     }
     await fileInImage(rootfs, '/etc/resolv.conf', image);
@@ -379,7 +395,11 @@ export class LocalProvider implements SandboxProvider {
       }
     }
     let argv: string[];
+    let volumes: { binds: VolumeBind[]; release: () => void } | undefined;
     try {
+      if (spec.volumeMounts && spec.volumeMounts.length > 0) {
+        volumes = await this.volumes.binds(spec.id, spec.volumeMounts, uid);
+      }
       const asked = cgroups.unenforced.filter(
         (c) => c !== 'pids' || spec.resources.processes !== undefined,
       );
@@ -412,6 +432,7 @@ export class LocalProvider implements SandboxProvider {
         seccompFd: 3,
         fds: { passwd: 4, group: 5, token: 6, resolv: 7 },
         command: envdArgs,
+        ...(volumes ? { volumes: volumes.binds } : {}),
       };
       const bwrap = this.options.bwrapPath ?? 'bwrap';
       const rlimits = prlimitArgs(spec.resources, root);
@@ -438,6 +459,7 @@ export class LocalProvider implements SandboxProvider {
               cgroups: cgroups.dirs,
               ...(image ? { lower: image.rootfs, home, workdir: spec.workdir } : {}),
               ...(woken?.fromUid !== undefined ? { fromUid: woken.fromUid } : {}),
+              ...(image && volumes ? { dirs: volumes.binds.map((bind) => bind.dest) } : {}),
             },
             [
               'setpriv',
@@ -486,12 +508,34 @@ export class LocalProvider implements SandboxProvider {
         }
       }
     } catch (error) {
+      volumes?.release();
       await this.networks.release(net);
       await this.reclaim(cgroups.dirs, uid);
       throw new SandboxStartError(`sandbox ${spec.id} did not start: ${(error as Error).message}`, {
         cause: error,
       });
     }
+    try {
+      return await this.run(spec, argv, { logFile, root, uid, cgroups, net });
+    } finally {
+      // The sandbox's mount namespace has its copies of the volumes' mounts by now (or it failed).
+      volumes?.release();
+    }
+  }
+
+  /** Spawns a sandbox's launch command and resolves with its handle once its envd answers. */
+  private async run(
+    spec: SandboxSpec,
+    argv: string[],
+    started: {
+      logFile: string;
+      root: boolean;
+      uid: number | undefined;
+      cgroups: SandboxCgroups;
+      net: KeptNet | undefined;
+    },
+  ): Promise<SandboxHandle> {
+    const { logFile, root, uid, cgroups, net } = started;
     const [command, ...args] = argv as [string, ...string[]];
 
     // Root mode: the log belongs to root, so the sandbox cannot reopen envd's stdout through

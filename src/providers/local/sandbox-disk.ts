@@ -43,8 +43,10 @@ const RUNTIME_ROOT = '/run/abx-runtime';
  * nothing else there (the upper layer holds the image's own root-owned folders too).
  */
 const LAUNCH_SCRIPT = `set -eu
-stage=$1 image=$2 uid=$3 lower=$4 home=$5 workdir=$6 from=$7
-shift 7
+stage=$1 image=$2 uid=$3 lower=$4 home=$5 workdir=$6 from=$7 dirs=$8
+shift 8
+nl='
+'
 while [ "$1" != -- ]; do echo $$ > "$1/cgroup.procs"; shift; done
 shift
 mount -o loop,nosuid,nodev "$image" "$stage"
@@ -62,19 +64,28 @@ if [ -n "$lower" ]; then
   # made below would be followed here, as root, out of the sandbox. Each goes first (the link
   # itself), so those paths are the image's again, which were checked.
   set -f
-  for d in proc dev tmp run run/abx opt opt/abx "\${home#/}" "\${workdir#/}" etc etc/resolv.conf; do
+  nolinks() {
     p=$stage/upper
     IFS=/
-    for part in $d; do
+    for part in $1; do
       [ -n "$part" ] || continue
       p=$p/$part
       if [ -L "$p" ]; then rm -f "$p"; fi
     done
     unset IFS
+  }
+  for d in proc dev tmp run run/abx opt opt/abx "\${home#/}" "\${workdir#/}" etc etc/resolv.conf; do
+    nolinks "$d"
   done
-  set +f
+  IFS=$nl
+  for d in $dirs; do nolinks "$d"; done
+  unset IFS
   mount -t overlay overlay -o "lowerdir=$lower,upperdir=$stage/upper,workdir=$stage/work,nosuid,nodev" "$stage/root"
   for d in proc dev tmp run/abx opt/abx "\${home#/}" "\${workdir#/}" etc; do mkdir -p "$stage/root/$d"; done
+  IFS=$nl
+  for d in $dirs; do mkdir -p "$stage/root$d"; done
+  unset IFS
+  set +f
   [ -e "$stage/root/etc/resolv.conf" ] || : > "$stage/root/etc/resolv.conf"
 fi
 exec "$@"`;
@@ -93,6 +104,11 @@ export interface LaunchPaths {
   workdir?: string;
   /** The uid the disk's files belonged to, when another (see LAUNCH_SCRIPT's `from`). */
   fromUid?: number;
+  /**
+   * Absolute paths to make in an image's overlay (volumes' mount points), checked for links as
+   * the home is; never holding a newline (mount paths have no control characters).
+   */
+  dirs?: string[];
 }
 
 /** The argv that starts `command` (run as the sandbox's uid) in the sandbox's mount namespace. */
@@ -114,6 +130,7 @@ export function launchArgv(paths: LaunchPaths, command: string[]): string[] {
     paths.home ?? '',
     paths.workdir ?? '',
     paths.fromUid === undefined ? '' : String(paths.fromUid),
+    (paths.dirs ?? []).join('\n'),
     ...paths.cgroups,
     '--',
     ...command,
