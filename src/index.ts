@@ -115,6 +115,8 @@ export {
   TimeoutError,
   UnavailableError,
   UpstreamError,
+  VolumeConflictError,
+  VolumeNotFoundError,
 } from './errors.js';
 export type { ConnectionOptions } from './installation/daemon-connection.js';
 export type { DaemonInfo } from './installation/daemon-info.js';
@@ -154,5 +156,7 @@ export type {
 export type { ServerClient, ServerStartOptions } from './sandbox/server-client.js';
 export type { TemplateInfo } from './sandbox/templates.js';
 export { Templates } from './sandbox/templates.js';
+export type { VolumeInfo, VolumeMounts } from './sandbox/volume.js';
+export { Volume } from './sandbox/volume.js';
 export type { WatchEvent, WatchEventType, WatchOptions } from './sandbox/watch-handle.js';
 export { WatchHandle } from './sandbox/watch-handle.js';

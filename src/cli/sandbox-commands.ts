@@ -15,6 +15,7 @@ import {
   setSandboxNetwork,
   setSandboxTimeout,
   snapshotSandbox,
+  type VolumeMountRequest,
 } from '../sandbox/sandbox-api.js';
 import { UsageError } from './errors.js';
 import { formatBytes, withSpinner } from './feedback.js';
@@ -69,6 +70,16 @@ function printInfo(info: SandboxInfo): void {
     ...ended,
     ['capabilities', info.capabilities.join(', ') || '-'],
     ...(info.network ? ([['network', networkText(info.network)]] as const) : []),
+    ...((info.volumeMounts ?? []).length > 0
+      ? ([
+          [
+            'volumes',
+            info.volumeMounts
+              .map((m) => `${m.name} at ${m.path}${m.readOnly ? ' (read-only)' : ''}`)
+              .join(', '),
+          ],
+        ] as const)
+      : []),
     [
       'metadata',
       Object.entries(info.metadata)
@@ -113,8 +124,27 @@ interface CreateOptions {
   internet?: boolean;
   autoPause?: boolean;
   hibernate?: boolean;
+  volume?: VolumeMountRequest[];
   quiet?: boolean;
   json?: boolean;
+}
+
+/** `--volume NAME:PATH[:ro]` (repeatable): a volume to mount. */
+function collectVolumes(value: string, previous: VolumeMountRequest[] = []): VolumeMountRequest[] {
+  const match = /^([^:]+):(\/[^:]*)(?::(ro|rw))?$/.exec(value);
+  if (!match) {
+    throw new InvalidArgumentError(
+      `expected NAME:PATH or NAME:PATH:ro (a volume and an absolute path such as data:/mnt/data), not '${value}'.`,
+    );
+  }
+  return [
+    ...previous,
+    {
+      name: match[1] as string,
+      path: match[2] as string,
+      ...(match[3] === 'ro' ? { readOnly: true } : {}),
+    },
+  ];
 }
 
 async function create(options: CreateOptions): Promise<void> {
@@ -131,6 +161,7 @@ async function create(options: CreateOptions): Promise<void> {
       ...(options.internet === undefined ? {} : { allowInternetAccess: options.internet }),
       ...(options.autoPause ? { autoPause: true } : {}),
       ...(options.autoPause && options.hibernate ? { autoPauseMemory: false } : {}),
+      ...(options.volume ? { volumeMounts: options.volume } : {}),
     }),
   );
   if (options.quiet) return printLine(info.sandboxId);
@@ -449,10 +480,16 @@ export function addSandboxCommands(program: Command): void {
         'at its timeout, pause it (frozen, memory kept) instead of killing it; resume with abx resume',
       )
       .option('--hibernate', 'with --auto-pause: hibernate instead (its disk kept, memory freed)')
+      .option(
+        '-v, --volume <name:path[:ro]>',
+        'mount a volume (abx volume create) at a folder inside the home, /tmp or /mnt; :ro for read-only (repeatable)',
+        collectVolumes,
+      )
       .option('-q, --quiet', 'print the id alone')
       .option('--json', 'print the sandbox as JSON')
       .action(create),
     'abx create --template data-tools --timeout 10m --env MODE=dev',
+    'abx create --volume data:/mnt/data --volume models:/mnt/models:ro',
     'id=$(abx create -q)',
   );
 

@@ -1,4 +1,10 @@
-import type { SandboxInfo, SandboxState, TemplateInfo } from '../../runtime/protocol/wire.js';
+import type {
+  SandboxInfo,
+  SandboxState,
+  TemplateInfo,
+  VolumeInfo,
+} from '../../runtime/protocol/wire.js';
+import { VolumeNotFoundError } from '../errors.js';
 import {
   type ControlConnection,
   connectControlPlane,
@@ -29,6 +35,14 @@ export interface SandboxSpec {
   allowInternetAccess?: boolean;
   autoPause?: boolean;
   autoPauseMemory?: boolean;
+  volumeMounts?: VolumeMountRequest[];
+}
+
+/** A volume to mount on create: its name, where, and whether read-only (default read-write). */
+export interface VolumeMountRequest {
+  name: string;
+  path: string;
+  readOnly?: boolean;
 }
 
 /**
@@ -88,8 +102,44 @@ export function createSandbox(client: JsonClient, spec: SandboxSpec): Promise<Co
         : { allowInternetAccess: spec.allowInternetAccess }),
       ...(spec.autoPause === undefined ? {} : { autoPause: spec.autoPause }),
       ...(spec.autoPauseMemory === undefined ? {} : { autoPauseMemory: spec.autoPauseMemory }),
+      ...(spec.volumeMounts && spec.volumeMounts.length > 0
+        ? { volumeMounts: spec.volumeMounts }
+        : {}),
     },
   });
+}
+
+const volumePath = (name: string) => `/v1/volumes/${encodeURIComponent(name)}`;
+
+/** Makes a volume (`size`: bytes, or `512M`, `2G`; default 1 GiB). */
+export function createVolume(
+  client: JsonClient,
+  name: string,
+  size?: number | string,
+): Promise<VolumeInfo> {
+  return client.json<VolumeInfo>('POST', '/v1/volumes', {
+    body: { name, ...(size === undefined ? {} : { size }) },
+  });
+}
+
+/** The caller's volumes, by name. */
+export async function listVolumes(client: JsonClient): Promise<VolumeInfo[]> {
+  return (await client.json<{ volumes: VolumeInfo[] }>('GET', '/v1/volumes')).volumes;
+}
+
+/** One volume, with what it holds and the sandboxes that mount it. */
+export function getVolume(client: JsonClient, name: string): Promise<VolumeInfo> {
+  return client.json<VolumeInfo>('GET', volumePath(name));
+}
+
+/** Removes a volume and its files; false when there was none of that name. */
+export async function removeVolume(client: JsonClient, name: string): Promise<boolean> {
+  try {
+    return (await client.json<{ removed: boolean }>('DELETE', volumePath(name))).removed;
+  } catch (error) {
+    if (error instanceof VolumeNotFoundError) return false;
+    throw error;
+  }
 }
 
 /** Pauses a running sandbox: frozen with its memory, or (`memory: false`) hibernated. */

@@ -74,6 +74,7 @@ import {
 } from './sandbox-api.js';
 import { ServerClient } from './server-client.js';
 import { Templates } from './templates.js';
+import { type VolumeMounts, volumeMountList } from './volume.js';
 
 export type { SandboxInfo };
 
@@ -104,6 +105,14 @@ export interface SandboxCreateOptions extends ConnectionOptions {
    */
   autoPause?: boolean;
   autoPauseMemory?: boolean;
+  /**
+   * Volumes to mount (docs/volumes.md): `[{ name, path, readOnly? }]`, or E2B's map of path to
+   * volume (or name). Paths go in a folder inside the home, /tmp or /mnt.
+   *
+   * @example
+   * await Sandbox.create({ volumeMounts: [{ name: 'data', path: '/mnt/data' }] });
+   */
+  volumeMounts?: VolumeMounts;
 }
 
 export type { SandboxListFilter };
@@ -387,7 +396,8 @@ export class Sandbox extends BaseSandbox {
    */
   static async create(options: SandboxCreateOptions = {}): Promise<Sandbox> {
     const { connection, client } = await openControl(options);
-    return new Sandbox(await createSandbox(client, options), connection, options);
+    const spec = { ...options, volumeMounts: volumeMountList(options.volumeMounts) };
+    return new Sandbox(await createSandbox(client, spec), connection, options);
   }
 
   /**

@@ -1,6 +1,6 @@
 import { describe, expect } from 'vitest';
 import type { Registry } from '../../src/control/registry.js';
-import { apiKeyRow, STORES, sandboxRow, storeTest } from './registry-stores.js';
+import { apiKeyRow, STORES, sandboxRow, storeTest, volumeRow } from './registry-stores.js';
 
 // The same contract for both stores: what the services rely on, and what two daemons sharing one
 // database rely on (each `store.open()` is another daemon's connection to the same database).
@@ -418,6 +418,91 @@ for (const kind of STORES) {
       });
       expect(claimed?.owner).toBe('key_unlimited000');
       expect((await one.getSandbox(claimed?.id as string))?.owner).toBe('key_unlimited000');
+    });
+    test('volumes: names unique per owner, found by owner and name, listed by name', async ({
+      store,
+    }) => {
+      const [one, two] = [await store.open(), await store.open()];
+      const data = volumeRow({ name: 'data' });
+      expect(await one.insertVolume(data)).toBe(true);
+      expect(await two.insertVolume(volumeRow({ name: 'data' }))).toBe(false);
+      const alices = volumeRow({ name: 'data', owner: 'key_alice0000000' });
+      expect(await two.insertVolume(alices)).toBe(true);
+      expect(await one.insertVolume(volumeRow({ name: 'another' }))).toBe(true);
+      expect(await two.getVolume(data.id)).toEqual(data);
+      expect(await two.findVolume(null, 'data')).toEqual(data);
+      expect(await one.findVolume('key_alice0000000', 'data')).toEqual(alices);
+      expect(await one.findVolume('key_bob000000000', 'data')).toBeUndefined();
+      expect((await two.listVolumes(null)).map((v) => v.name)).toEqual(['another', 'data']);
+      expect((await two.listVolumes('key_alice0000000')).map((v) => v.id)).toEqual([alices.id]);
+      expect(await one.listVolumes()).toHaveLength(3);
+    });
+
+    test('a volume is removed only while no live sandbox mounts it; a sandbox needs its volumes to exist', async ({
+      store,
+    }) => {
+      const [one, two] = [await store.open(), await store.open()];
+      const volume = volumeRow({ name: 'busy' });
+      // A name that looks like the id must not count as mounting it.
+      const decoy = volumeRow({ name: volume.id });
+      await one.insertVolume(volume);
+      await one.insertVolume(decoy);
+      const mount = (v: typeof volume, path = '/mnt/x') => ({
+        id: v.id,
+        name: v.name,
+        path,
+        readOnly: false,
+      });
+      const user = sandboxRow({ volumeMounts: [mount(volume), mount(volume, '/mnt/y')] });
+      const paused = sandboxRow({ state: 'paused', volumeMounts: [mount(volume)] });
+      const ended = sandboxRow({ state: 'killed', endedAt: 1, volumeMounts: [mount(volume)] });
+      const decoyUser = sandboxRow({ volumeMounts: [mount(decoy)] });
+      for (const row of [user, paused, ended, decoyUser]) {
+        expect(await one.insertSandbox(row)).toBe(true);
+      }
+      expect(await two.getSandbox(user.id)).toEqual(user);
+      expect(await two.volumeUsers(volume.id)).toEqual([user.id, paused.id]);
+      expect(await two.removeVolume(volume.id)).toEqual({
+        removed: false,
+        users: [user.id, paused.id],
+      });
+      await one.endSandbox(user.id, 'killed', 'test');
+      await one.endSandbox(paused.id, 'killed', 'test');
+      expect(await two.removeVolume(volume.id)).toEqual({ removed: true, users: [] });
+      expect(await two.removeVolume(volume.id)).toEqual({ removed: false, users: [] });
+      expect(await one.getVolume(volume.id)).toBeUndefined();
+      // A sandbox that mounts a volume that is gone is not recorded.
+      const late = sandboxRow({ volumeMounts: [mount(volume)] });
+      expect(await two.insertSandbox(late)).toBe(false);
+      expect(await one.getSandbox(late.id)).toBeUndefined();
+      expect(await one.volumeUsers(decoy.id)).toEqual([decoyUser.id]);
+    });
+
+    test('a removal and creates that mount the volume race on two daemons: never a sandbox of a removed volume', async ({
+      store,
+    }) => {
+      const [one, two] = [await store.open(), await store.open()];
+      for (let round = 0; round < 5; round++) {
+        const volume = volumeRow();
+        await one.insertVolume(volume);
+        const mounts = [{ id: volume.id, name: volume.name, path: '/mnt/v', readOnly: false }];
+        const rows = Array.from({ length: 4 }, () => sandboxRow({ volumeMounts: mounts }));
+        const [removal, ...inserts] = await Promise.all([
+          (round % 2 ? one : two).removeVolume(volume.id),
+          ...rows.map((row, i) => (i % 2 ? one : two).insertSandbox(row)),
+        ]);
+        const written = rows.filter((_, i) => inserts[i] === true).map((row) => row.id);
+        if (removal?.removed) {
+          // Removed: no sandbox of it was recorded before or after.
+          expect(written).toEqual([]);
+          expect(await one.getVolume(volume.id)).toBeUndefined();
+        } else {
+          // Refused: it names the sandboxes recorded before it, and the volume is still there.
+          expect(removal?.users.length).toBeGreaterThan(0);
+          expect(written).toEqual(expect.arrayContaining(removal?.users ?? []));
+          expect(await one.getVolume(volume.id)).toBeDefined();
+        }
+      }
     });
   });
 }

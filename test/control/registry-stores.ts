@@ -6,7 +6,12 @@ import Database from 'better-sqlite3';
 import pg from 'pg';
 import { test as base } from 'vitest';
 import { PostgresRegistry } from '../../src/control/postgres-registry.js';
-import type { ApiKeyRecord, Registry, SandboxRecord } from '../../src/control/registry.js';
+import type {
+  ApiKeyRecord,
+  Registry,
+  SandboxRecord,
+  VolumeRecord,
+} from '../../src/control/registry.js';
 import { SqliteRegistry } from '../../src/control/sqlite-registry.js';
 import { createTestDatabase, NEEDS_POSTGRES, TEST_DATABASE_URL } from '../helpers/postgres.js';
 
@@ -93,6 +98,19 @@ export function storeTest(kind: StoreKind) {
 }
 
 let sequence = 0;
+
+/** A volume row as the volume service would insert it. */
+export function volumeRow(overrides: Partial<VolumeRecord> = {}): VolumeRecord {
+  sequence++;
+  return {
+    id: `vol_${String(sequence).padStart(6, '0')}${Math.random().toString(36).slice(2, 10)}`,
+    name: `volume-${sequence}`,
+    owner: null,
+    sizeBytes: 16 * 1024 ** 2,
+    createdAt: 1_800_000_000_000 + sequence,
+    ...overrides,
+  };
+}
 
 /** A sandbox row as the services would insert it. */
 export function sandboxRow(overrides: Partial<SandboxRecord> = {}): SandboxRecord {

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { orphanNetProcesses } from '../../src/egress/sandbox-net.js';
 import { stopDaemon } from '../../src/installation/daemon-connection.js';
+import { unmountUnder } from '../../src/providers/local/volumes.js';
 import { Sandbox } from '../../src/sandbox/sandbox.js';
 import { Templates } from '../../src/sandbox/templates.js';
 import { ensureBuilt } from './build.js';
@@ -98,6 +99,8 @@ export async function createAbxHome(): Promise<{ home: string; close(): Promise<
           // gone
         }
       }
+      // Volumes' disks stay mounted on the host: never a recursive removal across them.
+      await unmountUnder(home);
       await rm(home, { recursive: true, force: true });
     },
   };

@@ -412,6 +412,8 @@ export function providerContract(
           'open_files',
           ...(provider.freeze ? ['pause'] : []),
           'processes',
+          // A provider with volumes says whether their size is enforced.
+          ...(provider.volumes ? ['volume_quota'] : []),
         ]);
         for (const [limit, { enforced, how }] of Object.entries(report.limits)) {
           expect(typeof enforced, limit).toBe('boolean');

@@ -72,7 +72,7 @@ import {
 import { DEFAULT_UID_RANGE, SandboxUids, type UidRange, uidProcesses } from './sandbox-uids.js';
 import { sandboxUsage } from './sandbox-usage.js';
 import { compileSeccompFilter } from './seccomp.js';
-import { LocalVolumes, type VolumeBind } from './volumes.js';
+import { LocalVolumes, sweepVolumeStages, type VolumeBind } from './volumes.js';
 
 /** The pids limit of a sandbox whose template sets no `processes`: a fork bomb stops there. */
 export const DEFAULT_PROCESS_LIMIT = 4096;
@@ -852,7 +852,11 @@ export class LocalProvider implements SandboxProvider {
   async sweepOrphans(sandboxesDir: string, running: ReadonlySet<string>): Promise<string[]> {
     // Host-wide leftovers of sandboxes whose installation is gone: empty cgroups, free uids.
     sweepEmptyCgroups();
-    if (this.mode === 'root') this.uids.sweepStale();
+    if (this.mode === 'root') {
+      this.uids.sweepStale();
+      // A daemon killed while it started a sandbox with volumes left their idmapped mounts.
+      sweepVolumeStages(4 * (this.options.startTimeoutMs ?? 15_000));
+    }
     await this.pruneImages();
     const orphans = new Map<string, number[]>();
     const ours = (id: string | undefined): id is string =>
@@ -922,6 +926,15 @@ export class LocalProvider implements SandboxProvider {
         : {
             enforced: true,
             how: 'SIGSTOP to each process (no freezer cgroup this daemon may write): a process of the sandbox sees SIGCONT on resume',
+          },
+      volume_quota: root
+        ? {
+            enforced: true,
+            how: 'an ext4 disk image per volume, idmapped into each sandbox that mounts it (its files the sandbox user’s, one reserved host uid’s on disk)',
+          }
+        : {
+            enforced: false,
+            how: 'rootless: a volume is a folder of the daemon’s uid, its size reported but not enforced (no loop mounts without root)',
           },
     };
     const warnings = Object.entries(limits)
