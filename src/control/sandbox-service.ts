@@ -643,8 +643,11 @@ export class SandboxService {
       if (record.state === 'paused') throw pausedError(record, 'is paused already');
       if (expiredBy !== undefined && record.expiresAt > expiredBy) return record;
       const { handle } = await this.running(id);
-      // Read while it runs: what a hibernated sandbox wakes with.
-      const spec = memory ? undefined : await this.hibernateSpec(record);
+      // Read while it runs: what a hibernated sandbox wakes with, and what a frozen one's forks
+      // start with (a frozen envd cannot answer; a pooled sandbox got its create's envs late).
+      const spec = memory
+        ? this.provider.fork && (await this.hibernateSpec(record).catch(() => undefined))
+        : await this.hibernateSpec(record);
       const at = Date.now();
       if (!(await this.registry.pauseSandbox(id, { memory, at }, at + this.pausedTimeoutMs))) {
         return this.running(id);
@@ -744,7 +747,7 @@ export class SandboxService {
    * Forks a running or paused sandbox: `count` (1-10, default 1) new running sandboxes, each on a
    * copy of its disk (home, /tmp, an image's overlay; never its processes), with an id, tokens
    * and (root daemon) a uid of its own, its template, resources, network policy and environment
-   * (what envd has now; a frozen source's envd cannot answer: what it was started with), its
+   * (what envd has now; a frozen source's envd cannot answer: what it had when it was paused), its
    * metadata with `metadata` over it, and `timeoutMs` (default: its template's). The forks are
    * `owner`'s and count against its limit. All start or none is left.
    */

@@ -1,6 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { setSandboxEnv } from '../../src/control/envd-request.js';
 import { Sandbox, Template, Templates } from '../../src/index.js';
 import { startDaemon } from '../../src/installation/daemon-connection.js';
 import { createAbxHome, sandboxProcesses } from '../helpers/abx-home.js';
@@ -43,6 +45,19 @@ function hostUids(id: string): Set<number> {
       }
     }),
   );
+}
+
+/** Adds variables to a running sandbox's environment through its envd (`PUT /env`). */
+async function addEnv(at: string, box: Sandbox, env: Record<string, string>): Promise<void> {
+  const db = new Database(join(at, 'abx.db'), { readonly: true });
+  try {
+    const row = db.prepare('SELECT handle FROM sandboxes WHERE id = ?').get(box.sandboxId) as {
+      handle: string;
+    };
+    await setSandboxEnv(JSON.parse(row.handle), box.accessToken, env);
+  } finally {
+    db.close();
+  }
 }
 
 function forkCases(name: string, home: () => string, uidOfItsOwn: boolean): void {
@@ -101,6 +116,8 @@ function forkCases(name: string, home: () => string, uidOfItsOwn: boolean): void
       let forks: Sandbox[] = [];
       try {
         await source.commands.run('echo frozen > ~/state.txt');
+        // Set after it started (as a pooled sandbox gets its create's envs): its forks get it.
+        await addEnv(home(), source, { FROM_CREATE: 'kept' });
         // A clock in the source: a fork taken later than another sees the same tick only if the
         // source stayed frozen in between.
         await source.commands.start(
@@ -110,7 +127,10 @@ function forkCases(name: string, home: () => string, uidOfItsOwn: boolean): void
         expect(await source.pause()).toBe(true);
         forks = await source.fork({ count: 3 });
         expect(new Set(forks.map((f) => f.sandboxId)).size).toBe(3);
-        for (const fork of forks) expect(await read(fork, '~/state.txt')).toBe('frozen');
+        for (const fork of forks) {
+          expect(await read(fork, '~/state.txt')).toBe('frozen');
+          expect((await fork.commands.run('echo $FROM_CREATE')).stdout.trim()).toBe('kept');
+        }
         const ticks = await Promise.all(forks.map((fork) => read(fork, '~/tick')));
         expect(ticks[0]).toMatch(/^\d+$/);
         expect(new Set(ticks).size).toBe(1);
