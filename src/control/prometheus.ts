@@ -8,7 +8,7 @@ import {
 import type { EndState } from './registry.js';
 
 /** Where a created sandbox came from: the warm pool, or a start of its own. */
-export type CreateSource = 'pool' | 'start';
+export type CreateSource = 'pool' | 'start' | 'fork';
 /** How a sandbox is paused: its processes frozen (memory kept), or ended with its disk kept. */
 export type PauseMode = 'freeze' | 'hibernate';
 /** What a gateway request was for (see {@link gatewayRequestKind}). */

@@ -799,6 +799,7 @@ export class SandboxService {
         ));
       const metadata = { ...source.metadata, ...extra };
       const one = async (): Promise<{ record: SandboxRecord; accessToken: string }> => {
+        const began = performance.now();
         const forkId = newSandboxId();
         const accessToken = this.tokenOf(forkId);
         const dir = join(this.sandboxesDir, forkId);
@@ -862,6 +863,7 @@ export class SandboxService {
           await rm(dir, { recursive: true, force: true });
           throw await this.notWritten(record, owner);
         }
+        this.events?.created(record.template, 'fork', (performance.now() - began) / 1000, false);
         return { record, accessToken };
       };
       const results = await Promise.allSettled(Array.from({ length: count }, one));

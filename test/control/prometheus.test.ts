@@ -101,6 +101,9 @@ describe("the daemon's Prometheus metrics (GET /metrics)", () => {
       const invalid = await request(`${gatewayUrl}/health`, { reset: true });
       expect(invalid.statusCode).toBe(400);
       await invalid.body.text();
+      // Forks are creates too, of their source's template.
+      const forks = await first.fork({ count: 2 });
+      for (const fork of forks) await fork.kill();
       expect(await Sandbox.kill(first.sandboxId, { home })).toBe(true);
 
       let after = await metrics();
@@ -119,11 +122,13 @@ describe("the daemon's Prometheus metrics (GET /metrics)", () => {
         value(after, name, labels) - value(pooled, name, labels);
       expect(moved('abx_sandbox_creates_total', { template: 'base', source: 'pool' })).toBe(1);
       expect(moved('abx_sandbox_creates_total', { template: 'base', source: 'start' })).toBe(0);
+      expect(moved('abx_sandbox_creates_total', { template: 'base', source: 'fork' })).toBe(2);
+      expect(moved('abx_sandbox_create_seconds_count', { source: 'fork' })).toBe(2);
       expect(moved('abx_warm_pool_hits_total', { template: 'base' })).toBe(1);
       expect(moved('abx_sandbox_create_seconds_count', { source: 'pool' })).toBe(1);
       expect(moved('abx_sandbox_create_seconds_bucket', { source: 'pool', le: '+Inf' })).toBe(1);
       expect(moved('abx_sandbox_create_seconds_sum', { source: 'pool' })).toBeGreaterThan(0);
-      expect(moved('abx_sandbox_ends_total', { state: 'killed' })).toBe(1);
+      expect(moved('abx_sandbox_ends_total', { state: 'killed' })).toBe(3);
       expect(value(after, 'abx_sandbox_create_failures_total', { template: 'base' })).toBe(0);
       expect(moved('abx_gateway_requests_total', { kind: 'envd' })).toBeGreaterThanOrEqual(1);
       expect(moved('abx_gateway_requests_total', { kind: 'invalid' })).toBe(1);
