@@ -27,6 +27,8 @@ export interface SandboxLifecycle {
   onTimeout: 'kill' | 'pause';
   /** With `pause`: keep its memory (freeze) or only its disk (hibernate). */
   keepMemory: boolean;
+  /** With `pause`: a request for it through the gateway resumes it (E2B's `autoResume`). */
+  autoResume?: boolean;
 }
 
 /** A sandbox as `GET /v1/sandboxes/:id` shows it (never its token). */

@@ -63,7 +63,7 @@ function printInfo(info: SandboxInfo): void {
       ? ([
           [
             'on timeout',
-            `pause (${info.lifecycle.keepMemory ? 'freeze, memory kept' : 'hibernate, disk kept'})`,
+            `pause (${info.lifecycle.keepMemory ? 'freeze, memory kept' : 'hibernate, disk kept'})${info.lifecycle.autoResume ? '; its traffic resumes it' : ''}`,
           ],
         ] as const)
       : []),
@@ -124,6 +124,7 @@ interface CreateOptions {
   internet?: boolean;
   autoPause?: boolean;
   hibernate?: boolean;
+  autoResume?: boolean;
   volume?: VolumeMountRequest[];
   quiet?: boolean;
   json?: boolean;
@@ -161,6 +162,7 @@ async function create(options: CreateOptions): Promise<void> {
       ...(options.internet === undefined ? {} : { allowInternetAccess: options.internet }),
       ...(options.autoPause ? { autoPause: true } : {}),
       ...(options.autoPause && options.hibernate ? { autoPauseMemory: false } : {}),
+      ...(options.autoResume ? { autoResume: true } : {}),
       ...(options.volume ? { volumeMounts: options.volume } : {}),
     }),
   );
@@ -480,6 +482,10 @@ export function addSandboxCommands(program: Command): void {
         'at its timeout, pause it (frozen, memory kept) instead of killing it; resume with abx resume',
       )
       .option('--hibernate', 'with --auto-pause: hibernate instead (its disk kept, memory freed)')
+      .option(
+        '--auto-resume',
+        'with --auto-pause: a request for it (abx exec, a port through the gateway) resumes it',
+      )
       .option(
         '-v, --volume <name:path[:ro]>',
         'mount a volume (abx volume create) at a folder inside the home, /tmp or /mnt; :ro for read-only (repeatable)',

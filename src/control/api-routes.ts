@@ -180,7 +180,7 @@ export const API_ROUTES: ApiRoute[] = [
     path: '/v1/sandboxes',
     group: 'api',
     summary:
-      'Create a sandbox from a template: { template?, timeoutMs?, envs?, metadata?, network?: { allowOut?, denyOut? }, allowInternetAccess?, autoPause? (its timeout pauses it), autoPauseMemory?, volumeMounts?: [{ name, path, readOnly? }] }; the answer has its accessToken and the gatewayUrl its ports are reached through.',
+      'Create a sandbox from a template: { template?, timeoutMs?, envs?, metadata?, network?: { allowOut?, denyOut? }, allowInternetAccess?, autoPause? (its timeout pauses it), autoPauseMemory?, autoResume? (its traffic resumes it), volumeMounts?: [{ name, path, readOnly? }] }; the answer has its accessToken and the gatewayUrl its ports are reached through.',
     handler: async ({ body, ctx }) => {
       const request = (body ?? {}) as Record<string, unknown>;
       if (typeof request !== 'object' || Array.isArray(request)) {
@@ -204,6 +204,7 @@ export const API_ROUTES: ApiRoute[] = [
             : { allowInternetAccess: request.allowInternetAccess }),
           autoPause: request.autoPause,
           autoPauseMemory: request.autoPauseMemory,
+          autoResume: request.autoResume,
           volumeMounts: request.volumeMounts,
         },
         keyOwner(caller),

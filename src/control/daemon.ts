@@ -341,6 +341,10 @@ export class Daemon {
           if (this.liveness.size > 10_000) this.liveness.clear();
           return alive;
         },
+        resume: async (record) => {
+          const owner = record.owner ? await this.keys.ownerOf(record.owner) : undefined;
+          return (await this.sandboxes.resume(record.id, {}, owner)).record;
+        },
         openPort: async (record, token, port) => {
           // A socket that exists is served already (by envd's forwarder, or by a command server
           // listening there itself): no round trip to envd per request.

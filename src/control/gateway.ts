@@ -115,6 +115,11 @@ export interface GatewayBackend {
   apiTarget?(): string | undefined;
   /** Told of each request head and each closed client connection (the daemon's metrics). */
   counts?: GatewayCounts;
+  /**
+   * Resumes a paused sandbox created with `autoResume`, for a request that presented its
+   * credential; resolves with its running record. Absent: such requests get 409 as any other.
+   */
+  resume?(record: SandboxRecord): Promise<SandboxRecord>;
 }
 
 /** What a request is for, as the gateway's request counter labels it. */
@@ -601,7 +606,7 @@ export class Gateway implements GatewayRoutes {
     const { id, port } = target;
     let token = target.token;
     const found = this.backend.find(id);
-    const record = found instanceof Promise ? await found : found;
+    let record = found instanceof Promise ? await found : found;
     const links = this.links;
     // The credential is checked before saying anything about the sandbox's state.
     if (target.via === 'link' || target.via === 'session') {
@@ -635,6 +640,10 @@ export class Gateway implements GatewayRoutes {
             `missing or wrong access token for sandbox ${id}: send X-Access-Token (or ?token=, or Authorization: Bearer)`,
           )
         : new SandboxNotFoundError(`sandbox ${id} does not exist`);
+    }
+    // Its traffic resumes a sandbox made with autoResume, once the request proved it may reach it.
+    if (record.state === 'paused' && record.lifecycle?.autoResume && this.backend.resume) {
+      record = await this.backend.resume(record);
     }
     if (record.state === 'paused') {
       throw new SandboxPausedError(

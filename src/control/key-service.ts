@@ -8,6 +8,7 @@ import {
 } from '../errors.js';
 import { hashToken, tokenMatches } from './ids.js';
 import type { ApiKeyRecord, Registry } from './registry.js';
+import type { KeyOwner } from './sandbox-service.js';
 
 /** Who sent an API request: the daemon's own key, or a key of the registry. */
 export interface Caller {
@@ -106,6 +107,15 @@ export class KeyService {
       admin: record.admin,
       maxRunning: record.maxRunning,
     };
+  }
+
+  /**
+   * The key `id` as a sandbox's owner (its limit of running sandboxes), for a resume no key asked
+   * for (a request's traffic); undefined when it is gone.
+   */
+  async ownerOf(id: string): Promise<KeyOwner | undefined> {
+    const record = (await this.registry.listApiKeys()).find((key) => key.id === id);
+    return record && { keyId: record.id, name: record.name, maxRunning: record.maxRunning };
   }
 
   /** Records the use, at most once a minute per key; a failure to record it fails nothing. */

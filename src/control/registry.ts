@@ -92,6 +92,8 @@ export interface PauseRecord {
 export interface LifecycleRecord {
   onTimeout: 'pause';
   keepMemory: boolean;
+  /** True: a request for it through the gateway resumes it (E2B's `autoResume`). */
+  autoResume?: boolean;
 }
 
 /** One API key of the control plane. The key itself is never stored, only its SHA-256. */

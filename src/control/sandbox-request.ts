@@ -17,6 +17,8 @@ export interface CreateSandboxRequest {
   autoPause?: unknown;
   /** With `autoPause`: keep its memory (freeze, the default) or only its disk (hibernate). */
   autoPauseMemory?: unknown;
+  /** With `autoPause`: a request for it through the gateway resumes it (E2B's `autoResume`). */
+  autoResume?: unknown;
   /** Volumes to mount: `[{ name, path, readOnly? }]` (docs/volumes.md). */
   volumeMounts?: unknown;
 }
@@ -26,10 +28,15 @@ export interface CreateSandboxRequest {
  * (`keepMemory` from `autoPauseMemory`, else `defaultMemory`); null without it.
  */
 export function checkLifecycle(
-  request: Pick<CreateSandboxRequest, 'autoPause' | 'autoPauseMemory'>,
+  request: Pick<CreateSandboxRequest, 'autoPause' | 'autoPauseMemory' | 'autoResume'>,
   defaultMemory: boolean,
-): { onTimeout: 'pause'; keepMemory: boolean } | null {
-  const { autoPause, autoPauseMemory } = request;
+): { onTimeout: 'pause'; keepMemory: boolean; autoResume?: boolean } | null {
+  const { autoPause, autoPauseMemory, autoResume } = request;
+  if (autoResume !== undefined && autoResume !== null && typeof autoResume !== 'boolean') {
+    throw new InvalidArgumentError(
+      `autoResume must be true or false, not ${JSON.stringify(autoResume)}`,
+    );
+  }
   if (autoPause !== undefined && autoPause !== null && typeof autoPause !== 'boolean') {
     throw new InvalidArgumentError(
       `autoPause must be true or false, not ${JSON.stringify(autoPause)}`,
@@ -48,11 +55,17 @@ export function checkLifecycle(
     if (typeof autoPauseMemory === 'boolean') {
       throw new InvalidArgumentError('autoPauseMemory needs autoPause: true');
     }
+    if (autoResume === true) {
+      throw new InvalidArgumentError(
+        'autoResume needs autoPause: true (a sandbox that pauses at its timeout is what its traffic resumes)',
+      );
+    }
     return null;
   }
   return {
     onTimeout: 'pause',
     keepMemory: typeof autoPauseMemory === 'boolean' ? autoPauseMemory : defaultMemory,
+    ...(autoResume === true ? { autoResume: true } : {}),
   };
 }
 

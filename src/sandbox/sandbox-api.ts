@@ -35,6 +35,7 @@ export interface SandboxSpec {
   allowInternetAccess?: boolean;
   autoPause?: boolean;
   autoPauseMemory?: boolean;
+  autoResume?: boolean;
   volumeMounts?: VolumeMountRequest[];
 }
 
@@ -102,6 +103,7 @@ export function createSandbox(client: JsonClient, spec: SandboxSpec): Promise<Co
         : { allowInternetAccess: spec.allowInternetAccess }),
       ...(spec.autoPause === undefined ? {} : { autoPause: spec.autoPause }),
       ...(spec.autoPauseMemory === undefined ? {} : { autoPauseMemory: spec.autoPauseMemory }),
+      ...(spec.autoResume === undefined ? {} : { autoResume: spec.autoResume }),
       ...(spec.volumeMounts && spec.volumeMounts.length > 0
         ? { volumeMounts: spec.volumeMounts }
         : {}),

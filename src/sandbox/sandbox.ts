@@ -106,6 +106,12 @@ export interface SandboxCreateOptions extends ConnectionOptions {
   autoPause?: boolean;
   autoPauseMemory?: boolean;
   /**
+   * With `autoPause`: a request for the paused sandbox through the gateway (a command, a file, a
+   * port of it) resumes it first, as E2B's `autoResume` does; without it such a request gets 409
+   * (the SDK's own calls resume it either way).
+   */
+  autoResume?: boolean;
+  /**
    * Volumes to mount (docs/volumes.md): `[{ name, path, readOnly? }]`, or E2B's map of path to
    * volume (or name). Paths go in a folder inside the home, /tmp or /mnt.
    *

@@ -179,12 +179,64 @@ describe('pause and resume (local, root daemon)', () => {
     }
   }, 120_000);
 
+  test('autoResume: a request with its token resumes it, frozen or hibernated; a wrong token does not', async () => {
+    const key = await ApiKeys.create(`auto-resume-${Date.now()}`, { home, maxRunning: 1 });
+    const connection = { apiUrl: daemonInfo().apiUrl, apiKey: key.key };
+    const box = await Sandbox.create({ ...connection, autoPause: true, autoResume: true });
+    let other: Sandbox | undefined;
+    const health = (token: string) =>
+      request(`${daemonInfo().gatewayUrl}/health`, {
+        headers: {
+          'x-sandbox-id': box.sandboxId,
+          'x-sandbox-port': '49983',
+          'x-access-token': token,
+        },
+      });
+    try {
+      expect((await box.getInfo()).lifecycle).toEqual({
+        onTimeout: 'pause',
+        keepMemory: true,
+        autoResume: true,
+      });
+      await box.commands.run('echo kept > ~/f');
+      for (const memory of [true, false]) {
+        await box.pause({ memory });
+        const refused = await health('not-its-token');
+        expect(refused.statusCode).toBe(401);
+        await refused.body.text();
+        expect((await box.getInfo()).state).toBe('paused');
+        const answered = await health(box.accessToken);
+        expect(answered.statusCode).toBe(200);
+        await answered.body.text();
+        expect((await box.getInfo()).state).toBe('running');
+        expect((await box.commands.run('cat ~/f')).stdout.trim()).toBe('kept');
+      }
+      // Its key's limit holds for a resume its traffic asks for too.
+      await box.pause();
+      other = await Sandbox.create(connection);
+      const over = await health(box.accessToken);
+      expect(over.statusCode).toBe(429);
+      await over.body.text();
+      expect((await box.getInfo()).state).toBe('paused');
+    } finally {
+      await box.kill();
+      await other?.kill();
+    }
+  }, 180_000);
+
   test('bad input is refused and changes nothing', async () => {
     const box = await Sandbox.create({ home });
     try {
       const id = box.sandboxId;
       const bad = await api('POST', `/v1/sandboxes/${id}/pause`, { memory: 'yes' });
       expect(bad.status).toBe(400);
+      const before = (await Sandbox.list({ home, all: true })).length;
+      for (const body of [{ autoResume: true }, { autoPause: true, autoResume: 'yes' }]) {
+        const refused = await api('POST', '/v1/sandboxes', body);
+        expect(refused.status, JSON.stringify(body)).toBe(400);
+        expect(String(refused.body.error)).toMatch(/autoResume/);
+      }
+      expect((await Sandbox.list({ home, all: true })).length).toBe(before);
       expect((await box.getInfo()).state).toBe('running');
       expect((await api('POST', `/v1/sandboxes/${id}/resume`, { timeoutMs: -5 })).status).toBe(400);
       expect((await api('POST', '/v1/sandboxes/inosuchsandbox00/pause', {})).status).toBe(404);
