@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type Docker from 'dockerode';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { Sandbox } from '../../src/index.js';
+import { Sandbox, Template, Templates } from '../../src/index.js';
 import { engineAddress, probeEngine } from '../../src/providers/docker/engine.js';
 import {
   DockerVolumes,
@@ -14,6 +14,7 @@ import {
 } from '../../src/providers/docker/volumes.js';
 import { unmountUnder } from '../../src/providers/local/volumes.js';
 import { type DockerHome, dockerHome } from '../compat/e2b/docker-home.js';
+import { removeTemplates } from '../helpers/abx-home.js';
 import { call, type Json } from '../helpers/api-call.js';
 import { DEBIAN_IMAGE, dockerEngine, ensureDebianImage } from '../helpers/docker-images.js';
 
@@ -141,7 +142,8 @@ if (!engine.docker) {
 
   afterAll(async () => {
     await Promise.all(boxes.map((box) => box.kill().catch(() => undefined)));
-    for (const name of ['shared', 'small', 'kept']) {
+    await removeTemplates(abx?.home);
+    for (const name of ['shared', 'small', 'kept', 'fresh']) {
       await api('DELETE', `/v1/volumes/${name}`).catch(() => undefined);
     }
     if (abx) {
@@ -240,6 +242,25 @@ if (!engine.docker) {
     for (const box of [a, b, reader]) await box.kill();
   }, 300_000);
 
+  test("a template's home files at a volume's mount point stay out of the volume", async () => {
+    await Templates.build(
+      Template.fromBase().runCmd(
+        'mkdir -p data && echo template > data/t.txt && echo x > keep.txt',
+      ),
+      { home: abx.home, name: 'with-data' },
+    );
+    await makeVolume('fresh', '16M');
+    const made = await api('POST', '/v1/sandboxes', {
+      template: 'with-data',
+      volumeMounts: [{ name: 'fresh', path: '/home/user/data' }],
+    });
+    expect(made.status, JSON.stringify(made.body)).toBe(200);
+    const box = await Sandbox.connect(made.body.sandboxId, { home: abx.home });
+    boxes.push(box);
+    expect(await run(box, 'cat ~/keep.txt; ls -A ~/data; stat -c %u ~/data')).toBe('x\n1000');
+    await box.kill();
+  }, 300_000);
+
   test('a write past the size fails with ENOSPC, and the volume reports itself full', async () => {
     await makeVolume('small', '16M');
     const box = await sandboxWith([{ name: 'small', path: '/mnt/small' }]);
@@ -301,7 +322,7 @@ if (!engine.docker) {
   }, 300_000);
 
   test('nothing is left on the engine or the host: containers, volumes, loop devices, mounts', async () => {
-    for (const name of ['shared', 'small']) {
+    for (const name of ['shared', 'small', 'fresh']) {
       expect((await api('DELETE', `/v1/volumes/${name}`)).status).toBe(200);
     }
     const ids = boxes.map((box) => `abx-${box.sandboxId}`);
@@ -314,7 +335,7 @@ if (!engine.docker) {
     expect(
       volumes.filter((v) => volumeIds.includes(v.Labels?.['abx.volume'] ?? '')).map((v) => v.Name),
     ).toEqual([]);
-    expect(volumeIds).toHaveLength(3);
+    expect(volumeIds).toHaveLength(4);
     const mounts = readFileSync('/proc/self/mountinfo', 'utf8')
       .split('\n')
       .filter((line) => line.includes(abx.home));
