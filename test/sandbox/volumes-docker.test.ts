@@ -12,7 +12,7 @@ import {
   dockerVolumeName,
   volumeMount,
 } from '../../src/providers/docker/volumes.js';
-import { unmountUnder } from '../../src/providers/local/volumes.js';
+import { mountsUnder, unmountUnder } from '../../src/providers/local/volumes.js';
 import { type DockerHome, dockerHome } from '../compat/e2b/docker-home.js';
 import { removeTemplates } from '../helpers/abx-home.js';
 import { call, type Json } from '../helpers/api-call.js';
@@ -290,8 +290,17 @@ if (!engine.docker) {
     expect(refused.status).toBe(409);
     expect(refused.body).toMatchObject({ code: 'volume_in_use', users: [box.sandboxId] });
     expect(refused.body.error).toContain(`mounted by sandbox ${box.sandboxId}`);
+    // As after a reboot: the disk is no longer mounted on the host; the wake mounts it again.
+    const mnt = join(abx.home, 'volumes', volume.volumeId, 'mnt');
+    execFileSync('umount', [mnt]);
+    expect(mountsUnder(mnt)).toEqual([]);
     await box.resume();
-    expect(await run(box, 'cat /home/user/kept/note.txt')).toBe('before');
+    expect(mountsUnder(mnt)).toEqual([mnt]);
+    expect(
+      await run(box, 'cat /home/user/kept/note.txt && df -k /home/user/kept | tail -1'),
+    ).toMatch(/^before\n\S+\s+\d+/);
+    const size = Number((await run(box, 'df -k /home/user/kept | tail -1')).split(/\s+/)[1]);
+    expect(size * 1024).toBeLessThanOrEqual(32 * MiB);
 
     const [fork] = await box.fork();
     if (!fork) throw new Error('no fork');
