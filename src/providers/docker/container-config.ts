@@ -10,6 +10,7 @@ import type { EngineFacts } from './engine.js';
 import { SANDBOX_USER_ID } from './passwd.js';
 import { TOKEN_FILE } from './sandbox-archive.js';
 import { sandboxCgroupParent } from './sandbox-cgroups.js';
+import { volumeMount } from './volumes.js';
 
 /** Label naming the sandbox a container is. */
 export const SANDBOX_LABEL = 'abx.sandbox';
@@ -53,7 +54,8 @@ export interface ContainerContext {
  * seccomp profile (never `unconfined`), its own pid, ipc, uts and cgroup namespaces, `docker-init`
  * as pid 1 (envd is its only child; when envd ends the container ends), no network but its
  * loopback unless `network: host`, the runtime read-only at /opt/abx, envd's run folder and its
- * ports folder as small tmpfs mounts of its own, limits as cgroups and rlimits, a capped log.
+ * ports folder as small tmpfs mounts of its own, its volumes, limits as cgroups and rlimits, a
+ * capped log.
  * A normal sandbox runs as uid 1000 with every capability dropped; only an image template's build
  * sandbox (`user: root`) keeps Docker's default set, which apt needs.
  */
@@ -112,6 +114,8 @@ export function containerOptions(
       // An internet sandbox's resolver: egress's DNS (every DNS packet goes there anyway).
       ...(spec.network === 'internet' ? [`${spec.dir}/resolv.conf:/etc/resolv.conf:ro`] : []),
     ],
+    // The volumes (named volumes, see volumes.ts), read-write or read-only.
+    ...(spec.volumeMounts?.length ? { Mounts: spec.volumeMounts.map(volumeMount) } : {}),
     Tmpfs: {
       [SANDBOX_RUN_DIR]: tmpfs(user.uid),
       [`${SANDBOX_RUN_DIR}/ports`]: tmpfs(user.uid),

@@ -41,6 +41,7 @@ import {
 import { DockerImageStore } from './image-store.js';
 import { sandboxArchive, workdirChain } from './sandbox-archive.js';
 import { adoptMemory, prepareMemoryCgroup, sandboxCgroupDirs } from './sandbox-cgroups.js';
+import { DockerVolumes } from './volumes.js';
 
 /** The image sandboxes of templates without an image start from (with the user added). */
 export const DEFAULT_BASE_IMAGE = 'debian:bookworm-slim';
@@ -116,6 +117,8 @@ export class DockerProvider implements SandboxProvider {
   /** The internet networks of this provider's sandboxes (the egress service on first use). */
   readonly networks = new SandboxNetworks();
   readonly images: DockerImageStore;
+  /** Volumes: Docker named volumes, each a bind of an ext4 disk of its size where it can be. */
+  readonly volumes: DockerVolumes;
   private readonly docker: Docker;
   private facts: EngineFacts | undefined;
   private probing: Promise<EngineFacts> | undefined;
@@ -140,6 +143,7 @@ export class DockerProvider implements SandboxProvider {
     }
     this.address = engineAddress(this.docker);
     this.images = new DockerImageStore(this.docker);
+    this.volumes = new DockerVolumes(this.docker, () => this.engine(), this.address);
     // isolation() is synchronous: learn what the engine offers early (failures come again later).
     this.engine().catch(() => undefined);
   }
@@ -216,6 +220,8 @@ export class DockerProvider implements SandboxProvider {
     );
     const imageInfo = await step('its image', () => this.images.inspectImage(image));
     const imagePath = imageInfo.Config?.Env?.find((entry) => entry.startsWith('PATH='))?.slice(5);
+    const mounts = spec.volumeMounts ?? [];
+    if (mounts.length > 0) await step('its volumes', () => this.volumes.prepare(mounts));
     if (spec.network === 'internet') {
       egress = await step('egress', () => this.networks.serve(spec.id, spec.egress, false));
     }
@@ -238,6 +244,12 @@ export class DockerProvider implements SandboxProvider {
     if (dirs.length === 0 && !(await this.exists(made, spec.workdir))) {
       dirs.push(posix.normalize(spec.workdir));
     }
+    // The folders above a volume in the home are the user's (the engine would make them root's).
+    for (const mount of user.uid === 0 ? [] : mounts) {
+      for (const dir of workdirChain(user.home, posix.dirname(mount.path))) {
+        if (!dirs.includes(dir)) dirs.push(dir);
+      }
+    }
     await step('docker could not copy its files in', () =>
       made.putArchive(
         Readable.from(
@@ -247,6 +259,7 @@ export class DockerProvider implements SandboxProvider {
             ...(user.uid === 0 ? {} : { home: user.home }),
             ...(spec.baseHome && user.uid !== 0 ? { baseHome: spec.baseHome } : {}),
             dirs,
+            skip: mounts.map((mount) => mount.path),
           }),
         ),
         { path: '/' },
@@ -264,6 +277,8 @@ export class DockerProvider implements SandboxProvider {
           : `it ended at once (exit code ${info.State.ExitCode}${info.State.Error ? `: ${info.State.Error}` : ''})`,
       );
     }
+    const missing = this.volumes.missingDisk(pid, mounts);
+    if (missing) throw await fail(missing);
     if (spec.network === 'internet') {
       // The container started with no network (NetworkMode none): it gets its rules, then its
       // only link, before create returns and anything of the user's runs in it.
@@ -349,6 +364,8 @@ export class DockerProvider implements SandboxProvider {
         Readable.from(sandboxArchive({ uid: user.uid, token: envdTokenFile(spec) })),
         { path: '/' },
       );
+      // A quota volume's disk is mounted on the host again (after a reboot) before the engine binds it.
+      await this.volumes.prepare(spec.volumeMounts ?? []);
       if (handle.cgroups) prepareMemoryCgroup(spec.id, spec.resources.memory);
       await container.start();
       if (handle.cgroups) adoptMemory(spec.id, container.id);
@@ -360,6 +377,11 @@ export class DockerProvider implements SandboxProvider {
       throw new SandboxStartError(
         `sandbox ${spec.id} did not wake: its container ended at once (exit code ${info.State.ExitCode})`,
       );
+    }
+    const missing = this.volumes.missingDisk(pid, spec.volumeMounts ?? []);
+    if (missing) {
+      await container.stop({ t: 0 }).catch(() => undefined);
+      throw new SandboxStartError(`sandbox ${spec.id} did not wake: ${missing}`);
     }
     let net: KeptNet | undefined;
     if (handle.net) {

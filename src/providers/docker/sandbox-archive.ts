@@ -27,6 +27,11 @@ export interface SandboxFiles {
   baseHome?: string;
   /** Folders to make, owned by `uid` (a workdir and its parents below the home). */
   dirs?: string[];
+  /**
+   * Volume mount points: nothing is written at or under them (the engine unpacks with the
+   * container's volumes mounted, so a template's files would land in a volume).
+   */
+  skip?: string[];
 }
 
 function entry(
@@ -62,16 +67,18 @@ async function* treeEntries(
   to: string,
   uid: number,
   gid = uid,
+  skip: (inside: string) => boolean = () => false,
 ): AsyncGenerator<Buffer> {
   const names = (await readdir(dir)).sort();
   for (const name of names) {
     const path = join(dir, name);
     const inside = posix.join(to, name);
+    if (skip(inside)) continue;
     const stats = await lstat(path);
     const mode = stats.mode & 0o777;
     if (stats.isDirectory()) {
       yield entry(inside, '5', mode, uid, 0, undefined, gid);
-      yield* treeEntries(path, inside, uid, gid);
+      yield* treeEntries(path, inside, uid, gid, skip);
     } else if (stats.isSymbolicLink()) {
       yield entry(inside, '2', 0o777, uid, 0, await readlink(path, { encoding: 'buffer' }), gid);
     } else if (stats.isFile()) {
@@ -147,6 +154,8 @@ export async function* copyArchive(
  */
 export async function* sandboxArchive(files: SandboxFiles): AsyncGenerator<Buffer> {
   const { uid } = files;
+  const skipped = (path: string) =>
+    (files.skip ?? []).some((point) => path === point || path.startsWith(`${point}/`));
   yield entry('/tmp', '5', 0o1777, 0);
   yield entry(TOKEN_DIR, '5', 0o700, uid);
   const token = Buffer.from(files.token);
@@ -155,9 +164,9 @@ export async function* sandboxArchive(files: SandboxFiles): AsyncGenerator<Buffe
   yield padding(token.length);
   if (files.home) {
     yield entry(files.home, '5', 0o700, uid);
-    if (files.baseHome) yield* treeEntries(files.baseHome, files.home, uid);
+    if (files.baseHome) yield* treeEntries(files.baseHome, files.home, uid, uid, skipped);
   }
-  for (const dir of files.dirs ?? []) yield entry(dir, '5', 0o755, uid);
+  for (const dir of files.dirs ?? []) if (!skipped(dir)) yield entry(dir, '5', 0o755, uid);
   yield END_OF_ARCHIVE;
 }
 

@@ -157,8 +157,11 @@ export class LocalVolumes implements VolumeStore {
     }
   }
 
-  /** A root daemon's volume mounted on the host (after a reboot, mounted again). */
-  private mounted(volume: VolumeSpec): Promise<string> {
+  /**
+   * A root daemon's volume mounted on the host (after a reboot, mounted again); the docker
+   * provider's volumes bind it too.
+   */
+  mounted(volume: VolumeSpec): Promise<string> {
     const mnt = this.folder(volume);
     const running = this.mounting.get(volume.id);
     if (running) return running;
