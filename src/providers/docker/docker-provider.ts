@@ -630,10 +630,9 @@ export class DockerProvider implements SandboxProvider {
         how: `not known: the Docker engine at ${this.address} has not answered yet`,
       };
       const limits = Object.fromEntries(
-        ['processes', 'memory', 'cpu', 'disk', 'open_files', 'file_size'].map((name) => [
-          name,
-          unknown,
-        ]),
+        ['processes', 'memory', 'cpu', 'disk', 'open_files', 'file_size', 'volume_quota'].map(
+          (name) => [name, unknown],
+        ),
       );
       return {
         mode: 'rootless',
@@ -670,6 +669,15 @@ export class DockerProvider implements SandboxProvider {
         enforced: true,
         how: 'docker pause (the engine’s cgroup freezer); a hibernate stops the container and keeps it',
       },
+      volume_quota: this.volumes.quotaWith(facts)
+        ? {
+            enforced: true,
+            how: 'a named volume bound to an ext4 disk image of its size (a root daemon beside a root engine on this host)',
+          }
+        : {
+            enforced: false,
+            how: 'not enforced: a volume is a plain named volume on the engine’s disk (the daemon is not root, or the engine is rootless or remote); its size is reported only',
+          },
     };
     const warnings = [
       facts.usernsRemap

@@ -96,7 +96,11 @@ export class DockerVolumes implements VolumeStore {
    * and the engine is a root one on this host (it binds a folder of this host's).
    */
   async quota(): Promise<boolean> {
-    const facts = await this.engine();
+    return this.quotaWith(await this.engine());
+  }
+
+  /** {@link quota} for an engine that offers `facts`. */
+  quotaWith(facts: EngineFacts): boolean {
     const local = this.address.startsWith('/') || this.address.startsWith('unix://');
     return process.getuid?.() === 0 && local && !facts.rootless;
   }
