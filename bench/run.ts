@@ -816,26 +816,26 @@ async function volumes(template: string) {
       write64MiBHome: wh,
     };
     row(
-      '13 volumes',
+      '14 volumes',
       'Volume.create (1 GiB)',
       ms(mk),
       'a sparse ext4 image, formatted and mounted (root daemon)',
     );
-    row('13 volumes', 'Volume.remove', ms(rm), 'unmounted, then its folder removed');
+    row('14 volumes', 'Volume.remove', ms(rm), 'unmounted, then its folder removed');
     row(
-      '13 volumes',
+      '14 volumes',
       'cold create → first command, one volume',
       ms(mounted),
       `${round(mounted.p50 / plain.p50, 2)}× the same without`,
     );
     row(
-      '13 volumes',
+      '14 volumes',
       'cold create → first command, no volume (same rounds)',
       ms(plain),
       'a network policy of its own: never from the pool',
     );
     row(
-      '13 volumes',
+      '14 volumes',
       'write + sync 64 MiB to the volume',
       ms(wv),
       `${round(wv.p50 / wh.p50, 2)}× the same to its home`,
