@@ -19,6 +19,7 @@ import { unmountUnder } from '../../../src/providers/local/volumes.js';
 import { ApiKeys } from '../../../src/sandbox/api-keys.js';
 import { createAbxHome } from '../../helpers/abx-home.js';
 import { call } from '../../helpers/api-call.js';
+import { type RootlessDaemon, startRootlessDaemon } from '../../helpers/rootless.js';
 
 // Volumes through the real, unmodified `e2b` package (its `Volume` class and
 // `Sandbox.create({ volumeMounts })`) against a real daemon with bubblewrap sandboxes, run as
@@ -447,5 +448,44 @@ describe('volumes through the E2B SDK', () => {
     expect((await Sandbox.list(as(adminKey)).nextItems()).length).toBe(before);
     expect(await Volume.destroy(theirs.volumeId, as(otherKey))).toBe(true);
     expect(await Volume.destroy(volume.volumeId, as(adminKey))).toBe(true);
+  });
+});
+
+describe("a rootless daemon's volumes through the E2B SDK", () => {
+  let daemon: RootlessDaemon;
+  let opts: { apiKey: string; apiUrl: string; sandboxUrl: string; requestTimeoutMs: number };
+
+  beforeAll(async () => {
+    daemon = await startRootlessDaemon();
+    const started = JSON.parse(readFileSync(join(daemon.home, 'daemon.json'), 'utf8'));
+    opts = {
+      apiKey: readFileSync(join(daemon.home, 'api-key'), 'utf8').trim(),
+      apiUrl: started.gatewayUrl,
+      sandboxUrl: started.gatewayUrl,
+      requestTimeoutMs: 60_000,
+    };
+  }, 120_000);
+
+  afterAll(async () => {
+    await daemon?.close();
+  }, 120_000);
+
+  test("a folder of the daemon's uid: the API's files are the sandbox user's, and the sandbox's the API's", async ({
+    made,
+  }) => {
+    const volume = await Volume.create(unique('rootless'), opts);
+    const at = { apiUrl: opts.apiUrl };
+    await volume.writeFile('/from-api.txt', 'written by the API', { ...at, force: true });
+    const sandbox = made(await Sandbox.create({ ...opts, volumeMounts: { '/mnt/r': volume } }));
+    expect(await run(sandbox, 'stat -c "%u %g" /mnt/r/from-api.txt; cat /mnt/r/from-api.txt')).toBe(
+      '1000 1000\nwritten by the API',
+    );
+    await sandbox.commands.run('mkdir /mnt/r/d && echo from the sandbox > /mnt/r/d/f.txt');
+    expect(await volume.readFile('/d/f.txt', at)).toBe('from the sandbox\n');
+    expect(await volume.getInfo('/d/f.txt', at)).toMatchObject({ uid: 1000, gid: 1000 });
+    await sandbox.commands.run('ln -s / /mnt/r/root');
+    await expect(volume.readFile('/root/etc/passwd', at)).rejects.toThrow(/^400: .*symbolic link/);
+    await sandbox.kill();
+    expect(await Volume.destroy(volume.volumeId, opts)).toBe(true);
   });
 });
