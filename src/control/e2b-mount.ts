@@ -1,6 +1,7 @@
 import type { BodyLimits } from '../../runtime/server/http.js';
 import type { E2bBackend, E2bCaller, E2bSandboxRow, E2bVolume } from '../compat/e2b/backend.js';
 import { E2bControlApi } from '../compat/e2b/control-api.js';
+import { VolumeNotFoundError } from '../errors.js';
 import { egressPolicyOf, sandboxHome } from '../providers/provider.js';
 import { hashToken, tokenMatches } from './ids.js';
 import type { KeyService } from './key-service.js';
@@ -100,7 +101,10 @@ export function mountE2bControlApi(
     },
     volumeToken,
     volumeOfToken: async (id, token) => {
-      const volume = await volumes.byId(undefined, id).catch(() => undefined);
+      const volume = await volumes.byId(undefined, id).catch((error: unknown) => {
+        if (error instanceof VolumeNotFoundError) return undefined;
+        throw error;
+      });
       // Compared as hashes in constant time, as every token of the daemon is.
       if (!volume || !tokenMatches(token, hashToken(volumeToken(volume.id)))) return undefined;
       // A revoked key's volumes are not reached by their tokens any more (an admin removes them).

@@ -110,6 +110,11 @@ export class LocalVolumes implements VolumeStore {
   private readonly mounting = new Map<string, Promise<string>>();
   /** Its files from the daemon's side: on the mounted disk, or the rootless folder. */
   readonly files: LocalVolumeFiles;
+  /**
+   * Volumes being removed (or removed): never mounted again, so a files call that raced the
+   * removal cannot mount the disk under the folder being removed.
+   */
+  private readonly removed = new Set<string>();
 
   constructor(
     private readonly mode: 'root' | 'rootless',
@@ -174,6 +179,7 @@ export class LocalVolumes implements VolumeStore {
     const running = this.mounting.get(volume.id);
     if (running) return running;
     const work = (async () => {
+      if (this.removed.has(volume.id)) throw new Error(`volume ${volume.name} is being removed`);
       if (mountsUnder(mnt).includes(mnt)) return mnt;
       const image = join(volume.dir, 'disk.img');
       if (!existsSync(image)) throw new Error(`its disk ${image} is gone`);
@@ -186,6 +192,7 @@ export class LocalVolumes implements VolumeStore {
   }
 
   async remove(volume: VolumeSpec): Promise<void> {
+    this.removed.add(volume.id);
     if (!existsSync(volume.dir)) return;
     // Never a recursive removal across a mount: that would empty the volume's disk through it.
     await unmountUnder(volume.dir);
