@@ -76,11 +76,17 @@ async function e2bEnv(options: EnvOptions): Promise<void> {
   const caFile = ca !== undefined && !ca.includes('-----BEGIN') && existsSync(ca) ? ca : undefined;
   const env: Record<string, string> = options.domain
     ? { E2B_DOMAIN: url.host, E2B_API_KEY: apiKey }
-    : { E2B_API_URL: url.origin, E2B_SANDBOX_URL: url.origin, E2B_API_KEY: apiKey };
+    : {
+        E2B_API_URL: url.origin,
+        E2B_SANDBOX_URL: url.origin,
+        // The SDK's Volume reaches a volume's files here, else at https://api.{domain}.
+        E2B_VOLUME_API_URL: url.origin,
+        E2B_API_KEY: apiKey,
+      };
   if (caFile !== undefined) env.NODE_EXTRA_CA_CERTS = caFile;
   if (options.json) return printJson(env);
-  // E2B_API_URL and E2B_SANDBOX_URL win over E2B_DOMAIN in the SDKs: a domain needs them gone.
-  if (options.domain) printLine('unset E2B_API_URL E2B_SANDBOX_URL');
+  // The URLs win over E2B_DOMAIN in the SDKs: a domain needs them gone.
+  if (options.domain) printLine('unset E2B_API_URL E2B_SANDBOX_URL E2B_VOLUME_API_URL');
   for (const [name, value] of Object.entries(env)) printLine(`export ${name}=${quoted(value)}`);
   if (!options.domain && !/^e2b_[0-9a-f]+$/.test(apiKey)) {
     process.stderr.write(
@@ -100,7 +106,7 @@ export function addE2bCommand(program: Command): void {
     e2b
       .command('env')
       .description(
-        "Print the export lines that point E2B's SDKs at this control plane: E2B_API_URL and E2B_SANDBOX_URL both the gateway's URL (it serves the API too), or E2B_DOMAIN with --domain; and E2B_API_KEY, the key this client uses unless --key-name makes one.",
+        "Print the export lines that point E2B's SDKs at this control plane: E2B_API_URL, E2B_SANDBOX_URL and E2B_VOLUME_API_URL all the gateway's URL (it serves the API too), or E2B_DOMAIN with --domain; and E2B_API_KEY, the key this client uses unless --key-name makes one.",
       )
       .option('--key-name <name>', "make an API key of this name, in E2B's form, for E2B_API_KEY")
       .option(

@@ -28,7 +28,7 @@ import { API_ROUTES, type ApiContext, METRICS_PATH } from './api-routes.js';
 import { mountE2bControlApi } from './e2b-mount.js';
 import { envdRequest, runSetupStep, setSandboxEnv } from './envd-request.js';
 import { Gateway } from './gateway.js';
-import { hashToken, sandboxToken } from './ids.js';
+import { hashToken, sandboxToken, volumeToken } from './ids.js';
 import { KeyService } from './key-service.js';
 import { MetricsSampler, metricsInterval } from './metrics.js';
 import {
@@ -287,6 +287,8 @@ export class Daemon {
         templates: this.templates,
         keys: this.keys,
         metrics: this.metrics,
+        volumes: this.volumes,
+        volumeToken: (id) => volumeToken(tokenSecret, id),
       },
       // The host E2B's SDKs put after `{port}-{id}.`: the domain, and the gateway's port when it
       // is not its scheme's own (the SDK builds https://{port}-{id}.{domain} from it).

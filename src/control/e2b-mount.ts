@@ -1,12 +1,15 @@
 import type { BodyLimits } from '../../runtime/server/http.js';
-import type { E2bBackend, E2bCaller, E2bSandboxRow } from '../compat/e2b/backend.js';
+import type { E2bBackend, E2bCaller, E2bSandboxRow, E2bVolume } from '../compat/e2b/backend.js';
 import { E2bControlApi } from '../compat/e2b/control-api.js';
-import { egressPolicyOf } from '../providers/provider.js';
+import { VolumeNotFoundError } from '../errors.js';
+import { egressPolicyOf, sandboxHome } from '../providers/provider.js';
+import { hashToken, tokenMatches } from './ids.js';
 import type { KeyService } from './key-service.js';
 import type { MetricsSampler } from './metrics.js';
-import type { SandboxRecord } from './registry.js';
+import type { SandboxRecord, VolumeRecord } from './registry.js';
 import type { KeyOwner, SandboxService } from './sandbox-service.js';
 import { snapshotSource, type TemplateService } from './template-service.js';
+import { mountRoots, type VolumeService } from './volume-service.js';
 
 /**
  * E2B's control API over this daemon's services: the compatibility layer declares what it needs
@@ -19,11 +22,14 @@ export function mountE2bControlApi(
     templates: TemplateService;
     keys: KeyService;
     metrics: MetricsSampler;
+    volumes: VolumeService;
+    /** A volume's content token (ids.ts volumeToken with the installation's secret). */
+    volumeToken: (id: string) => string;
   },
   domain: () => string,
   limits: BodyLimits,
 ): E2bControlApi {
-  const { sandboxes, templates, keys, metrics } = services;
+  const { sandboxes, templates, keys, metrics, volumes, volumeToken } = services;
   const backend: E2bBackend = {
     authenticate: (key) => keys.authenticateKey(key, 'X-API-KEY: <key> (E2B_API_KEY)'),
     create: async (request, caller) =>
@@ -60,7 +66,11 @@ export function mountE2bControlApi(
     template: async (name) => {
       try {
         const { spec } = await templates.get(name);
-        return { resources: spec.resources, network: spec.network };
+        return {
+          resources: spec.resources,
+          network: spec.network,
+          mountRoots: mountRoots(sandboxHome(spec.user)),
+        };
       } catch {
         return undefined;
       }
@@ -83,9 +93,33 @@ export function mountE2bControlApi(
     },
     metrics: (id, start, end) => metrics.samples(id, start, end),
     domain,
+    createVolume: async (name, caller) => volumeOf(await volumes.create(caller.keyId, { name })),
+    listVolumes: async (caller) => (await volumes.list(caller.keyId)).map(volumeOf),
+    getVolume: async (id, caller) => volumeOf(await volumes.byId(caller.keyId, id)),
+    removeVolume: async (id, caller) => {
+      await volumes.remove(await volumes.byId(caller.keyId, id));
+    },
+    volumeToken,
+    volumeOfToken: async (id, token) => {
+      const volume = await volumes.byId(undefined, id).catch((error: unknown) => {
+        if (error instanceof VolumeNotFoundError) return undefined;
+        throw error;
+      });
+      // Compared as hashes in constant time, as every token of the daemon is.
+      if (!volume || !tokenMatches(token, hashToken(volumeToken(volume.id)))) return undefined;
+      // A revoked key's volumes are not reached by their tokens any more (an admin removes them).
+      if (volume.owner !== null) {
+        const key = (await keys.list()).find((k) => k.id === volume.owner);
+        if (!key || key.revokedAt !== null) return undefined;
+      }
+      return volumes.spec(volume);
+    },
+    volumeFiles: () => volumes.files(),
   };
   return new E2bControlApi(backend, limits);
 }
+
+const volumeOf = (volume: VolumeRecord): E2bVolume => ({ id: volume.id, name: volume.name });
 
 /** The key a create or resume counts against (none: the daemon's own key). */
 function keyOwner(caller: E2bCaller): KeyOwner | undefined {
@@ -97,7 +131,9 @@ function keyOwner(caller: E2bCaller): KeyOwner | undefined {
 /** A registry row as the E2B layer reads it: an internet sandbox's policy comes from its handle. */
 function rowOf(record: SandboxRecord): E2bSandboxRow {
   const policy = egressPolicyOf(record.handle);
-  return policy
-    ? { ...record, network: { allowOut: policy.allowOut, denyOut: policy.denyOut } }
-    : record;
+  const row: E2bSandboxRow = {
+    ...record,
+    volumeMounts: record.volumeMounts.map(({ name, path }) => ({ name, path })),
+  };
+  return policy ? { ...row, network: { allowOut: policy.allowOut, denyOut: policy.denyOut } } : row;
 }

@@ -41,3 +41,12 @@ export function sandboxToken(
   const label = kind === 'access' ? 'sandbox' : 'control';
   return createHmac('sha256', secret).update(`${label}:${sandboxId}`).digest('base64url');
 }
+
+/**
+ * A volume's content token (E2B's volume content API takes it as `Authorization: Bearer`),
+ * derived like a sandbox's from the installation's secret and the volume id: nothing is stored,
+ * and it ends with the volume.
+ */
+export function volumeToken(secret: string, volumeId: string): string {
+  return createHmac('sha256', secret).update(`volume:${volumeId}`).digest('base64url');
+}

@@ -11,6 +11,7 @@ import { join, posix } from 'node:path';
 import { InvalidArgumentError, VolumeConflictError, VolumeNotFoundError } from '../errors.js';
 import type {
   SandboxProvider,
+  VolumeFiles,
   VolumeMountSpec,
   VolumeSpec,
   VolumeUsage,
@@ -211,6 +212,32 @@ export class VolumeService {
       );
     }
     return volume;
+  }
+
+  /**
+   * The volume of id `id` if it is `owner`'s (undefined: anyone's), or VolumeNotFoundError
+   * (another key's too).
+   */
+  async byId(owner: string | null | undefined, id: string): Promise<VolumeRecord> {
+    const volume = await this.registry.getVolume(id);
+    if (!volume || (owner !== undefined && volume.owner !== owner)) {
+      throw new VolumeNotFoundError(
+        `no volume has the id ${JSON.stringify(id.slice(0, 100))} among this key's volumes; see abx volume ls, or make one`,
+      );
+    }
+    return volume;
+  }
+
+  /** The provider's way to a volume's files without a sandbox, or why there is none. */
+  files(): VolumeFiles {
+    const files = this.store().files;
+    if (!files) {
+      throw new InvalidArgumentError(
+        `the ${this.provider.name} provider does not reach a volume's files from the daemon: read and write them in a sandbox that mounts the volume`,
+        { code: 'volume_files_unavailable' },
+      );
+    }
+    return files;
   }
 
   /** A volume with what it holds and who mounts it. */

@@ -1,3 +1,4 @@
+import type { Readable } from 'node:stream';
 import type { Capability } from '../../runtime/protocol/capabilities.js';
 import {
   SANDBOX_HOME,
@@ -151,6 +152,75 @@ export interface VolumeStore {
   remove(volume: VolumeSpec): Promise<void>;
   /** What it holds now. */
   usage(volume: VolumeSpec): Promise<VolumeUsage>;
+  /**
+   * Its files reached without a sandbox (E2B's volume content API); absent where the provider
+   * cannot reach a volume's storage from the daemon.
+   */
+  readonly files?: VolumeFiles;
+}
+
+/** One file, folder or link of a volume, as a sandbox that mounts it sees it. */
+export interface VolumeEntry {
+  /** Its last path component (`/` for the volume's root). */
+  name: string;
+  /** Its path in the volume: absolute, canonical (`/` is the volume's root). */
+  path: string;
+  type: 'file' | 'directory' | 'symlink' | 'unknown';
+  size: number;
+  /** Permission bits (0o777 at most). */
+  mode: number;
+  /** Owner as a sandbox sees it: its user (1000), else the overflow id (65534). */
+  uid: number;
+  gid: number;
+  /** Times, ms since the epoch. */
+  atime: number;
+  mtime: number;
+  ctime: number;
+  /** A link's target, as written. */
+  target?: string;
+}
+
+/** Who a new or changed entry belongs to and its permission bits; absent: the defaults. */
+export interface VolumeOwnership {
+  /** As a sandbox sees it; the default (and the only id a local volume takes) is its user's. */
+  uid?: number;
+  gid?: number;
+  mode?: number;
+}
+
+/**
+ * A volume's files from the daemon's side. `path` is taken inside the volume (`..` stops at its
+ * root); no link is ever followed, so nothing outside the volume is reached whatever the
+ * sandboxes mounting it put there. Errors: NotFoundError (404) for a path that is not there,
+ * FileOperationError (400 with the errno as `code`; 409 for `EEXIST`; 507 for a full volume).
+ */
+export interface VolumeFiles {
+  stat(volume: VolumeSpec, path: string): Promise<VolumeEntry>;
+  /** A folder's entries, `depth` levels down (1: its own), each folder before what it holds. */
+  list(volume: VolumeSpec, path: string, depth: number): Promise<VolumeEntry[]>;
+  /** Makes a folder (`parents`: and the missing folders above it; one there already is kept). */
+  makeDir(
+    volume: VolumeSpec,
+    path: string,
+    options: VolumeOwnership & { parents: boolean },
+  ): Promise<VolumeEntry>;
+  /** A file's bytes; the stream is the caller's to read or destroy. */
+  read(volume: VolumeSpec, path: string): Promise<{ size: number; stream: Readable }>;
+  /**
+   * Writes a file from `data`, all or nothing: it appears once every byte is written.
+   * `overwrite` replaces a file there (and makes missing folders above it); without it an
+   * existing path is `EEXIST`.
+   */
+  write(
+    volume: VolumeSpec,
+    path: string,
+    data: AsyncIterable<Uint8Array>,
+    options: VolumeOwnership & { overwrite: boolean },
+  ): Promise<VolumeEntry>;
+  /** Changes an entry's owner or mode (links have neither). */
+  update(volume: VolumeSpec, path: string, changes: VolumeOwnership): Promise<VolumeEntry>;
+  /** Removes a file, link or folder with everything in it; never the root. */
+  remove(volume: VolumeSpec, path: string): Promise<void>;
 }
 
 /** Where an image template starts from. */

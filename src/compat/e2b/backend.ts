@@ -4,7 +4,7 @@
  * Every call lands on the native service, registry and key store; the layer keeps no state.
  */
 import type { TemplateResources } from '../../../runtime/protocol/wire.js';
-import type { MetricsSample } from '../../providers/provider.js';
+import type { MetricsSample, VolumeFiles, VolumeSpec } from '../../providers/provider.js';
 
 /** Who sent a request: the key its `X-API-KEY` names. */
 export interface E2bCaller {
@@ -20,6 +20,20 @@ export interface E2bTemplateTraits {
   resources: TemplateResources;
   /** `host`: the host's network; `none`: loopback only; `internet`: egress by policy. */
   network: 'none' | 'host' | 'internet';
+  /** The folders a volume may be mounted inside in its sandboxes (its home, /tmp, /mnt). */
+  mountRoots: string[];
+}
+
+/** A volume as E2B's API names it: abx's id (`vol_…`) and the name the key gave it. */
+export interface E2bVolume {
+  id: string;
+  name: string;
+}
+
+/** A volume mounted in a sandbox, as E2B's `volumeMounts` entries say. */
+export interface E2bVolumeMount {
+  name: string;
+  path: string;
 }
 
 /** An egress policy, as E2B's `network.allowOut` and `denyOut` (docs/network.md). */
@@ -43,6 +57,8 @@ export interface E2bSandboxRow {
   paused?: { memory: boolean; at: number } | null;
   /** Set when its timeout pauses it (`autoPause`) instead of killing it. */
   lifecycle?: { onTimeout: 'pause'; keepMemory: boolean } | null;
+  /** The volumes it mounts. */
+  volumeMounts?: readonly E2bVolumeMount[];
 }
 
 /** The states a sandbox is listed in (E2B's `state` query). */
@@ -64,6 +80,11 @@ export interface E2bBackend {
       autoPause?: boolean;
       /** With `autoPause`: keep its memory (freeze) or only its disk (hibernate). */
       autoPauseMemory?: boolean;
+      /**
+       * The caller's volumes to mount, by name (checked again by the native create); `readOnly`
+       * is abx's own, passed on as sent.
+       */
+      volumeMounts?: (E2bVolumeMount & { readOnly?: unknown })[];
     },
     caller: E2bCaller,
   ): Promise<E2bSandboxRow>;
@@ -122,4 +143,21 @@ export interface E2bBackend {
   metrics(id: string, start?: number, end?: number): MetricsSample[];
   /** The domain sandbox hosts end with: `{port}-{sandboxId}.{domain}` at the gateway. */
   domain(): string;
+  /** Makes a volume of the caller's (InvalidArgumentError for a bad name; 409 for a taken one). */
+  createVolume(name: unknown, caller: E2bCaller): Promise<E2bVolume>;
+  /** The caller's volumes, oldest first. */
+  listVolumes(caller: E2bCaller): Promise<E2bVolume[]>;
+  /** The caller's volume of that id; VolumeNotFoundError (404) for none, another key's too. */
+  getVolume(id: string, caller: E2bCaller): Promise<E2bVolume>;
+  /** Removes the caller's volume and its files; 404 for none, 409 while a sandbox mounts it. */
+  removeVolume(id: string, caller: E2bCaller): Promise<void>;
+  /** The token of a volume's content API (derived, never stored). */
+  volumeToken(id: string): string;
+  /**
+   * The volume whose content token `token` is, while it exists and its key is not revoked;
+   * undefined otherwise (a wrong token and an unknown volume alike).
+   */
+  volumeOfToken(id: string, token: string | undefined): Promise<VolumeSpec | undefined>;
+  /** The provider's way to volumes' files (InvalidArgumentError where it has none). */
+  volumeFiles(): VolumeFiles;
 }

@@ -24,6 +24,16 @@ import { timeRange } from '../../util/time-range.js';
 import type { E2bBackend, E2bCaller, E2bSandboxRow, E2bTemplateTraits } from './backend.js';
 import { E2B_CODE_TEMPLATE } from './code-interpreter.js';
 import { page, parseListQuery } from './list-query.js';
+import { E2bVolumeContent } from './volume-content.js';
+import {
+  createVolume,
+  getVolume,
+  listVolumes,
+  removeVolume,
+  type VolumeAnswer,
+  type VolumeCall,
+  volumeMountsOf,
+} from './volume-routes.js';
 import {
   bodyObject,
   DEFAULT_TIMEOUT_SECONDS,
@@ -111,9 +121,6 @@ function refuseUnsupported(body: Record<string, unknown>, template: E2bTemplateT
       "the template gives its sandboxes the host's network (template.yaml network: host), which takes no egress policy: leave out allow_internet_access and network, or use a template whose network is none or internet",
     );
   }
-  if (Array.isArray(body.volumeMounts) ? body.volumeMounts.length > 0 : given('volumeMounts')) {
-    throw new InvalidArgumentError('volumeMounts are not supported by abx: leave them out');
-  }
   if (given('mcp')) {
     throw new InvalidArgumentError('mcp (the MCP gateway) is not supported by abx: leave it out');
   }
@@ -145,6 +152,7 @@ async function create(call: Call): Promise<Answer> {
   // a pause this provider cannot do.
   const autoPause = optionalBoolean(body, 'autoPause');
   const autoPauseMemory = optionalBoolean(body, 'autoPauseMemory');
+  const volumeMounts = await volumeMountsOf(body.volumeMounts, traits, call.caller, call.backend);
   try {
     const row = await call.backend.create(
       {
@@ -156,6 +164,7 @@ async function create(call: Call): Promise<Answer> {
         ...(internet === undefined ? {} : { allowInternetAccess: internet }),
         ...(autoPause === undefined ? {} : { autoPause }),
         ...(autoPauseMemory === undefined ? {} : { autoPauseMemory }),
+        ...(volumeMounts ? { volumeMounts } : {}),
       },
       call.caller,
     );
@@ -339,6 +348,14 @@ function route(
   return { method, path, group: 'e2b', summary, handler: ({ ctx }) => run(ctx) };
 }
 
+/** A volume route (volume-routes.ts), its answer as this API sends it. */
+function volumeRoute(run: (call: VolumeCall) => Promise<VolumeAnswer>) {
+  return async (call: Call): Promise<Answer> => {
+    const { status, body } = await run(call);
+    return new Answer(status, body);
+  };
+}
+
 async function info(call: Call): Promise<Answer> {
   const row = await visible(call);
   const template = await call.backend.template(row.template);
@@ -504,6 +521,10 @@ const ROUTES: E2bRoute[] = [
   route('POST', '/sandboxes/{id}/fork', 'Fork: count new sandboxes on copies of its disk.', fork),
   route('DELETE', '/templates/{id}', 'Remove a snapshot (a template).', removeTemplate),
   route('GET', '/snapshots', 'List snapshots (templates saved from sandboxes).', listSnapshots),
+  route('POST', '/volumes', 'Make a volume of the key: { name }.', volumeRoute(createVolume)),
+  route('GET', '/volumes', "The key's volumes.", volumeRoute(listVolumes)),
+  route('GET', '/volumes/{id}', 'One volume, with its content token.', volumeRoute(getVolume)),
+  route('DELETE', '/volumes/{id}', 'Remove a volume and its files.', volumeRoute(removeVolume)),
 ];
 
 /** The first path segments this API answers; the daemon's own API keeps every other path. */
@@ -514,18 +535,26 @@ const PREFIXES = [
   ['templates'],
   ['v2', 'templates'],
   ['v3', 'templates'],
+  ['volumes'],
+  ['volumecontent'],
 ];
 
 /** E2B's control API, answering on the daemon's listener beside `/v1`. */
 export class E2bControlApi {
   private readonly table = new RouteTable<Call>(ROUTES);
+  private readonly content: E2bVolumeContent;
 
   constructor(
     private readonly backend: E2bBackend,
     private readonly limits: BodyLimits,
-  ) {}
+  ) {
+    this.content = new E2bVolumeContent(backend, limits);
+  }
 
-  /** Whether a request path is E2B's (`/sandboxes…`, `/v2/sandboxes…`, `/snapshots`, `/templates…`). */
+  /**
+   * Whether a request path is E2B's (`/sandboxes…`, `/v2/sandboxes…`, `/snapshots`,
+   * `/templates…`, `/volumes…`, and the volume content API's `/volumecontent/…`).
+   */
   static claims(url: string | undefined): boolean {
     const path = (url ?? '/').split('?')[0] as string;
     const segments = path.split('/').filter(Boolean);
@@ -534,6 +563,8 @@ export class E2bControlApi {
 
   /** Serves one request end to end; never rejects. */
   async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    // Its own token, streamed bodies and error shape: see volume-content.ts.
+    if (E2bVolumeContent.claims(req.url ?? '/')) return this.content.handle(req, res);
     try {
       let answer: Answer;
       try {
@@ -587,7 +618,7 @@ function match(table: RouteTable<Call>, method: string, path: string) {
   } catch (error) {
     if (!(error instanceof RouteNotFoundError)) throw error;
     throw new RouteNotFoundError(
-      `abx does not serve ${method} ${path} of E2B's API (its template builds and volumes are not served); docs/e2b.md lists the routes it serves`,
+      `abx does not serve ${method} ${path} of E2B's API (its template builds are not served); docs/e2b.md lists the routes it serves`,
     );
   }
 }

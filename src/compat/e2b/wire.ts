@@ -64,7 +64,7 @@ export function listedAnswer(row: E2bSandboxRow, template: E2bTemplateTraits | u
     state: row.state === 'paused' ? 'paused' : 'running',
     ...sizes(template),
     envdVersion: E2B_ENVD_VERSION,
-    volumeMounts: [],
+    volumeMounts: (row.volumeMounts ?? []).map(({ name, path }) => ({ name, path })),
   };
 }
 

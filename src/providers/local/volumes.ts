@@ -27,6 +27,7 @@ import { promisify } from 'node:util';
 import { SandboxStartError } from '../../errors.js';
 import type { VolumeMountSpec, VolumeSpec, VolumeStore, VolumeUsage } from '../provider.js';
 import { detachMount, idmapMount } from './idmap.js';
+import { LocalVolumeFiles } from './volume-files.js';
 
 const execFileAsync = promisify(execFile);
 
@@ -107,12 +108,27 @@ export function sweepVolumeStages(ageMs: number, now = Date.now()): void {
 export class LocalVolumes implements VolumeStore {
   /** Mounts under way, by volume id: two starts never mount one disk twice. */
   private readonly mounting = new Map<string, Promise<string>>();
+  /** Its files from the daemon's side: on the mounted disk, or the rootless folder. */
+  readonly files: LocalVolumeFiles;
+  /**
+   * Volumes being removed (or removed): never mounted again, so a files call that raced the
+   * removal cannot mount the disk under the folder being removed.
+   */
+  private readonly removed = new Set<string>();
 
   constructor(
     private readonly mode: 'root' | 'rootless',
     /** The host uid that owns a root daemon's volume files on disk. */
     private readonly volumeUid: number,
-  ) {}
+  ) {
+    this.files = new LocalVolumeFiles(
+      async (volume) => (mode === 'root' ? this.mounted(volume) : this.folder(volume)),
+      // A rootless sandbox's user namespace maps its user onto the daemon's own ids.
+      mode === 'root'
+        ? { uid: volumeUid, gid: volumeUid }
+        : { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 },
+    );
+  }
 
   unavailable(): string | undefined {
     if (this.mode === 'rootless') return undefined;
@@ -166,6 +182,7 @@ export class LocalVolumes implements VolumeStore {
     const running = this.mounting.get(volume.id);
     if (running) return running;
     const work = (async () => {
+      if (this.removed.has(volume.id)) throw new Error(`volume ${volume.name} is being removed`);
       if (mountsUnder(mnt).includes(mnt)) return mnt;
       const image = join(volume.dir, 'disk.img');
       if (!existsSync(image)) throw new Error(`its disk ${image} is gone`);
@@ -178,6 +195,7 @@ export class LocalVolumes implements VolumeStore {
   }
 
   async remove(volume: VolumeSpec): Promise<void> {
+    this.removed.add(volume.id);
     if (!existsSync(volume.dir)) return;
     // Never a recursive removal across a mount: that would empty the volume's disk through it.
     await unmountUnder(volume.dir);

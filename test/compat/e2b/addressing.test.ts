@@ -7,6 +7,7 @@ import { Sandbox } from 'e2b';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { startDaemon } from '../../../src/installation/daemon-connection.js';
 import type { DaemonInfo } from '../../../src/installation/daemon-info.js';
+import { unmountUnder } from '../../../src/providers/local/volumes.js';
 import { CLI } from '../../cli/abx.js';
 import { createAbxHome } from '../../helpers/abx-home.js';
 import { ROOT } from '../../helpers/build.js';
@@ -35,6 +36,8 @@ describe('one URL for the API and every sandbox', () => {
   }, 120_000);
 
   afterAll(async () => {
+    // A volume the client left (it destroys its own): its disk unmounted before the home goes.
+    if (abx) await unmountUnder(join(abx.home, 'volumes')).catch(() => undefined);
     await abx?.close();
   }, 120_000);
 
@@ -125,11 +128,16 @@ describe('one URL for the API and every sandbox', () => {
     const script = join(abx.home, 'env-client.mjs');
     writeFileSync(
       script,
-      `import { Sandbox } from ${JSON.stringify(join(ROOT, 'node_modules', 'e2b', 'dist', 'index.mjs'))};
+      `import { Sandbox, Volume } from ${JSON.stringify(join(ROOT, 'node_modules', 'e2b', 'dist', 'index.mjs'))};
 const sandbox = await Sandbox.create();
 const ran = await sandbox.commands.run('echo from $(hostname)');
-console.log(JSON.stringify({ id: sandbox.sandboxId, out: ran.stdout, key: process.env.E2B_API_KEY, url: process.env.E2B_SANDBOX_URL }));
 await sandbox.kill();
+// A volume's files at E2B_VOLUME_API_URL.
+const volume = await Volume.create('from-env');
+await volume.writeFile('/v.txt', 'by the export lines');
+const read = await volume.readFile('/v.txt');
+await Volume.destroy(volume.volumeId);
+console.log(JSON.stringify({ id: sandbox.sandboxId, out: ran.stdout, key: process.env.E2B_API_KEY, url: process.env.E2B_SANDBOX_URL, volume: [process.env.E2B_VOLUME_API_URL, read] }));
 `,
     );
     const { stdout, stderr } = await run(
@@ -148,6 +156,7 @@ await sandbox.kill();
     expect(out.out).toBe(`from ${out.id}\n`);
     expect(out.key).toMatch(/^e2b_[0-9a-f]{64}$/);
     expect(out.url).toBe(info.gatewayUrl);
+    expect(out.volume).toEqual([info.gatewayUrl, 'by the export lines']);
   }, 180_000);
 
   test('a request that names no sandbox and no API path keeps the gateway’s own error', async () => {
@@ -194,6 +203,8 @@ describe('a domain over TLS: api.{domain} and {port}-{id}.{domain}', () => {
   }, 120_000);
 
   afterAll(async () => {
+    // A volume the client left (it destroys its own): its disk unmounted before the home goes.
+    if (abx) await unmountUnder(join(abx.home, 'volumes')).catch(() => undefined);
     await abx?.close();
   }, 120_000);
 
@@ -204,7 +215,7 @@ describe('a domain over TLS: api.{domain} and {port}-{id}.{domain}', () => {
     const script = join(abx.home, 'e2b-client.mjs');
     writeFileSync(
       script,
-      `import { Sandbox } from ${JSON.stringify(join(ROOT, 'node_modules', 'e2b', 'dist', 'index.mjs'))};
+      `import { Sandbox, Volume } from ${JSON.stringify(join(ROOT, 'node_modules', 'e2b', 'dist', 'index.mjs'))};
 const out = {};
 const sandbox = await Sandbox.create({ metadata: { url: 'domain' }, requestTimeoutMs: 60000 });
 out.id = sandbox.sandboxId;
@@ -239,6 +250,10 @@ for (let i = 0; i < 100 && !seen.some(([, name]) => name === 'watched.txt'); i++
 await watch.stop();
 out.watched = seen.some(([, name]) => name === 'watched.txt');
 out.killed = await sandbox.kill();
+// A volume: its files at https://api.{domain}, the domain its create answered.
+const volume = await Volume.create('by-domain');
+await volume.writeFile('/v.txt', 'a volume by name');
+out.volume = [volume.domain, await volume.readFile('/v.txt'), await Volume.destroy(volume.volumeId)];
 // The code interpreter (port 49999) by host name too, with its own package.
 const { Sandbox: CodeSandbox } = await import(${JSON.stringify(join(ROOT, 'node_modules', '@e2b', 'code-interpreter', 'dist', 'index.mjs'))});
 const code = await CodeSandbox.create({ requestTimeoutMs: 60000 });
@@ -285,6 +300,7 @@ console.log(JSON.stringify(out));
     ]);
     expect(out.unsigned).toEqual([401, expect.stringMatching(/access token/)]);
     expect(out.killed).toBe(true);
+    expect(out.volume).toEqual([`${DOMAIN}:${port}`, 'a volume by name', true]);
     expect(out.watched).toBe(true);
     expect(out.cell).toBe('42');
   }, 180_000);
