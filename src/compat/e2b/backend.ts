@@ -56,7 +56,7 @@ export interface E2bSandboxRow {
   /** Set while paused: frozen with its memory (`memory: true`) or hibernated, and since when. */
   paused?: { memory: boolean; at: number } | null;
   /** Set when its timeout pauses it (`autoPause`) instead of killing it. */
-  lifecycle?: { onTimeout: 'pause'; keepMemory: boolean } | null;
+  lifecycle?: { onTimeout: 'pause'; keepMemory: boolean; autoResume?: boolean } | null;
   /** The volumes it mounts. */
   volumeMounts?: readonly E2bVolumeMount[];
 }
@@ -80,6 +80,8 @@ export interface E2bBackend {
       autoPause?: boolean;
       /** With `autoPause`: keep its memory (freeze) or only its disk (hibernate). */
       autoPauseMemory?: boolean;
+      /** With `autoPause`: a request for it resumes it when paused. */
+      autoResume?: boolean;
       /**
        * The caller's volumes to mount, by name (checked again by the native create); `readOnly`
        * is abx's own, passed on as sent.

@@ -86,26 +86,23 @@ async function visible(call: Call): Promise<E2bSandboxRow> {
 }
 
 /**
- * `autoResume: { enabled }`: E2B resumes such a sandbox on any request to it. abx does not (a
- * paused sandbox's traffic gets 409 until a connect resumes it), so `enabled: true` is refused by
- * name; `enabled: false` is what abx does.
+ * `autoResume: { enabled }`: a request for the paused sandbox (through the gateway, with its
+ * credential) resumes it, as at E2B. Undefined when the body leaves it out.
  */
-function refuseAutoResume(body: Record<string, unknown>): void {
+function autoResumeOf(body: Record<string, unknown>): boolean | undefined {
   const value = body.autoResume;
-  if (value === undefined || value === null) return;
+  if (value === undefined || value === null) return undefined;
   const enabled =
     typeof value === 'object' && !Array.isArray(value)
       ? (value as { enabled?: unknown }).enabled
       : value;
-  if (enabled === false || enabled === undefined || enabled === null) return;
-  if (enabled !== true) {
+  if (enabled === undefined || enabled === null) return undefined;
+  if (typeof enabled !== 'boolean') {
     throw new InvalidArgumentError(
       `autoResume must be { enabled: true | false }, not ${JSON.stringify(value)}`,
     );
   }
-  throw new InvalidArgumentError(
-    "autoResume (lifecycle.autoResume: true) is not supported by abx: a paused sandbox is not resumed by its traffic (a request to it gets 409 until it is resumed); leave autoResume out and resume it with Sandbox.connect(id) (what E2B's docs say for a sandbox paused without its memory too)",
-  );
+  return enabled;
 }
 
 /**
@@ -115,7 +112,6 @@ function refuseAutoResume(body: Record<string, unknown>): void {
 function refuseUnsupported(body: Record<string, unknown>, template: E2bTemplateTraits): void {
   // allow_internet_access and network's allowOut and denyOut are read by networkOf.
   const given = (field: string) => body[field] !== undefined && body[field] !== null;
-  refuseAutoResume(body);
   if (template.network === 'host' && (given('allow_internet_access') || given('network'))) {
     throw new InvalidArgumentError(
       "the template gives its sandboxes the host's network (template.yaml network: host), which takes no egress policy: leave out allow_internet_access and network, or use a template whose network is none or internet",
@@ -152,6 +148,7 @@ async function create(call: Call): Promise<Answer> {
   // a pause this provider cannot do.
   const autoPause = optionalBoolean(body, 'autoPause');
   const autoPauseMemory = optionalBoolean(body, 'autoPauseMemory');
+  const autoResume = autoResumeOf(body);
   const volumeMounts = await volumeMountsOf(body.volumeMounts, traits, call.caller, call.backend);
   try {
     const row = await call.backend.create(
@@ -164,6 +161,7 @@ async function create(call: Call): Promise<Answer> {
         ...(internet === undefined ? {} : { allowInternetAccess: internet }),
         ...(autoPause === undefined ? {} : { autoPause }),
         ...(autoPauseMemory === undefined ? {} : { autoPauseMemory }),
+        ...(autoResume === undefined ? {} : { autoResume }),
         ...(volumeMounts ? { volumeMounts } : {}),
       },
       call.caller,

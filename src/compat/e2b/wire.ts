@@ -92,11 +92,13 @@ export function detailAnswer(
 
 /**
  * `SandboxLifecycle`: what its timeout does (`autoPause` at create: `pause`, with its memory or
- * only its disk alike), and `autoResume`, which abx never does (a paused sandbox's traffic gets
- * 409 until it is resumed by connect).
+ * only its disk alike), and `autoResume`: whether its traffic resumes it when paused.
  */
 export function lifecycleAnswer(row: E2bSandboxRow) {
-  return { onTimeout: row.lifecycle?.onTimeout ?? 'kill', autoResume: false };
+  return {
+    onTimeout: row.lifecycle?.onTimeout ?? 'kill',
+    autoResume: row.lifecycle?.autoResume === true,
+  };
 }
 
 /** The body of a POST: a JSON object, or `{}` when empty. */

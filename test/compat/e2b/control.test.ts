@@ -437,7 +437,7 @@ describe('bad input', () => {
       [{ envVars: ['A=1'] }, /envVars must be an object/],
       [{ autoPause: 'yes' }, /autoPause must be true or false/],
       [{ autoPauseMemory: false }, /autoPauseMemory needs autoPause: true/],
-      [{ autoPause: true, autoResume: { enabled: true } }, /autoResume .* is not supported by abx/],
+      [{ autoResume: { enabled: true } }, /autoResume needs autoPause: true/],
       [{ autoResume: 'on' }, /autoResume must be \{ enabled: true \| false \}/],
       [{ allow_internet_access: 'yes' }, /allow_internet_access must be/],
       [{ network: { allowOut: ['not a name'] } }, /network\.allowOut\[0\]: 'not a name'/],

@@ -227,17 +227,24 @@ describe('pause and resume through the E2B SDK', () => {
     expect(await resumed.files.read('/home/user/kept.txt')).toBe('before the timeout');
   }, 180_000);
 
-  test('autoResume is refused by name, and nothing is created', async () => {
-    const run = `auto-resume-${Date.now()}`;
-    const refused = Sandbox.create({
-      ...as(adminKey),
-      metadata: { run },
-      lifecycle: { onTimeout: 'pause', autoResume: true },
-    });
-    await expect(refused).rejects.toBeInstanceOf(SandboxError);
-    await expect(refused).rejects.toThrow(/400: autoResume .*not supported by abx/);
-    expect(await listed({ run })).toEqual([]);
-  }, 60_000);
+  test('autoResume: a paused sandbox is resumed by its own traffic, as at E2B', async ({
+    made,
+  }) => {
+    const sandbox = made(
+      await Sandbox.create({
+        ...as(adminKey),
+        lifecycle: { onTimeout: 'pause', autoResume: true },
+      }),
+    );
+    expect((await sandbox.getInfo()).lifecycle).toEqual({ onTimeout: 'pause', autoResume: true });
+    await sandbox.files.write('/home/user/kept.txt', 'before the pause');
+    expect(await sandbox.pause()).toBe(true);
+    expect((await sandbox.getInfo()).state).toBe('paused');
+    // No connect: the SDK's envd calls on the object it had reach the paused sandbox and wake it.
+    expect(await sandbox.files.read('/home/user/kept.txt')).toBe('before the pause');
+    expect((await sandbox.commands.run('echo awake')).stdout.trim()).toBe('awake');
+    expect((await sandbox.getInfo()).state).toBe('running');
+  }, 120_000);
 
   test("another key's paused sandbox is not found; a key at its limit cannot resume its own", async ({
     made,
