@@ -295,10 +295,21 @@ export class SandboxService {
 
   /** Refuses a pause (`what`) this provider cannot do. */
   private pauseProblem(memory: boolean, what: string): void {
-    if (memory ? this.provider.freeze : this.provider.hibernate && this.provider.wake) return;
-    const other = memory ? this.provider.hibernate : this.provider.freeze;
+    // A provider that hibernates only as set up for it says why not (kubernetes' emptyDir homes).
+    const why =
+      this.provider.hibernate && this.provider.wake
+        ? this.provider.hibernateUnavailable?.()
+        : `the ${this.provider.name} provider has no hibernate`;
+    if (memory ? this.provider.freeze : why === undefined) return;
+    const other = memory ? why === undefined : this.provider.freeze;
+    const unset =
+      this.provider.hibernate && why
+        ? memory
+          ? `; nor can it hibernate (memory: false) here: ${why}`
+          : `: ${why}`
+        : '';
     throw new InvalidArgumentError(
-      `the ${this.provider.name} provider cannot ${memory ? 'pause a sandbox with its memory (freeze)' : 'hibernate a sandbox (pause with memory: false)'}, so ${what} is refused${other ? `; it can ${memory ? 'hibernate (memory: false)' : 'freeze (memory: true)'}` : ''}`,
+      `the ${this.provider.name} provider cannot ${memory ? 'pause a sandbox with its memory (freeze)' : 'hibernate a sandbox (pause with memory: false)'}, so ${what} is refused${other ? `; it can ${memory ? 'hibernate (memory: false)' : 'freeze (memory: true)'}` : ''}${unset}`,
     );
   }
 
@@ -726,9 +737,12 @@ export class SandboxService {
       try {
         // What envd had at the hibernate (a pooled sandbox's create envs, setEnv's) comes back.
         await this.setEnv(handle, this.controlTokenOf(id), spec.env);
-        if (!(await this.registry.resumeSandbox(id, handle, Date.now() + timeoutMs, limit))) {
+        const expiresAt = Date.now() + timeoutMs;
+        if (!(await this.registry.resumeSandbox(id, handle, expiresAt, limit))) {
           await refused();
         }
+        // A provider that ends sandboxes itself (a Sandbox's shutdownTime) follows the expiry.
+        await this.provider.setExpiry?.(handle, expiresAt).catch(() => undefined);
       } catch (error) {
         // Hibernated again, as it was before this resume.
         await this.provider.hibernate?.(handle, spec).catch(() => undefined);
