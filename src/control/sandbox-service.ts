@@ -73,8 +73,11 @@ export const PAUSED_TIMEOUT_MS = 30 * 24 * 3600 * 1000;
 /** What a sandbox was started with, kept in its folder (never its tokens) for a wake. */
 type KeptSpec = Omit<SandboxSpec, 'accessToken' | 'controlToken'>;
 const SPEC_FILE = 'spec.json';
-/** Variables a woken sandbox gets afresh (its proxy's, its id), not from what it had. */
-const FRESH_ENV = /^(http_proxy|https_proxy|no_proxy|ABX_SANDBOX_ID)$/i;
+/**
+ * Variables a woken sandbox gets afresh (its proxy's, its id, a pod's address), not from what it
+ * had.
+ */
+const FRESH_ENV = /^(http_proxy|https_proxy|no_proxy|ABX_SANDBOX_ID|ABX_POD_IP)$/i;
 
 /** The refusal of a call that needs a running sandbox, for one that is paused. */
 function pausedError(record: SandboxRecord, what = 'is paused'): SandboxPausedError {

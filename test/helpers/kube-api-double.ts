@@ -153,6 +153,8 @@ const CORE_RESOURCES: Record<string, string> = {
 };
 const METRICS_GROUP = 'metrics.k8s.io';
 const CLK_TCK = 100;
+/** Where a pod's container sees the host folders its mounts come from, before it mounts them. */
+const STAGE = '/srv';
 const CRD_GROUPS: Record<string, Record<string, string>> = {
   'agents.x-k8s.io': { sandboxes: 'Sandbox' },
   'extensions.agents.x-k8s.io': {
@@ -1739,6 +1741,16 @@ export class KubeApiDouble {
     }
     const address = freeAddress(this.addresses);
     this.addresses.add(address);
+    /** A host path of the node's folder or the runtime image as the staged mounts see it. */
+    const staged = (path: string): string => {
+      for (const [base, at] of [
+        [this.options.dir, `${STAGE}/node`],
+        [this.options.runtimeImageDir, `${STAGE}/image`],
+      ] as const) {
+        if (path === base || path.startsWith(`${base}/`)) return `${at}${path.slice(base.length)}`;
+      }
+      return path;
+    };
     const runContainer = async (container: Obj, init: boolean): Promise<Running | string> => {
       if (this.closing) throw new Error('the Kubernetes double is closed');
       const security = { ...pod.spec.securityContext, ...container.securityContext };
@@ -1757,7 +1769,7 @@ export class KubeApiDouble {
       if (image) {
         tops.add('/opt');
         mounts.push(
-          `mkdir -p /opt/abx && mount --bind ${quote(image)} /opt/abx && mount -o remount,bind,ro /opt/abx`,
+          `mkdir -p /opt/abx && mount --bind ${quote(staged(image))} /opt/abx && mount -o remount,bind,ro /opt/abx`,
         );
       }
       for (const mount of container.volumeMounts ?? []) {
@@ -1771,7 +1783,7 @@ export class KubeApiDouble {
         }
         const ro = mount.readOnly || readOnly.has(mount.name);
         mounts.push(
-          `mkdir -p ${quote(mount.mountPath)} && mount --bind ${quote(source)} ${quote(mount.mountPath)}${ro ? ` && mount -o remount,bind,ro ${quote(mount.mountPath)}` : ''}`,
+          `mkdir -p ${quote(mount.mountPath)} && mount --bind ${quote(staged(source))} ${quote(mount.mountPath)}${ro ? ` && mount -o remount,bind,ro ${quote(mount.mountPath)}` : ''}`,
         );
       }
       const uidOf = Number(security.runAsUser ?? 0);
@@ -1788,10 +1800,18 @@ export class KubeApiDouble {
       const script = [
         'set -e',
         `hostname ${quote(pod.spec.hostname ?? name)}`,
+        // The host folders mounts come from, where no mount of the pod covers them (one at /tmp
+        // would hide a scratch folder under /tmp): a tmpfs of the namespace's own at /srv.
+        `mount -t tmpfs -o mode=700 abx-stage ${STAGE}`,
+        `mkdir ${STAGE}/node ${STAGE}/image`,
+        `mount --rbind ${quote(this.options.dir)} ${STAGE}/node`,
+        `mount --bind ${quote(this.options.runtimeImageDir)} ${STAGE}/image`,
         ...[...tops].map((top) => `mount -t tmpfs -o mode=755 abx-double ${top}`),
         ...mounts,
-        `mount --bind ${quote(passwd)} /etc/passwd`,
-        `mount --bind ${quote(group)} /etc/group`,
+        `mount --bind ${quote(staged(passwd))} /etc/passwd`,
+        `mount --bind ${quote(staged(group))} /etc/group`,
+        // Gone from its view once its mounts are made.
+        `umount -l ${STAGE}`,
         ...(workdir
           ? [
               `if ! mkdir -p ${quote(workdir)} 2>/dev/null || ! cd ${quote(workdir)}; then echo "ABX-START-ERROR: chdir to cwd (\\"${workdir.replace(/[\\"$`]/g, '')}\\") set in config.json failed: no such file or directory" >&2; exit 128; fi`,

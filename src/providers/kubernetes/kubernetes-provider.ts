@@ -547,6 +547,7 @@ export class KubernetesProvider implements SandboxProvider {
     let told = false;
     let lastWhy: string | undefined;
     let claimsAt = 0;
+    let claimsWhy: string | undefined;
     let current: V1Pod = options.first;
     while (Date.now() < deadline) {
       const seen = current.metadata?.uid;
@@ -566,12 +567,13 @@ export class KubernetesProvider implements SandboxProvider {
         // Not scheduled, with claims: a claim the cluster cannot provision is the reason.
         if (
           options.claims.length > 0 &&
-          Date.now() >= claimsAt &&
           /not scheduled|^the pod is Pending|controller/.test(lastWhy ?? '')
         ) {
-          claimsAt = Date.now() + 2000;
-          const problem = await this.claimsProblem(options.claims);
-          if (problem) lastWhy = problem;
+          if (Date.now() >= claimsAt) {
+            claimsAt = Date.now() + 1000;
+            claimsWhy = await this.claimsProblem(options.claims);
+          }
+          if (claimsWhy) lastWhy = claimsWhy;
         }
       }
       if (progress.state === 'ready') {

@@ -50,6 +50,8 @@ export const HOME_VOLUME = 'abx-home';
 export const TOKEN_KEY = 'token';
 /** Where envd reads its token in the main container (and deletes it before serving). */
 export const POD_TOKEN_FILE = `${SANDBOX_RUN_DIR}/token`;
+/** The variable the kubelet sets to the pod's address (envd listens there). */
+const POD_IP_ENV = 'ABX_POD_IP';
 const BASE_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 /** Room for envd's socket, the port sockets and the token (a memory-backed emptyDir). */
 const RUN_DIR_SIZE = '1Mi';
@@ -327,8 +329,12 @@ export function sandboxPod(spec: SandboxSpec, context: PodContext): V1Pod {
           ],
           workingDir: spec.workdir,
           env: [
-            { name: 'ABX_POD_IP', valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } },
-            ...Object.entries(env).map(([name, value]) => ({ name, value })),
+            { name: POD_IP_ENV, valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } },
+            // The pod's own address is never a create's (nor a woken sandbox's old one, which its
+            // environment as envd had it holds): the last of two names would win.
+            ...Object.entries(env)
+              .filter(([name]) => name !== POD_IP_ENV)
+              .map(([name, value]) => ({ name, value })),
           ],
           ports: [{ name: 'envd', containerPort: ENVD_PORT, protocol: 'TCP' }],
           readinessProbe: {
