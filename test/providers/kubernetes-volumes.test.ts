@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { chownSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { PersistentVolumeClaim } from 'kubernetes-models/v1/PersistentVolumeClaim';
 import { Pod } from 'kubernetes-models/v1/Pod';
@@ -236,6 +237,35 @@ describe.skipIf(unavailable)(
       expect(
         kube.double.objects().filter((o) => o.includes(spec.id) && !o.startsWith('events')),
       ).toEqual([]);
+    }, 120_000);
+
+    test('an image template’s home is copied onto the claim at the first start only: a wake keeps what the sandbox changed', async () => {
+      // The double runs every image on this host's file system: the "image's" home is a folder
+      // of this host, made for the test.
+      const user = `seed${randomBytes(3).toString('hex')}`;
+      const home = `/home/${user}`;
+      mkdirSync(home, { mode: 0o755 });
+      writeFileSync(join(home, 'from-image.txt'), 'image\n');
+      chownSync(home, 1000, 1000);
+      chownSync(join(home, 'from-image.txt'), 1000, 1000);
+      const provider = kube.provider({ home: 'pvc', agentSandbox: false });
+      const spec = specOf('seed', kube.scratch, { image: 'example/tools:1', user, workdir: home });
+      let handle: SandboxHandle | undefined;
+      try {
+        handle = await provider.create(spec);
+        expect(
+          (await run(handle, spec, 'cat ~/from-image.txt && echo mine > ~/from-image.txt && pwd'))
+            .stdout,
+        ).toBe(`image\n${home}\n`);
+        // The image changes meanwhile (a rebuilt tag): the claim keeps the sandbox's own.
+        writeFileSync(join(home, 'from-image.txt'), 'image, rebuilt\n');
+        await provider.hibernate(handle, spec);
+        handle = await provider.wake(handle, spec);
+        expect((await run(handle, spec, 'cat ~/from-image.txt')).stdout).toBe('mine\n');
+      } finally {
+        if (handle) await provider.kill(handle);
+        rmSync(home, { recursive: true, force: true });
+      }
     }, 120_000);
 
     test('refusals: a daemon with emptyDir homes cannot hibernate (why, and the setting); a sandbox made with one keeps running; a wake whose claim is gone names it', async () => {
