@@ -23,6 +23,10 @@ interface DaemonStartOptions {
   kubeBaseImage?: string;
   kubeImageRegistry?: string;
   kubeAgentSandbox?: string;
+  kubeHome?: string;
+  kubeHomeStorageClass?: string;
+  kubeVolumeStorageClass?: string;
+  kubeVolumeAccessMode?: string;
   databaseUrl?: string;
   listen?: string;
   gatewayListen?: string;
@@ -170,6 +174,34 @@ export function addDaemonCommand(program: Command): void {
       )
       .addOption(
         new Option(
+          '--kube-home <storage>',
+          'kubernetes: where a sandbox’s home and /tmp live: emptydir (the default, gone with its pod) or pvc (a PersistentVolumeClaim each, which a hibernate keeps: sandboxes can pause with memory: false)',
+        )
+          .choices(['emptydir', 'pvc'])
+          .env('ABX_KUBE_HOME'),
+      )
+      .addOption(
+        new Option(
+          '--kube-home-storage-class <name>',
+          'kubernetes: the StorageClass of --kube-home pvc claims (default: the cluster’s default class)',
+        ).env('ABX_KUBE_HOME_STORAGE_CLASS'),
+      )
+      .addOption(
+        new Option(
+          '--kube-volume-storage-class <name>',
+          'kubernetes: the StorageClass of volumes’ claims (default: the cluster’s default class); for ReadWriteMany it must give that access mode',
+        ).env('ABX_KUBE_VOLUME_STORAGE_CLASS'),
+      )
+      .addOption(
+        new Option(
+          '--kube-volume-access-mode <mode>',
+          'kubernetes: volumes’ claims are ReadWriteMany (the default: sandboxes on any node share one) or ReadWriteOnce (only sandboxes on one node can mount one at once)',
+        )
+          .choices(['ReadWriteMany', 'ReadWriteOnce'])
+          .env('ABX_KUBE_VOLUME_ACCESS_MODE'),
+      )
+      .addOption(
+        new Option(
           '--database-url <url>',
           'keep the registry in PostgreSQL (postgres://user:password@host:port/database), shared by every daemon given the same URL; default: SQLite in $ABX_HOME',
         ).env('ABX_DATABASE_URL'),
@@ -250,6 +282,13 @@ export function addDaemonCommand(program: Command): void {
         if (options.kubeImageRegistry)
           process.env.ABX_KUBE_IMAGE_REGISTRY = options.kubeImageRegistry;
         if (options.kubeAgentSandbox) process.env.ABX_KUBE_AGENT_SANDBOX = options.kubeAgentSandbox;
+        if (options.kubeHome) process.env.ABX_KUBE_HOME = options.kubeHome;
+        if (options.kubeHomeStorageClass)
+          process.env.ABX_KUBE_HOME_STORAGE_CLASS = options.kubeHomeStorageClass;
+        if (options.kubeVolumeStorageClass)
+          process.env.ABX_KUBE_VOLUME_STORAGE_CLASS = options.kubeVolumeStorageClass;
+        if (options.kubeVolumeAccessMode)
+          process.env.ABX_KUBE_VOLUME_ACCESS_MODE = options.kubeVolumeAccessMode;
         if (options.databaseUrl) process.env.ABX_DATABASE_URL = options.databaseUrl;
         for (const [name, value] of Object.entries(remote.env)) {
           if (value === undefined) delete process.env[name];

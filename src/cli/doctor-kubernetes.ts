@@ -12,6 +12,8 @@ interface ClusterReport {
   version?: string;
   permissions: { verb: string; resource: string; allowed: boolean }[];
   agentSandbox: string[];
+  /** Whether the cluster serves metrics.k8s.io (absent from an older daemon's report). */
+  metricsApi?: boolean;
   problems: string[];
 }
 
@@ -55,6 +57,9 @@ export async function kubernetesDoctor(options: KubernetesDoctorOptions): Promis
     if (report.reachable) {
       printLine(
         `agent-sandbox  ${report.agentSandbox.length > 0 ? `installed (${report.agentSandbox.join(', ')})` : 'not installed: sandboxes run as plain pods'}`,
+      );
+      printLine(
+        `metrics     ${report.metricsApi ? 'metrics.k8s.io served: sandbox metrics (CPU, memory) come from it' : 'metrics.k8s.io not served: sandboxes have no metrics (install metrics-server)'}`,
       );
     }
     for (const problem of report.problems) printLine(`problem: ${problem}`);

@@ -51,6 +51,21 @@ async function kubernetesProvider() {
     );
   }
   const replicas = env.ABX_WARM_POOL ? Number(env.ABX_WARM_POOL) : undefined;
+  const home = env.ABX_KUBE_HOME || 'emptydir';
+  if (!['emptydir', 'pvc'].includes(home)) {
+    throw new Error(`ABX_KUBE_HOME is '${home}'; use emptydir (the default) or pvc`);
+  }
+  if (home === 'pvc' && crds === 'claims') {
+    throw new Error(
+      "ABX_KUBE_HOME=pvc (--kube-home pvc) needs sandboxes of their own: a warm pool's pods (--kube-agent-sandbox claims) share their template's; use --kube-agent-sandbox auto, true or false",
+    );
+  }
+  const accessMode = env.ABX_KUBE_VOLUME_ACCESS_MODE || 'ReadWriteMany';
+  if (accessMode !== 'ReadWriteMany' && accessMode !== 'ReadWriteOnce') {
+    throw new Error(
+      `ABX_KUBE_VOLUME_ACCESS_MODE is '${accessMode}'; use ReadWriteMany (the default) or ReadWriteOnce`,
+    );
+  }
   const provider = new KubernetesProvider({
     agentSandbox: crds === 'auto' || crds === 'claims' ? crds : crds === 'true',
     ...(crds === 'claims' && replicas !== undefined && Number.isInteger(replicas) && replicas >= 0
@@ -60,12 +75,22 @@ async function kubernetesProvider() {
     ...(env.ABX_KUBE_CONTEXT ? { context: env.ABX_KUBE_CONTEXT } : {}),
     ...(env.ABX_KUBE_RUNTIME_IMAGE ? { runtimeImage: env.ABX_KUBE_RUNTIME_IMAGE } : {}),
     ...(env.ABX_KUBE_BASE_IMAGE ? { baseImage: env.ABX_KUBE_BASE_IMAGE } : {}),
+    home: home === 'pvc' ? 'pvc' : 'emptyDir',
+    ...(env.ABX_KUBE_HOME_STORAGE_CLASS
+      ? { homeStorageClass: env.ABX_KUBE_HOME_STORAGE_CLASS }
+      : {}),
+    ...(env.ABX_KUBE_VOLUME_STORAGE_CLASS
+      ? { volumeStorageClass: env.ABX_KUBE_VOLUME_STORAGE_CLASS }
+      : {}),
+    volumeAccessMode: accessMode,
   });
   const report = await checkCluster(provider, crds);
   if (!report.reachable) {
     await provider.close();
     throw new Error(report.problems.join('; '));
   }
+  // Sandbox metrics where the cluster serves the resource metrics API (metrics-server).
+  if (report.metricsApi) provider.useMetricsApi();
   return provider;
 }
 
@@ -123,6 +148,7 @@ if (process.env.ABX_DOCTOR) {
         reachable: false,
         permissions: [],
         agentSandbox: [],
+        metricsApi: false,
         problems: [error.message],
       }),
     );

@@ -73,8 +73,11 @@ export const PAUSED_TIMEOUT_MS = 30 * 24 * 3600 * 1000;
 /** What a sandbox was started with, kept in its folder (never its tokens) for a wake. */
 type KeptSpec = Omit<SandboxSpec, 'accessToken' | 'controlToken'>;
 const SPEC_FILE = 'spec.json';
-/** Variables a woken sandbox gets afresh (its proxy's, its id), not from what it had. */
-const FRESH_ENV = /^(http_proxy|https_proxy|no_proxy|ABX_SANDBOX_ID)$/i;
+/**
+ * Variables a woken sandbox gets afresh (its proxy's, its id, a pod's address), not from what it
+ * had.
+ */
+const FRESH_ENV = /^(http_proxy|https_proxy|no_proxy|ABX_SANDBOX_ID|ABX_POD_IP)$/i;
 
 /** The refusal of a call that needs a running sandbox, for one that is paused. */
 function pausedError(record: SandboxRecord, what = 'is paused'): SandboxPausedError {
@@ -295,10 +298,21 @@ export class SandboxService {
 
   /** Refuses a pause (`what`) this provider cannot do. */
   private pauseProblem(memory: boolean, what: string): void {
-    if (memory ? this.provider.freeze : this.provider.hibernate && this.provider.wake) return;
-    const other = memory ? this.provider.hibernate : this.provider.freeze;
+    // A provider that hibernates only as set up for it says why not (kubernetes' emptyDir homes).
+    const why =
+      this.provider.hibernate && this.provider.wake
+        ? this.provider.hibernateUnavailable?.()
+        : `the ${this.provider.name} provider has no hibernate`;
+    if (memory ? this.provider.freeze : why === undefined) return;
+    const other = memory ? why === undefined : this.provider.freeze;
+    const unset =
+      this.provider.hibernate && why
+        ? memory
+          ? `; nor can it hibernate (memory: false) here: ${why}`
+          : `: ${why}`
+        : '';
     throw new InvalidArgumentError(
-      `the ${this.provider.name} provider cannot ${memory ? 'pause a sandbox with its memory (freeze)' : 'hibernate a sandbox (pause with memory: false)'}, so ${what} is refused${other ? `; it can ${memory ? 'hibernate (memory: false)' : 'freeze (memory: true)'}` : ''}`,
+      `the ${this.provider.name} provider cannot ${memory ? 'pause a sandbox with its memory (freeze)' : 'hibernate a sandbox (pause with memory: false)'}, so ${what} is refused${other ? `; it can ${memory ? 'hibernate (memory: false)' : 'freeze (memory: true)'}` : ''}${unset}`,
     );
   }
 
@@ -729,9 +743,12 @@ export class SandboxService {
       try {
         // What envd had at the hibernate (a pooled sandbox's create envs, setEnv's) comes back.
         await this.setEnv(handle, this.controlTokenOf(id), spec.env);
-        if (!(await this.registry.resumeSandbox(id, handle, Date.now() + timeoutMs, limit))) {
+        const expiresAt = Date.now() + timeoutMs;
+        if (!(await this.registry.resumeSandbox(id, handle, expiresAt, limit))) {
           await refused();
         }
+        // A provider that ends sandboxes itself (a Sandbox's shutdownTime) follows the expiry.
+        await this.provider.setExpiry?.(handle, expiresAt).catch(() => undefined);
       } catch (error) {
         // Hibernated again, as it was before this resume.
         await this.provider.hibernate?.(handle, spec).catch(() => undefined);

@@ -408,6 +408,11 @@ export interface SandboxProvider {
    */
   hibernate?(handle: SandboxHandle, spec: SandboxSpec): Promise<void>;
   /**
+   * Why this provider, which has `hibernate`, cannot hibernate sandboxes as it is set up here
+   * (kubernetes: homes on emptyDirs), or undefined when it can. Left out: it can.
+   */
+  hibernateUnavailable?(): string | undefined;
+  /**
    * Starts a hibernated sandbox again on its kept disk, as `spec` (the one it was created with,
    * its environment as it was at the hibernate); resolves with its new handle once envd answers.
    */

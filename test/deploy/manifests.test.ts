@@ -15,6 +15,7 @@ import { parseAllDocuments } from 'yaml';
 import {
   AGENT_SANDBOX_CLAIMS_PERMISSIONS,
   AGENT_SANDBOX_PERMISSIONS,
+  METRICS_PERMISSIONS,
   REQUIRED_PERMISSIONS,
 } from '../../src/providers/kubernetes/cluster-check.js';
 import { NETWORK_LABEL } from '../../src/providers/kubernetes/pod-spec.js';
@@ -90,6 +91,7 @@ describe('deploy/kubernetes', () => {
       ...REQUIRED_PERMISSIONS,
       ...AGENT_SANDBOX_PERMISSIONS,
       ...AGENT_SANDBOX_CLAIMS_PERMISSIONS,
+      ...METRICS_PERMISSIONS,
     ].flatMap((p) => p.verbs.map((verb) => `${verb} ${p.resource}.${p.group}`));
     expect(granted.sort()).toEqual(needed.sort());
     expect(applied.filter((m) => m.kind.startsWith('Cluster'))).toEqual([]);

@@ -1,4 +1,5 @@
 import { Ajv } from 'ajv';
+import { PersistentVolumeClaim } from 'kubernetes-models/v1/PersistentVolumeClaim';
 import { Pod } from 'kubernetes-models/v1/Pod';
 
 // JSON schema of the agent-sandbox objects this project sends, for the fields it uses,
@@ -46,6 +47,28 @@ export const SANDBOX_V1BETA1_SCHEMA = {
         shutdownTime: {
           type: 'string',
           pattern: '^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}(\\.\\d+)?(Z|[+-]\\d{2}:\\d{2})$',
+        },
+        // Each item's spec is Kubernetes' own PersistentVolumeClaimSpec there: checked with
+        // kubernetes-models, as claims are.
+        volumeClaimTemplates: {
+          type: 'array',
+          items: {
+            type: 'object',
+            required: ['spec'],
+            additionalProperties: false,
+            properties: {
+              metadata: {
+                type: 'object',
+                additionalProperties: false,
+                properties: {
+                  annotations: STRING_MAP,
+                  labels: STRING_MAP,
+                  name: { type: 'string' },
+                },
+              },
+              spec: { type: 'object' },
+            },
+          },
         },
       },
     },
@@ -243,9 +266,32 @@ export const AGENT_SANDBOX_VALIDATORS = {
   'extensions.agents.x-k8s.io/v1beta1/sandboxclaims': sandboxClaimProblems,
 };
 
-/** Problems of a Sandbox against the transcribed schema and its pod template's PodSpec. */
+/** Problems of a Sandbox against the transcribed schema, its PodSpec and its claims' specs. */
 export function sandboxProblems(object: Record<string, unknown>): string[] {
-  return [...schemaProblems(checkSandbox, object), ...podTemplateProblems(object)];
+  return [
+    ...schemaProblems(checkSandbox, object),
+    ...podTemplateProblems(object),
+    ...claimTemplateProblems(object),
+  ];
+}
+
+/** Problems of each `spec.volumeClaimTemplates[]`'s PersistentVolumeClaimSpec. */
+function claimTemplateProblems(object: Record<string, unknown>): string[] {
+  const templates =
+    (object.spec as { volumeClaimTemplates?: { metadata?: { name?: string }; spec?: object }[] })
+      ?.volumeClaimTemplates ?? [];
+  const problems: string[] = [];
+  for (const [i, template] of templates.entries()) {
+    try {
+      new PersistentVolumeClaim({
+        metadata: { name: template.metadata?.name ?? 'template' },
+        spec: template.spec,
+      } as ConstructorParameters<typeof PersistentVolumeClaim>[0]).validate();
+    } catch (error) {
+      problems.push(`spec.volumeClaimTemplates[${i}]: ${(error as Error).message}`);
+    }
+  }
+  return problems;
 }
 
 /** Problems of `spec.podTemplate`'s PodSpec, checked with kubernetes-models as pods are. */

@@ -1,6 +1,15 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { chmodSync, chownSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  chownSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import {
   createServer,
   type IncomingMessage,
@@ -13,6 +22,7 @@ import { join } from 'node:path';
 import { KubeConfig } from '@kubernetes/client-node';
 import ipaddr from 'ipaddr.js';
 import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1/NetworkPolicy';
+import { PersistentVolumeClaim } from 'kubernetes-models/v1/PersistentVolumeClaim';
 import { Pod } from 'kubernetes-models/v1/Pod';
 import { Secret } from 'kubernetes-models/v1/Secret';
 
@@ -38,6 +48,16 @@ import { Secret } from 'kubernetes-models/v1/Secret';
 // (Unschedulable, ErrImagePull, or held until the test lets it start) and to crash one. Pods run
 // on the host's network: no NetworkPolicy is enforced (no CNI), so tests of them read the objects
 // the provider made, not traffic.
+//
+// Its "provisioner" gives PersistentVolumeClaims storage by StorageClass (`storageClasses`, no
+// StorageClass objects served): a tmpfs of the claim's size (a block volume: writes past it fail
+// with ENOSPC) or a plain folder (a share that bounds nothing), bound at once or at the first pod
+// (WaitForFirstConsumer), or refused with the events a real provisioner writes (an unknown class,
+// an access mode the class lacks, no class and no default one). A claim outlives its pods; one in
+// use is deleted once no pod uses it (pvc-protection). The kubelet mounts claims with subPath,
+// readOnly and the pod's fsGroup (the claim's root made the group's, setgid, as the kubelet does
+// for block volumes). With `metricsApi` it serves metrics.k8s.io/v1beta1 PodMetrics measured from
+// the pods' processes (/proc: CPU time between two reads, resident memory).
 
 // biome-ignore lint/suspicious/noExplicitAny: Kubernetes objects as JSON, read field by field
 type Obj = Record<string, any>;
@@ -51,7 +71,41 @@ export interface KubeApiDoubleOptions {
   crds?: boolean;
   /** Validators of custom resources by `group/version/resource`: return problems, none if valid. */
   validators?: Record<string, (object: Obj) => string[]>;
+  /** StorageClasses by name (default {@link STORAGE_CLASSES}). */
+  storageClasses?: Record<string, StorageClassDouble>;
+  /** The class of claims that name none (default `standard`; null: the cluster has none). */
+  defaultStorageClass?: string | null;
+  /** Serve metrics.k8s.io/v1beta1 (metrics-server) pod metrics. */
+  metricsApi?: boolean;
 }
+
+/** A StorageClass as the double's provisioner gives it. */
+export interface StorageClassDouble {
+  binding: 'Immediate' | 'WaitForFirstConsumer';
+  accessModes: string[];
+  /** A tmpfs of the claim's size (`block`), or a folder of the host's file system (`share`). */
+  storage: 'block' | 'share';
+}
+
+/** The double's StorageClasses unless a test gives its own. */
+export const STORAGE_CLASSES: Record<string, StorageClassDouble> = {
+  standard: {
+    binding: 'Immediate',
+    accessModes: ['ReadWriteOnce', 'ReadWriteMany'],
+    storage: 'block',
+  },
+  'local-wffc': {
+    binding: 'WaitForFirstConsumer',
+    accessModes: ['ReadWriteOnce', 'ReadWriteMany'],
+    storage: 'block',
+  },
+  'block-rwo': { binding: 'Immediate', accessModes: ['ReadWriteOnce'], storage: 'block' },
+  'nfs-share': {
+    binding: 'Immediate',
+    accessModes: ['ReadWriteOnce', 'ReadWriteMany'],
+    storage: 'share',
+  },
+};
 
 /** A request as `refuse` sees it. */
 export interface DoubleRequest {
@@ -95,7 +149,12 @@ const CORE_RESOURCES: Record<string, string> = {
   pods: 'Pod',
   secrets: 'Secret',
   events: 'Event',
+  persistentvolumeclaims: 'PersistentVolumeClaim',
 };
+const METRICS_GROUP = 'metrics.k8s.io';
+const CLK_TCK = 100;
+/** Where a pod's container sees the host folders its mounts come from, before it mounts them. */
+const STAGE = '/srv';
 const CRD_GROUPS: Record<string, Record<string, string>> = {
   'agents.x-k8s.io': { sandboxes: 'Sandbox' },
   'extensions.agents.x-k8s.io': {
@@ -192,6 +251,10 @@ export class KubeApiDouble {
   private readonly stopping = new Set<string>();
   /** Set by close(): no container starts after it. */
   private closing = false;
+  /** The tmpfs of each bound claim of a `block` class (by claim uid), unmounted when it goes. */
+  private readonly mounted = new Set<string>();
+  /** The previous CPU reading of each pod (by uid), for metrics.k8s.io's rates. */
+  private readonly cpuReadings = new Map<string, { at: number; ticks: number }>();
   /** Permissions SelfSubjectAccessReviews deny, as `verb resource`. */
   readonly denied = new Set<string>();
   /**
@@ -284,6 +347,8 @@ export class KubeApiDouble {
     for (const watcher of this.watchers) watcher.res.destroy();
     this.watchers.clear();
     for (const key of [...this.processes.keys()]) await this.stopProcesses(key);
+    for (const dir of this.mounted) unmount(dir);
+    this.mounted.clear();
     await new Promise<void>((resolve) => {
       if (!this.server) return resolve();
       this.server.closeAllConnections();
@@ -340,6 +405,29 @@ export class KubeApiDouble {
       const attributes = review.spec?.resourceAttributes ?? {};
       const allowed = !this.denied.has(`${attributes.verb} ${attributes.resource}`);
       return this.send(res, 201, { ...review, status: { allowed } });
+    }
+    const metrics =
+      /^\/apis\/metrics\.k8s\.io\/v1beta1\/namespaces\/([^/]+)\/pods(?:\/([^/]+))?$/.exec(path);
+    if (metrics && this.options.metricsApi && method === 'GET') {
+      const [, ns, podName] = metrics as unknown as [string, string, string | undefined];
+      const labels = url.searchParams.get('labelSelector');
+      const items = [...this.store.values()]
+        .filter((s) => s.resource === 'pods' && s.namespace === ns)
+        .filter((s) => !podName || s.object.metadata.name === podName)
+        .filter((s) => matchesLabels(labels, s.object.metadata.labels))
+        .flatMap((s) => this.podMetrics(s.object) ?? []);
+      if (podName) {
+        const [one] = items;
+        if (!one)
+          return this.send(res, 404, status(404, 'NotFound', `podmetrics "${podName}" not found`));
+        return this.send(res, 200, one);
+      }
+      return this.send(res, 200, {
+        kind: 'PodMetricsList',
+        apiVersion: `${METRICS_GROUP}/v1beta1`,
+        metadata: {},
+        items,
+      });
     }
     const core = /^\/api\/v1\/namespaces\/([^/]+)\/([^/]+)(?:\/([^/]+))?$/.exec(path);
     const custom = /^\/apis\/([^/]+)\/([^/]+)\/namespaces\/([^/]+)\/([^/]+)(?:\/([^/]+))?$/.exec(
@@ -468,8 +556,10 @@ export class KubeApiDouble {
         generation: 1,
       };
       if (resource === 'pods') object.status = { phase: 'Pending', qosClass: 'Burstable' };
+      if (resource === 'persistentvolumeclaims') object.status = { phase: 'Pending' };
       this.write(resource, namespace, object, 'ADDED');
       this.send(res, 201, object);
+      if (resource === 'persistentvolumeclaims') this.provision(namespace, object.metadata.name);
       if (resource === 'pods') void this.kubelet(namespace, object.metadata.name as string);
       if (resource === 'sandboxes') this.sandboxController(namespace, object);
       if (resource === 'sandboxwarmpools' || resource === 'sandboxtemplates') {
@@ -579,14 +669,28 @@ export class KubeApiDouble {
         const keys = (op.path as string).split('/').slice(1);
         const last = keys.pop() as string;
         const parent = keys.reduce<Obj | undefined>((at, key) => at?.[key], patched);
-        if (!parent || !['add', 'replace'].includes(op.op)) {
+        if (!parent || !['add', 'replace', 'remove'].includes(op.op)) {
           return this.send(
             res,
             422,
             status(422, 'Invalid', `the double cannot apply ${op.op} ${op.path}`),
           );
         }
-        parent[last] = op.value;
+        if (op.op === 'remove') {
+          // RFC 6902: removing what is not there fails the whole patch.
+          if (!(last in parent)) {
+            return this.send(
+              res,
+              422,
+              status(
+                422,
+                'Invalid',
+                `the server rejected our request: remove ${op.path}: not found`,
+              ),
+            );
+          }
+          delete parent[last];
+        } else parent[last] = op.value;
       }
       const problems = this.validate(patched.apiVersion, resource, kind, patched);
       if (problems) {
@@ -600,6 +704,7 @@ export class KubeApiDouble {
       this.write(resource, namespace, patched, 'MODIFIED');
       if (resource === 'sandboxclaims')
         this.scheduleClaimShutdown(namespace, name, patched.metadata.uid);
+      if (resource === 'sandboxes') this.reconcileSandbox(namespace, name);
       return this.send(res, 200, patched);
     }
     if (method === 'DELETE') {
@@ -636,6 +741,15 @@ export class KubeApiDouble {
         }
         return this.send(res, 200, stored.object);
       }
+      if (resource === 'persistentvolumeclaims' && this.claimUsers(namespace, name).length > 0) {
+        // pvc-protection: a claim a pod uses goes once no pod does.
+        if (!stored.object.metadata.deletionTimestamp) {
+          stored.object.metadata.deletionTimestamp = new Date().toISOString();
+          stored.object.metadata.finalizers = ['kubernetes.io/pvc-protection'];
+          this.write(resource, namespace, stored.object, 'MODIFIED');
+        }
+        return this.send(res, 200, stored.object);
+      }
       this.remove(resource, namespace, name);
       if (resource === 'pods') void this.stopProcesses(`pods/${namespace}/${name}`);
       return this.send(
@@ -662,6 +776,7 @@ export class KubeApiDouble {
         group(name, Object.keys(versions)[0] as string),
       ),
       ...(this.options.crds ? Object.keys(CRD_GROUPS).map((name) => group(name, CRD_VERSION)) : []),
+      ...(this.options.metricsApi ? [group(METRICS_GROUP, 'v1beta1')] : []),
     ];
     return { kind: 'APIGroupList', apiVersion: 'v1', groups };
   }
@@ -717,6 +832,10 @@ export class KubeApiDouble {
         new Secret(object as ConstructorParameters<typeof Secret>[0]).validate();
       else if (resource === 'networkpolicies')
         new NetworkPolicy(object as ConstructorParameters<typeof NetworkPolicy>[0]).validate();
+      else if (resource === 'persistentvolumeclaims')
+        new PersistentVolumeClaim(
+          object as ConstructorParameters<typeof PersistentVolumeClaim>[0],
+        ).validate();
       else {
         const check = this.options.validators?.[`${apiVersion}/${resource}`];
         if (!check)
@@ -751,6 +870,12 @@ export class KubeApiDouble {
     this.history.push(event);
     for (const watcher of this.watchers) this.deliver(watcher, event);
     if (resource === 'pods') this.syncClaims(namespace, object.metadata.name as string);
+    // The reclaim policy Delete: a claim's storage goes with it.
+    if (resource === 'persistentvolumeclaims' && type === 'DELETED') {
+      this.releaseStorage(object.metadata.uid as string);
+    }
+    // A pod gone: claims being deleted that no pod uses now go (pvc-protection).
+    if (resource === 'pods' && type === 'DELETED') this.releaseClaims(namespace);
   }
 
   private remove(resource: string, namespace: string, name: string): void {
@@ -783,13 +908,63 @@ export class KubeApiDouble {
   }
 
   /**
-   * agent-sandbox's controller, the part the provider relies on: a Sandbox's pod, named like it,
-   * with its podTemplate's labels, annotations and spec, owned by it; the Sandbox deleted at its
-   * shutdownTime when its shutdownPolicy is Delete.
+   * agent-sandbox's controller, the part the provider relies on: a Sandbox's claims from its
+   * volumeClaimTemplates (`<template>-<Sandbox>`, controlled by it) and its pod, named like it,
+   * with its podTemplate's labels, annotations and spec (the claims as the volumes of their
+   * templates' names), owned by it; no pod while its operatingMode is Suspended (one there is
+   * deleted), one made again once it is Running; the Sandbox deleted at its shutdownTime when its
+   * shutdownPolicy is Delete.
    */
   private sandboxController(namespace: string, sandbox: Obj): void {
     const { name, uid } = sandbox.metadata;
+    for (const template of sandbox.spec.volumeClaimTemplates ?? []) {
+      const claimName = `${template.metadata.name}-${name}`;
+      if (this.get('persistentvolumeclaims', namespace, claimName)) continue;
+      const claim: Obj = {
+        apiVersion: 'v1',
+        kind: 'PersistentVolumeClaim',
+        metadata: {
+          name: claimName,
+          namespace,
+          labels: { ...template.metadata.labels, 'agents.x-k8s.io/sandbox-name-hash': 'double' },
+          ownerReferences: [this.controllerRef(sandbox)],
+        },
+        spec: structuredClone(template.spec),
+      };
+      const problems = this.validate(
+        'v1',
+        'persistentvolumeclaims',
+        'PersistentVolumeClaim',
+        claim,
+      );
+      if (problems) {
+        this.invalid.push({ path: `Sandbox ${name}'s claim ${claimName}`, problems });
+        continue;
+      }
+      claim.metadata.uid = randomUUID();
+      claim.metadata.creationTimestamp = new Date().toISOString();
+      claim.status = { phase: 'Pending' };
+      this.write('persistentvolumeclaims', namespace, claim, 'ADDED');
+      this.provision(namespace, claimName);
+    }
+    if (sandbox.spec.operatingMode !== 'Suspended') this.makeSandboxPod(namespace, sandbox);
+    this.scheduleShutdown(namespace, name, uid);
+  }
+
+  /** A Sandbox's pod, made shortly (as its controller does) unless it changed meanwhile. */
+  private makeSandboxPod(namespace: string, sandbox: Obj): void {
+    const { name, uid } = sandbox.metadata;
     const template = sandbox.spec.podTemplate;
+    const spec = structuredClone(template.spec);
+    const claimVolumes = (sandbox.spec.volumeClaimTemplates ?? []).map((t: Obj) => ({
+      name: t.metadata.name,
+      persistentVolumeClaim: { claimName: `${t.metadata.name}-${name}` },
+    }));
+    const named = new Set(claimVolumes.map((v: Obj) => v.name));
+    spec.volumes = [
+      ...(spec.volumes ?? []).filter((v: Obj) => !named.has(v.name)),
+      ...claimVolumes,
+    ];
     const pod: Obj = {
       apiVersion: 'v1',
       kind: 'Pod',
@@ -811,7 +986,7 @@ export class KubeApiDouble {
         uid: randomUUID(),
         creationTimestamp: new Date().toISOString(),
       },
-      spec: structuredClone(template.spec),
+      spec,
       status: { phase: 'Pending', qosClass: 'Burstable' },
     };
     const problems = this.validate('v1', 'pods', 'Pod', pod);
@@ -820,11 +995,250 @@ export class KubeApiDouble {
       return;
     }
     setTimeout(() => {
-      if (this.get('sandboxes', namespace, name)?.metadata.uid !== uid) return;
+      const now = this.get('sandboxes', namespace, name);
+      if (!now || now.metadata.uid !== uid || now.spec.operatingMode === 'Suspended') return;
+      if (this.get('pods', namespace, name)) return;
       this.write('pods', namespace, pod, 'ADDED');
       void this.kubelet(namespace, name);
     }, 5);
-    this.scheduleShutdown(namespace, name, uid);
+  }
+
+  /**
+   * A Sandbox changed (a patch): Suspended deletes its pod (gracefully, its claims kept);
+   * Running makes one once none is left; its shutdownTime is read again.
+   */
+  private reconcileSandbox(namespace: string, name: string): void {
+    const sandbox = this.get('sandboxes', namespace, name);
+    if (!sandbox) return;
+    const pod = this.get('pods', namespace, name);
+    if (sandbox.spec.operatingMode === 'Suspended') {
+      if (pod && !pod.metadata.deletionTimestamp) {
+        pod.metadata.deletionTimestamp = new Date(Date.now() + 1000).toISOString();
+        pod.metadata.deletionGracePeriodSeconds = 1;
+        this.write('pods', namespace, pod, 'MODIFIED');
+        void this.terminate(namespace, name, pod.metadata.uid as string);
+      }
+    } else if (pod?.metadata.deletionTimestamp) {
+      // Running again while its pod still goes: a new one once it is gone.
+      const wait = async () => {
+        while (this.get('pods', namespace, name) && !this.closing) await sleep(20);
+        const now = this.get('sandboxes', namespace, name);
+        if (now && now.metadata.uid === sandbox.metadata.uid) this.makeSandboxPod(namespace, now);
+      };
+      void wait();
+    } else if (!pod) this.makeSandboxPod(namespace, sandbox);
+    this.scheduleShutdown(namespace, name, sandbox.metadata.uid);
+  }
+
+  /**
+   * The provisioner: a new claim of a class that binds at once gets its storage now; one that
+   * waits for its first consumer says so; one the cluster cannot give storage gets the events a
+   * real provisioner writes and stays Pending.
+   */
+  private provision(namespace: string, name: string): void {
+    const claim = this.get('persistentvolumeclaims', namespace, name);
+    if (!claim) return;
+    const found = this.storageClassOf(claim);
+    if ('problem' in found) {
+      this.objectEvent(
+        namespace,
+        claim,
+        'PersistentVolumeClaim',
+        found.type,
+        found.reason,
+        found.problem,
+      );
+      return;
+    }
+    if (found.storageClass.binding === 'WaitForFirstConsumer') {
+      this.objectEvent(
+        namespace,
+        claim,
+        'PersistentVolumeClaim',
+        'Normal',
+        'WaitForFirstConsumer',
+        'waiting for first consumer to be created before binding',
+      );
+      return;
+    }
+    this.bind(namespace, claim);
+  }
+
+  /** A claim's StorageClass, or why it can have none (the event a provisioner would write). */
+  private storageClassOf(
+    claim: Obj,
+  ):
+    | { name: string; storageClass: StorageClassDouble }
+    | { type: 'Normal' | 'Warning'; reason: string; problem: string } {
+    const classes = this.options.storageClasses ?? STORAGE_CLASSES;
+    const name =
+      claim.spec.storageClassName ??
+      (this.options.defaultStorageClass === undefined
+        ? 'standard'
+        : this.options.defaultStorageClass);
+    if (!name) {
+      return {
+        type: 'Normal',
+        reason: 'FailedBinding',
+        problem: 'no persistent volumes available for this claim and no storage class is set',
+      };
+    }
+    const storageClass = classes[name];
+    if (!storageClass) {
+      return {
+        type: 'Warning',
+        reason: 'ProvisioningFailed',
+        problem: `storageclass.storage.k8s.io "${name}" not found`,
+      };
+    }
+    const mode = (claim.spec.accessModes ?? []).find(
+      (m: string) => !storageClass.accessModes.includes(m),
+    );
+    if (mode) {
+      return {
+        type: 'Warning',
+        reason: 'ProvisioningFailed',
+        problem: `failed to provision volume with StorageClass "${name}": rpc error: code = InvalidArgument desc = Volume capabilities not supported: access mode ${mode}`,
+      };
+    }
+    return { name, storageClass };
+  }
+
+  /** Gives a claim its storage (a tmpfs of its size, or a folder) and marks it Bound. */
+  private bind(namespace: string, claim: Obj): void {
+    if (claim.status?.phase === 'Bound') return;
+    const found = this.storageClassOf(claim);
+    if ('problem' in found) return;
+    const dir = this.storageDir(claim.metadata.uid);
+    mkdirSync(dir, { recursive: true });
+    const size = claim.spec.resources?.requests?.storage as string;
+    if (found.storageClass.storage === 'block') {
+      execFileSync('mount', ['-t', 'tmpfs', '-o', `size=${size},mode=0755`, 'abx-pv', dir]);
+      this.mounted.add(dir);
+    }
+    claim.spec.volumeName = `pvc-${claim.metadata.uid}`;
+    claim.spec.storageClassName = found.name;
+    claim.status = {
+      phase: 'Bound',
+      accessModes: claim.spec.accessModes,
+      capacity: { storage: size },
+    };
+    this.write('persistentvolumeclaims', namespace, claim, 'MODIFIED');
+    this.objectEvent(
+      namespace,
+      claim,
+      'PersistentVolumeClaim',
+      'Normal',
+      'ProvisioningSucceeded',
+      `Successfully provisioned volume pvc-${claim.metadata.uid}`,
+    );
+  }
+
+  /** Where the storage of the claim of `uid` is on this host. */
+  private storageDir(uid: string): string {
+    return join(this.options.dir, 'pv', uid);
+  }
+
+  /** The storage of a deleted claim goes (its reclaim policy: Delete). */
+  private releaseStorage(uid: string): void {
+    const dir = this.storageDir(uid);
+    if (this.mounted.delete(dir)) unmount(dir);
+    rmSync(dir, { recursive: true, force: true });
+  }
+
+  /** Pods (not ended) whose volumes name the claim. */
+  private claimUsers(namespace: string, claim: string): string[] {
+    return [...this.store.values()]
+      .filter((s) => s.resource === 'pods' && s.namespace === namespace)
+      .filter((s) =>
+        (s.object.spec.volumes ?? []).some(
+          (v: Obj) => v.persistentVolumeClaim?.claimName === claim,
+        ),
+      )
+      .map((s) => s.object.metadata.name as string);
+  }
+
+  /** Claims being deleted that no pod uses any more go now (pvc-protection's finalizer). */
+  private releaseClaims(namespace: string): void {
+    for (const stored of [...this.store.values()]) {
+      if (stored.resource !== 'persistentvolumeclaims' || stored.namespace !== namespace) continue;
+      const claim = stored.object;
+      if (!claim.metadata.deletionTimestamp) continue;
+      if (this.claimUsers(namespace, claim.metadata.name).length > 0) continue;
+      this.remove('persistentvolumeclaims', namespace, claim.metadata.name);
+    }
+  }
+
+  /**
+   * Why a pod's claims keep it from being scheduled, or undefined when they are all bound (a
+   * claim waiting for its first consumer is bound now).
+   */
+  private claimsUnready(namespace: string, pod: Obj): string | undefined {
+    for (const volume of pod.spec.volumes ?? []) {
+      const claimName = volume.persistentVolumeClaim?.claimName as string | undefined;
+      if (!claimName) continue;
+      const claim = this.get('persistentvolumeclaims', namespace, claimName);
+      if (!claim) return `0/1 nodes are available: persistentvolumeclaim "${claimName}" not found.`;
+      if (claim.metadata.deletionTimestamp) {
+        return `0/1 nodes are available: persistentvolumeclaim "${claimName}" is being deleted.`;
+      }
+      if (claim.status?.phase === 'Bound') continue;
+      const found = this.storageClassOf(claim);
+      if (!('problem' in found) && found.storageClass.binding === 'WaitForFirstConsumer') {
+        this.bind(namespace, claim);
+        continue;
+      }
+      return '0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.';
+    }
+    return undefined;
+  }
+
+  /**
+   * metrics-server's PodMetrics of a running pod, measured from its processes: CPU time (all of
+   * them, children they reaped included) since the previous reading as cores, resident memory.
+   */
+  private podMetrics(pod: Obj): Obj | undefined {
+    if (pod.status?.phase !== 'Running' || pod.metadata.deletionTimestamp) return undefined;
+    const { name, namespace, uid } = pod.metadata;
+    const pids = this.livePids(name).flatMap((pid) => processTree(pid));
+    let ticks = 0;
+    let rss = 0;
+    for (const pid of new Set(pids)) {
+      try {
+        const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? [];
+        // utime, stime, cutime, cstime: fields 14-17 of stat(5), 12-15 after the comm.
+        for (const i of [11, 12, 13, 14]) ticks += Number(fields[i] ?? 0);
+        rss += Number(readFileSync(`/proc/${pid}/statm`, 'utf8').split(' ')[1] ?? 0) * 4096;
+      } catch {
+        // ended meanwhile
+      }
+    }
+    const now = Date.now();
+    const before = this.cpuReadings.get(uid) ?? {
+      at: Date.parse(pod.status.startTime ?? pod.metadata.creationTimestamp),
+      ticks: 0,
+    };
+    const window = Math.max(0.001, (now - before.at) / 1000);
+    const cores = Math.max(0, (ticks - before.ticks) / CLK_TCK / window);
+    this.cpuReadings.set(uid, { at: now, ticks });
+    return {
+      kind: 'PodMetrics',
+      apiVersion: `${METRICS_GROUP}/v1beta1`,
+      metadata: {
+        name,
+        namespace,
+        labels: pod.metadata.labels,
+        creationTimestamp: new Date(now).toISOString(),
+      },
+      timestamp: new Date(now).toISOString(),
+      window: `${window.toFixed(3)}s`,
+      containers: [
+        {
+          name: pod.spec.containers[0].name,
+          usage: { cpu: `${Math.round(cores * 1e9)}n`, memory: `${Math.round(rss / 1024)}Ki` },
+        },
+      ],
+    };
   }
 
   /**
@@ -1043,6 +1457,8 @@ export class KubeApiDouble {
       () => {
         const now = this.get('sandboxes', namespace, name);
         if (now?.metadata.uid !== uid) return;
+        // No shutdownTime any more (a suspended Sandbox's was taken off): it does not expire.
+        if (!now.spec.shutdownTime) return;
         if (Date.parse(now.spec.shutdownTime) > Date.now())
           this.scheduleShutdown(namespace, name, uid);
         else this.remove('sandboxes', namespace, name);
@@ -1104,6 +1520,18 @@ export class KubeApiDouble {
     reason: string,
     message: string,
   ): void {
+    this.objectEvent(namespace, pod, 'Pod', type, reason, message);
+  }
+
+  private objectEvent(
+    namespace: string,
+    object: Obj,
+    kind: string,
+    type: 'Normal' | 'Warning',
+    reason: string,
+    message: string,
+  ): void {
+    const pod = object;
     const name = `${pod.metadata.name}.${(this.rv + 1).toString(16)}`;
     this.write(
       'events',
@@ -1118,7 +1546,7 @@ export class KubeApiDouble {
           creationTimestamp: new Date().toISOString(),
         },
         involvedObject: {
-          kind: 'Pod',
+          kind,
           namespace,
           name: pod.metadata.name,
           uid: pod.metadata.uid,
@@ -1127,7 +1555,10 @@ export class KubeApiDouble {
         type,
         reason,
         message,
-        source: { component: 'kubelet', host: NODE },
+        source:
+          kind === 'Pod'
+            ? { component: 'kubelet', host: NODE }
+            : { component: 'persistentvolume-controller' },
         firstTimestamp: new Date().toISOString(),
         lastTimestamp: new Date().toISOString(),
         count: 1,
@@ -1188,6 +1619,28 @@ export class KubeApiDouble {
       return;
     }
     if (fate.kind === 'hold') await fate.until;
+    // The scheduler waits for the pod's claims (and binds those that wait for it), trying again.
+    for (let told = false; ; ) {
+      const unready = this.claimsUnready(namespace, pod);
+      if (!unready) break;
+      if (!this.current(namespace, name, uid) || this.closing) return;
+      if (!told) {
+        told = true;
+        this.update(namespace, pod, (s) => {
+          s.conditions = [
+            {
+              type: 'PodScheduled',
+              status: 'False',
+              reason: 'Unschedulable',
+              message: unready,
+              lastTransitionTime: at(),
+            },
+          ];
+        });
+        this.event(namespace, pod, 'Warning', 'FailedScheduling', unready);
+      }
+      await sleep(50);
+    }
     await sleep(5);
     this.update(namespace, pod, (s) => {
       s.conditions = [{ type: 'PodScheduled', status: 'True', lastTransitionTime: at() }];
@@ -1233,7 +1686,30 @@ export class KubeApiDouble {
     const podDir = join(this.options.dir, uid);
     const volumes: Record<string, string> = {};
     const fsGroup = pod.spec.securityContext?.fsGroup as number | undefined;
+    /** Volumes every mount of which is read-only (a claim mounted readOnly). */
+    const readOnly = new Set<string>();
     for (const volume of pod.spec.volumes ?? []) {
+      if (volume.persistentVolumeClaim) {
+        const claim = this.get(
+          'persistentvolumeclaims',
+          namespace,
+          volume.persistentVolumeClaim.claimName,
+        );
+        if (!claim || !this.current(namespace, name, uid)) return;
+        const dir = this.storageDir(claim.metadata.uid);
+        volumes[volume.name] = dir;
+        if (volume.persistentVolumeClaim.readOnly) readOnly.add(volume.name);
+        // fsGroup, OnRootMismatch: the volume's root (and what is in it) becomes the group's,
+        // setgid, writable by it, unless its root is so already.
+        if (fsGroup !== undefined && statSync(dir).gid !== fsGroup) {
+          for (const path of walk(dir)) {
+            chownSync(path, statSync(path).uid, fsGroup);
+            if (statSync(path).isDirectory())
+              chmodSync(path, (statSync(path).mode & 0o7777) | 0o2070);
+          }
+        }
+        continue;
+      }
       const dir = join(podDir, 'volumes', volume.name);
       mkdirSync(dir, { recursive: true });
       volumes[volume.name] = dir;
@@ -1265,6 +1741,16 @@ export class KubeApiDouble {
     }
     const address = freeAddress(this.addresses);
     this.addresses.add(address);
+    /** A host path of the node's folder or the runtime image as the staged mounts see it. */
+    const staged = (path: string): string => {
+      for (const [base, at] of [
+        [this.options.dir, `${STAGE}/node`],
+        [this.options.runtimeImageDir, `${STAGE}/image`],
+      ] as const) {
+        if (path === base || path.startsWith(`${base}/`)) return `${at}${path.slice(base.length)}`;
+      }
+      return path;
+    };
     const runContainer = async (container: Obj, init: boolean): Promise<Running | string> => {
       if (this.closing) throw new Error('the Kubernetes double is closed');
       const security = { ...pod.spec.securityContext, ...container.securityContext };
@@ -1283,14 +1769,21 @@ export class KubeApiDouble {
       if (image) {
         tops.add('/opt');
         mounts.push(
-          `mkdir -p /opt/abx && mount --bind ${quote(image)} /opt/abx && mount -o remount,bind,ro /opt/abx`,
+          `mkdir -p /opt/abx && mount --bind ${quote(staged(image))} /opt/abx && mount -o remount,bind,ro /opt/abx`,
         );
       }
       for (const mount of container.volumeMounts ?? []) {
         const top = `/${(mount.mountPath as string).split('/')[1]}`;
         if (['/opt', '/mnt', '/run', '/home'].includes(top)) tops.add(top);
+        let source = volumes[mount.name] as string;
+        if (mount.subPath) {
+          // The kubelet makes a subPath that is not there (as root).
+          source = join(source, mount.subPath);
+          mkdirSync(source, { recursive: true });
+        }
+        const ro = mount.readOnly || readOnly.has(mount.name);
         mounts.push(
-          `mkdir -p ${quote(mount.mountPath)} && mount --bind ${quote(volumes[mount.name] as string)} ${quote(mount.mountPath)}${mount.readOnly ? ` && mount -o remount,bind,ro ${quote(mount.mountPath)}` : ''}`,
+          `mkdir -p ${quote(mount.mountPath)} && mount --bind ${quote(staged(source))} ${quote(mount.mountPath)}${ro ? ` && mount -o remount,bind,ro ${quote(mount.mountPath)}` : ''}`,
         );
       }
       const uidOf = Number(security.runAsUser ?? 0);
@@ -1307,10 +1800,18 @@ export class KubeApiDouble {
       const script = [
         'set -e',
         `hostname ${quote(pod.spec.hostname ?? name)}`,
+        // The host folders mounts come from, where no mount of the pod covers them (one at /tmp
+        // would hide a scratch folder under /tmp): a tmpfs of the namespace's own at /srv.
+        `mount -t tmpfs -o mode=700 abx-stage ${STAGE}`,
+        `mkdir ${STAGE}/node ${STAGE}/image`,
+        `mount --rbind ${quote(this.options.dir)} ${STAGE}/node`,
+        `mount --bind ${quote(this.options.runtimeImageDir)} ${STAGE}/image`,
         ...[...tops].map((top) => `mount -t tmpfs -o mode=755 abx-double ${top}`),
         ...mounts,
-        `mount --bind ${quote(passwd)} /etc/passwd`,
-        `mount --bind ${quote(group)} /etc/group`,
+        `mount --bind ${quote(staged(passwd))} /etc/passwd`,
+        `mount --bind ${quote(staged(group))} /etc/group`,
+        // Gone from its view once its mounts are made.
+        `umount -l ${STAGE}`,
         ...(workdir
           ? [
               `if ! mkdir -p ${quote(workdir)} 2>/dev/null || ! cd ${quote(workdir)}; then echo "ABX-START-ERROR: chdir to cwd (\\"${workdir.replace(/[\\"$`]/g, '')}\\") set in config.json failed: no such file or directory" >&2; exit 128; fi`,
@@ -1531,6 +2032,42 @@ function killPod(child: ChildProcess): void {
     // ended meanwhile
   }
   child.kill('SIGKILL');
+}
+
+/** Unmounts a claim's tmpfs (lazily: a pod's mount namespace may still hold it). */
+function unmount(dir: string): void {
+  try {
+    execFileSync('umount', ['-l', dir], { stdio: 'ignore' });
+  } catch {
+    // not mounted
+  }
+}
+
+/** A path and everything under it (no symlinks followed). */
+function walk(path: string): string[] {
+  const found = [path];
+  if (!statSync(path).isDirectory()) return found;
+  for (const entry of readdirSync(path, { withFileTypes: true })) {
+    if (entry.isSymbolicLink()) continue;
+    found.push(...walk(join(path, entry.name)));
+  }
+  return found;
+}
+
+/** A process and all its descendants (by /proc's children lists). */
+function processTree(pid: number): number[] {
+  const found = [pid];
+  try {
+    for (const task of readdirSync(`/proc/${pid}/task`)) {
+      const children = readFileSync(`/proc/${pid}/task/${task}/children`, 'utf8')
+        .split(' ')
+        .filter((text) => /^\d+$/.test(text));
+      for (const child of children) found.push(...processTree(Number(child)));
+    }
+  } catch {
+    // ended meanwhile
+  }
+  return found;
 }
 
 /** Pod rules the API server enforces beyond the schema (those the provider could break). */

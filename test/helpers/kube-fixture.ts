@@ -9,7 +9,7 @@ import {
 import { portableRuntime } from '../../src/providers/portable-runtime.js';
 import { AGENT_SANDBOX_VALIDATORS } from './agent-sandbox-schemas.js';
 import { ensureBuilt, ROOT } from './build.js';
-import { KubeApiDouble, kubeletUnavailable } from './kube-api-double.js';
+import { KubeApiDouble, type KubeApiDoubleOptions, kubeletUnavailable } from './kube-api-double.js';
 
 /** The namespace the Kubernetes tests' sandboxes run in. */
 export const NAMESPACE = 'sandboxes';
@@ -36,7 +36,13 @@ export interface KubeDoubles {
  * removed, and the block failed if any object a provider sent did not validate. `crds` serves
  * agent-sandbox, its Sandboxes checked against the CRD's schema.
  */
-export function kubeDoubles(label: string, wanted: { crds?: boolean }[] = [{}]): KubeDoubles {
+export function kubeDoubles(
+  label: string,
+  wanted: ({ crds?: boolean } & Pick<
+    KubeApiDoubleOptions,
+    'metricsApi' | 'storageClasses' | 'defaultStorageClass'
+  >)[] = [{}],
+): KubeDoubles {
   const unavailable = kubeletUnavailable();
   let scratch: string | undefined;
   const all: KubeApiDouble[] = [];
@@ -51,11 +57,12 @@ export function kubeDoubles(label: string, wanted: { crds?: boolean }[] = [{}]):
       runtimeDir: join(ROOT, 'dist', 'runtime'),
       cacheDir: join(scratch, 'runtime-image'),
     });
-    for (const [i, { crds }] of wanted.entries()) {
+    for (const [i, { crds, ...more }] of wanted.entries()) {
       const double = new KubeApiDouble({
         dir: join(scratch, `node-${i}`),
         runtimeImageDir: runtime.dir,
         ...(crds ? { crds: true, validators: AGENT_SANDBOX_VALIDATORS } : {}),
+        ...more,
       });
       all.push(double);
       await double.start();

@@ -402,7 +402,8 @@ export function providerContract(
       test('isolation() reports its mode and every limit, with a warning for each not enforced', () => {
         const report = provider.isolation();
         expect(report.mode).toBe(options.mode);
-        // A provider that pauses says how (the freezer, SIGSTOP, `docker pause`).
+        // A provider that pauses says how (the freezer, SIGSTOP, `docker pause`), or that it
+        // only hibernates (kubernetes).
         expect(Object.keys(report.limits).sort()).toEqual([
           'cpu',
           'disk',
@@ -410,7 +411,7 @@ export function providerContract(
           'file_size',
           'memory',
           'open_files',
-          ...(provider.freeze ? ['pause'] : []),
+          ...(provider.freeze || provider.hibernate ? ['pause'] : []),
           'processes',
           // A provider with volumes says whether their size is enforced.
           ...(provider.volumes ? ['volume_quota'] : []),

@@ -1,4 +1,4 @@
-import type { V1Pod } from '@kubernetes/client-node';
+import type { V1PersistentVolumeClaimSpec, V1Pod } from '@kubernetes/client-node';
 import { AGENT_SANDBOX_GROUP } from './cluster-check.js';
 
 /** The version of kubernetes-sigs/agent-sandbox's API this provider speaks. */
@@ -15,10 +15,27 @@ export interface AgentSandbox {
       metadata: { labels?: Record<string, string>; annotations?: Record<string, string> };
       spec: NonNullable<V1Pod['spec']>;
     };
+    /**
+     * Claims its controller makes (named `<name>-<Sandbox's name>`, owned by the Sandbox: gone
+     * with it) and puts in the pod as the volume of that name: the home claim (`--kube-home pvc`).
+     */
+    volumeClaimTemplates?: {
+      metadata: { name: string; labels?: Record<string, string> };
+      spec: V1PersistentVolumeClaimSpec;
+    }[];
+    /**
+     * `Suspended`: its controller deletes the pod and keeps the Sandbox and its claims (a
+     * hibernate); `Running` (the default) makes the pod again. agents.x-k8s.io/v1beta1 says this
+     * with `operatingMode` (kubernetes-sigs/agent-sandbox#801); v1alpha1 said `replicas: 0`/`1`.
+     */
+    operatingMode?: 'Running' | 'Suspended';
     shutdownTime?: string;
     shutdownPolicy: 'Delete' | 'Retain';
   };
 }
+
+/** A Sandbox's operating mode: `Suspended` while its sandbox is hibernated. */
+export type OperatingMode = NonNullable<AgentSandbox['spec']['operatingMode']>;
 
 /** A `shutdownTime`: RFC 3339 in whole seconds, as Kubernetes writes times. */
 export function shutdownTime(at: number): string {
@@ -36,6 +53,8 @@ export function agentSandbox(
   pod: V1Pod,
   timeoutMs: number | undefined,
   now = Date.now(),
+  /** The home claim's template (its name is the pod's home volume's), with `--kube-home pvc`. */
+  homeClaim?: NonNullable<AgentSandbox['spec']['volumeClaimTemplates']>[number],
 ): AgentSandbox {
   const metadata = pod.metadata ?? {};
   return {
@@ -54,6 +73,7 @@ export function agentSandbox(
         },
         spec: pod.spec as NonNullable<V1Pod['spec']>,
       },
+      ...(homeClaim ? { volumeClaimTemplates: [homeClaim] } : {}),
       ...(timeoutMs ? { shutdownTime: shutdownTime(now + timeoutMs) } : {}),
       shutdownPolicy: 'Delete',
     },

@@ -9,8 +9,16 @@ export const AGENT_SANDBOX_EXTENSIONS_GROUP = 'extensions.agents.x-k8s.io';
 export const REQUIRED_PERMISSIONS: readonly { group: string; resource: string; verbs: string[] }[] =
   [
     { group: '', resource: 'pods', verbs: ['create', 'get', 'list', 'watch', 'delete'] },
-    { group: '', resource: 'secrets', verbs: ['create', 'delete'] },
+    // get: a pod's control token, for envd's statfs of the claims it mounts (volume usage); in
+    // claims mode also the per-template bootstrap Secret another replica made.
+    { group: '', resource: 'secrets', verbs: ['create', 'delete', 'get'] },
     { group: '', resource: 'events', verbs: ['list'] },
+    // abx volumes, and homes with --kube-home pvc: a claim each, swept with its sandbox.
+    {
+      group: '',
+      resource: 'persistentvolumeclaims',
+      verbs: ['create', 'get', 'list', 'delete'],
+    },
     // An internet sandbox's own NetworkPolicy: made, replaced (get, update), swept, deleted.
     {
       group: 'networking.k8s.io',
@@ -42,7 +50,6 @@ export const AGENT_SANDBOX_CLAIMS_PERMISSIONS: readonly {
   resource: string;
   verbs: string[];
 }[] = [
-  { group: '', resource: 'secrets', verbs: ['get'] },
   { group: AGENT_SANDBOX_EXTENSIONS_GROUP, resource: 'sandboxtemplates', verbs: ['create', 'get'] },
   { group: AGENT_SANDBOX_EXTENSIONS_GROUP, resource: 'sandboxwarmpools', verbs: ['create'] },
   {
@@ -51,6 +58,12 @@ export const AGENT_SANDBOX_CLAIMS_PERMISSIONS: readonly {
     verbs: ['create', 'get', 'list', 'delete', 'patch'],
   },
 ];
+
+/** The resource metrics API (metrics-server): sandbox metrics come from it where it is served. */
+export const METRICS_API_GROUP = 'metrics.k8s.io';
+/** What the provider does where it is: list the namespace's pod metrics. */
+export const METRICS_PERMISSIONS: readonly { group: string; resource: string; verbs: string[] }[] =
+  [{ group: METRICS_API_GROUP, resource: 'pods', verbs: ['list'] }];
 
 /** What `abx doctor --provider kubernetes` (and a kubernetes daemon's start) learns. */
 export interface ClusterReport {
@@ -63,6 +76,8 @@ export interface ClusterReport {
   permissions: { verb: string; resource: string; allowed: boolean; reason?: string }[];
   /** The agent-sandbox API groups the server serves (empty: not installed). */
   agentSandbox: string[];
+  /** Whether the server serves metrics.k8s.io (metrics-server): sandbox metrics come from it. */
+  metricsApi: boolean;
   /** What is wrong, each with what to do; empty when the provider can work. */
   problems: string[];
 }
@@ -84,6 +99,7 @@ export async function checkCluster(
     reachable: false,
     permissions: [],
     agentSandbox: [],
+    metricsApi: false,
     problems: [],
   };
   try {
@@ -99,6 +115,7 @@ export async function checkCluster(
     report.agentSandbox = groups.groups
       .map((group) => group.name)
       .filter((name) => name === AGENT_SANDBOX_GROUP || name === AGENT_SANDBOX_EXTENSIONS_GROUP);
+    report.metricsApi = groups.groups.some((group) => group.name === METRICS_API_GROUP);
   } catch (error) {
     report.problems.push(kubeError(error, 'listing its API groups', server).message);
   }
@@ -113,6 +130,7 @@ export async function checkCluster(
     ...REQUIRED_PERMISSIONS,
     ...(report.agentSandbox.includes(AGENT_SANDBOX_GROUP) ? AGENT_SANDBOX_PERMISSIONS : []),
     ...(claims ? AGENT_SANDBOX_CLAIMS_PERMISSIONS : []),
+    ...(report.metricsApi ? METRICS_PERMISSIONS : []),
   ];
   for (const { group, resource, verbs } of needed) {
     for (const verb of verbs) {

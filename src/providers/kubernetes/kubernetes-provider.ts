@@ -8,9 +8,11 @@ import {
   type KubeConfig,
   makeInformer,
   type V1OwnerReference,
+  type V1PersistentVolumeClaim,
   type V1Pod,
 } from '@kubernetes/client-node';
 import { ENVD_PORT } from '../../../runtime/protocol/constants.js';
+import { DEFAULT_DISK_BYTES } from '../../commands/template-runtime.js';
 import { egressOptionsFromEnv } from '../../egress/controller.js';
 import { type EgressPolicy, parsePolicy } from '../../egress/policy.js';
 import {
@@ -27,12 +29,14 @@ import {
   type SandboxHandle,
   type SandboxProvider,
   type SandboxSpec,
+  type SandboxUsage,
 } from '../provider.js';
 import { tcpTarget } from '../sandbox-socket.js';
 import {
   AGENT_SANDBOX_VERSION,
   type AgentSandbox,
   agentSandbox,
+  type OperatingMode,
   SANDBOXES,
   shutdownTime,
 } from './agent-sandbox.js';
@@ -54,7 +58,7 @@ import {
   tokensOf,
 } from './agent-sandbox-claims.js';
 import { AGENT_SANDBOX_EXTENSIONS_GROUP, AGENT_SANDBOX_GROUP } from './cluster-check.js';
-import { envdPut } from './envd-put.js';
+import { envdGet, envdPut } from './envd-put.js';
 import { copyHome } from './home-copy.js';
 import {
   type KubeConfigOptions,
@@ -72,19 +76,32 @@ import {
   permittedRanges,
   unenforceableEntries,
 } from './network-policy.js';
+import { PodUsage } from './pod-metrics.js';
 import {
+  HOME_VOLUME,
+  homeClaimName,
   MANAGED_BY,
   MANAGED_BY_LABEL,
   NETWORK_LABEL,
   podName,
+  SANDBOX_CONTAINER,
   SANDBOX_ID_LABEL,
   SANDBOXES_LABEL,
   sandboxesHash,
   sandboxPod,
   secretName,
+  TOKEN_KEY,
   tokenSecret,
 } from './pod-spec.js';
 import { eventSummary, oomKilled, type PodProgress, podProgress } from './pod-status.js';
+import {
+  type AccessMode,
+  claimAdvice,
+  claimSpec,
+  claimState,
+  homeClaimLabels,
+  KubeVolumes,
+} from './volume-claims.js';
 
 /** The image of templates without one (a home is mounted for the user: the image has none). */
 export const DEFAULT_BASE_IMAGE = 'debian:bookworm-slim';
@@ -121,6 +138,24 @@ export interface KubernetesProviderOptions extends KubeConfigOptions {
    * ABX_EGRESS_PERMIT, as on the other providers (docs/network.md).
    */
   egressPermit?: string[];
+  /**
+   * Where a sandbox's home and /tmp live: `emptyDir` (the default: gone with the pod, no
+   * hibernate) or `pvc`, a PersistentVolumeClaim of its own (ReadWriteOnce, the template's disk
+   * size) that a hibernate keeps while the pod is gone. Not in claims mode.
+   */
+  home?: 'emptyDir' | 'pvc';
+  /** The StorageClass of home claims; default the cluster's default class. */
+  homeStorageClass?: string;
+  /** The StorageClass of abx volumes' claims; default the cluster's default class. */
+  volumeStorageClass?: string;
+  /**
+   * The access mode of abx volumes' claims: ReadWriteMany (the default: sandboxes on any node
+   * share a volume; the class must give it) or ReadWriteOnce (only pods of one node can mount it
+   * at once: sandboxes that share a volume must land on one node).
+   */
+  volumeAccessMode?: AccessMode;
+  /** How long a volume's create watches its claim for a provisioning failure (default 10 s). */
+  volumeSettleMs?: number;
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -169,6 +204,16 @@ export class KubernetesProvider implements SandboxProvider {
   private rewatch: NodeJS.Timeout | undefined;
   /** 'claims': each pod template's objects, made once (name → its bootstrap tokens). */
   private readonly templates = new Map<string, Promise<{ client: string; control: string }>>();
+  /** abx volumes: a PersistentVolumeClaim each. */
+  readonly volumes: KubeVolumes;
+  /**
+   * What a sandbox uses, from the resource metrics API (metrics.k8s.io); set by
+   * {@link useMetricsApi} once the cluster is known to serve it, absent otherwise.
+   */
+  metrics?: (handle: SandboxHandle) => Promise<SandboxUsage>;
+  private usage: PodUsage | undefined;
+  /** Each pod's control token (by uid), read once from its Secret, for envd's statfs. */
+  private readonly tokens = new Map<string, string>();
 
   constructor(private readonly options: KubernetesProviderOptions = {}) {
     this.config = loadKubeConfig(options);
@@ -181,7 +226,96 @@ export class KubernetesProvider implements SandboxProvider {
     this.custom = this.config.makeApiClient(CustomObjectsApi);
     this.networkPolicies = new NetworkPolicies(this.config, this.namespace);
     this.permit = permittedRanges(options.egressPermit ?? egressOptionsFromEnv().permit ?? []);
+    this.volumes = new KubeVolumes({
+      core: this.core,
+      namespace: this.namespace,
+      server: this.server,
+      accessMode: options.volumeAccessMode ?? 'ReadWriteMany',
+      ...(options.volumeStorageClass ? { storageClass: options.volumeStorageClass } : {}),
+      ...(options.volumeSettleMs !== undefined ? { settleMs: options.volumeSettleMs } : {}),
+      unavailable: () =>
+        options.agentSandbox === 'claims'
+          ? "the kubernetes provider mounts no volumes in claims mode (--kube-agent-sandbox claims): a warm pool's pods are made before their sandbox, from a template every sandbox shares; use --kube-agent-sandbox true or false"
+          : undefined,
+      statfs: (claim) => this.claimStatfs(claim),
+    });
     if (options.watch !== false) this.watchPods();
+  }
+
+  /** True when sandboxes' homes are claims of their own (`home: 'pvc'`, not in claims mode). */
+  get homeOnClaim(): boolean {
+    return this.options.home === 'pvc' && this.options.agentSandbox !== 'claims';
+  }
+
+  /**
+   * Gives the provider its `metrics` from the resource metrics API (metrics.k8s.io, which
+   * metrics-server serves): call once discovery found it (`checkCluster`'s `metricsApi`).
+   */
+  useMetricsApi(): void {
+    const usage = new PodUsage(this.custom, this.namespace, this.server);
+    this.usage = usage;
+    this.metrics = async (handle) => {
+      const name = handle.pod?.name;
+      const pod = name ? this.pods.get(name) : undefined;
+      if (!pod || pod.metadata?.uid !== handle.startTime) {
+        throw new SandboxError(`pod ${this.namespace}/${name ?? '?'} is not running`);
+      }
+      const id = pod.metadata?.labels?.[SANDBOX_ID_LABEL];
+      const home = id ? homeClaimName(id) : undefined;
+      const disk = home ? await this.podStatfs(pod, home).catch(() => undefined) : undefined;
+      return usage.read(
+        pod,
+        disk ? { used: Math.max(0, disk.total - disk.free), total: disk.total } : undefined,
+      );
+    };
+  }
+
+  /**
+   * The file system of claim `claim` as a ready pod of this provider that mounts it sees it
+   * (envd's statfs of the mount, with the pod's control token from its Secret); undefined when
+   * no ready pod mounts it.
+   */
+  private async claimStatfs(claim: string): Promise<{ total: number; free: number } | undefined> {
+    for (const pod of this.pods.values()) {
+      const found = await this.podStatfs(pod, claim).catch(() => undefined);
+      if (found) return found;
+    }
+    return undefined;
+  }
+
+  /** {@link claimStatfs} in one pod; undefined when it is not ready or does not mount `claim`. */
+  private async podStatfs(
+    pod: V1Pod,
+    claim: string,
+  ): Promise<{ total: number; free: number } | undefined> {
+    const volume = pod.spec?.volumes?.find((v) => v.persistentVolumeClaim?.claimName === claim);
+    const main = pod.spec?.containers.find((c) => c.name === SANDBOX_CONTAINER);
+    const mount = main?.volumeMounts?.find((m) => m.name === volume?.name);
+    const progress = podProgress(pod);
+    const id = pod.metadata?.labels?.[SANDBOX_ID_LABEL];
+    const uid = pod.metadata?.uid;
+    if (!volume || !mount || progress.state !== 'ready' || !id || !uid) return undefined;
+    let token = this.tokens.get(uid);
+    if (!token) {
+      const secret = await this.core.readNamespacedSecret({
+        name: secretName(id),
+        namespace: this.namespace,
+      });
+      const lines = Buffer.from(secret.data?.[TOKEN_KEY] ?? '', 'base64')
+        .toString('utf8')
+        .split('\n')
+        .filter(Boolean);
+      token = lines[1] ?? lines[0];
+      if (!token) return undefined;
+      this.tokens.set(uid, token);
+    }
+    const target = this.handleOf(id, uid, progress.podIP, false).envdSocket;
+    return envdGet<{ total: number; free: number }>(
+      target,
+      token,
+      `/system/disk?path=${encodeURIComponent(mount.mountPath)}`,
+      5000,
+    );
   }
 
   /**
@@ -199,38 +333,34 @@ export class KubernetesProvider implements SandboxProvider {
     const deadline = Date.now() + timeoutMs;
     const name = podName(spec.id);
     const sandboxesDir = dirname(spec.dir);
-    const pod = sandboxPod(spec, {
-      namespace: this.namespace,
-      runtimeImage: this.options.runtimeImage ?? DEFAULT_RUNTIME_IMAGE,
-      baseImage: this.options.baseImage ?? DEFAULT_BASE_IMAGE,
-      sandboxesDir,
-      ...(this.options.imagePullPolicy ? { imagePullPolicy: this.options.imagePullPolicy } : {}),
-    });
+    const homeClaim = this.homeOnClaim ? homeClaimName(spec.id) : undefined;
+    const pod = this.podOf(spec, homeClaim);
     let made: V1Pod | undefined;
-    let lastWhy: string | undefined;
     /** Whether a Sandbox may have been made (then it is what goes, taking its pod). */
     let crdMade = false;
+    /** Whether the home claim of a plain pod may have been made (it goes too). */
+    let claimMade = false;
     const policyName = networkPolicyName(spec.id);
+    const cleanUp = async () => {
+      await this.remove(spec.id, undefined, crdMade, egress !== undefined).catch(() => undefined);
+      if (claimMade) await this.removeHomeClaim(spec.id).catch(() => undefined);
+    };
 
     const fail = async (why: string, cause?: unknown): Promise<SandboxStartError> => {
       const events = made ? await this.eventsOf(name) : '';
-      await this.remove(spec.id, undefined, crdMade, egress !== undefined).catch(() => undefined);
+      await cleanUp();
       return new SandboxStartError(
         `sandbox ${spec.id} did not start: ${why}${events && !why.includes(events) ? ` (events: ${events})` : ''}`,
         cause === undefined ? undefined : { cause },
       );
     };
-    const late = () =>
-      `its pod ${this.namespace}/${name} was not ready within ${timeoutMs} ms${lastWhy ? ` (${lastWhy})` : ''}`;
     const call = async <T>(what: string, work: () => Promise<T>): Promise<T> => {
       try {
         return await work();
       } catch (error) {
         const mapped = kubeError(error, what, this.server);
         if (mapped instanceof UnavailableError) {
-          await this.remove(spec.id, undefined, crdMade, egress !== undefined).catch(
-            () => undefined,
-          );
+          await cleanUp();
           throw mapped;
         }
         throw await fail(`${what}: ${kubeMessage(error)}`, error);
@@ -249,7 +379,12 @@ export class KubernetesProvider implements SandboxProvider {
     let owner: { name: string; uid: string; kind: 'Pod' | 'Sandbox' };
     if (crd) {
       crdMade = true;
-      const body = agentSandbox(pod, spec.timeoutMs);
+      const body = agentSandbox(
+        pod,
+        spec.timeoutMs,
+        Date.now(),
+        homeClaim ? this.homeClaimTemplate(spec, sandboxesDir) : undefined,
+      );
       const sandbox = (await call(`creating Sandbox ${this.namespace}/${name}`, () =>
         this.custom.createNamespacedCustomObject({
           group: AGENT_SANDBOX_GROUP,
@@ -262,6 +397,25 @@ export class KubernetesProvider implements SandboxProvider {
       made = { metadata: { name } };
       owner = { name, uid: sandbox.metadata.uid as string, kind: 'Sandbox' };
     } else {
+      if (homeClaim) {
+        // Owned by nothing: it outlives the pod (a hibernate deletes the pod); kill deletes it.
+        claimMade = true;
+        await call(`creating PersistentVolumeClaim ${this.namespace}/${homeClaim}`, () =>
+          this.core.createNamespacedPersistentVolumeClaim({
+            namespace: this.namespace,
+            body: {
+              apiVersion: 'v1',
+              kind: 'PersistentVolumeClaim',
+              ...this.homeClaimTemplate(spec, sandboxesDir),
+              metadata: {
+                ...this.homeClaimTemplate(spec, sandboxesDir).metadata,
+                name: homeClaim,
+                namespace: this.namespace,
+              },
+            },
+          }),
+        );
+      }
       made = await call(`creating pod ${this.namespace}/${name}`, () =>
         this.core.createNamespacedPod({ namespace: this.namespace, body: pod }),
       );
@@ -288,37 +442,119 @@ export class KubernetesProvider implements SandboxProvider {
       );
       policyVersion = replaced.metadata?.resourceVersion;
     };
-    const sandboxOwner = crd
-      ? [
-          {
-            apiVersion: `${AGENT_SANDBOX_GROUP}/${AGENT_SANDBOX_VERSION}`,
-            kind: 'Sandbox',
-            name,
-            uid: owner.uid,
-          },
-        ]
-      : [];
+    const sandboxOwner = crd ? this.sandboxOwner(name, owner.uid) : [];
     // A Sandbox's controller may make its pod again: the Sandbox owns the policy too.
     if (crd) await own(sandboxOwner);
-    let podOwns = false;
-    // The pod's uid: known now for a pod made here, once its controller made it for a Sandbox.
-    let uid = crd ? undefined : owner.uid;
-    if (Date.now() >= deadline) throw await fail(late());
+    if (Date.now() >= deadline) throw await fail(this.late(name, timeoutMs));
     await call(`creating secret ${this.namespace}/${secretName(spec.id)}`, () =>
       this.core.createNamespacedSecret({
         namespace: this.namespace,
         body: tokenSecret(spec, this.namespace, owner, envdTokenFile(spec)),
       }),
     );
+    return this.awaitPod(spec, {
+      first: made,
+      // The pod's uid: known now for a pod made here, once its controller made it for a Sandbox.
+      ...(crd ? {} : { uid: owner.uid }),
+      crd,
+      ...(egress ? { egress } : {}),
+      deadline,
+      timeoutMs,
+      claims: this.claimsOf(pod),
+      copyHome: true,
+      onUid: (uid) => own([...sandboxOwner, { apiVersion: 'v1', kind: 'Pod', name, uid }]),
+      fail,
+    });
+  }
 
-    let current: V1Pod = made;
+  /** Why a pod is not ready in time: its name, the timeout, what it waited for last. */
+  private late(name: string, timeoutMs: number, lastWhy?: string): string {
+    return `its pod ${this.namespace}/${name} was not ready within ${timeoutMs} ms${lastWhy ? ` (${lastWhy})` : ''}`;
+  }
+
+  /** The owner reference of the Sandbox `name` of `uid`. */
+  private sandboxOwner(name: string, uid: string): V1OwnerReference[] {
+    return [
+      {
+        apiVersion: `${AGENT_SANDBOX_GROUP}/${AGENT_SANDBOX_VERSION}`,
+        kind: 'Sandbox',
+        name,
+        uid,
+      },
+    ];
+  }
+
+  /** The pod of `spec` here (its home on `homeClaim` when given). */
+  private podOf(spec: SandboxSpec, homeClaim?: string): V1Pod {
+    return sandboxPod(spec, {
+      namespace: this.namespace,
+      runtimeImage: this.options.runtimeImage ?? DEFAULT_RUNTIME_IMAGE,
+      baseImage: this.options.baseImage ?? DEFAULT_BASE_IMAGE,
+      sandboxesDir: dirname(spec.dir),
+      ...(this.options.imagePullPolicy ? { imagePullPolicy: this.options.imagePullPolicy } : {}),
+      ...(homeClaim ? { homeClaim } : {}),
+    });
+  }
+
+  /** The claims a pod mounts (its home's, its volumes'). */
+  private claimsOf(pod: V1Pod): string[] {
+    return (pod.spec?.volumes ?? []).flatMap((volume) =>
+      volume.persistentVolumeClaim ? [volume.persistentVolumeClaim.claimName] : [],
+    );
+  }
+
+  /**
+   * The home claim of `spec` (ReadWriteOnce: one pod at a time; the template's disk, else
+   * {@link DEFAULT_DISK_BYTES}), as a Sandbox's volumeClaimTemplate named like the pod's home
+   * volume: agent-sandbox then names it as {@link homeClaimName} does.
+   */
+  private homeClaimTemplate(spec: SandboxSpec, sandboxesDir: string) {
+    return {
+      metadata: { name: HOME_VOLUME, labels: homeClaimLabels(spec.id, sandboxesDir) },
+      spec: claimSpec(
+        spec.resources.disk ?? DEFAULT_DISK_BYTES,
+        'ReadWriteOnce',
+        this.options.homeStorageClass,
+      ),
+    };
+  }
+
+  /**
+   * Waits until the sandbox's pod is ready and its envd answers, and returns its handle (the
+   * template's home copied in first, with `copyHome`). `uid`: the pod's, when made here; else the
+   * first pod of its name not `stale` (a Sandbox's controller makes it), `onUid` told of it.
+   * While it waits on its claims (`claims`), what they wait for is what a timeout says.
+   */
+  private async awaitPod(
+    spec: SandboxSpec,
+    options: {
+      first: V1Pod;
+      uid?: string;
+      stale?: string;
+      crd: boolean;
+      egress?: EgressPolicy;
+      deadline: number;
+      timeoutMs: number;
+      claims: string[];
+      copyHome: boolean;
+      onUid: (uid: string) => Promise<void>;
+      fail: (why: string, cause?: unknown) => Promise<Error>;
+    },
+  ): Promise<SandboxHandle> {
+    const { deadline, fail } = options;
+    const name = podName(spec.id);
+    let uid = options.uid;
+    let told = false;
+    let lastWhy: string | undefined;
+    let claimsAt = 0;
+    let claimsWhy: string | undefined;
+    let current: V1Pod = options.first;
     while (Date.now() < deadline) {
-      if (!uid && current.metadata?.uid && current.metadata.uid !== 'deleted') {
-        uid = current.metadata.uid;
-      }
-      if (uid && !podOwns) {
-        podOwns = true;
-        await own([...sandboxOwner, { apiVersion: 'v1', kind: 'Pod', name, uid }]);
+      const seen = current.metadata?.uid;
+      if (!uid && seen && seen !== 'deleted' && seen !== options.stale) uid = seen;
+      if (uid && !told) {
+        told = true;
+        await options.onUid(uid);
       }
       const progress: PodProgress = !uid
         ? { state: 'waiting', why: 'the agent-sandbox controller has not made its pod yet' }
@@ -326,11 +562,30 @@ export class KubernetesProvider implements SandboxProvider {
           ? podProgress(current)
           : { state: 'failed', why: 'its pod was deleted' };
       if (progress.state === 'failed') throw await fail(progress.why);
-      if (progress.state === 'waiting') lastWhy = progress.why;
+      if (progress.state === 'waiting') {
+        lastWhy = progress.why;
+        // Not scheduled, with claims: a claim the cluster cannot provision is the reason.
+        if (
+          options.claims.length > 0 &&
+          /not scheduled|^the pod is Pending|controller/.test(lastWhy ?? '')
+        ) {
+          if (Date.now() >= claimsAt) {
+            claimsAt = Date.now() + 1000;
+            claimsWhy = await this.claimsProblem(options.claims);
+          }
+          if (claimsWhy) lastWhy = claimsWhy;
+        }
+      }
       if (progress.state === 'ready') {
-        const handle = this.handleOf(spec.id, uid as string, progress.podIP, crd, egress);
+        const handle = this.handleOf(
+          spec.id,
+          uid as string,
+          progress.podIP,
+          options.crd,
+          options.egress,
+        );
         if (await envdHealthy(handle.envdSocket)) {
-          if (spec.baseHome) {
+          if (options.copyHome && spec.baseHome) {
             const home = `/home/${spec.user ?? 'user'}`;
             await copyHome(
               handle.envdSocket,
@@ -348,7 +603,244 @@ export class KubernetesProvider implements SandboxProvider {
       }
       current = await this.nextState(name, current, deadline);
     }
-    throw await fail(late());
+    throw await fail(this.late(name, options.timeoutMs, lastWhy));
+  }
+
+  /** What keeps a pod's claims from being bound, with what to do; undefined when nothing does. */
+  private async claimsProblem(claims: string[]): Promise<string | undefined> {
+    for (const claim of claims) {
+      const state = await claimState(this.core, this.namespace, claim).catch(() => undefined);
+      if (!state || state.state === 'bound') continue;
+      const what = `its PersistentVolumeClaim ${this.namespace}/${claim}`;
+      if (state.state === 'missing') {
+        return `${what} does not exist (deleted outside abx?): ${claim.startsWith('abx-vol-') ? 'the volume is lost; remove it (abx volume rm) and make it again' : 'its home is lost; kill the sandbox'}`;
+      }
+      const setting = claim.startsWith('abx-vol-')
+        ? '--kube-volume-storage-class (ABX_KUBE_VOLUME_STORAGE_CLASS)'
+        : '--kube-home-storage-class (ABX_KUBE_HOME_STORAGE_CLASS)';
+      if (state.state === 'failed')
+        return `${what} is ${state.why}; ${claimAdvice(state.why, setting)}`;
+      return `${what} is ${state.why}`;
+    }
+    return undefined;
+  }
+
+  /**
+   * Why sandboxes cannot hibernate here, or undefined when they can: their home must be on a
+   * claim of its own (`--kube-home pvc`), and claims mode gives none (a warm pool's pods are
+   * made from a template shared by every sandbox).
+   */
+  hibernateUnavailable(): string | undefined {
+    if (this.options.agentSandbox === 'claims') {
+      return "hibernate is not given in claims mode (--kube-agent-sandbox claims): a claimed pod's home is the warm pool's emptyDir; use --kube-agent-sandbox true or false with --kube-home pvc";
+    }
+    if (!this.homeOnClaim) {
+      return 'on kubernetes a hibernate keeps only a home on a PersistentVolumeClaim of its own, and this daemon puts homes on emptyDirs (gone with the pod): start it with --kube-home pvc (ABX_KUBE_HOME=pvc) for sandboxes that can hibernate (docs/providers.md, "Hibernate")';
+    }
+    return undefined;
+  }
+
+  /**
+   * Ends the sandbox's pod and keeps its home claim (home and /tmp): a Sandbox is suspended
+   * (`operatingMode: Suspended`; its shutdownTime taken off: a paused sandbox does not time out),
+   * a plain pod is deleted with its token Secret and NetworkPolicy (made again by `wake`). Waits
+   * until the pod is gone. Again on a hibernated one (a daemon that died mid-way, a wake it did
+   * not finish): whatever pod of its name there is goes. A sandbox whose home is not on a claim
+   * (made before `--kube-home pvc`) is refused, running on.
+   */
+  async hibernate(handle: SandboxHandle, spec: SandboxSpec): Promise<void> {
+    const why = this.hibernateUnavailable();
+    if (why) throw new InvalidArgumentError(`sandbox ${spec.id} cannot hibernate: ${why}`);
+    const name = podName(spec.id);
+    const pod =
+      this.pods.get(name) ??
+      (await this.core
+        .readNamespacedPod({ name, namespace: this.namespace })
+        .catch((error: unknown) => {
+          if (statusOf(error) === 404) return undefined;
+          throw kubeError(error, `reading pod ${this.namespace}/${name}`, this.server);
+        }));
+    if (pod && !this.claimsOf(pod).includes(homeClaimName(spec.id))) {
+      throw new InvalidArgumentError(
+        `sandbox ${spec.id} cannot hibernate: its home is on an emptyDir (it was made before the daemon had --kube-home pvc), which goes with its pod; it runs on`,
+      );
+    }
+    if (handle.pod?.sandbox) {
+      await this.setOperatingMode(name, 'Suspended');
+      await this.podGone(name);
+    } else {
+      await this.remove(spec.id, undefined, false, handle.pod?.egress !== undefined);
+    }
+    this.gone.add(handle.startTime);
+  }
+
+  /**
+   * Starts a hibernated sandbox's pod again on its home claim: a Sandbox set `Running` (its
+   * controller makes the pod, its Secret and policy kept with it), or the pod made anew with its
+   * token Secret (and NetworkPolicy: its policy as the handle has it, made first). The claim
+   * holds what the home had; envd gets its tokens afresh. A failure leaves it hibernated.
+   */
+  async wake(handle: SandboxHandle, spec: SandboxSpec): Promise<SandboxHandle> {
+    const why = this.hibernateUnavailable();
+    if (why) throw new InvalidArgumentError(`sandbox ${spec.id} cannot wake: ${why}`);
+    const timeoutMs = this.options.startTimeoutMs ?? 120_000;
+    const deadline = Date.now() + timeoutMs;
+    const name = podName(spec.id);
+    const claim = homeClaimName(spec.id);
+    const egress = handle.pod?.egress;
+    const crd = handle.pod?.sandbox === true;
+    const state = await claimState(this.core, this.namespace, claim).catch((error: unknown) => {
+      throw kubeError(
+        error,
+        `reading PersistentVolumeClaim ${this.namespace}/${claim}`,
+        this.server,
+      );
+    });
+    if (state.state === 'missing') {
+      throw new SandboxStartError(
+        `sandbox ${spec.id} did not wake: the PersistentVolumeClaim of its home (${this.namespace}/${claim}) is gone, deleted outside abx: its files are lost; kill it (abx kill ${spec.id})`,
+      );
+    }
+    const pod = this.podOf(spec, claim);
+    let made: V1Pod = { metadata: { name } };
+    // What a wake that fails undoes: the pod again (the claim stays, the sandbox hibernated).
+    const fail = async (reason: string, cause?: unknown): Promise<SandboxStartError> => {
+      const events = await this.eventsOf(name);
+      if (crd) {
+        // Its Secret and policy stay with the Sandbox; only its pod goes.
+        await this.setOperatingMode(name, 'Suspended').catch(() => undefined);
+        await this.podGone(name).catch(() => undefined);
+      } else {
+        await this.remove(spec.id, undefined, false, egress !== undefined).catch(() => undefined);
+      }
+      return new SandboxStartError(
+        `sandbox ${spec.id} did not wake: ${reason}${events && !reason.includes(events) ? ` (events: ${events})` : ''}`,
+        cause === undefined ? undefined : { cause },
+      );
+    };
+    const call = async <T>(what: string, work: () => Promise<T>): Promise<T> => {
+      try {
+        return await work();
+      } catch (error) {
+        const mapped = kubeError(error, what, this.server);
+        if (mapped instanceof UnavailableError) throw mapped;
+        throw await fail(`${what}: ${kubeMessage(error)}`, error);
+      }
+    };
+    let onUid: (uid: string) => Promise<void> = async () => {};
+    if (crd) {
+      const sandbox = (await call(`reading Sandbox ${this.namespace}/${name}`, () =>
+        this.custom.getNamespacedCustomObject({
+          group: AGENT_SANDBOX_GROUP,
+          version: AGENT_SANDBOX_VERSION,
+          namespace: this.namespace,
+          plural: SANDBOXES,
+          name,
+        }),
+      )) as AgentSandbox;
+      await call(`setting Sandbox ${this.namespace}/${name} Running`, () =>
+        this.setOperatingMode(name, 'Running'),
+      );
+      if (egress) {
+        const owners = this.sandboxOwner(name, sandbox.metadata.uid as string);
+        onUid = (uid) =>
+          call(`setting the owners of NetworkPolicy ${networkPolicyName(spec.id)}`, () =>
+            this.putPolicy(spec.id, { ...handle, startTime: uid }, egress, {
+              owners: [...owners, { apiVersion: 'v1', kind: 'Pod', name, uid }],
+              sandboxesDir: dirname(spec.dir),
+            }),
+          );
+      }
+    } else {
+      if (egress) {
+        await call(`making NetworkPolicy ${this.namespace}/${networkPolicyName(spec.id)}`, () =>
+          this.putPolicy(spec.id, handle, egress, {
+            owners: [],
+            sandboxesDir: dirname(spec.dir),
+          }),
+        );
+      }
+      made = await call(`creating pod ${this.namespace}/${name}`, () =>
+        this.core.createNamespacedPod({ namespace: this.namespace, body: pod }),
+      );
+      const uid = made.metadata?.uid as string;
+      await call(`creating secret ${this.namespace}/${secretName(spec.id)}`, () =>
+        this.core.createNamespacedSecret({
+          namespace: this.namespace,
+          body: tokenSecret(spec, this.namespace, { name, uid, kind: 'Pod' }, envdTokenFile(spec)),
+        }),
+      );
+      if (egress) {
+        onUid = (podUid) =>
+          call(`setting the owners of NetworkPolicy ${networkPolicyName(spec.id)}`, () =>
+            this.putPolicy(spec.id, { ...handle, startTime: podUid }, egress, {
+              sandboxesDir: dirname(spec.dir),
+            }),
+          );
+      }
+    }
+    return this.awaitPod(spec, {
+      first: made,
+      ...(crd ? { stale: handle.startTime } : { uid: made.metadata?.uid as string }),
+      crd,
+      ...(egress ? { egress } : {}),
+      deadline,
+      timeoutMs,
+      claims: this.claimsOf(pod),
+      copyHome: false,
+      onUid,
+      fail,
+    });
+  }
+
+  /** Sets a Sandbox's operatingMode; `Suspended` also takes its shutdownTime off. */
+  private async setOperatingMode(name: string, mode: OperatingMode): Promise<void> {
+    const target = {
+      group: AGENT_SANDBOX_GROUP,
+      version: AGENT_SANDBOX_VERSION,
+      namespace: this.namespace,
+      plural: SANDBOXES,
+      name,
+    };
+    try {
+      const sandbox = (await this.custom.getNamespacedCustomObject(target)) as AgentSandbox;
+      const patch: unknown[] = [{ op: 'add', path: '/spec/operatingMode', value: mode }];
+      // A paused sandbox does not time out: its controller must not delete it (and its home).
+      if (mode === 'Suspended' && sandbox.spec.shutdownTime) {
+        patch.push({ op: 'remove', path: '/spec/shutdownTime' });
+      }
+      await this.custom.patchNamespacedCustomObject({ ...target, body: patch });
+    } catch (error) {
+      throw kubeError(error, `setting Sandbox ${this.namespace}/${name} ${mode}`, this.server);
+    }
+  }
+
+  /** Waits until no pod of `name` is left (a Sandbox's controller deleting it). */
+  private async podGone(name: string): Promise<void> {
+    const deadline = Date.now() + GONE_MS;
+    for (;;) {
+      try {
+        await this.core.readNamespacedPod({ name, namespace: this.namespace });
+      } catch (error) {
+        if (statusOf(error) === 404) return;
+        throw kubeError(error, `reading pod ${this.namespace}/${name}`, this.server);
+      }
+      if (Date.now() >= deadline) {
+        throw new SandboxError(
+          `pod ${this.namespace}/${name} was still there ${GONE_MS} ms after its Sandbox was suspended; its node may be unreachable`,
+        );
+      }
+      await sleep(100);
+    }
+  }
+
+  /** Deletes sandbox `id`'s home claim (a plain pod's: a Sandbox's goes with it); absent is fine. */
+  private async removeHomeClaim(id: string): Promise<void> {
+    await this.core
+      .deleteNamespacedPersistentVolumeClaim({ name: homeClaimName(id), namespace: this.namespace })
+      .catch((error: unknown) =>
+        this.unlessGone(error, `deleting PersistentVolumeClaim ${homeClaimName(id)}`),
+      );
   }
 
   isAlive(handle: SandboxHandle): boolean {
@@ -380,6 +872,8 @@ export class KubernetesProvider implements SandboxProvider {
       handle.pod?.sandbox === true,
       handle.pod?.egress !== undefined,
     );
+    // A plain pod's home claim (a Sandbox's goes with it), once the pod is gone.
+    if (this.homeOnClaim && !handle.pod?.sandbox) await this.removeHomeClaim(id);
     this.gone.add(handle.startTime);
   }
 
@@ -416,15 +910,28 @@ export class KubernetesProvider implements SandboxProvider {
     await this.putPolicy(id, handle, handle.pod.egress);
   }
 
-  /** Replaces (or makes) sandbox `id`'s NetworkPolicy with `policy`; owned by its pod when made. */
-  private async putPolicy(id: string, handle: SandboxHandle, policy: EgressPolicy): Promise<void> {
+  /**
+   * Replaces (or makes) sandbox `id`'s NetworkPolicy with `policy`; owned by its pod (or
+   * `owners`) when made. `sandboxesDir`: the daemon's folder, for its label (else the pod's).
+   */
+  private async putPolicy(
+    id: string,
+    handle: SandboxHandle,
+    policy: EgressPolicy,
+    options: { owners?: V1OwnerReference[]; sandboxesDir?: string } = {},
+  ): Promise<void> {
     const name = handle.pod?.name as string;
     // The folder's label, from the pod (a policy made anew is found by the sweep too).
-    const hash = this.pods.get(name)?.metadata?.labels?.[SANDBOXES_LABEL];
+    const hash = options.sandboxesDir
+      ? sandboxesHash(options.sandboxesDir)
+      : this.pods.get(name)?.metadata?.labels?.[SANDBOXES_LABEL];
     const body = egressNetworkPolicy(
       id,
       policy,
-      this.policyContext(hash, [{ apiVersion: 'v1', kind: 'Pod', name, uid: handle.startTime }]),
+      this.policyContext(
+        hash,
+        options.owners ?? [{ apiVersion: 'v1', kind: 'Pod', name, uid: handle.startTime }],
+      ),
     );
     try {
       await this.networkPolicies.put(body);
@@ -555,7 +1062,77 @@ export class KubernetesProvider implements SandboxProvider {
     for (const id of await this.sweepNetworkPolicies(sandboxesDir, running, kept, startedBefore)) {
       if (!orphans.includes(id)) orphans.push(id);
     }
+    for (const id of await this.sweepLeftovers(sandboxesDir, running, kept, startedBefore)) {
+      if (!orphans.includes(id)) orphans.push(id);
+    }
     return orphans;
+  }
+
+  /**
+   * Deletes what a sandbox without a pod may leave of this folder when the registry does not know
+   * it: a Sandbox with no pod (suspended: a hibernated sandbox whose row is gone), and a home
+   * claim (a plain pod's outlives it). An account that may not list them has made none.
+   */
+  private async sweepLeftovers(
+    sandboxesDir: string,
+    running: ReadonlySet<string>,
+    kept: ReadonlySet<string>,
+    startedBefore?: number,
+  ): Promise<string[]> {
+    const selector = `${MANAGED_BY_LABEL}=${MANAGED_BY},${SANDBOXES_LABEL}=${sandboxesHash(sandboxesDir)}`;
+    const orphan = (metadata: { labels?: Record<string, string>; creationTimestamp?: unknown }) => {
+      const id = metadata.labels?.[SANDBOX_ID_LABEL];
+      if (!id || running.has(id) || kept.has(id)) return undefined;
+      const made = new Date((metadata.creationTimestamp as string | undefined) ?? 0).getTime();
+      return startedBefore !== undefined && !(made < startedBefore) ? undefined : id;
+    };
+    const swept: string[] = [];
+    if (
+      this.options.agentSandbox !== 'claims' &&
+      (await this.usesAgentSandbox().catch(() => false))
+    ) {
+      let sandboxes: AgentSandbox[] = [];
+      try {
+        sandboxes = (
+          (await this.custom.listNamespacedCustomObject({
+            group: AGENT_SANDBOX_GROUP,
+            version: AGENT_SANDBOX_VERSION,
+            namespace: this.namespace,
+            plural: SANDBOXES,
+            labelSelector: selector,
+          })) as { items: AgentSandbox[] }
+        ).items;
+      } catch (error) {
+        if (statusOf(error) !== 403) {
+          throw kubeError(error, `listing Sandboxes in ${this.namespace}`, this.server);
+        }
+      }
+      for (const sandbox of sandboxes) {
+        const id = orphan(sandbox.metadata);
+        if (!id) continue;
+        await this.removePod(id, undefined, true);
+        swept.push(id);
+      }
+    }
+    let claims: V1PersistentVolumeClaim[] = [];
+    try {
+      claims = (
+        await this.core.listNamespacedPersistentVolumeClaim({
+          namespace: this.namespace,
+          labelSelector: selector,
+        })
+      ).items;
+    } catch (error) {
+      if (statusOf(error) === 403) return swept;
+      throw kubeError(error, `listing PersistentVolumeClaims in ${this.namespace}`, this.server);
+    }
+    for (const claim of claims) {
+      const id = orphan(claim.metadata ?? {});
+      if (!id) continue;
+      await this.removeHomeClaim(id);
+      if (!swept.includes(id)) swept.push(id);
+    }
+    return swept;
   }
 
   /**
@@ -636,7 +1213,9 @@ export class KubernetesProvider implements SandboxProvider {
       cpu: { enforced: true, how: "the container's cpu limit (resources.cpu), a CFS quota" },
       disk: {
         enforced: true,
-        how: 'the ephemeral-storage limit (resources.disk): the kubelet evicts a pod past it',
+        how: this.homeOnClaim
+          ? "home and /tmp on a PersistentVolumeClaim of the template's disk size (--kube-home pvc; its storage bounds it), the rest of the container's writes by the ephemeral-storage limit: the kubelet evicts a pod past it"
+          : 'the ephemeral-storage limit (resources.disk): the kubelet evicts a pod past it',
       },
       open_files: {
         enforced: false,
@@ -653,6 +1232,14 @@ export class KubernetesProvider implements SandboxProvider {
               enforced: true,
               how: "internet network: a NetworkPolicy per sandbox, TCP to the policy's CIDRs less the always-denied ranges, DNS to the cluster's DNS only; enforced by the cluster's CNI (it must enforce NetworkPolicy egress); domain entries are refused (a NetworkPolicy matches addresses only) (docs/providers.md)",
             },
+      pause: {
+        enforced: false,
+        how: `no pause with memory (the Kubernetes API has no cgroup freezer); ${
+          this.hibernateUnavailable() === undefined
+            ? 'hibernate (memory: false) ends the pod and keeps its home claim (a Sandbox is set Suspended)'
+            : `no hibernate either: ${this.hibernateUnavailable()}`
+        }`,
+      },
     };
     return {
       mode: 'rootless',
@@ -1180,7 +1767,11 @@ export class KubernetesProvider implements SandboxProvider {
     informer.on('delete', (pod) => {
       const name = pod.metadata?.name;
       if (!name) return;
-      if (pod.metadata?.uid) this.gone.add(pod.metadata.uid);
+      if (pod.metadata?.uid) {
+        this.gone.add(pod.metadata.uid);
+        this.tokens.delete(pod.metadata.uid);
+        this.usage?.forget(pod.metadata.uid);
+      }
       if (oomKilled(pod) && pod.metadata?.uid) this.oom.add(pod.metadata.uid);
       if (this.pods.get(name)?.metadata?.uid === pod.metadata?.uid) this.pods.delete(name);
       for (const wake of [...(this.waiters.get(name) ?? [])]) wake();

@@ -7,7 +7,7 @@ import {
 } from '../../../runtime/protocol/constants.js';
 import { InvalidArgumentError } from '../../errors.js';
 import { SANDBOX_NODE } from '../portable-runtime.js';
-import type { SandboxSpec } from '../provider.js';
+import type { SandboxSpec, VolumeMountSpec } from '../provider.js';
 
 /** Labels every object of the provider carries: who manages it, which sandbox, which folder. */
 export const MANAGED_BY_LABEL = 'abx.dev/managed-by';
@@ -34,10 +34,24 @@ export const INIT_RUNTIME_DIR = '/mnt/abx/runtime';
 export const INIT_RUN_DIR = '/mnt/abx/run';
 export const INIT_TOKEN_DIR = '/mnt/abx/token';
 export const INIT_HOME_DIR = '/mnt/abx/home';
+/**
+ * On a home claim (see {@link PodContext.homeClaim}): the folder holding the user's home, and the
+ * one mounted at /tmp. What else is at the claim's root is abx's own (the seed marker).
+ */
+export const HOME_SUBPATH = 'home';
+export const TMP_SUBPATH = 'tmp';
+/** At a home claim's root once the image's home was copied in (image templates). */
+export const SEEDED_MARKER = '.abx-home-seeded';
+/** The init container that copies an image's home onto a new home claim, once. */
+export const SEED_CONTAINER = 'abx-home-seed';
+/** The pod volume of the sandbox's home (an emptyDir, or its home claim). */
+export const HOME_VOLUME = 'abx-home';
 /** The key of the token in its Secret, and so the file name under {@link INIT_TOKEN_DIR}. */
 export const TOKEN_KEY = 'token';
 /** Where envd reads its token in the main container (and deletes it before serving). */
 export const POD_TOKEN_FILE = `${SANDBOX_RUN_DIR}/token`;
+/** The variable the kubelet sets to the pod's address (envd listens there). */
+const POD_IP_ENV = 'ABX_POD_IP';
 const BASE_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 /** Room for envd's socket, the port sockets and the token (a memory-backed emptyDir). */
 const RUN_DIR_SIZE = '1Mi';
@@ -48,7 +62,7 @@ const RUN_DIR_SIZE = '1Mi';
  * (mounted in the init container only) into the memory-backed run folder, where envd reads it and
  * deletes it before it serves. The main container never mounts the Secret.
  */
-export function initScript(homeUser?: string): string {
+export function initScript(homeUser?: string, onClaim = false): string {
   return [
     "const fs = require('node:fs');",
     `fs.cpSync('${SANDBOX_RUNTIME_DIR}', '${INIT_RUNTIME_DIR}', { recursive: true, verbatimSymlinks: true });`,
@@ -56,9 +70,33 @@ export function initScript(homeUser?: string): string {
     `fs.chmodSync('${INIT_RUN_DIR}/token', 0o600);`,
     `fs.mkdirSync('${INIT_RUN_DIR}/ports', { recursive: true, mode: 0o755 });`,
     // An emptyDir is root's: the user's own home is made in it, as the user.
-    ...(homeUser
+    ...(homeUser && !onClaim
       ? [`fs.mkdirSync(${JSON.stringify(`${INIT_HOME_DIR}/${homeUser}`)}, { mode: 0o750 });`]
       : []),
+    // A home claim (fsGroup makes it the user's group's): its home and /tmp folders, made on the
+    // first start only; a wake finds them as the sandbox left them.
+    ...(onClaim
+      ? [
+          `if (!fs.existsSync('${INIT_HOME_DIR}/${HOME_SUBPATH}')) fs.mkdirSync('${INIT_HOME_DIR}/${HOME_SUBPATH}', { mode: 0o750 });`,
+          `if (!fs.existsSync('${INIT_HOME_DIR}/${TMP_SUBPATH}')) { fs.mkdirSync('${INIT_HOME_DIR}/${TMP_SUBPATH}'); fs.chmodSync('${INIT_HOME_DIR}/${TMP_SUBPATH}', 0o1777); }`,
+        ]
+      : []),
+  ].join(' ');
+}
+
+/**
+ * What the seed init container runs in the template's image (with the runtime's node): on a home
+ * claim's first start, the image's home (`home`, when the image has one) is copied onto the
+ * claim, as the user; the marker keeps a wake from copying it over what the sandbox changed.
+ */
+export function seedScript(home: string): string {
+  const target = `${INIT_HOME_DIR}/${HOME_SUBPATH}`;
+  return [
+    "const fs = require('node:fs');",
+    `if (!fs.existsSync('${INIT_HOME_DIR}/${SEEDED_MARKER}')) {`,
+    `if (fs.existsSync(${JSON.stringify(home)})) fs.cpSync(${JSON.stringify(home)}, '${target}', { recursive: true, verbatimSymlinks: true, preserveTimestamps: true });`,
+    `fs.writeFileSync('${INIT_HOME_DIR}/${SEEDED_MARKER}', '');`,
+    '}',
   ].join(' ');
 }
 
@@ -70,6 +108,19 @@ export function sandboxesHash(sandboxesDir: string): string {
 /** The pod of sandbox `id`. */
 export function podName(id: string): string {
   return `abx-${id}`;
+}
+
+/**
+ * The PersistentVolumeClaim of sandbox `id`'s home (`--kube-home pvc`): named as agent-sandbox
+ * names the claim of a Sandbox's volumeClaimTemplate `abx-home`, so both modes share it.
+ */
+export function homeClaimName(id: string): string {
+  return `${HOME_VOLUME}-${podName(id)}`;
+}
+
+/** The PersistentVolumeClaim of volume `id` (`vol_…`): `abx-vol-…`. */
+export function volumeClaimName(id: string): string {
+  return `abx-${id.toLowerCase().replace(/_/g, '-')}`;
 }
 
 /** The Secret holding sandbox `id`'s envd tokens. */
@@ -88,6 +139,33 @@ export interface PodContext {
   sandboxesDir: string;
   /** Pull policy of both images; default IfNotPresent. */
   imagePullPolicy?: 'Always' | 'IfNotPresent' | 'Never';
+  /**
+   * The PersistentVolumeClaim the sandbox's home and /tmp live on (`--kube-home pvc`: a hibernate
+   * deletes the pod and keeps it); none: an emptyDir home, gone with the pod.
+   */
+  homeClaim?: string;
+}
+
+/**
+ * The pod volumes and the main container's mounts of the sandbox's abx volumes: one
+ * PersistentVolumeClaim each ({@link volumeClaimName}), read-only where the mount says so (the
+ * claim's volume and the mount both).
+ */
+export function volumeMountsOf(mounts: readonly VolumeMountSpec[] = []) {
+  return {
+    volumes: mounts.map((mount, index) => ({
+      name: `abx-vol-${index}`,
+      persistentVolumeClaim: {
+        claimName: volumeClaimName(mount.volume.id),
+        ...(mount.readOnly ? { readOnly: true } : {}),
+      },
+    })),
+    mounts: mounts.map((mount, index) => ({
+      name: `abx-vol-${index}`,
+      mountPath: mount.path,
+      ...(mount.readOnly ? { readOnly: true } : {}),
+    })),
+  };
 }
 
 /** Kubernetes quantities: bytes as a plain integer, CPU in millicores. */
@@ -116,7 +194,10 @@ const SECURITY = {
  * capabilities, no privilege escalation, the runtime's default seccomp profile, no service
  * account token, never restarted (a sandbox that ends is gone). `resources` become requests and
  * limits (cpu, memory, ephemeral-storage for the disk); the template's `kubernetes:` section adds
- * its runtime class (gVisor, Kata), node selector and tolerations.
+ * its runtime class (gVisor, Kata), node selector and tolerations. The home is an emptyDir (a
+ * template without an image), the image's own, or with `context.homeClaim` a claim's `home`
+ * folder (its `tmp` one at /tmp), seeded from the image's home on its first start; abx volumes
+ * are claims mounted at their paths ({@link volumeMountsOf}).
  */
 export function sandboxPod(spec: SandboxSpec, context: PodContext): V1Pod {
   if (spec.user === 'root') {
@@ -143,6 +224,21 @@ export function sandboxPod(spec: SandboxSpec, context: PodContext): V1Pod {
   };
   // A template without an image runs on the base image, which has no home for the user.
   const ownHome = !spec.image;
+  const claim = context.homeClaim;
+  const userVolumes = volumeMountsOf(spec.volumeMounts);
+  // Where the home is: an emptyDir at /home (the base image's), the image's own, or a claim.
+  const homeMounts = claim
+    ? [
+        { name: HOME_VOLUME, mountPath: home, subPath: HOME_SUBPATH },
+        { name: HOME_VOLUME, mountPath: '/tmp', subPath: TMP_SUBPATH },
+      ]
+    : ownHome
+      ? [{ name: HOME_VOLUME, mountPath: '/home' }]
+      : [];
+  const initResources = {
+    requests: { cpu: '50m', memory: '64Mi' },
+    limits: { cpu: '1', memory: '256Mi' },
+  };
   return {
     apiVersion: 'v1',
     kind: 'Pod',
@@ -167,7 +263,10 @@ export function sandboxPod(spec: SandboxSpec, context: PodContext): V1Pod {
         runAsUser: SANDBOX_UID,
         runAsGroup: SANDBOX_UID,
         runAsNonRoot: true,
+        // Volumes (claims) are the user's group's, writable by uid 1000; their ownership is
+        // changed only when their root's is not that already (a big volume wakes fast).
         fsGroup: SANDBOX_UID,
+        fsGroupChangePolicy: 'OnRootMismatch',
         seccompProfile: { type: 'RuntimeDefault' },
       },
       ...(kube.runtimeClassName ? { runtimeClassName: kube.runtimeClassName } : {}),
@@ -178,19 +277,33 @@ export function sandboxPod(spec: SandboxSpec, context: PodContext): V1Pod {
           name: RUNTIME_CONTAINER,
           image: context.runtimeImage,
           imagePullPolicy: pull,
-          command: [SANDBOX_NODE, '-e', initScript(ownHome ? user : undefined)],
+          command: [SANDBOX_NODE, '-e', initScript(ownHome ? user : undefined, Boolean(claim))],
           securityContext: { ...SECURITY, readOnlyRootFilesystem: true },
-          resources: {
-            requests: { cpu: '50m', memory: '64Mi' },
-            limits: { cpu: '1', memory: '256Mi' },
-          },
+          resources: initResources,
           volumeMounts: [
             { name: 'abx-runtime', mountPath: INIT_RUNTIME_DIR },
             { name: 'abx-run', mountPath: INIT_RUN_DIR },
             { name: 'abx-token', mountPath: INIT_TOKEN_DIR, readOnly: true },
-            ...(ownHome ? [{ name: 'abx-home', mountPath: INIT_HOME_DIR }] : []),
+            ...(ownHome || claim ? [{ name: HOME_VOLUME, mountPath: INIT_HOME_DIR }] : []),
           ],
         },
+        // An image's home onto a new home claim: in the image itself, with the runtime's node.
+        ...(claim && spec.image
+          ? [
+              {
+                name: SEED_CONTAINER,
+                image: spec.image,
+                imagePullPolicy: pull,
+                command: [SANDBOX_NODE, '-e', seedScript(home)],
+                securityContext: { ...SECURITY, readOnlyRootFilesystem: true },
+                resources: initResources,
+                volumeMounts: [
+                  { name: 'abx-runtime', mountPath: SANDBOX_RUNTIME_DIR, readOnly: true },
+                  { name: HOME_VOLUME, mountPath: INIT_HOME_DIR },
+                ],
+              },
+            ]
+          : []),
       ],
       containers: [
         {
@@ -216,8 +329,12 @@ export function sandboxPod(spec: SandboxSpec, context: PodContext): V1Pod {
           ],
           workingDir: spec.workdir,
           env: [
-            { name: 'ABX_POD_IP', valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } },
-            ...Object.entries(env).map(([name, value]) => ({ name, value })),
+            { name: POD_IP_ENV, valueFrom: { fieldRef: { fieldPath: 'status.podIP' } } },
+            // The pod's own address is never a create's (nor a woken sandbox's old one, which its
+            // environment as envd had it holds): the last of two names would win.
+            ...Object.entries(env)
+              .filter(([name]) => name !== POD_IP_ENV)
+              .map(([name, value]) => ({ name, value })),
           ],
           ports: [{ name: 'envd', containerPort: ENVD_PORT, protocol: 'TCP' }],
           readinessProbe: {
@@ -232,7 +349,8 @@ export function sandboxPod(spec: SandboxSpec, context: PodContext): V1Pod {
           volumeMounts: [
             { name: 'abx-runtime', mountPath: SANDBOX_RUNTIME_DIR, readOnly: true },
             { name: 'abx-run', mountPath: SANDBOX_RUN_DIR },
-            ...(ownHome ? [{ name: 'abx-home', mountPath: '/home' }] : []),
+            ...homeMounts,
+            ...userVolumes.mounts,
           ],
         },
       ],
@@ -240,14 +358,17 @@ export function sandboxPod(spec: SandboxSpec, context: PodContext): V1Pod {
         { name: 'abx-runtime', emptyDir: {} },
         { name: 'abx-run', emptyDir: { medium: 'Memory', sizeLimit: RUN_DIR_SIZE } },
         { name: 'abx-token', secret: { secretName: secretName(spec.id), defaultMode: 0o440 } },
-        ...(ownHome
-          ? [
-              {
-                name: 'abx-home',
-                emptyDir: resources.disk ? { sizeLimit: bytes(resources.disk) } : {},
-              },
-            ]
-          : []),
+        ...(claim
+          ? [{ name: HOME_VOLUME, persistentVolumeClaim: { claimName: claim } }]
+          : ownHome
+            ? [
+                {
+                  name: HOME_VOLUME,
+                  emptyDir: resources.disk ? { sizeLimit: bytes(resources.disk) } : {},
+                },
+              ]
+            : []),
+        ...userVolumes.volumes,
       ],
     },
   };
