@@ -1240,6 +1240,13 @@ export class KubernetesProvider implements SandboxProvider {
             : `no hibernate either: ${this.hibernateUnavailable()}`
         }`,
       },
+      volume_quota:
+        this.volumes.unavailable() === undefined
+          ? {
+              enforced: true,
+              how: 'a PersistentVolumeClaim of its size per volume: a block storage class bounds it; a share class (NFS, EFS) does not, and the volume’s info then says quotaEnforced false',
+            }
+          : { enforced: false, how: `no volumes: ${this.volumes.unavailable()}` },
     };
     return {
       mode: 'rootless',
