@@ -512,6 +512,30 @@ async function sandboxesCpuShare(ids: readonly string[], ms: number): Promise<nu
   return (sandboxesCpuMs(ids) - before) / (ms * cpus().length);
 }
 
+/**
+ * {@link memAvailable} once it stops growing after memory was freed (a 2 s window within 1% of
+ * `held`, at most 15 s). Also the reading after 1 s.
+ */
+async function settledMemAvailable(
+  held: number,
+): Promise<{ value: number; atOneSecond: number; ms: number }> {
+  const readings: number[] = [];
+  const start = performance.now();
+  for (;;) {
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    readings.push(memAvailable());
+    const window = readings.slice(-5);
+    const grew = (window.at(-1) as number) - (window[0] as number);
+    if (window.length === 5 && grew < 0.01 * Math.max(1, held)) break;
+    if (performance.now() - start > 15_000) break;
+  }
+  return {
+    value: Math.max(...readings),
+    atOneSecond: readings[1] as number,
+    ms: performance.now() - start,
+  };
+}
+
 /** A field of /proc/meminfo (`MemAvailable`, `AnonPages`...), in bytes. */
 function meminfo(field: string): number {
   const match = new RegExp(`^${field}:\\s+(\\d+) kB$`, 'm').exec(
@@ -519,7 +543,20 @@ function meminfo(field: string): number {
   );
   return Number(match?.[1] ?? 0) * 1024;
 }
-const memAvailable = () => meminfo('MemAvailable');
+/**
+ * Free pages the kernel keeps in its per-CPU lists (`count:` of each pageset in /proc/zoneinfo),
+ * in bytes. Linux 6.7+ tunes those lists' size to what a CPU frees: when a sandbox's processes
+ * end, hundreds of MiB wait there, free to any allocation but counted in neither MemFree nor
+ * MemAvailable, and drain into the free lists over about 30 s.
+ */
+function perCpuFreeBytes(): number {
+  const zoneinfo = readFileSync('/proc/zoneinfo', 'utf8');
+  let pages = 0;
+  for (const match of zoneinfo.matchAll(/\n\s+count:\s+(\d+)/g)) pages += Number(match[1]);
+  return pages * 4096;
+}
+/** MemAvailable and the free pages of the per-CPU lists: what a new allocation could get. */
+const memAvailable = () => meminfo('MemAvailable') + perCpuFreeBytes();
 
 /**
  * Pause and resume (docs/lifecycle.md): a freeze and its resume, a hibernate and the resume to
@@ -584,6 +621,7 @@ async function pauses(template: string) {
   let memRecoveredAtOneSecond = 0;
   let memAfterOneSecond = 0;
   let memSettleMs = 0;
+  let memRecoveredByPlainProcesses = 0;
   let anonRecovered = 0;
   let heldMiB = 0;
   try {
@@ -620,26 +658,37 @@ async function pauses(template: string) {
     const holding = memAvailable();
     const anonHolding = meminfo('AnonPages');
     await Promise.all(holders.map((s) => s.pause({ memory: false })));
-    // Freed pages come back to MemAvailable over seconds here: the VM's balloon takes free
-    // memory aside to report it to the host (free page reporting, in rounds 2 s apart) before
-    // it is free again. Read until it stops growing (a 2 s window), at most 15 s.
-    const readings: number[] = [];
-    const settleStart = performance.now();
-    for (;;) {
-      await new Promise((resolve) => setTimeout(resolve, 500));
-      readings.push(memAvailable());
-      const window = readings.slice(-5);
-      const grew = (window.at(-1) as number) - (window[0] as number);
-      if (window.length === 5 && grew < 0.01 * Math.max(1, before - holding)) break;
-      if (performance.now() - settleStart > 15_000) break;
-    }
-    memSettleMs = performance.now() - settleStart;
-    memAfterOneSecond = readings[1] as number;
-    const after = Math.max(...readings);
+    const settled = await settledMemAvailable(before - holding);
+    memSettleMs = settled.ms;
+    memAfterOneSecond = settled.atOneSecond;
+    const after = settled.value;
     anonRecovered = (anonHolding - meminfo('AnonPages')) / Math.max(1, anonHolding - anonBefore);
     heldMiB = (before - holding) / 1024 ** 2;
     memRecovered = (after - holding) / Math.max(1, before - holding);
     memRecoveredAtOneSecond = (memAfterOneSecond - holding) / Math.max(1, before - holding);
+    // The baseline of the same run: 20 plain host processes holding 64 MiB each, killed. What
+    // this VM gives back to MemAvailable for them is what it can give back for any process.
+    await Promise.all(many.map((s) => s.kill()));
+    many.splice(0);
+    const hostBefore = memAvailable();
+    const plain = Array.from({ length: 20 }, () =>
+      spawn(
+        'python3',
+        ['-c', 'b = bytearray(64 << 20); print(1, flush=True); import time; time.sleep(600)'],
+        {
+          stdio: ['ignore', 'pipe', 'ignore'],
+        },
+      ),
+    );
+    children.push(...plain);
+    await Promise.all(
+      plain.map((child) => new Promise((resolve) => child.stdout?.once('data', resolve))),
+    );
+    const hostHolding = memAvailable();
+    for (const child of plain) child.kill('SIGKILL');
+    const hostSettled = await settledMemAvailable(hostBefore - hostHolding);
+    memRecoveredByPlainProcesses =
+      (hostSettled.value - hostHolding) / Math.max(1, hostBefore - hostHolding);
   } finally {
     await Promise.all(many.map((s) => s.kill()));
   }
@@ -657,6 +706,7 @@ async function pauses(template: string) {
     memRecoveredByHibernate20: round(memRecovered, 3),
     memRecoveredByHibernate20AtOneSecond: round(memRecoveredAtOneSecond, 3),
     memSettleMs: round(memSettleMs, 0),
+    memRecoveredByKilling20PlainProcesses: round(memRecoveredByPlainProcesses, 3),
     anonRecoveredByHibernate20: round(anonRecovered, 3),
   };
   goal(
@@ -669,7 +719,7 @@ async function pauses(template: string) {
   );
   goal(
     'hibernate20MemRecoveredShare',
-    'MemAvailable given back by hibernating 20 sandboxes holding 64 MiB each (share)',
+    'MemAvailable and per-CPU free pages given back by hibernating 20 sandboxes holding 64 MiB each (share)',
     memRecovered,
     '',
     0.9,
@@ -691,9 +741,9 @@ async function pauses(template: string) {
   );
   row(
     '13 pause',
-    'MemAvailable given back by hibernating 20 sandboxes',
+    'MemAvailable (+ per-CPU free lists) given back by hibernating 20 sandboxes',
     `${round(memRecovered * 100, 1)}% of ${round(heldMiB, 0)} MiB`,
-    `goal ≥ 90%, once it stopped growing (${round(memSettleMs / 1000, 1)} s; ${round(memRecoveredAtOneSecond * 100, 1)}% after 1 s); the processes' memory (AnonPages) given back: ${round(anonRecovered * 100, 1)}%`,
+    `goal ≥ 90%; 20 plain host processes of 64 MiB killed give back ${round(memRecoveredByPlainProcesses * 100, 1)}% (${round(memRecovered / Math.max(0.001, memRecoveredByPlainProcesses), 2)}× that); once it stopped growing (${round(memSettleMs / 1000, 1)} s; ${round(memRecoveredAtOneSecond * 100, 1)}% after 1 s); the processes' memory (AnonPages) given back: ${round(anonRecovered * 100, 1)}%`,
   );
 }
 
