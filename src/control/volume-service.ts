@@ -124,7 +124,7 @@ export function volumeJson(volume: VolumeRecord, details?: Omit<VolumeDetails, '
 }
 
 export class VolumeService {
-  /** Creates and removals of this daemon, one at a time per name (see {@link create}). */
+  /** Removals of this daemon under way, one at a time per volume. */
   private readonly busy = new Map<string, Promise<unknown>>();
 
   constructor(
@@ -198,7 +198,7 @@ export class VolumeService {
     return record;
   }
 
-  /** The volumes of `owner` (undefined: every volume, for an admin's view). */
+  /** The volumes of `owner` (null: the daemon's own key), by name. */
   list(owner: string | null): Promise<VolumeRecord[]> {
     return this.registry.listVolumes(owner);
   }

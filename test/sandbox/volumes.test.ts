@@ -160,6 +160,40 @@ function sharedCases(name: string, at: () => string, root: boolean): void {
       }
     }, 180_000);
 
+    test('from inside, a sandbox cannot unmount, cover, re-own or escalate through its volume', async () => {
+      const volume = await Volume.create(`probe-${root ? 'root' : 'rootless'}`, {
+        home: at(),
+        size: '16M',
+      });
+      const box = await Sandbox.create({
+        home: at(),
+        volumeMounts: [{ name: volume.name, path: '/mnt/p' }],
+      });
+      try {
+        await sh(box, 'echo kept > /mnt/p/f && cp /bin/true /mnt/p/suid && chmod 4755 /mnt/p/suid');
+        for (const attack of [
+          'umount /mnt/p',
+          'umount -l /mnt/p',
+          'mount --bind /tmp /mnt/p',
+          'mount -o remount,suid /mnt/p',
+          'chown 0:0 /mnt/p/f',
+          'mknod /mnt/p/dev b 7 0',
+        ]) {
+          expect((await fails(box, attack)).code, attack).not.toBe(0);
+        }
+        // Still the volume, mounted nosuid and nodev: a set-uid file there gives nothing.
+        const line = await sh(box, 'grep " /mnt/p " /proc/self/mountinfo');
+        expect(line).toMatch(/nosuid/);
+        expect(line).toMatch(/nodev/);
+        expect(await sh(box, 'cat /mnt/p/f && stat -c %u /mnt/p/f')).toBe('kept\n1000');
+        // The sandbox sees only its own volume's files, not the host's folder of volumes.
+        expect(await sh(box, 'ls -A /mnt/p | sort | tr "\\n" " "')).toBe('f suid');
+      } finally {
+        await box.kill();
+        await Volume.remove(volume.name, { home: at() });
+      }
+    }, 120_000);
+
     test('a read-only mount refuses writes while another sandbox writes the same volume', async () => {
       const volume = await Volume.create(`ro-${root ? 'root' : 'rootless'}`, {
         home: at(),
@@ -330,28 +364,37 @@ describe('root daemon: quota, restarts, hibernate and fork', () => {
   test('volumes belong to the key that made them: another key sees none and cannot mount them', async () => {
     const alice = await ApiKeys.create('vol-alice', { home });
     const bob = await ApiKeys.create('vol-bob', { home });
+    const asAlice = { apiUrl: daemonInfo().apiUrl, apiKey: alice.key };
+    const asBob = { apiUrl: daemonInfo().apiUrl, apiKey: bob.key };
     const made = await api('POST', '/v1/volumes', { name: 'mine', size: '16M' }, alice.key);
     expect(made.status).toBe(201);
+    let hers: Sandbox | undefined;
+    let his: Sandbox | undefined;
     try {
-      // The same name is free for another key.
+      hers = await Sandbox.create({ ...asAlice, volumeMounts: [{ name: 'mine', path: '/mnt/m' }] });
+      await sh(hers, 'echo alice > /mnt/m/secret');
+      // Bob sees none of Alice's volumes, and cannot mount hers.
+      expect((await api('GET', '/v1/volumes', undefined, bob.key)).body.volumes).toEqual([]);
+      expect((await api('GET', '/v1/volumes/mine', undefined, bob.key)).status).toBe(404);
+      const refused = await Sandbox.create({
+        ...asBob,
+        volumeMounts: [{ name: 'mine', path: '/mnt/m' }],
+      }).catch((e) => e);
+      expect(refused).toBeInstanceOf(VolumeNotFoundError);
+      // The same name is free for another key: Bob's own "mine", without Alice's file.
       expect(
         (await api('POST', '/v1/volumes', { name: 'mine', size: '16M' }, bob.key)).status,
       ).toBe(201);
-      expect(
-        ((await api('GET', '/v1/volumes', undefined, bob.key)).body.volumes as unknown[]).length,
-      ).toBe(1);
-      const foreign = await api(
-        'POST',
-        '/v1/sandboxes',
-        { volumeMounts: [{ name: 'mine', path: '/mnt/x' }] },
-        bob.key,
-      );
-      // Bob's own "mine", not Alice's: what Alice wrote is not there.
-      expect(foreign.status).toBe(200);
-      const id = foreign.body.sandboxId as string;
-      await api('DELETE', `/v1/sandboxes/${id}`, undefined, bob.key);
+      his = await Sandbox.create({ ...asBob, volumeMounts: [{ name: 'mine', path: '/mnt/m' }] });
+      expect(await sh(his, 'ls -A /mnt/m')).toBe('');
+      expect(await sh(hers, 'cat /mnt/m/secret')).toBe('alice');
+      // Nor may Bob remove hers: his removal takes his own.
+      await his.kill();
+      expect((await api('DELETE', '/v1/volumes/mine', undefined, bob.key)).status).toBe(200);
+      expect((await api('GET', '/v1/volumes/mine', undefined, alice.key)).status).toBe(200);
       expect((await api('GET', '/v1/volumes', undefined)).body.volumes).toEqual([]);
     } finally {
+      await killAll([hers, his]);
       await api('DELETE', '/v1/volumes/mine', undefined, alice.key);
       await api('DELETE', '/v1/volumes/mine', undefined, bob.key);
     }
