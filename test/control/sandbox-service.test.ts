@@ -95,7 +95,9 @@ describe('SandboxService: create, get, list, kill', () => {
 
     expect(await plane.sandboxes.get(a.id)).toEqual(a);
     expect(b.expiresAt - b.createdAt).toBe(90_000);
-    expect((await plane.sandboxes.list({})).map((r) => r.id)).toEqual([a.id, b.id]);
+    // Oldest first; two made in the same millisecond fall back to id order.
+    const byAge = [a, b].sort((x, y) => x.createdAt - y.createdAt || (x.id < y.id ? -1 : 1));
+    expect((await plane.sandboxes.list({})).map((r) => r.id)).toEqual(byAge.map((r) => r.id));
     expect((await plane.sandboxes.list({ metadata: { owner: 'bob' } })).map((r) => r.id)).toEqual([
       b.id,
     ]);
