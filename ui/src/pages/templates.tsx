@@ -1,0 +1,205 @@
+import { useCallback, useEffect, useState } from 'preact/hooks';
+import { api, errorOf, request, type Session, seg, type TemplateInfo } from '../api.js';
+import { ask } from '../components/dialog.js';
+import { errorText, time } from '../format.js';
+
+const EXAMPLE = `name: my-template
+description: An example
+capabilities: [shell, files, code, ports]
+setup:
+  - echo building
+`;
+
+interface LogLine {
+  text: string;
+  kind: 'progress' | 'done' | 'error';
+}
+
+export function TemplatesPage({ session }: { session: Session }) {
+  const [templates, setTemplates] = useState<TemplateInfo[] | null>(null);
+  const [failure, setFailure] = useState<string | null>(null);
+
+  const load = useCallback(async () => {
+    try {
+      setTemplates((await api<{ templates: TemplateInfo[] }>('GET', '/v1/templates')).templates);
+    } catch (error) {
+      setFailure(errorText(error));
+    }
+  }, []);
+  useEffect(() => void load(), [load]);
+
+  const remove = (template: TemplateInfo) =>
+    ask({
+      title: `Remove template ${template.name}?`,
+      message: 'New sandboxes can no longer start from it; running ones go on.',
+      confirm: 'Remove',
+      danger: true,
+      async run() {
+        await api('DELETE', `/v1/templates/${seg(template.name)}`);
+        await load();
+      },
+    });
+
+  return (
+    <section aria-labelledby="templates-title">
+      <h1 id="templates-title">Templates</h1>
+      {failure && (
+        <p class="error" role="alert">
+          {failure}
+        </p>
+      )}
+      {templates && (
+        <div class="table-wrap">
+          <table>
+            <thead>
+              <tr>
+                <th scope="col">Name</th>
+                <th scope="col">Description</th>
+                <th scope="col">Image</th>
+                <th scope="col">Capabilities</th>
+                <th scope="col">Network</th>
+                <th scope="col">Commands</th>
+                <th scope="col">Built</th>
+                {session.admin && (
+                  <th scope="col">
+                    <span class="sr-only">Actions</span>
+                  </th>
+                )}
+              </tr>
+            </thead>
+            <tbody>
+              {templates.map((t) => (
+                <tr key={t.name}>
+                  <th scope="row">{t.name}</th>
+                  <td>{t.description}</td>
+                  <td class="mono">
+                    {t.builtImage ?? t.image ?? (t.dockerfile ? 'Dockerfile' : 'host system')}
+                  </td>
+                  <td>{t.capabilities.join(', ')}</td>
+                  <td>{t.network}</td>
+                  <td>{t.customCommands.map((c) => c.name).join(', ') || '–'}</td>
+                  <td>{time(t.builtAt)}</td>
+                  {session.admin && (
+                    <td>
+                      {t.name !== 'base' && (
+                        <button
+                          type="button"
+                          class="danger"
+                          onClick={() => remove(t)}
+                          aria-label={`Remove template ${t.name}`}
+                        >
+                          Remove
+                        </button>
+                      )}
+                    </td>
+                  )}
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </div>
+      )}
+      {session.admin ? (
+        <BuildForm onBuilt={load} />
+      ) : (
+        <p class="hint">Building and removing templates takes an admin key.</p>
+      )}
+    </section>
+  );
+}
+
+/** Builds a template from pasted YAML, its progress streamed (NDJSON) into a log. */
+function BuildForm({ onBuilt }: { onBuilt(): void }) {
+  const [yaml, setYaml] = useState(EXAMPLE);
+  const [log, setLog] = useState<LogLine[]>([]);
+  const [busy, setBusy] = useState(false);
+
+  const build = async (event: Event) => {
+    event.preventDefault();
+    setBusy(true);
+    const lines: LogLine[] = [];
+    const add = (line: LogLine) => {
+      lines.push(line);
+      setLog([...lines]);
+    };
+    try {
+      const response = await request('POST', '/v1/templates', { yaml, progress: true });
+      if (!response.body) throw await errorOf(response, 'POST /v1/templates');
+      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buffered = '';
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (value) buffered += value;
+        let at = buffered.indexOf('\n');
+        while (at >= 0) {
+          const text = buffered.slice(0, at).trim();
+          buffered = buffered.slice(at + 1);
+          if (text) handle(text, add);
+          at = buffered.indexOf('\n');
+        }
+        if (done) break;
+      }
+      if (buffered.trim()) handle(buffered.trim(), add);
+      onBuilt();
+    } catch (error) {
+      add({ kind: 'error', text: errorText(error) });
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  return (
+    <form class="build" onSubmit={build} aria-labelledby="build-title">
+      <h2 id="build-title">Build a template</h2>
+      <label for="template-yaml">template.yaml</label>
+      <textarea
+        id="template-yaml"
+        class="mono"
+        rows={10}
+        spellcheck={false}
+        value={yaml}
+        onInput={(e) => setYaml((e.target as HTMLTextAreaElement).value)}
+      />
+      <button type="submit" class="primary" disabled={busy}>
+        {busy ? 'Building…' : 'Build'}
+      </button>
+      {log.length > 0 && (
+        <pre class="log" role="log" aria-label="Build log">
+          {log.map((line, index) => (
+            <span key={index} class={line.kind}>
+              {line.text}
+              {'\n'}
+            </span>
+          ))}
+        </pre>
+      )}
+    </form>
+  );
+}
+
+function handle(text: string, add: (line: LogLine) => void): void {
+  let line: {
+    progress?: { phase: string; step?: number; of?: number; text: string };
+    template?: TemplateInfo;
+    error?: { error?: string; type?: string };
+    status?: number;
+  };
+  try {
+    line = JSON.parse(text);
+  } catch {
+    add({ kind: 'progress', text });
+    return;
+  }
+  if (line.progress) {
+    const { phase, step, of, text: what } = line.progress;
+    const where = step === undefined ? phase : `step ${step + 1}${of ? `/${of}` : ''}`;
+    add({ kind: 'progress', text: `[${where}] ${what}` });
+  } else if (line.template) {
+    add({ kind: 'done', text: `Built template ${line.template.name}.` });
+  } else if (line.error) {
+    add({
+      kind: 'error',
+      text: `Build failed (${line.status ?? 'error'}${line.error.type ? `, ${line.error.type}` : ''}): ${line.error.error ?? ''}`,
+    });
+  }
+}
