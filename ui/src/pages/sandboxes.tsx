@@ -192,7 +192,6 @@ function Row({
       <td class="metric">
         <Sparkline
           values={samples.map((s) => s.memUsed)}
-          max={last?.memTotal}
           label={`Memory of ${id}: ${bytes(last?.memUsed)}`}
         />
         <span>{bytes(last?.memUsed)}</span>
