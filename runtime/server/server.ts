@@ -165,6 +165,13 @@ export class SandboxServer {
           done(res.statusCode);
         });
         if (this.stopping) res.setHeader('connection', 'close');
+        // A browser's request (the dashboard, a page using the SDK's wire): any origin may read
+        // the answer. The token in a header is what authorizes; no cookie ever does here, and
+        // `*` forbids credentialed reads (docs/dashboard.md).
+        if (req.headers.origin !== undefined) {
+          res.setHeader('access-control-allow-origin', '*');
+          res.setHeader('access-control-expose-headers', '*');
+        }
         void this.table.dispatch(req, res, this.context, this.limits, this.guard);
       },
     );

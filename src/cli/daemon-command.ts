@@ -15,6 +15,8 @@ import { withExamples } from './options.js';
 import { printJson, printLine } from './output.js';
 
 interface DaemonStartOptions {
+  /** false with --no-dashboard. */
+  dashboard?: boolean;
   json?: boolean;
   provider?: string;
   dockerBaseImage?: string;
@@ -267,8 +269,15 @@ export function addDaemonCommand(program: Command): void {
           'always-denied ranges internet sandboxes may reach after all, each named (comma-separated CIDRs, e.g. 10.20.0.0/16); the policy still applies',
         ).env('ABX_EGRESS_PERMIT'),
       )
+      .addOption(
+        new Option(
+          '--no-dashboard',
+          'do not serve the web dashboard at / of the API (ABX_DASHBOARD=0); abx dashboard opens it',
+        ),
+      )
       .action(async (options: DaemonStartOptions) => {
         const remote = remoteListen(options);
+        if (options.dashboard === false) process.env.ABX_DASHBOARD = '0';
         for (const [key, name, isPath] of EGRESS_FLAGS) {
           const value = options[key];
           if (value) process.env[name] = isPath ? resolve(value) : value;

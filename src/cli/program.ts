@@ -44,6 +44,10 @@ const SUBCOMMANDS: readonly { names: readonly string[]; load: () => Promise<Regi
   { names: ['server'], load: async () => (await import('./server-command.js')).addServerCommand },
   { names: ['url'], load: async () => (await import('./url-command.js')).addUrlCommand },
   {
+    names: ['dashboard'],
+    load: async () => (await import('./dashboard-command.js')).addDashboardCommand,
+  },
+  {
     names: ['template'],
     load: async () => (await import('./template-command.js')).addTemplateCommand,
   },

@@ -13,6 +13,7 @@ import type { Caller, KeyService } from './key-service.js';
 import type { MetricsSample, MetricsSampler } from './metrics.js';
 import type { DaemonMetrics } from './prometheus.js';
 import type { SandboxRecord, SandboxState } from './registry.js';
+import type { SandboxEventStreams } from './sandbox-events.js';
 import type { KeyOwner, SandboxService } from './sandbox-service.js';
 import type { BuiltTemplate, TemplateService } from './template-service.js';
 import { type VolumeService, volumeJson } from './volume-service.js';
@@ -29,6 +30,8 @@ export interface ApiContext {
   prometheus: DaemonMetrics;
   /** Who sent the request (set by the daemon's guard; undefined only on public routes). */
   caller: Caller | undefined;
+  /** Server-sent events of sandboxes (`GET /v1/events`). */
+  events: SandboxEventStreams;
   /** Stops the daemon after the answer is sent. */
   shutdown(): void;
   /**
@@ -245,6 +248,19 @@ export const API_ROUTES: ApiRoute[] = [
         ).map(sandboxJson),
       };
     },
+  },
+  {
+    method: 'GET',
+    path: '/v1/events',
+    group: 'api',
+    summary:
+      'Server-sent events (text/event-stream) of the sandboxes the key may see: snapshot {sandboxes} first (running and paused), then sandbox {sandbox} when one appears or changes, ended {sandboxId, state, endReason}, metrics {sandboxId, metric} per new sample; read every ABX_EVENTS_INTERVAL_MS (1000).',
+    handler: ({ ctx, closed }) =>
+      new Reply(200, ctx.events.stream(callerOf(ctx), closed), {
+        'content-type': 'text/event-stream; charset=utf-8',
+        'cache-control': 'no-store',
+        'x-accel-buffering': 'no',
+      }),
   },
   {
     method: 'GET',

@@ -220,6 +220,7 @@ try {
   daemon = new Daemon({
     home: abxHome(),
     ...(process.env.ABX_API_PORT ? { apiPort: Number(process.env.ABX_API_PORT) } : {}),
+    ...(process.env.ABX_DASHBOARD === '0' ? { dashboard: false } : {}),
     ...(process.env.ABX_GATEWAY_PORT ? { gatewayPort: Number(process.env.ABX_GATEWAY_PORT) } : {}),
     ...(process.env.ABX_DOMAIN ? { domain: process.env.ABX_DOMAIN } : {}),
     // The most sandboxes kept started per template (the pool follows demand up to it); 0: none.

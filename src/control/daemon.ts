@@ -7,7 +7,12 @@ import { join } from 'node:path';
 import { type Guard, RouteTable } from '../../runtime/server/route-table.js';
 import { E2bControlApi } from '../compat/e2b/control-api.js';
 import { E2bEnvdFace } from '../compat/e2b/envd-face.js';
-import { errorFromBody, InvalidArgumentError, UnavailableError } from '../errors.js';
+import {
+  AuthenticationError,
+  errorFromBody,
+  InvalidArgumentError,
+  UnavailableError,
+} from '../errors.js';
 import type { DaemonInfo } from '../installation/daemon-info.js';
 import { type AbxPaths, abxPaths } from '../installation/paths.js';
 import {
@@ -24,7 +29,20 @@ import { LocalProvider } from '../providers/local/local-provider.js';
 import { egressPolicyOf, type SandboxProvider } from '../providers/provider.js';
 import { sandboxPortTarget } from '../providers/sandbox-socket.js';
 import { packageInfo } from '../util/package-info.js';
-import { API_ROUTES, type ApiContext, METRICS_PATH } from './api-routes.js';
+import {
+  API_ROUTES,
+  type ApiContext,
+  METRICS_PATH,
+  metricJson,
+  sandboxJson,
+} from './api-routes.js';
+import {
+  checkCsrf,
+  DASHBOARD_SESSION_MS,
+  Dashboard,
+  DashboardSessions,
+  dashboardCookieOf,
+} from './dashboard.js';
 import { mountE2bControlApi } from './e2b-mount.js';
 import { envdRequest, runSetupStep, setSandboxEnv } from './envd-request.js';
 import { Gateway } from './gateway.js';
@@ -40,6 +58,7 @@ import { DaemonMetrics } from './prometheus.js';
 import { Reaper } from './reaper.js';
 import { RecordCache } from './record-cache.js';
 import type { Registry } from './registry.js';
+import { SandboxEventStreams } from './sandbox-events.js';
 import { PAUSED_TIMEOUT_MS, SandboxService } from './sandbox-service.js';
 import { SqliteRegistry } from './sqlite-registry.js';
 import { TemplateService } from './template-service.js';
@@ -107,6 +126,10 @@ export interface DaemonOptions {
    * start from the pushed reference. For the kubernetes provider (`--kube-image-registry`).
    */
   imageRegistry?: string;
+  /** Serve the dashboard at `/` of the API's listeners (default true; `--no-dashboard`). */
+  dashboard?: boolean;
+  /** The built dashboard's folder (default the package's `dist/ui`). */
+  dashboardDir?: string;
 }
 
 /** The warm pool's maximum per template when `warmPool` / `ABX_WARM_POOL` does not say. */
@@ -278,9 +301,34 @@ export class Daemon {
       keys: this.keys,
       metrics: this.metrics,
       prometheus: this.prometheus,
+      events: new SandboxEventStreams({
+        visible: async (caller) =>
+          (
+            await this.sandboxes.list({
+              state: ['running', 'paused'],
+              ...(caller.admin ? {} : { owner: caller.keyId as string }),
+              metadata: {},
+            })
+          ).map(sandboxJson),
+        find: async (id) => {
+          const record = await this.registry.getSandbox(id);
+          return record && sandboxJson(record);
+        },
+        samples: (id, start) => this.metrics.samples(id, start),
+        metricJson,
+      }),
       shutdown: () => setImmediate(() => void this.stop()),
       gatewayUrl: () => this.gatewayOrigin,
     };
+    const sessions = new DashboardSessions(this.keys, dashboardSessionMs());
+    const dashboard =
+      options.dashboard === false
+        ? undefined
+        : new Dashboard({
+            sessions,
+            dir: options.dashboardDir ?? join(packageInfo().root, 'dist', 'ui'),
+            gatewayUrl: () => this.gatewayOrigin,
+          });
     const e2b = mountE2bControlApi(
       {
         sandboxes: this.sandboxes,
@@ -301,10 +349,33 @@ export class Daemon {
         void e2b.handle(req, res);
         return;
       }
+      // The dashboard's page and sign-in (docs/dashboard.md).
+      if (dashboard && Dashboard.claims(req.url)) {
+        void dashboard.handle(req, res);
+        return;
+      }
       // A context per request: the guard puts the caller its key names there for the handler.
       const context: ApiContext = { ...shared, caller: undefined };
       const guard: Guard<ApiContext> = (route, request) => {
         if (route?.public) return;
+        // The dashboard's cookie stands for a key when no other credential is sent; what it
+        // changes needs the session's CSRF token too.
+        if (
+          dashboard &&
+          request.headers.authorization === undefined &&
+          request.headers['x-api-key'] === undefined &&
+          dashboardCookieOf(request.headers.cookie) !== undefined
+        ) {
+          return sessions.resolve(request.headers.cookie).then((found) => {
+            if (!found) {
+              throw new AuthenticationError(
+                'the dashboard session has ended (expired, signed out, or the daemon restarted): sign in again',
+              );
+            }
+            checkCsrf(request, found.session);
+            context.caller = found.caller;
+          });
+        }
         const apiKey = request.headers['x-api-key'];
         // Scrapers send a key either way (Prometheus' `authorization`, or a header of their own).
         const caller =
@@ -580,6 +651,19 @@ export class Daemon {
     })();
     return this.stopping;
   }
+}
+
+/** How long a dashboard sign-in lasts: `ABX_DASHBOARD_SESSION_MS` (1 minute or more), else 12 h. */
+function dashboardSessionMs(): number {
+  const raw = process.env.ABX_DASHBOARD_SESSION_MS;
+  if (raw === undefined || raw === '') return DASHBOARD_SESSION_MS;
+  const ms = Number(raw);
+  if (!Number.isInteger(ms) || ms < 60_000) {
+    throw new Error(
+      `ABX_DASHBOARD_SESSION_MS must be a whole number of milliseconds, 60000 or more, not '${raw}'`,
+    );
+  }
+  return ms;
 }
 
 /** `host:port`, with an IPv6 host in brackets. */

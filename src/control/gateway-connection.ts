@@ -61,7 +61,9 @@ export interface RequestTarget {
         /** `{scheme}://{port}-{id}.{domain}[:{port}]` as this request reached the gateway. */
         origin: string;
       }
-    | { kind: 'redeem'; link: string; secure: boolean; location: string };
+    | { kind: 'redeem'; link: string; secure: boolean; location: string }
+    /** A browser's CORS preflight for a request that will carry X-Access-Token. */
+    | { kind: 'preflight'; origin: string; method: string; headers: string };
   /** E2B's SDKs sent it to envd: the gateway reads it whole and its E2B face answers it. */
   e2b?: boolean;
   /** It names no sandbox and is for the daemon's API: passed on to it unchanged. */
@@ -143,10 +145,13 @@ export function errorBody(error: unknown): { status: number; body: string } {
   return { status, body: JSON.stringify(body) };
 }
 
-/** An error answer of the contract's shape, as bytes for a socket. */
+/**
+ * An error answer of the contract's shape, as bytes for a socket. A browser page may read it (the
+ * dashboard shows why a sandbox refused): it says nothing a cookie or token unlocked.
+ */
 export function errorAnswer(error: unknown, keepAlive = false): string {
   const { status, body } = errorBody(error);
-  return `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Error'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${keepAlive ? '' : 'connection: close\r\n'}\r\n${body}`;
+  return `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Error'}\r\ncontent-type: application/json\r\naccess-control-allow-origin: *\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${keepAlive ? '' : 'connection: close\r\n'}\r\n${body}`;
 }
 
 const sameTarget = (route: Route, target: RequestTarget) =>

@@ -16,6 +16,9 @@ import {
 
 /** The query parameter that carries a link on a sandbox host. */
 export const LINK_PARAM = 'abx_link';
+/** The dashboard's session cookie (src/control/dashboard.ts), set by the API's listener. */
+export const DASHBOARD_COOKIE = 'abx_dashboard';
+
 /** The cookie a redeemed link sets (host-only: it goes to that sandbox port's host alone). */
 export const SESSION_COOKIE = 'abx_session';
 /** How long a link can be redeemed by default, and at most. */
@@ -149,13 +152,18 @@ export function sessionCookieOf(cookie: string | undefined): string | undefined 
   return undefined;
 }
 
-/** A `Cookie` header without the session cookie: the sandbox never sees it. `''` when empty. */
+/**
+ * A `Cookie` header without the gateway's session cookie and the dashboard's (a cookie is sent to
+ * every port of its host, so a page on the gateway's loopback address gets the dashboard's
+ * cookie too): neither a sandbox nor the API behind the gateway ever sees them. `''` when empty.
+ */
 export function withoutSessionCookie(cookie: string): string {
   return cookie
     .split(';')
     .filter((pair) => {
       const eq = pair.indexOf('=');
-      return (eq < 0 ? pair : pair.slice(0, eq)).trim() !== SESSION_COOKIE;
+      const name = (eq < 0 ? pair : pair.slice(0, eq)).trim();
+      return name !== SESSION_COOKIE && name !== DASHBOARD_COOKIE;
     })
     .map((pair) => pair.trim())
     .join('; ');

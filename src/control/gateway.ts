@@ -125,6 +125,7 @@ export interface GatewayBackend {
 /** What a request is for, as the gateway's request counter labels it. */
 export function gatewayRequestKind(target: RequestTarget): GatewayRequestKind {
   if (target.api) return 'api';
+  if (target.local?.kind === 'preflight') return 'preflight';
   if (target.local) return 'link';
   if (target.e2b) return 'e2b';
   return target.port === ENVD_PORT ? 'envd' : 'port';
@@ -192,6 +193,58 @@ function apiTarget(pathname: string, path: string): RequestTarget {
     pathname,
     path,
     api: true,
+  };
+}
+
+/**
+ * A browser's CORS preflight (OPTIONS with `Origin` and `Access-Control-Request-Method`) for a
+ * request that will send `X-Access-Token`: the preflight itself carries no token, so the sandbox
+ * could never be asked; the gateway answers it. Whatever page sent it, the real request still
+ * needs the token, and no cookie is ever allowed to authorize a cross-origin read (no
+ * `Access-Control-Allow-Credentials`). Any other OPTIONS goes to the sandbox as it came.
+ */
+function tokenPreflight(head: RequestHead): RequestTarget | undefined {
+  const origin = headerOf(head, 'origin');
+  const method = headerOf(head, 'access-control-request-method');
+  const headers = headerOf(head, 'access-control-request-headers')?.toLowerCase() ?? '';
+  if (origin === undefined || method === undefined) return undefined;
+  if (!headers.split(',').some((name) => name.trim() === 'x-access-token')) return undefined;
+  return {
+    id: '',
+    port: 0,
+    token: undefined,
+    credential: undefined,
+    via: 'header',
+    pathname: '',
+    path: '',
+    local: {
+      kind: 'preflight',
+      origin: origin.slice(0, 300),
+      method: method.slice(0, 20),
+      headers: headers.slice(0, 1000),
+    },
+  };
+}
+
+/** The gateway's answer to a {@link tokenPreflight}: the origin may send that method and those headers. */
+function preflightAnswer(local: { origin: string; method: string; headers: string }): LocalAnswer {
+  // Header values from the request go back only when they are plain tokens (no CR/LF smuggled).
+  const token = /^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/;
+  const headers = local.headers
+    .split(',')
+    .map((name) => name.trim())
+    .filter((name) => token.test(name));
+  const safeOrigin = /^[\x21-\x7e]+$/.test(local.origin) ? local.origin : 'null';
+  return {
+    status: 204,
+    headers: [
+      `access-control-allow-origin: ${safeOrigin}`,
+      `access-control-allow-methods: ${token.test(local.method) ? local.method : 'GET'}`,
+      `access-control-allow-headers: ${headers.join(', ')}`,
+      'access-control-max-age: 600',
+      'vary: origin',
+    ],
+    body: '',
   };
 }
 
@@ -368,6 +421,10 @@ export class Gateway implements GatewayRoutes {
 
   /** The sandbox, port and token a request names (see {@link GatewayRoutes.target}). */
   private targetOf(head: RequestHead, tls: boolean, api: boolean): RequestTarget {
+    if (head.method === 'OPTIONS') {
+      const preflight = tokenPreflight(head);
+      if (preflight) return preflight;
+    }
     // The path goes on as the client sent it: `new URL` would resolve `..` and `%2e%2e` segments,
     // so `/commands/%2e%2e/shutdown` would reach `/shutdown` behind the sandbox's back.
     const target = head.target;
@@ -597,6 +654,7 @@ export class Gateway implements GatewayRoutes {
   }
 
   async check(target: RequestTarget): Promise<Route | LocalAnswer> {
+    if (target.local?.kind === 'preflight') return preflightAnswer(target.local);
     if (target.api) {
       const socketPath = this.backend.apiTarget?.();
       if (socketPath === undefined) throw new UpstreamError('the daemon API is not listening');

@@ -12,7 +12,7 @@ export type CreateSource = 'pool' | 'start' | 'fork';
 /** How a sandbox is paused: its processes frozen (memory kept), or ended with its disk kept. */
 export type PauseMode = 'freeze' | 'hibernate';
 /** What a gateway request was for (see {@link gatewayRequestKind}). */
-export type GatewayRequestKind = 'api' | 'envd' | 'e2b' | 'port' | 'link' | 'invalid';
+export type GatewayRequestKind = 'api' | 'envd' | 'e2b' | 'port' | 'link' | 'preflight' | 'invalid';
 
 /** What the sandbox service tells of creates and ends (all optional to it: tests build it bare). */
 export interface SandboxEvents {
@@ -82,6 +82,7 @@ export class DaemonMetrics implements SandboxEvents, GatewayCounts {
     e2b: 0,
     port: 0,
     link: 0,
+    preflight: 0,
     invalid: 0,
   };
   private readonly bytes = { in: 0, out: 0 };

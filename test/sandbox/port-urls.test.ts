@@ -189,6 +189,57 @@ describe('a port from Node and curl, with the sandbox token only', () => {
     expect(await root.text()).toContain('hello from the sandbox');
   });
 
+  test("the dashboard's cookie never reaches a port; envd and the command server answer a page of any origin that holds the token", async () => {
+    // A cookie goes to every port of its host: the API's (the dashboard's) reaches the gateway's.
+    const seen = (await (
+      await fetch(`${a.getUrl(WEB)}/echo`, {
+        headers: {
+          'x-access-token': a.accessToken,
+          cookie: 'abx_dashboard=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA; app=2',
+        },
+      })
+    ).json()) as Seen;
+    expect(seen.headers.cookie).toBe('app=2');
+    // A browser page (the dashboard) reads envd and the command server with the token.
+    const origin = 'http://127.0.0.1:1';
+    const gateway = new URL(a.getUrl(WEB)).origin;
+    const preflight = await fetch(`${gateway}/files/list?path=/tmp`, {
+      method: 'OPTIONS',
+      headers: {
+        origin,
+        'access-control-request-method': 'GET',
+        'access-control-request-headers': 'x-access-token,x-sandbox-id,x-sandbox-port',
+      },
+    });
+    expect(preflight.status).toBe(204);
+    expect(preflight.headers.get('access-control-allow-origin')).toBe(origin);
+    const envd = await fetch(`${gateway}/files/list?path=/tmp`, {
+      headers: {
+        origin,
+        'x-access-token': a.accessToken,
+        'x-sandbox-id': a.sandboxId,
+        'x-sandbox-port': '49983',
+      },
+    });
+    expect(envd.status).toBe(200);
+    expect(envd.headers.get('access-control-allow-origin')).toBe('*');
+    expect(envd.headers.get('access-control-allow-credentials')).toBeNull();
+    const commands = await fetch(`${a.getUrl(SERVER)}/commands`, {
+      headers: { origin, 'x-access-token': a.accessToken },
+    });
+    expect(commands.status).toBe(200);
+    expect(commands.headers.get('access-control-allow-origin')).toBe('*');
+    // Without a browser's Origin nothing changes for the SDK.
+    const plain = await fetch(`${gateway}/files/list?path=/tmp`, {
+      headers: {
+        'x-access-token': a.accessToken,
+        'x-sandbox-id': a.sandboxId,
+        'x-sandbox-port': '49983',
+      },
+    });
+    expect(plain.headers.get('access-control-allow-origin')).toBeNull();
+  });
+
   test('one keep-alive connection alternating between two sandboxes by path reaches each in turn', async () => {
     // A and B share the gateway's origin in the path form: fetch reuses one connection for both.
     const agent = new Agent({ connections: 1, pipelining: 1 });
