@@ -128,6 +128,8 @@ async function typeLine(page: Page, line: string, expected: RegExp): Promise<Reg
 beforeAll(async () => {
   if (!HAS_CHROMIUM) return;
   mkdirSync(SHOTS, { recursive: true });
+  // Samples every second, so the list's charts fill within a test (the daemon inherits it).
+  process.env.ABX_METRICS_INTERVAL_MS = '1000';
   abx = await createAbxHome();
   home = abx.home;
   // Running one test file by hand: the UI may not be built yet.
@@ -160,6 +162,7 @@ afterEach(async () => {
 });
 
 afterAll(async () => {
+  delete process.env.ABX_METRICS_INTERVAL_MS;
   await browser?.close().catch(() => undefined);
   await removeTemplates(home);
   await abx?.close();
@@ -170,7 +173,7 @@ describe.skipIf(!HAS_CHROMIUM)(
   () => {
     test('signs in with a one-time link; a used link sends the page back to sign-in saying so', async () => {
       const link = await api('POST', '/ui/links');
-      expect(link.status).toBe(200);
+      expect(link.status).toBe(201);
       const page = await newPage();
       await page.goto(link.body.url);
       await page.getByRole('heading', { name: 'Sandboxes', level: 1 }).waitFor();
@@ -253,6 +256,30 @@ describe.skipIf(!HAS_CHROMIUM)(
       await row(page, sandbox.sandboxId).waitFor({ state: 'detached' });
       await page.getByLabel('State').selectOption('running');
       await row(page, sandbox.sandboxId).waitFor();
+
+      await sandbox.kill();
+      await row(page, sandbox.sandboxId).waitFor({ state: 'detached', timeout: 10_000 });
+      await expectClean(page);
+    });
+
+    test('each row charts its sandbox’s CPU and memory from the live metrics', async () => {
+      const busy = await created({ metadata: { agent: 'planner', task: 'build-index' } });
+      await created({ metadata: { agent: 'coder', task: 'fix-tests' } });
+      await created({ metadata: { agent: 'reviewer' } });
+      // A few seconds of work, so one chart has something to show.
+      const work = await busy.commands.start('timeout 6 sh -c "while :; do :; done"');
+      const page = await newPage();
+      await signInWithKey(page, adminKey);
+      for (const sandbox of sandboxes) {
+        // Two samples or more make a line (the daemon here samples every second).
+        await row(page, sandbox.sandboxId)
+          .locator('svg.spark polyline')
+          .first()
+          .waitFor({ timeout: 20_000 });
+        expect(
+          await row(page, sandbox.sandboxId).locator('td.metric').first().textContent(),
+        ).toMatch(/\d%/);
+      }
       await shoot(page, 'sandboxes');
       if (process.env.ABX_UPDATE_DOCS_IMAGES === '1') {
         copyFileSync(
@@ -260,11 +287,9 @@ describe.skipIf(!HAS_CHROMIUM)(
           join(ROOT, 'docs', 'images', 'dashboard-sandboxes.png'),
         );
       }
-
-      await sandbox.kill();
-      await row(page, sandbox.sandboxId).waitFor({ state: 'detached', timeout: 10_000 });
+      await work.wait().catch(() => undefined);
       await expectClean(page);
-    });
+    }, 60_000);
 
     test('pause, resume, extend and kill from the page, the destructive one confirmed first', async () => {
       const sandbox = await created({ timeoutMs: 600_000 });
@@ -475,13 +500,13 @@ describe.skipIf(!HAS_CHROMIUM)(
         });
       await shoot(page, 'commands');
       await expectClean(page);
-    });
+    }, 120_000);
 
     test('a template is built from pasted YAML with its log streaming, then removed', async () => {
       const page = await newPage();
       await signInWithKey(page, adminKey);
       await page.goto(`${info.apiUrl}/#/templates`);
-      await page.getByRole('cell', { name: 'base' }).first().waitFor();
+      await page.getByRole('rowheader', { name: 'base', exact: true }).waitFor();
       await page
         .getByLabel('template.yaml')
         .fill(
@@ -500,7 +525,7 @@ describe.skipIf(!HAS_CHROMIUM)(
       await page.getByRole('rowheader', { name: 'dash-built' }).waitFor({ state: 'detached' });
       expect((await Templates.list({ home })).map((t) => t.name)).not.toContain('dash-built');
       await expectClean(page);
-    });
+    }, 120_000);
 
     test('a key that is not an admin sees only its own sandboxes, and no keys page', async () => {
       const viewer = await ApiKeys.create('dash-viewer', { home });

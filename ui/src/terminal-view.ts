@@ -33,6 +33,8 @@ export async function openTerminal(
     cursorBlink: true,
     fontFamily: 'ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace',
     fontSize: 14,
+    // Room below the baseline, so underscores are not cut off.
+    lineHeight: 1.15,
     scrollback: 5000,
     theme: { background: '#1e1e1e', foreground: '#e6e6e6' },
   });

@@ -176,8 +176,8 @@ function Row({
         </span>
       </td>
       <td>{sandbox.template}</td>
-      <td>{duration(now - Date.parse(sandbox.createdAt))}</td>
-      <td>
+      <td class="nowrap">{duration(now - Date.parse(sandbox.createdAt))}</td>
+      <td class="nowrap">
         {duration(Date.parse(sandbox.expiresAt) - now)}
         {sandbox.lifecycle?.onTimeout === 'pause' ? ' (then pauses)' : ''}
       </td>
@@ -192,6 +192,7 @@ function Row({
       <td class="metric">
         <Sparkline
           values={samples.map((s) => s.memUsed)}
+          max={Math.max(0, ...samples.map((s) => s.memUsed)) * 1.25}
           label={`Memory of ${id}: ${bytes(last?.memUsed)}`}
         />
         <span>{bytes(last?.memUsed)}</span>
