@@ -5,7 +5,7 @@
  * module's memory: never in storage, never in a URL.
  */
 import { ENVD_PORT } from '../../runtime/protocol/constants.js';
-import { api, errorOf, type SandboxInfo, sandboxPath } from './api.js';
+import { api, errorOf, onSession, type SandboxInfo, sandboxPath } from './api.js';
 
 interface Connection {
   sandboxId: string;
@@ -14,6 +14,8 @@ interface Connection {
 }
 
 const connections = new Map<string, Promise<Connection>>();
+// Tokens belong to the session that fetched them: a sign-out (or another key) forgets them all.
+onSession(() => connections.clear());
 
 /** Connects to a running sandbox (a paused one is resumed by the daemon). */
 export function connect(sandboxId: string): Promise<Connection> {

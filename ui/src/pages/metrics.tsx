@@ -13,6 +13,8 @@ export function MetricsTab({ sandbox }: { sandbox: SandboxInfo }) {
   const cpuRef = useRef<HTMLDivElement>(null);
   const memRef = useRef<HTMLDivElement>(null);
   const charts = useRef<{ cpu: Chart; mem: Chart } | null>(null);
+  /** Bumped when the charts exist, to draw what has come meanwhile. */
+  const [tick, setTick] = useState(0);
 
   useEffect(() => {
     let stop = false;
@@ -37,9 +39,10 @@ export function MetricsTab({ sandbox }: { sandbox: SandboxInfo }) {
           [{ label: 'CPU', color: '#1a5fb4', format: (v) => percent(v) }],
           [0, 100],
         );
+        // The limit is in the line above the charts: drawn here, a host's whole memory would
+        // flatten the line that matters.
         const mem = timeChart(memRef.current, 'Memory', [
           { label: 'used', color: '#813d9c', format: (v) => bytes(v) },
-          { label: 'limit', color: '#5e5c64', format: (v) => bytes(v) },
         ]);
         charts.current = { cpu, mem };
         observer = new ResizeObserver(() => {
@@ -58,7 +61,6 @@ export function MetricsTab({ sandbox }: { sandbox: SandboxInfo }) {
       charts.current = null;
     };
   }, []);
-  const [tick, setTick] = useState(0);
 
   const recent = live.metrics.get(id) ?? [];
   const samples = mergeSamples(history ?? [], recent);
@@ -67,7 +69,7 @@ export function MetricsTab({ sandbox }: { sandbox: SandboxInfo }) {
     if (!chart) return;
     const times = samples.map((s) => Date.parse(s.timestamp) / 1000);
     chart.cpu.setData(times, [samples.map((s) => s.cpuUsedPct)]);
-    chart.mem.setData(times, [samples.map((s) => s.memUsed), samples.map((s) => s.memTotal)]);
+    chart.mem.setData(times, [samples.map((s) => s.memUsed)]);
   }, [samples.length, samples[samples.length - 1]?.timestamp, tick]);
 
   const last = samples[samples.length - 1];

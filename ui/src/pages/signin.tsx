@@ -2,10 +2,6 @@ import { useState } from 'preact/hooks';
 import { type Session, signIn } from '../api.js';
 import { errorText } from '../format.js';
 
-const LINK_ERRORS: Record<string, string> = {
-  link: 'That sign-in link was used already or has expired. Run `abx dashboard` again for a new one, or paste an API key below.',
-};
-
 /** Sign-in: paste an API key (the link flow arrives signed in, or here with ?error=link). */
 export function SignIn({
   error,
@@ -17,9 +13,6 @@ export function SignIn({
   const [key, setKey] = useState('');
   const [failure, setFailure] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
-  const linkError = error
-    ? (LINK_ERRORS[error] ?? 'Sign-in failed. Paste an API key below.')
-    : null;
 
   const submit = async (event: Event) => {
     event.preventDefault();
@@ -40,9 +33,16 @@ export function SignIn({
   return (
     <main class="signin" id="main">
       <h1>abx dashboard</h1>
-      {linkError && (
+      {error && (
         <p class="error" role="alert">
-          {linkError}
+          {error === 'link' ? (
+            <>
+              That sign-in link was used already or has expired. Run <code>abx dashboard</code>{' '}
+              again for a new one, or paste an API key below.
+            </>
+          ) : (
+            'Sign-in failed. Paste an API key below.'
+          )}
         </p>
       )}
       <form onSubmit={submit}>
