@@ -317,6 +317,17 @@ describe.skipIf(!HAS_CHROMIUM)(
       const left = Date.parse((await sandbox.getInfo()).expiresAt) - Date.now();
       expect(left).toBeGreaterThan(100 * 60_000);
 
+      await sandbox.files.write('saved.txt', 'kept by the snapshot');
+      await row(page, id)
+        .getByRole('button', { name: `Snapshot ${id}` })
+        .click();
+      const snapshot = page.getByRole('dialog');
+      await snapshot.getByLabel('Template name').fill('dash-snapshot');
+      await snapshot.getByRole('button', { name: 'Save snapshot' }).click();
+      await snapshot.waitFor({ state: 'hidden', timeout: 60_000 });
+      const fromSnapshot = await created({ template: 'dash-snapshot' });
+      expect(await fromSnapshot.files.read('saved.txt')).toBe('kept by the snapshot');
+
       await row(page, id)
         .getByRole('button', { name: `Kill ${id}` })
         .click();
@@ -335,7 +346,7 @@ describe.skipIf(!HAS_CHROMIUM)(
         'killed',
       );
       await expectClean(page);
-    });
+    }, 120_000);
 
     test('a command typed in the terminal shows its output; output that looks like HTML stays text; a resize reaches the pty', async () => {
       const sandbox = await created({ metadata: { suite: 'terminal' } });
@@ -596,6 +607,9 @@ describe.skipIf(!HAS_CHROMIUM)(
       await shoot(page, 'sandbox-overview');
       await page.getByRole('link', { name: 'Network' }).click();
       await page.getByRole('heading', { name: 'Network', level: 2 }).waitFor();
+      // The base template's sandboxes are on the internet network: a policy and its counters.
+      await page.getByText('Allowed out').waitFor();
+      await page.getByText(/\d+ allowed, \d+ refused/).waitFor({ timeout: 15_000 });
       await shoot(page, 'network');
       await expectClean(page);
     });
