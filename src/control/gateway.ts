@@ -15,11 +15,13 @@ import {
   errorResponse,
   MethodNotAllowedError,
   PermissionDeniedError,
+  RouteNotFoundError,
   SandboxError,
   SandboxNotFoundError,
   SandboxPausedError,
   UpstreamError,
 } from '../errors.js';
+import { Dashboard } from './dashboard.js';
 import {
   ClientConnection,
   type ConnectionLimits,
@@ -458,7 +460,15 @@ export class Gateway implements GatewayRoutes {
       toApi &&
       !fromHeaders &&
       head.host?.replace(/:\d+$/, '').toLowerCase() === `api.${this.domain.toLowerCase()}`;
-    if (apiHost) return apiTarget(pathname, target);
+    if (apiHost) {
+      // The dashboard lives on the API's own listener: its cookie never passes the gateway.
+      if (Dashboard.claims(target)) {
+        throw new RouteNotFoundError(
+          `${pathname} is the dashboard's, which the API's own listener serves (abx dashboard prints its link), not the gateway`,
+        );
+      }
+      return apiTarget(pathname, target);
+    }
     const fromHost =
       sandboxId === undefined || sandboxPort === undefined
         ? parseSandboxHost(head.host, this.domain)

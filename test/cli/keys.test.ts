@@ -111,3 +111,39 @@ describe('abx keys create, list, revoke', () => {
     expect((await cli.json<ApiKeyInfo[]>(['keys', 'list'])).map((k) => k.name)).not.toContain('x');
   }, 60_000);
 });
+
+describe('abx dashboard', () => {
+  test('prints a one-time sign-in link that holds no key, for the local daemon and for a remote key', async () => {
+    const printed = await cli.abx(['dashboard', '--no-open']);
+    expect(printed.code).toBe(0);
+    const key = readFileSync(join(home.home, 'api-key'), 'utf8').trim();
+    const { apiUrl } = JSON.parse(readFileSync(join(home.home, 'daemon.json'), 'utf8'));
+    const url = printed.stdout.trim().split('\n').at(-1) as string;
+    expect(url.startsWith(`${apiUrl}/ui/signin?code=`)).toBe(true);
+    expect(printed.stdout).not.toContain(key);
+    expect(printed.stdout).toMatch(/once, within \d+ s/);
+    // The link signs in once: the cookie it sets names a session of the daemon's key.
+    const first = await fetch(url, { redirect: 'manual' });
+    expect(first.status).toBe(303);
+    const cookie = (first.headers.get('set-cookie') ?? '').split(';')[0] as string;
+    const session = await fetch(`${apiUrl}/ui/session`, { headers: { cookie } });
+    expect(await session.json()).toMatchObject({ admin: true });
+    expect((await fetch(url, { redirect: 'manual' })).headers.get('location')).toBe(
+      '/#/signin?error=link',
+    );
+
+    // A key that is not an admin gets a link for itself, over the remote API.
+    const made = await cli.json<{ key: string }>(['keys', 'create', '--name', 'dash']);
+    const linked = await as(made.key)(['dashboard', '--json']);
+    expect(linked.code).toBe(0);
+    const { url: theirs } = JSON.parse(linked.stdout) as { url: string };
+    const opened = await fetch(theirs, { redirect: 'manual' });
+    const theirCookie = (opened.headers.get('set-cookie') ?? '').split(';')[0] as string;
+    const theirSession = await fetch(`${apiUrl}/ui/session`, { headers: { cookie: theirCookie } });
+    expect(await theirSession.json()).toMatchObject({ admin: false, name: 'dash' });
+    // A wrong key makes no link.
+    const wrong = await as('abx_wrongwrongwrongwrongwrongwrongwrongwrongwro')(['dashboard']);
+    expect(wrong.code).toBe(1);
+    expect(wrong.stderr).toContain('AuthenticationError');
+  });
+});

@@ -258,6 +258,12 @@ describe('the cookie on the API', () => {
     expect(page.status).not.toBe(200);
     const session = await call(`${info.gatewayUrl}/ui/session`, { headers: { cookie } });
     expect(session.status).not.toBe(200);
+    // Nor on its `api.{domain}` host, which passes every other path to the API.
+    const apiHost = await call(`${info.gatewayUrl}/ui/session`, {
+      headers: { cookie, host: `api.${info.domain}` },
+    });
+    expect(apiHost.status).toBe(404);
+    expect(apiHost.body.error).toContain("the API's own listener serves");
   });
 });
 

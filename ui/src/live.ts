@@ -3,14 +3,7 @@
  * signed in (snapshot, then sandbox, ended and metrics events), shared by every page.
  */
 import { useEffect, useState } from 'preact/hooks';
-import {
-  api,
-  loadSession,
-  type SandboxInfo,
-  type SandboxMetric,
-  sandboxPath,
-  setSession,
-} from './api.js';
+import { loadSession, type SandboxInfo, type SandboxMetric, setSession } from './api.js';
 
 /** Samples kept per sandbox for the list's small charts. */
 const SPARK_SAMPLES = 60;
@@ -63,30 +56,6 @@ function parse<T>(event: MessageEvent): T | undefined {
   }
 }
 
-/** Recent samples of the sandboxes in a snapshot, for their charts (at most 50 asked). */
-async function backfill(ids: string[]): Promise<void> {
-  const since = Date.now() - 10 * 60_000;
-  await Promise.all(
-    ids.slice(0, 50).map(async (id) => {
-      try {
-        const { metrics } = await api<{ metrics: SandboxMetric[] }>(
-          'GET',
-          sandboxPath(id, `/metrics?start=${since}&end=${Date.now()}`),
-        );
-        update((draft) => {
-          const live = draft.metrics.get(id) ?? [];
-          const seen = new Set(live.map((m) => m.timestamp));
-          const merged = [...metrics.filter((m) => !seen.has(m.timestamp)), ...live];
-          merged.sort((a, b) => a.timestamp.localeCompare(b.timestamp));
-          draft.metrics.set(id, merged.slice(-SPARK_SAMPLES));
-        });
-      } catch {
-        // no metrics on this provider, or it ended meanwhile: no chart
-      }
-    }),
-  );
-}
-
 function setConnected(connected: boolean): void {
   update((draft) => {
     draft.connected = connected;
@@ -120,7 +89,6 @@ export function startLive(): void {
       draft.sandboxes = new Map(body.sandboxes.map((s) => [s.sandboxId, s]));
       for (const id of draft.metrics.keys()) if (!draft.sandboxes.has(id)) draft.metrics.delete(id);
     });
-    void backfill(body.sandboxes.filter((s) => s.state === 'running').map((s) => s.sandboxId));
   });
   events.addEventListener('sandbox', (event) => {
     const body = parse<{ sandbox: SandboxInfo }>(event as MessageEvent);
