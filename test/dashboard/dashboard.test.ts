@@ -348,6 +348,42 @@ describe.skipIf(!HAS_CHROMIUM)(
       await expectClean(page);
     }, 120_000);
 
+    test('works from the keyboard alone: sign-in, a row’s kill dialog, Escape, the focus shown', async () => {
+      const sandbox = await created();
+      const page = await newPage();
+      await page.goto(`${info.apiUrl}/`);
+      await page.keyboard.press('Tab');
+      expect(await page.evaluate('document.activeElement.id')).toBe('api-key');
+      await page.keyboard.type(adminKey);
+      await page.keyboard.press('Enter');
+      await row(page, sandbox.sandboxId).waitFor();
+      // Tab through the page until the row's Kill button has the focus; the first stop skips to
+      // the content.
+      const kill = `Kill ${sandbox.sandboxId}`;
+      await page.keyboard.press('Tab');
+      expect(await page.evaluate('document.activeElement.textContent')).toBe('Skip to content');
+      for (let i = 0; i < 40; i++) {
+        await page.keyboard.press('Tab');
+        if ((await page.evaluate('document.activeElement.getAttribute("aria-label")')) === kill) {
+          break;
+        }
+      }
+      expect(await page.evaluate('document.activeElement.getAttribute("aria-label")')).toBe(kill);
+      // The focus is visible: a real outline on the focused button.
+      expect(await page.evaluate('getComputedStyle(document.activeElement).outlineStyle')).not.toBe(
+        'none',
+      );
+      await page.keyboard.press('Enter');
+      const dialog = page.getByRole('dialog');
+      await dialog.getByText(`Kill sandbox ${sandbox.sandboxId}?`).waitFor();
+      expect(await page.evaluate('!!document.activeElement.closest("dialog")')).toBe(true);
+      await page.keyboard.press('Escape');
+      await dialog.waitFor({ state: 'hidden' });
+      expect(await page.evaluate('document.activeElement.getAttribute("aria-label")')).toBe(kill);
+      expect((await sandbox.getInfo()).state).toBe('running');
+      await expectClean(page);
+    });
+
     test('a command typed in the terminal shows its output; output that looks like HTML stays text; a resize reaches the pty', async () => {
       const sandbox = await created({ metadata: { suite: 'terminal' } });
       const page = await newPage();
