@@ -17,7 +17,7 @@ export interface DeepAgentsBackendOptions {
    * use the sandbox's real paths, the same ones `execute` sees. Caveat: `execute` is a shell
    * and is not confined to the root (it runs there, but can reach the whole sandbox), so an
    * absolute path in a command means the real one, not the model's: `write_file('/app.py')`
-   * then `execute('python /app.py')` fails; `execute('python app.py')` works.
+   * then `execute('python3 /app.py')` fails; `execute('python3 app.py')` works.
    */
   root?: string;
   /**
@@ -45,7 +45,7 @@ export const DEEPAGENTS_SEARCH_BUDGET_MS = 2000;
  * **One file system.** The file tools and `execute` see the same paths, as in deepagents' other
  * sandbox backends: an absolute path is that path in the sandbox, a relative one is relative to
  * the sandbox's working directory (where `execute` runs; `~` is its `$HOME`), so
- * `write_file('/app/main.py')` then `execute('python /app/main.py')` runs that file. Paths come
+ * `write_file('/app/main.py')` then `execute('python3 /app/main.py')` runs that file. Paths come
  * back as the model gave them (absolute, or relative to the working directory when it asked
  * with a relative path; glob's are relative to the folder searched, as deepagents' own
  * `BaseSandbox` answers). Deleting `/` is refused.
