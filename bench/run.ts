@@ -24,6 +24,7 @@ import { Client, type Dispatcher, Pool } from 'undici';
 import { unmountUnder } from '../src/providers/local/volumes.js';
 import { internetUnavailable, makeInternet, type TestInternet } from '../test/helpers/internet.js';
 import { BenchCommands } from './commands.js';
+import { deepagentsSearch } from './deepagents-search.js';
 import { median, round, type Summary, summarize, throughput, timeEach } from './stats.js';
 
 const QUICK = process.argv.includes('--quick');
@@ -1958,6 +1959,7 @@ async function main() {
     if (runs('pause')) await pauses(template);
     if (runs('fork')) await fork(template);
     if (runs('volumes')) await volumes(template);
+    if (runs('deepagents')) await deepagentsSearch({ quick: QUICK, log, row, goal, results });
   } finally {
     for (const child of children) child.kill('SIGKILL');
     for (const info of await Sandbox.list({ state: ['running', 'paused'] })) {

@@ -14,7 +14,7 @@ export type {
   DeepAgentsBackendOptions,
   DeepAgentsFileInfo,
 } from './agent/deepagents.js';
-export { deepAgentsBackend } from './agent/deepagents.js';
+export { DEEPAGENTS_SEARCH_BUDGET_MS, deepAgentsBackend } from './agent/deepagents.js';
 export {
   formatContentWithLineNumbers,
   LINE_NUMBER_WIDTH,

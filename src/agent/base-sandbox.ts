@@ -131,8 +131,10 @@ export abstract class BaseSandbox {
 
   /**
    * Lines containing `pattern` (a literal, case-sensitive substring, not a regex) in a file or
-   * under a directory, optionally only in the files {@link glob} would find there with `glob`,
-   * at most `maxCount`.
+   * under a directory, optionally only in the files {@link glob} would find there with `glob`.
+   * A directory is walked in name order, not into `/proc`, `/sys`, `/dev` or `/run`, and each
+   * file searched as it is found. Stops at `maxCount` matches or after 20 s (`timeBudgetMs`),
+   * answering what it found with `truncated: true`.
    */
   grep(pattern: string, options: GrepOptions = {}): Promise<GrepResult> {
     return grepFiles(this.toolRunner(), pattern, options);
@@ -143,7 +145,8 @@ export abstract class BaseSandbox {
    * without `/` matches base names at any depth, dot-directories and dot-files included (like
    * `grep --include`); with `/` it matches paths relative to `path`, and there wildcards do not
    * match a leading `.` unless the segment names it (`.github/*.yml`). At most 1000 results and
-   * 20 s of walking (`truncated` says when either cut it short). Options: `includeDirs`
+   * 20 s of walking (`timeBudgetMs`; `truncated` says when either cut it short), never into
+   * `/proc`, `/sys`, `/dev` or `/run`. Options: `includeDirs`
    * (directories too), `relative` (paths relative to `path`), `style: 'path'` (fast-glob's
    * rules with `dot: true`, as deepagents JS), see {@link GlobOptions}.
    */

@@ -1,4 +1,5 @@
 import { GLOB_STYLES } from '../../runtime/server/file-tools/protocol.js';
+import { timeBudget } from './grep.js';
 import { isToolError, type ToolRunner } from './tool-runner.js';
 import type { GlobOptions, GlobResult } from './types.js';
 
@@ -27,7 +28,7 @@ export async function globFiles(
     pattern,
     path,
     maxResults: GLOB_MAX_RESULTS,
-    budgetMs: GLOB_TIME_BUDGET_MS,
+    budgetMs: timeBudget(options.timeBudgetMs, GLOB_TIME_BUDGET_MS),
     style,
     includeDirs: options.includeDirs === true,
     relative: options.relative === true,

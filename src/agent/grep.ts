@@ -1,5 +1,9 @@
+import { SEARCH_BUDGET_MS } from '../../runtime/server/file-tools/protocol.js';
 import { isToolError, type ToolRunner } from './tool-runner.js';
 import type { GrepOptions, GrepResult } from './types.js';
+
+/** grep() stops searching after this long by default (and sets `truncated`). */
+export const GREP_TIME_BUDGET_MS = SEARCH_BUDGET_MS;
 
 /** {@link BaseSandbox.grep}: a literal substring search, on the sandbox side (file-tools/). */
 export async function grepFiles(
@@ -15,6 +19,7 @@ export async function grepFiles(
     path,
     glob: options.glob ?? null,
     maxCount,
+    budgetMs: timeBudget(options.timeBudgetMs, GREP_TIME_BUDGET_MS),
   });
   if (!outcome.ok) return { error: outcome.error, truncated: false };
   const answer = outcome.value;
@@ -41,4 +46,11 @@ export async function grepFiles(
         truncated: false,
       };
   }
+}
+
+/** A time budget option as whole milliseconds (not negative), or `fallback` when not given. */
+export function timeBudget(value: number | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  const ms = Math.floor(Number(value));
+  return Number.isFinite(ms) ? Math.max(0, ms) : fallback;
 }

@@ -148,6 +148,11 @@ export interface GrepOptions {
   glob?: string;
   /** At most this many matches. */
   maxCount?: number;
+  /**
+   * Stop searching after this many milliseconds (walking and reading), with what was found so
+   * far and `truncated: true`; default 20 000.
+   */
+  timeBudgetMs?: number;
 }
 
 /** What {@link BaseSandbox.grep} gives back. */
@@ -159,7 +164,10 @@ export interface GrepResult {
    */
   errorCode?: string;
   matches?: GrepMatch[];
-  /** True only when `maxCount` cut off matches that existed. */
+  /**
+   * True when the search stopped early: `maxCount` cut off matches that existed, or the time
+   * budget ran out.
+   */
   truncated: boolean;
 }
 
@@ -173,13 +181,18 @@ export interface GlobOptions {
    * is matched from `path` segment by segment, and there wildcards skip dot-names. `path`, as
    * fast-glob with `dot: true` (deepagents JS's filesystem backend): the pattern is matched
    * against the whole path relative to `path`, so `*.py` is the top level only and wildcards
-   * match dot-names; `/proc`, `/sys`, `/dev` and `/run` are never walked.
+   * match dot-names. In both, `/proc`, `/sys`, `/dev` and `/run` are never walked into.
    */
   style?: 'reference' | 'path';
   /** Directories that match are results too (default only regular files). */
   includeDirs?: boolean;
   /** Each match's `path` relative to `path` (default absolute). */
   relative?: boolean;
+  /**
+   * Stop walking after this many milliseconds, with what was found so far and `truncated:
+   * true`; default 20 000.
+   */
+  timeBudgetMs?: number;
 }
 
 /** What {@link BaseSandbox.glob} gives back. */

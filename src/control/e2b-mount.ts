@@ -109,7 +109,7 @@ export function mountE2bControlApi(
       if (!volume || !tokenMatches(token, hashToken(volumeToken(volume.id)))) return undefined;
       // A revoked key's volumes are not reached by their tokens any more (an admin removes them).
       if (volume.owner !== null) {
-        const key = (await keys.list()).find((k) => k.id === volume.owner);
+        const key = await keys.get(volume.owner);
         if (!key || key.revokedAt !== null) return undefined;
       }
       return volumes.spec(volume);

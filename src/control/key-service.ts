@@ -114,7 +114,7 @@ export class KeyService {
    * for (a request's traffic); undefined when it is gone.
    */
   async ownerOf(id: string): Promise<KeyOwner | undefined> {
-    const record = (await this.registry.listApiKeys()).find((key) => key.id === id);
+    const record = await this.registry.getApiKey(id);
     return record && { keyId: record.id, name: record.name, maxRunning: record.maxRunning };
   }
 
@@ -186,6 +186,12 @@ export class KeyService {
       );
     }
     return { key, ...apiKeyJson(record) };
+  }
+
+  /** One key by its id (never the key itself); undefined when there is none. */
+  async get(id: string): Promise<ApiKeyInfo | undefined> {
+    const record = await this.registry.getApiKey(id);
+    return record && apiKeyJson(record);
   }
 
   async list(): Promise<ApiKeyInfo[]> {

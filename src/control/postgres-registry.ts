@@ -590,6 +590,11 @@ export class PostgresRegistry implements Registry {
     return rows[0] && keyFromRow(rows[0]);
   }
 
+  async getApiKey(id: string): Promise<ApiKeyRecord | undefined> {
+    const { rows } = await this.query<ApiKeyRow>('SELECT * FROM api_keys WHERE id = $1', [id]);
+    return rows[0] && keyFromRow(rows[0]);
+  }
+
   async listApiKeys(): Promise<(ApiKeyRecord & { running: number })[]> {
     const { rows } = await this.query<ApiKeyRow & { running: string }>(
       `SELECT k.*, (SELECT COUNT(*) FROM sandboxes s

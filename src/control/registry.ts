@@ -246,6 +246,8 @@ export interface Registry {
   insertApiKey(record: ApiKeyRecord): Promise<boolean>;
   /** The key whose SHA-256 is `keyHash`, revoked or not. */
   findApiKey(keyHash: string): Promise<ApiKeyRecord | undefined>;
+  /** The key with this id, revoked or not. */
+  getApiKey(id: string): Promise<ApiKeyRecord | undefined>;
   /** Every key, oldest first, with the number of sandboxes each has running now. */
   listApiKeys(): Promise<(ApiKeyRecord & { running: number })[]>;
   /**

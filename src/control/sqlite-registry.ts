@@ -452,6 +452,13 @@ export class SqliteRegistry implements Registry {
     return row && keyFromRow(row);
   }
 
+  async getApiKey(id: string): Promise<ApiKeyRecord | undefined> {
+    const row = this.statement('SELECT * FROM api_keys WHERE id = ?').get(id) as
+      | ApiKeyRow
+      | undefined;
+    return row && keyFromRow(row);
+  }
+
   async listApiKeys(): Promise<(ApiKeyRecord & { running: number })[]> {
     const rows = this.statement(
       `SELECT k.*, (SELECT COUNT(*) FROM sandboxes s

@@ -471,6 +471,24 @@ export function describeBaseSandboxContract(
         expect(exact.truncated).toBe(false);
       });
 
+      test('timeBudgetMs stops grep and glob early with truncated (0: at once)', async () => {
+        const dir = folder('grep-budget');
+        await put(`${dir}/sub/f.txt`, 'hit\n');
+        expect(await box.grep('hit', { path: dir, timeBudgetMs: 0 })).toEqual({
+          matches: [],
+          truncated: true,
+        });
+        expect(await box.glob('**/*.txt', { path: dir, timeBudgetMs: 0 })).toEqual({
+          matches: [],
+          truncated: true,
+        });
+        // A budget the search fits in changes nothing.
+        expect(await box.grep('hit', { path: dir, timeBudgetMs: 60_000 })).toEqual({
+          matches: [{ path: `${dir}/sub/f.txt`, line: 1, text: 'hit' }],
+          truncated: false,
+        });
+      });
+
       test('the glob filter selects exactly the files glob() finds', async () => {
         const dir = folder('grep-glob-dots');
         for (const name of ['a.py', '.venv/lib/b.py', 'src/.hidden.py', 'src/c.py', 'src/d.md']) {

@@ -21,12 +21,13 @@ import { ScriptedChatModel } from './deepagents-scripted-model.js';
 
 // Behaviours of deepagents JS's sandbox standard tests (lifecycle, command execution, file
 // operations, write, read, edit, ls, grep, glob, initial files, integration), checked here on a
-// real sandbox through the adapter and its virtual root, then through deepagents' own tools and a
-// deepagents agent.
+// real sandbox through the adapter with no options (real paths: the file tools and `execute` see
+// one file system), then its opt-in virtual root, then deepagents' own tools and a deepagents
+// agent. scripts/deepagents-standard-tests.sh runs deepagents' own copy of those tests.
 
 let abx: Awaited<ReturnType<typeof createAbxHome>>;
 let sandbox: Sandbox;
-/** The sandbox's working directory: the default root. */
+/** The sandbox's working directory (where `execute` runs, relative paths start). */
 let home: string;
 let backend: DeepAgentsBackend;
 /** What this test needs of a LangChain tool (kept structural). */
@@ -68,13 +69,13 @@ async function failure(pending: Promise<object>): Promise<string> {
   return result.error;
 }
 
-/** A file's text as the sandbox has it, by the model's path under the default root. */
-async function cat(modelPath: string): Promise<string> {
-  return sandbox.files.read(`${home}${modelPath}`);
+/** A file's text as the sandbox has it (an absolute path). */
+async function cat(path: string): Promise<string> {
+  return sandbox.files.read(path);
 }
 
-async function text(modelPath: string): Promise<string> {
-  const page = await ok(backend.read(modelPath));
+async function text(path: string, on: DeepAgentsBackend = backend): Promise<string> {
+  const page = await ok(on.read(path));
   return typeof page.content === 'string' ? page.content : '';
 }
 
@@ -101,28 +102,220 @@ describe('deepAgentsBackend(sandbox)', () => {
   });
 });
 
-describe('the virtual root', () => {
-  test("the model's / is the working directory; relative paths start there too", async () => {
-    await ok(backend.write('/vr/a.txt', 'alpha\n'));
-    await ok(backend.write('vr/b.txt', 'beta\n'));
-    expect(await sandbox.files.read(`${home}/vr/a.txt`)).toBe('alpha\n');
-    expect(await sandbox.files.read(`${home}/vr/b.txt`)).toBe('beta\n');
-    expect(await text('/vr/b.txt')).toBe('beta');
+describe('real paths (the default): the file tools and execute see one file system', () => {
+  test("write_file('/app/main.py') then execute('python3 /app/main.py') runs that file", async () => {
+    await ok(backend.write('/app/main.py', 'print("hello from /app")\n'));
+    expect(await cat('/app/main.py')).toBe('print("hello from /app")\n');
+    expect(await backend.execute('python3 /app/main.py')).toEqual({
+      output: 'hello from /app\n',
+      exitCode: 0,
+      truncated: false,
+    });
+    // And the other way: what a command writes, the file tools read at the same path.
+    await backend.execute('mkdir -p /srv/made && echo "by the shell" > /srv/made/out.txt');
+    expect(await text('/srv/made/out.txt')).toBe('by the shell');
+    expect(await paths(backend.ls('/srv/made'))).toEqual(['/srv/made/out.txt']);
+    await ok(backend.edit('/app/main.py', '/app', '/app, edited'));
+    expect((await backend.execute('python3 /app/main.py')).output).toBe(
+      'hello from /app, edited\n',
+    );
+  });
+
+  test('relative paths start at the working directory, where execute runs; ~ is $HOME', async () => {
+    expect((await backend.execute('pwd')).output).toBe(`${home}\n`);
+    await ok(backend.write('rel/one.txt', 'one'));
+    expect(await cat(`${home}/rel/one.txt`)).toBe('one');
+    expect((await backend.execute('cat rel/one.txt')).output).toBe('one');
+    expect(await text('./rel/../rel/one.txt')).toBe('one');
+    expect(await text('~/rel/one.txt')).toBe('one');
+    // Asked with a relative path, the answers are relative too (as `find rel` prints them).
+    expect(await paths(backend.ls('rel'))).toEqual(['rel/one.txt']);
+    expect((await ok(backend.grep('one', 'rel'))).matches.map((m) => m.path)).toEqual([
+      'rel/one.txt',
+    ]);
+    expect(await paths(backend.glob('*.txt', 'rel'))).toEqual(['one.txt']);
+    expect(await backend.uploadFiles([['rel/two.txt', new TextEncoder().encode('two')]])).toEqual([
+      { path: 'rel/two.txt', error: null },
+    ]);
+    expect((await backend.execute('cat rel/two.txt')).output).toBe('two');
+    expect(await backend.downloadFiles(['rel/two.txt'])).toEqual([
+      { path: 'rel/two.txt', content: new TextEncoder().encode('two'), error: null },
+    ]);
+  });
+
+  test('absolute paths are the real ones, normalized; / is the whole sandbox', async () => {
+    await ok(backend.write('/tmp/da-real//a/../b.txt', 'b'));
+    expect(await cat('/tmp/da-real/b.txt')).toBe('b');
+    expect(await text(`${home}/../..${home}/rel/one.txt`)).toBe('one');
+    expect(await paths(backend.ls('/'))).toEqual(
+      expect.arrayContaining(['/app/', '/home/', '/tmp/', '/usr/']),
+    );
+  });
+
+  test('a path that cannot be one is invalid_path; deleting / is refused', async () => {
+    const good = new TextEncoder().encode('fine');
+    expect(
+      await backend.uploadFiles([
+        ['', good],
+        ['/tmp/nul\0byte.txt', good],
+        ['/tmp/da-real/fine.txt', good],
+      ]),
+    ).toEqual([
+      { path: '', error: 'invalid_path' },
+      { path: '/tmp/nul\0byte.txt', error: 'invalid_path' },
+      { path: '/tmp/da-real/fine.txt', error: null },
+    ]);
+    expect(await backend.downloadFiles([''])).toEqual([
+      { path: '', content: null, error: 'invalid_path' },
+    ]);
+    expect(await failure(backend.read(''))).toBe(
+      "Error reading file '': invalid path (empty, or holding a NUL byte)",
+    );
+    expect(await failure(backend.delete('/'))).toContain('root folder is not deleted');
+    expect(await failure(backend.delete('/tmp/..'))).toContain('root folder is not deleted');
+    expect((await backend.execute(`test -d ${home} && test -d /usr`)).exitCode).toBe(0);
+  });
+
+  test('works for any BaseSandbox: a LocalShellSandbox, relative to its folder', async () => {
+    const folder = await mkdtemp(join(tmpdir(), 'abx-deepagents-'));
+    try {
+      const local = deepAgentsBackend(new LocalShellSandbox({ root: folder }));
+      await ok(local.write('notes/a.md', 'local'));
+      expect(await readFile(join(folder, 'notes/a.md'), 'utf8')).toBe('local');
+      expect((await local.execute('cat notes/a.md')).output).toBe('local');
+      expect(await paths(local.ls(join(folder, 'notes')))).toEqual([join(folder, 'notes/a.md')]);
+      expect(await paths(local.glob('**/*.md', folder))).toEqual(['notes/a.md']);
+    } finally {
+      await rm(folder, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("searching / (deepagents' default path)", () => {
+  // At most 15 characters: also the name of a process (its /proc/PID/status says `Name:\tMARKER`).
+  const marker = `abxm${Math.random().toString(36).slice(2, 10)}`;
+  let pid = '';
+  let running: Awaited<ReturnType<Sandbox['commands']['start']>> | undefined;
+  /** A search with time to walk all of / (its names; it reads only the files the glob picks). */
+  let patient: DeepAgentsBackend;
+
+  beforeAll(async () => {
+    patient = deepAgentsBackend(sandbox, { searchTimeBudgetMs: 120_000 });
+    const files = [
+      `${home}/search/found.py`,
+      `${home}/search/status`,
+      `${home}/search/null`,
+      '/dev/shm/found.py',
+    ];
+    const written = await backend.uploadFiles(
+      files.map((path) => [path, new TextEncoder().encode(`${marker}\n`)]),
+    );
+    expect(written.map((w) => w.error)).toEqual(files.map(() => null));
+    running = await sandbox.commands.start(
+      `cp /bin/sleep /tmp/${marker} && echo $$ > /tmp/marker.pid && exec /tmp/${marker} 300`,
+    );
+    for (let i = 0; i < 100 && !pid; i++) {
+      pid = (await sandbox.execute('cat /tmp/marker.pid 2>/dev/null')).output.trim();
+      if (!pid) await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  });
+
+  afterAll(async () => {
+    await running?.kill().catch(() => undefined);
+  });
+
+  test('grep finds the sandbox’s files with no path or /, never walking into /proc, /sys, /dev', async () => {
+    // The marker is in /proc and /dev: searched there when asked for by name...
+    expect((await ok(backend.grep(marker, `/proc/${pid}/status`))).matches).toEqual([
+      { path: `/proc/${pid}/status`, line: 1, text: `Name:\t${marker}` },
+    ]);
+    expect((await ok(backend.grep(marker, '/dev/shm'))).matches.map((m) => m.path)).toEqual([
+      '/dev/shm/found.py',
+    ]);
+    // ...but a search of / does not walk into them.
+    for (const path of [undefined, null, '/']) {
+      const { matches } = await ok(backend.grep(marker, path));
+      expect(matches.map((m) => m.path)).toContain(`${home}/search/found.py`);
+      expect(matches.filter((m) => /^\/(proc|sys|dev)\//.test(m.path))).toEqual([]);
+    }
+    expect(await patient.grep(marker, '/', '{status,found.py}')).toEqual({
+      matches: [
+        { path: `${home}/search/found.py`, line: 1, text: marker },
+        { path: `${home}/search/status`, line: 1, text: marker },
+      ],
+      truncated: false,
+    });
+  });
+
+  test('glob finds files under / and none in /proc, /sys or /dev', async () => {
+    expect(await paths(backend.glob('status', `/proc/${pid}`))).toEqual(['status']);
+    const found = await ok(patient.glob('**/{status,null,found.py}', '/'));
+    expect(found.truncated).toBe(false);
+    const shown = found.files.map((f) => f.path);
+    const mine = `${home.slice(1)}/search`;
+    expect(shown).toEqual(
+      expect.arrayContaining([`${mine}/found.py`, `${mine}/null`, `${mine}/status`]),
+    );
+    expect(shown.filter((p) => /^(proc|sys|dev)\//.test(p))).toEqual([]);
+    // With deepagents' default budget too: the working directory comes before /usr.
+    expect(await paths(backend.glob('**/found.py', '/'))).toContain(`${mine}/found.py`);
+  });
+
+  test('a search stopped at a bound says truncated: the match cap, the result cap, the time', async () => {
+    await backend.execute(
+      'mkdir -p trunc && cd trunc && for i in $(seq 1 1001); do echo hit > f$i.txt; done',
+    );
+    // grep: at max_count, when more matches exist.
+    const capped = await ok(backend.grep('hit', `${home}/trunc`, null, 5));
+    expect(capped.matches).toHaveLength(5);
+    expect(capped.truncated).toBe(true);
+    expect(await backend.grep('hit', `${home}/trunc`, 'f1.txt', 1)).toEqual({
+      matches: [{ path: `${home}/trunc/f1.txt`, line: 1, text: 'hit' }],
+      truncated: false,
+    });
+    // glob: at 1000 results.
+    const many = await ok(backend.glob('*.txt', `${home}/trunc`));
+    expect(many.files).toHaveLength(1000);
+    expect(many.truncated).toBe(true);
+    // Both: at the time budget (0: at once).
+    const hasty = deepAgentsBackend(sandbox, { searchTimeBudgetMs: 0 });
+    expect(await hasty.grep('hit', `${home}/trunc`)).toEqual({ matches: [], truncated: true });
+    expect(await hasty.glob('*.txt', `${home}/trunc`)).toEqual({ files: [], truncated: true });
+    // deepagents' grep tool tells the model.
+    expect(await call('grep', { pattern: 'hit', path: `${home}/trunc`, max_count: 2 })).toContain(
+      'the search stopped early',
+    );
+  });
+});
+
+describe('{ root }: a virtual root (opt-in)', () => {
+  let virtual: DeepAgentsBackend;
+  beforeAll(() => {
+    virtual = deepAgentsBackend(sandbox, { root: `${home}/vroot` });
+  });
+  const inRoot = (path: string) => cat(`${home}/vroot${path}`);
+
+  test("the model's / is the root; relative paths start there too", async () => {
+    await ok(virtual.write('/vr/a.txt', 'alpha\n'));
+    await ok(virtual.write('vr/b.txt', 'beta\n'));
+    expect(await inRoot('/vr/a.txt')).toBe('alpha\n');
+    expect(await inRoot('/vr/b.txt')).toBe('beta\n');
+    expect(await text('/vr/b.txt', virtual)).toBe('beta');
     // `..` inside the root is fine.
-    expect(await text('/vr/sub/../a.txt')).toBe('alpha');
+    expect(await text('/vr/sub/../a.txt', virtual)).toBe('alpha');
   });
 
   test('/ lists, finds and searches the root only, never the system image', async () => {
-    await ok(backend.write('/vr/a.txt', 'needle\n'));
-    const listed = await paths(backend.ls('/'));
+    await ok(virtual.write('/vr/a.txt', 'needle\n'));
+    const listed = await paths(virtual.ls('/'));
     expect(listed).toContain('/vr/');
     expect(listed.filter((p) => /^\/(usr|etc|proc|bin)\b/.test(p))).toEqual([]);
-    const found = await paths(backend.glob('**/*.txt'));
+    const found = await paths(virtual.glob('**/*.txt'));
     expect(found).toContain('vr/a.txt');
     expect(found.every((p) => !p.startsWith('usr/') && !p.startsWith('/'))).toBe(true);
     // deepagents' grep tool passes '/' by default; the protocol allows no path at all.
     for (const path of ['/', undefined, null]) {
-      const { matches } = await ok(backend.grep('needle', path));
+      const { matches } = await ok(virtual.grep('needle', path));
       expect(matches.map((m) => m.path)).toEqual(['/vr/a.txt']);
     }
   });
@@ -131,27 +324,27 @@ describe('the virtual root', () => {
     const escapes = ['/..', '../etc/passwd', '/vr/../../etc/passwd'];
     for (const path of escapes) {
       for (const error of [
-        await failure(backend.ls(path)),
-        await failure(backend.read(path)),
-        await failure(backend.readRaw(path)),
-        await failure(backend.write(path, 'x')),
-        await failure(backend.edit(path, 'a', 'b')),
-        await failure(backend.delete(path)),
-        await failure(backend.grep('root', path)),
-        await failure(backend.glob('*', path)),
+        await failure(virtual.ls(path)),
+        await failure(virtual.read(path)),
+        await failure(virtual.readRaw(path)),
+        await failure(virtual.write(path, 'x')),
+        await failure(virtual.edit(path, 'a', 'b')),
+        await failure(virtual.delete(path)),
+        await failure(virtual.grep('root', path)),
+        await failure(virtual.glob('*', path)),
       ]) {
         expect(error).toContain('Path traversal not allowed');
         expect(error).toContain(`'${path}'`);
       }
-      expect(await backend.uploadFiles([[path, new Uint8Array([1])]])).toEqual([
+      expect(await virtual.uploadFiles([[path, new Uint8Array([1])]])).toEqual([
         { path, error: 'invalid_path' },
       ]);
-      expect(await backend.downloadFiles([path])).toEqual([
+      expect(await virtual.downloadFiles([path])).toEqual([
         { path, content: null, error: 'invalid_path' },
       ]);
     }
     // The ones inside still go through, in order, around a refused one.
-    const answers = await backend.uploadFiles([
+    const answers = await virtual.uploadFiles([
       ['/vr/u1.txt', new TextEncoder().encode('1')],
       ['../u2.txt', new TextEncoder().encode('2')],
       ['/vr/u3.txt', new TextEncoder().encode('3')],
@@ -161,38 +354,41 @@ describe('the virtual root', () => {
       { path: '../u2.txt', error: 'invalid_path' },
       { path: '/vr/u3.txt', error: null },
     ]);
-    expect(await cat('/vr/u3.txt')).toBe('3');
+    expect(await inRoot('/vr/u3.txt')).toBe('3');
   });
 
   test("errors name the model's paths, not the sandbox's", async () => {
-    const error = await failure(backend.read('/vr/none.txt'));
+    const error = await failure(virtual.read('/vr/none.txt'));
     expect(error).toBe("File '/vr/none.txt' not found");
-    expect(await failure(backend.edit('/vr/none.txt', 'a', 'b'))).toBe(
+    expect(await failure(virtual.edit('/vr/none.txt', 'a', 'b'))).toBe(
       "Error: File '/vr/none.txt' not found",
     );
-    await ok(backend.write('/vr/dir/f.txt', 'x'));
-    expect(await failure(backend.read('/vr/dir'))).not.toContain(home);
-    expect(await failure(backend.write('/vr/dir', 'x'))).not.toContain(home);
+    await ok(virtual.write('/vr/dir/f.txt', 'x'));
+    expect(await failure(virtual.read('/vr/dir'))).not.toContain(home);
+    expect(await failure(virtual.write('/vr/dir', 'x'))).not.toContain(home);
+  });
+
+  test('execute runs in the root, but is not confined to it (the documented caveat)', async () => {
+    expect((await virtual.execute('pwd')).output).toBe(`${home}/vroot\n`);
+    await ok(virtual.write('/tool.py', 'print("ran")\n'));
+    // Relative paths agree with the file tools...
+    expect((await virtual.execute('python3 tool.py')).output).toBe('ran\n');
+    // ...an absolute one is the shell's real path, not the model's.
+    const real = await virtual.execute('python3 /tool.py');
+    expect(real.exitCode).not.toBe(0);
+    expect((await virtual.execute('cat /etc/hostname')).exitCode).toBe(0);
   });
 
   test('relative paths come back relative: the same in the file tools and in execute', async () => {
-    await ok(backend.write('rel/one.txt', 'one'));
-    expect(await paths(backend.ls('rel'))).toEqual(['rel/one.txt']);
-    expect((await ok(backend.grep('one', 'rel'))).matches.map((m) => m.path)).toEqual([
+    await ok(virtual.write('rel/one.txt', 'one'));
+    expect(await paths(virtual.ls('rel'))).toEqual(['rel/one.txt']);
+    expect((await ok(virtual.grep('one', 'rel'))).matches.map((m) => m.path)).toEqual([
       'rel/one.txt',
     ]);
-    expect((await backend.execute('cat rel/one.txt')).output).toBe('one');
+    expect((await virtual.execute('cat rel/one.txt')).output).toBe('one');
   });
 
-  test('execute runs in the root folder', async () => {
-    expect(await backend.execute('pwd')).toEqual({
-      output: `${home}\n`,
-      exitCode: 0,
-      truncated: false,
-    });
-  });
-
-  test('{ root } picks another folder (created if missing); deleting / empties it', async () => {
+  test('the root is created if missing; deleting / empties it', async () => {
     const other = deepAgentsBackend(sandbox, { root: '/tmp/da-project/' });
     expect((await other.execute('pwd')).output).toBe('/tmp/da-project\n');
     await ok(other.write('/src/app.py', 'print(1)\n'));
@@ -204,26 +400,16 @@ describe('the virtual root', () => {
     expect((await sandbox.execute('test -d /tmp/da-project')).exitCode).toBe(0);
   });
 
-  test("{ root: '/' } shows the sandbox with its real paths", async () => {
-    const whole = deepAgentsBackend(sandbox, { root: '/' });
-    await ok(whole.write(`${home}/vr/real.txt`, 'real'));
-    expect(await paths(whole.ls(`${home}/vr`))).toContain(`${home}/vr/real.txt`);
-    expect((await ok(whole.grep('real', `${home}/vr`))).matches[0]?.path).toBe(
-      `${home}/vr/real.txt`,
-    );
-    expect(await paths(whole.ls('/'))).toEqual(expect.arrayContaining(['/usr/', '/home/']));
-  });
-
   test('a root that cannot be a folder fails the first call, naming it', async () => {
     const broken = deepAgentsBackend(sandbox, { root: '/etc/passwd/project' });
     await expect(broken.ls('/')).rejects.toThrow(InvalidArgumentError);
     await expect(broken.ls('/')).rejects.toThrow("'/etc/passwd/project'");
   });
 
-  test('works for any BaseSandbox: a LocalShellSandbox is rooted at its folder', async () => {
+  test('works for any BaseSandbox: a LocalShellSandbox', async () => {
     const folder = await mkdtemp(join(tmpdir(), 'abx-deepagents-'));
     try {
-      const local = deepAgentsBackend(new LocalShellSandbox({ root: folder }));
+      const local = deepAgentsBackend(new LocalShellSandbox({ root: folder }), { root: '.' });
       await ok(local.write('/notes/a.md', 'local'));
       expect(await readFile(join(folder, 'notes/a.md'), 'utf8')).toBe('local');
       expect(await paths(local.ls('/notes'))).toEqual(['/notes/a.md']);
@@ -277,19 +463,19 @@ describe('file operations', () => {
     const bytes = Uint8Array.from([0, 1, 2, 250, 255, 10]);
     expect(
       await backend.uploadFiles([
-        ['/fo/a.bin', bytes],
-        ['/fo/b.txt', new TextEncoder().encode('Content 2')],
-        ['/fo/c.txt', new TextEncoder().encode('Content 3')],
+        [`${home}/fo/a.bin`, bytes],
+        [`${home}/fo/b.txt`, new TextEncoder().encode('Content 2')],
+        [`${home}/fo/c.txt`, new TextEncoder().encode('Content 3')],
       ]),
     ).toEqual([
-      { path: '/fo/a.bin', error: null },
-      { path: '/fo/b.txt', error: null },
-      { path: '/fo/c.txt', error: null },
+      { path: `${home}/fo/a.bin`, error: null },
+      { path: `${home}/fo/b.txt`, error: null },
+      { path: `${home}/fo/c.txt`, error: null },
     ]);
     expect((await backend.execute('cat fo/b.txt fo/c.txt')).output).toBe('Content 2Content 3');
-    expect(await backend.downloadFiles(['/fo/a.bin', '/fo/none.txt'])).toEqual([
-      { path: '/fo/a.bin', content: bytes, error: null },
-      { path: '/fo/none.txt', content: null, error: 'file_not_found' },
+    expect(await backend.downloadFiles([`${home}/fo/a.bin`, `${home}/fo/none.txt`])).toEqual([
+      { path: `${home}/fo/a.bin`, content: bytes, error: null },
+      { path: `${home}/fo/none.txt`, content: null, error: 'file_not_found' },
     ]);
   });
 });
@@ -306,21 +492,21 @@ describe('write', () => {
     ['only newlines', '\n\n\n\n\n'],
     ['1000 lines', Array.from({ length: 1000 }, (_, i) => `Line ${i}`).join('\n')],
   ])('writes %s exactly', async (name, content) => {
-    const path = `/wt/${name.replaceAll(' ', '-')}.txt`;
+    const path = `${home}/wt/${name.replaceAll(' ', '-')}.txt`;
     expect(await backend.write(path, content)).toEqual({ path, filesUpdate: null });
     expect(await cat(path)).toBe(content);
   });
 
   test('creates parents, overwrites, takes spaces and repeated slashes', async () => {
-    await ok(backend.write('/wt/deep/nested/dir/file.txt', 'Nested'));
-    expect(await cat('/wt/deep/nested/dir/file.txt')).toBe('Nested');
-    await ok(backend.write('/wt/over.txt', 'First content'));
-    await ok(backend.write('/wt/over.txt', 'Second content'));
-    expect(await cat('/wt/over.txt')).toBe('Second content');
-    await ok(backend.write('/wt/dir with spaces/file name.txt', 'spaced'));
-    expect(await cat('/wt/dir with spaces/file name.txt')).toBe('spaced');
-    await ok(backend.write('/wt//slashes///file.txt', 'Content'));
-    expect(await cat('/wt/slashes/file.txt')).toBe('Content');
+    await ok(backend.write(`${home}/wt/deep/nested/dir/file.txt`, 'Nested'));
+    expect(await cat(`${home}/wt/deep/nested/dir/file.txt`)).toBe('Nested');
+    await ok(backend.write(`${home}/wt/over.txt`, 'First content'));
+    await ok(backend.write(`${home}/wt/over.txt`, 'Second content'));
+    expect(await cat(`${home}/wt/over.txt`)).toBe('Second content');
+    await ok(backend.write(`${home}/wt/dir with spaces/file name.txt`, 'spaced'));
+    expect(await cat(`${home}/wt/dir with spaces/file name.txt`)).toBe('spaced');
+    await ok(backend.write(`${home}/wt//slashes///file.txt`, 'Content'));
+    expect(await cat(`${home}/wt/slashes/file.txt`)).toBe('Content');
   });
 });
 
@@ -329,27 +515,29 @@ describe('read', () => {
     Array.from({ length: n }, (_, i) => `Row_${i + 1}_content`).join('\n');
 
   test('whole files, unicode, long lines, an empty file, a missing one', async () => {
-    await ok(backend.write('/rd/basic.txt', 'Line 1\nLine 2\nLine 3'));
-    expect(await ok(backend.read('/rd/basic.txt'))).toMatchObject({
+    await ok(backend.write(`${home}/rd/basic.txt`, 'Line 1\nLine 2\nLine 3'));
+    expect(await ok(backend.read(`${home}/rd/basic.txt`))).toMatchObject({
       content: 'Line 1\nLine 2\nLine 3',
       mimeType: 'text/plain',
       startLine: 1,
       endLine: 3,
     });
     const unicode = 'Hello 👋 世界\nПривет мир\nمرحبا العالم';
-    await ok(backend.write('/rd/unicode.txt', unicode));
-    expect(await text('/rd/unicode.txt')).toBe(unicode);
-    await ok(backend.write('/rd/long.txt', `Short line\n${'x'.repeat(3000)}\nAnother short line`));
-    expect(await text('/rd/long.txt')).toContain('Short line');
-    await ok(backend.write('/rd/empty.txt', ''));
-    expect(await backend.read('/rd/empty.txt')).not.toHaveProperty('error');
-    expect(await failure(backend.read('/rd/nonexistent.txt'))).toContain('not found');
+    await ok(backend.write(`${home}/rd/unicode.txt`, unicode));
+    expect(await text(`${home}/rd/unicode.txt`)).toBe(unicode);
+    await ok(
+      backend.write(`${home}/rd/long.txt`, `Short line\n${'x'.repeat(3000)}\nAnother short line`),
+    );
+    expect(await text(`${home}/rd/long.txt`)).toContain('Short line');
+    await ok(backend.write(`${home}/rd/empty.txt`, ''));
+    expect(await backend.read(`${home}/rd/empty.txt`)).not.toHaveProperty('error');
+    expect(await failure(backend.read(`${home}/rd/nonexistent.txt`))).toContain('not found');
   });
 
   test('offset and limit page by lines; beyond the end nothing comes back', async () => {
-    await ok(backend.write('/rd/rows.txt', rows(20)));
+    await ok(backend.write(`${home}/rd/rows.txt`, rows(20)));
     const page = async (o: number, l: number) => {
-      const result = await backend.read('/rd/rows.txt', o, l);
+      const result = await backend.read(`${home}/rd/rows.txt`, o, l);
       return 'content' in result && typeof result.content === 'string' ? result.content : '';
     };
     expect(await page(5, 500)).toMatch(/^Row_6_content\n/);
@@ -358,20 +546,20 @@ describe('read', () => {
     expect(await page(0, 0)).toBe('');
     expect(await page(100, 10)).toBe('');
     expect(await page(20, 10)).toBe('');
-    expect(await ok(backend.read('/rd/rows.txt', 10, 5))).toMatchObject({
+    expect(await ok(backend.read(`${home}/rd/rows.txt`, 10, 5))).toMatchObject({
       totalLines: 20,
       startLine: 11,
       endLine: 15,
       nextOffset: 15,
     });
-    expect(await ok(backend.read('/rd/rows.txt', 15, 5))).not.toHaveProperty('nextOffset');
+    expect(await ok(backend.read(`${home}/rd/rows.txt`, 15, 5))).not.toHaveProperty('nextOffset');
   });
 
   test('a large file in chunks', async () => {
     const lines = Array.from({ length: 1000 }, (_, i) => `Line_${String(i).padStart(4, '0')}`);
-    await ok(backend.write('/rd/chunked.txt', lines.join('\n')));
+    await ok(backend.write(`${home}/rd/chunked.txt`, lines.join('\n')));
     for (const start of [0, 500, 900]) {
-      expect((await ok(backend.read('/rd/chunked.txt', start, 100))).content).toBe(
+      expect((await ok(backend.read(`${home}/rd/chunked.txt`, start, 100))).content).toBe(
         lines.slice(start, start + 100).join('\n'),
       );
     }
@@ -380,14 +568,19 @@ describe('read', () => {
   test('binary files come back as bytes with a MIME type (read and readRaw)', async () => {
     const png = Uint8Array.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 1, 2]);
     await sandbox.files.write(`${home}/rd/pixel.png`, png);
-    expect(await backend.read('/rd/pixel.png')).toEqual({ content: png, mimeType: 'image/png' });
-    expect(await backend.readRaw('/rd/pixel.png')).toMatchObject({
+    expect(await backend.read(`${home}/rd/pixel.png`)).toEqual({
+      content: png,
+      mimeType: 'image/png',
+    });
+    expect(await backend.readRaw(`${home}/rd/pixel.png`)).toMatchObject({
       data: { content: png, mimeType: 'image/png' },
     });
-    expect(await backend.readRaw('/rd/basic.txt')).toMatchObject({
+    expect(await backend.readRaw(`${home}/rd/basic.txt`)).toMatchObject({
       data: { content: 'Line 1\nLine 2\nLine 3', mimeType: 'text/plain' },
     });
-    expect(await failure(backend.readRaw('/rd/none.png'))).toBe("File '/rd/none.png' not found");
+    expect(await failure(backend.readRaw(`${home}/rd/none.png`))).toBe(
+      `File '${home}/rd/none.png' not found`,
+    );
   });
 });
 
@@ -398,7 +591,7 @@ describe('edit', () => {
     newString: string,
     replaceAll?: boolean,
   ) {
-    const path = `/ed/${Math.random().toString(36).slice(2)}.txt`;
+    const path = `${home}/ed/${Math.random().toString(36).slice(2)}.txt`;
     await ok(backend.write(path, content));
     const result = await backend.edit(path, oldString, newString, replaceAll);
     return { result, after: await cat(path), path };
@@ -473,50 +666,50 @@ describe('edit', () => {
   test('a string or a file that is not there', async () => {
     const { result } = await edited('Hello world', 'nonexistent', 'replacement');
     expect((result as Failure).error.toLowerCase()).toContain('not found');
-    expect((await failure(backend.edit('/ed/none.txt', 'old', 'new'))).toLowerCase()).toContain(
-      'not found',
-    );
+    expect(
+      (await failure(backend.edit(`${home}/ed/none.txt`, 'old', 'new'))).toLowerCase(),
+    ).toContain('not found');
   });
 });
 
 describe('ls', () => {
   test('files and folders (folders with a trailing / and is_dir), sizes, hidden files', async () => {
-    await ok(backend.write('/li/file1.txt', 'content1'));
-    await ok(backend.write('/li/.hidden', 'hidden'));
+    await ok(backend.write(`${home}/li/file1.txt`, 'content1'));
+    await ok(backend.write(`${home}/li/.hidden`, 'hidden'));
     await backend.execute('mkdir -p li/subdir');
-    const { files } = await ok(backend.ls('/li'));
+    const { files } = await ok(backend.ls(`${home}/li`));
     expect(files.map(({ path, is_dir, size }) => ({ path, is_dir, size }))).toEqual([
-      { path: '/li/.hidden', is_dir: false, size: 6 },
-      { path: '/li/file1.txt', is_dir: false, size: 8 },
-      { path: '/li/subdir/', is_dir: true, size: expect.any(Number) },
+      { path: `${home}/li/.hidden`, is_dir: false, size: 6 },
+      { path: `${home}/li/file1.txt`, is_dir: false, size: 8 },
+      { path: `${home}/li/subdir/`, is_dir: true, size: expect.any(Number) },
     ]);
     expect(files.every((f) => !Number.isNaN(Date.parse(f.modified_at ?? '')))).toBe(true);
     // A trailing slash on the folder asked for changes nothing.
-    expect(await paths(backend.ls('/li/'))).toEqual(files.map((f) => f.path));
+    expect(await paths(backend.ls(`${home}/li/`))).toEqual(files.map((f) => f.path));
   });
 
   test('an empty folder, a missing one and a file list as empty', async () => {
     await backend.execute('mkdir -p li-empty');
-    expect(await backend.ls('/li-empty')).toEqual({ files: [] });
-    expect(await backend.ls('/li-does-not-exist-12345')).toEqual({ files: [] });
-    await ok(backend.write('/li-file.txt', 'x'));
-    expect(await backend.ls('/li-file.txt')).toEqual({ files: [] });
+    expect(await backend.ls(`${home}/li-empty`)).toEqual({ files: [] });
+    expect(await backend.ls(`${home}/li-does-not-exist-12345`)).toEqual({ files: [] });
+    await ok(backend.write(`${home}/li-file.txt`, 'x'));
+    expect(await backend.ls(`${home}/li-file.txt`)).toEqual({ files: [] });
   });
 
   test('spaces, unicode and special characters in names; 50 entries', async () => {
     const names = ['file with spaces.txt', '测试文件.txt', 'файл.txt', 'file(1).txt', 'file-3.txt'];
-    for (const name of names) await ok(backend.write(`/li-names/${name}`, 'content'));
+    for (const name of names) await ok(backend.write(`${home}/li-names/${name}`, 'content'));
     await backend.execute("mkdir -p 'li-names/dir with spaces'");
-    expect(await paths(backend.ls('/li-names'))).toEqual(
-      [...names.map((n) => `/li-names/${n}`), '/li-names/dir with spaces/'].sort(),
+    expect(await paths(backend.ls(`${home}/li-names`))).toEqual(
+      [...names.map((n) => `${home}/li-names/${n}`), `${home}/li-names/dir with spaces/`].sort(),
     );
     await backend.execute(
       "mkdir -p li-large && cd li-large && for i in $(seq 0 49); do echo c > file_$(printf '%03d' $i).txt; done",
     );
-    const large = await paths(backend.ls('/li-large'));
+    const large = await paths(backend.ls(`${home}/li-large`));
     expect(large).toHaveLength(50);
-    expect(large[0]).toBe('/li-large/file_000.txt');
-    expect(large[49]).toBe('/li-large/file_049.txt');
+    expect(large[0]).toBe(`${home}/li-large/file_000.txt`);
+    expect(large[49]).toBe(`${home}/li-large/file_049.txt`);
   });
 });
 
@@ -524,59 +717,69 @@ describe('grep', () => {
   beforeAll(async () => {
     await backend.uploadFiles(
       Object.entries({
-        '/gr/file1.txt': 'Hello world\nGoodbye world',
-        '/gr/file2.py': 'Hello there\npattern_match',
-        '/gr/fruits.txt': 'apple\nbanana\napple\norange\napple',
-        '/gr/case.txt': 'Hello\nhello\nHELLO',
-        '/gr/special.txt': 'Price: $100\nPattern: [a-z]*\ntest123',
-        '/gr/unicode.txt': 'Hello 世界\nПривет мир',
-        '/gr/sub1/sub2/level2.txt': 'target_nested here',
-        '/gr/long.txt': Array.from({ length: 100 }, (_, i) => `Line ${i + 1}`).join('\n'),
+        [`${home}/gr/file1.txt`]: 'Hello world\nGoodbye world',
+        [`${home}/gr/file2.py`]: 'Hello there\npattern_match',
+        [`${home}/gr/fruits.txt`]: 'apple\nbanana\napple\norange\napple',
+        [`${home}/gr/case.txt`]: 'Hello\nhello\nHELLO',
+        [`${home}/gr/special.txt`]: 'Price: $100\nPattern: [a-z]*\ntest123',
+        [`${home}/gr/unicode.txt`]: 'Hello 世界\nПривет мир',
+        [`${home}/gr/sub1/sub2/level2.txt`]: 'target_nested here',
+        [`${home}/gr/long.txt`]: Array.from({ length: 100 }, (_, i) => `Line ${i + 1}`).join('\n'),
       }).map(([path, content]) => [path, new TextEncoder().encode(content)]),
     );
     await backend.execute('mkdir -p gr-empty');
   });
 
-  const found = async (pattern: string, path = '/gr', glob?: string) =>
+  const found = async (pattern: string, path = `${home}/gr`, glob?: string) =>
     (await ok(backend.grep(pattern, path, glob))).matches;
 
   test('a literal, case-sensitive substring, with its line numbers, recursively', async () => {
     expect(await found('apple')).toEqual(
       [1, 3, 5].map((line) => ({
-        path: '/gr/fruits.txt',
+        path: `${home}/gr/fruits.txt`,
         line,
         text: 'apple',
       })),
     );
     expect(await found('Hello')).toHaveLength(4);
-    expect((await found('Hello', '/gr', '*.py')).map((m) => m.path)).toEqual(['/gr/file2.py']);
+    expect((await found('Hello', `${home}/gr`, '*.py')).map((m) => m.path)).toEqual([
+      `${home}/gr/file2.py`,
+    ]);
     expect(await found('$100')).toEqual([
-      { path: '/gr/special.txt', line: 1, text: 'Price: $100' },
+      { path: `${home}/gr/special.txt`, line: 1, text: 'Price: $100' },
     ]);
     expect((await found('[a-z]*')).map((m) => m.text)).toEqual(['Pattern: [a-z]*']);
     expect((await found('test123')).map((m) => m.line)).toEqual([3]);
     expect((await found('世界')).map((m) => m.text)).toEqual(['Hello 世界']);
-    expect((await found('HELLO')).map((m) => m.path)).toEqual(['/gr/case.txt']);
+    expect((await found('HELLO')).map((m) => m.path)).toEqual([`${home}/gr/case.txt`]);
     expect(await found('target_nested')).toEqual([
-      { path: '/gr/sub1/sub2/level2.txt', line: 1, text: 'target_nested here' },
+      { path: `${home}/gr/sub1/sub2/level2.txt`, line: 1, text: 'target_nested here' },
     ]);
-    expect(await found('Line 50')).toEqual([{ path: '/gr/long.txt', line: 50, text: 'Line 50' }]);
+    expect(await found('Line 50')).toEqual([
+      { path: `${home}/gr/long.txt`, line: 50, text: 'Line 50' },
+    ]);
   });
 
   test('nothing found: no match, an empty folder, a missing folder', async () => {
-    expect(await backend.grep('nonexistent_str', '/gr')).toEqual({ matches: [], truncated: false });
-    expect(await backend.grep('anything', '/gr-empty')).toEqual({ matches: [], truncated: false });
-    expect(await backend.grep('anything', '/gr-missing')).toEqual({
+    expect(await backend.grep('nonexistent_str', `${home}/gr`)).toEqual({
+      matches: [],
+      truncated: false,
+    });
+    expect(await backend.grep('anything', `${home}/gr-empty`)).toEqual({
+      matches: [],
+      truncated: false,
+    });
+    expect(await backend.grep('anything', `${home}/gr-missing`)).toEqual({
       matches: [],
       truncated: false,
     });
   });
 
   test('maxCount caps the matches and says so', async () => {
-    expect(await backend.grep('apple', '/gr', null, 2)).toEqual({
+    expect(await backend.grep('apple', `${home}/gr`, null, 2)).toEqual({
       matches: [
-        { path: '/gr/fruits.txt', line: 1, text: 'apple' },
-        { path: '/gr/fruits.txt', line: 3, text: 'apple' },
+        { path: `${home}/gr/fruits.txt`, line: 1, text: 'apple' },
+        { path: `${home}/gr/fruits.txt`, line: 3, text: 'apple' },
       ],
       truncated: true,
     });
@@ -599,11 +802,11 @@ describe('glob', () => {
       'a/b/c/d/deep.txt',
       'a/b/other.txt',
     ];
-    await backend.uploadFiles(files.map((f) => [`/gl/${f}`, new TextEncoder().encode('c')]));
+    await backend.uploadFiles(files.map((f) => [`${home}/gl/${f}`, new TextEncoder().encode('c')]));
     await backend.execute('mkdir -p gl/emptydir');
   });
 
-  const globbed = (pattern: string, path = '/gl') => paths(backend.glob(pattern, path));
+  const globbed = (pattern: string, path = `${home}/gl`) => paths(backend.glob(pattern, path));
 
   test('paths relative to the folder searched; * and ? stay within it', async () => {
     expect(await globbed('*.txt')).toEqual(['file1.txt', 'file10.txt', 'file2.txt', 'fileA.txt']);
@@ -629,20 +832,20 @@ describe('glob', () => {
     ]);
     expect(await globbed('**/deep.txt')).toEqual(['a/b/c/d/deep.txt']);
     expect(await globbed('/a/**/*.txt')).toEqual(['a/b/c/d/deep.txt', 'a/b/other.txt']);
-    expect(await globbed('*.txt', '/gl/a/b')).toEqual(['other.txt']);
+    expect(await globbed('*.txt', `${home}/gl/a/b`)).toEqual(['other.txt']);
   });
 
   test('folders are results too, with is_dir, sizes and times', async () => {
-    const { files, truncated } = await ok(backend.glob('*', '/gl/a'));
+    const { files, truncated } = await ok(backend.glob('*', `${home}/gl/a`));
     expect(truncated).toBe(false);
     expect(files).toEqual([
       { path: 'b', is_dir: true, size: expect.any(Number), modified_at: expect.any(String) },
     ]);
-    const top = await ok(backend.glob('*'));
+    const top = await ok(backend.glob('*', home));
     expect(top.files.find((f) => f.path === 'gl')).toMatchObject({ is_dir: true });
-    const dirs = (await ok(backend.glob('*', '/gl'))).files.filter((f) => f.is_dir);
+    const dirs = (await ok(backend.glob('*', `${home}/gl`))).files.filter((f) => f.is_dir);
     expect(dirs.map((f) => f.path).sort()).toEqual(['a', 'emptydir', 'sub1', 'sub2']);
-    const file = (await ok(backend.glob('file1.txt', '/gl'))).files[0];
+    const file = (await ok(backend.glob('file1.txt', `${home}/gl`))).files[0];
     expect(file).toMatchObject({ path: 'file1.txt', is_dir: false, size: 1 });
   });
 
@@ -651,7 +854,7 @@ describe('glob', () => {
     sandbox.interpreter = '/no/such/node';
     try {
       expect(await globbed('**/deep.txt')).toEqual(['a/b/c/d/deep.txt']);
-      expect(await failure(backend.glob('file[z-a].txt', '/gl'))).toBe(
+      expect(await failure(backend.glob('file[z-a].txt', `${home}/gl`))).toBe(
         "Error finding files: invalid glob pattern 'file[z-a].txt'",
       );
     } finally {
@@ -660,29 +863,32 @@ describe('glob', () => {
   });
 
   test('a missing folder or a file finds nothing', async () => {
-    expect(await backend.glob('*', '/gl-missing')).toEqual({ files: [], truncated: false });
-    expect(await backend.glob('*', '/gl/file1.txt')).toEqual({ files: [], truncated: false });
+    expect(await backend.glob('*', `${home}/gl-missing`)).toEqual({ files: [], truncated: false });
+    expect(await backend.glob('*', `${home}/gl/file1.txt`)).toEqual({
+      files: [],
+      truncated: false,
+    });
   });
 });
 
 describe('integration', () => {
   test('write, read, edit, read; then list, find and search a tree', async () => {
-    await ok(backend.write('/intg/workflow.txt', 'Original content'));
-    expect(await text('/intg/workflow.txt')).toBe('Original content');
-    await ok(backend.edit('/intg/workflow.txt', 'Original', 'Modified'));
-    expect(await text('/intg/workflow.txt')).toBe('Modified content');
+    await ok(backend.write(`${home}/intg/workflow.txt`, 'Original content'));
+    expect(await text(`${home}/intg/workflow.txt`)).toBe('Original content');
+    await ok(backend.edit(`${home}/intg/workflow.txt`, 'Original', 'Modified'));
+    expect(await text(`${home}/intg/workflow.txt`)).toBe('Modified content');
 
-    await ok(backend.write('/intg/tree/root.txt', 'root file'));
-    await ok(backend.write('/intg/tree/subdir1/file1.txt', 'file 1'));
-    await ok(backend.write('/intg/tree/subdir1/file2.py', 'file 2'));
-    await ok(backend.write('/intg/tree/subdir2/file3.txt', 'file 3'));
-    expect(await paths(backend.ls('/intg/tree'))).toEqual([
-      '/intg/tree/root.txt',
-      '/intg/tree/subdir1/',
-      '/intg/tree/subdir2/',
+    await ok(backend.write(`${home}/intg/tree/root.txt`, 'root file'));
+    await ok(backend.write(`${home}/intg/tree/subdir1/file1.txt`, 'file 1'));
+    await ok(backend.write(`${home}/intg/tree/subdir1/file2.py`, 'file 2'));
+    await ok(backend.write(`${home}/intg/tree/subdir2/file3.txt`, 'file 3'));
+    expect(await paths(backend.ls(`${home}/intg/tree`))).toEqual([
+      `${home}/intg/tree/root.txt`,
+      `${home}/intg/tree/subdir1/`,
+      `${home}/intg/tree/subdir2/`,
     ]);
-    expect(await paths(backend.glob('**/*.txt', '/intg/tree'))).toHaveLength(3);
-    expect((await ok(backend.grep('file', '/intg/tree'))).matches).toHaveLength(4);
+    expect(await paths(backend.glob('**/*.txt', `${home}/intg/tree`))).toHaveLength(3);
+    expect((await ok(backend.grep('file', `${home}/intg/tree`))).matches).toHaveLength(4);
   });
 });
 
@@ -713,40 +919,44 @@ function contentText(content: MessageContent): string {
 
 describe("deepagents' file tools on the backend", () => {
   test('write, edit, read, list, find, search, run and delete, in the model’s paths', async () => {
-    expect(await call('write_file', { file_path: '/da/notes.md', content: 'alpha\nbeta\n' })).toBe(
-      "Successfully wrote to '/da/notes.md'",
-    );
-    expect(await cat('/da/notes.md')).toBe('alpha\nbeta\n');
+    expect(
+      await call('write_file', { file_path: `${home}/da/notes.md`, content: 'alpha\nbeta\n' }),
+    ).toBe(`Successfully wrote to '${home}/da/notes.md'`);
+    expect(await cat(`${home}/da/notes.md`)).toBe('alpha\nbeta\n');
     expect(
       await call('edit_file', {
-        file_path: '/da/notes.md',
+        file_path: `${home}/da/notes.md`,
         old_string: 'beta',
         new_string: 'gamma',
       }),
-    ).toBe("Successfully replaced 1 occurrence(s) in '/da/notes.md'");
-    expect(await cat('/da/notes.md')).toBe('alpha\ngamma\n');
+    ).toBe(`Successfully replaced 1 occurrence(s) in '${home}/da/notes.md'`);
+    expect(await cat(`${home}/da/notes.md`)).toBe('alpha\ngamma\n');
 
-    const read = await call('read_file', { file_path: '/da/notes.md' });
+    const read = await call('read_file', { file_path: `${home}/da/notes.md` });
     expect(read).toContain('alpha\ngamma');
 
     await sandbox.files.write(`${home}/da/sub/deep.md`, 'gamma ray\n');
-    expect((await call('ls', { path: '/da' })).split('\n').sort()).toEqual([
-      '/da/notes.md (12 bytes)',
-      '/da/sub/ (directory)',
+    expect((await call('ls', { path: `${home}/da` })).split('\n').sort()).toEqual([
+      `${home}/da/notes.md (12 bytes)`,
+      `${home}/da/sub/ (directory)`,
     ]);
-    expect((await call('glob', { pattern: '**/*.md', path: '/da' })).split('\n')).toEqual([
+    expect((await call('glob', { pattern: '**/*.md', path: `${home}/da` })).split('\n')).toEqual([
       'notes.md',
       'sub/deep.md',
     ]);
     expect(
       (
-        await call('grep', { pattern: 'gamma', path: '/da', output_mode: 'files_with_matches' })
+        await call('grep', {
+          pattern: 'gamma',
+          path: `${home}/da`,
+          output_mode: 'files_with_matches',
+        })
       ).split('\n'),
-    ).toEqual(['/da/notes.md', '/da/sub/deep.md']);
+    ).toEqual([`${home}/da/notes.md`, `${home}/da/sub/deep.md`]);
     expect(await call('execute', { command: 'cat da/sub/deep.md; echo oops >&2; exit 4' })).toBe(
       'gamma ray\n[stderr] oops\n\n[Command failed with exit code 4]',
     );
-    expect(await call('delete', { file_path: '/da/sub' })).toBe('Deleted /da/sub');
+    expect(await call('delete', { file_path: `${home}/da/sub` })).toBe(`Deleted ${home}/da/sub`);
     expect(await sandbox.execute(`test -e ${home}/da/sub`)).toMatchObject({ exitCode: 1 });
   });
 
@@ -755,24 +965,30 @@ describe("deepagents' file tools on the backend", () => {
       "Error: File '/none.txt' not found",
     );
     expect(
-      await call('edit_file', { file_path: '/da/notes.md', old_string: 'absent', new_string: 'x' }),
+      await call('edit_file', {
+        file_path: `${home}/da/notes.md`,
+        old_string: 'absent',
+        new_string: 'x',
+      }),
     ).toContain('not found');
-    await call('write_file', { file_path: '/da/twice.md', content: 'a a' });
+    await call('write_file', { file_path: `${home}/da/twice.md`, content: 'a a' });
     expect(
-      await call('edit_file', { file_path: '/da/twice.md', old_string: 'a', new_string: 'b' }),
+      await call('edit_file', {
+        file_path: `${home}/da/twice.md`,
+        old_string: 'a',
+        new_string: 'b',
+      }),
     ).toContain('multiple occurrences');
-    expect(await call('ls', { path: '/none' })).toBe('No files found in /none');
-    expect(await call('glob', { pattern: '*.md', path: '/none' })).toBe(
+    expect(await call('ls', { path: `${home}/none` })).toBe(`No files found in ${home}/none`);
+    expect(await call('glob', { pattern: '*.md', path: `${home}/none` })).toBe(
       "No files found matching pattern '*.md'",
     );
-    expect(await call('read_file', { file_path: '/../etc/passwd' })).toContain(
-      'Path traversal not allowed',
-    );
+    expect(await call('read_file', { file_path: '/tmp' })).toMatch(/^Error: .*directory/);
   });
 });
 
 describe('a deepagents agent (scripted model) working in the sandbox', () => {
-  test('its tool calls write, edit, list, find, search, read and run in the root folder', async () => {
+  test('its files and its commands share the real paths', async () => {
     const model = new ScriptedChatModel([
       [['write_file', { file_path: '/app/notes.md', content: 'alpha\nbeta\n' }]],
       [['edit_file', { file_path: '/app/notes.md', old_string: 'beta', new_string: 'gamma' }]],
@@ -781,9 +997,13 @@ describe('a deepagents agent (scripted model) working in the sandbox', () => {
         ['glob', { pattern: '**/*.md', path: '/app' }],
         ['grep', { pattern: 'gamma', path: '/app' }],
         ['read_file', { file_path: '/app/notes.md' }],
-        ['execute', { command: 'wc -l < app/notes.md; echo warn >&2; exit 3' }],
-        ['read_file', { file_path: '/../../etc/passwd' }],
+        ['execute', { command: 'wc -l < /app/notes.md; echo warn >&2; exit 3' }],
+        [
+          'write_file',
+          { file_path: '/app/main.py', content: 'print(open("/app/notes.md").read())' },
+        ],
       ],
+      [['execute', { command: 'python3 /app/main.py' }]],
     ]);
     const agent = createDeepAgent({ model, backend: deepAgentsBackend(sandbox) });
     const result = await agent.invoke({ messages: [{ role: 'user', content: 'take notes' }] });
@@ -797,16 +1017,18 @@ describe('a deepagents agent (scripted model) working in the sandbox', () => {
     const id = (n: number) => `call-${n}`;
     expect(answers.get(id(1))).toBe("Successfully wrote to '/app/notes.md'");
     expect(answers.get(id(2))).toBe("Successfully replaced 1 occurrence(s) in '/app/notes.md'");
-    // ls with no path: the root folder, not the machine image.
-    expect(answers.get(id(3))?.split('\n')).toContain('/app/ (directory)');
-    expect(answers.get(id(3))).not.toMatch(/\/usr\/|\/etc\//);
+    // ls with no path: the sandbox's /, as the shell sees it.
+    expect(answers.get(id(3))?.split('\n')).toEqual(
+      expect.arrayContaining(['/app/ (directory)', '/usr/ (directory)']),
+    );
     expect(answers.get(id(4))).toBe('notes.md');
     expect(answers.get(id(5))).toBe('/app/notes.md:\n  2: gamma');
     expect(answers.get(id(6))).toContain('alpha\ngamma');
     expect(answers.get(id(7))).toBe('2\n[stderr] warn\n\n[Command failed with exit code 3]');
-    expect(answers.get(id(8))).toContain('Path traversal not allowed');
+    expect(answers.get(id(8))).toBe("Successfully wrote to '/app/main.py'");
+    expect(answers.get(id(9))).toBe('alpha\ngamma\n\n\n[Command succeeded with exit code 0]');
     // The model saw every answer before it finished.
-    expect(model.seen).toHaveLength(4);
+    expect(model.seen).toHaveLength(5);
     expect(result.messages.at(-1)?.content).toBe('done');
   });
 });

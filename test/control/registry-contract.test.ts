@@ -269,6 +269,8 @@ for (const kind of STORES) {
       expect(await one.insertApiKey(ops)).toBe(true);
       expect(await two.findApiKey(alice.keyHash)).toEqual(alice);
       expect(await two.findApiKey('cd'.repeat(32))).toBeUndefined();
+      expect(await two.getApiKey(alice.id)).toEqual(alice);
+      expect(await two.getApiKey('key_nosuchkey00')).toBeUndefined();
       // A second active key of one name is refused, and nothing is written.
       const again = apiKeyRow({ name: 'alice' });
       expect(await two.insertApiKey(again)).toBe(false);

@@ -10,8 +10,14 @@ import { join } from 'node:path';
  * - an alternative with `/` is matched segment by segment from the root; there wildcards do
  *   not match a leading `.` (as in shells and Python's glob), so `**` does not enter
  *   dot-directories unless a segment names them (`.github/**`);
- * - symlinked directories are never entered (no cycles); a symlink to a file counts as a file.
+ * - symlinked directories are never entered (no cycles); a symlink to a file counts as a file;
+ * - the kernel's virtual file systems (`/proc`, `/sys`, `/dev`, `/run`) are never walked into,
+ *   whatever the style: a search of `/` looks at files, not at process tables and devices
+ *   (asked for by name, as the search root, they are searched).
  */
+
+/** Never walked into (a root may be one): the kernel's virtual file systems. */
+export const PRUNED: ReadonlySet<string> = new Set(['/proc', '/sys', '/dev', '/run']);
 
 /** Thrown by a walk callback to end the walk; the caller catches it. */
 export const STOP = {};
@@ -117,6 +123,11 @@ function statOr(full: string): Stats | undefined {
   }
 }
 
+/** `dir/name` for a name read from `dir` (path.join's normalizing is not needed, and costs). */
+function child(dir: string, name: string): string {
+  return dir.endsWith('/') ? dir + name : `${dir}/${name}`;
+}
+
 function byName(a: Dirent, b: Dirent): number {
   return a.name < b.name ? -1 : a.name > b.name ? 1 : 0;
 }
@@ -133,20 +144,27 @@ async function list(dir: string, tick: Tick): Promise<Dirent[]> {
 /**
  * Every entry under `root` that is not a directory (with `dirs`, directories too, before their
  * contents), depth first in name order, hidden ones included; `visit(fullPath, entry)` may throw
- * {@link STOP}. Symlinked directories are not entered; unreadable directories are skipped.
+ * {@link STOP}, and when it returns a promise the walk waits for it. Symlinked directories and
+ * {@link PRUNED} ones are not entered; unreadable directories are skipped.
  */
 export async function walkTree(
   root: string,
-  visit: (full: string, entry: Dirent) => void,
+  visit: (full: string, entry: Dirent) => void | Promise<void>,
   tick: Tick,
   dirs = false,
 ): Promise<void> {
   for (const entry of await list(root, tick)) {
-    const full = join(root, entry.name);
+    const full = child(root, entry.name);
     if (entry.isDirectory()) {
-      if (dirs) visit(full, entry);
-      await walkTree(full, visit, tick, dirs);
-    } else visit(full, entry);
+      if (dirs) {
+        const waiting = visit(full, entry);
+        if (waiting) await waiting;
+      }
+      if (!PRUNED.has(full)) await walkTree(full, visit, tick, dirs);
+    } else {
+      const waiting = visit(full, entry);
+      if (waiting) await waiting;
+    }
   }
 }
 
@@ -171,13 +189,13 @@ export async function walkGlob(
       if (!last) await visit(dir, i + 1);
       for (const entry of await list(dir, tick)) {
         if (entry.name[0] === '.') continue;
-        const full = join(dir, entry.name);
+        const full = child(dir, entry.name);
         if (entry.isDirectory()) {
           if (last && dirs) {
             const st = statOr(full);
             if (wanted(st)) found(full, st);
           }
-          await visit(full, i);
+          if (!PRUNED.has(full)) await visit(full, i);
         } else if (last) {
           const st = statOr(full);
           if (wanted(st)) found(full, st);
@@ -197,12 +215,12 @@ export async function walkGlob(
     const matches = matchers[i] as (name: string) => boolean;
     for (const entry of await list(dir, tick)) {
       if (!matches(entry.name)) continue;
-      const full = join(dir, entry.name);
+      const full = child(dir, entry.name);
       const st = statOr(full);
       if (!st) continue;
       if (last) {
         if (wanted(st)) found(full, st);
-      } else if (st.isDirectory()) await visit(full, i + 1);
+      } else if (st.isDirectory() && !PRUNED.has(full)) await visit(full, i + 1);
     }
   };
   if (segs.length > 0) await visit(root, 0);
@@ -317,9 +335,6 @@ function pathRegExpSource(pattern: string): string {
   return out;
 }
 
-/** Never walked into by the `path` style: the kernel's virtual file systems. */
-const PRUNED = new Set(['/proc', '/sys', '/dev', '/run']);
-
 /**
  * Breadth first under `root` (not into symlinked directories or {@link PRUNED}), calling
  * `found(absPath, stat)` for every entry, directories included, whose path relative to
@@ -335,7 +350,7 @@ export async function walkPathMatches(
   for (let i = 0; i < queue.length; i++) {
     const [dir, rel, depth] = queue[i] as [string, string, number];
     for (const entry of await list(dir, tick)) {
-      const full = join(dir, entry.name);
+      const full = child(dir, entry.name);
       const path = rel ? `${rel}/${entry.name}` : entry.name;
       if (pattern.re.test(path)) {
         const st = statOr(full);

@@ -7,7 +7,8 @@ import type { FileEntry, GlobRequest, ToolAnswer } from './protocol.js';
 /**
  * Entries matching a glob, sorted by path: regular files (directories too with `includeDirs`),
  * by the `reference` rules (glob-match.ts) or the `path` style; paths absolute or, with
- * `relative`, relative to the search root. Stops at `maxResults` or the time budget.
+ * `relative`, relative to the search root. Stops at `maxResults` or once `budgetMs` have passed
+ * (`truncated: true`). `/proc`, `/sys`, `/dev` and `/run` are not walked into (glob-match.ts).
  */
 export async function globTool(p: GlobRequest): Promise<ToolAnswer<'glob'>> {
   const root = resolve(p.path);
@@ -19,7 +20,7 @@ export async function globTool(p: GlobRequest): Promise<ToolAnswer<'glob'>> {
   const byPath = style === 'path' ? pathPattern(p.pattern) : undefined;
   if (!alternatives && !byPath) return { error: 'invalid_pattern' };
   const entries = new Map<string, FileEntry>();
-  const deadline = Date.now() + p.budgetMs;
+  const started = Date.now();
   const pace = pacer();
   let truncated = false;
   const dirs = p.includeDirs === true;
@@ -37,7 +38,7 @@ export async function globTool(p: GlobRequest): Promise<ToolAnswer<'glob'>> {
     });
   };
   const tick = () => {
-    if (Date.now() > deadline) {
+    if (Date.now() - started >= p.budgetMs) {
       truncated = true;
       throw STOP;
     }

@@ -78,11 +78,16 @@ export interface DeleteDone {
   deleted: true;
 }
 
+/** How long grep and glob search when a request names no `budgetMs`. */
+export const SEARCH_BUDGET_MS = 20_000;
+
 export interface GrepRequest {
   pattern: string;
   path: string;
   glob: string | null;
   maxCount: number | null;
+  /** Stop (`truncated`) once this many milliseconds have passed; default {@link SEARCH_BUDGET_MS}. */
+  budgetMs?: number;
 }
 
 export interface GrepDone {
@@ -94,6 +99,7 @@ export interface GlobRequest {
   pattern: string;
   path: string;
   maxResults: number;
+  /** Stop (`truncated`) once this many milliseconds have passed; 0 stops at once. */
   budgetMs: number;
   /**
    * `reference` (the default): deepagents' Python reference rules (glob-match.ts); `path`: the

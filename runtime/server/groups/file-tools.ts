@@ -5,7 +5,12 @@ import { answerOf } from '../file-tools/fs.js';
 import { globTool } from '../file-tools/glob.js';
 import { grepTool } from '../file-tools/grep.js';
 import { lsTool } from '../file-tools/ls.js';
-import { GLOB_STYLES, type GlobRequest, type GlobStyle } from '../file-tools/protocol.js';
+import {
+  GLOB_STYLES,
+  type GlobRequest,
+  type GlobStyle,
+  SEARCH_BUDGET_MS,
+} from '../file-tools/protocol.js';
 import { readTool } from '../file-tools/read.js';
 import type { ServerRoute } from '../route-group.js';
 import { argList } from '../validate.js';
@@ -75,26 +80,36 @@ export const FILE_TOOL_ROUTES: Omit<ServerRoute, 'group'>[] = [
     method: 'POST',
     path: '/files/tools/grep',
     summary:
-      'Lines holding a literal substring in a file or under a directory, optionally only in files matching `glob`, at most `maxCount`.',
-    args: argList({ pattern: 'str', 'path?': ['str', '.'], 'glob?': 'str', 'maxCount?': 'int' }),
+      'Lines holding a literal substring in a file or under a directory (skipping /proc, /sys, /dev, /run), optionally only in files matching `glob`; stops at `maxCount` matches or after `budgetMs`.',
+    args: argList({
+      pattern: 'str',
+      'path?': ['str', '.'],
+      'glob?': 'str',
+      'maxCount?': 'int',
+      'budgetMs?': ['int', SEARCH_BUDGET_MS],
+    }),
     handler: ({ args }) => {
-      notNegative(args, 'maxCount');
-      const { pattern, path } = args as { pattern: string; path: string };
+      notNegative(args, 'maxCount', 'budgetMs');
+      const { pattern, path, budgetMs } = args as {
+        pattern: string;
+        path: string;
+        budgetMs: number;
+      };
       const glob = (args.glob as string | undefined) ?? null;
       const maxCount = (args.maxCount as number | undefined) ?? null;
-      return answerOf(() => grepTool({ pattern, path, glob, maxCount }));
+      return answerOf(() => grepTool({ pattern, path, glob, maxCount, budgetMs }));
     },
   },
   {
     method: 'POST',
     path: '/files/tools/glob',
     summary:
-      'Entries matching a glob, sorted: regular files (directories too with `includeDirs`), absolute or `relative` to `path`. Style `reference`: without `/` it matches base names at any depth; `path`: the whole relative path, wildcards matching dot-names. At most `maxResults`, within `budgetMs`.',
+      'Entries matching a glob, sorted: files (dirs too, with `includeDirs`), absolute or `relative` to `path`. Style `reference`: without `/`, base names at any depth; `path`: the whole relative path, wildcards match dot-names. Skips /proc, /sys, /dev, /run. At most `maxResults`, in `budgetMs`.',
     args: argList({
       pattern: 'str',
       'path?': ['str', '.'],
       'maxResults?': ['int', 1000],
-      'budgetMs?': ['int', 20_000],
+      'budgetMs?': ['int', SEARCH_BUDGET_MS],
       'style?': ['str', 'reference'],
       'includeDirs?': ['bool', false],
       'relative?': ['bool', false],
