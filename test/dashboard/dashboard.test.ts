@@ -352,6 +352,8 @@ describe.skipIf(!HAS_CHROMIUM)(
       const sandbox = await created();
       const page = await newPage();
       await page.goto(`${info.apiUrl}/`);
+      // The form is drawn once the page has asked for its session.
+      await page.getByLabel('API key').waitFor();
       await page.keyboard.press('Tab');
       expect(await page.evaluate('document.activeElement.id')).toBe('api-key');
       await page.keyboard.type(adminKey);
