@@ -153,14 +153,18 @@ export interface TemplateInfo {
  */
 export interface BuildProgress {
   /**
-   * `prepare`: getting the image ready; `step`: a setup step starts; `commit`: saving the result;
-   * `push`: sending it to the registry the cluster pulls from.
+   * `prepare`: getting the image ready; `step`: a setup step starts; `output`: a line the running
+   * step printed (stdout or stderr); `commit`: saving the result; `push`: sending it to the
+   * registry the cluster pulls from.
    */
-  phase: 'prepare' | 'step' | 'commit' | 'push';
-  /** The setup step (0-based) and how many there are, for `step`. */
+  phase: 'prepare' | 'step' | 'output' | 'commit' | 'push';
+  /** The setup step (0-based) and how many there are, for `step` and `output`. */
   step?: number;
   of?: number;
-  /** What happens, for a person: the step's command, or the image being prepared. */
+  /**
+   * What happens, for a person: the step's command, the image being prepared, or (`output`) one
+   * line of the step's output without its newline (at most 4000 characters).
+   */
   text: string;
 }
 

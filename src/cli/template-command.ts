@@ -18,7 +18,11 @@ function printProgress(
   const terminal = stream.isTTY === true;
   if (!terminal && !always) return;
   const where =
-    event.phase === 'step' ? `[${(event.step ?? 0) + 1}/${event.of ?? '?'}]` : `[${event.phase}]`;
+    event.phase === 'step'
+      ? `[${(event.step ?? 0) + 1}/${event.of ?? '?'}]`
+      : event.phase === 'output'
+        ? '  │'
+        : `[${event.phase}]`;
   stream.write(`${terminal ? '\r\u001b[2K' : ''}${paint('dim', where, stream)} ${event.text}\n`);
 }
 

@@ -5,6 +5,7 @@ import { packTree } from '../../runtime/envd/tar-pack.js';
 import { errorFromBody, TimeoutError, UpstreamError } from '../errors.js';
 import { connectSandboxSocket } from '../providers/sandbox-socket.js';
 import { copySource } from '../util/copy-source.js';
+import { ndjsonLines } from '../util/ndjson.js';
 
 /** One JSON request to an envd over its Unix socket, from the host side. */
 export function envdRequest<T>(
@@ -121,32 +122,87 @@ export function warmSandbox(
   });
 }
 
+/** What a failed step's error keeps of its output (its end). */
+const STEP_OUTPUT_KEPT = 64 * 1024;
+
 /**
- * Runs one template `setup` step through a sandbox's envd (1 h at most): its exit code and its
- * output, stdout then stderr.
+ * Runs one template `setup` step through a sandbox's envd (`POST /exec`, 1 h at most): its exit
+ * code and the end of its output (stdout and stderr as they came). `onOutput` gets the output as
+ * it arrives, for a build's log.
  */
 export async function runSetupStep(
   handle: { envdSocket: string },
   token: string,
   command: string,
   user?: string,
+  onOutput?: (text: string, stream: 'stdout' | 'stderr') => void,
 ): Promise<{ exitCode: number; output: string }> {
-  const { status, body } = await envdRequest<{
-    stdout?: string;
-    stderr?: string;
-    exit_code?: number;
-    error?: string;
-  }>(
-    handle.envdSocket,
-    token,
-    'POST',
-    '/process/exec',
-    { cmd: command, timeout: 3600, ...(user === undefined ? {} : { user }) },
-    3_700_000,
+  const payload = Buffer.from(
+    JSON.stringify({
+      cmd: command,
+      timeout: 3600,
+      stdin: false,
+      ...(user === undefined ? {} : { user }),
+    }),
   );
+  const response = await new Promise<IncomingMessage>((resolve, reject) => {
+    const req = request(
+      {
+        createConnection: () => connectSandboxSocket(handle.envdSocket),
+        method: 'POST',
+        path: '/exec',
+        // envd sends a keepalive line every 5 s while a step is silent.
+        timeout: 60_000,
+        headers: {
+          authorization: `Bearer ${token}`,
+          'content-type': 'application/json',
+          'content-length': payload.length,
+        },
+      },
+      resolve,
+    );
+    req.on('timeout', () =>
+      req.destroy(new TimeoutError('envd sent nothing for 60 s while running a setup step')),
+    );
+    req.on('error', reject);
+    req.end(payload);
+  });
+  let output = '';
+  const keep = (text: string) => {
+    output += text;
+    if (output.length > 2 * STEP_OUTPUT_KEPT) output = output.slice(-STEP_OUTPUT_KEPT);
+  };
+  if (response.statusCode !== 200) {
+    const chunks: Buffer[] = [];
+    for await (const chunk of response) chunks.push(chunk as Buffer);
+    const text = Buffer.concat(chunks).toString('utf8');
+    let message = text;
+    try {
+      message = (JSON.parse(text) as { error?: string }).error ?? text;
+    } catch {
+      // not JSON: the text itself
+    }
+    return { exitCode: 1, output: message };
+  }
+  type Event = {
+    stream?: 'stdout' | 'stderr';
+    data?: string;
+    exit?: { code: number | null; signal: string | null; timed_out?: boolean };
+  };
+  for await (const event of ndjsonLines<Event>(response)) {
+    if (event.stream && typeof event.data === 'string') {
+      keep(event.data);
+      onOutput?.(event.data, event.stream);
+    } else if (event.exit) {
+      const { code, signal, timed_out: timedOut } = event.exit;
+      if (timedOut) keep('\n(the step ran for 1 h and was stopped)');
+      else if (code === null) keep(`\n(ended by ${signal ?? 'a signal'})`);
+      return { exitCode: code ?? 1, output: output.slice(-STEP_OUTPUT_KEPT) };
+    }
+  }
   return {
-    exitCode: status === 200 ? (body.exit_code ?? 1) : 1,
-    output: `${body.stdout ?? ''}${body.stderr ?? ''}${body.error ?? ''}`,
+    exitCode: 1,
+    output: `${output.slice(-STEP_OUTPUT_KEPT)}\n(envd's stream ended before the step did)`,
   };
 }
 

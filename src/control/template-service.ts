@@ -91,7 +91,50 @@ export type StepRunner = (
   accessToken: string,
   command: string,
   user?: string,
+  /** The output as it arrives, for the build's log. */
+  onOutput?: (text: string, stream: 'stdout' | 'stderr') => void,
 ) => Promise<{ exitCode: number; output: string }>;
+
+/** The longest line of a step's output a build's log shows whole. */
+const OUTPUT_LINE_MAX = 4000;
+
+/**
+ * Cuts a step's output into `output` progress events, one per line: `write` takes chunks as they
+ * come, `end` gives the last line that had no newline.
+ */
+function outputLines(
+  spec: TemplateSpec,
+  step: number,
+  onProgress: (event: BuildProgress) => void,
+): { write(text: string, stream: 'stdout' | 'stderr'): void; end(): void } {
+  // Each stream's unfinished line, so stdout's and stderr's never join.
+  const pending = { stdout: '', stderr: '' };
+  const emit = (line: string) =>
+    onProgress({
+      phase: 'output',
+      step,
+      of: spec.setup.length,
+      text: line.length > OUTPUT_LINE_MAX ? `${line.slice(0, OUTPUT_LINE_MAX)}…` : line,
+    });
+  return {
+    write(text, stream) {
+      const lines = (pending[stream] + text).split('\n');
+      pending[stream] = lines.pop() ?? '';
+      // A line that never ends still shows, in pieces.
+      if (pending[stream].length > OUTPUT_LINE_MAX) {
+        lines.push(pending[stream]);
+        pending[stream] = '';
+      }
+      for (const line of lines) emit(line.replace(/\r$/, ''));
+    },
+    end() {
+      for (const stream of ['stdout', 'stderr'] as const) {
+        if (pending[stream] !== '') emit(pending[stream]);
+        pending[stream] = '';
+      }
+    },
+  };
+}
 
 /** A stored build as the services use it. */
 function built(record: TemplateRecord): BuiltTemplate {
@@ -381,7 +424,12 @@ export class TemplateService {
   ): Promise<void> {
     for (const [index, step] of spec.setup.entries()) {
       onProgress(stepProgress(spec, index, step));
-      await this.buildStep(spec, index, step, handle, token, copyIn);
+      const lines = outputLines(spec, index, onProgress);
+      try {
+        await this.buildStep(spec, index, step, handle, token, copyIn, lines.write);
+      } finally {
+        lines.end();
+      }
     }
   }
 
@@ -393,6 +441,7 @@ export class TemplateService {
     handle: SandboxHandle,
     token: string,
     copyIn?: ImageStore['copyIn'],
+    onOutput?: (text: string, stream: 'stdout' | 'stderr') => void,
   ): Promise<void> {
     const where = `template '${spec.name}': setup[${index}]`;
     if ('copy' in step) {
@@ -407,7 +456,7 @@ export class TemplateService {
       }
       return;
     }
-    const { exitCode, output } = await this.runStep(handle, token, step.run, step.user);
+    const { exitCode, output } = await this.runStep(handle, token, step.run, step.user, onOutput);
     if (exitCode !== 0) {
       const tail = output.slice(-2000);
       throw new TemplateBuildError(

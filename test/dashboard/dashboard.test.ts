@@ -559,11 +559,13 @@ describe.skipIf(!HAS_CHROMIUM)(
       await page
         .getByLabel('template.yaml')
         .fill(
-          'name: dash-built\ndescription: built from the dashboard\nsetup:\n  - echo step one\n  - echo step two\n',
+          'name: dash-built\ndescription: built from the dashboard\nsetup:\n  - echo step one\n  - echo "printed by step $((1 + 1))" >&2\n',
         );
       await page.getByRole('button', { name: 'Build', exact: true }).click();
       const log = page.getByRole('log', { name: 'Build log' });
       await log.getByText('[step 1/2] echo step one').waitFor({ timeout: 60_000 });
+      // What each step prints streams into the log too (stderr included), as text.
+      await log.getByText('printed by step 2', { exact: true }).waitFor({ timeout: 60_000 });
       await log.getByText('Built template dash-built.').waitFor({ timeout: 60_000 });
       expect((await Templates.list({ home })).map((t) => t.name)).toContain('dash-built');
       await page.getByRole('rowheader', { name: 'dash-built' }).waitFor();

@@ -132,6 +132,7 @@ describe('templates', () => {
         .copy(data, '/home/user/data')
         .copy(join(data, 'notes.txt'), '/home/user/notes.txt')
         .runCmd('wc -l < data/nested/rows.csv > lines.txt')
+        .runCmd("printf 'one\\ntwo <b>\\n'; printf 'three, no newline' >&2")
         .setEnvs({ STAGE: 'code' });
       await expect(Templates.build(tpl, { home })).rejects.toThrow(/needs a name/);
       const progress: BuildProgress[] = [];
@@ -141,19 +142,42 @@ describe('templates', () => {
         onProgress: (event) => progress.push(event),
       });
       expect(progress).toEqual([
-        { phase: 'step', step: 0, of: 3, text: `copy ${data} → /home/user/data` },
+        { phase: 'step', step: 0, of: 4, text: `copy ${data} → /home/user/data` },
         {
           phase: 'step',
           step: 1,
-          of: 3,
+          of: 4,
           text: `copy ${join(data, 'notes.txt')} → /home/user/notes.txt`,
         },
-        { phase: 'step', step: 2, of: 3, text: 'wc -l < data/nested/rows.csv > lines.txt' },
+        { phase: 'step', step: 2, of: 4, text: 'wc -l < data/nested/rows.csv > lines.txt' },
+        {
+          phase: 'step',
+          step: 3,
+          of: 4,
+          text: "printf 'one\\ntwo <b>\\n'; printf 'three, no newline' >&2",
+        },
+        // What a step prints comes line by line, stderr too, the last line without its newline
+        // (stdout's and stderr's lines each in their order; the two may interleave).
+        ...progress.slice(4),
       ]);
+      expect(progress.slice(4)).toHaveLength(3);
+      expect(progress.slice(4)).toEqual(
+        expect.arrayContaining([
+          { phase: 'output', step: 3, of: 4, text: 'one' },
+          { phase: 'output', step: 3, of: 4, text: 'two <b>' },
+          { phase: 'output', step: 3, of: 4, text: 'three, no newline' },
+        ]),
+      );
+      const stdout = progress
+        .slice(4)
+        .map((event) => event.text)
+        .filter((text) => text !== 'three, no newline');
+      expect(stdout).toEqual(['one', 'two <b>']);
       expect(built).toMatchObject({ name: 'from-code', image: null, user: 'user', path: null });
       expect(built.setup.map((s) => ('copy' in s ? 'copy' : 'run'))).toEqual([
         'copy',
         'copy',
+        'run',
         'run',
       ]);
       const sandbox = await Sandbox.create({ home, template: 'from-code' });
@@ -175,7 +199,7 @@ describe('templates', () => {
       expect(missing.message).toContain("template 'from-code': setup[0] copy");
       expect(missing.message).toContain('nope');
       // The earlier build stays.
-      expect((await Templates.get('from-code', { home })).setup).toHaveLength(3);
+      expect((await Templates.get('from-code', { home })).setup).toHaveLength(4);
     } finally {
       rmSync(data, { recursive: true, force: true });
     }

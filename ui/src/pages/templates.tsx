@@ -192,6 +192,11 @@ function handle(text: string, add: (line: LogLine) => void): void {
   }
   if (line.progress) {
     const { phase, step, of, text: what } = line.progress;
+    // A line a step printed: as it is, under its step's line.
+    if (phase === 'output') {
+      add({ kind: 'progress', text: what });
+      return;
+    }
     const where = step === undefined ? phase : `step ${step + 1}${of ? `/${of}` : ''}`;
     add({ kind: 'progress', text: `[${where}] ${what}` });
   } else if (line.template) {
