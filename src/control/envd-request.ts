@@ -122,6 +122,32 @@ export function warmSandbox(
 }
 
 /**
+ * Starts the command server's idle process in a fresh sandbox (`POST /exec/server/prestart`) and
+ * resolves once it is ready: the warm pool does it before it offers a sandbox whose template has
+ * ports, so the caller's `server.start()` skips Node's start and the runtime's loading. Best
+ * effort: false when envd refused it (an older runtime) or it was not ready within `timeoutMs`.
+ */
+export async function prestartServer(
+  handle: { envdSocket: string },
+  token: string,
+  timeoutMs = 30_000,
+): Promise<boolean> {
+  try {
+    const { status, body } = await envdRequest<{ idle?: { ready?: boolean } | null }>(
+      handle.envdSocket,
+      token,
+      'POST',
+      '/exec/server/prestart',
+      undefined,
+      timeoutMs,
+    );
+    return status === 200 && body.idle?.ready === true;
+  } catch {
+    return false;
+  }
+}
+
+/**
  * Runs one template `setup` step through a sandbox's envd (1 h at most): its exit code and its
  * output, stdout then stderr.
  */

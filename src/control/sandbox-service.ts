@@ -23,7 +23,7 @@ import {
   type VolumeMountSpec,
 } from '../providers/provider.js';
 import { BackgroundLog } from './background-log.js';
-import { sandboxEnv, warmSandbox } from './envd-request.js';
+import { prestartServer, sandboxEnv, warmSandbox } from './envd-request.js';
 import { hashToken, newSandboxId, type TokenKind } from './ids.js';
 import type { CreateSource, SandboxEvents } from './prometheus.js';
 import type { ReaperHost } from './reaper.js';
@@ -388,6 +388,12 @@ export class SandboxService {
     if (state === 'pooled') {
       const token = this.controlTokenOf(id);
       if (await warmSandbox(handle, token)) await warmSandbox(handle, token);
+      // A template with ports runs a command server: its process waits, started, for the
+      // caller's server.start() (which needs the shell capability too, as envd's /exec does).
+      const { capabilities } = template.spec;
+      if (capabilities.includes('ports') && capabilities.includes('shell')) {
+        await prestartServer(handle, token);
+      }
     }
     const now = Date.now();
     const record: SandboxRecord = {
