@@ -1,7 +1,13 @@
+// Loaded by a server's first listen (net asks cluster, and dns for the host): here, so that a
+// pre-started server (`--prestart`) has them ahead.
+import 'node:cluster';
+import 'node:dns';
 import { createHash, randomBytes } from 'node:crypto';
-import { readFileSync, realpathSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readSync, realpathSync, rmSync } from 'node:fs';
 import { rename, rm, writeFile } from 'node:fs/promises';
+import { request } from 'node:http';
 import Module, { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { setFlagsFromString } from 'node:v8';
@@ -286,24 +292,32 @@ interface PrestartRequest {
   env: Record<string, string>;
 }
 
-/** The first line of stdin, or undefined when it ends first; stdin is left paused after it. */
-function firstLine(): Promise<string | undefined> {
-  return new Promise((done) => {
-    let text = '';
-    const stop = (line: string | undefined) => {
-      process.stdin.off('data', onData).off('end', onEnd).off('error', onEnd);
-      process.stdin.pause();
-      done(line);
-    };
-    const onData = (chunk: string) => {
-      text += chunk;
-      const at = text.indexOf('\n');
-      if (at >= 0) stop(text.slice(0, at));
-    };
-    const onEnd = () => stop(undefined);
-    process.stdin.setEncoding('utf8');
-    process.stdin.on('data', onData).once('end', onEnd).once('error', onEnd);
-  });
+/**
+ * The first line of stdin, or undefined when it ends first. Read blocking from fd 0, never
+ * through `process.stdin`: an idle process then waits in one `read` (no event loop turns), and
+ * only the line is consumed. The rest of stdin stays for the server (envd closes it after the line).
+ */
+function firstLine(): string | undefined {
+  const chunk = Buffer.alloc(64 * 1024);
+  const parts: Buffer[] = [];
+  for (;;) {
+    let size: number;
+    try {
+      size = readSync(0, chunk, 0, chunk.length, null);
+    } catch (error) {
+      // A non-blocking pipe with nothing yet: wait a moment without spinning.
+      if ((error as NodeJS.ErrnoException).code !== 'EAGAIN') return undefined;
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 5);
+      continue;
+    }
+    if (size === 0) return undefined;
+    const at = chunk.subarray(0, size).indexOf(0x0a);
+    if (at >= 0) {
+      parts.push(Buffer.from(chunk.subarray(0, at)));
+      return Buffer.concat(parts).toString('utf8');
+    }
+    parts.push(Buffer.from(chunk.subarray(0, size)));
+  }
 }
 
 function prestartRequest(line: string): PrestartRequest {
@@ -335,6 +349,104 @@ function collectGarbage(times: number): void {
   for (let i = 0; i < times; i++) gc();
 }
 
+/** The parts of the authoring half a start runs through, as a bundle reaches them. */
+interface AuthoringApi {
+  sandbox: { register(options: object): (target: object, key: string, d?: object) => void };
+  commandRegistry(): { registerClass(cls: unknown): unknown };
+}
+
+/**
+ * Runs once, ahead, what every start runs for the first time (Node compiles a function on its
+ * first call, and loads some built-ins on first use): the command line's parsing, a server's
+ * construction, a forced removal (fs's rimraf), and the authoring half's handling of a
+ * bundle's shipped commands (class-validator), on a class and registry of its own that no bundle
+ * sees. Best effort: a start does all of it anyway.
+ */
+function warmUp(authoring: Authoring | undefined): void {
+  try {
+    options([]);
+    new SandboxServer({ token: randomBytes(16).toString('hex'), port: 0 });
+    rmSync(`/nonexistent/abx-prestart-${process.pid}`, { force: true });
+  } catch {
+    // the start loads them itself
+  }
+  if (!authoring) return;
+  const shippedKey = Symbol.for('agent-sandbox.shipped-commands');
+  const global = globalThis as Record<symbol, unknown>;
+  try {
+    const api = authoring.exports as AuthoringApi;
+    class PrestartWarmUp {
+      echo(text: string): string {
+        return text;
+      }
+    }
+    const method = Object.getOwnPropertyDescriptor(PrestartWarmUp.prototype, 'echo');
+    api.sandbox.register({ description: 'warm-up' })(PrestartWarmUp.prototype, 'echo', method);
+    global[shippedKey] = {
+      'PrestartWarmUp.echo': {
+        name: 'echo',
+        description: 'warm-up',
+        args: [{ name: 'text', type: 'str', required: true }],
+        template: 'base',
+      },
+    };
+    // A registry of its own: the process's registry (what bundles fill) stays empty.
+    const Registry = Object.getPrototypeOf(api.commandRegistry()).constructor as new () => {
+      registerClass(cls: unknown): unknown;
+    };
+    new Registry().registerClass(PrestartWarmUp);
+  } catch {
+    // an authoring half of another shape: its first start compiles it
+  } finally {
+    delete global[shippedKey];
+  }
+}
+
+/**
+ * A few requests through a throwaway server on a Unix socket in a private folder (a health check,
+ * a command call, a bad request): the first call to the real server then runs code that has run,
+ * HTTP parsing, routing, argument checks and the answer's writing. Best effort.
+ */
+async function warmRequests(): Promise<void> {
+  let dir: string | undefined;
+  try {
+    dir = mkdtempSync(join(tmpdir(), 'abx-prestart-'));
+    const socketPath = join(dir, 'server.sock');
+    const token = randomBytes(16).toString('hex');
+    const server = new SandboxServer({ socketPath, token, groups: 'commands' });
+    server.register('echo', ({ text }) => text, [{ name: 'text', type: 'str', required: true }]);
+    await server.start();
+    const send = (method: string, path: string, body?: unknown) =>
+      new Promise<void>((done) => {
+        const payload = body === undefined ? undefined : JSON.stringify(body);
+        const req = request(
+          {
+            socketPath,
+            method,
+            path,
+            headers: {
+              authorization: `Bearer ${token}`,
+              ...(payload ? { 'content-type': 'application/json' } : {}),
+            },
+          },
+          (res) => res.resume().once('end', done).once('error', done),
+        );
+        req.once('error', () => done());
+        req.end(payload);
+      });
+    for (let round = 0; round < 2; round++) {
+      await send('GET', '/health');
+      await send('POST', '/commands/echo', { text: 'warm-up' });
+      await send('POST', '/commands/echo', { text: 1 });
+    }
+    await server.stop();
+  } catch {
+    // the first real call compiles what this did not
+  } finally {
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 /**
  * `node server.cjs --prestart`: a server started ahead of its command line. envd keeps one idle
  * in a sandbox that serves ports: Node has started, this file and the runtime's authoring half are
@@ -358,10 +470,12 @@ async function prestart(): Promise<void> {
       // Loaded again, with the error reported, by the start that needs it.
     }
   }
+  warmUp(prestartedAuthoring);
+  await warmRequests();
   // What loading left behind: the idle process keeps only what it uses.
   collectGarbage(4);
   process.stdout.write(`${JSON.stringify({ event: 'prestarted', pid: process.pid })}\n`);
-  const line = await firstLine();
+  const line = firstLine();
   if (line === undefined) process.exit(0);
   let request: PrestartRequest;
   try {
