@@ -118,6 +118,11 @@ export class SandboxService {
   pausedTimeoutMs = PAUSED_TIMEOUT_MS;
   /** Whether `autoPause` keeps memory when a create does not say (`autoPauseMemory`). */
   autoPauseMemory = true;
+  /**
+   * The warm pool starts a command server process ahead in each sandbox of a template with ports
+   * and shell (`ABX_PRESTART_SERVER`), so the caller's `server.start()` skips Node's start.
+   */
+  prestartServers = true;
   /** Pauses and resumes under way, by sandbox: one change of a sandbox at a time. */
   private readonly changing = new Map<string, Promise<unknown>>();
   /** Told of each create and end (the daemon's Prometheus metrics); none: nothing is counted. */
@@ -391,7 +396,11 @@ export class SandboxService {
       // A template with ports runs a command server: its process waits, started, for the
       // caller's server.start() (which needs the shell capability too, as envd's /exec does).
       const { capabilities } = template.spec;
-      if (capabilities.includes('ports') && capabilities.includes('shell')) {
+      if (
+        this.prestartServers &&
+        capabilities.includes('ports') &&
+        capabilities.includes('shell')
+      ) {
         await prestartServer(handle, token);
       }
     }

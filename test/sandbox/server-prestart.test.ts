@@ -168,3 +168,33 @@ describe('server.start() in the process started ahead', () => {
     await eventually(() => sandboxProcesses(box.sandboxId).length === 0);
   });
 });
+
+describe('ABX_PRESTART_SERVER=false', () => {
+  test("the pool's sandboxes have no idle process; server.start() starts Node afresh, then keeps one", async () => {
+    // The daemon the SDK starts for this home inherits it.
+    process.env.ABX_PRESTART_SERVER = 'false';
+    const other = await createAbxHome();
+    try {
+      await Templates.build(join(ROOT, 'test', 'fixtures', 'templates', `${TEMPLATE}.yaml`), {
+        home: other.home,
+      });
+      await (await Sandbox.create({ home: other.home, template: TEMPLATE })).kill();
+      await eventually(
+        async () =>
+          (await Sandbox.list({ home: other.home, state: 'pooled', template: TEMPLATE })).length >
+          0,
+      );
+      const box = await Sandbox.create({ home: other.home, template: TEMPLATE });
+      expect(await idleProcesses(box)).toEqual([]);
+      register();
+      await box.server.start({ commands: [SandboxCommands] });
+      expect((await stateFile(box)).prestarted).toBe(false);
+      expect(await box.server.call('add', { x: 1 })).toBe(3);
+      // A sandbox that ran a server keeps the next one ready all the same.
+      await eventually(async () => (await idleProcesses(box)).length === 1);
+    } finally {
+      delete process.env.ABX_PRESTART_SERVER;
+      await other.close();
+    }
+  }, 300_000);
+});
