@@ -991,10 +991,56 @@ async function poolSize(template: string): Promise<number> {
   return last;
 }
 
-/** Waits until the warm pool of a template holds a sandbox again and its refills are done. */
+/**
+ * Whether a sandbox (local provider) has envd's idle `server.cjs --prestart` process ready: a
+ * process below its bwrap (which carries the sandbox id as `--hostname`) with that command line,
+ * waiting in `read(0, ...)` for its command line (x86-64's syscall 0 on fd 0).
+ */
+function hasIdleServer(sandboxId: string): boolean {
+  const parents = new Map<number, number>();
+  const argvs = new Map<number, string[]>();
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      parents.set(Number(entry), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
+      argvs.set(Number(entry), readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0'));
+    } catch {
+      // ended meanwhile
+    }
+  }
+  const inSandbox = (pid: number): boolean => {
+    for (let at = pid; at > 1; at = parents.get(at) ?? 0) {
+      const argv = argvs.get(at) ?? [];
+      const i = argv.indexOf('--hostname');
+      if (argv[0]?.endsWith('bwrap') && i > 0 && argv[i + 1] === sandboxId) return true;
+    }
+    return false;
+  };
+  const waitingOnStdin = (pid: number) => {
+    try {
+      return readFileSync(`/proc/${pid}/syscall`, 'utf8').startsWith('0 0x0 ');
+    } catch {
+      return false;
+    }
+  };
+  return [...argvs].some(
+    ([pid, argv]) =>
+      argv[1] === '/opt/abx/server.cjs' &&
+      argv[2] === '--prestart' &&
+      inSandbox(pid) &&
+      waitingOnStdin(pid),
+  );
+}
+
+/**
+ * Waits until the warm pool of a template holds a sandbox again, its refills are done, and each
+ * has its idle command server process (the pool starts it once a sandbox waited unclaimed).
+ */
 async function poolRefilled(template: string): Promise<void> {
   for (let waited = 0; waited < 30_000; waited += 100) {
-    if ((await Sandbox.list({ state: 'pooled', template })).length > 0) break;
+    const pooled = await Sandbox.list({ state: 'pooled', template });
+    if (pooled.length > 0 && pooled.every((s) => hasIdleServer(s.sandboxId))) break;
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
   await poolSize(template);
@@ -1004,7 +1050,8 @@ async function poolRefilled(template: string): Promise<void> {
  * `server.start()` (issue 31): a restart of the same classes on a running sandbox, one a second
  * (envd has its next idle process ready by then); a bundle new to the sandbox on one fresh from the
  * warm pool, whose idle process waits for it; and create → start → first call answered, the
- * whole of what a script does first, with the pool warm (refilled between rounds). Beside them
+ * whole of what a script does first, with the pool warm (refilled, idle processes ready, between
+ * rounds). Beside them
  * the same new-bundle start on a sandbox that has no idle process (a network policy of its own:
  * not from the pool), so the first start runs Node afresh as every start did before.
  */

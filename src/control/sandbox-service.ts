@@ -159,6 +159,7 @@ export class SandboxService {
         release: (record) => this.release(record),
         discard: (record, why) => this.kill(record.id, 'killed', why).then(() => undefined),
         setEnv: (record, env) => setEnv(record.handle, this.controlTokenOf(record.id), env),
+        ready: (record) => this.prestartServer(record),
         log: (what, error) => this.log.failed(what, error),
         recovered: (what) => this.log.recovered(what),
       },
@@ -340,6 +341,18 @@ export class SandboxService {
     return { network, ...(egress ? { egress } : {}) };
   }
 
+  /**
+   * A pooled sandbox of a template with ports (and shell, which `server.start()` needs as envd's
+   * `/exec` does) gets its command server's process started, waiting for the caller's
+   * `server.start()`: the warm pool asks once the sandbox has waited unclaimed for a moment.
+   */
+  private async prestartServer(record: SandboxRecord): Promise<void> {
+    const { capabilities } = record;
+    if (!this.prestartServers || !capabilities.includes('ports') || !capabilities.includes('shell'))
+      return;
+    await prestartServer(record.handle, this.controlTokenOf(record.id));
+  }
+
   /** Starts a sandbox and records it; never leaves one running without a registry row. */
   private async start(
     template: BuiltTemplate,
@@ -393,16 +406,6 @@ export class SandboxService {
     if (state === 'pooled') {
       const token = this.controlTokenOf(id);
       if (await warmSandbox(handle, token)) await warmSandbox(handle, token);
-      // A template with ports runs a command server: its process waits, started, for the
-      // caller's server.start() (which needs the shell capability too, as envd's /exec does).
-      const { capabilities } = template.spec;
-      if (
-        this.prestartServers &&
-        capabilities.includes('ports') &&
-        capabilities.includes('shell')
-      ) {
-        await prestartServer(handle, token);
-      }
     }
     const now = Date.now();
     const record: SandboxRecord = {

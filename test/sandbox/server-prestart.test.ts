@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { commandRegistry, Sandbox, Templates } from '../../src/index.js';
@@ -32,11 +33,27 @@ afterAll(async () => {
 
 const register = () => commandRegistry().registerClass(SandboxCommands);
 
-/** A sandbox from the warm pool (waiting until the pool holds one). */
+/** True when one of the sandbox's processes (seen from the host) is `server.cjs --prestart`. */
+function hasIdleProcess(sandboxId: string): boolean {
+  return sandboxProcesses(sandboxId).some((pid) => {
+    try {
+      const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+      return argv[1] === '/opt/abx/server.cjs' && argv[2] === '--prestart';
+    } catch {
+      return false;
+    }
+  });
+}
+
+/**
+ * A sandbox from the warm pool, once the pool holds one and each has its idle process (the pool
+ * starts it when a sandbox has waited a moment unclaimed).
+ */
 async function pooled(envs?: Record<string, string>): Promise<Sandbox> {
-  await eventually(
-    async () => (await Sandbox.list({ home, state: 'pooled', template: TEMPLATE })).length > 0,
-  );
+  await eventually(async () => {
+    const waiting = await Sandbox.list({ home, state: 'pooled', template: TEMPLATE });
+    return waiting.length > 0 && waiting.every((s) => hasIdleProcess(s.sandboxId));
+  });
   return Sandbox.create({ home, template: TEMPLATE, ...(envs ? { envs } : {}) });
 }
 
@@ -179,11 +196,16 @@ describe('ABX_PRESTART_SERVER=false', () => {
         home: other.home,
       });
       await (await Sandbox.create({ home: other.home, template: TEMPLATE })).kill();
-      await eventually(
-        async () =>
-          (await Sandbox.list({ home: other.home, state: 'pooled', template: TEMPLATE })).length >
-          0,
-      );
+      let waiting: string[] = [];
+      await eventually(async () => {
+        waiting = (
+          await Sandbox.list({ home: other.home, state: 'pooled', template: TEMPLATE })
+        ).map((s) => s.sandboxId);
+        return waiting.length > 0;
+      });
+      // Well past the moment the pool would have started one (READY_DELAY_MS, then Node's start).
+      await new Promise((resolve) => setTimeout(resolve, 3000));
+      expect(waiting.filter(hasIdleProcess)).toEqual([]);
       const box = await Sandbox.create({ home: other.home, template: TEMPLATE });
       expect(await idleProcesses(box)).toEqual([]);
       register();
