@@ -131,7 +131,7 @@ function preload(file: string, content: Buffer): () => Promise<void> {
   return save;
 }
 
-/** agent-sandbox's authoring half, loaded once: what bundles reach as `require('agent-sandbox')`. */
+/** agent-sandbox's authoring half, loaded once: what a bundle's import of the package gets. */
 interface Authoring {
   sha256: string;
   exports: unknown;
