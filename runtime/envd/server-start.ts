@@ -156,9 +156,13 @@ export class ServerStarter {
     let isReady = false;
     const ready = new Promise<boolean>((resolve) => {
       let text = '';
+      let settled = false;
+      // Once: after it, the process may be a server that no failure here may kill.
       const done = (value: boolean) => {
+        if (settled) return;
+        settled = true;
         child.stdout?.off('data', onData);
-        child.off('exit', onExit);
+        child.off('exit', onExit).off('error', onExit);
         // What it writes from now on waits in the pipe for the start that takes it.
         child.stdout?.pause();
         if (!value) killGroup(child);
@@ -173,8 +177,7 @@ export class ServerStarter {
       };
       const onExit = () => done(false);
       child.stdout?.on('data', onData);
-      child.once('exit', onExit);
-      child.once('error', () => done(false));
+      child.once('exit', onExit).once('error', onExit);
     });
     const idle: Idle = {
       child,

@@ -238,7 +238,13 @@ async function main(args: string[]): Promise<void> {
   const saveCodeCaches: (() => Promise<void>)[] = [];
   const digest = values['authoring-sha256'];
   if (digest !== undefined) {
-    const cacheDir = loads[0] === undefined ? undefined : dirname(realpathSync(loads[0]));
+    // The code cache goes beside the bundles (a missing one is reported by its load below).
+    let cacheDir: string | undefined;
+    try {
+      cacheDir = loads[0] === undefined ? undefined : dirname(realpathSync(loads[0]));
+    } catch {
+      cacheDir = undefined;
+    }
     try {
       saveCodeCaches.push(provideAuthoring(values.authoring, digest, cacheDir));
     } catch (error) {
