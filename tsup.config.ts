@@ -1,4 +1,5 @@
 import { copyFileSync } from 'node:fs';
+import { build } from 'esbuild';
 import { defineConfig, type Options } from 'tsup';
 import { PROGRAM_NAMES } from './src/agent/programs/protocol.js';
 
@@ -20,6 +21,42 @@ const selfContained: Options = {
   clean: false,
   dts: false,
 };
+
+/**
+ * The authoring half as command bundles use it in a sandbox: dist/authoring.cjs with its
+ * dependencies, one file beside server.cjs. The command server loads it before a bundle (a
+ * pre-started server ahead of time), so bundles carry only their own code. libphonenumber-js (a
+ * third of it, for class-validator's IsPhoneNumber, which the command model never uses) is left
+ * out: calling it says so. A user module that validates phone numbers bundles its own copy.
+ */
+async function runtimeAuthoring(): Promise<void> {
+  await build({
+    entryPoints: ['dist/authoring.cjs'],
+    outfile: 'dist/runtime/authoring.cjs',
+    bundle: true,
+    platform: 'node',
+    format: 'cjs',
+    target: 'node20',
+    keepNames: true,
+    legalComments: 'none',
+    logLevel: 'warning',
+    plugins: [
+      {
+        name: 'no-phone-numbers',
+        setup(plugin) {
+          plugin.onResolve({ filter: /^libphonenumber-js(\/.*)?$/ }, () => ({
+            path: 'libphonenumber-js',
+            namespace: 'left-out',
+          }));
+          plugin.onLoad({ filter: /.*/, namespace: 'left-out' }, () => ({
+            loader: 'js',
+            contents: `module.exports = new Proxy({}, { get: (_, name) => name === '__esModule' ? false : () => { throw new Error('libphonenumber-js is not in the sandbox runtime of agent-sandbox: import class-validator in your own module to validate phone numbers'); } });`,
+          }));
+        },
+      },
+    ],
+  });
+}
 
 export default defineConfig([
   {
@@ -45,6 +82,7 @@ export default defineConfig([
     // import.meta.url (used to find the package's own files) has no meaning in CommonJS.
     shims: true,
     dts: { entry: { index: 'src/index.ts', authoring: 'src/authoring.ts' } },
+    onSuccess: runtimeAuthoring,
   },
   {
     // The in-sandbox command server: one self-contained file that runs with plain `node`, no

@@ -16,7 +16,7 @@ const NDJSON = {
 };
 
 /** An NDJSON answer: `first` (if any), then the lines of `events`. */
-function ndjson(events: AsyncIterable<string>, first?: unknown): Reply {
+export function ndjson(events: AsyncIterable<string>, first?: unknown): Reply {
   return new Reply(
     200,
     Readable.from(

@@ -18,6 +18,7 @@ import { ENV } from './env.js';
 import { EXEC } from './exec.js';
 import { FILES_BATCH } from './files-batch.js';
 import { portsGroup } from './ports.js';
+import { runtimeServerScript, ServerStarter, serverStartGroup } from './server-start.js';
 import { tokensGroup } from './tokens.js';
 import { watchGroup } from './watch.js';
 
@@ -103,6 +104,8 @@ for (const [template, into] of [
   }
 }
 if (values.socket) rmSync(values.socket, { force: true });
+// The command server's starts, from an idle process kept ahead (server.cjs is beside envd.cjs).
+const starter = new ServerStarter(runtimeServerScript(dirname(resolve(process.argv[1] ?? '.'))));
 const server = new SandboxServer({
   ...(listen
     ? {
@@ -124,6 +127,7 @@ const server = new SandboxServer({
     fileOps({ metadata: new FileMetadataStore(join(metadataDir, 'file-metadata.json')) }),
     PROCESS,
     EXEC,
+    serverStartGroup(starter),
     SYSTEM,
     TERMINAL,
     DEV_TOOLS,
@@ -143,7 +147,12 @@ const server = new SandboxServer({
   streamBodyLimitBytes: 64 * 1024 ** 3,
   streamBodyTimeoutMs: 3_600_000,
 });
-for (const signal of ['SIGTERM', 'SIGINT'] as const) process.once(signal, () => void server.stop());
+for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+  process.once(signal, () => {
+    starter.stop();
+    void server.stop();
+  });
+}
 server.start().then(
   () => {
     process.stdout.write(

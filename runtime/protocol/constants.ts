@@ -23,5 +23,13 @@ export const SANDBOX_RUN_DIR = '/run/abx';
 /** The command server's state files (`server-<port>.json`), so any client can find a server. */
 export const SERVER_STATE_DIR = `${SANDBOX_HOME}/.abx/server`;
 
+/**
+ * Where a command bundle finds agent-sandbox's authoring half (`globalThis[Symbol.for(...)]`): the
+ * command server loads it before the bundle (`--authoring`), so bundles carry only their own code.
+ */
+export const AUTHORING_GLOBAL_KEY = 'agent-sandbox.authoring';
+/** The authoring half as the runtime ships it, next to `server.cjs` (`dist/runtime/authoring.cjs`). */
+export const RUNTIME_AUTHORING_FILE = 'authoring.cjs';
+
 /** The longest lifetime a sandbox may be given: 24 hours. */
 export const MAX_SANDBOX_TIMEOUT_MS = 24 * 3_600_000;

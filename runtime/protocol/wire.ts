@@ -222,7 +222,8 @@ export type OutputEncoding = (typeof OUTPUT_ENCODINGS)[number];
  * - `{"exit": {...}}`, always the last line.
  */
 export type ProcessEvent =
-  | { start: ProcessInfoWire }
+  /** `prestarted` (`POST /exec/server` only): the server runs in a process started ahead. */
+  | { start: ProcessInfoWire; prestarted?: boolean }
   | { stream: StreamName; data: string; encoding?: 'base64'; offset: number; next: number }
   | { stream: StreamName; dropped: number; offset: number }
   | { keepalive: true }

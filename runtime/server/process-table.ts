@@ -70,6 +70,36 @@ export class ProcessTable {
 
   start(file: string, args: readonly string[], options: StartOptions): Promise<ManagedProcess> {
     const child = spawnGroup(file, args, options);
+    const entry = this.track(child, options);
+    return new Promise((resolve, reject) => {
+      child.once('spawn', () => {
+        this.processes.set(entry.id, entry);
+        resolve(entry);
+      });
+      child.once('error', (error) => reject(spawnFailure(error, file, options.cwd)));
+    });
+  }
+
+  /**
+   * Takes into the table a process spawned earlier, in a group of its own with piped stdio, that
+   * has not exited (envd's pre-started command server): from now on it is listed, its output is
+   * kept and it is killed with the rest. Output it wrote before is kept too, unless read already.
+   */
+  adopt(child: ChildProcess, options: Omit<StartOptions, 'env' | 'identity'>): ManagedProcess {
+    if (child.pid === undefined || child.exitCode !== null || child.signalCode !== null) {
+      throw new Error('adopt: the process is not running');
+    }
+    const entry = this.track(child, options);
+    this.processes.set(entry.id, entry);
+    for (const name of ['stdout', 'stderr'] as const) child[name]?.resume();
+    return entry;
+  }
+
+  /** A new entry for `child`, kept up to date with its output and exit (not yet in the table). */
+  private track(
+    child: ChildProcess,
+    options: Omit<StartOptions, 'env' | 'identity'>,
+  ): ManagedProcess {
     const entry: ManagedProcess = {
       id: `${this.kind[0]}${this.nextId++}`,
       command: options.command,
@@ -107,13 +137,7 @@ export class ProcessTable {
       for (const log of [entry.output, entry.stdout, entry.stderr]) log.close();
       this.retire(entry.id);
     });
-    return new Promise((resolve, reject) => {
-      child.once('spawn', () => {
-        this.processes.set(entry.id, entry);
-        resolve(entry);
-      });
-      child.once('error', (error) => reject(spawnFailure(error, file, options.cwd)));
-    });
+    return entry;
   }
 
   get(id: string): ManagedProcess {

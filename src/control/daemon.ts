@@ -168,6 +168,18 @@ export function autoPauseMemory(env: NodeJS.ProcessEnv = process.env): boolean {
 }
 
 /**
+ * `ABX_PRESTART_SERVER`: whether the warm pool starts a command server process ahead in each
+ * sandbox of a template with ports (default true; false saves its memory and CPU where the
+ * sandboxes of such templates seldom run a server).
+ */
+export function prestartServers(env: NodeJS.ProcessEnv = process.env): boolean {
+  const text = env.ABX_PRESTART_SERVER;
+  if (text === undefined || text === '' || text === 'true' || text === '1') return true;
+  if (text === 'false' || text === '0') return false;
+  throw new Error(`ABX_PRESTART_SERVER must be true or false, not '${text}'`);
+}
+
+/**
  * The control plane: REST API and gateway on loopback, the registry, the provider and the
  * reaper. On start it adopts the sandboxes a previous daemon left running.
  */
@@ -279,6 +291,7 @@ export class Daemon {
     };
     this.sandboxes.pausedTimeoutMs = options.pausedTimeoutMs ?? pausedTimeout();
     this.sandboxes.autoPauseMemory = autoPauseMemory();
+    this.sandboxes.prestartServers = prestartServers();
     this.reaper = new Reaper(
       this.sandboxes.reaperHost(),
       options.reapIntervalMs ?? 1000,

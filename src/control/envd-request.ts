@@ -126,6 +126,33 @@ export function warmSandbox(
 const STEP_OUTPUT_KEPT = 64 * 1024;
 
 /**
+ * Starts the command server's idle process in a fresh sandbox (`POST /exec/server/prestart`) and
+ * resolves once it is ready: the warm pool does it in a pooled sandbox whose template has ports
+ * once it has waited unclaimed, so the caller's `server.start()` skips Node's start and the
+ * runtime's loading. Best
+ * effort: false when envd refused it (an older runtime) or it was not ready within `timeoutMs`.
+ */
+export async function prestartServer(
+  handle: { envdSocket: string },
+  token: string,
+  timeoutMs = 30_000,
+): Promise<boolean> {
+  try {
+    const { status, body } = await envdRequest<{ idle?: { ready?: boolean } | null }>(
+      handle.envdSocket,
+      token,
+      'POST',
+      '/exec/server/prestart',
+      undefined,
+      timeoutMs,
+    );
+    return status === 200 && body.idle?.ready === true;
+  } catch {
+    return false;
+  }
+}
+
+/**
  * Runs one template `setup` step through a sandbox's envd (`POST /exec`, 1 h at most): its exit
  * code and the end of its output (stdout and stderr as they came). `onOutput` gets the output as
  * it arrives, for a build's log.

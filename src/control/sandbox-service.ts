@@ -23,7 +23,7 @@ import {
   type VolumeMountSpec,
 } from '../providers/provider.js';
 import { BackgroundLog } from './background-log.js';
-import { sandboxEnv, warmSandbox } from './envd-request.js';
+import { prestartServer, sandboxEnv, warmSandbox } from './envd-request.js';
 import { hashToken, newSandboxId, type TokenKind } from './ids.js';
 import type { CreateSource, SandboxEvents } from './prometheus.js';
 import type { ReaperHost } from './reaper.js';
@@ -118,6 +118,11 @@ export class SandboxService {
   pausedTimeoutMs = PAUSED_TIMEOUT_MS;
   /** Whether `autoPause` keeps memory when a create does not say (`autoPauseMemory`). */
   autoPauseMemory = true;
+  /**
+   * The warm pool starts a command server process ahead in each sandbox of a template with ports
+   * and shell (`ABX_PRESTART_SERVER`), so the caller's `server.start()` skips Node's start.
+   */
+  prestartServers = true;
   /** Pauses and resumes under way, by sandbox: one change of a sandbox at a time. */
   private readonly changing = new Map<string, Promise<unknown>>();
   /** Told of each create and end (the daemon's Prometheus metrics); none: nothing is counted. */
@@ -154,6 +159,7 @@ export class SandboxService {
         release: (record) => this.release(record),
         discard: (record, why) => this.kill(record.id, 'killed', why).then(() => undefined),
         setEnv: (record, env) => setEnv(record.handle, this.controlTokenOf(record.id), env),
+        ready: (record) => this.prestartServer(record),
         log: (what, error) => this.log.failed(what, error),
         recovered: (what) => this.log.recovered(what),
       },
@@ -333,6 +339,18 @@ export class SandboxService {
       if (unavailable !== undefined) return { network: 'none' };
     }
     return { network, ...(egress ? { egress } : {}) };
+  }
+
+  /**
+   * A pooled sandbox of a template with ports (and shell, which `server.start()` needs as envd's
+   * `/exec` does) gets its command server's process started, waiting for the caller's
+   * `server.start()`: the warm pool asks once the sandbox has waited unclaimed for a moment.
+   */
+  private async prestartServer(record: SandboxRecord): Promise<void> {
+    const { capabilities } = record;
+    if (!this.prestartServers || !capabilities.includes('ports') || !capabilities.includes('shell'))
+      return;
+    await prestartServer(record.handle, this.controlTokenOf(record.id));
   }
 
   /** Starts a sandbox and records it; never leaves one running without a registry row. */

@@ -18,6 +18,12 @@ export interface PoolHost {
   discard(record: SandboxRecord, why: string): Promise<void>;
   /** Adds variables to a running sandbox's environment. */
   setEnv(record: SandboxRecord, env: Record<string, string>): Promise<void>;
+  /**
+   * Readies a pooled sandbox further once it has waited {@link WarmPoolOptions.readyDelayMs}
+   * unclaimed (its command server's idle process): work worth doing only while the pool has
+   * slack, never on a burst's or a tight loop's path. Optional.
+   */
+  ready?(record: SandboxRecord): Promise<void>;
   /** Reports a failure of the pool's background work. */
   log(what: string, error: unknown): void;
   /** Reports that background work which failed works again. */
@@ -40,6 +46,11 @@ export interface WarmPoolOptions {
    * and a refill's start beside them would take half of a small host's CPU from them.
    */
   refillDelayMs?: number;
+  /**
+   * How long a pooled sandbox waits unclaimed before {@link PoolHost.ready} runs on it; default
+   * {@link READY_DELAY_MS}.
+   */
+  readyDelayMs?: number;
 }
 
 /**
@@ -48,6 +59,13 @@ export interface WarmPoolOptions {
  * (namespaces, a Node process) ran beside it, and about as long as a later command without.
  */
 export const REFILL_DELAY_MS = 200;
+
+/**
+ * A pooled sandbox is readied further (PoolHost.ready) after waiting this long unclaimed. A loop
+ * of creates claims each sandbox within milliseconds of its start, and a burst at once: neither
+ * pays for work that only a sandbox waiting in a quiet pool can use.
+ */
+export const READY_DELAY_MS = 300;
 
 /** The size of a pool that has not yet seen a start of its template take its time. */
 const FIRST_START_GUESS_MS = 500;
@@ -120,6 +138,7 @@ export class WarmPool {
   private readonly own = new Set<string>();
   private readonly windowMs: number;
   private readonly refillDelayMs: number;
+  private readonly readyDelayMs: number;
   private readonly now: () => number;
   readonly max: number;
   private timer: NodeJS.Timeout | undefined;
@@ -129,7 +148,12 @@ export class WarmPool {
     private readonly host: PoolHost,
     options: WarmPoolOptions,
   ) {
-    const { max, windowMs = 60_000, refillDelayMs = REFILL_DELAY_MS } = options;
+    const {
+      max,
+      windowMs = 60_000,
+      refillDelayMs = REFILL_DELAY_MS,
+      readyDelayMs = READY_DELAY_MS,
+    } = options;
     if (!Number.isInteger(max) || max < 0) {
       throw new RangeError(`the warm pool's maximum must be a whole number ≥ 0, not ${max}`);
     }
@@ -142,6 +166,7 @@ export class WarmPool {
     this.max = max;
     this.windowMs = windowMs;
     this.refillDelayMs = refillDelayMs;
+    this.readyDelayMs = readyDelayMs;
     this.now = options.now ?? Date.now;
   }
 
@@ -333,7 +358,9 @@ export class WarmPool {
         const start = this.host.template(template).then((built) => this.host.start(built));
         demand.starting.add(start);
         try {
-          this.own.add((await start).id);
+          const record = await start;
+          this.own.add(record.id);
+          this.readyLater(record);
         } finally {
           demand.starting.delete(start);
         }
@@ -344,6 +371,25 @@ export class WarmPool {
       })
       .finally(() => demand.refills.delete(refill));
     demand.refills.add(refill);
+  }
+
+  /**
+   * Runs PoolHost.ready on a sandbox this pool started once it has waited unclaimed for the ready
+   * delay, in a start slot as a refill (creates go first). One claimed or evicted meanwhile is
+   * left alone; a failure is logged, and the sandbox stays pooled as it is.
+   */
+  private readyLater(record: SandboxRecord): void {
+    const ready = this.host.ready?.bind(this.host);
+    if (!ready) return;
+    const waiting = () => !this.stopped && this.own.has(record.id);
+    setTimeout(() => {
+      if (!waiting()) return;
+      void this.host.slots
+        .run('refill', async () => {
+          if (waiting()) await ready(record);
+        })
+        .catch((error) => this.host.log(`warm pool: readying ${record.id}`, error));
+    }, this.readyDelayMs).unref();
   }
 
   /**

@@ -5,7 +5,12 @@ import { homedir } from 'node:os';
 import { isAbsolute, join } from 'node:path';
 import type { ShippedCommand } from '../commands/shipped-commands.js';
 import { packageInfo } from '../util/package-info.js';
-import { type BuiltBundle, bundleCommands, bundlerFingerprint } from './bundler.js';
+import {
+  type AuthoringMode,
+  type BuiltBundle,
+  bundleCommands,
+  bundlerFingerprint,
+} from './bundler.js';
 
 /** A bundle ready to upload: its code and the SHA-256 that names it in the sandbox. */
 export interface CommandBundle {
@@ -82,18 +87,20 @@ export class BundleCache {
 
   /**
    * The bundle of these modules with these schemas (and, per module, the classes it must keep:
-   * see {@link bundleCommands}): from the cache while its inputs are unchanged.
+   * see {@link bundleCommands}; and where its authoring half comes from): from the cache while
+   * its inputs are unchanged.
    */
   async bundle(
     files: readonly string[],
     shipped: Record<string, ShippedCommand>,
     classes: Record<string, readonly string[]> = {},
+    mode: AuthoringMode = 'inline',
   ): Promise<CommandBundle> {
     const key = sha256(
       JSON.stringify([
         FORMAT,
         packageInfo().version,
-        bundlerFingerprint(),
+        bundlerFingerprint(mode),
         files,
         shipped,
         classes,
@@ -108,7 +115,9 @@ export class BundleCache {
     // Concurrent starts of the same classes share one build.
     let pending = this.building.get(key);
     if (!pending) {
-      pending = this.load(key, files, shipped, classes).finally(() => this.building.delete(key));
+      pending = this.load(key, files, shipped, classes, mode).finally(() =>
+        this.building.delete(key),
+      );
       this.building.set(key, pending);
     }
     return pending;
@@ -119,6 +128,7 @@ export class BundleCache {
     files: readonly string[],
     shipped: Record<string, ShippedCommand>,
     classes: Record<string, readonly string[]>,
+    mode: AuthoringMode,
   ): Promise<CommandBundle> {
     const dir = this.dir();
     const stored = dir ? await readEntry(join(dir, `${key}.json`)) : undefined;
@@ -128,7 +138,7 @@ export class BundleCache {
       return stored;
     }
     const startedAt = Date.now();
-    const built = await bundleCommands(files, shipped, classes);
+    const built = await bundleCommands(files, shipped, classes, mode);
     this.counts.builds++;
     const entry = entryOf(built, startedAt);
     if (!entry) return { code: built.code, sha256: sha256(built.code) };

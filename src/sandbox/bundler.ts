@@ -9,6 +9,7 @@ import {
   type Plugin,
   transform,
 } from 'esbuild';
+import { AUTHORING_GLOBAL_KEY } from '../../runtime/protocol/constants.js';
 import type { ShippedCommand } from '../commands/shipped-commands.js';
 import { CommandDefinitionError, SandboxError } from '../errors.js';
 import { packageInfo } from '../util/package-info.js';
@@ -28,8 +29,60 @@ function authoringFile(): string {
   return join(packageInfo().root, 'dist', 'authoring.cjs');
 }
 
+/**
+ * Where a bundle's authoring half comes from: `inline`, bundled into it (it then runs on any
+ * command server); `shared`, the one the command server loads before it (`--authoring-sha256`:
+ * the runtime's `authoring.cjs`, loaded ahead in a pre-started server), so the bundle holds only
+ * the user's code and loads in a few milliseconds instead of ~100.
+ */
+export type AuthoringMode = 'inline' | 'shared';
+
+/**
+ * What `require('agent-sandbox')` is in a `shared` bundle: the authoring half the command server
+ * put on the global object before loading the bundle.
+ */
+const AUTHORING_SHIM = `const authoring = globalThis[Symbol.for(${JSON.stringify(AUTHORING_GLOBAL_KEY)})];
+if (authoring === undefined) {
+  throw new Error("this command bundle takes agent-sandbox's authoring half from the command server, which was started without one: start it with --authoring-sha256 (sandbox.server.start() does)");
+}
+module.exports = authoring;
+`;
+
+/**
+ * Resolves the package's authoring half to {@link AUTHORING_SHIM} in a `shared` bundle: by its
+ * names (`agent-sandbox`, `agent-sandbox/authoring`) and by the paths of its entry files (a module
+ * of this repository that imports `src/authoring.ts`), so a bundle never carries a second copy
+ * with a command registry of its own.
+ */
+function sharedAuthoring(root: string): Plugin {
+  const own = new Set(
+    ['src/authoring.ts', 'dist/authoring.cjs', 'dist/authoring.js'].map((f) => join(root, f)),
+  );
+  const shim = { path: 'agent-sandbox', namespace: 'abx-authoring' };
+  return {
+    name: 'abx-shared-authoring',
+    setup(plugin) {
+      plugin.onResolve({ filter: /^agent-sandbox(\/authoring)?$/ }, () => shim);
+      plugin.onResolve({ filter: /authoring(\.[cm]?[jt]s)?$/ }, async (args) => {
+        if (args.pluginData === shim) return undefined;
+        const found = await plugin.resolve(args.path, {
+          kind: args.kind,
+          importer: args.importer,
+          resolveDir: args.resolveDir,
+          pluginData: shim,
+        });
+        return own.has(found.path) ? shim : undefined;
+      });
+      plugin.onLoad({ filter: /.*/, namespace: 'abx-authoring' }, () => ({
+        contents: AUTHORING_SHIM,
+        loader: 'js',
+      }));
+    },
+  };
+}
+
 /** Every esbuild option but the entry; a bundle cache keys on them too. */
-function bundleOptions(authoring: string): BuildOptions {
+function bundleOptions(authoring: string, mode: AuthoringMode = 'inline'): BuildOptions {
   return {
     bundle: true,
     platform: 'node',
@@ -39,8 +92,10 @@ function bundleOptions(authoring: string): BuildOptions {
     metafile: true,
     absWorkingDir: packageInfo().root,
     // A module's `import ... from 'agent-sandbox'` gets the authoring half only: no SDK, no
-    // native modules inside the sandbox.
-    alias: { 'agent-sandbox': authoring, 'agent-sandbox/authoring': authoring },
+    // native modules inside the sandbox (a shared bundle: the server's, see sharedAuthoring).
+    ...(mode === 'inline'
+      ? { alias: { 'agent-sandbox': authoring, 'agent-sandbox/authoring': authoring } }
+      : {}),
     tsconfigRaw: {
       compilerOptions: { experimentalDecorators: true, useDefineForClassFields: false },
     },
@@ -60,9 +115,9 @@ function bundleOptions(authoring: string): BuildOptions {
  * What decides a bundle's bytes besides its input files and entry: esbuild's version and options.
  * A bundle cache keys on it, so a new esbuild or a changed option never serves an old bundle.
  */
-export function bundlerFingerprint(): string {
+export function bundlerFingerprint(mode: AuthoringMode = 'inline'): string {
   return createHash('sha256')
-    .update(JSON.stringify([esbuildVersion, bundleOptions(authoringFile())]))
+    .update(JSON.stringify([esbuildVersion, mode, bundleOptions(authoringFile(), mode)]))
     .digest('hex');
 }
 
@@ -133,25 +188,31 @@ export async function bundleCommands(
   files: readonly string[],
   shipped: Record<string, ShippedCommand>,
   classes: Record<string, readonly string[]> = {},
+  mode: AuthoringMode = 'inline',
 ): Promise<BuiltBundle> {
   const authoring = authoringFile();
-  if (!existsSync(authoring)) {
+  if (mode === 'inline' && !existsSync(authoring)) {
     throw new SandboxError(`${authoring} is missing: build the package first (npm run build)`);
   }
-  const options = bundleOptions(authoring);
+  const options = bundleOptions(authoring, mode);
   const root = options.absWorkingDir as string;
   const plugin = await extractions(classes);
   const sourcefile = 'abx-commands-entry.js';
+  // A shared bundle's authoring half is loaded already: the server put it there before the bundle.
   const entry = [
-    "require('reflect-metadata');",
+    mode === 'inline'
+      ? "require('reflect-metadata');"
+      : "const authoring = require('agent-sandbox');",
     `globalThis[Symbol.for('agent-sandbox.shipped-commands')] = ${JSON.stringify(shipped)};`,
     ...files.map((file) => `require(${JSON.stringify(file)});`),
-    `module.exports = require(${JSON.stringify(authoring)}).commandManifest();`,
+    mode === 'inline'
+      ? `module.exports = require(${JSON.stringify(authoring)}).commandManifest();`
+      : 'module.exports = authoring.commandManifest();',
   ].join('\n');
   try {
     const result = await build({
       ...options,
-      plugins: [plugin],
+      plugins: mode === 'inline' ? [plugin] : [sharedAuthoring(root), plugin],
       stdin: {
         contents: entry,
         resolveDir: root,
@@ -159,9 +220,9 @@ export async function bundleCommands(
         loader: 'js',
       },
     });
-    // Input names are relative to the working directory; the entry itself is no file.
+    // Input names are relative to the working directory; the entry and the shim are no files.
     const inputs = Object.keys(result.metafile?.inputs ?? {})
-      .filter((name) => name !== sourcefile)
+      .filter((name) => name !== sourcefile && !name.startsWith('abx-authoring:'))
       .map((name) => resolve(root, name));
     return { code: result.outputFiles?.[0]?.text ?? '', inputs };
   } catch (error) {

@@ -26,6 +26,15 @@ export interface ExecRequest {
   output?: OutputEncoding;
 }
 
+/** What `POST /exec/server` needs: the command server's arguments, and its listing and environment. */
+export interface ServerStartRequest {
+  /** `server.cjs`'s arguments (`--port 8080 --load FILE ...`). */
+  args: string[];
+  /** The command line shown in listings. */
+  command: string;
+  envs: Record<string, string>;
+}
+
 /**
  * A silent event stream gets a keepalive line every 5 s; one silent for this long means the
  * peer is gone, so reading fails instead of hanging.
@@ -47,6 +56,23 @@ export class ProcessApi {
         stdin: request.stdin,
         ...(request.output ? { output: request.output } : {}),
       },
+      timeoutMs: STREAM_IDLE_MS,
+      signal,
+    });
+    return ndjsonLines<ProcessEvent>(response.body)[Symbol.asyncIterator]();
+  }
+
+  /**
+   * Starts the command server, in envd's pre-started runtime process when there is one; its
+   * events begin with `start` (with `prestarted`). An envd without the route answers 404
+   * `RouteNotFoundError`.
+   */
+  async startServer(
+    request: ServerStartRequest,
+    signal: AbortSignal,
+  ): Promise<AsyncIterator<ProcessEvent>> {
+    const response = await this.envd.send('POST', '/exec/server', {
+      body: { args: request.args, command: request.command, env: request.envs },
       timeoutMs: STREAM_IDLE_MS,
       signal,
     });

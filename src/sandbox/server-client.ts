@@ -1,5 +1,6 @@
-import { randomBytes } from 'node:crypto';
-import { resolve } from 'node:path';
+import { createHash, randomBytes } from 'node:crypto';
+import { readFileSync, statSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { readClassRecord } from '../../decorators/records.js';
 import {
@@ -16,16 +17,20 @@ import type { ShippedCommand } from '../commands/shipped-commands.js';
 import {
   CapabilityError,
   errorClassOf,
+  RouteNotFoundError,
   SandboxError,
   ServerCommandError,
   ServerNotRunningError,
 } from '../errors.js';
+import { packageInfo } from '../util/package-info.js';
 import { bundleCache, type CommandBundle } from './bundle-cache.js';
+import type { AuthoringMode } from './bundler.js';
 import type { CommandHandle } from './command-handle.js';
 import { Commands } from './commands.js';
 import { Filesystem } from './filesystem.js';
 import type { HttpClient } from './http-client.js';
-import { startServer } from './server-process.js';
+import { ProcessApi } from './process-api.js';
+import { serverRoute, shellCommand, startServer } from './server-process.js';
 
 type AnyClass = DecoratedCommand['cls'];
 
@@ -62,6 +67,17 @@ interface ServerState {
   sandboxId?: string;
   /** The command line it runs (token apart): the same bundle and options give the same one. */
   command?: string;
+  /** It runs in a process envd started ahead of the start (`server.cjs --prestart`). */
+  prestarted?: boolean;
+}
+
+/** agent-sandbox's authoring half as this client's package ships it for sandboxes. */
+interface AuthoringHalf {
+  /** Its file here (`dist/runtime/authoring.cjs`). */
+  file: string;
+  sha256: string;
+  /** Where it goes in the sandbox when the runtime's own is another one. */
+  sandboxPath: string;
 }
 
 /** A server to start: its bundle, where that goes in the sandbox, and its command line. */
@@ -69,6 +85,11 @@ interface Launch {
   port: number;
   bundle: CommandBundle;
   bundlePath: string;
+  /** The authoring half the bundle needs from the server (a `shared` bundle). */
+  authoring?: AuthoringHalf;
+  /** `server.cjs`'s arguments (`POST /exec/server`). */
+  args: string[];
+  /** The command line: shown in listings, and what tells two servers' bundles and options apart. */
   command: string;
   commands: CommandDescription[];
 }
@@ -99,6 +120,8 @@ const SERVER_DIR = SERVER_STATE_DIR;
 const RUNTIME = `${SANDBOX_RUNTIME_DIR}/server.cjs`;
 /** The server's exit status for a `--load` file that is missing or not the expected bytes. */
 const BUNDLE_REFUSED = 3;
+/** The server's exit status when neither the runtime's authoring half nor `--authoring` fits. */
+const AUTHORING_REFUSED = 4;
 /** How long stop() lets a server finish its calls in flight (its own grace period) before a kill. */
 const STOP_WAIT_MS = 10_000;
 
@@ -111,11 +134,18 @@ export class ServerClient {
   private port = 8080;
 
   private readonly processes: Commands;
+  private readonly api: ProcessApi;
   private readonly files: Filesystem;
+  /**
+   * The sandbox's envd has no `POST /exec/server` (an older runtime): servers start as shell
+   * commands, from bundles that carry their authoring half.
+   */
+  private legacy = false;
 
   constructor(private readonly host: ServerHost) {
     const envd = host.portClient(ENVD_PORT);
     this.processes = new Commands(envd);
+    this.api = new ProcessApi(envd);
     this.files = new Filesystem(envd);
   }
 
@@ -135,23 +165,35 @@ export class ServerClient {
     if (!Number.isInteger(port) || port < 1 || port > 65535) {
       throw new SandboxError(`port must be a TCP port (1-65535), not ${port}`);
     }
-    const capabilities = await this.host.capabilities();
-    if (!capabilities.includes('ports')) {
+    // Side by side: the capability check, the bundle and whether the sandbox has it, the server
+    // running on the port. A sandbox without ports refuses before anything is started.
+    const capabilities = this.host.capabilities();
+    const preparing = this.prepare(port, options);
+    const uploaded = preparing.then((launch) => this.files.exists(launch.bundlePath));
+    const finding = this.find(port);
+    for (const pending of [preparing, uploaded, finding]) pending.catch(() => undefined);
+    if (!(await capabilities).includes('ports')) {
       throw new CapabilityError(
         `sandbox ${this.host.sandboxId}'s template lacks the ports capability, so a command server in it could not be reached; add ports to the template's capabilities`,
       );
     }
-    const [launch, running] = await Promise.all([this.prepare(port, options), this.find(port)]);
+    const [launch, running] = await Promise.all([preparing, finding]);
     if (running && !options.restart && running.command === launch.command) {
       this.port = port;
       this.state = running;
       return this;
     }
-    const [uploaded] = await Promise.all([
-      this.files.exists(launch.bundlePath),
-      running && this.shutdown(running),
-    ]);
-    this.state = await this.launch(launch, uploaded, options.timeoutMs ?? 30_000);
+    const timeoutMs = options.timeoutMs ?? 30_000;
+    const [has] = await Promise.all([uploaded, running && this.shutdown(running)]);
+    try {
+      this.state = await this.launch(launch, has, timeoutMs);
+    } catch (error) {
+      if (this.legacy || !(error instanceof RouteNotFoundError)) throw error;
+      // An envd of an older runtime: its server.cjs needs the bundle to carry the authoring half.
+      this.legacy = true;
+      const again = await this.prepare(port, options);
+      this.state = await this.launch(again, await this.files.exists(again.bundlePath), timeoutMs);
+    }
     this.port = port;
     return this;
   }
@@ -246,46 +288,60 @@ export class ServerClient {
       const file = readClassRecord(cls)?.sourceFile;
       if (file) kept[file] = [...new Set([...(kept[file] ?? []), cls.name])].sort();
     }
-    const bundle = await bundleCache.bundle(files, shipped, kept);
+    // A bundle of the user's code alone, whose authoring half the server loads (a pre-started
+    // server has it loaded already); the whole of it for an older runtime, or a package built
+    // without the runtime's authoring half.
+    const authoring = this.legacy ? undefined : clientAuthoring();
+    const mode: AuthoringMode = authoring ? 'shared' : 'inline';
+    const bundle = await bundleCache.bundle(files, shipped, kept, mode);
     // Named by its content: a sandbox (or a snapshot of one) that has it needs no upload.
     const bundlePath = `${SERVER_DIR}/bundles/${bundle.sha256}.cjs`;
-    const groups = Array.isArray(options.groups) ? options.groups.join(',') : options.groups;
+    const groups = (
+      Array.isArray(options.groups) ? options.groups.join(',') : (options.groups ?? '')
+    ).replace(/[^A-Za-z0-9_,-]/g, '');
     const args = [
-      RUNTIME,
-      '--host 127.0.0.1',
-      `--port ${port}`,
+      ...['--host', '127.0.0.1', '--port', String(port)],
       // Also on the socket the gateway dials for this port: no forwarding hop through envd.
-      `--socket /run/abx/ports/${port}.sock`,
-      `--load ${bundlePath}`,
-      `--load-sha256 ${bundle.sha256}`,
-      ...(groups ? [`--groups '${groups.replace(/[^A-Za-z0-9_,-]/g, '')}'`] : []),
+      ...['--socket', `/run/abx/ports/${port}.sock`],
+      ...['--load', bundlePath, '--load-sha256', bundle.sha256],
+      ...(authoring
+        ? ['--authoring', authoring.sandboxPath, '--authoring-sha256', authoring.sha256]
+        : []),
+      ...(groups ? ['--groups', groups] : []),
       ...(options.commandTimeoutMs
-        ? [`--command-timeout-ms ${Math.round(options.commandTimeoutMs)}`]
+        ? ['--command-timeout-ms', String(Math.round(options.commandTimeoutMs))]
         : []),
     ];
     return {
       port,
       bundle,
       bundlePath,
-      command: `exec node ${args.join(' ')}`,
+      ...(authoring ? { authoring } : {}),
+      args,
+      // Only [A-Za-z0-9_,./-] in the arguments: the line runs in a shell as it is.
+      command: `${this.legacy ? 'exec ' : ''}node ${RUNTIME} ${args.join(' ')}`,
       commands: decorated.map(({ command }) => describeCommand(command)),
     };
   }
 
   /**
-   * Uploads the bundle unless the sandbox has it, starts the server and writes its state file
-   * while it comes up. A bundle the server finds damaged (exit 3) is uploaded again, once.
+   * Uploads the bundle unless the sandbox has it, starts the server (in envd's pre-started
+   * runtime process when it has one) and writes its state file while it comes up. A bundle the
+   * server finds damaged (exit 3) is uploaded again, once; an authoring half it does not have
+   * (exit 4: this client's agent-sandbox differs from the runtime's) is uploaded, once.
    */
   private async launch(launch: Launch, uploaded: boolean, timeoutMs: number): Promise<ServerState> {
     const deadline = Date.now() + timeoutMs;
     if (!uploaded) await this.host.writeFile(launch.bundlePath, launch.bundle.code);
-    for (let attempt = 1; ; attempt++) {
+    const refused = new Set<number>();
+    for (;;) {
       const token = randomBytes(24).toString('base64url');
+      const envs = { ABX_SERVER_TOKEN: token };
       // envd keeps the server's output (for the messages below, and for commands.connect).
       const server = await startServer(
-        this.processes,
-        launch.command,
-        { ABX_SERVER_TOKEN: token },
+        this.legacy
+          ? shellCommand(this.processes, launch.command, envs)
+          : serverRoute(this.api, { args: launch.args, command: launch.command, envs }),
         deadline,
       );
       const state: ServerState = {
@@ -296,6 +352,7 @@ export class ServerClient {
         commands: launch.commands,
         sandboxId: this.host.sandboxId,
         command: launch.command,
+        prestarted: server.prestarted,
       };
       const stateFile = `${SERVER_DIR}/server-${launch.port}.json`;
       const [ready, written] = await Promise.allSettled([
@@ -316,12 +373,20 @@ export class ServerClient {
         );
       }
       if (outcome.state === 'exited') {
-        if (outcome.exitCode === BUNDLE_REFUSED && attempt === 1) {
+        const { exitCode } = outcome;
+        if (exitCode === BUNDLE_REFUSED && !refused.has(exitCode)) {
+          refused.add(exitCode);
           await this.host.writeFile(launch.bundlePath, launch.bundle.code);
           continue;
         }
+        if (exitCode === AUTHORING_REFUSED && launch.authoring && !refused.has(exitCode)) {
+          refused.add(exitCode);
+          const { file, sandboxPath } = launch.authoring;
+          await this.host.writeFile(sandboxPath, readFileSync(file, 'utf8'));
+          continue;
+        }
         throw new SandboxError(
-          `the command server exited (code ${outcome.exitCode}) before answering; its output ends:\n${outcome.output}`,
+          `the command server exited (code ${exitCode}) before answering; its output ends:\n${outcome.output}`,
         );
       }
     }
@@ -407,6 +472,31 @@ export class ServerClient {
       return false;
     }
   }
+}
+
+let authoringCache: { key: string; half: AuthoringHalf } | undefined;
+
+/**
+ * This package's authoring half for sandboxes (`dist/runtime/authoring.cjs`), hashed once per
+ * version of the file; undefined when the package was built without it.
+ */
+function clientAuthoring(): AuthoringHalf | undefined {
+  const file = join(packageInfo().root, 'dist', 'runtime', 'authoring.cjs');
+  let key: string;
+  try {
+    const { dev, ino, size, mtimeMs, ctimeMs } = statSync(file);
+    key = `${dev}:${ino}:${size}:${mtimeMs}:${ctimeMs}`;
+  } catch {
+    return undefined;
+  }
+  if (authoringCache?.key !== key) {
+    const sha256 = createHash('sha256').update(readFileSync(file)).digest('hex');
+    authoringCache = {
+      key,
+      half: { file, sha256, sandboxPath: `${SERVER_DIR}/authoring/${sha256}.cjs` },
+    };
+  }
+  return authoringCache.half;
 }
 
 /**

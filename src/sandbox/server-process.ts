@@ -1,5 +1,7 @@
-import type { CommandHandle } from './command-handle.js';
+import { SandboxError } from '../errors.js';
+import { CommandHandle } from './command-handle.js';
 import type { Commands } from './commands.js';
+import type { ProcessApi, ServerStartRequest } from './process-api.js';
 
 /**
  * How the start of a command server ended: listening; exited first; or still not listening at
@@ -14,6 +16,8 @@ export type ServerOutcome =
 export interface StartingServer {
   /** envd's id of the process. */
   pid: string;
+  /** It runs in a process envd started ahead (`server.cjs --prestart`). */
+  prestarted: boolean;
   /**
    * Settles once the server prints its `listening` line (it then serves on its port and on its
    * socket), exits, or `deadline` passes; rejects only when envd's stream breaks.
@@ -35,6 +39,45 @@ function tail(handle: CommandHandle): string {
   return `${handle.stdout}${handle.stderr}`.slice(-2000).trim() || '(no output)';
 }
 
+/** Starts a command server process through envd, its stdout going to `onStdout`. */
+export type ServerLauncher = (
+  onStdout: (data: string) => void,
+) => Promise<{ handle: CommandHandle; prestarted: boolean }>;
+
+/** The start through `POST /exec/server`: in envd's pre-started runtime process when it has one. */
+export function serverRoute(api: ProcessApi, request: ServerStartRequest): ServerLauncher {
+  return async (onStdout) => {
+    const abort = new AbortController();
+    const events = await api.startServer(request, abort.signal);
+    const first = await events.next().catch((error: Error) => {
+      throw new SandboxError(`the command server was not confirmed as started: ${error.message}`, {
+        cause: error,
+      });
+    });
+    if (first.done || !('start' in first.value)) {
+      abort.abort();
+      throw new SandboxError('envd did not answer POST /exec/server with a start event');
+    }
+    const handle = new CommandHandle(
+      { api, pid: first.value.start.id, events, from: { stdout: 0, stderr: 0 }, abort },
+      { onStdout },
+    );
+    return { handle, prestarted: first.value.prestarted === true };
+  };
+}
+
+/** The start as a shell command through `POST /exec` (an envd without `/exec/server`). */
+export function shellCommand(
+  processes: Commands,
+  command: string,
+  envs: Record<string, string>,
+): ServerLauncher {
+  return async (onStdout) => ({
+    handle: await processes.start(command, { envs, timeoutMs: 0, stdin: false, onStdout }),
+    prestarted: false,
+  });
+}
+
 /**
  * Starts the command server through envd and follows its output on that one request: readiness
  * is the server's own `listening` line, so nothing polls its port meanwhile (a request that
@@ -42,9 +85,7 @@ function tail(handle: CommandHandle): string {
  * is let go once the wait ends; envd keeps the output for `commands.connect`.
  */
 export async function startServer(
-  processes: Commands,
-  command: string,
-  envs: Record<string, string>,
+  launcher: ServerLauncher,
   deadline: number,
 ): Promise<StartingServer> {
   let partial = '';
@@ -52,15 +93,10 @@ export async function startServer(
   const listening = new Promise<ServerOutcome>((resolve) => {
     listened = () => resolve({ state: 'listening' });
   });
-  const handle = await processes.start(command, {
-    envs,
-    timeoutMs: 0,
-    stdin: false,
-    onStdout: (data) => {
-      const lines = (partial + data).split('\n');
-      partial = lines.pop() ?? '';
-      if (lines.some(isListening)) listened();
-    },
+  const { handle, prestarted } = await launcher((data) => {
+    const lines = (partial + data).split('\n');
+    partial = lines.pop() ?? '';
+    if (lines.some(isListening)) listened();
   });
   const exited = handle.wait().then(
     (): ServerOutcome => ({ state: 'exited', exitCode: 0, output: tail(handle) }),
@@ -87,5 +123,5 @@ export async function startServer(
       exited.catch(() => undefined);
     }
   })();
-  return { pid: handle.pid, ready };
+  return { pid: handle.pid, prestarted, ready };
 }

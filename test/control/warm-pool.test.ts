@@ -98,6 +98,37 @@ describe('the warm pool', () => {
     expect(plane.provider.creates).toBe(2);
   });
 
+  test('a pooled sandbox of a template with ports that waits unclaimed gets its command server started; one claimed at once does not', async ({
+    openPool,
+  }) => {
+    const plane = openPool({ readyDelayMs: 1500 });
+    await plane.templates.build({ yaml: 'name: served\ncapabilities: [shell, files, ports]\n' });
+    const prestarts = (id: string) =>
+      plane.provider.sandbox(id).requests.filter((r) => r === 'POST /exec/server/prestart');
+    await plane.sandboxes.create({ template: 'served' });
+    await plane.sandboxes.refill('served');
+    const [waiting] = await pooledIds(plane);
+    await until(() => prestarts(waiting as string).length === 1, 'the prestart', 10_000);
+    // Claimed before the delay: the caller's sandbox is left as it is.
+    const claimed = (await plane.sandboxes.create({ template: 'served' })).record.id;
+    expect(claimed).toBe(waiting);
+    await plane.sandboxes.refill('served');
+    const [next] = await pooledIds(plane);
+    const taken = (await plane.sandboxes.create({ template: 'served' })).record.id;
+    expect(taken).toBe(next);
+    await new Promise((resolve) => setTimeout(resolve, 2000));
+    expect(prestarts(taken)).toEqual([]);
+    // A template without ports never gets one.
+    await plane.sandboxes.create({});
+    await plane.sandboxes.refill('base');
+    const plain = (await plane.sandboxes.list({ state: 'pooled' })).filter(
+      (r) => r.template === 'base',
+    );
+    expect(plain).toHaveLength(1);
+    await new Promise((resolve) => setTimeout(resolve, 2000));
+    expect(prestarts((plain[0] as { id: string }).id)).toEqual([]);
+  });
+
   test('a pooled sandbox is warmed through envd before it is offered; a created one is not', async ({
     open,
   }) => {

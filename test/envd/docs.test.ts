@@ -7,6 +7,7 @@ import { ENV } from '../../runtime/envd/env.js';
 import { EXEC } from '../../runtime/envd/exec.js';
 import { FILES_BATCH } from '../../runtime/envd/files-batch.js';
 import { portsGroup } from '../../runtime/envd/ports.js';
+import { ServerStarter, serverStartGroup } from '../../runtime/envd/server-start.js';
 import { tokensGroup } from '../../runtime/envd/tokens.js';
 import { watchGroup } from '../../runtime/envd/watch.js';
 import { ROOT } from '../server/harness.js';
@@ -32,6 +33,7 @@ test('docs/envd-api.md lists exactly the envd-only routes, each with its group a
   const routes = [
     ...EXEC.routes,
     ...portsGroup('/nonexistent').routes,
+    ...serverStartGroup(new ServerStarter('/nonexistent/server.cjs')).routes,
     ...FILES_BATCH.routes,
     ...watchGroup().routes,
     ...ARCHIVE.routes,
