@@ -32,6 +32,7 @@ export {
   LimitExceededError,
   ManifestError,
   MethodNotAllowedError,
+  NodeLineError,
   NotFoundError,
   PayloadTooLargeError,
   PermissionDeniedError,

@@ -102,6 +102,7 @@ export {
   errorFromBody,
   InvalidArgumentError,
   LimitExceededError,
+  NodeLineError,
   NotFoundError,
   PermissionDeniedError,
   SandboxError,

@@ -223,6 +223,16 @@ export class VolumeConflictError extends SandboxError {
   static override readonly status: number = 409;
 }
 
+/**
+ * A template names the Node line its sandboxes need (`runtime: { node }`), and this
+ * installation's sandboxes of it run another: the message says which Node is there, where it
+ * comes from, and how to get the one needed (`needed`, `found` in the error).
+ */
+export class NodeLineError extends SandboxError {
+  static override readonly type: string = 'NodeLineError';
+  static override readonly status: number = 409;
+}
+
 // ---------------------------------------------------------------- not found (404)
 
 /** No sandbox, template, command, process or file of that name (or it is gone). */
@@ -522,6 +532,7 @@ export const ERROR_CLASSES: readonly ErrorClass[] = [
   ContextDeadError,
   SandboxPausedError,
   VolumeConflictError,
+  NodeLineError,
   AuthenticationError,
   PermissionDeniedError,
   CapabilityError,

@@ -142,6 +142,8 @@ export interface TemplateInfo {
   resources: TemplateResources;
   setup: SetupStep[];
   customCommands: CustomCommandInfo[];
+  /** What its sandboxes must run on (`runtime:` in template.yaml): `node`, a Node line such as 24. */
+  runtime?: { node: number };
   builtAt: string | null;
   /** The template file it was built from; null for base and for templates built from code. */
   path: string | null;

@@ -9,10 +9,11 @@ import {
 } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { DEFAULT_DISK_BYTES } from '../commands/template-runtime.js';
 import { egressOptionsFromEnv, egressProblem } from '../egress/controller.js';
 import { startSandboxNet, stopSandboxNet } from '../egress/sandbox-net.js';
+import { findDaemon } from '../installation/daemon-connection.js';
 import { dockerClient, engineAddress, probeEngine } from '../providers/docker/engine.js';
 import { cgroupParent, cgroupSupport, cgroupVersion } from '../providers/local/cgroups.js';
 import { hostSandboxNode } from '../providers/local/local-provider.js';
@@ -52,7 +53,10 @@ const NODE_END_OF_LIFE: Record<number, string> = {
   18: '2025-04-30',
   20: '2026-04-30',
   22: '2027-04-30',
+  23: '2025-06-01',
   24: '2028-04-30',
+  25: '2026-06-01',
+  26: '2029-04-30',
 };
 
 function readTrimmed(path: string): string | undefined {
@@ -438,10 +442,28 @@ async function diskQuotas(root: boolean, dir: string): Promise<Check> {
   };
 }
 
-/** The daemon's Node (this one: `abx daemon start` runs the daemon with it). */
-function daemonNode(): Check {
-  const major = Number(/^v(\d+)/.exec(process.version)?.[1]);
-  const found = `${process.version} at ${process.execPath}`;
+/** The Node the daemon runs on: the running daemon's of this `$ABX_HOME`, else this one. */
+interface DaemonNode {
+  version: string;
+  path: string;
+  /** The running daemon's pid; absent: none runs, and `abx daemon start` would start it on this Node. */
+  pid?: number;
+}
+
+async function daemonNodeFacts(): Promise<DaemonNode> {
+  const info = await findDaemon().catch(() => undefined);
+  if (info?.node) return { ...info.node, pid: info.pid };
+  return { version: process.version, path: process.execPath };
+}
+
+function lineOf(version: string): number {
+  return Number(/^v?(\d+)/.exec(version)?.[1]);
+}
+
+/** The daemon's Node: its version and path, and whether its line still gets security fixes. */
+function daemonNode(node: DaemonNode): Check {
+  const major = lineOf(node.version);
+  const found = `${node.version} at ${node.path} (${node.pid ? `the running daemon, pid ${node.pid}` : '`abx daemon start` starts the daemon on it'})`;
   const end = NODE_END_OF_LIFE[major];
   if (major < 20) {
     return {
@@ -449,7 +471,7 @@ function daemonNode(): Check {
       status: 'failed',
       required: true,
       found: `${found}: agent-sandbox needs Node 20 or newer`,
-      fix: 'install Node 22 or 24 (nodejs.org, or apt-get install nodejs from NodeSource)',
+      fix: 'install Node 24 (or 22, 26) and start the daemon with it',
     };
   }
   if (end && Date.now() > Date.parse(end)) {
@@ -458,14 +480,18 @@ function daemonNode(): Check {
       status: 'warning',
       required: true,
       found: `${found}: Node ${major} reached its end of life on ${end} (no more security fixes)`,
-      fix: 'install Node 22 or 24 and start the daemon with it',
+      fix: 'install Node 24 (or 22, 26) and start the daemon with it',
     };
   }
   return { name: 'node (daemon)', status: 'ok', required: true, found };
 }
 
-/** What envd runs on in a sandbox without an image (the host's /usr), and envd itself. */
-async function sandboxNode(): Promise<Check> {
+/**
+ * What envd and the command server run on in sandboxes without an image (the host's /usr), and
+ * envd itself. Image sandboxes run a copy of the daemon's Node: when the two are different
+ * lines, that is a warning, so that no sandbox's Node differs from the daemon's unnoticed.
+ */
+async function sandboxNode(daemon: DaemonNode): Promise<Check> {
   const runtimeDir = join(packageInfo().root, 'dist', 'runtime');
   if (!existsSync(join(runtimeDir, 'envd.cjs'))) {
     return {
@@ -476,7 +502,8 @@ async function sandboxNode(): Promise<Check> {
       fix: 'build the package (npm run build) or reinstall it',
     };
   }
-  const node = hostSandboxNode();
+  // The daemon's own binary when it lives under /usr (the sandboxes see the host's /usr).
+  const node = daemon.path.startsWith('/usr/') ? daemon.path : hostSandboxNode();
   const result = await probe(node, ['--version'], { timeoutMs: TIMEOUT.version });
   if (!result.ok) {
     return {
@@ -484,15 +511,23 @@ async function sandboxNode(): Promise<Check> {
       status: result.spawnError === 'ENOENT' ? 'missing' : 'failed',
       required: true,
       found: `${probeFailure(result, node, TIMEOUT.version)}: envd runs on it in sandboxes without an image`,
-      fix: 'apt-get install nodejs (Node 20 or newer), or run the daemon with a Node installed under /usr',
+      fix: 'apt-get install nodejs (Node 22 or newer), or run the daemon with a Node installed under /usr',
     };
   }
-  return {
-    name: 'node (sandboxes)',
-    status: 'ok',
-    required: true,
-    found: `${result.stdout.trim()} at ${node} (sandboxes without an image); image sandboxes run the daemon's ${process.version} from the portable runtime`,
-  };
+  const version = result.stdout.trim();
+  const found = `${version} at ${node} (sandboxes without an image); image sandboxes run the daemon's ${daemon.version} from the portable runtime`;
+  const host = lineOf(version);
+  const own = lineOf(daemon.version);
+  if (host !== own) {
+    return {
+      name: 'node (sandboxes)',
+      status: 'warning',
+      required: true,
+      found: `${found}: two Node lines, ${host} in sandboxes without an image and ${own} in the daemon and image sandboxes`,
+      fix: `run the daemon on ${node} (abx daemon stop; abx daemon start with ${dirname(node)} first on PATH), or install Node ${own} as ${node}; a template whose code needs one line names it (runtime: { node: ${own} }), so its builds and creates fail instead of running on another`,
+    };
+  }
+  return { name: 'node (sandboxes)', status: 'ok', required: true, found };
 }
 
 /** The host's Docker engine: where the local provider gets image templates' file systems. */
@@ -719,7 +754,7 @@ export async function localDoctor(): Promise<DoctorReport> {
         bubblewrap(),
         userNamespaces(sandboxUid),
         diskQuotas(root, dir),
-        sandboxNode(),
+        daemonNodeFacts().then(async (node) => ({ node, check: await sandboxNode(node) })),
         dockerEngine(root),
         python(dir),
         chromium(dir),
@@ -741,8 +776,8 @@ export async function localDoctor(): Promise<DoctorReport> {
       },
       cgroups(root),
       disk,
-      daemonNode(),
-      sandboxNodeCheck,
+      daemonNode(sandboxNodeCheck.node),
+      sandboxNodeCheck.check,
       internet,
       docker,
       py,

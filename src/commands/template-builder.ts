@@ -22,6 +22,7 @@ interface TemplateDocument {
   timeout?: string | number;
   resources?: Record<string, string | number>;
   network?: 'none' | 'host' | 'internet' | { allow_out?: string[]; deny_out?: string[] };
+  runtime?: { node: number };
 }
 
 /** Options of a step: who runs it (an image template's steps run as `root` by default). */
@@ -186,6 +187,15 @@ export class Template {
         ? { allow_out: policy.allowOut ?? [], deny_out: policy.denyOut ?? [] }
         : network,
     });
+  }
+
+  /**
+   * The Node line (major version) the sandboxes' envd and command server must run on, such as
+   * 24: a build or a create fails, saying which Node is there and how to get this one, when it
+   * is another (`runtime: { node }` in `template.yaml`).
+   */
+  requireNode(line: number): Template {
+    return this.with({ runtime: { node: line } });
   }
 
   /** The `template.yaml` this template equals, named `name`. */

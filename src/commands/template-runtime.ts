@@ -22,9 +22,11 @@ export const RUNTIME_KEYS = [
   'resources',
   'network',
   'kubernetes',
+  'runtime',
 ];
 const STEP_KEYS = ['run', 'copy', 'to', 'user'];
 const RESOURCE_KEYS = ['processes', 'open_files', 'file_size', 'memory', 'cpu', 'disk'];
+const RUNTIME_NODE_KEYS = ['node'];
 
 /** The default lifetime of a sandbox whose template sets no `timeout`. */
 export const DEFAULT_SANDBOX_TIMEOUT_MS = 5 * 60_000;
@@ -74,6 +76,12 @@ export interface TemplateRuntime {
   egress?: EgressPolicy;
   /** Where and how the template's pods run on the kubernetes provider (others ignore it). */
   kubernetes?: TemplateKubernetes;
+  /**
+   * What the template's sandboxes must run on: `node` is the Node line (major version) that envd
+   * and the command server need there. A build, and each create, fails when the sandboxes would
+   * run another line (src/control/node-line.ts).
+   */
+  runtime?: { node: number };
 }
 
 /** Reads the runtime keys of a template document, reporting problems to `reader`. */
@@ -137,6 +145,7 @@ export function readRuntime(
 
   const { network, egress, networkDefault } = readNetwork(reader, root.network);
   const kubernetes = readKubernetes(reader, root.kubernetes);
+  const runtime = readRuntimeNeeds(reader, root.runtime);
   return {
     ...image,
     user: typeof user === 'string' ? user : DEFAULT_USER,
@@ -149,7 +158,31 @@ export function readRuntime(
     ...(networkDefault ? { networkDefault } : {}),
     ...(egress ? { egress } : {}),
     ...(kubernetes ? { kubernetes } : {}),
+    ...(runtime ? { runtime } : {}),
   };
+}
+
+/** `runtime: { node: 24 }`: the Node line the sandboxes need (a major version, 18 or newer). */
+function readRuntimeNeeds(reader: TemplateReader, value: unknown): { node: number } | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (!isRecord(value)) {
+    reader.problem(['runtime'], 'must be a mapping such as { node: 24 }');
+    return undefined;
+  }
+  reader.checkKeys(value, RUNTIME_NODE_KEYS, ['runtime']);
+  if (value.node === undefined) {
+    reader.problem(['runtime'], 'missing `node:`, the Node line the sandboxes need, such as 24');
+    return undefined;
+  }
+  const node = typeof value.node === 'string' ? Number(value.node) : value.node;
+  if (typeof node !== 'number' || !Number.isInteger(node) || node < 18 || node > 999) {
+    reader.problem(
+      ['runtime', 'node'],
+      'must be a Node line: its major version as a whole number, such as 22, 24 or 26',
+    );
+    return undefined;
+  }
+  return { node };
 }
 
 /**

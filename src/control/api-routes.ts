@@ -138,6 +138,7 @@ export function templateJson(template: BuiltTemplate): TemplateInfo {
     resources: spec.resources,
     setup: spec.setup,
     customCommands: spec.customCommands,
+    ...(spec.runtime ? { runtime: spec.runtime } : {}),
     builtAt: template.builtAt === 0 ? null : new Date(template.builtAt).toISOString(),
     path: spec.path ?? null,
   };

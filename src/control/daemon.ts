@@ -620,6 +620,7 @@ export class Daemon {
       version: packageInfo().version,
       provider: this.provider.name,
       startedAt: new Date().toISOString(),
+      node: { version: process.version, path: process.execPath },
       isolation: this.provider.isolation(),
       registry: this.registry.location,
     };

@@ -25,6 +25,7 @@ import {
 import { BackgroundLog } from './background-log.js';
 import { prestartServer, sandboxEnv, warmSandbox } from './envd-request.js';
 import { hashToken, newSandboxId, type TokenKind } from './ids.js';
+import { verifySandboxNode } from './node-line.js';
 import type { CreateSource, SandboxEvents } from './prometheus.js';
 import type { ReaperHost } from './reaper.js';
 import type {
@@ -395,6 +396,22 @@ export class SandboxService {
         rmSync(dir, { recursive: true, force: true });
         throw error;
       });
+    const needed = template.spec.runtime?.node;
+    if (needed !== undefined) {
+      // The Node it really runs, whatever changed since the build (the daemon's, the host's).
+      await verifySandboxNode(
+        template.spec.name,
+        needed,
+        this.provider,
+        template.image !== undefined,
+        handle,
+        this.controlTokenOf(id),
+      ).catch(async (error) => {
+        await this.provider.kill(handle);
+        rmSync(dir, { recursive: true, force: true });
+        throw error;
+      });
+    }
     this.pool.observeStart(template.spec.name, performance.now() - began);
     // What a wake after a hibernate starts it as (a provider that can hibernate only).
     if (this.provider.wake) {

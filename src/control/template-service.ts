@@ -25,6 +25,7 @@ import {
 import { extractTar } from '../util/safe-extract.js';
 import { copyIntoSandbox, envdStream } from './envd-request.js';
 import { newSandboxId, newToken } from './ids.js';
+import { checkNodeLine } from './node-line.js';
 import type { Registry, TemplateRecord } from './registry.js';
 
 /** The template every installation has, without a build. */
@@ -268,9 +269,10 @@ export class TemplateService {
     if (spec.name === BASE_TEMPLATE.name) {
       throw new InvalidArgumentError("'base' is built in; give your template another name");
     }
-    if (spec.image !== undefined || spec.dockerfile !== undefined) {
-      return this.buildImage(spec, onProgress);
-    }
+    const fromImage = spec.image !== undefined || spec.dockerfile !== undefined;
+    // Before anything is made: a template whose sandboxes would run another Node is not built.
+    await checkNodeLine(spec.name, spec.runtime?.node, this.provider, fromImage);
+    if (fromImage) return this.buildImage(spec, onProgress);
     const dir = join(this.templatesDir, spec.name);
     let homeDir: string | undefined;
     if (spec.setup.length > 0) homeDir = await this.runSetup(spec, dir, onProgress);

@@ -8,6 +8,11 @@ export interface DaemonInfo {
   domain: string;
   version: string;
   startedAt: string;
+  /**
+   * The Node the daemon runs on: its version and binary (image sandboxes run a copy of it). Absent:
+   * written by an older daemon.
+   */
+  node?: { version: string; path: string };
   /** Where its sandboxes run: `local` (bubblewrap) or `docker` (absent: written by an older daemon, local). */
   provider?: string;
   /**

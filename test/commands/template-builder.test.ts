@@ -26,6 +26,7 @@ workdir: /home/analyst
 timeout: 10m
 resources: { memory: 512M, cpu: 1, open_files: 256 }
 network: host
+runtime: { node: 24 }
 setup:
   - apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends 'jq' && rm -rf /var/lib/apt/lists/*
   - PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-cache-dir 'pandas' 'numpy==2.1.0'
@@ -43,6 +44,7 @@ setup:
       .setTimeout('10m')
       .setResources({ memory: '512M', cpu: 1, openFiles: 256 })
       .setNetwork('host')
+      .requireNode(24)
       .aptInstall(['jq'])
       .pipInstall(['pandas', 'numpy==2.1.0'])
       .copy(join(dir, 'data'), '/home/analyst/data', { user: 'analyst' })
@@ -56,10 +58,11 @@ setup:
       to: '/home/analyst/data',
       user: 'analyst',
     });
-    expect([fromCode.image, fromCode.user, fromCode.timeoutMs]).toEqual([
+    expect([fromCode.image, fromCode.user, fromCode.timeoutMs, fromCode.runtime]).toEqual([
       'python:3.12-slim',
       'analyst',
       600_000,
+      { node: 24 },
     ]);
   });
 

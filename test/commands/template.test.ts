@@ -103,6 +103,25 @@ custom_commands:
     );
   });
 
+  test('runtime: { node } names the Node line the sandboxes need; anything else says what it must be', () => {
+    expect(parseTemplate('name: t\nruntime: { node: 24 }\n').runtime).toEqual({ node: 24 });
+    expect(parseTemplate('name: t\nruntime:\n  node: "22"\n').runtime).toEqual({ node: 22 });
+    expect(parseTemplate('name: t\n').runtime).toBeUndefined();
+    expect(templateError('name: t\nruntime: { node: 24.1 }\n').message).toBe(
+      'template.yaml:2:18: runtime.node: must be a Node line: its major version as a whole number, such as 22, 24 or 26',
+    );
+    expect(templateError('name: t\nruntime: { node: v24 }\n').message).toMatch(
+      /runtime\.node: must be a Node line/,
+    );
+    expect(templateError('name: t\nruntime: {}\n').message).toMatch(
+      /runtime: missing `node:`, the Node line the sandboxes need, such as 24/,
+    );
+    expect(templateError('name: t\nruntime: { python: 3 }\n').message).toMatch(/runtime\.python/);
+    expect(templateError('name: t\nruntime: 24\n').message).toMatch(
+      /runtime: must be a mapping such as \{ node: 24 \}/,
+    );
+  });
+
   test('a file that cannot be read is a TemplateError naming it', () => {
     expect(() => loadTemplate(join(dir, 'missing.yaml'))).toThrow(
       /missing\.yaml: cannot read template: ENOENT/,

@@ -12,12 +12,13 @@ import { cgroupPids, cgroupUsage, oomKills, removeCgroups } from '../local/cgrou
 import { envdHealthy } from '../local/local-provider.js';
 import { isSameProcess, processStartTime, processTree } from '../local/proc.js';
 import { sandboxUsage } from '../local/sandbox-usage.js';
-import { type PortableRuntime, portableRuntime } from '../portable-runtime.js';
+import { type PortableRuntime, portableRuntime, portableSandboxNode } from '../portable-runtime.js';
 import {
   type EndCause,
   envdTokenFile,
   type IsolationReport,
   type SandboxHandle,
+  type SandboxNode,
   type SandboxProvider,
   type SandboxSpec,
   type SandboxUsage,
@@ -620,6 +621,11 @@ export class DockerProvider implements SandboxProvider {
   internetUnavailable(): string | undefined {
     const support = this.egressSupport();
     return support.enforced ? undefined : support.how;
+  }
+
+  /** Every docker sandbox runs envd on the portable runtime: the daemon's own Node. */
+  sandboxNode(): Promise<SandboxNode> {
+    return Promise.resolve(portableSandboxNode());
   }
 
   isolation(): IsolationReport {

@@ -29,13 +29,19 @@ import { type KeptNet, SandboxNetworks } from '../../egress/sandbox-networks.js'
 import type { EgressCounters, EgressPorts } from '../../egress/service.js';
 import { SandboxStartError } from '../../errors.js';
 import { dockerClient } from '../docker/engine.js';
-import { type PortableRuntime, portableRuntime, SANDBOX_NODE } from '../portable-runtime.js';
+import {
+  type PortableRuntime,
+  portableRuntime,
+  portableSandboxNode,
+  SANDBOX_NODE,
+} from '../portable-runtime.js';
 import {
   type EndCause,
   envdArguments,
   envdTokenFile,
   type IsolationReport,
   type SandboxHandle,
+  type SandboxNode,
   type SandboxProvider,
   type SandboxSpec,
   type SandboxUsage,
@@ -104,6 +110,40 @@ export interface LocalProviderOptions {
  */
 export function hostSandboxNode(): string {
   return process.execPath.startsWith('/usr/') ? process.execPath : '/usr/bin/node';
+}
+
+/** The version of the host's sandbox Node, by `path:mtime:size` (a new install is probed anew). */
+const hostNodeVersions = new Map<string, string>();
+
+/**
+ * The Node of sandboxes without an image (the host's, see {@link hostSandboxNode}): its version
+ * from `--version`, once per installed binary.
+ */
+export async function hostNodeOfSandboxes(): Promise<SandboxNode> {
+  const path = hostSandboxNode();
+  const facts = statSync(path, { throwIfNoEntry: false });
+  if (!facts) {
+    throw new SandboxStartError(
+      `sandboxes without an image run envd on ${path}, and there is none: apt-get install nodejs (Node 22 or newer), or run the daemon with a Node installed under /usr`,
+    );
+  }
+  const key = `${path}:${facts.mtimeMs}:${facts.size}`;
+  let version = hostNodeVersions.get(key);
+  if (!version) {
+    const { stdout } = await promisify(execFile)(path, ['--version'], { timeout: 10_000 });
+    version = stdout.trim();
+    hostNodeVersions.set(key, version);
+  }
+  const daemon =
+    path === process.execPath
+      ? 'the daemon runs on it too'
+      : `the daemon runs on ${process.execPath}`;
+  return {
+    version,
+    source: `the host's ${path} (sandboxes without an image run on the host's /usr; ${daemon})`,
+    change: (line) =>
+      `install Node ${line} as ${path} (nodejs.org, or NodeSource's nodejs package for node_${line}.x), or start the template from an image (image: or dockerfile:), whose sandboxes run the daemon's own Node, ${process.version}`,
+  };
 }
 
 /** What a rootless sandbox's log keeps: its start and any early failure, not a flood. */
@@ -896,6 +936,10 @@ export class LocalProvider implements SandboxProvider {
       removeCgroups(dirs);
     }
     return [...orphans.keys()];
+  }
+
+  sandboxNode(image: boolean): Promise<SandboxNode> {
+    return image ? Promise.resolve(portableSandboxNode()) : hostNodeOfSandboxes();
   }
 
   isolation(): IsolationReport {
