@@ -32,7 +32,7 @@ export interface MemorySandbox {
   envUpdates: Record<string, string>[];
   /** `METHOD url` of every request that reached its envd, refused ones included. */
   requests: string[];
-  /** Each `POST /process/exec` command, in order. */
+  /** Each `POST /process/exec` and `POST /exec` command, in order. */
   execs: string[];
   /** Ports envd was asked to forward (`POST /ports/{port}`), in order. */
   portOpens: number[];
@@ -406,6 +406,23 @@ export class MemoryProvider implements SandboxProvider {
       const cmd = String((json() as { cmd?: unknown } | undefined)?.cmd ?? '');
       box.execs.push(cmd);
       sendJson(res, 200, runFakeCommand(box, cmd));
+    } else if (req.method === 'POST' && url.pathname === '/exec') {
+      // envd's streamed form (what template builds use): start, output, exit as NDJSON.
+      const cmd = String((json() as { cmd?: unknown } | undefined)?.cmd ?? '');
+      box.execs.push(cmd);
+      const result = runFakeCommand(box, cmd);
+      const lines: unknown[] = [{ start: { id: String(box.execs.length), command: cmd } }];
+      let offset = { stdout: 0, stderr: 0 };
+      for (const stream of ['stdout', 'stderr'] as const) {
+        const data = result[stream];
+        if (data === '') continue;
+        const next = offset[stream] + Buffer.byteLength(data);
+        lines.push({ stream, data, offset: offset[stream], next });
+        offset = { ...offset, [stream]: next };
+      }
+      lines.push({ exit: { code: result.exit_code, signal: null, timed_out: false } });
+      res.writeHead(200, { 'content-type': 'application/x-ndjson' });
+      res.end(lines.map((line) => `${JSON.stringify(line)}\n`).join(''));
     } else if (req.method === 'GET' && url.pathname === '/files/archive') {
       if (url.searchParams.get('path') !== '/home/user') {
         sendJson(res, 404, { error: 'memory provider: only /home/user', type: 'NotFoundError' });
