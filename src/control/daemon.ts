@@ -28,6 +28,7 @@ import { parseRegistryPrefix } from '../providers/docker/image-reference.js';
 import { LocalProvider } from '../providers/local/local-provider.js';
 import { egressPolicyOf, type SandboxProvider } from '../providers/provider.js';
 import { sandboxPortTarget } from '../providers/sandbox-socket.js';
+import { envMilliseconds } from '../util/env-ms.js';
 import { packageInfo } from '../util/package-info.js';
 import {
   API_ROUTES,
@@ -146,15 +147,7 @@ const POSTGRES_HINTS: Record<string, string> = {
 
 /** `ABX_PAUSED_TIMEOUT_MS`: how long a paused sandbox is kept (default 30 days). */
 export function pausedTimeout(env: NodeJS.ProcessEnv = process.env): number {
-  const text = env.ABX_PAUSED_TIMEOUT_MS;
-  if (text === undefined || text === '') return PAUSED_TIMEOUT_MS;
-  const ms = Number(text);
-  if (!Number.isSafeInteger(ms) || ms < 1000) {
-    throw new Error(
-      `ABX_PAUSED_TIMEOUT_MS must be a whole number of milliseconds, 1000 or more, not '${text}'`,
-    );
-  }
-  return ms;
+  return envMilliseconds('ABX_PAUSED_TIMEOUT_MS', PAUSED_TIMEOUT_MS, 1000, env);
 }
 
 /** `ABX_AUTO_PAUSE_MEMORY`: what `autoPause` keeps when a create does not say (default true). */
@@ -669,15 +662,7 @@ export class Daemon {
 
 /** How long a dashboard sign-in lasts: `ABX_DASHBOARD_SESSION_MS` (1 minute or more), else 12 h. */
 function dashboardSessionMs(): number {
-  const raw = process.env.ABX_DASHBOARD_SESSION_MS;
-  if (raw === undefined || raw === '') return DASHBOARD_SESSION_MS;
-  const ms = Number(raw);
-  if (!Number.isInteger(ms) || ms < 60_000) {
-    throw new Error(
-      `ABX_DASHBOARD_SESSION_MS must be a whole number of milliseconds, 60000 or more, not '${raw}'`,
-    );
-  }
-  return ms;
+  return envMilliseconds('ABX_DASHBOARD_SESSION_MS', DASHBOARD_SESSION_MS, 60_000);
 }
 
 /** `host:port`, with an IPv6 host in brackets. */

@@ -184,8 +184,8 @@ function checkFileSignature(signed: NonNullable<RequestTarget['signed']>, token:
   }
 }
 
-/** A request for the daemon's API (see {@link GatewayBackend.apiTarget}). */
-function apiTarget(pathname: string, path: string): RequestTarget {
+/** A request that names no sandbox (the gateway answers it, or passes it to the API). */
+function noSandbox(pathname: string, path: string): RequestTarget {
   return {
     id: '',
     port: 0,
@@ -194,8 +194,12 @@ function apiTarget(pathname: string, path: string): RequestTarget {
     via: 'header',
     pathname,
     path,
-    api: true,
   };
+}
+
+/** A request for the daemon's API (see {@link GatewayBackend.apiTarget}). */
+function apiTarget(pathname: string, path: string): RequestTarget {
+  return { ...noSandbox(pathname, path), api: true };
 }
 
 /**
@@ -212,13 +216,7 @@ function tokenPreflight(head: RequestHead): RequestTarget | undefined {
   if (origin === undefined || method === undefined) return undefined;
   if (!headers.split(',').some((name) => name.trim() === 'x-access-token')) return undefined;
   return {
-    id: '',
-    port: 0,
-    token: undefined,
-    credential: undefined,
-    via: 'header',
-    pathname: '',
-    path: '',
+    ...noSandbox('', ''),
     local: {
       kind: 'preflight',
       origin: origin.slice(0, 300),

@@ -2,6 +2,7 @@ import type { MetricsSample, SandboxProvider, SandboxUsage } from '../providers/
 
 export type { MetricsSample };
 
+import { envMilliseconds } from '../util/env-ms.js';
 import type { Registry } from './registry.js';
 
 /** How often running sandboxes are sampled unless `ABX_METRICS_INTERVAL_MS` says otherwise. */
@@ -18,15 +19,7 @@ interface Ring {
 
 /** The sampler's interval from the environment (`ABX_METRICS_INTERVAL_MS`), else the default. */
 export function metricsInterval(env: NodeJS.ProcessEnv = process.env): number {
-  const text = env.ABX_METRICS_INTERVAL_MS;
-  if (text === undefined || text === '') return METRICS_INTERVAL_MS;
-  const ms = Number(text);
-  if (!Number.isInteger(ms) || ms < 100) {
-    throw new Error(
-      `ABX_METRICS_INTERVAL_MS must be a whole number of milliseconds, 100 or more, not '${text}'`,
-    );
-  }
-  return ms;
+  return envMilliseconds('ABX_METRICS_INTERVAL_MS', METRICS_INTERVAL_MS, 100, env);
 }
 
 /**

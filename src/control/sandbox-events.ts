@@ -1,6 +1,7 @@
 import { PassThrough, type Readable } from 'node:stream';
 import type { SandboxInfo } from '../../runtime/protocol/wire.js';
 import { LimitExceededError } from '../errors.js';
+import { envMilliseconds } from '../util/env-ms.js';
 import type { Caller } from './key-service.js';
 import type { MetricsSample } from './metrics.js';
 
@@ -133,13 +134,5 @@ export class SandboxEventStreams {
 }
 
 function eventsInterval(): number {
-  const raw = process.env.ABX_EVENTS_INTERVAL_MS;
-  if (raw === undefined || raw === '') return EVENTS_INTERVAL_MS;
-  const ms = Number(raw);
-  if (!Number.isInteger(ms) || ms < 100) {
-    throw new Error(
-      `ABX_EVENTS_INTERVAL_MS must be a whole number of milliseconds, 100 or more, not '${raw}'`,
-    );
-  }
-  return ms;
+  return envMilliseconds('ABX_EVENTS_INTERVAL_MS', EVENTS_INTERVAL_MS, 100);
 }
