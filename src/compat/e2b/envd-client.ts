@@ -276,6 +276,20 @@ export async function envdJson<T>(
   }
 }
 
+/** envd's NDJSON lines; `return()` cuts the stream, `finish()` lets it end. */
+export interface EnvdLines extends AsyncIterator<unknown> {
+  /**
+   * The last line that matters was read (a process's `exit`): the answer's end is read in the
+   * background, so that its connection is kept for the next call rather than closed (a new
+   * connection into the sandbox costs more than the rest of a call). A stream that goes on past a
+   * few more lines is cut.
+   */
+  finish(): void;
+}
+
+/** Lines read past {@link EnvdLines.finish} before the stream is cut instead. */
+const FINISH_MAX_LINES = 16;
+
 /**
  * A call to one of envd's NDJSON streams (`/exec`, `/exec/{id}/events`): the parsed lines, in
  * order. A non-2xx answer throws the matching Connect error before the first line.
@@ -286,10 +300,25 @@ export async function envdLines(
   path: string,
   body: unknown,
   signal: AbortSignal,
-): Promise<AsyncIterator<unknown>> {
-  const res = await envdRequest(target, method, path, body, signal);
+): Promise<EnvdLines> {
+  // The call's signal cuts the stream until `finish()`. Past that the stream's end is read
+  // whatever the call does next: its signal is aborted once it ends, and undici closes a
+  // connection whose answer is cut.
+  const cut = new AbortController();
+  const onAbort = () => cut.abort(signal.reason);
+  const release = () => signal.removeEventListener('abort', onAbort);
+  if (signal.aborted) onAbort();
+  else signal.addEventListener('abort', onAbort, { once: true });
+  let res: EnvdResponse;
+  try {
+    res = await envdRequest(target, method, path, body, cut.signal);
+  } catch (error) {
+    release();
+    throw error;
+  }
   const status = res.statusCode ?? 500;
   if (status < 200 || status > 299) {
+    release();
     throw envdError(status, await readText(res), `${method} ${path.split('?')[0]}`);
   }
   const source = linesOf(res);
@@ -304,9 +333,20 @@ export async function envdLines(
       }
     },
     async return() {
+      release();
       res.destroy();
       await source.return(undefined);
       return { done: true, value: undefined };
+    },
+    finish() {
+      release();
+      void (async () => {
+        for (let read = 0; read < FINISH_MAX_LINES; read++) {
+          if ((await source.next()).done) return;
+        }
+        res.destroy();
+        await source.return(undefined);
+      })().catch(() => res.destroy());
     },
   };
 }

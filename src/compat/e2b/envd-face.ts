@@ -1,3 +1,4 @@
+import type { DescMethodServerStreaming } from '@bufbuild/protobuf';
 import { Code, ConnectError, createConnectRouter, createContextValues } from '@connectrpc/connect';
 import type { UniversalHandler } from '@connectrpc/connect/protocol';
 import { codeToHttpStatus, endStreamFlag, errorToJson } from '@connectrpc/connect/protocol-connect';
@@ -7,6 +8,7 @@ import {
   serveCodeInterpreter,
   textAnswer,
 } from './code-interpreter.js';
+import { type ServerStreamImpl, type StreamAnswer, serverStreamHandler } from './connect-stream.js';
 import type { EnvdTarget } from './envd-client.js';
 import { filesError, readFile, writeFiles } from './files-route.js';
 import { filesystemService } from './filesystem-service.js';
@@ -121,17 +123,33 @@ async function* cutWhenLost(
  */
 export class E2bEnvdFace {
   private readonly handlers = new Map<string, UniversalHandler>();
+  /** The server-streaming methods' requests as E2B's SDKs send them (connect-stream.ts). */
+  private readonly streams = new Map<string, ReturnType<typeof serverStreamHandler>>();
 
   constructor() {
-    const router = createConnectRouter({
+    const options = {
       // E2B's SDKs speak Connect only; the JSON codec, no compression.
       grpc: false,
       grpcWeb: false,
       acceptCompression: [],
       readMaxBytes: MAX_RPC_BODY_BYTES,
-    });
-    router.service(Process, processService);
-    router.service(Filesystem, { ...filesystemService, ...watchService });
+    };
+    const router = createConnectRouter(options);
+    const services = [
+      [Process, processService],
+      [Filesystem, { ...filesystemService, ...watchService }],
+    ] as const;
+    for (const [service, impl] of services) {
+      router.service(service, impl);
+      for (const method of service.methods) {
+        const fn = (impl as Record<string, unknown>)[method.localName];
+        if (method.methodKind !== 'server_streaming' || typeof fn !== 'function') continue;
+        this.streams.set(
+          `/${service.typeName}/${method.name}`,
+          serverStreamHandler(method as DescMethodServerStreaming, fn as ServerStreamImpl, options),
+        );
+      }
+    }
     for (const handler of router.handlers) this.handlers.set(handler.requestPath, handler);
   }
 
@@ -227,14 +245,26 @@ export class E2bEnvdFace {
         isStreaming(request.headers),
       );
     }
+    const url = `http://envd${request.target}`;
+    const contextValues = createContextValues().set(ENVD_TARGET, request.envd);
+    const stream = this.streams.get(path);
+    const fast: StreamAnswer | undefined = await stream?.({
+      method: request.method,
+      url,
+      header: request.headers,
+      body: request.body,
+      signal: request.signal,
+      contextValues,
+    });
+    if (fast) return { ...fast, body: cutWhenLost(fast.body, request.envd) };
     const answer = await handler({
       httpVersion: '1.1',
-      url: `http://envd${request.target}`,
+      url,
       method: request.method,
       header: request.headers,
       body: once(request.body),
       signal: request.signal,
-      contextValues: createContextValues().set(ENVD_TARGET, request.envd),
+      contextValues,
     });
     if (answer.body === undefined && answer.status >= 400) {
       // connect's bodiless refusals (405, 415, 505) get a message saying what to send instead.

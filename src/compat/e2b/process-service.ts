@@ -7,7 +7,7 @@ import {
   type HandlerContext,
   type ServiceImpl,
 } from '@connectrpc/connect';
-import { type EnvdTarget, envdJson, envdLines } from './envd-client.js';
+import { type EnvdLines, type EnvdTarget, envdJson, envdLines } from './envd-client.js';
 import {
   type ConnectResponse,
   type ProcessConfig,
@@ -193,7 +193,7 @@ export function keepaliveMs(context: HandlerContext): number | undefined {
  * the client's interval. Ends with the deadline's error when the RPC's deadline passed.
  */
 async function* processEvents(
-  lines: AsyncIterator<unknown>,
+  lines: EnvdLines,
   context: HandlerContext,
   pty: boolean,
   startPid: number | undefined,
@@ -206,6 +206,7 @@ async function* processEvents(
   }
   const every = keepaliveMs(context);
   let pending: Promise<IteratorResult<unknown>> | undefined;
+  let exited = false;
   try {
     for (;;) {
       pending ??= lines.next();
@@ -258,14 +259,22 @@ async function* processEvents(
           },
         });
       } else if (line.exit) {
+        exited = true;
         yield event(endEvent(line.exit));
         return;
       }
     }
   } finally {
-    // The stream to envd goes with the RPC (a client that leaves does not stop the process).
     pending?.catch(() => {});
-    await lines.return?.();
+    if (exited) {
+      // envd's stream ends right after `exit`: it is read to its end in the background, which
+      // keeps the connection to envd for the next call.
+      lines.finish();
+    } else {
+      // The stream to envd goes with the RPC (a client that leaves does not stop the process).
+      // Not awaited: the end-stream message leaves at once, not after the socket closed.
+      lines.return?.().catch(() => {});
+    }
   }
   if (context.signal.aborted) throw context.signal.reason;
   // envd ended the stream with no exit: the sandbox (and envd with it) went away.
