@@ -1,4 +1,5 @@
 import { Readable } from 'node:stream';
+import { execLine } from '../protocol/shell-words.js';
 import { OUTPUT_ENCODINGS, type OutputEncoding, type StreamOffsets } from '../protocol/wire.js';
 import { posixShell } from '../server/child-process.js';
 import { BadRequestError } from '../server/errors.js';
@@ -44,6 +45,22 @@ function outputOf(value: unknown): OutputEncoding {
   return value as OutputEncoding;
 }
 
+/**
+ * What `POST /exec` runs: `/bin/sh -c cmd`, or an argv's program itself (one exec fewer: the
+ * shell's start costs milliseconds in a sandbox). The listing shows an argv as the shell line that
+ * runs the same ({@link execLine}).
+ */
+function programOf(cmd: unknown, argv: unknown): [string, string[], string] {
+  if ((cmd === undefined) === (argv === undefined)) {
+    throw new BadRequestError(
+      'give cmd (a shell command line) or argv (a program and its arguments), exactly one of them',
+    );
+  }
+  if (typeof cmd === 'string') return [posixShell(), ['-c', cmd], cmd];
+  const words = argv as string[];
+  return [words[0] as string, words.slice(1), execLine(words)];
+}
+
 function offsetOf(value: unknown, name: string): number {
   const offset = value as number;
   if (offset < 0) throw new BadRequestError(`${name} must not be negative`);
@@ -61,9 +78,14 @@ export const EXEC = defineGroup('EXEC', '/exec', 'processes with separate stdout
     method: 'POST',
     path: '/exec',
     summary:
-      'Starts a shell command in its own process group and streams NDJSON: a `start` event, its output, `exit`.',
+      'Starts a shell command (or a program, `argv`) in its own process group and streams NDJSON: a `start` event, its output, `exit`.',
     args: argList({
-      cmd: ['str', undefined, 'shell command line, run with /bin/sh -c'],
+      'cmd?': ['str', undefined, 'shell command line, run with /bin/sh -c'],
+      'argv?': [
+        'argv',
+        undefined,
+        'instead of cmd: a program and its arguments, run as they are without a shell',
+      ],
       'cwd?': ['str', '.', 'working directory'],
       'env?': ['env', undefined, 'extra environment: KEY=VALUE lines or a JSON object of strings'],
       'timeout?': ['float', 0, 'seconds before the process group is killed; 0: no limit'],
@@ -75,9 +97,9 @@ export const EXEC = defineGroup('EXEC', '/exec', 'processes with separate stdout
       const seconds = args.timeout as number;
       if (seconds < 0) throw new BadRequestError('timeout must not be negative (0: no limit)');
       const output = outputOf(args.output);
-      const cmd = args.cmd as string;
-      const entry = await ctx.processes.start(posixShell(), ['-c', cmd], {
-        command: cmd,
+      const [file, words, command] = programOf(args.cmd, args.argv);
+      const entry = await ctx.processes.start(file, words, {
+        command,
         cwd: safePath(args.cwd as string, 'cwd'),
         env: envOf(args.env),
         ...(args.user === undefined ? {} : { identity: identityFor(args.user as string) }),

@@ -15,11 +15,12 @@ export type Kwargs = Record<string, ArgValue>;
 
 /**
  * One argument as `GET /commands` describes it. Built-in routes may also take `env`: a JSON
- * object of strings or `KEY=VALUE` lines (listed as `str` on the wire, which has no object type).
+ * object of strings or `KEY=VALUE` lines, and `argv`: a JSON array of strings, a program and its
+ * arguments (both listed as `str` on the wire, which has no object or list type).
  */
 export interface ArgSpec {
   name: string;
-  type: ArgType | 'env';
+  type: ArgType | 'env' | 'argv';
   required: boolean;
   default?: ArgValue;
   description?: string;
@@ -48,6 +49,14 @@ export function fitsType(type: ArgSpec['type'], value: unknown): boolean {
           value !== null &&
           !Array.isArray(value) &&
           Object.values(value).every((x) => typeof x === 'string'))
+      );
+    case 'argv':
+      // A program to run and its arguments: none empty-named, no NUL (which exec cannot pass).
+      return (
+        Array.isArray(value) &&
+        value.length > 0 &&
+        value[0] !== '' &&
+        value.every((x) => typeof x === 'string' && !x.includes('\0'))
       );
   }
 }
@@ -106,6 +115,7 @@ const JSON_TYPE_NAMES: Record<ArgSpec['type'], string> = {
   float: 'a number',
   bool: 'true or false',
   env: 'an object of strings or KEY=VALUE lines',
+  argv: 'a non-empty array of strings (the program first) without NUL characters',
 };
 
 /** Adds unknown and missing names to `problems`, throws if any, else applies defaults. */
@@ -170,6 +180,7 @@ export function validateKwargs(
 const TEXT_HINTS: Record<ArgSpec['type'], string> = {
   str: 'text',
   env: 'KEY=VALUE lines',
+  argv: 'a JSON array of strings, the program first',
   int: 'a whole number such as 42',
   float: 'a number such as 4.2 or 1e3',
   bool: 'true/false, yes/no or 1/0',
@@ -197,6 +208,17 @@ function convertText(arg: ArgSpec, text: string): { value: ArgValue } | { error:
       const lower = text.trim().toLowerCase();
       if (['true', 'yes', '1'].includes(lower)) return { value: true };
       if (['false', 'no', '0'].includes(lower)) return { value: false };
+      break;
+    }
+    case 'argv': {
+      let value: unknown;
+      try {
+        value = JSON.parse(text);
+      } catch {
+        break;
+      }
+      // Typed as the other values for the caller: a route reads it back as string[].
+      if (fitsType('argv', value)) return { value: value as unknown as ArgValue };
       break;
     }
   }

@@ -79,7 +79,10 @@ export class CommandTable {
     return {
       name,
       description,
-      args: args.map((arg) => ({ ...arg, type: arg.type === 'env' ? 'str' : arg.type })),
+      args: args.map((arg) => ({
+        ...arg,
+        type: arg.type === 'env' || arg.type === 'argv' ? 'str' : arg.type,
+      })),
     };
   }
 

@@ -76,6 +76,41 @@ describe('POST /exec', () => {
     expect(nowhere.json).toMatchObject({ type: 'InvalidPathError' });
   });
 
+  test('argv runs a program with its arguments as given, no shell in between', async ({ envd }) => {
+    const argv = ['printf', '%s|', 'a b', '$HOME', "it's", '*', '; exit 9'];
+    const events = await envd.events('/exec', { argv, stdin: false });
+    // Each word arrives literally: nothing expanded, split, globbed or run.
+    expect(textOf(events, 'stdout')).toBe("a b|$HOME|it's|*|; exit 9|");
+    expect(events.at(-1)).toEqual({ exit: { code: 0, signal: null, timed_out: false } });
+    // Listed as the shell line that runs exactly that program.
+    expect(events[0].start.command).toBe(
+      `exec 'printf' '%s|' 'a b' '$HOME' 'it'\\''s' '*' '; exit 9'`,
+    );
+    // The program is the process: its parent is envd, not a shell.
+    const parent = await envd.events('/exec', { argv: ['sh', '-c', 'echo $PPID'], stdin: false });
+    expect(Number(textOf(parent, 'stdout'))).toBe(process.pid);
+  });
+
+  test('argv: neither or both of cmd and argv, a bad list or a missing program are 400', async ({
+    envd,
+  }) => {
+    const cases: [unknown, RegExp][] = [
+      [{}, /exactly one of them/],
+      [{ cmd: 'true', argv: ['true'] }, /exactly one of them/],
+      [{ argv: [] }, /argv must be a non-empty array of strings/],
+      [{ argv: [''] }, /argv must be a non-empty array/],
+      [{ argv: ['echo', 'a\0b'] }, /without NUL/],
+      [{ argv: 'echo hi' }, /argv must be a non-empty array/],
+      [{ argv: ['echo', 3] }, /argv must be a non-empty array/],
+      [{ argv: [join(dir, 'no-such-program')] }, /cannot start .*no-such-program: .*ENOENT/],
+    ];
+    for (const [body, message] of cases) {
+      const answer = await envd.call('/exec', { body });
+      expect(answer.status, JSON.stringify(body)).toBe(400);
+      expect(JSON.stringify(answer.json)).toMatch(message);
+    }
+  });
+
   test('a character split across writes arrives whole', async ({ envd }) => {
     const events = await envd.events('/exec', {
       cmd: "printf '\\342\\202'; sleep 0.2; printf '\\254\\n'",

@@ -7,6 +7,7 @@ import {
   type HandlerContext,
   type ServiceImpl,
 } from '@connectrpc/connect';
+import { execLine, shellQuote } from '../../util/shell-quote.js';
 import { type EnvdLines, type EnvdTarget, envdJson, envdLines } from './envd-client.js';
 import {
   type ConnectResponse,
@@ -50,19 +51,24 @@ export function targetOf(context: HandlerContext): EnvdTarget {
   return target;
 }
 
-/** POSIX shell quoting: one argument, whatever it holds. */
-export function shellQuote(value: string): string {
-  return `'${value.replaceAll("'", `'\\''`)}'`;
-}
-
-/** The shell line envd runs for an E2B process: `exec` keeps the pid the one E2B announces. */
-function commandLine(config: ProcessConfig): string {
+/**
+ * The program and arguments of an E2B process, which envd runs as they are, without a shell (as
+ * E2B's envd does). A NUL cannot be passed to a program: it is refused as E2B's envd refuses it.
+ */
+function argvOf(config: ProcessConfig): string[] {
   if (!config.cmd)
     throw new ConnectError('process.cmd is empty: name the program to run', Code.InvalidArgument);
-  return `exec ${[config.cmd, ...config.args].map(shellQuote).join(' ')}`;
+  const argv = [config.cmd, ...config.args];
+  if (argv.some((word) => word.includes('\0'))) {
+    throw new ConnectError(
+      'process.cmd and process.args cannot hold a NUL character',
+      Code.InvalidArgument,
+    );
+  }
+  return argv;
 }
 
-/** Reads back a line made by {@link commandLine}; anything else is shown as `/bin/sh -c LINE`. */
+/** Reads back envd's listing of an argv ({@link execLine}); anything else is `/bin/sh -c LINE`. */
 function configOf(command: string, cwd: string): ProcessConfig {
   const quoted = /^exec((?: '(?:[^']|'\\'')*')+)$/.exec(command);
   const words = quoted
@@ -307,7 +313,9 @@ export const processService: Partial<ServiceImpl<typeof ProcessService>> = {
         Code.Unimplemented,
       );
     }
-    let cmd = commandLine(config);
+    const argv = argvOf(config);
+    // The program itself (no shell in between, as E2B's envd runs it), or a shell line for a PTY.
+    let command: { argv: string[] } | { cmd: string } = { argv };
     const size = request.pty?.size;
     let initialSize: { cols: number; rows: number } | undefined;
     if (request.pty) {
@@ -317,7 +325,9 @@ export const processService: Partial<ServiceImpl<typeof ProcessService>> = {
       // envd's stdin and stdout of the process are then the pty's. A new pty is 0x0: the command
       // waits (up to 3 s) until the face has set the size below, before the start event goes
       // out, so a resize sent right after the start can never be undone by the initial size.
-      cmd = `exec script -qefc ${shellQuote(`i=0; while [ "$(stty size 2>/dev/null)" = "0 0" ] && [ $i -lt 300 ]; do sleep 0.01; i=$((i+1)); done; ${cmd}`)} /dev/null`;
+      command = {
+        cmd: `exec script -qefc ${shellQuote(`i=0; while [ "$(stty size 2>/dev/null)" = "0 0" ] && [ $i -lt 300 ]; do sleep 0.01; i=$((i+1)); done; ${execLine(argv)}`)} /dev/null`,
+      };
       initialSize = { cols, rows };
     }
     const lines = await envdLines(
@@ -325,7 +335,7 @@ export const processService: Partial<ServiceImpl<typeof ProcessService>> = {
       'POST',
       '/exec',
       {
-        cmd,
+        ...command,
         ...(config.cwd === undefined || config.cwd === '' ? {} : { cwd: config.cwd }),
         env: config.envs,
         stdin: request.stdin ?? true,
