@@ -37,6 +37,8 @@ const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 const HOME = mkdtempSync(join(tmpdir(), 'abx-bench-'));
 process.env.ABX_HOME = HOME;
 const scale = (full: number, quick: number) => (QUICK ? quick : full);
+/** Calls of each kind made before the E2B figures are sampled (see `e2b`). */
+const E2B_WARM = scale(150, 30);
 
 const results: Record<string, unknown> = {
   startedAt: new Date().toISOString(),
@@ -1617,10 +1619,11 @@ async function code(sandbox: Sandbox) {
 }
 
 /**
- * The E2B SDK's floor: a trivial loopback server that answers each E2B request with the bytes the
- * face answered the first time it was asked (proxied to the gateway once, then replayed from
- * memory in one write, with a Content-Length). No server can answer faster, so an E2B call
- * against it is what E2B's SDK costs on its own (its fetch stack, Connect framing, form body).
+ * An SDK's floor: a trivial loopback server that answers each request (E2B's or the native SDK's)
+ * with the bytes the gateway answered the first time it was asked (proxied to the gateway once,
+ * then replayed from memory in one write, with a Content-Length). No server can answer faster, so
+ * a call against it is what the SDK costs on its own (E2B's: its fetch stack, Connect framing,
+ * form body).
  */
 async function e2bFloorServer(gateway: Pool) {
   const recorded = new Map<
@@ -1670,12 +1673,15 @@ async function e2bFloorServer(gateway: Pool) {
 }
 
 /**
- * E2B's SDK against abx (one URL: the gateway), beside the native SDK on the same sandbox, and
- * beside the same E2B calls against a trivial server that answers instantly (the SDK's own floor,
- * {@link e2bFloorServer}), sampled in interleaved rounds so that the machine's load touches all
+ * E2B's SDK against abx (one URL: the gateway), beside the native SDK on the same sandbox, each
+ * also against a trivial server that replays the answers at once ({@link e2bFloorServer}: the
+ * SDK's own cost, its floor), sampled in interleaved rounds so that the machine's load touches all
  * alike. E2B's `commands.run(cmd)` starts `/bin/bash -l -c cmd`, a login shell, so the native
- * figure it is held against runs that same line. The E2B figure minus the floor is the part abx
- * controls (gateway, face, envd); the goal holds that part against native's whole call.
+ * figure it is held against runs that same line. Each call is first made {@link E2B_WARM} times:
+ * the daemon is a long-lived server, and a fresh one runs a path's JavaScript unoptimized for its
+ * first hundred calls or so, which is not what a serving daemon's callers see. The E2B figure
+ * minus its floor is the server's part (gateway, face, envd), held against the native figure
+ * minus its floor.
  */
 async function e2b(sandbox: Sandbox) {
   log("E2B's SDK");
@@ -1703,80 +1709,93 @@ async function e2b(sandbox: Sandbox) {
   const theirs = await connect(gatewayUrl);
   const floorServer = await e2bFloorServer(gateway);
   const floor = await connect(floorServer.url);
+  // The native SDK reaching the sandbox through the same replaying server: its own floor.
+  const nativeFloor = await Sandbox.connect(sandbox.sandboxId, {
+    apiUrl: gatewayUrl,
+    apiKey,
+    gatewayUrl: floorServer.url,
+  });
   type Calls = {
     e2b: () => Promise<unknown>;
     native: () => Promise<unknown>;
     floor?: () => Promise<unknown>;
+    nativeFloor?: () => Promise<unknown>;
   };
   const e2bCalls = (sdk: typeof theirs) => ({
     run: () => sdk.commands.run('true'),
     write: () => sdk.files.write('/home/user/e2b-bench.txt', 'hello'),
     list: () => sdk.commands.list(),
   });
+  const nativeCalls = (sdk: Sandbox) => ({
+    run: () => sdk.commands.run("/bin/bash -l -c 'true'"),
+    write: () => sdk.files.write('/home/user/e2b-bench.txt', 'hello'),
+    list: () => sdk.commands.list(),
+  });
   const [ours, floors] = [e2bCalls(theirs), e2bCalls(floor)];
-  const pairs: Record<string, Calls> = {
-    run: {
-      e2b: ours.run,
-      floor: floors.run,
-      native: () => sandbox.commands.run("/bin/bash -l -c 'true'"),
-    },
-    write: {
-      e2b: ours.write,
-      floor: floors.write,
-      native: () => sandbox.files.write('/home/user/e2b-bench.txt', 'hello'),
-    },
-    list: { e2b: ours.list, floor: floors.list, native: () => sandbox.commands.list() },
-    // The face alone, without either SDK: a Connect List against envd's GET /process, both
-    // through the gateway on a kept-alive connection.
-    raw: {
-      e2b: () =>
-        drainOk(
-          gateway.request({
-            path: '/process.Process/List',
-            method: 'POST',
-            headers: {
-              ...e2bHeaders,
-              'content-type': 'application/json',
-              'connect-protocol-version': '1',
-            },
-            body: '{}',
-          }),
-        ),
-      native: () =>
-        drainOk(gateway.request({ path: '/process', method: 'GET', headers: nativeHeaders })),
-    },
+  const [native, nativeFloors] = [nativeCalls(sandbox), nativeCalls(nativeFloor)];
+  const pairs: Record<string, Calls> = {};
+  for (const name of ['run', 'write', 'list'] as const) {
+    pairs[name] = {
+      e2b: ours[name],
+      floor: floors[name],
+      native: native[name],
+      nativeFloor: nativeFloors[name],
+    };
+  }
+  // The face alone, without either SDK: a Connect List against envd's GET /process, both
+  // through the gateway on a kept-alive connection.
+  pairs.raw = {
+    e2b: () =>
+      drainOk(
+        gateway.request({
+          path: '/process.Process/List',
+          method: 'POST',
+          headers: {
+            ...e2bHeaders,
+            'content-type': 'application/json',
+            'connect-protocol-version': '1',
+          },
+          body: '{}',
+        }),
+      ),
+    native: () =>
+      drainOk(gateway.request({ path: '/process', method: 'GET', headers: nativeHeaders })),
   };
-  const rounds = scale(5, 2);
-  const per = scale(12, 5);
-  // This process's CPU time during the native calls and during the E2B calls against the floor:
-  // what each SDK spends of its own per call (the floor server's share is a trivial node:http
-  // answer). On a 2-core machine that CPU (GC threads included) is taken from the daemon and envd.
-  type Samples = {
-    e2b: number[];
-    native: number[];
-    floor: number[];
-    nativeCpuUs: number;
-    floorCpuUs: number;
-    cpuCalls: number;
-  };
+  const rounds = scale(8, 3);
+  const per = scale(25, 8);
+  // This process's CPU time during the calls against the floors: what each SDK spends of its own
+  // per call (the floor server's share is a trivial node:http answer). On a 2-core machine that
+  // CPU (GC threads included) is taken from the daemon and envd while they answer a real call.
+  type Kind = 'e2b' | 'native' | 'floor' | 'nativeFloor';
+  type Samples = Record<Kind, number[]> & { floorCpuUs: number; nativeFloorCpuUs: number };
   const cpuMicros = (used: NodeJS.CpuUsage) => used.user + used.system;
   const samples: Record<string, Samples> = {};
-  for (const name of Object.keys(pairs)) {
-    samples[name] = { e2b: [], native: [], floor: [], nativeCpuUs: 0, floorCpuUs: 0, cpuCalls: 0 };
+  for (const [name, calls] of Object.entries(pairs)) {
+    samples[name] = {
+      e2b: [],
+      native: [],
+      floor: [],
+      nativeFloor: [],
+      floorCpuUs: 0,
+      nativeFloorCpuUs: 0,
+    };
+    log(`E2B's SDK: warming ${name} (${E2B_WARM} calls of each)`);
+    for (let i = 0; i < E2B_WARM; i++) {
+      for (const call of Object.values(calls)) await call();
+    }
   }
   for (let pass = 0; pass < rounds; pass++) {
     for (const [name, calls] of Object.entries(pairs)) {
       const into = samples[name] as Samples;
-      const warm = pass === 0 ? 2 : 0;
-      into.e2b.push(...(await timeEach(per, calls.e2b, warm)));
-      const nativeCpu = process.cpuUsage();
-      into.native.push(...(await timeEach(per, calls.native, warm)));
-      into.nativeCpuUs += cpuMicros(process.cpuUsage(nativeCpu));
-      into.cpuCalls += per + warm;
-      if (calls.floor) {
+      into.e2b.push(...(await timeEach(per, calls.e2b, 0)));
+      into.native.push(...(await timeEach(per, calls.native, 0)));
+      if (calls.floor && calls.nativeFloor) {
         const floorCpu = process.cpuUsage();
-        into.floor.push(...(await timeEach(per, calls.floor, warm)));
+        into.floor.push(...(await timeEach(per, calls.floor, 0)));
         into.floorCpuUs += cpuMicros(process.cpuUsage(floorCpu));
+        const nativeFloorCpu = process.cpuUsage();
+        into.nativeFloor.push(...(await timeEach(per, calls.nativeFloor, 0)));
+        into.nativeFloorCpuUs += cpuMicros(process.cpuUsage(nativeFloorCpu));
       }
     }
   }
@@ -1785,19 +1804,24 @@ async function e2b(sandbox: Sandbox) {
     e2b: Summary;
     native: Summary;
     floor?: Summary;
-    /** The client's own CPU per call (ms): the native SDK's, and E2B's against the floor. */
-    nativeCpuMs: number;
+    nativeFloor?: Summary;
+    /** Each SDK's own CPU per call (ms), measured against the floor server. */
     floorCpuMs?: number;
+    nativeFloorCpuMs?: number;
   };
   const figures: Record<string, Figures> = {};
+  const calls = rounds * per;
   for (const [name, into] of Object.entries(samples)) {
-    const { e2b: e, native: n, floor: f } = into;
     figures[name] = {
-      e2b: summarize(e),
-      native: summarize(n),
-      nativeCpuMs: round(into.nativeCpuUs / into.cpuCalls / 1000, 2),
-      ...(f.length > 0
-        ? { floor: summarize(f), floorCpuMs: round(into.floorCpuUs / into.cpuCalls / 1000, 2) }
+      e2b: summarize(into.e2b),
+      native: summarize(into.native),
+      ...(into.floor.length > 0
+        ? {
+            floor: summarize(into.floor),
+            nativeFloor: summarize(into.nativeFloor),
+            floorCpuMs: round(into.floorCpuUs / calls / 1000, 2),
+            nativeFloorCpuMs: round(into.nativeFloorCpuUs / calls / 1000, 2),
+          }
         : {}),
     };
   }
@@ -1811,49 +1835,38 @@ async function e2b(sandbox: Sandbox) {
     list: ['E2B commands.list() (Connect List)', 'native commands.list()'],
     raw: ['raw Connect List through the gateway (no SDK)', 'raw GET /process through the gateway'],
   };
-  for (const [name, { e2b: e, native: n, floor: f, nativeCpuMs, floorCpuMs }] of Object.entries(
-    figures,
-  )) {
+  for (const [name, f] of Object.entries(figures)) {
     const [theirsText, oursText] = what[name] as [string, string];
-    const over = e.p50 - n.p50;
-    const part = f ? `; abx's part ${round(e.p50 - f.p50, 2)} ms (E2B − floor)` : '';
-    row('12 E2B SDK', theirsText, ms(e), `${round(over, 2)} ms over native${part}`);
-    if (f) {
+    const over = f.e2b.p50 - f.native.p50;
+    const server =
+      f.floor && f.nativeFloor
+        ? `; server's part ${round(f.e2b.p50 - f.floor.p50, 2)} ms vs native's ${round(f.native.p50 - f.nativeFloor.p50, 2)} ms`
+        : '';
+    row('12 E2B SDK', theirsText, ms(f.e2b), `${round(over, 2)} ms over native${server}`);
+    if (f.floor && f.nativeFloor) {
       row(
         '12 E2B SDK',
-        `  the same E2B call against a trivial server (the SDK's floor)`,
-        ms(f),
-        `E2B's SDK alone; native's whole call is ${round(n.p50, 2)} ms; client CPU per call: E2B's SDK ${floorCpuMs} ms, native's ${nativeCpuMs} ms`,
+        "  the same E2B call against a trivial server (E2B's SDK alone)",
+        ms(f.floor),
+        `client CPU per call ${f.floorCpuMs} ms`,
+      );
+      row(
+        '12 E2B SDK',
+        '  the same native call against that server (the native SDK alone)',
+        ms(f.nativeFloor),
+        `client CPU per call ${f.nativeFloorCpuMs} ms; the SDKs differ by ${round(f.floor.p50 - f.nativeFloor.p50, 2)} ms before any server`,
       );
     }
-    row('12 E2B SDK', oursText, ms(n));
+    row('12 E2B SDK', oursText, ms(f.native));
   }
   const fig = (name: string) => figures[name] as Required<Figures>;
   const [run, write, list] = [fig('run'), fig('write'), fig('list')];
-  goal(
-    'e2bRunOverNativeMs',
-    'E2B commands.run over native (same command)',
-    run.e2b.p50 - run.native.p50,
-    'ms',
-    1,
-    false,
-  );
-  goal(
-    'e2bWriteOverNativeMs',
-    'E2B files.write over native',
-    write.e2b.p50 - write.native.p50,
-    'ms',
-    1,
-    false,
-  );
-  goal(
-    'e2bListOverNativeMs',
-    'E2B commands.list over native',
-    list.e2b.p50 - list.native.p50,
-    'ms',
-    1,
-    false,
-  );
+  const ends: [string, string, Required<Figures>][] = [
+    ['e2bRunOverNativeMs', 'E2B commands.run over native (same command)', run],
+    ['e2bWriteOverNativeMs', 'E2B files.write over native', write],
+    ['e2bListOverNativeMs', 'E2B commands.list over native', list],
+  ];
+  for (const [key, figure, f] of ends) goal(key, figure, f.e2b.p50 - f.native.p50, 'ms', 1, false);
   const overRaw = figures.raw as Figures;
   goal(
     'e2bFaceOverNativeMs',
@@ -1863,18 +1876,18 @@ async function e2b(sandbox: Sandbox) {
     1,
     false,
   );
-  // abx's part of an E2B call (the E2B figure minus the SDK's floor) against native's whole
-  // call, which includes the native SDK's own client cost: the part abx controls.
-  const ours3: [string, string, Required<Figures>][] = [
-    ['e2bRunAbxPartOverNativeMs', 'commands.run', run],
-    ['e2bWriteAbxPartOverNativeMs', 'files.write', write],
-    ['e2bListAbxPartOverNativeMs', 'commands.list', list],
+  // The server's part of each call (the call minus its SDK's floor), E2B's over native's: what
+  // the gateway, the face and envd add to an E2B call, with neither SDK's own cost in it.
+  const servers: [string, string, Required<Figures>][] = [
+    ['e2bRunServerOverNativeMs', 'commands.run', run],
+    ['e2bWriteServerOverNativeMs', 'files.write', write],
+    ['e2bListServerOverNativeMs', 'commands.list', list],
   ];
-  for (const [key, call, f] of ours3) {
+  for (const [key, call, f] of servers) {
     goal(
       key,
-      `E2B ${call} minus the SDK's floor, over native`,
-      f.e2b.p50 - f.floor.p50 - f.native.p50,
+      `E2B ${call}'s server part over native's (each minus its SDK's floor)`,
+      f.e2b.p50 - f.floor.p50 - (f.native.p50 - f.nativeFloor.p50),
       'ms',
       1,
       false,

@@ -611,7 +611,7 @@ export class ClientConnection implements UpstreamOwner {
       this.advance();
       return;
     }
-    if (e2bStreamsBody(head.method, target.pathname, target.port)) {
+    if (e2bStreamsBody(head.method, target.pathname, target.port, head.bodyLength)) {
       this.startStreaming(head, target, route);
       return;
     }

@@ -2,6 +2,7 @@ import type { DescMethodServerStreaming } from '@bufbuild/protobuf';
 import { Code, ConnectError, createConnectRouter, createContextValues } from '@connectrpc/connect';
 import type { UniversalHandler } from '@connectrpc/connect/protocol';
 import { codeToHttpStatus, endStreamFlag, errorToJson } from '@connectrpc/connect/protocol-connect';
+import { SMALL_FILE_BYTES } from '../../../runtime/server/file-system.js';
 import {
   E2B_CODE_PORT,
   isCodeInterpreterPath,
@@ -31,9 +32,22 @@ export function e2bBodyLimit(_path: string, _port = E2B_ENVD_PORT): number {
 /**
  * Whether the gateway hands an E2B request's body to the face as it arrives rather than whole: an
  * upload (`POST /files`), which may be of any size and is streamed on into envd's disk writes.
+ * One whose Content-Length says it is small (at most {@link SMALL_FILE_BYTES}, most uploads: a
+ * script, a config) is read whole first, which costs the face less than a stream.
+ * `bodyLength` is the request's Content-Length, or -1 for a chunked body.
  */
-export function e2bStreamsBody(method: string, path: string, port = E2B_ENVD_PORT): boolean {
-  return port === E2B_ENVD_PORT && method === 'POST' && pathOf(path) === '/files';
+export function e2bStreamsBody(
+  method: string,
+  path: string,
+  port = E2B_ENVD_PORT,
+  bodyLength = -1,
+): boolean {
+  return (
+    port === E2B_ENVD_PORT &&
+    method === 'POST' &&
+    pathOf(path) === '/files' &&
+    (bodyLength < 0 || bodyLength > SMALL_FILE_BYTES)
+  );
 }
 
 /** One E2B request to envd, checked (sandbox, token) by the gateway. */
