@@ -223,6 +223,48 @@ describe('the Start stream on the wire', () => {
   });
 });
 
+describe('a Start runs the program itself, as E2B’s envd does', () => {
+  test('each argument arrives literally, and the pid E2B sees is the program’s', async () => {
+    const answer = await raw(
+      '/process.Process/Start',
+      envelope({
+        process: { cmd: 'sh', args: ['-c', 'printf "%s|" "$@" "$$"', 'sh', 'a b', '$HOME', '*'] },
+        stdin: false,
+      }),
+      { 'content-type': 'application/connect+json' },
+    );
+    const start = envelopes(answer.body)[0]?.json.event as { start: { pid: number } };
+    expect(stdoutBytes(answer).toString()).toBe(`a b|$HOME|*|${start.start.pid}|`);
+  });
+
+  test('List shows a running program’s cmd and args as they were given', async () => {
+    const handle = await sbx.commands.run('sleep 30', { background: true });
+    try {
+      const listed = await sbx.commands.list();
+      const mine = listed.find((p) => p.pid === handle.pid);
+      expect(mine).toMatchObject({ cmd: '/bin/bash', args: ['-l', '-c', 'sleep 30'] });
+    } finally {
+      await handle.kill();
+    }
+  });
+
+  test('a program that cannot be started is invalid_argument naming it, nothing runs', async () => {
+    const answer = await raw(
+      '/process.Process/Start',
+      envelope({ process: { cmd: '/no/such/program', args: [] }, stdin: false }),
+      { 'content-type': 'application/connect+json' },
+    );
+    expect(streamError(answer)).toMatchObject({
+      code: 'invalid_argument',
+      message: expect.stringMatching(/cannot start \/no\/such\/program: .*ENOENT/),
+    });
+    // Through the SDK (a login shell runs the line), a missing command is the shell's exit 127.
+    await expect(sbx.commands.run('no-such-command-here')).rejects.toMatchObject({
+      exitCode: 127,
+    });
+  });
+});
+
 /** The stdout bytes of a Start or Connect stream answer (its `data.stdout` fields decoded). */
 function stdoutBytes(answer: RawAnswer): Buffer {
   expect(streamError(answer)).toBeUndefined();
