@@ -2,6 +2,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { SERVER_STATE_DIR } from '../../../runtime/protocol/constants.js';
 import type { CommandDescription } from '../../../runtime/protocol/wire.js';
 import { ApiError } from '../api.js';
+import { Failure } from '../components/table.js';
 import { errorText } from '../format.js';
 import { sandboxFetch, sandboxJson } from '../gateway.js';
 
@@ -72,11 +73,7 @@ export function CommandsTab({ id }: { id: string }) {
           Refresh
         </button>
       </div>
-      {failure && (
-        <p class="error" role="alert">
-          {failure}
-        </p>
-      )}
+      <Failure text={failure} />
       {servers === null && !failure && <p>Looking for command servers…</p>}
       {servers?.length === 0 && (
         <p>

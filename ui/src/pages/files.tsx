@@ -1,5 +1,6 @@
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
 import { SANDBOX_HOME } from '../../../runtime/protocol/constants.js';
+import { Failure, TableHead } from '../components/table.js';
 import { bytes, errorText, time } from '../format.js';
 import { sandboxFetch, sandboxJson } from '../gateway.js';
 
@@ -224,25 +225,11 @@ export function FilesTab({ id }: { id: string }) {
           {status}
         </p>
       )}
-      {failure && (
-        <p class="error" role="alert">
-          {failure}
-        </p>
-      )}
+      <Failure text={failure} />
       {entries && (
         <div class="table-wrap">
           <table class="files">
-            <thead>
-              <tr>
-                <th scope="col">Name</th>
-                <th scope="col">Size</th>
-                <th scope="col">Mode</th>
-                <th scope="col">Modified</th>
-                <th scope="col">
-                  <span class="sr-only">Actions</span>
-                </th>
-              </tr>
-            </thead>
+            <TableHead columns={['Name', 'Size', 'Mode', 'Modified']} actions />
             <tbody>
               {entries.map((entry) => (
                 <tr key={entry.path}>

@@ -2,6 +2,7 @@ import { useCallback, useEffect, useState } from 'preact/hooks';
 import type { ApiKeyInfo } from '../../../runtime/protocol/wire.js';
 import { api, type Session, seg } from '../api.js';
 import { ask } from '../components/dialog.js';
+import { Failure, TableHead } from '../components/table.js';
 import { errorText, time } from '../format.js';
 
 /** API keys (admin): create (the key shown once), list, revoke. */
@@ -120,30 +121,24 @@ export function KeysPage({ session }: { session: Session }) {
           </button>
         </div>
       )}
-      {failure && (
-        <p class="error" role="alert">
-          {failure}
-        </p>
-      )}
+      <Failure text={failure} />
       {keys && (
         <div class="table-wrap">
           <table>
-            <thead>
-              <tr>
-                <th scope="col">Name</th>
-                <th scope="col">Id</th>
-                <th scope="col">Prefix</th>
-                <th scope="col">Admin</th>
-                <th scope="col">Limit</th>
-                <th scope="col">Running</th>
-                <th scope="col">Created</th>
-                <th scope="col">Last used</th>
-                <th scope="col">Revoked</th>
-                <th scope="col">
-                  <span class="sr-only">Actions</span>
-                </th>
-              </tr>
-            </thead>
+            <TableHead
+              columns={[
+                'Name',
+                'Id',
+                'Prefix',
+                'Admin',
+                'Limit',
+                'Running',
+                'Created',
+                'Last used',
+                'Revoked',
+              ]}
+              actions
+            />
             <tbody>
               {keys.map((key) => (
                 <tr key={key.id}>

@@ -1,5 +1,6 @@
 import { useEffect, useState } from 'preact/hooks';
 import { api, type SandboxInfo, sandboxPath } from '../api.js';
+import { TableHead } from '../components/table.js';
 import { errorText, time } from '../format.js';
 
 interface EgressEvent {
@@ -76,15 +77,7 @@ export function NetworkTab({ sandbox }: { sandbox: SandboxInfo }) {
         <div class="table-wrap">
           <table>
             <caption>Recent decisions (newest last)</caption>
-            <thead>
-              <tr>
-                <th scope="col">Time</th>
-                <th scope="col">Kind</th>
-                <th scope="col">Target</th>
-                <th scope="col">Decision</th>
-                <th scope="col">Rule</th>
-              </tr>
-            </thead>
+            <TableHead columns={['Time', 'Kind', 'Target', 'Decision', 'Rule']} />
             <tbody>
               {network.recent.map((event, index) => (
                 <tr key={index}>

@@ -1,6 +1,7 @@
 import { useCallback, useEffect, useState } from 'preact/hooks';
 import type { ProcessInfoWire } from '../../../runtime/protocol/wire.js';
 import { ask } from '../components/dialog.js';
+import { Failure, TableHead } from '../components/table.js';
 import { errorText, time } from '../format.js';
 import { sandboxJson } from '../gateway.js';
 
@@ -61,29 +62,16 @@ export function ProcessesTab({ id }: { id: string }) {
           Show ended ones
         </label>
       </div>
-      {failure && (
-        <p class="error" role="alert">
-          {failure}
-        </p>
-      )}
+      <Failure text={failure} />
       {processes === null ? (
         <p>Loading…</p>
       ) : (
         <div class="table-wrap">
           <table>
-            <thead>
-              <tr>
-                <th scope="col">Id</th>
-                <th scope="col">PID</th>
-                <th scope="col">Command</th>
-                <th scope="col">Directory</th>
-                <th scope="col">Started</th>
-                <th scope="col">State</th>
-                <th scope="col">
-                  <span class="sr-only">Actions</span>
-                </th>
-              </tr>
-            </thead>
+            <TableHead
+              columns={['Id', 'PID', 'Command', 'Directory', 'Started', 'State']}
+              actions
+            />
             <tbody>
               {shown.map((p) => (
                 <tr key={p.id}>

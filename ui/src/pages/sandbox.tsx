@@ -8,6 +8,7 @@ import {
   snapshotSandbox,
 } from '../actions.js';
 import { api, type SandboxInfo, type Session, sandboxPath } from '../api.js';
+import { Failure } from '../components/table.js';
 import { duration, errorText, time } from '../format.js';
 import { useLive, useNow } from '../live.js';
 import { href, navigate } from '../router.js';
@@ -125,11 +126,7 @@ export function SandboxPage({ session, id, tab }: { session: Session; id: string
           )}
         </div>
       </div>
-      {failure && (
-        <p class="error" role="alert">
-          {failure}
-        </p>
-      )}
+      <Failure text={failure} />
       <nav class="tabs" aria-label="Sandbox sections">
         <ul>
           {TABS.map(([name, label]) => (

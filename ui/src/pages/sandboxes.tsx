@@ -8,6 +8,7 @@ import {
 } from '../actions.js';
 import type { SandboxInfo, Session } from '../api.js';
 import { Sparkline } from '../components/sparkline.js';
+import { Failure, TableHead } from '../components/table.js';
 import { bytes, duration, errorText, percent } from '../format.js';
 import { useLive, useNow } from '../live.js';
 import { href } from '../router.js';
@@ -94,11 +95,7 @@ export function SandboxesPage({ session, query }: { session: Session; query: URL
           />
         </div>
       </form>
-      {failure && (
-        <p class="error" role="alert">
-          {failure}
-        </p>
-      )}
+      <Failure text={failure} />
       <p class="count" aria-live="polite">
         {shown.length === all.length
           ? `${all.length} sandbox${all.length === 1 ? '' : 'es'}`
@@ -107,19 +104,19 @@ export function SandboxesPage({ session, query }: { session: Session; query: URL
       </p>
       <div class="table-wrap">
         <table class="sandboxes">
-          <thead>
-            <tr>
-              <th scope="col">Sandbox</th>
-              <th scope="col">State</th>
-              <th scope="col">Template</th>
-              <th scope="col">Age</th>
-              <th scope="col">Time left</th>
-              <th scope="col">CPU</th>
-              <th scope="col">Memory</th>
-              <th scope="col">Metadata</th>
-              <th scope="col">Actions</th>
-            </tr>
-          </thead>
+          <TableHead
+            columns={[
+              'Sandbox',
+              'State',
+              'Template',
+              'Age',
+              'Time left',
+              'CPU',
+              'Memory',
+              'Metadata',
+              'Actions',
+            ]}
+          />
           <tbody>
             {shown.map((sandbox) => (
               <Row

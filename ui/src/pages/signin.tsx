@@ -1,5 +1,6 @@
 import { useState } from 'preact/hooks';
 import { type Session, signIn } from '../api.js';
+import { Failure } from '../components/table.js';
 import { errorText } from '../format.js';
 
 /** Sign-in: paste an API key (the link flow arrives signed in, or here with ?error=link). */
@@ -61,11 +62,7 @@ export function SignIn({
         <button type="submit" class="primary" disabled={busy}>
           {busy ? 'Signing in…' : 'Sign in'}
         </button>
-        {failure && (
-          <p class="error" role="alert">
-            {failure}
-          </p>
-        )}
+        <Failure text={failure} />
       </form>
       <p class="hint">
         Or run <code>abx dashboard</code>: it opens this page with a one-time sign-in link. The

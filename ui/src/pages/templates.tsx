@@ -1,6 +1,7 @@
 import { useCallback, useEffect, useState } from 'preact/hooks';
 import { api, errorOf, request, type Session, seg, type TemplateInfo } from '../api.js';
 import { ask } from '../components/dialog.js';
+import { Failure, TableHead } from '../components/table.js';
 import { errorText, time } from '../format.js';
 
 const EXAMPLE = `name: my-template
@@ -43,30 +44,22 @@ export function TemplatesPage({ session }: { session: Session }) {
   return (
     <section aria-labelledby="templates-title">
       <h1 id="templates-title">Templates</h1>
-      {failure && (
-        <p class="error" role="alert">
-          {failure}
-        </p>
-      )}
+      <Failure text={failure} />
       {templates && (
         <div class="table-wrap">
           <table>
-            <thead>
-              <tr>
-                <th scope="col">Name</th>
-                <th scope="col">Description</th>
-                <th scope="col">Image</th>
-                <th scope="col">Capabilities</th>
-                <th scope="col">Network</th>
-                <th scope="col">Commands</th>
-                <th scope="col">Built</th>
-                {session.admin && (
-                  <th scope="col">
-                    <span class="sr-only">Actions</span>
-                  </th>
-                )}
-              </tr>
-            </thead>
+            <TableHead
+              columns={[
+                'Name',
+                'Description',
+                'Image',
+                'Capabilities',
+                'Network',
+                'Commands',
+                'Built',
+              ]}
+              actions={session.admin}
+            />
             <tbody>
               {templates.map((t) => (
                 <tr key={t.name}>

@@ -1,6 +1,7 @@
 import { useCallback, useEffect, useState } from 'preact/hooks';
 import { api, seg } from '../api.js';
 import { ask } from '../components/dialog.js';
+import { Failure, TableHead } from '../components/table.js';
 import { bytes, errorText, time } from '../format.js';
 
 interface Volume {
@@ -81,24 +82,11 @@ export function VolumesPage() {
           Create volume
         </button>
       </form>
-      {failure && (
-        <p class="error" role="alert">
-          {failure}
-        </p>
-      )}
+      <Failure text={failure} />
       {volumes && (
         <div class="table-wrap">
           <table>
-            <thead>
-              <tr>
-                <th scope="col">Name</th>
-                <th scope="col">Size</th>
-                <th scope="col">Created</th>
-                <th scope="col">
-                  <span class="sr-only">Actions</span>
-                </th>
-              </tr>
-            </thead>
+            <TableHead columns={['Name', 'Size', 'Created']} actions />
             <tbody>
               {volumes.map((volume) => (
                 <tr key={volume.volumeId}>
