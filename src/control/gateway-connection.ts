@@ -1,7 +1,7 @@
 import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import { splice } from '../../runtime/server/splice.js';
-import { type EnvdFaceAnswer, e2bBodyLimit, e2bStreamsBody } from '../compat/e2b/envd-face.js';
+import { type E2bPassOn, type EnvdFaceAnswer, e2bBodyLimit } from '../compat/e2b/envd-face.js';
 import {
   errorResponse,
   PayloadTooLargeError,
@@ -9,7 +9,6 @@ import {
   SandboxError,
   UpstreamError,
 } from '../errors.js';
-import { BodyFeed } from './gateway-body.js';
 import {
   badRequest,
   type ChunkedScanner,
@@ -19,7 +18,13 @@ import {
   type RequestHead,
   requestChunks,
 } from './gateway-http.js';
-import type { Upstream, UpstreamOwner, UpstreamPool } from './gateway-upstream.js';
+import type {
+  Divert,
+  DivertedAnswer,
+  Upstream,
+  UpstreamOwner,
+  UpstreamPool,
+} from './gateway-upstream.js';
 
 /** Who a request is for, read from its head alone. */
 export interface RequestTarget {
@@ -106,17 +111,24 @@ export interface GatewayRoutes {
   rewrite(head: RequestHead, target: RequestTarget, route: Route): string;
   /** The connection closed. */
   forget(connection: ClientConnection): void;
-  /**
-   * Answers an E2B request on a checked route (see src/compat/e2b): its body read whole, or, for an
-   * upload ({@link e2bStreamsBody}), handed on as it arrives.
-   */
+  /** Answers an E2B request on a checked route (see src/compat/e2b), its body read whole. */
   serveE2b?(
     head: RequestHead,
     target: RequestTarget,
     route: Route,
-    body: Buffer | AsyncIterable<Buffer>,
+    body: Buffer,
     signal: AbortSignal,
   ): Promise<EnvdFaceAnswer>;
+  /**
+   * An E2B request that goes to envd as bytes (a `/files` upload or download, of any size): the
+   * head to send and how its answer is rewritten, or the face's refusal. Undefined for a request
+   * the face answers itself ({@link serveE2b}). Throws a 403 or 400 as {@link rewrite} does.
+   */
+  passOnE2b?(
+    head: RequestHead,
+    target: RequestTarget,
+    route: Route,
+  ): { text: string; pass: E2bPassOn } | EnvdFaceAnswer | undefined;
   /** A refusal of an E2B request in the shape its SDK reads. */
   e2bRefusal?(head: RequestHead, target: RequestTarget, error: unknown): EnvdFaceAnswer;
 }
@@ -185,8 +197,8 @@ function localAnswer(answer: LocalAnswer, keepAlive: boolean): string {
 
 /**
  * 'head': between requests; 'body' / 'chunked': forwarding a request body; 'collect': reading an
- * E2B request's body for the E2B face; 'feed': handing an E2B upload's body to the E2B face as it
- * arrives; 'e2b': the E2B face answers, nothing more is read until it is done; 'wait': a request is
+ * E2B request's body for the E2B face; 'e2b': an E2B request is answered (by the face, or by envd
+ * and rewritten), nothing more is read until it is done; 'wait': a request is
  * held until the answers before it are complete and its route is checked; 'upgrading': a
  * protocol switch was asked, nothing more is read until the sandbox answers; 'tunnel': switched,
  * bytes flow both ways untouched; 'closing': the last answer is written, input is dropped.
@@ -196,7 +208,6 @@ type Mode =
   | 'body'
   | 'chunked'
   | 'collect'
-  | 'feed'
   | 'e2b'
   | 'wait'
   | 'upgrading'
@@ -221,22 +232,15 @@ interface Collecting {
   abort: AbortController;
 }
 
-/** An E2B upload whose body the E2B face reads as it arrives. */
-interface Streaming {
+/**
+ * An E2B request sent to envd as bytes (GatewayRoutes.passOnE2b), from its head until its answer
+ * is written: nothing else is sent on the connection meanwhile, so answers stay in order.
+ */
+interface Passing {
   head: RequestHead;
   target: RequestTarget;
-  feed: BodyFeed;
-  /** Aborted when the client goes away or the body cannot complete: the face stops its writes. */
-  abort: AbortController;
-  /** An answer (the face's, or the gateway's refusal) has begun: no other is written. */
-  answered: boolean;
+  pass: E2bPassOn;
 }
-
-/**
- * How much of an upload's body waits for the E2B face before the gateway stops reading the client:
- * enough to keep envd's disk writes busy, small beside what the daemon holds for anything else.
- */
-const FEED_HIGH_WATER = 1024 * 1024;
 
 const CRLF = Buffer.from('\r\n');
 /** The most of an E2B answer held to leave in one write (see respondE2b). */
@@ -277,7 +281,7 @@ export class ClientConnection implements UpstreamOwner {
   private e2bRoute: Route | undefined;
   private held: Held | undefined;
   private collecting: Collecting | undefined;
-  private streaming: Streaming | undefined;
+  private passing: Passing | undefined;
   private checking = false;
   private running = false;
   /** Writing to the sandbox waits for it to drain. */
@@ -285,6 +289,11 @@ export class ClientConnection implements UpstreamOwner {
   /** Bytes for the sandbox from the read being handled, written together. */
   private outgoing: (Buffer | string)[] = [];
   private outgoingBytes = 0;
+  /**
+   * The request being sent is held with its body until the body is whole or over
+   * {@link HOLD_MAX_BYTES}: the sandbox gets a small one in one write (see passOn).
+   */
+  private holdHead = false;
   /** The last request sent asked to close the connection after its answer. */
   private closeAfter = false;
   /** The client closed its side: nothing more will come. */
@@ -336,12 +345,6 @@ export class ClientConnection implements UpstreamOwner {
           new RequestTimeoutError('the request could not be read: it did not arrive in time'),
         );
       }
-    } else if (this.mode === 'feed') {
-      if (now - this.since > this.limits.request) {
-        this.streamFailed(
-          new RequestTimeoutError('the request could not be read: it did not arrive in time'),
-        );
-      }
     } else if (this.mode === 'body' || this.mode === 'chunked') {
       if (now - this.since > this.limits.request) {
         this.abortRequest(
@@ -373,14 +376,12 @@ export class ClientConnection implements UpstreamOwner {
       while (pos < buf.length) {
         if (this.mode === 'collect') {
           pos = this.collect(buf, pos);
-        } else if (this.mode === 'feed') {
-          pos = this.feedBody(buf, pos);
         } else if (this.mode === 'body') {
           const take = Math.min(this.bodyLeft, buf.length - pos);
           this.toSandbox(buf.subarray(pos, pos + take));
           pos += take;
           this.bodyLeft -= take;
-          if (this.bodyLeft === 0) this.requestSent();
+          if (this.bodyLeft === 0) this.bodySent();
         } else if (this.mode === 'chunked') {
           let end: number;
           try {
@@ -392,7 +393,7 @@ export class ClientConnection implements UpstreamOwner {
           const stop = end < 0 ? buf.length : end;
           this.toSandbox(buf.subarray(pos, stop));
           pos = stop;
-          if (end >= 0) this.requestSent();
+          if (end >= 0) this.bodySent();
         } else if (this.mode === 'head') {
           // Nothing after a request that closes the connection is read.
           if (this.closeAfter) return;
@@ -464,7 +465,7 @@ export class ClientConnection implements UpstreamOwner {
       (!upstream || upstream.idle)
     ) {
       this.mode = 'wait';
-      this.startCollecting(head, target, known);
+      this.startE2b(head, target, known);
       return;
     }
     if (route && upstream && sameTarget(route, target) && this.routes.pool.usable(upstream)) {
@@ -566,7 +567,7 @@ export class ClientConnection implements UpstreamOwner {
     if (target.e2b && this.routes.serveE2b) {
       this.held = undefined;
       this.e2bRoute = route;
-      this.startCollecting(head, target, route);
+      this.startE2b(head, target, route);
       return;
     }
     let text: string;
@@ -578,30 +579,36 @@ export class ClientConnection implements UpstreamOwner {
       return;
     }
     this.held = undefined;
-    let upstream = this.upstream;
-    if (
-      !upstream ||
-      upstream.socketPath !== route.socketPath ||
-      !this.routes.pool.usable(upstream)
-    ) {
-      if (upstream) this.routes.pool.release(upstream);
-      upstream = this.routes.pool.acquire(
-        route.socketPath,
-        route.envd ? undefined : route.port,
-        this,
-      );
-      this.upstream = upstream;
-      this.blocked = false;
-    }
+    const upstream = this.upstreamFor(route);
     this.route = route;
     this.send(head, text, upstream);
     this.resume();
     this.flushToSandbox();
   }
 
+  /**
+   * The connection to `route`'s socket: the one held when it goes there and can take a request
+   * (nothing is waiting on it here), else one from the pool.
+   */
+  private upstreamFor(route: Route): Upstream {
+    const held = this.upstream;
+    if (held && held.socketPath === route.socketPath && this.routes.pool.usable(held)) return held;
+    if (held) this.routes.pool.release(held);
+    // The native route checked for the connection held before is not this one's.
+    this.route = undefined;
+    const upstream = this.routes.pool.acquire(
+      route.socketPath,
+      route.envd ? undefined : route.port,
+      this,
+    );
+    this.upstream = upstream;
+    this.blocked = false;
+    return upstream;
+  }
+
   // --- E2B requests: read whole, answered by the E2B face ---
 
-  private startCollecting(head: RequestHead, target: RequestTarget, route: Route): void {
+  private startE2b(head: RequestHead, target: RequestTarget, route: Route): void {
     if (head.upgrade) {
       this.held = {
         head,
@@ -611,8 +618,20 @@ export class ClientConnection implements UpstreamOwner {
       this.advance();
       return;
     }
-    if (e2bStreamsBody(head.method, target.pathname, target.port, head.bodyLength)) {
-      this.startStreaming(head, target, route);
+    let passed: ReturnType<NonNullable<GatewayRoutes['passOnE2b']>>;
+    try {
+      passed = this.routes.passOnE2b?.(head, target, route);
+    } catch (error) {
+      this.held = { head, target, error };
+      this.advance();
+      return;
+    }
+    if (passed && 'pass' in passed) {
+      this.passOn(head, target, route, passed.text, passed.pass);
+      return;
+    }
+    if (passed) {
+      this.answerE2b(head, passed);
       return;
     }
     const limit = e2bBodyLimit(target.pathname, target.port);
@@ -725,126 +744,73 @@ export class ClientConnection implements UpstreamOwner {
     );
   }
 
-  // --- E2B uploads: the body handed to the E2B face as it arrives ---
+  // --- E2B requests passed to envd as bytes, their answers rewritten ---
 
-  private startStreaming(head: RequestHead, target: RequestTarget, route: Route): void {
-    const feed = new BodyFeed(FEED_HIGH_WATER, () => this.feedDrained());
-    const s: Streaming = { head, target, feed, abort: new AbortController(), answered: false };
-    this.streaming = s;
-    this.closeAfter = head.close;
-    this.since = Date.now();
-    if (head.bodyLength < 0) {
-      this.chunks = requestChunks();
-      this.mode = 'feed';
-    } else if (head.bodyLength > 0) {
-      this.bodyLeft = head.bodyLength;
-      this.mode = 'feed';
-    } else {
-      feed.end();
+  /**
+   * Sends an E2B request to envd with the face's head (`text`), its body passed on as it arrives,
+   * as a native request's is. envd's answer comes back whole to {@link diverted} (or, for one the
+   * face leaves as it is, as bytes); the next request waits for it.
+   */
+  private passOn(
+    head: RequestHead,
+    target: RequestTarget,
+    route: Route,
+    text: string,
+    pass: E2bPassOn,
+  ): void {
+    const upstream = this.upstreamFor(route);
+    this.passing = { head, target, pass };
+    // A small body (most uploads) goes to envd with its head in one write, not in as many as the
+    // client's writes: E2B's SDK streams a form chunked, its head and each piece apart, and each
+    // write into the sandbox wakes envd. Not with `Expect: 100-continue`: that client waits for
+    // envd's answer before it sends the body.
+    this.holdHead = head.bodyLength !== 0 && !head.keys.includes('expect');
+    this.send(head, text, upstream, pass.divert);
+    this.resume();
+    this.flushToSandbox();
+  }
+
+  /** A request's body is all sent: the next head, or, for an E2B request, its answer first. */
+  private bodySent(): void {
+    this.holdHead = false;
+    if (this.passing) {
       this.mode = 'e2b';
+      this.chunks = undefined;
+      return;
     }
-    const finish = () => {
-      this.streaming = undefined;
-      if (this.closeAfter || this.clientEnded) {
+    this.requestSent();
+  }
+
+  /** An answer of the E2B face's own, before anything went to envd (a refusal). */
+  private answerE2b(head: RequestHead, answer: EnvdFaceAnswer): void {
+    // With a body, the connection ends: the unread body would be taken for the next request.
+    const keepAlive = !head.close && head.bodyLength === 0 && !this.clientEnded;
+    this.mode = 'e2b';
+    this.updateReading();
+    this.respondE2b(answer, !keepAlive, () => {
+      if (!keepAlive) {
         this.close();
         return;
       }
       this.requestSent();
       this.resume();
-    };
-    const answer = (reply: EnvdFaceAnswer) => {
-      if (s.answered || this.socket.destroyed) {
-        void reply.body[Symbol.asyncIterator]().return?.();
-        return;
-      }
-      s.answered = true;
-      if (this.mode === 'feed') {
-        // Answered before the body ended (a refusal, a full disk): the rest of the body is
-        // dropped, and the connection ends after the answer, since its next request is unknown.
-        feed.drop();
-        this.closeAfter = true;
-        this.respondE2b(reply, true, () => this.close());
-        return;
-      }
-      this.respondE2b(reply, this.closeAfter, finish);
-    };
-    const serve = this.routes.serveE2b as NonNullable<GatewayRoutes['serveE2b']>;
-    serve.call(this.routes, head, target, route, feed, s.abort.signal).then(answer, (error) => {
-      const refusal = this.routes.e2bRefusal?.(head, target, error);
-      if (refusal) {
-        answer(refusal);
-        return;
-      }
-      if (s.answered) return;
-      s.answered = true;
-      this.socket.write(errorAnswer(error));
-      this.close();
     });
-    this.resume();
-  }
-
-  /** Hands body bytes of the E2B upload from `buf` at `pos` to the face; returns where it stopped. */
-  private feedBody(buf: Buffer, pos: number): number {
-    const feed = (this.streaming as Streaming).feed;
-    let stop: number;
-    let done: boolean;
-    if (this.chunks) {
-      let end: number;
-      try {
-        end = this.chunks.feed(buf, pos, buf.length, (from, to) =>
-          feed.push(buf.subarray(from, to)),
-        );
-      } catch (error) {
-        this.streamFailed(error);
-        return buf.length;
-      }
-      stop = end < 0 ? buf.length : end;
-      done = end >= 0;
-    } else {
-      stop = pos + Math.min(this.bodyLeft, buf.length - pos);
-      feed.push(buf.subarray(pos, stop));
-      this.bodyLeft -= stop - pos;
-      done = this.bodyLeft === 0;
-    }
-    if (done) {
-      feed.end();
-      this.chunks = undefined;
-      // The face answers once it has written what it read; the next request waits for that.
-      this.mode = 'e2b';
-    }
-    return stop;
-  }
-
-  /** The face took enough of the upload: read the client again. */
-  private feedDrained(): void {
-    if (this.mode !== 'feed') return;
-    this.updateReading();
-    if (this.pending && !this.running) this.run();
   }
 
   /**
-   * An upload's body cannot complete (too slow, bad chunk framing): the face's read throws and its
-   * writes are aborted, so nothing cut short is written, and the client gets the reason.
+   * The request passed on can no longer be answered by envd (its body was cut short, envd went
+   * away): the client gets the reason in E2B's shape, and the connection ends.
    */
-  private streamFailed(error: unknown): void {
-    const s = this.streaming;
+  private passingFailed(error: unknown): boolean {
+    const p = this.passing;
+    if (!p || !this.routes.e2bRefusal) return false;
+    this.passing = undefined;
+    this.mode = 'e2b';
     this.chunks = undefined;
     this.pending = undefined;
-    if (!s) {
-      this.socket.write(errorAnswer(error));
-      this.close();
-      return;
-    }
-    s.feed.fail(error);
-    s.abort.abort();
-    if (s.answered || !this.routes.e2bRefusal) {
-      this.socket.destroy();
-      return;
-    }
-    s.answered = true;
-    this.mode = 'e2b';
-    this.closeAfter = true;
-    this.respondE2b(this.routes.e2bRefusal(s.head, s.target, error), true, () => this.close());
+    this.updateReading();
+    this.respondE2b(this.routes.e2bRefusal(p.head, p.target, error), true, () => this.close());
+    return true;
   }
 
   /** Writes the E2B face's answer (chunked, as it is produced), then calls `done`. */
@@ -926,8 +892,8 @@ export class ClientConnection implements UpstreamOwner {
     void pump();
   }
 
-  private send(head: RequestHead, text: string, upstream: Upstream): void {
-    upstream.sent(head.method, head.upgrade);
+  private send(head: RequestHead, text: string, upstream: Upstream, divert?: Divert): void {
+    upstream.sent(head.method, head.upgrade, divert);
     this.toSandbox(text);
     this.closeAfter = head.close;
     if (head.upgrade) {
@@ -941,11 +907,12 @@ export class ClientConnection implements UpstreamOwner {
       this.chunks = requestChunks();
       this.since = Date.now();
     } else {
-      this.requestSent();
+      this.bodySent();
     }
   }
 
   private requestSent(): void {
+    this.holdHead = false;
     this.mode = 'head';
     this.chunks = undefined;
     this.since = Date.now();
@@ -963,7 +930,14 @@ export class ClientConnection implements UpstreamOwner {
    */
   private flushToSandbox(): void {
     const pieces = this.outgoing;
-    if (pieces.length === 0) return;
+    if (
+      pieces.length === 0 ||
+      (this.holdHead &&
+        (this.mode === 'body' || this.mode === 'chunked') &&
+        this.outgoingBytes <= HOLD_MAX_BYTES)
+    ) {
+      return;
+    }
     const bytes = this.outgoingBytes;
     this.outgoing = [];
     this.outgoingBytes = 0;
@@ -1003,8 +977,7 @@ export class ClientConnection implements UpstreamOwner {
       this.blocked ||
       this.mode === 'wait' ||
       this.mode === 'upgrading' ||
-      this.mode === 'e2b' ||
-      (this.mode === 'feed' && this.streaming?.feed.full === true)
+      this.mode === 'e2b'
     )
       this.socket.pause();
     else this.socket.resume();
@@ -1026,6 +999,7 @@ export class ClientConnection implements UpstreamOwner {
     this.route = undefined;
     upstream?.destroy();
     if (answerable) {
+      if (this.passingFailed(error)) return;
       this.socket.write(errorAnswer(error));
       this.close();
     } else {
@@ -1052,6 +1026,7 @@ export class ClientConnection implements UpstreamOwner {
     this.mode = 'closing';
     this.since = Date.now();
     this.pending = undefined;
+    this.passing = undefined;
     const upstream = this.upstream;
     this.upstream = undefined;
     if (upstream) {
@@ -1071,10 +1046,6 @@ export class ClientConnection implements UpstreamOwner {
     } else if (this.mode === 'collect') {
       this.collecting?.abort.abort();
       this.socket.destroy();
-    } else if (this.mode === 'feed') {
-      // The body was cut short: the face's read throws, so its write leaves no file.
-      this.cutStream();
-      this.socket.destroy();
     } else if (this.mode === 'e2b') {
       // The client finished sending; its answer is still being written.
     } else if (this.mode === 'body' || this.mode === 'chunked') {
@@ -1090,20 +1061,11 @@ export class ClientConnection implements UpstreamOwner {
   private onClose(): void {
     this.routes.forget(this);
     this.collecting?.abort.abort();
-    this.cutStream();
     const upstream = this.upstream;
     this.upstream = undefined;
     if (!upstream) return;
     if (this.mode === 'head' && upstream.idle) this.routes.pool.release(upstream);
     else upstream.destroy();
-  }
-
-  /** The client went away during an upload: its body never completes, the face's work stops. */
-  private cutStream(): void {
-    const s = this.streaming;
-    if (!s) return;
-    s.feed.fail(new Error('the client went away before the request body ended'));
-    s.abort.abort();
   }
 
   // --- sandbox → client ---
@@ -1125,7 +1087,12 @@ export class ClientConnection implements UpstreamOwner {
       return;
     }
     if (!from.idle) return;
-    if (this.mode === 'upgrading') {
+    if (this.passing && this.mode === 'e2b') {
+      // envd's answer to an E2B request went to the client as it was: the next request may go.
+      this.passing = undefined;
+      this.requestSent();
+      this.resume();
+    } else if (this.mode === 'upgrading') {
       // The sandbox declined the switch: the connection goes on with HTTP.
       this.requestSent();
       this.resume();
@@ -1134,6 +1101,51 @@ export class ClientConnection implements UpstreamOwner {
     } else {
       this.maybeFinish();
     }
+  }
+
+  diverted(from: Upstream, answer: DivertedAnswer, closing: boolean): void {
+    const p = this.passing;
+    if (from !== this.upstream || !p) {
+      from.destroy();
+      if (from === this.upstream) {
+        this.upstream = undefined;
+        this.socket.destroy();
+      }
+      return;
+    }
+    this.passing = undefined;
+    let reply: EnvdFaceAnswer;
+    try {
+      reply = p.pass.translate(answer);
+    } catch (error) {
+      reply = this.routes.e2bRefusal?.(p.head, p.target, error) ?? {
+        status: 502,
+        headers: new Headers(),
+        body: (async function* () {})(),
+      };
+    }
+    // envd answered before the whole body was sent (a refusal, a full disk): the rest of the body
+    // has nowhere to go, so the connection ends after the answer. So it does when envd's does.
+    const early = this.mode === 'body' || this.mode === 'chunked';
+    if (early || closing) {
+      this.upstream = undefined;
+      this.route = undefined;
+      from.destroy();
+      this.closeAfter = true;
+      this.chunks = undefined;
+      this.pending = undefined;
+    }
+    const close = this.closeAfter || this.clientEnded;
+    this.mode = 'e2b';
+    this.updateReading();
+    this.respondE2b(reply, close, () => {
+      if (close) {
+        this.close();
+        return;
+      }
+      this.requestSent();
+      this.resume();
+    });
   }
 
   upgraded(from: Upstream, rest: Buffer): void {
@@ -1162,6 +1174,8 @@ export class ClientConnection implements UpstreamOwner {
     this.blocked = false;
     if (midResponse) {
       this.socket.destroy();
+    } else if (error && this.passingFailed(error)) {
+      // answered in E2B's shape
     } else if (error) {
       // Nothing of the answer was sent: the client gets the reason, and the connection ends
       // (requests pipelined after it are lost with the sandbox's connection).

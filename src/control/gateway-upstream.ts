@@ -17,6 +17,21 @@ export const UPSTREAM_MAX_IDLE_MS = 1000;
 /** Idle connections kept per sandbox socket for the next client connection. */
 const MAX_FREE_PER_SOCKET = 32;
 
+/**
+ * Which answers to a request the owner takes whole instead of as bytes for its client: `all`, or
+ * `errors` (statuses outside 2xx; the others are forwarded as usual). The E2B face rewrites them.
+ */
+export type Divert = 'all' | 'errors';
+
+/** An answer taken whole ({@link Divert}): its status and its body (de-chunked). */
+export interface DivertedAnswer {
+  status: number;
+  body: Buffer;
+}
+
+/** The most of a diverted answer held: envd's answers to them are a few hundred bytes of JSON. */
+export const MAX_DIVERTED_BYTES = 1024 * 1024;
+
 /** Who an upstream connection answers to: the client connection it is paired with. */
 export interface UpstreamOwner {
   /** Response bytes, exactly as the sandbox sent them, for the client. */
@@ -28,6 +43,11 @@ export interface UpstreamOwner {
   responsesDone(from: Upstream, closing: boolean): void;
   /** The sandbox switched protocols (101): `rest` is what it sent after the head. */
   upgraded(from: Upstream, rest: Buffer): void;
+  /**
+   * A diverted answer is complete ({@link Upstream.sent}); none of its bytes were forwarded.
+   * `closing`: the connection ends after it.
+   */
+  diverted(from: Upstream, answer: DivertedAnswer, closing: boolean): void;
   /**
    * The connection ended or failed. `error` is set when requests were still waiting for an
    * answer; `midResponse` when part of one was forwarded already.
@@ -49,8 +69,11 @@ export class Upstream {
   owner: UpstreamOwner | undefined;
   /** Called once when an idle connection (no owner) closes: the pool forgets it. */
   onIdleClose: (() => void) | undefined;
-  /** Methods of the requests sent and not yet answered, oldest first; `upgrade` marks a switch. */
-  readonly waiting: { method: string; upgrade: boolean }[] = [];
+  /**
+   * Methods of the requests sent and not yet answered, oldest first; `upgrade` marks a switch,
+   * `divert` an answer the owner takes whole.
+   */
+  readonly waiting: { method: string; upgrade: boolean; divert?: Divert | undefined }[] = [];
   /** Since when nothing has been waiting for an answer. */
   idleSince = Date.now();
   /** The sandbox said it closes (or will), or the connection failed: never reused. */
@@ -60,6 +83,8 @@ export class Upstream {
   private chunks: ChunkedScanner | undefined;
   private partial: Buffer | undefined;
   private pausedFor: Socket | undefined;
+  /** The answer being read whole for the owner ({@link Divert}), instead of forwarded. */
+  private diverting: { status: number; pieces: Buffer[]; bytes: number } | undefined;
 
   constructor(
     readonly socketPath: string,
@@ -84,7 +109,10 @@ export class Upstream {
 
   /** Part of an answer went to the client already: no other answer can be written instead. */
   get midResponse(): boolean {
-    return this.state === 'length' || this.state === 'chunked' || this.state === 'close';
+    return (
+      this.diverting === undefined &&
+      (this.state === 'length' || this.state === 'chunked' || this.state === 'close')
+    );
   }
 
   /** Open, not closing, and busy or idle for less than `maxIdleMs`. */
@@ -97,9 +125,9 @@ export class Upstream {
     );
   }
 
-  /** Records a request written to the socket, for the answer's framing. */
-  sent(method: string, upgrade: boolean): void {
-    this.waiting.push({ method, upgrade });
+  /** Records a request written to the socket, for the answer's framing (and which to divert). */
+  sent(method: string, upgrade: boolean, divert?: Divert): void {
+    this.waiting.push({ method, upgrade, divert });
   }
 
   /** Stops reading the sandbox while `client` cannot take more (backpressure). */
@@ -162,24 +190,47 @@ export class Upstream {
       if (pos > flushed) owner.forward(buf.subarray(flushed, pos), this);
       flushed = pos;
     };
+    /** A diverted answer's body bytes: kept, not forwarded. */
+    const keep = (from: number, to: number) => {
+      const d = this.diverting;
+      if (!d || to <= from) return;
+      d.bytes += to - from;
+      if (d.bytes > MAX_DIVERTED_BYTES) {
+        throw new UpstreamError(
+          `the sandbox answered with over ${MAX_DIVERTED_BYTES} bytes where a short answer was expected`,
+        );
+      }
+      d.pieces.push(Buffer.from(buf.subarray(from, to)));
+    };
+    /** The answer ended: a diverted one goes to the owner whole. */
+    const ended = () => {
+      const d = this.diverting;
+      if (d) flushed = pos;
+      this.diverting = undefined;
+      this.complete();
+      if (d)
+        owner.diverted(this, { status: d.status, body: Buffer.concat(d.pieces) }, this.finished);
+      else done++;
+    };
     try {
       while (pos < buf.length && !this.finished) {
         if (this.state === 'length') {
           const take = Math.min(this.left, buf.length - pos);
+          keep(pos, pos + take);
           pos += take;
           this.left -= take;
-          if (this.left === 0) {
-            this.complete();
-            done++;
-          }
+          if (this.left === 0) ended();
         } else if (this.state === 'chunked') {
-          const end = (this.chunks as ChunkedScanner).feed(buf, pos, buf.length);
+          const end = (this.chunks as ChunkedScanner).feed(
+            buf,
+            pos,
+            buf.length,
+            this.diverting ? keep : undefined,
+          );
           pos = end < 0 ? buf.length : end;
-          if (end >= 0) {
-            this.complete();
-            done++;
-          }
+          if (end >= 0) ended();
         } else if (this.state === 'close') {
+          keep(pos, buf.length);
           pos = buf.length;
         } else {
           const exchange = this.waiting[0];
@@ -196,6 +247,14 @@ export class Upstream {
             break;
           }
           const head = parseResponseHead(buf.toString('latin1', pos, end), exchange.method);
+          const divert =
+            exchange.divert === 'all' ||
+            (exchange.divert === 'errors' && (head.status < 200 || head.status > 299));
+          if (divert && head.status >= 200) {
+            // What came before this answer goes on; the answer itself is kept.
+            flush();
+            this.diverting = { status: head.status, pieces: [], bytes: 0 };
+          }
           pos = end + 4;
           if (head.status === 101) {
             if (!exchange.upgrade)
@@ -209,8 +268,7 @@ export class Upstream {
           if (head.close) this.closing = true;
           const body = head.body;
           if (body.kind === 'none' || (body.kind === 'length' && body.length === 0)) {
-            this.complete();
-            done++;
+            ended();
           } else if (body.kind === 'length') {
             this.state = 'length';
             this.left = body.length;
@@ -223,10 +281,12 @@ export class Upstream {
         }
       }
     } catch (error) {
+      if (this.diverting) flushed = pos;
       flush();
       this.fail(error as Error);
       return;
     }
+    if (this.diverting) flushed = pos;
     flush();
     // Anything after an answer that closes the connection is not for anyone.
     if (this.finished) this.socket.pause();
@@ -253,17 +313,25 @@ export class Upstream {
       this.onIdleClose = undefined;
       return;
     }
+    const diverting = this.diverting;
+    this.diverting = undefined;
     if (state === 'close' && error === undefined) {
       // A body delimited by the end of the connection is complete now.
       this.waiting.shift();
-      owner.responsesDone(this, true);
+      if (diverting) {
+        const body = Buffer.concat(diverting.pieces);
+        owner.diverted(this, { status: diverting.status, body }, true);
+      } else {
+        owner.responsesDone(this, true);
+      }
       return;
     }
     // A socket file left by a server that died: drop it, so the next request is forwarded by
     // envd to whatever listens on the port now.
     const code = (error as NodeJS.ErrnoException | undefined)?.code;
     if (this.port !== undefined && code === 'ECONNREFUSED') unlinkSandboxSocket(this.socketPath);
-    const midResponse = state !== 'head';
+    // A diverted answer's bytes went nowhere yet: another answer can still be given instead.
+    const midResponse = state !== 'head' && diverting === undefined;
     const failure =
       this.waiting.length === 0 && !midResponse
         ? undefined

@@ -7,7 +7,7 @@ import { capabilityRefusal } from '../../runtime/protocol/capabilities.js';
 import { ENVD_PORT } from '../../runtime/protocol/constants.js';
 import { E2B_CODE_PORT } from '../compat/e2b/code-interpreter.js';
 import { E2bControlApi } from '../compat/e2b/control-api.js';
-import type { E2bEnvdFace, EnvdFaceAnswer } from '../compat/e2b/envd-face.js';
+import type { E2bEnvdFace, E2bPassOn, EnvdFaceAnswer } from '../compat/e2b/envd-face.js';
 import {
   AuthenticationError,
   BadRequestError,
@@ -620,7 +620,7 @@ export class Gateway implements GatewayRoutes {
     head: RequestHead,
     target: RequestTarget,
     route: Route,
-    body: Buffer | AsyncIterable<Buffer>,
+    body: Buffer,
     signal: AbortSignal,
   ): Promise<EnvdFaceAnswer> {
     const face = this.e2b as E2bEnvdFace;
@@ -634,11 +634,25 @@ export class Gateway implements GatewayRoutes {
       method: head.method,
       target: target.path,
       headers,
-      ...(Buffer.isBuffer(body) ? { body } : { body: new Uint8Array(0), stream: body }),
+      body,
       envd: { sandboxId: route.id, socketPath: route.socketPath, token: route.token as string },
       port: target.port,
       signal,
     });
+  }
+
+  passOnE2b(
+    head: RequestHead,
+    target: RequestTarget,
+    route: Route,
+  ): { text: string; pass: E2bPassOn } | EnvdFaceAnswer | undefined {
+    const passed = this.e2b?.passOn(head.method, target.path, target.port);
+    if (passed === undefined || !('divert' in passed)) return passed;
+    const mark = passed.target.indexOf('?');
+    const pathname = mark < 0 ? passed.target : passed.target.slice(0, mark);
+    // The head envd gets, as for its own route (capability, token), with the face's target.
+    const text = this.rewrite(head, { ...target, path: passed.target, pathname }, route);
+    return { text, pass: passed };
   }
 
   e2bRefusal(head: RequestHead, target: RequestTarget, error: unknown): EnvdFaceAnswer {

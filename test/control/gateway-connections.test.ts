@@ -551,6 +551,7 @@ describe('the gateway routes whole connections', () => {
       forward: () => undefined,
       responsesDone: () => undefined,
       upgraded: () => undefined,
+      diverted: () => undefined,
       ended: () => undefined,
     };
     try {

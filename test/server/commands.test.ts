@@ -58,7 +58,7 @@ describe('core and authentication', () => {
     expect(json.groups).toHaveLength(8);
   });
 
-  test('GET /capabilities lists the eight groups and 48 endpoints', async () => {
+  test('GET /capabilities lists the eight groups and 49 endpoints', async () => {
     const { json } = await server.call('/capabilities');
     const names = json.capabilities.map((c: { name: string }) => c.name);
     expect(names).toEqual([
@@ -72,9 +72,12 @@ describe('core and authentication', () => {
       'BROWSER',
     ]);
     const endpoints = json.capabilities.flatMap((c: { endpoints: unknown[] }) => c.endpoints);
-    expect(endpoints).toHaveLength(48);
+    expect(endpoints).toHaveLength(49);
     expect(endpoints).toContainEqual(
       expect.objectContaining({ method: 'POST', path: '/process/{id}/kill' }),
+    );
+    expect(endpoints).toContainEqual(
+      expect.objectContaining({ method: 'POST', path: '/files/upload' }),
     );
   });
 

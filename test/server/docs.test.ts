@@ -34,7 +34,7 @@ describe('docs/server-api.md', () => {
       .map((r) => `${r.method} ${r.path} ${r.group}`)
       .sort();
     expect(documented).toEqual(routes);
-    expect(routes).toHaveLength(48);
+    expect(routes).toHaveLength(49);
   });
 
   test('lists every route group with its prefix and endpoint count', () => {

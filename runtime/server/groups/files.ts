@@ -39,6 +39,7 @@ import { identityFor } from '../users.js';
 import { argList } from '../validate.js';
 import { globToRegExp, walk } from '../walk.js';
 import { FILE_TOOL_ROUTES } from './file-tools.js';
+import { uploadRoute, type WriteOne, wholeIfSmall } from './files-upload.js';
 
 function kindOf(s: Stats | BigIntStats): string {
   if (s.isSymbolicLink()) return 'symlink';
@@ -123,13 +124,6 @@ async function mustNotExist(path: string, overwrite: boolean): Promise<void> {
   }
 }
 
-/** A (small) request body whole. */
-async function collect(chunks: AsyncIterable<Buffer>): Promise<Buffer> {
-  const parts: Buffer[] = [];
-  for await (const chunk of chunks) parts.push(chunk);
-  return parts.length === 1 ? (parts[0] as Buffer) : Buffer.concat(parts);
-}
-
 /** Opening a file to read never waits: O_NONBLOCK (regular files read as usual with it). */
 const READ_FLAGS = constants.O_RDONLY | constants.O_NONBLOCK | constants.O_NOCTTY;
 
@@ -195,6 +189,27 @@ async function describeWithMetadata(
  */
 export function fileOps(options: { metadata?: FileMetadataStore } = {}): RouteGroup {
   const store = options.metadata;
+  /**
+   * Writes one file atomically with the metadata it is to keep (refused, before a byte is written,
+   * when this server keeps none or the set does not fit); answers what a write route returns.
+   */
+  const writeOne: WriteOne = async (path, content, metadata) => {
+    const hasMetadata = Object.keys(metadata).length > 0;
+    if (hasMetadata && !store) {
+      throw new BadRequestError(
+        'this server keeps no file metadata: send X-Metadata-* headers to envd (port 49983), or leave them out',
+      );
+    }
+    if (store) await store.admit(path, metadata);
+    const replaced = await store?.replacing(path);
+    let written: BigIntStats | undefined;
+    const noteWritten = (temp: string) => {
+      written = lstatSync(temp, { bigint: true });
+    };
+    const size = await writeAtomic(path, content, hasMetadata ? noteWritten : undefined);
+    await store?.written(path, written, metadata, replaced);
+    return hasMetadata ? { path, size, metadata } : { path, size };
+  };
   return defineGroup('FILE_OPS', '/files', 'file read/write/list/search/edit', [
     {
       method: 'GET',
@@ -247,32 +262,15 @@ export function fileOps(options: { metadata?: FileMetadataStore } = {}): RouteGr
         const identity = identityFor(args.user as string | undefined);
         // Checked before a byte is written: a refused set leaves the file as it was.
         const metadata = metadataOf(headers);
-        const hasMetadata = Object.keys(metadata).length > 0;
-        if (hasMetadata && !store) {
-          throw new BadRequestError(
-            'this server keeps no file metadata: send X-Metadata-* headers to envd (port 49983), or leave them out',
-          );
-        }
-        if (store) await store.admit(path, metadata);
-        const replaced = await store?.replacing(path);
-        let written: BigIntStats | undefined;
-        const noteWritten = (temp: string) => {
-          written = lstatSync(temp, { bigint: true });
-        };
         // A small body is read whole and written without the thread pool (SMALL_FILE_BYTES).
-        const small = Number(headers['content-length']) <= SMALL_FILE_BYTES;
-        const size = await writeAtomic(
-          path,
-          small ? await collect(stream()) : stream(),
-          hasMetadata ? noteWritten : undefined,
-        );
+        const written = await writeOne(path, await wholeIfSmall(stream()), metadata);
         // An image build's copy step: the file belongs to the step's user.
         if (identity)
           await fsAction(`chown ${path}`, () => lchown(path, identity.uid, identity.gid));
-        await store?.written(path, written, metadata, replaced);
-        return hasMetadata ? { path, size, metadata } : { path, size };
+        return written;
       },
     },
+    uploadRoute(writeOne, metadataOf),
     {
       method: 'GET',
       path: '/files/list',

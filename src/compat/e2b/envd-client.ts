@@ -1,12 +1,4 @@
-import {
-  Agent,
-  type AgentOptions,
-  type ClientRequest,
-  type IncomingMessage,
-  request,
-} from 'node:http';
-import type { Duplex, Readable } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
+import type { Readable } from 'node:stream';
 import { Code, ConnectError } from '@connectrpc/connect';
 import { Pool } from 'undici';
 import { connectSandboxSocket } from '../../providers/sandbox-socket.js';
@@ -68,38 +60,6 @@ function unreachable(error: unknown, target: EnvdTarget): ConnectError {
     `sandbox ${target.sandboxId} cannot be reached: ${reason}`,
     Code.Unavailable,
   );
-}
-
-/** Connections to envd never follow a symlink the sandbox may have put in place of its socket. */
-class EnvdAgent extends Agent {
-  override createConnection(options: AgentOptions & { socketPath?: string }): Duplex {
-    return connectSandboxSocket(options.socketPath as string);
-  }
-}
-
-/**
- * Each streamed upload (a file over 64 KiB) gets a connection of its own: a connect costs nothing
- * beside such a transfer, and the upload is never written into a kept-alive connection that envd
- * is closing as idle (a streamed body cannot be sent again).
- */
-const agent = new EnvdAgent({ keepAlive: false });
-
-/** A request to a sandbox's envd over its socket, with the sandbox's token. */
-function toEnvd(
-  target: EnvdTarget,
-  method: string,
-  path: string,
-  signal: AbortSignal | undefined,
-  headers: Record<string, string | number>,
-): ClientRequest {
-  return request({
-    socketPath: target.socketPath,
-    agent,
-    method,
-    path,
-    signal,
-    headers: { authorization: `Bearer ${target.token}`, ...headers },
-  });
 }
 
 /** Pools kept at most (one per sandbox); the least recently used one is closed past this. */
@@ -190,37 +150,6 @@ export async function envdRequest(
   } catch (error) {
     throw signal?.aborted ? error : unreachable(error, target);
   }
-}
-
-/**
- * A request to envd's native API whose body is streamed from `body` (chunked), with backpressure:
- * `body` is read only as fast as envd takes it. If `body` throws, the request is cut, so envd
- * never sees a cut body as a whole one; `headers` are sent too. Resolves with envd's answer (which may come before the
- * body is all sent: `cancel` then stops sending).
- */
-export function envdStream(
-  target: EnvdTarget,
-  method: string,
-  path: string,
-  body: AsyncIterable<Uint8Array>,
-  signal: AbortSignal | undefined,
-  headers: Record<string, string> = {},
-): Promise<{ res: IncomingMessage; cancel(): void }> {
-  return new Promise((resolve, reject) => {
-    const req = toEnvd(target, method, path, signal, {
-      ...headers,
-      'content-type': 'application/octet-stream',
-      'transfer-encoding': 'chunked',
-    });
-    req.on('response', (res) => resolve({ res, cancel: () => req.destroy() }));
-    req.on('error', (error) => reject(signal?.aborted ? error : unreachable(error, target)));
-    // Settled here too: a request cut on a reused keep-alive socket emits no 'error'.
-    pipeline(body, req).catch((error: unknown) => {
-      req.destroy(error as Error);
-      reject(error);
-    });
-    req.on('close', () => reject(unreachable(new Error('the connection closed'), target)));
-  });
 }
 
 /**

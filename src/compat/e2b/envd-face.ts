@@ -2,7 +2,6 @@ import type { DescMethodServerStreaming } from '@bufbuild/protobuf';
 import { Code, ConnectError, createConnectRouter, createContextValues } from '@connectrpc/connect';
 import type { UniversalHandler } from '@connectrpc/connect/protocol';
 import { codeToHttpStatus, endStreamFlag, errorToJson } from '@connectrpc/connect/protocol-connect';
-import { SMALL_FILE_BYTES } from '../../../runtime/server/file-system.js';
 import {
   E2B_CODE_PORT,
   isCodeInterpreterPath,
@@ -11,7 +10,7 @@ import {
 } from './code-interpreter.js';
 import { type ServerStreamImpl, type StreamAnswer, serverStreamHandler } from './connect-stream.js';
 import type { EnvdTarget } from './envd-client.js';
-import { filesError, readFile, writeFiles } from './files-route.js';
+import { type FilesPassOn, filesError, readPassOn, uploadPassOn } from './files-route.js';
 import { filesystemService } from './filesystem-service.js';
 import { Filesystem } from './gen/filesystem/filesystem_pb.js';
 import { Process } from './gen/process/process_pb.js';
@@ -29,26 +28,8 @@ export function e2bBodyLimit(_path: string, _port = E2B_ENVD_PORT): number {
   return MAX_RPC_BODY_BYTES;
 }
 
-/**
- * Whether the gateway hands an E2B request's body to the face as it arrives rather than whole: an
- * upload (`POST /files`), which may be of any size and is streamed on into envd's disk writes.
- * One whose Content-Length says it is small (at most {@link SMALL_FILE_BYTES}, most uploads: a
- * script, a config) is read whole first, which costs the face less than a stream.
- * `bodyLength` is the request's Content-Length, or -1 for a chunked body.
- */
-export function e2bStreamsBody(
-  method: string,
-  path: string,
-  port = E2B_ENVD_PORT,
-  bodyLength = -1,
-): boolean {
-  return (
-    port === E2B_ENVD_PORT &&
-    method === 'POST' &&
-    pathOf(path) === '/files' &&
-    (bodyLength < 0 || bodyLength > SMALL_FILE_BYTES)
-  );
-}
+/** An E2B request the gateway passes to envd as bytes ({@link E2bEnvdFace.passOn}). */
+export type E2bPassOn = FilesPassOn;
 
 /** One E2B request to envd, checked (sandbox, token) by the gateway. */
 export interface EnvdFaceRequest {
@@ -56,10 +37,8 @@ export interface EnvdFaceRequest {
   /** The request target: path and query. */
   target: string;
   headers: Headers;
-  /** The body, read whole (empty when {@link stream} carries it). */
+  /** The body, read whole. */
   body: Uint8Array;
-  /** The body as it arrives, for an upload ({@link e2bStreamsBody}); it throws if it is cut short. */
-  stream?: AsyncIterable<Uint8Array>;
   envd: EnvdTarget;
   /** The sandbox port the request named: envd's (49983, the default) or the code interpreter's. */
   port?: number;
@@ -222,6 +201,27 @@ export class E2bEnvdFace {
     return connectErrorAnswer(new ConnectError(message, code), isStreaming(headers));
   }
 
+  /**
+   * An E2B request that goes to envd's native route as bytes rather than through {@link serve}:
+   * `/files` downloads and uploads, which may be of any size, and which envd's `GET /files/read`
+   * and `POST /files/upload` take as E2B sends them. The gateway sends the request to the route
+   * the answer names, its body on as it arrives, and hands envd's answer (whole, when the face
+   * rewrites it) to its `translate`. A refusal is answered at once; undefined: {@link serve} it.
+   */
+  passOn(
+    method: string,
+    target: string,
+    port = E2B_ENVD_PORT,
+  ): E2bPassOn | EnvdFaceAnswer | undefined {
+    if (port !== E2B_ENVD_PORT) return undefined;
+    const path = pathOf(target);
+    if (path !== '/files') return undefined;
+    const query = new URLSearchParams(target.slice(path.length + 1));
+    if (method === 'GET') return readPassOn(query);
+    if (method === 'POST') return uploadPassOn(query);
+    return undefined;
+  }
+
   async serve(request: EnvdFaceRequest): Promise<EnvdFaceAnswer> {
     const path = pathOf(request.target);
     if (request.port === E2B_CODE_PORT) return serveCodeInterpreter(request, path);
@@ -232,17 +232,7 @@ export class E2bEnvdFace {
       return { status: 204, headers: new Headers(), body: once(new Uint8Array(0)) };
     }
     if (path === '/files') {
-      const query = new URLSearchParams(request.target.slice(path.length + 1));
-      if (request.method === 'GET') return readFile(request.envd, query, request.signal);
-      if (request.method === 'POST') {
-        return writeFiles(
-          request.envd,
-          query,
-          request.headers,
-          request.stream ?? once(request.body),
-          request.signal,
-        );
-      }
+      // GET and POST are passed to envd as bytes (passOn).
       return filesError(405, `${request.method} /files: read with GET, write with POST`);
     }
     const name = path.split('/')[1] ?? '';

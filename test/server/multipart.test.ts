@@ -5,9 +5,9 @@ import {
   MAX_PART_HEAD_BYTES,
   MultipartError,
   readMultipart,
-} from '../../../src/compat/e2b/multipart.js';
+} from '../../runtime/server/multipart.js';
 
-// The streaming reader of E2B's `/files` upload forms: round trips over random chunkings, and
+// The streaming reader of upload forms (envd's `POST /files/upload`, E2B's `POST /files`): round trips over random chunkings, and
 // fuzzed bodies (fixed seed) that must give parts or a MultipartError, and never hang.
 const SEED = 20261202;
 

@@ -1,3 +1,5 @@
+import { BadRequestError } from '../protocol/errors.js';
+
 /** One part of a `multipart/form-data` body, its bytes read as they arrive. */
 export interface FormPart {
   /** The `name` of its Content-Disposition. */
@@ -11,10 +13,10 @@ export interface FormPart {
   data: AsyncIterable<Buffer>;
 }
 
-/** A body that is not the multipart form its Content-Type says. */
-export class MultipartError extends Error {
+/** A body that is not the multipart form its Content-Type says (a 400 where a server answers it). */
+export class MultipartError extends BadRequestError {
   constructor(message: string) {
-    super(`the multipart body could not be read: ${message}`);
+    super(`the multipart body could not be read: ${message}`, { code: 'bad_multipart' });
     this.name = 'MultipartError';
   }
 }
