@@ -514,16 +514,7 @@ export class ClientConnection implements UpstreamOwner {
         !this.clientEnded &&
         (held.answer !== undefined || held.error instanceof SandboxError);
       if (held.target?.e2b && held.head && this.routes.e2bRefusal && !held.answer) {
-        const answer = this.routes.e2bRefusal(held.head, held.target, held.error);
-        this.mode = 'e2b';
-        this.respondE2b(answer, !keepAlive, () => {
-          if (!keepAlive) {
-            this.close();
-            return;
-          }
-          this.requestSent();
-          this.resume();
-        });
+        this.answerE2b(this.routes.e2bRefusal(held.head, held.target, held.error), !keepAlive);
         return;
       }
       this.socket.write(
@@ -631,7 +622,9 @@ export class ClientConnection implements UpstreamOwner {
       return;
     }
     if (passed) {
-      this.answerE2b(head, passed);
+      // The face's own refusal. With a body, the connection ends: the unread body would be taken
+      // for the next request.
+      this.answerE2b(passed, head.close || head.bodyLength !== 0 || this.clientEnded);
       return;
     }
     const limit = e2bBodyLimit(target.pathname, target.port);
@@ -781,14 +774,12 @@ export class ClientConnection implements UpstreamOwner {
     this.requestSent();
   }
 
-  /** An answer of the E2B face's own, before anything went to envd (a refusal). */
-  private answerE2b(head: RequestHead, answer: EnvdFaceAnswer): void {
-    // With a body, the connection ends: the unread body would be taken for the next request.
-    const keepAlive = !head.close && head.bodyLength === 0 && !this.clientEnded;
+  /** Writes an E2B answer, then ends the connection (`close`) or goes on with the next request. */
+  private answerE2b(answer: EnvdFaceAnswer, close: boolean): void {
     this.mode = 'e2b';
     this.updateReading();
-    this.respondE2b(answer, !keepAlive, () => {
-      if (!keepAlive) {
+    this.respondE2b(answer, close, () => {
+      if (close) {
         this.close();
         return;
       }
@@ -1135,17 +1126,7 @@ export class ClientConnection implements UpstreamOwner {
       this.chunks = undefined;
       this.pending = undefined;
     }
-    const close = this.closeAfter || this.clientEnded;
-    this.mode = 'e2b';
-    this.updateReading();
-    this.respondE2b(reply, close, () => {
-      if (close) {
-        this.close();
-        return;
-      }
-      this.requestSent();
-      this.resume();
-    });
+    this.answerE2b(reply, this.closeAfter || this.clientEnded);
   }
 
   upgraded(from: Upstream, rest: Buffer): void {

@@ -149,38 +149,48 @@ function rawUpload(head: string): Promise<Socket> {
   });
 }
 
-/** Reads one answer from a raw connection: its status and (de-chunked) body. */
-function readAnswer(socket: Socket): Promise<{ status: number; body: string; rest: string }> {
+/** The first answer in `text`, when it is all there: its status, (de-chunked) body and what follows. */
+function parseAnswer(text: string): { status: number; body: string; rest: string } | undefined {
+  const headEnd = text.indexOf('\r\n\r\n');
+  if (headEnd < 0) return undefined;
+  const head = text.slice(0, headEnd);
+  const status = Number(head.split(' ')[1]);
+  let pos = headEnd + 4;
+  if (!/transfer-encoding: chunked/i.test(head)) {
+    const length = status === 204 ? 0 : Number(/content-length: (\d+)/i.exec(head)?.[1]);
+    if (text.length < pos + length) return undefined;
+    return { status, body: text.slice(pos, pos + length), rest: text.slice(pos + length) };
+  }
+  let body = '';
+  for (;;) {
+    const eol = text.indexOf('\r\n', pos);
+    if (eol < 0) return undefined;
+    const size = Number.parseInt(text.slice(pos, eol), 16);
+    if (text.length < eol + 2 + size + 2) return undefined;
+    if (size === 0) return { status, body, rest: text.slice(eol + 4) };
+    body += text.slice(eol + 2, eol + 2 + size);
+    pos = eol + 2 + size + 2;
+  }
+}
+
+/**
+ * Reads one answer from a raw connection (after `carried`, what came after the answer before):
+ * its status, (de-chunked) body and what followed it.
+ */
+function readAnswer(
+  socket: Socket,
+  carried = '',
+): Promise<{ status: number; body: string; rest: string }> {
+  const ready = parseAnswer(carried);
+  if (ready) return Promise.resolve(ready);
   return new Promise((resolve, reject) => {
-    let text = '';
+    let text = carried;
     const onData = (chunk: Buffer) => {
       text += chunk.toString('latin1');
-      const headEnd = text.indexOf('\r\n\r\n');
-      if (headEnd < 0) return;
-      const head = text.slice(0, headEnd);
-      const status = Number(head.split(' ')[1]);
-      let pos = headEnd + 4;
-      let body = '';
-      if (!/transfer-encoding: chunked/i.test(head)) {
-        if (status === 204) {
-          socket.off('data', onData);
-          resolve({ status, body, rest: text.slice(pos) });
-        }
-        return;
-      }
-      for (;;) {
-        const eol = text.indexOf('\r\n', pos);
-        if (eol < 0) return;
-        const size = Number.parseInt(text.slice(pos, eol), 16);
-        if (text.length < eol + 2 + size + 2) return;
-        if (size === 0) {
-          socket.off('data', onData);
-          resolve({ status, body, rest: text.slice(eol + 4) });
-          return;
-        }
-        body += text.slice(eol + 2, eol + 2 + size);
-        pos = eol + 2 + size + 2;
-      }
+      const answer = parseAnswer(text);
+      if (!answer) return;
+      socket.off('data', onData);
+      resolve(answer);
     };
     socket.on('data', onData);
     socket.on('error', reject);
@@ -246,6 +256,60 @@ describe('cut, slow and refused uploads', () => {
     }
     expect(await sbx.files.read('/tmp/cut/whole.txt')).toBe('whole');
   }, 120_000);
+
+  test('pipelined on one connection: an upload, a download E2B refuses, a native read, a download, answered in order', async () => {
+    const host = `host: ${new URL(gatewayUrl).host}`;
+    const e2b = Object.entries(e2bHeaders()).map(([k, v]) => `${k}: ${v}`);
+    const nativeHeaders = [
+      `x-sandbox-id: ${native.sandboxId}`,
+      'x-sandbox-port: 49983',
+      `x-access-token: ${native.accessToken}`,
+    ];
+    const form = '--b\r\nContent-Disposition: form-data; name="file"\r\n\r\npiped\r\n--b--\r\n';
+    // All four requests in one write: each waits for the answers before it.
+    const socket = await rawUpload(
+      [
+        [
+          'POST /files?path=/tmp/piped/a.txt HTTP/1.1',
+          host,
+          ...e2b,
+          'content-type: multipart/form-data; boundary=b',
+          `content-length: ${form.length}`,
+          '',
+          form,
+        ].join('\r\n'),
+        ['GET /files?path=/tmp/piped/missing.txt HTTP/1.1', host, ...e2b, '', ''].join('\r\n'),
+        ['GET /files/read?path=/tmp/piped/a.txt HTTP/1.1', host, ...nativeHeaders, '', ''].join(
+          '\r\n',
+        ),
+        ['GET /files?path=/tmp/piped/a.txt HTTP/1.1', host, ...e2b, '', ''].join('\r\n'),
+      ].join(''),
+    );
+    try {
+      const answers: { status: number; body: string }[] = [];
+      let rest = '';
+      for (let i = 0; i < 4; i++) {
+        const answer = await readAnswer(socket, rest);
+        answers.push({ status: answer.status, body: answer.body });
+        rest = answer.rest;
+      }
+      expect(answers[0]).toEqual({
+        status: 200,
+        body: JSON.stringify([{ name: 'a.txt', type: 'file', path: '/tmp/piped/a.txt' }]),
+      });
+      expect(answers[1]?.status).toBe(404);
+      expect(JSON.parse(answers[1]?.body as string)).toMatchObject({
+        code: 404,
+        message: expect.stringMatching(/^read \/tmp\/piped\/missing\.txt: /),
+      });
+      expect(answers.slice(2)).toEqual([
+        { status: 200, body: 'piped' },
+        { status: 200, body: 'piped' },
+      ]);
+    } finally {
+      socket.destroy();
+    }
+  }, 60_000);
 
   test('a form broken after its first part: the first file is written, the broken one is not', async () => {
     const form = [
