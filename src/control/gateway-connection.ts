@@ -804,7 +804,10 @@ export class ClientConnection implements UpstreamOwner {
     return true;
   }
 
-  /** Writes the E2B face's answer (chunked, as it is produced), then calls `done`. */
+  /**
+   * Writes the E2B face's answer (a whole body with its length in one write, pieces chunked as
+   * they are produced), then calls `done`.
+   */
   private respondE2b(answer: EnvdFaceAnswer, close: boolean, done: () => void): void {
     const socket = this.socket;
     const lines = [`HTTP/1.1 ${answer.status} ${reasonPhrase(answer)}`];
@@ -814,15 +817,28 @@ export class ClientConnection implements UpstreamOwner {
       }
     });
     const bodyless = answer.status === 204 || answer.status === 304;
-    if (!bodyless) lines.push('transfer-encoding: chunked');
     if (close) lines.push('connection: close');
+    const { body } = answer;
+    if (body instanceof Uint8Array) {
+      if (socket.destroyed) return;
+      if (bodyless) {
+        socket.write(`${lines.join('\r\n')}\r\n\r\n`, 'latin1');
+      } else {
+        lines.push(`content-length: ${body.length}`);
+        const head = Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1');
+        socket.write(body.length === 0 ? head : Buffer.concat([head, body]));
+      }
+      done();
+      return;
+    }
+    if (!bodyless) lines.push('transfer-encoding: chunked');
     // The head goes out with the first piece of the body (or with its end). Pieces are held until
     // the event loop turns (or until they make 64 KiB), so that what one turn produced leaves in
     // one write: a unary call's one piece with its end, a stream's last message with its
     // end-stream message and the chunked body's end. Each write wakes the client, which on a
     // busy 2-core machine costs more than the bytes.
     let head: string | undefined = `${lines.join('\r\n')}\r\n\r\n`;
-    const iterator = answer.body[Symbol.asyncIterator]();
+    const iterator = body[Symbol.asyncIterator]();
     const held: Buffer[] = [];
     let heldBytes = 0;
     let flushing: NodeJS.Immediate | undefined;

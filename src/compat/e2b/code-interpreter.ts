@@ -60,10 +60,6 @@ export class CodeInterpreterError extends Error {
   }
 }
 
-async function* once(bytes: Uint8Array): AsyncIterable<Uint8Array> {
-  if (bytes.length > 0) yield bytes;
-}
-
 /**
  * Plain text, as E2B's server answers errors. The message goes in the reason phrase too: without
  * its diagnostics option, the SDK's error reads only `${status} ${statusText}`.
@@ -73,7 +69,7 @@ export function textAnswer(status: number, message: string): EnvdFaceAnswer {
     status,
     reason: message,
     headers: new Headers({ 'content-type': 'text/plain; charset=utf-8' }),
-    body: once(Buffer.from(message)),
+    body: Buffer.from(message),
   };
 }
 
@@ -81,7 +77,7 @@ function jsonAnswer(status: number, value: unknown): EnvdFaceAnswer {
   return {
     status,
     headers: new Headers({ 'content-type': 'application/json' }),
-    body: once(Buffer.from(JSON.stringify(value))),
+    body: Buffer.from(JSON.stringify(value)),
   };
 }
 

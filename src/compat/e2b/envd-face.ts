@@ -52,7 +52,11 @@ export interface EnvdFaceAnswer {
   /** The status line's reason phrase, when it says more than the status's usual one. */
   reason?: string;
   headers: Headers;
-  body: AsyncIterable<Uint8Array>;
+  /**
+   * The body: whole (sent with its Content-Length, in one write with the head), or in pieces as
+   * they are produced (sent chunked).
+   */
+  body: AsyncIterable<Uint8Array> | Uint8Array;
 }
 
 const SERVICES = ['process.Process', 'filesystem.Filesystem'];
@@ -78,13 +82,13 @@ export function connectErrorAnswer(error: ConnectError, streaming: boolean): Env
     return {
       status: 200,
       headers: new Headers({ 'content-type': 'application/connect+json' }),
-      body: once(frame),
+      body: frame,
     };
   }
   return {
     status: codeToHttpStatus(error.code),
     headers: new Headers({ 'content-type': 'application/json' }),
-    body: once(Buffer.from(JSON.stringify(json))),
+    body: Buffer.from(JSON.stringify(json)),
   };
 }
 
@@ -195,7 +199,7 @@ export class E2bEnvdFace {
       return {
         status: shown,
         headers: new Headers({ 'content-type': 'application/json' }),
-        body: once(body),
+        body,
       };
     }
     return connectErrorAnswer(new ConnectError(message, code), isStreaming(headers));
@@ -229,7 +233,7 @@ export class E2bEnvdFace {
       if (request.method !== 'GET' && request.method !== 'HEAD') {
         return this.plainError(405, `${request.method} /health: use GET`);
       }
-      return { status: 204, headers: new Headers(), body: once(new Uint8Array(0)) };
+      return { status: 204, headers: new Headers(), body: new Uint8Array(0) };
     }
     if (path === '/files') {
       // GET and POST are passed to envd as bytes (passOn).
@@ -284,12 +288,18 @@ export class E2bEnvdFace {
       return {
         status: answer.status,
         headers: new Headers({ 'content-type': 'application/json' }),
-        body: once(Buffer.from(JSON.stringify({ code: 'invalid_argument', message: why }))),
+        body: Buffer.from(JSON.stringify({ code: 'invalid_argument', message: why })),
       };
     }
     const headers = new Headers(answer.header);
     if (answer.body === undefined) {
-      return { status: answer.status, headers, body: once(new Uint8Array(0)) };
+      return { status: answer.status, headers, body: new Uint8Array(0) };
+    }
+    if (handler.method.methodKind === 'unary') {
+      // One message: sent whole, with its length, as E2B's envd sends a unary answer.
+      const pieces: Uint8Array[] = [];
+      for await (const piece of answer.body) pieces.push(piece);
+      return { status: answer.status, headers, body: Buffer.concat(pieces) };
     }
     return { status: answer.status, headers, body: cutWhenLost(answer.body, request.envd) };
   }
@@ -298,7 +308,7 @@ export class E2bEnvdFace {
     return {
       status,
       headers: new Headers({ 'content-type': 'application/json' }),
-      body: once(Buffer.from(JSON.stringify({ code: status, message }))),
+      body: Buffer.from(JSON.stringify({ code: status, message })),
     };
   }
 }

@@ -2,11 +2,11 @@ import { basename } from 'node:path/posix';
 import type { DivertedAnswer } from '../../control/gateway-upstream.js';
 import { E2B_USER } from './process-service.js';
 
-/** An answer of E2B's `/files`: its status, headers and body pieces. */
+/** An answer of E2B's `/files`: its status, headers and body, whole. */
 export interface FilesAnswer {
   status: number;
   headers: Headers;
-  body: AsyncIterable<Uint8Array>;
+  body: Uint8Array;
 }
 
 /**
@@ -22,16 +22,12 @@ export interface FilesPassOn {
   translate(answer: DivertedAnswer): FilesAnswer;
 }
 
-async function* once(bytes: Uint8Array): AsyncIterable<Uint8Array> {
-  if (bytes.length > 0) yield bytes;
-}
-
 /** E2B's REST error body: `{ "code": <status>, "message" }`. */
 export function filesError(status: number, message: string): FilesAnswer {
   return {
     status,
     headers: new Headers({ 'content-type': 'application/json' }),
-    body: once(Buffer.from(JSON.stringify({ code: status, message }))),
+    body: Buffer.from(JSON.stringify({ code: status, message })),
   };
 }
 
@@ -130,7 +126,7 @@ export function uploadPassOn(query: URLSearchParams): FilesPassOn | FilesAnswer 
       return {
         status: 200,
         headers: new Headers({ 'content-type': 'application/json' }),
-        body: once(Buffer.from(JSON.stringify(entries))),
+        body: Buffer.from(JSON.stringify(entries)),
       };
     },
   };
