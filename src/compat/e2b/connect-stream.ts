@@ -1,4 +1,9 @@
-import { create, type DescMethodServerStreaming } from '@bufbuild/protobuf';
+import {
+  create,
+  type DescMethodServerStreaming,
+  type DescMethodUnary,
+  isMessage,
+} from '@bufbuild/protobuf';
 import {
   Code,
   ConnectError,
@@ -9,18 +14,25 @@ import {
 import {
   createMethodSerializationLookup,
   encodeEnvelope,
+  mergeNonProtocolHeaders,
   type UniversalHandlerOptions,
   validateUniversalHandlerOptions,
 } from '@connectrpc/connect/protocol';
 import {
+  codeToHttpStatus,
   contentTypeStreamJson,
+  contentTypeUnaryJson,
   createEndStreamSerialization,
   endStreamFlag,
+  errorToJsonBytes,
   headerContentType,
   headerStreamEncoding,
   headerTimeout,
+  headerUnaryContentLength,
+  headerUnaryEncoding,
   parseContentType,
   parseTimeout,
+  trailerMux,
 } from '@connectrpc/connect/protocol-connect';
 
 /** A server-streaming method's implementation, as a `ServiceImpl` holds it. */
@@ -28,6 +40,9 @@ export type ServerStreamImpl = (
   request: never,
   context: HandlerContext,
 ) => AsyncIterable<unknown> | AsyncGenerator<unknown>;
+
+/** A unary method's implementation, as a `ServiceImpl` holds it. */
+export type UnaryImpl = (request: never, context: HandlerContext) => unknown;
 
 /** One call, as the E2B face hands it over: the body is read whole. */
 export interface StreamCall {
@@ -37,6 +52,13 @@ export interface StreamCall {
   body: Uint8Array;
   signal: AbortSignal;
   contextValues: ContextValues;
+}
+
+/** A unary answer: the status, the headers (trailers in them as `trailer-*`) and the body whole. */
+export interface UnaryAnswer {
+  status: number;
+  headers: Headers;
+  body: Uint8Array;
 }
 
 /** The answer: a Connect stream of envelopes, the last one the end-stream message. */
@@ -162,4 +184,80 @@ async function* envelopesOf(
     context.abort(CALL_ENDED);
   }
   yield encodeEnvelope(endStreamFlag, serialize.end({ metadata: context.responseTrailer, error }));
+}
+
+/**
+ * A unary method of Connect's protocol with the JSON codec, answered the way connect's own
+ * handler answers it, for the request E2B's SDKs send: POST, `application/json`, no compression,
+ * a valid deadline, and a body that parses as the method's message (`Connect-Protocol-Version` is
+ * not required, as the router is set up). As {@link serverStreamHandler}: connect's own parts (serializations with the router's
+ * limits, the handler context and its deadline, error JSON, the trailer prefixing), not its
+ * protocol negotiation and call pipeline, and the context aborted with a constant reason at the
+ * end instead of a fresh `DOMException`; any other request answers `undefined` and goes to
+ * connect's handler. `test/compat/e2b/connect-stream.test.ts` holds both to byte-equal answers.
+ */
+export function unaryHandler(
+  method: DescMethodUnary,
+  impl: UnaryImpl,
+  options: Partial<UniversalHandlerOptions>,
+): (call: StreamCall) => Promise<UnaryAnswer | undefined> {
+  const opt = validateUniversalHandlerOptions(options);
+  const serialization = createMethodSerializationLookup(
+    method,
+    opt.binaryOptions,
+    opt.jsonOptions,
+    opt,
+  );
+  const input = serialization.getI(false);
+  const output = serialization.getO(false);
+  return async (call) => {
+    if (call.method !== 'POST') return undefined;
+    const type = parseContentType(call.header.get(headerContentType));
+    if (!type || type.stream || type.binary) return undefined;
+    const encoding = call.header.get(headerUnaryEncoding);
+    if (encoding !== null && encoding !== 'identity') return undefined;
+    const timeout = parseTimeout(call.header.get(headerTimeout), opt.maxTimeoutMs);
+    if (timeout.error || call.body.length > opt.readMaxBytes) return undefined;
+    let message: unknown;
+    try {
+      message = input.parse(call.body);
+    } catch {
+      return undefined;
+    }
+    const context = createHandlerContext({
+      method,
+      service: method.parent,
+      requestMethod: call.method,
+      protocolName: 'connect',
+      timeoutMs: timeout.timeoutMs,
+      requestSignal: call.signal,
+      requestHeader: call.header,
+      url: call.url,
+      responseHeader: { [headerContentType]: contentTypeUnaryJson },
+      contextValues: call.contextValues,
+    });
+    let status = 200;
+    let body: Uint8Array;
+    try {
+      const result = await impl(message as never, context);
+      body = output.serialize(
+        isMessage(result, method.output) ? result : create(method.output, result as never),
+      );
+    } catch (e) {
+      context.abort(e);
+      const error =
+        e instanceof ConnectError
+          ? e
+          : new ConnectError('internal error', Code.Internal, undefined, undefined, e);
+      status = codeToHttpStatus(error.code);
+      context.responseHeader.set(headerContentType, contentTypeUnaryJson);
+      if (!error.isWireError) mergeNonProtocolHeaders(context.responseHeader, error.metadata);
+      body = errorToJsonBytes(error, opt.jsonOptions);
+    } finally {
+      context.abort(CALL_ENDED);
+    }
+    const headers = trailerMux(context.responseHeader, context.responseTrailer);
+    headers.set(headerUnaryContentLength, body.byteLength.toString(10));
+    return { status, headers, body };
+  };
 }

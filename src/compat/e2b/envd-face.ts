@@ -1,4 +1,4 @@
-import type { DescMethodServerStreaming } from '@bufbuild/protobuf';
+import type { DescMethodServerStreaming, DescMethodUnary } from '@bufbuild/protobuf';
 import { Code, ConnectError, createConnectRouter, createContextValues } from '@connectrpc/connect';
 import type { UniversalHandler } from '@connectrpc/connect/protocol';
 import { codeToHttpStatus, endStreamFlag, errorToJson } from '@connectrpc/connect/protocol-connect';
@@ -8,7 +8,13 @@ import {
   serveCodeInterpreter,
   textAnswer,
 } from './code-interpreter.js';
-import { type ServerStreamImpl, type StreamAnswer, serverStreamHandler } from './connect-stream.js';
+import {
+  type ServerStreamImpl,
+  type StreamAnswer,
+  serverStreamHandler,
+  type UnaryImpl,
+  unaryHandler,
+} from './connect-stream.js';
 import type { EnvdTarget } from './envd-client.js';
 import { type FilesPassOn, filesError, readPassOn, uploadPassOn } from './files-route.js';
 import { filesystemService } from './filesystem-service.js';
@@ -122,6 +128,8 @@ export class E2bEnvdFace {
   private readonly handlers = new Map<string, UniversalHandler>();
   /** The server-streaming methods' requests as E2B's SDKs send them (connect-stream.ts). */
   private readonly streams = new Map<string, ReturnType<typeof serverStreamHandler>>();
+  /** The unary methods' requests as E2B's SDKs send them (connect-stream.ts). */
+  private readonly unaries = new Map<string, ReturnType<typeof unaryHandler>>();
 
   constructor() {
     const options = {
@@ -140,11 +148,20 @@ export class E2bEnvdFace {
       router.service(service, impl);
       for (const method of service.methods) {
         const fn = (impl as Record<string, unknown>)[method.localName];
-        if (method.methodKind !== 'server_streaming' || typeof fn !== 'function') continue;
-        this.streams.set(
-          `/${service.typeName}/${method.name}`,
-          serverStreamHandler(method as DescMethodServerStreaming, fn as ServerStreamImpl, options),
-        );
+        if (typeof fn !== 'function') continue;
+        const path = `/${service.typeName}/${method.name}`;
+        if (method.methodKind === 'server_streaming') {
+          this.streams.set(
+            path,
+            serverStreamHandler(
+              method as DescMethodServerStreaming,
+              fn as ServerStreamImpl,
+              options,
+            ),
+          );
+        } else if (method.methodKind === 'unary') {
+          this.unaries.set(path, unaryHandler(method as DescMethodUnary, fn as UnaryImpl, options));
+        }
       }
     }
     for (const handler of router.handlers) this.handlers.set(handler.requestPath, handler);
@@ -255,15 +272,17 @@ export class E2bEnvdFace {
     }
     const url = `http://envd${request.target}`;
     const contextValues = createContextValues().set(ENVD_TARGET, request.envd);
-    const stream = this.streams.get(path);
-    const fast: StreamAnswer | undefined = await stream?.({
+    const call = {
       method: request.method,
       url,
       header: request.headers,
       body: request.body,
       signal: request.signal,
       contextValues,
-    });
+    };
+    const unary = await this.unaries.get(path)?.(call);
+    if (unary) return unary;
+    const fast: StreamAnswer | undefined = await this.streams.get(path)?.(call);
     if (fast) return { ...fast, body: cutWhenLost(fast.body, request.envd) };
     const answer = await handler({
       httpVersion: '1.1',

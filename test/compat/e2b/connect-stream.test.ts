@@ -6,7 +6,10 @@ import {
   type ServerStreamImpl,
   type StreamAnswer,
   serverStreamHandler,
+  type UnaryImpl,
+  unaryHandler,
 } from '../../../src/compat/e2b/connect-stream.js';
+import { Filesystem, FileType } from '../../../src/compat/e2b/gen/filesystem/filesystem_pb.js';
 import { Process } from '../../../src/compat/e2b/gen/process/process_pb.js';
 
 // The E2B face answers server-streaming calls of E2B's usual shape itself (connect-stream.ts) and
@@ -318,5 +321,181 @@ describe("the E2B face's server streams answer as connect's handler does", () =>
     const body = await bytesOf(((await answer) as StreamAnswer).body);
     // connect's handler ends such a call the same way: an internal error naming no detail.
     expect(endStreamOf(body).error?.code).toBe('internal');
+  });
+});
+
+// The same for unary calls (`unaryHandler`): a `filesystem.Filesystem/Stat` whose behaviour the
+// request's `path` names.
+const stat = async (request: { path?: string }, context: Parameters<UnaryImpl>[1]) => {
+  const [what = '', detail = ''] = (request.path ?? '').split(':');
+  if (what === 'fail') throw new ConnectError(`no such path: ${detail}`, Code.NotFound);
+  if (what === 'crash') throw new Error(`crashed: ${detail}`);
+  if (what === 'metadata') {
+    throw new ConnectError('refused', Code.PermissionDenied, { 'x-why': detail });
+  }
+  if (what === 'deadline') {
+    await new Promise((resolve) => {
+      if (context.signal.aborted) resolve(undefined);
+      context.signal.addEventListener('abort', resolve, { once: true });
+    });
+    throw context.signal.reason;
+  }
+  if (what === 'header') {
+    context.responseHeader.set('x-scenario', 'header');
+    context.responseTrailer.set('x-trailer', detail);
+  }
+  return {
+    entry: {
+      name: detail || 'a.txt',
+      type: FileType.FILE,
+      path: `/home/user/${detail}`,
+      size: BigInt(detail.length),
+      mode: 0o644,
+      permissions: '-rw-r--r--',
+      owner: 'user',
+      group: 'user',
+      metadata: what === 'meta' ? { k: detail } : {},
+    },
+  };
+};
+
+const statRouter = createConnectRouter(OPTIONS);
+statRouter.service(Filesystem, { stat: stat as never });
+const connectStat = statRouter.handlers.find(
+  (h) => h.requestPath === '/filesystem.Filesystem/Stat',
+) as UniversalHandler;
+const fastStat = unaryHandler(Filesystem.method.stat, stat as unknown as UnaryImpl, OPTIONS);
+
+async function statVia(which: 'connect' | 'fast', request: Request) {
+  const call = {
+    method: request.method,
+    url: 'http://envd/filesystem.Filesystem/Stat',
+    header: new Headers(request.headers),
+    signal: new AbortController().signal,
+    contextValues: createContextValues(),
+  };
+  if (which === 'fast') {
+    const answer = await fastStat({ ...call, body: request.body });
+    if (!answer) return undefined;
+    return {
+      status: answer.status,
+      headers: headerList(answer.headers),
+      body: Buffer.from(answer.body),
+    };
+  }
+  const answer = await connectStat({
+    ...call,
+    httpVersion: '1.1',
+    body: (async function* () {
+      if (request.body.length > 0) yield request.body;
+    })(),
+  });
+  return {
+    status: answer.status,
+    headers: headerList(new Headers(answer.header)),
+    body: await bytesOf(answer.body),
+  };
+}
+
+/** A unary request as E2B's SDK sends it. */
+function unaryRequest(message: unknown, headers: Record<string, string> = {}): Request {
+  return {
+    method: 'POST',
+    headers: {
+      'content-type': 'application/json',
+      'connect-protocol-version': '1',
+      'connect-timeout-ms': '60000',
+      ...headers,
+    },
+    body: Buffer.from(JSON.stringify(message)),
+  };
+}
+
+describe("the E2B face's unary calls answer as connect's handler does", () => {
+  const scenarios: [string, unknown][] = [
+    ['an answer', { path: 'ok:notes.txt' }],
+    ['non-ASCII and metadata', { path: 'meta:caf\u00e9 \u0000x' }],
+    ['a Connect error', { path: 'fail:/nowhere' }],
+    ['a Connect error with metadata', { path: 'metadata:because' }],
+    ['a plain Error (internal)', { path: 'crash:boom' }],
+    ['headers and trailers', { path: 'header:t1' }],
+    ['unknown fields are ignored', { path: 'ok:x', extra: [1, 2] }],
+    ['an empty message', {}],
+  ];
+  for (const [name, message] of scenarios) {
+    test(name, async () => {
+      const request = unaryRequest(message);
+      const ours = await statVia('fast', request);
+      expect(ours).toBeDefined();
+      expect(ours).toEqual(await statVia('connect', request));
+    });
+  }
+
+  test('a deadline (Connect-Timeout-Ms) ends the call with deadline_exceeded', async () => {
+    const request = unaryRequest({ path: 'deadline' }, { 'connect-timeout-ms': '5' });
+    const ours = await statVia('fast', request);
+    expect(ours).toEqual(await statVia('connect', request));
+    expect(ours?.status).toBe(504);
+    expect(JSON.parse(String(ours?.body)).code).toBe('deadline_exceeded');
+  });
+
+  test('requests of other shapes are left to connect, which answers their errors', async () => {
+    const valid = unaryRequest({ path: 'ok:a' });
+    const others: Request[] = [
+      { ...valid, method: 'GET' },
+      { ...valid, headers: { ...valid.headers, 'content-type': 'application/proto' } },
+      { ...valid, headers: { ...valid.headers, 'content-type': 'application/connect+json' } },
+      { ...valid, headers: { ...valid.headers, 'content-encoding': 'gzip' } },
+      { ...valid, headers: { ...valid.headers, 'connect-timeout-ms': 'soon' } },
+      { ...valid, body: Buffer.from('{"path": 5}') },
+      { ...valid, body: Buffer.from('not json') },
+      { ...valid, body: Buffer.alloc(OPTIONS.readMaxBytes + 1, 32) },
+    ];
+    for (const request of others) {
+      expect(await statVia('fast', request)).toBeUndefined();
+      expect((await statVia('connect', request))?.status).toBeGreaterThanOrEqual(400);
+    }
+  });
+
+  test('fuzzed requests: wherever the fast path answers, connect answers the same', async () => {
+    let answered = 0;
+    const path = fc.oneof(
+      fc.constantFrom('ok:a', 'meta:b', 'fail:c', 'metadata:d', 'crash:e', 'header:f'),
+      fc.string({ maxLength: 12 }),
+    );
+    const message = fc.record({ path, tag: fc.string({ maxLength: 4 }) }, { requiredKeys: [] });
+    const body = fc.oneof(
+      { arbitrary: message.map((m) => Buffer.from(JSON.stringify(m))), weight: 6 },
+      fc.json().map((j) => Buffer.from(j)),
+      fc.uint8Array({ maxLength: 40 }),
+    );
+    const usual = <T>(value: T, ...others: T[]) =>
+      fc.oneof({ arbitrary: fc.constant(value), weight: 5 }, fc.constantFrom(...others));
+    const headers = fc.record(
+      {
+        'content-type': usual(
+          'application/json',
+          'application/json; charset=utf-8',
+          'application/proto',
+          'application/connect+json',
+          'text/plain',
+        ),
+        'connect-protocol-version': usual('1', '2'),
+        'connect-timeout-ms': usual('60000', '0', '-1', 'x', '99999999999'),
+        'content-encoding': usual('identity', 'gzip', 'br'),
+      },
+      { requiredKeys: ['content-type'] },
+    );
+    await fc.assert(
+      fc.asyncProperty(usual('POST', 'PUT', 'GET'), headers, body, async (m, h, b) => {
+        const request = { method: m, headers: h, body: b };
+        const ours = await statVia('fast', request);
+        if (!ours) return;
+        answered++;
+        expect(ours).toEqual(await statVia('connect', request));
+      }),
+      { numRuns: 300, seed: SEED },
+    );
+    expect(answered).toBeGreaterThan(50);
   });
 });
