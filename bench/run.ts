@@ -37,8 +37,11 @@ const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 const HOME = mkdtempSync(join(tmpdir(), 'abx-bench-'));
 process.env.ABX_HOME = HOME;
 const scale = (full: number, quick: number) => (QUICK ? quick : full);
-/** Calls of each kind made before the E2B figures are sampled (see `e2b`). */
-const E2B_WARM = scale(150, 30);
+/**
+ * Calls of each kind made before the E2B figures are sampled (see `e2b`): `run` (a login shell,
+ * about 25 ms a call), and the others (a millisecond or two).
+ */
+const E2B_WARM = { run: scale(150, 30), other: scale(1000, 60) };
 
 const results: Record<string, unknown> = {
   startedAt: new Date().toISOString(),
@@ -1678,8 +1681,11 @@ async function e2bFloorServer(gateway: Pool) {
  * SDK's own cost, its floor), sampled in interleaved rounds so that the machine's load touches all
  * alike. E2B's `commands.run(cmd)` starts `/bin/bash -l -c cmd`, a login shell, so the native
  * figure it is held against runs that same line. Each call is first made {@link E2B_WARM} times:
- * the daemon is a long-lived server, and a fresh one runs a path's JavaScript unoptimized for its
- * first hundred calls or so, which is not what a serving daemon's callers see. The E2B figure
+ * the daemon is a long-lived server, and a fresh one runs a path's JavaScript unoptimized, which
+ * is not what a serving daemon's callers see. The face's paths take long to settle: a raw Connect
+ * `List` had a p50 of 0.93 ms over its first 3000 calls and 0.51 ms over the next 10 000 (a raw
+ * `GET /process`: 0.35 ms); so do E2B's SDK's own (its `files.write` was 0.6 ms slower at 150
+ * calls than at 1000). The E2B figure
  * minus its floor is the server's part (gateway, face, envd), held against the native figure
  * minus its floor.
  */
@@ -1779,8 +1785,9 @@ async function e2b(sandbox: Sandbox) {
       floorCpuUs: 0,
       nativeFloorCpuUs: 0,
     };
-    log(`E2B's SDK: warming ${name} (${E2B_WARM} calls of each)`);
-    for (let i = 0; i < E2B_WARM; i++) {
+    const warm = name === 'run' ? E2B_WARM.run : E2B_WARM.other;
+    log(`E2B's SDK: warming ${name} (${warm} calls of each)`);
+    for (let i = 0; i < warm; i++) {
       for (const call of Object.values(calls)) await call();
     }
   }
