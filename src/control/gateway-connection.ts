@@ -755,9 +755,12 @@ export class ClientConnection implements UpstreamOwner {
     this.passing = { head, target, pass };
     // A small body (most uploads) goes to envd with its head in one write, not in as many as the
     // client's writes: E2B's SDK streams a form chunked, its head and each piece apart, and each
-    // write into the sandbox wakes envd. Not with `Expect: 100-continue`: that client waits for
-    // envd's answer before it sends the body.
-    this.holdHead = head.bodyLength !== 0 && !head.keys.includes('expect');
+    // write into the sandbox wakes envd. So a body of a small length, or a chunked one until it
+    // makes 64 KiB; a larger one goes as it comes, so that envd can refuse it early. Not with
+    // `Expect: 100-continue`: that client waits for envd's answer before it sends the body.
+    this.holdHead =
+      (head.bodyLength < 0 || (head.bodyLength > 0 && head.bodyLength <= HOLD_MAX_BYTES)) &&
+      !head.keys.includes('expect');
     this.send(head, text, upstream, pass.divert);
     this.resume();
     this.flushToSandbox();
