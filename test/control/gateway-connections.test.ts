@@ -1,4 +1,3 @@
-import { createHash } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
@@ -10,6 +9,7 @@ import { ENVD_PORT, Gateway, type GatewayBackend } from '../../src/control/gatew
 import { type UpstreamOwner, UpstreamPool } from '../../src/control/gateway-upstream.js';
 import type { SandboxRecord } from '../../src/control/registry.js';
 import { HttpClient } from '../../src/sandbox/http-client.js';
+import { gatewayRecord } from '../helpers/gateway-record.js';
 
 // The gateway routes whole keep-alive connections: these tests speak raw HTTP/1.1 on one
 // connection and check that every request on it is routed, checked and rewritten as the first.
@@ -110,29 +110,13 @@ const test = base.extend<{ fx: Fixture }>({
         token,
         requests: [],
         connections: 0,
-        record: {
+        record: gatewayRecord({
           id,
-          template: `tpl-${id}`,
-          state: 'running',
-          metadata: {},
-          createdAt: 0,
-          expiresAt: 0,
-          endedAt: null,
-          endReason: null,
-          tokenHash: createHash('sha256').update(token).digest('hex'),
-          owner: null,
-          paused: null,
-          lifecycle: null,
-          volumeMounts: [],
-          handle: {
-            provider: 'memory',
-            pid: process.pid,
-            startTime: id,
-            envdSocket: join(run, 'envd.sock'),
-            portsDir: join(run, 'ports'),
-          },
+          token,
+          envdSocket: join(run, 'envd.sock'),
+          portsDir: join(run, 'ports'),
           capabilities: [...capabilities],
-        },
+        }),
       };
       for (const [label, path] of [
         ['envd', join(run, 'envd.sock')],

@@ -1,4 +1,3 @@
-import { createHash } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { connect, createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -6,7 +5,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from 'vitest';
 import { E2bEnvdFace } from '../../src/compat/e2b/envd-face.js';
 import { Gateway } from '../../src/control/gateway.js';
-import type { SandboxRecord } from '../../src/control/registry.js';
+import { gatewayRecord } from '../helpers/gateway-record.js';
 
 // E2B's `/files` requests go to envd as bytes and envd's answer comes back to the face (the
 // gateway's "pass-on"). Here envd is a raw socket server scripted per test, as a hostile or
@@ -31,29 +30,13 @@ let envd: Server;
 let gateway: Gateway;
 let port: number;
 
-const record: SandboxRecord = {
+const record = gatewayRecord({
   id: ID,
-  template: 'tpl',
-  state: 'running',
-  metadata: {},
-  createdAt: 0,
-  expiresAt: 0,
-  endedAt: null,
-  endReason: null,
-  tokenHash: createHash('sha256').update(TOKEN).digest('hex'),
-  owner: null,
-  paused: null,
-  lifecycle: null,
-  volumeMounts: [],
-  handle: {
-    provider: 'memory',
-    pid: process.pid,
-    startTime: ID,
-    envdSocket: socketPath,
-    portsDir: join(dir, 'ports'),
-  },
+  token: TOKEN,
+  envdSocket: socketPath,
+  portsDir: join(dir, 'ports'),
   capabilities: ['shell', 'files'],
-};
+});
 
 beforeAll(async () => {
   envd = createServer((socket) => {

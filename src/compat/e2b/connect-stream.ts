@@ -1,5 +1,6 @@
 import {
   create,
+  type DescMethod,
   type DescMethodServerStreaming,
   type DescMethodUnary,
   isMessage,
@@ -75,6 +76,39 @@ export interface StreamAnswer {
  */
 const CALL_ENDED = new ConnectError('the call ended', Code.Canceled);
 
+/** The router's options, checked, and the method's JSON serializations, as connect's handler has them. */
+function jsonSerializations(method: DescMethod, options: Partial<UniversalHandlerOptions>) {
+  const opt = validateUniversalHandlerOptions(options);
+  const serialization = createMethodSerializationLookup(
+    method,
+    opt.binaryOptions,
+    opt.jsonOptions,
+    opt,
+  );
+  return { opt, input: serialization.getI(false), output: serialization.getO(false) };
+}
+
+/** A call's handler context (its deadline, signal and headers), as connect's handler makes it. */
+function contextOf(
+  method: DescMethod,
+  call: StreamCall,
+  timeoutMs: number | undefined,
+  contentType: string,
+): ReturnType<typeof createHandlerContext> {
+  return createHandlerContext({
+    method,
+    service: method.parent,
+    requestMethod: call.method,
+    protocolName: 'connect',
+    timeoutMs,
+    requestSignal: call.signal,
+    requestHeader: call.header,
+    url: call.url,
+    responseHeader: { [headerContentType]: contentType },
+    contextValues: call.contextValues,
+  });
+}
+
 /**
  * A server-streaming method of Connect's protocol with the JSON codec, answered the way
  * connect's own handler answers it (`createConnectRouter`), for the one request shape E2B's SDKs
@@ -93,15 +127,7 @@ export function serverStreamHandler(
   impl: ServerStreamImpl,
   options: Partial<UniversalHandlerOptions>,
 ): (call: StreamCall) => Promise<StreamAnswer | undefined> {
-  const opt = validateUniversalHandlerOptions(options);
-  const serialization = createMethodSerializationLookup(
-    method,
-    opt.binaryOptions,
-    opt.jsonOptions,
-    opt,
-  );
-  const input = serialization.getI(false);
-  const output = serialization.getO(false);
+  const { opt, input, output } = jsonSerializations(method, options);
   const endStream = createEndStreamSerialization(opt.jsonOptions);
   return async (call) => {
     if (call.method !== 'POST') return undefined;
@@ -121,18 +147,7 @@ export function serverStreamHandler(
     } catch {
       return undefined;
     }
-    const context = createHandlerContext({
-      method,
-      service: method.parent,
-      requestMethod: call.method,
-      protocolName: 'connect',
-      timeoutMs: timeout.timeoutMs,
-      requestSignal: call.signal,
-      requestHeader: call.header,
-      url: call.url,
-      responseHeader: { [headerContentType]: contentTypeStreamJson },
-      contextValues: call.contextValues,
-    });
+    const context = contextOf(method, call, timeout.timeoutMs, contentTypeStreamJson);
     const envelopes = envelopesOf(impl(message as never, context), method, context, {
       message: (m) => output.serialize(m as never),
       end: (end) => endStream.serialize(end),
@@ -201,15 +216,7 @@ export function unaryHandler(
   impl: UnaryImpl,
   options: Partial<UniversalHandlerOptions>,
 ): (call: StreamCall) => Promise<UnaryAnswer | undefined> {
-  const opt = validateUniversalHandlerOptions(options);
-  const serialization = createMethodSerializationLookup(
-    method,
-    opt.binaryOptions,
-    opt.jsonOptions,
-    opt,
-  );
-  const input = serialization.getI(false);
-  const output = serialization.getO(false);
+  const { opt, input, output } = jsonSerializations(method, options);
   return async (call) => {
     if (call.method !== 'POST') return undefined;
     const type = parseContentType(call.header.get(headerContentType));
@@ -224,18 +231,7 @@ export function unaryHandler(
     } catch {
       return undefined;
     }
-    const context = createHandlerContext({
-      method,
-      service: method.parent,
-      requestMethod: call.method,
-      protocolName: 'connect',
-      timeoutMs: timeout.timeoutMs,
-      requestSignal: call.signal,
-      requestHeader: call.header,
-      url: call.url,
-      responseHeader: { [headerContentType]: contentTypeUnaryJson },
-      contextValues: call.contextValues,
-    });
+    const context = contextOf(method, call, timeout.timeoutMs, contentTypeUnaryJson);
     let status = 200;
     let body: Uint8Array;
     try {

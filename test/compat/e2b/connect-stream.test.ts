@@ -17,6 +17,9 @@ import { Process } from '../../../src/compat/e2b/gen/process/process_pb.js';
 // byte for byte: the same implementation behind each, the requests an SDK sends, and fuzzed ones
 // (fixed seed). Wherever the fast path answers, connect's handler must answer the same.
 const SEED = 20261203;
+/** Mostly `value` (what an SDK sends), sometimes one of `others`. */
+const usual = <T>(value: T, ...others: T[]) =>
+  fc.oneof({ arbitrary: fc.constant(value), weight: 5 }, fc.constantFrom(...others));
 const OPTIONS = { grpc: false, grpcWeb: false, acceptCompression: [], readMaxBytes: 64 * 1024 };
 
 /** What each scenario observed of its context, for the tests that look at the call's end. */
@@ -256,8 +259,6 @@ describe("the E2B face's server streams answer as connect's handler does", () =>
       fc.tuple(fc.integer({ min: 0, max: 3 }), fc.json()).map(([f, j]) => envelope(f, j)),
       fc.uint8Array({ maxLength: 40 }),
     );
-    const usual = <T>(value: T, ...others: T[]) =>
-      fc.oneof({ arbitrary: fc.constant(value), weight: 5 }, fc.constantFrom(...others));
     const headers = fc.record(
       {
         'content-type': usual(
@@ -469,8 +470,6 @@ describe("the E2B face's unary calls answer as connect's handler does", () => {
       fc.json().map((j) => Buffer.from(j)),
       fc.uint8Array({ maxLength: 40 }),
     );
-    const usual = <T>(value: T, ...others: T[]) =>
-      fc.oneof({ arbitrary: fc.constant(value), weight: 5 }, fc.constantFrom(...others));
     const headers = fc.record(
       {
         'content-type': usual(
