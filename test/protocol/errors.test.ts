@@ -20,6 +20,7 @@ import {
   UnavailableError,
   UpstreamError,
 } from '../../runtime/protocol/errors.js';
+import { MultipartError } from '../../runtime/server/multipart.js';
 import { sources } from '../helpers/imports.js';
 
 /** JavaScript's own error classes: a command may throw them; they are not ours to send. */
@@ -36,6 +37,14 @@ const LOCAL_ONLY = new Set([
   'CallbackError',
   // The file-metadata check's own: every caller turns it into a BadRequestError (a 400).
   'MetadataError',
+]);
+
+/**
+ * Subclasses of a class of the table that go on the wire as that class's type (their `type` is
+ * inherited): the multipart reader's error is a BadRequestError to a client.
+ */
+const SENT_AS_PARENT = new Map<string, () => SandboxError>([
+  ['MultipartError', () => new MultipartError('m')],
 ]);
 
 /** Every `new XError(` and `XError.of(` in the code of the servers (command server, envd, daemon). */
@@ -65,9 +74,18 @@ describe('one table of wire types', () => {
       expect.arrayContaining(['ArgumentError', 'SandboxNotFoundError', 'UpstreamError']),
     );
     const missing = [...sent].filter(
-      (name) => !BUILT_IN.has(name) && !LOCAL_ONLY.has(name) && errorClassOf(name) === undefined,
+      (name) =>
+        !BUILT_IN.has(name) &&
+        !LOCAL_ONLY.has(name) &&
+        !SENT_AS_PARENT.has(name) &&
+        errorClassOf(name) === undefined,
     );
     expect(missing).toEqual([]);
+    for (const [name, make] of SENT_AS_PARENT) {
+      const error = make();
+      expect([name, errorClassOf(error.type)?.type]).toEqual([name, error.type]);
+      expect(error).toBeInstanceOf(errorClassOf(error.type) as typeof SandboxError);
+    }
   });
 
   test('each class names its own type once; types are unique; all share one root', () => {
