@@ -1,5 +1,4 @@
 import { basename } from 'node:path/posix';
-import type { DivertedAnswer } from '../../control/gateway-upstream.js';
 import { E2B_USER } from './process-service.js';
 
 /** An answer of E2B's `/files`: its status, headers and body, whole. */
@@ -7,6 +6,12 @@ export interface FilesAnswer {
   status: number;
   headers: Headers;
   body: Uint8Array;
+}
+
+/** envd's answer to a request passed on, taken whole by the gateway: its status and body. */
+export interface EnvdAnswer {
+  status: number;
+  body: Buffer;
 }
 
 /**
@@ -19,7 +24,7 @@ export interface FilesPassOn {
   /** Which of envd's answers are rewritten: all of them, or the errors (the others pass as they are). */
   divert: 'all' | 'errors';
   /** envd's answer in E2B's shape. */
-  translate(answer: DivertedAnswer): FilesAnswer;
+  translate(answer: EnvdAnswer): FilesAnswer;
 }
 
 /** E2B's REST error body: `{ "code": <status>, "message" }`. */
@@ -49,7 +54,7 @@ function envdError(body: Buffer): { message: string; code: string | undefined } 
 }
 
 /** envd's error answer in E2B's shape, with envd's status (`what` leads the message, when given). */
-function fromEnvd(answer: DivertedAnswer, what?: string): FilesAnswer {
+function fromEnvd(answer: EnvdAnswer, what?: string): FilesAnswer {
   const { status } = answer;
   const { message } = envdError(answer.body);
   return filesError(
