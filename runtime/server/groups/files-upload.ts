@@ -145,7 +145,7 @@ export function uploadRoute(
         return { files };
       }
       const body = small ? once(content) : content;
-      /** The paths asked for and written, so that no two parts write one file. */
+      /** The files written, so that no two parts write one file. */
       const seen = new Set<string>();
       for await (const part of readMultipart(body, boundary)) {
         if (part.name !== 'file') continue;
@@ -156,13 +156,13 @@ export function uploadRoute(
           );
         }
         const file = safePath(asked);
-        if (seen.has(asked) || seen.has(file)) {
+        if (seen.has(file)) {
           throw new BadRequestError(
             `cannot upload multiple files to same path ${JSON.stringify(file.slice(0, 200))}: name each part's file by its filename and leave ?path= out`,
             { code: 'EEXIST' },
           );
         }
-        seen.add(asked).add(file);
+        seen.add(file);
         const written = await writeOne(
           file,
           small ? await collect(part.data) : part.data,
