@@ -998,11 +998,10 @@ async function poolSize(template: string): Promise<number> {
 }
 
 /**
- * Whether a sandbox (local provider) has envd's idle `server.cjs --prestart` process ready: a
- * process below its bwrap (which carries the sandbox id as `--hostname`) with that command line,
- * waiting in `read(0, ...)` for its command line (x86-64's syscall 0 on fd 0).
+ * Host pids of the processes inside a local sandbox (below its bwrap, which carries the sandbox
+ * id as `--hostname`) whose command line `matches`.
  */
-function hasIdleServer(sandboxId: string): boolean {
+function sandboxPids(sandboxId: string, matches: (argv: string[]) => boolean): number[] {
   const parents = new Map<number, number>();
   const argvs = new Map<number, string[]>();
   for (const entry of readdirSync('/proc')) {
@@ -1023,6 +1022,14 @@ function hasIdleServer(sandboxId: string): boolean {
     }
     return false;
   };
+  return [...argvs].filter(([pid, argv]) => matches(argv) && inSandbox(pid)).map(([pid]) => pid);
+}
+
+/**
+ * Whether a sandbox (local provider) has envd's idle `server.cjs --prestart` process ready:
+ * waiting in `read(0, ...)` for its command line (x86-64's syscall 0 on fd 0).
+ */
+function hasIdleServer(sandboxId: string): boolean {
   const waitingOnStdin = (pid: number) => {
     try {
       return readFileSync(`/proc/${pid}/syscall`, 'utf8').startsWith('0 0x0 ');
@@ -1030,13 +1037,17 @@ function hasIdleServer(sandboxId: string): boolean {
       return false;
     }
   };
-  return [...argvs].some(
-    ([pid, argv]) =>
-      argv[1] === '/opt/abx/server.cjs' &&
-      argv[2] === '--prestart' &&
-      inSandbox(pid) &&
-      waitingOnStdin(pid),
-  );
+  return sandboxPids(
+    sandboxId,
+    (argv) => argv[1] === '/opt/abx/server.cjs' && argv[2] === '--prestart',
+  ).some(waitingOnStdin);
+}
+
+/** The host pid of a local sandbox's envd. */
+function envdPidOf(sandboxId: string): number {
+  const [pid] = sandboxPids(sandboxId, (argv) => argv[1] === '/opt/abx/envd.cjs');
+  if (!pid) throw new Error(`bench: no envd process found in sandbox ${sandboxId}`);
+  return pid;
 }
 
 /**
@@ -1773,7 +1784,18 @@ async function e2b(sandbox: Sandbox) {
   // per call (the floor server's share is a trivial node:http answer). On a 2-core machine that
   // CPU (GC threads included) is taken from the daemon and envd while they answer a real call.
   type Kind = 'e2b' | 'native' | 'floor' | 'nativeFloor';
-  type Samples = Record<Kind, number[]> & { floorCpuUs: number; nativeFloorCpuUs: number };
+  type Samples = Record<Kind, number[]> & {
+    floorCpuUs: number;
+    nativeFloorCpuUs: number;
+    /** The daemon's and envd's CPU (ms) during the E2B calls and during the native ones. */
+    server: Record<'e2b' | 'native', { daemon: number; envd: number }>;
+  };
+  // The server's CPU during the calls against abx: the daemon's (gateway and E2B face) and the
+  // sandbox's envd's, every thread of each: what abx itself spends on an E2B call beside a native
+  // one, with neither SDK's CPU in it (a busy machine still inflates it a little: caches, wakeups).
+  const daemonPid = daemonInfo().pid;
+  const envdPid = envdPidOf(sandbox.sandboxId);
+  const serverCpuMs = () => ({ daemon: threadsCpuMs(daemonPid), envd: threadsCpuMs(envdPid) });
   const cpuMicros = (used: NodeJS.CpuUsage) => used.user + used.system;
   const samples: Record<string, Samples> = {};
   for (const [name, calls] of Object.entries(pairs)) {
@@ -1784,6 +1806,7 @@ async function e2b(sandbox: Sandbox) {
       nativeFloor: [],
       floorCpuUs: 0,
       nativeFloorCpuUs: 0,
+      server: { e2b: { daemon: 0, envd: 0 }, native: { daemon: 0, envd: 0 } },
     };
     const warm = name === 'run' ? E2B_WARM.run : E2B_WARM.other;
     log(`E2B's SDK: warming ${name} (${warm} calls of each)`);
@@ -1794,8 +1817,13 @@ async function e2b(sandbox: Sandbox) {
   for (let pass = 0; pass < rounds; pass++) {
     for (const [name, calls] of Object.entries(pairs)) {
       const into = samples[name] as Samples;
-      into.e2b.push(...(await timeEach(per, calls.e2b, 0)));
-      into.native.push(...(await timeEach(per, calls.native, 0)));
+      for (const kind of ['e2b', 'native'] as const) {
+        const before = serverCpuMs();
+        into[kind].push(...(await timeEach(per, calls[kind], 0)));
+        const after = serverCpuMs();
+        into.server[kind].daemon += after.daemon - before.daemon;
+        into.server[kind].envd += after.envd - before.envd;
+      }
       if (calls.floor && calls.nativeFloor) {
         const floorCpu = process.cpuUsage();
         into.floor.push(...(await timeEach(per, calls.floor, 0)));
@@ -1815,13 +1843,21 @@ async function e2b(sandbox: Sandbox) {
     /** Each SDK's own CPU per call (ms), measured against the floor server. */
     floorCpuMs?: number;
     nativeFloorCpuMs?: number;
+    /** The daemon's and envd's CPU per call (ms), E2B's and native's. */
+    serverCpuMs: Record<'e2b' | 'native', { daemon: number; envd: number }>;
   };
   const figures: Record<string, Figures> = {};
   const calls = rounds * per;
+  const perCall = (cpu: { daemon: number; envd: number }) => ({
+    daemon: round(cpu.daemon / calls, 3),
+    envd: round(cpu.envd / calls, 3),
+  });
+  const serverCpu = (cpu: { daemon: number; envd: number }) => cpu.daemon + cpu.envd;
   for (const [name, into] of Object.entries(samples)) {
     figures[name] = {
       e2b: summarize(into.e2b),
       native: summarize(into.native),
+      serverCpuMs: { e2b: perCall(into.server.e2b), native: perCall(into.server.native) },
       ...(into.floor.length > 0
         ? {
             floor: summarize(into.floor),
@@ -1864,6 +1900,13 @@ async function e2b(sandbox: Sandbox) {
         `client CPU per call ${f.nativeFloorCpuMs} ms; the SDKs differ by ${round(f.floor.p50 - f.nativeFloor.p50, 2)} ms before any server`,
       );
     }
+    const { e2b: theirCpu, native: ourCpu } = f.serverCpuMs;
+    row(
+      '12 E2B SDK',
+      `  server CPU per call (daemon + envd), E2B's / native's`,
+      `${round(serverCpu(theirCpu), 2)} / ${round(serverCpu(ourCpu), 2)} ms`,
+      `${round(serverCpu(theirCpu) - serverCpu(ourCpu), 2)} ms over native; daemon ${theirCpu.daemon} / ${ourCpu.daemon} ms, envd ${theirCpu.envd} / ${ourCpu.envd} ms`,
+    );
     row('12 E2B SDK', oursText, ms(f.native));
   }
   const fig = (name: string) => figures[name] as Required<Figures>;
@@ -1972,6 +2015,23 @@ function sandboxNetProcesses(id: string): number[] {
     }
   }
   return found;
+}
+
+/**
+ * A process's CPU time so far, in ms, summed over its threads (V8's GC helpers and libuv's pool
+ * included) from the scheduler's nanosecond counters: fine enough for a fraction of a ms per call,
+ * where /proc/PID/stat counts 10 ms ticks. A thread that ended meanwhile is not counted.
+ */
+function threadsCpuMs(pid: number): number {
+  let ns = 0;
+  for (const task of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      ns += Number(readFileSync(`/proc/${pid}/task/${task}/schedstat`, 'utf8').split(' ')[0]);
+    } catch {
+      // ended meanwhile
+    }
+  }
+  return ns / 1e6;
 }
 
 /** A process's CPU time so far (user + system), in ms; 0 when it is gone. */
@@ -2178,14 +2238,16 @@ async function egress() {
 }
 
 async function main() {
-  const templateFile = join(HOME, 'bench.yaml');
-  writeFileSync(
-    templateFile,
-    'name: bench\ncapabilities: [shell, files, code, ports]\ntimeout: 30m\n',
-  );
-  const { name: template } = await Templates.build(templateFile);
-  const sandbox = await Sandbox.create({ template });
+  // Everything from the first call that starts the daemon is inside the try: a run that fails to
+  // build the template or start the first sandbox still stops the daemon and removes its home.
   try {
+    const templateFile = join(HOME, 'bench.yaml');
+    writeFileSync(
+      templateFile,
+      'name: bench\ncapabilities: [shell, files, code, ports]\ntimeout: 30m\n',
+    );
+    const { name: template } = await Templates.build(templateFile);
+    const sandbox = await Sandbox.create({ template });
     await sandbox.server.start({ commands: [BenchCommands] });
     const state = JSON.parse(await sandbox.files.read('/home/user/.abx/server/server-8080.json'));
     if (runs('hops')) await hops(sandbox);
