@@ -1682,8 +1682,56 @@ async function e2bFloorServer(gateway: Pool) {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return {
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    /** The answers recorded so far, as bench/reference/paced-replay.cjs reads them. */
+    recorded: () =>
+      Object.fromEntries(
+        [...recorded].map(([key, { status, headers, body }]) => [
+          key,
+          { status, headers, body: body.toString('base64') },
+        ]),
+      ),
     close: () => new Promise<void>((resolve) => server.close(() => resolve())),
   };
+}
+
+/**
+ * Each SDK's own share of its call's time at a given server speed: both SDKs against a replay
+ * server in a process of its own (bench/reference/paced-replay.cjs) that answers with the bytes
+ * abx answered, after spinning the CPU for `delayMs` (what abx's native path takes beyond the
+ * native SDK's floor). The server works exactly alike for both, so what E2B's call takes over the
+ * native one there is E2B's SDK's alone; against abx, the rest is abx's.
+ */
+async function pacedSdkShare(
+  answers: Record<string, unknown>,
+  delayMs: number,
+  connect: (
+    url: string,
+  ) => Promise<{ e2b: () => Promise<unknown>; native: () => Promise<unknown> }>,
+  rounds: number,
+  per: number,
+): Promise<{ e2b: Summary; native: Summary }> {
+  const file = join(HOME, 'paced-answers.json');
+  writeFileSync(file, JSON.stringify(answers));
+  const { port, pid } = await startListening(process.execPath, [
+    join(ROOT, 'bench', 'reference', 'paced-replay.cjs'),
+    file,
+    String(delayMs),
+  ]);
+  try {
+    const calls = await connect(`http://127.0.0.1:${port}`);
+    for (let i = 0; i < 200; i++) {
+      await calls.e2b();
+      await calls.native();
+    }
+    const samples = { e2b: [] as number[], native: [] as number[] };
+    for (let pass = 0; pass < rounds; pass++) {
+      samples.e2b.push(...(await timeEach(per, calls.e2b, 0)));
+      samples.native.push(...(await timeEach(per, calls.native, 0)));
+    }
+    return { e2b: summarize(samples.e2b), native: summarize(samples.native) };
+  } finally {
+    process.kill(pid, 'SIGKILL');
+  }
 }
 
 /**
@@ -1834,6 +1882,38 @@ async function e2b(sandbox: Sandbox) {
       }
     }
   }
+  // Each SDK's own share at abx's speed (see pacedSdkShare), for the calls whose server part is
+  // the server's work (not a command's run time). First against the replay server answering at
+  // once (each SDK's floor out of process), then against it working as long as abx's native path
+  // takes over that floor.
+  const paced: Record<
+    string,
+    { delayMs: number; instant: { e2b: Summary; native: Summary }; e2b: Summary; native: Summary }
+  > = {};
+  for (const name of ['write', 'list'] as const) {
+    const against = (delayMs: number) =>
+      pacedSdkShare(
+        floorServer.recorded(),
+        delayMs,
+        async (url) => {
+          const [e2bSdk, nativeSdk] = [
+            await connect(url),
+            await Sandbox.connect(sandbox.sandboxId, {
+              apiUrl: gatewayUrl,
+              apiKey,
+              gatewayUrl: url,
+            }),
+          ];
+          return { e2b: e2bCalls(e2bSdk)[name], native: nativeCalls(nativeSdk)[name] };
+        },
+        rounds,
+        per,
+      );
+    const instant = await against(0);
+    const delayMs = Math.max(0, median((samples[name] as Samples).native) - instant.native.p50);
+    log(`E2B's SDK: ${name} against a replay server as slow as abx (${round(delayMs, 2)} ms)`);
+    paced[name] = { delayMs: round(delayMs, 3), instant, ...(await against(delayMs)) };
+  }
   await floorServer.close();
   type Figures = {
     e2b: Summary;
@@ -1845,6 +1925,16 @@ async function e2b(sandbox: Sandbox) {
     nativeFloorCpuMs?: number;
     /** The daemon's and envd's CPU per call (ms), E2B's and native's. */
     serverCpuMs: Record<'e2b' | 'native', { daemon: number; envd: number }>;
+    /**
+     * Both SDKs against a replay server of their own process (pacedSdkShare): answering at once,
+     * and working `delayMs` a call, as long as abx's native path.
+     */
+    paced?: {
+      delayMs: number;
+      instant: { e2b: Summary; native: Summary };
+      e2b: Summary;
+      native: Summary;
+    };
   };
   const figures: Record<string, Figures> = {};
   const calls = rounds * per;
@@ -1858,6 +1948,7 @@ async function e2b(sandbox: Sandbox) {
       e2b: summarize(into.e2b),
       native: summarize(into.native),
       serverCpuMs: { e2b: perCall(into.server.e2b), native: perCall(into.server.native) },
+      ...(paced[name] ? { paced: paced[name] } : {}),
       ...(into.floor.length > 0
         ? {
             floor: summarize(into.floor),
@@ -1907,6 +1998,22 @@ async function e2b(sandbox: Sandbox) {
       `${round(serverCpu(theirCpu), 2)} / ${round(serverCpu(ourCpu), 2)} ms`,
       `${round(serverCpu(theirCpu) - serverCpu(ourCpu), 2)} ms over native; daemon ${theirCpu.daemon} / ${ourCpu.daemon} ms, envd ${theirCpu.envd} / ${ourCpu.envd} ms`,
     );
+    if (f.paced) {
+      const { instant } = f.paced;
+      const sdkShare = f.paced.e2b.p50 - f.paced.native.p50;
+      row(
+        '12 E2B SDK',
+        '  both SDKs against a replay server in its own process answering at once, E2B / native',
+        `${round(instant.e2b.p50, 2)} / ${round(instant.native.p50, 2)} ms`,
+        `E2B's SDK's own share ${round(instant.e2b.p50 - instant.native.p50, 2)} ms over native`,
+      );
+      row(
+        '12 E2B SDK',
+        `  the same, the server working ${round(f.paced.delayMs, 2)} ms a call (native's p50 as against abx), E2B / native`,
+        `${round(f.paced.e2b.p50, 2)} / ${round(f.paced.native.p50, 2)} ms`,
+        `E2B's SDK's own share ${round(sdkShare, 2)} ms over native; abx's share of the ${round(over, 2)} ms: ${round(over - sdkShare, 2)} ms`,
+      );
+    }
     row('12 E2B SDK', oursText, ms(f.native));
   }
   const fig = (name: string) => figures[name] as Required<Figures>;
