@@ -18,13 +18,7 @@ import {
   type RequestHead,
   requestChunks,
 } from './gateway-http.js';
-import type {
-  Divert,
-  DivertedAnswer,
-  Upstream,
-  UpstreamOwner,
-  UpstreamPool,
-} from './gateway-upstream.js';
+import type { DivertedAnswer, Upstream, UpstreamOwner, UpstreamPool } from './gateway-upstream.js';
 
 /** Who a request is for, read from its head alone. */
 export interface RequestTarget {
@@ -737,12 +731,12 @@ export class ClientConnection implements UpstreamOwner {
     );
   }
 
-  // --- E2B requests passed to envd as bytes, their answers rewritten ---
+  // --- E2B requests passed to envd as bytes, their error answers rewritten ---
 
   /**
    * Sends an E2B request to envd with the face's head (`text`), its body passed on as it arrives,
-   * as a native request's is. envd's answer comes back whole to {@link diverted} (or, for one the
-   * face leaves as it is, as bytes); the next request waits for it.
+   * as a native request's is. envd's error answer comes back whole to {@link diverted}; another
+   * answer goes to the client as bytes. The next request waits for it.
    */
   private passOn(
     head: RequestHead,
@@ -761,7 +755,7 @@ export class ClientConnection implements UpstreamOwner {
     this.holdHead =
       (head.bodyLength < 0 || (head.bodyLength > 0 && head.bodyLength <= HOLD_MAX_BYTES)) &&
       !head.keys.includes('expect');
-    this.send(head, text, upstream, pass.divert);
+    this.send(head, text, upstream, true);
     this.resume();
     this.flushToSandbox();
   }
@@ -902,8 +896,8 @@ export class ClientConnection implements UpstreamOwner {
     void pump();
   }
 
-  private send(head: RequestHead, text: string, upstream: Upstream, divert?: Divert): void {
-    upstream.sent(head.method, head.upgrade, divert);
+  private send(head: RequestHead, text: string, upstream: Upstream, divertErrors = false): void {
+    upstream.sent(head.method, head.upgrade, divertErrors);
     this.toSandbox(text);
     this.closeAfter = head.close;
     if (head.upgrade) {

@@ -18,12 +18,10 @@ export const UPSTREAM_MAX_IDLE_MS = 1000;
 const MAX_FREE_PER_SOCKET = 32;
 
 /**
- * Which answers to a request the owner takes whole instead of as bytes for its client: `all`, or
- * `errors` (statuses outside 2xx; the others are forwarded as usual). The E2B face rewrites them.
+ * An error answer (a status outside 2xx) the owner takes whole instead of as bytes for its client,
+ * for a request sent with `divertErrors` (the E2B face rewrites it); other answers are forwarded as
+ * usual: its status and its body (de-chunked).
  */
-export type Divert = 'all' | 'errors';
-
-/** An answer taken whole ({@link Divert}): its status and its body (de-chunked). */
 export interface DivertedAnswer {
   status: number;
   body: Buffer;
@@ -71,9 +69,9 @@ export class Upstream {
   onIdleClose: (() => void) | undefined;
   /**
    * Methods of the requests sent and not yet answered, oldest first; `upgrade` marks a switch,
-   * `divert` an answer the owner takes whole.
+   * `divertErrors` an error answer the owner takes whole.
    */
-  readonly waiting: { method: string; upgrade: boolean; divert?: Divert | undefined }[] = [];
+  readonly waiting: { method: string; upgrade: boolean; divertErrors: boolean }[] = [];
   /** Since when nothing has been waiting for an answer. */
   idleSince = Date.now();
   /** The sandbox said it closes (or will), or the connection failed: never reused. */
@@ -83,7 +81,7 @@ export class Upstream {
   private chunks: ChunkedScanner | undefined;
   private partial: Buffer | undefined;
   private pausedFor: Socket | undefined;
-  /** The answer being read whole for the owner ({@link Divert}), instead of forwarded. */
+  /** The answer being read whole for the owner ({@link DivertedAnswer}), instead of forwarded. */
   private diverting: { status: number; pieces: Buffer[]; bytes: number } | undefined;
 
   constructor(
@@ -126,8 +124,8 @@ export class Upstream {
   }
 
   /** Records a request written to the socket, for the answer's framing (and which to divert). */
-  sent(method: string, upgrade: boolean, divert?: Divert): void {
-    this.waiting.push({ method, upgrade, divert });
+  sent(method: string, upgrade: boolean, divertErrors = false): void {
+    this.waiting.push({ method, upgrade, divertErrors });
   }
 
   /** Stops reading the sandbox while `client` cannot take more (backpressure). */
@@ -247,9 +245,7 @@ export class Upstream {
             break;
           }
           const head = parseResponseHead(buf.toString('latin1', pos, end), exchange.method);
-          const divert =
-            exchange.divert === 'all' ||
-            (exchange.divert === 'errors' && (head.status < 200 || head.status > 299));
+          const divert = exchange.divertErrors && (head.status < 200 || head.status > 299);
           if (divert && head.status >= 200) {
             // What came before this answer goes on; the answer itself is kept.
             flush();

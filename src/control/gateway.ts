@@ -647,7 +647,7 @@ export class Gateway implements GatewayRoutes {
     route: Route,
   ): { text: string; pass: E2bPassOn } | EnvdFaceAnswer | undefined {
     const passed = this.e2b?.passOn(head.method, target.path, target.port);
-    if (passed === undefined || !('divert' in passed)) return passed;
+    if (passed === undefined || !('translate' in passed)) return passed;
     const mark = passed.target.indexOf('?');
     const pathname = mark < 0 ? passed.target : passed.target.slice(0, mark);
     // The head envd gets, as for its own route (capability, token), with the face's target.

@@ -7,11 +7,12 @@ import { E2bEnvdFace } from '../../src/compat/e2b/envd-face.js';
 import { Gateway } from '../../src/control/gateway.js';
 import { gatewayRecord } from '../helpers/gateway-record.js';
 
-// E2B's `/files` requests go to envd as bytes and envd's answer comes back to the face (the
-// gateway's "pass-on"). Here envd is a raw socket server scripted per test, as a hostile or
-// broken sandbox could answer: an answer too large, a garbled head, a cut connection, JSON that is
-// not what envd sends, an answer before the upload ended. The client always gets an answer in
-// E2B's shape or a cut connection, never a hang, and the gateway goes on serving.
+// E2B's `/files` requests go to envd as bytes; envd's answer goes back as bytes, and an error
+// answer comes back to the face, which rewrites it (the gateway's "pass-on"). Here envd is a raw
+// socket server scripted per test, as a hostile or broken sandbox could answer: an error too
+// large, a garbled head, a cut connection, an answer before the upload ended. The client always
+// gets envd's 2xx as it was sent, an error in E2B's shape, or a cut connection, never a hang, and
+// the gateway goes on serving.
 
 const ID = 'ipassonsandbox';
 const TOKEN = 'token-of-pass-on';
@@ -139,21 +140,21 @@ function parsed(text: string): { status: number; head: string; body: string } {
 }
 
 describe("E2B's /files passed to envd as bytes", () => {
-  test("an upload reaches envd's /files/upload as sent, and its answer becomes E2B's", async () => {
-    script = {
-      answer: (_request, socket) =>
-        socket.write(answer(200, JSON.stringify({ files: [{ path: '/tmp/a.txt', size: 5 }] }))),
-    };
+  test("an upload reaches envd's /files/upload as sent, asking for E2B's answer, which passes as sent", async () => {
+    const entries = JSON.stringify([{ name: 'a.txt', type: 'file', path: '/tmp/a.txt' }]);
+    script = { answer: (_request, socket) => socket.write(answer(200, entries)) };
     const { text, closed } = await exchange(upload());
     expect(closed).toBe(false);
     const got = parsed(text);
     expect(got.status).toBe(200);
     expect(got.head).toMatch(/\r\ncontent-length: \d+/i);
-    expect(JSON.parse(got.body)).toEqual([{ name: 'a.txt', type: 'file', path: '/tmp/a.txt' }]);
+    expect(got.body).toBe(entries);
     // envd got its own route, the body as the client sent it, the sandbox's token, and none of
     // the gateway's or E2B's addressing headers.
     const request = seen[0] as string;
-    expect(request.startsWith('POST /files/upload?path=%2Ftmp%2Fa.txt HTTP/1.1\r\n')).toBe(true);
+    expect(request.startsWith('POST /files/upload?e2b=true&path=%2Ftmp%2Fa.txt HTTP/1.1\r\n')).toBe(
+      true,
+    );
     expect(request.endsWith(`\r\n\r\n${FORM}`)).toBe(true);
     expect(request).toMatch(new RegExp(`\\r\\nauthorization: Bearer ${TOKEN}\\r\\n`, 'i'));
     expect(request).not.toMatch(/e2b-sandbox-id|x-access-token/i);
@@ -161,13 +162,11 @@ describe("E2B's /files passed to envd as bytes", () => {
 
   const broken: [string, (socket: Socket) => void][] = [
     [
-      'an answer over 1 MiB',
-      (socket) => socket.write(answer(200, JSON.stringify({ files: [], pad: 'x'.repeat(1.5e6) }))),
+      'an error answer over 1 MiB',
+      (socket) => socket.write(answer(500, JSON.stringify({ error: 'x'.repeat(1.5e6) }))),
     ],
     ['a garbled head', (socket) => socket.write('HTTP/9 nonsense\r\n\r\n')],
     ['a connection cut before an answer', (socket) => socket.destroy()],
-    ['a 200 that is not JSON', (socket) => socket.write(answer(200, '<html>'))],
-    ['a 200 without its files', (socket) => socket.write(answer(200, '{"nope":1}'))],
   ];
   for (const [name, misbehave] of broken) {
     test(`envd's ${name}: the client gets E2B's 502, and the gateway goes on`, async () => {
@@ -177,14 +176,25 @@ describe("E2B's /files passed to envd as bytes", () => {
       expect(got.status).toBe(502);
       expect(JSON.parse(got.body)).toMatchObject({ code: 502, message: expect.any(String) });
       // The next upload, on a new connection, is answered.
-      script = {
-        answer: (_request, socket) =>
-          socket.write(answer(200, JSON.stringify({ files: [{ path: '/tmp/b.txt', size: 1 }] }))),
-      };
+      script = { answer: (_request, socket) => socket.write(answer(200, '[]')) };
       const next = parsed((await exchange(upload())).text);
       expect(next.status).toBe(200);
     });
   }
+
+  test("envd's 2xx goes to the client as sent, whatever it holds, as a download does; one cut in its body cuts the client's connection", async () => {
+    script = { answer: (_request, socket) => socket.write(answer(200, '<html>')) };
+    const odd = parsed((await exchange(upload())).text);
+    expect(odd.status).toBe(200);
+    expect(odd.body).toBe('<html>');
+    const whole = answer(200, '[{"name":"a.txt","type":"file","path":"/tmp/a.txt"}]');
+    script = { answer: (_request, socket) => socket.end(whole.slice(0, -5)) };
+    const cut = await exchange(upload());
+    expect(cut.closed).toBe(true);
+    expect(cut.text).toBe(whole.slice(0, -5));
+    script = { answer: (_request, socket) => socket.write(answer(200, '[]')) };
+    expect(parsed((await exchange(upload())).text).status).toBe(200);
+  });
 
   test("envd's refusal before the body ended: E2B's shape, its status, and the connection ends", async () => {
     script = {

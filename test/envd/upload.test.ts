@@ -134,6 +134,41 @@ describe('POST /files/upload', () => {
     expect(entries(at('named'))).toEqual(['one.txt', 'same.txt']);
   });
 
+  test("?e2b=true answers E2B's entries (name, type, path, metadata when the file has some), a form and a raw body alike; its errors stay envd's", async () => {
+    const one = at('e2b', 'one.txt');
+    const two = at('e2b', 'sub', 'two.bin');
+    const plain = await upload(
+      '?e2b=true',
+      form([
+        { filename: one, data: 'one' },
+        { filename: two, data: 'two' },
+      ]),
+      { 'content-type': FORM_TYPE },
+      { chunked: true },
+    );
+    expect(plain).toEqual({
+      status: 200,
+      json: [
+        { name: 'one.txt', type: 'file', path: one },
+        { name: 'two.bin', type: 'file', path: two },
+      ],
+    });
+    const raw = await upload(`?e2b=true&path=${encodeURIComponent(one)}`, Buffer.from('raw'), {
+      'content-type': 'application/octet-stream',
+      'x-metadata-owner': 'ada',
+    });
+    expect(raw).toEqual({
+      status: 200,
+      json: [{ name: 'one.txt', type: 'file', path: one, metadata: { owner: 'ada' } }],
+    });
+    expect(readFileSync(one, 'utf8')).toBe('raw');
+    const empty = await upload('?e2b=true', form([{ name: 'note', data: 'x' }]), {
+      'content-type': FORM_TYPE,
+    });
+    expect(empty.status).toBe(400);
+    expect(empty.json.error).toMatch(/no `file` part/);
+  });
+
   test('a raw body goes to ?path=; without ?path= it is refused', async () => {
     const path = at('raw', 'plain.txt');
     expect(

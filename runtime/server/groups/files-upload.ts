@@ -14,6 +14,28 @@ export interface Written {
   metadata?: Record<string, string>;
 }
 
+/** An entry of E2B's upload answer: what `POST /files` answers for each file written. */
+export interface E2bEntry {
+  name: string;
+  type: 'file';
+  path: string;
+  metadata?: Record<string, string>;
+}
+
+/**
+ * The files written as E2B's envd answers them (`?e2b=true`): each one's name, type and path, and
+ * the metadata it has now, left out when it has none. The daemon's E2B face passes this answer on
+ * as bytes.
+ */
+export function e2bEntries(files: Written[]): E2bEntry[] {
+  return files.map((file) => ({
+    name: file.path.slice(file.path.lastIndexOf('/') + 1),
+    type: 'file',
+    path: file.path,
+    ...(file.metadata && Object.keys(file.metadata).length > 0 ? { metadata: file.metadata } : {}),
+  }));
+}
+
 /** Writes one file atomically, keeping `metadata` with it (files.ts). */
 export type WriteOne = (
   path: string,
@@ -110,9 +132,9 @@ export function uploadRoute(
     method: 'POST',
     path: '/files/upload',
     summary:
-      'Writes each `file` part of a multipart/form-data body (to `?path=`, else to its filename), or a raw body to `?path=`, atomically and in turn; `Content-Encoding: gzip` is unpacked as it arrives, `X-Metadata-<key>` headers go with every file. Answers `{files: [{path, size, metadata?}]}`.',
+      "Writes each `file` part of a multipart/form-data body (to `?path=`, else to its filename), or a raw body to `?path=`, atomically and in turn; `Content-Encoding: gzip` is unpacked as it arrives, `X-Metadata-<key>` headers go with every file. Answers `{files: [{path, size, metadata?}]}`, or with `?e2b=true` E2B's list `[{name, type, path, metadata?}]`.",
     body: 'stream',
-    args: argList({ 'path?': 'str' }),
+    args: argList({ 'path?': 'str', 'e2b?': ['bool', false] }),
     handler: async ({ args, stream, headers }) => {
       const encoding = headerOf(headers, 'content-encoding').trim().toLowerCase();
       if (encoding !== '' && encoding !== 'identity' && encoding !== 'gzip') {
@@ -140,9 +162,10 @@ export function uploadRoute(
       const content = await wholeIfSmall(gzip ? gunzipped(stream()) : stream());
       const small = Buffer.isBuffer(content);
       const files: Written[] = [];
+      const answer = () => (args.e2b ? e2bEntries(files) : { files });
       if (!form) {
         files.push(await writeOne(safePath(path as string), content, metadata));
-        return { files };
+        return answer();
       }
       const body = small ? once(content) : content;
       /** The files written, so that no two parts write one file. */
@@ -171,7 +194,7 @@ export function uploadRoute(
         files.push(written);
       }
       if (files.length === 0) throw new BadRequestError('the form has no `file` part');
-      return { files };
+      return answer();
     },
   };
 }

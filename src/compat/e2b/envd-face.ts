@@ -225,9 +225,10 @@ export class E2bEnvdFace {
   /**
    * An E2B request that goes to envd's native route as bytes rather than through {@link serve}:
    * `/files` downloads and uploads, which may be of any size, and which envd's `GET /files/read`
-   * and `POST /files/upload` take as E2B sends them. The gateway sends the request to the route
-   * the answer names, its body on as it arrives, and hands envd's answer (whole, when the face
-   * rewrites it) to its `translate`. A refusal is answered at once; undefined: {@link serve} it.
+   * and `POST /files/upload?e2b=true` take and answer as E2B's envd does. The gateway sends the
+   * request to the route the answer names, its body on as it arrives, passes envd's answer on as
+   * bytes, and hands an error answer whole to its `translate`. A refusal is answered at once;
+   * undefined: {@link serve} it.
    */
   passOn(
     method: string,
