@@ -38,10 +38,9 @@ export interface BodyLimits {
  * The request body as chunks, refusing it with 413 from `Content-Length` before reading or as
  * soon as the count passes the limit, and with 408 when it does not arrive in time.
  */
-export async function* bodyChunks(req: IncomingMessage, limits: BodyLimits) {
+export async function* bodyChunks(req: IncomingMessage, limits: BodyLimits, received = 0) {
   const declared = Number(req.headers['content-length']);
   if (declared > limits.maxBytes) throw payloadTooLarge(limits.maxBytes);
-  let received = 0;
   let timer: NodeJS.Timeout | undefined;
   const deadline = new Promise<never>((_, reject) => {
     timer = setTimeout(() => reject(requestTimeout(limits.timeoutMs)), limits.timeoutMs);
@@ -68,12 +67,35 @@ export async function* bodyChunks(req: IncomingMessage, limits: BodyLimits) {
  * promise race per chunk cost more than the rest of the request.
  */
 export function readBody(req: IncomingMessage, limits: BodyLimits): Promise<Buffer> {
+  return readUpTo(req, limits, Number.POSITIVE_INFINITY) as Promise<Buffer>;
+}
+
+/**
+ * The body whole when it ends within `small` bytes, read as {@link readBody} reads it (E2B's SDK
+ * sends even a 5-byte form as four chunks, each a promise race through {@link bodyChunks}), else
+ * the same bytes as a stream that goes on with the rest, within the same limits and deadline.
+ */
+export function readBodyIfSmall(
+  req: IncomingMessage,
+  limits: BodyLimits,
+  small: number,
+): Promise<Buffer | AsyncIterable<Buffer>> {
+  return readUpTo(req, limits, small);
+}
+
+function readUpTo(
+  req: IncomingMessage,
+  limits: BodyLimits,
+  small: number,
+): Promise<Buffer | AsyncIterable<Buffer>> {
   const declared = Number(req.headers['content-length']);
   if (declared > limits.maxBytes) return Promise.reject(payloadTooLarge(limits.maxBytes));
+  if (declared > small) return Promise.resolve(bodyChunks(req, limits));
+  const started = Date.now();
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let received = 0;
-    const finish = (error?: Error) => {
+    const finish = (error?: Error, more = false) => {
       clearTimeout(timer);
       req.off('data', onData);
       req.off('end', onEnd);
@@ -82,14 +104,20 @@ export function readBody(req: IncomingMessage, limits: BodyLimits): Promise<Buff
         // Stop reading what is left: the error answer closes the connection.
         req.pause();
         reject(error);
+      } else if (more) {
+        // Over `small`: the rest is read as it comes, by whoever iterates.
+        req.pause();
+        const left = Math.max(1, limits.timeoutMs - (Date.now() - started));
+        resolve(goOn(chunks, req, { ...limits, timeoutMs: left }, received));
       } else {
-        resolve(chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks));
+        resolve(chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks, received));
       }
     };
     const onData = (chunk: Buffer) => {
       received += chunk.length;
-      if (received > limits.maxBytes) finish(payloadTooLarge(limits.maxBytes));
-      else chunks.push(chunk);
+      if (received > limits.maxBytes) return finish(payloadTooLarge(limits.maxBytes));
+      chunks.push(chunk);
+      if (received > small) finish(undefined, true);
     };
     const onEnd = () => finish();
     const timer = setTimeout(() => finish(requestTimeout(limits.timeoutMs)), limits.timeoutMs);
@@ -97,6 +125,17 @@ export function readBody(req: IncomingMessage, limits: BodyLimits): Promise<Buff
     req.once('end', onEnd);
     req.once('error', finish);
   });
+}
+
+/** The chunks read so far, then the rest of the body ({@link bodyChunks}). */
+async function* goOn(
+  read: Buffer[],
+  req: IncomingMessage,
+  limits: BodyLimits,
+  received: number,
+): AsyncGenerator<Buffer> {
+  yield* read;
+  yield* bodyChunks(req, limits, received);
 }
 
 function sendJson(

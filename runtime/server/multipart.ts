@@ -41,11 +41,15 @@ export function boundaryOf(contentType: string): string {
   return boundary;
 }
 
+/** The parameters a part's Content-Disposition is read for, quoted or not (compiled once). */
+const PARAMETERS = {
+  name: /;\s*name=(?:"((?:[^"\\]|\\.)*)"|([^;\s"]*))/i,
+  filename: /;\s*filename=(?:"((?:[^"\\]|\\.)*)"|([^;\s"]*))/i,
+};
+
 /** A header parameter (`name="x"`) of a Content-Disposition, quoted or not. */
-function parameter(disposition: string, key: string): string | undefined {
-  const match = new RegExp(`;\\s*${key}=(?:"((?:[^"\\\\]|\\\\.)*)"|([^;\\s"]*))`, 'i').exec(
-    disposition,
-  );
+function parameter(disposition: string, key: keyof typeof PARAMETERS): string | undefined {
+  const match = PARAMETERS[key].exec(disposition);
   if (!match) return undefined;
   return match[1] !== undefined ? match[1].replace(/\\(.)/g, '$1') : match[2];
 }
@@ -228,5 +232,59 @@ export async function* readMultipart(
     }
   } finally {
     await bytes.close();
+  }
+}
+
+/** One part of a whole (small) `multipart/form-data` body: its bytes, at once. */
+export interface WholePart {
+  name: string;
+  filename: string | undefined;
+  data: Buffer;
+}
+
+/**
+ * The parts of a body held whole (a small upload): what {@link readMultipart} reads from the same
+ * bytes, with the same errors, parsed in one pass without its asynchronous steps. A part is given
+ * once its closing delimiter is found, so a form that breaks gives the parts before the break,
+ * then throws.
+ */
+export function* wholeFormParts(body: Buffer, boundary: string): Generator<WholePart> {
+  const delimiter = Buffer.from(`--${boundary}`);
+  const end = Buffer.from(`\r\n--${boundary}`);
+  const first = body.indexOf(delimiter);
+  if (first < 0) throw new MultipartError('the boundary never appears');
+  let pos = first + delimiter.length;
+  for (let count = 1; ; count++) {
+    // `--` after a delimiter closes the body; what follows is the epilogue.
+    if (body[pos] === 0x2d && body[pos + 1] === 0x2d) return;
+    // Transport padding (spaces, tabs) may follow a delimiter before its CRLF.
+    while (body[pos] === 0x20 || body[pos] === 0x09) pos++;
+    if (body[pos] !== 0x0d || body[pos + 1] !== 0x0a) {
+      throw new MultipartError('a boundary line does not end with CRLF');
+    }
+    pos += 2;
+    let headText = '';
+    if (body[pos] === 0x0d && body[pos + 1] === 0x0a) {
+      // A part without headers starts with its blank line at once.
+      pos += 2;
+    } else {
+      const headEnd = body.indexOf('\r\n\r\n', pos);
+      if (headEnd < 0) {
+        throw new MultipartError(
+          body.length - pos > MAX_PART_HEAD_BYTES
+            ? `a part's headers are over ${MAX_PART_HEAD_BYTES} bytes`
+            : 'a part has no end to its headers',
+        );
+      }
+      headText = body.toString('latin1', pos, headEnd);
+      pos = headEnd + 4;
+    }
+    const head = partHead(headText);
+    if (count > MAX_PARTS) throw new MultipartError(`over ${MAX_PARTS} parts`);
+    const close = body.indexOf(end, pos);
+    if (close < 0) throw new MultipartError('a part is not closed by the boundary');
+    const data = body.subarray(pos, close);
+    pos = close + end.length;
+    yield { ...head, data };
   }
 }

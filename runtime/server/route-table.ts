@@ -10,7 +10,15 @@ import {
   RouteNotFoundError,
   UnsupportedMediaTypeError,
 } from './errors.js';
-import { type BodyLimits, bodyChunks, drainBody, readBody, sendError, sendResult } from './http.js';
+import {
+  type BodyLimits,
+  bodyChunks,
+  drainBody,
+  readBody,
+  readBodyIfSmall,
+  sendError,
+  sendResult,
+} from './http.js';
 
 export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
 
@@ -32,6 +40,11 @@ export interface RouteRequest<C> {
   args: Record<string, unknown>;
   /** The raw body, within the size and time limits (`body: 'stream'` routes). */
   stream(): AsyncIterable<Buffer>;
+  /**
+   * The raw body whole when it ends within `small` bytes, else the same bytes as a stream (as
+   * {@link stream}), within the same limits (`body: 'stream'` routes). Use one of the two.
+   */
+  wholeIfSmall(small: number): Promise<Buffer | AsyncIterable<Buffer>>;
   /** Aborted when the client goes away before the answer is sent. */
   closed: AbortSignal;
   headers: IncomingMessage['headers'];
@@ -206,11 +219,8 @@ export class RouteTable<C> {
         },
         body,
         args,
-        stream: () =>
-          bodyChunks(req, {
-            maxBytes: limits.maxStreamBytes ?? limits.maxBytes,
-            timeoutMs: limits.streamTimeoutMs ?? limits.timeoutMs,
-          }),
+        stream: () => bodyChunks(req, streamLimits(limits)),
+        wholeIfSmall: (small) => readBodyIfSmall(req, streamLimits(limits), small),
         get closed() {
           return closedSignal();
         },
@@ -231,6 +241,14 @@ export class RouteTable<C> {
       sendError(res, error, headers);
     }
   }
+}
+
+/** The limits of a streamed body (`body: 'stream'` routes). */
+function streamLimits(limits: BodyLimits): BodyLimits {
+  return {
+    maxBytes: limits.maxStreamBytes ?? limits.maxBytes,
+    timeoutMs: limits.streamTimeoutMs ?? limits.timeoutMs,
+  };
 }
 
 /** Checks the literal segments first, so a pattern that does not match allocates nothing. */

@@ -5,6 +5,7 @@ import {
   MAX_PART_HEAD_BYTES,
   MultipartError,
   readMultipart,
+  wholeFormParts,
 } from '../../runtime/server/multipart.js';
 
 // The streaming reader of upload forms (envd's `POST /files/upload`, E2B's `POST /files`): round trips over random chunkings, and
@@ -148,6 +149,78 @@ describe('multipart reader', () => {
         },
       ),
       { seed: SEED, numRuns: 2000 },
+    );
+  });
+
+  test('a body held whole is read as the streaming reader reads it: the same parts, then the same error', async () => {
+    /** The parts read until the end or an error, and the error's message. */
+    const streamed = async (body: Buffer, cuts: number[]) => {
+      const parts: [string, string | undefined, Buffer][] = [];
+      try {
+        for await (const part of readMultipart(chunked(body, cuts), 'xyz')) {
+          const pieces: Buffer[] = [];
+          for await (const piece of part.data) pieces.push(Buffer.from(piece));
+          parts.push([part.name, part.filename, Buffer.concat(pieces)]);
+        }
+        return { parts, error: undefined };
+      } catch (error) {
+        return { parts, error: (error as Error).message };
+      }
+    };
+    const whole = (body: Buffer) => {
+      const parts: [string, string | undefined, Buffer][] = [];
+      try {
+        for (const part of wholeFormParts(body, 'xyz')) {
+          parts.push([part.name, part.filename, Buffer.from(part.data)]);
+        }
+        return { parts, error: undefined };
+      } catch (error) {
+        expect(error).toBeInstanceOf(MultipartError);
+        return { parts, error: (error as Error).message };
+      }
+    };
+    const piece = fc.oneof(
+      fc.uint8Array({ maxLength: 12 }).map((b) => Buffer.from(b)),
+      fc
+        .constantFrom(
+          '--xyz',
+          '--xyz--',
+          '\r\n',
+          '\r\n\r\n',
+          'Content-Disposition: form-data; name="file"',
+          '; filename="/a"',
+          '; name=x',
+          ' ',
+          '\t',
+          ':',
+          '-',
+        )
+        .map((s) => Buffer.from(s)),
+    );
+    const made = fc.array(
+      fc.record({
+        name: fc.stringMatching(/^[a-z]{1,6}$/),
+        filename: fc.option(fc.stringMatching(/^[a-z/.]{1,8}$/), { nil: undefined }),
+        data: fc.uint8Array({ maxLength: 40 }).map((b) => Buffer.from(b)),
+      }),
+      { minLength: 1, maxLength: 4 },
+    );
+    await fc.assert(
+      fc.asyncProperty(
+        fc.oneof(
+          fc.array(piece, { maxLength: 24 }).map((pieces) => Buffer.concat(pieces)),
+          // Real forms, cut short or with bytes after them.
+          fc.tuple(made, fc.nat(), fc.uint8Array({ maxLength: 8 })).map(([parts, at, tail]) => {
+            const body = form('xyz', parts);
+            return Buffer.concat([body.subarray(0, body.length - (at % 6)), Buffer.from(tail)]);
+          }),
+        ),
+        fc.array(fc.nat(), { maxLength: 6 }),
+        async (body, cuts) => {
+          expect(whole(body)).toEqual(await bounded(streamed(body, cuts)));
+        },
+      ),
+      { seed: SEED, numRuns: 3000 },
     );
   });
 

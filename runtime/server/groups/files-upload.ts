@@ -3,7 +3,7 @@ import { pipeline } from 'node:stream/promises';
 import { createGunzip } from 'node:zlib';
 import { BadRequestError, UnsupportedMediaTypeError } from '../errors.js';
 import { SMALL_FILE_BYTES, safePath } from '../file-system.js';
-import { boundaryOf, readMultipart } from '../multipart.js';
+import { boundaryOf, readMultipart, wholeFormParts } from '../multipart.js';
 import type { Route } from '../route-table.js';
 import { argList } from '../validate.js';
 
@@ -43,13 +43,6 @@ export type WriteOne = (
   metadata: Record<string, string>,
 ) => Promise<Written>;
 
-/** A (small) request body whole. */
-async function collect(chunks: AsyncIterable<Buffer>): Promise<Buffer> {
-  const parts: Buffer[] = [];
-  for await (const chunk of chunks) parts.push(chunk);
-  return parts.length === 1 ? (parts[0] as Buffer) : Buffer.concat(parts);
-}
-
 /**
  * The body unpacked as it arrives (zlib's streaming gunzip). Nothing bounds what it expands to:
  * it goes to the sandbox's disk as it comes, so the disk's quota is the bound (the write then
@@ -80,16 +73,12 @@ async function* gunzipped(body: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
   }
 }
 
-async function* once(bytes: Buffer): AsyncGenerator<Buffer> {
-  yield bytes;
-}
-
 /**
  * The body whole when it ends within {@link SMALL_FILE_BYTES} (most uploads: a script, a config;
  * written then without the thread pool), else the same bytes as a stream that goes on with the
  * rest. Its length is not trusted to say so: E2B's SDK sends even a 5-byte form chunked.
  */
-export async function wholeIfSmall(
+async function wholeIfSmall(
   body: AsyncIterable<Buffer>,
 ): Promise<Buffer | AsyncIterable<Buffer>> {
   const iterator = body[Symbol.asyncIterator]();
@@ -135,7 +124,7 @@ export function uploadRoute(
       "Writes each `file` part of a multipart/form-data body (to `?path=`, else to its filename), or a raw body to `?path=`, atomically and in turn; `Content-Encoding: gzip` is unpacked as it arrives, `X-Metadata-<key>` headers go with every file. Answers `{files: [{path, size, metadata?}]}`, or with `?e2b=true` E2B's list `[{name, type, path, metadata?}]`.",
     body: 'stream',
     args: argList({ 'path?': 'str', 'e2b?': ['bool', false] }),
-    handler: async ({ args, stream, headers }) => {
+    handler: async ({ args, stream, wholeIfSmall: readIfSmall, headers }) => {
       const encoding = headerOf(headers, 'content-encoding').trim().toLowerCase();
       if (encoding !== '' && encoding !== 'identity' && encoding !== 'gzip') {
         throw new UnsupportedMediaTypeError(
@@ -159,7 +148,9 @@ export function uploadRoute(
       const boundary = form ? boundaryOf(type) : '';
       // A small body is read whole, and its files are written without the thread pool
       // (SMALL_FILE_BYTES); a larger one streams from its first bytes.
-      const content = await wholeIfSmall(gzip ? gunzipped(stream()) : stream());
+      const content = gzip
+        ? await wholeIfSmall(gunzipped(stream()))
+        : await readIfSmall(SMALL_FILE_BYTES);
       const small = Buffer.isBuffer(content);
       const files: Written[] = [];
       const answer = () => (args.e2b ? e2bEntries(files) : { files });
@@ -167,10 +158,11 @@ export function uploadRoute(
         files.push(await writeOne(safePath(path as string), content, metadata));
         return answer();
       }
-      const body = small ? once(content) : content;
+      // A small body's parts are read at once; a larger one's as its bytes arrive.
+      const parts = small ? wholeFormParts(content, boundary) : readMultipart(content, boundary);
       /** The files written, so that no two parts write one file. */
       const seen = new Set<string>();
-      for await (const part of readMultipart(body, boundary)) {
+      for await (const part of parts) {
         if (part.name !== 'file') continue;
         const asked = path ?? part.filename;
         if (!asked) {
@@ -186,11 +178,7 @@ export function uploadRoute(
           );
         }
         seen.add(file);
-        const written = await writeOne(
-          file,
-          small ? await collect(part.data) : part.data,
-          metadata,
-        );
+        const written = await writeOne(file, part.data, metadata);
         files.push(written);
       }
       if (files.length === 0) throw new BadRequestError('the form has no `file` part');

@@ -39,7 +39,7 @@ import { identityFor } from '../users.js';
 import { argList } from '../validate.js';
 import { globToRegExp, walk } from '../walk.js';
 import { FILE_TOOL_ROUTES } from './file-tools.js';
-import { uploadRoute, type WriteOne, wholeIfSmall } from './files-upload.js';
+import { uploadRoute, type WriteOne } from './files-upload.js';
 
 function kindOf(s: Stats | BigIntStats): string {
   if (s.isSymbolicLink()) return 'symlink';
@@ -257,13 +257,13 @@ export function fileOps(options: { metadata?: FileMetadataStore } = {}): RouteGr
         "Writes the raw request body to `?path=` atomically (temp file + rename), creating parents; `X-Metadata-<key>` headers become the new file's metadata.",
       body: 'stream',
       args: argList({ path: 'str', 'user?': 'str' }),
-      handler: async ({ args, stream, headers }) => {
+      handler: async ({ args, wholeIfSmall, headers }) => {
         const path = safePath(args.path as string);
         const identity = identityFor(args.user as string | undefined);
         // Checked before a byte is written: a refused set leaves the file as it was.
         const metadata = metadataOf(headers);
         // A small body is read whole and written without the thread pool (SMALL_FILE_BYTES).
-        const written = await writeOne(path, await wholeIfSmall(stream()), metadata);
+        const written = await writeOne(path, await wholeIfSmall(SMALL_FILE_BYTES), metadata);
         // An image build's copy step: the file belongs to the step's user.
         if (identity)
           await fsAction(`chown ${path}`, () => lchown(path, identity.uid, identity.gid));

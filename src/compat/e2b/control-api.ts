@@ -602,6 +602,8 @@ export class E2bControlApi {
       body,
       args: {},
       stream: () => bodyChunks(req, this.limits),
+      // Read whole above (E2B's control API takes JSON only).
+      wholeIfSmall: async () => bytes,
       closed: new AbortController().signal,
       headers: req.headers,
       ctx: call,
