@@ -1,4 +1,4 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -119,6 +119,30 @@ describe('request limits', () => {
     });
     expect(reply).toMatch(/^HTTP\/1\.1 408/);
     expect(reply).toContain('"type":"RequestTimeoutError"');
+  });
+
+  test('a file body that stalls gets 408 too, within its first 64 KiB (read whole) and past them (streamed), and nothing is written', async () => {
+    const server = await startServer(['--body-timeout-ms', '400']);
+    const dir = mkdtempSync(join(tmpdir(), 'abx-stalled-'));
+    for (const sent of [10, 100 * 1024]) {
+      const path = join(dir, `stalled-${sent}`);
+      const reply = await new Promise<string>((resolve, reject) => {
+        const socket = connect(server.port, '127.0.0.1');
+        let text = '';
+        socket.on('data', (c) => {
+          text += c.toString();
+        });
+        socket.on('close', () => resolve(text));
+        socket.on('error', reject);
+        socket.write(
+          `PUT /files/write?path=${encodeURIComponent(path)} HTTP/1.1\r\nHost: x\r\nContent-Length: ${1024 * 1024}\r\n\r\n`,
+        );
+        socket.write(Buffer.alloc(sent, 0x61));
+      });
+      expect(reply).toMatch(/^HTTP\/1\.1 408/);
+      expect(reply).toContain('"type":"RequestTimeoutError"');
+      expect(existsSync(path)).toBe(false);
+    }
   });
 });
 
