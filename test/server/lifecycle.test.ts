@@ -73,6 +73,20 @@ describe('stopping', () => {
   });
 });
 
+/** Sends `text` on a new connection and no more; resolves with all the server sent until it closed. */
+function sentThenStalled(port: number, text: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1');
+    let reply = '';
+    socket.on('data', (c) => {
+      reply += c.toString();
+    });
+    socket.on('close', () => resolve(reply));
+    socket.on('error', reject);
+    socket.write(text);
+  });
+}
+
 describe('request limits', () => {
   test('a body over --body-limit is 413, by Content-Length and when chunked', async () => {
     const server = await startServer(['--body-limit', '1024']);
@@ -105,18 +119,10 @@ describe('request limits', () => {
 
   test('a body that stalls gets 408 after --body-timeout-ms instead of holding the request', async () => {
     const server = await startServer(['--body-timeout-ms', '300']);
-    const reply = await new Promise<string>((resolve, reject) => {
-      const socket = connect(server.port, '127.0.0.1');
-      let text = '';
-      socket.on('data', (c) => {
-        text += c.toString();
-      });
-      socket.on('close', () => resolve(text));
-      socket.on('error', reject);
-      socket.write(
-        'POST /commands/runshell HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"cmd":',
-      );
-    });
+    const reply = await sentThenStalled(
+      server.port,
+      'POST /commands/runshell HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"cmd":',
+    );
     expect(reply).toMatch(/^HTTP\/1\.1 408/);
     expect(reply).toContain('"type":"RequestTimeoutError"');
   });
@@ -126,19 +132,10 @@ describe('request limits', () => {
     const dir = mkdtempSync(join(tmpdir(), 'abx-stalled-'));
     for (const sent of [10, 100 * 1024]) {
       const path = join(dir, `stalled-${sent}`);
-      const reply = await new Promise<string>((resolve, reject) => {
-        const socket = connect(server.port, '127.0.0.1');
-        let text = '';
-        socket.on('data', (c) => {
-          text += c.toString();
-        });
-        socket.on('close', () => resolve(text));
-        socket.on('error', reject);
-        socket.write(
-          `PUT /files/write?path=${encodeURIComponent(path)} HTTP/1.1\r\nHost: x\r\nContent-Length: ${1024 * 1024}\r\n\r\n`,
-        );
-        socket.write(Buffer.alloc(sent, 0x61));
-      });
+      const reply = await sentThenStalled(
+        server.port,
+        `PUT /files/write?path=${encodeURIComponent(path)} HTTP/1.1\r\nHost: x\r\nContent-Length: ${1024 * 1024}\r\n\r\n${'a'.repeat(sent)}`,
+      );
       expect(reply).toMatch(/^HTTP\/1\.1 408/);
       expect(reply).toContain('"type":"RequestTimeoutError"');
       expect(existsSync(path)).toBe(false);

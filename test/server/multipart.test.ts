@@ -39,6 +39,28 @@ async function* chunked(body: Buffer, cuts: number[]): AsyncGenerator<Uint8Array
   }
 }
 
+/** A piece of a fuzzed body (boundary `xyz`): random bytes, or one of the tokens forms are made of. */
+function fuzzPiece(maxBytes: number) {
+  return fc.oneof(
+    fc.uint8Array({ maxLength: maxBytes }).map((b) => Buffer.from(b)),
+    fc
+      .constantFrom(
+        '--xyz',
+        '--xyz--',
+        '\r\n',
+        '\r\n\r\n',
+        'Content-Disposition: form-data; name="file"',
+        '; filename="/a"',
+        '; name=x',
+        ' ',
+        '\t',
+        ':',
+        '-',
+      )
+      .map((s) => Buffer.from(s)),
+  );
+}
+
 /** Every part with its bytes, read as a consumer reads them (each part's data in turn). */
 async function readAll(source: AsyncIterable<Uint8Array>, boundary: string) {
   const parts: { name: string; filename: string | undefined; data: Buffer }[] = [];
@@ -120,21 +142,7 @@ describe('multipart reader', () => {
 
   test('a fuzzed body is parts or a MultipartError, never anything else, never a hang', async () => {
     const boundary = 'xyz';
-    const chunk = fc.oneof(
-      fc.uint8Array({ maxLength: 30 }).map((b) => Buffer.from(b)),
-      fc
-        .constantFrom(
-          '--xyz',
-          '--xyz--',
-          '\r\n',
-          '\r\n\r\n',
-          'Content-Disposition: form-data; name="file"',
-          '; filename="/a"',
-          ' ',
-          ':',
-        )
-        .map((s) => Buffer.from(s)),
-    );
+    const chunk = fuzzPiece(30);
     await fc.assert(
       fc.asyncProperty(
         fc.array(chunk, { maxLength: 20 }),
@@ -179,24 +187,7 @@ describe('multipart reader', () => {
         return { parts, error: (error as Error).message };
       }
     };
-    const piece = fc.oneof(
-      fc.uint8Array({ maxLength: 12 }).map((b) => Buffer.from(b)),
-      fc
-        .constantFrom(
-          '--xyz',
-          '--xyz--',
-          '\r\n',
-          '\r\n\r\n',
-          'Content-Disposition: form-data; name="file"',
-          '; filename="/a"',
-          '; name=x',
-          ' ',
-          '\t',
-          ':',
-          '-',
-        )
-        .map((s) => Buffer.from(s)),
-    );
+    const piece = fuzzPiece(12);
     const made = fc.array(
       fc.record({
         name: fc.stringMatching(/^[a-z]{1,6}$/),
