@@ -2141,7 +2141,11 @@ function threadsCpuMs(pid: number): number {
   return ns / 1e6;
 }
 
-/** A process's CPU time so far (user + system), in ms; 0 when it is gone. */
+/**
+ * A process's CPU time so far (user + system), in ms; 0 when it is gone. In 10 ms ticks, but
+ * counting threads that ended too: for seconds of work (a download, an idle sandbox), where
+ * {@link threadsCpuMs} is for fractions of a ms per call.
+ */
 function cpuMs(pid: number | undefined): number {
   if (!pid) return 0;
   try {
