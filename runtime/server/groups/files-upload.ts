@@ -78,9 +78,7 @@ async function* gunzipped(body: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
  * written then without the thread pool), else the same bytes as a stream that goes on with the
  * rest. Its length is not trusted to say so: E2B's SDK sends even a 5-byte form chunked.
  */
-async function wholeIfSmall(
-  body: AsyncIterable<Buffer>,
-): Promise<Buffer | AsyncIterable<Buffer>> {
+async function wholeIfSmall(body: AsyncIterable<Buffer>): Promise<Buffer | AsyncIterable<Buffer>> {
   const iterator = body[Symbol.asyncIterator]();
   const read: Buffer[] = [];
   let bytes = 0;
