@@ -1694,6 +1694,14 @@ async function e2bFloorServer(gateway: Pool) {
   };
 }
 
+/** Both SDKs against the paced replay server: answering at once, and working `delayMs` a call. */
+type Paced = {
+  delayMs: number;
+  instant: { e2b: Summary; native: Summary };
+  e2b: Summary;
+  native: Summary;
+};
+
 /**
  * Each SDK's own share of its call's time at a given server speed: both SDKs against a replay
  * server in a process of its own (bench/reference/paced-replay.cjs) that answers with the bytes
@@ -1886,10 +1894,7 @@ async function e2b(sandbox: Sandbox) {
   // the server's work (not a command's run time). First against the replay server answering at
   // once (each SDK's floor out of process), then against it working as long as abx's native path
   // takes over that floor.
-  const paced: Record<
-    string,
-    { delayMs: number; instant: { e2b: Summary; native: Summary }; e2b: Summary; native: Summary }
-  > = {};
+  const paced: Record<string, Paced> = {};
   for (const name of ['write', 'list'] as const) {
     const against = (delayMs: number) =>
       pacedSdkShare(
@@ -1929,12 +1934,7 @@ async function e2b(sandbox: Sandbox) {
      * Both SDKs against a replay server of their own process (pacedSdkShare): answering at once,
      * and working `delayMs` a call, as long as abx's native path.
      */
-    paced?: {
-      delayMs: number;
-      instant: { e2b: Summary; native: Summary };
-      e2b: Summary;
-      native: Summary;
-    };
+    paced?: Paced;
   };
   const figures: Record<string, Figures> = {};
   const calls = rounds * per;

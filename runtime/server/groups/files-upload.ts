@@ -15,7 +15,7 @@ export interface Written {
 }
 
 /** An entry of E2B's upload answer: what `POST /files` answers for each file written. */
-export interface E2bEntry {
+interface E2bEntry {
   name: string;
   type: 'file';
   path: string;
@@ -27,7 +27,7 @@ export interface E2bEntry {
  * the metadata it has now, left out when it has none. The daemon's E2B face passes this answer on
  * as bytes.
  */
-export function e2bEntries(files: Written[]): E2bEntry[] {
+function e2bEntries(files: Written[]): E2bEntry[] {
   return files.map((file) => ({
     name: file.path.slice(file.path.lastIndexOf('/') + 1),
     type: 'file',
@@ -74,11 +74,13 @@ async function* gunzipped(body: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
 }
 
 /**
- * The body whole when it ends within {@link SMALL_FILE_BYTES} (most uploads: a script, a config;
- * written then without the thread pool), else the same bytes as a stream that goes on with the
- * rest. Its length is not trusted to say so: E2B's SDK sends even a 5-byte form chunked.
+ * What gzip expands to, whole when it ends within {@link SMALL_FILE_BYTES} (written then without
+ * the thread pool), else the same bytes as a stream that goes on with the rest (the route's own
+ * `wholeIfSmall` does this for a body as it arrives).
  */
-async function wholeIfSmall(body: AsyncIterable<Buffer>): Promise<Buffer | AsyncIterable<Buffer>> {
+async function expandedIfSmall(
+  body: AsyncIterable<Buffer>,
+): Promise<Buffer | AsyncIterable<Buffer>> {
   const iterator = body[Symbol.asyncIterator]();
   const read: Buffer[] = [];
   let bytes = 0;
@@ -122,7 +124,7 @@ export function uploadRoute(
       "Writes each `file` part of a multipart/form-data body (to `?path=`, else to its filename), or a raw body to `?path=`, atomically and in turn; `Content-Encoding: gzip` is unpacked as it arrives, `X-Metadata-<key>` headers go with every file. Answers `{files: [{path, size, metadata?}]}`, or with `?e2b=true` E2B's list `[{name, type, path, metadata?}]`.",
     body: 'stream',
     args: argList({ 'path?': 'str', 'e2b?': ['bool', false] }),
-    handler: async ({ args, stream, wholeIfSmall: readIfSmall, headers }) => {
+    handler: async ({ args, stream, wholeIfSmall, headers }) => {
       const encoding = headerOf(headers, 'content-encoding').trim().toLowerCase();
       if (encoding !== '' && encoding !== 'identity' && encoding !== 'gzip') {
         throw new UnsupportedMediaTypeError(
@@ -147,8 +149,8 @@ export function uploadRoute(
       // A small body is read whole, and its files are written without the thread pool
       // (SMALL_FILE_BYTES); a larger one streams from its first bytes.
       const content = gzip
-        ? await wholeIfSmall(gunzipped(stream()))
-        : await readIfSmall(SMALL_FILE_BYTES);
+        ? await expandedIfSmall(gunzipped(stream()))
+        : await wholeIfSmall(SMALL_FILE_BYTES);
       const small = Buffer.isBuffer(content);
       const files: Written[] = [];
       const answer = () => (args.e2b ? e2bEntries(files) : { files });
