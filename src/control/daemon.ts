@@ -7,6 +7,8 @@ import { join } from 'node:path';
 import { type Guard, RouteTable } from '../../runtime/server/route-table.js';
 import { E2bControlApi } from '../compat/e2b/control-api.js';
 import { E2bEnvdFace } from '../compat/e2b/envd-face.js';
+import { listenerDenials } from '../egress/host-addresses.js';
+import { ALWAYS_DENIED } from '../egress/policy.js';
 import {
   AuthenticationError,
   errorFromBody,
@@ -236,6 +238,12 @@ export class Daemon {
     this.provider =
       options.provider ??
       new LocalProvider({ runtimeDir: join(packageInfo().root, 'dist', 'runtime') });
+    // A sandbox must not reach this daemon's API or gateway by a non-loopback address they bind.
+    if (listen) {
+      this.provider.denyEgressTo?.(
+        listenerDenials([listen.api.host, listen.gateway.host], ALWAYS_DENIED),
+      );
+    }
     this.templates = new TemplateService(
       this.registry,
       this.provider,

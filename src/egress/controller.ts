@@ -219,6 +219,11 @@ export class EgressController {
     await this.call('PUT', `/sandboxes/${id}/net`, { holder: net.holder, userns: net.userns });
   }
 
+  /** The egress namespace's own addresses, which the sandboxes' rules refuse. */
+  async hostAddresses(): Promise<string[]> {
+    return ((await this.call('GET', '/host-addresses')) as { addresses: string[] }).addresses;
+  }
+
   async setPolicy(id: string, policy: EgressPolicy): Promise<void> {
     await this.call('PUT', `/sandboxes/${id}/policy`, { policy });
   }

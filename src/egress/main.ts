@@ -9,6 +9,8 @@
  *   allowed names open their addresses to raw TCP (under a policy that denies by address);
  * - `GET /sandboxes/{id}` → `{ policy, ports, counters }`;
  * - `DELETE /sandboxes/{id}` → 204 (404 unknown);
+ * - `GET /host-addresses` → `{ addresses }`: this namespace's own (IPv4 and IPv6), which no
+ *   sandbox may dial; egress keeps each served namespace's `host4` set filled with them;
  * - `GET /health` → `{ sandboxes }`.
  *
  * Errors are `{ "error": message }` with 400 (bad policy or body), 404 or 409.
@@ -17,9 +19,10 @@ import { chmodSync, rmSync } from 'node:fs';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { dirname } from 'node:path';
 import { parseArgs } from 'node:util';
+import { HostAddresses } from './host-addresses.js';
 import { type EgressPolicy, EgressRules, normalizePolicy, PolicyError } from './policy.js';
 import { NameResolver } from './resolver.js';
-import { ResolvedAddresses, type SandboxNet } from './sandbox-net.js';
+import { ResolvedAddresses, type SandboxNet, setHostAddresses } from './sandbox-net.js';
 import { type EgressPorts, EgressService } from './service.js';
 
 /** Largest control request body. */
@@ -43,12 +46,47 @@ if (!values.control) {
 }
 const control = values.control;
 
+const policies = new Map<string, EgressPolicy>();
+const nets = new Map<string, Pick<SandboxNet, 'holder' | 'userns'>>();
+
+let refilling: Promise<unknown> = Promise.resolve();
+/**
+ * Refills the `host4` set of the sandboxes `ids` with the addresses as read when it runs; one
+ * refill at a time, so an older list never lands after a newer one.
+ */
+function refillHostAddresses(ids: string[]): Promise<void> {
+  const run = refilling.then(async () => {
+    const list = hostAddresses.list;
+    const failures: Error[] = [];
+    await Promise.all(
+      ids.map(async (id) => {
+        const net = nets.get(id);
+        if (!net) return;
+        await setHostAddresses(net, list).catch((error: Error) => {
+          process.stderr.write(`egress: ${id}: the host's addresses: ${error.message}\n`);
+          failures.push(error);
+        });
+      }),
+    );
+    if (failures.length > 0) throw failures[0];
+  });
+  refilling = run.catch(() => undefined);
+  return run;
+}
+
+/** This namespace's own addresses: never dialled for a sandbox (see HostAddresses). */
+const hostAddresses = new HostAddresses({
+  onChange: () => {
+    void refillHostAddresses([...nets.keys()]).catch(() => undefined);
+  },
+});
+hostAddresses.start();
+
 const rules = new EgressRules({
   permit: values.permit ?? [],
   alsoDeny: (values.deny ?? []).map((cidr) => ({ cidr, what: "the daemon's own listener" })),
+  hostAddresses: () => hostAddresses.current(),
 });
-const policies = new Map<string, EgressPolicy>();
-const nets = new Map<string, Pick<SandboxNet, 'holder' | 'userns'>>();
 /** What DNS answers opened in each sandbox's namespace (its `resolved4` set). */
 const resolved = new ResolvedAddresses();
 
@@ -110,6 +148,9 @@ const server = createServer(async (req, res) => {
   try {
     const url = new URL(req.url ?? '/', 'http://egress');
     if (url.pathname === '/health') return send(res, 200, { sandboxes: service.ids().length });
+    if (url.pathname === '/host-addresses') {
+      return send(res, 200, { addresses: [...hostAddresses.current()] });
+    }
     const match = /^\/sandboxes\/([A-Za-z0-9_-]{1,64})(\/policy|\/net)?$/.exec(url.pathname);
     if (!match) return send(res, 404, { error: `no route ${req.method} ${url.pathname}` });
     const id = match[1] as string;
@@ -123,6 +164,10 @@ const server = createServer(async (req, res) => {
       }
       nets.set(id, { holder: body.holder as number, userns: body.userns });
       resolved.forget(id);
+      // The daemon wrote the addresses it asked for before the namespace was made: any change
+      // since is filled in before the sandbox runs.
+      hostAddresses.refresh();
+      await refillHostAddresses([id]);
       return send(res, 204);
     }
     if (match[2]) {
@@ -180,6 +225,7 @@ server.listen(control, () => {
 });
 
 const stop = () => {
+  hostAddresses.close();
   service.close();
   server.close();
   rmSync(values['owns-dir'] ? dirname(control) : control, { recursive: true, force: true });

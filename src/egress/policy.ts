@@ -169,17 +169,30 @@ export function plainAddress(text: string): ipaddr.IPv4 | ipaddr.IPv6 {
   return address;
 }
 
+/** The rule that refuses an address of the egress namespace (the host's own, outside tests). */
+export function hostAddressRule(address: string): string {
+  return `always denied: an address of this host (${address})`;
+}
+
 /**
  * The decider of one daemon: the always-denied ranges, less what its operator permits by name
- * (`--egress-permit CIDR`), plus the daemon's own listener addresses.
+ * (`--egress-permit CIDR`), plus the daemon's own listener addresses and every address of the
+ * egress namespace's interfaces (`hostAddresses`, read at each decision).
  */
 export class EgressRules {
   private readonly always: Array<Entry & { kind: 'cidr' }>;
   private readonly permitted: Array<Entry & { kind: 'cidr' }>;
+  private readonly hostAddresses: () => ReadonlySet<string>;
 
   constructor(
-    options: { permit?: string[]; alsoDeny?: Array<{ cidr: string; what: string }> } = {},
+    options: {
+      permit?: string[];
+      alsoDeny?: Array<{ cidr: string; what: string }>;
+      /** The egress namespace's addresses now, canonical (see HostAddresses). */
+      hostAddresses?: () => ReadonlySet<string>;
+    } = {},
   ) {
+    this.hostAddresses = options.hostAddresses ?? (() => new Set());
     const cidr = (text: string, where: string) =>
       parseEntry(text, where) as Entry & { kind: 'cidr' };
     this.always = [...ALWAYS_DENIED, ...(options.alsoDeny ?? [])].map(({ cidr: c, what }) => ({
@@ -204,7 +217,10 @@ export class EgressRules {
   alwaysDenied(addressText: string): string | undefined {
     const address = plainAddress(addressText);
     if (this.permitted.some((p) => inRange(address, p))) return undefined;
-    return this.always.find((r) => inRange(address, r))?.text;
+    const range = this.always.find((r) => inRange(address, r))?.text;
+    if (range) return range;
+    const text = address.toString();
+    return this.hostAddresses().has(text) ? hostAddressRule(text) : undefined;
   }
 
   /**

@@ -1,6 +1,7 @@
 import { execFile, spawn } from 'node:child_process';
 import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { promisify } from 'node:util';
+import ipaddr from 'ipaddr.js';
 import { egressEnterArgs } from './controller.js';
 import { ALWAYS_DENIED, type EgressPolicy, type Entry, parsePolicy } from './policy.js';
 import type { EgressPorts } from './service.js';
@@ -86,15 +87,17 @@ function set(name: string, elements: string[], flags = 'interval'): string {
  * The nftables ruleset of a sandbox's namespace (table `inet abx`). Before address translation
  * (priority -150) it decides by address: loopback passes; DNS passes (it is redirected to the
  * egress service below); only TCP leaves; IPv6 does not; the operator's permitted ranges skip
- * the always-denied ones; then allowOut CIDRs and the addresses egress's DNS answered for
- * allowed names pass, denyOut CIDRs are reset, and the rest passes. Then DNS, 80 and 443 are
- * sent to the sandbox's ports of the egress service, which decides by name. The sandbox has no
- * capability in this namespace: it can neither read nor change these rules.
+ * the always-denied ones and the egress namespace's own addresses (`host4`, which egress keeps
+ * current: {@link setHostAddresses}) and go straight to the policy (`goto`: what it does not
+ * refuse passes); then allowOut CIDRs and the addresses egress's DNS answered for allowed names
+ * pass, denyOut CIDRs are reset, and the rest passes. Then DNS, 80 and 443 are sent to the
+ * sandbox's ports of the egress service, which decides by name. The sandbox has no capability
+ * in this namespace: it can neither read nor change these rules.
  */
 export function sandboxRuleset(
   policy: EgressPolicy,
   ports: EgressPorts,
-  options: { permit?: string[]; alsoDeny?: string[] } = {},
+  options: { permit?: string[]; alsoDeny?: string[]; hostAddresses?: string[] } = {},
 ): string {
   const parsed = parsePolicy(policy);
   const always = [...ALWAYS_DENIED.map((r) => r.cidr), ...(options.alsoDeny ?? [])].filter(
@@ -107,6 +110,7 @@ export function sandboxRuleset(
     set('allow4', cidrs(parsed.allow, 'ipv4')),
     set('deny4', cidrs(parsed.deny, 'ipv4')),
     set('resolved4', [], 'timeout'),
+    set('host4', ipv4Only(options.hostAddresses ?? [])),
     '  chain filter_out {',
     '    type filter hook output priority -150; policy accept;',
     '    oif "lo" accept',
@@ -114,8 +118,9 @@ export function sandboxRuleset(
     `    ip daddr ${SLIRP_GATEWAY} tcp dport { ${ports.http}, ${ports.tls} } accept`,
     '    meta nfproto ipv6 reject',
     '    meta l4proto != tcp reject',
-    '    ip daddr @permit4 jump decide',
+    '    ip daddr @permit4 goto decide',
     '    ip daddr @always4 reject with tcp reset',
+    '    ip daddr @host4 reject with tcp reset',
     '    jump decide',
     '  }',
     '  chain decide {',
@@ -134,6 +139,29 @@ export function sandboxRuleset(
     '}',
     '',
   ].join('\n');
+}
+
+function ipv4Only(addresses: string[]): string[] {
+  return [...new Set(addresses.filter((a) => ipaddr.IPv4.isValidFourPartDecimal(a)))];
+}
+
+/**
+ * Replaces the egress namespace's addresses (`host4`) in a sandbox's namespace, in one nft
+ * transaction: a connection meets the old set or the new one, never an empty one.
+ */
+export async function setHostAddresses(
+  net: Pick<SandboxNet, 'holder' | 'userns'>,
+  addresses: string[],
+): Promise<void> {
+  const v4 = ipv4Only(addresses);
+  await applyRuleset(
+    net,
+    [
+      'flush set inet abx host4',
+      ...(v4.length > 0 ? [`add element inet abx host4 { ${v4.join(', ')} }`] : []),
+      '',
+    ].join('\n'),
+  );
 }
 
 /** Runs `nft -f -` with `ruleset` inside the sandbox's namespace. */
@@ -307,6 +335,8 @@ export async function startSandboxNet(options: {
   egressUserns?: string;
   permit?: string[];
   alsoDeny?: string[];
+  /** The egress namespace's addresses as egress last read them (it refills them on `net`). */
+  hostAddresses?: string[];
   /**
    * A namespace that exists already: the pid of a process in it (a container's init), entered
    * as root. None: a holder of the sandbox's own is made.

@@ -30,6 +30,17 @@ export class SandboxNetworks {
   }
 
   /**
+   * Adds the daemon's listener addresses to what no sandbox reaches (`--deny` of the egress
+   * process). Takes effect when the egress process starts: the daemon calls it before any
+   * sandbox is made or adopted.
+   */
+  denyListeners(cidrs: string[]): void {
+    if (cidrs.length === 0) return;
+    const options = this.egress.options;
+    options.alsoDeny = [...new Set([...(options.alsoDeny ?? []), ...cidrs])];
+  }
+
+  /**
    * Has egress serve a new sandbox ahead of its network (when the sandbox's environment must
    * name its ports, as a container's is fixed at create); `start` then takes the ports. On a
    * failure before `start`, `release` with just the id stops serving it.
@@ -64,6 +75,7 @@ export class SandboxNetworks {
         rootless: options.rootless,
         policy,
         ports,
+        hostAddresses: await this.egress.hostAddresses(),
         ...(options.existing ? { existing: options.existing } : {}),
         ...(netns ? { egressNetns: netns } : {}),
         ...(userns ? { egressUserns: userns } : {}),

@@ -399,6 +399,11 @@ export interface SandboxProvider {
   /** What egress allowed and refused for an internet sandbox: counts and the latest decisions. */
   networkStats?(handle: SandboxHandle): Promise<EgressCounters>;
   /**
+   * The daemon's listener addresses (CIDRs), which no internet sandbox may reach; called before
+   * any sandbox is made or adopted. Absent: the provider has no internet network.
+   */
+  denyEgressTo?(cidrs: string[]): void;
+  /**
    * What a running sandbox uses now (see {@link SandboxUsage}); the daemon samples it every few
    * seconds. Absent: this provider measures nothing, and a sandbox's metrics are empty.
    */

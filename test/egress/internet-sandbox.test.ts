@@ -1,7 +1,9 @@
+import { execFileSync, spawnSync } from 'node:child_process';
 import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { HOST_ADDRESSES_REREAD_MS } from '../../src/egress/host-addresses.js';
 import { orphanNetProcesses } from '../../src/egress/sandbox-net.js';
 import { startDaemon, stopDaemon } from '../../src/installation/daemon-connection.js';
 import { Sandbox } from '../../src/sandbox/sandbox.js';
@@ -237,6 +239,63 @@ describe.skipIf(unavailable).each(modes)(
           /403[\s\S]*always denied: link-local/,
         );
       } finally {
+        await plain.kill();
+      }
+    });
+
+    test("the host's own addresses: a service on 0.0.0.0 of the egress namespace is out of reach by address, name, proxy, CONNECT and raw TCP, and so is an address added later", async () => {
+      const plain = await Sandbox.create({ home: abx.home });
+      const later = '198.51.100.78';
+      try {
+        const run = (command: string) =>
+          plain.commands.run(command, { timeoutMs: 30_000, allowNonZeroExit: true });
+        const attack = async (address: string) => {
+          const rule = `always denied: an address of this host (${address})`;
+          const target = `${address}:${internet.hostPort}`;
+          const raw = await run(`${direct}curl -sS -m 5 http://${target}/`);
+          expect(raw.exitCode, `raw ${target}`).not.toBe(0);
+          const proxied = await run(`curl -sS -m 10 -i http://${target}/`);
+          expect(proxied.stdout, `proxy ${target}`).toMatch(/^HTTP\/1\.1 403/);
+          expect(proxied.stdout, `proxy ${target}`).toContain(rule);
+          const tunnel = await run(`curl -sS -m 10 -v -p http://${target}/`);
+          expect(tunnel.exitCode, `CONNECT ${target}`).not.toBe(0);
+          expect(tunnel.stderr, `CONNECT ${target}`).toMatch(/CONNECT[\s\S]*403/);
+          expect(tunnel.stderr, `CONNECT ${target}`).toContain(rule);
+        };
+        const before = internet.hits().length;
+        await attack(internet.hostAddress);
+        // A name that resolves to it: no DNS answer, and the proxy refuses it by its address.
+        expect((await run('getent hosts host.test')).exitCode).not.toBe(0);
+        const named = await run(`curl -sS -m 10 -i http://host.test:${internet.hostPort}/`);
+        expect(named.stdout).toContain(
+          `always denied: an address of this host (${internet.hostAddress})`,
+        );
+        const stats = await plain.getNetwork();
+        expect(stats.recent).toContainEqual(
+          expect.objectContaining({
+            kind: 'dns',
+            target: 'host.test',
+            allowed: false,
+            rule: `always denied: an address of this host (${internet.hostAddress}) (host.test is ${internet.hostAddress})`,
+          }),
+        );
+        // An address the host gets while the sandbox runs: refused once the documented delay
+        // (HOST_ADDRESSES_REREAD_MS at most) has passed.
+        execFileSync('ip', ['-n', internet.ns, 'addr', 'add', `${later}/32`, 'dev', 'lo']);
+        await new Promise((r) => setTimeout(r, HOST_ADDRESSES_REREAD_MS + 500));
+        await attack(later);
+        expect(
+          internet
+            .hits()
+            .slice(before)
+            .filter((l) => l.startsWith('host ')),
+        ).toEqual([]);
+        // The servers beyond the host still answer.
+        expect((await run('curl -sS -m 10 http://allowed.test/')).stdout).toContain(
+          'hello from 203.0.113.10',
+        );
+      } finally {
+        spawnSync('ip', ['-n', internet.ns, 'addr', 'del', `${later}/32`, 'dev', 'lo']);
         await plain.kill();
       }
     });

@@ -1,9 +1,10 @@
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, test, vi } from 'vitest';
+import { HOST_ADDRESSES_REREAD_MS } from '../../src/egress/host-addresses.js';
 import type { EgressPolicy } from '../../src/egress/policy.js';
 import {
   allowResolved,
@@ -87,6 +88,36 @@ describe.skipIf(unavailable)('a sandbox network through the egress service', () 
     internet?.remove();
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
+
+  /** Another egress process in the test internet, with more options; `stop` ends it. */
+  async function startEgress(args: string[]): Promise<{ socket: string; stop(): void }> {
+    const control = join(dir, `egress-${args.length}-${Date.now()}.sock`);
+    const child = spawn(
+      'ip',
+      [
+        'netns',
+        'exec',
+        internet.ns,
+        process.execPath,
+        join(ROOT, 'dist', 'egress.js'),
+        '--control',
+        control,
+        '--hosts',
+        internet.hostsFile,
+        ...args,
+      ],
+      { stdio: ['pipe', 'pipe', 'inherit'] },
+    );
+    const stop = () => child.kill('SIGKILL');
+    await new Promise<void>((resolve, reject) => {
+      child.stdout?.once('data', () => resolve());
+      child.once('exit', (code) => reject(new Error(`egress ended (exit code ${code})`)));
+    }).catch((error) => {
+      stop();
+      throw error;
+    });
+    return { socket: control, stop };
+  }
 
   async function sandbox(id: string, policy: EgressPolicy): Promise<SandboxNet> {
     const added = await controlCall(socket, 'PUT', `/sandboxes/${id}`, { policy });
@@ -264,6 +295,111 @@ describe.skipIf(unavailable)('a sandbox network through the egress service', () 
     expect(bad.status).toBe(400);
     expect(bad.json.error).toContain('allowOut[1]');
     expect((await controlCall(socket, 'GET', '/sandboxes/bad')).status).toBe(404);
+  });
+
+  /** Through the sandbox's egress proxy: as plain HTTP (`-x`) or a CONNECT tunnel (`-p -x`). */
+  const proxied = (net: SandboxNet, args: string) =>
+    inside(net, `curl -sS -m 10 -i -v --noproxy '' -x http://10.0.2.2:${net.ports.http} ${args}`);
+
+  test("the egress namespace's own addresses (the host's): refused by address, by name, by proxy, CONNECT and raw TCP", async () => {
+    // Everything allowed but the always-denied: the host's service on 0.0.0.0 answers on its
+    // link address, which is neither loopback nor private.
+    const net = await sandbox('host', { allowOut: [], denyOut: [] });
+    const host = `${internet.hostAddress}:${internet.hostPort}`;
+    const rule = `always denied: an address of this host (${internet.hostAddress})`;
+    const before = internet.hits().length;
+    const raw = inside(net, `curl -sS -m 5 http://${host}/`);
+    expect(raw.status).not.toBe(0);
+    expect(raw.out).toMatch(/couldn't connect|refused|reset/i);
+    for (const target of [host, `host.test:${internet.hostPort}`]) {
+      const http = proxied(net, `http://${target}/`);
+      expect(http.out, target).toMatch(/HTTP\/1\.1 403/);
+      expect(http.out, target).toContain(rule);
+      const tunnel = proxied(net, `-p http://${target}/`);
+      expect(tunnel.status, target).not.toBe(0);
+      expect(tunnel.out, target).toMatch(/CONNECT[\s\S]*403/);
+      expect(tunnel.out, target).toContain(rule);
+    }
+    // A name that resolves to it: DNS gives no address, the transparent proxy refuses by Host.
+    expect(inside(net, 'getent hosts host.test').status).not.toBe(0);
+    const byHost = curl(net, `-i -H 'Host: host.test' http://${internet.addresses.allowed}/`);
+    expect(byHost.out).toContain(rule);
+    expect(
+      internet
+        .hits()
+        .slice(before)
+        .filter((l) => l.startsWith('host ')),
+    ).toEqual([]);
+    // The servers beyond the link still answer.
+    expect(curl(net, 'http://allowed.test/').out).toContain('hello from 203.0.113.10');
+    const counters = await controlCall(socket, 'GET', '/sandboxes/host');
+    expect(
+      (counters.json.counters as { recent: Array<{ rule: string }> }).recent.some((e) =>
+        e.rule.includes(rule),
+      ),
+    ).toBe(true);
+  });
+
+  test('an address the egress namespace gets after the sandbox started is refused too; --egress-permit opens one on purpose', async () => {
+    const net = await sandbox('later', { allowOut: [], denyOut: [] });
+    // A second egress process whose operator permits the host's range, as ABX_EGRESS_PERMIT does.
+    const permitted = await startEgress(['--permit', '198.51.100.0/24']);
+    try {
+      const added = await controlCall(permitted.socket, 'PUT', '/sandboxes/open', {
+        policy: { allowOut: [], denyOut: [] },
+      });
+      const open = await startSandboxNet({
+        id: 'open',
+        rootless: false,
+        policy: { allowOut: [], denyOut: [] },
+        ports: added.json.ports as EgressPorts,
+        egressNetns: internet.path,
+        permit: ['198.51.100.0/24'],
+        hostAddresses: [internet.hostAddress],
+      });
+      nets.push(open);
+      await controlCall(permitted.socket, 'PUT', '/sandboxes/open/net', {
+        holder: open.holder,
+        userns: false,
+      });
+      const host = `${internet.hostAddress}:${internet.hostPort}`;
+      expect(inside(open, `curl -sS -m 5 http://${host}/`).out).toContain(
+        'the host service answered',
+      );
+      expect(proxied(open, `http://host.test:${internet.hostPort}/`).out).toContain(
+        'the host service answered',
+      );
+      // The permit opens that range only: the host's loopback stays shut.
+      expect(proxied(open, `http://127.0.0.1:${internet.hostPort}/`).out).toContain(
+        "always denied: the host's loopback",
+      );
+
+      const later = '198.51.100.77';
+      execFileSync('ip', ['-n', internet.ns, 'addr', 'add', `${later}/32`, 'dev', 'lo']);
+      const target = `${later}:${internet.hostPort}`;
+      // The proxy reads the addresses at each decision: refused at once.
+      expect(proxied(net, `http://${target}/`).out).toContain(
+        `always denied: an address of this host (${later})`,
+      );
+      // Raw TCP: the namespace's set is refilled within the documented delay.
+      const deadline = Date.now() + HOST_ADDRESSES_REREAD_MS + 500;
+      while (!inside(net, 'nft list set inet abx host4').out.includes(later)) {
+        expect(Date.now()).toBeLessThan(deadline);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      const before = internet.hits().length;
+      const raw = inside(net, `curl -sS -m 5 http://${target}/`);
+      expect(raw.status).not.toBe(0);
+      expect(raw.out).toMatch(/couldn't connect|refused|reset/i);
+      expect(internet.hits().slice(before)).toEqual([]);
+      // What was refused is there: the permitted sandbox reaches it.
+      expect(inside(open, `curl -sS -m 5 http://${target}/`).out).toContain(
+        `the host service answered on ${later}`,
+      );
+    } finally {
+      execFileSync('ip', ['-n', internet.ns, 'addr', 'del', '198.51.100.77/32', 'dev', 'lo']);
+      permitted.stop();
+    }
   });
 
   test('stopping a sandbox network leaves no process and no namespace', async () => {

@@ -23,8 +23,13 @@ export function internetUnavailable(): string | undefined {
 }
 
 /**
- * A stand-in for the internet, wholly on this machine: a network namespace with no route out,
- * whose `lo` carries TEST-NET addresses (RFC 5737) for its servers. Each address serves HTTP on
+ * A stand-in for the internet, wholly on this machine: two network namespaces joined by a veth
+ * pair and nothing else, so there is no route out. The first (`ns`, `path`) is the egress
+ * namespace a daemon is given, the stand-in for the host: its link has `hostAddress`
+ * (198.51.100.1), a public-looking address of its own, where a service bound to `0.0.0.0`
+ * (`hostPort`, HTTP, logged as `host <address> <url>` in `hits`) stands for the host's SSH or
+ * database. The second holds the servers: its `lo` carries TEST-NET addresses (RFC 5737), routed
+ * to over the link. Each server address serves HTTP on
  * 80 and 8080, HTTPS on 443 (a certificate for every name below, from a CA made here) and a line
  * echo on 7000; every request is logged (`hits`) with the address it reached, so a test can check
  * that a refused request never arrived. Names resolve through `hostsFile` (ABX_EGRESS_HOSTS).
@@ -44,6 +49,10 @@ export interface TestInternet {
   hostsFile: string;
   caCert: string;
   addresses: { allowed: string; denied: string; other: string };
+  /** The egress namespace's own address, on its link to the servers' namespace. */
+  hostAddress: string;
+  /** The port of the egress namespace's own service, bound to 0.0.0.0. */
+  hostPort: number;
   /** Every request the servers received: `http|https|tcp <address> <host or line>`. */
   hits(): string[];
   /** The SHA-256 (hex) of what `/pattern/<size>` sends. */
@@ -60,7 +69,23 @@ export const TEST_NAMES = {
   'loopback.test': '127.0.0.1',
   'metadata.test': '169.254.169.254',
   'private.test': '10.1.2.3',
+  'host.test': '198.51.100.1',
 } as const;
+
+/** The egress namespace's own address (the host's, in production): see {@link TestInternet}. */
+export const HOST_ADDRESS = '198.51.100.1';
+/** The address of the servers' namespace on the link. */
+const FAR_LINK_ADDRESS = '198.51.100.254';
+/** The port of the egress namespace's own service. */
+export const HOST_PORT = 8081;
+
+/** The egress namespace's own service: what a host binds to all its addresses. */
+const HOST_SERVER = `
+require('node:http').createServer((req, res) => {
+  process.stdout.write('host ' + req.socket.localAddress + ' ' + req.url + '\\n');
+  res.end('the host service answered on ' + req.socket.localAddress + '\\n');
+}).listen(Number(process.argv[2]), '0.0.0.0', () => process.stdout.write('ready\\n'));
+`;
 
 /** The length of `/pattern/N`'s repeated block: a prime, a little under 64 KiB. */
 export const PATTERN_BLOCK = 65_521;
@@ -124,11 +149,13 @@ require('node:net').createServer((s) => {
 export async function makeInternet(options: { owner?: number } = {}): Promise<TestInternet> {
   const suffix = randomBytes(3).toString('hex');
   const ns = `abxinet-${suffix}`;
+  const far = `abxfar-${suffix}`;
   const dir = mkdtempSync(join(tmpdir(), 'abx-internet-'));
   let userns: string | undefined;
   const addresses = { allowed: '203.0.113.10', denied: '198.51.100.7', other: '192.0.2.44' };
   const ip = (...args: string[]) => execFileSync('ip', args, { stdio: 'pipe' });
   let server: ChildProcess | undefined;
+  let hostServer: ChildProcess | undefined;
   const lines: string[] = [];
   const block = randomBytes(PATTERN_BLOCK);
   const patternSha256 = (size: number) => {
@@ -140,6 +167,8 @@ export async function makeInternet(options: { owner?: number } = {}): Promise<Te
   };
   const remove = () => {
     server?.kill('SIGKILL');
+    hostServer?.kill('SIGKILL');
+    deleteNetns(far);
     deleteNetns(ns);
     rmSync(dir, { recursive: true, force: true });
   };
@@ -148,8 +177,22 @@ export async function makeInternet(options: { owner?: number } = {}): Promise<Te
     else userns = await ownedNamespace(ns, options.owner);
     chmodSync(dir, 0o755);
     ip('-n', ns, 'link', 'set', 'lo', 'up');
-    for (const address of Object.values(addresses)) {
-      ip('-n', ns, 'addr', 'add', `${address}/32`, 'dev', 'lo');
+    ip('netns', 'add', far);
+    ip('-n', far, 'link', 'set', 'lo', 'up');
+    // The link: the egress side has the host's address, the servers' side one of its own; each
+    // side has routes to what the other holds, and neither has a default route.
+    const [hostEnd, farEnd] = [`abxe-${suffix}`, `abxf-${suffix}`];
+    ip('link', 'add', hostEnd, 'type', 'veth', 'peer', 'name', farEnd);
+    ip('link', 'set', hostEnd, 'netns', ns);
+    ip('link', 'set', farEnd, 'netns', far);
+    ip('-n', ns, 'addr', 'add', `${HOST_ADDRESS}/32`, 'dev', hostEnd);
+    ip('-n', far, 'addr', 'add', `${FAR_LINK_ADDRESS}/32`, 'dev', farEnd);
+    ip('-n', ns, 'link', 'set', hostEnd, 'up');
+    ip('-n', far, 'link', 'set', farEnd, 'up');
+    ip('-n', far, 'route', 'add', `${HOST_ADDRESS}/32`, 'dev', farEnd);
+    for (const address of [FAR_LINK_ADDRESS, ...Object.values(addresses)]) {
+      if (address !== FAR_LINK_ADDRESS) ip('-n', far, 'addr', 'add', `${address}/32`, 'dev', 'lo');
+      ip('-n', ns, 'route', 'add', `${address}/32`, 'dev', hostEnd);
     }
     const certs = makeTestCertificates(dir, Object.keys(TEST_NAMES));
     const hosts = Object.entries(TEST_NAMES).map(
@@ -164,19 +207,28 @@ export async function makeInternet(options: { owner?: number } = {}): Promise<Te
     writeFileSync(blockFile, block);
     server = spawn(
       'ip',
-      ['netns', 'exec', ns, process.execPath, script, certs.cert, certs.key, blockFile],
+      ['netns', 'exec', far, process.execPath, script, certs.cert, certs.key, blockFile],
       { stdio: ['ignore', 'pipe', 'inherit'] },
     );
-    let buffered = '';
-    server.stdout?.on('data', (chunk: Buffer) => {
-      buffered += chunk.toString();
-      const parts = buffered.split('\n');
-      buffered = parts.pop() ?? '';
-      lines.push(...parts);
-    });
+    const hostScript = join(dir, 'host-server.cjs');
+    writeFileSync(hostScript, HOST_SERVER);
+    hostServer = spawn(
+      'ip',
+      ['netns', 'exec', ns, process.execPath, hostScript, String(HOST_PORT)],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    );
+    for (const child of [server, hostServer]) {
+      let buffered = '';
+      child.stdout?.on('data', (chunk: Buffer) => {
+        buffered += chunk.toString();
+        const parts = buffered.split('\n');
+        buffered = parts.pop() ?? '';
+        lines.push(...parts);
+      });
+    }
     const deadline = Date.now() + 15_000;
-    while (!lines.includes('ready')) {
-      if (Date.now() > deadline || server.exitCode !== null) {
+    while (lines.filter((l) => l === 'ready').length < 2) {
+      if (Date.now() > deadline || server.exitCode !== null || hostServer.exitCode !== null) {
         throw new Error('the test internet servers did not start');
       }
       await new Promise((r) => setTimeout(r, 20));
@@ -188,6 +240,8 @@ export async function makeInternet(options: { owner?: number } = {}): Promise<Te
       hostsFile,
       caCert: certs.caCert,
       addresses,
+      hostAddress: HOST_ADDRESS,
+      hostPort: HOST_PORT,
       hits: () => lines.filter((l) => l !== 'ready'),
       patternSha256,
       remove,

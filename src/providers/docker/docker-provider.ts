@@ -553,6 +553,10 @@ export class DockerProvider implements SandboxProvider {
     return this.networks.setPolicy(handle, policy);
   }
 
+  denyEgressTo(cidrs: string[]): void {
+    this.networks.denyListeners(cidrs);
+  }
+
   networkStats(handle: SandboxHandle): Promise<EgressCounters> {
     return this.networks.stats(handle);
   }

@@ -857,6 +857,10 @@ export class LocalProvider implements SandboxProvider {
     return this.networks.setPolicy(handle, policy);
   }
 
+  denyEgressTo(cidrs: string[]): void {
+    this.networks.denyListeners(cidrs);
+  }
+
   networkStats(handle: SandboxHandle): Promise<EgressCounters> {
     return this.networks.stats(handle);
   }
