@@ -139,6 +139,36 @@ describe('egress decisions', () => {
     expect(() => new EgressRules({ permit: ['example.com'] })).toThrow('CIDRs only');
   });
 
+  test("the egress namespace's own addresses are always denied, as they are now, whatever allowOut says; a permit lifts them", () => {
+    let own = new Set(['198.51.100.1', '2001:db8::1']);
+    const host = new EgressRules({ hostAddresses: () => own });
+    const open = parsePolicy({
+      allowOut: ['198.51.100.0/24', '2001:db8::/32', 'h.test'],
+      denyOut: [],
+    });
+    expect(host.decide(open, { address: '198.51.100.1' })).toEqual({
+      allowed: false,
+      rule: 'always denied: an address of this host (198.51.100.1)',
+    });
+    // Any spelling of the same address: IPv4-mapped, uncompressed IPv6; and by name.
+    expect(host.decide(open, { address: '::ffff:198.51.100.1' }).allowed).toBe(false);
+    expect(host.decide(open, { address: '2001:0db8:0:0:0:0:0:1' }).rule).toBe(
+      'always denied: an address of this host (2001:db8::1)',
+    );
+    expect(host.decide(open, { name: 'h.test', address: '198.51.100.1' }).allowed).toBe(false);
+    expect(host.decide(open, { address: '198.51.100.2' }).allowed).toBe(true);
+    // Read at each decision: an address the host gets is refused from then on.
+    own = new Set(['198.51.100.2']);
+    expect(host.decide(open, { address: '198.51.100.2' }).allowed).toBe(false);
+    expect(host.decide(open, { address: '198.51.100.1' }).allowed).toBe(true);
+    // A loopback or private address of the host is refused by its range, which says more.
+    own = new Set(['127.0.0.1', '10.1.2.3']);
+    expect(host.alwaysDenied('10.1.2.3')).toBe('always denied: private (RFC 1918) (10.0.0.0/8)');
+    const permitted = new EgressRules({ permit: ['198.51.100.0/24'], hostAddresses: () => own });
+    own = new Set(['198.51.100.1']);
+    expect(permitted.decide(open, { address: '198.51.100.1' })).toMatchObject({ allowed: true });
+  });
+
   test('for any address, allowOut naming it allows it unless it is always denied', () => {
     fc.assert(
       fc.property(fc.ipV4(), (address) => {
