@@ -9,6 +9,7 @@ import {
   SandboxError,
   UpstreamError,
 } from '../errors.js';
+import { accessKey } from './authorize.js';
 import {
   badRequest,
   type ChunkedScanner,
@@ -29,12 +30,13 @@ export interface RequestTarget {
   pathname: string;
   /** The request target to send: `?token=` (and `?abx_link=`) removed, the path form's prefix too. */
   path: string;
-  /** What authenticated it (the token, or the session cookie): a connection moves when it changes. */
-  credential: string | undefined;
+  /** The session cookie a link set (via `session`). */
+  session?: string;
   /**
-   * Where the credential came from: `header` (X-Access-Token), `authorization` (a Bearer token,
-   * taken off the request), `query` (`?token=`), `session` (the cookie a link set), `link` (a
-   * link being redeemed).
+   * Where the credential came from: `header` (X-Access-Token, or E2B's traffic token),
+   * `authorization` (a Bearer token, taken off the request), `query` (`?token=`), `session` (the
+   * cookie a link set), `link` (a link being redeemed), `signature` (E2B's signed `/files` URL).
+   * Who may do what is decided from it in src/control/authorize.ts.
    */
   via: 'header' | 'authorization' | 'query' | 'session' | 'link' | 'signature';
   /**
@@ -82,8 +84,13 @@ export interface Route {
   id: string;
   port: number;
   token: string | undefined;
-  /** The {@link RequestTarget.credential} that was checked. */
-  credential: string | undefined;
+  /**
+   * The decision's key ({@link accessKey}): a later request on the connection whose target has
+   * the same key, before {@link until}, goes this route unchecked. Undefined: never reused.
+   */
+  key: string | undefined;
+  /** Ms since the epoch: the decision is made again after it (a session cookie's end). */
+  until: number;
   socketPath: string;
   /** The port is envd's: requests get the sandbox's token and the capability check. */
   envd: boolean;
@@ -160,12 +167,14 @@ export function errorAnswer(error: unknown, keepAlive = false): string {
   return `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Error'}\r\ncontent-type: application/json\r\naccess-control-allow-origin: *\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${keepAlive ? '' : 'connection: close\r\n'}\r\n${body}`;
 }
 
-const sameTarget = (route: Route, target: RequestTarget) =>
-  target.local === undefined &&
-  target.e2b !== true &&
-  route.id === target.id &&
-  route.port === target.port &&
-  route.credential === target.credential;
+/**
+ * Whether `route`, checked for an earlier request on the connection, holds for `target` as well:
+ * the decision's key is the target's, and it has not ended. Nothing else is compared: the key
+ * holds everything the decision read (src/control/authorize.ts).
+ */
+export function routeHolds(route: Route, target: RequestTarget, now: number): boolean {
+  return route.key !== undefined && route.key === accessKey(target) && now < route.until;
+}
 
 /** The reason phrase of an E2B answer: its own (one line of visible ASCII, bounded) or the usual. */
 function reasonPhrase(answer: EnvdFaceAnswer): string {
@@ -453,16 +462,20 @@ export class ClientConnection implements UpstreamOwner {
       target.pathname !== '/health' &&
       known &&
       this.routes.serveE2b &&
-      known.id === target.id &&
-      known.port === target.port &&
-      known.credential === target.credential &&
+      routeHolds(known, target, Date.now()) &&
       (!upstream || upstream.idle)
     ) {
       this.mode = 'wait';
       this.startE2b(head, target, known);
       return;
     }
-    if (route && upstream && sameTarget(route, target) && this.routes.pool.usable(upstream)) {
+    if (
+      route &&
+      upstream &&
+      target.e2b !== true &&
+      routeHolds(route, target, Date.now()) &&
+      this.routes.pool.usable(upstream)
+    ) {
       let text: string;
       try {
         text = this.routes.rewrite(head, target, route);

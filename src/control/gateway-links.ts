@@ -126,12 +126,18 @@ export class PortLinks {
     return `v1.${expiresAt}.${mac(this.secret, `session:${id}:${port}:${expiresAt}`)}`;
   }
 
-  /** True when `value` is a live session cookie for `id`'s `port`. */
-  sessionValid(value: string, id: string, port: number, now = Date.now()): boolean {
+  /**
+   * When `value`, a session cookie for `id`'s `port`, ends (ms since the epoch), or undefined
+   * when it is not one or has ended.
+   */
+  sessionEnds(value: string, id: string, port: number, now = Date.now()): number | undefined {
     const [version, expires, given, ...rest] = value.split('.');
-    if (version !== 'v1' || rest.length > 0 || !/^\d{1,15}$/.test(expires ?? '')) return false;
-    if (Number(expires) <= now) return false;
-    return macMatches(given ?? '', mac(this.secret, `session:${id}:${port}:${expires}`));
+    if (version !== 'v1' || rest.length > 0 || !/^\d{1,15}$/.test(expires ?? '')) return undefined;
+    const ends = Number(expires);
+    if (ends <= now) return undefined;
+    return macMatches(given ?? '', mac(this.secret, `session:${id}:${port}:${expires}`))
+      ? ends
+      : undefined;
   }
 
   private forgetExpired(now: number): void {

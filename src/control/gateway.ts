@@ -1,15 +1,12 @@
-import { createHash, timingSafeEqual } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { Server as NetServer, Socket } from 'node:net';
 import { createServer as createTlsServer, type TLSSocket } from 'node:tls';
 import { routeCapability } from '../../runtime/envd/capabilities.js';
 import { capabilityRefusal } from '../../runtime/protocol/capabilities.js';
 import { ENVD_PORT } from '../../runtime/protocol/constants.js';
-import { E2B_CODE_PORT } from '../compat/e2b/code-interpreter.js';
 import { E2bControlApi } from '../compat/e2b/control-api.js';
 import type { E2bEnvdFace, E2bPassOn, EnvdFaceAnswer } from '../compat/e2b/envd-face.js';
 import {
-  AuthenticationError,
   BadRequestError,
   CapabilityError,
   errorResponse,
@@ -17,10 +14,10 @@ import {
   PermissionDeniedError,
   RouteNotFoundError,
   SandboxError,
-  SandboxNotFoundError,
   SandboxPausedError,
   UpstreamError,
 } from '../errors.js';
+import { type AccessDecision, authorize, pausedError } from './authorize.js';
 import { Dashboard } from './dashboard.js';
 import {
   ClientConnection,
@@ -46,7 +43,6 @@ import {
   withoutSessionCookie,
 } from './gateway-links.js';
 import { UPSTREAM_MAX_IDLE_MS, UpstreamPool } from './gateway-upstream.js';
-import { sandboxToken, tokenMatches } from './ids.js';
 import type { GatewayCounts, GatewayRequestKind } from './prometheus.js';
 import type { SandboxRecord } from './registry.js';
 
@@ -159,38 +155,12 @@ function signedFiles(method: string, query: string): RequestTarget['signed'] {
   };
 }
 
-/**
- * Checks a signed URL as E2B's envd does: `v1_` and the unpadded base64 SHA-256 of
- * `path:operation:user:token[:expiration]`, with an expiration in Unix seconds not past.
- */
-function checkFileSignature(signed: NonNullable<RequestTarget['signed']>, token: string): void {
-  const { expiration } = signed;
-  if (expiration !== undefined && !/^\d{1,12}$/.test(expiration)) {
-    throw new AuthenticationError(
-      `invalid signature_expiration: ${JSON.stringify(expiration.slice(0, 40))} is not a Unix time in seconds`,
-    );
-  }
-  const raw = `${signed.path}:${signed.operation}:${signed.user}:${token}${expiration === undefined ? '' : `:${expiration}`}`;
-  const expected = `v1_${createHash('sha256').update(raw).digest('base64').replace(/=+$/, '')}`;
-  const given = Buffer.from(signed.signature);
-  if (given.length !== expected.length || !timingSafeEqual(given, Buffer.from(expected))) {
-    throw new AuthenticationError(
-      `invalid signature: it does not match this ${signed.operation === 'write' ? 'upload' : 'download'} of ${JSON.stringify(signed.path.slice(0, 200))}: sign the URL with the sandbox's access token (sandbox.${signed.operation === 'write' ? 'uploadUrl' : 'downloadUrl'})`,
-    );
-  }
-  if (expiration !== undefined && Number(expiration) * 1000 < Date.now()) {
-    // E2B's envd's own words, which its SDKs' users match on.
-    throw new AuthenticationError('signature is already expired');
-  }
-}
-
 /** A request that names no sandbox (the gateway answers it, or passes it to the API). */
 function noSandbox(pathname: string, path: string): RequestTarget {
   return {
     id: '',
     port: 0,
     token: undefined,
-    credential: undefined,
     via: 'header',
     pathname,
     path,
@@ -253,7 +223,8 @@ const API_ROUTE = {
   id: '',
   port: 0,
   token: undefined,
-  credential: undefined,
+  key: 'api',
+  until: Number.POSITIVE_INFINITY,
   envd: false,
   template: '',
   capabilities: [],
@@ -541,7 +512,6 @@ export class Gateway implements GatewayRoutes {
         id,
         port,
         token,
-        credential: token,
         via,
         pathname,
         path,
@@ -569,7 +539,6 @@ export class Gateway implements GatewayRoutes {
         id,
         port,
         token: undefined,
-        credential: undefined,
         via: 'link',
         pathname,
         path,
@@ -584,7 +553,6 @@ export class Gateway implements GatewayRoutes {
           id,
           port,
           token,
-          credential: `signature ${signed.signature}`,
           via: 'signature',
           pathname,
           path,
@@ -605,7 +573,7 @@ export class Gateway implements GatewayRoutes {
           id,
           port,
           token,
-          credential: `session ${session}`,
+          session,
           via: 'session',
           pathname,
           path,
@@ -613,7 +581,7 @@ export class Gateway implements GatewayRoutes {
       }
     }
     const e2b = this.e2b?.claims(port, pathname, e2bHeaders) === true;
-    return { id, port, token, credential: token, via, pathname, path, ...(e2b ? { e2b } : {}) };
+    return { id, port, token, via, pathname, path, ...(e2b ? { e2b } : {}) };
   }
 
   serveE2b(
@@ -684,92 +652,31 @@ export class Gateway implements GatewayRoutes {
       return { ...API_ROUTE, socketPath };
     }
     const { id, port } = target;
-    let token = target.token;
     const found = this.backend.find(id);
     let record = found instanceof Promise ? await found : found;
-    const links = this.links;
-    // The credential is checked before saying anything about the sandbox's state.
-    if (target.via === 'link' || target.via === 'session') {
-      if (!record) throw new SandboxNotFoundError(`sandbox ${id} does not exist`);
-      if (!links) {
-        throw new AuthenticationError(
-          `this gateway makes no browser links: send X-Access-Token with sandbox ${id}'s token`,
-        );
-      }
-      if (target.via === 'session') {
-        const session = (target.credential as string).slice('session '.length);
-        if (!links.sessionValid(session, id, port)) {
-          throw new AuthenticationError(
-            `the ${SESSION_COOKIE} cookie is not valid for port ${port} of sandbox ${id} (expired, or for another sandbox or port): open a new link (sandbox.getSignedUrl, abx url) or send X-Access-Token`,
-          );
-        }
-      }
-      token = sandboxToken(links.secret, id);
-    } else if (target.via === 'signature') {
-      if (!record) throw new SandboxNotFoundError(`sandbox ${id} does not exist`);
-      if (!links) {
-        throw new AuthenticationError(
-          `this gateway checks no signed URLs: send X-Access-Token with sandbox ${id}'s token`,
-        );
-      }
-      token = sandboxToken(links.secret, id);
-      checkFileSignature(target.signed as NonNullable<RequestTarget['signed']>, token);
-    } else if (!record || !tokenMatches(token, record.tokenHash)) {
-      throw record
-        ? new AuthenticationError(
-            `missing or wrong access token for sandbox ${id}: send X-Access-Token (or ?token=, or Authorization: Bearer)`,
-          )
-        : new SandboxNotFoundError(`sandbox ${id} does not exist`);
-    }
+    let decision = this.decide(target, record);
     // Its traffic resumes a sandbox made with autoResume, once the request proved it may reach it.
-    if (record.state === 'paused' && record.lifecycle?.autoResume && this.backend.resume) {
+    if (decision.allow === 'resume' && record && this.backend.resume) {
       record = await this.backend.resume(record);
+      decision = this.decide(target, record);
     }
-    if (record.state === 'paused') {
-      throw new SandboxPausedError(
-        `sandbox ${id} is paused: resume it first (sandbox.resume() or Sandbox.connect('${id}') in the SDK, abx resume ${id}, or POST /v1/sandboxes/${id}/resume on the daemon's API)`,
-        { code: 'paused' },
-      );
-    }
-    if (record.state !== 'running' || !this.backend.isAlive(record)) {
-      throw new SandboxNotFoundError(
-        `sandbox ${id} is not running (${record.state === 'running' ? 'its processes ended' : `${record.state}: ${record.endReason}`})`,
-      );
-    }
+    if (decision.allow === false) throw decision.error;
+    // Still paused after a resume (another client paused it again): refused as paused.
+    if (decision.allow === 'resume' || !record) throw pausedError(id);
+    const { token, key, until } = decision;
     const route = {
       id,
       port,
       token,
-      credential: target.credential,
+      key,
+      until,
       template: record.template,
       capabilities: record.capabilities,
     };
-    if (port === ENVD_PORT) {
-      if (target.local) {
-        throw new PermissionDeniedError(
-          `envd's port ${ENVD_PORT} is not opened to browsers: links are for ports the sandbox serves`,
-        );
-      }
+    if (decision.reach === 'envd') {
       return { ...route, socketPath: record.handle.envdSocket, envd: true };
     }
-    if (target.e2b && port === E2B_CODE_PORT) {
-      // E2B's code interpreter is envd's code contexts, reached over envd's socket.
-      if (!record.capabilities.includes('code')) {
-        throw new CapabilityError(
-          capabilityRefusal(
-            record.template,
-            'code',
-            `E2B's code interpreter (port ${port}) of sandbox ${id}`,
-          ),
-        );
-      }
-      return { ...route, socketPath: record.handle.envdSocket, envd: true };
-    }
-    if (!record.capabilities.includes('ports')) {
-      throw new CapabilityError(
-        capabilityRefusal(record.template, 'ports', `reaching port ${port} of sandbox ${id}`),
-      );
-    }
+    const links = this.links;
     const local = target.local;
     if (local?.kind === 'mint') {
       if (!links) {
@@ -806,8 +713,15 @@ export class Gateway implements GatewayRoutes {
         body: '',
       };
     }
-    const socketPath = await this.backend.openPort(record, token as string, port);
+    const socketPath = await this.backend.openPort(record, token, port);
     return { ...route, socketPath, envd: false };
+  }
+
+  /** {@link authorize} with this gateway's facts: the record's liveness, the time, its links. */
+  private decide(target: RequestTarget, record: SandboxRecord | undefined): AccessDecision {
+    const alive = record?.state === 'running' && this.backend.isAlive(record);
+    const resumes = this.backend.resume !== undefined;
+    return authorize(target, { record, alive, now: Date.now(), links: this.links, resumes });
   }
 
   rewrite(head: RequestHead, target: RequestTarget, route: Route): string {
