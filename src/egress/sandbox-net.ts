@@ -154,14 +154,25 @@ export async function setHostAddresses(
   addresses: string[],
 ): Promise<void> {
   const v4 = ipv4Only(addresses);
-  await applyRuleset(
-    net,
-    [
-      'flush set inet abx host4',
-      ...(v4.length > 0 ? [`add element inet abx host4 { ${v4.join(', ')} }`] : []),
-      '',
-    ].join('\n'),
-  );
+  const fill = [
+    'flush set inet abx host4',
+    ...(v4.length > 0 ? [`add element inet abx host4 { ${v4.join(', ')} }`] : []),
+    '',
+  ];
+  try {
+    await applyRuleset(net, fill.join('\n'));
+  } catch {
+    // A namespace an older daemon made (adopted) has no host4: its set and rule come first. At
+    // the chain's head, ahead of DNS: `reject with tcp reset` matches TCP only.
+    await applyRuleset(
+      net,
+      [
+        'add set inet abx host4 { type ipv4_addr; flags interval; }',
+        'insert rule inet abx filter_out ip daddr @host4 reject with tcp reset',
+        ...fill,
+      ].join('\n'),
+    );
+  }
 }
 
 /** Runs `nft -f -` with `ruleset` inside the sandbox's namespace. */

@@ -1,5 +1,5 @@
 import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -12,6 +12,8 @@ import {
   REOPEN_MARGIN_MS,
   ResolvedAddresses,
   type SandboxNet,
+  sandboxRuleset,
+  setHostAddresses,
   startSandboxNet,
   stopSandboxNet,
   updatePolicy,
@@ -400,6 +402,26 @@ describe.skipIf(unavailable)('a sandbox network through the egress service', () 
       execFileSync('ip', ['-n', internet.ns, 'addr', 'del', '198.51.100.77/32', 'dev', 'lo']);
       permitted.stop();
     }
+  });
+
+  test('a namespace an older daemon made, without the host set, gets the set and its rule when egress fills it', async () => {
+    const net = await sandbox('older', { allowOut: [], denyOut: [] });
+    const older = sandboxRuleset({ allowOut: [], denyOut: [] }, net.ports)
+      .split('\n')
+      .filter((line) => !line.includes('host4'))
+      .join('\n');
+    const file = join(dir, 'older.nft');
+    writeFileSync(file, `delete table inet abx\n${older}`);
+    expect(inside(net, `nft -f ${file}`).status).toBe(0);
+    const target = `http://${internet.hostAddress}:${internet.hostPort}/`;
+    expect(inside(net, `curl -sS -m 5 ${target}`).out).toContain('the host service answered');
+    await setHostAddresses(net, [internet.hostAddress]);
+    expect(inside(net, `curl -sS -m 5 ${target}`).status).not.toBe(0);
+    // Filled again later: the set is replaced, the rule not added twice.
+    await setHostAddresses(net, [internet.hostAddress, '198.51.100.99']);
+    const rules = inside(net, 'nft list chain inet abx filter_out').out;
+    expect(rules.match(/@host4/g)?.length).toBe(1);
+    expect(inside(net, 'nft list set inet abx host4').out).toContain('198.51.100.99');
   });
 
   test('stopping a sandbox network leaves no process and no namespace', async () => {
