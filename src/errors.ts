@@ -48,6 +48,7 @@ export {
   ServerNotRunningError,
   ServerStoppingError,
   TemplateBuildError,
+  TemplateConflictError,
   TemplateError,
   TemplateNotFoundError,
   TimeoutError,

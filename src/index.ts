@@ -111,6 +111,7 @@ export {
   ServerCommandError,
   ServerNotRunningError,
   TemplateBuildError,
+  TemplateConflictError,
   TemplateError,
   TemplateNotFoundError,
   TimeoutError,

@@ -224,6 +224,16 @@ export class VolumeConflictError extends SandboxError {
 }
 
 /**
+ * A template of that name exists and is not the caller's to replace (`code`
+ * `template_name_taken`): another key's private template, which the caller may not see. Choose
+ * another name.
+ */
+export class TemplateConflictError extends SandboxError {
+  static override readonly type: string = 'TemplateConflictError';
+  static override readonly status: number = 409;
+}
+
+/**
  * A template names the Node line its sandboxes need (`runtime: { node }`), and this
  * installation's sandboxes of it run another: the message says which Node is there, where it
  * comes from, and how to get the one needed (`needed`, `found` in the error).
@@ -532,6 +542,7 @@ export const ERROR_CLASSES: readonly ErrorClass[] = [
   ContextDeadError,
   SandboxPausedError,
   VolumeConflictError,
+  TemplateConflictError,
   NodeLineError,
   AuthenticationError,
   PermissionDeniedError,

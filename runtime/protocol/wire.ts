@@ -147,6 +147,16 @@ export interface TemplateInfo {
   builtAt: string | null;
   /** The template file it was built from; null for base and for templates built from code. */
   path: string | null;
+  /**
+   * In the shared catalogue: every key lists it and creates sandboxes from it (base, an admin's
+   * builds, what an admin published). False: only its owner and admin keys see it.
+   */
+  shared: boolean;
+  /**
+   * The id of the API key that built it or took it as a snapshot, shown to admins and to that
+   * key; null for the daemon's own key, templates made before owners, and to other keys.
+   */
+  owner: string | null;
 }
 
 /**

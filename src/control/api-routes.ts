@@ -76,7 +76,38 @@ async function checkVisible(ctx: ApiContext, id: string): Promise<void> {
 function keyOwner(caller: Caller): KeyOwner | undefined {
   return caller.keyId === null
     ? undefined
-    : { keyId: caller.keyId, name: caller.name, maxRunning: caller.maxRunning };
+    : {
+        keyId: caller.keyId,
+        name: caller.name,
+        maxRunning: caller.maxRunning,
+        admin: caller.admin,
+      };
+}
+
+/** `?kill=` of a key's revocation: true or false (absent: false). */
+function killFlag(query: URLSearchParams): boolean {
+  const value = query.get('kill');
+  if (value === null || value === 'false' || value === '0') return false;
+  if (value === 'true' || value === '1' || value === '') return true;
+  throw new InvalidArgumentError(
+    `kill must be true (also kill the key's running and paused sandboxes) or false, not ${JSON.stringify(value)}`,
+  );
+}
+
+/**
+ * Kills the running and paused sandboxes of a revoked key through the normal kill path (the
+ * gateway forgets each at once); the ids it ended. One that ended meanwhile is left out.
+ */
+async function killSandboxesOf(ctx: ApiContext, keyId: string): Promise<string[]> {
+  const live = await ctx.sandboxes.list({ owner: keyId, state: ['running', 'paused'] });
+  const killed: string[] = [];
+  for (const record of live) {
+    const ended = await ctx.sandboxes
+      .kill(record.id, 'killed', `killed: its API key ${keyId} was revoked`)
+      .catch(() => false);
+    if (ended) killed.push(record.id);
+  }
+  return killed;
 }
 
 /** Refuses a caller whose key is not an admin key. */
@@ -120,8 +151,13 @@ export function sandboxJson(record: SandboxRecord): SandboxInfo {
   };
 }
 
-export function templateJson(template: BuiltTemplate): TemplateInfo {
+/**
+ * A template as the API shows it to `caller`: `shared` for every key; `owner` (the key id that
+ * built or took it) only to admins and to that key itself (null otherwise, and for the daemon's).
+ */
+export function templateJson(template: BuiltTemplate, caller?: Caller): TemplateInfo {
   const { spec } = template;
+  const showOwner = !caller || caller.admin || template.owner === caller.keyId;
   return {
     name: spec.name,
     description: spec.description,
@@ -141,6 +177,8 @@ export function templateJson(template: BuiltTemplate): TemplateInfo {
     ...(spec.runtime ? { runtime: spec.runtime } : {}),
     builtAt: template.builtAt === 0 ? null : new Date(template.builtAt).toISOString(),
     path: spec.path ?? null,
+    shared: template.shared,
+    owner: showOwner ? template.owner : null,
   };
 }
 
@@ -421,54 +459,89 @@ export const API_ROUTES: ApiRoute[] = [
     path: '/v1/sandboxes/{id}/snapshot',
     group: 'api',
     summary:
-      'Save a running sandbox as the template { name } (its home; with images, its whole filesystem). Admin keys only.',
+      "Save a running sandbox as the template { name } (its home; with images, its whole filesystem). The snapshot is the caller's key's own: only that key and admin keys list it and create from it (an admin's publish shares it). 409 TemplateConflictError (template_name_taken) for a name another key's template has.",
     args: argList({ name: 'str' }),
     handler: async ({ params, args, ctx }) => {
-      requireAdmin(ctx, 'saving a sandbox as a template (shared by every key)');
+      const caller = callerOf(ctx);
+      await checkVisible(ctx, params.id as string);
       const record = await ctx.sandboxes.running(params.id as string);
       const built = await ctx.templates.snapshot(
         record,
         ctx.sandboxes.controlTokenOf(record.id),
         args.name as string,
+        caller,
       );
       await ctx.sandboxes.drainPool(built.spec.name);
-      return templateJson(built);
+      return templateJson(built, caller);
     },
   },
   {
     method: 'GET',
     path: '/v1/templates',
     group: 'api',
-    summary: 'Built templates, base included.',
-    handler: async ({ ctx }) => ({ templates: (await ctx.templates.list()).map(templateJson) }),
+    summary:
+      "The templates the key may use: base, the shared catalogue, and its own (an admin key: every template). Another key's own templates are not listed.",
+    handler: async ({ ctx }) => {
+      const caller = callerOf(ctx);
+      return {
+        templates: (await ctx.templates.list(caller)).map((t) => templateJson(t, caller)),
+      };
+    },
   },
   {
     method: 'GET',
     path: '/v1/templates/{name}',
     group: 'api',
-    summary: 'One template.',
-    handler: async ({ params, ctx }) =>
-      templateJson(await ctx.templates.get(params.name as string)),
+    summary: "One template; another key's own template answers 404, as an unknown name.",
+    handler: async ({ params, ctx }) => {
+      const caller = callerOf(ctx);
+      return templateJson(await ctx.templates.get(params.name as string, caller), caller);
+    },
+  },
+  {
+    method: 'POST',
+    path: '/v1/templates/{name}/publish',
+    group: 'api',
+    summary:
+      'Put a template into the shared catalogue ({ shared: true }, the default: every key lists it and creates from it) or take it out ({ shared: false }: its owner and admins only). Admin keys only.',
+    args: argList({ 'shared?': ['bool', true] }),
+    handler: async ({ params, args, ctx }) => {
+      const caller = callerOf(ctx);
+      const built = await ctx.templates.publish(
+        params.name as string,
+        args.shared as boolean,
+        caller,
+      );
+      return templateJson(built, caller);
+    },
   },
   {
     method: 'POST',
     path: '/v1/templates',
     group: 'api',
     summary:
-      'Build a template: { path } of a template.yaml on this host, or { yaml } (a template made in code); with progress: true, NDJSON {progress} lines then {template} or {error, status}. Admin keys only.',
+      "Build a template: { yaml } (its text), or { path } of a template.yaml on the daemon's host (admin keys only); with progress: true, NDJSON {progress} lines then {template} or {error, status}. An admin key's new template is shared (every key uses it); another key's is its own. A rebuild keeps its owner; a key may rebuild only its own (403 admin_required for a shared one, 409 TemplateConflictError template_name_taken for another key's).",
     args: argList({ 'path?': 'str', 'yaml?': 'str', 'progress?': ['bool', false] }),
     handler: async ({ args, ctx }) => {
-      requireAdmin(ctx, 'building a template (shared by every key)');
+      const caller = callerOf(ctx);
       if ((args.yaml === undefined) === (args.path === undefined)) {
-        throw new InvalidArgumentError('give either path (a template.yaml on this host) or yaml');
+        throw new InvalidArgumentError(
+          "give either yaml (the template's text) or path (a template.yaml on the daemon's host)",
+        );
+      }
+      if (args.path !== undefined) {
+        requireAdmin(
+          ctx,
+          "building a template from a path on the daemon's host (send yaml instead)",
+        );
       }
       const source =
         args.yaml === undefined ? (args.path as string) : { yaml: args.yaml as string };
       const build = async (onProgress?: (event: BuildProgress) => void) => {
-        const built = await ctx.templates.build(source, onProgress);
+        const built = await ctx.templates.build(source, onProgress, caller);
         // Spare sandboxes of the old build must not be handed out.
         await ctx.sandboxes.drainPool(built.spec.name);
-        return templateJson(built);
+        return templateJson(built, caller);
       };
       if (!args.progress) return build();
       return new Reply(200, progressLines(build), {
@@ -481,11 +554,11 @@ export const API_ROUTES: ApiRoute[] = [
     method: 'DELETE',
     path: '/v1/templates/{name}',
     group: 'api',
-    summary: 'Remove a built template. Admin keys only.',
+    summary:
+      "Remove a built template: a key its own; a shared one (403 admin_required otherwise) or another key's, admin keys only (to any other key that answers 404, as an unknown name).",
     body: 'none',
     handler: async ({ params, ctx }) => {
-      requireAdmin(ctx, 'removing a template (shared by every key)');
-      await ctx.templates.remove(params.name as string);
+      await ctx.templates.remove(params.name as string, callerOf(ctx));
       await ctx.sandboxes.drainPool(params.name as string);
       return { removed: params.name };
     },
@@ -595,11 +668,14 @@ export const API_ROUTES: ApiRoute[] = [
     path: '/v1/keys/{id}',
     group: 'api',
     summary:
-      'Revoke an API key: refused from the next request on; its sandboxes run on until they end. Admin keys only.',
+      "Revoke an API key: refused from the next request on. Its sandboxes run on until they end, unless ?kill=true: then its running and paused sandboxes are killed too (their tokens stop working at the gateway at once); the answer's killed lists their ids. Admin keys only.",
     body: 'none',
-    handler: async ({ params, ctx }) => {
+    handler: async ({ params, query, ctx }) => {
       requireAdmin(ctx, 'revoking an API key');
-      return ctx.keys.revoke(params.id as string);
+      const kill = killFlag(query);
+      const revoked = await ctx.keys.revoke(params.id as string);
+      if (!kill) return revoked;
+      return { ...revoked, killed: await killSandboxesOf(ctx, revoked.key.id) };
     },
   },
 ];

@@ -63,9 +63,9 @@ export function mountE2bControlApi(
       (await sandboxes.fork(id, options, keyOwner(caller))).map(({ record }) => rowOf(record)),
     setTimeout: async (id, timeoutMs) => rowOf(await sandboxes.setTimeout(id, timeoutMs)),
     accessToken: (id) => sandboxes.tokenOf(id),
-    template: async (name) => {
+    template: async (name, caller) => {
       try {
-        const { spec } = await templates.get(name);
+        const { spec } = await templates.get(name, caller);
         return {
           resources: spec.resources,
           network: spec.network,
@@ -75,20 +75,19 @@ export function mountE2bControlApi(
         return undefined;
       }
     },
-    snapshots: async () =>
-      (await templates.list())
+    snapshots: async (caller) =>
+      (await templates.list(caller))
         .map((t) => ({ name: t.spec.name, sandboxId: snapshotSource(t.spec), builtAt: t.builtAt }))
         .filter((t): t is { name: string; sandboxId: string; builtAt: number } => !!t.sandboxId)
         .sort((a, b) => a.builtAt - b.builtAt || (a.name < b.name ? -1 : 1)),
+    // Who may take, see and remove a snapshot is TemplateService's one decision, as on /v1.
     snapshot: async (id, name, caller) => {
-      keys.requireAdmin(caller, 'saving a sandbox as a template (shared by every key)');
       const record = await sandboxes.running(id);
-      const built = await templates.snapshot(record, sandboxes.controlTokenOf(id), name);
+      const built = await templates.snapshot(record, sandboxes.controlTokenOf(id), name, caller);
       await sandboxes.drainPool(built.spec.name);
     },
     removeTemplate: async (name, caller) => {
-      keys.requireAdmin(caller, 'removing a template (shared by every key)');
-      await templates.remove(name);
+      await templates.remove(name, caller);
       await sandboxes.drainPool(name);
     },
     metrics: (id, start, end) => metrics.samples(id, start, end),
@@ -125,7 +124,12 @@ const volumeOf = (volume: VolumeRecord): E2bVolume => ({ id: volume.id, name: vo
 function keyOwner(caller: E2bCaller): KeyOwner | undefined {
   return caller.keyId === null
     ? undefined
-    : { keyId: caller.keyId, name: caller.name, maxRunning: caller.maxRunning };
+    : {
+        keyId: caller.keyId,
+        name: caller.name,
+        maxRunning: caller.maxRunning,
+        admin: caller.admin,
+      };
 }
 
 /** A registry row as the E2B layer reads it: an internet sandbox's policy comes from its handle. */

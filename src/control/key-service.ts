@@ -115,7 +115,14 @@ export class KeyService {
    */
   async ownerOf(id: string): Promise<KeyOwner | undefined> {
     const record = await this.registry.getApiKey(id);
-    return record && { keyId: record.id, name: record.name, maxRunning: record.maxRunning };
+    return (
+      record && {
+        keyId: record.id,
+        name: record.name,
+        maxRunning: record.maxRunning,
+        admin: record.admin,
+      }
+    );
   }
 
   /** Records the use, at most once a minute per key; a failure to record it fails nothing. */

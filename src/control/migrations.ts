@@ -153,6 +153,19 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE sandboxes ADD COLUMN volume_mounts JSON;
     `,
   },
+  {
+    version: 5,
+    name: 'the owner of each template, and whether it is shared',
+    // Templates made before owners were recorded stay in the shared catalogue (as an admin's).
+    sqlite: `
+      ALTER TABLE templates ADD COLUMN owner_key TEXT;
+      ALTER TABLE templates ADD COLUMN shared INTEGER NOT NULL DEFAULT 1;
+    `,
+    postgres: `
+      ALTER TABLE templates ADD COLUMN owner_key TEXT;
+      ALTER TABLE templates ADD COLUMN shared BOOLEAN NOT NULL DEFAULT TRUE;
+    `,
+  },
 ];
 
 /** The highest version this abx knows. */

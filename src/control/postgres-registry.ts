@@ -45,6 +45,8 @@ function loadPg(): typeof Pg {
 
 /** Two daemons migrating at once: the second waits for the first behind this advisory lock. */
 const MIGRATION_LOCK = 0x61627821; // "abx!"
+/** The advisory lock class of template writes (with the hash of the name). */
+const TEMPLATE_LOCK = 0x61627874; // "abxt"
 
 /** A database URL without its password, fit for messages and logs. */
 export function redactUrl(url: string): string {
@@ -189,6 +191,8 @@ interface TemplateRow {
   dir: string | null;
   image: string | null;
   built_at: string;
+  owner_key: string | null;
+  shared: boolean;
 }
 
 const templateFromRow = (row: TemplateRow): TemplateRecord => ({
@@ -197,6 +201,8 @@ const templateFromRow = (row: TemplateRow): TemplateRecord => ({
   dir: row.dir,
   image: row.image,
   builtAt: Number(row.built_at),
+  owner: row.owner_key,
+  shared: row.shared,
 });
 
 export interface PostgresRegistryOptions {
@@ -525,21 +531,61 @@ export class PostgresRegistry implements Registry {
     return rows.map(fromRow);
   }
 
-  async upsertTemplate(record: TemplateRecord): Promise<TemplateRecord | undefined> {
+  async upsertTemplate(
+    record: TemplateRecord,
+    check?: (previous: TemplateRecord | undefined) => void,
+  ): Promise<TemplateRecord | undefined> {
+    // What the check throws is the caller's answer, never taken for a database failure.
+    const refusal: { error?: unknown } = {};
+    const checked = (previous: TemplateRecord | undefined) => {
+      try {
+        check?.(previous);
+      } catch (error) {
+        refusal.error = error;
+        throw error;
+      }
+    };
     return this.transaction(async (client) => {
-      // Locked until commit: a build racing this one reads this one's record as its previous.
+      // Until commit no other write of this name starts (a first build has no row to lock yet):
+      // `check` sees what this write replaces, and a build racing this one reads it as previous.
+      await client.query('SELECT pg_advisory_xact_lock($1, hashtext($2))', [
+        TEMPLATE_LOCK,
+        record.name,
+      ]);
       const { rows } = await client.query<TemplateRow>(
         'SELECT * FROM templates WHERE name = $1 FOR UPDATE',
         [record.name],
       );
+      const previous = rows[0] && templateFromRow(rows[0]);
+      checked(previous);
+      // A rebuild keeps the owner and sharing of what it replaces.
       await client.query(
-        `INSERT INTO templates (name, spec, dir, image, built_at) VALUES ($1, $2, $3, $4, $5)
+        `INSERT INTO templates (name, spec, dir, image, built_at, owner_key, shared)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)
          ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, dir = excluded.dir,
            image = excluded.image, built_at = excluded.built_at`,
-        [record.name, JSON.stringify(record.spec), record.dir, record.image, record.builtAt],
+        [
+          record.name,
+          JSON.stringify(record.spec),
+          record.dir,
+          record.image,
+          record.builtAt,
+          record.owner,
+          record.shared,
+        ],
       );
-      return rows[0] && templateFromRow(rows[0]);
+      return previous;
+    }).catch((error: unknown) => {
+      throw refusal.error ?? error;
     });
+  }
+
+  async setTemplateShared(name: string, shared: boolean): Promise<TemplateRecord | undefined> {
+    const { rows } = await this.query<TemplateRow>(
+      'UPDATE templates SET shared = $2 WHERE name = $1 RETURNING *',
+      [name, shared],
+    );
+    return rows[0] && templateFromRow(rows[0]);
   }
 
   async getTemplate(name: string): Promise<TemplateRecord | undefined> {

@@ -130,6 +130,16 @@ export interface TemplateRecord {
   /** The image new sandboxes start from (an image template's build), or null. */
   image: string | null;
   builtAt: number;
+  /**
+   * The id of the API key that built it or took it as a snapshot; null for the daemon's own key
+   * and for templates recorded before templates had owners.
+   */
+  owner: string | null;
+  /**
+   * In the shared catalogue: every key lists it and creates sandboxes from it. Otherwise only its
+   * owner and admin keys see it (template-access.ts decides).
+   */
+  shared: boolean;
 }
 
 export interface SandboxFilter {
@@ -235,8 +245,19 @@ export interface Registry {
   /** Sandboxes that ended (killed, expired, dead) at or after `since`, oldest end first. */
   endedSince(since: number): Promise<SandboxRecord[]>;
 
-  /** Records a build; resolves to the build it replaced (read in the same transaction). */
-  upsertTemplate(record: TemplateRecord): Promise<TemplateRecord | undefined>;
+  /**
+   * Records a build; resolves to the build it replaced (read in the same transaction). A new
+   * name gets the record's `owner` and `shared`; a rebuild keeps those of the row it replaces.
+   * `check` is called once, in the transaction, with that row (undefined: none), while no other
+   * write of that name can start: what it throws is thrown and nothing is written, so two keys
+   * racing for one name never write into each other's (a build puts its files in place there).
+   */
+  upsertTemplate(
+    record: TemplateRecord,
+    check?: (previous: TemplateRecord | undefined) => void,
+  ): Promise<TemplateRecord | undefined>;
+  /** Puts a template in the shared catalogue or takes it out; undefined when there is none. */
+  setTemplateShared(name: string, shared: boolean): Promise<TemplateRecord | undefined>;
   getTemplate(name: string): Promise<TemplateRecord | undefined>;
   listTemplates(): Promise<TemplateRecord[]>;
   /** Removes a template; resolves to the removed record, or undefined when there was none. */

@@ -45,6 +45,7 @@ import {
   checkTimeout,
 } from './sandbox-request.js';
 import { StartSlots } from './start-slots.js';
+import { DAEMON } from './template-access.js';
 import type { BuiltTemplate, TemplateService } from './template-service.js';
 import type { VolumeService } from './volume-service.js';
 import { WarmPool, type WarmPoolOptions } from './warm-pool.js';
@@ -58,6 +59,8 @@ interface SandboxVolumes {
 /** The API key a sandbox is created for: its id, its limit, and its name for messages. */
 export interface KeyOwner extends SandboxOwner {
   name: string;
+  /** An admin key: it may create from every template, another key's own included. */
+  admin: boolean;
 }
 
 /** The refusal of a create over a key's limit of running sandboxes. */
@@ -208,7 +211,11 @@ export class SandboxService {
     request: CreateSandboxRequest,
     owner?: KeyOwner,
   ): Promise<{ record: SandboxRecord; source: CreateSource; pooled: boolean }> {
-    const template = await this.templates.get(request.template ?? 'base');
+    // Another key's own template answers as one that is not built (template-access.ts).
+    const template = await this.templates.get(
+      request.template ?? 'base',
+      owner ? { keyId: owner.keyId, admin: owner.admin, name: owner.name } : DAEMON,
+    );
     const timeoutMs =
       request.timeoutMs === undefined ? template.spec.timeoutMs : checkTimeout(request.timeoutMs);
     const envs = checkEnvs(request.envs);

@@ -23,6 +23,8 @@ interface TemplateRow {
   dir: string | null;
   image: string | null;
   built_at: number;
+  owner_key: string | null;
+  shared: number;
 }
 
 const templateFromRow = (row: TemplateRow): TemplateRecord => ({
@@ -31,6 +33,8 @@ const templateFromRow = (row: TemplateRow): TemplateRecord => ({
   dir: row.dir,
   image: row.image ?? null,
   builtAt: row.built_at,
+  owner: row.owner_key,
+  shared: row.shared === 1,
 });
 
 interface SandboxRow {
@@ -389,16 +393,41 @@ export class SqliteRegistry implements Registry {
     return rows.map(fromRow);
   }
 
-  async upsertTemplate(record: TemplateRecord): Promise<TemplateRecord | undefined> {
-    return this.db.transaction(() => {
-      const previous = this.getTemplateNow(record.name);
-      this.statement(
-        `INSERT INTO templates (name, spec, dir, image, built_at) VALUES (?, ?, ?, ?, ?)
+  async upsertTemplate(
+    record: TemplateRecord,
+    check?: (previous: TemplateRecord | undefined) => void,
+  ): Promise<TemplateRecord | undefined> {
+    // IMMEDIATE: the write lock is held from the read, so the check sees what is replaced.
+    return this.db
+      .transaction(() => {
+        const previous = this.getTemplateNow(record.name);
+        check?.(previous);
+        // A rebuild keeps the owner and sharing of what it replaces.
+        this.statement(
+          `INSERT INTO templates (name, spec, dir, image, built_at, owner_key, shared)
+           VALUES (?, ?, ?, ?, ?, ?, ?)
            ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, dir = excluded.dir,
              image = excluded.image, built_at = excluded.built_at`,
-      ).run(record.name, JSON.stringify(record.spec), record.dir, record.image, record.builtAt);
-      return previous;
-    })();
+        ).run(
+          record.name,
+          JSON.stringify(record.spec),
+          record.dir,
+          record.image,
+          record.builtAt,
+          record.owner,
+          record.shared ? 1 : 0,
+        );
+        return previous;
+      })
+      .immediate();
+  }
+
+  async setTemplateShared(name: string, shared: boolean): Promise<TemplateRecord | undefined> {
+    const row = this.statement('UPDATE templates SET shared = ? WHERE name = ? RETURNING *').get(
+      shared ? 1 : 0,
+      name,
+    ) as TemplateRow | undefined;
+    return row && templateFromRow(row);
   }
 
   private getTemplateNow(name: string): TemplateRecord | undefined {

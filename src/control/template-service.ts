@@ -11,8 +11,10 @@ import {
 } from '../commands/template-runtime.js';
 import {
   InvalidArgumentError,
+  PermissionDeniedError,
   SandboxError,
   TemplateBuildError,
+  TemplateConflictError,
   TemplateNotFoundError,
 } from '../errors.js';
 import { repositoryComponent } from '../providers/docker/image-reference.js';
@@ -27,6 +29,12 @@ import { copyIntoSandbox, envdStream } from './envd-request.js';
 import { newSandboxId, newToken } from './ids.js';
 import { checkNodeLine } from './node-line.js';
 import type { Registry, TemplateRecord } from './registry.js';
+import {
+  DAEMON,
+  type TemplateAction,
+  type TemplatePrincipal,
+  templateAccess,
+} from './template-access.js';
 
 /** The template every installation has, without a build. */
 export const BASE_TEMPLATE: TemplateSpec = {
@@ -84,6 +92,10 @@ export interface BuiltTemplate {
   /** The image its sandboxes start from (an image template), as the provider's image store named it. */
   image?: string;
   builtAt: number;
+  /** The key that built it or took it (null: the daemon's own key, or made before owners). */
+  owner: string | null;
+  /** In the shared catalogue (every key uses it); otherwise its owner's and admins' only. */
+  shared: boolean;
 }
 
 /** Runs one shell step in a sandbox (as `user` when given): the exit code and the combined output. */
@@ -144,7 +156,24 @@ function built(record: TemplateRecord): BuiltTemplate {
     ...(record.dir ? { homeDir: join(record.dir, 'home') } : {}),
     ...(record.image ? { image: record.image } : {}),
     builtAt: record.builtAt,
+    owner: record.owner,
+    shared: record.shared,
   };
+}
+
+/** The built-in template: shared, no owner. */
+const BASE_BUILT: BuiltTemplate = { spec: BASE_TEMPLATE, builtAt: 0, owner: null, shared: true };
+
+/** What a refused key is told of an admin-only change to a template it may see. */
+function adminRequired(name: string, action: TemplateAction, who: TemplatePrincipal): Error {
+  const what =
+    action === 'publish'
+      ? `publishing template '${name}' (or taking it out of the shared catalogue)`
+      : `${action === 'remove' ? 'removing' : 'replacing'} template '${name}', which is in the shared catalogue,`;
+  return new PermissionDeniedError(
+    `${what} needs an admin API key, and the key '${who.name ?? who.keyId}' (${who.keyId}) is not one: ${action === 'publish' ? 'ask an admin of the control plane' : 'build your own template under another name, or ask an admin of the control plane'}`,
+    { code: 'admin_required' },
+  );
 }
 
 /**
@@ -177,7 +206,7 @@ export class TemplateService {
    * Pushes a built image to the image registry; the local build tag goes either way (the pushed
    * reference stays a local name of the image; after a failure nothing of the build is left).
    */
-  private async publish(
+  private async pushImage(
     images: ImageStore,
     spec: TemplateSpec,
     image: string,
@@ -228,20 +257,81 @@ export class TemplateService {
     return (await this.imageBuilder?.().catch(() => undefined))?.images;
   }
 
-  async get(name: string): Promise<BuiltTemplate> {
-    if (name === BASE_TEMPLATE.name) return { spec: BASE_TEMPLATE, builtAt: 0 };
+  /**
+   * The template `name` as `who` may use it (default: the daemon's own work, which sees every
+   * template). Another key's private template answers exactly as a name that is not built.
+   */
+  async get(name: string, who: TemplatePrincipal = DAEMON): Promise<BuiltTemplate> {
+    if (name === BASE_TEMPLATE.name) return BASE_BUILT;
+    return built(await this.record(name, who, 'use'));
+  }
+
+  /**
+   * The record of `name` if `who` may do `action` with it; TemplateNotFoundError when there is
+   * none or `who` may not know it (the same answer), PermissionDeniedError when it may see it but
+   * not change it.
+   */
+  private async record(
+    name: string,
+    who: TemplatePrincipal,
+    action: TemplateAction,
+  ): Promise<TemplateRecord> {
     const record = await this.registry.getTemplate(name);
-    if (!record) {
-      const known = ['base', ...(await this.registry.listTemplates()).map((t) => t.name)];
+    const decision = record ? templateAccess(who, record, action) : 'hidden';
+    if (!record || decision === 'hidden') {
+      const known = (await this.list(who)).map((t) => t.spec.name);
       throw new TemplateNotFoundError(
         `template '${name}' is not built; known templates: ${known.join(', ')}. Build it with \`abx template build path/to/template.yaml\``,
       );
     }
-    return built(record);
+    if (decision === 'admin_required') throw adminRequired(name, action, who);
+    return record;
   }
 
-  async list(): Promise<BuiltTemplate[]> {
-    return [await this.get('base'), ...(await this.registry.listTemplates()).map(built)];
+  /** The templates `who` may use: `base`, the shared catalogue, and its own. */
+  async list(who: TemplatePrincipal = DAEMON): Promise<BuiltTemplate[]> {
+    const records = await this.registry.listTemplates();
+    return [
+      BASE_BUILT,
+      ...records.filter((r) => templateAccess(who, r, 'use') === 'allowed').map(built),
+    ];
+  }
+
+  /**
+   * Refuses to write `name` for `who` over a template it may not replace (called before a build
+   * starts, and again in the registry's transaction that writes it): another key's private one
+   * is a TemplateConflictError that says nothing more than that the name is taken.
+   */
+  private replaceCheck(name: string, who: TemplatePrincipal) {
+    return (previous: TemplateRecord | undefined): void => {
+      if (!previous) return;
+      const decision = templateAccess(who, previous, 'replace');
+      if (decision === 'hidden') {
+        throw new TemplateConflictError(
+          `the template name '${name}' is taken by a template this key cannot see: choose another name`,
+          { code: 'template_name_taken' },
+        );
+      }
+      if (decision === 'admin_required') throw adminRequired(name, 'replace', who);
+    };
+  }
+
+  /**
+   * Puts a template into the shared catalogue (`shared` true: every key lists it and creates
+   * from it) or takes it out (back to its owner and admins). Admin keys only.
+   */
+  async publish(
+    name: string,
+    shared: boolean,
+    who: TemplatePrincipal = DAEMON,
+  ): Promise<BuiltTemplate> {
+    if (name === BASE_TEMPLATE.name) {
+      throw new InvalidArgumentError("'base' is built in and always shared");
+    }
+    await this.record(name, who, 'publish');
+    const record = await this.registry.setTemplateShared(name, shared);
+    if (!record) throw new TemplateNotFoundError(`template '${name}' does not exist`);
+    return built(record);
   }
 
   /**
@@ -251,6 +341,8 @@ export class TemplateService {
   async build(
     source: string | { yaml: string; path?: string },
     onProgress: (event: BuildProgress) => void = () => {},
+    /** Who builds: a new template is an admin's shared one, another key's own (private). */
+    who: TemplatePrincipal = DAEMON,
   ): Promise<BuiltTemplate> {
     let spec: TemplateSpec;
     if (typeof source !== 'string') {
@@ -269,25 +361,40 @@ export class TemplateService {
     if (spec.name === BASE_TEMPLATE.name) {
       throw new InvalidArgumentError("'base' is built in; give your template another name");
     }
+    const check = this.replaceCheck(spec.name, who);
+    // Before anything is made: a name this key may not write is refused at once.
+    check(await this.registry.getTemplate(spec.name));
+    const owned = { owner: who.keyId, shared: who.admin };
     const fromImage = spec.image !== undefined || spec.dockerfile !== undefined;
     // Before anything is made: a template whose sandboxes would run another Node is not built.
     await checkNodeLine(spec.name, spec.runtime?.node, this.provider, fromImage);
-    if (fromImage) return this.buildImage(spec, onProgress);
+    if (fromImage) return this.buildImage(spec, onProgress, owned, check);
     const dir = join(this.templatesDir, spec.name);
-    let homeDir: string | undefined;
-    if (spec.setup.length > 0) homeDir = await this.runSetup(spec, dir, onProgress);
-    if (!homeDir) rmSync(dir, { recursive: true, force: true });
+    const staged = spec.setup.length > 0 ? await this.runSetup(spec, dir, onProgress) : undefined;
+    const homeDir = staged ? join(dir, 'home') : undefined;
     const builtAt = Date.now();
-    const previous = await this.registry.upsertTemplate({
-      name: spec.name,
-      spec,
-      dir: homeDir ? dir : null,
-      image: null,
-      builtAt,
-    });
+    let previous: TemplateRecord | undefined;
+    try {
+      previous = await this.registry.upsertTemplate(
+        { name: spec.name, spec, dir: homeDir ? dir : null, image: null, builtAt, ...owned },
+        (found) => {
+          check(found);
+          // Once, in the write's transaction: the folder changes only for a write that happens.
+          rmSync(dir, { recursive: true, force: true });
+          if (staged) renameSync(staged, dir);
+        },
+      );
+    } finally {
+      if (staged) rmSync(staged, { recursive: true, force: true });
+    }
     if (previous?.image)
       await (await this.imageStore())?.remove(previous.image).catch(() => undefined);
-    return { spec, ...(homeDir ? { homeDir } : {}), builtAt };
+    return {
+      spec,
+      ...(homeDir ? { homeDir } : {}),
+      builtAt,
+      ...(previous ? { owner: previous.owner, shared: previous.shared } : owned),
+    };
   }
 
   /**
@@ -298,6 +405,8 @@ export class TemplateService {
   private async buildImage(
     spec: TemplateSpec,
     onProgress: (event: BuildProgress) => void,
+    owned: { owner: string | null; shared: boolean },
+    check: (previous: TemplateRecord | undefined) => void,
   ): Promise<BuiltTemplate> {
     const builder = await this.builderFor(spec);
     const images = builder.images;
@@ -322,18 +431,27 @@ export class TemplateService {
         await images.remove(prepared).catch(() => undefined);
       }
     }
-    if (this.imageRegistry) image = await this.publish(images, spec, image, onProgress);
+    if (this.imageRegistry) image = await this.pushImage(images, spec, image, onProgress);
+    let previous: TemplateRecord | undefined;
+    try {
+      previous = await this.registry.upsertTemplate(
+        { name: spec.name, spec, dir: null, image, builtAt, ...owned },
+        check,
+      );
+    } catch (error) {
+      // Refused at the write (the name was taken meanwhile): nothing of this build is kept.
+      await this.dropImage(image, spec.name);
+      throw error;
+    }
     rmSync(join(this.templatesDir, spec.name), { recursive: true, force: true });
-    const previous = await this.registry.upsertTemplate({
-      name: spec.name,
-      spec,
-      dir: null,
-      image,
-      builtAt,
-    });
     // An engine refuses to remove an image containers still run from: it stays (see images.md).
     if (previous?.image !== image) await this.dropImage(previous?.image, spec.name);
-    return { spec, image, builtAt };
+    return {
+      spec,
+      image,
+      builtAt,
+      ...(previous ? { owner: previous.owner, shared: previous.shared } : owned),
+    };
   }
 
   /** Runs the setup steps in a build sandbox of `image` and commits the result as `tag`. */
@@ -377,9 +495,11 @@ export class TemplateService {
     }
   }
 
-  async remove(name: string): Promise<void> {
+  async remove(name: string, who: TemplatePrincipal = DAEMON): Promise<void> {
     if (name === BASE_TEMPLATE.name)
       throw new InvalidArgumentError("'base' is built in and cannot be removed");
+    // Who owns a template changes only by an admin's publish, so the check holds until the delete.
+    await this.record(name, who, 'remove');
     const record = await this.registry.removeTemplate(name);
     if (!record) {
       throw new TemplateNotFoundError(`template '${name}' does not exist`);
@@ -499,18 +619,18 @@ export class TemplateService {
       rmSync(work, { recursive: true, force: true });
       throw error;
     }
-    const home = join(dir, 'home');
-    const staged = join(work, 'exported-home');
+    // Staged beside the template's folder; the build puts it in place once its write is allowed.
+    const staged = `${dir}.staged-${newSandboxId()}`;
     try {
-      await this.exportHome(handle, accessToken, staged);
-      rmSync(dir, { recursive: true, force: true });
-      mkdirSync(dir, { recursive: true });
-      renameSync(staged, home);
+      await this.exportHome(handle, accessToken, join(staged, 'home'));
+    } catch (error) {
+      rmSync(staged, { recursive: true, force: true });
+      throw error;
     } finally {
       await this.provider.kill(handle);
       rmSync(work, { recursive: true, force: true });
     }
-    return home;
+    return staged;
   }
 
   /**
@@ -523,6 +643,8 @@ export class TemplateService {
     sandbox: { id: string; template: string; handle: SandboxHandle },
     token: string,
     name: string,
+    /** Who takes it: the snapshot is that key's own (private), an admin's too. */
+    who: TemplatePrincipal = DAEMON,
   ): Promise<BuiltTemplate> {
     if (!TEMPLATE_NAME_PATTERN.test(name) || name.length > 64) {
       throw new InvalidArgumentError(
@@ -532,6 +654,8 @@ export class TemplateService {
     if (name === BASE_TEMPLATE.name) {
       throw new InvalidArgumentError("'base' is built in; give the snapshot another name");
     }
+    const check = this.replaceCheck(name, who);
+    check(await this.registry.getTemplate(name));
     const source = await this.get(sandbox.template);
     const builtAt = Date.now();
     const dir = join(this.templatesDir, name);
@@ -552,8 +676,6 @@ export class TemplateService {
       rmSync(staged, { recursive: true, force: true });
       throw error;
     }
-    rmSync(dir, { recursive: true, force: true });
-    renameSync(staged, dir);
     const spec: TemplateSpec = {
       ...source.spec,
       name,
@@ -562,14 +684,31 @@ export class TemplateService {
       setup: [],
     };
     delete spec.path;
-    const previous = await this.registry.upsertTemplate({
-      name,
-      spec,
-      dir,
-      image: image ?? null,
-      builtAt,
-    });
+    // A snapshot holds the sandbox's files: it is never shared by itself (publish shares it).
+    const owned = { owner: who.keyId, shared: false };
+    let previous: TemplateRecord | undefined;
+    try {
+      previous = await this.registry.upsertTemplate(
+        { name, spec, dir, image: image ?? null, builtAt, ...owned },
+        (found) => {
+          check(found);
+          // In the transaction: the folder is swapped only for a write that will happen.
+          rmSync(dir, { recursive: true, force: true });
+          renameSync(staged, dir);
+        },
+      );
+    } catch (error) {
+      rmSync(staged, { recursive: true, force: true });
+      if (image && image !== source.image) await this.dropImage(image, name);
+      throw error;
+    }
     if (previous?.image !== image) await this.dropImage(previous?.image, name);
-    return { spec, homeDir: join(dir, 'home'), ...(image ? { image } : {}), builtAt };
+    return {
+      spec,
+      homeDir: join(dir, 'home'),
+      ...(image ? { image } : {}),
+      builtAt,
+      ...(previous ? { owner: previous.owner, shared: previous.shared } : owned),
+    };
   }
 }

@@ -1,4 +1,4 @@
-import { copyFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test as base, describe, expect } from 'vitest';
@@ -99,6 +99,133 @@ async function makeKey(
 }
 
 const ids = (body: Json): string[] => body.sandboxes.map((s: Json) => s.sandboxId).sort();
+
+const names = (body: Json): string[] => body.templates.map((t: Json) => t.name);
+
+/**
+ * Templates and snapshots have owners, as keys see them through `one` and `two` (one daemon
+ * twice, or two replicas on one database): what another key's own template answers is exactly
+ * what a name that does not exist answers.
+ */
+async function templateOwnership(
+  provider: MemoryProvider,
+  one: { info: DaemonInfo; admin: Api },
+  two: { info: DaemonInfo; admin: Api },
+): Promise<void> {
+  const alice = await makeKey(one.admin, one.info, { name: 'alice' });
+  const bob = await makeKey(one.admin, one.info, { name: 'bob' });
+  const bobTwo = apiAs(two.info, bob.key);
+  // An admin's build is the shared catalogue; a key's build is its own.
+  const tools = await one.admin.post('/v1/templates', { yaml: 'name: tools\nenv: { A: "1" }\n' });
+  expect(tools.body).toMatchObject({ name: 'tools', shared: true, owner: null });
+  const own = await alice.api.post('/v1/templates', { yaml: 'name: alice-tools\n' });
+  expect(own.status, JSON.stringify(own.body)).toBe(200);
+  expect(own.body).toMatchObject({ name: 'alice-tools', shared: false, owner: alice.id });
+  // Any key snapshots its own sandbox; the snapshot is its own, with its files.
+  const a = (await alice.api.post('/v1/sandboxes', { template: 'alice-tools' })).body.sandboxId;
+  writeFileSync(join(provider.sandbox(a).home, 'secret.txt'), 'alice only');
+  const snap = await alice.api.post(`/v1/sandboxes/${a}/snapshot`, { name: 'alice-snap' });
+  expect(snap.status, JSON.stringify(snap.body)).toBe(200);
+  expect(snap.body).toMatchObject({ name: 'alice-snap', shared: false, owner: alice.id });
+  const copy = await alice.api.post('/v1/sandboxes', { template: 'alice-snap' });
+  expect(copy.status).toBe(200);
+  expect(readFileSync(join(provider.sandbox(copy.body.sandboxId).home, 'secret.txt'), 'utf8')).toBe(
+    'alice only',
+  );
+  expect(names((await alice.api.get('/v1/templates')).body)).toEqual([
+    'base',
+    'alice-snap',
+    'alice-tools',
+    'tools',
+  ]);
+
+  // Bob, on the other daemon, sees the catalogue only; alice's answer as unknown names.
+  expect(names((await bobTwo.get('/v1/templates')).body)).toEqual(['base', 'tools']);
+  const as = (answer: { status: number; body: Json }, name: string) => ({
+    status: answer.status,
+    body: JSON.parse(JSON.stringify(answer.body).replaceAll('no-such', name)),
+  });
+  const unknown = {
+    get: await bobTwo.get('/v1/templates/no-such'),
+    create: await bobTwo.post('/v1/sandboxes', { template: 'no-such' }),
+    remove: await bobTwo.delete('/v1/templates/no-such'),
+  };
+  expect(unknown.get.status).toBe(404);
+  expect(unknown.get.body.type).toBe('TemplateNotFoundError');
+  expect(unknown.get.body.error).toContain('known templates: base, tools.');
+  for (const name of ['alice-tools', 'alice-snap']) {
+    expect(await bobTwo.get(`/v1/templates/${name}`)).toEqual(as(unknown.get, name));
+    expect(await bobTwo.post('/v1/sandboxes', { template: name })).toEqual(
+      as(unknown.create, name),
+    );
+    expect(await bobTwo.delete(`/v1/templates/${name}`)).toEqual(as(unknown.remove, name));
+  }
+  // Nor may he take the name, snapshot her sandbox, or write into the catalogue.
+  const b = (await bob.api.post('/v1/sandboxes')).body.sandboxId;
+  const taken = await bob.api.post('/v1/templates', { yaml: 'name: alice-snap\n' });
+  expect(taken).toEqual({
+    status: 409,
+    body: {
+      error:
+        "the template name 'alice-snap' is taken by a template this key cannot see: choose another name",
+      type: 'TemplateConflictError',
+      code: 'template_name_taken',
+    },
+  });
+  expect((await bob.api.post(`/v1/sandboxes/${b}/snapshot`, { name: 'alice-snap' })).status).toBe(
+    409,
+  );
+  const hers = await bob.api.post(`/v1/sandboxes/${a}/snapshot`, { name: 'bobs' });
+  expect(hers.status).toBe(404);
+  expect(hers.body.type).toBe('SandboxNotFoundError');
+  for (const answer of [
+    await bob.api.post('/v1/templates', { yaml: 'name: tools\n' }),
+    await bob.api.post(`/v1/sandboxes/${b}/snapshot`, { name: 'tools' }),
+    await bob.api.delete('/v1/templates/tools'),
+    await alice.api.post('/v1/templates/alice-tools/publish'),
+  ]) {
+    expect(answer.status).toBe(403);
+    expect(answer.body).toMatchObject({ type: 'PermissionDeniedError', code: 'admin_required' });
+  }
+  expect((await bob.api.post('/v1/templates', { yaml: 'name: tools\n' })).body.error).toMatch(
+    /^replacing template 'tools', which is in the shared catalogue, needs an admin API key, and the key 'bob' \(key_\w+\) is not one/,
+  );
+  expect((await one.admin.get('/v1/templates/tools')).body.env).toEqual({ A: '1' });
+
+  // Admin keys see every template, with its owner, and create from any.
+  const all = (await two.admin.get('/v1/templates')).body.templates;
+  expect(all.map((t: Json) => [t.name, t.shared, t.owner])).toEqual([
+    ['base', true, null],
+    ['alice-snap', false, alice.id],
+    ['alice-tools', false, alice.id],
+    ['tools', true, null],
+  ]);
+  expect((await two.admin.post('/v1/sandboxes', { template: 'alice-snap' })).status).toBe(200);
+  // An admin's snapshot of alice's sandbox is the admin's: neither alice nor bob sees it.
+  const audit = await one.admin.post(`/v1/sandboxes/${a}/snapshot`, { name: 'audit' });
+  expect(audit.body).toMatchObject({ shared: false, owner: null });
+  expect((await alice.api.get('/v1/templates/audit')).status).toBe(404);
+  expect((await bobTwo.post('/v1/sandboxes', { template: 'audit' })).status).toBe(404);
+
+  // Published, alice's template is the catalogue's: bob uses it, alice no longer changes it.
+  const published = await one.admin.post('/v1/templates/alice-tools/publish');
+  expect(published.body).toMatchObject({ shared: true, owner: alice.id });
+  expect(names((await bobTwo.get('/v1/templates')).body)).toEqual(['base', 'alice-tools', 'tools']);
+  expect((await bobTwo.get('/v1/templates/alice-tools')).body.owner).toBeNull();
+  expect((await bobTwo.post('/v1/sandboxes', { template: 'alice-tools' })).status).toBe(200);
+  expect((await alice.api.post('/v1/templates', { yaml: 'name: alice-tools\n' })).status).toBe(403);
+  const back = await two.admin.post('/v1/templates/alice-tools/publish', { shared: false });
+  expect(back.body.shared).toBe(false);
+  expect((await bobTwo.get('/v1/templates/alice-tools')).status).toBe(404);
+  expect((await one.admin.post('/v1/templates/nope/publish')).status).toBe(404);
+  expect((await one.admin.post('/v1/templates/tools/publish', { shared: 'yes' })).status).toBe(400);
+  // Alice rebuilds and removes her own.
+  expect((await alice.api.post('/v1/templates', { yaml: 'name: alice-tools\n' })).status).toBe(200);
+  expect((await alice.api.delete('/v1/templates/alice-snap')).body).toEqual({
+    removed: 'alice-snap',
+  });
+  expect((await alice.api.get('/v1/templates/alice-snap')).status).toBe(404);
+}
 
 describe('API keys on one daemon', () => {
   test('create shows the key once; list shows id, name, prefix, admin, limit, running, never the key', async ({
@@ -228,9 +355,9 @@ describe('API keys on one daemon', () => {
       // Refused before its body is looked at.
       await alice.api.post('/v1/keys', { colour: 'red' }),
       await alice.api.delete(`/v1/keys/${alice.id}`),
-      await alice.api.post('/v1/templates', { yaml: 'name: t\n' }),
-      await alice.api.delete('/v1/templates/base'),
-      await alice.api.post(`/v1/sandboxes/${a}/snapshot`, { name: 'mine' }),
+      await alice.api.delete(`/v1/keys/${alice.id}?kill=true`),
+      // A path names a file on the daemon's host: a key builds from the YAML's text instead.
+      await alice.api.post('/v1/templates', { path: '/etc/abx/template.yaml' }),
       await alice.api.post('/v1/shutdown'),
     ];
     for (const answer of refused) {
@@ -252,6 +379,8 @@ describe('API keys on one daemon', () => {
     ]);
     // Templates are shared: any key reads them and creates from them.
     expect((await alice.api.get('/v1/templates/base')).status).toBe(200);
+    // Her sandbox still runs: a refused revoke with ?kill=true killed nothing.
+    expect((await alice.api.get(`/v1/sandboxes/${a}`)).body.state).toBe('running');
   });
 
   test('a revoked key is refused from its next request on; its sandboxes run on', async ({
@@ -341,6 +470,66 @@ describe('API keys on one daemon', () => {
     expect(ids((await alice.api.get('/v1/sandboxes')).body)).toEqual([first, second].sort());
     expect((await alice.api.post(`/v1/sandboxes/${second}/connect`)).status).toBe(200);
   });
+  test('templates and snapshots have owners: a key uses its own and the catalogue, others get 404 as for no such name', async ({
+    plane,
+  }) => {
+    const daemon = await plane.start();
+    await templateOwnership(plane.provider, daemon, daemon);
+  });
+
+  test("DELETE /v1/keys/{id}?kill=true kills the key's sandboxes through the kill path; their tokens stop at the gateway at once", async ({
+    plane,
+  }) => {
+    const { info, admin } = await plane.start();
+    const alice = await makeKey(admin, info, { name: 'alice' });
+    const bob = await makeKey(admin, info, { name: 'bob' });
+    const made = [
+      (await alice.api.post('/v1/sandboxes')).body,
+      (await alice.api.post('/v1/sandboxes')).body,
+    ];
+    const theirs = (await bob.api.post('/v1/sandboxes')).body;
+    const exec = (sandbox: Json) =>
+      call(`${info.gatewayUrl}/process/exec`, {
+        method: 'POST',
+        headers: {
+          'x-sandbox-id': sandbox.sandboxId,
+          'x-sandbox-port': '49983',
+          'x-access-token': sandbox.accessToken,
+        },
+        body: { cmd: 'echo hi' },
+      });
+    // Warm connections and the gateway's lookups first: what it knows must be forgotten.
+    for (const sandbox of [...made, theirs]) expect((await exec(sandbox)).status).toBe(200);
+
+    expect((await admin.delete(`/v1/keys/${alice.id}?kill=maybe`)).body).toEqual({
+      error:
+        'kill must be true (also kill the key\'s running and paused sandboxes) or false, not "maybe"',
+      type: 'InvalidArgumentError',
+    });
+    // A bad flag changed nothing: the key still works.
+    expect((await alice.api.get('/v1/sandboxes')).status).toBe(200);
+
+    const revoked = await admin.delete(`/v1/keys/${alice.id}?kill=true`);
+    expect(revoked.status).toBe(200);
+    expect(revoked.body).toMatchObject({ revoked: true, key: { id: alice.id } });
+    expect([...revoked.body.killed].sort()).toEqual(made.map((m) => m.sandboxId).sort());
+    for (const sandbox of made) {
+      const answer = await exec(sandbox);
+      expect(answer.status).toBe(404);
+      const row = (await admin.get(`/v1/sandboxes/${sandbox.sandboxId}`)).body;
+      expect(row).toMatchObject({
+        state: 'killed',
+        endReason: `killed: its API key ${alice.id} was revoked`,
+      });
+    }
+    expect(plane.provider.aliveIds()).toEqual([theirs.sandboxId]);
+    // Bob's sandbox is untouched; a second revoke with kill finds nothing left.
+    expect((await exec(theirs)).status).toBe(200);
+    expect((await admin.delete(`/v1/keys/${alice.id}?kill=true`)).body).toMatchObject({
+      revoked: false,
+      killed: [],
+    });
+  });
 });
 
 describe(`API keys on two daemons sharing PostgreSQL${NEEDS_POSTGRES}`, () => {
@@ -375,6 +564,20 @@ describe(`API keys on two daemons sharing PostgreSQL${NEEDS_POSTGRES}`, () => {
         expect((await one.admin.delete(`/v1/keys/${made.body.id}`)).body.revoked).toBe(true);
         expect((await viaTwo.get('/v1/sandboxes')).body.code).toBe('key_revoked');
         expect((await viaOne.get('/v1/sandboxes')).body.code).toBe('key_revoked');
+      } finally {
+        await plane.stopAll();
+        await database.drop();
+      }
+    },
+  );
+  test.skipIf(NEEDS_POSTGRES !== '')(
+    'templates and snapshots have owners across two replicas',
+    async ({ plane }) => {
+      const database = await createTestDatabase();
+      try {
+        const one = await plane.start({ databaseUrl: database.url });
+        const two = await plane.start({ databaseUrl: database.url });
+        await templateOwnership(plane.provider, one, two);
       } finally {
         await plane.stopAll();
         await database.drop();

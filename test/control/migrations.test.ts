@@ -87,6 +87,54 @@ for (const kind of STORES) {
         expect((await registry.listApiKeys()).map((k) => [k.id, k.running])).toEqual([[key.id, 1]]);
       });
 
+      test('a database at step 4 (before template owners) gets step 5: its templates stay shared, owned by no key', async ({
+        store,
+      }) => {
+        const early = MIGRATIONS.filter((m) => m.version <= 4);
+        const schema = `CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY,
+            name TEXT NOT NULL, applied_at BIGINT NOT NULL);
+          ${early.map((m) => `INSERT INTO schema_migrations VALUES (${m.version}, '${m.name}', 1);`).join('\n')}`;
+        if (kind.name === 'SQLite') {
+          const db = new Database(store.location);
+          try {
+            for (const step of early) {
+              if (typeof step.sqlite === 'string') db.exec(step.sqlite);
+              else step.sqlite(db);
+            }
+            db.exec(schema);
+          } finally {
+            db.close();
+          }
+        } else {
+          await store.raw(`${early.map((m) => m.postgres).join(';\n')}; ${schema}`);
+        }
+        await store.raw(`INSERT INTO templates (name, spec, dir, image, built_at)
+          VALUES ('python', '{"name":"python"}', '/t/python', NULL, 7)`);
+        const registry = await store.open();
+        expect(await versions(registry)).toEqual(ALL);
+        expect(await registry.getTemplate('python')).toEqual({
+          name: 'python',
+          spec: { name: 'python' },
+          dir: '/t/python',
+          image: null,
+          builtAt: 7,
+          owner: null,
+          shared: true,
+        });
+        // What step 5 brings works: a key's own template, and publishing it.
+        await registry.upsertTemplate({
+          name: 'mine',
+          spec: { name: 'mine' },
+          dir: null,
+          image: null,
+          builtAt: 8,
+          owner: 'key_x',
+          shared: false,
+        });
+        expect(await registry.getTemplate('mine')).toMatchObject({ owner: 'key_x', shared: false });
+        expect(await registry.setTemplateShared('mine', true)).toMatchObject({ shared: true });
+      });
+
       test('a database a newer abx migrated is refused, saying so', async ({ store }) => {
         await store.open();
         await store.raw(
@@ -127,12 +175,23 @@ describe('a SQLite registry made before versioning', () => {
       dir: '/t/old',
       image: null,
       builtAt: 5,
+      // Made before templates had owners: it stays in the shared catalogue.
+      owner: null,
+      shared: true,
     });
     expect(await registry.getSandbox('iold')).toMatchObject({
       state: 'running',
       metadata: { a: 'b' },
     });
-    await registry.upsertTemplate({ name: 'img', spec: {}, dir: null, image: 'i:1', builtAt: 6 });
+    await registry.upsertTemplate({
+      name: 'img',
+      spec: {},
+      dir: null,
+      image: 'i:1',
+      builtAt: 6,
+      owner: null,
+      shared: true,
+    });
     expect((await registry.getTemplate('img'))?.image).toBe('i:1');
   });
 });

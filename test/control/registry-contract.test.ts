@@ -232,6 +232,8 @@ for (const kind of STORES) {
         dir: '/t/web',
         image: null,
         builtAt: 1,
+        owner: null,
+        shared: true,
       };
       expect(await registry.upsertTemplate(first)).toBeUndefined();
       const second = { ...first, dir: null, image: 'abx-template/web:2', builtAt: 2 };
@@ -247,6 +249,81 @@ for (const kind of STORES) {
       expect(await registry.removeTemplate('web')).toEqual(second);
       expect(await registry.removeTemplate('web')).toBeUndefined();
       expect(await registry.getTemplate('web')).toBeUndefined();
+    });
+
+    test('templates have owners: a rebuild keeps its owner and sharing, a check refuses a write, publish shares', async ({
+      store,
+    }) => {
+      const registry = await store.open();
+      const mine = {
+        name: 'snap',
+        spec: { name: 'snap' },
+        dir: '/t/snap',
+        image: null,
+        builtAt: 1,
+        owner: 'key_alice0000000',
+        shared: false,
+      };
+      expect(await registry.upsertTemplate(mine)).toBeUndefined();
+      // An admin's rebuild (its record says shared, no owner) keeps alice's ownership.
+      const rebuilt = { ...mine, builtAt: 2, owner: null, shared: true };
+      expect(await registry.upsertTemplate(rebuilt)).toEqual(mine);
+      expect(await registry.getTemplate('snap')).toEqual({
+        ...rebuilt,
+        owner: mine.owner,
+        shared: false,
+      });
+      // A refused check writes nothing and is thrown as it was.
+      const seen: unknown[] = [];
+      const refusal = new Error('not yours');
+      await expect(
+        registry.upsertTemplate({ ...mine, builtAt: 3, dir: '/t/other' }, (previous) => {
+          seen.push(previous?.owner);
+          throw refusal;
+        }),
+      ).rejects.toBe(refusal);
+      expect(seen).toEqual([mine.owner]);
+      expect((await registry.getTemplate('snap'))?.builtAt).toBe(2);
+      // A new name's check is told there is nothing.
+      const fresh: unknown[] = [];
+      await registry.upsertTemplate({ ...mine, name: 'new' }, (previous) => fresh.push(previous));
+      expect(fresh).toEqual([undefined]);
+      expect(await registry.setTemplateShared('snap', true)).toMatchObject({ shared: true });
+      expect((await registry.getTemplate('snap'))?.shared).toBe(true);
+      expect(await registry.setTemplateShared('snap', false)).toMatchObject({ shared: false });
+      expect(await registry.setTemplateShared('none', true)).toBeUndefined();
+    });
+
+    test('templates: two keys racing for one new name on two connections: one writes, the other is refused by its check', async ({
+      store,
+    }) => {
+      const [one, two] = [await store.open(), await store.open()];
+      const write = (registry: typeof one, owner: string) =>
+        registry.upsertTemplate(
+          {
+            name: 'race',
+            spec: { name: 'race', by: owner },
+            dir: `/t/${owner}`,
+            image: null,
+            builtAt: 1,
+            owner,
+            shared: false,
+          },
+          (previous) => {
+            if (previous && previous.owner !== owner) throw new Error(`taken by ${previous.owner}`);
+          },
+        );
+      for (let round = 0; round < 10; round++) {
+        await one.removeTemplate('race');
+        const results = await Promise.allSettled([write(one, 'key_a'), write(two, 'key_b')]);
+        const won = results.filter((r) => r.status === 'fulfilled');
+        expect(won).toHaveLength(1);
+        const row = await one.getTemplate('race');
+        // The winner's row is the winner's whole: its owner with its own build.
+        expect(row).toBeDefined();
+        expect((row?.spec as { by?: string } | undefined)?.by).toBe(row?.owner);
+        expect(row?.dir).toBe(`/t/${row?.owner}`);
+      }
     });
 
     test('agree: the first value of a key is kept, later ones are answered with it', async ({

@@ -130,13 +130,25 @@ export interface E2bBackend {
   setTimeout(id: string, timeoutMs: number): Promise<E2bSandboxRow>;
   /** The token a sandbox's users present to its envd (the native access token). */
   accessToken(id: string): string;
-  /** What a template gives its sandboxes; undefined when there is no such template. */
-  template(name: string): Promise<E2bTemplateTraits | undefined>;
-  /** Saves a running sandbox as the template `name` (admin keys only, as on /v1). */
+  /**
+   * What a template gives its sandboxes; undefined when there is no such template, or (with
+   * `caller`) when it is another key's own, which the caller may not see.
+   */
+  template(name: string, caller?: E2bCaller): Promise<E2bTemplateTraits | undefined>;
+  /**
+   * Saves a running sandbox as the template `name`, the caller's own (as on /v1; 409 for a name
+   * another key's template has).
+   */
   snapshot(id: string, name: string, caller: E2bCaller): Promise<void>;
-  /** The snapshots (templates saved from sandboxes), oldest first, with the sandbox of each. */
-  snapshots(): Promise<{ name: string; sandboxId: string; builtAt: number }[]>;
-  /** Removes a template, a snapshot's included (admin keys only, as on /v1); 404 if none. */
+  /**
+   * The snapshots (templates saved from sandboxes) the caller may use, oldest first, with the
+   * sandbox of each: its own and shared ones; every one for an admin key.
+   */
+  snapshots(caller: E2bCaller): Promise<{ name: string; sandboxId: string; builtAt: number }[]>;
+  /**
+   * Removes a template, a snapshot's included: the caller's own; a shared one or another key's,
+   * admin keys only (as on /v1); 404 if none or the caller may not see it.
+   */
   removeTemplate(name: string, caller: E2bCaller): Promise<void>;
   /**
    * A running sandbox's samples of use from `start` to `end` (ms since the epoch, both included),

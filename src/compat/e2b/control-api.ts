@@ -129,12 +129,12 @@ async function create(call: Call): Promise<Answer> {
   const envs = stringMap(body, 'envVars');
   const metadata = stringMap(body, 'metadata');
   optionalBoolean(body, 'secure');
-  let traits = await call.backend.template(template);
+  let traits = await call.backend.template(template, call.caller);
   if (!traits && template === E2B_CODE_TEMPLATE) {
     // `@e2b/code-interpreter`'s default template: `base` has the code contexts it needs, unless a
     // template of that name is built (one with more libraries, say).
     template = 'base';
-    traits = await call.backend.template(template);
+    traits = await call.backend.template(template, call.caller);
   }
   if (!traits) {
     throw new TemplateNotFoundError(
@@ -467,15 +467,16 @@ async function snapshot(call: Call): Promise<Answer> {
 }
 
 /**
- * `Sandbox.listSnapshots` and `sandbox.listSnapshots()`: the templates saved from sandboxes,
- * filtered by `sandboxID` and `name`, paged as sandboxes are (`limit`, `nextToken`). Snapshots
- * are templates, shared by every key, as `abx template list` shows them.
+ * `Sandbox.listSnapshots` and `sandbox.listSnapshots()`: the templates saved from sandboxes that
+ * the caller may use (its own, published ones; every one for an admin key), filtered by
+ * `sandboxID` and `name`, paged as sandboxes are (`limit`, `nextToken`). Snapshots are templates,
+ * as `abx template list` shows them.
  */
 async function listSnapshots(call: Call): Promise<Answer> {
   const query = parseListQuery(call.query);
   const sandboxId = call.query.get('sandboxID') || undefined;
   const name = call.query.get('name') || undefined;
-  const rows = (await call.backend.snapshots())
+  const rows = (await call.backend.snapshots(call.caller))
     .filter(
       (s) =>
         (sandboxId === undefined || s.sandboxId === sandboxId) &&
