@@ -109,18 +109,30 @@ export function addKeysCommand(program: Command): void {
     keys
       .command('revoke <id>')
       .description(
-        'Revoke an API key (by its id, key_…): refused from its next request on, on every replica. Its running sandboxes run on until they end.',
+        'Revoke an API key (by its id, key_…): refused from its next request on, on every replica. Its sandboxes run on until they end, unless --kill.',
+      )
+      .option(
+        '--kill',
+        "also kill the key's running and paused sandboxes: their tokens stop working at the gateway at once",
       )
       .option('--json', 'print JSON')
-      .action(async (id: string, options: { json?: boolean }) => {
-        const result = await ApiKeys.revoke(id);
+      .action(async (id: string, options: { json?: boolean; kill?: boolean }) => {
+        const result = await ApiKeys.revoke(id, { kill: options.kill === true });
         if (options.json) return printJson(result);
         printLine(
           result.revoked
             ? `revoked API key '${result.key.name}' (${result.key.id})`
             : `API key '${result.key.name}' (${result.key.id}) was revoked already, ${ago(result.key.revokedAt as string)}`,
         );
+        if (result.killed) {
+          printLine(
+            result.killed.length === 0
+              ? 'it had no running or paused sandboxes'
+              : `killed its ${result.killed.length} sandbox${result.killed.length === 1 ? '' : 'es'}: ${result.killed.join(' ')}`,
+          );
+        }
       }),
     'abx keys revoke key_3kq9x0m2ab7c',
+    'abx keys revoke key_3kq9x0m2ab7c --kill   # and end its sandboxes now',
   );
 }

@@ -644,10 +644,13 @@ export function addSandboxCommands(program: Command): void {
     program
       .command('snapshot')
       .description(
-        'Save a running sandbox as a template: new sandboxes of it start from its current files (listed and removed with `abx template`).',
+        "Save a running sandbox as a template: new sandboxes of it start from its current files (listed and removed with `abx template`). The snapshot is your key's own: only it and admin keys see it, until an admin shares it (abx template publish).",
       )
       .argument('<id>', 'the sandbox')
-      .argument('<name>', 'the template to save it as (replaced if it exists)')
+      .argument(
+        '<name>',
+        "the template to save it as (replaced if it is yours; another key's name is refused)",
+      )
       .option('--json', 'print the template as JSON')
       .action(snapshot),
     'abx snapshot i1a2b3c4d5e6f7g8 prepared && abx create --template prepared',

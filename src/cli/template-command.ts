@@ -31,7 +31,9 @@ export function addTemplateCommand(program: Command): void {
   const template = withExamples(
     program
       .command('template')
-      .description('Build, list and remove sandbox templates (template.yaml).'),
+      .description(
+        "Build, list, remove and publish sandbox templates (template.yaml). An admin key's builds are the shared catalogue; another key's builds and every snapshot are that key's own until an admin publishes them.",
+      ),
     'abx template build samples/template.yaml',
   );
 
@@ -39,7 +41,7 @@ export function addTemplateCommand(program: Command): void {
     template
       .command('build <path>')
       .description(
-        'Build a template: run its setup steps once; new sandboxes start from the result.',
+        "Build a template: run its setup steps once; new sandboxes start from the result. Built with an admin key it is shared by every key; with another key it is that key's own (rebuild only your own).",
       )
       .option('--json', 'print the built template as JSON')
       .option(
@@ -65,15 +67,18 @@ export function addTemplateCommand(program: Command): void {
     template
       .command('list')
       .alias('ls')
-      .description('List built templates (base is always there).')
+      .description(
+        "List the templates this key may use: base, the shared catalogue and the key's own (an admin key: every template). SHARED says which.",
+      )
       .option('--json', 'print JSON')
       .action(async (options: { json?: boolean }) => {
         const templates = await Templates.list();
         if (options.json) return printJson(templates);
         printTable(
-          ['NAME', 'CAPABILITIES', 'NETWORK', 'TIMEOUT', 'BUILT'],
+          ['NAME', 'SHARED', 'CAPABILITIES', 'NETWORK', 'TIMEOUT', 'BUILT'],
           templates.map((t) => [
             t.name,
+            t.shared ? 'yes' : t.owner ? `no (${t.owner})` : 'no',
             t.capabilities.join(','),
             t.network,
             formatSpan(t.timeoutMs),
@@ -87,11 +92,34 @@ export function addTemplateCommand(program: Command): void {
   withExamples(
     template
       .command('rm <name>')
-      .description('Remove a built template.')
+      .description(
+        'Remove a built template: your own; one in the shared catalogue needs an admin key.',
+      )
       .action(async (name: string) => {
         await Templates.remove(name);
         printLine(`removed template '${name}'`);
       }),
     'abx template rm data-tools',
+  );
+
+  withExamples(
+    template
+      .command('publish <name>')
+      .description(
+        "Share a template (a key's own build, a snapshot) with every key: it joins the catalogue that every key lists and creates sandboxes from. --unpublish takes it back out (its owner and admins only). Needs an admin key.",
+      )
+      .option('--unpublish', 'take it out of the shared catalogue instead')
+      .option('--json', 'print the template as JSON')
+      .action(async (name: string, options: { unpublish?: boolean; json?: boolean }) => {
+        const published = await Templates.publish(name, { shared: options.unpublish !== true });
+        if (options.json) return printJson(published);
+        printLine(
+          published.shared
+            ? `template '${name}' is shared: every key lists it and creates sandboxes from it`
+            : `template '${name}' is no longer shared: only its owner${published.owner ? ` (${published.owner})` : ''} and admin keys see it`,
+        );
+      }),
+    'abx template publish prepared',
+    'abx template publish prepared --unpublish',
   );
 }

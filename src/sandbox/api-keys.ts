@@ -44,15 +44,17 @@ export const ApiKeys = {
 
   /**
    * Revokes a key by id: it is refused from its next request on. `revoked` is false when it had
-   * been revoked before. Its running sandboxes run on until they end (an admin can kill them).
+   * been revoked before. Its sandboxes run on until they end, unless `kill: true`: then its
+   * running and paused sandboxes are killed too (their tokens stop working at the gateway at
+   * once), and `killed` lists their ids.
    */
   async revoke(
     id: string,
-    options: ConnectionOptions = {},
-  ): Promise<{ revoked: boolean; key: ApiKeyInfo }> {
-    return (await client(options)).json<{ revoked: boolean; key: ApiKeyInfo }>(
+    options: ConnectionOptions & { kill?: boolean } = {},
+  ): Promise<{ revoked: boolean; key: ApiKeyInfo; killed?: string[] }> {
+    return (await client(options)).json<{ revoked: boolean; key: ApiKeyInfo; killed?: string[] }>(
       'DELETE',
-      `/v1/keys/${encodeURIComponent(id)}`,
+      `/v1/keys/${encodeURIComponent(id)}${options.kill ? '?kill=true' : ''}`,
     );
   },
 };

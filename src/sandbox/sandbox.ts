@@ -538,8 +538,10 @@ export class Sandbox extends BaseSandbox {
   /**
    * Saves this sandbox as the template `name`: new sandboxes of `name` start from its current
    * home folder (and, on a provider that runs images, its whole filesystem), with its template's
-   * settings. Snapshots list with templates and are removed the same way. An existing template
-   * of that name is replaced.
+   * settings. Snapshots list with templates and are removed the same way. The snapshot belongs
+   * to this client's API key: only that key and admin keys list it and create from it (an admin
+   * shares it with `Templates.publish`). An existing template of that name that is the key's own
+   * is replaced; another key's name is refused (`TemplateConflictError`).
    *
    * @example
    * await sandbox.commands.run('pip install pandas && python prepare.py');

@@ -39,7 +39,9 @@ async function client(options: ConnectionOptions, timeoutMs?: number): Promise<H
 
 /**
  * Templates of the control plane (the local daemon, or the remote one of `apiUrl` /
- * `ABX_API_URL`): build from a `template.yaml`, list, remove.
+ * `ABX_API_URL`): build from a `template.yaml`, list, remove, publish. A template built by a key
+ * that is not an admin, and every snapshot, is that key's own (its owner and admin keys see it);
+ * admin keys' builds are the shared catalogue every key uses (`shared` in {@link TemplateInfo}).
  */
 export const Templates = {
   /**
@@ -105,7 +107,27 @@ export const Templates = {
     );
   },
 
+  /**
+   * Removes a template: a key its own; one in the shared catalogue, or another key's, needs an
+   * admin key (another key's own answers as a name that does not exist).
+   */
   async remove(name: string, options: ConnectionOptions = {}): Promise<void> {
     await (await client(options)).json('DELETE', `/v1/templates/${encodeURIComponent(name)}`);
+  },
+
+  /**
+   * Puts a template (a key's own, a snapshot) into the shared catalogue, so every key lists it
+   * and creates sandboxes from it; `shared: false` takes it back out (its owner and admins only).
+   * Needs an admin key.
+   */
+  async publish(
+    name: string,
+    options: ConnectionOptions & { shared?: boolean } = {},
+  ): Promise<TemplateInfo> {
+    return (await client(options)).json<TemplateInfo>(
+      'POST',
+      `/v1/templates/${encodeURIComponent(name)}/publish`,
+      { body: { shared: options.shared ?? true } },
+    );
   },
 };

@@ -99,6 +99,82 @@ describe('abx keys create, list, revoke', () => {
     // A dozen abx processes one after the other: minutes on a loaded machine, not a hang.
   }, 180_000);
 
+  test('templates and snapshots have owners (abx snapshot, template list|publish); keys revoke --kill ends the sandboxes', async () => {
+    const make = async (name: string) =>
+      cli.json<ApiKeyInfo & { key: string }>(['keys', 'create', '--name', name]);
+    const [alice, bob] = [await make('tpl-alice'), await make('tpl-bob')];
+    const [asAlice, asBob] = [as(alice.key), as(bob.key)];
+    // Alice snapshots her own sandbox, with a file in it: the template is hers.
+    const source = (await asAlice(['create', '-q'])).stdout.trim();
+    const wrote = await asAlice(['exec', source, '--', 'sh', '-c', 'echo alice only > secret.txt']);
+    expect(wrote.code, wrote.stderr).toBe(0);
+    const saved = await asAlice(['snapshot', source, 'alice-snap']);
+    expect(saved.code, saved.stderr).toBe(0);
+    const copy = (await asAlice(['create', '-q', '--template', 'alice-snap'])).stdout.trim();
+    expect((await asAlice(['exec', copy, '--', 'cat', 'secret.txt'])).stdout).toBe('alice only\n');
+    const aliceList = (await asAlice(['template', 'list'])).stdout;
+    expect(aliceList).toMatch(/^NAME\s+SHARED\s+CAPABILITIES/);
+    expect(aliceList).toMatch(new RegExp(`^alice-snap\\s+no \\(${alice.id}\\)\\s`, 'm'));
+
+    // Bob neither lists it nor starts it: it answers as a name that is not built.
+    expect((await asBob(['template', 'list'])).stdout).not.toContain('alice-snap');
+    const refused = await asBob(['create', '-q', '--template', 'alice-snap']);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain(
+      "abx: TemplateNotFoundError: template 'alice-snap' is not built; known templates: base.",
+    );
+    const taken = await asBob([
+      'snapshot',
+      (await asBob(['create', '-q'])).stdout.trim(),
+      'alice-snap',
+    ]);
+    expect(taken.code).toBe(1);
+    expect(taken.stderr).toContain(
+      "abx: TemplateConflictError: the template name 'alice-snap' is taken by a template this key cannot see: choose another name",
+    );
+    // Only an admin shares it.
+    const notAdmin = await asAlice(['template', 'publish', 'alice-snap']);
+    expect(notAdmin.code).toBe(1);
+    expect(notAdmin.stderr).toContain(
+      "abx: PermissionDeniedError: publishing template 'alice-snap' (or taking it out of the shared catalogue) needs an admin API key, and the key 'tpl-alice'",
+    );
+    const published = await cli.abx(['template', 'publish', 'alice-snap']);
+    expect(published).toMatchObject({
+      code: 0,
+      stdout: "template 'alice-snap' is shared: every key lists it and creates sandboxes from it\n",
+    });
+    expect((await asBob(['template', 'list'])).stdout).toMatch(/^alice-snap\s+yes\s/m);
+    const bobs = (await asBob(['create', '-q', '--template', 'alice-snap'])).stdout.trim();
+    expect((await asBob(['exec', bobs, '--', 'cat', 'secret.txt'])).stdout).toBe('alice only\n');
+    const back = await cli.abx(['template', 'publish', 'alice-snap', '--unpublish']);
+    expect(back.stdout).toBe(
+      `template 'alice-snap' is no longer shared: only its owner (${alice.id}) and admin keys see it\n`,
+    );
+    expect((await asBob(['template', 'list'])).stdout).not.toContain('alice-snap');
+    const help = await cli.abx(['template', 'publish', '--help']);
+    expect(help.stdout).toContain('--unpublish');
+    expect(help.stdout).toContain('Needs an admin key.');
+
+    // Revoked with --kill: her sandboxes end at once, bob's run on.
+    const revoked = await cli.abx(['keys', 'revoke', alice.id, '--kill']);
+    expect(revoked.code, revoked.stderr).toBe(0);
+    expect(revoked.stdout).toMatch(
+      new RegExp(
+        `^revoked API key 'tpl-alice' \\(${alice.id}\\)\\nkilled its 2 sandboxes: \\S+ \\S+\\n$`,
+      ),
+    );
+    expect(revoked.stdout).toContain(source);
+    expect(revoked.stdout).toContain(copy);
+    for (const id of [source, copy]) {
+      expect((await cli.abx(['info', id])).stdout).toMatch(/^state:\s+killed$/m);
+    }
+    expect((await asBob(['exec', bobs, '--', 'echo', 'still'])).stdout).toBe('still\n');
+    expect((await cli.abx(['keys', 'revoke', '--help'])).stdout).toMatch(
+      /--kill\s+also kill the key's running and paused sandboxes: their tokens\s+stop working at the gateway at once/,
+    );
+    await cli.abx(['template', 'rm', 'alice-snap']);
+  }, 240_000);
+
   test('usage: --name is required, --max-running takes a count, --help shows examples', async () => {
     const noName = await cli.abx(['keys', 'create']);
     expect(noName.code).toBe(2);
