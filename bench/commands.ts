@@ -1,4 +1,4 @@
-import { int, sandbox } from 'agent-sandbox';
+import { int, sandbox } from 'abx-sandbox';
 
 /** The trivial commands the benchmarks call: the work is nothing, the cost is the path. */
 @sandbox('bench')

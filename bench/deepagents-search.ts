@@ -1,5 +1,5 @@
 // `--only deepagents` (bench/README.md, item 15): deepagents' grep and glob over the whole sandbox.
-import { DEEPAGENTS_SEARCH_BUDGET_MS, deepAgentsBackend, Sandbox } from 'agent-sandbox';
+import { DEEPAGENTS_SEARCH_BUDGET_MS, deepAgentsBackend, Sandbox } from 'abx-sandbox';
 import { median, round } from './stats.js';
 
 /** What run.ts hands a section: its table, its goals and its results.json. */

@@ -18,7 +18,7 @@ import { dirname, join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { fileURLToPath } from 'node:url';
-import { Sandbox, type SandboxCreateOptions, Template, Templates, Volume } from 'agent-sandbox';
+import { Sandbox, type SandboxCreateOptions, Template, Templates, Volume } from 'abx-sandbox';
 import Database from 'better-sqlite3';
 import { Client, type Dispatcher, Pool } from 'undici';
 import { unmountUnder } from '../src/providers/local/volumes.js';

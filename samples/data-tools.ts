@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { arg, int, sandbox } from 'agent-sandbox';
+import { arg, int, sandbox } from 'abx-sandbox';
 
 export interface Summary {
   path: string;

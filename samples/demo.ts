@@ -2,7 +2,7 @@
 // the DataTools class, call a registered command and the YAML command, list the commands, kill
 // the sandbox. One line per step, with the time it took.
 import { fileURLToPath } from 'node:url';
-import { Sandbox, Templates } from 'agent-sandbox';
+import { Sandbox, Templates } from 'abx-sandbox';
 import { DataTools, type Summary } from './data-tools.js';
 
 const CSV = `name,city

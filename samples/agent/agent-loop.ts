@@ -3,7 +3,7 @@
 // The model here is scripted, so this runs offline; plug a real one in where `model` is made.
 import 'reflect-metadata';
 import { fileURLToPath } from 'node:url';
-import { callTool, Sandbox, Templates, toOpenAITools } from 'agent-sandbox';
+import { callTool, Sandbox, Templates, toOpenAITools } from 'abx-sandbox';
 import { DataTools } from '../data-tools.js';
 import { type Message, scriptedModel } from './scripted-model.js';
 

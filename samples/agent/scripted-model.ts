@@ -1,6 +1,6 @@
 // A stand-in for an LLM: it answers from a script, so the sample runs offline and in CI. A real
 // model takes the same messages and tools and gives the same kind of turn; see agent-loop.ts.
-import type { JsonValue } from 'agent-sandbox';
+import type { JsonValue } from 'abx-sandbox';
 
 /** A tool call a model asks for. */
 export interface ToolCall {

@@ -36,7 +36,7 @@ export const DEEPAGENTS_SEARCH_BUDGET_MS = 2000;
  *
  * ```ts
  * import { createDeepAgent } from 'deepagents';
- * import { Sandbox, deepAgentsBackend } from 'agent-sandbox';
+ * import { Sandbox, deepAgentsBackend } from 'abx-sandbox';
  *
  * const sandbox = await Sandbox.create({ template: 'base' });
  * const agent = createDeepAgent({ model, backend: deepAgentsBackend(sandbox) });

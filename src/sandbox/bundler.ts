@@ -37,8 +37,11 @@ function authoringFile(): string {
  */
 export type AuthoringMode = 'inline' | 'shared';
 
+/** The package's names as a module imports them (the second: packs made before the rename). */
+const PACKAGE_NAMES = /^(abx-sandbox|agent-sandbox)(\/authoring)?$/;
+
 /**
- * What `require('agent-sandbox')` is in a `shared` bundle: the authoring half the command server
+ * What `require('abx-sandbox')` is in a `shared` bundle: the authoring half the command server
  * put on the global object before loading the bundle.
  */
 const AUTHORING_SHIM = `const authoring = globalThis[Symbol.for(${JSON.stringify(AUTHORING_GLOBAL_KEY)})];
@@ -50,7 +53,8 @@ module.exports = authoring;
 
 /**
  * Resolves the package's authoring half to {@link AUTHORING_SHIM} in a `shared` bundle: by its
- * names (`agent-sandbox`, `agent-sandbox/authoring`) and by the paths of its entry files (a module
+ * names (`abx-sandbox`, `abx-sandbox/authoring`, and `agent-sandbox`, the name of packs built
+ * before the package was renamed) and by the paths of its entry files (a module
  * of this repository that imports `src/authoring.ts`), so a bundle never carries a second copy
  * with a command registry of its own.
  */
@@ -58,11 +62,11 @@ function sharedAuthoring(root: string): Plugin {
   const own = new Set(
     ['src/authoring.ts', 'dist/authoring.cjs', 'dist/authoring.js'].map((f) => join(root, f)),
   );
-  const shim = { path: 'agent-sandbox', namespace: 'abx-authoring' };
+  const shim = { path: 'abx-sandbox', namespace: 'abx-authoring' };
   return {
     name: 'abx-shared-authoring',
     setup(plugin) {
-      plugin.onResolve({ filter: /^agent-sandbox(\/authoring)?$/ }, () => shim);
+      plugin.onResolve({ filter: PACKAGE_NAMES }, () => shim);
       plugin.onResolve({ filter: /authoring(\.[cm]?[jt]s)?$/ }, async (args) => {
         if (args.pluginData === shim) return undefined;
         const found = await plugin.resolve(args.path, {
@@ -91,10 +95,17 @@ function bundleOptions(authoring: string, mode: AuthoringMode = 'inline'): Build
     write: false,
     metafile: true,
     absWorkingDir: packageInfo().root,
-    // A module's `import ... from 'agent-sandbox'` gets the authoring half only: no SDK, no
+    // A module's `import ... from 'abx-sandbox'` gets the authoring half only: no SDK, no
     // native modules inside the sandbox (a shared bundle: the server's, see sharedAuthoring).
     ...(mode === 'inline'
-      ? { alias: { 'agent-sandbox': authoring, 'agent-sandbox/authoring': authoring } }
+      ? {
+          alias: Object.fromEntries(
+            ['abx-sandbox', 'agent-sandbox'].flatMap((name) => [
+              [name, authoring],
+              [`${name}/authoring`, authoring],
+            ]),
+          ),
+        }
       : {}),
     tsconfigRaw: {
       compilerOptions: { experimentalDecorators: true, useDefineForClassFields: false },
@@ -202,7 +213,7 @@ export async function bundleCommands(
   const entry = [
     mode === 'inline'
       ? "require('reflect-metadata');"
-      : "const authoring = require('agent-sandbox');",
+      : "const authoring = require('abx-sandbox');",
     `globalThis[Symbol.for('agent-sandbox.shipped-commands')] = ${JSON.stringify(shipped)};`,
     ...files.map((file) => `require(${JSON.stringify(file)});`),
     mode === 'inline'

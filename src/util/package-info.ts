@@ -12,7 +12,7 @@ export function packageInfo(): { name: string; version: string; root: string } {
     const file = join(dir, 'package.json');
     if (existsSync(file)) {
       const json = JSON.parse(readFileSync(file, 'utf8'));
-      if (json.name === 'agent-sandbox')
+      if (json.name === 'abx-sandbox')
         return { name: json.name, version: json.version, root: dir };
     }
     const parent = dirname(dir);

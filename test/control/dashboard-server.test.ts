@@ -306,7 +306,7 @@ describe('the page', () => {
       const response = await request(`${info.apiUrl}${path}`);
       const text = await response.body.text();
       expect(response.statusCode).not.toBe(200);
-      expect(text).not.toContain('"name": "agent-sandbox"');
+      expect(text).not.toContain('"name": "abx-sandbox"');
     }
   });
 

@@ -22,7 +22,7 @@ export function userProject(compilerOptions: Record<string, unknown>, home: stri
     }),
   );
   mkdirSync(join(dir, 'node_modules'));
-  symlinkSync(ROOT, join(dir, 'node_modules', 'agent-sandbox'));
+  symlinkSync(ROOT, join(dir, 'node_modules', 'abx-sandbox'));
   symlinkSync(join(ROOT, 'node_modules', '@types'), join(dir, 'node_modules', '@types'));
   mkdirSync(join(dir, 'src'));
   return {

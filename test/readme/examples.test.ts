@@ -1,9 +1,8 @@
-import { copyFileSync, readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Sandbox } from '../../src/index.js';
 import { createAbxHome } from '../helpers/abx-home.js';
-import { ROOT } from '../helpers/build.js';
 import { readmeBlock } from '../helpers/readme.js';
 import { userProject } from '../helpers/user-project.js';
 
@@ -16,13 +15,18 @@ let project: ReturnType<typeof userProject>;
 
 beforeAll(async () => {
   abx = await createAbxHome();
-  const tsconfig = JSON.parse(readmeBlock('json', 'agent-sandbox', 'compilerOptions').code) as {
+  const tsconfig = JSON.parse(
+    readmeBlock('json', 'Use it in your project', 'compilerOptions').code,
+  ) as {
     compilerOptions: Record<string, unknown>;
   };
   project = userProject(tsconfig.compilerOptions, abx.home);
-  // The first example builds `template.yaml` (name: data-tools, capabilities with ports).
-  copyFileSync(join(ROOT, 'samples', 'template.yaml'), join(project.dir, 'template.yaml'));
-  project.addScript('first', readmeBlock('ts', 'agent-sandbox').code);
+  // The first example builds the README's own `template.yaml` (name: data-tools, with ports).
+  writeFileSync(
+    join(project.dir, 'template.yaml'),
+    readmeBlock('yaml', 'Use it in your project', 'name: data-tools').code,
+  );
+  project.addScript('first', readmeBlock('ts', 'Use it in your project').code);
   project.addScript('run-code', readmeBlock('ts', 'Run code').code);
   project.compile();
 }, 300_000);

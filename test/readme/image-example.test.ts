@@ -40,7 +40,9 @@ if (!('docker' in engine) || !engine.docker) {
       taggedBase = true;
     }
     abx = await createAbxHome();
-    const tsconfig = JSON.parse(readmeBlock('json', 'agent-sandbox', 'compilerOptions').code) as {
+    const tsconfig = JSON.parse(
+      readmeBlock('json', 'Use it in your project', 'compilerOptions').code,
+    ) as {
       compilerOptions: Record<string, unknown>;
     };
     project = userProject(tsconfig.compilerOptions, abx.home);

@@ -20,7 +20,7 @@ function compile(source: string, format: keyof typeof FORMATS): string {
   }).outputText;
 }
 
-const HEADER = `import { Sandbox, Templates, int, sandbox } from 'agent-sandbox';
+const HEADER = `import { Sandbox, Templates, int, sandbox } from 'abx-sandbox';
 import { readFileSync } from 'node:fs';
 import { join as joinPath } from 'node:path';
 `;
@@ -66,7 +66,7 @@ for (const format of ['esm', 'cjs'] as const) {
       expect(code).toContain("sandbox('data-tools')");
       expect(code).toContain('function clamp');
       expect(code).toContain('const LIMITS = { max: 100 }');
-      expect(code).toContain("from 'agent-sandbox'");
+      expect(code).toContain("from 'abx-sandbox'");
       expect(code).toContain("from 'node:fs'");
       expect(code).toContain("from 'node:path'");
       expect(code).toContain('export { DataTools }');
@@ -89,7 +89,7 @@ for (const format of ['esm', 'cjs'] as const) {
       expect(code).not.toContain('main');
       expect(code).not.toContain('SIDE EFFECT');
       if (format === 'cjs') {
-        expect(code).toContain('require("agent-sandbox")');
+        expect(code).toContain('require("abx-sandbox")');
         expect(code).toContain('exports.DataTools = DataTools');
       }
     });
@@ -116,7 +116,7 @@ function main() { console.log('SIDE EFFECT'); }
 
     test('a default-exported class (tsc names it default_1)', () => {
       const source = compile(
-        `import { sandbox } from 'agent-sandbox';
+        `import { sandbox } from 'abx-sandbox';
 const GREETING = 'hello';
 @sandbox('tpl')
 export default class {
@@ -135,7 +135,7 @@ console.log('SIDE EFFECT');
 
     test('top-level code that only changes what the class uses runs with it', () => {
       const source = compile(
-        `import { sandbox } from 'agent-sandbox';
+        `import { sandbox } from 'abx-sandbox';
 const settings: Record<string, number> = {};
 settings.base = 40;
 let scale = 1;
@@ -157,7 +157,7 @@ console.log('SIDE EFFECT');
 
     test('names a method shadows are not taken from the script', () => {
       const source = compile(
-        `import { sandbox } from 'agent-sandbox';
+        `import { sandbox } from 'abx-sandbox';
 const box = main();
 @sandbox('tpl')
 export class Tools {
@@ -197,7 +197,7 @@ describe('what cannot be separated fails with module:line and the fix', () => {
 
   test('a value the class uses, computed with top-level await', () => {
     const message = error(
-      `import { sandbox } from 'agent-sandbox';
+      `import { sandbox } from 'abx-sandbox';
 const rate = await fetch('http://127.0.0.1:9/rate').then((r) => r.json());
 @sandbox('tpl')
 export class Tools {
@@ -214,7 +214,7 @@ export class Tools {
 
   test('a binding the class uses, changed by top-level code after an await', () => {
     const message = error(
-      `import { sandbox } from 'agent-sandbox';
+      `import { sandbox } from 'abx-sandbox';
 let rate = 1;
 @sandbox('tpl')
 export class Tools {
@@ -231,7 +231,7 @@ rate = await Promise.resolve(3);
 
   test('a binding the class uses, changed by a function the script calls', () => {
     const message = error(
-      `import { sandbox } from 'agent-sandbox';
+      `import { sandbox } from 'abx-sandbox';
 let rate = 1;
 @sandbox('tpl')
 export class Tools {
@@ -249,7 +249,7 @@ configure(Number(process.argv[2]));
 
   test('a class declared inside main()', () => {
     const message = error(
-      `import { sandbox } from 'agent-sandbox';
+      `import { sandbox } from 'abx-sandbox';
 async function main() {
   @sandbox('tpl')
   class Tools {

@@ -11,14 +11,14 @@ import { userProject } from '../helpers/user-project.js';
 // project's tsc and the README's tsconfig lines, and run with node against a private daemon.
 
 /** The README's tsconfig lines, from README.md itself. */
-const TSCONFIG = JSON.parse(readmeBlock('json', 'agent-sandbox', 'compilerOptions').code) as {
+const TSCONFIG = JSON.parse(readmeBlock('json', 'Use it in your project', 'compilerOptions').code) as {
   compilerOptions: Record<string, unknown>;
 };
 
 const TEMPLATE = 'name: data-tools\ncapabilities: [shell, files, code, ports]\n';
 
 /** The README's snippet, as a user pastes it (plus a line that must not run in the sandbox). */
-const README = `import { Sandbox, Templates, int, sandbox } from 'agent-sandbox';
+const README = `import { Sandbox, Templates, int, sandbox } from 'abx-sandbox';
 import { writeFileSync } from 'node:fs';
 
 @sandbox('data-tools')
@@ -40,7 +40,7 @@ console.log('sandbox', box.sandboxId);
 `;
 
 /** The same wrapped in main(), with an explicit kill. */
-const MAIN = `import { Sandbox, Templates, int, sandbox } from 'agent-sandbox';
+const MAIN = `import { Sandbox, Templates, int, sandbox } from 'abx-sandbox';
 import { writeFileSync } from 'node:fs';
 
 @sandbox('data-tools')
@@ -72,7 +72,7 @@ main().catch((error) => {
 `;
 
 /** A class that needs a value the script computes with await: the clear error, nothing uploaded. */
-const AWAITED = `import { Sandbox, Templates, sandbox } from 'agent-sandbox';
+const AWAITED = `import { Sandbox, Templates, sandbox } from 'abx-sandbox';
 
 const rate = await Promise.resolve(3);
 

@@ -13,7 +13,7 @@ import { ensureBuilt } from '../helpers/build.js';
 
 let dir: string;
 
-const SCRIPT = (value: number) => `import { sandbox } from 'agent-sandbox';
+const SCRIPT = (value: number) => `import { sandbox } from 'abx-sandbox';
 
 const BASE: number = ${value};
 
@@ -29,7 +29,7 @@ console.log('SIDE EFFECT');
 await new Promise((resolve) => setTimeout(resolve, 1));
 `;
 
-const AWAITED = `import { sandbox } from 'agent-sandbox';
+const AWAITED = `import { sandbox } from 'abx-sandbox';
 
 // a comment, so that lines differ between the TypeScript and its JavaScript
 type Rate = number;
