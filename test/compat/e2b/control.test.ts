@@ -244,7 +244,7 @@ describe('more of the control API', () => {
     expect((await sandbox.getInfo()).endAt.getTime()).toBe(lengthened);
   }, 60_000);
 
-  test('createSnapshot saves the sandbox as a template that Sandbox.create starts from; admin keys only', async ({
+  test('createSnapshot saves the sandbox as a template that Sandbox.create starts from; listed, paged, deleted', async ({
     made,
   }) => {
     const source = made(await Sandbox.create(as(adminKey)));
@@ -274,17 +274,76 @@ describe('more of the control API', () => {
     expect(pager.hasNext).toBe(false);
     expect(await Sandbox.deleteSnapshot(second.snapshotId, as(adminKey))).toBe(true);
 
-    const key = await cliKey(`snapper-${Date.now()}`);
-    const own = made(await Sandbox.create(as(key)));
-    const refused = Sandbox.createSnapshot(own.sandboxId, { ...as(key), name: `${name}-2` });
-    await expect(refused).rejects.toBeInstanceOf(SandboxError);
-    await expect(refused).rejects.toThrow(/403: .*needs an admin API key/);
-    await expect(Sandbox.deleteSnapshot(name, as(key))).rejects.toThrow(/403: /);
-
     expect(await Sandbox.deleteSnapshot(name, as(adminKey))).toBe(true);
     expect(await Sandbox.deleteSnapshot(name, as(adminKey))).toBe(false);
     await expect(Sandbox.create(name, as(adminKey))).rejects.toThrow(/404: /);
     expect(await listed(Sandbox.listSnapshots(as(adminKey)))).toEqual([]);
+  }, 180_000);
+
+  test('a snapshot belongs to the key that took it: any key snapshots its own sandbox; other keys get 404 as for an unknown name', async ({
+    made,
+  }) => {
+    const listed = async (paginator: { nextItems(): Promise<{ snapshotId: string }[]> }) =>
+      (await paginator.nextItems()).map((s) => s.snapshotId).sort();
+    const alice = await cliKey(`snap-alice-${Date.now()}`);
+    const bob = await cliKey(`snap-bob-${Date.now()}`);
+    const hers = made(await Sandbox.create(as(alice)));
+    // Files through the native SDK (E2B's files need a resolvable domain; envd is tested apart).
+    const files = async (id: string) => (await AbxSandbox.connect(id, { home: abx.home })).files;
+    await (await files(hers.sandboxId)).write('secret.txt', 'alice only');
+    // An ordinary key snapshots its own sandbox, with E2B's generated name.
+    const snapshot = await hers.createSnapshot();
+    expect(snapshot.snapshotId).toMatch(new RegExp(`^snapshot-${hers.sandboxId}-`));
+    expect(await listed(Sandbox.listSnapshots(as(alice)))).toEqual([snapshot.snapshotId]);
+    const copy = made(await Sandbox.create(snapshot.snapshotId, as(alice)));
+    expect(await (await files(copy.sandboxId)).read('secret.txt')).toBe('alice only');
+
+    // Bob: not listed, not started, not removed, not snapshotted over; as a name that is not there.
+    expect(await listed(Sandbox.listSnapshots(as(bob)))).toEqual([]);
+    expect(await listed(Sandbox.listSnapshots({ ...as(bob), sandboxId: hers.sandboxId }))).toEqual(
+      [],
+    );
+    const unknown = await Sandbox.create('snapshot-nosuch', as(bob)).catch((e: Error) => e);
+    const refused = await Sandbox.create(snapshot.snapshotId, as(bob)).catch((e: Error) => e);
+    expect(refused).toBeInstanceOf(Error);
+    expect((refused as Error).message).toBe(
+      (unknown as Error).message.replaceAll('snapshot-nosuch', snapshot.snapshotId),
+    );
+    expect((refused as Error).message).toMatch(/404: /);
+    expect(await Sandbox.deleteSnapshot(snapshot.snapshotId, as(bob))).toBe(false);
+    // Her sandbox is not his to snapshot: as a sandbox that does not exist.
+    await expect(Sandbox.createSnapshot(hers.sandboxId, as(bob))).rejects.toBeInstanceOf(
+      SandboxNotFoundError,
+    );
+    const his = made(await Sandbox.create(as(bob)));
+    await expect(his.createSnapshot({ name: snapshot.snapshotId })).rejects.toThrow(
+      /409: the template name '.+' is taken by a template this key cannot see/,
+    );
+    expect(await listed(Sandbox.listSnapshots(as(alice)))).toEqual([snapshot.snapshotId]);
+
+    // An admin's snapshot of her sandbox is the admin's: alice does not see it.
+    const audit = await Sandbox.createSnapshot(hers.sandboxId, as(adminKey));
+    expect(await listed(Sandbox.listSnapshots(as(adminKey)))).toEqual(
+      [snapshot.snapshotId, audit.snapshotId].sort(),
+    );
+    expect(await listed(Sandbox.listSnapshots(as(alice)))).toEqual([snapshot.snapshotId]);
+    await expect(Sandbox.create(audit.snapshotId, as(alice))).rejects.toThrow(/404: /);
+    expect(await Sandbox.deleteSnapshot(audit.snapshotId, as(alice))).toBe(false);
+
+    // Published by an admin (abx template publish), every key starts it; alice removes her own.
+    const shared = await call(`${info.apiUrl}/v1/templates/${snapshot.snapshotId}/publish`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${adminKey}` },
+      body: {},
+    });
+    expect(shared.body.shared).toBe(true);
+    expect(await listed(Sandbox.listSnapshots(as(bob)))).toEqual([snapshot.snapshotId]);
+    const bobs = made(await Sandbox.create(snapshot.snapshotId, as(bob)));
+    expect(await (await files(bobs.sandboxId)).read('secret.txt')).toBe('alice only');
+    // Shared, it is the catalogue's: only an admin removes it.
+    await expect(Sandbox.deleteSnapshot(snapshot.snapshotId, as(alice))).rejects.toThrow(/403: /);
+    expect(await Sandbox.deleteSnapshot(snapshot.snapshotId, as(adminKey))).toBe(true);
+    expect(await Sandbox.deleteSnapshot(audit.snapshotId, as(adminKey))).toBe(true);
   }, 180_000);
 });
 
