@@ -1,7 +1,9 @@
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { type Command, Option } from 'commander';
+import { PORT_SETTINGS, parsePort } from '../control/daemon-ports.js';
 import { findDaemon, startDaemon, stopDaemon } from '../installation/daemon-connection.js';
+import type { DaemonInfo } from '../installation/daemon-info.js';
 import { abxHome, abxPaths } from '../installation/paths.js';
 import {
   checkPublicListen,
@@ -41,6 +43,8 @@ interface DaemonStartOptions {
   egressUserns?: string;
   egressHosts?: string;
   egressPermit?: string;
+  apiPort?: string;
+  gatewayPort?: string;
 }
 
 /** The egress options (docs/network.md) as the daemon process reads them: absolute paths. */
@@ -108,6 +112,30 @@ function remoteListen(options: DaemonStartOptions): {
       ABX_INSECURE: options.insecure ? '1' : undefined,
     },
   };
+}
+
+/**
+ * `--api-port`, `--gateway-port` (or their variables): checked here, given to the daemon through
+ * its environment. A daemon already running on other ports is an error, not a silent no-op.
+ */
+function loopbackPorts(options: DaemonStartOptions, running: DaemonInfo | undefined): void {
+  for (const [listener, given] of [
+    ['api', options.apiPort],
+    ['gateway', options.gatewayPort],
+  ] as const) {
+    const setting = PORT_SETTINGS[listener];
+    if (given === undefined || given === '') continue;
+    const port = parsePort(given, setting.flag);
+    if (typeof port === 'string') throw new UsageError(port, 'abx daemon start --help');
+    process.env[setting.env] = String(port);
+    const url = running && (listener === 'api' ? running.apiUrl : running.gatewayUrl);
+    if (url && port !== 0 && Number(new URL(url).port) !== port) {
+      throw new UsageError(
+        `a daemon runs already (pid ${running?.pid}) with its ${setting.what} on ${url}; stop it first (abx daemon stop) to start one with ${setting.flag} ${port}`,
+        'abx daemon stop',
+      );
+    }
+  }
 }
 
 /** `abx daemon start|stop|status|logs`. */
@@ -271,6 +299,18 @@ export function addDaemonCommand(program: Command): void {
       )
       .addOption(
         new Option(
+          '--api-port <port>',
+          "the API's port on 127.0.0.1. Chosen free at the first start and kept in $ABX_HOME/ports.json, so printed addresses (abx e2b env) stay valid across restarts; a port given here is kept from now on; 0: a random port this start, not kept",
+        ).env('ABX_API_PORT'),
+      )
+      .addOption(
+        new Option(
+          '--gateway-port <port>',
+          "the gateway's port on 127.0.0.1 (sandbox ports, E2B's SDKs), kept the same way",
+        ).env('ABX_GATEWAY_PORT'),
+      )
+      .addOption(
+        new Option(
           '--no-dashboard',
           'do not serve the web dashboard at / of the API (ABX_DASHBOARD=0); abx dashboard opens it',
         ),
@@ -304,6 +344,7 @@ export function addDaemonCommand(program: Command): void {
           else process.env[name] = value;
         }
         const running = await findDaemon(abxHome());
+        loopbackPorts(options, running);
         const wanted = options.provider ?? 'local';
         if (running && (running.provider ?? 'local') !== wanted) {
           throw new UsageError(
@@ -327,6 +368,7 @@ export function addDaemonCommand(program: Command): void {
         }
       }),
     'abx daemon start',
+    'abx daemon start --api-port 7420 --gateway-port 7421  # kept from now on',
     'abx daemon start --provider docker --docker-base-image debian:bookworm-slim',
     'abx daemon start --provider kubernetes --kube-namespace sandboxes --kube-runtime-image registry.example/abx-runtime:1',
     'abx daemon start --provider kubernetes --kube-runtime-image registry.example/abx-runtime:0.9.0-3f2a1c9d0b7e --kube-image-registry registry.example/sandboxes',

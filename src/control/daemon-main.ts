@@ -215,13 +215,24 @@ function fail(error: Error): never {
   process.exit(1);
 }
 const listen = await remoteListen().catch(fail);
+// The loopback ports: ABX_API_PORT / ABX_GATEWAY_PORT (--api-port, --gateway-port), else the ones
+// kept in $ABX_HOME/ports.json, else free ones chosen now and kept (src/control/daemon-ports.ts).
+const { keepPorts, planPorts, portInUseMessage } = await import('./daemon-ports.js');
+const { abxPaths } = await import('../installation/paths.js');
+const portsFile = abxPaths(abxHome()).ports;
+let ports: ReturnType<typeof planPorts>;
+try {
+  ports = planPorts(portsFile);
+} catch (error) {
+  fail(error as Error);
+}
 let daemon: InstanceType<typeof Daemon>;
 try {
   daemon = new Daemon({
     home: abxHome(),
-    ...(process.env.ABX_API_PORT ? { apiPort: Number(process.env.ABX_API_PORT) } : {}),
+    apiPort: ports.api.ports,
+    gatewayPort: ports.gateway.ports,
     ...(process.env.ABX_DASHBOARD === '0' ? { dashboard: false } : {}),
-    ...(process.env.ABX_GATEWAY_PORT ? { gatewayPort: Number(process.env.ABX_GATEWAY_PORT) } : {}),
     ...(process.env.ABX_DOMAIN ? { domain: process.env.ABX_DOMAIN } : {}),
     // The most sandboxes kept started per template (the pool follows demand up to it); 0: none.
     ...(warmPool === undefined ? {} : { warmPool }),
@@ -242,8 +253,24 @@ for (const signal of ['SIGTERM', 'SIGINT'] as const) {
 }
 const info = await daemon.start().catch(async (error: Error) => {
   await daemon.stop().catch(() => undefined);
+  const { PortInUseError } = await import('./daemon.js');
+  if (error instanceof PortInUseError) {
+    return fail(
+      new Error(portInUseMessage(error.listener, ports[error.listener], error.port, portsFile)),
+    );
+  }
   return fail(error);
 });
+try {
+  keepPorts(portsFile, ports, {
+    api: Number(new URL(info.apiUrl).port),
+    gateway: Number(new URL(info.gatewayUrl).port),
+  });
+} catch (error) {
+  console.error(
+    `warning: the daemon's ports were not kept in ${portsFile} (${(error as Error).message}): the next start may choose others`,
+  );
+}
 console.log(JSON.stringify({ event: 'listening', ...info }));
 await daemon.stopped;
 console.log(JSON.stringify({ event: 'stopped', pid: process.pid }));

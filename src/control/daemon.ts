@@ -69,10 +69,13 @@ import { VolumeService } from './volume-service.js';
 
 export interface DaemonOptions {
   home: string;
-  /** API port on 127.0.0.1; 0 picks a free one (default). */
-  apiPort?: number;
-  /** Gateway port on 127.0.0.1; 0 picks a free one (default). */
-  gatewayPort?: number;
+  /**
+   * API port on 127.0.0.1; 0 picks a free one (default). Several: tried in order, the first free
+   * one is taken. (`abx daemon` keeps its ports across starts: src/control/daemon-ports.ts.)
+   */
+  apiPort?: number | readonly number[];
+  /** Gateway port on 127.0.0.1, as `apiPort`; default 0, a free one. */
+  gatewayPort?: number | readonly number[];
   /**
    * Sandbox host names are `{port}-{id}.{domain}`; default the host of `listen.publicUrl`, else
    * `localhost`.
@@ -582,12 +585,28 @@ export class Daemon {
         );
         server.listen(at.port, at.host, () => resolve((server.address() as AddressInfo).port));
       });
-    const apiPort = await listen(this.api, { host: '127.0.0.1', port: this.options.apiPort ?? 0 });
+    // The loopback listeners: the first free port of their candidates. A failure names the
+    // listener and the port (a PortInUseError when it is taken).
+    const loopback = async (
+      server: NetServer,
+      listener: 'api' | 'gateway',
+      wanted: number | readonly number[] | undefined,
+    ) => {
+      const ports = typeof wanted === 'number' ? [wanted] : wanted?.length ? wanted : [0];
+      for (const [i, port] of ports.entries()) {
+        try {
+          return await listen(server, { host: '127.0.0.1', port });
+        } catch (error) {
+          const code = ((error as Error).cause as NodeJS.ErrnoException | undefined)?.code;
+          if (code !== 'EADDRINUSE') throw error;
+          if (i === ports.length - 1) throw new PortInUseError(listener, port, error as Error);
+        }
+      }
+      throw new Error('unreachable: no port to listen on');
+    };
+    const apiPort = await loopback(this.api, 'api', this.options.apiPort);
     this.apiPort = apiPort;
-    const gatewayPort = await listen(this.gateway.server, {
-      host: '127.0.0.1',
-      port: this.options.gatewayPort ?? 0,
-    });
+    const gatewayPort = await loopback(this.gateway.server, 'gateway', this.options.gatewayPort);
     let remote: DaemonInfo['remote'];
     if (this.remote) {
       const { at } = this.remote;
@@ -665,6 +684,18 @@ export class Daemon {
       this.resolveStopped();
     })();
     return this.stopping;
+  }
+}
+
+/** A loopback listener's port is taken by another process. */
+export class PortInUseError extends Error {
+  constructor(
+    readonly listener: 'api' | 'gateway',
+    readonly port: number,
+    cause: Error,
+  ) {
+    super(cause.message, { cause });
+    this.name = 'PortInUseError';
   }
 }
 

@@ -163,6 +163,7 @@ export async function startDaemon(home = abxHome()): Promise<DaemonInfo> {
         const again = await findDaemon(home);
         if (again) return again;
         writeFileSync(paths.daemonLog, '', { flag: 'a' });
+        const logStart = statSync(paths.daemonLog).size;
         const log = openSync(paths.daemonLog, 'a');
         const child = spawn(process.execPath, [join(packageInfo().root, 'dist', 'daemon.js')], {
           detached: true,
@@ -177,9 +178,19 @@ export async function startDaemon(home = abxHome()): Promise<DaemonInfo> {
           if (child.exitCode !== null) break;
           await sleep(25);
         }
-        const tail = readFileSync(paths.daemonLog, 'utf8').slice(-2000);
+        // What this start wrote: a daemon that refuses to start says why in one `abx daemon:` line.
+        const written = readFileSync(paths.daemonLog).subarray(logStart).toString('utf8');
+        const reason = written
+          .split('\n')
+          .reverse()
+          .find((line) => line.startsWith('abx daemon: '));
+        if (reason && child.exitCode !== null) {
+          throw new DaemonUnavailableError(
+            `the abx daemon did not start: ${reason.slice('abx daemon: '.length)}`,
+          );
+        }
         throw new DaemonUnavailableError(
-          `the abx daemon did not start; its log (${paths.daemonLog}) ends:\n${tail}`,
+          `the abx daemon did not start; its log (${paths.daemonLog}) ends:\n${written.slice(-2000)}`,
         );
       } finally {
         rmSync(paths.startLock, { force: true });

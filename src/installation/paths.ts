@@ -21,6 +21,8 @@ export function abxPaths(home = abxHome()) {
     /** `{ pid, apiUrl, gatewayUrl, domain }` of the running daemon. */
     daemonInfo: join(home, 'daemon.json'),
     daemonLog: join(home, 'daemon.log'),
+    /** `{ api, gateway }`: the loopback ports the daemon keeps across starts (mode 0600). */
+    ports: join(home, 'ports.json'),
     sandboxes: join(home, 'sandboxes'),
     templates: join(home, 'templates'),
     /** One folder per volume: its storage, where the provider keeps it on this host. */
