@@ -279,6 +279,7 @@ export class TemplateService {
     const record = await this.registry.getTemplate(name);
     const decision = record ? templateAccess(who, record, action) : 'hidden';
     if (!record || decision === 'hidden') {
+      if (action !== 'use') throw new TemplateNotFoundError(`template '${name}' does not exist`);
       const known = (await this.list(who)).map((t) => t.spec.name);
       throw new TemplateNotFoundError(
         `template '${name}' is not built; known templates: ${known.join(', ')}. Build it with \`abx template build path/to/template.yaml\``,
