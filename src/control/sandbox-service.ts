@@ -5,6 +5,7 @@ import { MAX_SANDBOX_TIMEOUT_MS } from '../../runtime/protocol/constants.js';
 import { type EgressPolicy, withoutInternet } from '../egress/policy.js';
 import type { EgressCounters } from '../egress/service.js';
 import {
+  AuthenticationError,
   errorResponse,
   InvalidArgumentError,
   LimitExceededError,
@@ -198,6 +199,7 @@ export class SandboxService {
     const began = performance.now();
     try {
       const { record, source, pooled } = await this.createOnce(request, owner);
+      await this.refuseIfRevoked(owner, [record.id]);
       this.events?.created(record.template, source, (performance.now() - began) / 1000, pooled);
       return { record, accessToken: this.tokenOf(record.id) };
     } catch (error) {
@@ -205,6 +207,25 @@ export class SandboxService {
       if (errorResponse(error).status >= 500) this.events?.createFailed(request.template ?? 'base');
       throw error;
     }
+  }
+
+  /**
+   * Ends what a create or fork made for a key that was revoked while it ran (its request was
+   * authenticated before), and refuses the request as a revoked key's. Read after the new rows
+   * were written: a revocation with `?kill=true` revokes first and lists the key's sandboxes
+   * after, so each sandbox of a revoked key is either in that list or killed here.
+   */
+  private async refuseIfRevoked(owner: KeyOwner | undefined, ids: string[]): Promise<void> {
+    if (!owner) return;
+    const key = await this.registry.getApiKey(owner.keyId);
+    if (!key || key.revokedAt === null) return;
+    for (const id of ids) {
+      await this.kill(id, 'killed', `killed: its API key ${key.id} was revoked`).catch(() => false);
+    }
+    throw new AuthenticationError(
+      `the API key '${key.name}' (${key.id}, ${key.prefix}…) was revoked at ${new Date(key.revokedAt).toISOString()}, while this request ran; what it started was killed: ask an admin of the control plane for a new key (abx keys create)`,
+      { code: 'key_revoked' },
+    );
   }
 
   private async createOnce(
@@ -810,9 +831,22 @@ export class SandboxService {
    * metadata with `metadata` over it, and `timeoutMs` (default: its template's). The forks are
    * `owner`'s and count against its limit. All start or none is left.
    */
-  fork(
+  async fork(
     id: string,
     options: { count?: unknown; timeoutMs?: unknown; metadata?: unknown } = {},
+    owner?: KeyOwner,
+  ): Promise<{ record: SandboxRecord; accessToken: string }[]> {
+    const forks = await this.forkOnce(id, options, owner);
+    await this.refuseIfRevoked(
+      owner,
+      forks.map((f) => f.record.id),
+    );
+    return forks;
+  }
+
+  private forkOnce(
+    id: string,
+    options: { count?: unknown; timeoutMs?: unknown; metadata?: unknown },
     owner?: KeyOwner,
   ): Promise<{ record: SandboxRecord; accessToken: string }[]> {
     const count = checkForkCount(options.count);

@@ -530,6 +530,33 @@ describe('API keys on one daemon', () => {
       killed: [],
     });
   });
+
+  test('a create under way when its key is revoked with ?kill=true is killed when it ends, and refused', async ({
+    plane,
+  }) => {
+    const { info, admin } = await plane.start();
+    const alice = await makeKey(admin, info, { name: 'alice' });
+    // Her request is authenticated and its sandbox starting, but no row is written yet.
+    plane.provider.holdCreates();
+    const pending = alice.api.post('/v1/sandboxes');
+    await until(() => plane.provider.created.length === 1, 'her sandbox starting');
+    const revoked = await admin.delete(`/v1/keys/${alice.id}?kill=true`);
+    expect(revoked.body).toMatchObject({ revoked: true, killed: [] });
+    plane.provider.releaseCreates();
+    const answer = await pending;
+    expect(answer.status).toBe(401);
+    expect(answer.body).toMatchObject({ type: 'AuthenticationError', code: 'key_revoked' });
+    expect(answer.body.error).toMatch(
+      new RegExp(
+        `^the API key 'alice' \\(${alice.id}, abx_.{6}…\\) was revoked at .+, while this request ran; what it started was killed`,
+      ),
+    );
+    expect(plane.provider.aliveIds()).toEqual([]);
+    const rows = (await admin.get('/v1/sandboxes?state=killed')).body.sandboxes;
+    expect(rows.map((r: Json) => r.endReason)).toEqual([
+      `killed: its API key ${alice.id} was revoked`,
+    ]);
+  });
 });
 
 describe(`API keys on two daemons sharing PostgreSQL${NEEDS_POSTGRES}`, () => {
