@@ -2,11 +2,15 @@ import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
-import type Docker from 'dockerode';
 import { SANDBOX_RUNTIME_DIR } from '../../runtime/protocol/constants.js';
 import { abxHome } from '../installation/paths.js';
 import { DockerProvider } from '../providers/docker/docker-provider.js';
 import { dockerClient, dockerMessage, type EngineFacts } from '../providers/docker/engine.js';
+import {
+  type DockerEngine,
+  type EngineContainer,
+  followProgress,
+} from '../providers/docker/engine-client.js';
 import { portableRuntime, SANDBOX_NODE } from '../providers/portable-runtime.js';
 import { packageInfo } from '../util/package-info.js';
 import { dockerGroupFix, probe, probeFailure } from './doctor-probe.js';
@@ -33,7 +37,7 @@ function within<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
  * The portable runtime every docker sandbox runs envd on: built (or found in the daemon's cache)
  * as the daemon would, then its Node started through its own loader and libraries.
  */
-async function runtimeCheck(docker: Docker): Promise<Check> {
+async function runtimeCheck(docker: DockerEngine): Promise<Check> {
   const runtimeDir = join(packageInfo().root, 'dist', 'runtime');
   const root = process.getuid?.() === 0;
   try {
@@ -110,22 +114,18 @@ function engineLine(facts: EngineFacts, address: string): Check {
  * image can run envd. The image and the container are removed, whatever happens.
  */
 async function runInEmptyImage(
-  docker: Docker,
+  docker: DockerEngine,
   runtimeDir: string,
 ): Promise<{ ok: true; version: string } | { ok: false; why: string }> {
   const image = `abx-doctor-probe:${randomBytes(6).toString('hex')}`;
   const [repo, tag] = image.split(':') as [string, string];
-  let container: Docker.Container | undefined;
+  let container: EngineContainer | undefined;
   try {
-    const progress = await docker.importImage(Readable.from([Buffer.alloc(10_240)]) as never, {
+    const progress = await docker.importImage(Readable.from([Buffer.alloc(10_240)]), {
       repo,
       tag,
     });
-    await new Promise<void>((resolve, reject) =>
-      docker.modem.followProgress(progress, (error: Error | null) =>
-        error ? reject(error) : resolve(),
-      ),
-    );
+    await followProgress(progress);
     container = await docker.createContainer({
       Image: image,
       Entrypoint: [SANDBOX_NODE, '-e', 'process.stdout.write(process.version)'],
@@ -139,7 +139,8 @@ async function runInEmptyImage(
       },
     });
     await container.start();
-    const exit = (await container.wait()) as { StatusCode?: number };
+    const exit = await container.wait({ timeoutMs: RUNTIME_TIMEOUT_MS });
+    // A TTY container's log is plain text (no frames).
     const output = (await container.logs({ stdout: true, stderr: true })).toString('utf8').trim();
     if (exit.StatusCode === 0 && /^v\d+\.\d+\.\d+$/.test(output))
       return { ok: true, version: output };

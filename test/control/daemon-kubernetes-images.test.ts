@@ -2,10 +2,10 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type Docker from 'dockerode';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Daemon } from '../../src/control/daemon.js';
 import { DockerProvider } from '../../src/providers/docker/docker-provider.js';
+import type { DockerEngine } from '../../src/providers/docker/engine-client.js';
 import { KubernetesProvider } from '../../src/providers/kubernetes/kubernetes-provider.js';
 import { portableRuntime } from '../../src/providers/portable-runtime.js';
 import { call } from '../helpers/api-call.js';
@@ -36,7 +36,7 @@ const daemons: Daemon[] = [];
 const providers: KubernetesProvider[] = [];
 
 /** The template images the engine holds for `name`, by any tag. */
-async function templateImages(docker: Docker, name: string): Promise<string[]> {
+async function templateImages(docker: DockerEngine, name: string): Promise<string[]> {
   const images = await docker.listImages();
   return images
     .flatMap((image) => image.RepoTags ?? [])
@@ -55,7 +55,7 @@ beforeAll(async () => {
   double = new KubeApiDouble({ dir: join(scratch, 'node'), runtimeImageDir: runtime.dir });
   await double.start();
   registry = await startRegistry();
-  await ensureBusyboxImage(engine.docker as Docker);
+  await ensureBusyboxImage(engine.docker as DockerEngine);
   builder = new DockerProvider({
     runtimeDir: join(ROOT, 'dist', 'runtime'),
     runtimeCacheDir: join(scratch, 'runtime'),
@@ -130,7 +130,9 @@ describe.skipIf(skipped)(
       expect(await registry?.tags(repository)).toEqual([tag]);
       expect(await registry?.hasManifest(repository, tag)).toBe(true);
       // The engine keeps the pushed reference only: no build tag is left.
-      expect(await templateImages(engine.docker as Docker, `${label}-img-1`)).toEqual([image]);
+      expect(await templateImages(engine.docker as DockerEngine, `${label}-img-1`)).toEqual([
+        image,
+      ]);
 
       const created = await call(`${info.apiUrl}/v1/sandboxes`, {
         method: 'POST',
@@ -160,7 +162,7 @@ describe.skipIf(skipped)(
       expect(built.status).toBe(503);
       expect(JSON.stringify(built.body)).toContain(`registry ${down} cannot be reached`);
       await expect(daemon.templates.get(name)).rejects.toThrow(/is not built/);
-      expect(await templateImages(engine.docker as Docker, name)).toEqual([]);
+      expect(await templateImages(engine.docker as DockerEngine, name)).toEqual([]);
     });
 
     test('--kube-image-registry on another provider stops the daemon, saying it needs kubernetes', async () => {

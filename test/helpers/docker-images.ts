@@ -13,7 +13,7 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import Docker from 'dockerode';
+import { DockerEngine, logText } from '../../src/providers/docker/engine-client.js';
 import { importFolder } from '../../src/providers/docker/import-folder.js';
 import { pidAlive } from '../../src/util/pid-alive.js';
 
@@ -41,7 +41,7 @@ export function busyboxRoot(dir: string): void {
   }
 }
 
-/** Where the engine is, as dockerode and the docker CLI read it. */
+/** Where the engine is, as the engine client and the docker CLI read it. */
 export function dockerSocketName(): string {
   return process.env.DOCKER_HOST || 'unix:///var/run/docker.sock';
 }
@@ -50,25 +50,20 @@ export function dockerSocketName(): string {
  * A client of the Docker engine when one answers (within 3 s), else `undefined` and why: the
  * Docker tests skip with that reason on a machine without an engine (CI starts one, see .ci/run).
  */
-export async function dockerEngine(): Promise<{ docker?: Docker; reason?: string }> {
-  const docker = new Docker();
+export async function dockerEngine(): Promise<{ docker?: DockerEngine; reason?: string }> {
+  const docker = new DockerEngine();
   try {
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([
-      docker.ping(),
-      new Promise((_, reject) => {
-        timer = setTimeout(() => reject(new Error('no answer within 3 s')), 3000);
-      }),
-    ]).finally(() => clearTimeout(timer));
+    await docker.ping({ timeoutMs: 3000 });
     return { docker };
   } catch (error) {
+    docker.close();
     return {
       reason: `no Docker engine answers on ${dockerSocketName()} (${(error as Error).message}); start one with \`dockerd --iptables=false --bridge=none &\` (as .ci/run does)`,
     };
   }
 }
 
-async function hasImage(docker: Docker, tag: string): Promise<boolean> {
+async function hasImage(docker: DockerEngine, tag: string): Promise<boolean> {
   try {
     await docker.getImage(tag).inspect();
     return true;
@@ -81,7 +76,11 @@ async function hasImage(docker: Docker, tag: string): Promise<boolean> {
  * Runs `build` once per machine for `tag`: concurrent test files wait on a lock folder (taken
  * over when its holder died), and an image that is there already is not built again.
  */
-async function onceFor(docker: Docker, tag: string, build: () => Promise<void>): Promise<void> {
+async function onceFor(
+  docker: DockerEngine,
+  tag: string,
+  build: () => Promise<void>,
+): Promise<void> {
   if (await hasImage(docker, tag)) return;
   const lock = join(tmpdir(), `abx-test-image-${tag.replace(/[^\w.-]/g, '_')}.lock`);
   for (;;) {
@@ -121,7 +120,7 @@ function statSafe(path: string): { mtimeMs: number } | undefined {
 }
 
 /** {@link BUSYBOX_IMAGE}: built from {@link busyboxRoot} in about a second, once. */
-export async function ensureBusyboxImage(docker: Docker): Promise<string> {
+export async function ensureBusyboxImage(docker: DockerEngine): Promise<string> {
   await onceFor(docker, BUSYBOX_IMAGE, async () => {
     const work = mkdtempSync(join(tmpdir(), 'abx-busybox-image-'));
     try {
@@ -138,7 +137,7 @@ export async function ensureBusyboxImage(docker: Docker): Promise<string> {
 export const SHELLESS_IMAGE = 'abx-test/shellless:1';
 
 /** {@link SHELLESS_IMAGE}: a root file system of one folder and a hosts file, once. */
-export async function ensureShelllessImage(docker: Docker): Promise<string> {
+export async function ensureShelllessImage(docker: DockerEngine): Promise<string> {
   await onceFor(docker, SHELLESS_IMAGE, async () => {
     const work = mkdtempSync(join(tmpdir(), 'abx-shellless-image-'));
     try {
@@ -174,7 +173,7 @@ export function debianMirror(): string {
  * python3 (what the provider contract runs inside), imported as an image. Takes a few minutes,
  * once per machine; the engine keeps it.
  */
-export async function ensureDebianImage(docker: Docker): Promise<string> {
+export async function ensureDebianImage(docker: DockerEngine): Promise<string> {
   await onceFor(docker, DEBIAN_IMAGE, async () => {
     const work = mkdtempSync(join(tmpdir(), 'abx-debian-image-'));
     const rootfs = join(work, 'rootfs');
@@ -210,7 +209,7 @@ export const PIP_IMAGE = 'abx-test/debian-pip:12';
  * package source reachable) in a container of {@link DEBIAN_IMAGE}, committed. About a minute,
  * once per machine; the engine keeps it.
  */
-export async function ensurePipImage(docker: Docker): Promise<string> {
+export async function ensurePipImage(docker: DockerEngine): Promise<string> {
   const base = await ensureDebianImage(docker);
   await onceFor(docker, PIP_IMAGE, async () => {
     const container = await docker.createContainer({
@@ -224,12 +223,13 @@ export async function ensurePipImage(docker: Docker): Promise<string> {
     });
     try {
       await container.start();
-      const { StatusCode } = (await container.wait()) as { StatusCode: number };
+      const { StatusCode } = await container.wait({ timeoutMs: 15 * 60_000 });
       if (StatusCode !== 0) {
-        const log = (await container.logs({ stdout: true, stderr: true })).toString('utf8');
+        const log = logText(await container.logs({ stdout: true, stderr: true }));
         throw new Error(`installing python3-pip failed (exit ${StatusCode}): ${log.slice(-2000)}`);
       }
-      await container.commit({ repo: PIP_IMAGE.split(':')[0], tag: PIP_IMAGE.split(':')[1] });
+      const [repo, tag] = PIP_IMAGE.split(':') as [string, string];
+      await container.commit({ repo, tag });
     } finally {
       await container.remove({ force: true }).catch(() => undefined);
     }

@@ -12,11 +12,11 @@ import { request } from 'node:http';
 import type { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import Docker from 'dockerode';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { envdRequest } from '../../src/control/envd-request.js';
 import { InvalidArgumentError, NotFoundError, UnavailableError } from '../../src/errors.js';
 import { DockerProvider } from '../../src/providers/docker/docker-provider.js';
+import { type ContainerInfo, DockerEngine } from '../../src/providers/docker/engine-client.js';
 import { addSandboxUser } from '../../src/providers/docker/passwd.js';
 import { sandboxCgroupDirs } from '../../src/providers/docker/sandbox-cgroups.js';
 import type { SandboxHandle, SandboxSpec } from '../../src/providers/provider.js';
@@ -99,7 +99,7 @@ if (!engine.docker) {
     return pids;
   }
 
-  async function containersOf(id: string): Promise<Docker.ContainerInfo[]> {
+  async function containersOf(id: string): Promise<ContainerInfo[]> {
     return docker.listContainers({ all: true, filters: { label: [`abx.sandbox=${id}`] } });
   }
 
@@ -347,11 +347,11 @@ if (!engine.docker) {
       const tag = await provider.images.commit(builder, 'abx-test/template-jq:1');
       images.push(tag);
       await provider.kill(builder);
-      const config = (await docker.getImage(tag).inspect()).Config;
+      const config = (await docker.getImage(tag).inspect()).Config ?? {};
       expect(config.Labels).toMatchObject({ 'abx.template': tag });
       // A container of this image run by hand is no sandbox of any folder (sweepOrphans).
-      expect(config.Labels['abx.sandbox'] ?? '').toBe('');
-      expect(config.Labels['abx.sandboxes-dir'] ?? '').toBe('');
+      expect(config.Labels?.['abx.sandbox'] ?? '').toBe('');
+      expect(config.Labels?.['abx.sandboxes-dir'] ?? '').toBe('');
       expect(config.Env ?? []).not.toContainEqual(expect.stringMatching(/^ABX_SANDBOX_ID=./));
 
       const spec = specFor('from-template', { image: tag });
@@ -364,7 +364,7 @@ if (!engine.docker) {
       const missing = join(folder, 'no-engine.sock');
       const offline = new DockerProvider({
         runtimeDir: RUNTIME_DIR,
-        docker: new Docker({ socketPath: missing }),
+        docker: new DockerEngine({ socketPath: missing }),
       });
       const error = await offline.create(specFor('offline')).catch((thrown: unknown) => thrown);
       expect(error).toBeInstanceOf(UnavailableError);

@@ -3,9 +3,9 @@ import { chmodSync, chownSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } f
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { V1Container, V1Pod } from '@kubernetes/client-node';
-import type Docker from 'dockerode';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { envdRequest } from '../../src/control/envd-request.js';
+import { type ContainerCreateOptions, logText } from '../../src/providers/docker/engine-client.js';
 import { sandboxPod, TOKEN_KEY } from '../../src/providers/kubernetes/pod-spec.js';
 import { buildRuntimeImage } from '../../src/providers/kubernetes/runtime-image.js';
 import { envdHealthy } from '../../src/providers/local/local-provider.js';
@@ -32,7 +32,7 @@ function containerOf(
   volumes: Record<string, string>,
   podIP: string,
   label: string,
-): Docker.ContainerCreateOptions {
+): ContainerCreateOptions {
   const security = { ...pod.spec?.securityContext, ...container.securityContext };
   const env: Record<string, string> = {};
   for (const variable of container.env ?? []) {
@@ -144,8 +144,8 @@ if (!engine.docker) {
         containerOf(pod, init, volumes, podIP, label),
       );
       await initContainer.start();
-      const initEnd = (await initContainer.wait()) as { StatusCode: number };
-      const initLog = String(await initContainer.logs({ stdout: true, stderr: true }));
+      const initEnd = await initContainer.wait();
+      const initLog = logText(await initContainer.logs({ stdout: true, stderr: true }));
       expect(initEnd.StatusCode, initLog).toBe(0);
 
       const main = pod.spec?.containers[0] as V1Container;
@@ -159,7 +159,7 @@ if (!engine.docker) {
         healthy = await envdHealthy(envd);
         if (!healthy) await new Promise((resolve) => setTimeout(resolve, 50));
       }
-      expect(healthy, String(await mainContainer.logs({ stdout: true, stderr: true }))).toBe(true);
+      expect(healthy, logText(await mainContainer.logs({ stdout: true, stderr: true }))).toBe(true);
 
       const refused = await envdRequest<{ type?: string }>(
         envd,

@@ -2,9 +2,9 @@ import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type Docker from 'dockerode';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { InvalidArgumentError, PermissionDeniedError, UnavailableError } from '../../src/errors.js';
+import { type DockerEngine, followProgress } from '../../src/providers/docker/engine-client.js';
 import {
   parseImageReference,
   parseRegistryPrefix,
@@ -150,7 +150,7 @@ const skipped = engine.docker ? noRegistry : engine.reason;
 describe.skipIf(skipped)(
   `pushing to a real registry (docker-registry on loopback)${skipped ? `: skipped, ${skipped}` : ''}`,
   () => {
-    const docker = engine.docker as Docker;
+    const docker = engine.docker as DockerEngine;
     const scratch = mkdtempSync(join(tmpdir(), 'abx-registry-push-'));
     const registries: TestRegistry[] = [];
     const made = new Set<string>();
@@ -206,12 +206,7 @@ describe.skipIf(skipped)(
       // Gone from the engine, then pulled back: the registry holds the whole image.
       await docker.getImage(pushed.reference).remove({ force: true });
       expect(await hasImage(pushed.reference)).toBe(false);
-      const stream = await docker.pull(pushed.reference);
-      await new Promise<void>((resolve, reject) =>
-        docker.modem.followProgress(stream, (error: Error | null) =>
-          error ? reject(error) : resolve(),
-        ),
-      );
+      await followProgress(await docker.pull(pushed.reference));
       const image = await docker.getImage(pushed.reference).inspect();
       expect(image.RepoDigests).toContain(`${registry.address}/abx-runtime@${pushed.digest}`);
       // What the init container runs: node and envd at /opt/abx, from the pulled image.

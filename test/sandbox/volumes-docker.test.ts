@@ -3,10 +3,14 @@ import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type Docker from 'dockerode';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Sandbox, Template, Templates } from '../../src/index.js';
 import { engineAddress, probeEngine } from '../../src/providers/docker/engine.js';
+import {
+  type DockerEngine,
+  logText,
+  type MountSettings,
+} from '../../src/providers/docker/engine-client.js';
 import {
   DockerVolumes,
   dockerVolumeName,
@@ -28,8 +32,8 @@ const MiB = 1024 * 1024;
 
 /** Runs `script` in a throwaway container of uid 1000 (no capabilities) with `mounts`; its output. */
 async function runAsUser(
-  docker: Docker,
-  mounts: Docker.MountSettings[],
+  docker: DockerEngine,
+  mounts: MountSettings[],
   script: string,
 ): Promise<string> {
   const container = await docker.createContainer({
@@ -41,14 +45,8 @@ async function runAsUser(
   });
   try {
     await container.start();
-    const { StatusCode } = (await container.wait()) as { StatusCode: number };
-    const raw = (await container.logs({ stdout: true, stderr: true })) as unknown as Buffer;
-    // Frames of 8-byte headers: the text of each.
-    const parts: Buffer[] = [];
-    for (let at = 0; at + 8 <= raw.length; at += 8 + raw.readUInt32BE(at + 4)) {
-      parts.push(raw.subarray(at + 8, at + 8 + raw.readUInt32BE(at + 4)));
-    }
-    const output = Buffer.concat(parts).toString('utf8').trim();
+    const { StatusCode } = await container.wait();
+    const output = logText(await container.logs({ stdout: true, stderr: true })).trim();
     if (StatusCode !== 0) throw new Error(`exit ${StatusCode}: ${output}`);
     return output;
   } finally {

@@ -1,5 +1,4 @@
 import { createHash } from 'node:crypto';
-import type Docker from 'dockerode';
 import { SANDBOX_RUN_DIR, SANDBOX_RUNTIME_DIR } from '../../../runtime/protocol/constants.js';
 import { proxyEnv } from '../../egress/sandbox-net.js';
 import type { EgressPorts } from '../../egress/service.js';
@@ -7,6 +6,7 @@ import { DEFAULT_PROCESS_LIMIT } from '../local/local-provider.js';
 import { SANDBOX_NODE } from '../portable-runtime.js';
 import { envdArguments, type SandboxSpec } from '../provider.js';
 import type { EngineFacts } from './engine.js';
+import type { ContainerCreateOptions, HostConfig, Ulimit } from './engine-client.js';
 import { SANDBOX_USER_ID } from './passwd.js';
 import { TOKEN_FILE } from './sandbox-archive.js';
 import { sandboxCgroupParent } from './sandbox-cgroups.js';
@@ -62,7 +62,7 @@ export interface ContainerContext {
 export function containerOptions(
   spec: SandboxSpec,
   context: ContainerContext,
-): Docker.ContainerCreateOptions {
+): ContainerCreateOptions {
   const user = sandboxUser(spec);
   const { resources } = spec;
   const env: Record<string, string> = {
@@ -75,7 +75,7 @@ export function containerOptions(
     ...spec.env,
     ABX_SANDBOX_ID: spec.id,
   };
-  const ulimits: Docker.Ulimit[] = [];
+  const ulimits: Ulimit[] = [];
   if (resources.openFiles) {
     ulimits.push({ Name: 'nofile', Soft: resources.openFiles, Hard: resources.openFiles });
   }
@@ -84,10 +84,9 @@ export function containerOptions(
   }
   const tmpfs = (uid: number) =>
     `rw,nosuid,nodev,noexec,size=${RUN_DIR_BYTES},mode=0755,uid=${uid},gid=${uid}`;
-  // A cgroup namespace of its own (API 1.41; dockerode's types lack the field).
-  const cgroupns = { CgroupnsMode: 'private' } as Docker.HostConfig;
-  const hostConfig: Docker.HostConfig = {
-    ...cgroupns,
+  const hostConfig: HostConfig = {
+    // A cgroup namespace of its own (API 1.41).
+    CgroupnsMode: 'private',
     Init: true,
     NetworkMode: spec.network === 'host' ? 'host' : 'none',
     IpcMode: 'private',

@@ -1,7 +1,7 @@
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import type { IncomingMessage } from 'node:http';
 import { dirname, join, posix } from 'node:path';
 import { Readable } from 'node:stream';
-import type Docker from 'dockerode';
 import { SANDBOX_RUN_DIR } from '../../../runtime/protocol/constants.js';
 import type { EgressPolicy } from '../../egress/policy.js';
 import { SANDBOX_RESOLV_CONF } from '../../egress/sandbox-net.js';
@@ -39,6 +39,12 @@ import {
   probeEngine,
   statusOf,
 } from './engine.js';
+import {
+  type ContainerInfo,
+  type DockerEngine,
+  type EngineContainer,
+  logText,
+} from './engine-client.js';
 import { DockerImageStore } from './image-store.js';
 import { sandboxArchive, workdirChain } from './sandbox-archive.js';
 import { adoptMemory, prepareMemoryCgroup, sandboxCgroupDirs } from './sandbox-cgroups.js';
@@ -57,7 +63,7 @@ export interface DockerProviderOptions {
   /** The image of templates without one; default {@link DEFAULT_BASE_IMAGE}. */
   baseImage?: string;
   /** The engine's client; default: `DOCKER_HOST`, else /var/run/docker.sock. */
-  docker?: Docker;
+  docker?: DockerEngine;
 }
 
 /** The repository of fork images, tagged with the fork's id, and their label (the same id). */
@@ -77,29 +83,11 @@ function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
-/**
- * The frames of a non-TTY container log (8-byte headers: stream, 0, 0, 0, length) as text;
- * anything else is taken as plain text.
- */
-function demuxLog(raw: Buffer | string): string {
-  if (typeof raw === 'string') return raw;
-  const parts: Buffer[] = [];
-  let at = 0;
-  while (at + 8 <= raw.length && raw[at] !== undefined && (raw[at] as number) <= 2) {
-    const length = raw.readUInt32BE(at + 4);
-    parts.push(raw.subarray(at + 8, at + 8 + length));
-    at += 8 + length;
-  }
-  return at === 0 ? raw.toString('utf8') : Buffer.concat(parts).toString('utf8');
-}
-
 /** Best effort: the end of a container's own output (envd's complaints), for start errors. */
-async function logTail(container: Docker.Container): Promise<string> {
+async function logTail(container: EngineContainer): Promise<string> {
   try {
-    const raw = (await container.logs({ stdout: true, stderr: true, tail: 40 })) as unknown;
-    return demuxLog(raw as Buffer)
-      .trim()
-      .slice(-2000);
+    const raw = await container.logs({ stdout: true, stderr: true, tail: 40 });
+    return logText(raw).trim().slice(-2000);
   } catch {
     return '';
   }
@@ -120,14 +108,14 @@ export class DockerProvider implements SandboxProvider {
   readonly images: DockerImageStore;
   /** Volumes: Docker named volumes, each a bind of an ext4 disk of its size where it can be. */
   readonly volumes: DockerVolumes;
-  private readonly docker: Docker;
+  private readonly docker: DockerEngine;
   private facts: EngineFacts | undefined;
   private probing: Promise<EngineFacts> | undefined;
   private runtime: Promise<PortableRuntime> | undefined;
   private readonly bases = new Map<string, Promise<string>>();
   /** OOM kills learnt from the engine (events, or an inspect in `kill`), by container id. */
   private readonly oomKilled = new Map<string, boolean>();
-  private events: NodeJS.ReadableStream | undefined;
+  private events: IncomingMessage | undefined;
   private closed = false;
   private readonly address: string;
   /** Releases the client this provider made (its connections to the engine). */
@@ -186,7 +174,7 @@ export class DockerProvider implements SandboxProvider {
       writeFileSync(join(spec.dir, 'resolv.conf'), SANDBOX_RESOLV_CONF);
     let net: KeptNet | undefined;
     let egress: EgressPorts | undefined;
-    let container: Docker.Container | undefined;
+    let container: EngineContainer | undefined;
 
     const fail = async (why: string, cause?: unknown): Promise<SandboxStartError> => {
       const tail = container ? await logTail(container) : '';
@@ -444,7 +432,7 @@ export class DockerProvider implements SandboxProvider {
         { cause: error },
       );
     });
-    const image = (committed as { Id?: string }).Id ?? `${FORK_IMAGE}:${spec.id}`;
+    const image = committed.Id ?? `${FORK_IMAGE}:${spec.id}`;
     try {
       return await this.create({ ...spec, image });
     } catch (error) {
@@ -456,7 +444,7 @@ export class DockerProvider implements SandboxProvider {
     }
   }
 
-  private containerOf(handle: SandboxHandle): Docker.Container {
+  private containerOf(handle: SandboxHandle): EngineContainer {
     if (!handle.container) throw new SandboxError('the sandbox has no container');
     return this.docker.getContainer(handle.container);
   }
@@ -566,7 +554,7 @@ export class DockerProvider implements SandboxProvider {
   }
 
   async sweepOrphans(sandboxesDir: string, running: ReadonlySet<string>): Promise<string[]> {
-    let containers: Docker.ContainerInfo[];
+    let containers: ContainerInfo[];
     try {
       containers = await this.docker.listContainers({
         all: true,
@@ -713,7 +701,7 @@ export class DockerProvider implements SandboxProvider {
 
   async close(): Promise<void> {
     this.closed = true;
-    (this.events as unknown as { destroy?: () => void } | undefined)?.destroy?.();
+    this.events?.destroy();
     this.events = undefined;
     this.closeClient();
   }
@@ -747,7 +735,7 @@ export class DockerProvider implements SandboxProvider {
   }
 
   /** True when `path` exists in the container's file system (a HEAD of its archive). */
-  private async exists(container: Docker.Container, path: string): Promise<boolean> {
+  private async exists(container: EngineContainer, path: string): Promise<boolean> {
     try {
       await container.infoArchive({ path });
       return true;
@@ -808,11 +796,12 @@ export class DockerProvider implements SandboxProvider {
       })
       .then((stream) => {
         if (this.closed) {
-          (stream as unknown as { destroy: () => void }).destroy();
+          stream.destroy();
           return;
         }
         this.events = stream;
-        (stream as unknown as { socket?: { unref?: () => void } }).socket?.unref?.();
+        // A live stream with no timeout: it must not keep the daemon's process alive.
+        stream.socket?.unref();
         let pending = '';
         stream.on('data', (chunk: Buffer) => {
           pending += chunk.toString('utf8');

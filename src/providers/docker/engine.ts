@@ -1,25 +1,21 @@
 import { readFileSync } from 'node:fs';
-import { Agent } from 'node:http';
-import Docker from 'dockerode';
 import { NotFoundError, SandboxError, UnavailableError } from '../../errors.js';
+import { DockerEngine, EngineApiError } from './engine-client.js';
 
 /** The engine's address: the client's socket, else `DOCKER_HOST`, or the default socket. */
-export function engineAddress(docker?: Docker): string {
-  const socketPath = (docker?.modem as { socketPath?: unknown } | undefined)?.socketPath;
-  if (typeof socketPath === 'string') return socketPath;
+export function engineAddress(docker?: DockerEngine): string {
+  if (docker?.socketPath) return docker.socketPath;
   return process.env.DOCKER_HOST || '/var/run/docker.sock';
 }
 
 /**
- * A Docker client for `DOCKER_HOST` (unix:// or tcp://), or `/var/run/docker.sock`. On a Unix
- * socket it gets an agent of its own, which `close` destroys: Node's global agent would keep an
- * idle connection to the engine open, and with it the daemon's process after it stopped.
+ * A Docker client for `DOCKER_HOST` (unix:// or tcp://), or `/var/run/docker.sock`, with
+ * connections of its own, which `close` ends: an idle keep-alive connection to the engine would
+ * otherwise keep the daemon's process alive after it stopped.
  */
-export function dockerClient(): { docker: Docker; close: () => void } {
-  const host = process.env.DOCKER_HOST;
-  if (host && !host.startsWith('unix://')) return { docker: new Docker(), close: () => undefined };
-  const agent = new Agent({ keepAlive: true });
-  return { docker: new Docker({ agent } as Docker.DockerOptions), close: () => agent.destroy() };
+export function dockerClient(): { docker: DockerEngine; close: () => void } {
+  const docker = new DockerEngine();
+  return { docker, close: () => docker.close() };
 }
 
 /** Socket errors that mean the engine is not there (or not ours to use). */
@@ -43,8 +39,9 @@ export function engineError(error: unknown, what: string, address = engineAddres
   return new SandboxError(`${what}: ${dockerMessage(error)}`, { cause: error });
 }
 
-/** Docker's own words from a dockerode error (`(HTTP code 404) no such container - ...`). */
+/** Docker's own words from an engine error (`No such container: ...`), else the error's message. */
 export function dockerMessage(error: unknown): string {
+  if (error instanceof EngineApiError) return error.engineMessage;
   const json = (error as { json?: { message?: string } }).json;
   if (json && typeof json.message === 'string') return json.message.trim();
   return ((error as Error).message ?? String(error))
@@ -52,8 +49,9 @@ export function dockerMessage(error: unknown): string {
     .trim();
 }
 
-/** The HTTP status of a dockerode error, if it got as far as an answer. */
+/** The HTTP status of an engine error, if it got as far as an answer. */
 export function statusOf(error: unknown): number | undefined {
+  if (error instanceof EngineApiError) return error.statusCode;
   const status = (error as { statusCode?: unknown }).statusCode;
   return typeof status === 'number' ? status : undefined;
 }
@@ -84,7 +82,7 @@ export interface EngineFacts {
   rootless: boolean;
 }
 
-/** Fields of `GET /info` this module reads (dockerode's type lacks some of them). */
+/** Fields of `GET /info` this module reads. */
 interface EngineInfo {
   ServerVersion?: string;
   Driver?: string;
@@ -155,7 +153,7 @@ function diskQuotaOf(info: EngineInfo): EngineFacts['diskQuota'] {
 }
 
 /** Reads what the engine offers; an engine that does not answer is an UnavailableError. */
-export async function probeEngine(docker: Docker): Promise<EngineFacts> {
+export async function probeEngine(docker: DockerEngine): Promise<EngineFacts> {
   let info: EngineInfo;
   try {
     info = (await docker.info()) as EngineInfo;

@@ -1,7 +1,6 @@
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import { Readable } from 'node:stream';
-import type Docker from 'dockerode';
 import { Parser, type ReadEntry, create as tarCreate } from 'tar';
 import { END_OF_ARCHIVE, entryHeader, padding } from '../../../runtime/envd/tar-format.js';
 import { InvalidArgumentError, SandboxError, TemplateBuildError } from '../../errors.js';
@@ -9,6 +8,13 @@ import { copySource } from '../../util/copy-source.js';
 import type { ImageSource, ImageStore, SandboxHandle } from '../provider.js';
 import { SANDBOX_LABEL, SANDBOXES_DIR_LABEL } from './container-config.js';
 import { dockerMessage, engineAddress, engineError, imageNotFound, statusOf } from './engine.js';
+import {
+  type ContainerInspectInfo,
+  type DockerEngine,
+  type EngineContainer,
+  followProgress,
+  type ImageInspectInfo,
+} from './engine-client.js';
 import { splitTag } from './image-reference.js';
 import { addSandboxUser, SANDBOX_USER_ID } from './passwd.js';
 import { pushImage } from './registry-push.js';
@@ -22,11 +28,11 @@ export const TEMPLATE_LABEL = 'abx.template';
 
 /** The bytes of one regular file of a container's file system; undefined when it is not there. */
 async function readContainerFile(
-  container: Docker.Container,
+  container: EngineContainer,
   path: string,
   address: string,
 ): Promise<string | undefined> {
-  let stream: NodeJS.ReadableStream;
+  let stream: Readable;
   try {
     stream = await container.getArchive({ path });
   } catch (error) {
@@ -96,24 +102,20 @@ function accountArchive(files: { path: string; text: string }[], home: string): 
   return Readable.from(parts);
 }
 
-/** Waits for the end of a build's JSON progress stream; the first error in it is thrown. */
-function followBuild(docker: Docker, stream: NodeJS.ReadableStream): Promise<string> {
-  return new Promise((resolvePromise, reject) => {
-    const output: string[] = [];
-    docker.modem.followProgress(
-      stream,
-      (error: Error | null, events: { error?: string; errorDetail?: { message?: string } }[]) => {
-        if (error) return reject(error);
-        const failed = events.find((event) => event.error || event.errorDetail);
-        const log = output.join('').slice(-3000);
-        if (failed) reject(new Error(failed.errorDetail?.message ?? failed.error, { cause: log }));
-        else resolvePromise(log);
-      },
-      (event: { stream?: string }) => {
-        if (event.stream) output.push(event.stream);
-      },
-    );
-  });
+/**
+ * Waits for the end of a build's JSON progress stream: its output's end, or the first error in
+ * it (with that output as its `cause`).
+ */
+async function followBuild(stream: Readable): Promise<string> {
+  const output: string[] = [];
+  try {
+    await followProgress(stream, (event) => {
+      if (event.stream) output.push(event.stream);
+    });
+  } catch (error) {
+    throw new Error((error as Error).message, { cause: output.join('').slice(-3000) });
+  }
+  return output.join('').slice(-3000);
 }
 
 /**
@@ -124,7 +126,7 @@ function followBuild(docker: Docker, stream: NodeJS.ReadableStream): Promise<str
 export class DockerImageStore implements ImageStore {
   private readonly address: string;
 
-  constructor(private readonly docker: Docker) {
+  constructor(private readonly docker: DockerEngine) {
     this.address = engineAddress(docker);
   }
 
@@ -159,7 +161,7 @@ export class DockerImageStore implements ImageStore {
 
     const config = image.Config ?? {};
     const hasCommand = (config.Cmd?.length ?? 0) > 0 || (config.Entrypoint?.length ?? 0) > 0;
-    let container: Docker.Container;
+    let container: EngineContainer;
     try {
       // Never started: only its file system is read and written. An image with no command at all
       // (`docker import`) needs one to make a container; it keeps `/bin/sh` as its CMD.
@@ -191,10 +193,10 @@ export class DockerImageStore implements ImageStore {
         });
       const { repo, tag } = splitTag(options.tag);
       await container
-        .commit({
-          _query: { container: container.id, repo, tag, comment: `abx: user ${options.user}` },
+        .commit(
+          { repo, tag, comment: `abx: user ${options.user}` },
           // The image's own configuration, not the throwaway container's.
-          _body: {
+          {
             ...config,
             ...(hasCommand ? {} : { Cmd: ['/bin/sh'] }),
             Labels: {
@@ -203,7 +205,7 @@ export class DockerImageStore implements ImageStore {
               [PREPARED_USER_LABEL]: options.user,
             },
           },
-        })
+        )
         .catch((error: unknown) => {
           throw engineError(error, `cannot save image ${options.tag}`, this.address);
         });
@@ -218,7 +220,7 @@ export class DockerImageStore implements ImageStore {
       throw new InvalidArgumentError(`sandbox handle of ${handle.provider} names no container`);
     }
     const container = this.docker.getContainer(handle.container);
-    let info: Docker.ContainerInspectInfo;
+    let info: ContainerInspectInfo;
     try {
       info = await container.inspect();
     } catch (error) {
@@ -233,9 +235,9 @@ export class DockerImageStore implements ImageStore {
     const env = (config.Env ?? []).filter((entry) => !entry.startsWith('ABX_SANDBOX_ID='));
     const { repo, tag: version } = splitTag(tag);
     try {
-      await container.commit({
-        _query: { container: handle.container, repo, tag: version, pause: true },
-        _body: {
+      await container.commit(
+        { repo, tag: version, pause: true },
+        {
           ...config,
           Entrypoint: config.Entrypoint ?? [],
           Cmd: config.Cmd ?? [],
@@ -247,7 +249,7 @@ export class DockerImageStore implements ImageStore {
             [TEMPLATE_LABEL]: tag,
           },
         },
-      });
+      );
     } catch (error) {
       throw engineError(
         error,
@@ -274,7 +276,7 @@ export class DockerImageStore implements ImageStore {
 
   /** The uid and gid of `user` in a container's /etc/passwd (read through the engine). */
   private async userIds(
-    container: Docker.Container,
+    container: EngineContainer,
     user: string,
   ): Promise<{ uid: number; gid: number }> {
     const passwd = (await readContainerFile(container, '/etc/passwd', this.address)) ?? '';
@@ -316,7 +318,7 @@ export class DockerImageStore implements ImageStore {
   }
 
   /** An image's inspection; a missing one is a NotFoundError saying how to get it. */
-  async inspectImage(image: string): Promise<Docker.ImageInspectInfo> {
+  async inspectImage(image: string): Promise<ImageInspectInfo> {
     try {
       return await this.docker.getImage(image).inspect();
     } catch (error) {
@@ -345,9 +347,9 @@ export class DockerImageStore implements ImageStore {
     const { repo, tag: version } = splitTag(tag);
     const built = `${repo}:${version}-build`;
     const tarball = tarCreate({ cwd: context, portable: true }, readdirSync(context));
-    let stream: NodeJS.ReadableStream;
+    let stream: Readable;
     try {
-      stream = await this.docker.buildImage(tarball as unknown as NodeJS.ReadableStream, {
+      stream = await this.docker.buildImage(tarball as unknown as Readable, {
         t: built,
         dockerfile: basename(file),
         networkmode: 'host',
@@ -358,7 +360,7 @@ export class DockerImageStore implements ImageStore {
       throw engineError(error, `cannot build ${file}`, this.address);
     }
     try {
-      await followBuild(this.docker, stream);
+      await followBuild(stream);
     } catch (error) {
       const output = (error as Error).cause;
       throw new TemplateBuildError(

@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
-import type Docker from 'dockerode';
 import { UnavailableError } from '../../errors.js';
+import { type DockerEngine, followProgress } from './engine-client.js';
 import { splitTag } from './image-reference.js';
 
 export interface ImportFolderOptions {
@@ -15,7 +15,7 @@ export interface ImportFolderOptions {
  * (devices, modes and numeric owners kept). Returns the reference.
  */
 export async function importFolder(
-  docker: Docker,
+  docker: DockerEngine,
   dir: string,
   reference: string,
   options: ImportFolderOptions = {},
@@ -46,14 +46,19 @@ export async function importFolder(
       code === 0 ? resolve() : reject(new UnavailableError(`tar of ${dir} failed: ${stderr}`)),
     );
   });
-  const progress = await docker.importImage(tar.stdout, { repo, tag });
-  await new Promise<void>((resolve, reject) => {
-    docker.modem.followProgress(progress, (error: Error | null, events: { error?: string }[]) => {
-      const failed = error?.message ?? events.find((event) => event.error)?.error;
-      if (failed) reject(new UnavailableError(`docker import ${reference} failed: ${failed}`));
-      else resolve();
+  try {
+    const progress = await docker.importImage(tar.stdout, { repo, tag });
+    await followProgress(progress).catch((error: Error) => {
+      throw new UnavailableError(`docker import ${reference} failed: ${error.message}`, {
+        cause: error,
+      });
     });
-  });
+  } catch (error) {
+    // The engine gave up: no tar is left writing into a pipe nobody reads.
+    tar.kill();
+    tarred.catch(() => undefined);
+    throw error;
+  }
   await tarred;
   return `${repo}:${tag}`;
 }

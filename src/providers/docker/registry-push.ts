@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
-import type Docker from 'dockerode';
+import type { Readable } from 'node:stream';
 import {
   NotFoundError,
   PermissionDeniedError,
@@ -9,9 +9,10 @@ import {
   UnavailableError,
 } from '../../errors.js';
 import { dockerMessage, engineAddress, engineError, statusOf } from './engine.js';
+import { type DockerEngine, followProgress } from './engine-client.js';
 import { DOCKER_HUB, parseImageReference, splitTag } from './image-reference.js';
 
-/** What the engine's `X-Registry-Auth` header carries (base64 JSON, made by dockerode). */
+/** What the engine's `X-Registry-Auth` header carries (base64url JSON, see engine-client.ts). */
 export interface RegistryAuth {
   username?: string;
   password?: string;
@@ -96,25 +97,9 @@ export function pushError(
 }
 
 /** The end of a push's progress stream: the digest the registry gave, or the first error. */
-function followPush(docker: Docker, stream: NodeJS.ReadableStream): Promise<string | undefined> {
-  return new Promise((resolve, reject) => {
-    docker.modem.followProgress(
-      stream,
-      (
-        error: Error | null,
-        events: {
-          error?: string;
-          errorDetail?: { message?: string };
-          aux?: { Digest?: string };
-        }[],
-      ) => {
-        if (error) return reject(error);
-        const failed = events.find((event) => event.error || event.errorDetail);
-        if (failed) return reject(new Error(failed.errorDetail?.message ?? failed.error));
-        resolve(events.find((event) => event.aux?.Digest)?.aux?.Digest);
-      },
-    );
-  });
+async function followPush(stream: Readable): Promise<string | undefined> {
+  const events = await followProgress(stream);
+  return events.find((event) => event.aux?.Digest)?.aux?.Digest;
 }
 
 /** What a push made: the reference pods pull, and the registry's digest of its manifest. */
@@ -130,7 +115,7 @@ export interface PushedImage {
  * was; on success `target` stays as a local tag of the same image.
  */
 export async function pushImage(
-  docker: Docker,
+  docker: DockerEngine,
   image: string,
   target: string,
   options: { auth?: RegistryAuth } = {},
@@ -165,7 +150,7 @@ export async function pushImage(
     tagged = !existed;
   }
   try {
-    let stream: NodeJS.ReadableStream;
+    let stream: Readable;
     try {
       // The engine wants the header even for an open registry: then it carries no credentials.
       stream = await docker
@@ -177,7 +162,7 @@ export async function pushImage(
       throw pushError(dockerMessage(error), reference, address, error);
     }
     try {
-      const digest = await followPush(docker, stream);
+      const digest = await followPush(stream);
       return { reference, ...(digest ? { digest } : {}) };
     } catch (error) {
       throw pushError((error as Error).message, reference, address, error);

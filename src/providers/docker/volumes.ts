@@ -22,12 +22,12 @@
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
-import type Docker from 'dockerode';
 import { END_OF_ARCHIVE, entryHeader } from '../../../runtime/envd/tar-format.js';
 import { SandboxError, SandboxStartError, UnavailableError } from '../../errors.js';
 import { LocalVolumes } from '../local/volumes.js';
 import type { VolumeMountSpec, VolumeSpec, VolumeStore, VolumeUsage } from '../provider.js';
 import { dockerMessage, type EngineFacts, engineError, statusOf } from './engine.js';
+import { type DockerEngine, followProgress, type MountSettings } from './engine-client.js';
 import { SANDBOX_USER_ID } from './passwd.js';
 
 /** Labels of a volume's Docker volume: its abx id, name and size in bytes. */
@@ -45,14 +45,13 @@ export function dockerVolumeName(volume: Pick<VolumeSpec, 'id'>): string {
 }
 
 /** The `Mounts` entry of a volume in a sandbox's container. */
-export function volumeMount(mount: VolumeMountSpec): Docker.MountSettings {
+export function volumeMount(mount: VolumeMountSpec): MountSettings {
   return {
     Type: 'volume',
     Source: dockerVolumeName(mount.volume),
     Target: mount.path,
     ReadOnly: mount.readOnly,
-    // dockerode's type wants labels and a driver too; the engine takes NoCopy alone.
-    VolumeOptions: { NoCopy: true } as Docker.MountSettings['VolumeOptions'],
+    VolumeOptions: { NoCopy: true },
   };
 }
 
@@ -80,7 +79,7 @@ export class DockerVolumes implements VolumeStore {
   private empty: Promise<void> | undefined;
 
   constructor(
-    private readonly docker: Docker,
+    private readonly docker: DockerEngine,
     /** What the engine offers (the provider's probe). */
     private readonly engine: () => Promise<EngineFacts>,
     /** The engine's address: a path or `unix://` is a socket of this host. */
@@ -164,7 +163,7 @@ export class DockerVolumes implements VolumeStore {
             Source: name,
             Target: `/${OWN_AT}`,
             ReadOnly: false,
-            VolumeOptions: { NoCopy: true } as Docker.MountSettings['VolumeOptions'],
+            VolumeOptions: { NoCopy: true },
           },
         ],
       },
@@ -195,18 +194,13 @@ export class DockerVolumes implements VolumeStore {
         if (statusOf(error) !== 404) throw error;
       }
       const [repo, tag] = EMPTY_IMAGE.split(':') as [string, string];
-      const progress = await this.docker.importImage(
-        Readable.from([END_OF_ARCHIVE]) as unknown as NodeJS.ReadableStream,
-        { repo, tag },
-      );
-      await new Promise<void>((resolve, reject) =>
-        this.docker.modem.followProgress(progress, (error: Error | null, events: unknown[]) => {
-          const failed =
-            error?.message ?? (events as { error?: string }[]).find((event) => event.error)?.error;
-          if (failed) reject(new Error(`docker import ${EMPTY_IMAGE} failed: ${failed}`));
-          else resolve();
-        }),
-      );
+      const progress = await this.docker.importImage(Readable.from([END_OF_ARCHIVE]), {
+        repo,
+        tag,
+      });
+      await followProgress(progress).catch((error: Error) => {
+        throw new Error(`docker import ${EMPTY_IMAGE} failed: ${error.message}`, { cause: error });
+      });
     })().finally(() => {
       // Checked again next time: someone may remove it (docker image prune -a).
       this.empty = undefined;
@@ -242,17 +236,7 @@ export class DockerVolumes implements VolumeStore {
     let df: { Volumes?: { Name: string; UsageData?: { Size?: number } }[] };
     try {
       // `type=volume` (API 1.42) spares newer engines the images' and containers' sizes.
-      df = await new Promise((resolve, reject) =>
-        this.docker.modem.dial(
-          {
-            path: '/system/df?',
-            method: 'GET',
-            options: { type: ['volume'] },
-            statusCodes: { 200: true, 500: 'server error' },
-          },
-          (error: unknown, data: unknown) => (error ? reject(error) : resolve(data as typeof df)),
-        ),
-      );
+      df = await this.docker.systemDf({ type: ['volume'] });
     } catch (error) {
       throw engineError(error, `volume ${volume.name}'s usage`, this.address);
     }

@@ -1,6 +1,6 @@
-import type Docker from 'dockerode';
 import { SANDBOX_RUNTIME_DIR } from '../../../runtime/protocol/constants.js';
 import { engineAddress, engineError } from '../docker/engine.js';
+import type { DockerEngine } from '../docker/engine-client.js';
 import { parseImageReference } from '../docker/image-reference.js';
 import { importFolder } from '../docker/import-folder.js';
 import { pushImage } from '../docker/registry-push.js';
@@ -14,7 +14,7 @@ import type { PortableRuntime } from '../portable-runtime.js';
  * node runs without any libc of the image's own.
  */
 export async function buildRuntimeImage(
-  docker: Docker,
+  docker: DockerEngine,
   runtime: PortableRuntime,
   tag: string,
 ): Promise<string> {
@@ -46,7 +46,7 @@ export interface RuntimeImage {
  * is not valid fails before anything is built; a push that fails removes the image it built.
  */
 export async function makeRuntimeImage(
-  docker: Docker,
+  docker: DockerEngine,
   runtime: PortableRuntime,
   reference: string,
   options: { push?: boolean; version: string },

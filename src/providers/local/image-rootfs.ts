@@ -4,10 +4,10 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { chmod, mkdir, readdir, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
-import type Docker from 'dockerode';
 import { SandboxStartError } from '../../errors.js';
 import { pidAlive } from '../../util/pid-alive.js';
 import { engineError, imageNotFound, statusOf } from '../docker/engine.js';
+import type { DockerEngine } from '../docker/engine-client.js';
 
 /**
  * Where the local provider keeps image file systems, one folder per image id (on disk, not in
@@ -31,7 +31,7 @@ async function removeAbandoned(root: string): Promise<void> {
  * place (concurrent exports of one image end with one folder). Returns the `rootfs` path.
  */
 export async function imageRootfs(
-  docker: Docker,
+  docker: DockerEngine,
   image: string,
   root: string = ROOTFS_ROOT,
 ): Promise<string> {
@@ -125,7 +125,10 @@ function readdirSyncSafe(dir: string): string[] {
  * Removes the cached file systems of images the engine no longer has (a template rebuilt or
  * removed) that no sandbox runs on any more (no mount table names them). Returns what it removed.
  */
-export async function pruneRootfs(docker: Docker, root: string = ROOTFS_ROOT): Promise<string[]> {
+export async function pruneRootfs(
+  docker: DockerEngine,
+  root: string = ROOTFS_ROOT,
+): Promise<string[]> {
   const names = readdirSyncSafe(root).filter((name) => /^[0-9a-f]{24}$/.test(name));
   if (names.length === 0) return [];
   const ids = (await docker.listImages({ all: true })).map((image) =>

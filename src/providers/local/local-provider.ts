@@ -15,7 +15,6 @@ import { request } from 'node:http';
 import { dirname, join } from 'node:path';
 import type { Writable } from 'node:stream';
 import { promisify } from 'node:util';
-import type Docker from 'dockerode';
 import {
   SANDBOX_HOME,
   SANDBOX_RUN_DIR,
@@ -29,6 +28,7 @@ import { type KeptNet, SandboxNetworks } from '../../egress/sandbox-networks.js'
 import type { EgressCounters, EgressPorts } from '../../egress/service.js';
 import { SandboxStartError } from '../../errors.js';
 import { dockerClient } from '../docker/engine.js';
+import type { DockerEngine } from '../docker/engine-client.js';
 import {
   type PortableRuntime,
   portableRuntime,
@@ -305,7 +305,7 @@ export class LocalProvider implements SandboxProvider {
   }
 
   /** A client of the host's Docker engine, made on the first image sandbox. */
-  private engine: { docker: Docker; close: () => void } | undefined;
+  private engine: { docker: DockerEngine; close: () => void } | undefined;
   private portable: Promise<PortableRuntime> | undefined;
 
   /**

@@ -1,8 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type Docker from 'dockerode';
 import { startDaemon } from '../../../src/installation/daemon-connection.js';
 import type { DaemonInfo } from '../../../src/installation/daemon-info.js';
+import type { DockerEngine } from '../../../src/providers/docker/engine-client.js';
 import { createAbxHome } from '../../helpers/abx-home.js';
 import { DEBIAN_IMAGE, ensureDebianImage } from '../../helpers/docker-images.js';
 
@@ -17,7 +17,7 @@ export interface DockerHome {
 }
 
 /** The E2B Docker tests' installation: the daemon inherits the provider's settings from the environment. */
-export async function dockerHome(docker: Docker): Promise<DockerHome> {
+export async function dockerHome(docker: DockerEngine): Promise<DockerHome> {
   await ensureDebianImage(docker);
   process.env.ABX_PROVIDER = 'docker';
   process.env.ABX_DOCKER_BASE_IMAGE = DEBIAN_IMAGE;
