@@ -578,7 +578,7 @@ describe.skipIf(!HAS_CHROMIUM)(
       await expectClean(page);
     }, 120_000);
 
-    test('a key that is not an admin sees only its own sandboxes, and no keys page', async () => {
+    test('a key that is not an admin sees only its own sandboxes, no keys page, and its own snapshots', async () => {
       const viewer = await ApiKeys.create('dash-viewer', { home });
       const mine = await created({ metadata: { who: 'admin' } });
       const theirs = await created({ apiUrl: info.apiUrl, apiKey: viewer.key });
@@ -594,8 +594,37 @@ describe.skipIf(!HAS_CHROMIUM)(
         .getByText(/does not exist/)
         .waitFor();
       await shoot(page, 'sandboxes-non-admin');
+
+      // It snapshots its own sandbox: the template is its own, which it removes; others' stay hidden.
+      await page.goto(`${info.apiUrl}/#/sandboxes`);
+      await row(page, theirs.sandboxId)
+        .getByRole('button', { name: `Snapshot ${theirs.sandboxId}` })
+        .click();
+      const dialog = page.getByRole('dialog');
+      await dialog.getByText("becomes a template of this key's own").waitFor();
+      await dialog.getByLabel('Template name').fill('dash-viewer-snap');
+      await dialog.getByRole('button', { name: 'Save snapshot' }).click();
+      await dialog.waitFor({ state: 'hidden', timeout: 60_000 });
+      const admins = await api('POST', `/v1/sandboxes/${mine.sandboxId}/snapshot`, {
+        name: 'dash-admin-snap',
+      });
+      expect(admins.status).toBe(200);
+      await page.goto(`${info.apiUrl}/#/templates`);
+      const own = page.getByRole('row').filter({
+        has: page.getByRole('rowheader', { name: 'dash-viewer-snap' }),
+      });
+      await own.getByText('this key').waitFor();
+      expect(await page.getByRole('rowheader', { name: 'dash-admin-snap' }).count()).toBe(0);
+      expect(await page.getByRole('button', { name: /^Publish / }).count()).toBe(0);
+      expect(await page.getByRole('button', { name: 'Remove template base' }).count()).toBe(0);
+      await page.getByRole('button', { name: 'Remove template dash-viewer-snap' }).click();
+      await page.getByRole('dialog').getByRole('button', { name: 'Remove' }).click();
+      await page
+        .getByRole('rowheader', { name: 'dash-viewer-snap' })
+        .waitFor({ state: 'detached' });
+      await Templates.remove('dash-admin-snap', { home });
       await expectClean(page);
-    });
+    }, 120_000);
 
     test('keys: one is created (shown once), listed and revoked; volumes: one is created and removed', async () => {
       const page = await newPage();

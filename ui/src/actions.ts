@@ -81,7 +81,7 @@ export function snapshotSandbox(sandbox: SandboxInfo): void {
   ask({
     title: `Snapshot ${sandbox.sandboxId} as a template`,
     message:
-      'Its home (with an image, its whole filesystem) becomes a template every key can start. A template of that name is replaced.',
+      "Its home (with an image, its whole filesystem) becomes a template of this key's own: only this key and admin keys see it and start it, until an admin publishes it. A template of that name that is this key's is replaced.",
     fields: [{ name: 'name', label: 'Template name', required: true, value: '' }],
     confirm: 'Save snapshot',
     async run({ name }) {

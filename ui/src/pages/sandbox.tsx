@@ -29,7 +29,7 @@ const TABS: [string, string][] = [
 ];
 
 /** One sandbox: its facts and metrics, and (while it runs) its processes, files, terminal, commands. */
-export function SandboxPage({ session, id, tab }: { session: Session; id: string; tab: string }) {
+export function SandboxPage({ id, tab }: { session: Session; id: string; tab: string }) {
   const live = useLive();
   const now = useNow();
   const [fetched, setFetched] = useState<SandboxInfo | null>(null);
@@ -110,7 +110,7 @@ export function SandboxPage({ session, id, tab }: { session: Session; id: string
               Extend timeout
             </button>
           )}
-          {running && session.admin && (
+          {running && (
             <button type="button" onClick={() => snapshotSandbox(current)}>
               Snapshot
             </button>

@@ -123,7 +123,6 @@ export function SandboxesPage({ session, query }: { session: Session; query: URL
                 key={sandbox.sandboxId}
                 sandbox={sandbox}
                 now={now}
-                admin={session.admin}
                 samples={live.metrics.get(sandbox.sandboxId) ?? []}
                 act={act}
               />
@@ -147,13 +146,11 @@ export function SandboxesPage({ session, query }: { session: Session; query: URL
 function Row({
   sandbox,
   now,
-  admin,
   samples,
   act,
 }: {
   sandbox: SandboxInfo;
   now: number;
-  admin: boolean;
   samples: { cpuUsedPct: number; memUsed: number; memTotal: number }[];
   act(run: () => Promise<void>): void;
 }) {
@@ -226,7 +223,7 @@ function Row({
         >
           Extend
         </button>
-        {admin && !paused && (
+        {!paused && (
           <button
             type="button"
             onClick={() => snapshotSandbox(sandbox)}

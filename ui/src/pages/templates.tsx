@@ -29,6 +29,21 @@ export function TemplatesPage({ session }: { session: Session }) {
   }, []);
   useEffect(() => void load(), [load]);
 
+  /** A key removes its own templates; admins any (the API decides, this only hides the button). */
+  const mayRemove = (t: TemplateInfo) =>
+    t.name !== 'base' && (session.admin || (!t.shared && t.owner === session.keyId));
+
+  const publish = async (template: TemplateInfo) => {
+    try {
+      await api('POST', `/v1/templates/${seg(template.name)}/publish`, {
+        shared: !template.shared,
+      });
+      await load();
+    } catch (error) {
+      setFailure(errorText(error));
+    }
+  };
+
   const remove = (template: TemplateInfo) =>
     ask({
       title: `Remove template ${template.name}?`,
@@ -56,9 +71,10 @@ export function TemplatesPage({ session }: { session: Session }) {
                 'Capabilities',
                 'Network',
                 'Commands',
+                'Shared',
                 'Built',
               ]}
-              actions={session.admin}
+              actions
             />
             <tbody>
               {templates.map((t) => (
@@ -71,32 +87,43 @@ export function TemplatesPage({ session }: { session: Session }) {
                   <td>{t.capabilities.join(', ')}</td>
                   <td>{t.network}</td>
                   <td>{t.customCommands.map((c) => c.name).join(', ') || '–'}</td>
+                  <td>
+                    {t.shared ? 'every key' : t.owner === session.keyId ? 'this key' : t.owner}
+                  </td>
                   <td>{time(t.builtAt)}</td>
-                  {session.admin && (
-                    <td>
-                      {t.name !== 'base' && (
-                        <button
-                          type="button"
-                          class="danger"
-                          onClick={() => remove(t)}
-                          aria-label={`Remove template ${t.name}`}
-                        >
-                          Remove
-                        </button>
-                      )}
-                    </td>
-                  )}
+                  <td>
+                    {session.admin && t.name !== 'base' && (
+                      <button
+                        type="button"
+                        onClick={() => publish(t)}
+                        aria-label={`${t.shared ? 'Unpublish' : 'Publish'} template ${t.name}`}
+                      >
+                        {t.shared ? 'Unpublish' : 'Publish'}
+                      </button>
+                    )}
+                    {mayRemove(t) && (
+                      <button
+                        type="button"
+                        class="danger"
+                        onClick={() => remove(t)}
+                        aria-label={`Remove template ${t.name}`}
+                      >
+                        Remove
+                      </button>
+                    )}
+                  </td>
                 </tr>
               ))}
             </tbody>
           </table>
         </div>
       )}
-      {session.admin ? (
-        <BuildForm onBuilt={load} />
-      ) : (
-        <p class="hint">Building and removing templates takes an admin key.</p>
-      )}
+      <BuildForm onBuilt={load} />
+      <p class="hint">
+        {session.admin
+          ? 'Templates built with an admin key are shared by every key; Publish shares a key’s own.'
+          : 'Templates built here and snapshots are this key’s own; admin keys publish them to every key.'}
+      </p>
     </section>
   );
 }
