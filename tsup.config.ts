@@ -1,4 +1,5 @@
 import { copyFileSync } from 'node:fs';
+import { builtinModules } from 'node:module';
 import { build } from 'esbuild';
 import { defineConfig, type Options } from 'tsup';
 import { PROGRAM_NAMES } from './src/agent/programs/protocol.js';
@@ -58,6 +59,37 @@ async function runtimeAuthoring(): Promise<void> {
   });
 }
 
+/**
+ * Node's built-ins, in the ESM build, taken with `process.getBuiltinModule` (Node 22.3+) instead
+ * of `import`: an `import` of a built-in makes an ES module facade of it, which reads every one of
+ * its exports, lazy getters included. `node:http`'s getters load Node's internal undici (with
+ * http2, tls, zlib, worker_threads), `node:crypto`'s all of WebCrypto, `node:fs`'s fs/promises:
+ * about half of `abx list`'s start (bench/README.md, "abx start"). Each import statement of a
+ * built-in in a chunk becomes a `const` on the same lines (source maps keep their lines).
+ */
+const BUILTINS = new Set(builtinModules);
+const BUILTIN_IMPORT =
+  /^import\s+(?:(\*\s+as\s+[\w$]+)|([\w$]+)?\s*,?\s*(\{[^}]*\})?)\s*from\s*"((?:node:)?[\w/]+)";/gm;
+
+export function builtinsWithoutFacades(code: string): string {
+  return code.replace(BUILTIN_IMPORT, (statement, star, name, named, from) => {
+    if (!BUILTINS.has(from.replace(/^node:/, '')) || (!star && !name && !named)) return statement;
+    const module = `process.getBuiltinModule(${JSON.stringify(from.startsWith('node:') ? from : `node:${from}`)})`;
+    const bindings: string[] = [];
+    if (star) bindings.push(`${star.replace(/^\*\s+as\s+/, '')} = ${module}`);
+    if (name) bindings.push(`${name} = ${module}`);
+    if (named) bindings.push(`${named.replace(/([\w$]+)\s+as\s+([\w$]+)/g, '$1: $2')} = ${module}`);
+    return `const ${bindings.join(', ')};`;
+  });
+}
+
+const withoutFacades = {
+  name: 'builtins-without-facades',
+  renderChunk(code: string, chunk: { path: string }) {
+    return chunk.path.endsWith('.js') ? { code: builtinsWithoutFacades(code) } : undefined;
+  },
+};
+
 export default defineConfig([
   {
     // ESM library and CLI in one build, so they share chunks: a module that the CLI imports and
@@ -73,6 +105,7 @@ export default defineConfig([
     format: ['esm'],
     splitting: true,
     clean: false,
+    plugins: [withoutFacades],
     dts: { entry: { index: 'src/index.ts', authoring: 'src/authoring.ts' } },
   },
   {

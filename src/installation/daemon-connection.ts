@@ -1,4 +1,3 @@
-import { spawn } from 'node:child_process';
 import {
   closeSync,
   openSync,
@@ -165,6 +164,8 @@ export async function startDaemon(home = abxHome()): Promise<DaemonInfo> {
         writeFileSync(paths.daemonLog, '', { flag: 'a' });
         const logStart = statSync(paths.daemonLog).size;
         const log = openSync(paths.daemonLog, 'a');
+        // node:child_process (and the dgram and net it loads) only to start a daemon.
+        const { spawn } = process.getBuiltinModule('node:child_process');
         const child = spawn(process.execPath, [join(packageInfo().root, 'dist', 'daemon.js')], {
           detached: true,
           stdio: ['ignore', log, log],

@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 
@@ -19,7 +18,10 @@ export function readOrCreateSecret(file: string): string {
   return secret;
 }
 
-/** A secret token: 32 random bytes, base64url. */
+/**
+ * A secret token: 32 random bytes, base64url. node:crypto is taken when one is made, not when
+ * this module loads: loading it costs a CLI command that reads the secrets only (`abx list`).
+ */
 export function newToken(): string {
-  return randomBytes(32).toString('base64url');
+  return process.getBuiltinModule('node:crypto').randomBytes(32).toString('base64url');
 }
