@@ -1,10 +1,14 @@
 import { CommanderError } from 'commander';
 import {
   ArgumentError,
+  BadRequestError,
   CapabilityError,
   CommandNotFoundError,
   CommandTimeoutError,
   DaemonUnavailableError,
+  InvalidArgumentError,
+  InvalidJsonError,
+  InvalidPathError,
   LimitExceededError,
   SandboxNotFoundError,
   ServerNotRunningError,
@@ -78,6 +82,34 @@ export function reportError(error: unknown, stream = process.stderr): number {
   stream.write(`${paint('red', 'abx:', stream)} ${err.name}: ${err.message}\n`);
   const hint = hintFor(err);
   if (hint) stream.write(`${paint('dim', 'hint:', stream)} ${hint}\n`);
-  // The request was wrong, whoever noticed: exit 2, like commander's own.
-  return err instanceof UsageError || err instanceof ArgumentError ? EXIT.usage : EXIT.error;
+  return isUsage(err) ? EXIT.usage : EXIT.error;
 }
+
+/**
+ * The request was wrong, whoever noticed (commander, abx, or the control plane answering 400 to
+ * a bad value: a volume path, a network entry, a template name's form): exit 2, like commander's
+ * own. The 400s that describe a file or a sandbox's state rather than the command line
+ * (FileOperationError, EditMismatchError, ContextDeadError, a bad template file's
+ * CommandDefinitionError) stay errors (exit 1).
+ */
+export function isUsage(error: Error): boolean {
+  return (
+    error instanceof UsageError ||
+    error instanceof ArgumentError ||
+    error instanceof BadRequestError ||
+    error instanceof InvalidJsonError ||
+    error instanceof InvalidPathError ||
+    error.constructor === InvalidArgumentError
+  );
+}
+
+/** What `abx --help` says of exit codes. */
+export const EXIT_CODES_HELP = `Exit codes:
+  0    done
+  1    an error (the daemon unreachable, a sandbox not found, a build that failed, ...)
+  2    usage: a wrong command line, or a value the control plane refused as wrong input
+       (InvalidArgumentError, BadRequestError, InvalidPathError, ArgumentError: a bad volume
+       mount, network entry, duration, or command argument)
+  N    exec, shell and run of shell commands exit with the command's own code (124: exec
+       --timeout stopped it)
+  141  the reader of abx's output went away (abx list | head -1)`;

@@ -1,7 +1,7 @@
 import { Command, Option } from 'commander';
 import { closeConnections } from '../util/idle-connections.js';
 import { packageInfo } from '../util/package-info.js';
-import { reportError } from './errors.js';
+import { EXIT_CODES_HELP, reportError } from './errors.js';
 import { withExamples } from './options.js';
 import { endQuietlyOnBrokenPipe } from './output.js';
 
@@ -95,6 +95,7 @@ export async function buildProgram(args?: readonly string[]): Promise<Command> {
     .description('Disposable, isolated Linux sandboxes for AI agents, with typed custom commands.')
     .version(packageInfo().version)
     .showSuggestionAfterError(true)
+    .addHelpText('after', `\n${EXIT_CODES_HELP}`)
     // Subcommands inherit these two: usage errors reach runCli instead of exiting the process.
     .exitOverride()
     .configureHelp({ sortSubcommands: false })

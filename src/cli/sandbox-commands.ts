@@ -237,14 +237,20 @@ async function pause(id: string, options: { hibernate?: boolean; json?: boolean 
 
 async function resume(id: string, options: { timeout?: number; json?: boolean }): Promise<void> {
   const { client } = await openControl();
-  const info = await withSpinner(`resuming ${id}`, () =>
+  let info = await withSpinner(`resuming ${id}`, () =>
     resumeSandbox(client, id, options.timeout ? { timeoutMs: options.timeout } : {}),
   );
+  // Something resumed it first (a request through the gateway, auto-resume): the lifetime asked
+  // for still holds, from now.
+  if (!info.resumed && options.timeout) {
+    await setSandboxTimeout(client, id, options.timeout);
+    info = { ...(await getSandboxInfo(client, id)), resumed: false };
+  }
   if (options.json) return printJson(info);
   printLine(
     info.resumed
       ? `resumed ${id}; it expires ${relative(info.expiresAt)}`
-      : `${id} was running already; it expires ${relative(info.expiresAt)}`,
+      : `${id} was running already; it expires ${relative(info.expiresAt)}${options.timeout ? ' (--timeout applied)' : ''}`,
   );
 }
 
@@ -565,7 +571,7 @@ export function addSandboxCommands(program: Command): void {
       .argument('<id>', 'the sandbox')
       .option(
         '--timeout <duration>',
-        "its lifetime from now, at most 24h (default: the template's)",
+        "its lifetime from now, at most 24h (default: the template's); applied too when the sandbox was running already (resumed by its traffic)",
         lifetimeArg,
       )
       .option('--json', 'print the sandbox as JSON')

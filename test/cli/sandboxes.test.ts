@@ -152,4 +152,71 @@ describe('abx create, list, info, timeout, kill', () => {
       "option '--timeout <duration>' argument '5x' is invalid",
     );
   });
+
+  test('values the daemon refuses as wrong input exit 2, like the CLI’s own usage errors', async () => {
+    const before = await cli.json<Info[]>(['list', '--all']);
+    const volume = await cli.abx(['create', '-q', '--volume', 'data:/etc/x']);
+    expect(volume).toEqual({
+      code: 2,
+      stdout: '',
+      stderr:
+        "abx: InvalidArgumentError: volumeMounts[0].path /etc/x is not a place a volume can go: mount it in a folder inside /home/user, /tmp, /mnt (for example /mnt/data); the system's folders are read-only and /home/user, /tmp, /mnt themselves are the sandbox's own\n",
+    });
+    const network = await cli.abx(['create', '-q', '--allow', 'not a cidr!!']);
+    expect(network).toEqual({
+      code: 2,
+      stdout: '',
+      stderr:
+        "abx: InvalidArgumentError: network.allowOut[0]: 'not a cidr!!' is neither a CIDR, an IP address, a domain name nor a *.domain wildcard\n",
+    });
+    // Nothing was made by either.
+    expect(await cli.json<Info[]>(['list', '--all'])).toEqual(before);
+    // A state of things, not the command line: still 1.
+    expect((await cli.abx(['info', 'nosuchbox'])).code).toBe(1);
+    const help = await cli.abx(['--help']);
+    expect(help.stdout).toContain('Exit codes:\n  0    done\n  1    an error');
+    expect(help.stdout).toContain(
+      '  2    usage: a wrong command line, or a value the control plane refused',
+    );
+  });
+
+  test('resume --timeout applies when the sandbox was resumed already (by its traffic)', async () => {
+    const id = (
+      await cli.abx(['create', '-q', '--timeout', '2s', '--auto-pause', '--auto-resume'])
+    ).stdout.trim();
+    try {
+      expect(id).toMatch(/^\w+$/);
+      let state = '';
+      for (let i = 0; i < 100 && state !== 'paused'; i++) {
+        await new Promise((resolve) => setTimeout(resolve, 200));
+        state = (await cli.json<Info>(['info', id])).state;
+      }
+      expect(state).toBe('paused');
+      // A request resumes it, with the template's lifetime (5 minutes).
+      const ran = await cli.abx(['exec', id, 'true']);
+      expect(ran.code, ran.stderr).toBe(0);
+      const resumed = await cli.json<Info>(['info', id]);
+      expect(resumed.state).toBe('running');
+      expect(Date.parse(resumed.expiresAt) - Date.now()).toBeLessThan(6 * 60_000);
+
+      const asked = await cli.abx(['resume', id, '--timeout', '20m']);
+      expect(asked.code, asked.stderr).toBe(0);
+      expect(asked.stdout).toMatch(
+        new RegExp(`^${id} was running already; it expires in (19|20)m \\(--timeout applied\\)\n$`),
+      );
+      const left = Date.parse((await cli.json<Info>(['info', id])).expiresAt) - Date.now();
+      expect(left).toBeGreaterThan(19 * 60_000);
+      expect(left).toBeLessThanOrEqual(20 * 60_000);
+      const json = await cli.json<Info & { resumed: boolean }>(['resume', id, '--timeout', '30m']);
+      expect(json.resumed).toBe(false);
+      expect(Date.parse(json.expiresAt) - Date.now()).toBeGreaterThan(29 * 60_000);
+      // Without --timeout a running sandbox's lifetime is left as it is.
+      await cli.abx(['resume', id]);
+      expect(
+        Date.parse((await cli.json<Info>(['info', id])).expiresAt) - Date.now(),
+      ).toBeGreaterThan(29 * 60_000);
+    } finally {
+      if (id) await cli.abx(['kill', id]);
+    }
+  }, 60_000);
 });
