@@ -237,7 +237,7 @@ export class Daemon {
     this.registry = options.databaseUrl
       ? new PostgresRegistry(options.databaseUrl)
       : new SqliteRegistry(this.paths.database);
-    this.keys = new KeyService(this.registry, apiKeyHash, this.paths.apiKey);
+    this.keys = new KeyService(this.registry, apiKeyHash);
     this.provider =
       options.provider ??
       new LocalProvider({ runtimeDir: join(packageInfo().root, 'dist', 'runtime') });

@@ -68,8 +68,6 @@ export class KeyService {
     private readonly registry: Registry,
     /** SHA-256 of the daemon's own key. */
     private readonly bootstrapHash: string,
-    /** Where the daemon's own key is, for messages. */
-    private readonly bootstrapFile: string,
   ) {}
 
   /** The caller of a request with this `Authorization` header; AuthenticationError if none. */
@@ -91,7 +89,9 @@ export class KeyService {
         : undefined;
     if (!record || !tokenMatches(key, record.keyHash)) {
       throw new AuthenticationError(
-        `missing or wrong API key: send ${how}, a key from abx keys create or the key in ${this.bootstrapFile} on the daemon's host`,
+        // Said to whoever asks, signed in or not: nothing about the host (the CLI says where the
+        // local key lives).
+        `missing or wrong API key: send ${how} with a key of this control plane (abx keys create makes one)`,
       );
     }
     if (record.revokedAt !== null) {

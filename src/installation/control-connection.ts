@@ -133,7 +133,7 @@ export function keyRefused(
   if (connection.local) return undefined;
   return (error) =>
     new AuthenticationError(
-      `the API key was refused (401) by ${connection.peer}: check ABX_API_KEY (or --api-key, or the apiKey option); it said: ${error.message}`,
+      `the API key was refused (401) by ${connection.peer}: check ABX_API_KEY (or --api-key, or the apiKey option): a key from abx keys create, or the admin key in $ABX_HOME/api-key on the control plane's host; it said: ${error.message}`,
       { cause: error },
     );
 }

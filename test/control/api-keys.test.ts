@@ -415,6 +415,24 @@ describe('API keys on one daemon', () => {
     expect((await call(`${info.apiUrl}/v1/sandboxes`)).status).toBe(401);
   });
 
+  test('a caller without a valid key learns nothing about the host: no path, no home', async ({
+    plane,
+  }) => {
+    const { info } = await plane.start();
+    const answers = [
+      await call(`${info.apiUrl}/v1/sandboxes`),
+      await apiAs(info, 'abx_nothing').get('/v1/sandboxes'),
+      await call(`${info.apiUrl}/sandboxes`, { headers: { 'x-api-key': 'e2b_nothing' } }),
+      await call(`${info.apiUrl}/sandboxes`),
+    ];
+    for (const answer of answers) {
+      expect(answer.status).toBe(401);
+      const text = JSON.stringify(answer.body);
+      expect(text).toMatch(/key/);
+      expect(text).not.toMatch(/api-key\b|\/tmp\/|ABX_HOME|daemon's host/);
+    }
+  });
+
   test('a limit holds against creates that start together, and frees up when a sandbox ends', async ({
     plane,
   }) => {
