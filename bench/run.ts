@@ -19,8 +19,8 @@ import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { fileURLToPath } from 'node:url';
 import { Sandbox, type SandboxCreateOptions, Template, Templates, Volume } from 'abx-sandbox';
-import Database from 'better-sqlite3';
 import { Client, type Dispatcher, Pool } from 'undici';
+import { openSqlite } from '../src/control/sqlite.js';
 import { unmountUnder } from '../src/providers/local/volumes.js';
 import { internetUnavailable, makeInternet, type TestInternet } from '../test/helpers/internet.js';
 import { BenchCommands } from './commands.js';
@@ -225,7 +225,7 @@ async function callLatency(sandbox: Sandbox) {
 
 /** The sandbox's envd socket on the host, from the daemon's registry: the direct hop's target. */
 function envdSocketOf(sandboxId: string): string {
-  const db = new Database(join(HOME, 'abx.db'), { readonly: true, fileMustExist: true });
+  const db = openSqlite(join(HOME, 'abx.db'), { readOnly: true });
   try {
     const row = db.prepare('SELECT handle FROM sandboxes WHERE id = ?').get(sandboxId) as
       | { handle: string }

@@ -1,4 +1,4 @@
-import type Database from 'better-sqlite3';
+import type { DatabaseSync } from './sqlite.js';
 
 /**
  * The registry's schema, as numbered steps both stores apply in order. A store records each step
@@ -11,7 +11,7 @@ export interface Migration {
   version: number;
   name: string;
   /** SQL, or a function for steps that must look at what is there first. */
-  sqlite: string | ((db: Database.Database) => void);
+  sqlite: string | ((db: DatabaseSync) => void);
   postgres: string;
 }
 

@@ -34,8 +34,8 @@ export const DATABASE_POOL_MAX = 10;
 export const DATABASE_IDLE_TIMEOUT_MS = 30_000;
 
 /**
- * pg, loaded by the first PostgreSQL registry: requiring it costs about ten times what
- * better-sqlite3 does, and a daemon on SQLite (the default, started on demand) never needs it.
+ * pg, loaded by the first PostgreSQL registry: requiring it costs milliseconds that a daemon on
+ * SQLite (the default, started on demand) and every CLI command would pay for nothing.
  */
 let pgModule: typeof Pg | undefined;
 function loadPg(): typeof Pg {

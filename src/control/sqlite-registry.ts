@@ -1,4 +1,3 @@
-import Database from 'better-sqlite3';
 import type { SandboxHandle } from '../providers/provider.js';
 import { MIGRATIONS, SCHEMA_VERSION, tooNewError } from './migrations.js';
 import type {
@@ -16,6 +15,7 @@ import type {
   VolumeRemoval,
 } from './registry.js';
 import { volumeMountsJson, volumeNeedle } from './registry.js';
+import { type DatabaseSync, lenient, openSqlite, type Statement, transaction } from './sqlite.js';
 
 interface TemplateRow {
   name: string;
@@ -122,26 +122,26 @@ const keyFromRow = (row: ApiKeyRow): ApiKeyRecord => ({
 const RUNNING_OF_OWNER = `(SELECT COUNT(*) FROM sandboxes WHERE owner_key = @owner AND state = 'running')`;
 
 /**
- * The registry in one SQLite file under `$ABX_HOME` (the embedded default). better-sqlite3 is
- * synchronous: each method runs to completion before it resolves, so one statement is one atomic
+ * The registry in one SQLite file under `$ABX_HOME` (the embedded default), through Node's own
+ * `node:sqlite` (src/control/sqlite.ts). It is synchronous: each method runs to completion before it resolves, so one statement is one atomic
  * step, and `getSandboxNow` gives the gateway its lookup without a round trip.
  */
 export class SqliteRegistry implements Registry {
   readonly kind = 'sqlite';
-  private readonly db: Database.Database;
+  private readonly db: DatabaseSync;
   /** Statements compiled once each (a prepare per call cost ~1 ms under load). */
-  private readonly statements = new Map<string, Database.Statement>();
+  private readonly statements = new Map<string, Statement>();
 
   constructor(readonly location: string) {
-    this.db = new Database(location);
+    this.db = openSqlite(location);
     // WAL lets readers (other CLI processes) in while the daemon writes.
-    this.db.pragma('journal_mode = WAL');
+    this.db.exec('PRAGMA journal_mode = WAL');
     // No fsync per commit (3 ms each on a VM's disk, one per create and kill); WAL still keeps
     // the file consistent, and what a power loss could forget (the last few changes) the daemon
     // recovers: a sandbox without a row is killed by the orphan sweep, a row of a dead sandbox is
     // ended at adoption.
-    this.db.pragma('synchronous = NORMAL');
-    this.db.pragma('busy_timeout = 5000');
+    this.db.exec('PRAGMA synchronous = NORMAL');
+    this.db.exec('PRAGMA busy_timeout = 5000');
     // Synchronous and cheap: the services may use the registry before anyone calls migrate().
     this.migrateNow();
   }
@@ -154,8 +154,9 @@ export class SqliteRegistry implements Registry {
     this.db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
       version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`);
     // IMMEDIATE takes the write lock first: two processes opening one file apply each step once.
-    this.db
-      .transaction(() => {
+    transaction(
+      this.db,
+      () => {
         const applied = new Set(
           (
             this.db.prepare('SELECT version FROM schema_migrations').all() as { version: number }[]
@@ -173,16 +174,18 @@ export class SqliteRegistry implements Registry {
             .prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)')
             .run(migration.version, migration.name, Date.now());
         }
-      })
-      .immediate();
+      },
+      'IMMEDIATE',
+    );
   }
   /** The compiled statement of `sql`, from the cache (listSandboxes' filters make a few texts). */
-  private statement(sql: string): Database.Statement {
+  private statement(sql: string): Statement {
     let statement = this.statements.get(sql);
     if (!statement) {
       // A filter on many metadata keys makes a text of its own: the cache stays bounded.
       if (this.statements.size >= 64) this.statements.clear();
-      statement = this.db.prepare(sql);
+      // Records are passed whole: fields a statement does not name are left out.
+      statement = lenient(this.db.prepare(sql));
       this.statements.set(sql, statement);
     }
     return statement;
@@ -398,8 +401,9 @@ export class SqliteRegistry implements Registry {
     check?: (previous: TemplateRecord | undefined) => void,
   ): Promise<TemplateRecord | undefined> {
     // IMMEDIATE: the write lock is held from the read, so the check sees what is replaced.
-    return this.db
-      .transaction(() => {
+    return transaction(
+      this.db,
+      () => {
         const previous = this.getTemplateNow(record.name);
         check?.(previous);
         // A rebuild keeps the owner and sharing of what it replaces.
@@ -418,8 +422,9 @@ export class SqliteRegistry implements Registry {
           record.shared ? 1 : 0,
         );
         return previous;
-      })
-      .immediate();
+      },
+      'IMMEDIATE',
+    );
   }
 
   async setTemplateShared(name: string, shared: boolean): Promise<TemplateRecord | undefined> {
@@ -550,16 +555,18 @@ export class SqliteRegistry implements Registry {
 
   async removeVolume(id: string): Promise<VolumeRemoval> {
     // IMMEDIATE: the write lock from the check to the delete, as an insert's check holds it.
-    return this.db
-      .transaction((): VolumeRemoval => {
+    return transaction(
+      this.db,
+      (): VolumeRemoval => {
         const users = (
           this.statement(USERS_OF_VOLUME).all(volumeNeedle(id)) as { id: string }[]
         ).map((row) => row.id);
         if (users.length > 0) return { removed: false, users };
         const removed = this.statement('DELETE FROM volumes WHERE id = ?').run(id).changes === 1;
         return { removed, users: [] };
-      })
-      .immediate();
+      },
+      'IMMEDIATE',
+    );
   }
 
   async agree(key: string, value: string): Promise<string> {

@@ -1,7 +1,7 @@
-import Database from 'better-sqlite3';
 import { describe, expect } from 'vitest';
 import { MIGRATIONS, SCHEMA_VERSION } from '../../src/control/migrations.js';
 import type { Registry } from '../../src/control/registry.js';
+import { type DatabaseSync, openSqlite } from '../../src/control/sqlite.js';
 import { apiKeyRow, STORES, sandboxRow, storeTest } from './registry-stores.js';
 
 /** The versions a store recorded as applied. */
@@ -56,9 +56,9 @@ for (const kind of STORES) {
             name TEXT NOT NULL, applied_at BIGINT NOT NULL);
           INSERT INTO schema_migrations VALUES (1, '${step1.name}', 1);`;
         if (kind.name === 'SQLite') {
-          const db = new Database(store.location);
+          const db = openSqlite(store.location);
           try {
-            (step1.sqlite as (db: Database.Database) => void)(db);
+            (step1.sqlite as (db: DatabaseSync) => void)(db);
             db.exec(schema);
           } finally {
             db.close();
@@ -95,7 +95,7 @@ for (const kind of STORES) {
             name TEXT NOT NULL, applied_at BIGINT NOT NULL);
           ${early.map((m) => `INSERT INTO schema_migrations VALUES (${m.version}, '${m.name}', 1);`).join('\n')}`;
         if (kind.name === 'SQLite') {
-          const db = new Database(store.location);
+          const db = openSqlite(store.location);
           try {
             for (const step of early) {
               if (typeof step.sqlite === 'string') db.exec(step.sqlite);

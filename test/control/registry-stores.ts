@@ -2,7 +2,6 @@ import { createHash } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import Database from 'better-sqlite3';
 import pg from 'pg';
 import { test as base } from 'vitest';
 import { PostgresRegistry } from '../../src/control/postgres-registry.js';
@@ -12,6 +11,7 @@ import type {
   SandboxRecord,
   VolumeRecord,
 } from '../../src/control/registry.js';
+import { openSqlite } from '../../src/control/sqlite.js';
 import { SqliteRegistry } from '../../src/control/sqlite-registry.js';
 import { createTestDatabase, NEEDS_POSTGRES, TEST_DATABASE_URL } from '../helpers/postgres.js';
 
@@ -55,7 +55,7 @@ export function storeTest(kind: StoreKind) {
         location = file;
         make = () => new SqliteRegistry(file);
         raw = async (sql) => {
-          const db = new Database(file);
+          const db = openSqlite(file);
           try {
             db.exec(sql);
           } finally {

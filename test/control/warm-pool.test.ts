@@ -1,12 +1,12 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import Database from 'better-sqlite3';
 import { describe, expect, vi } from 'vitest';
 import { MAX_SANDBOX_TIMEOUT_MS } from '../../runtime/protocol/constants.js';
 import { setSandboxEnv } from '../../src/control/envd-request.js';
 import { sandboxToken } from '../../src/control/ids.js';
 import { Reaper } from '../../src/control/reaper.js';
 import { type SandboxPoolOptions, SandboxService } from '../../src/control/sandbox-service.js';
+import { openSqlite } from '../../src/control/sqlite.js';
 import { InvalidArgumentError, SandboxStartError } from '../../src/errors.js';
 import type { MemoryProviderOptions } from '../helpers/memory-provider.js';
 import { type Plane, test as planeTest, TOKEN_SECRET, until } from './plane.js';
@@ -563,7 +563,7 @@ describe('a pool that keeps up with demand', () => {
     await plane.sandboxes.create({});
     await plane.sandboxes.refill('base');
     const [old] = await pooledIds(plane);
-    const db = new Database(plane.database);
+    const db = openSqlite(plane.database);
     try {
       db.prepare('UPDATE sandboxes SET expires_at = ? WHERE id = ?').run(Date.now() - 1, old);
     } finally {

@@ -1,9 +1,9 @@
 import { readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
-import Database from 'better-sqlite3';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { openSqlite } from '../../src/control/sqlite.js';
 import { Sandbox, Templates } from '../../src/index.js';
 import { createAbxHome } from '../helpers/abx-home.js';
 import { ROOT } from '../helpers/build.js';
@@ -100,7 +100,7 @@ describe('secrets at rest', () => {
     for (const file of ['api-key', 'token-secret', 'daemon.json']) {
       expect((statSync(join(home, file)).mode & 0o777).toString(8)).toBe('600');
     }
-    const db = new Database(join(home, 'abx.db'), { readonly: true });
+    const db = openSqlite(join(home, 'abx.db'), { readOnly: true });
     try {
       const dump = JSON.stringify(db.prepare('SELECT * FROM sandboxes').all());
       expect(dump).toContain(sandbox.sandboxId);

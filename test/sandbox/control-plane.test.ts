@@ -1,8 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import Database from 'better-sqlite3';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { openSqlite } from '../../src/control/sqlite.js';
 import { type DaemonInfo, Sandbox } from '../../src/index.js';
 import { isProcessAlive } from '../../src/installation/daemon-connection.js';
 import { createAbxHome, sandboxProcesses } from '../helpers/abx-home.js';
@@ -116,7 +116,7 @@ describe('daemon restarts', () => {
       for (const pid of sandboxProcesses(victim.sandboxId)) {
         process.kill(pid, 'SIGKILL');
       }
-      const db = new Database(join(home, 'abx.db'));
+      const db = openSqlite(join(home, 'abx.db'));
       db.prepare('DELETE FROM sandboxes WHERE id = ?').run(orphan.sandboxId);
       db.close();
       expect(sandboxProcesses(orphan.sandboxId)).not.toEqual([]);

@@ -1,8 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { setSandboxEnv } from '../../src/control/envd-request.js';
+import { openSqlite } from '../../src/control/sqlite.js';
 import { Sandbox, Template, Templates } from '../../src/index.js';
 import { startDaemon } from '../../src/installation/daemon-connection.js';
 import { createAbxHome, sandboxProcesses } from '../helpers/abx-home.js';
@@ -49,7 +49,7 @@ function hostUids(id: string): Set<number> {
 
 /** Adds variables to a running sandbox's environment through its envd (`PUT /env`). */
 async function addEnv(at: string, box: Sandbox, env: Record<string, string>): Promise<void> {
-  const db = new Database(join(at, 'abx.db'), { readonly: true });
+  const db = openSqlite(join(at, 'abx.db'), { readOnly: true });
   try {
     const row = db.prepare('SELECT handle FROM sandboxes WHERE id = ?').get(box.sandboxId) as {
       handle: string;

@@ -1,8 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import Database from 'better-sqlite3';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { openSqlite } from '../../src/control/sqlite.js';
 import { type DaemonInfo, LimitExceededError, Sandbox } from '../../src/index.js';
 import { isProcessAlive, startDaemon } from '../../src/installation/daemon-connection.js';
 import { ApiKeys } from '../../src/sandbox/api-keys.js';
@@ -331,7 +331,7 @@ describe('faults around a pause', () => {
       await hibernated.commands.start('sleep 600');
       await killDaemon();
       // The rows say paused; the processes still run, as after a SIGKILL at that instant.
-      const db = new Database(join(home, 'abx.db'));
+      const db = openSqlite(join(home, 'abx.db'));
       const pause = db.prepare(
         "UPDATE sandboxes SET state = 'paused', paused = ?, expires_at = ? WHERE id = ?",
       );
