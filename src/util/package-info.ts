@@ -12,8 +12,7 @@ export function packageInfo(): { name: string; version: string; root: string } {
     const file = join(dir, 'package.json');
     if (existsSync(file)) {
       const json = JSON.parse(readFileSync(file, 'utf8'));
-      if (json.name === 'abx-sandbox')
-        return { name: json.name, version: json.version, root: dir };
+      if (json.name === 'abx-sandbox') return { name: json.name, version: json.version, root: dir };
     }
     const parent = dirname(dir);
     if (parent === dir) throw new Error('agent-sandbox: cannot find its own package.json');

@@ -11,7 +11,9 @@ import { userProject } from '../helpers/user-project.js';
 // project's tsc and the README's tsconfig lines, and run with node against a private daemon.
 
 /** The README's tsconfig lines, from README.md itself. */
-const TSCONFIG = JSON.parse(readmeBlock('json', 'Use it in your project', 'compilerOptions').code) as {
+const TSCONFIG = JSON.parse(
+  readmeBlock('json', 'Use it in your project', 'compilerOptions').code,
+) as {
   compilerOptions: Record<string, unknown>;
 };
 
