@@ -52,6 +52,7 @@ export function addDashboardCommand(program: Command): void {
       .option('--json', 'print { url, expiresAt }')
       .action(dashboard),
     'abx dashboard',
+    'abx daemon start --api-port 7070  # on a remote host: the API and its dashboard on 7070, kept',
     'ssh -L 7070:127.0.0.1:7070 host  # then, on the host: abx dashboard --no-open',
   );
 }

@@ -67,7 +67,7 @@ export interface KeyOwner extends SandboxOwner {
 /** The refusal of a create over a key's limit of running sandboxes. */
 function limitExceeded(owner: KeyOwner): LimitExceededError {
   return new LimitExceededError(
-    `the API key '${owner.name}' (${owner.keyId}) has ${owner.maxRunning} sandboxes running, its limit (--max-running): kill one of them (abx list, abx kill ID) or ask an admin for a key with a higher limit`,
+    `the API key '${owner.name}' (${owner.keyId}) has ${owner.maxRunning} ${owner.maxRunning === 1 ? 'sandbox' : 'sandboxes'} running, its limit (--max-running): kill one of them (abx list, abx kill ID) or ask an admin for a key with a higher limit`,
     { code: 'limit_exceeded' },
   );
 }

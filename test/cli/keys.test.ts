@@ -54,7 +54,7 @@ describe('abx keys create, list, revoke', () => {
     const over = await asCi(['create', '-q']);
     expect(over.code).toBe(1);
     expect(over.stderr).toContain(
-      `abx: LimitExceededError: the API key 'ci' (${ci.id}) has 1 sandboxes running, its limit (--max-running)`,
+      `abx: LimitExceededError: the API key 'ci' (${ci.id}) has 1 sandbox running, its limit (--max-running)`,
     );
     expect(over.stderr).toContain('hint: `abx list` shows the sandboxes running under this key');
 
