@@ -18,7 +18,8 @@ export function readmeBlocks(file = join(ROOT, 'README.md')): ReadmeBlock[] {
   let heading = '';
   for (let i = 0; i < lines.length; i++) {
     const line = lines[i] as string;
-    const fence = /^```(\S*)\s*$/.exec(line);
+    // The info string whole: ```ts fragment is not a ```ts block.
+    const fence = /^```(\S*(?: \S+)*)\s*$/.exec(line);
     if (!fence) {
       if (/^#+ /.test(line)) heading = line.replace(/^#+ /, '');
       continue;

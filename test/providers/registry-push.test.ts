@@ -247,7 +247,7 @@ describe.skipIf(skipped)(
       expect(await registry.tags('team/abx-runtime')).toEqual(['cli-test']);
     }, 240_000);
 
-    test('abx kubernetes runtime-image: a bad reference or a registry that does not answer exits 1 saying why', async () => {
+    test('abx kubernetes runtime-image: a bad reference exits 2 (usage), a registry that does not answer 1, each saying why', async () => {
       const abx = (reference: string) =>
         new Promise<{ code: number | null; stderr: string }>((resolve) => {
           execFile(
@@ -258,7 +258,7 @@ describe.skipIf(skipped)(
           );
         });
       const bad = await abx('Registry.example/ABX');
-      expect(bad.code).toBe(1);
+      expect(bad.code).toBe(2);
       expect(bad.stderr).toContain(
         'InvalidArgumentError: runtime image reference "Registry.example/ABX"',
       );
