@@ -11,6 +11,11 @@
  * - `replace` (a rebuild, a snapshot of the same name) and `remove`: admin keys any template;
  *   another key only its own private ones (a shared one is the catalogue's, curated by admins).
  * - `publish` (into the catalogue, or back out of it): admin keys only.
+ * - What a template may *say* (templateBuildRefusals): what reaches past its sandboxes into the
+ *   daemon's host — the host's network, files of the host copied in (`copy` steps), a
+ *   `dockerfile` on the host, where its pods run (`kubernetes`) — only an admin key builds. A
+ *   key's own build also runs its setup steps on the template's own network (its egress policy),
+ *   never the host's (templateBuildNetwork).
  */
 
 /** Who asks: a key's id (null: the daemon's own key) and whether it is an admin key. */
@@ -44,6 +49,43 @@ export function templateAccess(
   if (action === 'use') return 'allowed';
   if (action === 'publish') return 'admin_required';
   return own ? 'allowed' : 'admin_required';
+}
+
+/** What of a template's definition a build looks at here. */
+export interface BuildableTemplate {
+  network: 'none' | 'host' | 'internet';
+  dockerfile?: string;
+  setup: readonly ({ copy: string } | { run: string })[];
+  kubernetes?: unknown;
+}
+
+/**
+ * Why `who` may not build `template` (none: it may): each a part of the definition that reaches
+ * into the daemon's host, which only an admin key may give a template.
+ */
+export function templateBuildRefusals(
+  who: TemplatePrincipal,
+  template: BuildableTemplate,
+): string[] {
+  if (who.admin) return [];
+  const refusals: string[] = [];
+  if (template.network === 'host') refusals.push("network: host (the daemon host's own network)");
+  if (template.dockerfile !== undefined) {
+    refusals.push("dockerfile: (a file on the daemon's host; use image:)");
+  }
+  if (template.setup.some((step) => 'copy' in step)) {
+    refusals.push("setup copy steps (they copy files of the daemon's host; use run steps)");
+  }
+  if (template.kubernetes !== undefined) refusals.push('kubernetes: (where its pods run)');
+  return refusals;
+}
+
+/**
+ * The network a build's setup steps run on: an admin key's, the host's (setup steps usually
+ * download things); another key's, the template's own, as its sandboxes get it.
+ */
+export function templateBuildNetwork(who: TemplatePrincipal): 'host' | 'template' {
+  return who.admin ? 'host' : 'template';
 }
 
 /** The daemon's own work (the warm pool, adoption, a resume): no key asks, nothing is hidden. */

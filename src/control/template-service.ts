@@ -23,6 +23,7 @@ import {
   SANDBOX_HOME,
   type SandboxHandle,
   type SandboxProvider,
+  type SandboxSpec,
 } from '../providers/provider.js';
 import { extractTar } from '../util/safe-extract.js';
 import { copyIntoSandbox, envdStream } from './envd-request.js';
@@ -34,6 +35,8 @@ import {
   type TemplateAction,
   type TemplatePrincipal,
   templateAccess,
+  templateBuildNetwork,
+  templateBuildRefusals,
 } from './template-access.js';
 
 /** The template every installation has, without a build. */
@@ -64,6 +67,9 @@ function upgradeSpec(spec: TemplateSpec): TemplateSpec {
     ),
   };
 }
+
+/** The network a build sandbox is started on. */
+type BuildNetwork = Pick<SandboxSpec, 'network' | 'egress'>;
 
 /** The progress event of a setup step. */
 function stepProgress(spec: TemplateSpec, index: number, step: SetupStep): BuildProgress {
@@ -196,6 +202,27 @@ export class TemplateService {
      */
     private readonly imageRegistry?: string,
   ) {}
+
+  /**
+   * The network of a build sandbox on `provider` (template-access.ts decides which): the host's,
+   * or the template's own as its sandboxes get it (an internet template offline where the
+   * provider has no internet network and the template asked for none in particular).
+   */
+  private buildNetwork(
+    provider: SandboxProvider,
+    spec: TemplateSpec,
+    who: TemplatePrincipal,
+  ): BuildNetwork {
+    // Setup steps usually download things; a template's sandboxes keep their own setting.
+    if (templateBuildNetwork(who) === 'host') return { network: 'host' };
+    if (spec.network === 'internet' && spec.networkDefault) {
+      const unavailable = provider.internetUnavailable
+        ? provider.internetUnavailable()
+        : `the ${provider.name} provider has no internet network`;
+      if (unavailable !== undefined) return { network: 'none' };
+    }
+    return { network: spec.network, ...(spec.egress ? { egress: spec.egress } : {}) };
+  }
 
   /** The repository a template's image is pushed to: its name as a registry accepts it. */
   private repositoryOf(name: string): string {
@@ -362,16 +389,27 @@ export class TemplateService {
     if (spec.name === BASE_TEMPLATE.name) {
       throw new InvalidArgumentError("'base' is built in; give your template another name");
     }
+    const refusals = templateBuildRefusals(who, spec);
+    if (refusals.length > 0) {
+      throw new PermissionDeniedError(
+        `template '${spec.name}' has ${refusals.join(', ')}: building that needs an admin API key, and the key '${who.name ?? who.keyId}' (${who.keyId}) is not one; leave it out, or ask an admin of the control plane`,
+        { code: 'admin_required' },
+      );
+    }
     const check = this.replaceCheck(spec.name, who);
     // Before anything is made: a name this key may not write is refused at once.
     check(await this.registry.getTemplate(spec.name));
+    const network = (provider: SandboxProvider) => this.buildNetwork(provider, spec, who);
     const owned = { owner: who.keyId, shared: who.admin };
     const fromImage = spec.image !== undefined || spec.dockerfile !== undefined;
     // Before anything is made: a template whose sandboxes would run another Node is not built.
     await checkNodeLine(spec.name, spec.runtime?.node, this.provider, fromImage);
-    if (fromImage) return this.buildImage(spec, onProgress, owned, check);
+    if (fromImage) return this.buildImage(spec, onProgress, owned, check, network);
     const dir = join(this.templatesDir, spec.name);
-    const staged = spec.setup.length > 0 ? await this.runSetup(spec, dir, onProgress) : undefined;
+    const staged =
+      spec.setup.length > 0
+        ? await this.runSetup(spec, dir, onProgress, network(this.provider))
+        : undefined;
     const homeDir = staged ? join(dir, 'home') : undefined;
     const builtAt = Date.now();
     let previous: TemplateRecord | undefined;
@@ -408,6 +446,7 @@ export class TemplateService {
     onProgress: (event: BuildProgress) => void,
     owned: { owner: string | null; shared: boolean },
     check: (previous: TemplateRecord | undefined) => void,
+    network: (provider: SandboxProvider) => BuildNetwork,
   ): Promise<BuiltTemplate> {
     const builder = await this.builderFor(spec);
     const images = builder.images;
@@ -427,7 +466,14 @@ export class TemplateService {
     let image = prepared;
     if (spec.setup.length > 0) {
       try {
-        image = await this.runImageSetup(builder, spec, prepared, tag, onProgress);
+        image = await this.runImageSetup(
+          builder,
+          spec,
+          prepared,
+          tag,
+          onProgress,
+          network(builder),
+        );
       } finally {
         await images.remove(prepared).catch(() => undefined);
       }
@@ -462,6 +508,7 @@ export class TemplateService {
     image: string,
     tag: string,
     onProgress: (event: BuildProgress) => void,
+    network: BuildNetwork,
   ): Promise<string> {
     const work = join(this.templatesDir, `.build-${spec.name}-${newSandboxId()}`);
     mkdirSync(work, { recursive: true });
@@ -475,8 +522,7 @@ export class TemplateService {
         env: spec.env,
         workdir: '/',
         resources: spec.resources,
-        // Setup steps usually download things; a template's sandboxes keep their own setting.
-        network: 'host',
+        ...network,
         image,
         user: 'root',
       });
@@ -593,6 +639,7 @@ export class TemplateService {
     spec: TemplateSpec,
     dir: string,
     onProgress: (event: BuildProgress) => void,
+    network: BuildNetwork,
   ): Promise<string> {
     const work = `${dir}.build-${newSandboxId()}`;
     mkdirSync(work, { recursive: true });
@@ -606,8 +653,7 @@ export class TemplateService {
         env: spec.env,
         workdir: spec.workdir,
         resources: spec.resources,
-        // Setup steps usually download things; a template's sandboxes keep their own setting.
-        network: 'host',
+        ...network,
       })
       .catch((error) => {
         rmSync(work, { recursive: true, force: true });

@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import type { ApiKeyInfo } from '../../src/index.js';
@@ -99,7 +99,7 @@ describe('abx keys create, list, revoke', () => {
     // A dozen abx processes one after the other: minutes on a loaded machine, not a hang.
   }, 180_000);
 
-  test('templates and snapshots have owners (abx snapshot, template list|publish); keys revoke --kill ends the sandboxes', async () => {
+  test('templates and snapshots have owners (abx snapshot, template build|list|publish); keys revoke --kill ends the sandboxes', async () => {
     const make = async (name: string) =>
       cli.json<ApiKeyInfo & { key: string }>(['keys', 'create', '--name', name]);
     const [alice, bob] = [await make('tpl-alice'), await make('tpl-bob')];
@@ -155,12 +155,30 @@ describe('abx keys create, list, revoke', () => {
     expect(help.stdout).toContain('--unpublish');
     expect(help.stdout).toContain('Needs an admin key.');
 
+    // Her own build (the YAML's text goes to the control plane), its setup run off the host's
+    // network; a host-network template is an admin's to build.
+    const yaml = join(home.home, 'alice-built.yaml');
+    writeFileSync(yaml, 'name: alice-built\nsetup:\n  - echo built by alice > built.txt\n');
+    const built = await asAlice(['template', 'build', yaml]);
+    expect(built.code, built.stderr).toBe(0);
+    const fromBuilt = (await asAlice(['create', '-q', '--template', 'alice-built'])).stdout.trim();
+    expect((await asAlice(['exec', fromBuilt, '--', 'cat', 'built.txt'])).stdout).toBe(
+      'built by alice\n',
+    );
+    expect((await asBob(['template', 'list'])).stdout).not.toContain('alice-built');
+    writeFileSync(yaml, 'name: alice-host\nnetwork: host\n');
+    const host = await asAlice(['template', 'build', yaml]);
+    expect(host.code).toBe(1);
+    expect(host.stderr).toContain(
+      "abx: PermissionDeniedError: template 'alice-host' has network: host (the daemon host's own network): building that needs an admin API key",
+    );
+
     // Revoked with --kill: her sandboxes end at once, bob's run on.
     const revoked = await cli.abx(['keys', 'revoke', alice.id, '--kill']);
     expect(revoked.code, revoked.stderr).toBe(0);
     expect(revoked.stdout).toMatch(
       new RegExp(
-        `^revoked API key 'tpl-alice' \\(${alice.id}\\)\\nkilled its 2 sandboxes: \\S+ \\S+\\n$`,
+        `^revoked API key 'tpl-alice' \\(${alice.id}\\)\\nkilled its 3 sandboxes: \\S+ \\S+ \\S+\\n$`,
       ),
     );
     expect(revoked.stdout).toContain(source);
@@ -173,6 +191,7 @@ describe('abx keys create, list, revoke', () => {
       /--kill\s+also kill the key's running and paused sandboxes: their tokens\s+stop working at the gateway at once/,
     );
     await cli.abx(['template', 'rm', 'alice-snap']);
+    await cli.abx(['template', 'rm', 'alice-built']);
   }, 240_000);
 
   test('usage: --name is required, --max-running takes a count, --help shows examples', async () => {

@@ -495,6 +495,59 @@ describe('API keys on one daemon', () => {
     await templateOwnership(plane.provider, daemon, daemon);
   });
 
+  test("a key's build may not reach into the daemon's host: host network, copy steps, a dockerfile, kubernetes placement; its setup steps run off the host's network", async ({
+    plane,
+  }) => {
+    const { info, admin } = await plane.start();
+    const alice = await makeKey(admin, info, { name: 'alice' });
+    const refused = async (yaml: string, what: string) => {
+      const answer = await alice.api.post('/v1/templates', { yaml });
+      expect(answer.status, JSON.stringify(answer.body)).toBe(403);
+      expect(answer.body).toEqual({
+        error: `template 'reach' has ${what}: building that needs an admin API key, and the key 'alice' (${alice.id}) is not one; leave it out, or ask an admin of the control plane`,
+        type: 'PermissionDeniedError',
+        code: 'admin_required',
+      });
+    };
+    await refused('name: reach\nnetwork: host\n', "network: host (the daemon host's own network)");
+    await refused(
+      'name: reach\nsetup:\n  - copy: /etc/passwd\n    to: /home/user/passwd\n',
+      "setup copy steps (they copy files of the daemon's host; use run steps)",
+    );
+    await refused(
+      'name: reach\ndockerfile: /etc/hostname\n',
+      "dockerfile: (a file on the daemon's host; use image:)",
+    );
+    await refused(
+      'name: reach\nkubernetes:\n  runtime_class: gvisor\n',
+      'kubernetes: (where its pods run)',
+    );
+    // Nothing was built or started.
+    expect(plane.provider.creates).toBe(0);
+    expect((await admin.get('/v1/templates/reach')).status).toBe(404);
+
+    // Her setup steps run on the template's own network; an admin's on the host's.
+    const mine = await alice.api.post('/v1/templates', {
+      yaml: 'name: alice-setup\nsetup:\n  - echo hi\n',
+    });
+    expect(mine.status, JSON.stringify(mine.body)).toBe(200);
+    expect(plane.provider.sandbox('build-alice-setup').spec.network).not.toBe('host');
+    const offline = await alice.api.post('/v1/templates', {
+      yaml: 'name: alice-offline\nnetwork: none\nsetup:\n  - echo hi\n',
+    });
+    expect(offline.status).toBe(200);
+    expect(plane.provider.sandbox('build-alice-offline').spec.network).toBe('none');
+    expect(
+      (await admin.post('/v1/templates', { yaml: 'name: admin-setup\nsetup:\n  - echo hi\n' }))
+        .status,
+    ).toBe(200);
+    expect(plane.provider.sandbox('build-admin-setup').spec.network).toBe('host');
+    // An admin builds what a key may not.
+    expect(
+      (await admin.post('/v1/templates', { yaml: 'name: reach\nnetwork: host\n' })).status,
+    ).toBe(200);
+  });
+
   test("DELETE /v1/keys/{id}?kill=true kills the key's sandboxes through the kill path; their tokens stop at the gateway at once", async ({
     plane,
   }) => {
