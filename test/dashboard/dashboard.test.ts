@@ -647,6 +647,21 @@ describe.skipIf(!HAS_CHROMIUM)(
         .waitFor({ state: 'detached' });
       expect((await api('GET', '/v1/sandboxes', undefined, key)).status).toBe(401);
 
+      // Revoked with its sandboxes: one it runs is killed with it.
+      const doomed = await ApiKeys.create('dash-doomed', { home });
+      const its = await created({ apiUrl: info.apiUrl, apiKey: doomed.key });
+      await page.reload();
+      await page.getByRole('button', { name: 'Revoke and kill key dash-doomed' }).click();
+      await page.getByRole('dialog').getByRole('button', { name: 'Revoke and kill' }).click();
+      await page
+        .getByRole('button', { name: 'Revoke and kill key dash-doomed' })
+        .waitFor({ state: 'detached' });
+      const ended = await api('GET', `/v1/sandboxes/${its.sandboxId}`);
+      expect(ended.body).toMatchObject({
+        state: 'killed',
+        endReason: `killed: its API key ${doomed.id} was revoked`,
+      });
+
       await page.getByRole('link', { name: 'Volumes' }).click();
       await page.getByLabel('Name').fill('dash-volume');
       await page.getByLabel(/^Size/).fill('64M');

@@ -51,14 +51,17 @@ export function KeysPage({ session }: { session: Session }) {
     }
   };
 
-  const revoke = (key: ApiKeyInfo) =>
+  /** Revokes a key; with `kill`, its running and paused sandboxes are killed too. */
+  const revoke = (key: ApiKeyInfo, kill = false) =>
     ask({
-      title: `Revoke key ${key.name}?`,
-      message: `${key.prefix}… is refused from its next request on; its sandboxes run on until they end.`,
-      confirm: 'Revoke',
+      title: kill ? `Revoke key ${key.name} and kill its sandboxes?` : `Revoke key ${key.name}?`,
+      message: kill
+        ? `${key.prefix}… is refused from its next request on, and its running and paused sandboxes are killed now: their tokens stop working at once.`
+        : `${key.prefix}… is refused from its next request on; its sandboxes run on until they end.`,
+      confirm: kill ? 'Revoke and kill' : 'Revoke',
       danger: true,
       async run() {
-        await api('DELETE', `/v1/keys/${seg(key.id)}`);
+        await api('DELETE', `/v1/keys/${seg(key.id)}${kill ? '?kill=true' : ''}`);
         await load();
       },
     });
@@ -160,6 +163,16 @@ export function KeysPage({ session }: { session: Session }) {
                         aria-label={`Revoke key ${key.name}`}
                       >
                         Revoke
+                      </button>
+                    )}
+                    {!key.revokedAt && key.id !== session.keyId && (
+                      <button
+                        type="button"
+                        class="danger"
+                        onClick={() => revoke(key, true)}
+                        aria-label={`Revoke and kill key ${key.name}`}
+                      >
+                        Revoke and kill
                       </button>
                     )}
                   </td>
