@@ -13,7 +13,8 @@
  * - `publish` (into the catalogue, or back out of it): admin keys only.
  * - What a template may *say* (templateBuildRefusals): what reaches past its sandboxes into the
  *   daemon's host — the host's network, files of the host copied in (`copy` steps), a
- *   `dockerfile` on the host, where its pods run (`kubernetes`) — only an admin key builds. A
+ *   `dockerfile` on the host, where its pods run (`kubernetes`), another template's built image
+ *   (which may be another key's snapshot) — only an admin key builds. A
  *   key's own build also runs its setup steps on the template's own network (its egress policy),
  *   never the host's (templateBuildNetwork).
  */
@@ -54,6 +55,7 @@ export function templateAccess(
 /** What of a template's definition a build looks at here. */
 export interface BuildableTemplate {
   network: 'none' | 'host' | 'internet';
+  image?: string;
   dockerfile?: string;
   setup: readonly ({ copy: string } | { run: string })[];
   kubernetes?: unknown;
@@ -70,6 +72,13 @@ export function templateBuildRefusals(
   if (who.admin) return [];
   const refusals: string[] = [];
   if (template.network === 'host') refusals.push("network: host (the daemon host's own network)");
+  // Template builds are images of their own (abx-template/NAME:TIME on the engine,
+  // REGISTRY/abx-template-NAME:HASH pushed): another key's private snapshot among them.
+  if (template.image !== undefined && /(^|\/)abx-template[/-]/.test(template.image)) {
+    refusals.push(
+      `image: ${template.image} (a template's own build; start from that template instead)`,
+    );
+  }
   if (template.dockerfile !== undefined) {
     refusals.push("dockerfile: (a file on the daemon's host; use image:)");
   }

@@ -522,6 +522,15 @@ describe('API keys on one daemon', () => {
       'name: reach\nkubernetes:\n  runtime_class: gvisor\n',
       'kubernetes: (where its pods run)',
     );
+    // Another template's built image (a private snapshot's, say) is not a base for a key's build.
+    await refused(
+      'name: reach\nimage: abx-template/alice-snap:1765000000000\n',
+      "image: abx-template/alice-snap:1765000000000 (a template's own build; start from that template instead)",
+    );
+    await refused(
+      'name: reach\nimage: registry.local:5000/abx-template-alice-snap:0123abcd\n',
+      "image: registry.local:5000/abx-template-alice-snap:0123abcd (a template's own build; start from that template instead)",
+    );
     // Nothing was built or started.
     expect(plane.provider.creates).toBe(0);
     expect((await admin.get('/v1/templates/reach')).status).toBe(404);
