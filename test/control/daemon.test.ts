@@ -95,7 +95,9 @@ describe('the daemon on a memory provider', () => {
     const none = await call(`${info.apiUrl}/v1/sandboxes`);
     expect(none.status).toBe(401);
     expectErrorShape(none.body, 'AuthenticationError');
-    expect(none.body.error).toContain(join(abx.home, 'api-key'));
+    // It says what to send, and nothing about the host (where the daemon keeps its key).
+    expect(none.body.error).toContain('abx keys create');
+    expect(none.body.error).not.toContain(abx.home);
 
     const wrong = await call(`${info.apiUrl}/v1/sandboxes`, {
       headers: { authorization: 'Bearer not-the-key' },
