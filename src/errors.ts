@@ -43,6 +43,8 @@ export {
   SandboxNotFoundError,
   SandboxPausedError,
   SandboxStartError,
+  SecretConflictError,
+  SecretNotFoundError,
   SerializationError,
   ServerCommandError,
   ServerNotRunningError,

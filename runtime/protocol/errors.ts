@@ -224,6 +224,15 @@ export class VolumeConflictError extends SandboxError {
 }
 
 /**
+ * A secret of that name exists already among the caller's key's secrets (`code` `secret_exists`):
+ * update it, or remove it first.
+ */
+export class SecretConflictError extends SandboxError {
+  static override readonly type: string = 'SecretConflictError';
+  static override readonly status: number = 409;
+}
+
+/**
  * A template of that name exists and is not the caller's to replace (`code`
  * `template_name_taken`): another key's private template, which the caller may not see. Choose
  * another name.
@@ -267,6 +276,11 @@ export class SandboxNotFoundError extends NotFoundError {
 /** No volume of that name (among the caller's). */
 export class VolumeNotFoundError extends NotFoundError {
   static override readonly type: string = 'VolumeNotFoundError';
+}
+
+/** No secret of that name or id among the caller's (another key's secret answers the same). */
+export class SecretNotFoundError extends NotFoundError {
+  static override readonly type: string = 'SecretNotFoundError';
 }
 
 /** No template of that name. */
@@ -542,6 +556,7 @@ export const ERROR_CLASSES: readonly ErrorClass[] = [
   ContextDeadError,
   SandboxPausedError,
   VolumeConflictError,
+  SecretConflictError,
   TemplateConflictError,
   NodeLineError,
   AuthenticationError,
@@ -553,6 +568,7 @@ export const ERROR_CLASSES: readonly ErrorClass[] = [
   SandboxNotFoundError,
   TemplateNotFoundError,
   VolumeNotFoundError,
+  SecretNotFoundError,
   CommandNotFoundError,
   RouteNotFoundError,
   ServerNotRunningError,

@@ -15,6 +15,7 @@ import type { DaemonMetrics } from './prometheus.js';
 import type { SandboxRecord, SandboxState } from './registry.js';
 import type { SandboxEventStreams } from './sandbox-events.js';
 import type { KeyOwner, SandboxService } from './sandbox-service.js';
+import { type SecretService, secretJson } from './secret-service.js';
 import type { BuiltTemplate, TemplateService } from './template-service.js';
 import { type VolumeService, volumeJson } from './volume-service.js';
 
@@ -23,6 +24,8 @@ export interface ApiContext {
   sandboxes: SandboxService;
   templates: TemplateService;
   volumes: VolumeService;
+  /** Secrets: write-only, so no route here ever answers a value. */
+  secrets: SecretService;
   keys: KeyService;
   /** Running sandboxes' samples of use (CPU, memory, disk, processes). */
   metrics: MetricsSampler;
@@ -607,6 +610,73 @@ export const API_ROUTES: ApiRoute[] = [
     handler: async ({ params, ctx }) => {
       const volume = await ctx.volumes.get(callerOf(ctx).keyId, params.name as string);
       return { removed: await ctx.volumes.remove(volume), name: volume.name };
+    },
+  },
+  {
+    method: 'POST',
+    path: '/v1/secrets',
+    group: 'api',
+    summary:
+      "Make a secret: { name, value, metadata? }. The value is write-only: no answer ever holds it. Names are the caller's key's own, 1 to 64 letters, digits, _, - and ., kept lower-case; a value is 1 byte to 64 KiB. 201 with its name, version (1), metadata and times; 409 (SecretConflictError, secret_exists) when the name is taken.",
+    handler: async ({ body, ctx }) => {
+      const request = body ?? {};
+      if (typeof request !== 'object' || Array.isArray(request)) {
+        throw new InvalidArgumentError('the body must be a JSON object { name, value, metadata? }');
+      }
+      const caller = callerOf(ctx);
+      const secret = await ctx.secrets.create(caller, request);
+      return new Reply(201, secretJson(secret, caller.admin));
+    },
+  },
+  {
+    method: 'GET',
+    path: '/v1/secrets',
+    group: 'api',
+    summary:
+      "The secrets the caller's key owns (an admin key: every key's, with its owner), by name: names, versions, metadata and times, never a value.",
+    handler: async ({ ctx }) => {
+      const caller = callerOf(ctx);
+      return {
+        secrets: (await ctx.secrets.list(caller)).map((s) => secretJson(s, caller.admin)),
+      };
+    },
+  },
+  {
+    method: 'GET',
+    path: '/v1/secrets/{name}',
+    group: 'api',
+    summary:
+      "One secret by name (among the caller's) or id (sec_…): its version, metadata and times, never its value. Another key's secret is 404, as an unknown name.",
+    handler: async ({ params, ctx }) => {
+      const caller = callerOf(ctx);
+      return secretJson(await ctx.secrets.find(caller, params.name as string), caller.admin);
+    },
+  },
+  {
+    method: 'POST',
+    path: '/v1/secrets/{name}',
+    group: 'api',
+    summary:
+      'Change a secret: { value?, metadata? } (at least one). A new value is the next version, used from the next request on; metadata replaces the old.',
+    handler: async ({ params, body, ctx }) => {
+      const request = body ?? {};
+      if (typeof request !== 'object' || Array.isArray(request)) {
+        throw new InvalidArgumentError('the body must be a JSON object { value?, metadata? }');
+      }
+      const caller = callerOf(ctx);
+      const secret = await ctx.secrets.update(caller, params.name as string, request);
+      return secretJson(secret, caller.admin);
+    },
+  },
+  {
+    method: 'DELETE',
+    path: '/v1/secrets/{name}',
+    group: 'api',
+    summary: 'Remove a secret and every version of its value.',
+    body: 'none',
+    handler: async ({ params, ctx }) => {
+      const { removed, secret } = await ctx.secrets.remove(callerOf(ctx), params.name as string);
+      return { removed, name: secret.name, secretId: secret.id };
     },
   },
   {

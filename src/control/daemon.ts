@@ -63,6 +63,8 @@ import { RecordCache } from './record-cache.js';
 import type { Registry } from './registry.js';
 import { SandboxEventStreams } from './sandbox-events.js';
 import { PAUSED_TIMEOUT_MS, SandboxService } from './sandbox-service.js';
+import { loadSecretsKey } from './secret-crypto.js';
+import { SecretService } from './secret-service.js';
 import { SqliteRegistry } from './sqlite-registry.js';
 import { TemplateService } from './template-service.js';
 import { VolumeService } from './volume-service.js';
@@ -119,6 +121,12 @@ export interface DaemonOptions {
    * URL (and the same token secret), instead of SQLite in `home`.
    */
   databaseUrl?: string;
+  /**
+   * The key secrets are sealed with: 32 bytes as 64 hex digits or base64. Default
+   * `ABX_SECRETS_KEY`, else `$ABX_HOME/secrets-key` (made on first start, mode 0600). Daemons on
+   * one PostgreSQL registry need the same key.
+   */
+  secretsKey?: string;
   provider?: SandboxProvider;
   /**
    * Builds image templates when `provider` cannot (the local provider runs images but never as
@@ -189,6 +197,7 @@ export class Daemon {
   readonly sandboxes: SandboxService;
   readonly templates: TemplateService;
   readonly volumes: VolumeService;
+  readonly secrets: SecretService;
   private readonly api: Server;
   private readonly gateway: Gateway;
   /** The API and gateway listeners for remote clients, with their addresses. */
@@ -285,6 +294,10 @@ export class Daemon {
     this.sandboxes.events = this.prometheus;
     this.volumes = new VolumeService(this.registry, this.provider, this.paths.volumes);
     this.sandboxes.volumes = this.volumes;
+    this.secrets = new SecretService(
+      this.registry,
+      loadSecretsKey(this.paths.secretsKey, options.secretsKey),
+    );
     this.sandboxes.onEnded = (id) => {
       this.records?.forget(id);
       this.metrics.drop(id);
@@ -315,6 +328,7 @@ export class Daemon {
       sandboxes: this.sandboxes,
       templates: this.templates,
       volumes: this.volumes,
+      secrets: this.secrets,
       keys: this.keys,
       metrics: this.metrics,
       prometheus: this.prometheus,
@@ -555,6 +569,13 @@ export class Daemon {
       }
       throw error;
     }
+    // Secrets sealed with another key would not open here. Replicas on PostgreSQL with different
+    // keys are a misconfiguration: refuse, saying which key to share. On SQLite (one daemon) the
+    // key file was lost or replaced: start, say so, and those secrets fail when used (remove and
+    // make them again, or put the old key back).
+    const otherKeys = await this.secrets.otherKeys();
+    if (otherKeys && registry.kind === 'postgres') throw new Error(otherKeys);
+    if (otherKeys) console.error(`warning: ${otherKeys}`);
     if (registry.kind !== 'postgres') return;
     // Every daemon must derive the same access tokens from a sandbox id, or a sandbox created on
     // one could not be connected to through another.

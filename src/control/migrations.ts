@@ -166,6 +166,53 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE templates ADD COLUMN shared BOOLEAN NOT NULL DEFAULT TRUE;
     `,
   },
+  {
+    version: 6,
+    name: 'secrets and their encrypted versions',
+    // owner_key '' is the daemon's own key (as volumes'). A version's `sealed` is the IV, the
+    // AES-256-GCM ciphertext and its tag, base64: never the value. `key_check` names the key it
+    // was sealed with (an HMAC of the key, not the key), so a daemon with another key can tell.
+    sqlite: `
+      CREATE TABLE secrets (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        owner_key TEXT NOT NULL,
+        metadata TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+      );
+      CREATE UNIQUE INDEX secrets_owner_name ON secrets (owner_key, name);
+      CREATE TABLE secret_versions (
+        secret_id TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        sealed TEXT NOT NULL,
+        key_check TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (secret_id, version)
+      );
+    `,
+    postgres: `
+      CREATE TABLE secrets (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        owner_key TEXT NOT NULL,
+        metadata JSON NOT NULL,
+        version INTEGER NOT NULL,
+        created_at BIGINT NOT NULL,
+        updated_at BIGINT NOT NULL
+      );
+      CREATE UNIQUE INDEX secrets_owner_name ON secrets (owner_key, name);
+      CREATE TABLE secret_versions (
+        secret_id TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        sealed TEXT NOT NULL,
+        key_check TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        PRIMARY KEY (secret_id, version)
+      );
+    `,
+  },
 ];
 
 /** The highest version this abx knows. */

@@ -13,6 +13,9 @@ import type {
   SandboxOwner,
   SandboxRecord,
   SandboxState,
+  SealedSecretVersion,
+  SecretChange,
+  SecretRecord,
   TemplateRecord,
   VolumeRecord,
   VolumeRemoval,
@@ -151,6 +154,36 @@ const volumeFromRow = (row: VolumeRow): VolumeRecord => ({
   sizeBytes: Number(row.size_bytes),
   createdAt: Number(row.created_at),
 });
+
+interface SecretRow {
+  id: string;
+  name: string;
+  owner_key: string;
+  metadata: Record<string, string>;
+  version: number;
+  created_at: string;
+  updated_at: string;
+}
+
+const secretFromRow = (row: SecretRow): SecretRecord => ({
+  id: row.id,
+  name: row.name,
+  owner: row.owner_key === '' ? null : row.owner_key,
+  metadata: row.metadata,
+  version: row.version,
+  createdAt: Number(row.created_at),
+  updatedAt: Number(row.updated_at),
+});
+
+interface SecretVersionRow {
+  version: number;
+  sealed: string;
+  key_check: string;
+  created_at: string;
+}
+
+const INSERT_SECRET_VERSION = `INSERT INTO secret_versions
+  (secret_id, version, sealed, key_check, created_at) VALUES ($1, $2, $3, $4, $5)`;
 
 /** The live sandboxes that mount a volume (`$1`: its {@link volumeNeedle}). */
 const USERS_OF_VOLUME = `SELECT id FROM sandboxes
@@ -709,6 +742,117 @@ export class PostgresRegistry implements Registry {
       await client.query('DELETE FROM volumes WHERE id = $1', [id]);
       return { removed: true, users: [] };
     });
+  }
+
+  async insertSecret(record: SecretRecord, first: SealedSecretVersion): Promise<boolean> {
+    return this.transaction(async (client) => {
+      const { rowCount } = await client.query(
+        `INSERT INTO secrets (id, name, owner_key, metadata, version, created_at, updated_at)
+           VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (owner_key, name) DO NOTHING`,
+        [
+          record.id,
+          record.name,
+          record.owner ?? '',
+          JSON.stringify(record.metadata),
+          record.version,
+          record.createdAt,
+          record.updatedAt,
+        ],
+      );
+      if (rowCount !== 1) return false;
+      await client.query(INSERT_SECRET_VERSION, [
+        record.id,
+        first.version,
+        first.sealed,
+        first.keyCheck,
+        first.createdAt,
+      ]);
+      return true;
+    });
+  }
+
+  async getSecret(id: string): Promise<SecretRecord | undefined> {
+    const { rows } = await this.query<SecretRow>('SELECT * FROM secrets WHERE id = $1', [id]);
+    return rows[0] && secretFromRow(rows[0]);
+  }
+
+  async findSecret(owner: string | null, name: string): Promise<SecretRecord | undefined> {
+    const { rows } = await this.query<SecretRow>(
+      'SELECT * FROM secrets WHERE owner_key = $1 AND name = $2',
+      [owner ?? '', name],
+    );
+    return rows[0] && secretFromRow(rows[0]);
+  }
+
+  async listSecrets(owner?: string | null): Promise<SecretRecord[]> {
+    const { rows } =
+      owner === undefined
+        ? await this.query<SecretRow>('SELECT * FROM secrets ORDER BY name, owner_key')
+        : await this.query<SecretRow>('SELECT * FROM secrets WHERE owner_key = $1 ORDER BY name', [
+            owner ?? '',
+          ]);
+    return rows.map(secretFromRow);
+  }
+
+  async updateSecret(id: string, change: SecretChange): Promise<SecretRecord | undefined> {
+    return this.transaction(async (client) => {
+      const next = change.value ? change.from + 1 : change.from;
+      // Conditional on the version the caller read: of two changes racing, one writes.
+      const { rows } = await client.query<SecretRow>(
+        `UPDATE secrets SET version = $1, metadata = COALESCE($2::json, metadata), updated_at = $3
+           WHERE id = $4 AND version = $5 RETURNING *`,
+        [
+          next,
+          change.metadata === undefined ? null : JSON.stringify(change.metadata),
+          change.at,
+          id,
+          change.from,
+        ],
+      );
+      if (!rows[0]) return undefined;
+      if (change.value) {
+        await client.query(INSERT_SECRET_VERSION, [
+          id,
+          next,
+          change.value.sealed,
+          change.value.keyCheck,
+          change.value.createdAt,
+        ]);
+      }
+      return secretFromRow(rows[0]);
+    });
+  }
+
+  async currentSecretVersion(id: string): Promise<SealedSecretVersion | undefined> {
+    const { rows } = await this.query<SecretVersionRow>(
+      `SELECT v.version, v.sealed, v.key_check, v.created_at FROM secrets s
+         JOIN secret_versions v ON v.secret_id = s.id AND v.version = s.version WHERE s.id = $1`,
+      [id],
+    );
+    const row = rows[0];
+    return (
+      row && {
+        version: row.version,
+        sealed: row.sealed,
+        keyCheck: row.key_check,
+        createdAt: Number(row.created_at),
+      }
+    );
+  }
+
+  async removeSecret(id: string): Promise<boolean> {
+    return this.transaction(async (client) => {
+      await client.query('DELETE FROM secret_versions WHERE secret_id = $1', [id]);
+      const { rowCount } = await client.query('DELETE FROM secrets WHERE id = $1', [id]);
+      return rowCount === 1;
+    });
+  }
+
+  async secretKeyChecks(): Promise<string[]> {
+    const { rows } = await this.query<{ key_check: string }>(
+      'SELECT DISTINCT key_check FROM secret_versions ORDER BY key_check',
+    );
+    return rows.map((row) => row.key_check);
   }
 
   async agree(key: string, value: string): Promise<string> {

@@ -80,6 +80,45 @@ export interface VolumeRemoval {
   users: string[];
 }
 
+/**
+ * One secret: its name, metadata and current version, never its value (that is in its
+ * {@link SealedSecretVersion}s, encrypted). Names are unique per owner; the id never changes.
+ */
+export interface SecretRecord {
+  /** `sec_` and 20 hex digits. */
+  id: string;
+  /** Lower-case (names are case-insensitive, as E2B's). */
+  name: string;
+  /** The id of the API key that made it; null for the daemon's own key. */
+  owner: string | null;
+  metadata: Record<string, string>;
+  /** The version readers get: 1 at create, one more at each change of the value. */
+  version: number;
+  createdAt: number;
+  updatedAt: number;
+}
+
+/** One version of a secret's value as the registry keeps it: sealed (secret-crypto.ts). */
+export interface SealedSecretVersion {
+  version: number;
+  /** base64 of the 12-byte IV, the AES-256-GCM ciphertext and its 16-byte tag. */
+  sealed: string;
+  /** Which key sealed it: a check value of the key (secret-crypto.ts keyCheck), not the key. */
+  keyCheck: string;
+  createdAt: number;
+}
+
+/** A change of a secret: a new version of its value, new metadata, or both. */
+export interface SecretChange {
+  /** The version the caller read: the change is written only while it is still the current one. */
+  from: number;
+  /** The next version (`from + 1`), sealed for it. */
+  value?: SealedSecretVersion;
+  /** Replaces the metadata. */
+  metadata?: Record<string, string>;
+  at: number;
+}
+
 /** How a paused sandbox is kept. */
 export interface PauseRecord {
   /** True: frozen with its memory; false: hibernated, its processes ended, its disk kept. */
@@ -294,6 +333,26 @@ export interface Registry {
    * refused, naming it) or finds the volume gone (and records nothing).
    */
   removeVolume(id: string): Promise<VolumeRemoval>;
+
+  /** Records a secret and its first version; false (nothing written) when its owner has its name. */
+  insertSecret(record: SecretRecord, first: SealedSecretVersion): Promise<boolean>;
+  getSecret(id: string): Promise<SecretRecord | undefined>;
+  /** The secret `name` of `owner` (null: the daemon's own key). */
+  findSecret(owner: string | null, name: string): Promise<SecretRecord | undefined>;
+  /** The secrets of `owner` (null: the daemon's own key) by name; every secret without one. */
+  listSecrets(owner?: string | null): Promise<SecretRecord[]>;
+  /**
+   * Changes a secret if its current version is still `change.from` (one conditional step with
+   * the new version's row): the secret as it is now, or undefined when it is gone or another
+   * change came first (the caller reads it again and retries).
+   */
+  updateSecret(id: string, change: SecretChange): Promise<SecretRecord | undefined>;
+  /** The current version of a secret's value, sealed; undefined when the secret is gone. */
+  currentSecretVersion(id: string): Promise<SealedSecretVersion | undefined>;
+  /** Removes a secret and every version of it; false when it was gone already. */
+  removeSecret(id: string): Promise<boolean>;
+  /** The distinct key checks of the versions stored (which keys sealed them). */
+  secretKeyChecks(): Promise<string[]>;
 
   /**
    * A value the daemons sharing this registry agree on: the first daemon's `value` is kept and

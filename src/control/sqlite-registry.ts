@@ -10,6 +10,9 @@ import type {
   SandboxOwner,
   SandboxRecord,
   SandboxState,
+  SealedSecretVersion,
+  SecretChange,
+  SecretRecord,
   TemplateRecord,
   VolumeRecord,
   VolumeRemoval,
@@ -88,6 +91,33 @@ const volumeFromRow = (row: VolumeRow): VolumeRecord => ({
   sizeBytes: row.size_bytes,
   createdAt: row.created_at,
 });
+
+interface SecretRow {
+  id: string;
+  name: string;
+  owner_key: string;
+  metadata: string;
+  version: number;
+  created_at: number;
+  updated_at: number;
+}
+
+const secretFromRow = (row: SecretRow): SecretRecord => ({
+  id: row.id,
+  name: row.name,
+  owner: row.owner_key === '' ? null : row.owner_key,
+  metadata: JSON.parse(row.metadata),
+  version: row.version,
+  createdAt: row.created_at,
+  updatedAt: row.updated_at,
+});
+
+interface SecretVersionRow {
+  version: number;
+  sealed: string;
+  key_check: string;
+  created_at: number;
+}
 
 /** The live sandboxes that mount a volume (`?`: its {@link volumeNeedle}). */
 const USERS_OF_VOLUME = `SELECT id FROM sandboxes
@@ -567,6 +597,118 @@ export class SqliteRegistry implements Registry {
       },
       'IMMEDIATE',
     );
+  }
+
+  async insertSecret(record: SecretRecord, first: SealedSecretVersion): Promise<boolean> {
+    return transaction(
+      this.db,
+      () => {
+        const inserted =
+          this.statement(
+            `INSERT INTO secrets (id, name, owner_key, metadata, version, created_at, updated_at)
+               VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (owner_key, name) DO NOTHING`,
+          ).run(
+            record.id,
+            record.name,
+            record.owner ?? '',
+            JSON.stringify(record.metadata),
+            record.version,
+            record.createdAt,
+            record.updatedAt,
+          ).changes === 1;
+        if (inserted) this.insertSecretVersion(record.id, first);
+        return inserted;
+      },
+      'IMMEDIATE',
+    );
+  }
+
+  private insertSecretVersion(id: string, version: SealedSecretVersion): void {
+    this.statement(
+      `INSERT INTO secret_versions (secret_id, version, sealed, key_check, created_at)
+         VALUES (?, ?, ?, ?, ?)`,
+    ).run(id, version.version, version.sealed, version.keyCheck, version.createdAt);
+  }
+
+  async getSecret(id: string): Promise<SecretRecord | undefined> {
+    const row = this.statement('SELECT * FROM secrets WHERE id = ?').get(id) as
+      | SecretRow
+      | undefined;
+    return row && secretFromRow(row);
+  }
+
+  async findSecret(owner: string | null, name: string): Promise<SecretRecord | undefined> {
+    const row = this.statement('SELECT * FROM secrets WHERE owner_key = ? AND name = ?').get(
+      owner ?? '',
+      name,
+    ) as SecretRow | undefined;
+    return row && secretFromRow(row);
+  }
+
+  async listSecrets(owner?: string | null): Promise<SecretRecord[]> {
+    const rows = (
+      owner === undefined
+        ? this.statement('SELECT * FROM secrets ORDER BY name, owner_key').all()
+        : this.statement('SELECT * FROM secrets WHERE owner_key = ? ORDER BY name').all(owner ?? '')
+    ) as SecretRow[];
+    return rows.map(secretFromRow);
+  }
+
+  async updateSecret(id: string, change: SecretChange): Promise<SecretRecord | undefined> {
+    return transaction(
+      this.db,
+      () => {
+        const next = change.value ? change.from + 1 : change.from;
+        const row = this.statement(
+          `UPDATE secrets SET version = ?, metadata = COALESCE(?, metadata), updated_at = ?
+             WHERE id = ? AND version = ? RETURNING *`,
+        ).get(
+          next,
+          change.metadata === undefined ? null : JSON.stringify(change.metadata),
+          change.at,
+          id,
+          change.from,
+        ) as SecretRow | undefined;
+        if (!row) return undefined;
+        if (change.value) this.insertSecretVersion(id, { ...change.value, version: next });
+        return secretFromRow(row);
+      },
+      'IMMEDIATE',
+    );
+  }
+
+  async currentSecretVersion(id: string): Promise<SealedSecretVersion | undefined> {
+    const row = this.statement(
+      `SELECT v.version, v.sealed, v.key_check, v.created_at FROM secrets s
+         JOIN secret_versions v ON v.secret_id = s.id AND v.version = s.version WHERE s.id = ?`,
+    ).get(id) as SecretVersionRow | undefined;
+    return (
+      row && {
+        version: row.version,
+        sealed: row.sealed,
+        keyCheck: row.key_check,
+        createdAt: row.created_at,
+      }
+    );
+  }
+
+  async removeSecret(id: string): Promise<boolean> {
+    return transaction(
+      this.db,
+      () => {
+        this.statement('DELETE FROM secret_versions WHERE secret_id = ?').run(id);
+        return this.statement('DELETE FROM secrets WHERE id = ?').run(id).changes === 1;
+      },
+      'IMMEDIATE',
+    );
+  }
+
+  async secretKeyChecks(): Promise<string[]> {
+    return (
+      this.statement('SELECT DISTINCT key_check FROM secret_versions ORDER BY key_check').all() as {
+        key_check: string;
+      }[]
+    ).map((row) => row.key_check);
   }
 
   async agree(key: string, value: string): Promise<string> {

@@ -16,6 +16,8 @@ export function abxPaths(home = abxHome()) {
     apiKey: join(home, 'api-key'),
     /** The secret sandbox access tokens are derived from (mode 0600). */
     tokenSecret: join(home, 'token-secret'),
+    /** The key secrets are sealed with at rest, unless the operator gives one (mode 0600). */
+    secretsKey: join(home, 'secrets-key'),
     /** Held while a process starts the daemon, so two do not start two. */
     startLock: join(home, 'daemon.lock'),
     /** `{ pid, apiUrl, gatewayUrl, domain }` of the running daemon. */

@@ -1,6 +1,14 @@
 import { describe, expect } from 'vitest';
 import type { Registry } from '../../src/control/registry.js';
-import { apiKeyRow, STORES, sandboxRow, storeTest, volumeRow } from './registry-stores.js';
+import {
+  apiKeyRow,
+  STORES,
+  sandboxRow,
+  sealedRow,
+  secretRow,
+  storeTest,
+  volumeRow,
+} from './registry-stores.js';
 
 // The same contract for both stores: what the services rely on, and what two daemons sharing one
 // database rely on (each `store.open()` is another daemon's connection to the same database).
@@ -515,6 +523,67 @@ for (const kind of STORES) {
       expect((await two.listVolumes(null)).map((v) => v.name)).toEqual(['another', 'data']);
       expect((await two.listVolumes('key_alice0000000')).map((v) => v.id)).toEqual([alices.id]);
       expect(await one.listVolumes()).toHaveLength(3);
+    });
+
+    test('secrets: names unique per owner, versions follow updates, a removal takes every version', async ({
+      store,
+    }) => {
+      const [one, two] = [await store.open(), await store.open()];
+      const mine = secretRow({ name: 'openai', metadata: { team: 'ml' } });
+      expect(await one.insertSecret(mine, sealedRow(1))).toBe(true);
+      // The name is the owner's: the same owner cannot take it twice, another owner can.
+      expect(await two.insertSecret(secretRow({ name: 'openai' }), sealedRow(1))).toBe(false);
+      const alices = secretRow({ name: 'openai', owner: 'key_alice0000000' });
+      expect(await two.insertSecret(alices, sealedRow(1, 'alice-1'))).toBe(true);
+      expect(await two.getSecret(mine.id)).toEqual(mine);
+      expect(await two.findSecret(null, 'openai')).toEqual(mine);
+      expect(await one.findSecret('key_alice0000000', 'openai')).toEqual(alices);
+      expect(await one.findSecret('key_bob000000000', 'openai')).toBeUndefined();
+      expect((await one.listSecrets('key_alice0000000')).map((s) => s.id)).toEqual([alices.id]);
+      expect(await one.listSecrets()).toHaveLength(2);
+      expect(await two.currentSecretVersion(mine.id)).toEqual(sealedRow(1));
+
+      // A new value is the next version, from the version the caller read; metadata alone keeps it.
+      const v2 = await two.updateSecret(mine.id, { from: 1, value: sealedRow(2), at: 5 });
+      expect(v2).toMatchObject({ version: 2, metadata: { team: 'ml' }, updatedAt: 5 });
+      expect(await one.currentSecretVersion(mine.id)).toEqual(sealedRow(2));
+      const meta = await one.updateSecret(mine.id, { from: 2, metadata: { team: 'ops' }, at: 6 });
+      expect(meta).toMatchObject({ version: 2, metadata: { team: 'ops' } });
+      // A change made on a version that is no longer current writes nothing (the caller retries).
+      expect(
+        await two.updateSecret(mine.id, { from: 1, value: sealedRow(2, 'late'), at: 7 }),
+      ).toBeUndefined();
+      expect(await one.currentSecretVersion(mine.id)).toEqual(sealedRow(2));
+      expect(await one.getSecret(mine.id)).toMatchObject({ version: 2, updatedAt: 6 });
+      expect(await one.secretKeyChecks()).toEqual(['check-a']);
+
+      expect(await two.removeSecret(mine.id)).toBe(true);
+      expect(await one.removeSecret(mine.id)).toBe(false);
+      expect(await one.getSecret(mine.id)).toBeUndefined();
+      expect(await one.currentSecretVersion(mine.id)).toBeUndefined();
+      expect(await one.updateSecret(mine.id, { from: 2, metadata: {}, at: 8 })).toBeUndefined();
+      const left = await store.rows('SELECT secret_id FROM secret_versions');
+      expect(left.map((row) => row.secret_id)).toEqual([alices.id]);
+      // The name is free again for its owner.
+      expect(await two.insertSecret(secretRow({ name: 'openai' }), sealedRow(1))).toBe(true);
+    });
+
+    test('two updates of one secret racing on two daemons: one writes the next version, the other is told and writes nothing', async ({
+      store,
+    }) => {
+      const [one, two] = [await store.open(), await store.open()];
+      const secret = secretRow({ name: 'raced' });
+      await one.insertSecret(secret, sealedRow(1));
+      const results = await Promise.all([
+        one.updateSecret(secret.id, { from: 1, value: sealedRow(2, 'one'), at: 2 }),
+        two.updateSecret(secret.id, { from: 1, value: sealedRow(2, 'two'), at: 2 }),
+      ]);
+      // Exactly one wins version 2; the other is told and nothing of it is written.
+      expect(results.filter(Boolean)).toHaveLength(1);
+      const versions = await store.rows(
+        `SELECT version, sealed FROM secret_versions WHERE secret_id = '${secret.id}' ORDER BY version`,
+      );
+      expect(versions.map((row) => Number(row.version))).toEqual([1, 2]);
     });
 
     test('a volume is removed only while no live sandbox mounts it; a sandbox needs its volumes to exist', async ({

@@ -9,6 +9,8 @@ import type {
   ApiKeyRecord,
   Registry,
   SandboxRecord,
+  SealedSecretVersion,
+  SecretRecord,
   VolumeRecord,
 } from '../../src/control/registry.js';
 import { openSqlite } from '../../src/control/sqlite.js';
@@ -37,6 +39,8 @@ export interface StoreFixture {
   location: string;
   /** Runs SQL on the database directly, as an older or newer abx would have. */
   raw(sql: string): Promise<void>;
+  /** The rows a query answers, read from the database directly (what is really stored). */
+  rows(sql: string): Promise<Record<string, unknown>[]>;
 }
 
 /** A vitest `test` whose `store` fixture makes a database of `kind` and removes it afterwards. */
@@ -49,6 +53,7 @@ export function storeTest(kind: StoreKind) {
       let cleanup: () => Promise<void>;
       let make: () => Registry;
       let raw: (sql: string) => Promise<void>;
+      let rows: (sql: string) => Promise<Record<string, unknown>[]>;
       if (kind.name === 'SQLite') {
         const dir = mkdtempSync(join(tmpdir(), 'abx-registry-'));
         const file = join(dir, 'abx.db');
@@ -58,6 +63,14 @@ export function storeTest(kind: StoreKind) {
           const db = openSqlite(file);
           try {
             db.exec(sql);
+          } finally {
+            db.close();
+          }
+        };
+        rows = async (sql) => {
+          const db = openSqlite(file);
+          try {
+            return db.prepare(sql).all() as Record<string, unknown>[];
           } finally {
             db.close();
           }
@@ -76,12 +89,22 @@ export function storeTest(kind: StoreKind) {
             await client.end();
           }
         };
+        rows = async (sql) => {
+          const client = new pg.Client({ connectionString: database.url });
+          await client.connect();
+          try {
+            return (await client.query(sql)).rows;
+          } finally {
+            await client.end();
+          }
+        };
         cleanup = database.drop;
       }
       try {
         await use({
           location,
           raw,
+          rows,
           async open(options = {}) {
             const registry = make();
             opened.push(registry);
@@ -110,6 +133,26 @@ export function volumeRow(overrides: Partial<VolumeRecord> = {}): VolumeRecord {
     createdAt: 1_800_000_000_000 + sequence,
     ...overrides,
   };
+}
+
+/** A secret row as the secret service would insert it (its value is not a registry concern). */
+export function secretRow(overrides: Partial<SecretRecord> = {}): SecretRecord {
+  sequence++;
+  return {
+    id: `sec_${String(sequence).padStart(6, '0')}${Math.random().toString(16).slice(2, 16)}`,
+    name: `secret-${sequence}`,
+    owner: null,
+    metadata: {},
+    version: 1,
+    createdAt: 1_800_000_000_000 + sequence,
+    updatedAt: 1_800_000_000_000 + sequence,
+    ...overrides,
+  };
+}
+
+/** A sealed version as the secret service would store it (opaque text to the registry). */
+export function sealedRow(version: number, sealed = `sealed-${version}`): SealedSecretVersion {
+  return { version, sealed, keyCheck: 'check-a', createdAt: 1_800_000_000_000 + version };
 }
 
 /** A sandbox row as the services would insert it. */
