@@ -1,4 +1,4 @@
-import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { tmpdir } from 'node:os';
@@ -53,7 +53,7 @@ function controlCall(
 
 describe.skipIf(unavailable)('a sandbox network through the egress service', () => {
   let internet: TestInternet;
-  let egress: ChildProcess;
+  let stopFirst: (() => void) | undefined;
   let dir: string;
   let socket: string;
   const nets: SandboxNet[] = [];
@@ -62,36 +62,19 @@ describe.skipIf(unavailable)('a sandbox network through the egress service', () 
     ensureBuilt();
     internet = await makeInternet();
     dir = mkdtempSync(join(tmpdir(), 'abx-egress-'));
-    socket = join(dir, 'egress.sock');
-    egress = spawn(
-      'ip',
-      [
-        'netns',
-        'exec',
-        internet.ns,
-        process.execPath,
-        join(ROOT, 'dist', 'egress.js'),
-        '--control',
-        socket,
-        '--hosts',
-        internet.hostsFile,
-      ],
-      { stdio: ['pipe', 'pipe', 'inherit'] },
-    );
-    await new Promise<void>((resolve, reject) => {
-      egress.stdout?.once('data', () => resolve());
-      egress.once('exit', (code) => reject(new Error(`egress ended (exit code ${code})`)));
-    });
+    const first = await startEgress([]);
+    socket = first.socket;
+    stopFirst = first.stop;
   }, 60_000);
 
   afterAll(() => {
     for (const net of nets) stopSandboxNet(net);
-    egress?.kill('SIGKILL');
+    stopFirst?.();
     internet?.remove();
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
-  /** Another egress process in the test internet, with more options; `stop` ends it. */
+  /** An egress process in the test internet, with more options; `stop` ends it. */
   async function startEgress(args: string[]): Promise<{ socket: string; stop(): void }> {
     const control = join(dir, `egress-${args.length}-${Date.now()}.sock`);
     const child = spawn(
