@@ -108,6 +108,8 @@ export {
   SandboxError,
   SandboxNotFoundError,
   SandboxStartError,
+  SecretConflictError,
+  SecretNotFoundError,
   ServerCommandError,
   ServerNotRunningError,
   TemplateBuildError,
@@ -155,6 +157,8 @@ export type {
   NetworkPolicy,
   SandboxMetric,
 } from './sandbox/sandbox-api.js';
+export type { SecretInfo } from './sandbox/secret.js';
+export { Secret } from './sandbox/secret.js';
 export type { ServerClient, ServerStartOptions } from './sandbox/server-client.js';
 export type { TemplateInfo } from './sandbox/templates.js';
 export { Templates } from './sandbox/templates.js';

@@ -52,6 +52,7 @@ const SUBCOMMANDS: readonly { names: readonly string[]; load: () => Promise<Regi
     load: async () => (await import('./template-command.js')).addTemplateCommand,
   },
   { names: ['volume'], load: async () => (await import('./volume-command.js')).addVolumeCommand },
+  { names: ['secret'], load: async () => (await import('./secret-command.js')).addSecretCommand },
   { names: ['keys'], load: async () => (await import('./keys-command.js')).addKeysCommand },
   { names: ['daemon'], load: async () => (await import('./daemon-command.js')).addDaemonCommand },
   { names: ['doctor'], load: async () => (await import('./doctor-command.js')).addDoctorCommand },
