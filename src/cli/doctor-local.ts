@@ -14,12 +14,14 @@ import { DEFAULT_DISK_BYTES } from '../commands/template-runtime.js';
 import { egressOptionsFromEnv, egressProblem } from '../egress/controller.js';
 import { startSandboxNet, stopSandboxNet } from '../egress/sandbox-net.js';
 import { findDaemon } from '../installation/daemon-connection.js';
+import { abxHome } from '../installation/paths.js';
 import { dockerClient, engineAddress, probeEngine } from '../providers/docker/engine.js';
 import { cgroupParent, cgroupSupport, cgroupVersion } from '../providers/local/cgroups.js';
-import { hostSandboxNode } from '../providers/local/local-provider.js';
 import { createDiskImage } from '../providers/local/sandbox-disk.js';
+import { type NoImageNode, noImageNode } from '../providers/local/sandbox-node.js';
 import { SandboxUids, UID_LOCK_DIR, uidRangeFromEnv } from '../providers/local/sandbox-uids.js';
 import { compileSeccompFilter } from '../providers/local/seccomp.js';
+import { type PortableRuntime, portableRuntime } from '../providers/portable-runtime.js';
 import { packageInfo } from '../util/package-info.js';
 import {
   DAEMON_PATH,
@@ -486,12 +488,45 @@ function daemonNode(node: DaemonNode): Check {
   return { name: 'node (daemon)', status: 'ok', required: true, found };
 }
 
+/** Building the portable runtime hashes and copies Node (~100 MB) the first time: give it room. */
+const RUNTIME_TIMEOUT_MS = 120_000;
+
+function within<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    work,
+    new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () => reject(new Error(`${what} did not finish within ${ms / 1000} s`)),
+        ms,
+      );
+      timer.unref();
+    }),
+  ]).finally(() => clearTimeout(timer));
+}
+
+/** The runtime's Node started the way a sandbox starts it: through its own loader and libraries. */
+async function runtimeNodeRuns(runtime: PortableRuntime): Promise<string | undefined> {
+  const loader = runtime.libs.find((name) => name.startsWith('ld-'));
+  const lib = join(runtime.dir, 'lib');
+  const node = join(runtime.dir, 'bin', 'node');
+  const [file, args] = loader
+    ? [join(lib, loader), ['--library-path', lib, node, '--version']]
+    : [node, ['--version']];
+  const result = await probe(file, args, { timeoutMs: TIMEOUT.version });
+  return result.ok
+    ? undefined
+    : probeFailure(result, `the portable runtime's Node (${runtime.dir})`, TIMEOUT.version);
+}
+
 /**
- * What envd and the command server run on in sandboxes without an image (the host's /usr), and
- * envd itself. Image sandboxes run a copy of the daemon's Node: when the two are different
- * lines, that is a warning, so that no sandbox's Node differs from the daemon's unnoticed.
+ * Which Node sandboxes get, and why: those without an image run the host's /usr Node when it is
+ * a supported line, else the portable runtime (the daemon's Node at /opt/abx), decided by the
+ * provider's own code (`noImageNode`) for the daemon this user would run; image sandboxes always
+ * run the portable runtime. A warning when the two kinds run two lines, or when sandboxes
+ * without an image are left on an unsupported Node, so that it is never unnoticed.
  */
-async function sandboxNode(daemon: DaemonNode): Promise<Check> {
+async function sandboxNode(daemon: DaemonNode, root: boolean): Promise<Check> {
   const runtimeDir = join(packageInfo().root, 'dist', 'runtime');
   if (!existsSync(join(runtimeDir, 'envd.cjs'))) {
     return {
@@ -502,32 +537,94 @@ async function sandboxNode(daemon: DaemonNode): Promise<Check> {
       fix: 'build the package (npm run build) or reinstall it',
     };
   }
-  // The daemon's own binary when it lives under /usr (the sandboxes see the host's /usr).
-  const node = daemon.path.startsWith('/usr/') ? daemon.path : hostSandboxNode();
-  const result = await probe(node, ['--version'], { timeoutMs: TIMEOUT.version });
-  if (!result.ok) {
+  const images = `image sandboxes: Node ${daemon.version} (the portable runtime: the daemon's own)`;
+  let choice: NoImageNode;
+  try {
+    choice = await within(
+      noImageNode({
+        daemon,
+        // The runtime the daemon would build: of its Node, in its cache (a cache doctor may make).
+        portable: () =>
+          portableRuntime({
+            runtimeDir,
+            nodePath: daemon.path,
+            ...(root ? {} : { cacheDir: join(abxHome(), 'runtime') }),
+          }),
+      }),
+      RUNTIME_TIMEOUT_MS,
+      'choosing the sandboxes’ Node (building the portable runtime)',
+    );
+  } catch (error) {
+    const message = (error as Error).message;
     return {
       name: 'node (sandboxes)',
-      status: result.spawnError === 'ENOENT' ? 'missing' : 'failed',
+      status: 'failed',
       required: true,
-      found: `${probeFailure(result, node, TIMEOUT.version)}: envd runs on it in sandboxes without an image`,
-      fix: 'apt-get install nodejs (Node 22 or newer), or run the daemon with a Node installed under /usr',
+      found: `sandboxes without an image: no Node (${message})`,
+      fix: 'apt-get install patchelf (the portable runtime needs it), or install Node 24 (or 22, 26) as /usr/bin/node',
     };
   }
-  const version = result.stdout.trim();
-  const found = `${version} at ${node} (sandboxes without an image); image sandboxes run the daemon's ${daemon.version} from the portable runtime`;
-  const host = lineOf(version);
+  const details = {
+    withoutImage: {
+      runtime: choice.runtime,
+      node: choice.node,
+      version: choice.version,
+      why: choice.why,
+      host: choice.host,
+      ...(choice.fallback ? { fallback: choice.fallback } : {}),
+    },
+    withImage: { runtime: 'portable', version: daemon.version },
+  };
+  const found = `sandboxes without an image: Node ${choice.version} (${choice.why}); ${images}`;
+  if (choice.portable) {
+    const broken = await runtimeNodeRuns(choice.portable);
+    if (broken) {
+      return {
+        name: 'node (sandboxes)',
+        status: 'failed',
+        required: true,
+        found: `${found}: ${broken}`,
+        fix: `remove ${choice.portable.dir} so the daemon builds it again, and check that patchelf works (apt-get install patchelf)`,
+        details,
+      };
+    }
+    return { name: 'node (sandboxes)', status: 'ok', required: true, found, details };
+  }
+  if (choice.fallback) {
+    return {
+      name: 'node (sandboxes)',
+      status: 'warning',
+      required: true,
+      found: `${found}: ${choice.fallback}`,
+      fix: /patchelf/.test(choice.fallback)
+        ? `apt-get install patchelf, so sandboxes without an image run the daemon's ${daemon.version}; or install Node 24 (or 22, 26) as ${choice.host.path}`
+        : `see the message (the runtime is built from the daemon's Node with ldd and patchelf); or install Node 24 (or 22, 26) as ${choice.host.path}`,
+      details,
+    };
+  }
+  const host = lineOf(choice.version);
   const own = lineOf(daemon.version);
+  if (!choice.supported) {
+    return {
+      name: 'node (sandboxes)',
+      status: 'warning',
+      required: true,
+      found,
+      fix: `install Node 24 (or 22, 26) as ${choice.host.path}, or start the daemon on one (sandboxes without an image then run its copy from the portable runtime)`,
+      details,
+    };
+  }
   if (host !== own) {
     return {
       name: 'node (sandboxes)',
       status: 'warning',
       required: true,
       found: `${found}: two Node lines, ${host} in sandboxes without an image and ${own} in the daemon and image sandboxes`,
-      fix: `run the daemon on ${node} (abx daemon stop; abx daemon start with ${dirname(node)} first on PATH), or install Node ${own} as ${node}; a template whose code needs one line names it (runtime: { node: ${own} }), so its builds and creates fail instead of running on another`,
+      fix: `run the daemon on ${choice.node} (abx daemon stop; abx daemon start with ${dirname(choice.node)} first on PATH), or install Node ${own} as ${choice.node}; a template whose code needs one line names it (runtime: { node: ${own} }), so its builds and creates fail instead of running on another`,
+      details,
     };
   }
-  return { name: 'node (sandboxes)', status: 'ok', required: true, found };
+  return { name: 'node (sandboxes)', status: 'ok', required: true, found, details };
 }
 
 /** The host's Docker engine: where the local provider gets image templates' file systems. */
@@ -754,7 +851,7 @@ export async function localDoctor(): Promise<DoctorReport> {
         bubblewrap(),
         userNamespaces(sandboxUid),
         diskQuotas(root, dir),
-        daemonNodeFacts().then(async (node) => ({ node, check: await sandboxNode(node) })),
+        daemonNodeFacts().then(async (node) => ({ node, check: await sandboxNode(node, root) })),
         dockerEngine(root),
         python(dir),
         chromium(dir),

@@ -19,6 +19,8 @@ export interface Check {
   found: string;
   /** What to do about it, for anything not ok. */
   fix?: string;
+  /** The same findings as data, for `--json` (e.g. which Node each kind of sandbox runs, and why). */
+  details?: Record<string, unknown>;
 }
 
 /** What `abx doctor` (local or docker) prints; `--json` prints it as it is. */

@@ -23,13 +23,20 @@ import type { SandboxNode } from './provider.js';
 
 /** The portable Node binary as every sandbox sees it: starts by execve, whatever libc the image has. */
 export const SANDBOX_NODE = `${SANDBOX_RUNTIME_DIR}/bin/node`;
+/**
+ * A folder holding nothing but `node` (a link to {@link SANDBOX_NODE}): what goes first on the
+ * PATH of a sandbox whose `node` must be the runtime's (one without an image, on a host whose
+ * Node is not a supported line). Not `bin/`, whose `sh` (busybox) and `script` would shadow the
+ * host's own there.
+ */
+export const SANDBOX_NODE_DIR = `${SANDBOX_RUNTIME_DIR}/node-bin`;
 /** Where the bundled loader and libraries appear in the sandbox (the binary's interpreter and rpath). */
 export const SANDBOX_LIB_DIR = `${SANDBOX_RUNTIME_DIR}/lib`;
 /** A root daemon's cache: every sandbox uid may read it (the package may sit under /root). */
 export const ROOT_PORTABLE_CACHE = '/run/abx-runtime';
 
 /** Bumped whenever the folder's layout or the patching changes, so old caches are not reused. */
-const FORMAT = 'abx-portable-runtime/1';
+const FORMAT = 'abx-portable-runtime/2';
 const REQUIRED = ['envd.cjs', 'server.cjs'];
 const MACHINES: Record<number, string> = { 62: 'x86-64', 183: 'aarch64' };
 const TOOL_ENV = { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' };
@@ -309,6 +316,11 @@ async function build(
   const node = join(bin, 'node');
   await copyFile(nodePath, node);
   await chmod(node, 0o755);
+  const nodeDir = join(partial, basename(SANDBOX_NODE_DIR));
+  await mkdir(nodeDir, { mode: 0o755 });
+  await chmod(nodeDir, 0o755);
+  // Relative, so it resolves wherever the folder is (at /opt/abx in a sandbox, in a cache here).
+  await symlink('../bin/node', join(nodeDir, 'node'));
   for (const name of files) {
     await copyFile(join(runtimeDir, name), join(partial, name));
     await chmod(join(partial, name), 0o644);

@@ -83,9 +83,15 @@ describe.skipIf(!hasBwrap)('abx doctor: the local provider', () => {
       );
       expect(line(stdout, 'uid range')).toMatch(/^(ok|warning) .* 1500000000-1500999999/);
       expect(line(stdout, 'disk quotas')).toMatch(/^ok .*ext4 disk image.*loop-mounted/);
-      // The host's Node (envd's in sandboxes without an image), whatever line runs the test.
+      // Which Node sandboxes get, and why: the host's when it is a supported line, else the
+      // portable runtime's copy of the daemon's (test/providers/sandbox-node.test.ts has both).
+      expect(line(stdout, 'node \\(sandboxes\\)')).toMatch(
+        new RegExp(
+          `^(ok|warning) +node \\(sandboxes\\) +sandboxes without an image: Node v\\d+\\.\\d+\\.\\d+ \\((the host's /usr|the portable runtime: the host's /usr/bin/node is ${HOST_NODE_VERSION}, not a supported line)`,
+        ),
+      );
       expect(line(stdout, 'node \\(sandboxes\\)')).toContain(
-        `${HOST_NODE_VERSION} at /usr/bin/node (sandboxes without an image); image sandboxes run the daemon's ${process.version}`,
+        `; image sandboxes: Node ${process.version} (the portable runtime: the daemon's own)`,
       );
       expect(line(stdout, 'internet network')).toMatch(
         /^ok +internet network +a namespace with nftables rules and slirp4netns started and stopped; egress from this network namespace$/,

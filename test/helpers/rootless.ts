@@ -75,6 +75,11 @@ export async function startRootlessDaemon(
     env?: Record<string, string>;
     /** Internet sandboxes' egress from the host's namespace, as by default outside tests. */
     hostEgress?: boolean;
+    /**
+     * Host files bound over others (`[source, target]`) in the daemon's mount namespace only, so
+     * its sandboxes see them and the rest of the host does not (e.g. another Node as /usr/bin/node).
+     */
+    binds?: readonly (readonly [string, string])[];
   } = {},
 ): Promise<RootlessDaemon> {
   ensureBuilt();
@@ -109,7 +114,7 @@ export async function startRootlessDaemon(
   mkdirSync(stage, { recursive: true, mode: 0o755 });
   const log = openSync(join(home, 'daemon.log'), 'a');
   const script =
-    'mount --bind "$1" "$2" && shift 2 && exec setpriv --reuid="$UID_" --regid="$UID_" --clear-groups "$@"';
+    'mount --bind "$1" "$2" && shift 2 && while [ "$1" != -- ]; do mount --bind "$1" "$2" || exit 1; shift 2; done; shift; exec setpriv --reuid="$UID_" --regid="$UID_" --clear-groups "$@"';
   const child = spawn(
     'unshare',
     [
@@ -123,6 +128,8 @@ export async function startRootlessDaemon(
       'abx-rootless',
       ROOT,
       stage,
+      ...(options.binds ?? []).flat(),
+      '--',
       process.execPath,
       join(stage, 'dist', 'daemon.js'),
     ],

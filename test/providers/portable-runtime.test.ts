@@ -229,6 +229,8 @@ describe('the portable runtime folder', () => {
       '/bin/script',
       '/bin/busybox',
       '/bin/sh',
+      '/node-bin',
+      '/node-bin/node',
       `/lib/${loader}`,
     ]);
     const modes = modesUnder(runtime.dir);
@@ -301,6 +303,20 @@ describe('in a busybox root filesystem (no libc, no Node)', () => {
     expect(result).toEqual({
       code: 0,
       stdout: `${process.version} linux /opt/abx/bin/node\n`,
+      stderr: '',
+    });
+  });
+
+  test('/opt/abx/node-bin holds only node (what a sandbox puts first on PATH for it), which runs', async () => {
+    expect(readdirSync(join(runtime.dir, 'node-bin'))).toEqual(['node']);
+    const result = await runInSandbox([
+      '/bin/sh',
+      '-c',
+      'PATH=/opt/abx/node-bin:/bin; command -v node; node -p process.execPath',
+    ]);
+    expect(result).toEqual({
+      code: 0,
+      stdout: '/opt/abx/node-bin/node\n/opt/abx/bin/node\n',
       stderr: '',
     });
   });

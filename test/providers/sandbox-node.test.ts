@@ -1,45 +1,193 @@
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { envdRequest } from '../../src/control/envd-request.js';
 import { verifySandboxNode } from '../../src/control/node-line.js';
 import { NodeLineError, Sandbox, Template, Templates } from '../../src/index.js';
-import { startDaemon } from '../../src/installation/daemon-connection.js';
+import { findDaemon, startDaemon } from '../../src/installation/daemon-connection.js';
 import { LocalProvider } from '../../src/providers/local/local-provider.js';
+import { hostSandboxNode, nodeSatisfies } from '../../src/providers/local/sandbox-node.js';
+import { SANDBOX_NODE, SANDBOX_NODE_DIR } from '../../src/providers/portable-runtime.js';
 import { CLI, runProgram } from '../cli/abx.js';
 import { createAbxHome, removeTemplates } from '../helpers/abx-home.js';
 import { ROOT } from '../helpers/build.js';
 import { BUSYBOX_IMAGE, dockerEngine, ensureBusyboxImage } from '../helpers/docker-images.js';
+import { startRootlessDaemon } from '../helpers/rootless.js';
 
 // Which Node each kind of sandbox runs, on whatever line runs these tests (CI: the whole suite on
 // 24, then 22 and 26 in its matrix, each first on PATH). The daemon runs on this test's Node
-// (process.execPath); sandboxes without an image run the host's /usr/bin/node; image sandboxes
-// run the portable runtime's copy of the daemon's. When the two lines differ (CI), doctor says
-// so and a template's `runtime: { node }` decides which sandboxes it may run in.
+// (process.execPath). Sandboxes without an image run the host's /usr Node when it is a supported
+// line (package.json's engines), else the portable runtime's copy of the daemon's, at /opt/abx, as
+// image sandboxes do. Here the host's /usr/bin/node is Node 20, not a supported line: the second.
+// The first is run here too, by a daemon in a mount namespace of its own whose /usr/bin/node is
+// another line's official build (scripts/node-line.sh 22): what its sandboxes see of /usr.
 
 const HOST_NODE = '/usr/bin/node';
 const hostVersion = execFileSync(HOST_NODE, ['--version'], { encoding: 'utf8' }).trim();
 const lineOf = (version: string) => Number(/^v(\d+)\./.exec(version)?.[1]);
 const daemonLine = lineOf(process.version);
 const hostLine = lineOf(hostVersion);
-/** Lines the two kinds of sandbox here do not both run (a line none runs when they agree). */
-const notForHost = hostLine === daemonLine ? hostLine + 2 : daemonLine;
-const notForImages = hostLine === daemonLine ? daemonLine + 2 : hostLine;
+const hostSupported = nodeSatisfies(hostVersion);
+/** What a sandbox without an image runs here: where `node` is, where envd's is, which version. */
+const noImage = hostSupported
+  ? { onPath: hostSandboxNode(), envd: hostSandboxNode(), version: hostVersion }
+  : { onPath: `${SANDBOX_NODE_DIR}/node`, envd: SANDBOX_NODE, version: process.version };
+const noImageLine = lineOf(noImage.version);
+/** Lines the two kinds of sandbox here do not run (a line none runs when they agree). */
+const notForNoImage = hostSupported
+  ? hostLine === daemonLine
+    ? hostLine + 2
+    : daemonLine
+  : hostLine;
+const notForImages = noImageLine === daemonLine ? daemonLine + 2 : noImageLine;
 const isRoot = process.getuid?.() === 0;
 const engine = isRoot ? await dockerEngine() : { reason: 'image sandboxes need a root daemon' };
 
+/**
+ * What runs Node in a sandbox, seen from inside: `node` on PATH and its version, envd's Node (the
+ * sandbox's pid 2, bwrap's init being 1) and its version, what a JavaScript code context runs, and
+ * the command server's Node once started.
+ */
+async function nodesIn(box: Sandbox) {
+  const shell = await box.commands.run(
+    'command -v node; node --version; envd=$(readlink /proc/2/exe); echo "$envd"; "$envd" --version',
+  );
+  const [onPath, version, envd, envdVersion] = shell.stdout.trim().split('\n');
+  const code = (
+    await box.runCode('process.execPath + " " + process.version', { language: 'javascript' })
+  ).text;
+  await box.server.start();
+  // Every process running server.cjs (the started one, and the idle one envd keeps ahead).
+  const servers = await box.commands.run(
+    'for p in /proc/[0-9]*; do if tr "\\0" " " < $p/cmdline 2>/dev/null | grep -q "server[.]cjs"; then readlink $p/exe; fi; done | sort -u',
+  );
+  await box.server.stop();
+  return { onPath, version, envd, envdVersion, code, servers: servers.stdout.trim() };
+}
+
+/** A template without an image that may run the command server (`ports`), in `home`. */
+async function serverTemplate(home: string): Promise<string> {
+  const name = 'node-server';
+  const have = await Templates.list({ home });
+  if (!have.some((t) => t.name === name)) {
+    await Templates.build(
+      Template.fromBase().setCapabilities(['shell', 'files', 'code', 'ports']),
+      {
+        home,
+        name,
+      },
+    );
+  }
+  return name;
+}
+
 /** `abx doctor --json` run by `node`, as `$ABX_HOME` `home`: its two Node checks. */
-async function doctorNode(node: string, home: string) {
-  const { stdout, code } = await runProgram(node, [CLI, 'doctor', '--json'], {
-    env: { ABX_HOME: home, NO_COLOR: '1', DOCKER_HOST: 'unix:///nonexistent.sock' },
-  });
+async function doctorNode(node: string, home: string, hostNode?: string) {
+  const args = [CLI, 'doctor', '--json'];
+  const { stdout, code } = hostNode
+    ? await runProgram(
+        'unshare',
+        [
+          '--mount',
+          '--propagation',
+          'private',
+          '--',
+          '/bin/sh',
+          '-c',
+          'mount --bind "$1" "$2" && shift 2 && exec "$@"',
+          'abx-doctor',
+          hostNode,
+          HOST_NODE,
+          node,
+          ...args,
+        ],
+        { env: { ABX_HOME: home, NO_COLOR: '1', DOCKER_HOST: 'unix:///nonexistent.sock' } },
+      )
+    : await runProgram(node, args, {
+        env: { ABX_HOME: home, NO_COLOR: '1', DOCKER_HOST: 'unix:///nonexistent.sock' },
+      });
   const report = JSON.parse(stdout) as {
-    checks: { name: string; status: string; found: string; fix?: string }[];
+    checks: {
+      name: string;
+      status: string;
+      found: string;
+      fix?: string;
+      details?: {
+        withoutImage: { runtime: string; node: string; version: string; why: string };
+        withImage: { runtime: string; version: string };
+      };
+    }[];
   };
   const check = (name: string) => report.checks.find((c) => c.name === name);
   return { code, daemon: check('node (daemon)'), sandboxes: check('node (sandboxes)') };
+}
+
+/** Another supported line's official Node than the daemon's (22 here), or why there is none. */
+function otherSupportedNode(): { path: string; version: string } | { reason: string } {
+  const line = daemonLine === 22 ? 24 : 22;
+  try {
+    const path = execFileSync(join(ROOT, 'scripts', 'node-line.sh'), [String(line)], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'pipe'],
+      timeout: 300_000,
+    }).trim();
+    return { path, version: execFileSync(path, ['--version'], { encoding: 'utf8' }).trim() };
+  } catch (error) {
+    return {
+      reason: `no Node ${line} here (scripts/node-line.sh ${line}): ${(error as Error).message.split('\n')[0]}`,
+    };
+  }
+}
+
+/**
+ * A root daemon for `home` in a mount namespace of its own where `hostNode` is bound over
+ * /usr/bin/node: the host its sandboxes see has that Node, the rest of this machine does not.
+ */
+async function rootDaemonWithHostNode(home: string, hostNode: string): Promise<void> {
+  const log = openSync(join(home, 'daemon.log'), 'a');
+  const child = spawn(
+    'unshare',
+    [
+      '--mount',
+      '--propagation',
+      'private',
+      '--',
+      '/bin/sh',
+      '-c',
+      'mount --bind "$1" "$2" && shift 2 && exec "$@"',
+      'abx-node',
+      hostNode,
+      HOST_NODE,
+      process.execPath,
+      join(ROOT, 'dist', 'daemon.js'),
+    ],
+    {
+      detached: true,
+      stdio: ['ignore', log, log],
+      env: { ...process.env, ABX_HOME: home, ABX_WARM_POOL: '0' },
+    },
+  );
+  closeSync(log);
+  child.unref();
+  const deadline = Date.now() + 20_000;
+  while (Date.now() < deadline) {
+    const info = await findDaemon(home).catch(() => undefined);
+    if (info?.pid === child.pid) return;
+    if (child.exitCode !== null) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`the daemon did not start:\n${readFileSync(join(home, 'daemon.log'), 'utf8')}`);
 }
 
 describe.runIf(isRoot)('the Node each sandbox runs, and the daemon’s', () => {
@@ -58,20 +206,31 @@ describe.runIf(isRoot)('the Node each sandbox runs, and the daemon’s', () => {
     delete process.env.ABX_WARM_POOL;
   });
 
-  test('a sandbox without an image runs the host’s /usr/bin/node; the daemon this test’s Node, which daemon.json names', async () => {
-    const box = await Sandbox.create({ home });
+  test(`a sandbox without an image runs ${hostSupported ? 'the host’s /usr Node' : 'the portable runtime (the host’s Node is not a supported line)'}: node on PATH, envd, code contexts and the command server alike; the daemon this test’s Node`, async () => {
+    const box = await Sandbox.create({ home, template: await serverTemplate(home) });
     try {
-      expect((await box.commands.run('command -v node; node --version')).stdout).toBe(
-        `${process.execPath.startsWith('/usr/') ? process.execPath : HOST_NODE}\n${hostVersion}\n`,
-      );
+      const nodes = await nodesIn(box);
+      expect(nodes).toEqual({
+        onPath: noImage.onPath,
+        version: noImage.version,
+        envd: noImage.envd,
+        envdVersion: noImage.version,
+        code: expect.stringContaining(`${noImage.envd} ${noImage.version}`),
+        servers: noImage.envd,
+      });
+      if (!hostSupported) {
+        // Here: Node 20 on the host, the daemon's line in the sandbox.
+        expect(nodes.version).not.toBe(hostVersion);
+        expect(nodes.version).toBe(process.version);
+      }
     } finally {
       await box.kill();
     }
     const info = JSON.parse(readFileSync(join(home, 'daemon.json'), 'utf8'));
     expect(info.node).toEqual({ version: process.version, path: process.execPath });
-  });
+  }, 120_000);
 
-  test('doctor reports the running daemon’s Node and the sandboxes’, with a warning when they are two lines', async () => {
+  test('doctor reports the running daemon’s Node and which Node sandboxes get, and why', async () => {
     await Sandbox.list({ home }); // the daemon runs
     const pid = JSON.parse(readFileSync(join(home, 'daemon.json'), 'utf8')).pid;
     // Doctor on the host's Node still reports the running daemon's, not its own.
@@ -82,23 +241,31 @@ describe.runIf(isRoot)('the Node each sandbox runs, and the daemon’s', () => {
         `^${process.version} at ${process.execPath} \\(the running daemon, pid ${pid}\\)($|: )`,
       ),
     );
-    expect(report.sandboxes?.found).toContain(
-      `${hostVersion} at ${HOST_NODE} (sandboxes without an image); image sandboxes run the daemon's ${process.version} from the portable runtime`,
-    );
-    if (hostLine === daemonLine) {
-      expect(report.sandboxes?.status).toBe('ok');
-    } else {
-      expect(report.sandboxes?.status).toBe('warning');
+    const images = `image sandboxes: Node ${process.version} (the portable runtime: the daemon's own)`;
+    if (hostSupported) {
       expect(report.sandboxes?.found).toContain(
-        `two Node lines, ${hostLine} in sandboxes without an image and ${daemonLine} in the daemon and image sandboxes`,
+        `sandboxes without an image: Node ${hostVersion} (the host's ${hostSandboxNode()}, a supported line`,
       );
-      expect(report.sandboxes?.fix).toContain(`install Node ${daemonLine} as ${HOST_NODE}`);
-      expect(report.sandboxes?.fix).toContain(`runtime: { node: ${daemonLine} }`);
+      expect(report.sandboxes?.status).toBe(hostLine === daemonLine ? 'ok' : 'warning');
+    } else {
+      expect(report.sandboxes?.found).toBe(
+        `sandboxes without an image: Node ${process.version} (the portable runtime: the host's ${HOST_NODE} is ${hostVersion}, not a supported line (^22.13 || ^24 || ^26)); ${images}`,
+      );
+      expect(report.sandboxes?.status).toBe('ok');
     }
+    // --json carries it as data too.
+    expect(report.sandboxes?.details).toMatchObject({
+      withoutImage: {
+        runtime: hostSupported ? 'host' : 'portable',
+        node: noImage.envd,
+        version: noImage.version,
+      },
+      withImage: { runtime: 'portable', version: process.version },
+    });
     expect(report.code).toBe(0);
   }, 120_000);
 
-  test('with no daemon running, doctor reports the Node it runs on: on the host’s own, one line and no warning', async () => {
+  test('with no daemon running, doctor reports the Node it runs on and what sandboxes would get on it', async () => {
     const empty = mkdtempSync(join(tmpdir(), 'abx-node-doctor-'));
     try {
       const own = await doctorNode(HOST_NODE, empty);
@@ -107,38 +274,62 @@ describe.runIf(isRoot)('the Node each sandbox runs, and the daemon’s', () => {
           `^${hostVersion} at ${HOST_NODE} \\(\`abx daemon start\` starts the daemon on it\\)`,
         ),
       );
-      expect(own.sandboxes?.status).toBe('ok');
+      // A daemon on the host's own Node: one line everywhere, supported or not (the runtime
+      // would copy that same Node); an unsupported one warns, with the fix.
+      expect(own.sandboxes?.details?.withoutImage).toMatchObject({
+        runtime: 'host',
+        version: hostVersion,
+      });
+      if (hostSupported) {
+        expect(own.sandboxes?.status).toBe('ok');
+      } else {
+        expect(own.sandboxes?.status).toBe('warning');
+        expect(own.sandboxes?.found).toContain(
+          `the host's ${HOST_NODE} is ${hostVersion}, not a supported line (^22.13 || ^24 || ^26), and neither is the daemon's ${hostVersion} that the portable runtime would copy`,
+        );
+        expect(own.sandboxes?.fix).toContain(`install Node 24 (or 22, 26) as ${HOST_NODE}`);
+      }
       const mine = await doctorNode(process.execPath, empty);
       expect(mine.daemon?.found).toMatch(new RegExp(`^${process.version} at `));
-      expect(mine.sandboxes?.status).toBe(hostLine === daemonLine ? 'ok' : 'warning');
+      expect(mine.sandboxes?.details?.withoutImage.version).toBe(noImage.version);
+      expect(mine.sandboxes?.status).toBe(noImageLine === daemonLine ? 'ok' : 'warning');
     } finally {
       rmSync(empty, { recursive: true, force: true });
     }
   }, 120_000);
 
-  test('runtime: { node } on a template without an image: built when the host’s line is it, refused naming both versions when not', async () => {
-    const fits = await Templates.build(Template.fromBase().requireNode(hostLine), {
+  test('runtime: { node } on a template without an image follows the Node its sandboxes get: built for that line, refused naming both versions for another', async () => {
+    const fits = await Templates.build(Template.fromBase().requireNode(noImageLine), {
       home,
       name: 'host-node-fits',
     });
-    expect(fits.runtime).toEqual({ node: hostLine });
+    expect(fits.runtime).toEqual({ node: noImageLine });
     const box = await Sandbox.create({ home, template: 'host-node-fits' });
     try {
-      expect((await box.commands.run('node --version')).stdout).toBe(`${hostVersion}\n`);
+      expect((await box.commands.run('node --version')).stdout).toBe(`${noImage.version}\n`);
     } finally {
       await box.kill();
     }
-    const refused = await Templates.build(Template.fromBase().requireNode(notForHost), {
+    const refused = await Templates.build(Template.fromBase().requireNode(notForNoImage), {
       home,
       name: 'host-node-wrong',
     }).catch((error: unknown) => error);
     expect(refused).toBeInstanceOf(NodeLineError);
     const message = (refused as Error).message;
     expect(message).toContain(
-      `template 'host-node-wrong' needs Node ${notForHost} (runtime: { node: ${notForHost} }), but its sandboxes here would run Node ${hostVersion}: the host's ${HOST_NODE}`,
+      `template 'host-node-wrong' needs Node ${notForNoImage} (runtime: { node: ${notForNoImage} }), but its sandboxes here would run Node ${noImage.version}: `,
     );
-    expect(message).toContain(`install Node ${notForHost} as ${HOST_NODE}`);
-    expect(message).toContain(`whose sandboxes run the daemon's own Node, ${process.version}`);
+    if (hostSupported) {
+      expect(message).toContain(`the host's ${hostSandboxNode()}`);
+      expect(message).toContain(`install Node ${notForNoImage} as ${hostSandboxNode()}`);
+      expect(message).toContain(`whose sandboxes run the daemon's own Node, ${process.version}`);
+    } else {
+      // Node 20 here: asking for the host's own line is refused, since sandboxes do not run it.
+      expect(message).toContain(
+        `the portable runtime's copy of the daemon's own Node (${process.execPath}): sandboxes without an image run on it because the host's ${HOST_NODE} is ${hostVersion}, not a supported line`,
+      );
+      expect(message).toContain(`start the daemon with Node ${notForNoImage}`);
+    }
     expect((await Templates.list({ home })).map((t) => t.name)).not.toContain('host-node-wrong');
   }, 120_000);
 
@@ -157,17 +348,34 @@ describe.runIf(isRoot)('the Node each sandbox runs, and the daemon’s', () => {
       network: 'none',
     });
     try {
-      await verifySandboxNode('t', hostLine, provider, false, handle, accessToken);
-      const refused = await verifySandboxNode('t', notForHost, provider, false, handle, accessToken)
+      const { body } = await envdRequest<{ node?: string }>(
+        handle.envdSocket,
+        accessToken,
+        'GET',
+        '/info',
+        undefined,
+        10_000,
+      );
+      expect(body.node).toBe(noImage.version);
+      expect((await provider.sandboxNode(false)).version).toBe(noImage.version);
+      await verifySandboxNode('t', noImageLine, provider, false, handle, accessToken);
+      const refused = await verifySandboxNode(
+        't',
+        notForNoImage,
+        provider,
+        false,
+        handle,
+        accessToken,
+      )
         .then(() => undefined)
         .catch((error: unknown) => error);
       expect(refused).toBeInstanceOf(NodeLineError);
       expect((refused as NodeLineError).details).toEqual({
-        needed: notForHost,
-        found: hostVersion,
+        needed: notForNoImage,
+        found: noImage.version,
       });
       expect((refused as Error).message).toContain(
-        `needs Node ${notForHost} (runtime: { node: ${notForHost} }), but its sandboxes here run Node ${hostVersion}`,
+        `needs Node ${notForNoImage} (runtime: { node: ${notForNoImage} }), but its sandboxes here run Node ${noImage.version}`,
       );
     } finally {
       await provider.kill(handle);
@@ -244,3 +452,123 @@ describe.runIf(isRoot)('the docker provider’s sandboxes run the daemon’s Nod
     600_000,
   );
 });
+
+const other = isRoot
+  ? otherSupportedNode()
+  : { reason: 'binding a Node over /usr/bin/node needs root' };
+
+describe.runIf(isRoot)(
+  'a host whose /usr/bin/node is a supported line keeps it (a daemon in a mount namespace whose /usr/bin/node is another supported line)',
+  () => {
+    test.skipIf(!('path' in other))(
+      `root daemon: sandboxes without an image run the host’s Node, with no /opt/abx Node on PATH; doctor says so${'reason' in other ? ` (skipped: ${other.reason})` : ''}`,
+      async () => {
+        const node = other as { path: string; version: string };
+        const abx = await createAbxHome();
+        try {
+          await rootDaemonWithHostNode(abx.home, node.path);
+          const box = await Sandbox.create({
+            home: abx.home,
+            template: await serverTemplate(abx.home),
+          });
+          try {
+            expect(await nodesIn(box)).toEqual({
+              onPath: HOST_NODE,
+              version: node.version,
+              envd: HOST_NODE,
+              envdVersion: node.version,
+              code: expect.stringContaining(`${HOST_NODE} ${node.version}`),
+              servers: HOST_NODE,
+            });
+            expect((await box.commands.run('echo "$PATH"')).stdout).not.toContain('/opt/abx');
+          } finally {
+            await box.kill();
+          }
+          const report = await doctorNode(process.execPath, abx.home, node.path);
+          expect(report.sandboxes?.details?.withoutImage).toMatchObject({
+            runtime: 'host',
+            node: HOST_NODE,
+            version: node.version,
+          });
+          // Two lines, the host's and the daemon's: a warning naming both.
+          expect(report.sandboxes?.status).toBe('warning');
+          expect(report.sandboxes?.found).toContain(
+            `sandboxes without an image: Node ${node.version} (the host's ${HOST_NODE}, a supported line`,
+          );
+          expect(report.sandboxes?.found).toContain(
+            `two Node lines, ${lineOf(node.version)} in sandboxes without an image and ${daemonLine} in the daemon and image sandboxes`,
+          );
+        } finally {
+          await abx.close();
+        }
+      },
+      300_000,
+    );
+
+    test.skipIf(!('path' in other))(
+      `rootless daemon: the same${'reason' in other ? ` (skipped: ${other.reason})` : ''}`,
+      async () => {
+        const node = other as { path: string; version: string };
+        const daemon = await startRootlessDaemon({
+          binds: [[node.path, HOST_NODE]],
+          env: { ABX_WARM_POOL: '0' },
+        });
+        try {
+          const box = await Sandbox.create({
+            home: daemon.home,
+            template: await serverTemplate(daemon.home),
+          });
+          try {
+            expect(await nodesIn(box)).toEqual({
+              onPath: HOST_NODE,
+              version: node.version,
+              envd: HOST_NODE,
+              envdVersion: node.version,
+              code: expect.stringContaining(`${HOST_NODE} ${node.version}`),
+              servers: HOST_NODE,
+            });
+          } finally {
+            await box.kill();
+          }
+          // No portable runtime was needed.
+          expect(existsSync(join(daemon.home, 'runtime'))).toBe(false);
+        } finally {
+          await daemon.close();
+        }
+      },
+      300_000,
+    );
+  },
+);
+
+describe.runIf(isRoot && !hostSupported)(
+  'a rootless daemon on a host whose Node is not a supported line',
+  () => {
+    test('its sandboxes without an image run the portable runtime, built in $ABX_HOME/runtime (its own uid’s, the sandboxes’)', async () => {
+      const daemon = await startRootlessDaemon({ env: { ABX_WARM_POOL: '0' } });
+      try {
+        const box = await Sandbox.create({
+          home: daemon.home,
+          template: await serverTemplate(daemon.home),
+        });
+        try {
+          expect(await nodesIn(box)).toEqual({
+            onPath: `${SANDBOX_NODE_DIR}/node`,
+            version: process.version,
+            envd: SANDBOX_NODE,
+            envdVersion: process.version,
+            code: expect.stringContaining(`${SANDBOX_NODE} ${process.version}`),
+            servers: SANDBOX_NODE,
+          });
+        } finally {
+          await box.kill();
+        }
+        expect(
+          readdirSync(join(daemon.home, 'runtime')).filter((n) => n.startsWith('portable-')),
+        ).toHaveLength(1);
+      } finally {
+        await daemon.close();
+      }
+    }, 300_000);
+  },
+);

@@ -27,6 +27,7 @@ import { enterArgs, proxyEnv, SANDBOX_RESOLV_CONF } from '../../egress/sandbox-n
 import { type KeptNet, SandboxNetworks } from '../../egress/sandbox-networks.js';
 import type { EgressCounters, EgressPorts } from '../../egress/service.js';
 import { SandboxStartError } from '../../errors.js';
+import { abxHome } from '../../installation/paths.js';
 import { dockerClient } from '../docker/engine.js';
 import type { DockerEngine } from '../docker/engine-client.js';
 import {
@@ -34,6 +35,7 @@ import {
   portableRuntime,
   portableSandboxNode,
   SANDBOX_NODE,
+  SANDBOX_NODE_DIR,
 } from '../portable-runtime.js';
 import {
   type EndCause,
@@ -75,6 +77,7 @@ import {
   STAGED,
   sharedRuntime,
 } from './sandbox-disk.js';
+import { type NoImageNode, noImageNode, sandboxNodeOf } from './sandbox-node.js';
 import { DEFAULT_UID_RANGE, SandboxUids, type UidRange, uidProcesses } from './sandbox-uids.js';
 import { sandboxUsage } from './sandbox-usage.js';
 import { compileSeccompFilter } from './seccomp.js';
@@ -98,52 +101,22 @@ export interface LocalProviderOptions {
   /** Host uids for root mode; default 1500000000-1500999999 (or `ABX_UID_RANGE`). */
   uidRange?: UidRange;
   /**
+   * Where portable runtimes (the daemon's Node at /opt/abx) are built and kept: image sandboxes,
+   * and sandboxes without one on a host whose Node is not a supported line, run on one. Default:
+   * `/run/abx-runtime` for root (readable by every sandbox uid), else `$ABX_HOME/runtime` (the
+   * daemon's own uid is the sandboxes' in rootless mode).
+   */
+  runtimeCacheDir?: string;
+  /**
    * The egress service of `internet` sandboxes; default: one started on first use, configured
    * from the environment (ABX_EGRESS_NETNS, ABX_EGRESS_HOSTS, ABX_EGRESS_PERMIT).
    */
   egress?: EgressController;
 }
 
-/**
- * The Node that envd runs on in a sandbox without an image: the sandbox sees the host's /usr, so
- * the daemon's own Node when it lives there, else Debian's.
- */
-export function hostSandboxNode(): string {
-  return process.execPath.startsWith('/usr/') ? process.execPath : '/usr/bin/node';
-}
-
-/** The version of the host's sandbox Node, by `path:mtime:size` (a new install is probed anew). */
-const hostNodeVersions = new Map<string, string>();
-
-/**
- * The Node of sandboxes without an image (the host's, see {@link hostSandboxNode}): its version
- * from `--version`, once per installed binary.
- */
-export async function hostNodeOfSandboxes(): Promise<SandboxNode> {
-  const path = hostSandboxNode();
-  const facts = statSync(path, { throwIfNoEntry: false });
-  if (!facts) {
-    throw new SandboxStartError(
-      `sandboxes without an image run envd on ${path}, and there is none: apt-get install nodejs (Node 22 or newer), or run the daemon with a Node installed under /usr`,
-    );
-  }
-  const key = `${path}:${facts.mtimeMs}:${facts.size}`;
-  let version = hostNodeVersions.get(key);
-  if (!version) {
-    const { stdout } = await promisify(execFile)(path, ['--version'], { timeout: 10_000 });
-    version = stdout.trim();
-    hostNodeVersions.set(key, version);
-  }
-  const daemon =
-    path === process.execPath
-      ? 'the daemon runs on it too'
-      : `the daemon runs on ${process.execPath}`;
-  return {
-    version,
-    source: `the host's ${path} (sandboxes without an image run on the host's /usr; ${daemon})`,
-    change: (line) =>
-      `install Node ${line} as ${path} (nodejs.org, or NodeSource's nodejs package for node_${line}.x), or start the template from an image (image: or dockerfile:), whose sandboxes run the daemon's own Node, ${process.version}`,
-  };
+/** Where a daemon keeps portable runtimes: root's /run/abx-runtime, else `$ABX_HOME/runtime`. */
+function defaultRuntimeCache(): { cacheDir?: string } {
+  return process.getuid?.() === 0 ? {} : { cacheDir: join(abxHome(), 'runtime') };
 }
 
 /** What a rootless sandbox's log keeps: its start and any early failure, not a flood. */
@@ -328,10 +301,9 @@ export class LocalProvider implements SandboxProvider {
       );
     }
     this.engine ??= dockerClient();
-    this.portable ??= portableRuntime({ runtimeDir: this.options.runtimeDir });
     const [rootfs, portable] = await Promise.all([
       imageRootfs(this.engine.docker, spec.image as string),
-      this.portable,
+      this.portableRuntime(),
     ]);
     const image = spec.image as string;
     // What the launcher makes (as root) in the overlay must not be a link out of it.
@@ -351,6 +323,37 @@ export class LocalProvider implements SandboxProvider {
     await fileInImage(rootfs, '/etc/resolv.conf', image);
     const imageHome = await folderInImage(rootfs, home, image);
     return { rootfs, runtimeDir: portable.dir, ...(imageHome ? { home: imageHome } : {}) };
+  }
+
+  /**
+   * The portable runtime of the daemon's Node, built (or found in the cache) once per provider. A
+   * failure is kept for a minute, not forever (patchelf may be installed meanwhile), and not
+   * retried on every create either: each try copies and hashes a ~100 MB binary.
+   */
+  private portableRuntime(): Promise<PortableRuntime> {
+    if (!this.portable) {
+      const made = portableRuntime({
+        runtimeDir: this.options.runtimeDir,
+        ...(this.options.runtimeCacheDir
+          ? { cacheDir: this.options.runtimeCacheDir }
+          : defaultRuntimeCache()),
+      });
+      this.portable = made;
+      made.catch(() => {
+        setTimeout(() => {
+          if (this.portable === made) this.portable = undefined;
+        }, 60_000).unref();
+      });
+    }
+    return this.portable;
+  }
+
+  /** Which Node a sandbox without an image runs now (the host's may be upgraded meanwhile). */
+  private noImageNode(): Promise<NoImageNode> {
+    return noImageNode({
+      daemon: { path: process.execPath, version: process.version },
+      portable: () => this.portableRuntime(),
+    });
   }
 
   async close(): Promise<void> {
@@ -377,8 +380,25 @@ export class LocalProvider implements SandboxProvider {
     const root = this.mode === 'root';
     const home = homeOf(spec);
     const image = spec.image ? await this.imageParts(spec, home) : undefined;
+    const hostNode = image
+      ? undefined
+      : await this.noImageNode().catch((error: Error) => {
+          throw new SandboxStartError(`sandbox ${spec.id} did not start: ${error.message}`, {
+            cause: error,
+          });
+        });
     const logFile = join(spec.dir, 'sandbox.log');
     mkdirSync(spec.dir, { recursive: true });
+    if (hostNode?.fallback) {
+      writeFileSync(
+        logFile,
+        `abx: warning: envd runs on ${hostNode.node} ${hostNode.version}: ${hostNode.why} (${hostNode.fallback})\n`,
+        { flag: 'a' },
+      );
+    }
+    // Where envd and its Node come from: an image's and (host's Node not supported) a sandbox
+    // without one's is the portable runtime; else envd's bundle alone, on the host's /usr Node.
+    const portableDir = image?.runtimeDir ?? hostNode?.portable?.dir;
     // Handed to bwrap as open files (fds 4-6), which copies them into the sandbox: the sandbox
     // never sees a host path for them. The token travels in a file, not the environment (a
     // process's initial environment stays readable in /proc/PID/environ); envd reads and deletes
@@ -452,14 +472,16 @@ export class LocalProvider implements SandboxProvider {
       }
       const disk = spec.resources.disk ?? DEFAULT_DISK_BYTES;
       const envdArgs = [
-        image ? SANDBOX_NODE : hostSandboxNode(),
+        image ? SANDBOX_NODE : (hostNode as NoImageNode).node,
         ...envdArguments(`${SANDBOX_RUN_DIR}/token`, spec, image ? ['--home', home] : []),
       ];
       const common = {
         hostname: spec.id,
         env: {
           // An image's own programs first; the runtime's (node, script) only where it has none.
-          PATH: `/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin${image ? `:${SANDBOX_RUNTIME_DIR}/bin` : ''}`,
+          // Without an image, on the portable runtime: its `node` first (and only it), so what a
+          // user's `node`, the command server and code contexts run is the Node envd runs on.
+          PATH: `${hostNode?.portable ? `${SANDBOX_NODE_DIR}:` : ''}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin${image ? `:${SANDBOX_RUNTIME_DIR}/bin` : ''}`,
           HOME: home,
           USER: spec.user ?? 'user',
           LANG: 'C.UTF-8',
@@ -487,7 +509,7 @@ export class LocalProvider implements SandboxProvider {
           ...common,
           home: { bind: STAGED.home },
           tmp: { bind: STAGED.tmp },
-          runtimeDir: image?.runtimeDir ?? this.runtimeDir,
+          runtimeDir: portableDir ?? this.runtimeDir,
           ...(image ? { rootfs: STAGED.root, homePath: home } : {}),
         });
         argv = [
@@ -540,7 +562,8 @@ export class LocalProvider implements SandboxProvider {
               : {}),
           home: { tmpfsBytes: disk },
           tmp: { tmpfsBytes: disk },
-          runtimeDir: this.runtimeDir,
+          // The portable runtime in $ABX_HOME/runtime: the daemon's uid, which sandboxes run as.
+          runtimeDir: portableDir ?? this.runtimeDir,
         });
         argv = [...(net ? enterArgs(net) : []), ...prlimit, bwrap, ...inner];
         if (cgroups.dirs.length > 0) {
@@ -942,8 +965,9 @@ export class LocalProvider implements SandboxProvider {
     return [...orphans.keys()];
   }
 
-  sandboxNode(image: boolean): Promise<SandboxNode> {
-    return image ? Promise.resolve(portableSandboxNode()) : hostNodeOfSandboxes();
+  async sandboxNode(image: boolean): Promise<SandboxNode> {
+    if (image) return portableSandboxNode();
+    return sandboxNodeOf(await this.noImageNode(), process.execPath);
   }
 
   isolation(): IsolationReport {
