@@ -367,6 +367,7 @@ export class Daemon {
         keys: this.keys,
         metrics: this.metrics,
         volumes: this.volumes,
+        secrets: this.secrets,
         volumeToken: (id) => volumeToken(tokenSecret, id),
       },
       // The host E2B's SDKs put after `{port}-{id}.`: the domain, and the gateway's port when it

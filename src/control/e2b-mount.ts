@@ -1,13 +1,20 @@
 import type { BodyLimits } from '../../runtime/server/http.js';
-import type { E2bBackend, E2bCaller, E2bSandboxRow, E2bVolume } from '../compat/e2b/backend.js';
+import type {
+  E2bBackend,
+  E2bCaller,
+  E2bSandboxRow,
+  E2bSecret,
+  E2bVolume,
+} from '../compat/e2b/backend.js';
 import { E2bControlApi } from '../compat/e2b/control-api.js';
 import { VolumeNotFoundError } from '../errors.js';
 import { egressPolicyOf, sandboxHome } from '../providers/provider.js';
 import { hashToken, tokenMatches } from './ids.js';
 import type { KeyService } from './key-service.js';
 import type { MetricsSampler } from './metrics.js';
-import type { SandboxRecord, VolumeRecord } from './registry.js';
+import type { SandboxRecord, SecretRecord, VolumeRecord } from './registry.js';
 import type { KeyOwner, SandboxService } from './sandbox-service.js';
+import type { SecretService } from './secret-service.js';
 import { snapshotSource, type TemplateService } from './template-service.js';
 import { mountRoots, type VolumeService } from './volume-service.js';
 
@@ -23,13 +30,15 @@ export function mountE2bControlApi(
     keys: KeyService;
     metrics: MetricsSampler;
     volumes: VolumeService;
+    /** Secrets: the same service, ownership and write-only rule as /v1/secrets. */
+    secrets: SecretService;
     /** A volume's content token (ids.ts volumeToken with the installation's secret). */
     volumeToken: (id: string) => string;
   },
   domain: () => string,
   limits: BodyLimits,
 ): E2bControlApi {
-  const { sandboxes, templates, keys, metrics, volumes, volumeToken } = services;
+  const { sandboxes, templates, keys, metrics, volumes, secrets, volumeToken } = services;
   const backend: E2bBackend = {
     authenticate: (key) => keys.authenticateKey(key, 'X-API-KEY: <key> (E2B_API_KEY)'),
     create: async (request, caller) =>
@@ -114,11 +123,27 @@ export function mountE2bControlApi(
       return volumes.spec(volume);
     },
     volumeFiles: () => volumes.files(),
+    createSecret: async (body, caller) => secretOf(await secrets.create(caller, body)),
+    listSecrets: async (caller) => (await secrets.list(caller)).map(secretOf),
+    getSecret: async (ref, caller) => secretOf(await secrets.find(caller, ref)),
+    updateSecret: async (ref, body, caller) => secretOf(await secrets.update(caller, ref, body)),
+    removeSecret: async (ref, caller) => {
+      await secrets.remove(caller, ref);
+    },
   };
   return new E2bControlApi(backend, limits);
 }
 
 const volumeOf = (volume: VolumeRecord): E2bVolume => ({ id: volume.id, name: volume.name });
+
+const secretOf = (secret: SecretRecord): E2bSecret => ({
+  id: secret.id,
+  name: secret.name,
+  version: secret.version,
+  metadata: secret.metadata,
+  createdAt: secret.createdAt,
+  updatedAt: secret.updatedAt,
+});
 
 /** The key a create or resume counts against (none: the daemon's own key). */
 function keyOwner(caller: E2bCaller): KeyOwner | undefined {

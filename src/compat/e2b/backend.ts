@@ -30,6 +30,16 @@ export interface E2bVolume {
   name: string;
 }
 
+/** A secret as E2B's API shows it: never its value. */
+export interface E2bSecret {
+  id: string;
+  name: string;
+  version: number;
+  metadata: Record<string, string>;
+  createdAt: number;
+  updatedAt: number;
+}
+
 /** A volume mounted in a sandbox, as E2B's `volumeMounts` entries say. */
 export interface E2bVolumeMount {
   name: string;
@@ -167,6 +177,19 @@ export interface E2bBackend {
   removeVolume(id: string, caller: E2bCaller): Promise<void>;
   /** The token of a volume's content API (derived, never stored). */
   volumeToken(id: string): string;
+  /**
+   * Makes a secret of the caller's from `{ name, value, metadata? }` (InvalidArgumentError for
+   * bad input, SecretConflictError for a taken name). No secret call ever answers a value.
+   */
+  createSecret(body: Record<string, unknown>, caller: E2bCaller): Promise<E2bSecret>;
+  /** The secrets the caller may see (an admin key: every key's). */
+  listSecrets(caller: E2bCaller): Promise<E2bSecret[]>;
+  /** A secret by id or name; SecretNotFoundError (404) for none, another key's too. */
+  getSecret(ref: string, caller: E2bCaller): Promise<E2bSecret>;
+  /** A new value (the next version) and/or metadata from `{ value?, metadata? }`. */
+  updateSecret(ref: string, body: Record<string, unknown>, caller: E2bCaller): Promise<E2bSecret>;
+  /** Removes a secret and its versions; SecretNotFoundError (404) for none. */
+  removeSecret(ref: string, caller: E2bCaller): Promise<void>;
   /**
    * The volume whose content token `token` is, while it exists and its key is not revoked;
    * undefined otherwise (a wrong token and an unknown volume alike).

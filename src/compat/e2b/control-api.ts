@@ -24,6 +24,15 @@ import { timeRange } from '../../util/time-range.js';
 import type { E2bBackend, E2bCaller, E2bSandboxRow, E2bTemplateTraits } from './backend.js';
 import { E2B_CODE_TEMPLATE } from './code-interpreter.js';
 import { page, parseListQuery } from './list-query.js';
+import {
+  createSecret,
+  getSecret,
+  listSecrets,
+  removeSecret,
+  type SecretAnswer,
+  type SecretCall,
+  updateSecret,
+} from './secret-routes.js';
 import { E2bVolumeContent } from './volume-content.js';
 import {
   createVolume,
@@ -346,6 +355,14 @@ function route(
   return { method, path, group: 'e2b', summary, handler: ({ ctx }) => run(ctx) };
 }
 
+/** A secret route (secret-routes.ts), its answer as this API sends it. */
+function secretRoute(run: (call: SecretCall) => Promise<SecretAnswer>) {
+  return async (call: Call): Promise<Answer> => {
+    const { status, body, headers } = await run(call);
+    return new Answer(status, body, headers);
+  };
+}
+
 /** A volume route (volume-routes.ts), its answer as this API sends it. */
 function volumeRoute(run: (call: VolumeCall) => Promise<VolumeAnswer>) {
   return async (call: Call): Promise<Answer> => {
@@ -524,6 +541,26 @@ const ROUTES: E2bRoute[] = [
   route('GET', '/volumes', "The key's volumes.", volumeRoute(listVolumes)),
   route('GET', '/volumes/{id}', 'One volume, with its content token.', volumeRoute(getVolume)),
   route('DELETE', '/volumes/{id}', 'Remove a volume and its files.', volumeRoute(removeVolume)),
+  route(
+    'POST',
+    '/secrets',
+    'Make a secret of the key: { name, value, metadata? }.',
+    secretRoute(createSecret),
+  ),
+  route('GET', '/secrets', "The key's secrets, paged (never a value).", secretRoute(listSecrets)),
+  route(
+    'GET',
+    '/secrets/{id}',
+    'One secret by id or name (never its value).',
+    secretRoute(getSecret),
+  ),
+  route(
+    'POST',
+    '/secrets/{id}',
+    "A secret's next version: { value, metadata? }.",
+    secretRoute(updateSecret),
+  ),
+  route('DELETE', '/secrets/{id}', 'Remove a secret and its versions.', secretRoute(removeSecret)),
 ];
 
 /** The first path segments this API answers; the daemon's own API keeps every other path. */
@@ -536,6 +573,7 @@ const PREFIXES = [
   ['v3', 'templates'],
   ['volumes'],
   ['volumecontent'],
+  ['secrets'],
 ];
 
 /** E2B's control API, answering on the daemon's listener beside `/v1`. */
@@ -552,7 +590,7 @@ export class E2bControlApi {
 
   /**
    * Whether a request path is E2B's (`/sandboxes…`, `/v2/sandboxes…`, `/snapshots`,
-   * `/templates…`, `/volumes…`, and the volume content API's `/volumecontent/…`).
+   * `/templates…`, `/volumes…`, `/secrets…`, and the volume content API's `/volumecontent/…`).
    */
   static claims(url: string | undefined): boolean {
     const path = (url ?? '/').split('?')[0] as string;
