@@ -7,6 +7,7 @@ import { startLive, stopLive, useLive } from './live.js';
 import { KeysPage } from './pages/keys.js';
 import { SandboxPage } from './pages/sandbox.js';
 import { SandboxesPage } from './pages/sandboxes.js';
+import { SecretsPage } from './pages/secrets.js';
 import { SignIn } from './pages/signin.js';
 import { TemplatesPage } from './pages/templates.js';
 import { VolumesPage } from './pages/volumes.js';
@@ -19,6 +20,7 @@ function Nav({ session, page }: { session: Session; page: string }) {
     ['sandboxes', 'Sandboxes'],
     ['templates', 'Templates'],
     ['volumes', 'Volumes'],
+    ['secrets', 'Secrets'],
     ...(session.admin ? ([['keys', 'Keys']] as [string, string][]) : []),
   ];
   return (
@@ -107,6 +109,9 @@ function App() {
       break;
     case 'volumes':
       content = <VolumesPage />;
+      break;
+    case 'secrets':
+      content = <SecretsPage session={session} />;
       break;
     case 'keys':
       content = <KeysPage session={session} />;
