@@ -37,6 +37,12 @@ const LOCAL_ONLY = new Set([
   'CallbackError',
   // The file-metadata check's own: every caller turns it into a BadRequestError (a 400).
   'MetadataError',
+  // The Docker engine client's: engine.ts reads their status and Docker's words into the
+  // provider's own errors.
+  'EngineApiError',
+  'ProgressError',
+  // A daemon that cannot start says so in one line of its own (daemon-main.ts), to no client.
+  'PortInUseError',
 ]);
 
 /**
