@@ -14,11 +14,14 @@ import { DEFAULT_DISK_BYTES } from '../commands/template-runtime.js';
 import { egressOptionsFromEnv, egressProblem } from '../egress/controller.js';
 import { startSandboxNet, stopSandboxNet } from '../egress/sandbox-net.js';
 import { findDaemon } from '../installation/daemon-connection.js';
-import { abxHome } from '../installation/paths.js';
 import { dockerClient, engineAddress, probeEngine } from '../providers/docker/engine.js';
 import { cgroupParent, cgroupSupport, cgroupVersion } from '../providers/local/cgroups.js';
 import { createDiskImage } from '../providers/local/sandbox-disk.js';
-import { type NoImageNode, noImageNode } from '../providers/local/sandbox-node.js';
+import {
+  localRuntimeCache,
+  type NoImageNode,
+  noImageNode,
+} from '../providers/local/sandbox-node.js';
 import { SandboxUids, UID_LOCK_DIR, uidRangeFromEnv } from '../providers/local/sandbox-uids.js';
 import { compileSeccompFilter } from '../providers/local/seccomp.js';
 import { type PortableRuntime, portableRuntime } from '../providers/portable-runtime.js';
@@ -526,7 +529,7 @@ async function runtimeNodeRuns(runtime: PortableRuntime): Promise<string | undef
  * run the portable runtime. A warning when the two kinds run two lines, or when sandboxes
  * without an image are left on an unsupported Node, so that it is never unnoticed.
  */
-async function sandboxNode(daemon: DaemonNode, root: boolean): Promise<Check> {
+async function sandboxNode(daemon: DaemonNode): Promise<Check> {
   const runtimeDir = join(packageInfo().root, 'dist', 'runtime');
   if (!existsSync(join(runtimeDir, 'envd.cjs'))) {
     return {
@@ -538,6 +541,7 @@ async function sandboxNode(daemon: DaemonNode, root: boolean): Promise<Check> {
     };
   }
   const images = `image sandboxes: Node ${daemon.version} (the portable runtime: the daemon's own)`;
+  const cacheDir = localRuntimeCache();
   let choice: NoImageNode;
   try {
     choice = await within(
@@ -548,7 +552,7 @@ async function sandboxNode(daemon: DaemonNode, root: boolean): Promise<Check> {
           portableRuntime({
             runtimeDir,
             nodePath: daemon.path,
-            ...(root ? {} : { cacheDir: join(abxHome(), 'runtime') }),
+            ...(cacheDir ? { cacheDir } : {}),
           }),
       }),
       RUNTIME_TIMEOUT_MS,
@@ -851,7 +855,7 @@ export async function localDoctor(): Promise<DoctorReport> {
         bubblewrap(),
         userNamespaces(sandboxUid),
         diskQuotas(root, dir),
-        daemonNodeFacts().then(async (node) => ({ node, check: await sandboxNode(node, root) })),
+        daemonNodeFacts().then(async (node) => ({ node, check: await sandboxNode(node) })),
         dockerEngine(root),
         python(dir),
         chromium(dir),

@@ -51,6 +51,8 @@ function removeCgroupTree(dir: string): void {
 export interface RootlessDaemon {
   home: string;
   uid: number;
+  /** Its `$XDG_RUNTIME_DIR` (what a login session gives a user), 0700 and its own. */
+  runtimeDir: string;
   close(): Promise<void>;
 }
 
@@ -112,6 +114,11 @@ export async function startRootlessDaemon(
   }
   const stage = `/run/abx-rootless/${uid}`;
   mkdirSync(stage, { recursive: true, mode: 0o755 });
+  // A login session's /run/user/UID: where the daemon keeps the portable runtime its sandboxes
+  // may run on (outside $ABX_HOME, whose path must not show inside them).
+  const runtimeDir = `/run/abx-rootless/${uid}-run`;
+  mkdirSync(runtimeDir, { mode: 0o700 });
+  chownSync(runtimeDir, uid, uid);
   const log = openSync(join(home, 'daemon.log'), 'a');
   const script =
     'mount --bind "$1" "$2" && shift 2 && while [ "$1" != -- ]; do mount --bind "$1" "$2" || exit 1; shift 2; done; shift; exec setpriv --reuid="$UID_" --regid="$UID_" --clear-groups "$@"';
@@ -140,6 +147,7 @@ export async function startRootlessDaemon(
         PATH: process.env.PATH ?? '/usr/bin:/bin',
         HOME: home,
         ABX_HOME: home,
+        XDG_RUNTIME_DIR: runtimeDir,
         UID_: String(uid),
         ...env,
       },
@@ -160,10 +168,11 @@ export async function startRootlessDaemon(
     if (egressNs) deleteNetns(egressNs);
     rmSync(home, { recursive: true, force: true });
     rmSync(stage, { recursive: true, force: true });
+    rmSync(runtimeDir, { recursive: true, force: true });
   };
   const deadline = Date.now() + 20_000;
   while (Date.now() < deadline) {
-    if (existsSync(join(home, 'daemon.json'))) return { home, uid, close };
+    if (existsSync(join(home, 'daemon.json'))) return { home, uid, runtimeDir, close };
     if (child.exitCode !== null) break;
     await new Promise((r) => setTimeout(r, 50));
   }

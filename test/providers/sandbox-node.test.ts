@@ -531,7 +531,7 @@ describe.runIf(isRoot)(
             await box.kill();
           }
           // No portable runtime was needed.
-          expect(existsSync(join(daemon.home, 'runtime'))).toBe(false);
+          expect(existsSync(join(daemon.runtimeDir, 'abx-runtime'))).toBe(false);
         } finally {
           await daemon.close();
         }
@@ -544,7 +544,7 @@ describe.runIf(isRoot)(
 describe.runIf(isRoot && !hostSupported)(
   'a rootless daemon on a host whose Node is not a supported line',
   () => {
-    test('its sandboxes without an image run the portable runtime, built in $ABX_HOME/runtime (its own uid’s, the sandboxes’)', async () => {
+    test('its sandboxes without an image run the portable runtime, built in the daemon user’s $XDG_RUNTIME_DIR (its uid is the sandboxes’; never under $ABX_HOME, whose path must not show inside)', async () => {
       const daemon = await startRootlessDaemon({ env: { ABX_WARM_POOL: '0' } });
       try {
         const box = await Sandbox.create({
@@ -560,11 +560,18 @@ describe.runIf(isRoot && !hostSupported)(
             code: expect.stringContaining(`${SANDBOX_NODE} ${process.version}`),
             servers: SANDBOX_NODE,
           });
+          const seen = await box.commands.run(
+            'tr "\\0" " " < /proc/1/cmdline; cat /proc/self/mountinfo',
+          );
+          expect(seen.stdout).toContain(`${daemon.runtimeDir}/abx-runtime/portable-`);
+          expect(seen.stdout).not.toContain(daemon.home);
         } finally {
           await box.kill();
         }
         expect(
-          readdirSync(join(daemon.home, 'runtime')).filter((n) => n.startsWith('portable-')),
+          readdirSync(join(daemon.runtimeDir, 'abx-runtime')).filter((n) =>
+            n.startsWith('portable-'),
+          ),
         ).toHaveLength(1);
       } finally {
         await daemon.close();

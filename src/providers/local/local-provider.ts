@@ -27,7 +27,6 @@ import { enterArgs, proxyEnv, SANDBOX_RESOLV_CONF } from '../../egress/sandbox-n
 import { type KeptNet, SandboxNetworks } from '../../egress/sandbox-networks.js';
 import type { EgressCounters, EgressPorts } from '../../egress/service.js';
 import { SandboxStartError } from '../../errors.js';
-import { abxHome } from '../../installation/paths.js';
 import { dockerClient } from '../docker/engine.js';
 import type { DockerEngine } from '../docker/engine-client.js';
 import {
@@ -77,7 +76,7 @@ import {
   STAGED,
   sharedRuntime,
 } from './sandbox-disk.js';
-import { type NoImageNode, noImageNode, sandboxNodeOf } from './sandbox-node.js';
+import { localRuntimeCache, type NoImageNode, noImageNode, sandboxNodeOf } from './sandbox-node.js';
 import { DEFAULT_UID_RANGE, SandboxUids, type UidRange, uidProcesses } from './sandbox-uids.js';
 import { sandboxUsage } from './sandbox-usage.js';
 import { compileSeccompFilter } from './seccomp.js';
@@ -103,8 +102,9 @@ export interface LocalProviderOptions {
   /**
    * Where portable runtimes (the daemon's Node at /opt/abx) are built and kept: image sandboxes,
    * and sandboxes without one on a host whose Node is not a supported line, run on one. Default:
-   * `/run/abx-runtime` for root (readable by every sandbox uid), else `$ABX_HOME/runtime` (the
-   * daemon's own uid is the sandboxes' in rootless mode).
+   * `/run/abx-runtime` for root (readable by every sandbox uid), else `$XDG_RUNTIME_DIR/abx-runtime`
+   * or `~/.cache/abx-runtime` (the daemon's own uid is the sandboxes' in rootless mode; never
+   * under `$ABX_HOME`, whose path the bind would show inside: see `localRuntimeCache`).
    */
   runtimeCacheDir?: string;
   /**
@@ -114,9 +114,10 @@ export interface LocalProviderOptions {
   egress?: EgressController;
 }
 
-/** Where a daemon keeps portable runtimes: root's /run/abx-runtime, else `$ABX_HOME/runtime`. */
+/** Where this daemon keeps portable runtimes (see {@link localRuntimeCache}). */
 function defaultRuntimeCache(): { cacheDir?: string } {
-  return process.getuid?.() === 0 ? {} : { cacheDir: join(abxHome(), 'runtime') };
+  const dir = localRuntimeCache();
+  return dir ? { cacheDir: dir } : {};
 }
 
 /** What a rootless sandbox's log keeps: its start and any early failure, not a flood. */
@@ -562,7 +563,7 @@ export class LocalProvider implements SandboxProvider {
               : {}),
           home: { tmpfsBytes: disk },
           tmp: { tmpfsBytes: disk },
-          // The portable runtime in $ABX_HOME/runtime: the daemon's uid, which sandboxes run as.
+          // The portable runtime is the daemon's uid's (localRuntimeCache), which sandboxes run as.
           runtimeDir: portableDir ?? this.runtimeDir,
         });
         argv = [...(net ? enterArgs(net) : []), ...prlimit, bwrap, ...inner];

@@ -1,12 +1,45 @@
 import { execFile } from 'node:child_process';
 import { readFileSync, statSync } from 'node:fs';
-import { join } from 'node:path';
+import { homedir } from 'node:os';
+import { isAbsolute, join } from 'node:path';
 import { promisify } from 'node:util';
 import { SandboxStartError } from '../../errors.js';
+import { abxHome } from '../../installation/paths.js';
 import { packageInfo } from '../../util/package-info.js';
 import type { PortableRuntime } from '../portable-runtime.js';
 import { SANDBOX_NODE } from '../portable-runtime.js';
 import type { SandboxNode } from '../provider.js';
+
+/**
+ * Where a local daemon keeps portable runtimes; undefined: portableRuntime's default for root,
+ * /run/abx-runtime (readable by every sandbox uid). Rootless: never under $ABX_HOME, because the
+ * folder bound at /opt/abx shows in the sandbox's /proc/self/mountinfo and in its pid 1's command
+ * line (bwrap's), and a sandbox must not learn where the installation keeps its keys. So the
+ * user's runtime folder ($XDG_RUNTIME_DIR: a tmpfs of its own, 0700) when it has one, else its
+ * cache folder ($XDG_CACHE_HOME, else ~/.cache).
+ */
+export function localRuntimeCache(env: NodeJS.ProcessEnv = process.env): string | undefined {
+  const uid = process.getuid?.();
+  if (uid === 0) return undefined;
+  const run = env.XDG_RUNTIME_DIR;
+  if (run && isAbsolute(run)) {
+    const facts = statSync(run, { throwIfNoEntry: false });
+    // Only a folder of this user's that no one else may enter (what a login session makes).
+    if (facts?.isDirectory() && facts.uid === uid && (facts.mode & 0o077) === 0) {
+      return join(run, 'abx-runtime');
+    }
+  }
+  if (env.XDG_CACHE_HOME && isAbsolute(env.XDG_CACHE_HOME)) {
+    return join(env.XDG_CACHE_HOME, 'abx-runtime');
+  }
+  try {
+    return join(homedir(), '.cache', 'abx-runtime');
+  } catch {
+    // A uid with no home at all (no $HOME, no passwd entry): the installation's folder, which
+    // works, at the cost of its path showing inside the sandboxes that run on the runtime.
+    return join(abxHome(env), 'runtime');
+  }
+}
 
 /** Debian's Node: what a sandbox without an image finds on the host's /usr. */
 export const HOST_NODE = '/usr/bin/node';
