@@ -17,7 +17,11 @@ import { verifySandboxNode } from '../../src/control/node-line.js';
 import { NodeLineError, Sandbox, Template, Templates } from '../../src/index.js';
 import { findDaemon, startDaemon } from '../../src/installation/daemon-connection.js';
 import { LocalProvider } from '../../src/providers/local/local-provider.js';
-import { hostSandboxNode, nodeSatisfies } from '../../src/providers/local/sandbox-node.js';
+import {
+  hostSandboxNode,
+  nodeSatisfies,
+  noImageNode,
+} from '../../src/providers/local/sandbox-node.js';
 import { SANDBOX_NODE, SANDBOX_NODE_DIR } from '../../src/providers/portable-runtime.js';
 import { CLI, runProgram } from '../cli/abx.js';
 import { createAbxHome, removeTemplates } from '../helpers/abx-home.js';
@@ -579,3 +583,95 @@ describe.runIf(isRoot && !hostSupported)(
     }, 300_000);
   },
 );
+
+describe('which Node a sandbox without an image gets: the choice itself', () => {
+  test('package.json’s engines range decides what is a supported line', () => {
+    const range = '^22.13 || ^24 || ^26';
+    expect(
+      ['v22.13.0', 'v22.23.5', 'v24.0.0', 'v24.22.3', 'v26.12.1'].filter((v) =>
+        nodeSatisfies(v, range),
+      ),
+    ).toHaveLength(5);
+    for (const version of [
+      'v20.20.2',
+      'v22.12.0',
+      'v23.11.0',
+      'v25.1.0',
+      'v27.0.0',
+      'not a version',
+    ]) {
+      expect(nodeSatisfies(version, range), version).toBe(false);
+    }
+    expect(nodeSatisfies('v24.22.3')).toBe(true); // the package's own range
+  });
+
+  test('an unsupported host Node with no buildable runtime: the host’s, saying why; no Node at all: a SandboxStartError naming both', async () => {
+    const failing = () => Promise.reject(new Error('patchelf is not installed'));
+    const daemon = { path: process.execPath, version: process.version };
+    const choice = await noImageNode({ daemon, portable: failing });
+    if (hostSupported) {
+      expect(choice).toMatchObject({ runtime: 'host', version: hostVersion, supported: true });
+      return;
+    }
+    expect(choice).toMatchObject({
+      runtime: 'host',
+      node: HOST_NODE,
+      version: hostVersion,
+      supported: false,
+      fallback: 'patchelf is not installed',
+    });
+    expect(choice.why).toBe(
+      `the host's ${HOST_NODE} is ${hostVersion}, not a supported line (^22.13 || ^24 || ^26), and the portable runtime could not be built, so the host's runs anyway`,
+    );
+    // A daemon outside /usr looks for /usr/bin/node; a binary that is not there is no Node.
+    const missing = await noImageNode({
+      daemon: { path: '/usr/lib/abx-test-no-such-node', version: process.version },
+      portable: failing,
+    }).catch((error: unknown) => error);
+    expect((missing as Error).message).toBe(
+      "sandboxes without an image have no Node to run envd on: the host has no /usr/lib/abx-test-no-such-node, and the portable runtime (the daemon's Node at /opt/abx) could not be built: patchelf is not installed. Install Node 24 (or 22, 26) as /usr/lib/abx-test-no-such-node, or fix the runtime's build (apt-get install patchelf)",
+    );
+  });
+
+  test.runIf(isRoot && !hostSupported)(
+    'a real sandbox whose runtime cannot be built runs the host’s Node, and its log says why',
+    async () => {
+      // A cache folder that cannot be made (below a file): the runtime's build fails.
+      const provider = new LocalProvider({
+        runtimeDir: join(ROOT, 'dist', 'runtime'),
+        runtimeCacheDir: '/proc/version/abx-runtime',
+      });
+      const dir = mkdtempSync(join(tmpdir(), 'abx-node-fallback-'));
+      const accessToken = randomBytes(16).toString('hex');
+      const handle = await provider.create({
+        id: `node-fallback-${randomBytes(4).toString('hex')}`,
+        accessToken,
+        dir,
+        env: {},
+        workdir: '/home/user',
+        resources: {},
+        network: 'none',
+      });
+      try {
+        const { body } = await envdRequest<{ node?: string }>(
+          handle.envdSocket,
+          accessToken,
+          'GET',
+          '/info',
+          undefined,
+          10_000,
+        );
+        expect(body.node).toBe(hostVersion);
+        expect(readFileSync(join(dir, 'sandbox.log'), 'utf8')).toContain(
+          `abx: warning: envd runs on ${HOST_NODE} ${hostVersion}: the host's ${HOST_NODE} is ${hostVersion}, not a supported line (^22.13 || ^24 || ^26), and the portable runtime could not be built, so the host's runs anyway (`,
+        );
+        expect((await provider.sandboxNode(false)).version).toBe(hostVersion);
+      } finally {
+        await provider.kill(handle);
+        await provider.close?.();
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+    120_000,
+  );
+});
