@@ -170,12 +170,17 @@ export class Template {
 
   /**
    * `none` (default): only the sandbox's loopback; `internet`: egress through abx's policy, here
-   * `{ allowOut, denyOut }` (CIDRs, domain names, `*.` wildcards; an allow entry wins);
+   * `{ allowOut, denyOut, rules }` (CIDRs, domain names, `*.` wildcards; an allow entry wins;
+   * per-host header rules with `${secrets.NAME}` placeholders, docs/network.md);
    * `host`: the host's own network namespace.
    */
   setNetwork(
     network: 'none' | 'host' | 'internet',
-    policy?: { allowOut?: string[]; denyOut?: string[] },
+    policy?: {
+      allowOut?: string[];
+      denyOut?: string[];
+      rules?: Record<string, Array<{ transform?: { headers?: Record<string, string> } }>>;
+    },
   ): Template {
     if (policy && network !== 'internet') {
       throw new TypeError(
@@ -184,7 +189,11 @@ export class Template {
     }
     return this.with({
       network: policy
-        ? { allow_out: policy.allowOut ?? [], deny_out: policy.denyOut ?? [] }
+        ? {
+            allow_out: policy.allowOut ?? [],
+            deny_out: policy.denyOut ?? [],
+            ...(policy.rules ? { rules: policy.rules } : {}),
+          }
         : network,
     });
   }

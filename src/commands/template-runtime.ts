@@ -186,8 +186,9 @@ function readRuntimeNeeds(reader: TemplateReader, value: unknown): { node: numbe
 }
 
 /**
- * `network:` is `none`, `internet` or `host`, or a mapping `{ allow_out, deny_out }` (lists of
- * CIDRs, domain names and `*.` wildcards) that means `internet` with that policy.
+ * `network:` is `none`, `internet` or `host`, or a mapping `{ allow_out, deny_out, rules }`
+ * (lists of CIDRs, domain names and `*.` wildcards; per-host header rules in E2B's shape, with
+ * `${secrets.NAME}` placeholders) that means `internet` with that policy.
  */
 function readNetwork(
   reader: TemplateReader,
@@ -205,8 +206,8 @@ function readNetwork(
     return { network: 'none' };
   }
   for (const key of Object.keys(value)) {
-    if (key !== 'allow_out' && key !== 'deny_out') {
-      reader.problem(['network', key], 'is not a network key (allow_out, deny_out)');
+    if (key !== 'allow_out' && key !== 'deny_out' && key !== 'rules') {
+      reader.problem(['network', key], 'is not a network key (allow_out, deny_out, rules)');
     }
   }
   try {
@@ -214,6 +215,9 @@ function readNetwork(
       {
         allowOut: (value.allow_out ?? []) as string[],
         denyOut: (value.deny_out ?? []) as string[],
+        ...(value.rules === undefined || value.rules === null
+          ? {}
+          : { rules: value.rules as never }),
       },
       'network',
     );

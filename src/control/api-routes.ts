@@ -140,7 +140,15 @@ export function sandboxJson(record: SandboxRecord): SandboxInfo {
     endedAt: record.endedAt === null ? null : new Date(record.endedAt).toISOString(),
     endReason: record.endReason,
     envdPort: ENVD_PORT,
-    ...(egress ? { network: { allowOut: egress.allowOut, denyOut: egress.denyOut } } : {}),
+    ...(egress
+      ? {
+          network: {
+            allowOut: egress.allowOut,
+            denyOut: egress.denyOut,
+            ...(egress.rules ? { rules: egress.rules } : {}),
+          },
+        }
+      : {}),
     ...(record.paused
       ? {
           paused: {
@@ -225,7 +233,7 @@ export const API_ROUTES: ApiRoute[] = [
     path: '/v1/sandboxes',
     group: 'api',
     summary:
-      'Create a sandbox from a template: { template?, timeoutMs?, envs?, metadata?, network?: { allowOut?, denyOut? }, allowInternetAccess?, autoPause? (its timeout pauses it), autoPauseMemory?, autoResume? (its traffic resumes it), volumeMounts?: [{ name, path, readOnly? }] }; the answer has its accessToken and the gatewayUrl its ports are reached through.',
+      'Create a sandbox from a template: { template?, timeoutMs?, envs?, metadata?, network?: { allowOut?, denyOut?, rules? (host → [{ transform: { headers } }], header values may name secrets, docs/network.md) }, allowInternetAccess?, autoPause? (its timeout pauses it), autoPauseMemory?, autoResume? (its traffic resumes it), volumeMounts?: [{ name, path, readOnly? }] }; the answer has its accessToken and the gatewayUrl its ports are reached through.',
     handler: async ({ body, ctx }) => {
       const request = (body ?? {}) as Record<string, unknown>;
       if (typeof request !== 'object' || Array.isArray(request)) {
@@ -451,7 +459,7 @@ export const API_ROUTES: ApiRoute[] = [
     path: '/v1/sandboxes/{id}/network',
     group: 'api',
     summary:
-      "Replace an internet sandbox's egress policy: { allowOut?, denyOut? } (CIDRs, domain names, *.domain wildcards; an allow entry wins). New connections and DNS questions follow it at once.",
+      "Replace an internet sandbox's egress policy: { allowOut?, denyOut?, rules? } (CIDRs, domain names, *.domain wildcards; an allow entry wins; per-host header rules, placeholders only). New connections and DNS questions follow it at once.",
     handler: async ({ params, body, ctx }) => {
       await checkVisible(ctx, params.id as string);
       return sandboxJson(await ctx.sandboxes.setNetwork(params.id as string, body));

@@ -9,6 +9,7 @@ import { E2bControlApi } from '../compat/e2b/control-api.js';
 import { E2bEnvdFace } from '../compat/e2b/envd-face.js';
 import { listenerDenials } from '../egress/host-addresses.js';
 import { ALWAYS_DENIED } from '../egress/policy.js';
+import { registerSecretResolver } from '../egress/secret-resolvers.js';
 import {
   AuthenticationError,
   errorFromBody,
@@ -198,6 +199,7 @@ export class Daemon {
   readonly templates: TemplateService;
   readonly volumes: VolumeService;
   readonly secrets: SecretService;
+  private readonly unregisterSecrets: () => void;
   private readonly api: Server;
   private readonly gateway: Gateway;
   /** The API and gateway listeners for remote clients, with their addresses. */
@@ -298,6 +300,14 @@ export class Daemon {
       this.registry,
       loadSecretsKey(this.paths.secretsKey, options.secretsKey),
     );
+    // Egress asks for a rule's secret by (sandbox, name); the sandbox's owner decides which
+    // secret the name is, as a caller's key does on /v1. A sandbox this daemon does not know is
+    // not answered here (another daemon in this process may know it).
+    this.unregisterSecrets = registerSecretResolver(async (sandboxId, name) => {
+      const record = await this.registry.getSandbox(sandboxId);
+      if (!record) return undefined;
+      return { value: await this.secrets.resolve(record.owner, name) };
+    });
     this.sandboxes.onEnded = (id) => {
       this.records?.forget(id);
       this.metrics.drop(id);
@@ -702,6 +712,7 @@ export class Daemon {
       } catch {
         // no daemon.json: nothing to remove
       }
+      this.unregisterSecrets();
       await this.registry.close().catch(() => undefined);
       this.resolveStopped();
     })();

@@ -164,5 +164,14 @@ function rowOf(record: SandboxRecord): E2bSandboxRow {
     ...record,
     volumeMounts: record.volumeMounts.map(({ name, path }) => ({ name, path })),
   };
-  return policy ? { ...row, network: { allowOut: policy.allowOut, denyOut: policy.denyOut } } : row;
+  return policy
+    ? {
+        ...row,
+        network: {
+          allowOut: policy.allowOut,
+          denyOut: policy.denyOut,
+          ...(policy.rules ? { rules: policy.rules } : {}),
+        },
+      }
+    : row;
 }

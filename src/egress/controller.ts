@@ -1,11 +1,13 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { request } from 'node:http';
+import type { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { packageInfo } from '../util/package-info.js';
 import { type EgressPolicy, parseEntry } from './policy.js';
 import type { SandboxNet } from './sandbox-net.js';
+import { resolveSecretFor } from './secret-resolvers.js';
 import type { EgressCounters, EgressPorts } from './service.js';
 
 /** How long the egress process may take to start, and one control call to answer. */
@@ -87,6 +89,39 @@ export function egressOptionsFromEnv(
   };
 }
 
+/**
+ * Answers the egress process's questions for secret values on its fd 3: one JSON line each way,
+ * `{ id, sandbox, name }` → `{ id, value? }` (no value: no such secret for the sandbox's owner)
+ * or `{ id, error }`. An error's text never holds a value.
+ */
+function answerSecrets(channel: Socket): void {
+  channel.on('error', () => undefined);
+  let buffered = '';
+  channel.on('data', (chunk: Buffer) => {
+    buffered += chunk.toString();
+    if (buffered.length > 64 * 1024) return channel.destroy();
+    for (let end = buffered.indexOf('\n'); end >= 0; end = buffered.indexOf('\n')) {
+      const line = buffered.slice(0, end);
+      buffered = buffered.slice(end + 1);
+      let ask: { id?: unknown; sandbox?: unknown; name?: unknown };
+      try {
+        ask = JSON.parse(line);
+      } catch {
+        continue;
+      }
+      const { id, sandbox, name } = ask;
+      if (typeof sandbox !== 'string' || typeof name !== 'string') {
+        channel.write(`${JSON.stringify({ id, error: 'a question is { id, sandbox, name }' })}\n`);
+        continue;
+      }
+      resolveSecretFor(sandbox, name).then(
+        (value) => channel.write(`${JSON.stringify({ id, value })}\n`),
+        (error: Error) => channel.write(`${JSON.stringify({ id, error: error.message })}\n`),
+      );
+    }
+  });
+}
+
 /** An answer of the egress process that is not what was asked for. */
 export class EgressError extends Error {
   override name = 'EgressError';
@@ -127,15 +162,18 @@ export class EgressController {
       '--control',
       this.socket,
       '--owns-dir',
+      '--secrets-fd',
       ...(this.options.hostsFile ? ['--hosts', this.options.hostsFile] : []),
       ...(this.options.permit ?? []).flatMap((c) => ['--permit', c]),
       ...(this.options.alsoDeny ?? []).flatMap((c) => ['--deny', c]),
     ];
     const child = spawn(argv[0] as string, argv.slice(1), {
-      stdio: ['pipe', 'pipe', 'pipe'],
+      // fd 3: a socket pair on which egress asks for secret values (answerSecrets).
+      stdio: ['pipe', 'pipe', 'pipe', 'pipe'],
       env: { PATH: process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin' },
     });
     this.child = child;
+    answerSecrets(child.stdio[3] as Socket);
     let stderr = '';
     child.stderr?.on('data', (c: Buffer) => {
       stderr = (stderr + c.toString()).slice(-4000);
@@ -167,6 +205,7 @@ export class EgressController {
     (child.stdout as unknown as { unref?: () => void })?.unref?.();
     (child.stderr as unknown as { unref?: () => void })?.unref?.();
     (child.stdin as unknown as { unref?: () => void })?.unref?.();
+    (child.stdio[3] as unknown as { unref?: () => void })?.unref?.();
     return this.starting;
   }
 

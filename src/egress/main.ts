@@ -13,10 +13,16 @@
  *   sandbox may dial; egress keeps each served namespace's `host4` set filled with them;
  * - `GET /health` → `{ sandboxes }`.
  *
+ * The other way, egress asks the daemon for secret values on fd 3 (a socket pair the daemon made,
+ * never a path anyone could open), one JSON line each way: `{ id, sandbox, name }` →
+ * `{ id, value }` or `{ id, missing: true }` or `{ id, error }`. The daemon decides from the
+ * sandbox's owner which secret a name is; egress keeps a value only for the request it is put in.
+ *
  * Errors are `{ "error": message }` with 400 (bad policy or body), 404 or 409.
  */
 import { chmodSync, rmSync } from 'node:fs';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { Socket } from 'node:net';
 import { dirname } from 'node:path';
 import { parseArgs } from 'node:util';
 import { HostAddresses } from './host-addresses.js';
@@ -34,6 +40,8 @@ const { values } = parseArgs({
     hosts: { type: 'string' },
     permit: { type: 'string', multiple: true },
     deny: { type: 'string', multiple: true },
+    // fd 3 is the daemon's socket for secret values.
+    'secrets-fd': { type: 'boolean' },
     // The control socket's folder is this process's own: removed when it ends.
     'owns-dir': { type: 'boolean' },
   },
@@ -90,6 +98,50 @@ const rules = new EgressRules({
 /** What DNS answers opened in each sandbox's namespace (its `resolved4` set). */
 const resolved = new ResolvedAddresses();
 
+/** Secret values from the daemon, over fd 3 (see above); none when no `--secrets-fd`. */
+const secrets = (() => {
+  if (!values['secrets-fd']) return undefined;
+  const channel = new Socket({ fd: 3, readable: true, writable: true });
+  channel.on('error', () => undefined);
+  // A waiting request must not keep this process up once the daemon is gone (stdin ends it).
+  channel.unref();
+  let next = 1;
+  const waiting = new Map<number, (answer: { value?: string; error?: string }) => void>();
+  let buffered = '';
+  channel.on('data', (chunk: Buffer) => {
+    buffered += chunk.toString();
+    for (let end = buffered.indexOf('\n'); end >= 0; end = buffered.indexOf('\n')) {
+      const line = buffered.slice(0, end);
+      buffered = buffered.slice(end + 1);
+      try {
+        const answer = JSON.parse(line) as { id: number; value?: string; error?: string };
+        waiting.get(answer.id)?.(answer);
+        waiting.delete(answer.id);
+      } catch {
+        // not a line of ours
+      }
+    }
+  });
+  channel.on('close', () => {
+    for (const done of waiting.values()) done({ error: 'the daemon is gone' });
+    waiting.clear();
+  });
+  return (sandbox: string, name: string): Promise<string | undefined> =>
+    new Promise((resolve, reject) => {
+      const id = next++;
+      const timer = setTimeout(() => {
+        waiting.delete(id);
+        reject(new Error('the daemon did not answer within 5 s'));
+      }, 5000);
+      waiting.set(id, (answer) => {
+        clearTimeout(timer);
+        if (answer.error) reject(new Error(answer.error));
+        else resolve(answer.value);
+      });
+      channel.write(`${JSON.stringify({ id, sandbox, name })}\n`);
+    });
+})();
+
 const service = new EgressService(
   rules,
   new NameResolver(values.hosts ? { hostsFile: values.hosts } : {}),
@@ -103,6 +155,11 @@ const service = new EgressService(
         process.stderr.write(`egress: ${id}: ${error.message}\n`);
         return undefined;
       });
+    },
+    // No channel (egress run by hand): every rule with a placeholder fails closed.
+    resolveSecret: async (id, name) => {
+      if (!secrets) throw new Error('egress has no channel to the daemon');
+      return secrets(id, name);
     },
   },
 );
@@ -141,6 +198,7 @@ function policyOf(body: Record<string, unknown>): EgressPolicy {
   return normalizePolicy({
     allowOut: (policy.allowOut ?? []) as string[],
     denyOut: (policy.denyOut ?? []) as string[],
+    ...(policy.rules === undefined ? {} : { rules: policy.rules as never }),
   });
 }
 

@@ -1,4 +1,5 @@
 import ipaddr from 'ipaddr.js';
+import { type HostRules, parseHostRules } from './header-rules.js';
 
 /**
  * A sandbox's egress policy, as users write it (E2B's `network.allowOut` and `denyOut`): entries
@@ -10,6 +11,11 @@ import ipaddr from 'ipaddr.js';
 export interface EgressPolicy {
   allowOut: string[];
   denyOut: string[];
+  /**
+   * Per-host header rules (header-rules.ts), placeholders and never values. A host named here is
+   * not allowed by that: the lists decide, as in E2B.
+   */
+  rules?: HostRules;
 }
 
 /** Most entries one list may hold: a policy is checked on every connection. */
@@ -82,6 +88,7 @@ export function parseEntry(text: unknown, where: string): Entry {
 export interface ParsedPolicy {
   allow: Entry[];
   deny: Entry[];
+  rules?: HostRules;
 }
 
 /** Checks and reads a policy; throws a PolicyError naming the first bad entry. */
@@ -104,7 +111,12 @@ export function parsePolicy(policy: EgressPolicy, where = 'network'): ParsedPoli
     }
     return out;
   };
-  return { allow: list(policy.allowOut, 'allowOut'), deny: list(policy.denyOut, 'denyOut') };
+  const rules = parseHostRules(policy.rules, `${where}.rules`);
+  return {
+    allow: list(policy.allowOut, 'allowOut'),
+    deny: list(policy.denyOut, 'denyOut'),
+    ...(rules ? { rules } : {}),
+  };
 }
 
 /** The policy in canonical form (each entry as parsePolicy writes it, duplicates dropped). */
@@ -113,6 +125,7 @@ export function normalizePolicy(policy: EgressPolicy, where?: string): EgressPol
   return {
     allowOut: parsed.allow.map((e) => e.text),
     denyOut: parsed.deny.map((e) => e.text),
+    ...(parsed.rules ? { rules: parsed.rules } : {}),
   };
 }
 

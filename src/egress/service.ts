@@ -9,6 +9,7 @@ import { connect, createServer, type Server, type Socket } from 'node:net';
 import dnsPacket from 'dns-packet';
 import ipaddr from 'ipaddr.js';
 import { getExtensionData, readTlsClientHello } from 'read-tls-client-hello';
+import { type HostRule, placeholderNames, ruleHeaders, rulesFor } from './header-rules.js';
 import {
   canonicalName,
   type EgressPolicy,
@@ -85,6 +86,12 @@ export class EgressService {
         addresses: string[],
         ttl: number,
       ) => Promise<number | undefined>;
+      /**
+       * The current value of the secret `name` for the sandbox `id` (its owner's secret), or
+       * undefined when there is none: asked as each request to a host with rules leaves, never
+       * cached (a rotation applies to the next request, a removal fails it).
+       */
+      resolveSecret?: (id: string, name: string) => Promise<string | undefined>;
     } = {},
   ) {}
 
@@ -237,6 +244,53 @@ export class EgressService {
     socket.once('close', () => upstream.destroy());
   }
 
+  /**
+   * The headers a host's rules set on this request, placeholders resolved now; or why the
+   * request must not leave (a secret missing or not readable). Undefined when no rule names it.
+   */
+  private async headersFor(
+    entry: Entry,
+    host: string,
+  ): Promise<{ headers: Record<string, string> } | { refused: string } | undefined> {
+    const name = canonicalName(host);
+    const rules: HostRule[] | undefined = name ? rulesFor(entry.parsed.rules, name) : undefined;
+    if (!rules) return undefined;
+    const values = new Map<string, string>();
+    for (const secret of placeholderNames(rules)) {
+      let value: string | undefined;
+      try {
+        value = await this.hooks.resolveSecret?.(entry.id, secret);
+      } catch (error) {
+        return {
+          refused: `the rule for ${host} names the secret ${secret}, which could not be read (${(error as Error).message}); the request was not sent`,
+        };
+      }
+      if (value === undefined) {
+        return {
+          refused: `the rule for ${host} names the secret ${secret}, which does not exist for this sandbox's owner (missing or removed); the request was not sent`,
+        };
+      }
+      values.set(secret, value);
+    }
+    const headers = ruleHeaders(rules, values);
+    // A stored value that no header can carry (a newline…) is refused, not sent cut or mangled.
+    for (const [header, value] of Object.entries(headers)) {
+      if (/[^\t\x20-\x7e\x80-\xff]/.test(value)) {
+        return {
+          refused: `the rule for ${host} sets ${header} from a secret whose value cannot be sent in a header (it holds a control character); the request was not sent`,
+        };
+      }
+    }
+    return { headers };
+  }
+
+  /** Why a tunnel (CONNECT, TLS by SNI) to `host` is refused for its rules, or undefined. */
+  private tunnelRefusal(entry: Entry, host: string): string | undefined {
+    const name = canonicalName(host);
+    if (!name || !rulesFor(entry.parsed.rules, name)) return undefined;
+    return `${name} has header rules, which abx applies to plain HTTP only for now; a tunnel (HTTPS, CONNECT) to it is refused rather than sent without its headers`;
+  }
+
   private httpServer(entry: Entry): HttpServer {
     const server = createHttpServer({ requestTimeout: 0, headersTimeout: HELLO_TIMEOUT_MS });
     const refuse = (res: import('node:http').ServerResponse, status: number, why: string) => {
@@ -284,11 +338,25 @@ export class EgressService {
           `${host} is refused by the sandbox's network policy: ${route.refused}`,
         );
       }
-      this.record(entry, { kind: 'http', target: host, allowed: true, rule: route.rule });
+      // Resolved before anything is sent: a missing secret refuses the request whole.
+      const ruled = await this.headersFor(entry, host);
+      if (ruled && 'refused' in ruled) {
+        this.record(entry, { kind: 'http', target: host, allowed: false, rule: ruled.refused });
+        return refuse(res, 403, ruled.refused);
+      }
+      this.record(entry, {
+        kind: 'http',
+        target: host,
+        allowed: true,
+        rule: ruled ? `${route.rule}; header rules` : route.rule,
+      });
       const headers = { ...req.headers };
       if (targetHost) headers.host = targetHost;
       delete headers['proxy-connection'];
       delete headers['proxy-authorization'];
+      // The rule's headers replace the sandbox's own of the same names. The request goes to the
+      // address `host` resolves to, with Host `host`: the rule's host on both counts.
+      if (ruled) Object.assign(headers, ruled.headers);
       const upstream = httpRequest({
         host: route.address,
         port,
@@ -327,6 +395,11 @@ export class EgressService {
         const why = `${host} is refused by the sandbox's network policy: ${route.refused}`;
         return answer(`403 ${why.replace(/[^\x20-\x7e]/g, '?')}`, why);
       }
+      const ruled = this.tunnelRefusal(entry, host.replace(/^\[|\]$/g, ''));
+      if (ruled) {
+        this.record(entry, { kind: 'connect', target: host, allowed: false, rule: ruled });
+        return answer(`403 ${ruled.replace(/[^\x20-\x7e]/g, '?')}`, ruled);
+      }
       this.record(entry, { kind: 'connect', target: host, allowed: true, rule: route.rule });
       socket.write('HTTP/1.1 200 Connection Established\r\n\r\n');
       this.dial(route.address, port, socket, head);
@@ -346,11 +419,22 @@ export class EgressService {
           `HTTP/1.1 403 Forbidden\r\nconnection: close\r\n\r\nabx egress: ${host} is refused: ${route.refused}\n`,
         );
       }
+      const ruled = await this.headersFor(entry, host);
+      if (ruled && 'refused' in ruled) {
+        this.record(entry, { kind: 'http', target: host, allowed: false, rule: ruled.refused });
+        return socket.end(
+          `HTTP/1.1 403 Forbidden\r\nconnection: close\r\n\r\nabx egress: ${ruled.refused}\n`,
+        );
+      }
       this.record(entry, { kind: 'http', target: host, allowed: true, rule: route.rule });
+      const set = ruled?.headers ?? {};
       const lines = [`${req.method} ${req.url} HTTP/${req.httpVersion}`];
       for (let i = 0; i < req.rawHeaders.length; i += 2) {
+        // The sandbox's own header of a name a rule sets is dropped for the rule's.
+        if ((req.rawHeaders[i] as string).toLowerCase() in set) continue;
         lines.push(`${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}`);
       }
+      for (const [name, value] of Object.entries(set)) lines.push(`${name}: ${value}`);
       this.dial(
         route.address,
         80,
@@ -393,6 +477,11 @@ export class EgressService {
         const route = await this.route(entry, name);
         if ('refused' in route) {
           this.record(entry, { kind: 'tls', target: name, allowed: false, rule: route.refused });
+          return refuseTls(socket);
+        }
+        const ruled = this.tunnelRefusal(entry, name);
+        if (ruled) {
+          this.record(entry, { kind: 'tls', target: name, allowed: false, rule: ruled });
           return refuseTls(socket);
         }
         this.record(entry, { kind: 'tls', target: name, allowed: true, rule: route.rule });

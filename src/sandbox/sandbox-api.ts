@@ -54,7 +54,19 @@ export interface VolumeMountRequest {
 export interface NetworkPolicy {
   allowOut?: string[];
   denyOut?: string[];
+  /**
+   * Per-host header rules (docs/network.md, "Header rules"): host (a domain name or `*.`
+   * wildcard) → rules setting headers whose values may name secrets as `${secrets.NAME}`; egress
+   * resolves them as each request to that host leaves. A host named here is not allowed by that.
+   */
+  rules?: NetworkRules;
 }
+
+/** `network.rules`: E2B's shape, `{ 'api.example.com': [{ transform: { headers: {…} } }] }`. */
+export type NetworkRules = Record<
+  string,
+  Array<{ transform?: { headers?: Record<string, string> } }>
+>;
 
 /**
  * The states {@link listSandboxes} shows when asked for none: the sandboxes that are still there
@@ -249,6 +261,8 @@ export interface NetworkEvent {
 export interface NetworkInfo {
   allowOut: string[];
   denyOut: string[];
+  /** The header rules, placeholders as written (never a secret's value). */
+  rules?: NetworkRules;
   allowed: number;
   refused: number;
   /** The latest decisions, oldest first (at most 200). */

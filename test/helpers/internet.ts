@@ -126,6 +126,15 @@ const handler = (scheme) => (req, res) => {
     };
     return pump();
   }
+  // What a request arrived with (header rules' tests), and a redirect to another URL.
+  if (req.url.startsWith('/headers')) {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    return res.end(JSON.stringify(req.headers));
+  }
+  if (req.url.startsWith('/redirect/')) {
+    res.writeHead(302, { location: decodeURIComponent(req.url.slice(10)) });
+    return res.end();
+  }
   if (req.url === '/sink') {
     let size = 0;
     req.on('data', (chunk) => { size += chunk.length; });

@@ -4,6 +4,7 @@
  * Every call lands on the native service, registry and key store; the layer keeps no state.
  */
 import type { TemplateResources } from '../../../runtime/protocol/wire.js';
+import type { HostRules } from '../../egress/header-rules.js';
 import type { MetricsSample, VolumeFiles, VolumeSpec } from '../../providers/provider.js';
 
 /** Who sent a request: the key its `X-API-KEY` names. */
@@ -46,10 +47,14 @@ export interface E2bVolumeMount {
   path: string;
 }
 
-/** An egress policy, as E2B's `network.allowOut` and `denyOut` (docs/network.md). */
+/**
+ * An egress policy, as E2B's `network.allowOut`, `denyOut` and `rules` (placeholders, never
+ * secret values; docs/network.md).
+ */
 export interface E2bNetwork {
   allowOut: string[];
   denyOut: string[];
+  rules?: HostRules;
 }
 
 /** A sandbox as the registry holds it (the fields the E2B answers are made of). */

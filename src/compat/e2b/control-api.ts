@@ -21,7 +21,13 @@ import {
 } from '../../errors.js';
 import { checkForkCount } from '../../providers/provider.js';
 import { timeRange } from '../../util/time-range.js';
-import type { E2bBackend, E2bCaller, E2bSandboxRow, E2bTemplateTraits } from './backend.js';
+import type {
+  E2bBackend,
+  E2bCaller,
+  E2bNetwork,
+  E2bSandboxRow,
+  E2bTemplateTraits,
+} from './backend.js';
 import { E2B_CODE_TEMPLATE } from './code-interpreter.js';
 import { page, parseListQuery } from './list-query.js';
 import {
@@ -119,7 +125,7 @@ function autoResumeOf(body: Record<string, unknown>): boolean | undefined {
  * anyway (no auto-resume, the template's own network) is accepted.
  */
 function refuseUnsupported(body: Record<string, unknown>, template: E2bTemplateTraits): void {
-  // allow_internet_access and network's allowOut and denyOut are read by networkOf.
+  // allow_internet_access and network's allowOut, denyOut and rules are read by networkOf.
   const given = (field: string) => body[field] !== undefined && body[field] !== null;
   if (template.network === 'host' && (given('allow_internet_access') || given('network'))) {
     throw new InvalidArgumentError(
@@ -398,19 +404,21 @@ async function setTimeoutOf(call: Call): Promise<Answer> {
 }
 
 /**
- * E2B's `network` object: `allowOut` and `denyOut` are abx's policy; what abx does not do
- * (header rules, an egress proxy of the caller's, host masking, public traffic to ports without
- * the token) is refused by name rather than ignored. Undefined when absent.
+ * E2B's `network` object: `allowOut`, `denyOut` and `rules` (per-host header rules, with E2B's
+ * `${e2b.secrets.NAME}` placeholders, checked where the policy is: checkNetworkPolicy) are abx's
+ * policy; what abx does not do (an egress proxy of the caller's, host masking, HTTPS ports,
+ * public traffic to ports without the token) is refused by name rather than ignored. Undefined
+ * when absent.
  */
-function networkOf(
-  value: unknown,
-  name: string,
-): { allowOut?: string[]; denyOut?: string[] } | undefined {
+function networkOf(value: unknown, name: string): Partial<E2bNetwork> | undefined {
   if (value === undefined || value === null) return undefined;
   if (typeof value !== 'object' || Array.isArray(value)) {
-    throw new InvalidArgumentError(`${name} must be an object { allowOut?, denyOut? }`);
+    throw new InvalidArgumentError(`${name} must be an object { allowOut?, denyOut?, rules? }`);
   }
-  const { allowOut, denyOut, allowPublicTraffic, ...rest } = value as Record<string, unknown>;
+  const { allowOut, denyOut, rules, allowPublicTraffic, ...rest } = value as Record<
+    string,
+    unknown
+  >;
   if (allowPublicTraffic === true) {
     throw new InvalidArgumentError(
       `${name}.allowPublicTraffic true is not supported by abx: a sandbox's ports are reached with its traffic token only (as allowPublicTraffic false); leave it out`,
@@ -419,12 +427,13 @@ function networkOf(
   const other = Object.keys(rest).find((key) => rest[key] !== undefined && rest[key] !== null);
   if (other) {
     throw new InvalidArgumentError(
-      `${name}.${other} is not supported by abx: only allowOut and denyOut (CIDRs, domain names, *.domain wildcards) are; leave it out`,
+      `${name}.${other} is not supported by abx: only allowOut, denyOut (CIDRs, domain names, *.domain wildcards) and rules (per-host headers) are; leave it out`,
     );
   }
   return {
     ...(allowOut === undefined ? {} : { allowOut: allowOut as string[] }),
     ...(denyOut === undefined ? {} : { denyOut: denyOut as string[] }),
+    ...(rules === undefined || rules === null ? {} : { rules: rules as E2bNetwork['rules'] }),
   };
 }
 
@@ -442,7 +451,12 @@ async function updateNetwork(call: Call): Promise<Answer> {
     ...(network.denyOut ?? []),
     ...(internet === false ? ['0.0.0.0/0', '::/0'] : []),
   ];
-  await call.backend.setNetwork(row.id, { allowOut: network.allowOut ?? [], denyOut });
+  // rules left out are cleared too, as E2B's update replaces the whole configuration.
+  await call.backend.setNetwork(row.id, {
+    allowOut: network.allowOut ?? [],
+    denyOut,
+    ...(network.rules ? { rules: network.rules } : {}),
+  });
   return new Answer(204, undefined);
 }
 

@@ -80,7 +80,11 @@ export function detailAnswer(
       ? {
           // E2B's flag is false when everything is denied (what allow_internet_access false sets).
           allowInternetAccess: !row.network.denyOut.includes('0.0.0.0/0'),
-          network: { allowOut: row.network.allowOut, denyOut: row.network.denyOut },
+          network: {
+            allowOut: row.network.allowOut,
+            denyOut: row.network.denyOut,
+            ...(row.network.rules ? { rules: row.network.rules } : {}),
+          },
         }
       : template
         ? { allowInternetAccess: template.network === 'host' }

@@ -890,6 +890,11 @@ export class KubernetesProvider implements SandboxProvider {
         `sandbox ${id ?? pod?.name ?? '?'} is not on the internet network: it has no NetworkPolicy to change`,
       );
     }
+    if (policy.rules) {
+      throw new InvalidArgumentError(
+        `sandbox ${id}'s egress policy was not changed: network.rules (per-host headers) need abx's egress proxy, which the Kubernetes provider does not run; leave out rules`,
+      );
+    }
     const entries = unenforceableEntries(parsePolicy(policy));
     if (entries.length > 0) {
       throw new InvalidArgumentError(
@@ -955,6 +960,12 @@ export class KubernetesProvider implements SandboxProvider {
       );
     }
     const policy = spec.egress ?? { allowOut: [], denyOut: [] };
+    // A NetworkPolicy sees addresses, never a request: header rules would silently not apply.
+    if (policy.rules) {
+      throw new InvalidArgumentError(
+        `sandbox ${spec.id} did not start: network.rules (per-host headers) need abx's egress proxy, which the Kubernetes provider does not run; leave out rules (docs/network.md, "Header rules")`,
+      );
+    }
     const entries = unenforceableEntries(parsePolicy(policy));
     if (entries.length > 0) {
       throw new InvalidArgumentError(

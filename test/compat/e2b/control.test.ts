@@ -501,7 +501,18 @@ describe('bad input', () => {
       [{ allow_internet_access: 'yes' }, /allow_internet_access must be/],
       [{ network: { allowOut: ['not a name'] } }, /network\.allowOut\[0\]: 'not a name'/],
       [{ network: ['1.2.3.4'] }, /network must be an object/],
-      [{ network: { rules: { 'a.test': [] } } }, /network\.rules is not supported by abx/],
+      [{ network: { rules: { '10.0.0.1': [] } } }, /network\.rules: '10\.0\.0\.1' is not a domain/],
+      [
+        {
+          network: {
+            rules: { 'a.test': [{ transform: { headers: { A: '${e2b.identity.x}' } } }] },
+          },
+        },
+        /is not a placeholder abx resolves/,
+      ],
+      [{ network: { egressProxy: { address: 'p:1080' } } }, /egressProxy is not supported/],
+      [{ network: { maskRequestHost: 'x' } }, /maskRequestHost is not supported/],
+      [{ network: { httpsPorts: [8443] } }, /httpsPorts is not supported/],
       [{ network: { allowPublicTraffic: true } }, /allowPublicTraffic true is not supported/],
     ];
     for (const [body, message] of cases) {

@@ -1,0 +1,229 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { Sandbox, Secret } from 'e2b';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { startDaemon } from '../../src/installation/daemon-connection.js';
+import type { DaemonInfo } from '../../src/installation/daemon-info.js';
+import { createAbxHome } from '../helpers/abx-home.js';
+import { internetUnavailable, makeInternet, type TestInternet } from '../helpers/internet.js';
+
+/**
+ * Per-host header rules on plain HTTP (issue 45), from inside real sandboxes of a root daemon
+ * whose egress namespace is a test "internet": `allowed.test` (203.0.113.10) and
+ * `www.allowed.test` (the same address) and `other.test` echo the headers they got at
+ * `/headers`. Secrets are made and rules set through E2B's unmodified SDK, and natively.
+ */
+const unavailable = internetUnavailable();
+
+describe.skipIf(unavailable)('header rules on egress (plain HTTP)', () => {
+  let internet: TestInternet;
+  let abx: Awaited<ReturnType<typeof createAbxHome>>;
+  let info: DaemonInfo;
+  let opts: { apiKey: string; requestTimeoutMs: number };
+  const made: Sandbox[] = [];
+  const VALUE = 'sk-live-7f3a9c';
+
+  beforeAll(async () => {
+    internet = await makeInternet();
+    abx = await createAbxHome();
+    process.env.ABX_EGRESS_NETNS = internet.path;
+    process.env.ABX_EGRESS_HOSTS = internet.hostsFile;
+    info = await startDaemon(abx.home);
+    process.env.E2B_API_URL = info.apiUrl;
+    process.env.E2B_SANDBOX_URL = info.gatewayUrl;
+    opts = {
+      apiKey: readFileSync(join(abx.home, 'api-key'), 'utf8').trim(),
+      requestTimeoutMs: 60_000,
+    };
+  }, 120_000);
+
+  afterAll(async () => {
+    for (const sandbox of made) await sandbox.kill().catch(() => undefined);
+    delete process.env.E2B_API_URL;
+    delete process.env.E2B_SANDBOX_URL;
+    await abx?.close();
+    internet?.remove();
+  });
+
+  /** What a command printed, or its failure as `exit N: stdout`. */
+  const run = (sandbox: Sandbox, command: string) =>
+    sandbox.commands
+      .run(command, { timeoutMs: 30_000 })
+      .then((r) => r.stdout)
+      .catch((e: { exitCode?: number; stdout?: string }) => `exit ${e.exitCode}: ${e.stdout}`);
+  /** The headers a server got, as curl (through HTTP_PROXY) fetched them. */
+  const curlHeaders = async (sandbox: Sandbox, url: string, extra = '') =>
+    JSON.parse(await run(sandbox, `curl -fsS -m 10 ${extra} '${url}'`)) as Record<string, string>;
+
+  test('through the e2b SDK: the rule host gets the secret, other hosts and literal placeholders do not, rotation and removal apply to the next request', async () => {
+    await Secret.create('hr-token', VALUE, opts);
+    const sandbox = await Sandbox.create({
+      ...opts,
+      network: {
+        allowOut: ['allowed.test', 'www.allowed.test', 'other.test'],
+        denyOut: ['0.0.0.0/0'],
+        rules: {
+          'allowed.test': [
+            { transform: { headers: { Authorization: `Bearer ${Secret.fill('hr-token')}` } } },
+          ],
+        },
+      },
+    });
+    made.push(sandbox);
+
+    // curl honours HTTP_PROXY (absolute form); Node's fetch does not, so it is captured on port 80.
+    expect((await curlHeaders(sandbox, 'http://allowed.test/headers')).authorization).toBe(
+      `Bearer ${VALUE}`,
+    );
+    const viaFetch = await run(
+      sandbox,
+      `node -e "fetch('http://allowed.test/headers').then(r => r.text()).then(t => process.stdout.write(t))"`,
+    );
+    expect(JSON.parse(viaFetch).authorization).toBe(`Bearer ${VALUE}`);
+    // The sandbox's own Authorization is replaced, not sent beside it.
+    expect(
+      (await curlHeaders(sandbox, 'http://allowed.test/headers', "-H 'Authorization: mine'"))
+        .authorization,
+    ).toBe(`Bearer ${VALUE}`);
+
+    // Another host, even at the same address, or a lying Host on the rule host's address.
+    expect(
+      (await curlHeaders(sandbox, 'http://www.allowed.test/headers')).authorization,
+    ).toBeUndefined();
+    expect((await curlHeaders(sandbox, 'http://other.test/headers')).authorization).toBeUndefined();
+    expect(
+      (
+        await curlHeaders(
+          sandbox,
+          'http://other.test/headers',
+          `--noproxy '*' --resolve other.test:80:${internet.addresses.allowed}`,
+        )
+      ).authorization,
+    ).toBeUndefined();
+    // A redirect from the rule host to another: the client follows, the header does not.
+    const redirected = await curlHeaders(
+      sandbox,
+      `http://allowed.test/redirect/${encodeURIComponent('http://other.test/headers')}`,
+      '-L',
+    );
+    expect(redirected.host).toBe('other.test');
+    expect(redirected.authorization).toBeUndefined();
+
+    // Placeholders the sandbox writes go out as written, to the rule's host too.
+    const literal = await curlHeaders(
+      sandbox,
+      'http://allowed.test/headers',
+      `-H 'X-Mine: \${e2b.secrets.hr-token} \${secrets.hr-token}'`,
+    );
+    expect(literal['x-mine']).toBe('${e2b.secrets.hr-token} ${secrets.hr-token}');
+    expect(
+      (
+        await curlHeaders(
+          sandbox,
+          'http://other.test/headers',
+          "-H 'Authorization: ${e2b.secrets.hr-token}'",
+        )
+      ).authorization,
+    ).toBe('${e2b.secrets.hr-token}');
+
+    // HTTPS to a host with rules is refused until TLS interception: never sent without them.
+    // (the reason is in the CONNECT answer's status line, which curl -v shows)
+    const tunnel = await run(sandbox, 'curl -sS -v -m 10 -k https://allowed.test/ 2>&1');
+    expect(tunnel).toContain('403 allowed.test has header rules');
+    expect(
+      await run(sandbox, 'curl -fsS -m 10 -k --noproxy "*" https://allowed.test/ 2>&1'),
+    ).toMatch(/^exit [1-9]/);
+
+    // The value is nowhere the sandbox or the API can read.
+    const env = await run(sandbox, 'env; cat /proc/self/environ /proc/1/environ 2>/dev/null');
+    expect(env).not.toContain(VALUE);
+    const details = await sandbox.getInfo();
+    expect(details.network?.rules).toEqual({
+      'allowed.test': [
+        { transform: { headers: { Authorization: 'Bearer ${e2b.secrets.hr-token}' } } },
+      ],
+    });
+    expect(JSON.stringify(details)).not.toContain(VALUE);
+
+    // A rotation applies to the next request.
+    await Secret.update('hr-token', 'sk-rotated-2', opts);
+    expect((await curlHeaders(sandbox, 'http://allowed.test/headers')).authorization).toBe(
+      'Bearer sk-rotated-2',
+    );
+
+    // Removed: 403 naming the secret, and nothing reaches the server.
+    await Secret.destroy('hr-token', opts);
+    const before = internet.hits().length;
+    const refused = await run(
+      sandbox,
+      "curl -sS -m 10 -o - -w ' %{http_code}' http://allowed.test/headers/after-destroy",
+    );
+    expect(refused).toContain('403');
+    expect(refused).toContain('hr-token');
+    expect(refused).not.toContain('${');
+    const fetched = await run(
+      sandbox,
+      `node -e "fetch('http://allowed.test/headers/after-destroy').then(async r => process.stdout.write(r.status + ' ' + await r.text()))"`,
+    );
+    expect(fetched).toMatch(/^403 .*hr-token/);
+    expect(
+      internet
+        .hits()
+        .slice(before)
+        .filter((line) => line.includes('after-destroy')),
+    ).toEqual([]);
+
+    // The egress decisions name the rule, never a value.
+    const network = await fetch(`${info.apiUrl}/v1/sandboxes/${sandbox.sandboxId}/network`, {
+      headers: { authorization: `Bearer ${opts.apiKey}` },
+    }).then((r) => r.text());
+    expect(network).toContain('names the secret hr-token');
+    expect(network).not.toContain(VALUE);
+    expect(network).not.toContain('sk-rotated-2');
+  }, 240_000);
+
+  test('natively: ${secrets.NAME} on create, and a live network update sets and clears rules', async () => {
+    const headers = { authorization: `Bearer ${opts.apiKey}`, 'content-type': 'application/json' };
+    const created = await fetch(`${info.apiUrl}/v1/secrets`, {
+      method: 'POST',
+      headers,
+      body: JSON.stringify({ name: 'native-token', value: 'native-value-1' }),
+    });
+    expect(created.status).toBe(201);
+    const sandbox = await Sandbox.create({ ...opts, allowInternetAccess: true });
+    made.push(sandbox);
+    const id = sandbox.sandboxId;
+    expect((await curlHeaders(sandbox, 'http://other.test/headers'))['x-token']).toBeUndefined();
+
+    const set = await fetch(`${info.apiUrl}/v1/sandboxes/${id}/network`, {
+      method: 'PUT',
+      headers,
+      body: JSON.stringify({
+        rules: { '*.test': [{ transform: { headers: { 'X-Token': '${secrets.native-token}' } } }] },
+      }),
+    });
+    expect(set.status).toBe(200);
+    expect((await curlHeaders(sandbox, 'http://other.test/headers'))['x-token']).toBe(
+      'native-value-1',
+    );
+    const shown = (await (
+      await fetch(`${info.apiUrl}/v1/sandboxes/${id}`, { headers })
+    ).json()) as { network: { rules: unknown } };
+    expect(shown.network.rules).toEqual({
+      '*.test': [{ transform: { headers: { 'X-Token': '${secrets.native-token}' } } }],
+    });
+
+    // A bad rule is a 400 naming it; the rules in place stay.
+    const bad = await fetch(`${info.apiUrl}/v1/sandboxes/${id}/network`, {
+      method: 'PUT',
+      headers,
+      body: JSON.stringify({ rules: { 'a.test': [{ transform: { headers: { 'X Y': 'v' } } }] } }),
+    });
+    expect(bad.status).toBe(400);
+    expect(await bad.text()).toContain("'X Y' is not a header name");
+
+    // E2B's updateNetwork replaces the whole configuration: rules left out are cleared.
+    await sandbox.updateNetwork({ allowOut: ['other.test'] });
+    expect((await curlHeaders(sandbox, 'http://other.test/headers'))['x-token']).toBeUndefined();
+  }, 240_000);
+});
