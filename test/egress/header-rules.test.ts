@@ -1,4 +1,7 @@
 import { describe, expect, test } from 'vitest';
+import { LineCounter, parseDocument } from 'yaml';
+import { TemplateReader } from '../../src/commands/template-reader.js';
+import { readRuntime } from '../../src/commands/template-runtime.js';
 import {
   parseHostRules,
   placeholderNames,
@@ -78,5 +81,32 @@ describe('header rules', () => {
       ]),
     );
     expect(headers).toEqual({ authorization: 'Bearer sk-1', 'x-a': '${secrets.openai}-sk-1' });
+  });
+});
+
+describe('header rules in template.yaml', () => {
+  const read = (yaml: string) => {
+    const lines = new LineCounter();
+    const doc = parseDocument(yaml, { lineCounter: lines });
+    const reader = new TemplateReader('template.yaml', doc, lines);
+    const runtime = readRuntime(reader, doc.toJS() as Record<string, unknown>, '/tmp');
+    return { runtime, problems: reader.problems.map((p) => p.text) };
+  };
+
+  test('network.rules is read with the lists, placeholders kept as written', () => {
+    const { runtime, problems } = read(
+      'name: t\nnetwork:\n  allow_out: [a.test]\n  rules:\n    a.test:\n      - transform: { headers: { Authorization: "Bearer ${secrets.tok}" } }\n',
+    );
+    expect(problems).toEqual([]);
+    expect(runtime.egress?.rules).toEqual({
+      'a.test': [{ transform: { headers: { Authorization: 'Bearer ${secrets.tok}' } } }],
+    });
+  });
+
+  test('a bad rule is a problem naming it', () => {
+    const { problems } = read(
+      'name: t\nnetwork:\n  rules:\n    a.test:\n      - transform: { headers: { Host: b.test } }\n',
+    );
+    expect(problems.join('\n')).toContain('set by the proxy itself');
   });
 });
