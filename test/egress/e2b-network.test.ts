@@ -1,11 +1,7 @@
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { Sandbox } from 'e2b';
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { startDaemon } from '../../src/installation/daemon-connection.js';
-import type { DaemonInfo } from '../../src/installation/daemon-info.js';
-import { createAbxHome } from '../helpers/abx-home.js';
-import { internetUnavailable, makeInternet, type TestInternet } from '../helpers/internet.js';
+import { describe, expect, test } from 'vitest';
+import { e2bOnTestInternet } from '../helpers/e2b-internet.js';
+import { internetUnavailable } from '../helpers/internet.js';
 
 /**
  * E2B's own SDK asking for egress rules (`network.allowOut`/`denyOut`, `allowInternetAccess`,
@@ -14,40 +10,14 @@ import { internetUnavailable, makeInternet, type TestInternet } from '../helpers
 const unavailable = internetUnavailable();
 
 describe.skipIf(unavailable)("E2B's network options on abx's internet network", () => {
-  let internet: TestInternet;
-  let abx: Awaited<ReturnType<typeof createAbxHome>>;
-  let info: DaemonInfo;
-  let opts: { apiKey: string; requestTimeoutMs: number };
-  const made: Sandbox[] = [];
-
-  beforeAll(async () => {
-    internet = await makeInternet();
-    abx = await createAbxHome();
-    process.env.ABX_EGRESS_NETNS = internet.path;
-    process.env.ABX_EGRESS_HOSTS = internet.hostsFile;
-    info = await startDaemon(abx.home);
-    process.env.E2B_API_URL = info.apiUrl;
-    process.env.E2B_SANDBOX_URL = info.gatewayUrl;
-    opts = {
-      apiKey: readFileSync(join(abx.home, 'api-key'), 'utf8').trim(),
-      requestTimeoutMs: 60_000,
-    };
-  }, 120_000);
-
-  afterAll(async () => {
-    for (const sandbox of made) await sandbox.kill().catch(() => undefined);
-    delete process.env.E2B_API_URL;
-    delete process.env.E2B_SANDBOX_URL;
-    await abx?.close();
-    internet?.remove();
-  });
+  const net = e2bOnTestInternet();
 
   test('create with allowOut and denyOut: the rules hold in the sandbox, and getInfo shows them', async () => {
     const sandbox = await Sandbox.create({
-      ...opts,
+      ...net.opts,
       network: { allowOut: ['allowed.test'], denyOut: ['0.0.0.0/0'] },
     });
-    made.push(sandbox);
+    net.made.push(sandbox);
     const fetched = await sandbox.commands.run('curl -fsS -m 10 http://allowed.test/', {
       timeoutMs: 30_000,
     });
@@ -63,8 +33,8 @@ describe.skipIf(unavailable)("E2B's network options on abx's internet network", 
   });
 
   test('updateNetwork replaces the rules at once; allowInternetAccess true opens the internet', async () => {
-    const sandbox = await Sandbox.create({ ...opts, allowInternetAccess: true });
-    made.push(sandbox);
+    const sandbox = await Sandbox.create({ ...net.opts, allowInternetAccess: true });
+    net.made.push(sandbox);
     expect((await sandbox.getInfo()).allowInternetAccess).toBe(true);
     const run = (command: string) =>
       sandbox.commands
@@ -84,8 +54,8 @@ describe.skipIf(unavailable)("E2B's network options on abx's internet network", 
   });
 
   test('a sandbox made with allowInternetAccess false is closed, and updateNetwork opens it, as on E2B', async () => {
-    const closed = await Sandbox.create({ ...opts, allowInternetAccess: false });
-    made.push(closed);
+    const closed = await Sandbox.create({ ...net.opts, allowInternetAccess: false });
+    net.made.push(closed);
     const get = (url: string) =>
       closed.commands
         .run(`curl -fsS -m 10 ${url}`, { timeoutMs: 30_000 })

@@ -1,11 +1,7 @@
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { Sandbox, Secret } from 'e2b';
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { startDaemon } from '../../src/installation/daemon-connection.js';
-import type { DaemonInfo } from '../../src/installation/daemon-info.js';
-import { createAbxHome } from '../helpers/abx-home.js';
-import { internetUnavailable, makeInternet, type TestInternet } from '../helpers/internet.js';
+import { describe, expect, test } from 'vitest';
+import { e2bOnTestInternet } from '../helpers/e2b-internet.js';
+import { internetUnavailable } from '../helpers/internet.js';
 
 /**
  * Per-host header rules on plain HTTP (issue 45), from inside real sandboxes of a root daemon
@@ -16,34 +12,8 @@ import { internetUnavailable, makeInternet, type TestInternet } from '../helpers
 const unavailable = internetUnavailable();
 
 describe.skipIf(unavailable)('header rules on egress (plain HTTP)', () => {
-  let internet: TestInternet;
-  let abx: Awaited<ReturnType<typeof createAbxHome>>;
-  let info: DaemonInfo;
-  let opts: { apiKey: string; requestTimeoutMs: number };
-  const made: Sandbox[] = [];
+  const net = e2bOnTestInternet();
   const VALUE = 'sk-live-7f3a9c';
-
-  beforeAll(async () => {
-    internet = await makeInternet();
-    abx = await createAbxHome();
-    process.env.ABX_EGRESS_NETNS = internet.path;
-    process.env.ABX_EGRESS_HOSTS = internet.hostsFile;
-    info = await startDaemon(abx.home);
-    process.env.E2B_API_URL = info.apiUrl;
-    process.env.E2B_SANDBOX_URL = info.gatewayUrl;
-    opts = {
-      apiKey: readFileSync(join(abx.home, 'api-key'), 'utf8').trim(),
-      requestTimeoutMs: 60_000,
-    };
-  }, 120_000);
-
-  afterAll(async () => {
-    for (const sandbox of made) await sandbox.kill().catch(() => undefined);
-    delete process.env.E2B_API_URL;
-    delete process.env.E2B_SANDBOX_URL;
-    await abx?.close();
-    internet?.remove();
-  });
 
   /** What a command printed, or its failure as `exit N: stdout`. */
   const run = (sandbox: Sandbox, command: string) =>
@@ -56,9 +26,9 @@ describe.skipIf(unavailable)('header rules on egress (plain HTTP)', () => {
     JSON.parse(await run(sandbox, `curl -fsS -m 10 ${extra} '${url}'`)) as Record<string, string>;
 
   test('through the e2b SDK: the rule host gets the secret, other hosts and literal placeholders do not, rotation and removal apply to the next request', async () => {
-    await Secret.create('hr-token', VALUE, opts);
+    await Secret.create('hr-token', VALUE, net.opts);
     const sandbox = await Sandbox.create({
-      ...opts,
+      ...net.opts,
       network: {
         allowOut: ['allowed.test', 'www.allowed.test', 'other.test'],
         denyOut: ['0.0.0.0/0'],
@@ -69,7 +39,7 @@ describe.skipIf(unavailable)('header rules on egress (plain HTTP)', () => {
         },
       },
     });
-    made.push(sandbox);
+    net.made.push(sandbox);
 
     // curl honours HTTP_PROXY (absolute form); Node's fetch does not, so it is captured on port 80.
     expect((await curlHeaders(sandbox, 'http://allowed.test/headers')).authorization).toBe(
@@ -96,7 +66,7 @@ describe.skipIf(unavailable)('header rules on egress (plain HTTP)', () => {
         await curlHeaders(
           sandbox,
           'http://other.test/headers',
-          `--noproxy '*' --resolve other.test:80:${internet.addresses.allowed}`,
+          `--noproxy '*' --resolve other.test:80:${net.internet.addresses.allowed}`,
         )
       ).authorization,
     ).toBeUndefined();
@@ -146,14 +116,14 @@ describe.skipIf(unavailable)('header rules on egress (plain HTTP)', () => {
     expect(JSON.stringify(details)).not.toContain(VALUE);
 
     // A rotation applies to the next request.
-    await Secret.update('hr-token', 'sk-rotated-2', opts);
+    await Secret.update('hr-token', 'sk-rotated-2', net.opts);
     expect((await curlHeaders(sandbox, 'http://allowed.test/headers')).authorization).toBe(
       'Bearer sk-rotated-2',
     );
 
     // Removed: 403 naming the secret, and nothing reaches the server.
-    await Secret.destroy('hr-token', opts);
-    const before = internet.hits().length;
+    await Secret.destroy('hr-token', net.opts);
+    const before = net.internet.hits().length;
     const refused = await run(
       sandbox,
       "curl -sS -m 10 -o - -w ' %{http_code}' http://allowed.test/headers/after-destroy",
@@ -167,15 +137,15 @@ describe.skipIf(unavailable)('header rules on egress (plain HTTP)', () => {
     );
     expect(fetched).toMatch(/^403 .*hr-token/);
     expect(
-      internet
+      net.internet
         .hits()
         .slice(before)
         .filter((line) => line.includes('after-destroy')),
     ).toEqual([]);
 
     // The egress decisions name the rule, never a value.
-    const network = await fetch(`${info.apiUrl}/v1/sandboxes/${sandbox.sandboxId}/network`, {
-      headers: { authorization: `Bearer ${opts.apiKey}` },
+    const network = await fetch(`${net.info.apiUrl}/v1/sandboxes/${sandbox.sandboxId}/network`, {
+      headers: { authorization: `Bearer ${net.opts.apiKey}` },
     }).then((r) => r.text());
     expect(network).toContain('names the secret hr-token');
     expect(network).not.toContain(VALUE);
@@ -183,19 +153,22 @@ describe.skipIf(unavailable)('header rules on egress (plain HTTP)', () => {
   }, 240_000);
 
   test('natively: ${secrets.NAME} on create, and a live network update sets and clears rules', async () => {
-    const headers = { authorization: `Bearer ${opts.apiKey}`, 'content-type': 'application/json' };
-    const created = await fetch(`${info.apiUrl}/v1/secrets`, {
+    const headers = {
+      authorization: `Bearer ${net.opts.apiKey}`,
+      'content-type': 'application/json',
+    };
+    const created = await fetch(`${net.info.apiUrl}/v1/secrets`, {
       method: 'POST',
       headers,
       body: JSON.stringify({ name: 'native-token', value: 'native-value-1' }),
     });
     expect(created.status).toBe(201);
-    const sandbox = await Sandbox.create({ ...opts, allowInternetAccess: true });
-    made.push(sandbox);
+    const sandbox = await Sandbox.create({ ...net.opts, allowInternetAccess: true });
+    net.made.push(sandbox);
     const id = sandbox.sandboxId;
     expect((await curlHeaders(sandbox, 'http://other.test/headers'))['x-token']).toBeUndefined();
 
-    const set = await fetch(`${info.apiUrl}/v1/sandboxes/${id}/network`, {
+    const set = await fetch(`${net.info.apiUrl}/v1/sandboxes/${id}/network`, {
       method: 'PUT',
       headers,
       body: JSON.stringify({
@@ -207,14 +180,14 @@ describe.skipIf(unavailable)('header rules on egress (plain HTTP)', () => {
       'native-value-1',
     );
     const shown = (await (
-      await fetch(`${info.apiUrl}/v1/sandboxes/${id}`, { headers })
+      await fetch(`${net.info.apiUrl}/v1/sandboxes/${id}`, { headers })
     ).json()) as { network: { rules: unknown } };
     expect(shown.network.rules).toEqual({
       '*.test': [{ transform: { headers: { 'X-Token': '${secrets.native-token}' } } }],
     });
 
     // A bad rule is a 400 naming it; the rules in place stay.
-    const bad = await fetch(`${info.apiUrl}/v1/sandboxes/${id}/network`, {
+    const bad = await fetch(`${net.info.apiUrl}/v1/sandboxes/${id}/network`, {
       method: 'PUT',
       headers,
       body: JSON.stringify({ rules: { 'a.test': [{ transform: { headers: { 'X Y': 'v' } } }] } }),
