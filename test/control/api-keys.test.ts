@@ -4,26 +4,10 @@ import { join } from 'node:path';
 import { test as base, describe, expect } from 'vitest';
 import { Daemon, type DaemonOptions } from '../../src/control/daemon.js';
 import type { DaemonInfo } from '../../src/installation/daemon-info.js';
-import { call, type Json } from '../helpers/api-call.js';
+import { type Api, apiAs, call, type Json } from '../helpers/api-call.js';
 import { MemoryProvider } from '../helpers/memory-provider.js';
 import { createTestDatabase, NEEDS_POSTGRES } from '../helpers/postgres.js';
 import { until } from './plane.js';
-
-/** The API as one key sees it. */
-interface Api {
-  get(path: string): Promise<{ status: number; body: Json }>;
-  post(path: string, body?: unknown): Promise<{ status: number; body: Json }>;
-  delete(path: string): Promise<{ status: number; body: Json }>;
-}
-
-function apiAs(info: DaemonInfo, key: string): Api {
-  const headers = { authorization: `Bearer ${key}` };
-  return {
-    get: (path) => call(`${info.apiUrl}${path}`, { headers }),
-    post: (path, body = {}) => call(`${info.apiUrl}${path}`, { method: 'POST', headers, body }),
-    delete: (path) => call(`${info.apiUrl}${path}`, { method: 'DELETE', headers }),
-  };
-}
 
 interface Plane {
   provider: MemoryProvider;

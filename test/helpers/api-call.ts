@@ -1,4 +1,5 @@
 import { request } from 'undici';
+import type { DaemonInfo } from '../../src/installation/daemon-info.js';
 
 // biome-ignore lint/suspicious/noExplicitAny: response bodies are checked field by field
 export type Json = any;
@@ -24,4 +25,21 @@ export async function call(
     // not JSON (a sandbox port's plain answer): the text itself
   }
   return { status: response.statusCode, body };
+}
+
+/** The API as one key sees it. */
+export interface Api {
+  get(path: string): Promise<{ status: number; body: Json }>;
+  post(path: string, body?: unknown): Promise<{ status: number; body: Json }>;
+  delete(path: string): Promise<{ status: number; body: Json }>;
+}
+
+/** A daemon's API called with `key` (`Authorization: Bearer`). */
+export function apiAs(info: DaemonInfo, key: string): Api {
+  const headers = { authorization: `Bearer ${key}` };
+  return {
+    get: (path) => call(`${info.apiUrl}${path}`, { headers }),
+    post: (path, body = {}) => call(`${info.apiUrl}${path}`, { method: 'POST', headers, body }),
+    delete: (path) => call(`${info.apiUrl}${path}`, { method: 'DELETE', headers }),
+  };
 }
