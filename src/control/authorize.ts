@@ -75,6 +75,9 @@ export function pausedError(id: string): SandboxPausedError {
   );
 }
 
+/** The key of the route to the daemon's API (see {@link accessKeyParts}). */
+export const API_ACCESS_KEY = JSON.stringify(['api']);
+
 /**
  * The key a decision about `target` is kept under on a connection, or undefined when it is never
  * kept: {@link accessKeyParts}, as one string.
@@ -93,6 +96,7 @@ export function accessKey(target: RequestTarget): string | undefined {
  * a decision they must not.
  */
 export function accessKeyParts(target: RequestTarget): string[] | undefined {
+  // The daemon's API checks its own keys on every request: the gateway only routes it there.
   if (target.api) return ['api'];
   if (target.local !== undefined) return undefined;
   let credential: [kind: string, text: string];

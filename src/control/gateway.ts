@@ -17,7 +17,7 @@ import {
   SandboxPausedError,
   UpstreamError,
 } from '../errors.js';
-import { type AccessDecision, authorize, pausedError } from './authorize.js';
+import { type AccessDecision, API_ACCESS_KEY, authorize, pausedError } from './authorize.js';
 import { Dashboard } from './dashboard.js';
 import {
   ClientConnection,
@@ -223,7 +223,7 @@ const API_ROUTE = {
   id: '',
   port: 0,
   token: undefined,
-  key: 'api',
+  key: API_ACCESS_KEY,
   until: Number.POSITIVE_INFINITY,
   envd: false,
   template: '',

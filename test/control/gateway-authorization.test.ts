@@ -252,6 +252,8 @@ const outcome = (answer: Answer) => `${answer.status} ${answer.body}`;
 let gateway: Gateway;
 let port: number;
 const servers: Server[] = [];
+/** How often the gateway asked where the daemon's API is (once per checked route to it). */
+let apiLookups = 0;
 const open: RawConnection[] = [];
 
 function connection(): RawConnection {
@@ -282,6 +284,9 @@ function echo(name: string, label: string): Server {
 }
 
 beforeAll(async () => {
+  const api = echo('api', 'api');
+  await new Promise<void>((resolve) => api.listen(join(dir, 'api.sock'), () => resolve()));
+  servers.push(api);
   for (const target of [A, B]) {
     for (const [label, path] of [
       ['envd', target.record.handle.envdSocket as string],
@@ -298,6 +303,10 @@ beforeAll(async () => {
       isAlive: () => true,
       openPort: async (record, _token, p) => join(record.handle.portsDir as string, `${p}.sock`),
       tokenSecret: SECRET,
+      apiTarget: () => {
+        apiLookups++;
+        return join(dir, 'api.sock');
+      },
     },
     'localhost',
     { upstreamIdle: 60_000 },
@@ -402,6 +411,17 @@ describe('every request through the gateway is authorized on its own', () => {
       const refused = await again.answer();
       expect(refused.status, rpc).toBe(401);
     }
+  });
+
+  test("requests for the daemon's API on one connection go the route checked for the first", async () => {
+    const client = connection();
+    const before = apiLookups;
+    for (let i = 0; i < 3; i++) {
+      client.write(`GET /v1/health?n=${i} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n`);
+      const answer = await client.answer();
+      expect(answer.json).toMatchObject({ server: 'api', url: `/v1/health?n=${i}` });
+    }
+    expect(apiLookups - before).toBe(1);
   });
 
   test('a session cookie that ends while its connection lives is refused from then on', async () => {
