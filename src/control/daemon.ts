@@ -306,6 +306,13 @@ export class Daemon {
     this.unregisterSecrets = registerSecretResolver(async (sandboxId, name) => {
       const record = await this.registry.getSandbox(sandboxId);
       if (!record) return undefined;
+      // A revoked key's secrets are used no more, even by the sandboxes it leaves running.
+      if (
+        record.owner !== null &&
+        (await this.registry.getApiKey(record.owner))?.revokedAt != null
+      ) {
+        return { value: undefined };
+      }
       return { value: await this.secrets.resolve(record.owner, name) };
     });
     this.sandboxes.onEnded = (id) => {

@@ -199,4 +199,41 @@ describe.skipIf(unavailable)('header rules on egress (plain HTTP)', () => {
     await sandbox.updateNetwork({ allowOut: ['other.test'] });
     expect((await curlHeaders(sandbox, 'http://other.test/headers'))['x-token']).toBeUndefined();
   }, 240_000);
+  test("a revoked key's secrets are used no more, even by the sandbox it leaves running", async () => {
+    const admin = {
+      authorization: `Bearer ${net.opts.apiKey}`,
+      'content-type': 'application/json',
+    };
+    const made = await fetch(`${net.info.apiUrl}/v1/keys`, {
+      method: 'POST',
+      headers: admin,
+      body: JSON.stringify({ name: 'carol' }),
+    });
+    const carol = (await made.json()) as { id: string; key: string };
+    const opts = { ...net.opts, apiKey: carol.key };
+    await Secret.create('carol-token', 'carol-value', opts);
+    const sandbox = await Sandbox.create({
+      ...opts,
+      network: {
+        rules: {
+          'other.test': [{ transform: { headers: { 'X-Carol': Secret.fill('carol-token') } } }],
+        },
+      },
+    });
+    net.made.push(sandbox);
+    expect((await curlHeaders(sandbox, 'http://other.test/headers'))['x-carol']).toBe(
+      'carol-value',
+    );
+    const revoked = await fetch(`${net.info.apiUrl}/v1/keys/${carol.id}`, {
+      method: 'DELETE',
+      headers: admin,
+    });
+    expect(revoked.status).toBe(200);
+    // Its sandbox runs on (no --kill), but its requests that need the secret fail closed.
+    const after = await run(
+      sandbox,
+      "curl -s -m 10 -o /dev/null -w '%{http_code}' http://other.test/headers",
+    );
+    expect(after).toBe('403');
+  }, 240_000);
 });
