@@ -57,7 +57,10 @@ describe('abx template, commands, run, server', () => {
     const listed = await cli.json<{ name: string }[]>(['template', 'list']);
     expect(listed.map((t) => t.name).sort()).toEqual(['base', 'cli-tools']);
     const table = await cli.abx(['template', 'list']);
-    expect(table.stdout).toMatch(/^cli-tools\s+shell,files,code,ports\s+internet\s+5m\s+\d{4}-/m);
+    // An admin key built it: it is in the shared catalogue.
+    expect(table.stdout).toMatch(
+      /^cli-tools\s+yes\s+shell,files,code,ports\s+internet\s+5m\s+\d{4}-/m,
+    );
 
     id = (await cli.abx(['create', '-q', '--template', 'cli-tools'])).stdout.trim();
   });
