@@ -11,7 +11,7 @@ import { deleteNetns } from './helpers/netns.js';
  * daemons get one of their uid's own (test/helpers/rootless.ts).
  */
 export default function setup(): (() => void) | undefined {
-  // A daemon keeps its ports across starts (src/control/daemon-ports.ts); test daemons take
+  // A daemon keeps its ports across starts (src/installation/daemon-ports.ts); test daemons take
   // random ones each start instead, so that files running in parallel never race for a port one
   // of them kept. Tests of the kept ports (test/cli/daemon-ports.test.ts) unset these.
   process.env.ABX_API_PORT ??= '0';

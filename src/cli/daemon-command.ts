@@ -1,9 +1,9 @@
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { type Command, Option } from 'commander';
-import { PORT_SETTINGS, parsePort } from '../control/daemon-ports.js';
 import { findDaemon, startDaemon, stopDaemon } from '../installation/daemon-connection.js';
 import type { DaemonInfo } from '../installation/daemon-info.js';
+import { PORT_SETTINGS, parsePort } from '../installation/daemon-ports.js';
 import { abxHome, abxPaths } from '../installation/paths.js';
 import {
   checkPublicListen,

@@ -216,8 +216,8 @@ function fail(error: Error): never {
 }
 const listen = await remoteListen().catch(fail);
 // The loopback ports: ABX_API_PORT / ABX_GATEWAY_PORT (--api-port, --gateway-port), else the ones
-// kept in $ABX_HOME/ports.json, else free ones chosen now and kept (src/control/daemon-ports.ts).
-const { keepPorts, planPorts, portInUseMessage } = await import('./daemon-ports.js');
+// kept in $ABX_HOME/ports.json, else free ones chosen now and kept (src/installation/daemon-ports.ts).
+const { keepPorts, planPorts, portInUseMessage } = await import('../installation/daemon-ports.js');
 const { abxPaths } = await import('../installation/paths.js');
 const portsFile = abxPaths(abxHome()).ports;
 let ports: ReturnType<typeof planPorts>;

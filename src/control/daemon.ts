@@ -74,7 +74,7 @@ export interface DaemonOptions {
   home: string;
   /**
    * API port on 127.0.0.1; 0 picks a free one (default). Several: tried in order, the first free
-   * one is taken. (`abx daemon` keeps its ports across starts: src/control/daemon-ports.ts.)
+   * one is taken. (`abx daemon` keeps its ports across starts: src/installation/daemon-ports.ts.)
    */
   apiPort?: number | readonly number[];
   /** Gateway port on 127.0.0.1, as `apiPort`; default 0, a free one. */

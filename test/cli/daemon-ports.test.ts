@@ -6,7 +6,7 @@ import { createAbxHome } from '../helpers/abx-home.js';
 import { ROOT } from '../helpers/build.js';
 import { CLI, runProgram } from './abx.js';
 
-// A daemon keeps its loopback ports across restarts (src/control/daemon-ports.ts), so the lines
+// A daemon keeps its loopback ports across restarts (src/installation/daemon-ports.ts), so the lines
 // `abx e2b env` printed stay valid. The test harness gives every other daemon random ports
 // (ABX_API_PORT=0, test/global-setup.ts); these daemons run without those variables.
 

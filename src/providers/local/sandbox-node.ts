@@ -4,7 +4,6 @@ import { homedir } from 'node:os';
 import { isAbsolute, join } from 'node:path';
 import { promisify } from 'node:util';
 import { SandboxStartError } from '../../errors.js';
-import { abxHome } from '../../installation/paths.js';
 import { packageInfo } from '../../util/package-info.js';
 import type { PortableRuntime } from '../portable-runtime.js';
 import { SANDBOX_NODE } from '../portable-runtime.js';
@@ -35,9 +34,11 @@ export function localRuntimeCache(env: NodeJS.ProcessEnv = process.env): string 
   try {
     return join(homedir(), '.cache', 'abx-runtime');
   } catch {
-    // A uid with no home at all (no $HOME, no passwd entry): the installation's folder, which
-    // works, at the cost of its path showing inside the sandboxes that run on the runtime.
-    return join(abxHome(env), 'runtime');
+    // A uid with no home at all (no $HOME, no passwd entry): the installation's folder when it
+    // is named, at the cost of its path showing inside the sandboxes that run on the runtime
+    // (never a shared folder such as /tmp, where another user could put a folder first).
+    const home = env.ABX_HOME;
+    return home && isAbsolute(home) ? join(home, 'runtime') : undefined;
   }
 }
 
