@@ -18,7 +18,9 @@ export default function setup(): (() => void) | undefined {
   process.env.ABX_GATEWAY_PORT ??= '0';
   if (process.env.ABX_EGRESS_NETNS || process.getuid?.() !== 0) return undefined;
   if (spawnSync('ip', ['-V'], { stdio: 'ignore' }).status !== 0) return undefined;
-  const ns = `abx-test-egress-${randomBytes(3).toString('hex')}`;
+  removeStaleNamespaces();
+  // The run's pid in the name: a run killed before its teardown leaves one the next run removes.
+  const ns = `abx-test-egress-${process.pid}-${randomBytes(3).toString('hex')}`;
   execFileSync('ip', ['netns', 'add', ns], { stdio: 'pipe' });
   execFileSync('ip', ['-n', ns, 'link', 'set', 'lo', 'up'], { stdio: 'pipe' });
   process.env.ABX_EGRESS_NETNS = `/run/netns/${ns}`;
@@ -26,4 +28,26 @@ export default function setup(): (() => void) | undefined {
     delete process.env.ABX_EGRESS_NETNS;
     deleteNetns(ns);
   };
+}
+
+/** The egress namespaces of earlier runs whose process is gone (killed before their teardown). */
+function removeStaleNamespaces(): void {
+  const listed = spawnSync('ip', ['netns', 'list'], { encoding: 'utf8' }).stdout ?? '';
+  for (const line of listed.split('\n')) {
+    const name = line.split(' ')[0] ?? '';
+    const pid = /^abx-test-egress-(\d+)-[0-9a-f]+$/.exec(name)?.[1];
+    // Names without a pid are from runs before it was put there: their teardown never ran either.
+    const stale =
+      pid === undefined ? /^abx-test-egress-[0-9a-f]{6}$/.test(name) : !alive(Number(pid));
+    if (stale) deleteNetns(name);
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
 }
