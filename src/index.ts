@@ -152,6 +152,7 @@ export type {
 } from './sandbox/sandbox.js';
 export { Sandbox } from './sandbox/sandbox.js';
 export type {
+  EgressProxy,
   NetworkEvent,
   NetworkInfo,
   NetworkPolicy,

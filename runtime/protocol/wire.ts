@@ -47,7 +47,12 @@ export interface SandboxInfo {
   /** The port envd answers on through the gateway. */
   envdPort: number;
   /** An `internet` sandbox's egress policy (docs/network.md); absent on other networks. */
-  network?: { allowOut: string[]; denyOut: string[] };
+  network?: {
+    allowOut: string[];
+    denyOut: string[];
+    /** The SOCKS5 proxy its allowed traffic leaves through: its address and username, never its password. */
+    egressProxy?: { address: string; username?: string };
+  };
   /** A paused sandbox's pause; absent otherwise. */
   paused?: PausedInfo;
   /** What its timeout does: `{ onTimeout: 'kill' }` unless it was created with `autoPause`. */

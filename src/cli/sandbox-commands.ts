@@ -2,6 +2,7 @@ import { type Command, InvalidArgumentError } from 'commander';
 import type { SandboxInfo, SandboxState } from '../../runtime/protocol/wire.js';
 import {
   createSandbox,
+  type EgressProxy,
   forkSandbox,
   getSandboxInfo,
   getSandboxMetrics,
@@ -94,13 +95,50 @@ function pausedText(paused: NonNullable<SandboxInfo['paused']>): string {
   return `${paused.memory ? 'frozen, memory kept' : 'hibernated, disk kept'}, ${ago(paused.pausedAt)}`;
 }
 
-/** An internet sandbox's policy in one line: `internet: allow a, b; deny c`. */
-function networkText(policy: { allowOut: string[]; denyOut: string[] }): string {
+/** An internet sandbox's policy in one line: `internet: allow a, b; deny c; via socks5://u@h:p`. */
+function networkText(policy: {
+  allowOut: string[];
+  denyOut: string[];
+  egressProxy?: Omit<EgressProxy, 'password'>;
+}): string {
+  const proxy = policy.egressProxy;
   const parts = [
     policy.allowOut.length > 0 ? `allow ${policy.allowOut.join(', ')}` : '',
     policy.denyOut.length > 0 ? `deny ${policy.denyOut.join(', ')}` : '',
   ].filter(Boolean);
-  return `internet${parts.length > 0 ? `: ${parts.join('; ')}` : ' (no lists: every public address)'}`;
+  const lists = `internet${parts.length > 0 ? `: ${parts.join('; ')}` : ' (no lists: every public address)'}`;
+  if (!proxy) return lists;
+  const user = proxy.username === undefined ? '' : `${encodeURIComponent(proxy.username)}@`;
+  return `${lists}; through socks5://${user}${proxy.address}`;
+}
+
+/** Where the password of `--egress-proxy` is read from: argv is readable by every local user. */
+const EGRESS_PROXY_PASSWORD_ENV = 'ABX_EGRESS_PROXY_PASSWORD';
+
+/**
+ * `--egress-proxy socks5://[user@]host:port`: the user's SOCKS5 proxy. The password comes from
+ * ABX_EGRESS_PROXY_PASSWORD, never the URL; the daemon checks the rest.
+ */
+function egressProxyArg(value: string): EgressProxy {
+  const match = /^socks5h?:\/\/(?:([^@/]*)@)?([^@/]+)\/?$/i.exec(value.trim());
+  if (!match) {
+    throw new InvalidArgumentError(
+      `expected socks5://host:port or socks5://user@host:port, not '${value}'.`,
+    );
+  }
+  if (match[1]?.includes(':')) {
+    throw new InvalidArgumentError(
+      `give the proxy's password in ${EGRESS_PROXY_PASSWORD_ENV}, not in the URL (any local user can read a command line).`,
+    );
+  }
+  const username = match[1] ? decodeURIComponent(match[1]) : undefined;
+  return { address: match[2] as string, ...(username === undefined ? {} : { username }) };
+}
+
+/** The proxy of `--egress-proxy`, with the password from the environment when it is set. */
+function withPassword(proxy: EgressProxy): EgressProxy {
+  const password = process.env[EGRESS_PROXY_PASSWORD_ENV];
+  return password ? { ...proxy, password } : proxy;
 }
 
 /** `--allow a --allow b,c`: entries, repeatable or comma-separated. */
@@ -121,6 +159,7 @@ interface CreateOptions {
   meta?: Record<string, string>;
   allow?: string[];
   deny?: string[];
+  egressProxy?: EgressProxy;
   internet?: boolean;
   autoPause?: boolean;
   hibernate?: boolean;
@@ -156,8 +195,14 @@ async function create(options: CreateOptions): Promise<void> {
       ...(options.timeout ? { timeoutMs: options.timeout } : {}),
       ...(options.env ? { envs: options.env } : {}),
       ...(options.meta ? { metadata: options.meta } : {}),
-      ...(options.allow || options.deny
-        ? { network: { allowOut: options.allow ?? [], denyOut: options.deny ?? [] } }
+      ...(options.allow || options.deny || options.egressProxy
+        ? {
+            network: {
+              allowOut: options.allow ?? [],
+              denyOut: options.deny ?? [],
+              ...(options.egressProxy ? { egressProxy: withPassword(options.egressProxy) } : {}),
+            },
+          }
         : {}),
       ...(options.internet === undefined ? {} : { allowInternetAccess: options.internet }),
       ...(options.autoPause ? { autoPause: true } : {}),
@@ -324,13 +369,20 @@ async function timeout(id: string, ms: number, options: { json?: boolean }): Pro
 
 async function network(
   id: string,
-  options: { allow?: string[]; deny?: string[]; log?: boolean; json?: boolean },
+  options: {
+    allow?: string[];
+    deny?: string[];
+    egressProxy?: EgressProxy;
+    log?: boolean;
+    json?: boolean;
+  },
 ): Promise<void> {
   const { client } = await openControl();
-  if (options.allow || options.deny) {
+  if (options.allow || options.deny || options.egressProxy) {
     const info = await setSandboxNetwork(client, id, {
       allowOut: options.allow ?? [],
       denyOut: options.deny ?? [],
+      ...(options.egressProxy ? { egressProxy: withPassword(options.egressProxy) } : {}),
     });
     if (options.json) return printJson(info.network ?? null);
     return printLine(
@@ -478,6 +530,11 @@ export function addSandboxCommands(program: Command): void {
         'internet network: do not reach these (0.0.0.0/0: anything --allow does not name)',
         collectEntries,
       )
+      .option(
+        '--egress-proxy <url>',
+        `internet network: send what it may reach through your SOCKS5 proxy, socks5://[user@]host:port (password from ${EGRESS_PROXY_PASSWORD_ENV}); other TCP than 80 and 443 is refused`,
+        egressProxyArg,
+      )
       .option('--internet', "the internet network, with the template's lists or none")
       .option(
         '--no-internet',
@@ -502,6 +559,7 @@ export function addSandboxCommands(program: Command): void {
       .action(create),
     'abx create --template data-tools --timeout 10m --env MODE=dev',
     'abx create --volume data:/mnt/data --volume models:/mnt/models:ro',
+    'ABX_EGRESS_PROXY_PASSWORD=… abx create --allow pypi.org --egress-proxy socks5://me@proxy.example.com:1080',
     'id=$(abx create -q)',
   );
 
@@ -624,6 +682,11 @@ export function addSandboxCommands(program: Command): void {
         collectEntries,
       )
       .option('--deny <entries>', 'what not to reach (0.0.0.0/0: all but --allow)', collectEntries)
+      .option(
+        '--egress-proxy <url>',
+        `through your SOCKS5 proxy, socks5://[user@]host:port (password from ${EGRESS_PROXY_PASSWORD_ENV}); a change without it goes out directly`,
+        egressProxyArg,
+      )
       .option('--log', 'also print the latest decisions (DNS, HTTP, TLS), each with its rule')
       .option('--json', 'print the policy (and counters, when showing) as JSON')
       .action(network),

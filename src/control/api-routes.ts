@@ -4,6 +4,7 @@ import type { BuildProgress, SandboxInfo, TemplateInfo } from '../../runtime/pro
 import { Reply } from '../../runtime/server/http.js';
 import type { Route } from '../../runtime/server/route-table.js';
 import { argList } from '../../runtime/server/validate.js';
+import { publicPolicy } from '../egress/policy.js';
 import { errorResponse, InvalidArgumentError, SandboxNotFoundError } from '../errors.js';
 import { egressPolicyOf } from '../providers/provider.js';
 import { packageInfo } from '../util/package-info.js';
@@ -140,15 +141,7 @@ export function sandboxJson(record: SandboxRecord): SandboxInfo {
     endedAt: record.endedAt === null ? null : new Date(record.endedAt).toISOString(),
     endReason: record.endReason,
     envdPort: ENVD_PORT,
-    ...(egress
-      ? {
-          network: {
-            allowOut: egress.allowOut,
-            denyOut: egress.denyOut,
-            ...(egress.rules ? { rules: egress.rules } : {}),
-          },
-        }
-      : {}),
+    ...(egress ? { network: publicPolicy(egress) } : {}),
     ...(record.paused
       ? {
           paused: {

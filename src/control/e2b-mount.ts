@@ -7,6 +7,7 @@ import type {
   E2bVolume,
 } from '../compat/e2b/backend.js';
 import { E2bControlApi } from '../compat/e2b/control-api.js';
+import { publicPolicy } from '../egress/policy.js';
 import { VolumeNotFoundError } from '../errors.js';
 import { egressPolicyOf, sandboxHome } from '../providers/provider.js';
 import { hashToken, tokenMatches } from './ids.js';
@@ -164,14 +165,5 @@ function rowOf(record: SandboxRecord): E2bSandboxRow {
     ...record,
     volumeMounts: record.volumeMounts.map(({ name, path }) => ({ name, path })),
   };
-  return policy
-    ? {
-        ...row,
-        network: {
-          allowOut: policy.allowOut,
-          denyOut: policy.denyOut,
-          ...(policy.rules ? { rules: policy.rules } : {}),
-        },
-      }
-    : row;
+  return policy ? { ...row, network: publicPolicy(policy) } : row;
 }

@@ -70,9 +70,9 @@ export function checkLifecycle(
 }
 
 /**
- * `network`: `{ allowOut?, denyOut?, rules? }` (CIDRs, domain names, `*.` wildcards; per-host
- * header rules, docs/network.md), canonical; undefined when absent. A bad entry is an
- * InvalidArgumentError naming it.
+ * `network`: `{ allowOut?, denyOut?, rules?, egressProxy? }` (CIDRs, domain names, `*.`
+ * wildcards; per-host header rules; the user's SOCKS5 proxy, docs/network.md), canonical;
+ * undefined when absent. A bad entry is an InvalidArgumentError naming it.
  */
 export function checkNetworkPolicy(value: unknown, name = 'network'): EgressPolicy | undefined {
   if (value === undefined || value === null) return undefined;
@@ -81,11 +81,11 @@ export function checkNetworkPolicy(value: unknown, name = 'network'): EgressPoli
       `${name} must be an object { allowOut?, denyOut? } of CIDRs, domain names and *.domain wildcards`,
     );
   }
-  const { allowOut, denyOut, rules, ...rest } = value as Record<string, unknown>;
+  const { allowOut, denyOut, rules, egressProxy, ...rest } = value as Record<string, unknown>;
   const unknown = Object.keys(rest);
   if (unknown.length > 0) {
     throw new InvalidArgumentError(
-      `${name}.${unknown[0]} is not a network key (allowOut, denyOut, rules)`,
+      `${name}.${unknown[0]} is not a network key (allowOut, denyOut, rules, egressProxy)`,
     );
   }
   try {
@@ -94,6 +94,9 @@ export function checkNetworkPolicy(value: unknown, name = 'network'): EgressPoli
         allowOut: (allowOut ?? []) as string[],
         denyOut: (denyOut ?? []) as string[],
         ...(rules === undefined || rules === null ? {} : { rules: rules as never }),
+        ...(egressProxy === undefined || egressProxy === null
+          ? {}
+          : { egressProxy: egressProxy as never }),
       },
       name,
     );

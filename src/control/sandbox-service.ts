@@ -2,7 +2,12 @@ import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { MAX_SANDBOX_TIMEOUT_MS } from '../../runtime/protocol/constants.js';
-import { type EgressPolicy, withoutInternet } from '../egress/policy.js';
+import {
+  type EgressPolicy,
+  type PublicPolicy,
+  publicPolicy,
+  withoutInternet,
+} from '../egress/policy.js';
 import type { EgressCounters } from '../egress/service.js';
 import {
   AuthenticationError,
@@ -653,7 +658,7 @@ export class SandboxService {
   }
 
   /** An internet sandbox's policy and what egress allowed and refused for it. */
-  async networkOf(id: string): Promise<EgressPolicy & EgressCounters> {
+  async networkOf(id: string): Promise<PublicPolicy & EgressCounters> {
     const record = await this.running(id);
     const policy = egressPolicyOf(record.handle);
     if (!policy) {
@@ -666,7 +671,7 @@ export class SandboxService {
         `sandbox ${id}'s egress is enforced by the ${this.provider.name} provider, which counts no connections (a Kubernetes NetworkPolicy has no counters); its policy is in its info (abx info ${id}, GET /v1/sandboxes/${id})`,
       );
     }
-    return { ...policy, ...(await this.provider.networkStats(record.handle)) };
+    return { ...publicPolicy(policy), ...(await this.provider.networkStats(record.handle)) };
   }
 
   async setTimeout(id: string, timeoutMs: unknown): Promise<SandboxRecord> {

@@ -267,6 +267,11 @@ export class EgressController {
     await this.call('PUT', `/sandboxes/${id}/policy`, { policy });
   }
 
+  /** Whether egress would dial this egress proxy: an EgressError (400) saying why not. */
+  async checkProxy(egressProxy: NonNullable<EgressPolicy['egressProxy']>): Promise<void> {
+    await this.call('POST', '/egress-proxy', { egressProxy });
+  }
+
   async get(
     id: string,
   ): Promise<{ policy: EgressPolicy; ports: EgressPorts; counters: EgressCounters }> {

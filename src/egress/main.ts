@@ -7,10 +7,13 @@
  * - `PUT /sandboxes/{id}/policy` `{ policy }` → 204: change its policy (new connections at once);
  * - `PUT /sandboxes/{id}/net` `{ holder, userns }` → 204: its namespace, where DNS answers for
  *   allowed names open their addresses to raw TCP (under a policy that denies by address);
- * - `GET /sandboxes/{id}` → `{ policy, ports, counters }`;
+ * - `GET /sandboxes/{id}` → `{ policy, ports, counters }` (the egress proxy without its password);
  * - `DELETE /sandboxes/{id}` → 204 (404 unknown);
  * - `GET /host-addresses` → `{ addresses }`: this namespace's own (IPv4 and IPv6), which no
  *   sandbox may dial; egress keeps each served namespace's `host4` set filled with them;
+ * - `POST /egress-proxy` `{ egressProxy }` → 204, or 400 saying why egress would not dial that
+ *   proxy (an always-denied or host address, a name without an address): asked before a policy
+ *   with it is set, so a refusal changes nothing;
  * - `GET /health` → `{ sandboxes }`.
  *
  * The other way, egress asks the daemon for secret values on fd 3 (a socket pair the daemon made,
@@ -26,10 +29,18 @@ import { Socket } from 'node:net';
 import { dirname } from 'node:path';
 import { parseArgs } from 'node:util';
 import { HostAddresses } from './host-addresses.js';
-import { type EgressPolicy, EgressRules, normalizePolicy, PolicyError } from './policy.js';
+import {
+  type EgressPolicy,
+  EgressRules,
+  normalizePolicy,
+  PolicyError,
+  parseEgressProxy,
+  publicPolicy,
+} from './policy.js';
 import { NameResolver } from './resolver.js';
 import { ResolvedAddresses, type SandboxNet, setHostAddresses } from './sandbox-net.js';
 import { type EgressPorts, EgressService } from './service.js';
+import { proxyAddress } from './socks-dial.js';
 
 /** Largest control request body. */
 const MAX_BODY = 256 * 1024;
@@ -95,6 +106,8 @@ const rules = new EgressRules({
   alsoDeny: (values.deny ?? []).map((cidr) => ({ cidr, what: "the daemon's own listener" })),
   hostAddresses: () => hostAddresses.current(),
 });
+/** Resolves egress proxies' names as the service does sandboxes' (the same hosts file first). */
+const proxyResolver = new NameResolver(values.hosts ? { hostsFile: values.hosts } : {});
 /** What DNS answers opened in each sandbox's namespace (its `resolved4` set). */
 const resolved = new ResolvedAddresses();
 
@@ -199,6 +212,7 @@ function policyOf(body: Record<string, unknown>): EgressPolicy {
     allowOut: (policy.allowOut ?? []) as string[],
     denyOut: (policy.denyOut ?? []) as string[],
     ...(policy.rules === undefined ? {} : { rules: policy.rules as never }),
+    ...(policy.egressProxy === undefined ? {} : { egressProxy: policy.egressProxy as never }),
   });
 }
 
@@ -206,6 +220,18 @@ const server = createServer(async (req, res) => {
   try {
     const url = new URL(req.url ?? '/', 'http://egress');
     if (url.pathname === '/health') return send(res, 200, { sandboxes: service.ids().length });
+    if (url.pathname === '/egress-proxy') {
+      if (req.method !== 'POST') return send(res, 405, { error: 'use POST' });
+      const where = 'network.egressProxy';
+      const proxy = parseEgressProxy((await readJson(req)).egressProxy, where);
+      if (!proxy) throw new PolicyError(`${where} must be { address, username?, password? }`);
+      try {
+        await proxyAddress(proxy, rules, proxyResolver);
+      } catch (error) {
+        throw new PolicyError(`${where}.address: ${(error as Error).message}`);
+      }
+      return send(res, 204);
+    }
     if (url.pathname === '/host-addresses') {
       return send(res, 200, { addresses: [...hostAddresses.current()] });
     }
@@ -256,7 +282,7 @@ const server = createServer(async (req, res) => {
     if (req.method === 'GET') {
       if (!known) return send(res, 404, { error: `sandbox ${id} is not served` });
       return send(res, 200, {
-        policy: policies.get(id),
+        policy: publicPolicy(policies.get(id) as EgressPolicy),
         ports: service.ports(id),
         counters: service.counters(id),
       });

@@ -16,7 +16,31 @@ export interface EgressPolicy {
    * not allowed by that: the lists decide, as in E2B.
    */
   rules?: HostRules;
+  /**
+   * The user's own SOCKS5 proxy (E2B's `network.egressProxy`): what the policy allows leaves
+   * through it rather than directly, asked for by name when the sandbox asked by name. Its
+   * password is kept with the sandbox but never shown: see {@link publicPolicy}.
+   */
+  egressProxy?: EgressProxy;
 }
+
+/** A SOCKS5 proxy of the user's (RFC 1928), with RFC 1929 credentials when it takes them. */
+export interface EgressProxy {
+  /** `host:port`: a domain name, an IPv4 address or an `[IPv6]` address, and a port. */
+  address: string;
+  /** 1 to 255 bytes. */
+  username?: string;
+  /** 1 to 255 bytes, with a username only. */
+  password?: string;
+}
+
+/** An egress proxy as parsePolicy reads it: the host (no brackets) and port apart. */
+export type ParsedProxy = EgressProxy & { host: string; port: number };
+
+/** A policy as it is shown outside egress and the registry: the proxy without its password. */
+export type PublicPolicy = Omit<EgressPolicy, 'egressProxy'> & {
+  egressProxy?: Omit<EgressProxy, 'password'>;
+};
 
 /** Most entries one list may hold: a policy is checked on every connection. */
 export const MAX_ENTRIES = 256;
@@ -89,6 +113,88 @@ export interface ParsedPolicy {
   allow: Entry[];
   deny: Entry[];
   rules?: HostRules;
+  egressProxy?: ParsedProxy;
+}
+
+/**
+ * Reads an egress proxy (`where` names it in errors, as `network.egressProxy`); undefined when
+ * absent. Nothing here says what the address reaches: that is decided where it is dialled.
+ */
+export function parseEgressProxy(value: unknown, where: string): ParsedProxy | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== 'object' || Array.isArray(value)) {
+    throw new PolicyError(
+      `${where} must be an object { address: 'host:port', username?, password? }`,
+    );
+  }
+  const { address, username, password, ...rest } = value as Record<string, unknown>;
+  const other = Object.keys(rest)[0];
+  if (other !== undefined) {
+    throw new PolicyError(
+      `${where}.${other} is not an egress proxy key (address, username, password)`,
+    );
+  }
+  if (typeof address !== 'string') {
+    throw new PolicyError(
+      `${where}.address must be a string host:port (for example proxy.example.com:1080)`,
+    );
+  }
+  const match = /^(?:\[([^\]]*)\]|([^:[\]]+)):(\d{1,5})$/.exec(address.trim());
+  if (!match) {
+    throw new PolicyError(
+      `${where}.address: '${address}' is not host:port (a domain name, an IPv4 address or an [IPv6] address, then a port, for example proxy.example.com:1080)`,
+    );
+  }
+  const port = Number(match[3]);
+  if (port < 1 || port > 65_535) {
+    throw new PolicyError(`${where}.address: port ${match[3]} is not between 1 and 65535`);
+  }
+  let host: string;
+  if (match[1] !== undefined) {
+    if (!ipaddr.IPv6.isValid(match[1])) {
+      throw new PolicyError(`${where}.address: '[${match[1]}]' is not an IPv6 address`);
+    }
+    host = ipaddr.IPv6.parse(match[1]).toString();
+  } else {
+    const text = match[2] as string;
+    if (ipaddr.IPv4.isValidFourPartDecimal(text)) host = ipaddr.IPv4.parse(text).toString();
+    else if (ipaddr.isValid(text)) {
+      // 127.1, 0x7f000001: an address someone could mean otherwise; said one way only.
+      throw new PolicyError(
+        `${where}.address: '${text}' is an IPv4 address not written as a.b.c.d; write it that way`,
+      );
+    } else {
+      const name = canonicalName(text);
+      if (!name) {
+        throw new PolicyError(
+          `${where}.address: '${text}' is neither a domain name nor an IP address`,
+        );
+      }
+      host = name;
+    }
+  }
+  // RFC 1929 carries each in 1 to 255 bytes. The values are never put in a message.
+  const credential = (given: unknown, key: 'username' | 'password'): string | undefined => {
+    if (given === undefined || given === null) return undefined;
+    if (typeof given !== 'string') throw new PolicyError(`${where}.${key} must be a string`);
+    const bytes = Buffer.byteLength(given);
+    if (bytes < 1 || bytes > 255) {
+      throw new PolicyError(`${where}.${key} is ${bytes} bytes; SOCKS5 (RFC 1929) takes 1 to 255`);
+    }
+    return given;
+  };
+  const user = credential(username, 'username');
+  const secret = credential(password, 'password');
+  if (secret !== undefined && user === undefined) {
+    throw new PolicyError(`${where}.password needs a username (SOCKS5 sends them together)`);
+  }
+  return {
+    address: host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`,
+    host,
+    port,
+    ...(user === undefined ? {} : { username: user }),
+    ...(secret === undefined ? {} : { password: secret }),
+  };
 }
 
 /** Checks and reads a policy; throws a PolicyError naming the first bad entry. */
@@ -112,20 +218,48 @@ export function parsePolicy(policy: EgressPolicy, where = 'network'): ParsedPoli
     return out;
   };
   const rules = parseHostRules(policy.rules, `${where}.rules`);
+  const egressProxy = parseEgressProxy(policy.egressProxy, `${where}.egressProxy`);
   return {
     allow: list(policy.allowOut, 'allowOut'),
     deny: list(policy.denyOut, 'denyOut'),
     ...(rules ? { rules } : {}),
+    ...(egressProxy ? { egressProxy } : {}),
   };
 }
 
 /** The policy in canonical form (each entry as parsePolicy writes it, duplicates dropped). */
 export function normalizePolicy(policy: EgressPolicy, where?: string): EgressPolicy {
   const parsed = parsePolicy(policy, where);
+  const proxy = parsed.egressProxy;
   return {
     allowOut: parsed.allow.map((e) => e.text),
     denyOut: parsed.deny.map((e) => e.text),
     ...(parsed.rules ? { rules: parsed.rules } : {}),
+    ...(proxy
+      ? {
+          egressProxy: {
+            address: proxy.address,
+            ...(proxy.username === undefined ? {} : { username: proxy.username }),
+            ...(proxy.password === undefined ? {} : { password: proxy.password }),
+          },
+        }
+      : {}),
+  };
+}
+
+/**
+ * A policy as every answer, page and log shows it: the egress proxy's address and username, never
+ * its password. Each place that shows a sandbox's network outward goes through this.
+ */
+export function publicPolicy(policy: EgressPolicy): PublicPolicy {
+  const { egressProxy, ...rest } = policy;
+  if (!egressProxy) return rest;
+  return {
+    ...rest,
+    egressProxy: {
+      address: egressProxy.address,
+      ...(egressProxy.username === undefined ? {} : { username: egressProxy.username }),
+    },
   };
 }
 

@@ -91,8 +91,10 @@ function set(name: string, elements: string[], flags = 'interval'): string {
  * current: {@link setHostAddresses}) and go straight to the policy (`goto`: what it does not
  * refuse passes); then allowOut CIDRs and the addresses egress's DNS answered for allowed names
  * pass, denyOut CIDRs are reset, and the rest passes. Then DNS, 80 and 443 are sent to the
- * sandbox's ports of the egress service, which decides by name. The sandbox has no capability
- * in this namespace: it can neither read nor change these rules.
+ * sandbox's ports of the egress service, which decides by name. With an egress proxy, `tunnel4`
+ * holds every address: TCP to a port other than 80 and 443 is reset before the policy, since only
+ * what passes through egress goes through the proxy (HTTP_PROXY's CONNECT reaches any port). The
+ * sandbox has no capability in this namespace: it can neither read nor change these rules.
  */
 export function sandboxRuleset(
   policy: EgressPolicy,
@@ -111,6 +113,7 @@ export function sandboxRuleset(
     set('deny4', cidrs(parsed.deny, 'ipv4')),
     set('resolved4', [], 'timeout'),
     set('host4', ipv4Only(options.hostAddresses ?? [])),
+    set('tunnel4', tunnelled(policy)),
     '  chain filter_out {',
     '    type filter hook output priority -150; policy accept;',
     '    oif "lo" accept',
@@ -124,6 +127,7 @@ export function sandboxRuleset(
     '    jump decide',
     '  }',
     '  chain decide {',
+    `    ${TUNNEL_RULE}`,
     '    ip daddr @allow4 accept',
     '    ip daddr @resolved4 accept',
     '    ip daddr @deny4 reject with tcp reset',
@@ -139,6 +143,14 @@ export function sandboxRuleset(
     '}',
     '',
   ].join('\n');
+}
+
+/** Resets raw TCP that would leave beside the egress proxy (see {@link sandboxRuleset}). */
+const TUNNEL_RULE = 'ip daddr @tunnel4 tcp dport != { 80, 443 } reject with tcp reset';
+
+/** The `tunnel4` set: every address while the policy has an egress proxy, else none. */
+function tunnelled(policy: EgressPolicy): string[] {
+  return policy.egressProxy ? ['0.0.0.0/0'] : [];
 }
 
 function ipv4Only(addresses: string[]): string[] {
@@ -207,15 +219,27 @@ export async function updatePolicy(
     `flush set inet abx ${name}`,
     ...(elements.length > 0 ? [`add element inet abx ${name} { ${elements.join(', ')} }`] : []),
   ];
-  await applyRuleset(
-    net,
-    [
-      ...fill('allow4', cidrs(parsed.allow, 'ipv4')),
-      ...fill('deny4', cidrs(parsed.deny, 'ipv4')),
-      'flush set inet abx resolved4',
-      '',
-    ].join('\n'),
-  );
+  const lists = [
+    ...fill('allow4', cidrs(parsed.allow, 'ipv4')),
+    ...fill('deny4', cidrs(parsed.deny, 'ipv4')),
+    'flush set inet abx resolved4',
+  ];
+  const tunnel = fill('tunnel4', tunnelled(policy));
+  try {
+    await applyRuleset(net, [...lists, ...tunnel, ''].join('\n'));
+  } catch {
+    // A namespace an older daemon made (adopted) has no tunnel4: without an egress proxy there
+    // is nothing to reset; with one, its set and rule come first, at the head of `decide`,
+    // which only TCP that is neither loopback, DNS nor to egress reaches.
+    const added = policy.egressProxy
+      ? [
+          'add set inet abx tunnel4 { type ipv4_addr; flags interval; }',
+          `insert rule inet abx decide ${TUNNEL_RULE}`,
+          ...tunnel,
+        ]
+      : [];
+    await applyRuleset(net, [...added, ...lists, ''].join('\n'));
+  }
 }
 
 /**

@@ -1,6 +1,12 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { EgressController, egressOptionsFromEnv, egressProblem } from './controller.js';
+import { InvalidArgumentError } from '../errors.js';
+import {
+  EgressController,
+  EgressError,
+  egressOptionsFromEnv,
+  egressProblem,
+} from './controller.js';
 import type { EgressPolicy } from './policy.js';
 import {
   orphanNetProcesses,
@@ -48,7 +54,25 @@ export class SandboxNetworks {
   async serve(id: string, policy: EgressPolicy | undefined, rootless: boolean) {
     const problem = egressProblem(this.egress.options, rootless);
     if (problem) throw new Error(`the sandbox's network did not start: ${problem}`);
+    await this.checkProxy(policy);
     return this.egress.add(id, policy ?? { allowOut: [], denyOut: [] });
+  }
+
+  /**
+   * Refuses, before anything of the sandbox changes, an egress proxy that egress would not dial
+   * (an address in the always-denied ranges or of the host, unless the operator permitted the
+   * range; a name with no such address). Egress decides again at each dial.
+   */
+  private async checkProxy(policy: EgressPolicy | undefined): Promise<void> {
+    if (!policy?.egressProxy) return;
+    try {
+      await this.egress.checkProxy(policy.egressProxy);
+    } catch (error) {
+      if (error instanceof EgressError && error.status === 400) {
+        throw new InvalidArgumentError(error.message);
+      }
+      throw error;
+    }
   }
 
   /**
@@ -107,6 +131,7 @@ export class SandboxNetworks {
    */
   async setPolicy<H extends { net?: KeptNet }>(handle: H, policy: EgressPolicy): Promise<H> {
     const net = internetOf(handle);
+    await this.checkProxy(policy);
     await updatePolicy(net, policy);
     await this.egress.setPolicy(net.id, policy);
     return { ...handle, net: { ...net, policy } };

@@ -1,5 +1,6 @@
 import { createSocket, type Socket as UdpSocket } from 'node:dgram';
 import {
+  type ClientRequestArgs,
   createServer as createHttpServer,
   type Server as HttpServer,
   request as httpRequest,
@@ -19,6 +20,7 @@ import {
   plainAddress,
 } from './policy.js';
 import type { NameResolver } from './resolver.js';
+import { relay, upstreamSocket } from './socks-dial.js';
 
 /** How long a client may take to send its request head or TLS ClientHello. */
 export const HELLO_TIMEOUT_MS = 10_000;
@@ -206,8 +208,23 @@ export class EgressService {
    * buffers used again once the kernel has their bytes, not a fresh allocation per read as
    * `pipe` makes: on a VM, touching fresh memory (page faults) cost about as much as the copy
    * itself (bench/README.md, egress). The upstream is paused while the sandbox's side is full.
+   * With an egress proxy, the connection goes through it, for `via.name` when the sandbox asked
+   * by name (the proxy resolves it), piped as it comes.
    */
-  private dial(address: string, port: number, socket: Socket, head: Buffer | undefined): void {
+  private dial(
+    address: string,
+    port: number,
+    socket: Socket,
+    head: Buffer | undefined,
+    via: { entry: Entry; name?: string },
+  ): void {
+    if (via.entry.policy.egressProxy) {
+      this.upstream(via.entry, via.name, address, port).then(
+        (upstream) => relay(upstream, socket, head),
+        () => socket.destroy(),
+      );
+      return;
+    }
     const free: Uint8Array[] = [];
     let ended = false;
     const upstream = connect({
@@ -242,6 +259,42 @@ export class EgressService {
     });
     socket.once('error', () => upstream.destroy());
     socket.once('close', () => upstream.destroy());
+  }
+
+  /**
+   * A connection for the sandbox to `address`, asked for as `name`: plain, or through its egress
+   * proxy (socks-dial.ts). What any path that dials upstream for a sandbox calls.
+   */
+  private upstream(
+    entry: Entry,
+    name: string | undefined,
+    address: string,
+    port: number,
+  ): Promise<Socket> {
+    return upstreamSocket(entry.policy, name, address, port, {
+      rules: this.rules,
+      resolver: this.resolver,
+      timeoutMs: DIAL_TIMEOUT_MS,
+    });
+  }
+
+  /** An HTTP request's connection through the sandbox's egress proxy; none without one. */
+  private connectionFor(
+    entry: Entry,
+    name: string,
+    address: string,
+    port: number,
+  ): Pick<ClientRequestArgs, 'createConnection'> {
+    if (!entry.policy.egressProxy) return {};
+    return {
+      createConnection: (_options, done) => {
+        this.upstream(entry, name, address, port).then(
+          (socket) => done(null, socket),
+          (error: Error) => done(error, undefined as never),
+        );
+        return undefined;
+      },
+    };
   }
 
   /**
@@ -365,6 +418,7 @@ export class EgressService {
         headers,
         setHost: false,
         timeout: DIAL_TIMEOUT_MS,
+        ...this.connectionFor(entry, host, route.address, port),
       });
       upstream.once('timeout', () => upstream.destroy(new Error('the server did not answer')));
       upstream.once('response', (answer) => {
@@ -402,7 +456,10 @@ export class EgressService {
       }
       this.record(entry, { kind: 'connect', target: host, allowed: true, rule: route.rule });
       socket.write('HTTP/1.1 200 Connection Established\r\n\r\n');
-      this.dial(route.address, port, socket, head);
+      this.dial(route.address, port, socket, head, {
+        entry,
+        name: host.replace(/^\[|\]$/g, ''),
+      });
     });
     server.on('upgrade', async (req: IncomingMessage, socket: Socket, head: Buffer) => {
       const hostHeader = req.headers.host ?? '';
@@ -440,6 +497,7 @@ export class EgressService {
         80,
         socket,
         Buffer.concat([Buffer.from(`${lines.join('\r\n')}\r\n\r\n`), head]),
+        { entry, name: host },
       );
     });
     server.on('clientError', (_error, socket) => socket.destroy());
@@ -487,7 +545,7 @@ export class EgressService {
         this.record(entry, { kind: 'tls', target: name, allowed: true, rule: route.rule });
         socket.setTimeout(0);
         // readTlsClientHello put the ClientHello back: it flows on to the server as sent.
-        this.dial(route.address, 443, socket, undefined);
+        this.dial(route.address, 443, socket, undefined, { entry, name });
       })();
     });
   }

@@ -60,6 +60,19 @@ export interface NetworkPolicy {
    * resolves them as each request to that host leaves. A host named here is not allowed by that.
    */
   rules?: NetworkRules;
+  /**
+   * Your own SOCKS5 proxy (docs/network.md, "Your own egress proxy"): what the policy allows
+   * leaves through it, names resolved by the proxy. Raw TCP to ports other than 80 and 443 is
+   * refused while it is set. The password is kept with the sandbox and never shown again.
+   */
+  egressProxy?: EgressProxy;
+}
+
+/** A SOCKS5 proxy: `host:port` (a name, an IPv4 or an `[IPv6]` address), RFC 1929 credentials. */
+export interface EgressProxy {
+  address: string;
+  username?: string;
+  password?: string;
 }
 
 /** `network.rules`: E2B's shape, `{ 'api.example.com': [{ transform: { headers: {…} } }] }`. */
@@ -263,6 +276,8 @@ export interface NetworkInfo {
   denyOut: string[];
   /** The header rules, placeholders as written (never a secret's value). */
   rules?: NetworkRules;
+  /** The egress proxy: its address and username, never its password. */
+  egressProxy?: Omit<EgressProxy, 'password'>;
   allowed: number;
   refused: number;
   /** The latest decisions, oldest first (at most 200). */

@@ -90,7 +90,8 @@ export interface SandboxCreateOptions extends ConnectionOptions {
   metadata?: Record<string, string>;
   /**
    * Egress by policy (the `internet` network, docs/network.md), replacing the template's lists:
-   * CIDRs, domain names and `*.` wildcards; an allow entry wins over a deny entry.
+   * CIDRs, domain names and `*.` wildcards; an allow entry wins over a deny entry. `egressProxy`
+   * sends what the policy allows through your own SOCKS5 proxy.
    *
    * @example
    * await Sandbox.create({ network: { allowOut: ['pypi.org', '*.pythonhosted.org'], denyOut: ['0.0.0.0/0'] } });

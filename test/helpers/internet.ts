@@ -51,6 +51,8 @@ export interface TestInternet {
   addresses: { allowed: string; denied: string; other: string };
   /** The egress namespace's own address, on its link to the servers' namespace. */
   hostAddress: string;
+  /** The servers' namespace (`ip netns exec` it to serve more at `addresses`). */
+  serversNs: string;
   /** The port of the egress namespace's own service, bound to 0.0.0.0. */
   hostPort: number;
   /** Every request the servers received: `http|https|tcp <address> <host or line>`. */
@@ -250,6 +252,7 @@ export async function makeInternet(options: { owner?: number } = {}): Promise<Te
       caCert: certs.caCert,
       addresses,
       hostAddress: HOST_ADDRESS,
+      serversNs: far,
       hostPort: HOST_PORT,
       hits: () => lines.filter((l) => l !== 'ready'),
       patternSha256,

@@ -342,6 +342,20 @@ describe.skipIf(kube.unavailable)(
       expect(kube.double.requests.slice(before)).toEqual([]);
     });
 
+    test('an egress proxy (network.egressProxy) is refused at create by name; nothing is made', async () => {
+      const provider = kube.provider();
+      const before = kube.double.requests.length;
+      const spec = specOf('socks', {
+        egress: { allowOut: [], denyOut: [], egressProxy: { address: 'proxy.example.com:1080' } },
+      });
+      const error = await provider.create(spec).catch((e: Error) => e);
+      expect(error).toBeInstanceOf(InvalidArgumentError);
+      expect((error as Error).message).toContain(
+        `sandbox ${spec.id} did not start: network.egressProxy (your SOCKS5 proxy) needs abx's egress proxy`,
+      );
+      expect(kube.double.requests.slice(before)).toEqual([]);
+    });
+
     test('a NetworkPolicy the cluster refuses leaves no pod, no Secret, no policy', async () => {
       const provider = kube.provider();
       const before = kube.double.requests.length;

@@ -48,13 +48,15 @@ export interface E2bVolumeMount {
 }
 
 /**
- * An egress policy, as E2B's `network.allowOut`, `denyOut` and `rules` (placeholders, never
- * secret values; docs/network.md).
+ * An egress policy, as E2B's `network.allowOut`, `denyOut`, `rules` (placeholders, never
+ * secret values; docs/network.md) and `egressProxy` (the user's SOCKS5 proxy: with its password
+ * when set, never with it in a row, which is what answers are made of).
  */
 export interface E2bNetwork {
   allowOut: string[];
   denyOut: string[];
   rules?: HostRules;
+  egressProxy?: { address: string; username?: string; password?: string };
 }
 
 /** A sandbox as the registry holds it (the fields the E2B answers are made of). */

@@ -125,7 +125,8 @@ function autoResumeOf(body: Record<string, unknown>): boolean | undefined {
  * anyway (no auto-resume, the template's own network) is accepted.
  */
 function refuseUnsupported(body: Record<string, unknown>, template: E2bTemplateTraits): void {
-  // allow_internet_access and network's allowOut, denyOut and rules are read by networkOf.
+  // allow_internet_access and network's allowOut, denyOut, rules and egressProxy are read by
+  // networkOf.
   const given = (field: string) => body[field] !== undefined && body[field] !== null;
   if (template.network === 'host' && (given('allow_internet_access') || given('network'))) {
     throw new InvalidArgumentError(
@@ -404,18 +405,18 @@ async function setTimeoutOf(call: Call): Promise<Answer> {
 }
 
 /**
- * E2B's `network` object: `allowOut`, `denyOut` and `rules` (per-host header rules, with E2B's
- * `${e2b.secrets.NAME}` placeholders, checked where the policy is: checkNetworkPolicy) are abx's
- * policy; what abx does not do (an egress proxy of the caller's, host masking, HTTPS ports,
- * public traffic to ports without the token) is refused by name rather than ignored. Undefined
- * when absent.
+ * E2B's `network` object: `allowOut`, `denyOut`, `rules` (per-host header rules, with E2B's
+ * `${e2b.secrets.NAME}` placeholders) and `egressProxy` (the caller's SOCKS5 proxy) are abx's
+ * policy, checked where the policy is (checkNetworkPolicy); what abx does not do (host masking,
+ * HTTPS ports, public traffic to ports without the token) is refused by name rather than
+ * ignored. Undefined when absent.
  */
 function networkOf(value: unknown, name: string): Partial<E2bNetwork> | undefined {
   if (value === undefined || value === null) return undefined;
   if (typeof value !== 'object' || Array.isArray(value)) {
     throw new InvalidArgumentError(`${name} must be an object { allowOut?, denyOut?, rules? }`);
   }
-  const { allowOut, denyOut, rules, allowPublicTraffic, ...rest } = value as Record<
+  const { allowOut, denyOut, rules, egressProxy, allowPublicTraffic, ...rest } = value as Record<
     string,
     unknown
   >;
@@ -427,13 +428,17 @@ function networkOf(value: unknown, name: string): Partial<E2bNetwork> | undefine
   const other = Object.keys(rest).find((key) => rest[key] !== undefined && rest[key] !== null);
   if (other) {
     throw new InvalidArgumentError(
-      `${name}.${other} is not supported by abx: only allowOut, denyOut (CIDRs, domain names, *.domain wildcards) and rules (per-host headers) are; leave it out`,
+      `${name}.${other} is not supported by abx: only allowOut, denyOut (CIDRs, domain names, *.domain wildcards), rules (per-host headers) and egressProxy (a SOCKS5 proxy) are; leave it out`,
     );
   }
   return {
     ...(allowOut === undefined ? {} : { allowOut: allowOut as string[] }),
     ...(denyOut === undefined ? {} : { denyOut: denyOut as string[] }),
     ...(rules === undefined || rules === null ? {} : { rules: rules as E2bNetwork['rules'] }),
+    // E2B's null is no proxy.
+    ...(egressProxy === undefined || egressProxy === null
+      ? {}
+      : { egressProxy: egressProxy as E2bNetwork['egressProxy'] }),
   };
 }
 
@@ -451,11 +456,13 @@ async function updateNetwork(call: Call): Promise<Answer> {
     ...(network.denyOut ?? []),
     ...(internet === false ? ['0.0.0.0/0', '::/0'] : []),
   ];
-  // rules left out are cleared too, as E2B's update replaces the whole configuration.
+  // rules and egressProxy left out are cleared too, as E2B's update replaces the whole
+  // configuration.
   await call.backend.setNetwork(row.id, {
     allowOut: network.allowOut ?? [],
     denyOut,
     ...(network.rules ? { rules: network.rules } : {}),
+    ...(network.egressProxy ? { egressProxy: network.egressProxy } : {}),
   });
   return new Answer(204, undefined);
 }

@@ -68,6 +68,14 @@ export function listedAnswer(row: E2bSandboxRow, template: E2bTemplateTraits | u
   };
 }
 
+/** An egress proxy as answers show it (`SandboxEgressProxyInfo`): never its password. */
+function proxyAnswer(proxy: { address: string; username?: string }) {
+  return {
+    address: proxy.address,
+    ...(proxy.username === undefined ? {} : { username: proxy.username }),
+  };
+}
+
 /** `GET /sandboxes/{id}` (`SandboxDetail`). */
 export function detailAnswer(
   row: E2bSandboxRow,
@@ -84,6 +92,10 @@ export function detailAnswer(
             allowOut: row.network.allowOut,
             denyOut: row.network.denyOut,
             ...(row.network.rules ? { rules: row.network.rules } : {}),
+            // Its address and username: E2B's API never answers the password, nor does abx's.
+            ...(row.network.egressProxy
+              ? { egressProxy: proxyAnswer(row.network.egressProxy) }
+              : {}),
           },
         }
       : template

@@ -7,7 +7,12 @@ import type { EgressPolicy } from '../../egress/policy.js';
 import { SANDBOX_RESOLV_CONF } from '../../egress/sandbox-net.js';
 import { type KeptNet, SandboxNetworks } from '../../egress/sandbox-networks.js';
 import type { EgressCounters, EgressPorts } from '../../egress/service.js';
-import { SandboxError, SandboxStartError, UnavailableError } from '../../errors.js';
+import {
+  InvalidArgumentError,
+  SandboxError,
+  SandboxStartError,
+  UnavailableError,
+} from '../../errors.js';
 import { cgroupPids, cgroupUsage, oomKills, removeCgroups } from '../local/cgroups.js';
 import { envdHealthy } from '../local/local-provider.js';
 import { isSameProcess, processStartTime, processTree } from '../local/proc.js';
@@ -193,6 +198,11 @@ export class DockerProvider implements SandboxProvider {
         return await work();
       } catch (error) {
         if (error instanceof SandboxStartError) throw error;
+        // A policy egress refuses (its proxy's address) is the caller's to change.
+        if (error instanceof InvalidArgumentError) {
+          await fail(what);
+          throw error;
+        }
         const mapped = engineError(error, what, this.address);
         if (mapped instanceof UnavailableError) {
           await fail(what);

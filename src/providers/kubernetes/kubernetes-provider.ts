@@ -895,6 +895,11 @@ export class KubernetesProvider implements SandboxProvider {
         `sandbox ${id}'s egress policy was not changed: network.rules (per-host headers) need abx's egress proxy, which the Kubernetes provider does not run; leave out rules`,
       );
     }
+    if (policy.egressProxy) {
+      throw new InvalidArgumentError(
+        `sandbox ${id}'s egress policy was not changed: network.egressProxy (your SOCKS5 proxy) needs abx's egress proxy, which the Kubernetes provider does not run; leave out egressProxy`,
+      );
+    }
     const entries = unenforceableEntries(parsePolicy(policy));
     if (entries.length > 0) {
       throw new InvalidArgumentError(
@@ -964,6 +969,12 @@ export class KubernetesProvider implements SandboxProvider {
     if (policy.rules) {
       throw new InvalidArgumentError(
         `sandbox ${spec.id} did not start: network.rules (per-host headers) need abx's egress proxy, which the Kubernetes provider does not run; leave out rules (docs/network.md, "Header rules")`,
+      );
+    }
+    // A NetworkPolicy cannot send a pod's traffic through a SOCKS5 proxy either.
+    if (policy.egressProxy) {
+      throw new InvalidArgumentError(
+        `sandbox ${spec.id} did not start: network.egressProxy (your SOCKS5 proxy) needs abx's egress proxy, which the Kubernetes provider does not run; leave out egressProxy (docs/network.md, "Your own egress proxy")`,
       );
     }
     const entries = unenforceableEntries(parsePolicy(policy));

@@ -26,7 +26,7 @@ import type { EgressPolicy } from '../../egress/policy.js';
 import { enterArgs, proxyEnv, SANDBOX_RESOLV_CONF } from '../../egress/sandbox-net.js';
 import { type KeptNet, SandboxNetworks } from '../../egress/sandbox-networks.js';
 import type { EgressCounters, EgressPorts } from '../../egress/service.js';
-import { SandboxStartError } from '../../errors.js';
+import { InvalidArgumentError, SandboxStartError } from '../../errors.js';
 import { dockerClient } from '../docker/engine.js';
 import type { DockerEngine } from '../docker/engine-client.js';
 import {
@@ -447,6 +447,8 @@ export class LocalProvider implements SandboxProvider {
         });
       } catch (error) {
         await this.reclaim(cgroups.dirs, uid);
+        // A policy egress refuses (its proxy's address) is the caller's to change.
+        if (error instanceof InvalidArgumentError) throw error;
         throw new SandboxStartError(
           `sandbox ${spec.id} did not start: ${(error as Error).message}`,
           {

@@ -510,7 +510,15 @@ describe('bad input', () => {
         },
         /is not a placeholder abx resolves/,
       ],
-      [{ network: { egressProxy: { address: 'p:1080' } } }, /egressProxy is not supported/],
+      // egressProxy is taken (test/egress/egress-proxy.test.ts); a malformed one names its field.
+      [
+        { network: { egressProxy: { address: 'p' } } },
+        /network\.egressProxy\.address: 'p' is not host:port/,
+      ],
+      [
+        { network: { egressProxy: { address: 'p:1080', password: 'x' } } },
+        /network\.egressProxy\.password needs a username/,
+      ],
       [{ network: { maskRequestHost: 'x' } }, /maskRequestHost is not supported/],
       [{ network: { httpsPorts: [8443] } }, /httpsPorts is not supported/],
       [{ network: { allowPublicTraffic: true } }, /allowPublicTraffic true is not supported/],
