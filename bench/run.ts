@@ -18,7 +18,14 @@ import { dirname, join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { fileURLToPath } from 'node:url';
-import { Sandbox, type SandboxCreateOptions, Template, Templates, Volume } from 'abx-sandbox';
+import {
+  Sandbox,
+  type SandboxCreateOptions,
+  Secret,
+  Template,
+  Templates,
+  Volume,
+} from 'abx-sandbox';
 import { Client, type Dispatcher, Pool } from 'undici';
 import { openSqlite } from '../src/control/sqlite.js';
 import { unmountUnder } from '../src/providers/local/volumes.js';
@@ -2204,7 +2211,12 @@ async function egress() {
         // One sandbox: no pooled ones holding namespaces beside it.
         ABX_WARM_POOL: '0',
         ...(internet
-          ? { ABX_EGRESS_NETNS: internet.path, ABX_EGRESS_HOSTS: internet.hostsFile }
+          ? {
+              ABX_EGRESS_NETNS: internet.path,
+              ABX_EGRESS_HOSTS: internet.hostsFile,
+              // Egress verifies the origins it opens TLS to itself (a host with header rules).
+              NODE_EXTRA_CA_CERTS: internet.caCert,
+            }
           : {}),
       },
     });
@@ -2246,6 +2258,19 @@ async function egress() {
     const box = await Sandbox.create({ template: 'egress', home });
     ids.push(box.sandboxId);
     await box.files.write('/tmp/ca.pem', readFileSync(internet.caCert, 'utf8'));
+    // www.allowed.test (the same server) has a header rule with a secret: egress terminates its
+    // TLS and opens its own; allowed.test stays passthrough by SNI.
+    await Secret.create('bench-token', 'bench-secret-value', { home });
+    await box.setNetwork({
+      allowOut: ['allowed.test', 'www.allowed.test'],
+      denyOut: ['0.0.0.0/0'],
+      rules: {
+        'www.allowed.test': [
+          // biome-ignore lint/suspicious/noTemplateCurlyInString: abx's placeholder, sent as text
+          { transform: { headers: { Authorization: 'Bearer ${secrets.bench-token}' } } },
+        ],
+      },
+    });
     const daemonPid = (
       JSON.parse(readFileSync(join(home, 'daemon.json'), 'utf8')) as { pid: number }
     ).pid;
@@ -2267,6 +2292,7 @@ async function egress() {
     const ways = {
       http: { port: 80, url: `http://allowed.test/bytes/${size}`, tls: false },
       https: { port: 443, url: `https://allowed.test/bytes/${size}`, tls: true },
+      httpsRule: { port: 443, url: `https://www.allowed.test/bytes/${size}`, tls: true },
       tcp: { port: 8080, url: `http://allowed.test:8080/bytes/${size}`, tls: false },
     };
     type Way = keyof typeof ways;
@@ -2276,7 +2302,7 @@ async function egress() {
         'ip',
         [
           ...['netns', 'exec', ns, 'curl', '-sS', '--max-time', '120', '-o', '/dev/null'],
-          ...['-w', format, '--resolve', `allowed.test:${port}:${addresses.allowed}`],
+          ...['-w', format, '--resolve', `${new URL(url).hostname}:${port}:${addresses.allowed}`],
           ...(tls ? ['--cacert', caCert] : []),
           url,
         ],
@@ -2287,8 +2313,10 @@ async function egress() {
     };
     const through = async (way: Way) => {
       const { url, tls } = ways[way];
+      // A host with rules is shown egress's certificate (the sandbox's bundle trusts its CA).
+      const ca = way === 'httpsRule' ? '' : tls ? '--cacert /tmp/ca.pem ' : '';
       const { stdout } = await box.commands.run(
-        `curl -sS --max-time 120 -o /dev/null -w '${format}' ${tls ? '--cacert /tmp/ca.pem ' : ''}${url}`,
+        `curl -sS --max-time 120 -o /dev/null -w '${format}' ${ca}${url}`,
         { timeoutMs: 180_000 },
       );
       return seconds(`${way} through egress`, stdout);
@@ -2317,6 +2345,7 @@ async function egress() {
     const labels: Record<Way, string> = {
       http: 'HTTP (port 80: egress HTTP proxy)',
       https: 'HTTPS (443: egress TLS passthrough by SNI)',
+      httpsRule: 'HTTPS to a host with a header rule (443: TLS terminated, a secret set)',
       tcp: 'TCP to port 8080 (no proxy: slirp4netns alone)',
     };
     for (const way of Object.keys(ways) as Way[]) {
@@ -2340,12 +2369,64 @@ async function egress() {
         `${sharePct}% of straight (median of ${rounds}); CPU per download: egress service ${perRun(cpu[way].egress)} ms, slirp4netns ${perRun(cpu[way].slirp)} ms`,
       );
     }
+    figures.requests = await ruleRequests(box, rounds);
     results.egress = figures;
   } finally {
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
     cleanUp();
   }
+}
+
+/**
+ * Small HTTPS requests from inside the sandbox, each on a new connection (a handshake each), to a
+ * host with a header rule (egress terminates TLS, resolves the secret, opens its own TLS) and to
+ * one passed through by SNI, interleaved: the medians and their ratio.
+ */
+async function ruleRequests(box: Sandbox, rounds: number) {
+  const count = scale(40, 15);
+  const script = `
+const https = require('node:https'), fs = require('node:fs');
+const ca = [fs.readFileSync('/tmp/ca.pem'), fs.readFileSync('/run/abx/egress-ca.pem')];
+const get = (host) => new Promise((ok, fail) => {
+  const t = process.hrtime.bigint();
+  https.get({ host, path: '/headers', agent: false, ca }, (r) => {
+    let body = ''; r.on('data', (c) => (body += c));
+    r.on('end', () => ok([Number(process.hrtime.bigint() - t) / 1e6, JSON.parse(body).authorization]));
+  }).on('error', fail);
+});
+(async () => {
+  const out = { rule: [], passthrough: [], header: undefined };
+  for (let i = 0; i < ${count}; i++) {
+    const [a, header] = await get('www.allowed.test'); out.rule.push(a); out.header = header;
+    out.passthrough.push((await get('allowed.test'))[0]);
+  }
+  console.log(JSON.stringify(out));
+})();`;
+  const medians = { rule: [] as number[], passthrough: [] as number[] };
+  for (let pass = 0; pass <= rounds; pass++) {
+    await box.files.write('/tmp/rule-requests.cjs', script);
+    const { stdout } = await box.commands.run('node /tmp/rule-requests.cjs', {
+      timeoutMs: 120_000,
+    });
+    const out = JSON.parse(stdout) as { rule: number[]; passthrough: number[]; header?: string };
+    if (out.header !== 'Bearer bench-secret-value') {
+      throw new Error(`egress bench: the rule's header did not arrive (${out.header})`);
+    }
+    if (pass === 0) continue;
+    medians.rule.push(median(out.rule));
+    medians.passthrough.push(median(out.passthrough));
+  }
+  const ruleMs = round(median(medians.rule), 2);
+  const passthroughMs = round(median(medians.passthrough), 2);
+  const ratio = round(ruleMs / passthroughMs, 2);
+  row(
+    '13 egress',
+    'HTTPS request on a new connection: header rule (TLS terminated) / passthrough',
+    `${ruleMs} / ${passthroughMs} ms`,
+    `${ratio}× (median of ${rounds} runs of ${count} interleaved requests each)`,
+  );
+  return { count, ruleMs, passthroughMs, ratio };
 }
 
 async function main() {

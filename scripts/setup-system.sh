@@ -23,7 +23,8 @@ done
 command -v mkfs.ext4 >/dev/null 2>&1 || missing+=(e2fsprogs)
 [ -x /usr/bin/python3 ] || missing+=(python3)
 # envd's code contexts (POST /execute) are tested with plots and DataFrames in Debian's python3.
-for pkg in python3-matplotlib python3-pandas; do
+# The egress header rules' tests call an HTTPS API from a sandbox with requests (REQUESTS_CA_BUNDLE).
+for pkg in python3-matplotlib python3-pandas python3-requests; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q ' installed' || missing+=("$pkg")
 done
 command -v patchelf >/dev/null 2>&1 || missing+=(patchelf)

@@ -5,6 +5,7 @@ import type { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { packageInfo } from '../util/package-info.js';
+import type { EgressCa } from './egress-ca.js';
 import { type EgressPolicy, parseEntry } from './policy.js';
 import type { SandboxNet } from './sandbox-net.js';
 import { resolveSecretFor } from './secret-resolvers.js';
@@ -28,6 +29,11 @@ export interface EgressOptions {
   permit?: string[];
   /** More ranges to deny always (the daemon's own listener). */
   alsoDeny?: string[];
+  /**
+   * Where the egress proxy's CA is kept (egress-ca.ts): `$ABX_HOME/egress-ca`. None: a CA of
+   * this controller's own, made on first use and removed with it.
+   */
+  caDir?: string;
 }
 
 /**
@@ -86,6 +92,7 @@ export function egressOptionsFromEnv(
     ...(env.ABX_EGRESS_NETNS && userns ? { userns } : {}),
     ...(env.ABX_EGRESS_HOSTS ? { hostsFile: env.ABX_EGRESS_HOSTS } : {}),
     ...(env.ABX_EGRESS_PERMIT ? { permit: list(env.ABX_EGRESS_PERMIT) } : {}),
+    ...(env.ABX_HOME ? { caDir: join(env.ABX_HOME, 'egress-ca') } : {}),
   };
 }
 
@@ -141,7 +148,9 @@ export class EgressError extends Error {
 export class EgressController {
   private child: ChildProcess | undefined;
   private starting: Promise<void> | undefined;
+  private launching: Promise<void> | undefined;
   private dir: string | undefined;
+  private ca: Promise<EgressCa> | undefined;
 
   constructor(readonly options: EgressOptions = {}) {}
 
@@ -149,10 +158,39 @@ export class EgressController {
     return join(this.dir as string, 'egress.sock');
   }
 
+  /**
+   * The egress proxy's CA (made on first use): what sandboxes on `internet` trust, so that HTTPS
+   * to a host with header rules can be read to set them. Its key stays on the host.
+   */
+  trust(): Promise<EgressCa> {
+    if (!this.ca) {
+      this.dir ??= mkdtempSync(join(tmpdir(), 'abx-egress-'));
+      const dir = this.options.caDir ?? join(this.dir, 'ca');
+      // Loaded when first needed: the X.509 library is large, and most daemons never use it.
+      const made = import('./egress-ca.js').then(({ ensureEgressCa }) => ensureEgressCa(dir));
+      this.ca = made;
+      made.catch(() => {
+        if (this.ca === made) this.ca = undefined;
+      });
+    }
+    return this.ca;
+  }
+
   private start(): Promise<void> {
     if (this.child && this.child.exitCode === null && this.child.signalCode === null) {
       return this.starting ?? Promise.resolve();
     }
+    if (!this.launching) {
+      this.launching = this.trust()
+        .then((ca) => this.spawnEgress(ca))
+        .finally(() => {
+          this.launching = undefined;
+        });
+    }
+    return this.launching;
+  }
+
+  private spawnEgress(ca: EgressCa): Promise<void> {
     this.dir ??= mkdtempSync(join(tmpdir(), 'abx-egress-'));
     const script = join(packageInfo().root, 'dist', 'egress.js');
     const argv = [
@@ -163,6 +201,10 @@ export class EgressController {
       this.socket,
       '--owns-dir',
       '--secrets-fd',
+      '--ca-cert',
+      ca.certFile,
+      '--ca-key',
+      ca.keyFile,
       ...(this.options.hostsFile ? ['--hosts', this.options.hostsFile] : []),
       ...(this.options.permit ?? []).flatMap((c) => ['--permit', c]),
       ...(this.options.alsoDeny ?? []).flatMap((c) => ['--deny', c]),
@@ -170,7 +212,14 @@ export class EgressController {
     const child = spawn(argv[0] as string, argv.slice(1), {
       // fd 3: a socket pair on which egress asks for secret values (answerSecrets).
       stdio: ['pipe', 'pipe', 'pipe', 'pipe'],
-      env: { PATH: process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin' },
+      env: {
+        PATH: process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin',
+        // What egress trusts of the origins it opens TLS to (hosts with rules): Node's store,
+        // and the CAs the daemon's operator adds.
+        ...(process.env.NODE_EXTRA_CA_CERTS
+          ? { NODE_EXTRA_CA_CERTS: process.env.NODE_EXTRA_CA_CERTS }
+          : {}),
+      },
     });
     this.child = child;
     answerSecrets(child.stdio[3] as Socket);
@@ -291,5 +340,6 @@ export class EgressController {
     this.child = undefined;
     if (this.dir) rmSync(this.dir, { recursive: true, force: true });
     this.dir = undefined;
+    if (!this.options.caDir) this.ca = undefined;
   }
 }

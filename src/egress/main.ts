@@ -1,6 +1,6 @@
 /**
  * The egress service's process: `node dist/egress.js --control SOCKET [--hosts FILE]
- * [--permit CIDR]… [--deny CIDR]…`. The daemon starts it in the egress network namespace (its
+ * [--permit CIDR]… [--deny CIDR]… [--ca-cert FILE --ca-key FILE]`. The daemon starts it in the egress network namespace (its
  * own, or `--egress-netns`), and drives it over a Unix socket (which crosses namespaces):
  *
  * - `PUT /sandboxes/{id}` `{ policy }` → 201 `{ ports }`: serve a sandbox;
@@ -23,11 +23,12 @@
  *
  * Errors are `{ "error": message }` with 400 (bad policy or body), 404 or 409.
  */
-import { chmodSync, rmSync } from 'node:fs';
+import { chmodSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { Socket } from 'node:net';
 import { dirname } from 'node:path';
 import { parseArgs } from 'node:util';
+import { LeafCertificates } from './egress-ca.js';
 import { HostAddresses } from './host-addresses.js';
 import {
   type EgressPolicy,
@@ -51,6 +52,9 @@ const { values } = parseArgs({
     hosts: { type: 'string' },
     permit: { type: 'string', multiple: true },
     deny: { type: 'string', multiple: true },
+    // The CA whose certificates egress presents for hosts with rules (egress-ca.ts).
+    'ca-cert': { type: 'string' },
+    'ca-key': { type: 'string' },
     // fd 3 is the daemon's socket for secret values.
     'secrets-fd': { type: 'boolean' },
     // The control socket's folder is this process's own: removed when it ends.
@@ -155,6 +159,15 @@ const secrets = (() => {
     });
 })();
 
+/** Certificates for hosts with rules; none without a CA (their HTTPS is then refused). */
+const certificates =
+  values['ca-cert'] && values['ca-key']
+    ? new LeafCertificates({
+        cert: readFileSync(values['ca-cert'], 'utf8'),
+        key: readFileSync(values['ca-key'], 'utf8'),
+      })
+    : undefined;
+
 const service = new EgressService(
   rules,
   new NameResolver(values.hosts ? { hostsFile: values.hosts } : {}),
@@ -174,6 +187,7 @@ const service = new EgressService(
       if (!secrets) throw new Error('egress has no channel to the daemon');
       return secrets(id, name);
     },
+    ...(certificates ? { certificates } : {}),
   },
 );
 

@@ -16,6 +16,7 @@ import {
   updatePolicy,
 } from './sandbox-net.js';
 import type { EgressCounters, EgressPorts } from './service.js';
+import { hostBundle, trustBundle } from './trust.js';
 
 /** An internet sandbox's network as its handle keeps it: the namespace's parts and its policy. */
 export type KeptNet = SandboxNet & { policy: EgressPolicy };
@@ -27,6 +28,7 @@ export type KeptNet = SandboxNet & { policy: EgressPolicy };
  */
 export class SandboxNetworks {
   private controller: EgressController | undefined;
+  private hostTrust: string | undefined;
 
   constructor(private readonly given?: EgressController) {}
 
@@ -147,6 +149,16 @@ export class SandboxNetworks {
     if (!net) return;
     await this.egress.add(net.id, net.policy, net.ports);
     await this.egress.setNet(net.id, net);
+  }
+
+  /**
+   * What an `internet` sandbox trusts beside its system's CAs: the egress proxy's CA alone
+   * (`ca`), and `bundle`: `base` (an image's own bundle; default the host's) with it added.
+   */
+  async trust(base?: string): Promise<{ ca: string; bundle: string }> {
+    const { cert } = await this.egress.trust();
+    this.hostTrust ??= trustBundle(hostBundle(), cert);
+    return { ca: cert, bundle: base === undefined ? this.hostTrust : trustBundle(base, cert) };
   }
 
   /** Pids of the network processes of sandboxes `orphan` names (for a provider's sweep). */

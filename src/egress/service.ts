@@ -5,8 +5,11 @@ import {
   type Server as HttpServer,
   request as httpRequest,
   type IncomingMessage,
+  type ServerResponse,
 } from 'node:http';
+import { Agent as HttpsAgent, request as httpsRequest, type RequestOptions } from 'node:https';
 import { connect, createServer, type Server, type Socket } from 'node:net';
+import { type SecureContext, TLSSocket, connect as tlsConnect } from 'node:tls';
 import dnsPacket from 'dns-packet';
 import ipaddr from 'ipaddr.js';
 import { getExtensionData, readTlsClientHello } from 'read-tls-client-hello';
@@ -62,6 +65,15 @@ interface Entry {
   servers: Array<Server | HttpServer | UdpSocket>;
   sockets: Set<Socket>;
   ports: EgressPorts;
+  /** Kept-alive TLS connections to hosts with rules (made on the first such request). */
+  agent?: HttpsAgent;
+}
+
+/** A connection whose TLS egress terminated: for whom, which host it named, on which port. */
+interface Terminated {
+  entry: Entry;
+  name: string;
+  port: number;
 }
 
 /**
@@ -74,6 +86,9 @@ interface Entry {
  */
 export class EgressService {
   private readonly sandboxes = new Map<string, Entry>();
+  /** Serves the HTTP inside TLS connections egress terminated (hosts with rules). */
+  private readonly inner: HttpServer;
+  private readonly terminated = new WeakMap<Socket, Terminated>();
 
   constructor(
     private readonly rules: EgressRules,
@@ -94,8 +109,27 @@ export class EgressService {
        * cached (a rotation applies to the next request, a removal fails it).
        */
       resolveSecret?: (id: string, name: string) => Promise<string | undefined>;
+      /**
+       * Certificates for hosts with rules, signed by the CA the sandboxes trust (egress-ca.ts):
+       * with it, HTTPS to such a host is terminated here and its headers set; without it, such
+       * a tunnel is refused rather than sent without them.
+       */
+      certificates?: { contextFor(name: string): Promise<SecureContext> };
     } = {},
-  ) {}
+  ) {
+    this.inner = createHttpServer({ requestTimeout: 0, headersTimeout: HELLO_TIMEOUT_MS });
+    this.inner.on('request', (req: IncomingMessage, res: ServerResponse) => {
+      const at = this.terminated.get(req.socket);
+      if (!at || !this.sandboxes.has(at.entry.id)) return res.destroy();
+      void this.forwardTerminated(at, req, res);
+    });
+    this.inner.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
+      const at = this.terminated.get(socket);
+      if (!at || !this.sandboxes.has(at.entry.id)) return socket.destroy();
+      void this.upgrade(at.entry, req, socket, head, at);
+    });
+    this.inner.on('clientError', (_error, socket) => socket.destroy());
+  }
 
   /**
    * Starts serving a sandbox; its ports (`wanted`, when given: a sandbox adopted by a new daemon
@@ -159,6 +193,7 @@ export class EgressService {
       }
     }
     for (const socket of entry.sockets) socket.destroy();
+    entry.agent?.destroy();
   }
 
   close(): void {
@@ -278,6 +313,32 @@ export class EgressService {
     });
   }
 
+  /**
+   * A verified TLS connection to `name` at `address` (through the sandbox's egress proxy when it
+   * has one), once its handshake is done: verified with Node's store and the daemon's
+   * NODE_EXTRA_CA_CERTS for `name`, else the error says why.
+   */
+  private async secureUpstream(
+    entry: Entry,
+    name: string,
+    address: string,
+    port: number,
+  ): Promise<TLSSocket> {
+    const options = { servername: name, ALPNProtocols: ['http/1.1'] };
+    const secure = entry.policy.egressProxy
+      ? tlsConnect({ ...options, socket: await this.upstream(entry, name, address, port) })
+      : tlsConnect({ ...options, host: address, port, timeout: DIAL_TIMEOUT_MS });
+    return new Promise((resolve, reject) => {
+      secure.once('timeout', () => secure.destroy(new Error('the TLS handshake timed out')));
+      secure.once('error', reject);
+      secure.once('secureConnect', () => {
+        secure.setTimeout(0);
+        secure.off('error', reject);
+        resolve(secure);
+      });
+    });
+  }
+
   /** An HTTP request's connection through the sandbox's egress proxy; none without one. */
   private connectionFor(
     entry: Entry,
@@ -337,100 +398,209 @@ export class EgressService {
     return { headers };
   }
 
-  /** Why a tunnel (CONNECT, TLS by SNI) to `host` is refused for its rules, or undefined. */
-  private tunnelRefusal(entry: Entry, host: string): string | undefined {
+  /** The canonical form of `host` when the sandbox's rules name it, else undefined. */
+  private ruledName(entry: Entry, host: string): string | undefined {
     const name = canonicalName(host);
-    if (!name || !rulesFor(entry.parsed.rules, name)) return undefined;
-    return `${name} has header rules, which abx applies to plain HTTP only for now; a tunnel (HTTPS, CONNECT) to it is refused rather than sent without its headers`;
+    return name && rulesFor(entry.parsed.rules, name) ? name : undefined;
+  }
+
+  /**
+   * Sends one HTTP request on to `target` (plain, or TLS to `target.tls` for a terminated
+   * connection), decided now by the policy, with the rules' headers; the answer comes back as
+   * sent. A missing secret refuses it whole.
+   */
+  private async forward(
+    entry: Entry,
+    req: IncomingMessage,
+    res: ServerResponse,
+    target: { host: string; port: number; path: string; hostHeader?: string; tls?: string },
+  ): Promise<void> {
+    const { host, port } = target;
+    const route = await this.route(entry, host);
+    if ('refused' in route) {
+      this.record(entry, { kind: 'http', target: host, allowed: false, rule: route.refused });
+      return refuseHttp(
+        res,
+        403,
+        `${host} is refused by the sandbox's network policy: ${route.refused}`,
+      );
+    }
+    // Resolved before anything is sent: a missing secret refuses the request whole.
+    const ruled = await this.headersFor(entry, host);
+    if (ruled && 'refused' in ruled) {
+      this.record(entry, { kind: 'http', target: host, allowed: false, rule: ruled.refused });
+      return refuseHttp(res, 403, ruled.refused);
+    }
+    this.record(entry, {
+      kind: 'http',
+      target: host,
+      allowed: true,
+      rule: ruled
+        ? `${route.rule}; header rules${target.tls ? ' (TLS terminated)' : ''}`
+        : route.rule,
+    });
+    const headers = { ...req.headers };
+    if (target.hostHeader) headers.host = target.hostHeader;
+    delete headers['proxy-connection'];
+    delete headers['proxy-authorization'];
+    // The rule's headers replace the sandbox's own of the same names. The request goes to the
+    // address `host` resolves to, with Host `host` (and, over TLS, its name as SNI and as the
+    // name the server's certificate must have): the rule's host on every count.
+    if (ruled) Object.assign(headers, ruled.headers);
+    const options = {
+      host: route.address,
+      port,
+      method: req.method,
+      path: target.path,
+      headers,
+      setHost: false,
+      timeout: DIAL_TIMEOUT_MS,
+    };
+    let upstream: ReturnType<typeof httpRequest>;
+    if (target.tls) {
+      // Verified with Node's store (and the daemon's NODE_EXTRA_CA_CERTS): an origin whose
+      // certificate does not hold is a 502 naming why, never a request sent anyway.
+      // Through the sandbox's own proxy when it has one: TLS inside its tunnel, one per request
+      // (no agent: with one, even `agent: false`, Node ignores `createConnection`).
+      const viaProxy: RequestOptions = {
+        createConnection: (_options, done) => {
+          this.secureUpstream(entry, target.tls as string, route.address, port).then(
+            (socket) => done(null, socket),
+            (error: Error) => done(error, undefined as never),
+          );
+          return undefined;
+        },
+      };
+      if (!entry.policy.egressProxy) {
+        entry.agent ??= new HttpsAgent({ keepAlive: true, maxSockets: 64 });
+      }
+      upstream = httpsRequest({
+        ...options,
+        servername: target.tls,
+        ...(entry.policy.egressProxy ? viaProxy : { agent: entry.agent }),
+      });
+    } else {
+      upstream = httpRequest({
+        ...options,
+        ...this.connectionFor(entry, host, route.address, port),
+      });
+    }
+    upstream.once('timeout', () => upstream.destroy(new Error('the server did not answer')));
+    upstream.once('response', (answer) => {
+      upstream.setTimeout(0);
+      res.writeHead(answer.statusCode ?? 502, answer.rawHeaders);
+      answer.pipe(res);
+    });
+    upstream.once('error', (error) => {
+      if (res.headersSent) res.destroy();
+      else refuseHttp(res, 502, `${host}: ${error.message}`);
+    });
+    req.pipe(upstream);
+  }
+
+  /**
+   * A request inside a TLS connection egress terminated: only for the host the connection named
+   * (its SNI, or its CONNECT target), whatever its Host header says.
+   */
+  private async forwardTerminated(
+    at: Terminated,
+    req: IncomingMessage,
+    res: ServerResponse,
+  ): Promise<void> {
+    const asked = hostOf(req.headers.host);
+    const path = req.url ?? '/';
+    if (
+      !asked ||
+      asked.name !== at.name ||
+      (asked.port ?? 443) !== at.port ||
+      !path.startsWith('/')
+    ) {
+      const why = `this TLS connection is for ${at.name}:${at.port}; a request for ${req.headers.host ?? 'no Host'} on it is refused`;
+      this.record(at.entry, {
+        kind: 'http',
+        target: req.headers.host ?? '?',
+        allowed: false,
+        rule: why,
+      });
+      return refuseHttp(res, 421, why);
+    }
+    await this.forward(at.entry, req, res, {
+      host: at.name,
+      port: at.port,
+      path,
+      hostHeader: req.headers.host as string,
+      tls: at.name,
+    });
+  }
+
+  /**
+   * Terminates the sandbox's TLS to `name` (a host with rules) with a certificate for it from
+   * the CA the sandbox trusts, and serves the HTTP inside ({@link forwardTerminated}). Without
+   * certificates, or when one cannot be made, the connection is refused.
+   */
+  private async terminate(entry: Entry, socket: Socket, name: string, port: number): Promise<void> {
+    let context: SecureContext | undefined;
+    let why = `${name} has header rules, and this egress has no CA to read its HTTPS with; the connection is refused rather than sent without its headers`;
+    try {
+      context = await this.hooks.certificates?.contextFor(name);
+    } catch (error) {
+      why = `${name} has header rules, and no certificate could be made for it (${(error as Error).message})`;
+    }
+    if (!context) {
+      this.record(entry, { kind: 'tls', target: name, allowed: false, rule: why });
+      return refuseTls(socket);
+    }
+    socket.setTimeout(HELLO_TIMEOUT_MS, () => socket.destroy());
+    const secure = new TLSSocket(socket, {
+      isServer: true,
+      secureContext: context,
+      ALPNProtocols: ['http/1.1'],
+    });
+    secure.on('error', () => socket.destroy());
+    secure.once('secure', () => {
+      socket.setTimeout(0);
+      // The name in the ClientHello is the one the connection was decided and certified for.
+      const sni = secure.servername ? canonicalName(secure.servername) : undefined;
+      if (sni !== name) return secure.destroy();
+      this.terminated.set(secure, { entry, name, port });
+      this.inner.emit('connection', secure);
+    });
   }
 
   private httpServer(entry: Entry): HttpServer {
     const server = createHttpServer({ requestTimeout: 0, headersTimeout: HELLO_TIMEOUT_MS });
-    const refuse = (res: import('node:http').ServerResponse, status: number, why: string) => {
-      const body = `abx egress: ${why}\n`;
-      res.writeHead(status, {
-        'content-type': 'text/plain; charset=utf-8',
-        'content-length': Buffer.byteLength(body),
-        'x-abx-egress': 'refused',
-        connection: 'close',
-      });
-      res.end(body);
-    };
-    server.on('request', async (req: IncomingMessage, res) => {
+    server.on('request', (req: IncomingMessage, res: ServerResponse) => {
       // Absolute form from a client that uses this as its HTTP_PROXY; origin form with a Host
       // header from a transparent one.
       let host: string;
       let port = 80;
       let path = req.url ?? '/';
-      let targetHost: string | undefined;
+      let hostHeader: string | undefined;
       try {
         if (/^https?:\/\//i.test(path)) {
           const url = new URL(path);
-          if (url.protocol !== 'http:') return refuse(res, 400, `${url.protocol} is not proxied`);
+          if (url.protocol !== 'http:')
+            return refuseHttp(res, 400, `${url.protocol} is not proxied`);
           host = url.hostname;
           port = url.port ? Number(url.port) : 80;
           path = `${url.pathname}${url.search}`;
           // RFC 9112 §3.2.2: a proxy ignores the Host header of an absolute-form request and
           // sends the target's, so a Host that lies cannot pick another site at that address.
-          targetHost = url.host;
+          hostHeader = url.host;
         } else {
           const header = req.headers.host;
-          if (!header) return refuse(res, 400, 'a request without a Host header is refused');
-          const url = new URL(`http://${header}`);
-          host = url.hostname;
+          if (!header) return refuseHttp(res, 400, 'a request without a Host header is refused');
+          host = new URL(`http://${header}`).hostname;
         }
       } catch {
-        return refuse(res, 400, 'the request target or Host header is malformed');
+        return refuseHttp(res, 400, 'the request target or Host header is malformed');
       }
-      const route = await this.route(entry, host);
-      if ('refused' in route) {
-        this.record(entry, { kind: 'http', target: host, allowed: false, rule: route.refused });
-        return refuse(
-          res,
-          403,
-          `${host} is refused by the sandbox's network policy: ${route.refused}`,
-        );
-      }
-      // Resolved before anything is sent: a missing secret refuses the request whole.
-      const ruled = await this.headersFor(entry, host);
-      if (ruled && 'refused' in ruled) {
-        this.record(entry, { kind: 'http', target: host, allowed: false, rule: ruled.refused });
-        return refuse(res, 403, ruled.refused);
-      }
-      this.record(entry, {
-        kind: 'http',
-        target: host,
-        allowed: true,
-        rule: ruled ? `${route.rule}; header rules` : route.rule,
-      });
-      const headers = { ...req.headers };
-      if (targetHost) headers.host = targetHost;
-      delete headers['proxy-connection'];
-      delete headers['proxy-authorization'];
-      // The rule's headers replace the sandbox's own of the same names. The request goes to the
-      // address `host` resolves to, with Host `host`: the rule's host on both counts.
-      if (ruled) Object.assign(headers, ruled.headers);
-      const upstream = httpRequest({
-        host: route.address,
+      void this.forward(entry, req, res, {
+        host,
         port,
-        method: req.method,
         path,
-        headers,
-        setHost: false,
-        timeout: DIAL_TIMEOUT_MS,
-        ...this.connectionFor(entry, host, route.address, port),
+        ...(hostHeader ? { hostHeader } : {}),
       });
-      upstream.once('timeout', () => upstream.destroy(new Error('the server did not answer')));
-      upstream.once('response', (answer) => {
-        upstream.setTimeout(0);
-        res.writeHead(answer.statusCode ?? 502, answer.rawHeaders);
-        answer.pipe(res);
-      });
-      upstream.once('error', (error) => {
-        if (res.headersSent) res.destroy();
-        else refuse(res, 502, `${host}: ${error.message}`);
-      });
-      req.pipe(upstream);
     });
     server.on('connect', async (req: IncomingMessage, socket: Socket, head: Buffer) => {
       const [host = '', portText = ''] = (req.url ?? '').split(/:(?=\d+$)/);
@@ -442,66 +612,103 @@ export class EgressService {
       if (!host || !Number.isInteger(port) || port < 1 || port > 65_535) {
         return answer('400 Bad Request', 'CONNECT needs host:port');
       }
-      const route = await this.route(entry, host.replace(/^\[|\]$/g, ''));
+      const bare = host.replace(/^\[|\]$/g, '');
+      const route = await this.route(entry, bare);
       if ('refused' in route) {
         this.record(entry, { kind: 'connect', target: host, allowed: false, rule: route.refused });
         // The reason phrase says it too: clients show it, not a CONNECT answer's body.
         const why = `${host} is refused by the sandbox's network policy: ${route.refused}`;
         return answer(`403 ${why.replace(/[^\x20-\x7e]/g, '?')}`, why);
       }
-      const ruled = this.tunnelRefusal(entry, host.replace(/^\[|\]$/g, ''));
+      const ruled = this.ruledName(entry, bare);
+      socket.write('HTTP/1.1 200 Connection Established\r\n\r\n');
       if (ruled) {
-        this.record(entry, { kind: 'connect', target: host, allowed: false, rule: ruled });
-        return answer(`403 ${ruled.replace(/[^\x20-\x7e]/g, '?')}`, ruled);
+        // A tunnel to a host with rules must carry TLS, which egress reads to set the headers;
+        // anything else through it is cut (it would leave without them).
+        if (head.length > 0) socket.unshift(head);
+        return void this.afterFirstByte(socket, (byte) => {
+          if (byte === 0x16) return void this.terminate(entry, socket, ruled, port);
+          const why = `${ruled} has header rules: a tunnel to it must carry TLS (HTTPS), which abx reads to set them`;
+          this.record(entry, { kind: 'connect', target: host, allowed: false, rule: why });
+          socket.destroy();
+        });
       }
       this.record(entry, { kind: 'connect', target: host, allowed: true, rule: route.rule });
-      socket.write('HTTP/1.1 200 Connection Established\r\n\r\n');
-      this.dial(route.address, port, socket, head, {
-        entry,
-        name: host.replace(/^\[|\]$/g, ''),
-      });
+      this.dial(route.address, port, socket, head, { entry, name: bare });
     });
-    server.on('upgrade', async (req: IncomingMessage, socket: Socket, head: Buffer) => {
-      const hostHeader = req.headers.host ?? '';
-      let host: string;
-      try {
-        host = new URL(`http://${hostHeader}`).hostname;
-      } catch {
-        return socket.destroy();
-      }
-      const route = await this.route(entry, host);
-      if ('refused' in route) {
-        this.record(entry, { kind: 'http', target: host, allowed: false, rule: route.refused });
-        return socket.end(
-          `HTTP/1.1 403 Forbidden\r\nconnection: close\r\n\r\nabx egress: ${host} is refused: ${route.refused}\n`,
-        );
-      }
-      const ruled = await this.headersFor(entry, host);
-      if (ruled && 'refused' in ruled) {
-        this.record(entry, { kind: 'http', target: host, allowed: false, rule: ruled.refused });
-        return socket.end(
-          `HTTP/1.1 403 Forbidden\r\nconnection: close\r\n\r\nabx egress: ${ruled.refused}\n`,
-        );
-      }
-      this.record(entry, { kind: 'http', target: host, allowed: true, rule: route.rule });
-      const set = ruled?.headers ?? {};
-      const lines = [`${req.method} ${req.url} HTTP/${req.httpVersion}`];
-      for (let i = 0; i < req.rawHeaders.length; i += 2) {
-        // The sandbox's own header of a name a rule sets is dropped for the rule's.
-        if ((req.rawHeaders[i] as string).toLowerCase() in set) continue;
-        lines.push(`${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}`);
-      }
-      for (const [name, value] of Object.entries(set)) lines.push(`${name}: ${value}`);
-      this.dial(
-        route.address,
-        80,
-        socket,
-        Buffer.concat([Buffer.from(`${lines.join('\r\n')}\r\n\r\n`), head]),
-        { entry, name: host },
-      );
+    server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
+      void this.upgrade(entry, req, socket, head);
     });
     server.on('clientError', (_error, socket) => socket.destroy());
     return server;
+  }
+
+  /** Calls `then` with the first byte the socket sends (left unread), or ends it on a timeout. */
+  private afterFirstByte(socket: Socket, then: (byte: number) => void): void {
+    socket.setTimeout(HELLO_TIMEOUT_MS, () => socket.destroy());
+    socket.once('readable', function first() {
+      const chunk = socket.read(1) as Buffer | null;
+      if (!chunk) return void socket.once('readable', first);
+      socket.unshift(chunk);
+      socket.setTimeout(0);
+      then(chunk[0] as number);
+    });
+  }
+
+  /**
+   * A protocol upgrade (WebSocket) on the host the Host header names, with the rules' headers:
+   * sent as a head on a relayed connection, plain or (`secure`, a terminated connection) TLS.
+   */
+  private async upgrade(
+    entry: Entry,
+    req: IncomingMessage,
+    socket: Socket,
+    head: Buffer,
+    secure?: Terminated,
+  ): Promise<void> {
+    const refuse = (why: string): void => {
+      socket.end(`HTTP/1.1 403 Forbidden\r\nconnection: close\r\n\r\nabx egress: ${why}\n`);
+    };
+    const asked = hostOf(req.headers.host);
+    if (!asked) return void socket.destroy();
+    const host = asked.name;
+    if (secure && (host !== secure.name || (asked.port ?? 443) !== secure.port)) {
+      return refuse(`this TLS connection is for ${secure.name}:${secure.port}`);
+    }
+    const route = await this.route(entry, host);
+    if ('refused' in route) {
+      this.record(entry, { kind: 'http', target: host, allowed: false, rule: route.refused });
+      return refuse(`${host} is refused: ${route.refused}`);
+    }
+    const ruled = await this.headersFor(entry, host);
+    if (ruled && 'refused' in ruled) {
+      this.record(entry, { kind: 'http', target: host, allowed: false, rule: ruled.refused });
+      return refuse(ruled.refused);
+    }
+    this.record(entry, { kind: 'http', target: host, allowed: true, rule: route.rule });
+    const set = ruled?.headers ?? {};
+    const lines = [`${req.method} ${req.url} HTTP/${req.httpVersion}`];
+    for (let i = 0; i < req.rawHeaders.length; i += 2) {
+      // The sandbox's own header of a name a rule sets is dropped for the rule's.
+      if ((req.rawHeaders[i] as string).toLowerCase() in set) continue;
+      lines.push(`${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}`);
+    }
+    for (const [name, value] of Object.entries(set)) lines.push(`${name}: ${value}`);
+    const first = Buffer.concat([Buffer.from(`${lines.join('\r\n')}\r\n\r\n`), head]);
+    if (!secure) return this.dial(route.address, 80, socket, first, { entry, name: host });
+    let upstream: TLSSocket;
+    try {
+      upstream = await this.secureUpstream(entry, secure.name, route.address, secure.port);
+    } catch {
+      return void socket.destroy();
+    }
+    upstream.write(first);
+    socket.pipe(upstream);
+    upstream.pipe(socket);
+    upstream.once('error', () => socket.destroy());
+    upstream.once('close', () => socket.destroy());
+    socket.once('error', () => upstream.destroy());
+    socket.once('close', () => upstream.destroy());
   }
 
   private tlsServer(entry: Entry): Server {
@@ -537,11 +744,9 @@ export class EgressService {
           this.record(entry, { kind: 'tls', target: name, allowed: false, rule: route.refused });
           return refuseTls(socket);
         }
-        const ruled = this.tunnelRefusal(entry, name);
-        if (ruled) {
-          this.record(entry, { kind: 'tls', target: name, allowed: false, rule: ruled });
-          return refuseTls(socket);
-        }
+        const ruled = this.ruledName(entry, name);
+        // readTlsClientHello put the ClientHello back: terminated or relayed, it is read again.
+        if (ruled) return void this.terminate(entry, socket, ruled, 443);
         this.record(entry, { kind: 'tls', target: name, allowed: true, rule: route.rule });
         socket.setTimeout(0);
         // readTlsClientHello put the ClientHello back: it flows on to the server as sent.
@@ -699,6 +904,30 @@ export class EgressService {
     }
     if (allowed.length === 0) return { refused: refusal as string };
     return { addresses: allowed, ttl: resolved.ttl, rule };
+  }
+}
+
+/** Answers a request egress refuses itself: the status and why, and the connection ends. */
+function refuseHttp(res: ServerResponse, status: number, why: string): void {
+  const body = `abx egress: ${why}\n`;
+  res.writeHead(status, {
+    'content-type': 'text/plain; charset=utf-8',
+    'content-length': Buffer.byteLength(body),
+    'x-abx-egress': 'refused',
+    connection: 'close',
+  });
+  res.end(body);
+}
+
+/** A Host header's name (canonical) and port, or undefined when it is malformed. */
+function hostOf(header: string | undefined): { name: string; port?: number } | undefined {
+  if (!header) return undefined;
+  try {
+    const url = new URL(`http://${header}`);
+    const name = canonicalName(url.hostname) ?? url.hostname;
+    return url.port ? { name, port: Number(url.port) } : { name };
+  } catch {
+    return undefined;
   }
 }
 

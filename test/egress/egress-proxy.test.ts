@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { Sandbox } from 'e2b';
+import { Sandbox, Secret } from 'e2b';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import {
   EgressRules,
@@ -127,7 +127,7 @@ describe('egress proxy settings (no sandbox)', () => {
 });
 
 describe.skipIf(unavailable)("a sandbox's egress through the user's SOCKS5 proxy", () => {
-  const net = e2bOnTestInternet();
+  const net = e2bOnTestInternet({ trustTestCa: true });
   let proxy: Socks5Server;
 
   beforeAll(async () => {
@@ -255,6 +255,34 @@ describe.skipIf(unavailable)("a sandbox's egress through the user's SOCKS5 proxy
     expect(await run(sandbox, 'curl -fsS -m 10 http://allowed.test/')).toContain('http hello');
     expect(logged()).toEqual(['connect name allowed.test:80']);
   }, 240_000);
+
+  test('header rules through the proxy: HTTPS egress terminates for the rule host leaves by the tunnel, by name, with the header', async () => {
+    await Secret.create('proxied-token', 'via-socks-7c1', net.opts);
+    const sandbox = await Sandbox.create({
+      ...net.opts,
+      network: {
+        allowOut: ['allowed.test', 'other.test'],
+        denyOut: ['0.0.0.0/0'],
+        egressProxy: { address: proxy.address, username: USER, password: PASSWORD },
+        rules: {
+          'allowed.test': [{ transform: { headers: { 'X-Key': Secret.fill('proxied-token') } } }],
+        },
+      },
+    });
+    net.made.push(sandbox);
+    const before = proxy.log().length;
+    // Captured on 443 and through HTTPS_PROXY's CONNECT: both terminated, both tunnelled.
+    for (const flags of ["--noproxy '*'", '']) {
+      const got = JSON.parse(
+        await run(sandbox, `curl -fsS -m 10 ${flags} https://allowed.test/headers`),
+      ) as Record<string, string>;
+      expect(got['x-key']).toBe('via-socks-7c1');
+    }
+    expect(proxy.log().slice(before)).toEqual([
+      'connect name allowed.test:443',
+      'connect name allowed.test:443',
+    ]);
+  }, 120_000);
 
   test('a wrong password: the connection fails, and nothing is reached', async () => {
     const sandbox = await Sandbox.create({

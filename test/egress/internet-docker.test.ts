@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { orphanNetProcesses } from '../../src/egress/sandbox-net.js';
 import { Sandbox } from '../../src/sandbox/sandbox.js';
+import { Secret } from '../../src/sandbox/secret.js';
 import { type DockerHome, dockerHome } from '../compat/e2b/docker-home.js';
 import { dockerEngine } from '../helpers/docker-images.js';
 import { internetUnavailable, makeInternet, type TestInternet } from '../helpers/internet.js';
@@ -35,8 +36,11 @@ describe.skipIf(unavailable)('internet sandboxes on docker', () => {
     process.env.ABX_EGRESS_HOSTS = internet.hostsFile;
     // Read by this file's daemon: a metrics sample every 200 ms.
     process.env.ABX_METRICS_INTERVAL_MS = '200';
+    // Its egress verifies the test internet's origins (HTTPS to a host with header rules).
+    process.env.NODE_EXTRA_CA_CERTS = internet.caCert;
     abx = await dockerHome(engine.docker as NonNullable<typeof engine.docker>).finally(() => {
       delete process.env.ABX_METRICS_INTERVAL_MS;
+      delete process.env.NODE_EXTRA_CA_CERTS;
     });
     box = await Sandbox.create({
       home: abx.home,
@@ -130,6 +134,30 @@ describe.skipIf(unavailable)('internet sandboxes on docker', () => {
     await sampleWhere(
       `${N} bytes more out`,
       (_rx, tx) => tx >= (downloaded.netTxBytes as number) + N,
+    );
+  });
+
+  test('HTTPS to a host with header rules is read by egress with the CA the container trusts', async () => {
+    await Secret.create('docker-tls', 'dk-9f2c41', { home: abx.home });
+    await box.setNetwork({
+      allowOut: ['allowed.test', '192.0.2.44/32'],
+      denyOut: ['0.0.0.0/0'],
+      rules: {
+        'allowed.test': [
+          { transform: { headers: { Authorization: 'Bearer ${secrets.docker-tls}' } } },
+        ],
+      },
+    });
+    // Node's own client, trusting what NODE_EXTRA_CA_CERTS names: the egress CA.
+    const got = await sh(
+      `node -e "fetch('https://allowed.test/headers').then(r => r.json()).then(h => console.log(h.authorization))"`,
+    );
+    expect(got.stdout.trim(), got.stderr).toBe('Bearer dk-9f2c41');
+    expect((await sh('echo $SSL_CERT_FILE $REQUESTS_CA_BUNDLE $NODE_EXTRA_CA_CERTS')).stdout).toBe(
+      '/run/abx/ca-certificates.crt /run/abx/ca-certificates.crt /run/abx/egress-ca.pem\n',
+    );
+    expect((await sh('grep -c "PRIVATE KEY" /run/abx/*.pem /run/abx/*.crt')).stdout).not.toMatch(
+      /:[1-9]/,
     );
   });
 

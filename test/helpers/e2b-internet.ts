@@ -20,17 +20,24 @@ export interface E2bInternet {
 
 /**
  * For a suite (call it inside `describe`): a root daemon whose egress namespace is a test
- * "internet", with E2B's SDK pointed at it through E2B_API_URL and E2B_SANDBOX_URL. Everything is
+ * "internet", with E2B's SDK pointed at it through E2B_API_URL and E2B_SANDBOX_URL; with
+ * `trustTestCa`, the daemon trusts the internet's CA (NODE_EXTRA_CA_CERTS) for the TLS it opens. Everything is
  * stopped and removed after the suite, whatever happened.
  */
-export function e2bOnTestInternet(): E2bInternet {
+export function e2bOnTestInternet(options: { trustTestCa?: boolean } = {}): E2bInternet {
   const env = { made: [] as Sandbox[] } as E2bInternet;
   beforeAll(async () => {
     env.internet = await makeInternet();
     env.abx = await createAbxHome();
     process.env.ABX_EGRESS_NETNS = env.internet.path;
     process.env.ABX_EGRESS_HOSTS = env.internet.hostsFile;
-    env.info = await startDaemon(env.abx.home);
+    // The daemon (and its egress) trusts the test internet's CA, as an operator adds a CA.
+    if (options.trustTestCa) process.env.NODE_EXTRA_CA_CERTS = env.internet.caCert;
+    try {
+      env.info = await startDaemon(env.abx.home);
+    } finally {
+      delete process.env.NODE_EXTRA_CA_CERTS;
+    }
     process.env.E2B_API_URL = env.info.apiUrl;
     process.env.E2B_SANDBOX_URL = env.info.gatewayUrl;
     env.opts = {

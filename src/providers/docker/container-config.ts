@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { SANDBOX_RUN_DIR, SANDBOX_RUNTIME_DIR } from '../../../runtime/protocol/constants.js';
 import { proxyEnv } from '../../egress/sandbox-net.js';
 import type { EgressPorts } from '../../egress/service.js';
+import { SANDBOX_BUNDLE_FILE, SANDBOX_CA_FILE, trustEnv } from '../../egress/trust.js';
 import { DEFAULT_PROCESS_LIMIT } from '../local/local-provider.js';
 import { SANDBOX_NODE } from '../portable-runtime.js';
 import { envdArguments, type SandboxSpec } from '../provider.js';
@@ -71,7 +72,7 @@ export function containerOptions(
     HOME: user.home,
     USER: user.name,
     LANG: 'C.UTF-8',
-    ...(context.egress ? proxyEnv(context.egress) : {}),
+    ...(context.egress ? { ...proxyEnv(context.egress), ...trustEnv() } : {}),
     ...spec.env,
     ABX_SANDBOX_ID: spec.id,
   };
@@ -111,7 +112,14 @@ export function containerOptions(
     Binds: [
       `${context.runtimeDir}:${SANDBOX_RUNTIME_DIR}:ro`,
       // An internet sandbox's resolver: egress's DNS (every DNS packet goes there anyway).
-      ...(spec.network === 'internet' ? [`${spec.dir}/resolv.conf:/etc/resolv.conf:ro`] : []),
+      ...(spec.network === 'internet'
+        ? [
+            `${spec.dir}/resolv.conf:/etc/resolv.conf:ro`,
+            // The egress CA, alone and in a bundle, which the trust variables name.
+            `${spec.dir}/egress-ca.pem:${SANDBOX_CA_FILE}:ro`,
+            `${spec.dir}/ca-certificates.crt:${SANDBOX_BUNDLE_FILE}:ro`,
+          ]
+        : []),
     ],
     // The volumes (named volumes, see volumes.ts), read-write or read-only.
     ...(spec.volumeMounts?.length ? { Mounts: spec.volumeMounts.map(volumeMount) } : {}),

@@ -223,6 +223,11 @@ export class DockerProvider implements SandboxProvider {
     if (mounts.length > 0) await step('its volumes', () => this.volumes.prepare(mounts));
     if (spec.network === 'internet') {
       egress = await step('egress', () => this.networks.serve(spec.id, spec.egress, false));
+      // What the container trusts beside its image's CAs (see container-config.ts): the host's
+      // bundle with the egress CA, since the image's own is not read from here.
+      const trust = await step('egress', () => this.networks.trust());
+      writeFileSync(join(spec.dir, 'egress-ca.pem'), trust.ca, { mode: 0o644 });
+      writeFileSync(join(spec.dir, 'ca-certificates.crt'), trust.bundle, { mode: 0o644 });
     }
     const options = containerOptions(spec, {
       ...(egress ? { egress } : {}),

@@ -5,6 +5,7 @@ import {
   SANDBOX_RUNTIME_DIR,
 } from '../../../runtime/protocol/constants.js';
 import type { TemplateResources } from '../../commands/template-runtime.js';
+import { SANDBOX_BUNDLE_FILE, SANDBOX_CA_FILE } from '../../egress/trust.js';
 
 /** The uid of the sandbox's user, inside its user namespace. */
 export const SANDBOX_UID = 1000;
@@ -60,7 +61,20 @@ export interface BwrapOptions {
    * Open file descriptors (in bwrap) whose contents become the sandbox's /etc/passwd and
    * /etc/group (so its user has a name) and /run/abx/token (envd's token, 0600).
    */
-  fds: { passwd: number; group: number; token: number; resolv?: number };
+  fds: {
+    passwd: number;
+    group: number;
+    token: number;
+    resolv?: number;
+    /**
+     * An internet sandbox's trust (egress-ca.ts): the egress CA alone and the bundle with it, at
+     * /run/abx; `systemBundle`, the bundle again, over the system's
+     * /etc/ssl/certs/ca-certificates.crt (where that is a file to bind over).
+     */
+    egressCa?: number;
+    bundle?: number;
+    systemBundle?: number;
+  };
   env: Record<string, string>;
   workdir: string;
   /**
@@ -190,6 +204,7 @@ export function bwrapArgs(options: BwrapOptions): string[] {
     '--file',
     String(options.fds.token),
     `${SANDBOX_RUN_DIR}/token`,
+    ...trustMounts(options.fds),
     '--ro-bind',
     options.runtimeDir,
     SANDBOX_RUNTIME_DIR,
@@ -204,6 +219,24 @@ export function bwrapArgs(options: BwrapOptions): string[] {
     ...options.command,
   ];
 }
+
+/** bwrap options that give a sandbox the egress CA and the bundle with it (see BwrapOptions.fds). */
+function trustMounts(fds: BwrapOptions['fds']): string[] {
+  const args: string[] = [];
+  if (fds.egressCa !== undefined) {
+    args.push('--perms', '0444', '--ro-bind-data', String(fds.egressCa), SANDBOX_CA_FILE);
+  }
+  if (fds.bundle !== undefined) {
+    args.push('--perms', '0444', '--ro-bind-data', String(fds.bundle), SANDBOX_BUNDLE_FILE);
+  }
+  if (fds.systemBundle !== undefined) {
+    args.push('--ro-bind-data', String(fds.systemBundle), SYSTEM_BUNDLE);
+  }
+  return args;
+}
+
+/** Where Debian (and Alpine, Ubuntu) keep the system's CA bundle, which OpenSSL reads. */
+export const SYSTEM_BUNDLE = '/etc/ssl/certs/ca-certificates.crt';
 
 /**
  * `prlimit` options for the template's per-process limits (empty when it sets none).

@@ -102,3 +102,33 @@ export async function fileInImage(rootfs: string, path: string, image: string): 
     );
   }
 }
+
+/**
+ * The text of a regular file in an image (`path` absolute), or undefined when it, or a folder on
+ * its way, is missing, a symbolic link or not what it should be: nothing outside the image is
+ * ever read through it.
+ */
+export async function regularFileInImage(
+  rootfs: string,
+  path: string,
+  maxBytes = 4 * 1024 * 1024,
+): Promise<string | undefined> {
+  const parts = path.split('/').filter(Boolean);
+  let at = rootfs;
+  for (const [index, part] of parts.entries()) {
+    at = join(at, part);
+    const stats = await lstat(at).catch(() => undefined);
+    const last = index === parts.length - 1;
+    if (!stats || (last ? !stats.isFile() || stats.size > maxBytes : !stats.isDirectory())) {
+      return undefined;
+    }
+  }
+  // O_NOFOLLOW: a link put in its place since is not followed either.
+  const handle = await open(at, constants.O_RDONLY | constants.O_NOFOLLOW).catch(() => undefined);
+  if (!handle) return undefined;
+  try {
+    return await handle.readFile('utf8');
+  } finally {
+    await handle.close();
+  }
+}

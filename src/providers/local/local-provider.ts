@@ -2,6 +2,7 @@ import { execFile, spawn } from 'node:child_process';
 import {
   closeSync,
   existsSync,
+  lstatSync,
   mkdirSync,
   openSync,
   readdirSync,
@@ -26,6 +27,7 @@ import type { EgressPolicy } from '../../egress/policy.js';
 import { enterArgs, proxyEnv, SANDBOX_RESOLV_CONF } from '../../egress/sandbox-net.js';
 import { type KeptNet, SandboxNetworks } from '../../egress/sandbox-networks.js';
 import type { EgressCounters, EgressPorts } from '../../egress/service.js';
+import { trustEnv } from '../../egress/trust.js';
 import { InvalidArgumentError, SandboxStartError } from '../../errors.js';
 import { dockerClient } from '../docker/engine.js';
 import type { DockerEngine } from '../docker/engine-client.js';
@@ -49,7 +51,13 @@ import {
   sandboxHome,
 } from '../provider.js';
 import { connectSandboxSocket } from '../sandbox-socket.js';
-import { bwrapArgs, prlimitArgs, SANDBOX_HOME_TEMPLATE, SANDBOX_UID } from './bwrap-args.js';
+import {
+  bwrapArgs,
+  prlimitArgs,
+  SANDBOX_HOME_TEMPLATE,
+  SANDBOX_UID,
+  SYSTEM_BUNDLE,
+} from './bwrap-args.js';
 import {
   type CgroupLimits,
   cgroupDirsOf,
@@ -66,7 +74,7 @@ import {
   sweepEmptyCgroups,
   thawCgroups,
 } from './cgroups.js';
-import { fileInImage, folderInImage } from './home-seed.js';
+import { fileInImage, folderInImage, regularFileInImage } from './home-seed.js';
 import { imageRootfs, pruneRootfs, ROOTFS_ROOT } from './image-rootfs.js';
 import { isSameProcess, processStartTime, processState, processTree } from './proc.js';
 import {
@@ -81,6 +89,9 @@ import { DEFAULT_UID_RANGE, SandboxUids, type UidRange, uidProcesses } from './s
 import { sandboxUsage } from './sandbox-usage.js';
 import { compileSeccompFilter } from './seccomp.js';
 import { LocalVolumes, sweepVolumeStages, type VolumeBind } from './volumes.js';
+
+/** An internet sandbox's trust files, in the order of their fds (8, 9, 10): see writeTrust. */
+const TRUST_FILES = ['egress-ca.pem', 'ca-certificates.crt', 'system-ca.crt'] as const;
 
 /** The pids limit of a sandbox whose template sets no `processes`: a fork bomb stops there. */
 export const DEFAULT_PROCESS_LIMIT = 4096;
@@ -460,6 +471,7 @@ export class LocalProvider implements SandboxProvider {
     let argv: string[];
     let volumes: { binds: VolumeBind[]; release: () => void } | undefined;
     try {
+      const trusted = net ? await this.writeTrust(spec, image?.rootfs) : undefined;
       if (spec.volumeMounts && spec.volumeMounts.length > 0) {
         volumes = await this.volumes.binds(spec.id, spec.volumeMounts, uid);
       }
@@ -488,14 +500,21 @@ export class LocalProvider implements SandboxProvider {
           HOME: home,
           USER: spec.user ?? 'user',
           LANG: 'C.UTF-8',
-          ...(net ? proxyEnv(net.ports) : {}),
+          ...(net ? { ...proxyEnv(net.ports), ...trustEnv() } : {}),
           ...spec.env,
           ABX_SANDBOX_ID: spec.id,
         },
         workdir: spec.workdir,
         network: spec.network,
         seccompFd: 3,
-        fds: { passwd: 4, group: 5, token: 6, resolv: 7 },
+        fds: {
+          passwd: 4,
+          group: 5,
+          token: 6,
+          resolv: 7,
+          ...(trusted ? { egressCa: 8, bundle: 9 } : {}),
+          ...(trusted?.system ? { systemBundle: 10 } : {}),
+        },
         command: envdArgs,
         ...(volumes ? { volumes: volumes.binds } : {}),
       };
@@ -589,6 +608,26 @@ export class LocalProvider implements SandboxProvider {
     }
   }
 
+  /**
+   * Writes an internet sandbox's trust for bwrap to copy in (fds 8-10): the egress CA, the bundle
+   * with it, and (`system`) the same over the system's bundle, where the sandbox has one to bind
+   * over: the host's without an image; an image's own, read without following a link, plus the
+   * CA. The files are removed once bwrap has them open.
+   */
+  private async writeTrust(spec: SandboxSpec, rootfs?: string): Promise<{ system: boolean }> {
+    const base = rootfs
+      ? await regularFileInImage(rootfs, SYSTEM_BUNDLE)
+      : lstatSync(SYSTEM_BUNDLE, { throwIfNoEntry: false })?.isFile()
+        ? readFileSync(SYSTEM_BUNDLE, 'utf8')
+        : undefined;
+    const { ca, bundle } = await this.networks.trust(base);
+    const [caFile, bundleFile, systemFile] = TRUST_FILES;
+    writeFileSync(join(spec.dir, caFile), ca, { mode: 0o600 });
+    writeFileSync(join(spec.dir, bundleFile), bundle, { mode: 0o600 });
+    if (base !== undefined) writeFileSync(join(spec.dir, systemFile), bundle, { mode: 0o600 });
+    return { system: base !== undefined };
+  }
+
   /** Spawns a sandbox's launch command and resolves with its handle once its envd answers. */
   private async run(
     spec: SandboxSpec,
@@ -608,14 +647,20 @@ export class LocalProvider implements SandboxProvider {
     // /proc and write to the host's disk. Rootless, it would own it: the log goes through a pipe
     // to a reader outside the sandbox that keeps the first MiB and discards the rest.
     const log = root ? openSync(logFile, 'a') : cappedLog(logFile);
-    const fds = ['seccomp.bpf', 'passwd', 'group', 'token', 'resolv.conf'].map((name) =>
-      openSync(join(spec.dir, name), 'r'),
-    );
+    const fds = [
+      'seccomp.bpf',
+      'passwd',
+      'group',
+      'token',
+      'resolv.conf',
+      ...TRUST_FILES.filter((name) => existsSync(join(spec.dir, name))),
+    ].map((name) => openSync(join(spec.dir, name), 'r'));
     rmSync(join(spec.dir, 'token'));
+    for (const name of TRUST_FILES) rmSync(join(spec.dir, name), { force: true });
     const child = spawn(command, args, {
       detached: true,
       // fd 3: the seccomp filter (`--seccomp 3`); 4, 5, 6: /etc/passwd, /etc/group, the token;
-      // 7: an internet sandbox's /etc/resolv.conf.
+      // 7: an internet sandbox's /etc/resolv.conf; 8-10: its trust (writeTrust).
       stdio: ['ignore', log, log, ...fds],
       // bwrap's own processes (the sandbox's pid 1) keep this environment: nothing of the host's.
       env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' },
