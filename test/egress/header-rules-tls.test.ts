@@ -7,6 +7,7 @@ import { Secret as NativeSecret } from '../../src/sandbox/secret.js';
 import { e2bOnTestInternet } from '../helpers/e2b-internet.js';
 import { internetUnavailable, makeInternet, type TestInternet } from '../helpers/internet.js';
 import { type RootlessDaemon, rootlessUid, startRootlessDaemon } from '../helpers/rootless.js';
+import { startSocks5Server } from '../helpers/socks5-server.js';
 
 /**
  * Header rules on HTTPS (issue 45): egress terminates TLS for a host with rules only, with a
@@ -291,5 +292,37 @@ describe.skipIf(unavailable)('header rules on egress (HTTPS), rootless daemon, n
     expect(await sh('cat /run/abx/egress-ca.pem')).toBe(
       readFileSync(join(daemon.home, 'egress-ca', 'ca.pem'), 'utf8'),
     );
+  });
+  test("egressProxy from a rootless daemon: the rule host's HTTPS leaves through the SOCKS5 tunnel, raw TCP to other ports is refused", async () => {
+    const proxy = await startSocks5Server({
+      netns: internet.serversNs,
+      host: internet.addresses.other,
+      port: 1080,
+      hostsFile: internet.hostsFile,
+    });
+    try {
+      const sh = async (command: string) =>
+        (await box.commands.run(command, { timeoutMs: 30_000, allowNonZeroExit: true })).stdout;
+      await box.setNetwork({
+        allowOut: ['allowed.test', internet.addresses.allowed],
+        denyOut: ['0.0.0.0/0'],
+        egressProxy: { address: proxy.address },
+        rules: {
+          'allowed.test': [{ transform: { headers: { 'X-Api-Key': '${secrets.rl-token}' } } }],
+        },
+      });
+      const got = JSON.parse(
+        await sh("curl -fsS -m 10 --noproxy '*' https://allowed.test/headers"),
+      );
+      expect(got['x-api-key']).toBe('rootless-v1');
+      expect(proxy.log()).toContain('connect name allowed.test:443');
+      const raw = await sh(
+        `printf 'raw\\n' | curl -sS -m 10 telnet://${internet.addresses.allowed}:7000 || echo refused`,
+      );
+      expect(raw).toMatch(/refused/);
+      expect(internet.hits().join('\n')).not.toMatch(/tcp .* raw/);
+    } finally {
+      proxy.close();
+    }
   });
 });
