@@ -702,13 +702,7 @@ export class EgressService {
     } catch {
       return void socket.destroy();
     }
-    upstream.write(first);
-    socket.pipe(upstream);
-    upstream.pipe(socket);
-    upstream.once('error', () => socket.destroy());
-    upstream.once('close', () => socket.destroy());
-    socket.once('error', () => upstream.destroy());
-    socket.once('close', () => upstream.destroy());
+    relay(upstream, socket, first);
   }
 
   private tlsServer(entry: Entry): Server {

@@ -12,7 +12,7 @@ import { sandboxRuleset } from '../../src/egress/sandbox-net.js';
 import { proxyAddress } from '../../src/egress/socks-dial.js';
 import { Sandbox as AbxSandbox } from '../../src/sandbox/sandbox.js';
 import { CLI, runProgram } from '../cli/abx.js';
-import { e2bOnTestInternet } from '../helpers/e2b-internet.js';
+import { e2bOnTestInternet, outputOf } from '../helpers/e2b-internet.js';
 import { HOST_ADDRESS, internetUnavailable } from '../helpers/internet.js';
 import { type Socks5Server, startSocks5Server } from '../helpers/socks5-server.js';
 
@@ -142,20 +142,7 @@ describe.skipIf(unavailable)("a sandbox's egress through the user's SOCKS5 proxy
   }, 30_000);
   afterAll(() => proxy?.close());
 
-  /** What a command printed, or its failure as `exit N: stdout stderr` (either SDK's sandbox). */
-  const run = (
-    sandbox: {
-      commands: { run(command: string, o: { timeoutMs: number }): Promise<{ stdout: string }> };
-    },
-    command: string,
-  ) =>
-    sandbox.commands
-      .run(command, { timeoutMs: 30_000 })
-      .then((r) => r.stdout)
-      .catch(
-        (e: { exitCode?: number; stdout?: string; stderr?: string }) =>
-          `exit ${e.exitCode}: ${e.stdout} ${e.stderr}`,
-      );
+  const run = outputOf;
   const e2bHeaders = () => ({ 'x-api-key': net.opts.apiKey });
   const nativeHeaders = () => ({ authorization: `Bearer ${net.opts.apiKey}` });
   /** Every answer that shows the sandbox, as raw text. */

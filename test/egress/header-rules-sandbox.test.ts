@@ -1,6 +1,6 @@
 import { Sandbox, Secret } from 'e2b';
 import { describe, expect, test } from 'vitest';
-import { e2bOnTestInternet } from '../helpers/e2b-internet.js';
+import { e2bOnTestInternet, outputOf } from '../helpers/e2b-internet.js';
 import { internetUnavailable } from '../helpers/internet.js';
 
 /**
@@ -15,12 +15,7 @@ describe.skipIf(unavailable)('header rules on egress (plain HTTP)', () => {
   const net = e2bOnTestInternet();
   const VALUE = 'sk-live-7f3a9c';
 
-  /** What a command printed, or its failure as `exit N: stdout`. */
-  const run = (sandbox: Sandbox, command: string) =>
-    sandbox.commands
-      .run(command, { timeoutMs: 30_000 })
-      .then((r) => r.stdout)
-      .catch((e: { exitCode?: number; stdout?: string }) => `exit ${e.exitCode}: ${e.stdout}`);
+  const run = outputOf;
   /** The headers a server got, as curl (through HTTP_PROXY) fetched them. */
   const curlHeaders = async (sandbox: Sandbox, url: string, extra = '') =>
     JSON.parse(await run(sandbox, `curl -fsS -m 10 ${extra} '${url}'`)) as Record<string, string>;

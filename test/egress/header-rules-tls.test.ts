@@ -4,7 +4,7 @@ import { Sandbox, Secret } from 'e2b';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Sandbox as NativeSandbox } from '../../src/sandbox/sandbox.js';
 import { Secret as NativeSecret } from '../../src/sandbox/secret.js';
-import { e2bOnTestInternet } from '../helpers/e2b-internet.js';
+import { e2bOnTestInternet, outputOf } from '../helpers/e2b-internet.js';
 import { internetUnavailable, makeInternet, type TestInternet } from '../helpers/internet.js';
 import { type RootlessDaemon, rootlessUid, startRootlessDaemon } from '../helpers/rootless.js';
 import { startSocks5Server } from '../helpers/socks5-server.js';
@@ -22,14 +22,7 @@ describe.skipIf(unavailable)('header rules on egress (HTTPS)', () => {
   const net = e2bOnTestInternet({ trustTestCa: true });
   const VALUE = 'sk-tls-5b1e77';
 
-  const run = (sandbox: Sandbox, command: string) =>
-    sandbox.commands
-      .run(command, { timeoutMs: 30_000 })
-      .then((r) => r.stdout)
-      .catch(
-        (e: { exitCode?: number; stdout?: string; stderr?: string }) =>
-          `exit ${e.exitCode}: ${e.stdout}${e.stderr}`,
-      );
+  const run = outputOf;
   const json = async (sandbox: Sandbox, command: string) => {
     const out = await run(sandbox, command);
     try {

@@ -54,3 +54,19 @@ export function e2bOnTestInternet(options: { trustTestCa?: boolean } = {}): E2bI
   });
   return env;
 }
+
+/** What a command printed, or its failure as `exit N: stdout stderr` (either SDK's sandbox). */
+export function outputOf(
+  sandbox: {
+    commands: { run(command: string, o: { timeoutMs: number }): Promise<{ stdout: string }> };
+  },
+  command: string,
+): Promise<string> {
+  return sandbox.commands
+    .run(command, { timeoutMs: 30_000 })
+    .then((r) => r.stdout)
+    .catch(
+      (e: { exitCode?: number; stdout?: string; stderr?: string }) =>
+        `exit ${e.exitCode}: ${e.stdout ?? ''} ${e.stderr ?? ''}`,
+    );
+}
