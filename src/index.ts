@@ -158,6 +158,11 @@ export type {
   NetworkPolicy,
   SandboxMetric,
 } from './sandbox/sandbox-api.js';
+export type {
+  SandboxLogLevel,
+  SandboxLogLine,
+  SandboxLogsOptions,
+} from './sandbox/sandbox-logs.js';
 export type { SecretInfo } from './sandbox/secret.js';
 export { Secret } from './sandbox/secret.js';
 export type { ServerClient, ServerStartOptions } from './sandbox/server-client.js';

@@ -3,6 +3,7 @@ import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { CAPABILITIES, type Capability } from '../protocol/capabilities.js';
 import { SANDBOX_HOME } from '../protocol/constants.js';
+import { observeSpawns } from '../server/child-process.js';
 import { FileMetadataStore } from '../server/file-metadata.js';
 import { CORE } from '../server/groups/core.js';
 import { DEV_TOOLS } from '../server/groups/dev-tools.js';
@@ -18,6 +19,7 @@ import { ENV } from './env.js';
 import { EXEC } from './exec.js';
 import { FILES_BATCH } from './files-batch.js';
 import { portsGroup } from './ports.js';
+import { logProcess, logsGroup, sandboxLog } from './sandbox-log.js';
 import { runtimeServerScript, ServerStarter, serverStartGroup } from './server-start.js';
 import { tokensGroup } from './tokens.js';
 import { watchGroup } from './watch.js';
@@ -140,6 +142,7 @@ const server = new SandboxServer({
     tokensGroup(({ client, control }) => server.replaceTokens({ control, limited: client })),
     // The code drivers (python_driver.py, js_driver.cjs) are shipped next to envd.cjs.
     codeGroup({ driversDir: dirname(resolve(process.argv[1] ?? '.')) }),
+    logsGroup(),
   ],
   // Raw uploads stream to disk, so they may be large and slow (64 GiB within 1 h); JSON bodies
   // are read whole and keep the defaults (64 MiB within 30 s), so a trickling client cannot hold
@@ -153,8 +156,11 @@ for (const signal of ['SIGTERM', 'SIGINT'] as const) {
     void server.stop();
   });
 }
+// The sandbox's log (GET /logs) has every process envd starts, by name only.
+observeSpawns((child, file) => logProcess(child, file));
 server.start().then(
   () => {
+    sandboxLog.write('info', 'envd started', { pid: String(process.pid) });
     process.stdout.write(
       `${JSON.stringify({ event: 'listening', socket: values.socket, listen: values.listen, pid: process.pid })}\n`,
     );

@@ -65,6 +65,13 @@ export function spawnFailure(error: Error, file: string, cwd: string | undefined
   return new BadRequestError(`cannot start ${file}: ${error.message}`);
 }
 
+let spawnObserver: ((child: ChildProcess, file: string) => void) | undefined;
+
+/** Called with every process spawnGroup starts: envd logs them (envd/sandbox-log.ts). */
+export function observeSpawns(observer: (child: ChildProcess, file: string) => void): void {
+  spawnObserver = observer;
+}
+
 /** Spawns a program in its own process group with piped stdio. */
 export function spawnGroup(
   file: string,
@@ -72,13 +79,15 @@ export function spawnGroup(
   options: { cwd?: string; env?: Record<string, string>; identity?: Identity },
 ): ChildProcess {
   const as = spawnIdentity(options.identity);
-  return spawn(file, args, {
+  const child = spawn(file, args, {
     cwd: options.cwd,
     env: { ...process.env, ...as.env, ...options.env },
     ...(as.uid === undefined ? {} : { uid: as.uid, gid: as.gid }),
     detached: true,
     stdio: ['pipe', 'pipe', 'pipe'],
   });
+  spawnObserver?.(child, file);
+  return child;
 }
 
 /**

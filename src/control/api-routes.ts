@@ -7,6 +7,7 @@ import { argList } from '../../runtime/server/validate.js';
 import { publicPolicy } from '../egress/policy.js';
 import { errorResponse, InvalidArgumentError, SandboxNotFoundError } from '../errors.js';
 import { egressPolicyOf } from '../providers/provider.js';
+import { logJson, parseLogQuery, selectLines } from '../util/log-lines.js';
 import { packageInfo } from '../util/package-info.js';
 import { timeRange } from '../util/time-range.js';
 import { ENVD_PORT } from './gateway.js';
@@ -15,6 +16,7 @@ import type { MetricsSample, MetricsSampler } from './metrics.js';
 import type { DaemonMetrics } from './prometheus.js';
 import type { SandboxRecord, SandboxState } from './registry.js';
 import type { SandboxEventStreams } from './sandbox-events.js';
+import { followLog, type SandboxLogs } from './sandbox-logs.js';
 import type { KeyOwner, SandboxService } from './sandbox-service.js';
 import { type SecretService, secretJson } from './secret-service.js';
 import type { BuiltTemplate, TemplateService } from './template-service.js';
@@ -30,6 +32,8 @@ export interface ApiContext {
   keys: KeyService;
   /** Running sandboxes' samples of use (CPU, memory, disk, processes). */
   metrics: MetricsSampler;
+  /** Each sandbox's log (envd's lines, its processes), kept after it ends. */
+  logs: SandboxLogs;
   /** The daemon's own metrics, which `GET /metrics` answers in Prometheus' text format. */
   prometheus: DaemonMetrics;
   /** Who sent the request (set by the daemon's guard; undefined only on public routes). */
@@ -445,6 +449,38 @@ export const API_ROUTES: ApiRoute[] = [
         );
       }
       return { metrics: ctx.metrics.samples(id, range.start, range.end).map(metricJson) };
+    },
+  },
+  {
+    method: 'GET',
+    path: '/v1/sandboxes/{id}/logs',
+    group: 'api',
+    summary:
+      "A sandbox's log, running or ended (kept as long as its record; the newest 10000 lines and 1 MiB): { logs: [{ timestamp, level, message, fields }] }, oldest first; start= (ms since the epoch), level= (debug, info, warn, error: that level and above), search= (a substring), direction= (forward, backward), limit= (1 to 10000). With follow=1: NDJSON {log} lines, then each new one as it comes, {keepalive:{}} every 15 s without one, {end:{state}} once the sandbox has ended.",
+    handler: async ({ params, query, ctx, closed }) => {
+      const id = params.id as string;
+      await checkVisible(ctx, id);
+      const record = await ctx.sandboxes.find(id);
+      if (!record) throw new SandboxNotFoundError(`sandbox ${id} does not exist`);
+      const logQuery = parseLogQuery(query);
+      const follow = query.get('follow');
+      if (follow !== null && !['0', '1', 'true', 'false'].includes(follow)) {
+        throw new InvalidArgumentError(`follow must be 1 or 0, not ${JSON.stringify(follow)}`);
+      }
+      if (follow === '1' || follow === 'true') {
+        if (logQuery.direction === 'backward') {
+          throw new InvalidArgumentError(
+            'follow reads forward (new lines come last): leave out direction=backward',
+          );
+        }
+        const stateOf = async () => (await ctx.sandboxes.find(id))?.state;
+        return new Reply(200, followLog(ctx.logs, id, logQuery, stateOf, closed), {
+          'content-type': 'application/x-ndjson; charset=utf-8',
+          'cache-control': 'no-store',
+          'x-accel-buffering': 'no',
+        });
+      }
+      return { logs: selectLines(ctx.logs.read(id), logQuery).map(logJson) };
     },
   },
   {

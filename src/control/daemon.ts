@@ -3,7 +3,7 @@ import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo, Server as NetServer } from 'node:net';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { type Guard, RouteTable } from '../../runtime/server/route-table.js';
 import { E2bControlApi } from '../compat/e2b/control-api.js';
 import { E2bEnvdFace } from '../compat/e2b/envd-face.js';
@@ -63,6 +63,7 @@ import { Reaper } from './reaper.js';
 import { RecordCache } from './record-cache.js';
 import type { Registry } from './registry.js';
 import { SandboxEventStreams } from './sandbox-events.js';
+import { SandboxLogs } from './sandbox-logs.js';
 import { PAUSED_TIMEOUT_MS, SandboxService } from './sandbox-service.js';
 import { loadSecretsKey } from './secret-crypto.js';
 import { SecretService } from './secret-service.js';
@@ -216,6 +217,8 @@ export class Daemon {
   readonly keys: KeyService;
   private readonly reaper: Reaper;
   readonly metrics: MetricsSampler;
+  /** Each sandbox's log, read from its envd and kept after it ends (docs/sandboxes.md, Logs). */
+  readonly logs: SandboxLogs;
   /** The daemon's own metrics (`GET /metrics`, Prometheus' text format). */
   readonly prometheus: DaemonMetrics;
   private readonly liveness = new Map<string, { alive: boolean; at: number }>();
@@ -288,6 +291,14 @@ export class Daemon {
       undefined,
       (error) => this.sandboxes.log.failed('metrics', error),
     );
+    this.logs = new SandboxLogs(join(dirname(this.paths.sandboxes), 'sandbox-logs'), {
+      running: async () =>
+        (await this.registry.listSandboxes({ state: 'running' })).map((record) => ({
+          id: record.id,
+          envdSocket: record.handle.envdSocket,
+        })),
+      controlToken: (id) => this.sandboxes.controlTokenOf(id),
+    });
     this.prometheus = new DaemonMetrics({
       liveSandboxes: () => this.registry.countLive(),
       poolSize: (template) => this.sandboxes.poolSize(template),
@@ -348,6 +359,7 @@ export class Daemon {
       secrets: this.secrets,
       keys: this.keys,
       metrics: this.metrics,
+      logs: this.logs,
       prometheus: this.prometheus,
       events: new SandboxEventStreams({
         visible: async (caller) =>
@@ -383,6 +395,7 @@ export class Daemon {
         templates: this.templates,
         keys: this.keys,
         metrics: this.metrics,
+        logs: this.logs,
         volumes: this.volumes,
         secrets: this.secrets,
         volumeToken: (id) => volumeToken(tokenSecret, id),
@@ -670,6 +683,7 @@ export class Daemon {
     }
     this.reaper.start();
     this.metrics.start();
+    this.logs.start();
     const info: DaemonInfo = {
       pid: process.pid,
       apiUrl: `http://127.0.0.1:${apiPort}`,
@@ -693,6 +707,7 @@ export class Daemon {
     this.stopping ??= (async () => {
       await this.reaper.stop();
       await this.metrics.stop();
+      this.logs.stop();
       // A registry that does not answer must not keep the daemon from stopping.
       await this.sandboxes
         .close()

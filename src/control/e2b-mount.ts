@@ -14,6 +14,7 @@ import { hashToken, tokenMatches } from './ids.js';
 import type { KeyService } from './key-service.js';
 import type { MetricsSampler } from './metrics.js';
 import type { SandboxRecord, SecretRecord, VolumeRecord } from './registry.js';
+import type { SandboxLogs } from './sandbox-logs.js';
 import type { KeyOwner, SandboxService } from './sandbox-service.js';
 import type { SecretService } from './secret-service.js';
 import { snapshotSource, type TemplateService } from './template-service.js';
@@ -30,6 +31,7 @@ export function mountE2bControlApi(
     templates: TemplateService;
     keys: KeyService;
     metrics: MetricsSampler;
+    logs: SandboxLogs;
     volumes: VolumeService;
     /** Secrets: the same service, ownership and write-only rule as /v1/secrets. */
     secrets: SecretService;
@@ -39,7 +41,7 @@ export function mountE2bControlApi(
   domain: () => string,
   limits: BodyLimits,
 ): E2bControlApi {
-  const { sandboxes, templates, keys, metrics, volumes, secrets, volumeToken } = services;
+  const { sandboxes, templates, keys, metrics, logs, volumes, secrets, volumeToken } = services;
   const backend: E2bBackend = {
     authenticate: (key) => keys.authenticateKey(key, 'X-API-KEY: <key> (E2B_API_KEY)'),
     create: async (request, caller) =>
@@ -101,6 +103,7 @@ export function mountE2bControlApi(
       await sandboxes.drainPool(name);
     },
     metrics: (id, start, end) => metrics.samples(id, start, end),
+    logs: (id) => logs.read(id),
     domain,
     createVolume: async (name, caller) => volumeOf(await volumes.create(caller.keyId, { name })),
     listVolumes: async (caller) => (await volumes.list(caller.keyId)).map(volumeOf),

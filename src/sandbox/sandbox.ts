@@ -72,6 +72,12 @@ import {
   setSandboxTimeout,
   snapshotSandbox,
 } from './sandbox-api.js';
+import {
+  followSandboxLogs,
+  readSandboxLogs,
+  type SandboxLogLine,
+  type SandboxLogsOptions,
+} from './sandbox-logs.js';
 import { ServerClient } from './server-client.js';
 import { Templates } from './templates.js';
 import { type VolumeMounts, volumeMountList } from './volume.js';
@@ -480,6 +486,39 @@ export class Sandbox extends BaseSandbox {
     range: { start?: Date | number; end?: Date | number } = {},
   ): Promise<SandboxMetric[]> {
     return getSandboxMetrics(this.control, this.sandboxId, range);
+  }
+
+  /**
+   * This sandbox's log: envd's own lines and the processes it starts and ends, with a timestamp
+   * and a level each; the newest 10 000 lines and 1 MiB are kept, also after it ends (E2B's
+   * sandbox logs).
+   *
+   * @example
+   * for (const line of await sandbox.logs({ level: 'warn' })) console.log(line.message);
+   */
+  logs(options: SandboxLogsOptions = {}): Promise<SandboxLogLine[]> {
+    return readSandboxLogs(this.control, this.sandboxId, options);
+  }
+
+  /** A sandbox's log by id, running or ended (see {@link Sandbox.logs}). */
+  static async logs(
+    sandboxId: string,
+    options: SandboxLogsOptions & ConnectionOptions = {},
+  ): Promise<SandboxLogLine[]> {
+    return readSandboxLogs((await openControl(options)).client, sandboxId, options);
+  }
+
+  /**
+   * The lines of this sandbox's log, the kept ones first, then each new one as it comes; ends
+   * when the sandbox ends or `signal` aborts.
+   *
+   * @example
+   * for await (const line of sandbox.followLogs({ signal })) console.log(line.message);
+   */
+  followLogs(
+    options: Omit<SandboxLogsOptions, 'direction'> & { signal?: AbortSignal } = {},
+  ): AsyncGenerator<SandboxLogLine> {
+    return followSandboxLogs(this.connection, this.sandboxId, options);
   }
 
   /**

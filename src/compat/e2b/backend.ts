@@ -6,6 +6,7 @@
 import type { TemplateResources } from '../../../runtime/protocol/wire.js';
 import type { HostRules } from '../../egress/header-rules.js';
 import type { MetricsSample, VolumeFiles, VolumeSpec } from '../../providers/provider.js';
+import type { LogLine } from '../../util/log-lines.js';
 
 /** Who sent a request: the key its `X-API-KEY` names. */
 export interface E2bCaller {
@@ -172,6 +173,8 @@ export interface E2bBackend {
    * oldest first; empty where the provider measures none.
    */
   metrics(id: string, start?: number, end?: number): MetricsSample[];
+  /** The lines kept of a sandbox's log, running or ended, oldest first (none: empty). */
+  logs(id: string): LogLine[];
   /** The domain sandbox hosts end with: `{port}-{sandboxId}.{domain}` at the gateway. */
   domain(): string;
   /** Makes a volume of the caller's (InvalidArgumentError for a bad name; 409 for a taken one). */

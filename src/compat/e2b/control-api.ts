@@ -30,6 +30,7 @@ import type {
 } from './backend.js';
 import { E2B_CODE_TEMPLATE } from './code-interpreter.js';
 import { page, parseListQuery } from './list-query.js';
+import { type LogCall, sandboxLogsV1, sandboxLogsV2 } from './log-routes.js';
 import {
   createSecret,
   getSecret,
@@ -370,6 +371,14 @@ function secretRoute(run: (call: SecretCall) => Promise<SecretAnswer>) {
   };
 }
 
+/** A log route (log-routes.ts), its answer as this API sends it. */
+function logRoute(run: (call: LogCall) => Promise<{ status: number; body: unknown }>) {
+  return async (call: Call): Promise<Answer> => {
+    const { status, body } = await run(call);
+    return new Answer(status, body);
+  };
+}
+
 /** A volume route (volume-routes.ts), its answer as this API sends it. */
 function volumeRoute(run: (call: VolumeCall) => Promise<VolumeAnswer>) {
   return async (call: Call): Promise<Answer> => {
@@ -552,6 +561,13 @@ const ROUTES: E2bRoute[] = [
   route('POST', '/sandboxes/{id}/timeout', 'Set the time left.', setTimeoutOf),
   route('PUT', '/sandboxes/{id}/network', "Replace a sandbox's egress policy.", updateNetwork),
   route('GET', '/sandboxes/{id}/metrics', 'Samples of CPU, memory and disk use.', metrics),
+  route('GET', '/sandboxes/{id}/logs', "A sandbox's log (older SDKs).", logRoute(sandboxLogsV1)),
+  route(
+    'GET',
+    '/v2/sandboxes/{id}/logs',
+    "A sandbox's log, running or ended.",
+    logRoute(sandboxLogsV2),
+  ),
   route('POST', '/sandboxes/{id}/snapshots', 'Save a sandbox as a template.', snapshot),
   route('POST', '/sandboxes/{id}/pause', 'Pause: freeze, or hibernate with memory: false.', pause),
   route('POST', '/sandboxes/{id}/resume', 'Resume a paused sandbox (older SDKs).', resume),
