@@ -23,6 +23,7 @@ interface TemplateDocument {
   resources?: Record<string, string | number>;
   network?: 'none' | 'host' | 'internet' | { allow_out?: string[]; deny_out?: string[] };
   runtime?: { node: number };
+  start?: { cmd: string; ready?: string };
 }
 
 /** Options of a step: who runs it (an image template's steps run as `root` by default). */
@@ -141,6 +142,14 @@ export class Template {
   /** The user the sandbox runs as (created when the image lacks it); default `user`. */
   setUser(user: string): Template {
     return this.with({ user });
+  }
+
+  /**
+   * A command each sandbox starts in the background when it is created (a server, say), and a
+   * command the create runs until it exits 0 before it answers (`ready`, 2 minutes at most).
+   */
+  setStartCmd(cmd: string, ready?: string): Template {
+    return this.with({ start: ready === undefined ? { cmd } : { cmd, ready } });
   }
 
   setDescription(description: string): Template {

@@ -23,10 +23,12 @@ export const RUNTIME_KEYS = [
   'network',
   'kubernetes',
   'runtime',
+  'start',
 ];
 const STEP_KEYS = ['run', 'copy', 'to', 'user'];
 const RESOURCE_KEYS = ['processes', 'open_files', 'file_size', 'memory', 'cpu', 'disk'];
 const RUNTIME_NODE_KEYS = ['node'];
+const START_KEYS = ['cmd', 'ready'];
 
 /** The default lifetime of a sandbox whose template sets no `timeout`. */
 export const DEFAULT_SANDBOX_TIMEOUT_MS = 5 * 60_000;
@@ -82,7 +84,22 @@ export interface TemplateRuntime {
    * run another line (src/control/node-line.ts).
    */
   runtime?: { node: number };
+  /**
+   * A command every sandbox starts in the background as it is created (as the template's user, in
+   * its workdir), and a `ready` command run until it exits 0 (START_READY_TIMEOUT_MS at most)
+   * before the create answers.
+   */
+  start?: TemplateStart;
 }
+
+/** `start: { cmd, ready? }` of a template. */
+export interface TemplateStart {
+  cmd: string;
+  ready?: string;
+}
+
+/** How long a create waits for a template's `start.ready` command to exit 0. */
+export const START_READY_TIMEOUT_MS = 120_000;
 
 /** Reads the runtime keys of a template document, reporting problems to `reader`. */
 export function readRuntime(
@@ -146,6 +163,7 @@ export function readRuntime(
   const { network, egress, networkDefault } = readNetwork(reader, root.network);
   const kubernetes = readKubernetes(reader, root.kubernetes);
   const runtime = readRuntimeNeeds(reader, root.runtime);
+  const start = readStart(reader, root.start);
   return {
     ...image,
     user: typeof user === 'string' ? user : DEFAULT_USER,
@@ -159,7 +177,37 @@ export function readRuntime(
     ...(egress ? { egress } : {}),
     ...(kubernetes ? { kubernetes } : {}),
     ...(runtime ? { runtime } : {}),
+    ...(start ? { start } : {}),
   };
+}
+
+/** `start: { cmd, ready? }`: shell command lines, neither empty. */
+function readStart(reader: TemplateReader, value: unknown): TemplateStart | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (!isRecord(value)) {
+    reader.problem(
+      ['start'],
+      'must be a mapping such as { cmd: ./serve.sh, ready: test -f /tmp/up }',
+    );
+    return undefined;
+  }
+  reader.checkKeys(value, START_KEYS, ['start']);
+  const line = (key: 'cmd' | 'ready') => {
+    const text = value[key];
+    if (text === undefined || text === null) return undefined;
+    if (typeof text !== 'string' || text.trim() === '' || text.includes('\0')) {
+      reader.problem(['start', key], 'must be a shell command line');
+      return undefined;
+    }
+    return text;
+  };
+  const cmd = line('cmd');
+  const ready = line('ready');
+  if (cmd === undefined) {
+    if (value.cmd === undefined) reader.problem(['start'], 'missing `cmd:`, the command to start');
+    return undefined;
+  }
+  return { cmd, ...(ready === undefined ? {} : { ready }) };
 }
 
 /** `runtime: { node: 24 }`: the Node line the sandboxes need (a major version, 18 or newer). */

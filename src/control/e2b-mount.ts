@@ -102,6 +102,11 @@ export function mountE2bControlApi(
       await templates.remove(name, caller);
       await sandboxes.drainPool(name);
     },
+    buildTemplate: async (yaml, caller, onProgress, uploaded) => {
+      const built = await templates.build({ yaml }, onProgress, caller, uploaded);
+      await sandboxes.drainPool(built.spec.name);
+    },
+    templateFilesDir: () => templates.filesDir,
     metrics: (id, start, end) => metrics.samples(id, start, end),
     logs: (id) => logs.read(id),
     domain,

@@ -163,11 +163,12 @@ export async function runSetupStep(
   command: string,
   user?: string,
   onOutput?: (text: string, stream: 'stdout' | 'stderr') => void,
+  timeoutSeconds = 3600,
 ): Promise<{ exitCode: number; output: string }> {
   const payload = Buffer.from(
     JSON.stringify({
       cmd: command,
-      timeout: 3600,
+      timeout: timeoutSeconds,
       stdin: false,
       ...(user === undefined ? {} : { user }),
     }),
@@ -222,7 +223,7 @@ export async function runSetupStep(
       onOutput?.(event.data, event.stream);
     } else if (event.exit) {
       const { code, signal, timed_out: timedOut } = event.exit;
-      if (timedOut) keep('\n(the step ran for 1 h and was stopped)');
+      if (timedOut) keep(`\n(the step ran for ${timeoutSeconds} s and was stopped)`);
       else if (code === null) keep(`\n(ended by ${signal ?? 'a signal'})`);
       return { exitCode: code ?? 1, output: output.slice(-STEP_OUTPUT_KEPT) };
     }
@@ -309,4 +310,80 @@ export async function copyIntoSandbox(
     }
     throw errorFromBody(status, parsed);
   }
+}
+
+/** How long one run of a template's `start.ready` command may take before it counts as failed. */
+const READY_CHECK_SECONDS = 10;
+/** The pause between two runs of a `start.ready` command that did not exit 0. */
+const READY_RETRY_MS = 250;
+
+/**
+ * Starts a template's start command in a fresh sandbox (`POST /exec`, no time limit, as the
+ * sandbox's user in its workdir) and leaves it running; then runs `ready` until it exits 0. A
+ * start envd refuses, or a `ready` that has not passed within `readyTimeoutMs`, rejects, naming
+ * the command and the last output.
+ */
+export async function startTemplateCommand(
+  handle: { envdSocket: string },
+  token: string,
+  start: { cmd: string; ready?: string },
+  readyTimeoutMs: number,
+): Promise<void> {
+  const payload = Buffer.from(JSON.stringify({ cmd: start.cmd, timeout: 0, stdin: false }));
+  const response = await new Promise<IncomingMessage>((resolve, reject) => {
+    const req = request(
+      {
+        createConnection: () => connectSandboxSocket(handle.envdSocket),
+        method: 'POST',
+        path: '/exec',
+        timeout: 30_000,
+        headers: {
+          authorization: `Bearer ${token}`,
+          'content-type': 'application/json',
+          'content-length': payload.length,
+        },
+      },
+      resolve,
+    );
+    req.on('timeout', () =>
+      req.destroy(new TimeoutError('envd did not start the start command within 30 s')),
+    );
+    req.on('error', reject);
+    req.end(payload);
+  });
+  // The process lives on in envd's table once started; only its event stream is left here.
+  const status = response.statusCode;
+  const first = await new Promise<string>((resolve) => {
+    let text = '';
+    response.on('data', (chunk: Buffer) => {
+      text += chunk;
+      if (status === 200 && text.includes('\n')) resolve(text);
+    });
+    response.on('end', () => resolve(text));
+    response.on('error', () => resolve(text));
+  });
+  response.destroy();
+  if (status !== 200 || !first.startsWith('{"start"')) {
+    throw new UpstreamError(
+      `the template's start command \`${start.cmd}\` did not start (envd answered ${status}: ${first.slice(0, 500)})`,
+    );
+  }
+  if (start.ready === undefined) return;
+  const deadline = Date.now() + readyTimeoutMs;
+  let last = { exitCode: 1, output: '' };
+  while (Date.now() < deadline) {
+    last = await runSetupStep(
+      handle,
+      token,
+      start.ready,
+      undefined,
+      undefined,
+      READY_CHECK_SECONDS,
+    );
+    if (last.exitCode === 0) return;
+    await new Promise((resolve) => setTimeout(resolve, READY_RETRY_MS));
+  }
+  throw new TimeoutError(
+    `the template's ready command \`${start.ready}\` did not exit 0 within ${readyTimeoutMs / 1000} s of the start command \`${start.cmd}\` (last exit code ${last.exitCode}${last.output ? `, output: ${last.output.slice(-500)}` : ''})`,
+  );
 }

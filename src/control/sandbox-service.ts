@@ -8,6 +8,7 @@ import {
   publicPolicy,
   withoutInternet,
 } from '../egress/policy.js';
+import { START_READY_TIMEOUT_MS } from '../commands/template-runtime.js';
 import type { EgressCounters } from '../egress/service.js';
 import {
   AuthenticationError,
@@ -29,7 +30,7 @@ import {
   type VolumeMountSpec,
 } from '../providers/provider.js';
 import { BackgroundLog } from './background-log.js';
-import { prestartServer, sandboxEnv, warmSandbox } from './envd-request.js';
+import { prestartServer, sandboxEnv, startTemplateCommand, warmSandbox } from './envd-request.js';
 import { hashToken, newSandboxId, type TokenKind } from './ids.js';
 import { verifySandboxNode } from './node-line.js';
 import type { CreateSource, SandboxEvents } from './prometheus.js';
@@ -439,6 +440,19 @@ export class SandboxService {
         template.image !== undefined,
         handle,
         this.controlTokenOf(id),
+      ).catch(async (error) => {
+        await this.provider.kill(handle);
+        rmSync(dir, { recursive: true, force: true });
+        throw error;
+      });
+    }
+    const startCmd = template.spec.start;
+    if (startCmd) {
+      await startTemplateCommand(
+        handle,
+        this.controlTokenOf(id),
+        startCmd,
+        START_READY_TIMEOUT_MS,
       ).catch(async (error) => {
         await this.provider.kill(handle);
         rmSync(dir, { recursive: true, force: true });

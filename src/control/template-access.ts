@@ -18,6 +18,7 @@
  *   key's own build also runs its setup steps on the template's own network (its egress policy),
  *   never the host's (templateBuildNetwork).
  */
+import { resolve } from 'node:path';
 
 /** Who asks: a key's id (null: the daemon's own key) and whether it is an admin key. */
 export interface TemplatePrincipal {
@@ -68,6 +69,11 @@ export interface BuildableTemplate {
 export function templateBuildRefusals(
   who: TemplatePrincipal,
   template: BuildableTemplate,
+  /**
+   * A folder of files the key itself uploaded for this build (E2B's template files, extracted by
+   * the daemon): copy steps from inside it copy the key's own files, not the host's.
+   */
+  uploaded?: string,
 ): string[] {
   if (who.admin) return [];
   const refusals: string[] = [];
@@ -82,7 +88,9 @@ export function templateBuildRefusals(
   if (template.dockerfile !== undefined) {
     refusals.push("dockerfile: (a file on the daemon's host; use image:)");
   }
-  if (template.setup.some((step) => 'copy' in step)) {
+  const own = (path: string) =>
+    uploaded !== undefined && resolve(path).startsWith(`${resolve(uploaded)}/`);
+  if (template.setup.some((step) => 'copy' in step && !own(step.copy))) {
     refusals.push("setup copy steps (they copy files of the daemon's host; use run steps)");
   }
   if (template.kubernetes !== undefined) refusals.push('kubernetes: (where its pods run)');

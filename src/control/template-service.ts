@@ -201,7 +201,12 @@ export class TemplateService {
      * cluster pulls). Unset: the image stays on the builder's engine.
      */
     private readonly imageRegistry?: string,
-  ) {}
+  ) {
+    this.filesDir = join(templatesDir, '.e2b-files');
+  }
+
+  /** Where E2B's template builds keep their uploaded files (src/compat/e2b/template-files.ts). */
+  readonly filesDir: string;
 
   /**
    * The network of a build sandbox on `provider` (template-access.ts decides which): the host's,
@@ -371,6 +376,8 @@ export class TemplateService {
     onProgress: (event: BuildProgress) => void = () => {},
     /** Who builds: a new template is an admin's shared one, another key's own (private). */
     who: TemplatePrincipal = DAEMON,
+    /** A folder of files `who` uploaded for this build, which its copy steps may copy from. */
+    uploaded?: string,
   ): Promise<BuiltTemplate> {
     let spec: TemplateSpec;
     if (typeof source !== 'string') {
@@ -389,7 +396,7 @@ export class TemplateService {
     if (spec.name === BASE_TEMPLATE.name) {
       throw new InvalidArgumentError("'base' is built in; give your template another name");
     }
-    const refusals = templateBuildRefusals(who, spec);
+    const refusals = templateBuildRefusals(who, spec, uploaded);
     if (refusals.length > 0) {
       throw new PermissionDeniedError(
         `template '${spec.name}' has ${refusals.join(', ')}: building that needs an admin API key, and the key '${who.name ?? who.keyId}' (${who.keyId}) is not one; leave it out, or ask an admin of the control plane`,

@@ -3,7 +3,7 @@
  * plane: the daemon hands it an object built from its own services (src/control/e2b-mount.ts).
  * Every call lands on the native service, registry and key store; the layer keeps no state.
  */
-import type { TemplateResources } from '../../../runtime/protocol/wire.js';
+import type { BuildProgress, TemplateResources } from '../../../runtime/protocol/wire.js';
 import type { HostRules } from '../../egress/header-rules.js';
 import type { MetricsSample, VolumeFiles, VolumeSpec } from '../../providers/provider.js';
 import type { LogLine } from '../../util/log-lines.js';
@@ -168,6 +168,19 @@ export interface E2bBackend {
    * admin keys only (as on /v1); 404 if none or the caller may not see it.
    */
   removeTemplate(name: string, caller: E2bCaller): Promise<void>;
+  /**
+   * Builds the template a `template.yaml` text describes, as the caller: abx's own build, with
+   * its refusals and owners (template-access.ts). `uploaded` is a folder of the caller's own
+   * uploaded files, which the template's copy steps may copy from.
+   */
+  buildTemplate(
+    yaml: string,
+    caller: E2bCaller,
+    onProgress: (event: BuildProgress) => void,
+    uploaded?: string,
+  ): Promise<void>;
+  /** The folder E2B's template files are kept in (blobs by content hash, and build staging). */
+  templateFilesDir(): string;
   /**
    * A running sandbox's samples of use from `start` to `end` (ms since the epoch, both included),
    * oldest first; empty where the provider measures none.

@@ -40,6 +40,12 @@ import {
   type SecretCall,
   updateSecret,
 } from './secret-routes.js';
+import {
+  type TemplateBuildAnswer,
+  type TemplateBuildCall,
+  TemplateBuilds,
+  uploadTarget,
+} from './template-build-routes.js';
 import { E2bVolumeContent } from './volume-content.js';
 import {
   createVolume,
@@ -77,6 +83,8 @@ interface Call {
   body: Record<string, unknown>;
   caller: E2bCaller;
   backend: E2bBackend;
+  /** The origin the request reached (`http://host:port`), for links the answer gives. */
+  origin: string;
 }
 
 type E2bRoute = Route<Call>;
@@ -387,6 +395,17 @@ function volumeRoute(run: (call: VolumeCall) => Promise<VolumeAnswer>) {
   };
 }
 
+/** E2B's template builds, kept by this process (template-build-routes.ts). */
+const BUILDS = new TemplateBuilds();
+
+/** A template build route (template-build-routes.ts), its answer as this API sends it. */
+function buildRoute(run: (call: TemplateBuildCall) => Promise<TemplateBuildAnswer>) {
+  return async (call: Call): Promise<Answer> => {
+    const { status, body } = await run(call);
+    return new Answer(status, body);
+  };
+}
+
 async function info(call: Call): Promise<Answer> {
   const row = await visible(call);
   const template = await call.backend.template(row.template);
@@ -598,6 +617,46 @@ const ROUTES: E2bRoute[] = [
     secretRoute(updateSecret),
   ),
   route('DELETE', '/secrets/{id}', 'Remove a secret and its versions.', secretRoute(removeSecret)),
+  route('POST', '/v3/templates', 'Request a template build.', buildRoute(BUILDS.request)),
+  route(
+    'POST',
+    '/v2/templates',
+    'Request a template build (older SDKs).',
+    buildRoute(BUILDS.request),
+  ),
+  route(
+    'GET',
+    '/templates/{id}/files/{hash}',
+    "Whether the key uploaded a copy step's files; else an upload link.",
+    buildRoute(BUILDS.fileLink),
+  ),
+  route(
+    'POST',
+    '/v2/templates/{id}/builds/{buildID}',
+    "Start a build with its steps (abx's template builder, in the background).",
+    buildRoute(BUILDS.start),
+  ),
+  route(
+    'GET',
+    '/templates/{id}/builds/{buildID}/status',
+    "A build's status and its log lines from logsOffset.",
+    buildRoute(BUILDS.status),
+  ),
+  route(
+    'GET',
+    '/templates/{id}/builds/{buildID}/logs',
+    "A build's log lines.",
+    buildRoute(BUILDS.logs),
+  ),
+  route(
+    'GET',
+    '/templates/aliases/{alias}',
+    'Whether a template exists.',
+    buildRoute(BUILDS.alias),
+  ),
+  route('GET', '/templates/{id}/tags', "A template's tags (default).", buildRoute(BUILDS.tags)),
+  route('POST', '/templates/tags', 'Assign tags (refused).', buildRoute(BUILDS.tagEdit)),
+  route('DELETE', '/templates/tags', 'Remove tags (refused).', buildRoute(BUILDS.tagEdit)),
 ];
 
 /** The first path segments this API answers; the daemon's own API keeps every other path. */
@@ -639,6 +698,9 @@ export class E2bControlApi {
   async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     // Its own token, streamed bodies and error shape: see volume-content.ts.
     if (E2bVolumeContent.claims(req.url ?? '/')) return this.content.handle(req, res);
+    // Its own token (the link's), a tar body: see template-files.ts.
+    const upload = uploadTarget(req.method, req.url);
+    if (upload) return this.receiveUpload(req, res, upload);
     try {
       let answer: Answer;
       try {
@@ -650,6 +712,27 @@ export class E2bControlApi {
       send(res, answer);
     } catch {
       // The client went away mid-answer: nothing is left to tell it, and the daemon goes on.
+      res.destroy();
+    }
+  }
+
+  /** An upload to a link `GET /templates/{id}/files/{hash}` gave: 201, or E2B's error. */
+  private async receiveUpload(
+    req: IncomingMessage,
+    res: ServerResponse,
+    upload: { hash: string; token: string },
+  ): Promise<void> {
+    let answer: Answer;
+    try {
+      await BUILDS.upload(this.backend).receive(upload.token, upload.hash, req);
+      answer = new Answer(201, undefined);
+    } catch (error) {
+      if (!req.complete) await drainBody(req, this.limits).catch(() => undefined);
+      answer = errorAnswer(error);
+    }
+    try {
+      send(res, answer);
+    } catch {
       res.destroy();
     }
   }
@@ -669,7 +752,10 @@ export class E2bControlApi {
     const query = new URLSearchParams(mark < 0 ? '' : target.slice(mark + 1));
     const body =
       route.method === 'POST' || route.method === 'PUT' ? bodyObject(parseJson(bytes, req)) : {};
-    const call: Call = { params, query, body, caller, backend: this.backend };
+    const forwarded = req.headers['x-forwarded-proto'];
+    const scheme = typeof forwarded === 'string' && forwarded === 'https' ? 'https' : 'http';
+    const origin = `${scheme}://${req.headers.host ?? 'localhost'}`;
+    const call: Call = { params, query, body, caller, backend: this.backend, origin };
     return (await route.handler({
       method: route.method,
       path: target,
@@ -694,7 +780,7 @@ function match(table: RouteTable<Call>, method: string, path: string) {
   } catch (error) {
     if (!(error instanceof RouteNotFoundError)) throw error;
     throw new RouteNotFoundError(
-      `abx does not serve ${method} ${path} of E2B's API (its template builds are not served); docs/e2b.md lists the routes it serves`,
+      `abx does not serve ${method} ${path} of E2B's API; docs/e2b.md lists the routes it serves`,
     );
   }
 }

@@ -1,0 +1,484 @@
+/**
+ * E2B's template builds (its Template SDK: `Template.build`, `buildInBackground`,
+ * `getBuildStatus`, `exists`, `getTags`) on abx's own template builder: the steps the SDK sends
+ * become a `template.yaml` through abx's `Template` (src/commands/template-builder.ts) and
+ * TemplateService builds it, with its owners and refusals. The template's id is its name. Files
+ * of `copy()` steps are uploaded once per key by hash (template-files.ts). Builds run in the
+ * background; their status and log lines are kept in memory (the last MAX_BUILDS builds).
+ */
+import { randomUUID } from 'node:crypto';
+import { mkdirSync, rmSync } from 'node:fs';
+import { basename, join, posix } from 'node:path';
+import type { BuildProgress } from '../../../runtime/protocol/wire.js';
+import { TEMPLATE_NAME_PATTERN } from '../../commands/custom-command.js';
+import { Template } from '../../commands/template-builder.js';
+import {
+  InvalidArgumentError,
+  NotFoundError,
+  SandboxError,
+  TemplateConflictError,
+} from '../../errors.js';
+import { shellQuote } from '../../util/shell-quote.js';
+import type { E2bBackend, E2bCaller } from './backend.js';
+import { checkFilesHash, sourceInside, TemplateFiles } from './template-files.js';
+
+/** What a template build route gets. */
+export interface TemplateBuildCall {
+  params: Record<string, string>;
+  query: URLSearchParams;
+  body: Record<string, unknown>;
+  caller: E2bCaller;
+  backend: E2bBackend;
+  /** The origin the caller reached the API at (`http://host:port`), for upload links. */
+  origin: string;
+}
+
+export interface TemplateBuildAnswer {
+  status: number;
+  body: unknown;
+}
+
+/**
+ * The upload a request is, if it is one: `PUT /templates/{id}/files/{hash}?upload=<token>`, the
+ * link `GET /templates/{id}/files/{hash}` gave (it carries no API key: the token is the right).
+ */
+export function uploadTarget(
+  method: string | undefined,
+  url: string | undefined,
+): { hash: string; token: string } | undefined {
+  if (method !== 'PUT' || !url) return undefined;
+  const parsed = new URL(url, 'http://upload');
+  const match = /^\/templates\/[^/]+\/files\/([^/]+)$/.exec(parsed.pathname);
+  const token = parsed.searchParams.get('upload');
+  if (!match || !token) return undefined;
+  return { hash: decodeURIComponent(match[1] as string), token };
+}
+
+/** Builds kept for status polling; older ones are forgotten first. */
+const MAX_BUILDS = 200;
+/** Log lines kept per build; later lines are dropped, saying so once. */
+const MAX_LOG_LINES = 20_000;
+
+interface LogEntry {
+  timestamp: string;
+  level: 'debug' | 'info' | 'warn' | 'error';
+  message: string;
+  step?: string;
+}
+
+interface Build {
+  id: string;
+  template: string;
+  owner: string | null;
+  status: 'waiting' | 'building' | 'ready' | 'error';
+  resources: { cpu?: number; memory?: string };
+  logs: LogEntry[];
+  reason?: { message: string; step?: string };
+  createdAt: number;
+}
+
+/** A 404 in E2B's words: another key's build answers exactly as one that never was. */
+function buildNotFound(id: string): NotFoundError {
+  return new NotFoundError(
+    `template build ${id} not found: it does not exist, is another key's, or was forgotten (the daemon keeps the last ${MAX_BUILDS} builds in memory, not across restarts)`,
+  );
+}
+
+/** A step abx cannot express: 400, naming it, before anything is built. */
+function refused(index: number, type: string, why: string): InvalidArgumentError {
+  return new InvalidArgumentError(
+    `template step ${index + 1} (${type}) is not supported by abx: ${why}; nothing was built`,
+  );
+}
+
+function stringArgs(step: Record<string, unknown>, index: number, type: string): string[] {
+  const args = step.args ?? [];
+  if (!Array.isArray(args) || args.some((a) => typeof a !== 'string')) {
+    throw refused(index, type, 'its args must be a list of strings');
+  }
+  return args as string[];
+}
+
+/** One COPY step as the translation needs it: where the uploaded files go. */
+interface CopyPlan {
+  index: number;
+  hash: string;
+  src: string;
+  dest: string;
+  user: string;
+  mode: string;
+}
+
+/**
+ * The template E2B's build body describes, as abx's `Template` (plus the copies to stage): every
+ * step type, base and option abx cannot express is refused by name.
+ */
+function translate(
+  body: Record<string, unknown>,
+  resources: Build['resources'],
+  staging: string,
+): { template: Template; copies: CopyPlan[]; steps: number[] } {
+  if (body.fromTemplate !== undefined && body.fromTemplate !== null && body.fromTemplate !== '') {
+    throw new InvalidArgumentError(
+      `fromTemplate (${JSON.stringify(body.fromTemplate)}) is not supported by abx: start from an image on the daemon's Docker engine with fromImage; nothing was built`,
+    );
+  }
+  if (body.fromImageRegistry !== undefined && body.fromImageRegistry !== null) {
+    throw new InvalidArgumentError(
+      "fromImageRegistry (registry credentials) is not supported by abx: the image must be on the daemon's Docker engine already (docker pull or docker load), named by fromImage without credentials; nothing was built",
+    );
+  }
+  const image = body.fromImage;
+  if (typeof image !== 'string' || image === '') {
+    throw new InvalidArgumentError(
+      "fromImage is required: the Docker image to start from (Template().fromImage(...)), on the daemon's Docker engine",
+    );
+  }
+  let template = Template.fromImage(image);
+  if (resources.cpu !== undefined || resources.memory !== undefined) {
+    template = template.setResources(resources);
+  }
+  const steps = body.steps ?? [];
+  if (!Array.isArray(steps)) throw new InvalidArgumentError('steps must be a list of steps');
+  let user = 'user';
+  let workdir: string | undefined;
+  const copies: CopyPlan[] = [];
+  // For each setup step abx runs, the E2B step (1-based, as the SDK's stack traces count) it is.
+  const setupOf: number[] = [];
+  const run = (index: number, command: string, as: string) => {
+    template = template.runCmd(command, { user: as });
+    setupOf.push(index + 1);
+  };
+  for (const [index, raw] of steps.entries()) {
+    if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) {
+      throw new InvalidArgumentError(`template step ${index + 1} must be an object { type, args }`);
+    }
+    const step = raw as Record<string, unknown>;
+    const type = String(step.type);
+    const args = stringArgs(step, index, type);
+    switch (type) {
+      case 'RUN': {
+        const [command, as] = args;
+        if (!command) throw refused(index, type, 'it has no command');
+        const cd = workdir === undefined ? '' : `cd ${shellQuote(workdir)} && `;
+        run(index, `${cd}${command}`, as || user);
+        break;
+      }
+      case 'ENV': {
+        if (args.length % 2 !== 0) throw refused(index, type, 'its args must be name, value pairs');
+        const env: Record<string, string> = {};
+        for (let i = 0; i < args.length; i += 2) env[args[i] as string] = args[i + 1] as string;
+        template = template.setEnvs(env);
+        break;
+      }
+      case 'WORKDIR': {
+        const [path] = args;
+        if (!path) throw refused(index, type, 'it names no folder');
+        workdir = posix.resolve(workdir ?? '/home/user', path);
+        template = template.setWorkdir(workdir);
+        run(index, `mkdir -p ${shellQuote(workdir)}`, 'root');
+        break;
+      }
+      case 'USER': {
+        const [name] = args;
+        if (!name) throw refused(index, type, 'it names no user');
+        if (name === 'root' || name === '0') {
+          throw refused(
+            index,
+            type,
+            "sandboxes never run as root yet (root inside image sandboxes is coming); leave setUser('root') out: steps that need root, such as aptInstall, run as root by themselves",
+          );
+        }
+        user = name;
+        template = template.setUser(name);
+        break;
+      }
+      case 'COPY': {
+        const [src, dest, as, mode] = args;
+        if (!src || !dest) throw refused(index, type, 'it needs a source and a destination');
+        if (/[*?[\]{}]/.test(src)) {
+          throw refused(
+            index,
+            type,
+            `its source ${JSON.stringify(src)} is a glob pattern; name a file or folder`,
+          );
+        }
+        if (typeof step.filesHash !== 'string') {
+          throw refused(index, type, 'it has no filesHash (the SDK sends one for every copy)');
+        }
+        const hash = checkFilesHash(step.filesHash);
+        const to = posix.resolve(workdir ?? '/home/user', dest);
+        const at = join(staging, String(index));
+        // Filled from the upload before the build (stageCopies): the source inside it.
+        const plan: CopyPlan = { index, hash, src, dest: to, user: as || user, mode: mode ?? '' };
+        if (plan.mode !== '' && !/^0?[0-7]{3,4}$/.test(plan.mode)) {
+          throw refused(index, type, `its mode ${JSON.stringify(plan.mode)} is not octal`);
+        }
+        copies.push(plan);
+        template = template.copy(
+          join(at, src),
+          dest.endsWith('/') ? `${to}/${basename(src)}` : to,
+          {
+            user: plan.user,
+          },
+        );
+        setupOf.push(index + 1);
+        if (plan.mode !== '') run(index, `chmod ${plan.mode} ${shellQuote(to)}`, 'root');
+        break;
+      }
+      default:
+        throw refused(
+          index,
+          type,
+          'abx builds RUN, COPY, ENV, WORKDIR and USER steps (and the installs and file steps the SDK makes of them)',
+        );
+    }
+  }
+  const start = body.startCmd;
+  const ready = body.readyCmd;
+  if (typeof start === 'string' && start !== '') {
+    template = template.setStartCmd(
+      workdir === undefined ? start : `cd ${shellQuote(workdir)} && ${start}`,
+      typeof ready === 'string' && ready !== '' ? ready : undefined,
+    );
+  } else if (typeof ready === 'string' && ready !== '') {
+    throw new InvalidArgumentError(
+      'readyCmd without startCmd is not supported by abx: give setStartCmd(cmd, readyCmd); nothing was built',
+    );
+  }
+  return { template, copies, steps: setupOf };
+}
+
+/** E2B's template build routes over one daemon's backend; builds are kept in memory. */
+export class TemplateBuilds {
+  private readonly builds = new Map<string, Build>();
+  private files: TemplateFiles | undefined;
+
+  private store(backend: E2bBackend): TemplateFiles {
+    this.files ??= new TemplateFiles(backend.templateFilesDir());
+    return this.files;
+  }
+
+  /** The build `id` as the caller may see it: its own (an admin: any); else 404. */
+  private visible(call: TemplateBuildCall): Build {
+    const id = call.params.buildID as string;
+    const build = this.builds.get(id);
+    if (
+      !build ||
+      build.template !== call.params.id ||
+      (!call.caller.admin && build.owner !== call.caller.keyId)
+    ) {
+      throw buildNotFound(id);
+    }
+    return build;
+  }
+
+  /** `POST /v3/templates` (and v2): a new build of the template `name`, waiting for its steps. */
+  request = async (call: TemplateBuildCall): Promise<TemplateBuildAnswer> => {
+    const given = call.body.name ?? call.body.alias;
+    if (typeof given !== 'string' || given === '') {
+      throw new InvalidArgumentError('name is required: the template name, such as my-template');
+    }
+    const [name, tag] = given.split(':', 2) as [string, string | undefined];
+    const tags = [...(tag ? [tag] : []), ...((call.body.tags as string[] | undefined) ?? [])];
+    if (!TEMPLATE_NAME_PATTERN.test(name) || name.length > 64 || name === 'base') {
+      throw new InvalidArgumentError(
+        `template name ${JSON.stringify(name)} must be letters, digits, ".", "_" and "-" (64 at most, not base), such as my-template`,
+      );
+    }
+    const other = tags.find((t) => t !== 'default');
+    if (other !== undefined) {
+      throw new InvalidArgumentError(
+        `tag ${JSON.stringify(other)} is not supported by abx: a template has one build, its latest (the tag default); build under another name instead`,
+      );
+    }
+    const resources: Build['resources'] = {};
+    if (call.body.cpuCount !== undefined) resources.cpu = Number(call.body.cpuCount);
+    if (call.body.memoryMB !== undefined) resources.memory = `${Number(call.body.memoryMB)}M`;
+    const build: Build = {
+      id: randomUUID(),
+      template: name,
+      owner: call.caller.keyId,
+      status: 'waiting',
+      resources,
+      logs: [],
+      createdAt: Date.now(),
+    };
+    this.builds.set(build.id, build);
+    for (const id of this.builds.keys()) {
+      if (this.builds.size <= MAX_BUILDS) break;
+      const old = this.builds.get(id);
+      if (old && old.status !== 'building') this.builds.delete(id);
+    }
+    return {
+      status: 202,
+      body: {
+        templateID: name,
+        buildID: build.id,
+        tags: ['default'],
+        names: [name],
+        aliases: [name],
+        public: call.caller.admin,
+      },
+    };
+  };
+
+  /** `GET /templates/{id}/files/{hash}`: whether this key uploaded them; else a one-time link. */
+  fileLink = async (call: TemplateBuildCall): Promise<TemplateBuildAnswer> => {
+    const hash = checkFilesHash(call.params.hash as string);
+    const files = this.store(call.backend);
+    if (files.present(call.caller.keyId, hash)) return { status: 200, body: { present: true } };
+    const token = files.uploadToken(call.caller.keyId, hash);
+    const url = `${call.origin}/templates/${encodeURIComponent(call.params.id as string)}/files/${hash}?upload=${token}`;
+    return { status: 201, body: { present: false, url } };
+  };
+
+  /** The upload a link names (PUT, the tar as the body); handled outside JSON routing. */
+  upload(backend: E2bBackend) {
+    return this.store(backend);
+  }
+
+  /** `POST /v2/templates/{id}/builds/{buildID}`: translate the steps, then build in the background. */
+  start = async (call: TemplateBuildCall): Promise<TemplateBuildAnswer> => {
+    const build = this.visible(call);
+    if (build.status !== 'waiting') {
+      throw new TemplateConflictError(
+        `template build ${build.id} was started already (${build.status}); request a new build`,
+      );
+    }
+    const staging = join(call.backend.templateFilesDir(), 'builds', build.id);
+    const { template, copies, steps } = translate(call.body, build.resources, staging);
+    const files = this.store(call.backend);
+    for (const copy of copies) {
+      if (!files.present(call.caller.keyId, copy.hash)) {
+        throw refused(
+          copy.index,
+          'COPY',
+          `its files (hash ${copy.hash}) were not uploaded by this key`,
+        );
+      }
+    }
+    build.status = 'building';
+    void this.run(build, call, template.toYaml(build.template), copies, steps, staging);
+    return { status: 202, body: {} };
+  };
+
+  private log(build: Build, message: string, level: LogEntry['level'] = 'info', step?: number) {
+    if (build.logs.length > MAX_LOG_LINES) return;
+    build.logs.push({
+      timestamp: new Date().toISOString(),
+      level,
+      message:
+        build.logs.length === MAX_LOG_LINES
+          ? `(the build log has ${MAX_LOG_LINES} lines; later lines are not kept)`
+          : message,
+      ...(step === undefined ? {} : { step: String(step) }),
+    });
+  }
+
+  private async run(
+    build: Build,
+    call: TemplateBuildCall,
+    yaml: string,
+    copies: CopyPlan[],
+    steps: number[],
+    staging: string,
+  ): Promise<void> {
+    const files = this.store(call.backend);
+    try {
+      for (const copy of copies) {
+        const at = join(staging, String(copy.index));
+        mkdirSync(at, { recursive: true, mode: 0o755 });
+        await files.extract(call.caller.keyId, copy.hash, at);
+        sourceInside(at, copy.src);
+      }
+      this.log(build, `building template ${build.template} with abx's template builder`);
+      await call.backend.buildTemplate(
+        yaml,
+        call.caller,
+        (event: BuildProgress) => {
+          const step = event.step === undefined ? undefined : steps[event.step];
+          this.log(build, event.text, 'info', step);
+        },
+        staging,
+      );
+      this.log(build, `template ${build.template} is built`);
+      build.status = 'ready';
+    } catch (error) {
+      const details = error instanceof SandboxError ? error.details : {};
+      const index = typeof details.step === 'number' ? steps[details.step] : undefined;
+      const message = (error as Error).message;
+      this.log(build, message, 'error', index);
+      build.reason = { message, ...(index === undefined ? {} : { step: String(index) }) };
+      build.status = 'error';
+    } finally {
+      rmSync(staging, { recursive: true, force: true });
+    }
+  }
+
+  /** `GET /templates/{id}/builds/{buildID}/status?logsOffset=N`: the lines from N on. */
+  status = async (call: TemplateBuildCall): Promise<TemplateBuildAnswer> => {
+    const build = this.visible(call);
+    const offset = Number(call.query.get('logsOffset') ?? 0);
+    if (!Number.isInteger(offset) || offset < 0) {
+      throw new InvalidArgumentError('logsOffset must be a whole number, 0 or more');
+    }
+    const logEntries = build.logs.slice(offset);
+    return {
+      status: 200,
+      body: {
+        templateID: build.template,
+        buildID: build.id,
+        status: build.status,
+        logs: logEntries.map((e) => `${e.timestamp} ${e.level}: ${e.message}`),
+        logEntries,
+        ...(build.reason ? { reason: { ...build.reason, logEntries: [] } } : {}),
+      },
+    };
+  };
+
+  /** `GET /templates/{id}/builds/{buildID}/logs`: the lines from `cursor` (a line number). */
+  logs = async (call: TemplateBuildCall): Promise<TemplateBuildAnswer> => {
+    const build = this.visible(call);
+    const offset = Number(call.query.get('cursor') ?? 0);
+    const limit = Number(call.query.get('limit') ?? 100);
+    return { status: 200, body: { logs: build.logs.slice(offset, offset + Math.max(0, limit)) } };
+  };
+
+  /** `GET /templates/aliases/{alias}` (`Template.exists`): the template if the caller may use it. */
+  alias = async (call: TemplateBuildCall): Promise<TemplateBuildAnswer> => {
+    const name = call.params.alias as string;
+    if (!(await call.backend.template(name, call.caller))) {
+      throw new NotFoundError(`template ${JSON.stringify(name)} not found`);
+    }
+    return { status: 200, body: { templateID: name, public: true } };
+  };
+
+  /** `GET /templates/{id}/tags`: one tag, `default`, on the latest build of a usable template. */
+  tags = async (call: TemplateBuildCall): Promise<TemplateBuildAnswer> => {
+    const name = call.params.id as string;
+    if (!(await call.backend.template(name, call.caller))) {
+      throw new NotFoundError(`template ${JSON.stringify(name)} not found`);
+    }
+    const latest = [...this.builds.values()]
+      .filter((b) => b.template === name && b.status === 'ready')
+      .at(-1);
+    return {
+      status: 200,
+      body: [
+        {
+          tag: 'default',
+          buildID: latest?.id ?? '00000000-0000-0000-0000-000000000000',
+          createdAt: new Date(latest?.createdAt ?? 0).toISOString(),
+        },
+      ],
+    };
+  };
+
+  /** `POST /templates/tags`, `DELETE /templates/tags`: refused, by name. */
+  tagEdit = async (): Promise<TemplateBuildAnswer> => {
+    throw new InvalidArgumentError(
+      'template tags are not supported by abx: a template has one build, its latest (the tag default); build under another name instead',
+    );
+  };
+}
