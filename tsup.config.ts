@@ -126,6 +126,9 @@ export default defineConfig([
       server: 'runtime/server/main.ts',
       envd: 'runtime/envd/main.ts',
       js_driver: 'runtime/envd/code/js_driver.ts',
+      // A root-allowing image sandbox's first process, and its `sudo` (runtime/root/).
+      root: 'runtime/root/main.ts',
+      sudo: 'runtime/root/sudo.ts',
     },
     outDir: 'dist/runtime',
     ...selfContained,

@@ -14,6 +14,7 @@ import {
   rm,
   stat,
   symlink,
+  writeFile,
 } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import { SANDBOX_RUNTIME_DIR } from '../../runtime/protocol/constants.js';
@@ -30,13 +31,15 @@ export const SANDBOX_NODE = `${SANDBOX_RUNTIME_DIR}/bin/node`;
  * host's own there.
  */
 export const SANDBOX_NODE_DIR = `${SANDBOX_RUNTIME_DIR}/node-bin`;
+/** The `sudo` shim's folder in the portable runtime (see runtime/root/sudo.ts). */
+export const SANDBOX_SUDO_DIR = `${SANDBOX_RUNTIME_DIR}/sudo-bin`;
 /** Where the bundled loader and libraries appear in the sandbox (the binary's interpreter and rpath). */
 export const SANDBOX_LIB_DIR = `${SANDBOX_RUNTIME_DIR}/lib`;
 /** A root daemon's cache: every sandbox uid may read it (the package may sit under /root). */
 export const ROOT_PORTABLE_CACHE = '/run/abx-runtime';
 
 /** Bumped whenever the folder's layout or the patching changes, so old caches are not reused. */
-const FORMAT = 'abx-portable-runtime/2';
+const FORMAT = 'abx-portable-runtime/3';
 const REQUIRED = ['envd.cjs', 'server.cjs'];
 const MACHINES: Record<number, string> = { 62: 'x86-64', 183: 'aarch64' };
 const TOOL_ENV = { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' };
@@ -325,6 +328,16 @@ async function build(
     await copyFile(join(runtimeDir, name), join(partial, name));
     await chmod(join(partial, name), 0o644);
   }
+  // `sudo` for root-allowing sandboxes, bound at /usr/bin/sudo there (never on PATH elsewhere).
+  const sudoDir = join(partial, basename(SANDBOX_SUDO_DIR));
+  await mkdir(sudoDir, { mode: 0o755 });
+  await chmod(sudoDir, 0o755);
+  await writeFile(
+    join(sudoDir, 'sudo'),
+    `#!${SANDBOX_NODE}\nrequire(${JSON.stringify(`${SANDBOX_RUNTIME_DIR}/sudo.cjs`)});\n`,
+    { mode: 0o755 },
+  );
+  await chmod(join(sudoDir, 'sudo'), 0o755);
   if (!elf.interpreter) return; // a static Node needs nothing else
 
   const loader = basename(elf.interpreter);

@@ -100,6 +100,12 @@ export interface SandboxSpec {
    */
   user?: string;
   /**
+   * Root inside the sandbox (internal until offered as a template option): uid 0 of the sandbox's
+   * own user namespace, a second envd for `user: 'root'`, and `sudo` for the default user. Local
+   * provider, root daemon, image sandboxes only (root-userns.ts).
+   */
+  allowRoot?: boolean;
+  /**
    * Volumes to mount (checked by the control plane: each exists, made by this provider's
    * {@link VolumeStore}, its path free and allowed). Absent or empty: none.
    */
@@ -276,6 +282,12 @@ export interface SandboxHandle {
    * sandbox reached over the network, whose port P is `HOST:P` (see `sandboxPortTarget`).
    */
   portsDir: string;
+  /**
+   * A root-allowing sandbox's second envd, running as the sandbox's root: where requests for
+   * `user: 'root'` go (the local provider's root daemon, image sandboxes whose template allows
+   * root). Absent: root is refused.
+   */
+  envdRootSocket?: string;
   /** The host uid the sandbox runs as, when the daemon gave it one of its own (root daemon). */
   uid?: number;
   /** The sandbox's cgroups (memory, CPU, pids), where the host allows them. */

@@ -6,6 +6,7 @@ import {
 } from '../../../runtime/protocol/constants.js';
 import type { TemplateResources } from '../../commands/template-runtime.js';
 import { SANDBOX_BUNDLE_FILE, SANDBOX_CA_FILE } from '../../egress/trust.js';
+import { rootBwrapArgs } from './root-userns.js';
 
 /** The uid of the sandbox's user, inside its user namespace. */
 export const SANDBOX_UID = 1000;
@@ -88,6 +89,12 @@ export interface BwrapOptions {
   command: string[];
   /** Volumes: host folders bound at their paths (after the home and /tmp, which may hold them). */
   volumes?: readonly { source: string; dest: string; readOnly: boolean }[];
+  /**
+   * A root-allowing image sandbox (root-userns.ts): bwrap's user namespace maps 0 and 1000, the
+   * daemon writes the maps while bwrap waits on `blockFd`, and `command` starts as uid 0 with
+   * ROOT_CAPS; `sudo` (a host file, the runtime's shim) is bound at /usr/bin/sudo.
+   */
+  rootUserns?: { blockFd: number; infoFd: number; sudo: string };
 }
 
 function systemMounts(): string[] {
@@ -135,15 +142,21 @@ export function procMounts(): string[] {
  */
 export function bwrapArgs(options: BwrapOptions): string[] {
   const env = Object.entries(options.env).flatMap(([key, value]) => ['--setenv', key, value]);
+  const root = options.rootUserns;
   return [
-    '--unshare-user',
-    '--uid',
-    String(SANDBOX_UID),
-    '--gid',
-    String(SANDBOX_UID),
-    // `unshare -r` and friends fail inside: a nested user namespace would give the sandbox
-    // capabilities over new mount namespaces (cgroupfs, and whatever a kernel bug exposes).
-    '--disable-userns',
+    ...(root
+      ? rootBwrapArgs(root.blockFd, root.infoFd)
+      : [
+          '--unshare-user',
+          '--uid',
+          String(SANDBOX_UID),
+          '--gid',
+          String(SANDBOX_UID),
+          // `unshare -r` and friends fail inside: a nested user namespace would give the sandbox
+          // capabilities over new mount namespaces (cgroupfs, and whatever a kernel bug exposes).
+          // A root sandbox's namespace gets max_user_namespaces 0 instead (root-userns.ts).
+          '--disable-userns',
+        ]),
     '--unshare-pid',
     '--unshare-ipc',
     '--unshare-uts',
@@ -172,6 +185,7 @@ export function bwrapArgs(options: BwrapOptions): string[] {
           String(options.fds.group),
           '/etc/group',
         ]),
+    ...(root ? ['--ro-bind', root.sudo, '/usr/bin/sudo'] : []),
     ...(options.network === 'internet' && options.fds.resolv !== undefined
       ? ['--ro-bind-data', String(options.fds.resolv), '/etc/resolv.conf']
       : []),

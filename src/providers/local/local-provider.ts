@@ -13,7 +13,7 @@ import {
 } from 'node:fs';
 import { cp, lstat, rename, rm } from 'node:fs/promises';
 import { request } from 'node:http';
-import { dirname, join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import type { Writable } from 'node:stream';
 import { promisify } from 'node:util';
 import {
@@ -21,6 +21,7 @@ import {
   SANDBOX_RUN_DIR,
   SANDBOX_RUNTIME_DIR,
 } from '../../../runtime/protocol/constants.js';
+import { ENVD_ROOT_SOCKET } from '../../../runtime/root/constants.js';
 import { DEFAULT_DISK_BYTES } from '../../commands/template-runtime.js';
 import type { EgressController } from '../../egress/controller.js';
 import type { EgressPolicy } from '../../egress/policy.js';
@@ -37,6 +38,7 @@ import {
   portableSandboxNode,
   SANDBOX_NODE,
   SANDBOX_NODE_DIR,
+  SANDBOX_SUDO_DIR,
 } from '../portable-runtime.js';
 import {
   type EndCause,
@@ -75,8 +77,10 @@ import {
   thawCgroups,
 } from './cgroups.js';
 import { fileInImage, folderInImage, regularFileInImage } from './home-seed.js';
+import { idmapMount } from './idmap.js';
 import { imageRootfs, pruneRootfs, ROOTFS_ROOT } from './image-rootfs.js';
 import { isSameProcess, processStartTime, processState, processTree } from './proc.js';
+import { childPidOf, mapRootUserns, rootUidOf } from './root-userns.js';
 import {
   createDiskImage,
   type HomeSeed,
@@ -88,10 +92,20 @@ import { localRuntimeCache, type NoImageNode, noImageNode, sandboxNodeOf } from 
 import { DEFAULT_UID_RANGE, SandboxUids, type UidRange, uidProcesses } from './sandbox-uids.js';
 import { sandboxUsage } from './sandbox-usage.js';
 import { compileSeccompFilter } from './seccomp.js';
-import { LocalVolumes, sweepVolumeStages, type VolumeBind } from './volumes.js';
+import {
+  LocalVolumes,
+  releaseStage,
+  sweepVolumeStages,
+  VOLUME_STAGE_DIR,
+  type VolumeBind,
+} from './volumes.js';
 
 /** An internet sandbox's trust files, in the order of their fds (8, 9, 10): see writeTrust. */
 const TRUST_FILES = ['egress-ca.pem', 'ca-certificates.crt', 'system-ca.crt'] as const;
+
+/** A root-allowing sandbox's bwrap --userns-block-fd and --info-fd (after the files, fds 3-10). */
+const ROOT_BLOCK_FD = 11;
+const ROOT_INFO_FD = 12;
 
 /** The pids limit of a sandbox whose template sets no `processes`: a fork bomb stops there. */
 export const DEFAULT_PROCESS_LIMIT = 4096;
@@ -391,6 +405,11 @@ export class LocalProvider implements SandboxProvider {
   private async launch(spec: SandboxSpec, woken?: Woken): Promise<SandboxHandle> {
     const root = this.mode === 'root';
     const home = homeOf(spec);
+    if (spec.allowRoot && !spec.image) {
+      throw new SandboxStartError(
+        `sandbox ${spec.id} allows root, which only image sandboxes may: a sandbox without an image runs on the host's own /usr and /etc, which root inside would own; give the template an image (or leave allow_root out)`,
+      );
+    }
     const image = spec.image ? await this.imageParts(spec, home) : undefined;
     const hostNode = image
       ? undefined
@@ -470,6 +489,7 @@ export class LocalProvider implements SandboxProvider {
     }
     let argv: string[];
     let volumes: { binds: VolumeBind[]; release: () => void } | undefined;
+    let rootLower: { stage: string; rootUid: number } | undefined;
     try {
       const trusted = net ? await this.writeTrust(spec, image?.rootfs) : undefined;
       if (spec.volumeMounts && spec.volumeMounts.length > 0) {
@@ -527,13 +547,27 @@ export class LocalProvider implements SandboxProvider {
         else if (!existsSync(diskImage)) {
           throw new Error(`its disk image ${diskImage} is gone: it cannot wake`);
         }
+        // Root inside (image sandboxes only, checked above): the image's files root's through
+        // an idmapped mount the launcher's namespace copies, bwrap as the root uid.
+        if (image && spec.allowRoot) rootLower = await this.rootLower(spec.id, uid, image.rootfs);
         const inner = bwrapArgs({
           ...common,
           home: { bind: STAGED.home },
           tmp: { bind: STAGED.tmp },
           runtimeDir: portableDir ?? this.runtimeDir,
           ...(image ? { rootfs: STAGED.root, homePath: home } : {}),
+          ...(rootLower
+            ? {
+                rootUserns: {
+                  blockFd: ROOT_BLOCK_FD,
+                  infoFd: ROOT_INFO_FD,
+                  sudo: join(portableDir as string, basename(SANDBOX_SUDO_DIR), 'sudo'),
+                },
+                command: [SANDBOX_NODE, `${SANDBOX_RUNTIME_DIR}/root.cjs`, ...envdArgs],
+              }
+            : {}),
         });
+        const runAs = rootLower?.rootUid ?? uid;
         argv = [
           ...(net ? enterArgs(net) : []),
           ...launchArgv(
@@ -541,14 +575,26 @@ export class LocalProvider implements SandboxProvider {
               image: diskImage,
               uid,
               cgroups: cgroups.dirs,
-              ...(image ? { lower: image.rootfs, home, workdir: spec.workdir } : {}),
+              ...(image
+                ? { lower: rootLower?.stage ?? image.rootfs, home, workdir: spec.workdir }
+                : {}),
               ...(woken?.fromUid !== undefined ? { fromUid: woken.fromUid } : {}),
               ...(image && volumes ? { dirs: volumes.binds.map((bind) => bind.dest) } : {}),
+              ...(rootLower
+                ? {
+                    root: {
+                      to: rootLower.rootUid,
+                      ...(woken?.fromUid !== undefined
+                        ? { from: rootUidOf(woken.fromUid, this.uidRange) }
+                        : {}),
+                    },
+                  }
+                : {}),
             },
             [
               'setpriv',
-              `--reuid=${uid}`,
-              `--regid=${uid}`,
+              `--reuid=${runAs}`,
+              `--regid=${runAs}`,
               '--clear-groups',
               '--no-new-privs',
               ...prlimit,
@@ -594,6 +640,7 @@ export class LocalProvider implements SandboxProvider {
       }
     } catch (error) {
       volumes?.release();
+      if (rootLower) releaseStage(dirname(rootLower.stage));
       await this.networks.release(net);
       await this.reclaim(cgroups.dirs, uid);
       throw new SandboxStartError(`sandbox ${spec.id} did not start: ${(error as Error).message}`, {
@@ -601,11 +648,48 @@ export class LocalProvider implements SandboxProvider {
       });
     }
     try {
-      return await this.run(spec, argv, { logFile, root, uid, cgroups, net });
+      return await this.run(spec, argv, {
+        logFile,
+        root,
+        uid,
+        cgroups,
+        net,
+        ...(rootLower && uid !== undefined ? { rootMap: { rootUid: rootLower.rootUid, uid } } : {}),
+      });
     } finally {
       // The sandbox's mount namespace has its copies of the volumes' mounts by now (or it failed).
       volumes?.release();
+      if (rootLower) releaseStage(dirname(rootLower.stage));
     }
+  }
+
+  private get uidRange(): UidRange {
+    return this.options.uidRange ?? DEFAULT_UID_RANGE;
+  }
+
+  /**
+   * The image's file system idmapped (read-only, nosuid, nodev) so that host root's files are the
+   * sandbox's root uid's: the overlay's lower layer of a root-allowing sandbox. In a stage of its
+   * own that the caller releases once the sandbox's mount namespace holds its copy.
+   */
+  private async rootLower(
+    id: string,
+    uid: number,
+    rootfs: string,
+  ): Promise<{ stage: string; rootUid: number }> {
+    const rootUid = rootUidOf(uid, this.uidRange);
+    const stage = join(VOLUME_STAGE_DIR, `${id}.root`);
+    mkdirSync(VOLUME_STAGE_DIR, { recursive: true, mode: 0o711 });
+    mkdirSync(stage, { recursive: true, mode: 0o711 });
+    const lower = join(stage, 'lower');
+    mkdirSync(lower, { recursive: true });
+    try {
+      await idmapMount(rootfs, lower, 0, rootUid, true);
+    } catch (error) {
+      releaseStage(stage);
+      throw error;
+    }
+    return { stage: lower, rootUid };
   }
 
   /**
@@ -638,9 +722,11 @@ export class LocalProvider implements SandboxProvider {
       uid: number | undefined;
       cgroups: SandboxCgroups;
       net: KeptNet | undefined;
+      /** A root-allowing sandbox: the maps its user namespace gets (see root-userns.ts). */
+      rootMap?: { rootUid: number; uid: number };
     },
   ): Promise<SandboxHandle> {
-    const { logFile, root, uid, cgroups, net } = started;
+    const { logFile, root, uid, cgroups, net, rootMap } = started;
     const [command, ...args] = argv as [string, ...string[]];
 
     // Root mode: the log belongs to root, so the sandbox cannot reopen envd's stdout through
@@ -661,13 +747,32 @@ export class LocalProvider implements SandboxProvider {
       detached: true,
       // fd 3: the seccomp filter (`--seccomp 3`); 4, 5, 6: /etc/passwd, /etc/group, the token;
       // 7: an internet sandbox's /etc/resolv.conf; 8-10: its trust (writeTrust).
-      stdio: ['ignore', log, log, ...fds],
+      stdio: [
+        'ignore',
+        log,
+        log,
+        ...fds,
+        // fds 11 and 12 of a root-allowing sandbox: bwrap's --userns-block-fd and --info-fd.
+        ...(rootMap
+          ? [
+              ...Array<'ignore'>(ROOT_BLOCK_FD - 3 - fds.length).fill('ignore'),
+              'pipe' as const,
+              'pipe' as const,
+            ]
+          : []),
+      ],
       // bwrap's own processes (the sandbox's pid 1) keep this environment: nothing of the host's.
       env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' },
     });
     if (typeof log === 'number') closeSync(log);
     else log.destroy();
     for (const fd of fds) closeSync(fd);
+    const mapped = rootMap ? this.mapRoot(child, rootMap) : undefined;
+    // Awaited in the loop below (with the start's deadline); a failure is the start's.
+    let mapFailure: string | undefined;
+    mapped?.catch((error: Error) => {
+      mapFailure = error.message;
+    });
     let exited: string | undefined;
     child.on('exit', (code, signal) => {
       exited = signal ? `signal ${signal}` : `exit code ${code}`;
@@ -683,6 +788,7 @@ export class LocalProvider implements SandboxProvider {
       startTime,
       // The sandbox's own /run/abx, reached through its root (see sandbox-socket.ts).
       envdSocket: `/proc/${init}/root${SANDBOX_RUN_DIR}/envd.sock`,
+      ...(rootMap ? { envdRootSocket: `/proc/${init}/root${ENVD_ROOT_SOCKET}` } : {}),
       portsDir: `/proc/${init}/root${SANDBOX_RUN_DIR}/ports`,
       ...(uid !== undefined ? { uid } : {}),
       ...(cgroups.dirs.length > 0 ? { cgroups: cgroups.dirs } : {}),
@@ -703,14 +809,51 @@ export class LocalProvider implements SandboxProvider {
     let init: number | undefined;
     while (Date.now() < deadline) {
       if (exited) throw await fail(`bubblewrap ended (${exited})`);
+      if (mapFailure) throw await fail(`its root's user namespace: ${mapFailure}`);
       init ??= this.initPid(child.pid);
-      if (init && (await envdHealthy(`/proc/${init}/root${SANDBOX_RUN_DIR}/envd.sock`))) {
+      if (
+        init &&
+        (await envdHealthy(`/proc/${init}/root${SANDBOX_RUN_DIR}/envd.sock`)) &&
+        (!rootMap || (await envdHealthy(`/proc/${init}/root${ENVD_ROOT_SOCKET}`)))
+      ) {
         const startTime = processStartTime(init);
         if (startTime) return handleOf(init, startTime);
       }
       await sleep(init ? 5 : 2);
     }
     throw await fail(`envd did not answer within ${timeoutMs} ms`);
+  }
+
+  /**
+   * Reads the pid bwrap's --info-fd names, writes the maps of its user namespace and unblocks it
+   * (see root-userns.ts). Rejects when bwrap names no child (it failed: the start says why).
+   */
+  private async mapRoot(
+    child: ReturnType<typeof spawn>,
+    map: { rootUid: number; uid: number },
+  ): Promise<void> {
+    const stdio = child.stdio as unknown as (Writable & NodeJS.ReadableStream)[];
+    const block = stdio[ROOT_BLOCK_FD] as Writable;
+    const info = stdio[ROOT_INFO_FD] as NodeJS.ReadableStream;
+    let text = '';
+    const pid = await new Promise<number>((resolve, reject) => {
+      info.on('data', (chunk) => {
+        text += chunk;
+        try {
+          resolve(childPidOf(text));
+        } catch {
+          // not whole yet
+        }
+      });
+      info.on('error', reject);
+      info.on('end', () => reject(new Error(`bwrap named no child (${text.slice(0, 200)})`)));
+    });
+    try {
+      await mapRootUserns(pid, map.rootUid, map.uid);
+    } finally {
+      block.end('x');
+      (info as unknown as { destroy(): void }).destroy();
+    }
   }
 
   /** A root-mode sandbox's uid: a new one, or a woken sandbox's own (its files are that uid's). */

@@ -43,8 +43,8 @@ const RUNTIME_ROOT = '/run/abx-runtime';
  * nothing else there (the upper layer holds the image's own root-owned folders too).
  */
 const LAUNCH_SCRIPT = `set -eu
-stage=$1 image=$2 uid=$3 lower=$4 home=$5 workdir=$6 from=$7 dirs=$8
-shift 8
+stage=$1 image=$2 uid=$3 lower=$4 home=$5 workdir=$6 from=$7 dirs=$8 rootfrom=$9 rootto=\${10}
+shift 10
 nl='
 '
 while [ "$1" != -- ]; do echo $$ > "$1/cgroup.procs"; shift; done
@@ -56,6 +56,13 @@ if [ -n "$from" ] && [ "$from" != "$uid" ]; then
     [ -d "$d" ] || continue
     find "$d" -xdev -user "$from" -exec chown -h "$uid" {} +
     find "$d" -xdev -group "$from" -exec chgrp -h "$uid" {} +
+  done
+fi
+if [ -n "$rootfrom" ] && [ "$rootfrom" != "$rootto" ]; then
+  for d in "$stage/tmp" "$stage/upper" "$stage/home"; do
+    [ -d "$d" ] || continue
+    find "$d" -xdev -user "$rootfrom" -exec chown -h "$rootto" {} +
+    find "$d" -xdev -group "$rootfrom" -exec chgrp -h "$rootto" {} +
   done
 fi
 if [ -n "$lower" ]; then
@@ -109,6 +116,11 @@ export interface LaunchPaths {
    * the home is; never holding a newline (mount paths have no control characters).
    */
   dirs?: string[];
+  /**
+   * A root-allowing sandbox's root uid (`to`), and the one the disk's files of root belonged to
+   * when another sandbox's (`from`: a fork's copy, a wake that lost its uid).
+   */
+  root?: { from?: number; to: number };
 }
 
 /** The argv that starts `command` (run as the sandbox's uid) in the sandbox's mount namespace. */
@@ -131,6 +143,8 @@ export function launchArgv(paths: LaunchPaths, command: string[]): string[] {
     paths.workdir ?? '',
     paths.fromUid === undefined ? '' : String(paths.fromUid),
     (paths.dirs ?? []).join('\n'),
+    paths.root?.from === undefined ? '' : String(paths.root.from),
+    paths.root ? String(paths.root.to) : '',
     ...paths.cgroups,
     '--',
     ...command,

@@ -71,7 +71,7 @@ export async function unmountUnder(dir: string): Promise<void> {
  * Detaches a sandbox's stage of idmapped mounts and removes its empty folders. Never a recursive
  * removal: a folder still mounted holds the volume's files.
  */
-function releaseStage(stage: string): void {
+export function releaseStage(stage: string): void {
   if (!existsSync(stage)) return;
   for (const point of mountsUnder(stage)) detachMount(point);
   for (const entry of readdirSync(stage)) {
