@@ -7,6 +7,7 @@ import type { DaemonInfo } from '../../src/installation/daemon-info.js';
 import { ApiKeys } from '../../src/sandbox/api-keys.js';
 import { Sandbox } from '../../src/sandbox/sandbox.js';
 import type { SandboxLogLine } from '../../src/sandbox/sandbox-logs.js';
+import { abxIn } from '../cli/abx.js';
 import { createAbxHome } from '../helpers/abx-home.js';
 import { call } from '../helpers/api-call.js';
 
@@ -111,6 +112,26 @@ test('envd and its processes in the log with timestamps and levels; a flood is t
     // Ended: still served, by id, to the same key.
     const after = await Sandbox.logs(sandbox.sandboxId, { home: abx.home });
     expect(after.some(exitedWith('9'))).toBe(true);
+
+    // abx logs: the newest N, as text or JSON; --follow of an ended sandbox prints and ends.
+    const { abx: cli } = abxIn(abx.home);
+    const text = await cli(['logs', sandbox.sandboxId, '-n', '2']);
+    expect(text.code).toBe(0);
+    expect(text.stdout).toMatch(
+      /^\S+Z WARN {2}process \S+ exited with code 9 pid=\d+ cmd=\S+ exitCode=9$/m,
+    );
+    expect(text.stdout.trim().split('\n')).toHaveLength(2);
+    const json = await cli(['logs', sandbox.sandboxId, '-n', '3', '--json']);
+    expect(JSON.parse(json.stdout)).toEqual(after.slice(-3));
+    const followed2 = await cli(['logs', sandbox.sandboxId, '--follow', '-n', '1']);
+    expect(followed2.code).toBe(0);
+    expect(followed2.stdout.trim().split('\n')).toHaveLength(1);
+    const unknown = await cli(['logs', 'sbx-nosuchsandbox']);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toMatch(/sandbox sbx-nosuchsandbox does not exist/);
+    const wrong = await cli(['logs', sandbox.sandboxId, '-n', '0']);
+    expect(wrong.code).toBe(2);
+    expect(wrong.stderr).toMatch(/from 1 to 10000, not '0'/);
   } finally {
     follow.abort();
     await sandbox.kill().catch(() => undefined);
