@@ -92,6 +92,8 @@ export interface Route {
   /** Ms since the epoch: the decision is made again after it (a session cookie's end). */
   until: number;
   socketPath: string;
+  /** Root's envd, in a sandbox that allows root (`?username=root`, user `root`). */
+  rootSocketPath?: string;
   /** The port is envd's: requests get the sandbox's token and the capability check. */
   envd: boolean;
   template: string;
@@ -129,7 +131,7 @@ export interface GatewayRoutes {
     head: RequestHead,
     target: RequestTarget,
     route: Route,
-  ): { text: string; pass: E2bPassOn } | EnvdFaceAnswer | undefined;
+  ): { text: string; pass: E2bPassOn; route?: Route } | EnvdFaceAnswer | undefined;
   /** A refusal of an E2B request in the shape its SDK reads. */
   e2bRefusal?(head: RequestHead, target: RequestTarget, error: unknown): EnvdFaceAnswer;
 }
@@ -625,7 +627,7 @@ export class ClientConnection implements UpstreamOwner {
       return;
     }
     if (passed && 'pass' in passed) {
-      this.passOn(head, target, route, passed.text, passed.pass);
+      this.passOn(head, target, passed.route ?? route, passed.text, passed.pass);
       return;
     }
     if (passed) {

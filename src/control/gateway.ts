@@ -6,6 +6,7 @@ import { capabilityRefusal } from '../../runtime/protocol/capabilities.js';
 import { ENVD_PORT } from '../../runtime/protocol/constants.js';
 import { E2bControlApi } from '../compat/e2b/control-api.js';
 import type { E2bEnvdFace, E2bPassOn, EnvdFaceAnswer } from '../compat/e2b/envd-face.js';
+import { rootRefused } from '../compat/e2b/files-route.js';
 import {
   BadRequestError,
   CapabilityError,
@@ -603,7 +604,12 @@ export class Gateway implements GatewayRoutes {
       target: target.path,
       headers,
       body,
-      envd: { sandboxId: route.id, socketPath: route.socketPath, token: route.token as string },
+      envd: {
+        sandboxId: route.id,
+        socketPath: route.socketPath,
+        token: route.token as string,
+        ...(route.rootSocketPath ? { rootSocketPath: route.rootSocketPath } : {}),
+      },
       port: target.port,
       signal,
     });
@@ -613,9 +619,18 @@ export class Gateway implements GatewayRoutes {
     head: RequestHead,
     target: RequestTarget,
     route: Route,
-  ): { text: string; pass: E2bPassOn } | EnvdFaceAnswer | undefined {
+  ): { text: string; pass: E2bPassOn; route?: Route } | EnvdFaceAnswer | undefined {
     const passed = this.e2b?.passOn(head.method, target.path, target.port);
     if (passed === undefined || !('translate' in passed)) return passed;
+    if (passed.root) {
+      // `?username=root` goes to root's envd, where the sandbox has one.
+      if (!route.rootSocketPath) return rootRefused();
+      const rootRoute = { ...route, socketPath: route.rootSocketPath };
+      const mark = passed.target.indexOf('?');
+      const pathname = mark < 0 ? passed.target : passed.target.slice(0, mark);
+      const text = this.rewrite(head, { ...target, path: passed.target, pathname }, rootRoute);
+      return { text, pass: passed, route: rootRoute };
+    }
     const mark = passed.target.indexOf('?');
     const pathname = mark < 0 ? passed.target : passed.target.slice(0, mark);
     // The head envd gets, as for its own route (capability, token), with the face's target.
@@ -674,7 +689,12 @@ export class Gateway implements GatewayRoutes {
       capabilities: record.capabilities,
     };
     if (decision.reach === 'envd') {
-      return { ...route, socketPath: record.handle.envdSocket, envd: true };
+      return {
+        ...route,
+        socketPath: record.handle.envdSocket,
+        envd: true,
+        ...(record.handle.envdRootSocket ? { rootSocketPath: record.handle.envdRootSocket } : {}),
+      };
     }
     const links = this.links;
     const local = target.local;

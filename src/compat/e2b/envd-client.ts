@@ -8,6 +8,8 @@ export interface EnvdTarget {
   sandboxId: string;
   socketPath: string;
   token: string;
+  /** Root's envd, in a sandbox that allows root: where requests naming user `root` go. */
+  rootSocketPath?: string;
   /**
    * Set when envd's stream broke under a call (the sandbox was killed or ended): the face then
    * cuts the client's connection, as E2B's proxy does, rather than answering with an error, so

@@ -23,6 +23,19 @@ export interface FilesPassOn {
   target: string;
   /** envd's error answer in E2B's shape. */
   translate(answer: EnvdAnswer): FilesAnswer;
+  /**
+   * `?username=root`: for root's envd, where the sandbox allows root; the gateway refuses it
+   * with {@link rootRefused} elsewhere.
+   */
+  root?: true;
+}
+
+/** `?username=root` where the sandbox does not allow root (no root envd). */
+export function rootRefused(): FilesAnswer {
+  return filesError(
+    403,
+    `username 'root' is refused: abx never gives a sandbox's processes or files root (they are its unprivileged user '${E2B_USER}'); leave it out or use '${E2B_USER}'`,
+  );
 }
 
 /** E2B's REST error body: `{ "code": <status>, "message" }`. */
@@ -61,25 +74,25 @@ function fromEnvd(answer: EnvdAnswer, what?: string): FilesAnswer {
   );
 }
 
-/** The user of `?username=`: abx runs everything as its one user, never root. */
-function userRefusal(query: URLSearchParams): FilesAnswer | undefined {
+/** The user of `?username=`: the sandbox's own user, or root (routed by the gateway). */
+function userRefusal(query: URLSearchParams): FilesAnswer | { root?: true } {
   const user = query.get('username');
-  if (user === null || user === '' || user === E2B_USER) return undefined;
+  if (user === null || user === '' || user === E2B_USER) return {};
+  if (user === 'root') return { root: true };
   return filesError(
     403,
-    user === 'root'
-      ? `username 'root' is refused: abx never gives a sandbox's processes or files root (they are its unprivileged user '${E2B_USER}'); leave it out or use '${E2B_USER}'`
-      : `username ${JSON.stringify(user.slice(0, 64))} is refused: an abx sandbox has one user, '${E2B_USER}'; leave it out or use '${E2B_USER}'`,
+    `username ${JSON.stringify(user.slice(0, 64))} is refused: an abx sandbox has one user, '${E2B_USER}' (and root, where its template allows root); leave it out or use '${E2B_USER}'`,
   );
 }
 
 /** `GET /files?path=`: envd's `GET /files/read`, its bytes passed on as they are. */
 export function readPassOn(query: URLSearchParams): FilesPassOn | FilesAnswer {
-  const refused = userRefusal(query);
-  if (refused) return refused;
+  const user = userRefusal(query);
+  if ('status' in user) return user;
   const path = query.get('path');
   if (!path) return filesError(400, 'GET /files needs ?path= naming the file to read');
   return {
+    ...user,
     target: `/files/read?path=${encodeURIComponent(path)}`,
     translate: (answer) => fromEnvd(answer, `read ${path}`),
   };
@@ -97,10 +110,11 @@ const DISK_FULL = new Set(['ENOSPC', 'EDQUOT']);
  * the break, as E2B's envd does.
  */
 export function uploadPassOn(query: URLSearchParams): FilesPassOn | FilesAnswer {
-  const refused = userRefusal(query);
-  if (refused) return refused;
+  const user = userRefusal(query);
+  if ('status' in user) return user;
   const path = query.get('path');
   return {
+    ...user,
     target: path
       ? `/files/upload?e2b=true&path=${encodeURIComponent(path)}`
       : '/files/upload?e2b=true',

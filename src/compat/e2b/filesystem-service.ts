@@ -8,7 +8,7 @@ import {
   type Filesystem as FilesystemService,
   FileType,
 } from './gen/filesystem/filesystem_pb.js';
-import { checkUser, E2B_USER, targetOf } from './process-service.js';
+import { E2B_USER, userTarget } from './process-service.js';
 
 /** A path as envd's `GET /files/stat` and `/files/list` describe it. */
 export interface NativeEntry {
@@ -99,14 +99,12 @@ function missing(error: unknown): boolean {
 /** `filesystem.Filesystem` over envd's native FILE_OPS routes (the watches: watch-service.ts). */
 export const filesystemService: Partial<ServiceImpl<typeof FilesystemService>> = {
   async stat(request, context) {
-    checkUser(context.requestHeader.get('authorization'));
-    const target = targetOf(context);
+    const target = userTarget(context);
     return { entry: entryOf(await stat(target, pathArg(request.path, 'path'), context)) };
   },
 
   async listDir(request, context) {
-    checkUser(context.requestHeader.get('authorization'));
-    const target = targetOf(context);
+    const target = userTarget(context);
     const root = pathArg(request.path, 'path');
     if (request.depth < 1) {
       throw new ConnectError(
@@ -152,8 +150,7 @@ export const filesystemService: Partial<ServiceImpl<typeof FilesystemService>> =
   },
 
   async makeDir(request, context) {
-    checkUser(context.requestHeader.get('authorization'));
-    const target = targetOf(context);
+    const target = userTarget(context);
     const path = pathArg(request.path, 'path');
     const existing = await stat(target, path, context).catch((error: unknown) => {
       if (missing(error)) return undefined;
@@ -170,8 +167,7 @@ export const filesystemService: Partial<ServiceImpl<typeof FilesystemService>> =
   },
 
   async move(request, context) {
-    checkUser(context.requestHeader.get('authorization'));
-    const target = targetOf(context);
+    const target = userTarget(context);
     const source = pathArg(request.source, 'source');
     const destination = pathArg(request.destination, 'destination');
     // E2B's envd renames over an existing file, as rename(2) does.
@@ -186,8 +182,7 @@ export const filesystemService: Partial<ServiceImpl<typeof FilesystemService>> =
   },
 
   async remove(request, context) {
-    checkUser(context.requestHeader.get('authorization'));
-    const target = targetOf(context);
+    const target = userTarget(context);
     const path = pathArg(request.path, 'path');
     // As E2B's envd (Go's os.RemoveAll): a path that is not there is removed already.
     await envdJson(

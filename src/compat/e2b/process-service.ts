@@ -86,11 +86,15 @@ function configOf(command: string, cwd: string): ProcessConfig {
 }
 
 /**
- * The user a request names (`Authorization: Basic base64("<user>:")`), checked: abx never gives a
- * sandbox root, so `root` (or any other name) is refused with `permission_denied` saying why.
+ * The envd a request goes to, by the user it names (`Authorization: Basic base64("<user>:")`):
+ * the default user's (no user, or `user`); root's where the sandbox allows root (its template's
+ * `allow_root`, see docs/security.md); any other name, or root elsewhere, is refused with
+ * `permission_denied` saying why.
  */
-export function checkUser(header: string | null): void {
-  if (header === null) return;
+export function userTarget(context: HandlerContext): EnvdTarget {
+  const target = targetOf(context);
+  const header = context.requestHeader.get('authorization');
+  if (header === null) return target;
   const match = /^Basic\s+([A-Za-z0-9+/=]*)$/i.exec(header.trim());
   if (!match) {
     throw new ConnectError(
@@ -100,8 +104,9 @@ export function checkUser(header: string | null): void {
   }
   const decoded = Buffer.from(match[1] as string, 'base64').toString('utf8');
   const user = decoded.includes(':') ? decoded.slice(0, decoded.indexOf(':')) : decoded;
-  if (user === '' || user === E2B_USER) return;
+  if (user === '' || user === E2B_USER) return target;
   if (user === 'root') {
+    if (target.rootSocketPath) return { ...target, socketPath: target.rootSocketPath };
     throw new ConnectError(
       `user 'root' is refused: abx never runs a sandbox's processes as root (they run as its unprivileged user '${E2B_USER}'); leave the user out or use '${E2B_USER}'`,
       Code.PermissionDenied,
@@ -303,8 +308,7 @@ async function kill(target: EnvdTarget, id: string, signal = 'SIGKILL'): Promise
 /** `process.Process` over envd's native EXEC and PROCESS routes. */
 export const processService: Partial<ServiceImpl<typeof ProcessService>> = {
   async *start(request, context): AsyncGenerator<StartResponse> {
-    const target = targetOf(context);
-    checkUser(context.requestHeader.get('authorization'));
+    const target = userTarget(context);
     const config = request.process;
     if (!config) throw new ConnectError('StartRequest.process is missing', Code.InvalidArgument);
     if (request.tag !== undefined) {
@@ -376,7 +380,7 @@ export const processService: Partial<ServiceImpl<typeof ProcessService>> = {
   },
 
   async *connect(request, context): AsyncGenerator<ConnectResponse> {
-    const target = targetOf(context);
+    const target = userTarget(context);
     const found = await findProcess(target, request.process, context.signal);
     const lines = await envdLines(
       target,
@@ -392,7 +396,7 @@ export const processService: Partial<ServiceImpl<typeof ProcessService>> = {
   },
 
   async list(_request, context) {
-    const target = targetOf(context);
+    const target = userTarget(context);
     const { processes } = await envdJson<{ processes: NativeProcess[] }>(
       target,
       'GET',
@@ -411,7 +415,7 @@ export const processService: Partial<ServiceImpl<typeof ProcessService>> = {
   },
 
   async sendInput(request, context) {
-    const target = targetOf(context);
+    const target = userTarget(context);
     const input = request.input?.input;
     if (!input?.case)
       throw new ConnectError('SendInputRequest.input is empty', Code.InvalidArgument);
@@ -424,7 +428,7 @@ export const processService: Partial<ServiceImpl<typeof ProcessService>> = {
   },
 
   async closeStdin(request, context) {
-    const target = targetOf(context);
+    const target = userTarget(context);
     const found = await findProcess(target, request.process, context.signal);
     await envdJson(target, 'POST', `/process/${encodeURIComponent(found.id)}/stdin`, {
       data: '',
@@ -434,7 +438,7 @@ export const processService: Partial<ServiceImpl<typeof ProcessService>> = {
   },
 
   async sendSignal(request, context) {
-    const target = targetOf(context);
+    const target = userTarget(context);
     const name =
       request.signal === Signal.SIGKILL
         ? 'SIGKILL'
@@ -458,7 +462,7 @@ export const processService: Partial<ServiceImpl<typeof ProcessService>> = {
   },
 
   async update(request, context) {
-    const target = targetOf(context);
+    const target = userTarget(context);
     const size = request.pty?.size;
     if (!size)
       throw new ConnectError(

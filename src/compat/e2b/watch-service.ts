@@ -9,7 +9,7 @@ import {
   type Filesystem as FilesystemService,
   type WatchDirResponse,
 } from './gen/filesystem/filesystem_pb.js';
-import { checkUser, keepaliveMs, targetOf } from './process-service.js';
+import { keepaliveMs, userTarget } from './process-service.js';
 
 /** An event of envd's `/files/watch` (docs/envd-api.md, WATCH). */
 interface NativeWatchEvent {
@@ -81,8 +81,7 @@ function rethrow(error: unknown, context: HandlerContext): never {
 /** WatchDir and the polled watcher trio over envd's WATCH routes. */
 export const watchService: Partial<ServiceImpl<typeof FilesystemService>> = {
   async *watchDir(request, context): AsyncGenerator<WatchDirResponse> {
-    checkUser(context.requestHeader.get('authorization'));
-    const target = targetOf(context);
+    const target = userTarget(context);
     const path = pathArg(request.path, 'path');
     const lines = await envdLines(
       target,
@@ -148,8 +147,7 @@ export const watchService: Partial<ServiceImpl<typeof FilesystemService>> = {
   },
 
   async createWatcher(request, context) {
-    checkUser(context.requestHeader.get('authorization'));
-    const target = targetOf(context);
+    const target = userTarget(context);
     const path = pathArg(request.path, 'path');
     const { id } = await envdJson<{ id: string }>(
       target,
@@ -162,8 +160,7 @@ export const watchService: Partial<ServiceImpl<typeof FilesystemService>> = {
   },
 
   async getWatcherEvents(request, context) {
-    checkUser(context.requestHeader.get('authorization'));
-    const target = targetOf(context);
+    const target = userTarget(context);
     const answer = await envdJson<{ events: NativeWatchEvent[]; end?: NativeWatchEnd }>(
       target,
       'GET',
@@ -178,8 +175,7 @@ export const watchService: Partial<ServiceImpl<typeof FilesystemService>> = {
   },
 
   async removeWatcher(request, context) {
-    checkUser(context.requestHeader.get('authorization'));
-    const target = targetOf(context);
+    const target = userTarget(context);
     await envdJson(
       target,
       'DELETE',
