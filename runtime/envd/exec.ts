@@ -10,6 +10,7 @@ import { defineGroup } from '../server/route-group.js';
 import { identityFor } from '../server/users.js';
 import { argList, envOf } from '../server/validate.js';
 import { processEvents } from './process-events.js';
+import { logOutput } from './sandbox-log.js';
 
 const NDJSON = {
   'content-type': 'application/x-ndjson; charset=utf-8',
@@ -92,6 +93,11 @@ export const EXEC = defineGroup('EXEC', '/exec', 'processes with separate stdout
       'stdin?': ['bool', true, 'keep stdin open for /process/{id}/stdin; false: closed at once'],
       'user?': ['str', undefined, 'run as this user (only where envd runs as root)'],
       'output?': [...OUTPUT_ARG],
+      'log?': [
+        'bool',
+        false,
+        "also write its output to the sandbox's log (a template's start command): stdout info, stderr error",
+      ],
     }),
     handler: async ({ args, ctx, closed }) => {
       const seconds = args.timeout as number;
@@ -106,6 +112,7 @@ export const EXEC = defineGroup('EXEC', '/exec', 'processes with separate stdout
         timeoutMs: Math.round(seconds * 1000),
       });
       if (!args.stdin) entry.child.stdin?.end();
+      if (args.log) logOutput(entry.child);
       const from: StreamOffsets = { stdout: 0, stderr: 0 };
       return ndjson(processEvents(entry, from, { follow: true, closed, output }), {
         start: processInfo(entry),

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { basename } from 'node:path';
 import type { Readable } from 'node:stream';
+import { StringDecoder } from 'node:string_decoder';
 import { BadRequestError } from '../server/errors.js';
 import { defineGroup } from '../server/route-group.js';
 
@@ -64,20 +65,27 @@ export class SandboxLog {
     for (const wake of waiters) wake();
   }
 
-  /** Each line of `stream` as an entry of `level` (stdout `info`, stderr `error`). */
+  /**
+   * Each line of `stream` as an entry of `level` (stdout `info`, stderr `error`). Reads its
+   * chunks as they are (Buffers), so other readers of the stream see them unchanged.
+   */
   pipe(stream: Readable, level: SandboxLogLevel, fields: Record<string, string> = {}): void {
+    const decoder = new StringDecoder('utf8');
     let rest = '';
-    stream.setEncoding('utf8');
-    stream.on('data', (chunk: string) => {
-      const lines = (rest + chunk).split('\n');
+    const take = (text: string) => {
+      const lines = (rest + text).split('\n');
       rest = lines.pop() ?? '';
       if (rest.length > LOG_LINE_MAX_BYTES) {
         lines.push(rest);
         rest = '';
       }
       for (const line of lines) this.write(level, line.replace(/\r$/, ''), fields);
-    });
+    };
+    stream.on('data', (chunk: Buffer | string) =>
+      take(typeof chunk === 'string' ? chunk : decoder.write(chunk)),
+    );
     stream.on('end', () => {
+      take(decoder.end());
       if (rest) this.write(level, rest, fields);
     });
   }
@@ -132,6 +140,20 @@ export function logProcess(
       ...(signal ? { signal } : { exitCode: String(code) }),
     });
   });
+}
+
+/**
+ * A process's output in the log, a line an entry: stdout `info`, stderr `error` (a template's
+ * start command, as E2B logs one).
+ */
+export function logOutput(
+  child: { pid?: number | undefined; stdout: Readable | null; stderr: Readable | null },
+  log: SandboxLog = sandboxLog,
+): void {
+  const fields = { pid: String(child.pid), source: 'start' };
+  log.write('info', 'start command started', fields);
+  if (child.stdout) log.pipe(child.stdout, 'info', fields);
+  if (child.stderr) log.pipe(child.stderr, 'error', fields);
 }
 
 /**

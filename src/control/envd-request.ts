@@ -329,7 +329,10 @@ export async function startTemplateCommand(
   start: { cmd: string; ready?: string },
   readyTimeoutMs: number,
 ): Promise<void> {
-  const payload = Buffer.from(JSON.stringify({ cmd: start.cmd, timeout: 0, stdin: false }));
+  // `log`: its output goes to the sandbox's log too (stdout info, stderr error), as at E2B.
+  const payload = Buffer.from(
+    JSON.stringify({ cmd: start.cmd, timeout: 0, stdin: false, log: true }),
+  );
   const response = await new Promise<IncomingMessage>((resolve, reject) => {
     const req = request(
       {

@@ -26,6 +26,15 @@ beforeAll(async () => {
   abx = await createAbxHome();
   info = await startDaemon(abx.home);
   adminKey = readFileSync(join(abx.home, 'api-key'), 'utf8').trim();
+  // A template whose start command prints to stdout and stderr, then keeps running.
+  const built = await call(`${info.apiUrl}/v1/templates`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${adminKey}` },
+    body: {
+      yaml: 'name: logs-start\nstart:\n  cmd: echo hello-start; echo oops-start >&2; exec sleep 600\n',
+    },
+  });
+  expect(built.status).toBe(200);
 }, 120_000);
 
 afterAll(async () => {
@@ -50,8 +59,8 @@ async function until(
 
 const exitedWith = (code: string) => (line: SandboxLogLine) => line.fields.exitCode === code;
 
-test('envd and its processes in the log with timestamps and levels; a flood is trimmed to the newest; follow ends with the sandbox; an ended sandbox keeps its log', async () => {
-  const sandbox = await Sandbox.create({ home: abx.home });
+test("the start command's output, envd and its processes in the log with timestamps and levels; a flood is trimmed to the newest; follow ends with the sandbox; an ended sandbox keeps its log", async () => {
+  const sandbox = await Sandbox.create({ home: abx.home, template: 'logs-start' });
   const follow = new AbortController();
   try {
     const before = Date.now();
@@ -63,6 +72,13 @@ test('envd and its processes in the log with timestamps and levels; a flood is t
     expect(lines.some((line) => line.message === 'envd started' && line.level === 'info')).toBe(
       true,
     );
+    // The start command's stdout is info, its stderr error.
+    const started = lines.filter((line) => line.fields.source === 'start');
+    expect(started.map((line) => [line.level, line.message])).toEqual([
+      ['info', 'start command started'],
+      ['info', 'hello-start'],
+      ['error', 'oops-start'],
+    ]);
     const exit = lines.find(exitedWith('3')) as SandboxLogLine;
     expect(exit.level).toBe('warn');
     expect(exit.message).toMatch(/^process \S+ exited with code 3$/);
