@@ -7,6 +7,7 @@ import { ENV } from '../../runtime/envd/env.js';
 import { EXEC } from '../../runtime/envd/exec.js';
 import { FILES_BATCH } from '../../runtime/envd/files-batch.js';
 import { portsGroup } from '../../runtime/envd/ports.js';
+import { logsGroup } from '../../runtime/envd/sandbox-log.js';
 import { ServerStarter, serverStartGroup } from '../../runtime/envd/server-start.js';
 import { tokensGroup } from '../../runtime/envd/tokens.js';
 import { watchGroup } from '../../runtime/envd/watch.js';
@@ -40,6 +41,7 @@ test('docs/envd-api.md lists exactly the envd-only routes, each with its group a
     ...ENV.routes,
     ...tokensGroup(() => undefined).routes,
     ...codeGroup({ driversDir: '/nonexistent' }).routes,
+    ...logsGroup().routes,
   ]
     .map((r) => `${r.method} ${r.path} ${r.group}: ${r.summary}`)
     .sort();
