@@ -15,12 +15,14 @@ export function envdRequest<T>(
   path: string,
   body?: unknown,
   timeoutMs = 30_000,
+  signal?: AbortSignal,
 ): Promise<{ status: number; body: T }> {
   const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
   return new Promise((resolve, reject) => {
     const req = request(
       {
         socketPath,
+        ...(signal ? { signal } : {}),
         // Never follow a symlink the sandbox may have put in place of its envd socket.
         createConnection: () => connectSandboxSocket(socketPath),
         method,

@@ -3,7 +3,7 @@ import { appendFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from '
 import { join } from 'node:path';
 import { PassThrough, type Readable } from 'node:stream';
 import type { SandboxLogEntry } from '../../runtime/envd/sandbox-log.js';
-import { InvalidArgumentError } from '../errors.js';
+import { InvalidArgumentError, LimitExceededError } from '../errors.js';
 import { envMilliseconds } from '../util/env-ms.js';
 import {
   LOG_MAX_LINES,
@@ -16,6 +16,8 @@ import { envdRequest } from './envd-request.js';
 
 /** What is kept of each sandbox's log: the newest lines within both caps. */
 export const LOG_MAX_BYTES = 1024 * 1024;
+/** Logs followed at once, over all keys (each holds a connection and a check every second). */
+const MAX_FOLLOWS = 200;
 /** How often the daemon looks for running sandboxes whose log it does not read yet. */
 const PASS_MS = 2000;
 /** How long one read of envd's log waits for a line (envd holds it open), and its timeout. */
@@ -47,6 +49,7 @@ export class SandboxLogs {
   private readonly kept = new Map<string, Kept>();
   private readonly emitter = new EventEmitter().setMaxListeners(0);
   private stopped = false;
+  private follows = 0;
 
   constructor(
     private readonly dir: string,
@@ -99,6 +102,7 @@ export class SandboxLogs {
           `/logs?after=${cursor?.seq ?? 0}&wait=${WAIT_MS}`,
           undefined,
           READ_TIMEOUT_MS,
+          signal,
         );
       } catch {
         return;
@@ -155,10 +159,25 @@ export class SandboxLogs {
     return lines;
   }
 
-  /** Calls `listener` with each line added from now on, until the returned function is called. */
+  /**
+   * Calls `listener` with each line added from now on, until the returned function is called; at
+   * most {@link MAX_FOLLOWS} at once (LimitExceededError, 429, past that).
+   */
   subscribe(id: string, listener: (line: LogLine) => void): () => void {
+    if (this.follows >= MAX_FOLLOWS) {
+      throw new LimitExceededError(
+        `too many logs followed at once (${MAX_FOLLOWS} on this daemon): stop some follows, or read without follow`,
+      );
+    }
+    this.follows++;
     this.emitter.on(id, listener);
-    return () => this.emitter.off(id, listener);
+    let done = false;
+    return () => {
+      if (done) return;
+      done = true;
+      this.follows--;
+      this.emitter.off(id, listener);
+    };
   }
 
   /** Forgets a sandbox's log (its record is gone). */

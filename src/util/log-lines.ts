@@ -24,6 +24,8 @@ export const LEVELS: readonly SandboxLogLevel[] = ['debug', 'info', 'warn', 'err
 /** A log query as /v1 and E2B's face send it, checked. */
 export interface LogQuery {
   start?: number;
+  /** The newest time a line may have (ms since the epoch, included). */
+  end?: number;
   level?: SandboxLogLevel;
   search?: string;
   direction?: 'forward' | 'backward';
@@ -89,20 +91,12 @@ export function logJson(line: LogLine) {
  * level and above), `search` (a case-sensitive substring of the message), `direction` (forward:
  * oldest first; backward: newest first) and `limit` (the first that many in that order).
  */
-export function selectLines(
-  lines: LogLine[],
-  query: {
-    start?: number;
-    level?: SandboxLogLevel;
-    search?: string;
-    direction?: 'forward' | 'backward';
-    limit?: number;
-  },
-): LogLine[] {
+export function selectLines(lines: LogLine[], query: LogQuery): LogLine[] {
   const min = query.level ? LEVELS.indexOf(query.level) : 0;
   let chosen = lines.filter(
     (line) =>
       (query.start === undefined || line.at >= query.start) &&
+      (query.end === undefined || line.at <= query.end) &&
       LEVELS.indexOf(line.level) >= min &&
       (query.search === undefined || line.message.includes(query.search)),
   );

@@ -180,6 +180,18 @@ test("E2B's face: v1 and v2 in E2B's shapes through the unmodified e2b API clien
     expect(warned.data?.logs).toHaveLength(1);
     expect(warned.data?.logs[0]?.level).toMatch(/^(warn|error)$/);
 
+    // Backward pages: the oldest time of one is the next one's cursor, an upper bound.
+    const page = await e2b(adminKey).GET('/v2/sandboxes/{sandboxID}/logs', {
+      params: { ...params, query: { direction: 'backward', limit: 2 } },
+    });
+    const cursor = Date.parse(page.data?.logs[1]?.timestamp ?? '');
+    const older = await e2b(adminKey).GET('/v2/sandboxes/{sandboxID}/logs', {
+      params: { ...params, query: { direction: 'backward', cursor } },
+    });
+    expect(older.data?.logs.length).toBeGreaterThan(1);
+    expect(older.data?.logs.every((l) => Date.parse(l.timestamp) <= cursor)).toBe(true);
+    expect(older.data?.logs.at(-1)?.message).toBe('envd started');
+
     const v1 = await e2b(adminKey).GET('/sandboxes/{sandboxID}/logs', {
       params: { ...params, query: { limit: 2 } },
     });

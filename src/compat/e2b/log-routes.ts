@@ -44,8 +44,19 @@ export async function sandboxLogsV1(call: LogCall): Promise<{ status: number; bo
   };
 }
 
-/** E2B's v2 logs: `cursor` (ms), `direction`, `level` (and above), `search`, `limit`. */
+/**
+ * E2B's v2 logs: `cursor` (ms), `direction`, `level` (and above), `search`, `limit`. The cursor is
+ * where a page starts: forward, the oldest time a line may have; backward (newest first), the
+ * newest, so the oldest time of one page is the next page's cursor.
+ */
 export async function sandboxLogsV2(call: LogCall): Promise<{ status: number; body: unknown }> {
-  const query = parseLogQuery(call.query, 'cursor');
-  return { status: 200, body: { logs: selectLines(await linesOf(call), query).map(logJson) } };
+  const { start: cursor, ...query } = parseLogQuery(call.query, 'cursor');
+  const bounds =
+    cursor === undefined
+      ? {}
+      : query.direction === 'backward'
+        ? { end: cursor }
+        : { start: cursor };
+  const lines = selectLines(await linesOf(call), { ...query, ...bounds });
+  return { status: 200, body: { logs: lines.map(logJson) } };
 }
