@@ -217,7 +217,7 @@ export class Daemon {
   readonly keys: KeyService;
   private readonly reaper: Reaper;
   readonly metrics: MetricsSampler;
-  /** Each sandbox's log, read from its envd and kept after it ends (docs/sandboxes.md, Logs). */
+  /** Each sandbox's log, read from its envd and kept after it ends (docs/logs.md). */
   readonly logs: SandboxLogs;
   /** The daemon's own metrics (`GET /metrics`, Prometheus' text format). */
   readonly prometheus: DaemonMetrics;

@@ -489,9 +489,9 @@ export class Sandbox extends BaseSandbox {
   }
 
   /**
-   * This sandbox's log: envd's own lines and the processes it starts and ends, with a timestamp
-   * and a level each; the newest 10 000 lines and 1 MiB are kept, also after it ends (E2B's
-   * sandbox logs).
+   * This sandbox's log: its template's start command's output (stdout `info`, stderr `error`),
+   * envd's own lines and the processes it starts and ends, with a timestamp and a level each; the
+   * newest 10 000 lines and 1 MiB are kept, also after it ends (E2B's sandbox logs; docs/logs.md).
    *
    * @example
    * for (const line of await sandbox.logs({ level: 'warn' })) console.log(line.message);

@@ -1,5 +1,5 @@
 /**
- * E2B's sandbox logs on abx's (docs/sandboxes.md, "Logs"): `GET /sandboxes/{sandboxID}/logs`
+ * E2B's sandbox logs on abx's (docs/logs.md): `GET /sandboxes/{sandboxID}/logs`
  * (`start`, `limit`; `{ logs: [{timestamp, line}], logEntries: [{timestamp, level, message,
  * fields}] }`) and `GET /v2/sandboxes/{sandboxID}/logs` (`cursor`, `direction`, `level`, `limit`,
  * `search`; `{ logs: [{timestamp, level, message, fields}] }`). A killed sandbox's log is served
