@@ -30,6 +30,12 @@ export interface LogSource {
   controlToken(id: string): string;
 }
 
+/** A line as the file holds it: with where it was in envd's log (not shown to readers). */
+interface StoredLine extends LogLine {
+  boot?: string;
+  seq?: number;
+}
+
 interface Kept {
   lines: number;
   bytes: number;
@@ -88,7 +94,7 @@ export class SandboxLogs {
   /** Reads a sandbox's envd log until envd goes (the next pass reads it again if it runs). */
   private async follow(id: string, socket: string, signal: AbortSignal): Promise<void> {
     while (!signal.aborted) {
-      const cursor = this.cursors.get(id);
+      const cursor = this.cursors.get(id) ?? this.storedCursor(id);
       let answer: {
         status: number;
         body: { boot?: string; entries?: SandboxLogEntry[]; dropped?: number };
@@ -113,18 +119,32 @@ export class SandboxLogs {
         this.cursors.set(id, { boot, seq: 0 });
         continue;
       }
-      const lines: LogLine[] = entries.map(({ at, level, message, fields }) => ({
+      // Each line keeps where it was in envd's log, so a daemon started again goes on from there.
+      const lines: StoredLine[] = entries.map(({ seq, at, level, message, fields }) => ({
         at,
         level,
         message,
         fields,
+        boot,
+        seq,
       }));
       if (dropped > 0) {
-        lines.unshift(droppedLine(dropped, 'before the daemon read them (envd keeps 10000)'));
+        const at = (entries[0]?.at ?? Date.now()) - 1;
+        lines.unshift(droppedLine(dropped, 'before the daemon read them (envd keeps 10000)', at));
       }
       if (lines.length > 0) this.append(id, lines);
       this.cursors.set(id, { boot, seq: entries.at(-1)?.seq ?? cursor?.seq ?? 0 });
     }
+  }
+
+  /** Where the kept log of a sandbox ends in its envd's log: its newest line's boot and seq. */
+  private storedCursor(id: string): { boot: string; seq: number } | undefined {
+    const lines = this.read(id) as StoredLine[];
+    for (let i = lines.length - 1; i >= 0; i--) {
+      const { boot, seq } = lines[i] as StoredLine;
+      if (typeof boot === 'string' && typeof seq === 'number') return { boot, seq };
+    }
+    return undefined;
   }
 
   /** Adds lines to a sandbox's log, trimming it to the newest within the caps. */
@@ -227,8 +247,13 @@ export class SandboxLogs {
       keep++;
     }
     const dropped = before + body.length - keep;
+    const newestDropped = body[body.length - keep - 1]?.at ?? all[0]?.at ?? Date.now();
     const lines = [
-      droppedLine(dropped, `to keep the newest ${this.maxLines} lines and ${this.maxBytes} bytes`),
+      droppedLine(
+        dropped,
+        `to keep the newest ${this.maxLines} lines and ${this.maxBytes} bytes`,
+        newestDropped,
+      ),
       ...body.slice(body.length - keep),
     ];
     const text = lines.map((line) => `${JSON.stringify(line)}\n`).join('');
@@ -237,10 +262,13 @@ export class SandboxLogs {
   }
 }
 
-/** The line that stands for lines the log no longer has. */
-function droppedLine(count: number, why: string): LogLine {
+/**
+ * The line that stands for lines the log no longer has, at the time of the newest of them (so
+ * the log stays in time order and a `start` bound treats it as one of them).
+ */
+function droppedLine(count: number, why: string, at: number): LogLine {
   return {
-    at: Date.now(),
+    at,
     level: 'warn',
     message: `abx: ${count} earlier log lines were dropped ${why}`,
     fields: { abxDropped: String(count) },
@@ -283,6 +311,7 @@ export function followLog(
   };
   const selected = (line: LogLine) =>
     selectLines([line], { ...query, limit: undefined }).length > 0;
+  let lastWrite = Date.now();
   const unsubscribe = logs.subscribe(id, (line) => {
     if (selected(line)) {
       write({ log: logJson(line) });
@@ -290,7 +319,6 @@ export function followLog(
     }
   });
   for (const line of selectLines(logs.read(id), query)) write({ log: logJson(line) });
-  let lastWrite = Date.now();
   const finish = (state?: string) => {
     if (finished) return;
     if (state !== undefined) write({ end: { state } });

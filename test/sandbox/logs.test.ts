@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ApiClient, ConnectionConfig, Sandbox as E2bSandbox } from 'e2b';
 import { afterAll, beforeAll, expect, test } from 'vitest';
-import { startDaemon } from '../../src/installation/daemon-connection.js';
+import { startDaemon, stopDaemon } from '../../src/installation/daemon-connection.js';
 import type { DaemonInfo } from '../../src/installation/daemon-info.js';
 import { ApiKeys } from '../../src/sandbox/api-keys.js';
 import { Sandbox } from '../../src/sandbox/sandbox.js';
@@ -232,6 +232,29 @@ test("E2B's face: v1 and v2 in E2B's shapes through the unmodified e2b API clien
     await sandbox.kill();
     const ended = await e2b(adminKey).GET('/v2/sandboxes/{sandboxID}/logs', { params });
     expect(ended.data?.logs.some(exitedWith('5'))).toBe(true);
+  } finally {
+    await sandbox.kill().catch(() => undefined);
+  }
+}, 120_000);
+
+test('a daemon started again goes on where the log was: no line twice, new lines kept', async () => {
+  const sandbox = await Sandbox.create({ home: abx.home });
+  try {
+    await sandbox.commands.run('exit 11').catch(() => undefined);
+    await until(
+      () => sandbox.logs(),
+      (all) => all.some(exitedWith('11')),
+    );
+    expect(await stopDaemon(abx.home)).toBe(true);
+    info = await startDaemon(abx.home);
+    const again = await Sandbox.connect(sandbox.sandboxId, { home: abx.home });
+    await again.commands.run('exit 12').catch(() => undefined);
+    const lines = await until(
+      () => again.logs(),
+      (all) => all.some(exitedWith('12')),
+    );
+    expect(lines.filter((line) => line.message === 'envd started')).toHaveLength(1);
+    expect(lines.filter(exitedWith('11'))).toHaveLength(1);
   } finally {
     await sandbox.kill().catch(() => undefined);
   }
