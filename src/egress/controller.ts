@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { request } from 'node:http';
 import type { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -201,17 +201,16 @@ export class EgressController {
       this.socket,
       '--owns-dir',
       '--secrets-fd',
-      '--ca-cert',
-      ca.certFile,
-      '--ca-key',
-      ca.keyFile,
+      '--ca-fd',
       ...(this.options.hostsFile ? ['--hosts', this.options.hostsFile] : []),
       ...(this.options.permit ?? []).flatMap((c) => ['--permit', c]),
       ...(this.options.alsoDeny ?? []).flatMap((c) => ['--deny', c]),
     ];
     const child = spawn(argv[0] as string, argv.slice(1), {
-      // fd 3: a socket pair on which egress asks for secret values (answerSecrets).
-      stdio: ['pipe', 'pipe', 'pipe', 'pipe'],
+      // fd 3: a socket pair on which egress asks for secret values (answerSecrets); fd 4: the
+      // CA's certificate and key, written once below (never a path on its command line: the
+      // key is not egress's to find again, and nothing of $ABX_HOME shows in `ps`).
+      stdio: ['pipe', 'pipe', 'pipe', 'pipe', 'pipe'],
       env: {
         PATH: process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin',
         // What egress trusts of the origins it opens TLS to (hosts with rules): Node's store,
@@ -223,6 +222,9 @@ export class EgressController {
     });
     this.child = child;
     answerSecrets(child.stdio[3] as Socket);
+    const caChannel = child.stdio[4] as Socket;
+    caChannel.on('error', () => undefined);
+    caChannel.end(JSON.stringify({ cert: ca.cert, key: readFileSync(ca.keyFile, 'utf8') }));
     let stderr = '';
     child.stderr?.on('data', (c: Buffer) => {
       stderr = (stderr + c.toString()).slice(-4000);

@@ -1,6 +1,6 @@
 /**
  * The egress service's process: `node dist/egress.js --control SOCKET [--hosts FILE]
- * [--permit CIDR]… [--deny CIDR]… [--ca-cert FILE --ca-key FILE]`. The daemon starts it in the egress network namespace (its
+ * [--permit CIDR]… [--deny CIDR]… [--secrets-fd] [--ca-fd]`. The daemon starts it in the egress network namespace (its
  * own, or `--egress-netns`), and drives it over a Unix socket (which crosses namespaces):
  *
  * - `PUT /sandboxes/{id}` `{ policy }` → 201 `{ ports }`: serve a sandbox;
@@ -23,7 +23,7 @@
  *
  * Errors are `{ "error": message }` with 400 (bad policy or body), 404 or 409.
  */
-import { chmodSync, readFileSync, rmSync } from 'node:fs';
+import { chmodSync, closeSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { Socket } from 'node:net';
 import { dirname } from 'node:path';
@@ -52,9 +52,9 @@ const { values } = parseArgs({
     hosts: { type: 'string' },
     permit: { type: 'string', multiple: true },
     deny: { type: 'string', multiple: true },
-    // The CA whose certificates egress presents for hosts with rules (egress-ca.ts).
-    'ca-cert': { type: 'string' },
-    'ca-key': { type: 'string' },
+    // fd 4 holds the CA whose certificates egress presents for hosts with rules (egress-ca.ts):
+    // `{ cert, key }` as JSON, read once at start.
+    'ca-fd': { type: 'boolean' },
     // fd 3 is the daemon's socket for secret values.
     'secrets-fd': { type: 'boolean' },
     // The control socket's folder is this process's own: removed when it ends.
@@ -160,13 +160,12 @@ const secrets = (() => {
 })();
 
 /** Certificates for hosts with rules; none without a CA (their HTTPS is then refused). */
-const certificates =
-  values['ca-cert'] && values['ca-key']
-    ? new LeafCertificates({
-        cert: readFileSync(values['ca-cert'], 'utf8'),
-        key: readFileSync(values['ca-key'], 'utf8'),
-      })
-    : undefined;
+const certificates = (() => {
+  if (!values['ca-fd']) return undefined;
+  const { cert, key } = JSON.parse(readFileSync(4, 'utf8')) as { cert: string; key: string };
+  closeSync(4);
+  return new LeafCertificates({ cert, key });
+})();
 
 const service = new EgressService(
   rules,
