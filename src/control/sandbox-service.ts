@@ -2,13 +2,13 @@ import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { MAX_SANDBOX_TIMEOUT_MS } from '../../runtime/protocol/constants.js';
+import { START_READY_TIMEOUT_MS } from '../commands/template-runtime.js';
 import {
   type EgressPolicy,
   type PublicPolicy,
   publicPolicy,
   withoutInternet,
 } from '../egress/policy.js';
-import { START_READY_TIMEOUT_MS } from '../commands/template-runtime.js';
 import type { EgressCounters } from '../egress/service.js';
 import {
   AuthenticationError,
