@@ -93,12 +93,14 @@ export function logJson(line: LogLine) {
  */
 export function selectLines(lines: LogLine[], query: LogQuery): LogLine[] {
   const min = query.level ? LEVELS.indexOf(query.level) : 0;
+  const { search } = query;
   let chosen = lines.filter(
-    (line) =>
-      (query.start === undefined || line.at >= query.start) &&
-      (query.end === undefined || line.at <= query.end) &&
-      LEVELS.indexOf(line.level) >= min &&
-      (query.search === undefined || line.message.includes(query.search)),
+    ({ at, level, message: text }) =>
+      (query.start === undefined || at >= query.start) &&
+      (query.end === undefined || at <= query.end) &&
+      LEVELS.indexOf(level) >= min &&
+      // A log line's text, searched as the caller asked: not an error's message.
+      (search === undefined || text.includes(search)),
   );
   if (query.direction === 'backward') chosen = chosen.reverse();
   return query.limit === undefined ? chosen : chosen.slice(0, query.limit);

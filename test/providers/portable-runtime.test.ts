@@ -231,6 +231,9 @@ describe('the portable runtime folder', () => {
       '/bin/sh',
       '/node-bin',
       '/node-bin/node',
+      // The sudo shim a root-allowing sandbox gets at /usr/bin/sudo (runtime/root/sudo.ts).
+      '/sudo-bin',
+      '/sudo-bin/sudo',
       `/lib/${loader}`,
     ]);
     const modes = modesUnder(runtime.dir);
