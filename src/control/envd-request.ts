@@ -175,28 +175,14 @@ export async function runSetupStep(
       ...(user === undefined ? {} : { user }),
     }),
   );
-  const response = await new Promise<IncomingMessage>((resolve, reject) => {
-    const req = request(
-      {
-        createConnection: () => connectSandboxSocket(handle.envdSocket),
-        method: 'POST',
-        path: '/exec',
-        // envd sends a keepalive line every 5 s while a step is silent.
-        timeout: 60_000,
-        headers: {
-          authorization: `Bearer ${token}`,
-          'content-type': 'application/json',
-          'content-length': payload.length,
-        },
-      },
-      resolve,
-    );
-    req.on('timeout', () =>
-      req.destroy(new TimeoutError('envd sent nothing for 60 s while running a setup step')),
-    );
-    req.on('error', reject);
-    req.end(payload);
-  });
+  const response = await postExec(
+    handle.envdSocket,
+    token,
+    payload,
+    // envd sends a keepalive line every 5 s while a step is silent.
+    60_000,
+    'envd sent nothing for 60 s while running a setup step',
+  );
   let output = '';
   const keep = (text: string) => {
     output += text;
@@ -335,27 +321,13 @@ export async function startTemplateCommand(
   const payload = Buffer.from(
     JSON.stringify({ cmd: start.cmd, timeout: 0, stdin: false, log: true }),
   );
-  const response = await new Promise<IncomingMessage>((resolve, reject) => {
-    const req = request(
-      {
-        createConnection: () => connectSandboxSocket(handle.envdSocket),
-        method: 'POST',
-        path: '/exec',
-        timeout: 30_000,
-        headers: {
-          authorization: `Bearer ${token}`,
-          'content-type': 'application/json',
-          'content-length': payload.length,
-        },
-      },
-      resolve,
-    );
-    req.on('timeout', () =>
-      req.destroy(new TimeoutError('envd did not start the start command within 30 s')),
-    );
-    req.on('error', reject);
-    req.end(payload);
-  });
+  const response = await postExec(
+    handle.envdSocket,
+    token,
+    payload,
+    30_000,
+    'envd did not start the start command within 30 s',
+  );
   // The process lives on in envd's table once started; only its event stream is left here.
   const status = response.statusCode;
   const first = await new Promise<string>((resolve) => {
@@ -391,4 +363,36 @@ export async function startTemplateCommand(
   throw new TimeoutError(
     `the template's ready command \`${start.ready}\` did not exit 0 within ${readyTimeoutMs / 1000} s of the start command \`${start.cmd}\` (last exit code ${last.exitCode}${last.output ? `, output: ${last.output.slice(-500)}` : ''})`,
   );
+}
+
+/**
+ * `POST /exec` to envd at `socket` with `payload` (JSON); the response once its head arrives. A
+ * socket silent for `timeoutMs` is cut with a TimeoutError saying `silence`.
+ */
+function postExec(
+  socket: string,
+  token: string,
+  payload: Buffer,
+  timeoutMs: number,
+  silence: string,
+): Promise<IncomingMessage> {
+  return new Promise<IncomingMessage>((resolve, reject) => {
+    const req = request(
+      {
+        createConnection: () => connectSandboxSocket(socket),
+        method: 'POST',
+        path: '/exec',
+        timeout: timeoutMs,
+        headers: {
+          authorization: `Bearer ${token}`,
+          'content-type': 'application/json',
+          'content-length': payload.length,
+        },
+      },
+      resolve,
+    );
+    req.on('timeout', () => req.destroy(new TimeoutError(silence)));
+    req.on('error', reject);
+    req.end(payload);
+  });
 }
