@@ -1,0 +1,412 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { constants, type Stats } from 'node:fs';
+import {
+  chown,
+  lchown,
+  mkdir,
+  open,
+  opendir,
+  rename,
+  rmdir,
+  symlink,
+  unlink,
+} from 'node:fs/promises';
+import { join } from 'node:path';
+import { entryState, kindOf, lstatOrNull, openNoFollow } from './entry.js';
+import { type Refusal, WorkspaceRefusedError, WorkspaceWriteError } from './errors.js';
+import type { EntryState, WorkspaceChange, WorkspaceChanges } from './types.js';
+
+/** The largest file `apply()` writes unless told otherwise: 100 MiB. */
+export const DEFAULT_MAX_FILE_BYTES = 100 * 1024 * 1024;
+
+/** Options of `apply()`. */
+export interface ApplyOptions {
+  /**
+   * When the workspace was created (the sandbox started): a base entry changed after it
+   * (mtime or ctime) is a conflict.
+   */
+  since: Date | number;
+  /** Apply only these changes: a path (either path of a rename) or a folder above paths. */
+  paths?: string[];
+  /** Validate everything, write nothing; the result lists what would be applied. */
+  dryRun?: boolean;
+  /** Write over conflicts (host changes since `since`). Never lifts the other refusals. */
+  force?: boolean;
+  /** The largest file written; larger ones are refused. Default {@link DEFAULT_MAX_FILE_BYTES}. */
+  maxFileBytes?: number;
+  /** Allow paths inside `.git` folders (refused by default, as `changes()` leaves them out). */
+  includeGit?: boolean;
+}
+
+/** What `apply()` did (or, with `dryRun`, would do). */
+export interface ApplyResult {
+  dryRun: boolean;
+  /** The changes applied, in the order written. */
+  applied: WorkspaceChange[];
+  /** Conflicts written over because of `force`. */
+  forced: Refusal[];
+}
+
+interface Plan {
+  base: string;
+  view: string;
+  chosen: WorkspaceChange[];
+  /** Base paths that this apply removes (deletions and rename sources). */
+  removing: Set<string>;
+  refusals: Refusal[];
+  conflicts: Refusal[];
+  since: number;
+  max: number;
+  includeGit: boolean;
+}
+
+/**
+ * Writes the chosen changes into the base folder (`changes.base`), reading new content from
+ * the view (`changes.view`). Everything is validated first (each path named in a
+ * {@link WorkspaceRefusedError}, nothing written); then deletions, renames, and writes, each
+ * file through a temporary file in its own folder renamed over the old (atomic), with its mode
+ * (set-id bits never). A failure while writing is a {@link WorkspaceWriteError} listing what
+ * was written. Refused always: links whose target leaves the base (or is absolute, or goes
+ * through a link), FIFOs, sockets, devices, set-uid/set-gid files, paths that climb (`..`,
+ * absolute, through a link in the base), files over `maxFileBytes`, content that changed in
+ * the view since `changes()`. Refused unless `force`: host changes since `since`.
+ */
+export async function apply(
+  changes: WorkspaceChanges,
+  options: ApplyOptions,
+): Promise<ApplyResult> {
+  const since = options.since instanceof Date ? options.since.getTime() : options.since;
+  if (typeof since !== 'number' || !Number.isFinite(since)) {
+    throw new WorkspaceRefusedError([
+      { path: '.', reason: 'since must be a Date or epoch milliseconds' },
+    ]);
+  }
+  const plan: Plan = {
+    base: changes.base,
+    view: changes.view,
+    chosen: choose(changes.entries, options.paths),
+    removing: new Set(),
+    refusals: [],
+    conflicts: [],
+    since,
+    max: options.maxFileBytes ?? DEFAULT_MAX_FILE_BYTES,
+    includeGit: options.includeGit === true,
+  };
+  for (const p of options.paths ?? []) {
+    if (!changes.entries.some((c) => matches(c, p)))
+      plan.refusals.push({ path: p, reason: 'no change at this path' });
+  }
+  for (const c of plan.chosen) {
+    if (c.status === 'deleted') plan.removing.add(c.path);
+    if (c.status === 'renamed' && c.from !== undefined) plan.removing.add(c.from);
+  }
+  for (const c of plan.chosen) await validate(plan, c);
+  const refusals = [...plan.refusals, ...(options.force ? [] : plan.conflicts)];
+  if (refusals.length > 0) throw new WorkspaceRefusedError(refusals);
+  const forced = options.force ? plan.conflicts : [];
+  if (options.dryRun) return { dryRun: true, applied: plan.chosen, forced };
+  return { dryRun: false, applied: await write(plan), forced };
+}
+
+function matches(c: WorkspaceChange, p: string): boolean {
+  const q = p.replace(/\/+$/, '');
+  return [c.path, c.from].some((x) => x !== undefined && (x === q || x.startsWith(`${q}/`)));
+}
+
+function choose(entries: WorkspaceChange[], paths: string[] | undefined): WorkspaceChange[] {
+  if (paths === undefined) return [...entries];
+  return entries.filter((c) => paths.some((p) => matches(c, p)));
+}
+
+/** A relative path of names: no empty, `.` or `..` component, not absolute, no NUL. */
+function pathProblem(path: string, includeGit: boolean): string | undefined {
+  if (path === '' || path.startsWith('/')) return 'not a relative path';
+  if (path.includes('\0')) return 'contains a NUL byte';
+  const parts = path.split('/');
+  if (parts.some((p) => p === '' || p === '.' || p === '..'))
+    return 'climbs or has an empty component (`..`, `.`, `//`)';
+  if (!includeGit && parts.includes('.git')) return 'inside a .git folder';
+  return undefined;
+}
+
+async function validate(plan: Plan, c: WorkspaceChange): Promise<void> {
+  const refuse = (reason: string, path = c.path) => plan.refusals.push({ path, reason });
+  const conflict = (reason: string, path = c.path) => plan.conflicts.push({ path, reason });
+  for (const p of c.from === undefined ? [c.path] : [c.from, c.path]) {
+    const problem = pathProblem(p, plan.includeGit);
+    if (problem) return void refuse(problem, p);
+  }
+  const after = c.after;
+  if (after) {
+    if (after.kind !== 'file' && after.kind !== 'symlink')
+      return void refuse(`a ${after.kind} is never applied`);
+    if (after.kind === 'file' && after.mode & 0o6000) {
+      return void refuse(`set-uid/set-gid bits (mode ${after.mode.toString(8)}) are never applied`);
+    }
+    if (after.size > plan.max)
+      return void refuse(`${after.size} bytes, over the limit of ${plan.max}`);
+    if (after.kind === 'symlink') {
+      const problem = await targetProblem(plan, c.path, after.target ?? '');
+      if (problem) return void refuse(problem);
+    }
+    // The view must still hold what was reviewed.
+    const vs = await lstatOrNull(join(plan.view, c.path));
+    const now = vs && !vs.isDirectory() ? await entryState(join(plan.view, c.path), vs) : undefined;
+    if (!now || now.kind !== after.kind || now.sha256 !== after.sha256 || now.mode !== after.mode) {
+      return void refuse('changed in the sandbox since changes(); review it again');
+    }
+  }
+  for (const p of c.from === undefined ? [c.path] : [c.from, c.path]) {
+    const problem = await parentProblem(plan, p);
+    if (problem) return void refuse(problem, p);
+  }
+  // What the base holds now against what the change expects to replace.
+  const beforePath = c.from ?? c.path;
+  const bs = await lstatOrNull(join(plan.base, beforePath));
+  if (c.before) {
+    const reason = await baseConflict(plan, beforePath, bs, c.before);
+    if (reason) conflict(reason, beforePath);
+  }
+  if (c.status === 'added' || c.status === 'renamed') {
+    const ts = c.status === 'added' ? bs : await lstatOrNull(join(plan.base, c.path));
+    if (ts?.isDirectory()) {
+      const left = await keptUnder(plan, c.path);
+      if (left) refuse(`a folder in the base that keeps ${left}`);
+    } else if (ts) conflict('created on the host since the workspace was made');
+  }
+}
+
+async function baseConflict(
+  plan: Plan,
+  path: string,
+  st: Stats | null,
+  before: EntryState,
+): Promise<string | undefined> {
+  if (!st) return 'deleted on the host since the workspace was made';
+  if (kindOf(st) !== before.kind) return 'replaced on the host since the workspace was made';
+  if (st.mtimeMs > plan.since || st.ctimeMs > plan.since) {
+    return 'changed on the host after the workspace was made';
+  }
+  if (before.kind === 'file' || before.kind === 'symlink') {
+    const now = await entryState(join(plan.base, path), st);
+    if (now.sha256 !== before.sha256)
+      return 'its content on the host is not what the change replaces';
+  }
+  if ((st.mode & 0o7777) !== before.mode) return 'its mode changed on the host';
+  return undefined;
+}
+
+/** The first entry under a base folder that this apply does not remove, if any. */
+async function keptUnder(plan: Plan, path: string): Promise<string | undefined> {
+  const dir = await opendir(join(plan.base, path));
+  for await (const d of dir) {
+    const p = `${path}/${d.name}`;
+    if (d.isDirectory()) {
+      const left = await keptUnder(plan, p);
+      if (left) return left;
+    } else if (!plan.removing.has(p)) return p;
+  }
+  return undefined;
+}
+
+/** Each parent in the base must be a folder (not a link), or absent, or a file removed here. */
+async function parentProblem(plan: Plan, path: string): Promise<string | undefined> {
+  const parts = path.split('/');
+  for (let i = 1; i < parts.length; i++) {
+    const prefix = parts.slice(0, i).join('/');
+    const st = await lstatOrNull(join(plan.base, prefix));
+    if (!st) return undefined;
+    if (st.isSymbolicLink()) return `climbs through the link ${prefix} in the base`;
+    if (!st.isDirectory() && !plan.removing.has(prefix))
+      return `${prefix} in the base is not a folder`;
+    if (!st.isDirectory()) return undefined;
+  }
+  return undefined;
+}
+
+/**
+ * A link's target must stay inside the base as written: relative, `..` only at its start and
+ * no higher than the base, and no name along it a link (in the base or the view), so no chain
+ * of links can lead out.
+ */
+async function targetProblem(
+  plan: Plan,
+  path: string,
+  target: string,
+): Promise<string | undefined> {
+  const out = `links outside the folder (${JSON.stringify(target)})`;
+  if (target === '' || target.startsWith('/')) return out;
+  const parts = target.split('/').filter((p) => p !== '' && p !== '.');
+  const dir = path.split('/').slice(0, -1);
+  let i = 0;
+  while (i < parts.length && parts[i] === '..') {
+    if (dir.length === 0) return out;
+    dir.pop();
+    i++;
+  }
+  const rest = parts.slice(i);
+  if (rest.includes('..')) return `${out}: \`..\` after a name is not applied`;
+  for (let k = 0; k < rest.length; k++) {
+    const prefix = [...dir, ...rest.slice(0, k + 1)].join('/');
+    for (const root of [plan.base, plan.view]) {
+      const st = await lstatOrNull(join(root, prefix));
+      if (st?.isSymbolicLink()) return `${out}: it goes through the link ${prefix}`;
+    }
+  }
+  return undefined;
+}
+
+const isRoot = () => process.getuid?.() === 0;
+
+async function write(plan: Plan): Promise<WorkspaceChange[]> {
+  const written: WorkspaceChange[] = [];
+  const names = () => written.map((c) => c.path);
+  const order = [
+    ...plan.chosen.filter((c) => c.status === 'deleted'),
+    ...plan.chosen.filter((c) => c.status === 'renamed'),
+    ...plan.chosen.filter((c) => c.status !== 'deleted' && c.status !== 'renamed'),
+  ];
+  for (const c of order) {
+    try {
+      await writeOne(plan, c);
+      written.push(c);
+    } catch (err) {
+      throw new WorkspaceWriteError(c.path, names(), err);
+    }
+  }
+  return written;
+}
+
+async function writeOne(plan: Plan, c: WorkspaceChange): Promise<void> {
+  const target = join(plan.base, c.path);
+  if (c.status === 'deleted') {
+    await unlink(target);
+    await prune(plan, c.path);
+    return;
+  }
+  await makeParents(plan, c.path);
+  const after = c.after as EntryState;
+  if (c.status === 'renamed') {
+    const from = join(plan.base, c.from as string);
+    await removeEmptyDir(target);
+    await rename(from, target);
+    if (after.kind === 'file' && c.modeChanged) await setMode(target, after.mode);
+    await prune(plan, c.from as string);
+    return;
+  }
+  if (c.status === 'modified' && !c.contentChanged) {
+    await setMode(target, after.mode);
+    return;
+  }
+  await removeEmptyDir(target);
+  const owner = await ownerFor(plan, c.path);
+  const tmp = join(
+    plan.base,
+    ...c.path.split('/').slice(0, -1),
+    `.abx-apply-${randomBytes(6).toString('hex')}`,
+  );
+  try {
+    if (after.kind === 'symlink') {
+      await symlink(after.target as string, tmp);
+      if (owner) await lchown(tmp, owner.uid, owner.gid);
+    } else {
+      await copyVerified(join(plan.view, c.path), tmp, after, owner);
+    }
+    await rename(tmp, target);
+  } catch (err) {
+    await unlink(tmp).catch(() => {});
+    throw err;
+  }
+}
+
+async function setMode(path: string, mode: number): Promise<void> {
+  const fh = await openNoFollow(path);
+  try {
+    await fh.chmod(mode & 0o777);
+  } finally {
+    await fh.close();
+  }
+}
+
+async function copyVerified(
+  from: string,
+  to: string,
+  after: EntryState,
+  owner: { uid: number; gid: number } | undefined,
+): Promise<void> {
+  const src = await openNoFollow(from);
+  const dst = await open(
+    to,
+    constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW,
+    0o600,
+  );
+  try {
+    const hash = createHash('sha256');
+    const buf = Buffer.allocUnsafe(1 << 16);
+    for (;;) {
+      const { bytesRead } = await src.read(buf, 0, buf.length, null);
+      if (bytesRead === 0) break;
+      hash.update(buf.subarray(0, bytesRead));
+      await dst.write(buf, 0, bytesRead);
+    }
+    if (hash.digest('hex') !== after.sha256) {
+      throw new Error('the file changed in the sandbox while it was copied');
+    }
+    if (owner) await dst.chown(owner.uid, owner.gid);
+    await dst.chmod(after.mode & 0o777);
+    await dst.datasync();
+  } finally {
+    await Promise.all([src.close(), dst.close()]);
+  }
+}
+
+/** As root, a written entry belongs to the owner of what it replaces, or of its folder. */
+async function ownerFor(
+  plan: Plan,
+  path: string,
+): Promise<{ uid: number; gid: number } | undefined> {
+  if (!isRoot()) return undefined;
+  const st =
+    (await lstatOrNull(join(plan.base, path))) ??
+    (await lstatOrNull(join(plan.base, ...path.split('/').slice(0, -1))));
+  return st ? { uid: st.uid, gid: st.gid } : undefined;
+}
+
+/** Creates the missing parents one by one (each checked not to be a link), modes as the view's. */
+async function makeParents(plan: Plan, path: string): Promise<void> {
+  const parts = path.split('/').slice(0, -1);
+  for (let i = 1; i <= parts.length; i++) {
+    const prefix = parts.slice(0, i).join('/');
+    const full = join(plan.base, prefix);
+    const st = await lstatOrNull(full);
+    if (st?.isDirectory()) continue;
+    if (st) throw new Error(`${prefix} in the base is not a folder`);
+    const vs = await lstatOrNull(join(plan.view, prefix));
+    await mkdir(full, { mode: vs?.isDirectory() ? vs.mode & 0o777 : 0o755 });
+    if (isRoot()) {
+      const ps = await lstatOrNull(join(plan.base, ...parts.slice(0, i - 1)));
+      if (ps) await chown(full, ps.uid, ps.gid);
+    }
+  }
+}
+
+async function removeEmptyDir(path: string): Promise<void> {
+  const st = await lstatOrNull(path);
+  if (st?.isDirectory()) await rmdir(path);
+}
+
+/** After a removal: the emptied parents go, up to the first that is a folder in the view. */
+async function prune(plan: Plan, path: string): Promise<void> {
+  const parts = path.split('/').slice(0, -1);
+  while (parts.length > 0) {
+    const prefix = parts.join('/');
+    const vs = await lstatOrNull(join(plan.view, prefix));
+    if (vs?.isDirectory()) return;
+    try {
+      await rmdir(join(plan.base, prefix));
+    } catch {
+      return;
+    }
+    parts.pop();
+  }
+}
