@@ -274,3 +274,7 @@ try {
 console.log(JSON.stringify({ event: 'listening', ...info }));
 await daemon.stopped;
 console.log(JSON.stringify({ event: 'stopped', pid: process.pid }));
+// Work still in flight when the daemon stops (a template build's streams to its build sandbox)
+// does not keep the process alive: such a build is recorded as stopped, and the next daemon
+// removes its sandbox (the orphan sweep). One second lets what is closing finish.
+setTimeout(() => process.exit(0), 1000).unref();

@@ -202,6 +202,8 @@ export class Daemon {
   readonly secrets: SecretService;
   private readonly unregisterSecrets: () => void;
   private readonly api: Server;
+  /** E2B's control API, told when the daemon stops (its template builds are recorded). */
+  private readonly e2b: E2bControlApi;
   private readonly gateway: Gateway;
   /** The API and gateway listeners for remote clients, with their addresses. */
   private readonly remote:
@@ -405,6 +407,7 @@ export class Daemon {
       () => new URL(this.gatewayOrigin).host,
       BODY_LIMITS,
     );
+    this.e2b = e2b;
     const handle = (req: IncomingMessage, res: ServerResponse) => {
       // E2B's control API (src/compat/e2b) has its own paths, keys header and error bodies.
       if (E2bControlApi.claims(req.url)) {
@@ -705,6 +708,7 @@ export class Daemon {
   /** Stops listening; sandboxes keep running for the next daemon to adopt. */
   stop(): Promise<void> {
     this.stopping ??= (async () => {
+      this.e2b.stop();
       await this.reaper.stop();
       await this.metrics.stop();
       this.logs.stop();

@@ -395,13 +395,24 @@ function volumeRoute(run: (call: VolumeCall) => Promise<VolumeAnswer>) {
   };
 }
 
-/** E2B's template builds, kept by this process (template-build-routes.ts). */
-const BUILDS = new TemplateBuilds();
+/** E2B's template builds of each daemon (template-build-routes.ts): one a backend. */
+const BUILDS = new WeakMap<E2bBackend, TemplateBuilds>();
+
+function buildsOf(backend: E2bBackend): TemplateBuilds {
+  let builds = BUILDS.get(backend);
+  if (!builds) {
+    builds = new TemplateBuilds();
+    BUILDS.set(backend, builds);
+  }
+  return builds;
+}
 
 /** A template build route (template-build-routes.ts), its answer as this API sends it. */
-function buildRoute(run: (call: TemplateBuildCall) => Promise<TemplateBuildAnswer>) {
+function buildRoute(
+  route: (builds: TemplateBuilds) => (call: TemplateBuildCall) => Promise<TemplateBuildAnswer>,
+) {
   return async (call: Call): Promise<Answer> => {
-    const { status, body } = await run(call);
+    const { status, body } = await route(buildsOf(call.backend))(call);
     return new Answer(status, body);
   };
 }
@@ -617,46 +628,66 @@ const ROUTES: E2bRoute[] = [
     secretRoute(updateSecret),
   ),
   route('DELETE', '/secrets/{id}', 'Remove a secret and its versions.', secretRoute(removeSecret)),
-  route('POST', '/v3/templates', 'Request a template build.', buildRoute(BUILDS.request)),
+  route(
+    'POST',
+    '/v3/templates',
+    'Request a template build.',
+    buildRoute((b) => b.request),
+  ),
   route(
     'POST',
     '/v2/templates',
     'Request a template build (older SDKs).',
-    buildRoute(BUILDS.request),
+    buildRoute((b) => b.request),
   ),
   route(
     'GET',
     '/templates/{id}/files/{hash}',
     "Whether the key uploaded a copy step's files; else an upload link.",
-    buildRoute(BUILDS.fileLink),
+    buildRoute((b) => b.fileLink),
   ),
   route(
     'POST',
     '/v2/templates/{id}/builds/{buildID}',
     "Start a build with its steps (abx's template builder, in the background).",
-    buildRoute(BUILDS.start),
+    buildRoute((b) => b.start),
   ),
   route(
     'GET',
     '/templates/{id}/builds/{buildID}/status',
     "A build's status and its log lines from logsOffset.",
-    buildRoute(BUILDS.status),
+    buildRoute((b) => b.status),
   ),
   route(
     'GET',
     '/templates/{id}/builds/{buildID}/logs',
     "A build's log lines.",
-    buildRoute(BUILDS.logs),
+    buildRoute((b) => b.logs),
   ),
   route(
     'GET',
     '/templates/aliases/{alias}',
     'Whether a template exists.',
-    buildRoute(BUILDS.alias),
+    buildRoute((b) => b.alias),
   ),
-  route('GET', '/templates/{id}/tags', "A template's tags (default).", buildRoute(BUILDS.tags)),
-  route('POST', '/templates/tags', 'Assign tags (refused).', buildRoute(BUILDS.tagEdit)),
-  route('DELETE', '/templates/tags', 'Remove tags (refused).', buildRoute(BUILDS.tagEdit)),
+  route(
+    'GET',
+    '/templates/{id}/tags',
+    "A template's tags (default).",
+    buildRoute((b) => b.tags),
+  ),
+  route(
+    'POST',
+    '/templates/tags',
+    'Assign tags (refused).',
+    buildRoute((b) => b.tagEdit),
+  ),
+  route(
+    'DELETE',
+    '/templates/tags',
+    'Remove tags (refused).',
+    buildRoute((b) => b.tagEdit),
+  ),
 ];
 
 /** The first path segments this API answers; the daemon's own API keeps every other path. */
@@ -682,6 +713,14 @@ export class E2bControlApi {
     private readonly limits: BodyLimits,
   ) {
     this.content = new E2bVolumeContent(backend, limits);
+  }
+
+  /**
+   * Ends this API's work as the daemon stops: a template build still running is recorded as
+   * stopped by it (template-build-routes.ts), for the next daemon to answer.
+   */
+  stop(): void {
+    buildsOf(this.backend).stop();
   }
 
   /**
@@ -724,7 +763,7 @@ export class E2bControlApi {
   ): Promise<void> {
     let answer: Answer;
     try {
-      await BUILDS.upload(this.backend).receive(upload.token, upload.hash, req);
+      await buildsOf(this.backend).upload(this.backend).receive(upload.token, upload.hash, req);
       answer = new Answer(201, undefined);
     } catch (error) {
       if (!req.complete) await drainBody(req, this.limits).catch(() => undefined);

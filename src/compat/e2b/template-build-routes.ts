@@ -4,7 +4,8 @@
  * become a `template.yaml` through abx's `Template` (src/commands/template-builder.ts) and
  * TemplateService builds it, with its owners and refusals. The template's id is its name. Files
  * of `copy()` steps are uploaded once per key by hash (template-files.ts). Builds run in the
- * background; their status and log lines are kept in memory (the last MAX_BUILDS builds).
+ * background; their status and log lines are kept in memory and on disk (template-build-records.ts,
+ * the last MAX_BUILDS builds), so a build's status outlives a daemon restart.
  */
 import { randomUUID } from 'node:crypto';
 import { mkdirSync, rmSync } from 'node:fs';
@@ -20,6 +21,15 @@ import {
 } from '../../errors.js';
 import { shellQuote } from '../../util/shell-quote.js';
 import type { E2bBackend, E2bCaller } from './backend.js';
+import {
+  appendLog,
+  BUILD_RECORD_FLUSH_MS,
+  type BuildLogEntry,
+  type BuildRecord,
+  BuildRecords,
+  INTERRUPTED,
+  MAX_BUILDS,
+} from './template-build-records.js';
 import { checkFilesHash, sourceInside, TemplateFiles } from './template-files.js';
 
 /** What a template build route gets. */
@@ -54,33 +64,12 @@ export function uploadTarget(
   return { hash: decodeURIComponent(match[1] as string), token };
 }
 
-/** Builds kept for status polling; older ones are forgotten first. */
-const MAX_BUILDS = 200;
-/** Log lines kept per build; later lines are dropped, saying so once. */
-const MAX_LOG_LINES = 20_000;
-
-interface LogEntry {
-  timestamp: string;
-  level: 'debug' | 'info' | 'warn' | 'error';
-  message: string;
-  step?: string;
-}
-
-interface Build {
-  id: string;
-  template: string;
-  owner: string | null;
-  status: 'waiting' | 'building' | 'ready' | 'error';
-  resources: { cpu?: number; memory?: string };
-  logs: LogEntry[];
-  reason?: { message: string; step?: string };
-  createdAt: number;
-}
+type Build = BuildRecord;
 
 /** A 404 in E2B's words: another key's build answers exactly as one that never was. */
 function buildNotFound(id: string): NotFoundError {
   return new NotFoundError(
-    `template build ${id} not found: it does not exist, is another key's, or was forgotten (the daemon keeps the last ${MAX_BUILDS} builds in memory, not across restarts)`,
+    `template build ${id} not found: it does not exist, is another key's, or was forgotten (the daemon keeps the last ${MAX_BUILDS} builds)`,
   );
 }
 
@@ -249,20 +238,61 @@ function translate(
   return { template, copies, steps: setupOf };
 }
 
-/** E2B's template build routes over one daemon's backend; builds are kept in memory. */
+/** E2B's template build routes over one daemon's backend; builds are kept in memory and on disk. */
 export class TemplateBuilds {
-  private readonly builds = new Map<string, Build>();
+  /** The builds kept, oldest first; read from disk at the first call (the backend names where). */
+  private builds: Map<string, Build> | undefined;
+  private records: BuildRecords | undefined;
   private files: TemplateFiles | undefined;
+  /** Running builds whose record waits to be written with their new log lines. */
+  private readonly pending = new Map<string, NodeJS.Timeout>();
 
   private store(backend: E2bBackend): TemplateFiles {
     this.files ??= new TemplateFiles(backend.templateFilesDir());
     return this.files;
   }
 
+  /** The builds, loaded once: one the last daemon left running reads as failed (records.load). */
+  private kept(backend: E2bBackend): Map<string, Build> {
+    if (this.builds) return this.builds;
+    const dir = backend.templateFilesDir();
+    this.records = new BuildRecords(join(dir, 'build-status'));
+    const loaded = this.records.load((id) =>
+      rmSync(join(dir, 'builds', id), { recursive: true, force: true }),
+    );
+    this.builds = new Map(loaded.map((b) => [b.id, b]));
+    return this.builds;
+  }
+
+  /**
+   * The daemon stops: each running build is recorded as stopped now (its work dies with the
+   * daemon, or fails as the provider closes, and either way does not finish).
+   */
+  stop(): void {
+    for (const build of this.builds?.values() ?? []) {
+      if (build.status !== 'building') continue;
+      appendLog(build, INTERRUPTED, 'error');
+      build.status = 'error';
+      build.reason = { message: INTERRUPTED };
+      try {
+        this.save(build);
+      } catch {
+        // Read as stopped at the next start all the same (records.load).
+      }
+    }
+  }
+
+  /** Writes `build`'s record now (and drops a write that was waiting). */
+  private save(build: Build): void {
+    clearTimeout(this.pending.get(build.id));
+    this.pending.delete(build.id);
+    this.records?.save(build);
+  }
+
   /** The build `id` as the caller may see it: its own (an admin: any); else 404. */
   private visible(call: TemplateBuildCall): Build {
     const id = call.params.buildID as string;
-    const build = this.builds.get(id);
+    const build = this.kept(call.backend).get(id);
     if (
       !build ||
       build.template !== call.params.id ||
@@ -302,13 +332,18 @@ export class TemplateBuilds {
       status: 'waiting',
       resources,
       logs: [],
+      logChars: 0,
       createdAt: Date.now(),
     };
-    this.builds.set(build.id, build);
-    for (const id of this.builds.keys()) {
-      if (this.builds.size <= MAX_BUILDS) break;
-      const old = this.builds.get(id);
-      if (old && old.status !== 'building') this.builds.delete(id);
+    const builds = this.kept(call.backend);
+    builds.set(build.id, build);
+    this.save(build);
+    // Oldest first (a Map keeps insertion order); a running build is never forgotten.
+    for (const [id, old] of builds) {
+      if (builds.size <= MAX_BUILDS) break;
+      if (old.status === 'building') continue;
+      builds.delete(id);
+      this.records?.remove(id);
     }
     return {
       status: 202,
@@ -359,21 +394,35 @@ export class TemplateBuilds {
       }
     }
     build.status = 'building';
+    try {
+      this.save(build);
+    } catch (error) {
+      build.status = 'waiting';
+      throw error;
+    }
     void this.run(build, call, template.toYaml(build.template), copies, steps, staging);
     return { status: 202, body: {} };
   };
 
-  private log(build: Build, message: string, level: LogEntry['level'] = 'info', step?: number) {
-    if (build.logs.length > MAX_LOG_LINES) return;
-    build.logs.push({
-      timestamp: new Date().toISOString(),
-      level,
-      message:
-        build.logs.length === MAX_LOG_LINES
-          ? `(the build log has ${MAX_LOG_LINES} lines; later lines are not kept)`
-          : message,
-      ...(step === undefined ? {} : { step: String(step) }),
-    });
+  /** Adds a line to the build's log; its record is written with the lines of the next seconds. */
+  private log(
+    build: Build,
+    message: string,
+    level: BuildLogEntry['level'] = 'info',
+    step?: number,
+  ) {
+    appendLog(build, message, level, step);
+    if (this.pending.has(build.id)) return;
+    const timer = setTimeout(() => {
+      this.pending.delete(build.id);
+      try {
+        this.records?.save(build);
+      } catch {
+        // A full disk loses the latest lines on disk only; the build's end writes again.
+      }
+    }, BUILD_RECORD_FLUSH_MS);
+    timer.unref();
+    this.pending.set(build.id, timer);
   }
 
   private async run(
@@ -397,14 +446,18 @@ export class TemplateBuilds {
         yaml,
         call.caller,
         (event: BuildProgress) => {
+          if (build.status !== 'building') return;
           const step = event.step === undefined ? undefined : steps[event.step];
           this.log(build, event.text, 'info', step);
         },
         staging,
       );
+      // Recorded as stopped with the daemon (stop()): what ends after that changes nothing.
+      if (build.status !== 'building') return;
       this.log(build, `template ${build.template} is built`);
       build.status = 'ready';
     } catch (error) {
+      if (build.status !== 'building') return;
       const details = error instanceof SandboxError ? error.details : {};
       const index = typeof details.step === 'number' ? steps[details.step] : undefined;
       const message = (error as Error).message;
@@ -413,6 +466,11 @@ export class TemplateBuilds {
       build.status = 'error';
     } finally {
       rmSync(staging, { recursive: true, force: true });
+      try {
+        this.save(build);
+      } catch {
+        // The status in memory is right; on disk the build stays running, read as stopped later.
+      }
     }
   }
 
@@ -460,7 +518,7 @@ export class TemplateBuilds {
     if (!(await call.backend.template(name, call.caller))) {
       throw new NotFoundError(`template ${JSON.stringify(name)} not found`);
     }
-    const latest = [...this.builds.values()]
+    const latest = [...this.kept(call.backend).values()]
       .filter((b) => b.template === name && b.status === 'ready')
       .at(-1);
     return {

@@ -1,9 +1,11 @@
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { type LogEntry, Sandbox, Template, waitForFile } from 'e2b';
+import { type BuildInfo, type LogEntry, Sandbox, Template, waitForFile } from 'e2b';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { startDaemon, stopDaemon } from '../../../src/installation/daemon-connection.js';
 import { ApiKeys } from '../../../src/sandbox/api-keys.js';
+import { removeTemplates } from '../../helpers/abx-home.js';
 import { archive } from '../../helpers/crafted-tar.js';
 import { DEBIAN_IMAGE, dockerEngine } from '../../helpers/docker-images.js';
 import { type DockerHome, dockerHome } from './docker-home.js';
@@ -11,7 +13,7 @@ import { rawRequest } from './raw-request.js';
 
 // E2B's Template SDK (the unmodified `e2b` package) against a daemon whose image templates are
 // built on its Docker engine: a key's build from the machine's Debian image, then sandboxes of
-// it. Two builds in all (they are the slow part).
+// it. Two builds in all (they are the slow part), and one the daemon's restart interrupts.
 const engine = await dockerEngine();
 
 if (!engine.docker) {
@@ -28,6 +30,8 @@ if (!engine.docker) {
   const suffix = Date.now().toString(36);
   const first = `e2b-built-${suffix}`;
   const second = `e2b-again-${suffix}`;
+  const slow = `e2b-slow-${suffix}`;
+  let firstBuild: BuildInfo | undefined;
 
   beforeAll(async () => {
     abx = await dockerHome(docker);
@@ -41,6 +45,27 @@ if (!engine.docker) {
 
   afterAll(async () => {
     for (const id of made) await Sandbox.kill(id, { apiKey: alice }).catch(() => {});
+    // Built images outlive the folder; so do the sandbox and image of the build the restart
+    // interrupted (a daemon's start sweeps its sandboxes' containers, not its builds').
+    await removeTemplates(abx?.home);
+    const builds = await docker
+      .listContainers({ all: true, filters: { name: [`abx-build-${slow}-`] } })
+      .catch(() => []);
+    for (const container of builds) {
+      await docker
+        .getContainer(container.Id)
+        .remove({ force: true })
+        .catch(() => {});
+    }
+    const left = await docker
+      .listImages({ filters: { reference: [`abx-template/${slow}`] } })
+      .catch(() => []);
+    for (const image of left) {
+      await docker
+        .getImage(image.Id)
+        .remove({ force: true })
+        .catch(() => {});
+    }
     delete process.env.E2B_API_URL;
     delete process.env.E2B_SANDBOX_URL;
     if (context) rmSync(context, { recursive: true, force: true });
@@ -66,6 +91,7 @@ if (!engine.docker) {
       onBuildLogs: (entry) => logs.push(entry),
     });
     expect(built).toMatchObject({ templateId: first, name: first });
+    firstBuild = built;
     const messages = logs.map((l) => l.message);
     expect(messages).toContain("Uploaded 'hello.txt'");
     expect(messages).toContain('step-output-line');
@@ -170,4 +196,41 @@ if (!engine.docker) {
     });
     expect(JSON.parse(after.body.toString())).toMatchObject({ present: false });
   }, 60_000);
+
+  test('after a daemon restart: a finished build still answers; one that was running reads as stopped', async () => {
+    const sleeper = Template({ fileContextPath: context })
+      .fromImage(DEBIAN_IMAGE)
+      .runCmd('echo slow-step-started && sleep 300');
+    const info = await Template.buildInBackground(sleeper, slow, as(alice));
+    const seen: string[] = [];
+    for (let deadline = Date.now() + 120_000; !seen.includes('slow-step-started'); ) {
+      expect(Date.now()).toBeLessThan(deadline);
+      const status = await Template.getBuildStatus(info, {
+        ...as(alice),
+        logsOffset: seen.length,
+      });
+      expect(status.status).toBe('building');
+      seen.push(...status.logEntries.map((e) => e.message));
+      await new Promise((resolve) => setTimeout(resolve, 300));
+    }
+
+    expect(await stopDaemon(abx.home)).toBe(true);
+    abx.info = await startDaemon(abx.home);
+    process.env.E2B_API_URL = abx.info.apiUrl;
+    process.env.E2B_SANDBOX_URL = abx.info.gatewayUrl;
+
+    const stopped = await Template.getBuildStatus(info, as(alice));
+    expect(stopped.status).toBe('error');
+    expect(stopped.reason?.message).toMatch(/the daemon stopped while this template was building/);
+    // The lines logged before the stop are kept, at the same offsets.
+    expect(stopped.logEntries.map((e) => e.message).slice(0, seen.length)).toEqual(seen);
+    expect(await Template.exists(slow, as(alice))).toBe(false);
+    // Still another key's: a restart changes no owner.
+    await expect(Template.getBuildStatus(info, as(bob))).rejects.toThrow(/not found/);
+
+    if (!firstBuild) throw new Error('the first test did not build');
+    const ready = await Template.getBuildStatus(firstBuild, as(alice));
+    expect(ready.status).toBe('ready');
+    expect(ready.logEntries.map((e) => e.message)).toContain('step-output-line');
+  }, 300_000);
 }
