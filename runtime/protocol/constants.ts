@@ -11,6 +11,11 @@ export const SANDBOX_ID_HEADER = 'x-sandbox-id';
 export const SANDBOX_PORT_HEADER = 'x-sandbox-port';
 /** The sandbox's access token, which the gateway checks (or `?token=`). */
 export const ACCESS_TOKEN_HEADER = 'x-access-token';
+/**
+ * `root` sends a native request for envd to root's envd, where the sandbox's template allows
+ * root (the gateway refuses it elsewhere); `user` or none: the sandbox's user.
+ */
+export const SANDBOX_USER_HEADER = 'x-abx-user';
 /** envd's `GET /files/archive`: the bytes of the files the archive will hold, before it is sent. */
 export const ARCHIVE_SIZE_HEADER = 'x-archive-size';
 

@@ -24,6 +24,7 @@ interface TemplateDocument {
   network?: 'none' | 'host' | 'internet' | { allow_out?: string[]; deny_out?: string[] };
   runtime?: { node: number };
   start?: { cmd: string; ready?: string };
+  allow_root?: boolean;
 }
 
 /** Options of a step: who runs it (an image template's steps run as `root` by default). */
@@ -150,6 +151,16 @@ export class Template {
    */
   setStartCmd(cmd: string, ready?: string): Template {
     return this.with({ start: ready === undefined ? { cmd } : { cmd, ready } });
+  }
+
+  /**
+   * Root inside the sandboxes (image templates only): `user: 'root'` for commands and files, and
+   * `sudo` for the default user. Root is uid 0 of the sandbox's own user namespace, an
+   * unprivileged uid on the host, without mounts, network administration or raw sockets
+   * (docs/security.md). Only where the provider can give it: the local provider on a root daemon.
+   */
+  allowRoot(allow = true): Template {
+    return this.with({ allow_root: allow });
   }
 
   setDescription(description: string): Template {

@@ -24,6 +24,7 @@ export const RUNTIME_KEYS = [
   'kubernetes',
   'runtime',
   'start',
+  'allow_root',
 ];
 const STEP_KEYS = ['run', 'copy', 'to', 'user'];
 const RESOURCE_KEYS = ['processes', 'open_files', 'file_size', 'memory', 'cpu', 'disk'];
@@ -90,6 +91,12 @@ export interface TemplateRuntime {
    * before the create answers.
    */
   start?: TemplateStart;
+  /**
+   * `allow_root: true` (image templates only): root inside the sandbox, uid 0 of its own user
+   * namespace (never host root), for `user: 'root'` and `sudo`; where the provider can give it
+   * (the local provider on a root daemon), else the template's sandboxes do not start.
+   */
+  allowRoot?: true;
 }
 
 /** `start: { cmd, ready? }` of a template. */
@@ -164,6 +171,7 @@ export function readRuntime(
   const kubernetes = readKubernetes(reader, root.kubernetes);
   const runtime = readRuntimeNeeds(reader, root.runtime);
   const start = readStart(reader, root.start);
+  const allowRoot = readAllowRoot(reader, root.allow_root, fromImage);
   return {
     ...image,
     user: typeof user === 'string' ? user : DEFAULT_USER,
@@ -178,7 +186,29 @@ export function readRuntime(
     ...(kubernetes ? { kubernetes } : {}),
     ...(runtime ? { runtime } : {}),
     ...(start ? { start } : {}),
+    ...(allowRoot ? { allowRoot } : {}),
   };
+}
+
+/** `allow_root: true|false`: only an image template may allow root. */
+function readAllowRoot(
+  reader: TemplateReader,
+  value: unknown,
+  fromImage: boolean,
+): true | undefined {
+  if (value === undefined || value === null || value === false) return undefined;
+  if (value !== true) {
+    reader.problem(['allow_root'], 'must be true or false');
+    return undefined;
+  }
+  if (!fromImage) {
+    reader.problem(
+      ['allow_root'],
+      "only an image template (image: or dockerfile:) can allow root: a sandbox without an image runs on the host's own /usr and /etc, which root inside would own",
+    );
+    return undefined;
+  }
+  return true;
 }
 
 /** `start: { cmd, ready? }`: shell command lines, neither empty. */

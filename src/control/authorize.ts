@@ -29,8 +29,11 @@ export interface AccessGrant {
   allow: true;
   /** The sandbox's own token, which envd is given for this request. */
   token: string;
-  /** envd's socket (envd's port, or E2B's code interpreter), or a port the sandbox serves. */
-  reach: 'envd' | 'port';
+  /**
+   * envd's socket (envd's port, or E2B's code interpreter); root's envd (`envd-root`: a native
+   * request with `X-Abx-User: root` to a sandbox that allows root); or a port the sandbox serves.
+   */
+  reach: 'envd' | 'envd-root' | 'port';
   /**
    * The next request on the connection may reuse this decision when {@link accessKey} of its
    * target is this string. Undefined: never reused (a signed URL, a link, a local answer).
@@ -109,7 +112,8 @@ export function accessKeyParts(target: RequestTarget): string[] | undefined {
     return undefined;
   }
   const face = target.e2b === true ? 'e2b' : 'native';
-  return [credential[0], target.id, String(target.port), face, credential[1]];
+  const user = target.root === true ? 'root' : 'user';
+  return [credential[0], target.id, String(target.port), face, user, credential[1]];
 }
 
 /** Decides `target` (see the module's comment). */
@@ -172,7 +176,7 @@ export function authorize(target: RequestTarget, facts: AccessFacts): AccessDeci
     );
   }
   const key = accessKey(target);
-  const grant = (reach: 'envd' | 'port'): AccessGrant => ({
+  const grant = (reach: AccessGrant['reach']): AccessGrant => ({
     allow: true,
     token,
     reach,
@@ -186,6 +190,17 @@ export function authorize(target: RequestTarget, facts: AccessFacts): AccessDeci
           `envd's port ${ENVD_PORT} is not opened to browsers: links are for ports the sandbox serves`,
         ),
       );
+    }
+    if (target.root) {
+      if (!record.handle.envdRootSocket) {
+        return refuse(
+          new PermissionDeniedError(
+            `sandbox ${id} has no root: its template does not allow root (allow_root: true in an image template, on the local provider with a root daemon; docs/security.md); leave X-Abx-User out to run as its user`,
+            { code: 'root_not_allowed' },
+          ),
+        );
+      }
+      return grant('envd-root');
     }
     return grant('envd');
   }

@@ -69,6 +69,11 @@ export interface RequestTarget {
   e2b?: boolean;
   /** It names no sandbox and is for the daemon's API: passed on to it unchanged. */
   api?: boolean;
+  /**
+   * `X-Abx-User: root` on a native request to envd: it goes to root's envd, where the sandbox's
+   * template allows root (refused elsewhere).
+   */
+  root?: boolean;
 }
 
 /** An answer the gateway gives itself (a link minted or redeemed), not the sandbox's. */

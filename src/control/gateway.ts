@@ -87,6 +87,8 @@ const GATEWAY_HEADERS = new Set([
   'e2b-sandbox-port',
   // `@e2b/code-interpreter` sends the sandbox's token this way on its context routes.
   'e2b-traffic-access-token',
+  // Which envd a native request goes to (root's, where the sandbox allows root).
+  'x-abx-user',
 ]);
 
 /** What the gateway needs from the control plane. */
@@ -166,6 +168,26 @@ function noSandbox(pathname: string, path: string): RequestTarget {
     pathname,
     path,
   };
+}
+
+/**
+ * `X-Abx-User` of a native request: `root` (root's envd) or `user` (the default, as without the
+ * header); only on envd's port.
+ */
+function userHeader(head: RequestHead, port: number): 'root' | 'user' | undefined {
+  const user = headerOf(head, 'x-abx-user');
+  if (user === undefined) return undefined;
+  if (user !== 'root' && user !== 'user') {
+    throw new BadRequestError(
+      `X-Abx-User ${JSON.stringify(user.slice(0, 64))} is not a user of an abx sandbox: give root (where the sandbox's template allows root) or user, or leave it out`,
+    );
+  }
+  if (port !== ENVD_PORT) {
+    throw new BadRequestError(
+      `X-Abx-User is for envd's port (${ENVD_PORT}), not port ${port}: a sandbox's own servers choose their user themselves`,
+    );
+  }
+  return user;
 }
 
 /** A request for the daemon's API (see {@link GatewayBackend.apiTarget}). */
@@ -582,7 +604,17 @@ export class Gateway implements GatewayRoutes {
       }
     }
     const e2b = this.e2b?.claims(port, pathname, e2bHeaders) === true;
-    return { id, port, token, via, pathname, path, ...(e2b ? { e2b } : {}) };
+    const root = !e2b && userHeader(head, port) === 'root';
+    return {
+      id,
+      port,
+      token,
+      via,
+      pathname,
+      path,
+      ...(e2b ? { e2b } : {}),
+      ...(root ? { root } : {}),
+    };
   }
 
   serveE2b(
@@ -688,10 +720,13 @@ export class Gateway implements GatewayRoutes {
       template: record.template,
       capabilities: record.capabilities,
     };
-    if (decision.reach === 'envd') {
+    if (decision.reach !== 'port') {
       return {
         ...route,
-        socketPath: record.handle.envdSocket,
+        socketPath:
+          decision.reach === 'envd-root'
+            ? (record.handle.envdRootSocket as string)
+            : record.handle.envdSocket,
         envd: true,
         ...(record.handle.envdRootSocket ? { rootSocketPath: record.handle.envdRootSocket } : {}),
       };

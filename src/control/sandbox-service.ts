@@ -419,6 +419,7 @@ export class SandboxService {
       ...(network ?? this.templateNetwork(template)),
       ...(template.image ? { image: template.image } : {}),
       user: template.spec.user,
+      ...(template.spec.allowRoot ? { allowRoot: true } : {}),
       timeoutMs,
       ...(template.spec.kubernetes ? { kubernetes: template.spec.kubernetes } : {}),
       ...(volumes && volumes.specs.length > 0 ? { volumeMounts: volumes.specs } : {}),

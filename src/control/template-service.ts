@@ -20,6 +20,7 @@ import {
 import { repositoryComponent } from '../providers/docker/image-reference.js';
 import {
   type ImageStore,
+  rootUnavailableOn,
   SANDBOX_HOME,
   type SandboxHandle,
   type SandboxProvider,
@@ -411,6 +412,12 @@ export class TemplateService {
     const fromImage = spec.image !== undefined || spec.dockerfile !== undefined;
     // Before anything is made: a template whose sandboxes would run another Node is not built.
     await checkNodeLine(spec.name, spec.runtime?.node, this.provider, fromImage);
+    const noRoot = spec.allowRoot ? rootUnavailableOn(this.provider) : undefined;
+    if (noRoot !== undefined) {
+      throw new InvalidArgumentError(
+        `template '${spec.name}' allows root, which this daemon cannot give: ${noRoot}; leave allow_root out, or run the daemon as root on the local provider`,
+      );
+    }
     if (fromImage) return this.buildImage(spec, onProgress, owned, check, network);
     const dir = join(this.templatesDir, spec.name);
     const staged =

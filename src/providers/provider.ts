@@ -364,6 +364,16 @@ export type MetricsSample = Omit<SandboxUsage, 'cpuTimeUs'> & {
   cpuUsedPct: number;
 };
 
+/**
+ * Why sandboxes of `provider` cannot have root inside (`allow_root`), for a person, or undefined
+ * when they can.
+ */
+export function rootUnavailableOn(provider: SandboxProvider): string | undefined {
+  return provider.rootUnavailable
+    ? provider.rootUnavailable()
+    : `the ${provider.name} provider cannot give a sandbox a root of its own (only the local provider on a root daemon can)`;
+}
+
 /** The most forks one request makes. */
 export const MAX_FORKS = 10;
 
@@ -501,6 +511,11 @@ export interface SandboxProvider {
    * than allowed); those that name `internet` do not start.
    */
   internetUnavailable?(): string | undefined;
+  /**
+   * Why this provider cannot give sandboxes root inside (`allowRoot`) here, or undefined when it
+   * can. Left out: it cannot, and a template that allows root is refused with the reason.
+   */
+  rootUnavailable?(): string | undefined;
   /**
    * The sandbox's end moved (a pooled sandbox handed out, `setTimeout`): for a provider that ends
    * sandboxes itself at their timeout (agent-sandbox's `shutdownTime`), so it does not end one

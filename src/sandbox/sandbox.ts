@@ -3,6 +3,7 @@ import {
   ENVD_PORT,
   SANDBOX_ID_HEADER,
   SANDBOX_PORT_HEADER,
+  SANDBOX_USER_HEADER,
 } from '../../runtime/protocol/constants.js';
 import type { SandboxInfo, TemplateInfo } from '../../runtime/protocol/wire.js';
 import { BaseSandbox } from '../agent/base-sandbox.js';
@@ -191,6 +192,7 @@ export class Sandbox extends BaseSandbox {
   readonly commands: Commands;
   /** The command server serving your decorated classes from inside this sandbox. */
   readonly server: ServerClient;
+  private rootTools?: { commands: Commands; files: Filesystem };
   /** The sandbox's access token; the gateway wants it as `X-Access-Token`. */
   readonly accessToken: string;
   /**
@@ -247,6 +249,27 @@ export class Sandbox extends BaseSandbox {
   }
 
   /** The sandbox id ({@link sandboxId}), as {@link BaseSandbox} names it. */
+  /**
+   * Commands and files as root inside the sandbox, for a sandbox whose template allows root
+   * (`allow_root: true`, an image template on the local provider with a root daemon): root of the
+   * sandbox's own user namespace, an unprivileged uid on the host (docs/security.md). Elsewhere
+   * each call is refused with a {@link PermissionDeniedError} saying why. Root's processes are
+   * its own envd's: `sandbox.root.commands.list()` lists them, `sandbox.commands.list()` does not.
+   *
+   * @example
+   * await sandbox.root.commands.run('apt-get install -y jq');
+   * await sandbox.root.files.write('/etc/motd', 'hello');
+   */
+  get root(): { commands: Commands; files: Filesystem } {
+    if (!this.rootTools) {
+      const envd = this.portClient(ENVD_PORT, this.options.requestTimeoutMs, {
+        [SANDBOX_USER_HEADER]: 'root',
+      });
+      this.rootTools = { commands: new Commands(envd), files: new Filesystem(envd) };
+    }
+    return this.rootTools;
+  }
+
   get id(): string {
     return this.sandboxId;
   }
@@ -727,13 +750,18 @@ export class Sandbox extends BaseSandbox {
    * An HTTP client for a port inside the sandbox, through the gateway. It names the sandbox with
    * headers (no DNS needed for `*.localhost`) and explains a failed call by the sandbox's state.
    */
-  portClient(port: number, timeoutMs = DEFAULT_REQUEST_TIMEOUT_MS): HttpClient {
+  portClient(
+    port: number,
+    timeoutMs = DEFAULT_REQUEST_TIMEOUT_MS,
+    extraHeaders: Record<string, string> = {},
+  ): HttpClient {
     return new HttpClient(
       this.gatewayBase(port),
       {
         [SANDBOX_ID_HEADER]: this.sandboxId,
         [SANDBOX_PORT_HEADER]: String(port),
         [ACCESS_TOKEN_HEADER]: this.accessToken,
+        ...extraHeaders,
       },
       timeoutMs,
       `sandbox ${this.sandboxId}`,

@@ -103,6 +103,19 @@ custom_commands:
     );
   });
 
+  test('allow_root: true is for image templates only; anything but a boolean says so', () => {
+    expect(parseTemplate('name: t\nimage: debian:12\nallow_root: true\n').allowRoot).toBe(true);
+    expect(
+      parseTemplate('name: t\nimage: debian:12\nallow_root: false\n').allowRoot,
+    ).toBeUndefined();
+    expect(templateError('name: t\nallow_root: true\n').message).toMatch(
+      /^template\.yaml:2:13: allow_root: only an image template \(image: or dockerfile:\) can allow root/,
+    );
+    expect(templateError('name: t\nimage: debian:12\nallow_root: yes\n').message).toMatch(
+      /allow_root: must be true or false/,
+    );
+  });
+
   test('runtime: { node } names the Node line the sandboxes need; anything else says what it must be', () => {
     expect(parseTemplate('name: t\nruntime: { node: 24 }\n').runtime).toEqual({ node: 24 });
     expect(parseTemplate('name: t\nruntime:\n  node: "22"\n').runtime).toEqual({ node: 22 });

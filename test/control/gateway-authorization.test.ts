@@ -34,7 +34,7 @@ interface Box {
   record: SandboxRecord;
 }
 
-function box(id: string, capabilities: string[]): Box {
+function box(id: string, capabilities: string[], root = false): Box {
   const run = join(dir, id);
   mkdirSync(join(run, 'ports'), { recursive: true });
   const token = sandboxToken(SECRET, id);
@@ -44,11 +44,13 @@ function box(id: string, capabilities: string[]): Box {
     envdSocket: join(run, 'envd.sock'),
     portsDir: join(run, 'ports'),
     capabilities,
+    ...(root ? { envdRootSocket: join(run, 'envd-root.sock') } : {}),
   });
   return { id, token, record };
 }
 
-const A = box('iauthza', ['files', 'shell', 'code', 'ports']);
+// A allows root (a second envd); B does not.
+const A = box('iauthza', ['files', 'shell', 'code', 'ports'], true);
 const B = box('iauthzb', ['files', 'shell', 'code']);
 const BOXES = { a: A, b: B };
 
@@ -128,6 +130,8 @@ interface Spec {
   dropExpiration: boolean;
   /** For a signature: signed for the other sandbox than the one the request names. */
   foreign: boolean;
+  /** The X-Abx-User header: none, root's envd, the user's, or a name no sandbox has. */
+  user: 'none' | 'root' | 'user' | 'nobody';
 }
 
 const FIELDS: Array<keyof Spec> = [
@@ -140,6 +144,7 @@ const FIELDS: Array<keyof Spec> = [
   'secretPath',
   'dropExpiration',
   'foreign',
+  'user',
 ];
 
 const OPERATIONS: Array<{ method: string; path: string; body?: string; type?: string }> = [
@@ -200,6 +205,7 @@ function request(spec: Spec): string {
     headers.push(`E2b-Sandbox-Id: ${target.id}`, `E2b-Sandbox-Port: ${spec.port}`);
   }
   if (spec.addressing === 'path') path = `/sandboxes/${target.id}/ports/${spec.port}${path}`;
+  if (spec.user !== 'none') headers.push(`X-Abx-User: ${spec.user}`);
   const body = method === 'POST' ? (operation.body ?? '') : '';
   if (method === 'POST') {
     headers.push(`Content-Type: ${operation.type ?? 'application/octet-stream'}`);
@@ -227,6 +233,7 @@ const specs: fc.Arbitrary<Spec> = fc.record({
   secretPath: fc.boolean(),
   dropExpiration: fc.boolean(),
   foreign: fc.boolean(),
+  user: fc.constantFrom<Spec['user']>('none', 'none', 'none', 'root', 'root', 'user', 'nobody'),
 });
 
 /**
@@ -290,6 +297,9 @@ beforeAll(async () => {
   for (const target of [A, B]) {
     for (const [label, path] of [
       ['envd', target.record.handle.envdSocket as string],
+      ...(target.record.handle.envdRootSocket
+        ? ([['envd-root', target.record.handle.envdRootSocket]] as const)
+        : []),
       ['8080', join(target.record.handle.portsDir as string, '8080.sock')],
     ] as const) {
       const server = echo(target.id, label);

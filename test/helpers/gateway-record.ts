@@ -12,8 +12,10 @@ export function gatewayRecord(options: {
   envdSocket: string;
   portsDir: string;
   capabilities: string[];
+  /** Root's envd, for a sandbox whose template allows root. */
+  envdRootSocket?: string;
 }): SandboxRecord {
-  const { id, token, envdSocket, portsDir, capabilities } = options;
+  const { id, token, envdSocket, portsDir, capabilities, envdRootSocket } = options;
   return {
     id,
     template: `tpl-${id}`,
@@ -28,7 +30,14 @@ export function gatewayRecord(options: {
     paused: null,
     lifecycle: null,
     volumeMounts: [],
-    handle: { provider: 'memory', pid: process.pid, startTime: id, envdSocket, portsDir },
+    handle: {
+      provider: 'memory',
+      pid: process.pid,
+      startTime: id,
+      envdSocket,
+      portsDir,
+      ...(envdRootSocket ? { envdRootSocket } : {}),
+    },
     capabilities,
   };
 }

@@ -80,7 +80,7 @@ import { fileInImage, folderInImage, regularFileInImage } from './home-seed.js';
 import { idmapMount } from './idmap.js';
 import { imageRootfs, pruneRootfs, ROOTFS_ROOT } from './image-rootfs.js';
 import { isSameProcess, processStartTime, processState, processTree } from './proc.js';
-import { childPidOf, mapRootUserns, rootUidOf } from './root-userns.js';
+import { childPidOf, hostAccountIn, mapRootUserns, rootUidOf } from './root-userns.js';
 import {
   createDiskImage,
   type HomeSeed,
@@ -409,6 +409,10 @@ export class LocalProvider implements SandboxProvider {
       throw new SandboxStartError(
         `sandbox ${spec.id} allows root, which only image sandboxes may: a sandbox without an image runs on the host's own /usr and /etc, which root inside would own; give the template an image (or leave allow_root out)`,
       );
+    }
+    const noRoot = spec.allowRoot ? this.rootUnavailable() : undefined;
+    if (noRoot !== undefined) {
+      throw new SandboxStartError(`sandbox ${spec.id} allows root, which ${noRoot}`);
     }
     const image = spec.image ? await this.imageParts(spec, home) : undefined;
     const hostNode = image
@@ -1060,6 +1064,21 @@ export class LocalProvider implements SandboxProvider {
       pids = handle.uid === undefined ? processTree(handle.pid) : uidProcesses(handle.uid);
     }
     return sandboxUsage(cgroupUsage(dirs), pids, handle.pid);
+  }
+
+  /**
+   * Root inside needs a root daemon (it writes user namespace maps of two host uids and idmaps
+   * the image), and a uid range whose root uids (rootUidOf) are no account of this host.
+   */
+  rootUnavailable(): string | undefined {
+    if (this.mode !== 'root') {
+      return 'a rootless daemon cannot give: it has one host uid, and root inside needs a second one (run the daemon as root)';
+    }
+    const { first, count } = this.uidRange;
+    const taken = hostAccountIn(first + count, first + 2 * count);
+    return taken === undefined
+      ? undefined
+      : `this host cannot give: root inside would run as host uid ${taken.uid}, which is the account '${taken.name}' in /etc/passwd (ABX_UID_RANGE ${first}+${count} leaves the uids above it, ${first + count}-${first + 2 * count - 1}, for root inside: choose a range with no accounts above it)`;
   }
 
   internetUnavailable(): string | undefined {

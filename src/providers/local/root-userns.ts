@@ -18,7 +18,7 @@
  *   the upper layer as that uid; the image itself is never written.
  */
 import { spawn } from 'node:child_process';
-import { closeSync, openSync, writeSync } from 'node:fs';
+import { closeSync, openSync, readFileSync, writeSync } from 'node:fs';
 import { SANDBOX_UID } from './bwrap-args.js';
 import { DEFAULT_UID_RANGE, type UidRange } from './sandbox-uids.js';
 
@@ -43,6 +43,30 @@ export const ROOT_CAPS = [
 
 /** How long the daemon waits for a child's maps to be written (nsenter included). */
 const MAP_TIMEOUT_MS = 5000;
+
+/**
+ * The first account of the host's /etc/passwd whose uid is in [from, to), or undefined: root
+ * inside runs as such uids, which must belong to no one (a custom ABX_UID_RANGE could put them on
+ * real accounts).
+ */
+export function hostAccountIn(
+  from: number,
+  to: number,
+  passwd = '/etc/passwd',
+): { name: string; uid: number } | undefined {
+  let text: string;
+  try {
+    text = readFileSync(passwd, 'utf8');
+  } catch {
+    return undefined;
+  }
+  for (const line of text.split('\n')) {
+    const [name, , uidText] = line.split(':');
+    const uid = Number(uidText);
+    if (name && uidText && Number.isInteger(uid) && uid >= from && uid < to) return { name, uid };
+  }
+  return undefined;
+}
 
 /**
  * The host uid of root inside the sandbox whose own uid is `uid`: the same offset in the range
