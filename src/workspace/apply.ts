@@ -12,7 +12,7 @@ import {
   unlink,
 } from 'node:fs/promises';
 import { join } from 'node:path';
-import { entryState, kindOf, lstatOrNull, openNoFollow } from './entry.js';
+import { entryState, kindOf, linkedParent, lstatOrNull, openNoFollow } from './entry.js';
 import { type Refusal, WorkspaceRefusedError, WorkspaceWriteError } from './errors.js';
 import type { EntryState, WorkspaceChange, WorkspaceChanges } from './types.js';
 
@@ -129,15 +129,41 @@ function pathProblem(path: string, includeGit: boolean): string | undefined {
   return undefined;
 }
 
+/** Which sides each kind of change has. */
+const SHAPES: Record<string, { before: boolean; after: boolean; from: boolean }> = {
+  added: { before: false, after: true, from: false },
+  deleted: { before: true, after: false, from: false },
+  modified: { before: true, after: true, from: false },
+  typechange: { before: true, after: true, from: false },
+  renamed: { before: true, after: true, from: true },
+};
+
 async function validate(plan: Plan, c: WorkspaceChange): Promise<void> {
   const refuse = (reason: string, path = c.path) => plan.refusals.push({ path, reason });
   const conflict = (reason: string, path = c.path) => plan.conflicts.push({ path, reason });
+  const shape = SHAPES[c.status];
+  if (
+    !shape ||
+    shape.before !== !!c.before ||
+    shape.after !== !!c.after ||
+    shape.from !== (c.from !== undefined)
+  ) {
+    return void refuse(
+      `not a change changes() makes (status ${JSON.stringify(c.status)} with these sides)`,
+    );
+  }
   for (const p of c.from === undefined ? [c.path] : [c.from, c.path]) {
     const problem = pathProblem(p, plan.includeGit);
     if (problem) return void refuse(problem, p);
   }
+  for (const p of c.from === undefined ? [c.path] : [c.from, c.path]) {
+    const problem = await parentProblem(plan, p);
+    if (problem) return void refuse(problem, p);
+  }
   const after = c.after;
   if (after) {
+    const linked = await linkedParent(plan.view, c.path);
+    if (linked) return void refuse(`${linked} in the sandbox is not a folder`);
     if (after.kind !== 'file' && after.kind !== 'symlink')
       return void refuse(`a ${after.kind} is never applied`);
     if (after.kind === 'file' && after.mode & 0o6000) {
@@ -155,10 +181,6 @@ async function validate(plan: Plan, c: WorkspaceChange): Promise<void> {
     if (!now || now.kind !== after.kind || now.sha256 !== after.sha256 || now.mode !== after.mode) {
       return void refuse('changed in the sandbox since changes(); review it again');
     }
-  }
-  for (const p of c.from === undefined ? [c.path] : [c.from, c.path]) {
-    const problem = await parentProblem(plan, p);
-    if (problem) return void refuse(problem, p);
   }
   // What the base holds now against what the change expects to replace.
   const beforePath = c.from ?? c.path;

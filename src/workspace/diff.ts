@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { readFile, readlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { structuredPatch } from 'diff';
-import { gitMode, openNoFollow } from './entry.js';
+import { gitMode, linkedParent, openNoFollow } from './entry.js';
 import { WorkspaceError } from './errors.js';
 import { binaryLiteral, funcLine, quotePath } from './git-format.js';
 import type { EntryState, WorkspaceChange, WorkspaceChanges } from './types.js';
@@ -136,13 +136,19 @@ async function section(
     if (gitMode(before) !== gitMode(after)) {
       lines.push(`old mode ${gitMode(before)}`, `new mode ${gitMode(after)}`);
     }
-    // git keeps the owner's x bit only, and writes 0644 or 0755.
-    if (c.modeChanged && (gitMode(before) === gitMode(after) || !GIT_MODES.includes(after.mode))) {
-      ctx.omitted.push({
-        path: c.path,
-        reason: `mode ${octal(before.mode)} → ${octal(after.mode)}: a git patch keeps only 0644 or 0755`,
-      });
-    }
+  }
+  // git keeps the owner's x bit only, and writes 0644 or 0755.
+  const modeShown =
+    before === undefined || (after !== undefined && gitMode(before) !== gitMode(after));
+  if (
+    after?.kind === 'file' &&
+    (before === undefined || c.modeChanged) &&
+    (!modeShown || !GIT_MODES.includes(after.mode))
+  ) {
+    ctx.omitted.push({
+      path: c.path,
+      reason: `mode ${octal(after.mode)}${before ? ` (was ${octal(before.mode)})` : ''}: a git patch keeps only 0644 or 0755`,
+    });
   }
   if (c.status === 'renamed') {
     lines.push(
@@ -189,6 +195,11 @@ function octal(mode: number): string {
 
 async function content(root: string, path: string, state: EntryState): Promise<Buffer> {
   const full = join(root, path);
+  const linked = await linkedParent(root, path);
+  if (linked)
+    throw new WorkspaceError(
+      `${join(root, linked)} is not a folder: ${path} is not read through it`,
+    );
   let bytes: Buffer;
   if (state.kind === 'symlink') bytes = await readlink(full, { encoding: 'buffer' });
   else {

@@ -122,3 +122,17 @@ export function gitMode(state: EntryState): string {
   if (state.kind === 'symlink') return '120000';
   return state.mode & 0o100 ? '100755' : '100644';
 }
+
+/**
+ * The first parent of `path` under `root` that is not a real directory (a link, a file, or
+ * missing), if any: so that no read or write through `root/path` follows a link on the way.
+ */
+export async function linkedParent(root: string, path: string): Promise<string | undefined> {
+  const parts = path.split('/');
+  for (let i = 1; i < parts.length; i++) {
+    const prefix = parts.slice(0, i).join('/');
+    const st = await lstatOrNull(`${root}/${prefix}`);
+    if (!st?.isDirectory()) return prefix;
+  }
+  return undefined;
+}

@@ -38,6 +38,7 @@ const BINARY = Buffer.from([
 /** A base repository, committed. */
 function makeBase(dir: string): void {
   mkdirSync(dir);
+  const umask = process.umask(0o022);
   git(dir, 'init', '-q', '-b', 'main', '.');
   writeFileSync(
     join(dir, 'a.txt'),
@@ -56,6 +57,7 @@ function makeBase(dir: string): void {
   writeFileSync(join(dir, 'gone/y.txt'), 'y\n');
   git(dir, 'add', '-A');
   git(dir, 'commit', '-qm', 'base');
+  process.umask(umask);
 }
 
 /** The scripted agent: what it does in the view. */
@@ -81,6 +83,8 @@ function agent(view: string): void {
   unlinkSync(join(view, 'tc'));
   symlinkSync('a.txt', join(view, 'tc'));
   writeFileSync(join(view, '.git/agent-was-here'), 'left out\n');
+  // Whatever the umask: modes a git patch can carry (diff() is then complete).
+  for (const p of ['new file.txt', 'blob.bin']) chmodSync(join(view, p), 0o644);
 }
 
 const EXPECTED = [
