@@ -2,7 +2,7 @@ import type { Command } from 'commander';
 import { CommandTimeoutError } from '../errors.js';
 import { Sandbox } from '../sandbox/sandbox.js';
 import { ExitCode } from './errors.js';
-import { collectPairs, durationArg, withExamples } from './options.js';
+import { collectPairs, durationArg, sandboxUserArg, withExamples } from './options.js';
 import { formatSpan, onBrokenPipe } from './output.js';
 
 /** Exit code of a command stopped by `--timeout`, as timeout(1) gives. */
@@ -13,6 +13,7 @@ interface ExecOptions {
   env?: Record<string, string>;
   timeout?: number;
   stdin?: boolean;
+  user?: string;
 }
 
 /** Quotes one word for `sh`, so a value passed as an argument never becomes shell syntax. */
@@ -37,7 +38,8 @@ async function forwardStdin(send: (data: string) => Promise<void>, close: () => 
 
 async function exec(id: string, words: string[], options: ExecOptions): Promise<void> {
   const sandbox = await Sandbox.connect(id);
-  const handle = await sandbox.commands.start(commandLine(words), {
+  const commands = options.user === 'root' ? sandbox.root.commands : sandbox.commands;
+  const handle = await commands.start(commandLine(words), {
     ...(options.cwd ? { cwd: options.cwd } : {}),
     ...(options.env ? { envs: options.env } : {}),
     // A person at the CLI decides how long a command may take: no limit unless asked.
@@ -100,9 +102,15 @@ export function addExecCommand(program: Command): void {
         durationArg,
       )
       .option('-i, --stdin', "send abx's stdin to the command")
+      .option(
+        '-u, --user <user>',
+        "run as root (a sandbox whose template has allow_root: true) or as the sandbox's user (the default)",
+        sandboxUserArg,
+      )
       .action(exec),
     'abx exec i1a2b3c4d5e6f7g8 -- python3 -c "print(6 * 7)"',
     "abx exec i1a2b3c4d5e6f7g8 -- 'ls -l | wc -l'",
     'echo hello | abx exec -i i1a2b3c4d5e6f7g8 -- cat',
+    'abx exec --user root i1a2b3c4d5e6f7g8 -- apt-get install -y jq',
   );
 }

@@ -11,6 +11,16 @@ export function durationArg(value: string): number {
   return ms;
 }
 
+/** `--user` of a command in a sandbox: `root` (where its template allows root) or `user`. */
+export function sandboxUserArg(value: string): 'root' | 'user' {
+  if (value !== 'root' && value !== 'user') {
+    throw new InvalidArgumentError(
+      'a sandbox has two users: root (where its template has allow_root: true) and user (the default).',
+    );
+  }
+  return value;
+}
+
 /** A sandbox's lifetime (`--timeout` of create, `abx timeout`): a duration of at most 24 h. */
 export function lifetimeArg(value: string): number {
   const ms = durationArg(value);

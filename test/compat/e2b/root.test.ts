@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { PermissionDeniedError, Sandbox, Template, Templates } from '../../../src/index.js';
 import { startDaemon } from '../../../src/installation/daemon-connection.js';
 import type { DaemonInfo } from '../../../src/installation/daemon-info.js';
+import { abxIn } from '../../cli/abx.js';
 import { createAbxHome, removeTemplates } from '../../helpers/abx-home.js';
 import { DEBIAN_IMAGE, dockerEngine, ensureDebianImage } from '../../helpers/docker-images.js';
 
@@ -70,6 +71,18 @@ if (!('docker' in engine) || !engine.docker) {
     expect((await rooty.root.commands.list()).map((p) => p.pid)).toContain(sleeper.pid);
     expect((await rooty.commands.list()).map((p) => p.pid)).not.toContain(sleeper.pid);
     await sleeper.kill();
+  });
+
+  test('abx exec --user root runs as root; --user with another name is a usage error', async () => {
+    const { abx } = abxIn(home);
+    const root = await abx(['exec', '--user', 'root', rooty.sandboxId, '--', 'id -u']);
+    expect([root.code, root.stdout, root.stderr]).toEqual([0, '0\n', '']);
+    const refused = await abx(['exec', '--user', 'root', plain.sandboxId, '--', 'id -u']);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(/has no root: its template does not allow root/);
+    const wrong = await abx(['exec', '--user', 'nobody', rooty.sandboxId, '--', 'id -u']);
+    expect(wrong.code).toBe(2);
+    expect(wrong.stderr).toMatch(/a sandbox has two users: root .* and user/);
   });
 
   test('sudo installs a package: dpkg -i of a .deb built in the sandbox, then it is installed', async () => {
