@@ -194,8 +194,27 @@ async function compareUpperDir(w: Walk, dir: string): Promise<void> {
       else await comparePath(w, path);
     } else if (v.has(name) !== b.has(name)) {
       await comparePath(w, path);
+    } else if (v.has(name) && (await notFromBase(w, path))) {
+      await comparePath(w, path);
     }
   }
+}
+
+/**
+ * Whether a name in the view that the upper layer lacks is not the base's own entry: a
+ * redirected directory (overlay's redirect_dir) shows another lower folder's files under a
+ * name the base may also have. A lower file keeps its inode number in the view, so a file
+ * whose number differs is compared in full (as is one whose kind differs). Directories are
+ * taken as the base's (their numbers are not kept on every setup): see docs/workspaces.md.
+ */
+async function notFromBase(w: Walk, path: string): Promise<boolean> {
+  const [bs, vs] = await Promise.all([
+    lstatOrNull(join(w.base, path)),
+    lstatOrNull(join(w.view, path)),
+  ]);
+  if (!bs || !vs) return true;
+  if (bs.isDirectory() !== vs.isDirectory()) return true;
+  return !bs.isDirectory() && bs.ino !== vs.ino;
 }
 
 /**
