@@ -606,8 +606,10 @@ provider
         ],
         { encoding: 'utf8', env: { PATH: process.env.PATH, HOME: dir }, timeout: 30_000 },
       );
-      // Refused before anything is made, naming the way out: a root daemon.
-      expect(out).toMatch(/^refused \(rootless\): sandbox rootless-root .*run the daemon as root/);
+      // Refused before anything is made, saying why and what to do.
+      expect(out).toMatch(
+        /^refused \(rootless\): sandbox rootless-root allows root, which a rootless daemon cannot give: .*\(run the daemon as root\)/,
+      );
       expect(existsSync(spec.dir)).toBe(false);
     });
   });
