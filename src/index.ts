@@ -172,3 +172,26 @@ export type { VolumeInfo, VolumeMounts } from './sandbox/volume.js';
 export { Volume } from './sandbox/volume.js';
 export type { WatchEvent, WatchEventType, WatchOptions } from './sandbox/watch-handle.js';
 export { WatchHandle } from './sandbox/watch-handle.js';
+export type {
+  ApplyOptions as WorkspaceApplyOptions,
+  ApplyResult as WorkspaceApplyResult,
+  ChangeStatus as WorkspaceChangeStatus,
+  ChangesOptions as WorkspaceChangesOptions,
+  DiffOptions as WorkspaceDiffOptions,
+  DiffStatEntry as WorkspaceDiffStatEntry,
+  EntryKind as WorkspaceEntryKind,
+  EntryState as WorkspaceEntryState,
+  OmittedChange as WorkspaceOmittedChange,
+  Refusal as WorkspaceRefusal,
+  WorkspaceChange,
+  WorkspaceChanges,
+  WorkspaceDiff,
+} from './workspace/index.js';
+export {
+  apply as applyWorkspaceChanges,
+  changes as workspaceChanges,
+  diff as workspaceDiff,
+  WorkspaceError,
+  WorkspaceRefusedError,
+  WorkspaceWriteError,
+} from './workspace/index.js';
