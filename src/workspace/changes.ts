@@ -1,5 +1,5 @@
 import type { Stats } from 'node:fs';
-import { opendir } from 'node:fs/promises';
+import { readdir } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { entryState, kindOf, lstatOrNull, sameContent } from './entry.js';
 import { WorkspaceError } from './errors.js';
@@ -59,10 +59,20 @@ function rel(dir: string, name: string): string {
   return dir === '' ? name : `${dir}/${name}`;
 }
 
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
 async function listDir(path: string): Promise<Set<string>> {
   const names = new Set<string>();
-  const dir = await opendir(path);
-  for await (const d of dir) names.add(d.name);
+  for (const raw of await readdir(path, { encoding: 'buffer' })) {
+    try {
+      names.add(utf8.decode(raw));
+    } catch {
+      // A name that is not UTF-8 could not be named in a change: fail rather than miss it.
+      throw new WorkspaceError(
+        `${join(path, raw.toString('latin1'))}: a file name that is not UTF-8 is not supported`,
+      );
+    }
+  }
   return names;
 }
 

@@ -171,3 +171,15 @@ describe('apply() refuses, by name, before writing anything', () => {
     });
   });
 });
+
+describe('changes() on names it cannot carry', () => {
+  it('fails on a file name that is not UTF-8 rather than missing it', async () => {
+    const dir = mkdtempSync(join(tmp, 'names-'));
+    mkdirSync(join(dir, 'b'));
+    mkdirSync(join(dir, 'v'));
+    writeFileSync(Buffer.concat([Buffer.from(join(dir, 'v/')), Buffer.from([0x66, 0xff])]), 'x\n');
+    await expect(changes(join(dir, 'b'), join(dir, 'v'))).rejects.toThrow(
+      /f\xff?.*a file name that is not UTF-8 is not supported/s,
+    );
+  });
+});
