@@ -179,7 +179,7 @@ describe('changes() on names it cannot carry', () => {
     mkdirSync(join(dir, 'v'));
     writeFileSync(Buffer.concat([Buffer.from(join(dir, 'v/')), Buffer.from([0x66, 0xff])]), 'x\n');
     await expect(changes(join(dir, 'b'), join(dir, 'v'))).rejects.toThrow(
-      /f\xff?.*a file name that is not UTF-8 is not supported/s,
+      /v\/f.*: a file name that is not UTF-8 is not supported$/,
     );
   });
 });
