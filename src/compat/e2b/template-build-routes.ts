@@ -393,14 +393,23 @@ export class TemplateBuilds {
         );
       }
     }
+    // Its uploads stay until it ends, whatever a prune finds meanwhile.
+    const release = files.hold(
+      call.caller.keyId,
+      copies.map((c) => c.hash),
+    );
     build.status = 'building';
     try {
       this.save(build);
     } catch (error) {
       build.status = 'waiting';
+      release();
       throw error;
     }
-    void this.run(build, call, template.toYaml(build.template), copies, steps, staging);
+    files.pruneIfDue();
+    void this.run(build, call, template.toYaml(build.template), copies, steps, staging).finally(
+      release,
+    );
     return { status: 202, body: {} };
   };
 

@@ -5,6 +5,11 @@
  * for its own uploads: E2B's `filesHash` is computed by the client over file modes and sizes a tar
  * does not carry, so it cannot be recomputed here, and a shared index would let one key's upload
  * stand in for another key's files.
+ *
+ * Uploads are pruned (prune()): a key's entry not used for TEMPLATE_FILES_UNUSED_MS (an upload, a
+ * build that copies from it, or an answer "present" each count as a use) is removed, and so are
+ * a key's least recently used entries past TEMPLATE_FILES_MAX_BYTES_PER_KEY; a blob no entry
+ * names any more goes with them. An entry a running build holds (hold()) is never removed.
  */
 import { createHash, randomBytes } from 'node:crypto';
 import {
@@ -15,11 +20,14 @@ import {
   lstatSync,
   mkdirSync,
   openSync,
+  readdirSync,
   readFileSync,
   readSync,
   realpathSync,
   renameSync,
   rmSync,
+  statSync,
+  utimesSync,
   writeFileSync,
 } from 'node:fs';
 import { join, resolve } from 'node:path';
@@ -35,6 +43,12 @@ export const TEMPLATE_FILE_MAX_BYTES = 256 * 1024 ** 2;
 export const TEMPLATE_FILE_MAX_UNPACKED = 1024 ** 3;
 /** How long an upload link the daemon hands out stays valid. */
 export const UPLOAD_LINK_TTL_MS = 10 * 60_000;
+/** A key's upload no build has used for this long is removed (the SDK uploads it again). */
+export const TEMPLATE_FILES_UNUSED_MS = 24 * 3600_000;
+/** The most stored upload bytes one key keeps; its least recently used uploads go first. */
+export const TEMPLATE_FILES_MAX_BYTES_PER_KEY = 1024 ** 3;
+/** How often at most a whole prune runs (at an upload or a build); a key's cap is kept at once. */
+const PRUNE_EVERY_MS = 10 * 60_000;
 
 const HASH = /^[0-9a-f]{64}$/;
 
@@ -85,8 +99,33 @@ function tarOf(path: string): Readable {
 /** The content-addressed store of E2B template files, and the one-time links uploads go to. */
 export class TemplateFiles {
   private readonly links = new Map<string, { owner: string; hash: string; expires: number }>();
+  /** Entries (`<key dir>/<filesHash>`) running builds use, with how many hold each. */
+  private readonly held = new Map<string, number>();
+  private lastPrune = 0;
 
-  constructor(private readonly dir: string) {}
+  constructor(
+    private readonly dir: string,
+    private readonly limits: {
+      unusedMs?: number;
+      maxBytesPerKey?: number;
+      /** The clock, for tests. */
+      now?: () => number;
+    } = {},
+  ) {}
+
+  private now(): number {
+    return this.limits.now?.() ?? Date.now();
+  }
+
+  /** Records a use of an index entry: its modification time is its last use. */
+  private touch(index: string): void {
+    const seconds = this.now() / 1000;
+    try {
+      utimesSync(index, seconds, seconds);
+    } catch {
+      // removed meanwhile: the next upload makes it again
+    }
+  }
 
   private ownerDir(owner: string | null): string {
     return join(this.dir, 'index', owner ?? 'daemon');
@@ -100,9 +139,131 @@ export class TemplateFiles {
     return existsSync(blob) ? blob : undefined;
   }
 
-  /** Whether `owner` has uploaded the files of `hash` (and they are still kept). */
+  /** Whether `owner` has uploaded the files of `hash` (and they are still kept): a use. */
   present(owner: string | null, hash: string): boolean {
-    return this.blobOf(owner, hash) !== undefined;
+    if (this.blobOf(owner, hash) === undefined) return false;
+    this.touch(join(this.ownerDir(owner), hash));
+    return true;
+  }
+
+  /**
+   * Keeps `owner`'s files of `hashes` from every prune until the returned release is called (a
+   * build, from its start until it ends).
+   */
+  hold(owner: string | null, hashes: readonly string[]): () => void {
+    const keys = hashes.map((hash) => join(this.ownerDir(owner), checkFilesHash(hash)));
+    for (const key of keys) this.held.set(key, (this.held.get(key) ?? 0) + 1);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      for (const key of keys) {
+        const left = (this.held.get(key) ?? 1) - 1;
+        if (left > 0) this.held.set(key, left);
+        else this.held.delete(key);
+      }
+    };
+  }
+
+  /**
+   * Removes what is no longer kept: entries unused for TEMPLATE_FILES_UNUSED_MS, each key's least
+   * recently used entries past TEMPLATE_FILES_MAX_BYTES_PER_KEY (only `only`'s keys when given),
+   * blobs no entry names, and uploads a stopped daemon left half-written. Held entries stay.
+   * Synchronous: no upload or build of this process changes the folder meanwhile.
+   */
+  prune(only?: { owner: string | null }): { removed: number; freed: number } {
+    const now = this.now();
+    const unusedMs = this.limits.unusedMs ?? TEMPLATE_FILES_UNUSED_MS;
+    const cap = this.limits.maxBytesPerKey ?? TEMPLATE_FILES_MAX_BYTES_PER_KEY;
+    const blobs = join(this.dir, 'blobs');
+    const sizeOf = (path: string) => {
+      try {
+        return statSync(path).size;
+      } catch {
+        return 0;
+      }
+    };
+    const list = (dir: string) => {
+      try {
+        return readdirSync(dir);
+      } catch {
+        return [];
+      }
+    };
+    let removed = 0;
+    const owners = only
+      ? [this.ownerDir(only.owner)]
+      : list(join(this.dir, 'index')).map((o) => join(this.dir, 'index', o));
+    for (const ownerDir of owners) {
+      const entries = list(ownerDir)
+        .map((name) => {
+          const path = join(ownerDir, name);
+          let sha = '';
+          let used = 0;
+          try {
+            sha = readFileSync(path, 'utf8').trim();
+            used = statSync(path).mtimeMs;
+          } catch {
+            // unreadable: removed below
+          }
+          return { path, sha, used, size: HASH.test(sha) ? sizeOf(join(blobs, sha)) : 0 };
+        })
+        // Most recently used first: what is past the cap is the least recently used.
+        .sort((a, b) => b.used - a.used);
+      let total = 0;
+      for (const entry of entries) {
+        if (this.held.has(entry.path)) {
+          total += entry.size;
+          continue;
+        }
+        const stale = !HASH.test(entry.sha) || entry.size === 0 || now - entry.used > unusedMs;
+        if (stale || total + entry.size > cap) {
+          rmSync(entry.path, { force: true });
+          removed++;
+          continue;
+        }
+        total += entry.size;
+      }
+    }
+    let freed = 0;
+    if (!only || removed > 0) {
+      const named = new Set<string>();
+      for (const owner of list(join(this.dir, 'index'))) {
+        for (const name of list(join(this.dir, 'index', owner))) {
+          try {
+            named.add(readFileSync(join(this.dir, 'index', owner, name), 'utf8').trim());
+          } catch {
+            // gone meanwhile
+          }
+        }
+      }
+      for (const sha of list(blobs)) {
+        if (named.has(sha)) continue;
+        freed += sizeOf(join(blobs, sha));
+        rmSync(join(blobs, sha), { force: true });
+      }
+    }
+    if (!only) {
+      // A part file of an upload under way is younger than the longest upload a link allows.
+      for (const part of list(join(this.dir, 'staging'))) {
+        const path = join(this.dir, 'staging', part);
+        const age = now - (statSync(path, { throwIfNoEntry: false })?.mtimeMs ?? now);
+        if (age > unusedMs) rmSync(path, { recursive: true, force: true });
+      }
+      this.lastPrune = now;
+    }
+    return { removed, freed };
+  }
+
+  /** A whole prune when the last was PRUNE_EVERY_MS ago or more (at uploads and builds). */
+  pruneIfDue(): void {
+    if (this.now() - this.lastPrune < PRUNE_EVERY_MS) return;
+    try {
+      this.prune();
+    } catch {
+      // What could not be removed now is tried again at the next prune; the request goes on.
+      this.lastPrune = this.now();
+    }
   }
 
   /** A one-time token for `owner` to upload the files of `hash` (UPLOAD_LINK_TTL_MS). */
@@ -159,8 +320,20 @@ export class TemplateFiles {
       const sha = digest.digest('hex');
       mkdirSync(join(this.dir, 'blobs'), { recursive: true, mode: 0o700 });
       renameSync(part, join(this.dir, 'blobs', sha));
-      mkdirSync(this.ownerDir(link.owner === 'daemon' ? null : link.owner), { recursive: true });
-      writeFileSync(join(this.ownerDir(link.owner === 'daemon' ? null : link.owner), hash), sha);
+      const owner = link.owner === 'daemon' ? null : link.owner;
+      mkdirSync(this.ownerDir(owner), { recursive: true });
+      writeFileSync(join(this.ownerDir(owner), hash), sha);
+      this.touch(join(this.ownerDir(owner), hash));
+      // This key's cap at once (its new upload is the most recently used); the rest now and then.
+      const release = this.hold(owner, [hash]);
+      try {
+        this.prune({ owner });
+      } catch {
+        // Kept; the next prune tries again.
+      } finally {
+        release();
+      }
+      this.pruneIfDue();
     } finally {
       rmSync(part, { force: true });
       rmSync(check, { recursive: true, force: true });
@@ -178,6 +351,7 @@ export class TemplateFiles {
         `the files of hash ${hash} were not uploaded by this key: build with E2B's SDK, which uploads them first`,
       );
     }
+    this.touch(join(this.ownerDir(owner), hash));
     await extractTar(tarOf(blob), dest);
   }
 }
