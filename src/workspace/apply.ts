@@ -302,24 +302,44 @@ async function write(plan: Plan): Promise<WorkspaceChange[]> {
 async function writeOne(plan: Plan, c: WorkspaceChange): Promise<void> {
   const target = join(plan.base, c.path);
   if (c.status === 'deleted') {
-    await unlink(target);
+    await unlinkIfThere(target);
     await prune(plan, c.path);
     return;
   }
   await makeParents(plan, c.path);
   const after = c.after as EntryState;
-  if (c.status === 'renamed') {
-    const from = join(plan.base, c.from as string);
+  // A conflict written over (force): the base no longer holds the recorded "before", so the
+  // new content comes from the view rather than from moving or chmod-ing the base's entry.
+  const forced = plan.conflicts.some((r) => r.path === (c.from ?? c.path));
+  if (c.status === 'renamed' && !forced) {
     await removeEmptyDir(target);
-    await rename(from, target);
+    await rename(join(plan.base, c.from as string), target);
     if (after.kind === 'file' && c.modeChanged) await setMode(target, after.mode);
     await prune(plan, c.from as string);
     return;
   }
-  if (c.status === 'modified' && !c.contentChanged) {
+  if (c.status === 'modified' && !c.contentChanged && !forced) {
     await setMode(target, after.mode);
     return;
   }
+  await writeFromView(plan, c, after);
+  if (c.status === 'renamed') {
+    await unlinkIfThere(join(plan.base, c.from as string));
+    await prune(plan, c.from as string);
+  }
+}
+
+async function unlinkIfThere(path: string): Promise<void> {
+  try {
+    await unlink(path);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+  }
+}
+
+/** Writes the view's entry over the base's: a temporary file in the same folder, renamed. */
+async function writeFromView(plan: Plan, c: WorkspaceChange, after: EntryState): Promise<void> {
+  const target = join(plan.base, c.path);
   await removeEmptyDir(target);
   const owner = await ownerFor(plan, c.path);
   const tmp = join(

@@ -258,3 +258,36 @@ describe('conflicts', () => {
     expect((await changes(base, view)).entries.map((c) => c.path)).toEqual(['agent-new.txt']);
   });
 });
+
+describe('force over a host that moved on', () => {
+  it('writes the view over host deletions and edits: renames and chmods come from the view', async () => {
+    const base = join(tmp, 'f-base');
+    const view = join(tmp, 'f-view');
+    mkdirSync(base);
+    for (const name of ['r.txt', 'gone.txt', 'm.sh']) writeFileSync(join(base, name), `${name}\n`);
+    execFileSync('cp', ['-a', base, view]);
+    const since = Date.now();
+    renameSync(join(view, 'r.txt'), join(view, 'r2.txt'));
+    unlinkSync(join(view, 'gone.txt'));
+    chmodSync(join(view, 'm.sh'), 0o755);
+    const ch = await changes(base, view);
+    expect(listed(ch)).toEqual([
+      ['deleted', 'gone.txt'],
+      ['modified', 'm.sh'],
+      ['renamed', 'r2.txt', 'r.txt'],
+    ]);
+    unlinkSync(join(base, 'r.txt'));
+    unlinkSync(join(base, 'gone.txt'));
+    writeFileSync(join(base, 'm.sh'), 'host\n');
+
+    const err = await apply(ch, { since }).catch((e: unknown) => e);
+    expect((err as WorkspaceRefusedError).refusals.map((r) => r.path)).toEqual([
+      'gone.txt',
+      'm.sh',
+      'r.txt',
+    ]);
+    const result = await apply(ch, { since, force: true });
+    expect(result.forced.map((r) => r.path)).toEqual(['gone.txt', 'm.sh', 'r.txt']);
+    expect((await changes(base, view)).entries).toEqual([]);
+  });
+});
