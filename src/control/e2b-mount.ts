@@ -107,6 +107,7 @@ export function mountE2bControlApi(
       await sandboxes.drainPool(built.spec.name);
     },
     templateFilesDir: () => templates.filesDir,
+    rootUnavailable: () => sandboxes.rootUnavailable(),
     metrics: (id, start, end) => metrics.samples(id, start, end),
     logs: (id) => logs.read(id),
     domain,

@@ -23,6 +23,7 @@ import {
 import {
   checkForkCount,
   egressPolicyOf,
+  rootUnavailableOn,
   type SandboxHandle,
   type SandboxProvider,
   type SandboxSpec,
@@ -386,6 +387,11 @@ export class SandboxService {
     if (!this.prestartServers || !capabilities.includes('ports') || !capabilities.includes('shell'))
       return;
     await prestartServer(record.handle, this.controlTokenOf(record.id));
+  }
+
+  /** Why this daemon's sandboxes cannot have root inside (`allow_root`), or undefined. */
+  rootUnavailable(): string | undefined {
+    return rootUnavailableOn(this.provider);
   }
 
   /** Starts a sandbox and records it; never leaves one running without a registry row. */

@@ -182,6 +182,12 @@ export interface E2bBackend {
   /** The folder E2B's template files are kept in (blobs by content hash, and build staging). */
   templateFilesDir(): string;
   /**
+   * Why this daemon's sandboxes cannot have root inside (`allow_root`), or undefined when they
+   * can: E2B-built templates allow root where it can be given, as E2B's sandboxes have it.
+   * Left out: they cannot.
+   */
+  rootUnavailable?(): string | undefined;
+  /**
    * A running sandbox's samples of use from `start` to `end` (ms since the epoch, both included),
    * oldest first; empty where the provider measures none.
    */

@@ -106,6 +106,8 @@ function translate(
   body: Record<string, unknown>,
   resources: Build['resources'],
   staging: string,
+  /** Why this daemon's sandboxes cannot have root inside, or undefined when they can. */
+  noRoot: string | undefined,
 ): { template: Template; copies: CopyPlan[]; steps: number[] } {
   if (body.fromTemplate !== undefined && body.fromTemplate !== null && body.fromTemplate !== '') {
     throw new InvalidArgumentError(
@@ -130,6 +132,8 @@ function translate(
   const steps = body.steps ?? [];
   if (!Array.isArray(steps)) throw new InvalidArgumentError('steps must be a list of steps');
   let user = 'user';
+  /** The last USER step named root: E2B's sandboxes would then run as root by default. */
+  let endsAsRoot = false;
   let workdir: string | undefined;
   const copies: CopyPlan[] = [];
   // For each setup step abx runs, the E2B step (1-based, as the SDK's stack traces count) it is.
@@ -171,12 +175,12 @@ function translate(
       case 'USER': {
         const [name] = args;
         if (!name) throw refused(index, type, 'it names no user');
-        if (name === 'root' || name === '0') {
-          throw refused(
-            index,
-            type,
-            "sandboxes never run as root yet (root inside image sandboxes is coming); leave setUser('root') out: steps that need root, such as aptInstall, run as root by themselves",
-          );
+        // USER root: the steps after it run as root (the build's root); the sandboxes keep
+        // their user, with root inside allowed (below).
+        endsAsRoot = name === 'root' || name === '0';
+        if (endsAsRoot) {
+          user = 'root';
+          break;
         }
         user = name;
         template = template.setUser(name);
@@ -222,6 +226,13 @@ function translate(
           'abx builds RUN, COPY, ENV, WORKDIR and USER steps (and the installs and file steps the SDK makes of them)',
         );
     }
+  }
+  // As on E2B, the sandboxes have root and sudo, where this daemon can give them.
+  if (noRoot === undefined) template = template.allowRoot();
+  else if (endsAsRoot) {
+    throw new InvalidArgumentError(
+      `setUser('root') as the template's last user asks for sandboxes that run as root, which this daemon cannot give: ${noRoot}; end with setUser('user') (steps after setUser('root') still run as root at build time); nothing was built`,
+    );
   }
   const start = body.startCmd;
   const ready = body.readyCmd;
@@ -382,7 +393,14 @@ export class TemplateBuilds {
       );
     }
     const staging = join(call.backend.templateFilesDir(), 'builds', build.id);
-    const { template, copies, steps } = translate(call.body, build.resources, staging);
+    const { template, copies, steps } = translate(
+      call.body,
+      build.resources,
+      staging,
+      call.backend.rootUnavailable
+        ? call.backend.rootUnavailable()
+        : 'this daemon gives no sandbox root',
+    );
     const files = this.store(call.backend);
     for (const copy of copies) {
       if (!files.present(call.caller.keyId, copy.hash)) {

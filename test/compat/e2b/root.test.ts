@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { Sandbox as E2bSandbox } from 'e2b';
+import { Sandbox as E2bSandbox, Template as E2bTemplate } from 'e2b';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { PermissionDeniedError, Sandbox, Template, Templates } from '../../../src/index.js';
 import { startDaemon } from '../../../src/installation/daemon-connection.js';
@@ -36,7 +36,7 @@ if (!('docker' in engine) || !engine.docker) {
     home = abx.home;
     info = await startDaemon(home);
     apiKey = readFileSync(join(home, 'api-key'), 'utf8').trim();
-    await Templates.build(Template.fromImage(DEBIAN_IMAGE).allowRoot().setNetwork('none'), {
+    await Templates.build(Template.fromImage(DEBIAN_IMAGE).allowRoot(), {
       home,
       name,
     });
@@ -149,5 +149,36 @@ if (!('docker' in engine) || !engine.docker) {
     expect(sudo.stdout).toBe('0\n1000\n');
     const other = await E2bSandbox.connect(plain.sandboxId, options);
     await expect(other.commands.run('id -u', { user: 'root' })).rejects.toThrow(/root/);
+  });
+
+  test("E2B's Template SDK: steps after setUser('root') run as root; the built sandboxes have root and sudo", async () => {
+    process.env.E2B_API_URL = info.apiUrl;
+    process.env.E2B_SANDBOX_URL = info.gatewayUrl;
+    const alias = `${name}-e2b`;
+    try {
+      await E2bTemplate.build(
+        E2bTemplate()
+          .fromImage(DEBIAN_IMAGE)
+          .setUser('root')
+          .runCmd('id -u > /etc/built-as')
+          .setUser('user')
+          .runCmd('id -u > /home/user/then-as'),
+        alias,
+        { apiKey, requestTimeoutMs: 60_000 },
+      );
+      const sandbox = await E2bSandbox.create(alias, { apiKey, requestTimeoutMs: 60_000 });
+      try {
+        const run = await sandbox.commands.run(
+          'cat /etc/built-as /home/user/then-as; id -u; sudo -n id -u',
+        );
+        expect(run.stdout).toBe('0\n1000\n1000\n0\n');
+        expect((await sandbox.commands.run('id -u', { user: 'root' })).stdout).toBe('0\n');
+      } finally {
+        await sandbox.kill();
+      }
+    } finally {
+      delete process.env.E2B_API_URL;
+      delete process.env.E2B_SANDBOX_URL;
+    }
   });
 }
