@@ -20,7 +20,7 @@ import {
   type WorkspaceChanges,
   WorkspaceRefusedError,
 } from '../../src/workspace/index.js';
-import { git, snapshot, treeOf } from './fixture.js';
+import { GIT_ENV, git, snapshot, treeOf } from './fixture.js';
 
 const tmp = mkdtempSync(join(tmpdir(), 'abx-workspace-'));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
@@ -167,6 +167,7 @@ describe('a scripted agent in a copy of a git repository', () => {
     git(gitView, 'add', '-A');
     const theirs = execFileSync('git', ['diff', '--cached', '--binary', '--full-index', '-M'], {
       cwd: gitView,
+      env: GIT_ENV,
     });
     // Byte for byte, but for the deflated data of binary literals: Node's zlib (Chromium's)
     // compresses otherwise than git's, both inflate to the same bytes (git apply checks below).
@@ -289,5 +290,41 @@ describe('force over a host that moved on', () => {
     const result = await apply(ch, { since, force: true });
     expect(result.forced.map((r) => r.path)).toEqual(['gone.txt', 'm.sh', 'r.txt']);
     expect((await changes(base, view)).entries).toEqual([]);
+  });
+});
+
+describe('text hunks as git writes them', () => {
+  it('several hunks, function names, CRLF, a line added at the top and one removed at the end', async () => {
+    const base = join(tmp, 'h-base');
+    const view = join(tmp, 'h-view');
+    mkdirSync(base);
+    git(base, 'init', '-q', '.');
+    const lines = Array.from({ length: 120 }, (_, i) =>
+      i % 20 === 0 ? `function f${i}() {` : `  body ${i}`,
+    );
+    writeFileSync(join(base, 'long.js'), `${lines.join('\n')}\n`);
+    writeFileSync(join(base, 'crlf.txt'), 'one\r\ntwo\r\nthree\r\n');
+    writeFileSync(join(base, 'latin1.txt'), Buffer.from('caf\xe9\n', 'latin1'));
+    git(base, 'add', '-A');
+    git(base, 'commit', '-qm', 'base');
+    execFileSync('cp', ['-a', base, view]);
+    const edited = [...lines];
+    edited.unshift('// header');
+    edited[30] = '  changed 29';
+    edited[75] = '  changed 74';
+    edited.splice(100, 2, '  replaced', '  two', '  three');
+    edited.pop();
+    writeFileSync(join(view, 'long.js'), `${edited.join('\n')}\n`);
+    writeFileSync(join(view, 'crlf.txt'), 'one\r\nTWO\r\nthree\r\n');
+    writeFileSync(join(view, 'latin1.txt'), Buffer.from('caf\xe9!\n', 'latin1'));
+
+    const d = await diff(await changes(base, view));
+    git(view, 'add', '-A');
+    const theirs = execFileSync('git', ['diff', '--cached', '--full-index'], {
+      cwd: view,
+      env: GIT_ENV,
+    });
+    expect(d.patch.toString('latin1')).toBe(theirs.toString('latin1'));
+    expect(d.patch.toString('latin1')).toContain('@@ function f20() {');
   });
 });
