@@ -4,11 +4,12 @@ import type {
   E2bCaller,
   E2bSandboxRow,
   E2bSecret,
+  E2bTemplateBase,
   E2bVolume,
 } from '../compat/e2b/backend.js';
 import { E2bControlApi } from '../compat/e2b/control-api.js';
 import { publicPolicy } from '../egress/policy.js';
-import { VolumeNotFoundError } from '../errors.js';
+import { InvalidArgumentError, VolumeNotFoundError } from '../errors.js';
 import { egressPolicyOf, sandboxHome } from '../providers/provider.js';
 import { hashToken, tokenMatches } from './ids.js';
 import type { KeyService } from './key-service.js';
@@ -17,8 +18,33 @@ import type { SandboxRecord, SecretRecord, VolumeRecord } from './registry.js';
 import type { SandboxLogs } from './sandbox-logs.js';
 import type { KeyOwner, SandboxService } from './sandbox-service.js';
 import type { SecretService } from './secret-service.js';
-import { snapshotSource, type TemplateService } from './template-service.js';
+import { type BuiltTemplate, snapshotSource, type TemplateService } from './template-service.js';
 import { mountRoots, type VolumeService } from './volume-service.js';
+
+/**
+ * What E2B's `fromTemplate` builds on: an image template's image, env, user and workdir. A
+ * template without an image of its own, or a snapshot (its home is kept apart from its image), is
+ * refused by name.
+ */
+function templateBase(template: BuiltTemplate, name: string): E2bTemplateBase {
+  const quoted = JSON.stringify(name);
+  if (!template.image) {
+    throw new InvalidArgumentError(
+      `fromTemplate(${quoted}) is not supported by abx for this template: it has no image of its own (abx's base, or a template without image:), and abx builds only on image templates; start from an image with fromImage; nothing was built`,
+    );
+  }
+  if (template.homeDir) {
+    throw new InvalidArgumentError(
+      `fromTemplate(${quoted}) is not supported by abx for this template: it is a snapshot, whose home folder abx keeps apart from its image, so a template built on it would lack those files; create sandboxes from the snapshot itself, or start from an image with fromImage; nothing was built`,
+    );
+  }
+  return {
+    image: template.image,
+    env: template.spec.env,
+    user: template.spec.user,
+    workdir: template.spec.workdir,
+  };
+}
 
 /**
  * E2B's control API over this daemon's services: the compatibility layer declares what it needs
@@ -102,8 +128,14 @@ export function mountE2bControlApi(
       await templates.remove(name, caller);
       await sandboxes.drainPool(name);
     },
-    buildTemplate: async (yaml, caller, onProgress, uploaded) => {
-      const built = await templates.build({ yaml }, onProgress, caller, uploaded);
+    templateBase: async (name, caller) => templateBase(await templates.get(name, caller), name),
+    buildTemplate: async (yaml, caller, onProgress, uploaded, fromTemplate) => {
+      // Again at the build: the key may still use the template, and only its image is allowed.
+      const base =
+        fromTemplate === undefined
+          ? undefined
+          : templateBase(await templates.get(fromTemplate, caller), fromTemplate);
+      const built = await templates.build({ yaml }, onProgress, caller, uploaded, base?.image);
       await sandboxes.drainPool(built.spec.name);
     },
     templateFilesDir: () => templates.filesDir,

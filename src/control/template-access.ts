@@ -14,7 +14,8 @@
  * - What a template may *say* (templateBuildRefusals): what reaches past its sandboxes into the
  *   daemon's host — the host's network, files of the host copied in (`copy` steps), a
  *   `dockerfile` on the host, where its pods run (`kubernetes`), another template's built image
- *   (which may be another key's snapshot) — only an admin key builds. A
+ *   (which may be another key's snapshot) — only an admin key builds; a key builds on the image of
+ *   a template it may use only when it names that template (E2B's `fromTemplate`). A
  *   key's own build also runs its setup steps on the template's own network (its egress policy),
  *   never the host's (templateBuildNetwork).
  */
@@ -74,13 +75,19 @@ export function templateBuildRefusals(
    * the daemon): copy steps from inside it copy the key's own files, not the host's.
    */
   uploaded?: string,
+  /** The image of the template the build names as its base, which `who` may use (checked). */
+  baseImage?: string,
 ): string[] {
   if (who.admin) return [];
   const refusals: string[] = [];
   if (template.network === 'host') refusals.push("network: host (the daemon host's own network)");
   // Template builds are images of their own (abx-template/NAME:TIME on the engine,
   // REGISTRY/abx-template-NAME:HASH pushed): another key's private snapshot among them.
-  if (template.image !== undefined && /(^|\/)abx-template[/-]/.test(template.image)) {
+  if (
+    template.image !== undefined &&
+    template.image !== baseImage &&
+    /(^|\/)abx-template[/-]/.test(template.image)
+  ) {
     refusals.push(
       `image: ${template.image} (a template's own build; start from that template instead)`,
     );

@@ -379,6 +379,11 @@ export class TemplateService {
     who: TemplatePrincipal = DAEMON,
     /** A folder of files `who` uploaded for this build, which its copy steps may copy from. */
     uploaded?: string,
+    /**
+     * The image of a template `who` may use, which this one starts from (E2B's `fromTemplate`):
+     * allowed as `image:` to a key that is no admin (templateBuildRefusals).
+     */
+    baseImage?: string,
   ): Promise<BuiltTemplate> {
     let spec: TemplateSpec;
     if (typeof source !== 'string') {
@@ -397,7 +402,7 @@ export class TemplateService {
     if (spec.name === BASE_TEMPLATE.name) {
       throw new InvalidArgumentError("'base' is built in; give your template another name");
     }
-    const refusals = templateBuildRefusals(who, spec, uploaded);
+    const refusals = templateBuildRefusals(who, spec, uploaded, baseImage);
     if (refusals.length > 0) {
       throw new PermissionDeniedError(
         `template '${spec.name}' has ${refusals.join(', ')}: building that needs an admin API key, and the key '${who.name ?? who.keyId}' (${who.keyId}) is not one; leave it out, or ask an admin of the control plane`,

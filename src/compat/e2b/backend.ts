@@ -26,6 +26,14 @@ export interface E2bTemplateTraits {
   mountRoots: string[];
 }
 
+/** A template another is built on (E2B's `fromTemplate`): its image and the settings it gives. */
+export interface E2bTemplateBase {
+  image: string;
+  env: Record<string, string>;
+  user: string;
+  workdir: string;
+}
+
 /** A volume as E2B's API names it: abx's id (`vol_…`) and the name the key gave it. */
 export interface E2bVolume {
   id: string;
@@ -171,14 +179,23 @@ export interface E2bBackend {
   /**
    * Builds the template a `template.yaml` text describes, as the caller: abx's own build, with
    * its refusals and owners (template-access.ts). `uploaded` is a folder of the caller's own
-   * uploaded files, which the template's copy steps may copy from.
+   * uploaded files, which the template's copy steps may copy from. `fromTemplate` names the
+   * template whose image the text starts from (E2B's `fromTemplate`): checked again as the caller
+   * may use it, its image is then allowed to a key that is no admin.
    */
   buildTemplate(
     yaml: string,
     caller: E2bCaller,
     onProgress: (event: BuildProgress) => void,
     uploaded?: string,
+    fromTemplate?: string,
   ): Promise<void>;
+  /**
+   * The image template `name` as `caller` may use it, to build another on (E2B's
+   * `fromTemplate`): a NotFoundError as for an unknown name when it may not use it, an
+   * InvalidArgumentError naming why when it is no image template to start from.
+   */
+  templateBase(name: string, caller: E2bCaller): Promise<E2bTemplateBase>;
   /** The folder E2B's template files are kept in (blobs by content hash, and build staging). */
   templateFilesDir(): string;
   /**

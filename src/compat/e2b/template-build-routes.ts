@@ -13,6 +13,7 @@ import { basename, join, posix } from 'node:path';
 import type { BuildProgress } from '../../../runtime/protocol/wire.js';
 import { TEMPLATE_NAME_PATTERN } from '../../commands/custom-command.js';
 import { Template } from '../../commands/template-builder.js';
+import { DEFAULT_WORKDIR } from '../../commands/template-runtime.js';
 import {
   InvalidArgumentError,
   NotFoundError,
@@ -20,7 +21,7 @@ import {
   TemplateConflictError,
 } from '../../errors.js';
 import { shellQuote } from '../../util/shell-quote.js';
-import type { E2bBackend, E2bCaller } from './backend.js';
+import type { E2bBackend, E2bCaller, E2bTemplateBase } from './backend.js';
 import {
   appendLog,
   BUILD_RECORD_FLUSH_MS,
@@ -108,33 +109,38 @@ function translate(
   staging: string,
   /** Why this daemon's sandboxes cannot have root inside, or undefined when they can. */
   noRoot: string | undefined,
+  /** The template this one builds on (E2B's `fromTemplate`), as the caller may use it. */
+  base?: E2bTemplateBase,
 ): { template: Template; copies: CopyPlan[]; steps: number[] } {
-  if (body.fromTemplate !== undefined && body.fromTemplate !== null && body.fromTemplate !== '') {
-    throw new InvalidArgumentError(
-      `fromTemplate (${JSON.stringify(body.fromTemplate)}) is not supported by abx: start from an image on the daemon's Docker engine with fromImage; nothing was built`,
-    );
-  }
   if (body.fromImageRegistry !== undefined && body.fromImageRegistry !== null) {
     throw new InvalidArgumentError(
       "fromImageRegistry (registry credentials) is not supported by abx: the image must be on the daemon's Docker engine already (docker pull or docker load), named by fromImage without credentials; nothing was built",
     );
   }
-  const image = body.fromImage;
+  const given = body.fromImage;
+  if (base && given !== undefined && given !== null && given !== '') {
+    throw new InvalidArgumentError('give fromImage or fromTemplate, not both; nothing was built');
+  }
+  const image = base ? base.image : given;
   if (typeof image !== 'string' || image === '') {
     throw new InvalidArgumentError(
-      "fromImage is required: the Docker image to start from (Template().fromImage(...)), on the daemon's Docker engine",
+      "fromImage or fromTemplate is required: the Docker image to start from (Template().fromImage(...)), on the daemon's Docker engine, or a template to build on (Template().fromTemplate(...))",
     );
   }
   let template = Template.fromImage(image);
+  // What the base gives its sandboxes (its image holds its files, not these); steps override.
+  if (base && Object.keys(base.env).length > 0) template = template.setEnvs(base.env);
+  if (base && base.user !== 'user') template = template.setUser(base.user);
+  if (base && base.workdir !== DEFAULT_WORKDIR) template = template.setWorkdir(base.workdir);
   if (resources.cpu !== undefined || resources.memory !== undefined) {
     template = template.setResources(resources);
   }
   const steps = body.steps ?? [];
   if (!Array.isArray(steps)) throw new InvalidArgumentError('steps must be a list of steps');
-  let user = 'user';
+  let user = base?.user ?? 'user';
   /** The last USER step named root: E2B's sandboxes would then run as root by default. */
   let endsAsRoot = false;
-  let workdir: string | undefined;
+  let workdir = base && base.workdir !== DEFAULT_WORKDIR ? base.workdir : undefined;
   const copies: CopyPlan[] = [];
   // For each setup step abx runs, the E2B step (1-based, as the SDK's stack traces count) it is.
   const setupOf: number[] = [];
@@ -384,9 +390,34 @@ export class TemplateBuilds {
     return this.store(backend);
   }
 
+  /**
+   * The template E2B's `fromTemplate` names, as the caller may build on it (backend.templateBase:
+   * another key's private template is 404 as an unknown one); undefined when none is named.
+   */
+  private async baseOf(
+    call: TemplateBuildCall,
+  ): Promise<{ name: string; base: E2bTemplateBase } | undefined> {
+    const from = call.body.fromTemplate;
+    if (from === undefined || from === null || from === '') return undefined;
+    const [name, tag] = typeof from === 'string' ? from.split(':', 2) : [];
+    if (!name || !TEMPLATE_NAME_PATTERN.test(name) || (tag !== undefined && tag !== 'default')) {
+      throw new InvalidArgumentError(
+        `fromTemplate ${JSON.stringify(from)} must name a template (letters, digits, ".", "_" and "-", with the tag default at most), such as my-base; nothing was built`,
+      );
+    }
+    return { name, base: await call.backend.templateBase(name, call.caller) };
+  }
+
   /** `POST /v2/templates/{id}/builds/{buildID}`: translate the steps, then build in the background. */
   start = async (call: TemplateBuildCall): Promise<TemplateBuildAnswer> => {
     const build = this.visible(call);
+    if (build.status !== 'waiting') {
+      throw new TemplateConflictError(
+        `template build ${build.id} was started already (${build.status}); request a new build`,
+      );
+    }
+    const from = await this.baseOf(call);
+    // Checked again after the wait: another request may have started it meanwhile.
     if (build.status !== 'waiting') {
       throw new TemplateConflictError(
         `template build ${build.id} was started already (${build.status}); request a new build`,
@@ -400,6 +431,7 @@ export class TemplateBuilds {
       call.backend.rootUnavailable
         ? call.backend.rootUnavailable()
         : 'this daemon gives no sandbox root',
+      from?.base,
     );
     const files = this.store(call.backend);
     for (const copy of copies) {
@@ -425,9 +457,15 @@ export class TemplateBuilds {
       throw error;
     }
     files.pruneIfDue();
-    void this.run(build, call, template.toYaml(build.template), copies, steps, staging).finally(
-      release,
-    );
+    void this.run(
+      build,
+      call,
+      template.toYaml(build.template),
+      copies,
+      steps,
+      staging,
+      from?.name,
+    ).finally(release);
     return { status: 202, body: {} };
   };
 
@@ -459,6 +497,8 @@ export class TemplateBuilds {
     copies: CopyPlan[],
     steps: number[],
     staging: string,
+    /** The template it builds on (E2B's `fromTemplate`). */
+    fromTemplate?: string,
   ): Promise<void> {
     const files = this.store(call.backend);
     try {
@@ -478,6 +518,7 @@ export class TemplateBuilds {
           this.log(build, event.text, 'info', step);
         },
         staging,
+        fromTemplate,
       );
       // Recorded as stopped with the daemon (stop()): what ends after that changes nothing.
       if (build.status !== 'building') return;

@@ -140,6 +140,29 @@ if (!engine.docker) {
     expect(seen.at(-1)).toBe(`template ${second} is built`);
   }, 600_000);
 
+  test("fromTemplate builds on a template the key may use, with its files and env; another key's is unknown", async () => {
+    const onTop = `e2b-on-${suffix}`;
+    const layered = Template()
+      .fromTemplate(first)
+      .runCmd('cat /home/user/ran.txt > /home/user/on-top.txt');
+    await Template.build(layered, onTop, as(alice));
+    const sandbox = await Sandbox.create(onTop, as(alice));
+    made.push(sandbox.sandboxId);
+    const run = await sandbox.commands.run('cat /home/user/on-top.txt; echo "$GREETING"; id -un');
+    expect(run.stdout).toBe('hello from the upload\nhi from the template\nuser\n');
+
+    // To bob, alice's template is a name that was never built: the same answer.
+    const refusal = async (base: string) => {
+      const attempt = Template().fromTemplate(base).runCmd('true');
+      const error = await Template.build(attempt, `e2b-bob-${suffix}`, as(bob)).catch((e) => e);
+      return (error as Error).message.replace(base, 'NAME');
+    };
+    const hidden = await refusal(first);
+    expect(hidden).toMatch(/404|not built|not found/);
+    expect(hidden).toBe(await refusal(`never-built-${suffix}`));
+    expect(await Template.exists(`e2b-bob-${suffix}`, as(bob))).toBe(false);
+  }, 300_000);
+
   test('a step abx cannot express is refused by name, and nothing is built', async () => {
     const rooted = Template({ fileContextPath: context })
       .fromImage(DEBIAN_IMAGE)
@@ -150,7 +173,7 @@ if (!engine.docker) {
     );
     const based = Template().fromTemplate('base').runCmd('true');
     await expect(Template.build(based, `e2b-base-${suffix}`, as(alice))).rejects.toThrow(
-      /fromTemplate .* is not supported by abx/,
+      /fromTemplate\("base"\) is not supported by abx for this template: it has no image of its own/,
     );
     expect(await Template.exists(`e2b-root-${suffix}`, as(alice))).toBe(false);
   }, 120_000);
