@@ -11,6 +11,7 @@ import {
   readlinkSync,
   rmSync,
   statSync,
+  symlinkSync,
   writeFileSync,
 } from 'node:fs';
 import { createServer, type Server } from 'node:net';
@@ -19,11 +20,18 @@ import { buildSync } from 'esbuild';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { envdRequest } from '../../src/control/envd-request.js';
 import { EgressController } from '../../src/egress/controller.js';
+import { importFolder } from '../../src/providers/docker/import-folder.js';
 import { imageRootfs } from '../../src/providers/local/image-rootfs.js';
 import { LocalProvider } from '../../src/providers/local/local-provider.js';
 import { rootUidOf } from '../../src/providers/local/root-userns.js';
 import type { SandboxHandle, SandboxSpec, VolumeSpec } from '../../src/providers/provider.js';
-import { DEBIAN_IMAGE, dockerEngine, ensureDebianImage } from '../helpers/docker-images.js';
+import { connectSandboxSocket } from '../../src/providers/sandbox-socket.js';
+import {
+  busyboxRoot,
+  DEBIAN_IMAGE,
+  dockerEngine,
+  ensureDebianImage,
+} from '../helpers/docker-images.js';
 import { internetUnavailable, makeInternet, type TestInternet } from '../helpers/internet.js';
 import { rootlessUid } from '../helpers/rootless.js';
 
@@ -76,13 +84,18 @@ function imageDigest(rootfs: string): string {
 function netState(pid: number): string {
   const inNs = (...argv: string[]) =>
     execFileSync('nsenter', [`--net=/proc/${pid}/ns/net`, ...argv], { encoding: 'utf8' });
-  return [
-    inNs('ip', '-o', 'link'),
-    inNs('ip', '-o', 'addr'),
-    inNs('ip', 'route'),
-    // Terse: without the sets' elements, which egress fills as the sandbox resolves names.
-    inNs('nft', '-t', 'list', 'ruleset'),
-  ].join('\n');
+  return (
+    [
+      inNs('ip', '-o', 'link'),
+      inNs('ip', '-o', 'addr'),
+      inNs('ip', 'route'),
+      // Terse: without the sets' elements, which egress fills as the sandbox resolves names.
+      inNs('nft', '-t', 'list', 'ruleset'),
+    ]
+      .join('\n')
+      // IPv6 duplicate address detection ends on its own a moment after the start.
+      .replace(/ tentative\b/g, '')
+  );
 }
 
 /** Capability masks and no_new_privs of every process of the sandbox whose first is `pid`. */
@@ -353,8 +366,8 @@ if (!('docker' in engine) || !engine.docker) {
       const box: Box = {
         spec,
         handle,
-        asUser: (cmd, env) => run(handle.envdSocket, cmd, env),
-        asRoot: (cmd, env) => run(handle.envdRootSocket as string, cmd, env),
+        asUser: (cmd, env) => run(box.handle.envdSocket, cmd, env),
+        asRoot: (cmd, env) => run(box.handle.envdRootSocket as string, cmd, env),
       };
       boxes.push(box);
       return box;
@@ -480,6 +493,39 @@ EOF`);
       }
     });
 
+    test("the daemon's way in: links root leaves in /run/abx (its own, sticky) lead to no host socket", async () => {
+      const made = await a.asRoot(
+        `ln -s ${host.hostSocket} /run/abx/escape.sock && ln -s ${host.hostSocket} /run/abx/ports/escape.sock && ln -s ${host.hostDir} /run/abx/escape-dir && echo linked`,
+      );
+      expect(made.stdout).toBe('linked\n');
+      const inA = `/proc/${a.handle.pid}/root/run/abx`;
+      // An absolute link under /proc/PID/root resolves on the host: a plain connect() would
+      // reach the host's socket. The daemon's connect opens each part without following links.
+      expect(statSync(`${inA}/escape.sock`).isSocket()).toBe(true);
+      const tries = await Promise.all(
+        ['escape.sock', 'ports/escape.sock', 'escape-dir/host.sock'].map(
+          (path) =>
+            new Promise<string>((resolve) => {
+              const socket = connectSandboxSocket(`${inA}/${path}`);
+              socket.once('connect', () => {
+                socket.destroy();
+                resolve(`${path}: connected`);
+              });
+              socket.once('error', (error: NodeJS.ErrnoException) =>
+                resolve(`${path}: ${error.code}`),
+              );
+            }),
+        ),
+      );
+      expect(tries).toEqual([
+        'escape.sock: ENOTSOCK',
+        'ports/escape.sock: ENOTSOCK',
+        'escape-dir/host.sock: ENOTDIR',
+      ]);
+      await new Promise((r) => setTimeout(r, 100));
+      expect(hostHits).toEqual([]);
+    });
+
     test("files: what root chowns lands as the sandbox's root uid (never host root, never another sandbox's uid); its set-id files give the default user nothing", async () => {
       await a.asUser(
         'echo u > /home/user/by-user && echo u > /home/user/user-file && echo u > /mnt/vol/by-user && cp /bin/bash /mnt/vol/suid-sh',
@@ -566,6 +612,48 @@ EOF`);
       expect(answers['/run/abx/sudo.sock']).toBe('0\n');
       expect(JSON.stringify(answers)).not.toContain(secret);
       expect(answers[`/proc/${a.handle.pid}/root/run/abx/sudo.sock`]).toBe('unreachable');
+    });
+
+    test("a hostile image's links where sudo is bound lead nowhere: the sandbox starts with abx's sudo and the host gains no file", async () => {
+      // bwrap binds sudo at /usr/bin/sudo, and follows a link there even to /oldroot/..., its view
+      // of the host's root while it sets up (found by this test: bwrap made the host file).
+      const tag = `abx-test/root-escape-sudo-link:${randomBytes(4).toString('hex')}`;
+      const linkedUsr = `${tag}-usr`;
+      const target = `/tmp/abx-root-escape-${randomBytes(4).toString('hex')}`;
+      const rootfsDir = join(folder, 'hostile-rootfs');
+      busyboxRoot(rootfsDir);
+      mkdirSync(join(rootfsDir, 'usr', 'bin'), { recursive: true });
+      symlinkSync(`/oldroot${target}`, join(rootfsDir, 'usr', 'bin', 'sudo'));
+      await importFolder(docker, rootfsDir, tag);
+      let box: Box | undefined;
+      try {
+        box = await start('hostile', { image: tag });
+        expect(existsSync(target)).toBe(false);
+        const inside = await box.asUser('id -u; sudo id -u');
+        expect(inside.stdout).toBe('1000\n0\n');
+        // And on its kept disk after a hibernate: the image's link is still under it.
+        await provider.hibernate(box.handle, box.spec);
+        box.handle = await provider.wake(box.handle, box.spec);
+        expect((await box.asUser('sudo id -u')).stdout).toBe('0\n');
+        expect(existsSync(target)).toBe(false);
+        // A link on the way to /usr/bin is refused, naming it (the launcher cannot undo that one).
+        rmSync(join(rootfsDir, 'usr', 'bin'), { recursive: true });
+        symlinkSync('/oldroot/tmp', join(rootfsDir, 'usr', 'bin'));
+        await importFolder(docker, rootfsDir, linkedUsr);
+        await expect(start('hostile-usr', { image: linkedUsr })).rejects.toThrow(
+          /\/usr\/bin is a symbolic link, and the local provider makes \/usr\/bin there as root/,
+        );
+      } finally {
+        if (box) await provider.kill(box.handle).catch(() => undefined);
+        rmSync(target, { force: true });
+        for (const image of [tag, linkedUsr]) {
+          await docker
+            .getImage(image)
+            .remove({ force: true })
+            .catch(() => undefined);
+        }
+        await provider.pruneImages();
+      }
     });
 
     test('a rootless provider refuses allowRoot, saying why, before it starts anything', async () => {

@@ -347,6 +347,9 @@ export class LocalProvider implements SandboxProvider {
       await folderInImage(rootfs, dir, image);
     }
     await fileInImage(rootfs, '/etc/resolv.conf', image);
+    // A root sandbox's sudo is bound at /usr/bin/sudo: bwrap would follow a link on the way (the
+    // launcher removes one at sudo itself, see sandbox-disk.ts).
+    if (spec.allowRoot) await folderInImage(rootfs, '/usr/bin', image);
     const imageHome = await folderInImage(rootfs, home, image);
     return { rootfs, runtimeDir: portable.dir, ...(imageHome ? { home: imageHome } : {}) };
   }

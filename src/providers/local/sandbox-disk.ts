@@ -81,7 +81,10 @@ if [ -n "$lower" ]; then
     done
     unset IFS
   }
-  for d in proc dev tmp run run/abx opt opt/abx "\${home#/}" "\${workdir#/}" etc etc/resolv.conf; do
+  # usr/bin/sudo and the system bundle: bwrap binds over them (a root sandbox's sudo, an internet
+  # sandbox's trust) and would follow a link there, even one to /oldroot/..., the host's root.
+  for d in proc dev tmp run run/abx opt opt/abx "\${home#/}" "\${workdir#/}" etc etc/resolv.conf \
+    usr/bin/sudo etc/ssl/certs/ca-certificates.crt; do
     nolinks "$d"
   done
   IFS=$nl
@@ -94,6 +97,9 @@ if [ -n "$lower" ]; then
   unset IFS
   set +f
   [ -e "$stage/root/etc/resolv.conf" ] || : > "$stage/root/etc/resolv.conf"
+  # A root sandbox's sudo is bound over the image's: an image's link there goes (a whiteout in the
+  # upper layer), and bwrap makes a plain file in its place (its parents were checked).
+  if [ -n "$rootto" ] && [ -L "$stage/root/usr/bin/sudo" ]; then rm -f "$stage/root/usr/bin/sudo"; fi
 fi
 exec "$@"`;
 
