@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { startDaemon } from '../../../src/installation/daemon-connection.js';
 import type { DaemonInfo } from '../../../src/installation/daemon-info.js';
+import { sandboxesDirHash } from '../../../src/providers/docker/container-config.js';
 import type { DockerEngine } from '../../../src/providers/docker/engine-client.js';
 import { createAbxHome } from '../../helpers/abx-home.js';
 import { DEBIAN_IMAGE, ensureDebianImage } from '../../helpers/docker-images.js';
@@ -32,6 +33,21 @@ export async function dockerHome(docker: DockerEngine): Promise<DockerHome> {
       try {
         await abx.close();
       } finally {
+        // Containers outlive a daemon that died (a failed restart): the engine still has them.
+        const left = await docker
+          .listContainers({
+            all: true,
+            filters: {
+              label: [`abx.sandboxes-dir=${sandboxesDirHash(join(abx.home, 'sandboxes'))}`],
+            },
+          })
+          .catch(() => []);
+        for (const container of left) {
+          await docker
+            .getContainer(container.Id)
+            .remove({ force: true })
+            .catch(() => {});
+        }
         delete process.env.ABX_PROVIDER;
         delete process.env.ABX_DOCKER_BASE_IMAGE;
         delete process.env.ABX_WARM_POOL;

@@ -169,7 +169,8 @@ if (!engine.docker) {
       .setUser('root')
       .runCmd('id');
     await expect(Template.build(rooted, `e2b-root-${suffix}`, as(alice))).rejects.toThrow(
-      /step 1 \(USER\) is not supported by abx: sandboxes never run as root yet/,
+      // This daemon (Docker) gives its sandboxes no root: a template whose last user is root.
+      /setUser\('root'\) as the template's last user asks for sandboxes that run as root, which this daemon cannot give/,
     );
     const based = Template().fromTemplate('base').runCmd('true');
     await expect(Template.build(based, `e2b-base-${suffix}`, as(alice))).rejects.toThrow(
