@@ -601,10 +601,18 @@ export class TemplateBuilds {
     };
   };
 
-  /** `POST /templates/tags`, `DELETE /templates/tags`: refused, by name. */
-  tagEdit = async (): Promise<TemplateBuildAnswer> => {
+  /**
+   * `POST /templates/tags` (`assignTags`), `DELETE /templates/tags` (`removeTags`): refused, by
+   * name. abx keeps one build per template, its latest: there is no older build a tag could name,
+   * and `default` always names the latest. The same answer whether the template exists or not.
+   * (A DELETE's body is not read here: removing names no tags.)
+   */
+  tagEdit = async (call: TemplateBuildCall): Promise<TemplateBuildAnswer> => {
+    const target = call.body.target ?? call.body.name;
+    const tags = Array.isArray(call.body.tags) ? call.body.tags.map(String) : [];
+    const what = `${tags.length > 0 ? `tags ${tags.map((t) => JSON.stringify(t)).join(', ')}` : 'tags'}${typeof target === 'string' ? ` of ${JSON.stringify(target)}` : ''}`;
     throw new InvalidArgumentError(
-      'template tags are not supported by abx: a template has one build, its latest (the tag default); build under another name instead',
+      `${call.body.target === undefined ? 'removing' : 'assigning'} ${what} is not supported by abx: a template keeps one build, its latest, whose only tag is default; to keep builds side by side, build each under a name of its own (such as my-template-v2); nothing was changed`,
     );
   };
 }

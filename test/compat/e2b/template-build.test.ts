@@ -177,6 +177,13 @@ if (!engine.docker) {
       /fromTemplate\("base"\) is not supported by abx for this template: it has no image of its own/,
     );
     expect(await Template.exists(`e2b-root-${suffix}`, as(alice))).toBe(false);
+    // One build per template: no tag but default, which always names the latest.
+    await expect(Template.assignTags(`${first}:default`, ['v2'], as(alice))).rejects.toThrow(
+      /assigning tags "v2" of ".*:default" is not supported by abx: a template keeps one build/,
+    );
+    await expect(Template.removeTags(first, 'default', as(alice))).rejects.toThrow(
+      /removing tags is not supported by abx: a template keeps one build/,
+    );
   }, 120_000);
 
   test('uploads: a bad hash and an archive that leaves its folder are refused; a link is used once', async () => {
@@ -256,5 +263,8 @@ if (!engine.docker) {
     const ready = await Template.getBuildStatus(firstBuild, as(alice));
     expect(ready.status).toBe('ready');
     expect(ready.logEntries.map((e) => e.message)).toContain('step-output-line');
+    expect(await Template.getTags(first, as(alice))).toMatchObject([
+      { tag: 'default', buildId: firstBuild.buildId },
+    ]);
   }, 300_000);
 }
