@@ -3,6 +3,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { chmodSync, mkdtempSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { asHostUid } from './host-ns.js';
 import { deleteNetns } from './netns.js';
 import { makeTestCertificates } from './test-ca.js';
 
@@ -269,18 +270,16 @@ export async function makeInternet(options: { owner?: number } = {}): Promise<Te
  * a `sleep` of that uid and named `ns` like `ip netns add`'s; the user namespace's path.
  */
 export async function ownedNamespace(ns: string, uid: number): Promise<string> {
-  const holder = spawn(
-    'setpriv',
-    [
-      `--reuid=${uid}`,
-      `--regid=${uid}`,
-      '--clear-groups',
-      'unshare',
-      '--user',
-      '--map-root-user',
-    ].concat(['--net', 'sleep', 'infinity']),
-    { detached: true, stdio: 'ignore' },
-  );
+  const [command, ...args] = [
+    ...asHostUid(uid),
+    'unshare',
+    '--user',
+    '--map-root-user',
+    '--net',
+    'sleep',
+    'infinity',
+  ];
+  const holder = spawn(command, args, { detached: true, stdio: 'ignore' });
   holder.unref();
   const ours = readlinkSync('/proc/self/ns/net');
   const deadline = Date.now() + 10_000;

@@ -17,6 +17,7 @@ import { stopDaemon } from '../../src/installation/daemon-connection.js';
 import { uidProcesses } from '../../src/providers/local/sandbox-uids.js';
 import { Sandbox } from '../../src/sandbox/sandbox.js';
 import { ensureBuilt, ROOT } from './build.js';
+import { inPrivateMounts } from './host-ns.js';
 import { ownedNamespace } from './internet.js';
 import { deleteNetns } from './netns.js';
 
@@ -122,37 +123,26 @@ export async function startRootlessDaemon(
   const log = openSync(join(home, 'daemon.log'), 'a');
   const script =
     'mount --bind "$1" "$2" && shift 2 && while [ "$1" != -- ]; do mount --bind "$1" "$2" || exit 1; shift 2; done; shift; exec setpriv --reuid="$UID_" --regid="$UID_" --clear-groups "$@"';
-  const child = spawn(
-    'unshare',
-    [
-      '--mount',
-      '--propagation',
-      'private',
-      '--',
-      '/bin/sh',
-      '-c',
-      script,
-      'abx-rootless',
-      ROOT,
-      stage,
-      ...(options.binds ?? []).flat(),
-      '--',
-      process.execPath,
-      join(stage, 'dist', 'daemon.js'),
-    ],
-    {
-      detached: true,
-      stdio: ['ignore', log, log],
-      env: {
-        PATH: process.env.PATH ?? '/usr/bin:/bin',
-        HOME: home,
-        ABX_HOME: home,
-        XDG_RUNTIME_DIR: runtimeDir,
-        UID_: String(uid),
-        ...env,
-      },
+  const [command, ...args] = inPrivateMounts(script, 'abx-rootless', [
+    ROOT,
+    stage,
+    ...(options.binds ?? []).flat(),
+    '--',
+    process.execPath,
+    join(stage, 'dist', 'daemon.js'),
+  ]);
+  const child = spawn(command, args, {
+    detached: true,
+    stdio: ['ignore', log, log],
+    env: {
+      PATH: process.env.PATH ?? '/usr/bin:/bin',
+      HOME: home,
+      ABX_HOME: home,
+      XDG_RUNTIME_DIR: runtimeDir,
+      UID_: String(uid),
+      ...env,
     },
-  );
+  });
   child.unref();
   const close = async () => {
     try {

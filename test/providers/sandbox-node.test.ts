@@ -27,6 +27,7 @@ import { CLI, runProgram } from '../cli/abx.js';
 import { createAbxHome, removeTemplates } from '../helpers/abx-home.js';
 import { ROOT } from '../helpers/build.js';
 import { BUSYBOX_IMAGE, dockerEngine, ensureBusyboxImage } from '../helpers/docker-images.js';
+import { BIND_THEN_EXEC, inPrivateMounts } from '../helpers/host-ns.js';
 import { startRootlessDaemon } from '../helpers/rootless.js';
 
 // Which Node each kind of sandbox runs, on whatever line runs these tests (CI: the whole suite on
@@ -99,25 +100,16 @@ async function serverTemplate(home: string): Promise<string> {
 /** `abx doctor --json` run by `node`, as `$ABX_HOME` `home`: its two Node checks. */
 async function doctorNode(node: string, home: string, hostNode?: string) {
   const args = [CLI, 'doctor', '--json'];
+  const [unshare, ...bound] = inPrivateMounts(BIND_THEN_EXEC, 'abx-doctor', [
+    hostNode ?? '',
+    HOST_NODE,
+    node,
+    ...args,
+  ]);
   const { stdout, code } = hostNode
-    ? await runProgram(
-        'unshare',
-        [
-          '--mount',
-          '--propagation',
-          'private',
-          '--',
-          '/bin/sh',
-          '-c',
-          'mount --bind "$1" "$2" && shift 2 && exec "$@"',
-          'abx-doctor',
-          hostNode,
-          HOST_NODE,
-          node,
-          ...args,
-        ],
-        { env: { ABX_HOME: home, NO_COLOR: '1', DOCKER_HOST: 'unix:///nonexistent.sock' } },
-      )
+    ? await runProgram(unshare, bound, {
+        env: { ABX_HOME: home, NO_COLOR: '1', DOCKER_HOST: 'unix:///nonexistent.sock' },
+      })
     : await runProgram(node, args, {
         env: { ABX_HOME: home, NO_COLOR: '1', DOCKER_HOST: 'unix:///nonexistent.sock' },
       });
@@ -160,28 +152,17 @@ function otherSupportedNode(): { path: string; version: string } | { reason: str
  */
 async function rootDaemonWithHostNode(home: string, hostNode: string): Promise<void> {
   const log = openSync(join(home, 'daemon.log'), 'a');
-  const child = spawn(
-    'unshare',
-    [
-      '--mount',
-      '--propagation',
-      'private',
-      '--',
-      '/bin/sh',
-      '-c',
-      'mount --bind "$1" "$2" && shift 2 && exec "$@"',
-      'abx-node',
-      hostNode,
-      HOST_NODE,
-      process.execPath,
-      join(ROOT, 'dist', 'daemon.js'),
-    ],
-    {
-      detached: true,
-      stdio: ['ignore', log, log],
-      env: { ...process.env, ABX_HOME: home, ABX_WARM_POOL: '0' },
-    },
-  );
+  const [unshare, ...args] = inPrivateMounts(BIND_THEN_EXEC, 'abx-node', [
+    hostNode,
+    HOST_NODE,
+    process.execPath,
+    join(ROOT, 'dist', 'daemon.js'),
+  ]);
+  const child = spawn(unshare, args, {
+    detached: true,
+    stdio: ['ignore', log, log],
+    env: { ...process.env, ABX_HOME: home, ABX_WARM_POOL: '0' },
+  });
   closeSync(log);
   child.unref();
   const deadline = Date.now() + 20_000;

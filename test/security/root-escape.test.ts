@@ -32,6 +32,7 @@ import {
   dockerEngine,
   ensureDebianImage,
 } from '../helpers/docker-images.js';
+import { asHostUid } from '../helpers/host-ns.js';
 import { internetUnavailable, makeInternet, type TestInternet } from '../helpers/internet.js';
 import { rootlessUid } from '../helpers/rootless.js';
 
@@ -682,16 +683,10 @@ provider
         logLevel: 'error',
       });
       const spec = { ...a.spec, id: 'rootless-root', dir: join(dir, 'sandbox') };
+      const [setpriv, ...asUid] = asHostUid(uid);
       const out = execFileSync(
-        'setpriv',
-        [
-          `--reuid=${uid}`,
-          `--regid=${uid}`,
-          '--clear-groups',
-          process.execPath,
-          join(dir, 'entry.cjs'),
-          JSON.stringify(spec),
-        ],
+        setpriv,
+        [...asUid, process.execPath, join(dir, 'entry.cjs'), JSON.stringify(spec)],
         { encoding: 'utf8', env: { PATH: process.env.PATH, HOME: dir }, timeout: 30_000 },
       );
       // Refused before anything is made, saying why and what to do.

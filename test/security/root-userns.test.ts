@@ -10,6 +10,7 @@ import {
   rootBwrapArgs,
   rootUidOf,
 } from '../../src/providers/local/root-userns.js';
+import { asHostUid, inPrivateMounts } from '../helpers/host-ns.js';
 
 // The containment of root inside an image sandbox (issue 46), against the real kernel and bwrap:
 // a root attacker in a user namespace whose 0 is an unprivileged host uid, over an overlay whose
@@ -45,10 +46,7 @@ setpriv --reuid 1000 --regid 1000 --clear-groups sh -c '
 async function attack(stage: string): Promise<Record<string, string>> {
   const [lower, upper, work, root] = ['lower', 'upper', 'work', 'root'].map((d) => join(stage, d));
   const bwrap = [
-    'setpriv',
-    `--reuid=${ROOT_UID}`,
-    `--regid=${ROOT_UID}`,
-    '--clear-groups',
+    ...asHostUid(ROOT_UID),
     '--no-new-privs',
     'bwrap',
     ...rootBwrapArgs(3, 4),
@@ -68,25 +66,15 @@ async function attack(stage: string): Promise<Record<string, string>> {
     '-c',
     ATTACK,
   ];
-  const child = spawn(
-    'unshare',
-    [
-      '--mount',
-      '--propagation',
-      'private',
-      '--',
-      '/bin/sh',
-      '-c',
-      'mount -t overlay overlay -o "lowerdir=$1,upperdir=$2,workdir=$3,nosuid,nodev" "$4" && shift 4 && exec "$@"',
-      'sh',
-      lower,
-      upper,
-      work,
-      root,
-      ...bwrap,
-    ],
-    { stdio: ['ignore', 'pipe', 'pipe', 'pipe', 'pipe'], timeout: RUN_TIMEOUT_MS },
+  const [command, ...args] = inPrivateMounts(
+    'mount -t overlay overlay -o "lowerdir=$1,upperdir=$2,workdir=$3,nosuid,nodev" "$4" && shift 4 && exec "$@"',
+    'sh',
+    [lower, upper, work, root, ...bwrap] as string[],
   );
+  const child = spawn(command, args, {
+    stdio: ['ignore', 'pipe', 'pipe', 'pipe', 'pipe'],
+    timeout: RUN_TIMEOUT_MS,
+  });
   const [, stdout, stderr, block, info] = child.stdio as [
     null,
     NodeJS.ReadableStream,
