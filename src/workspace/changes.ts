@@ -1,7 +1,7 @@
 import type { Stats } from 'node:fs';
 import { readdir } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
-import { entryState, kindOf, lstatOrNull, sameContent } from './entry.js';
+import { entryState, kindOf, lstatOrNull, lstatOrNullSync, sameContent } from './entry.js';
 import { WorkspaceError } from './errors.js';
 import type { ChangesOptions, EntryState, WorkspaceChange, WorkspaceChanges } from './types.js';
 
@@ -48,7 +48,7 @@ export async function changes(
   }
   if (w.upper === undefined) await compareDir(w, '');
   else await compareUpperDir(w, '');
-  return { base: w.base, view: w.view, entries: pairRenames(w.out).sort(byPath) };
+  return { base: w.base, view: w.view, entries: pairRenames(w.out.sort(byPath)).sort(byPath) };
 }
 
 function byPath(a: WorkspaceChange, b: WorkspaceChange): number {
@@ -79,24 +79,60 @@ async function listDir(path: string): Promise<Set<string>> {
 function sortedUnion(...sets: Set<string>[]): string[] {
   const all = new Set<string>();
   for (const s of sets) for (const n of s) all.add(n);
-  return [...all].sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+  return [...all].sort(byName);
 }
 
+/** How many entries of one folder are compared at once (each holds at most two open files). */
+const PARALLEL = 32;
+
+async function eachLimited<T>(items: T[], fn: (item: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) await fn(items[next++]);
+  };
+  await Promise.all(Array.from({ length: Math.min(PARALLEL, items.length) }, worker));
+}
+
+/**
+ * Compares a folder on both sides: its entries at most {@link PARALLEL} at a time, then its
+ * subfolders one after the other (depth first), so that only the names of the folders on the
+ * way down are held.
+ */
 async function compareDir(w: Walk, dir: string): Promise<void> {
   const [b, v] = await Promise.all([listDir(join(w.base, dir)), listDir(join(w.view, dir))]);
-  for (const name of sortedUnion(b, v)) {
-    if (name === '.git' && !w.includeGit) continue;
-    await comparePath(w, rel(dir, name));
-  }
+  const names = sortedUnion(b, v).filter((name) => name !== '.git' || w.includeGit);
+  const subdirs: string[] = [];
+  await eachLimited(names, async (name) => {
+    const path = rel(dir, name);
+    const [bs, vs] = statBoth(w, path);
+    if (bs?.isDirectory() && vs?.isDirectory()) subdirs.push(path);
+    else await compareStats(w, path, bs, vs);
+  });
+  for (const path of subdirs.sort(byName)) await compareDir(w, path);
+}
+
+function byName(a: string, b: string): number {
+  return Buffer.compare(Buffer.from(a), Buffer.from(b));
+}
+
+function statBoth(w: Walk, path: string): [Stats | null, Stats | null] {
+  return [lstatOrNullSync(join(w.base, path)), lstatOrNullSync(join(w.view, path))];
 }
 
 /** Compares one path on both sides in full (recursing into directories on both sides). */
 async function comparePath(w: Walk, path: string, recurse = compareDir): Promise<void> {
-  const [bs, vs] = await Promise.all([
-    lstatOrNull(join(w.base, path)),
-    lstatOrNull(join(w.view, path)),
-  ]);
+  const [bs, vs] = statBoth(w, path);
   if (bs?.isDirectory() && vs?.isDirectory()) return recurse(w, path);
+  await compareStats(w, path, bs, vs);
+}
+
+/** One path where at most one side is a folder. */
+async function compareStats(
+  w: Walk,
+  path: string,
+  bs: Stats | null,
+  vs: Stats | null,
+): Promise<void> {
   if (bs?.isDirectory()) await emitTree(w, path, 'deleted');
   if (vs?.isDirectory()) await emitTree(w, path, 'added');
   const bNon = bs && !bs.isDirectory() ? bs : null;
@@ -109,17 +145,21 @@ async function comparePath(w: Walk, path: string, recurse = compareDir): Promise
 /** Every non-directory under `path` on one side, as added (view) or deleted (base). */
 async function emitTree(w: Walk, path: string, status: 'added' | 'deleted'): Promise<void> {
   const root = status === 'added' ? w.view : w.base;
-  for (const name of sortedUnion(await listDir(join(root, path)))) {
-    if (name === '.git' && !w.includeGit) continue;
+  const names = sortedUnion(await listDir(join(root, path))).filter(
+    (name) => name !== '.git' || w.includeGit,
+  );
+  const subdirs: string[] = [];
+  await eachLimited(names, async (name) => {
     const p = rel(path, name);
     const st = await lstatOrNull(join(root, p));
-    if (!st) continue;
-    if (st.isDirectory()) await emitTree(w, p, status);
+    if (!st) return;
+    if (st.isDirectory()) subdirs.push(p);
     else {
       const state = await entryState(join(root, p), st);
       w.out.push(status === 'added' ? created(p, state) : removed(p, state));
     }
-  }
+  });
+  for (const p of subdirs.sort(byName)) await emitTree(w, p, status);
 }
 
 function created(path: string, after: EntryState): WorkspaceChange {
@@ -153,7 +193,7 @@ async function compareEntries(w: Walk, path: string, bs: Stats, vs: Stats): Prom
     bKind === 'file' && vKind === 'file' && (bs.mode & 0o7777) !== (vs.mode & 0o7777);
   if (bKind === vKind) {
     if (bKind === 'file') {
-      const same = bs.size === vs.size && (await sameContent(bPath, vPath));
+      const same = bs.size === vs.size && (await sameContent(bPath, vPath, bs.size));
       if (same && !modeChanged) return;
     } else if (bKind === 'symlink') {
       // entryState reads both targets; equal hashes are no change.
