@@ -298,6 +298,7 @@ export class Daemon {
         (await this.registry.listSandboxes({ state: 'running' })).map((record) => ({
           id: record.id,
           envdSocket: record.handle.envdSocket,
+          ...(record.handle.envdRootSocket ? { envdRootSocket: record.handle.envdRootSocket } : {}),
         })),
       controlToken: (id) => this.sandboxes.controlTokenOf(id),
     });
@@ -628,6 +629,10 @@ export class Daemon {
   async start(): Promise<DaemonInfo> {
     await this.openRegistry();
     await this.sandboxes.adopt();
+    // What a daemon stopped mid-build left (E2B's build records say those builds stopped).
+    await this.templates.sweepBuilds().catch((error: Error) => {
+      console.error(`abx daemon: the build sandboxes a stopped daemon left stay: ${error.message}`);
+    });
     const listen = (server: NetServer, at: ListenAddress) =>
       new Promise<number>((resolve, reject) => {
         server.once('error', (error: NodeJS.ErrnoException) =>

@@ -26,7 +26,8 @@ const READ_TIMEOUT_MS = WAIT_MS + 10_000;
 
 /** What the logs need of the daemon: its running sandboxes and the token of each. */
 export interface LogSource {
-  running(): Promise<{ id: string; envdSocket: string }[]>;
+  /** Running sandboxes: envd's socket, and root's envd's where the sandbox allows root. */
+  running(): Promise<{ id: string; envdSocket: string; envdRootSocket?: string }[]>;
   controlToken(id: string): string;
 }
 
@@ -34,7 +35,12 @@ export interface LogSource {
 interface StoredLine extends LogLine {
   boot?: string;
   seq?: number;
+  /** `root`: a line of root's envd (a sandbox that allows root); none: the default envd's. */
+  envd?: 'root';
 }
+
+/** Which of a sandbox's envds a log is read from. */
+type Envd = 'user' | 'root';
 
 interface Kept {
   lines: number;
@@ -49,7 +55,10 @@ interface Kept {
  */
 export class SandboxLogs {
   private timer: NodeJS.Timeout | undefined;
-  /** Sandboxes whose envd is being read, with where in its log the reading is. */
+  /**
+   * Sandboxes whose envd is being read, with where in its log the reading is: by id, and by
+   * `id#root` for root's envd.
+   */
   private readonly reading = new Map<string, AbortController>();
   private readonly cursors = new Map<string, { boot: string; seq: number }>();
   private readonly kept = new Map<string, Kept>();
@@ -81,20 +90,36 @@ export class SandboxLogs {
 
   /** Starts reading the log of each running sandbox not read yet. */
   async pass(): Promise<void> {
-    for (const { id, envdSocket } of await this.source.running()) {
-      if (this.stopped || this.reading.has(id)) continue;
-      const abort = new AbortController();
-      this.reading.set(id, abort);
-      void this.follow(id, envdSocket, abort.signal).finally(() => {
-        if (this.reading.get(id) === abort) this.reading.delete(id);
-      });
+    for (const { id, envdSocket, envdRootSocket } of await this.source.running()) {
+      this.read1(id, 'user', envdSocket);
+      if (envdRootSocket) this.read1(id, 'root', envdRootSocket);
     }
   }
 
-  /** Reads a sandbox's envd log until envd goes (the next pass reads it again if it runs). */
-  private async follow(id: string, socket: string, signal: AbortSignal): Promise<void> {
+  /** Starts reading one envd's log of a sandbox, unless it is read already. */
+  private read1(id: string, envd: Envd, socket: string): void {
+    const key = envd === 'root' ? `${id}#root` : id;
+    if (this.stopped || this.reading.has(key)) return;
+    const abort = new AbortController();
+    this.reading.set(key, abort);
+    void this.follow(id, envd, key, socket, abort.signal).finally(() => {
+      if (this.reading.get(key) === abort) this.reading.delete(key);
+    });
+  }
+
+  /**
+   * Reads one of a sandbox's envd logs until envd goes (the next pass reads it again if it
+   * runs). Root's lines are marked (`fields.user: root`), and kept in the same log.
+   */
+  private async follow(
+    id: string,
+    envd: Envd,
+    key: string,
+    socket: string,
+    signal: AbortSignal,
+  ): Promise<void> {
     while (!signal.aborted) {
-      const cursor = this.cursors.get(id) ?? this.storedCursor(id);
+      const cursor = this.cursors.get(key) ?? this.storedCursor(id, envd);
       let answer: {
         status: number;
         body: { boot?: string; entries?: SandboxLogEntry[]; dropped?: number };
@@ -116,7 +141,7 @@ export class SandboxLogs {
       const { boot, entries = [], dropped = 0 } = answer.body;
       if (answer.status !== 200 || typeof boot !== 'string') return;
       if (cursor && cursor.boot !== boot) {
-        this.cursors.set(id, { boot, seq: 0 });
+        this.cursors.set(key, { boot, seq: 0 });
         continue;
       }
       // Each line keeps where it was in envd's log, so a daemon started again goes on from there.
@@ -124,25 +149,32 @@ export class SandboxLogs {
         at,
         level,
         message,
-        fields,
+        fields: envd === 'root' ? { ...fields, user: 'root' } : fields,
         boot,
         seq,
+        ...(envd === 'root' ? { envd } : {}),
       }));
       if (dropped > 0) {
         const at = (entries[0]?.at ?? Date.now()) - 1;
         lines.unshift(droppedLine(dropped, 'before the daemon read them (envd keeps 10000)', at));
       }
       if (lines.length > 0) this.append(id, lines);
-      this.cursors.set(id, { boot, seq: entries.at(-1)?.seq ?? cursor?.seq ?? 0 });
+      this.cursors.set(key, { boot, seq: entries.at(-1)?.seq ?? cursor?.seq ?? 0 });
     }
   }
 
-  /** Where the kept log of a sandbox ends in its envd's log: its newest line's boot and seq. */
-  private storedCursor(id: string): { boot: string; seq: number } | undefined {
+  /**
+   * Where the kept log of a sandbox ends in one envd's log: the boot and seq of the newest line
+   * read from that envd.
+   */
+  private storedCursor(id: string, envd: Envd): { boot: string; seq: number } | undefined {
     const lines = this.read(id) as StoredLine[];
     for (let i = lines.length - 1; i >= 0; i--) {
-      const { boot, seq } = lines[i] as StoredLine;
-      if (typeof boot === 'string' && typeof seq === 'number') return { boot, seq };
+      const line = lines[i] as StoredLine;
+      if ((line.envd ?? 'user') !== envd) continue;
+      if (typeof line.boot === 'string' && typeof line.seq === 'number') {
+        return { boot: line.boot, seq: line.seq };
+      }
     }
     return undefined;
   }
@@ -202,9 +234,11 @@ export class SandboxLogs {
 
   /** Forgets a sandbox's log (its record is gone). */
   remove(id: string): void {
-    this.reading.get(id)?.abort();
+    for (const key of [id, `${id}#root`]) {
+      this.reading.get(key)?.abort();
+      this.cursors.delete(key);
+    }
     this.kept.delete(id);
-    this.cursors.delete(id);
     rmSync(this.file(id), { force: true });
   }
 

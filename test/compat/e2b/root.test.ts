@@ -73,6 +73,21 @@ if (!('docker' in engine) || !engine.docker) {
     await sleeper.kill();
   });
 
+  test("the sandbox's log has root's processes too, marked user root", async () => {
+    await rooty.root.commands.run('exit 4').catch(() => undefined);
+    await rooty.commands.run('exit 5').catch(() => undefined);
+    const deadline = Date.now() + 20_000;
+    let lines = await rooty.logs();
+    const exited = (code: string) => lines.find((line) => line.fields.exitCode === code);
+    while (!(exited('4') && exited('5')) && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      lines = await rooty.logs();
+    }
+    expect(exited('4')?.fields.user).toBe('root');
+    expect(exited('5')?.fields.user).toBeUndefined();
+    expect(lines.filter((line) => line.message === 'envd started').length).toBe(2);
+  });
+
   test('abx exec --user root runs as root; --user with another name is a usage error', async () => {
     const { abx } = abxIn(home);
     const root = await abx(['exec', '--user', 'root', rooty.sandboxId, '--', 'id -u']);
