@@ -171,6 +171,12 @@ const EXPECTED: Record<string, RegExp> = {
   'dev-kmsg': /^refused:(ENOENT|EACCES|EPERM)$/,
   'dmesg-syslog': /^refused:EPERM$/,
   'tool-dmesg': /^refused:.*Operation not permitted/,
+  // What every sandbox shares, bound read-only from the host.
+  'write-sudo-shim': /^refused:(EROFS|EACCES)$/,
+  'chmod-sudo-shim': /^refused:EROFS$/,
+  'write-runtime': /^refused:(EROFS|EACCES)$/,
+  'create-in-runtime': /^refused:EROFS$/,
+  'chown-runtime': /^refused:EROFS$/,
   // Mounts, namespaces, the kernel: no CAP_SYS_ADMIN, SYS_MODULE, SYS_PTRACE..., and seccomp.
   'mount-tmpfs': /^refused:EPERM$/,
   'mount-proc': /^refused:EPERM$/,
