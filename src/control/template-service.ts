@@ -1,4 +1,4 @@
-import { mkdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { BuildProgress } from '../../runtime/protocol/wire.js';
 import { TEMPLATE_NAME_PATTERN } from '../commands/custom-command.js';
@@ -208,6 +208,29 @@ export class TemplateService {
 
   /** Where E2B's template builds keep their uploaded files (src/compat/e2b/template-files.ts). */
   readonly filesDir: string;
+
+  /**
+   * At the daemon's start, before any build: removes the build sandboxes a stopped daemon left
+   * (builds it did not finish; their sandboxes live in the templates folder, which the sandboxes'
+   * own sweep does not look at) and their work folders. Only where this provider builds images
+   * itself (Docker): other providers' build sandboxes are not looked for. The ids removed.
+   */
+  async sweepBuilds(): Promise<string[]> {
+    if (!this.provider.images) return [];
+    const swept = await this.provider.sweepOrphans(this.templatesDir, new Set());
+    let entries: string[] = [];
+    try {
+      entries = readdirSync(this.templatesDir);
+    } catch {
+      // no templates folder yet
+    }
+    for (const entry of entries) {
+      if (entry.startsWith('.build-')) {
+        rmSync(join(this.templatesDir, entry), { recursive: true, force: true });
+      }
+    }
+    return swept;
+  }
 
   /**
    * The network of a build sandbox on `provider` (template-access.ts decides which): the host's,

@@ -45,8 +45,8 @@ if (!engine.docker) {
 
   afterAll(async () => {
     for (const id of made) await Sandbox.kill(id, { apiKey: alice }).catch(() => {});
-    // Built images outlive the folder; so do the sandbox and image of the build the restart
-    // interrupted (a daemon's start sweeps its sandboxes' containers, not its builds').
+    // Built images outlive the folder; so does the image the build the restart interrupted had
+    // prepared (and its sandbox, if the restart failed before sweeping it).
     await removeTemplates(abx?.home);
     const builds = await docker
       .listContainers({ all: true, filters: { name: [`abx-build-${slow}-`] } })
@@ -249,6 +249,13 @@ if (!engine.docker) {
     abx.info = await startDaemon(abx.home);
     process.env.E2B_API_URL = abx.info.apiUrl;
     process.env.E2B_SANDBOX_URL = abx.info.gatewayUrl;
+
+    // The stopped build's sandbox is gone: the new daemon's start removed it.
+    const left = await docker.listContainers({
+      all: true,
+      filters: { name: [`abx-build-${slow}-`] },
+    });
+    expect(left.map((c) => c.Names)).toEqual([]);
 
     const stopped = await Template.getBuildStatus(info, as(alice));
     expect(stopped.status).toBe('error');
