@@ -626,6 +626,7 @@ EOF`);
       // of the host's root while it sets up (found by this test: bwrap made the host file).
       const tag = `abx-test/root-escape-sudo-link:${randomBytes(4).toString('hex')}`;
       const linkedUsr = `${tag}-usr`;
+      const noUsr = `${tag}-nousr`;
       const target = `/tmp/abx-root-escape-${randomBytes(4).toString('hex')}`;
       const rootfsDir = join(folder, 'hostile-rootfs');
       busyboxRoot(rootfsDir);
@@ -650,10 +651,16 @@ EOF`);
         await expect(start('hostile-usr', { image: linkedUsr })).rejects.toThrow(
           /\/usr\/bin is a symbolic link, and the local provider makes \/usr\/bin there as root/,
         );
+        // No /usr/bin at all: refused, saying where sudo goes (bwrap could not make it there).
+        rmSync(join(rootfsDir, 'usr'), { recursive: true });
+        await importFolder(docker, rootfsDir, noUsr);
+        await expect(start('hostile-nousr', { image: noUsr })).rejects.toThrow(
+          /has no \/usr\/bin, where a sandbox that allows root gets sudo/,
+        );
       } finally {
         if (box) await provider.kill(box.handle).catch(() => undefined);
         rmSync(target, { force: true });
-        for (const image of [tag, linkedUsr]) {
+        for (const image of [tag, linkedUsr, noUsr]) {
           await docker
             .getImage(image)
             .remove({ force: true })

@@ -348,8 +348,13 @@ export class LocalProvider implements SandboxProvider {
     }
     await fileInImage(rootfs, '/etc/resolv.conf', image);
     // A root sandbox's sudo is bound at /usr/bin/sudo: bwrap would follow a link on the way (the
-    // launcher removes one at sudo itself, see sandbox-disk.ts).
-    if (spec.allowRoot) await folderInImage(rootfs, '/usr/bin', image);
+    // launcher removes one at sudo itself, see sandbox-disk.ts), and cannot make the folder in
+    // the image's root (its upper layer is host root's).
+    if (spec.allowRoot && !(await folderInImage(rootfs, '/usr/bin', image))) {
+      throw new SandboxStartError(
+        `image ${image} has no /usr/bin, where a sandbox that allows root gets sudo; add the folder to the image (or leave allow_root out)`,
+      );
+    }
     const imageHome = await folderInImage(rootfs, home, image);
     return { rootfs, runtimeDir: portable.dir, ...(imageHome ? { home: imageHome } : {}) };
   }
