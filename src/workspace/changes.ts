@@ -1,5 +1,5 @@
 import type { Stats } from 'node:fs';
-import { readdir } from 'node:fs/promises';
+import { readdir, realpath } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { entryState, kindOf, lstatOrNull, lstatOrNullSync, sameContent } from './entry.js';
 import { WorkspaceError } from './errors.js';
@@ -29,23 +29,23 @@ export async function changes(
   view: string,
   options: ChangesOptions = {},
 ): Promise<WorkspaceChanges> {
+  // The roots are the caller's own choice: a root given through a link is followed (once,
+  // here); below them nothing is.
+  const root = async (what: string, dir: string) => {
+    const real = await realpath(resolve(dir)).catch(() => undefined);
+    const st = real === undefined ? null : await lstatOrNull(real);
+    if (real === undefined || !st?.isDirectory()) {
+      throw new WorkspaceError(`the ${what} folder ${dir} is not a directory`);
+    }
+    return real;
+  };
   const w: Walk = {
-    base: resolve(base),
-    view: resolve(view),
-    upper: options.upper === undefined ? undefined : resolve(options.upper),
+    base: await root('base', base),
+    view: await root('view', view),
+    upper: options.upper === undefined ? undefined : await root('upper', options.upper),
     includeGit: options.includeGit === true,
     out: [],
   };
-  for (const [what, dir] of [
-    ['base', w.base],
-    ['view', w.view],
-    ...(w.upper === undefined ? [] : [['upper', w.upper]]),
-  ] as const) {
-    const st = await lstatOrNull(dir);
-    if (!st?.isDirectory()) {
-      throw new WorkspaceError(`the ${what} folder ${dir} is not a directory`);
-    }
-  }
   if (w.upper === undefined) await compareDir(w, '');
   else await compareUpperDir(w, '');
   return { base: w.base, view: w.view, entries: pairRenames(w.out.sort(byPath)).sort(byPath) };

@@ -142,6 +142,16 @@ describe('a scripted agent in a copy of a git repository', () => {
     expect(byPath.tc.after?.kind).toBe('symlink');
   });
 
+  it('changes() follows a root given through a link, and fails clearly on a missing one', async () => {
+    symlinkSync(base, join(tmp, 'base-link'));
+    const through = await changes(join(tmp, 'base-link'), view);
+    expect(through.base).toBe(base);
+    expect(through.entries).toEqual(ch.entries);
+    await expect(changes(join(tmp, 'nowhere'), view)).rejects.toThrow(
+      `the base folder ${join(tmp, 'nowhere')} is not a directory`,
+    );
+  });
+
   it("changes() with .git lists the agent's file in it", async () => {
     const all = await changes(base, view, { includeGit: true });
     expect(all.entries.map((c) => c.path)).toContain('.git/agent-was-here');
