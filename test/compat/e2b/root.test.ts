@@ -36,14 +36,13 @@ if (!('docker' in engine) || !engine.docker) {
     home = abx.home;
     info = await startDaemon(home);
     apiKey = readFileSync(join(home, 'api-key'), 'utf8').trim();
-    await Templates.build(Template.fromImage(DEBIAN_IMAGE).allowRoot(), {
-      home,
-      name,
-    });
-    await Templates.build(Template.fromImage(DEBIAN_IMAGE).setNetwork('none'), {
-      home,
-      name: `${name}-no`,
-    });
+    await Promise.all([
+      Templates.build(Template.fromImage(DEBIAN_IMAGE).allowRoot(), { home, name }),
+      Templates.build(Template.fromImage(DEBIAN_IMAGE).setNetwork('none'), {
+        home,
+        name: `${name}-no`,
+      }),
+    ]);
     [rooty, plain] = await Promise.all([
       Sandbox.create({ template: name, home }),
       Sandbox.create({ template: `${name}-no`, home }),
