@@ -81,6 +81,12 @@ export async function apply(
       { path: '.', reason: 'since must be a Date or epoch milliseconds' },
     ]);
   }
+  const max = options.maxFileBytes ?? DEFAULT_MAX_FILE_BYTES;
+  if (!Number.isSafeInteger(max) || max < 0) {
+    throw new WorkspaceRefusedError([
+      { path: '.', reason: 'maxFileBytes must be a whole number of bytes, 0 or more' },
+    ]);
+  }
   const plan: Plan = {
     base: changes.base,
     view: changes.view,
@@ -89,7 +95,7 @@ export async function apply(
     refusals: [],
     conflicts: [],
     since,
-    max: options.maxFileBytes ?? DEFAULT_MAX_FILE_BYTES,
+    max,
     includeGit: options.includeGit === true,
   };
   for (const p of options.paths ?? []) {

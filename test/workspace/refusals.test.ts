@@ -113,6 +113,17 @@ describe('apply() refuses, by name, before writing anything', () => {
     expect(snapshot(tmp)).toEqual(before);
   });
 
+  it('refuses options it cannot follow', async () => {
+    await expect(apply(ch, { since: Number.NaN })).rejects.toThrow(
+      'since must be a Date or epoch milliseconds',
+    );
+    await expect(apply(ch, { since, maxFileBytes: -1 })).rejects.toThrow(
+      'maxFileBytes must be a whole number of bytes, 0 or more',
+    );
+    const refused = await refusalsOf(ch, { since, paths: ['nothing/here'] });
+    expect(refused).toEqual({ 'nothing/here': 'no change at this path' });
+  });
+
   it('applies the rest when only those are left out', async () => {
     const result = await apply(ch, { since, paths: ['a.txt', 'ok.txt', 'link-ok'] });
     expect(result.applied.map((c) => c.path)).toEqual(['a.txt', 'link-ok', 'ok.txt']);
