@@ -1,6 +1,8 @@
 import { execFileSync } from 'node:child_process';
 import {
   chmodSync,
+  chownSync,
+  lstatSync,
   mkdirSync,
   mkdtempSync,
   renameSync,
@@ -336,5 +338,29 @@ describe('text hunks as git writes them', () => {
     });
     expect(d.patch.toString('latin1')).toBe(theirs.toString('latin1'));
     expect(d.patch.toString('latin1')).toContain('@@ function f20() {');
+  });
+});
+
+describe.skipIf(process.getuid?.() !== 0)('apply() as root', () => {
+  it("writes as the folder's owner: a replaced file keeps its owner, a new one takes its folder's", async () => {
+    const base = join(tmp, 'o-base');
+    const view = join(tmp, 'o-view');
+    mkdirSync(join(base, 'sub'), { recursive: true });
+    writeFileSync(join(base, 'mine.txt'), 'one\n');
+    chownSync(base, 1000, 1000);
+    chownSync(join(base, 'sub'), 1000, 1000);
+    chownSync(join(base, 'mine.txt'), 1000, 1000);
+    execFileSync('cp', ['-a', base, view]);
+    const since = Date.now() + 1;
+    await new Promise((r) => setTimeout(r, 5));
+    writeFileSync(join(view, 'mine.txt'), 'two\n');
+    writeFileSync(join(view, 'sub/new.txt'), 'new\n');
+    mkdirSync(join(view, 'fresh'));
+    writeFileSync(join(view, 'fresh/deep.txt'), 'deep\n');
+    await apply(await changes(base, view), { since });
+    for (const p of ['mine.txt', 'sub/new.txt', 'fresh', 'fresh/deep.txt']) {
+      const st = lstatSync(join(base, p));
+      expect([p, st.uid, st.gid]).toEqual([p, 1000, 1000]);
+    }
   });
 });
