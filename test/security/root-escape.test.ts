@@ -285,17 +285,20 @@ for path in sorted(paths):
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.settimeout(5)
         s.connect(path)
-    except OSError as e:
+    except OSError:
         answers[path] = 'unreachable'
         continue
     header = json.dumps({'argv': ['sh', '-c', 'cat /root/a-secret /run/abx/a-secret; id -u'], 'cwd': '/', 'env': {}}).encode()
     s.sendall(struct.pack('>BI', 0x48, len(header)) + header + struct.pack('>BI', 0x45, 0))
     data = b''
-    while True:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        data += chunk
+    try:
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    except OSError:
+        pass  # not a sudo socket that ends its answers: what came is what it said
     out = b''
     while len(data) >= 5:
         kind, length = struct.unpack('>BI', data[:5])
