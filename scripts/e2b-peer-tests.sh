@@ -10,6 +10,10 @@
 # domain: a daemon serving TLS with --domain abx.test, E2B_DOMAIN=abx.test:PORT, a throwaway CA in
 #   NODE_EXTRA_CA_CERTS and a preload that answers DNS for *.abx.test with 127.0.0.1.
 #
+# PEER_ROOT_IMAGE=IMAGE (an image on the daemon's Docker engine, a root daemon): E2B's `base`
+# becomes an image template of it that allows root (ABX_E2B_BASE_TEMPLATE), as E2B's own `base`
+# has root and sudo; without it, `base` is abx's (the host's system, no root).
+#
 # Only the live tests run: those that create sandboxes and mock nothing (msw and vi.mock suites test
 # the SDK itself, not a server). The summary is in $WORK/summary.txt; the JSON report beside it.
 set -euo pipefail
@@ -56,6 +60,10 @@ while IFS= read -r file; do
   live+=("${file#"$work/"}")
 done < <(grep -rlE 'sandboxTest|Sandbox\.create' "$work/tests" --include='*.test.ts' | grep -v /runtimes/ | sort)
 
+if [[ -n ${PEER_ROOT_IMAGE:-} ]]; then
+  export ABX_E2B_BASE_TEMPLATE=peer-root-base
+fi
+
 if [[ $mode == domain ]]; then
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
     -keyout "$work/key.pem" -out "$work/cert.pem" -subj /CN=abx.test \
@@ -77,6 +85,10 @@ EOF
 else
   info=$(abx daemon start --json)
   eval "$(abx e2b env 2>/dev/null)"
+fi
+if [[ -n ${PEER_ROOT_IMAGE:-} ]]; then
+  printf 'name: peer-root-base\nimage: %s\nallow_root: true\n' "$PEER_ROOT_IMAGE" >"$work/root-base.yaml"
+  abx template build "$work/root-base.yaml" >&2
 fi
 echo "daemon: $(node -e 'const i=JSON.parse(process.argv[1]); console.log(i.remote?.gatewayUrl ?? i.gatewayUrl)' "$info"); E2B_API_URL=${E2B_API_URL:-} E2B_DOMAIN=${E2B_DOMAIN:-}" >&2
 

@@ -45,10 +45,13 @@ const [node, ...envd] = envdArgv as [string, ...string[]];
 let rootArgs = replaced(envd, '--socket', ENVD_ROOT_SOCKET);
 rootArgs = replaced(rootArgs, '--token-file', rootToken);
 rootArgs = replaced(rootArgs, '--ports-dir', rootPorts);
-rootArgs = replaced(rootArgs, '--home', existsSync('/root') ? '/root' : '/');
+// Root's home is its working directory too: as on E2B, a relative path or a command without a
+// cwd is root's /root, not the default user's home.
+const rootHome = existsSync('/root') ? '/root' : '/';
+rootArgs = replaced(rootArgs, '--home', rootHome);
 const rootEnv = {
   ...process.env,
-  HOME: existsSync('/root') ? '/root' : '/',
+  HOME: rootHome,
   USER: 'root',
   LOGNAME: 'root',
 };
@@ -59,7 +62,7 @@ function end(code: number): never {
   process.exit(code);
 }
 
-const rootEnvd = spawn(node, rootArgs, { stdio: 'inherit', env: rootEnv });
+const rootEnvd = spawn(node, rootArgs, { stdio: 'inherit', env: rootEnv, cwd: rootHome });
 children.push(rootEnvd);
 rootEnvd.on('exit', (code, signal) => {
   process.stderr.write(`abx root: root's envd ended (${signal ?? `exit ${code}`})\n`);

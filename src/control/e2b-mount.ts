@@ -140,6 +140,7 @@ export function mountE2bControlApi(
     },
     templateFilesDir: () => templates.filesDir,
     rootUnavailable: () => sandboxes.rootUnavailable(),
+    baseTemplate: () => process.env.ABX_E2B_BASE_TEMPLATE || undefined,
     metrics: (id, start, end) => metrics.samples(id, start, end),
     logs: (id) => logs.read(id),
     domain,

@@ -213,6 +213,11 @@ export interface E2bBackend {
   logs(id: string): LogLine[];
   /** The domain sandbox hosts end with: `{port}-{sandboxId}.{domain}` at the gateway. */
   domain(): string;
+  /**
+   * The template E2B's `base` names on this daemon (`ABX_E2B_BASE_TEMPLATE`), such as an image
+   * template that allows root, as E2B's own `base` is; undefined: abx's `base`.
+   */
+  baseTemplate?(): string | undefined;
   /** Makes a volume of the caller's (InvalidArgumentError for a bad name; 409 for a taken one). */
   createVolume(name: unknown, caller: E2bCaller): Promise<E2bVolume>;
   /** The caller's volumes, oldest first. */

@@ -149,7 +149,9 @@ function refuseUnsupported(body: Record<string, unknown>, template: E2bTemplateT
 
 async function create(call: Call): Promise<Answer> {
   const body = call.body;
-  let template = optionalString(body, 'templateID') ?? 'base';
+  const named = optionalString(body, 'templateID') ?? 'base';
+  const base = call.backend.baseTemplate?.();
+  let template = named === 'base' && base ? base : named;
   const seconds = timeoutSeconds(body) ?? DEFAULT_TIMEOUT_SECONDS;
   const envs = stringMap(body, 'envVars');
   const metadata = stringMap(body, 'metadata');
@@ -158,8 +160,13 @@ async function create(call: Call): Promise<Answer> {
   if (!traits && template === E2B_CODE_TEMPLATE) {
     // `@e2b/code-interpreter`'s default template: `base` has the code contexts it needs, unless a
     // template of that name is built (one with more libraries, say).
-    template = 'base';
+    template = base ?? 'base';
     traits = await call.backend.template(template, call.caller);
+  }
+  if (!traits && base && template === base) {
+    throw new TemplateNotFoundError(
+      `template '${base}', which E2B's base names on this daemon (ABX_E2B_BASE_TEMPLATE), does not exist or is not yours to use: build it (abx template build) as an admin, or unset ABX_E2B_BASE_TEMPLATE`,
+    );
   }
   if (!traits) {
     throw new TemplateNotFoundError(

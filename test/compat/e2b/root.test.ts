@@ -158,6 +158,10 @@ if (!('docker' in engine) || !engine.docker) {
     const root = await sandbox.commands.run('id -u', { user: 'root' });
     expect(root.stdout).toBe('0\n');
     await sandbox.files.write('/etc/e2b-root', 'from e2b as root\n', { user: 'root' });
+    // A relative path is root's home's, as on E2B; a command as root starts there too.
+    const relative = await sandbox.files.write('notes.txt', 'root notes\n', { user: 'root' });
+    expect(relative.path).toBe('/root/notes.txt');
+    expect((await sandbox.commands.run('pwd', { user: 'root' })).stdout).toBe('/root\n');
     expect(await sandbox.files.read('/etc/e2b-root')).toBe('from e2b as root\n');
     const sudo = await sandbox.commands.run('sudo -n id -u && id -u');
     expect(sudo.stdout).toBe('0\n1000\n');
