@@ -230,7 +230,7 @@ export const API_ROUTES: ApiRoute[] = [
     path: '/v1/sandboxes',
     group: 'api',
     summary:
-      'Create a sandbox from a template: { template?, timeoutMs?, envs?, metadata?, network?: { allowOut?, denyOut?, rules? (host → [{ transform: { headers } }], header values may name secrets, docs/network.md) }, allowInternetAccess?, autoPause? (its timeout pauses it), autoPauseMemory?, autoResume? (its traffic resumes it), volumeMounts?: [{ name, path, readOnly? }] }; the answer has its accessToken and the gatewayUrl its ports are reached through.',
+      'Create a sandbox from a template: { template?, timeoutMs?, envs?, metadata?, network?: { allowOut?, denyOut?, rules? (host → [{ transform: { headers } }], header values may name secrets, docs/network.md) }, allowInternetAccess?, autoPause? (its timeout pauses it), autoPauseMemory?, autoResume? (its traffic resumes it), volumeMounts?: [{ name, path, readOnly? }], workspace?: { from, path? } (a host folder mounted copy-on-write; admin keys only; local provider, root daemon; docs/workspaces.md) }; the answer has its accessToken and the gatewayUrl its ports are reached through.',
     handler: async ({ body, ctx }) => {
       const request = (body ?? {}) as Record<string, unknown>;
       if (typeof request !== 'object' || Array.isArray(request)) {
@@ -256,6 +256,7 @@ export const API_ROUTES: ApiRoute[] = [
           autoPauseMemory: request.autoPauseMemory,
           autoResume: request.autoResume,
           volumeMounts: request.volumeMounts,
+          ...(request.workspace === undefined ? {} : { workspace: request.workspace }),
         },
         keyOwner(caller),
       );
@@ -449,6 +450,46 @@ export const API_ROUTES: ApiRoute[] = [
         );
       }
       return { metrics: ctx.metrics.samples(id, range.start, range.end).map(metricJson) };
+    },
+  },
+  {
+    method: 'GET',
+    path: '/v1/sandboxes/{id}/workspace/changes',
+    group: 'api',
+    summary:
+      "What changed in a running sandbox's workspace against its host folder: { entries: [{ status (added, deleted, modified, renamed, typechange), path, from?, before?, after?, contentChanged, modeChanged, binary }] }, sorted by path; .git left out (docs/workspaces.md).",
+    handler: async ({ params, ctx }) => {
+      const id = params.id as string;
+      await checkVisible(ctx, id);
+      const found = await ctx.sandboxes.workspaceChanges(id);
+      return { entries: found.entries };
+    },
+  },
+  {
+    method: 'GET',
+    path: '/v1/sandboxes/{id}/workspace/diff',
+    group: 'api',
+    summary:
+      "A running sandbox's workspace changes as a git patch (text/x-diff; what `git diff --binary --full-index` writes, `git apply` takes it); X-Abx-Diff-Complete: false when something could not be in it (a FIFO, a mode git does not keep). format=json: { patch (as UTF-8 text), stat, names, complete, omitted }.",
+    handler: async ({ params, query, ctx }) => {
+      const id = params.id as string;
+      await checkVisible(ctx, id);
+      const format = query.get('format') ?? 'patch';
+      if (format !== 'patch' && format !== 'json') {
+        throw new InvalidArgumentError(
+          `format must be patch or json, not ${JSON.stringify(format)}`,
+        );
+      }
+      const review = await ctx.sandboxes.workspaceDiff(id);
+      if (format === 'json') {
+        const { patch, ...rest } = review;
+        return { patch: patch.toString('utf8'), ...rest };
+      }
+      return new Reply(200, review.patch, {
+        'content-type': 'text/x-diff; charset=utf-8',
+        'cache-control': 'no-store',
+        'x-abx-diff-complete': String(review.complete),
+      });
     },
   },
   {

@@ -21,6 +21,8 @@ export interface CreateSandboxRequest {
   autoResume?: unknown;
   /** Volumes to mount: `[{ name, path, readOnly? }]` (docs/volumes.md). */
   volumeMounts?: unknown;
+  /** A host folder mounted copy-on-write: `{ from, path? }` (docs/workspaces.md). */
+  workspace?: unknown;
 }
 
 /**

@@ -30,6 +30,7 @@ import {
   sandboxHome,
   type VolumeMountSpec,
 } from '../providers/provider.js';
+import type { WorkspaceChanges, WorkspaceDiff } from '../workspace/index.js';
 import { BackgroundLog } from './background-log.js';
 import { prestartServer, sandboxEnv, startTemplateCommand, warmSandbox } from './envd-request.js';
 import { hashToken, newSandboxId, type TokenKind } from './ids.js';
@@ -52,6 +53,11 @@ import {
   checkStringMap,
   checkTimeout,
 } from './sandbox-request.js';
+import {
+  checkWorkspaceRequest,
+  sandboxWorkspaceChanges,
+  sandboxWorkspaceDiff,
+} from './sandbox-workspace.js';
 import { StartSlots } from './start-slots.js';
 import { DAEMON } from './template-access.js';
 import type { BuiltTemplate, TemplateService } from './template-service.js';
@@ -252,6 +258,13 @@ export class SandboxService {
     const lifecycle = this.lifecycleOf(request);
     const name = template.spec.name;
     const volumes = await this.volumeMounts(request.volumeMounts, owner, template);
+    const workspace = checkWorkspaceRequest(
+      request.workspace,
+      owner,
+      this.provider,
+      sandboxHome(template.spec.user),
+      volumes.records.map((mount) => mount.path),
+    );
     // Refused before a sandbox is started when the limit is plainly reached; the registry's
     // locked write below is what makes the limit hold under concurrent creates.
     if (owner && owner.maxRunning !== null) {
@@ -260,7 +273,7 @@ export class SandboxService {
     }
     // The pool refills itself in the background: nothing of it runs on this create's path. Its
     // sandboxes have the template's network and no volumes: one asked with either starts afresh.
-    const own = network !== undefined || volumes.records.length > 0;
+    const own = network !== undefined || volumes.records.length > 0 || workspace !== undefined;
     const pooled = own
       ? undefined
       : await this.pool.claim(name, envs, metadata, timeoutMs, true, owner);
@@ -286,6 +299,7 @@ export class SandboxService {
           ...(network ? { network } : {}),
           lifecycle,
           volumes,
+          ...(workspace ? { workspace } : {}),
         })
       ).record;
     });
@@ -406,9 +420,10 @@ export class SandboxService {
       network?: { network: SandboxSpec['network']; egress?: EgressPolicy };
       lifecycle?: LifecycleRecord | null;
       volumes?: SandboxVolumes;
+      workspace?: { from: string; path: string };
     } = {},
   ): Promise<{ record: SandboxRecord }> {
-    const { owner, network, lifecycle = null, volumes } = options;
+    const { owner, network, lifecycle = null, volumes, workspace } = options;
     const id = newSandboxId();
     const accessToken = this.tokenOf(id);
     const dir = join(this.sandboxesDir, id);
@@ -429,6 +444,7 @@ export class SandboxService {
       timeoutMs,
       ...(template.spec.kubernetes ? { kubernetes: template.spec.kubernetes } : {}),
       ...(volumes && volumes.specs.length > 0 ? { volumeMounts: volumes.specs } : {}),
+      ...(workspace ? { workspace } : {}),
     };
     const handle = await this.provider
       .create({ ...kept, accessToken, controlToken: this.controlTokenOf(id) })
@@ -610,6 +626,16 @@ export class SandboxService {
       throw new SandboxNotFoundError(`sandbox ${id} is not running (dead: ${ended?.endReason})`);
     }
     return record;
+  }
+
+  /** What changed in a running sandbox's workspace (docs/workspaces.md). */
+  async workspaceChanges(id: string): Promise<WorkspaceChanges> {
+    return sandboxWorkspaceChanges(id, (await this.running(id)).handle);
+  }
+
+  /** The git patch of a running sandbox's workspace changes. */
+  async workspaceDiff(id: string): Promise<WorkspaceDiff> {
+    return sandboxWorkspaceDiff(id, (await this.running(id)).handle);
   }
 
   list(filter: SandboxFilter): Promise<SandboxRecord[]> {
@@ -899,6 +925,11 @@ export class SandboxService {
         throw new SandboxError(
           `sandbox ${id} cannot be forked: ${(error as Error).message.replace(/^.*?: /, '')}`,
           { cause: error },
+        );
+      }
+      if (sourceSpec.workspace) {
+        throw new InvalidArgumentError(
+          `sandbox ${id} has a workspace (${sourceSpec.workspace.from}), and a fork of one is not made yet (its upper layer is not copied): take its changes first (GET /v1/sandboxes/${id}/workspace/diff)`,
         );
       }
       // A running source's environment as envd has it now (a hibernated one's was kept so).

@@ -110,6 +110,12 @@ export interface SandboxSpec {
    * {@link VolumeStore}, its path free and allowed). Absent or empty: none.
    */
   volumeMounts?: VolumeMountSpec[];
+  /**
+   * A host folder (`from`, absolute) the sandbox sees at `path`, writable, copy-on-write: its
+   * writes land in a layer of the sandbox's own, the host folder is never written
+   * (docs/workspaces.md). Local provider, root daemon only; others refuse it.
+   */
+  workspace?: { from: string; path: string };
 }
 
 /** One volume: what its provider's {@link VolumeStore} needs to make, mount or remove it. */
@@ -296,6 +302,12 @@ export interface SandboxHandle {
   cgroup?: string;
   /** The sandbox's container, for providers that run containers (docker: its id). */
   container?: string;
+  /**
+   * A sandbox's workspace (docs/workspaces.md): the host folder (`from`), where the sandbox sees
+   * it (`path`), and on the host the merged view (`view`, the overlay the daemon reads) and its
+   * upper layer (`upper`); `dir` holds them (unmounted and removed at kill).
+   */
+  workspace?: { from: string; path: string; view: string; upper: string; dir: string };
   /**
    * The sandbox's pod (kubernetes): its namespace and name (`startTime` then holds its uid), and
    * whether an agent-sandbox `Sandbox` of the same name owns it (then that is what `kill` deletes).

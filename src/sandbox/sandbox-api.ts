@@ -12,6 +12,7 @@ import {
 } from '../installation/control-connection.js';
 import type { ConnectionOptions } from '../installation/daemon-connection.js';
 import type { JsonClient } from '../installation/json-client.js';
+import type { WorkspaceChange } from '../workspace/types.js';
 
 /**
  * The control plane's sandbox calls, without a {@link Sandbox} object: what `Sandbox`'s static
@@ -37,6 +38,17 @@ export interface SandboxSpec {
   autoPauseMemory?: boolean;
   autoResume?: boolean;
   volumeMounts?: VolumeMountRequest[];
+  /** A host folder mounted copy-on-write (docs/workspaces.md). */
+  workspace?: WorkspaceRequest;
+}
+
+/**
+ * A workspace to mount on create: `from`, an absolute folder on the daemon's host; `path`, where
+ * the sandbox sees it (default `/home/user/workspace`, the home's `workspace`).
+ */
+export interface WorkspaceRequest {
+  from: string;
+  path?: string;
 }
 
 /** A volume to mount on create: its name, where, and whether read-only (default read-write). */
@@ -132,8 +144,31 @@ export function createSandbox(client: JsonClient, spec: SandboxSpec): Promise<Co
       ...(spec.volumeMounts && spec.volumeMounts.length > 0
         ? { volumeMounts: spec.volumeMounts }
         : {}),
+      ...(spec.workspace ? { workspace: spec.workspace } : {}),
     },
   });
+}
+
+/** What changed in a running sandbox's workspace (`GET …/workspace/changes`). */
+export async function getWorkspaceChanges(
+  client: JsonClient,
+  sandboxId: string,
+): Promise<WorkspaceChange[]> {
+  return (
+    await client.json<{ entries: WorkspaceChange[] }>(
+      'GET',
+      `${sandboxPath(sandboxId)}/workspace/changes`,
+    )
+  ).entries;
+}
+
+/** A running sandbox's workspace changes as a git patch (`GET …/workspace/diff`). */
+export async function getWorkspaceDiff(client: JsonClient, sandboxId: string): Promise<string> {
+  return (
+    await client.json<{ patch: string }>('GET', `${sandboxPath(sandboxId)}/workspace/diff`, {
+      query: { format: 'json' },
+    })
+  ).patch;
 }
 
 const volumePath = (name: string) => `/v1/volumes/${encodeURIComponent(name)}`;

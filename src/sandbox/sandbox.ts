@@ -38,6 +38,7 @@ import type { ControlConnection } from '../installation/control-connection.js';
 import type { ConnectionOptions } from '../installation/daemon-connection.js';
 import type { JsonClient } from '../installation/json-client.js';
 import { sandboxUrl } from '../installation/public-listen.js';
+import type { WorkspaceChange } from '../workspace/types.js';
 import {
   type CodeContext,
   CodeContexts,
@@ -60,6 +61,8 @@ import {
   getSandboxInfo,
   getSandboxMetrics,
   getSandboxNetwork,
+  getWorkspaceChanges,
+  getWorkspaceDiff,
   killSandbox,
   listSandboxes,
   type NetworkInfo,
@@ -72,6 +75,7 @@ import {
   setSandboxNetwork,
   setSandboxTimeout,
   snapshotSandbox,
+  type WorkspaceRequest,
 } from './sandbox-api.js';
 import {
   followSandboxLogs,
@@ -127,6 +131,26 @@ export interface SandboxCreateOptions extends ConnectionOptions {
    * await Sandbox.create({ volumeMounts: [{ name: 'data', path: '/mnt/data' }] });
    */
   volumeMounts?: VolumeMounts;
+  /**
+   * A folder of the daemon's host mounted copy-on-write (docs/workspaces.md): the sandbox sees it
+   * at `path` (default `/home/user/workspace`), writable; its writes stay in a layer of its own
+   * and the host folder is never written. Review them with `sandbox.workspace`. Local provider on
+   * a root daemon, admin keys (or the daemon's own user) only, for now.
+   *
+   * @example
+   * const box = await Sandbox.create({ workspace: { from: '/home/me/repo' } });
+   * // … the agent works in /home/user/workspace …
+   * console.log(await box.workspace.diff());
+   */
+  workspace?: WorkspaceRequest;
+}
+
+/** A sandbox's workspace, reviewed (see {@link SandboxCreateOptions.workspace}). */
+export interface SandboxWorkspace {
+  /** What changed against the host folder, sorted by path; `.git` left out. */
+  changes(): Promise<WorkspaceChange[]>;
+  /** The changes as a git patch (`git apply` takes it), decoded as UTF-8. */
+  diff(): Promise<string>;
 }
 
 export type { SandboxListFilter };
@@ -190,6 +214,8 @@ export class Sandbox extends BaseSandbox {
   readonly template: string;
   readonly files: Filesystem;
   readonly commands: Commands;
+  /** Its workspace's changes, when it was created with one (`workspace: { from }`). */
+  readonly workspace: SandboxWorkspace;
   /** The command server serving your decorated classes from inside this sandbox. */
   readonly server: ServerClient;
   private rootTools?: { commands: Commands; files: Filesystem };
@@ -231,6 +257,10 @@ export class Sandbox extends BaseSandbox {
     this.files = new Filesystem(envd);
     this.envdTools = envdToolRunner(envd);
     this.commands = new Commands(envd);
+    this.workspace = {
+      changes: () => getWorkspaceChanges(this.control, this.sandboxId),
+      diff: () => getWorkspaceDiff(this.control, this.sandboxId),
+    };
     this.server = new ServerClient({
       sandboxId: this.sandboxId,
       capabilities: async () => (await this.getInfo()).capabilities,

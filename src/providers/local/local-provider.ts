@@ -99,6 +99,14 @@ import {
   VOLUME_STAGE_DIR,
   type VolumeBind,
 } from './volumes.js';
+import {
+  checkWorkspaceSpec,
+  type MountedWorkspace,
+  mountWorkspace,
+  stageWorkspace,
+  unmountWorkspace,
+  workspaceDir,
+} from './workspace-mount.js';
 
 /** An internet sandbox's trust files, in the order of their fds (8, 9, 10): see writeTrust. */
 const TRUST_FILES = ['egress-ca.pem', 'ca-certificates.crt', 'system-ca.crt'] as const;
@@ -252,6 +260,11 @@ async function copyHomeAndTmp(pid: number, home: string, to: string): Promise<vo
 }
 
 /** The home of a sandbox started as `spec`, inside it. */
+/** Where a sandbox's workspace is staged for its bwrap, for the instant of its start. */
+function workspaceStageOf(id: string): string {
+  return join(VOLUME_STAGE_DIR, `${id}.ws`);
+}
+
 function homeOf(spec: SandboxSpec): string {
   return sandboxHome(spec.user);
 }
@@ -422,6 +435,14 @@ export class LocalProvider implements SandboxProvider {
     if (noRoot !== undefined) {
       throw new SandboxStartError(`sandbox ${spec.id} allows root, which ${noRoot}`);
     }
+    if (spec.workspace) {
+      if (!root) {
+        throw new InvalidArgumentError(
+          `sandbox ${spec.id} mounts a workspace (${spec.workspace.from}), which needs a root daemon for now (an idmapped mount and an overlay of the host folder): run the daemon as root`,
+        );
+      }
+      checkWorkspaceSpec(spec.workspace);
+    }
     const image = spec.image ? await this.imageParts(spec, home) : undefined;
     const hostNode = image
       ? undefined
@@ -502,11 +523,23 @@ export class LocalProvider implements SandboxProvider {
     let argv: string[];
     let volumes: { binds: VolumeBind[]; release: () => void } | undefined;
     let rootLower: { stage: string; rootUid: number } | undefined;
+    let workspace: MountedWorkspace | undefined;
+    let workspaceStage: string | undefined;
     try {
       const trusted = net ? await this.writeTrust(spec, image?.rootfs) : undefined;
       if (spec.volumeMounts && spec.volumeMounts.length > 0) {
         volumes = await this.volumes.binds(spec.id, spec.volumeMounts, uid);
       }
+      if (spec.workspace && uid !== undefined) {
+        workspace = await mountWorkspace(workspaceDir(spec.dir), spec.workspace.from, uid);
+        workspaceStage = await stageWorkspace(workspace.merged, workspaceStageOf(spec.id));
+      }
+      const binds: VolumeBind[] = [
+        ...(volumes?.binds ?? []),
+        ...(workspaceStage && spec.workspace
+          ? [{ source: workspaceStage, dest: spec.workspace.path, readOnly: false }]
+          : []),
+      ];
       const asked = cgroups.unenforced.filter(
         (c) => c !== 'pids' || spec.resources.processes !== undefined,
       );
@@ -548,7 +581,7 @@ export class LocalProvider implements SandboxProvider {
           ...(trusted?.system ? { systemBundle: 10 } : {}),
         },
         command: envdArgs,
-        ...(volumes ? { volumes: volumes.binds } : {}),
+        ...(binds.length > 0 ? { volumes: binds } : {}),
       };
       const bwrap = this.options.bwrapPath ?? 'bwrap';
       const rlimits = prlimitArgs(spec.resources, root);
@@ -591,7 +624,7 @@ export class LocalProvider implements SandboxProvider {
                 ? { lower: rootLower?.stage ?? image.rootfs, home, workdir: spec.workdir }
                 : {}),
               ...(woken?.fromUid !== undefined ? { fromUid: woken.fromUid } : {}),
-              ...(image && volumes ? { dirs: volumes.binds.map((bind) => bind.dest) } : {}),
+              ...(image && binds.length > 0 ? { dirs: binds.map((bind) => bind.dest) } : {}),
               ...(rootLower
                 ? {
                     root: {
@@ -653,6 +686,10 @@ export class LocalProvider implements SandboxProvider {
     } catch (error) {
       volumes?.release();
       if (rootLower) releaseStage(dirname(rootLower.stage));
+      if (spec.workspace) {
+        releaseStage(workspaceStageOf(spec.id));
+        await unmountWorkspace(workspaceDir(spec.dir), true).catch(() => undefined);
+      }
       await this.networks.release(net);
       await this.reclaim(cgroups.dirs, uid);
       throw new SandboxStartError(`sandbox ${spec.id} did not start: ${(error as Error).message}`, {
@@ -660,7 +697,7 @@ export class LocalProvider implements SandboxProvider {
       });
     }
     try {
-      return await this.run(spec, argv, {
+      const handle = await this.run(spec, argv, {
         logFile,
         root,
         uid,
@@ -668,10 +705,27 @@ export class LocalProvider implements SandboxProvider {
         net,
         ...(rootLower && uid !== undefined ? { rootMap: { rootUid: rootLower.rootUid, uid } } : {}),
       });
+      return workspace && spec.workspace
+        ? {
+            ...handle,
+            workspace: {
+              from: spec.workspace.from,
+              path: spec.workspace.path,
+              view: workspace.merged,
+              upper: workspace.upper,
+              dir: workspaceDir(spec.dir),
+            },
+          }
+        : handle;
+    } catch (error) {
+      // A failed start leaves no mount and no layer of its workspace.
+      if (workspace) await unmountWorkspace(workspaceDir(spec.dir), true).catch(() => undefined);
+      throw error;
     } finally {
       // The sandbox's mount namespace has its copies of the volumes' mounts by now (or it failed).
       volumes?.release();
       if (rootLower) releaseStage(dirname(rootLower.stage));
+      if (workspaceStage) releaseStage(workspaceStageOf(spec.id));
     }
   }
 
@@ -1058,6 +1112,8 @@ export class LocalProvider implements SandboxProvider {
     }
     await this.reclaim(cgroups, handle.uid, deadline, release);
     await this.networks.release(handle.net);
+    // Its workspace's overlay: unmounted (a wake mounts it again); a kill removes its layers.
+    if (handle.workspace) await unmountWorkspace(handle.workspace.dir, release);
   }
 
   /**

@@ -1,0 +1,186 @@
+/**
+ * Workspaces through the control plane (docs/workspaces.md, "Workspaces in sandboxes"): a
+ * create's `workspace: { from, path? }` checked and authorized, and a running sandbox's changes
+ * and diff read from its workspace's merged view on the host.
+ */
+import { posix } from 'node:path';
+import { InvalidArgumentError, PermissionDeniedError } from '../errors.js';
+import type { SandboxHandle, SandboxProvider } from '../providers/provider.js';
+import {
+  type ApplyResult,
+  apply as applyChanges,
+  type WorkspaceChanges,
+  type WorkspaceDiff,
+  WorkspaceError,
+  WorkspaceRefusedError,
+  changes as workspaceChanges,
+  diff as workspaceDiff,
+} from '../workspace/index.js';
+import { checkMountPath } from './volume-service.js';
+
+/** Where a workspace appears in the sandbox when the create names no `path`. */
+export function defaultWorkspacePath(home: string): string {
+  return posix.join(home, 'workspace');
+}
+
+/**
+ * A create's `workspace`, checked (undefined: none). Only an admin key or the daemon's own
+ * owner (no key) may mount a host folder: another key gets 403 `admin_required`. The provider
+ * checks the folder itself (an existing directory) and refuses what it cannot mount.
+ */
+export function checkWorkspaceRequest(
+  value: unknown,
+  who: { admin: boolean; name: string; keyId: string } | undefined,
+  provider: SandboxProvider,
+  home: string,
+  volumePaths: readonly string[],
+): { from: string; path: string } | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== 'object' || Array.isArray(value)) {
+    throw new InvalidArgumentError(
+      'workspace must be an object { from, path? }: from a host folder (absolute), path where the sandbox sees it',
+    );
+  }
+  const { from, path, ...rest } = value as Record<string, unknown>;
+  const unknown = Object.keys(rest);
+  if (unknown.length > 0) {
+    throw new InvalidArgumentError(`workspace.${unknown[0]} is not a workspace key (from, path)`);
+  }
+  if (who && !who.admin) {
+    throw new PermissionDeniedError(
+      `a workspace mounts a folder of the daemon's host, which only an admin API key may ask for (for now), and the key '${who.name}' (${who.keyId}) is not one: ask an admin of the control plane, or send the files (files.write)`,
+      { code: 'admin_required' },
+    );
+  }
+  if (typeof from !== 'string' || !from.startsWith('/')) {
+    throw new InvalidArgumentError(
+      `workspace.from must be the absolute path of a folder on the daemon's host, not ${JSON.stringify(from)}`,
+    );
+  }
+  if (provider.name !== 'local') {
+    throw new InvalidArgumentError(
+      `workspace: the ${provider.name} provider cannot mount one yet; the local provider on a root daemon can (abx daemon start --provider local)`,
+    );
+  }
+  const mountPath = checkMountPath(path ?? defaultWorkspacePath(home), home, 'workspace');
+  for (const other of volumePaths) {
+    if (
+      other === mountPath ||
+      mountPath.startsWith(`${other}/`) ||
+      other.startsWith(`${mountPath}/`)
+    ) {
+      throw new InvalidArgumentError(
+        `workspace.path ${mountPath} overlaps the path of a volume (${other}): give each its own folder`,
+      );
+    }
+  }
+  return { from, path: mountPath };
+}
+
+/** A running sandbox's workspace as its handle has it, or a 400 saying it has none. */
+function workspaceOf(id: string, handle: SandboxHandle): NonNullable<SandboxHandle['workspace']> {
+  if (!handle.workspace) {
+    throw new InvalidArgumentError(
+      `sandbox ${id} has no workspace: create it with workspace: { from, path? }`,
+    );
+  }
+  return handle.workspace;
+}
+
+/** A core WorkspaceError as the API's 400 (a refusal lists every path refused and why). */
+function asApiError(error: unknown): unknown {
+  if (error instanceof WorkspaceRefusedError) {
+    return new InvalidArgumentError(error.message, { code: 'workspace_refused' });
+  }
+  if (error instanceof WorkspaceError) return new InvalidArgumentError(error.message);
+  return error;
+}
+
+/**
+ * What changed in a running sandbox's workspace: base = the host folder, view = the merged
+ * overlay the daemon mounted, with its upper layer as the hint (only it is walked).
+ */
+export async function sandboxWorkspaceChanges(
+  id: string,
+  handle: SandboxHandle,
+  options: { includeGit?: boolean } = {},
+): Promise<WorkspaceChanges> {
+  const workspace = workspaceOf(id, handle);
+  try {
+    return await workspaceChanges(workspace.from, workspace.view, {
+      upper: workspace.upper,
+      ...(options.includeGit ? { includeGit: true } : {}),
+    });
+  } catch (error) {
+    throw asApiError(error);
+  }
+}
+
+/** The git patch of a running sandbox's workspace changes. */
+export async function sandboxWorkspaceDiff(
+  id: string,
+  handle: SandboxHandle,
+  options: { includeGit?: boolean } = {},
+): Promise<WorkspaceDiff> {
+  const found = await sandboxWorkspaceChanges(id, handle, options);
+  try {
+    return await workspaceDiff(found);
+  } catch (error) {
+    throw asApiError(error);
+  }
+}
+
+/** `POST …/workspace/apply`'s body, checked. */
+export function checkApplyRequest(body: unknown): {
+  paths?: string[];
+  dryRun?: boolean;
+  force?: boolean;
+} {
+  if (body === undefined || body === null) return {};
+  if (typeof body !== 'object' || Array.isArray(body)) {
+    throw new InvalidArgumentError('the body must be a JSON object { paths?, dryRun?, force? }');
+  }
+  const { paths, dryRun, force, ...rest } = body as Record<string, unknown>;
+  const unknown = Object.keys(rest);
+  if (unknown.length > 0) {
+    throw new InvalidArgumentError(`${unknown[0]} is not an apply key (paths, dryRun, force)`);
+  }
+  if (
+    paths !== undefined &&
+    (!Array.isArray(paths) || paths.some((p) => typeof p !== 'string' || p === ''))
+  ) {
+    throw new InvalidArgumentError('paths must be a list of relative paths (files or folders/)');
+  }
+  for (const [name, flag] of [
+    ['dryRun', dryRun],
+    ['force', force],
+  ] as const) {
+    if (flag !== undefined && typeof flag !== 'boolean') {
+      throw new InvalidArgumentError(`${name} must be true or false, not ${JSON.stringify(flag)}`);
+    }
+  }
+  return {
+    ...(paths ? { paths: paths as string[] } : {}),
+    ...(dryRun === undefined ? {} : { dryRun: dryRun as boolean }),
+    ...(force === undefined ? {} : { force: force as boolean }),
+  };
+}
+
+/**
+ * Applies a running sandbox's workspace changes to its host folder; `since` (when the sandbox
+ * was created) makes a host edit made meanwhile a conflict.
+ */
+export async function sandboxWorkspaceApply(
+  id: string,
+  handle: SandboxHandle,
+  since: number,
+  body: unknown,
+): Promise<ApplyResult> {
+  const options = checkApplyRequest(body);
+  const found = await sandboxWorkspaceChanges(id, handle);
+  try {
+    return await applyChanges(found, { since, ...options });
+  } catch (error) {
+    throw asApiError(error);
+  }
+}

@@ -1,0 +1,180 @@
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { request } from 'undici';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { type DaemonInfo, Sandbox } from '../../src/index.js';
+import { startDaemon } from '../../src/installation/daemon-connection.js';
+import { ApiKeys } from '../../src/sandbox/api-keys.js';
+import { createAbxHome } from '../helpers/abx-home.js';
+
+// A workspace in a sandbox of the local provider on a root daemon: a real git repository mounted
+// copy-on-write; the sandbox edits, creates and deletes files; the host folder is not written;
+// changes() and diff() are exactly that; kill leaves no mount and no layer.
+
+const isRoot = process.getuid?.() === 0;
+const STAGE = '/run/abx-volumes';
+
+let abx: Awaited<ReturnType<typeof createAbxHome>> | undefined;
+let home: string;
+let repo: string;
+
+const daemonInfo = () => JSON.parse(readFileSync(join(home, 'daemon.json'), 'utf8')) as DaemonInfo;
+
+/** A raw call of the daemon's API with a key (default: the daemon's own). */
+async function api(method: string, path: string, body?: unknown, key?: string) {
+  const response = await request(`${daemonInfo().apiUrl}${path}`, {
+    method: method as 'POST',
+    headers: {
+      authorization: `Bearer ${key ?? readFileSync(join(home, 'api-key'), 'utf8').trim()}`,
+      ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+    },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
+  const text = await response.body.text();
+  return { status: response.statusCode, body: JSON.parse(text) as Record<string, string> };
+}
+
+/** The host mount points at or under `dir`. */
+function mountsUnder(dir: string): string[] {
+  return readFileSync('/proc/self/mountinfo', 'utf8')
+    .split('\n')
+    .map((line) => line.split(' ')[4] ?? '')
+    .filter((point) => point === dir || point.startsWith(`${dir}/`));
+}
+
+const git = (...args: string[]) => execFileSync('git', ['-C', repo, ...args], { encoding: 'utf8' });
+
+/** The repository's files and their contents, `.git` left out. */
+function snapshot(): string {
+  return execFileSync(
+    'sh',
+    ['-c', 'find . -path ./.git -prune -o -type f -print | sort | xargs sha256sum'],
+    { cwd: repo, encoding: 'utf8' },
+  );
+}
+
+beforeAll(async () => {
+  if (!isRoot) return;
+  abx = await createAbxHome();
+  home = abx.home;
+  repo = mkdtempSync(join(tmpdir(), 'abx-ws-repo-'));
+  git('init', '-q', '-b', 'main');
+  writeFileSync(join(repo, 'README.md'), '# demo\n\nline one\nline two\n');
+  writeFileSync(join(repo, 'old.txt'), 'to be deleted\n');
+  execFileSync('mkdir', ['-p', join(repo, 'src')]);
+  writeFileSync(join(repo, 'src', 'main.js'), 'console.log(1);\n');
+  git('add', '-A');
+  git('-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-q', '-m', 'base');
+  await startDaemon(home);
+}, 120_000);
+
+afterAll(async () => {
+  await abx?.close();
+  if (repo) rmSync(repo, { recursive: true, force: true });
+}, 60_000);
+
+describe.skipIf(!isRoot)('a workspace in a root daemon sandbox (local provider)', () => {
+  test('edits stay in the sandbox; changes() and diff() are exactly them; kill leaves nothing', async () => {
+    const before = snapshot();
+    const box = await Sandbox.create({ home, workspace: { from: repo } });
+    let killed = false;
+    try {
+      const dir = join(home, 'sandboxes', box.sandboxId, 'workspace');
+      const run = async (cmd: string) => (await box.commands.run(cmd)).stdout.trim();
+      // The sandbox's user owns what the host folder's owner owns, and may write it.
+      expect(await run('cd ~/workspace && stat -c %U README.md && id -un')).toBe('user\nuser');
+      await run(
+        [
+          'cd ~/workspace',
+          'printf "# demo\\n\\nline one\\nline 2\\n" > README.md',
+          'echo "export const x = 1;" > src/new.js',
+          'rm old.txt',
+        ].join(' && '),
+      );
+      expect(await run('ls ~/workspace ~/workspace/src')).toContain('new.js');
+      // The host folder is unchanged while the sandbox runs.
+      expect(snapshot()).toBe(before);
+      expect(git('status', '--porcelain')).toBe('');
+
+      const changes = await box.workspace.changes();
+      expect(changes.map((c) => [c.status, c.path])).toEqual([
+        ['modified', 'README.md'],
+        ['deleted', 'old.txt'],
+        ['added', 'src/new.js'],
+      ]);
+      const patch = await box.workspace.diff();
+      expect(patch).toContain('diff --git a/README.md b/README.md');
+      expect(patch).toContain('+line 2');
+      writeFileSync(join(dir, '..', 'check.patch'), patch);
+      // git takes it as it is; the host is still untouched.
+      execFileSync('git', ['-C', repo, 'apply', '--check', join(dir, '..', 'check.patch')]);
+      const raw = await request(
+        `${daemonInfo().apiUrl}/v1/sandboxes/${box.sandboxId}/workspace/diff`,
+        {
+          headers: {
+            authorization: `Bearer ${readFileSync(join(home, 'api-key'), 'utf8').trim()}`,
+          },
+        },
+      );
+      expect(raw.statusCode).toBe(200);
+      expect(raw.headers['content-type']).toMatch(/^text\/x-diff/);
+      expect(await raw.body.text()).toBe(patch);
+      expect(snapshot()).toBe(before);
+
+      // While it runs: its overlay is on the host (the daemon reads it), nothing is staged.
+      expect(mountsUnder(dir)).toEqual([join(dir, 'merged')]);
+      expect(existsSync(STAGE) ? mountsUnder(STAGE) : []).toEqual([]);
+      killed = await box.kill();
+      expect(killed).toBe(true);
+      expect(mountsUnder(dir)).toEqual([]);
+      expect(existsSync(dir)).toBe(false);
+      expect(mountsUnder(repo)).toEqual([]);
+      expect(existsSync(STAGE) ? mountsUnder(STAGE) : []).toEqual([]);
+      expect(snapshot()).toBe(before);
+      expect(statSync(repo).isDirectory()).toBe(true);
+    } finally {
+      if (!killed) await box.kill().catch(() => undefined);
+    }
+  }, 60_000);
+
+  test('refusals: bad from and path, a key that is not an admin, a fork, a sandbox without one', async () => {
+    const bad = async (workspace: unknown) => api('POST', '/v1/sandboxes', { workspace });
+    const notDir = await bad({ from: join(repo, 'README.md') });
+    expect(notDir.status).toBe(400);
+    expect(notDir.body.error).toMatch(/is not an existing directory/);
+    expect((await bad({ from: 'relative/dir' })).body.error).toMatch(/must be the absolute path/);
+    for (const path of ['/proc/x', '/etc', '/home/user/../x', '/run/abx']) {
+      const refused = await bad({ from: repo, path });
+      expect(refused.status, path).toBe(400);
+      expect(refused.body.error).toMatch(/workspace\.path/);
+    }
+    expect((await bad({ from: repo, nope: 1 })).body.error).toMatch(/workspace\.nope/);
+    const key = await ApiKeys.create('ws-plain', { home });
+    const denied = await api('POST', '/v1/sandboxes', { workspace: { from: '/etc' } }, key.key);
+    expect(denied.status).toBe(403);
+    expect(denied.body.error).toMatch(/only an admin API key/);
+    // Nothing was mounted or left by the refusals.
+    expect(existsSync(STAGE) ? mountsUnder(STAGE) : []).toEqual([]);
+    expect(mountsUnder(join(home, 'sandboxes'))).toEqual([]);
+
+    const box = await Sandbox.create({ home, workspace: { from: repo, path: '/mnt/ws' } });
+    try {
+      expect((await box.commands.run('cat /mnt/ws/old.txt')).stdout).toBe('to be deleted\n');
+      const fork = await api('POST', `/v1/sandboxes/${box.sandboxId}/fork`, {});
+      expect(fork.status).toBe(400);
+      expect(fork.body.error).toMatch(/has a workspace/);
+    } finally {
+      await box.kill();
+    }
+    const plain = await Sandbox.create({ home });
+    try {
+      const none = await api('GET', `/v1/sandboxes/${plain.sandboxId}/workspace/changes`);
+      expect(none.status).toBe(400);
+      expect(none.body.error).toMatch(/has no workspace/);
+    } finally {
+      await plain.kill();
+    }
+  }, 60_000);
+});
