@@ -32,6 +32,8 @@ if (!('docker' in engine) || !engine.docker) {
   beforeAll(async () => {
     await ensureDebianImage(docker);
     process.env.ABX_WARM_POOL = '0';
+    // E2B's base is the root-allowing template on this daemon (as E2B's own base has sudo).
+    process.env.ABX_E2B_BASE_TEMPLATE = name;
     abx = await createAbxHome();
     home = abx.home;
     info = await startDaemon(home);
@@ -53,6 +55,7 @@ if (!('docker' in engine) || !engine.docker) {
     await removeTemplates(home);
     await abx?.close();
     delete process.env.ABX_WARM_POOL;
+    delete process.env.ABX_E2B_BASE_TEMPLATE;
   });
 
   test('sandbox.root runs commands as uid 0 and writes files the image owns; the default user cannot', async () => {
@@ -165,6 +168,13 @@ if (!('docker' in engine) || !engine.docker) {
     expect(await sandbox.files.read('/etc/e2b-root')).toBe('from e2b as root\n');
     const sudo = await sandbox.commands.run('sudo -n id -u && id -u');
     expect(sudo.stdout).toBe('0\n1000\n');
+    // A create without a template (E2B's base) starts ABX_E2B_BASE_TEMPLATE's.
+    const based = await E2bSandbox.create(options);
+    try {
+      expect((await based.commands.run('sudo -n id -u')).stdout).toBe('0\n');
+    } finally {
+      await based.kill();
+    }
     const other = await E2bSandbox.connect(plain.sandboxId, options);
     await expect(other.commands.run('id -u', { user: 'root' })).rejects.toThrow(/root/);
   });
