@@ -493,6 +493,18 @@ export const API_ROUTES: ApiRoute[] = [
     },
   },
   {
+    method: 'POST',
+    path: '/v1/sandboxes/{id}/workspace/apply',
+    group: 'api',
+    summary:
+      "Writes a running sandbox's workspace changes into its host folder: { paths? (files, or folders ending in /), dryRun?, force? (write over host edits made since it was mounted) } → { dryRun, applied: [changes], forced: [{ path, reason }] }. Everything is checked first: a refusal (links out of the folder, devices, set-id bits, conflicts…) is 400 workspace_refused naming each path, and nothing is written (docs/workspaces.md).",
+    handler: async ({ params, body, ctx }) => {
+      const id = params.id as string;
+      await checkVisible(ctx, id);
+      return ctx.sandboxes.workspaceApply(id, body);
+    },
+  },
+  {
     method: 'GET',
     path: '/v1/sandboxes/{id}/logs',
     group: 'api',

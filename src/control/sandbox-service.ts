@@ -30,7 +30,7 @@ import {
   sandboxHome,
   type VolumeMountSpec,
 } from '../providers/provider.js';
-import type { WorkspaceChanges, WorkspaceDiff } from '../workspace/index.js';
+import type { ApplyResult, WorkspaceChanges, WorkspaceDiff } from '../workspace/index.js';
 import { BackgroundLog } from './background-log.js';
 import { prestartServer, sandboxEnv, startTemplateCommand, warmSandbox } from './envd-request.js';
 import { hashToken, newSandboxId, type TokenKind } from './ids.js';
@@ -55,6 +55,7 @@ import {
 } from './sandbox-request.js';
 import {
   checkWorkspaceRequest,
+  sandboxWorkspaceApply,
   sandboxWorkspaceChanges,
   sandboxWorkspaceDiff,
 } from './sandbox-workspace.js';
@@ -636,6 +637,17 @@ export class SandboxService {
   /** The git patch of a running sandbox's workspace changes. */
   async workspaceDiff(id: string): Promise<WorkspaceDiff> {
     return sandboxWorkspaceDiff(id, (await this.running(id)).handle);
+  }
+
+  /**
+   * Applies a running sandbox's workspace changes to its host folder (`{ paths?, dryRun?,
+   * force? }`); a host edit since the workspace was mounted (or the sandbox created, if earlier)
+   * is a conflict.
+   */
+  async workspaceApply(id: string, body: unknown): Promise<ApplyResult> {
+    const record = await this.running(id);
+    const mounted = record.handle.workspace?.mountedAt ?? record.createdAt;
+    return sandboxWorkspaceApply(id, record.handle, Math.min(mounted, record.createdAt), body);
   }
 
   list(filter: SandboxFilter): Promise<SandboxRecord[]> {

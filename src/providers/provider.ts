@@ -305,9 +305,17 @@ export interface SandboxHandle {
   /**
    * A sandbox's workspace (docs/workspaces.md): the host folder (`from`), where the sandbox sees
    * it (`path`), and on the host the merged view (`view`, the overlay the daemon reads) and its
-   * upper layer (`upper`); `dir` holds them (unmounted and removed at kill).
+   * upper layer (`upper`); `dir` holds them (unmounted and removed at kill); `mountedAt` (ms
+   * since the epoch): when it was mounted, after which a host edit is an apply's conflict.
    */
-  workspace?: { from: string; path: string; view: string; upper: string; dir: string };
+  workspace?: {
+    from: string;
+    path: string;
+    view: string;
+    upper: string;
+    dir: string;
+    mountedAt: number;
+  };
   /**
    * The sandbox's pod (kubernetes): its namespace and name (`startTime` then holds its uid), and
    * whether an agent-sandbox `Sandbox` of the same name owns it (then that is what `kill` deletes).

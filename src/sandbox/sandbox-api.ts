@@ -162,6 +162,34 @@ export async function getWorkspaceChanges(
   ).entries;
 }
 
+/** What `sandbox.workspace.apply()` takes. */
+export interface WorkspaceApplyRequest {
+  /** Only these changes: a path (either path of a rename) or a folder (`src/`). */
+  paths?: string[];
+  /** Check everything, write nothing. */
+  dryRun?: boolean;
+  /** Write over host edits made since the workspace was mounted. */
+  force?: boolean;
+}
+
+/** What an apply did (or, `dryRun`, would do). */
+export interface WorkspaceApplyResult {
+  dryRun: boolean;
+  applied: WorkspaceChange[];
+  forced: { path: string; reason: string }[];
+}
+
+/** Applies a running sandbox's workspace changes to its host folder. */
+export function applyWorkspace(
+  client: JsonClient,
+  sandboxId: string,
+  request: WorkspaceApplyRequest,
+): Promise<WorkspaceApplyResult> {
+  return client.json<WorkspaceApplyResult>('POST', `${sandboxPath(sandboxId)}/workspace/apply`, {
+    body: request,
+  });
+}
+
 /** A running sandbox's workspace changes as a git patch (`GET …/workspace/diff`). */
 export async function getWorkspaceDiff(client: JsonClient, sandboxId: string): Promise<string> {
   return (

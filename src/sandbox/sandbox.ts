@@ -52,6 +52,7 @@ import { envdToolRunner } from './envd-tool-runner.js';
 import { Filesystem } from './filesystem.js';
 import { HttpClient } from './http-client.js';
 import {
+  applyWorkspace,
   type ConnectedSandbox,
   connectSandbox,
   controlClient,
@@ -75,6 +76,8 @@ import {
   setSandboxNetwork,
   setSandboxTimeout,
   snapshotSandbox,
+  type WorkspaceApplyRequest,
+  type WorkspaceApplyResult,
   type WorkspaceRequest,
 } from './sandbox-api.js';
 import {
@@ -151,6 +154,12 @@ export interface SandboxWorkspace {
   changes(): Promise<WorkspaceChange[]>;
   /** The changes as a git patch (`git apply` takes it), decoded as UTF-8. */
   diff(): Promise<string>;
+  /**
+   * Writes the changes (or `paths` of them) into the host folder, each file atomically, as the
+   * folder's owner; refused, naming each path, for what is never applied and (unless `force`)
+   * for host edits made since the sandbox started. `dryRun`: check only.
+   */
+  apply(request?: WorkspaceApplyRequest): Promise<WorkspaceApplyResult>;
 }
 
 export type { SandboxListFilter };
@@ -260,6 +269,7 @@ export class Sandbox extends BaseSandbox {
     this.workspace = {
       changes: () => getWorkspaceChanges(this.control, this.sandboxId),
       diff: () => getWorkspaceDiff(this.control, this.sandboxId),
+      apply: (request = {}) => applyWorkspace(this.control, this.sandboxId, request),
     };
     this.server = new ServerClient({
       sandboxId: this.sandboxId,

@@ -1,10 +1,18 @@
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  utimesSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { type DaemonInfo, Sandbox } from '../../src/index.js';
+import { type DaemonInfo, InvalidArgumentError, Sandbox } from '../../src/index.js';
 import { startDaemon } from '../../src/installation/daemon-connection.js';
 import { ApiKeys } from '../../src/sandbox/api-keys.js';
 import { createAbxHome } from '../helpers/abx-home.js';
@@ -76,7 +84,7 @@ afterAll(async () => {
 }, 60_000);
 
 describe.skipIf(!isRoot)('a workspace in a root daemon sandbox (local provider)', () => {
-  test('edits stay in the sandbox; changes() and diff() are exactly them; kill leaves nothing', async () => {
+  test('edits stay in the sandbox; changes() and diff() are exactly them; apply() writes them; kill leaves nothing', async () => {
     const before = snapshot();
     const box = await Sandbox.create({ home, workspace: { from: repo } });
     let killed = false;
@@ -123,6 +131,32 @@ describe.skipIf(!isRoot)('a workspace in a root daemon sandbox (local provider)'
       expect(await raw.body.text()).toBe(patch);
       expect(snapshot()).toBe(before);
 
+      // Apply: a host edit since the start (README.md touched) is a conflict; nothing written.
+      const readme = join(repo, 'README.md');
+      utimesSync(readme, new Date(), new Date(Date.now() + 1000));
+      const conflict = await box.workspace.apply().catch((error: Error) => error);
+      expect(conflict).toBeInstanceOf(InvalidArgumentError);
+      expect((conflict as Error).message).toMatch(/README\.md/);
+      expect(snapshot()).toBe(before);
+      const dry = await box.workspace.apply({ paths: ['src/'], dryRun: true });
+      expect(dry.applied.map((c) => c.path)).toEqual(['src/new.js']);
+      expect(snapshot()).toBe(before);
+      const done = await box.workspace.apply({ force: true });
+      expect(done.applied.map((c) => c.path).sort()).toEqual([
+        'README.md',
+        'old.txt',
+        'src/new.js',
+      ]);
+      expect(done.forced.map((f) => f.path)).toEqual(['README.md']);
+      expect(git('status', '--porcelain', '-uall')).toBe(
+        ' M README.md\n D old.txt\n?? src/new.js\n',
+      );
+      expect(readFileSync(readme, 'utf8')).toBe('# demo\n\nline one\nline 2\n');
+      // Written as the folder's owner; the sandbox's view now equals the host folder.
+      expect(statSync(join(repo, 'src', 'new.js')).uid).toBe(statSync(repo).uid);
+      expect(await box.workspace.changes()).toEqual([]);
+      const applied = snapshot();
+
       // While it runs: its overlay is on the host (the daemon reads it), nothing is staged.
       expect(mountsUnder(dir)).toEqual([join(dir, 'merged')]);
       expect(existsSync(STAGE) ? mountsUnder(STAGE) : []).toEqual([]);
@@ -132,7 +166,7 @@ describe.skipIf(!isRoot)('a workspace in a root daemon sandbox (local provider)'
       expect(existsSync(dir)).toBe(false);
       expect(mountsUnder(repo)).toEqual([]);
       expect(existsSync(STAGE) ? mountsUnder(STAGE) : []).toEqual([]);
-      expect(snapshot()).toBe(before);
+      expect(snapshot()).toBe(applied);
       expect(statSync(repo).isDirectory()).toBe(true);
     } finally {
       if (!killed) await box.kill().catch(() => undefined);
@@ -161,7 +195,7 @@ describe.skipIf(!isRoot)('a workspace in a root daemon sandbox (local provider)'
 
     const box = await Sandbox.create({ home, workspace: { from: repo, path: '/mnt/ws' } });
     try {
-      expect((await box.commands.run('cat /mnt/ws/old.txt')).stdout).toBe('to be deleted\n');
+      expect((await box.commands.run('head -1 /mnt/ws/README.md')).stdout).toBe('# demo\n');
       const fork = await api('POST', `/v1/sandboxes/${box.sandboxId}/fork`, {});
       expect(fork.status).toBe(400);
       expect(fork.body.error).toMatch(/has a workspace/);

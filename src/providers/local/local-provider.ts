@@ -525,12 +525,14 @@ export class LocalProvider implements SandboxProvider {
     let rootLower: { stage: string; rootUid: number } | undefined;
     let workspace: MountedWorkspace | undefined;
     let workspaceStage: string | undefined;
+    let workspaceMountedAt = 0;
     try {
       const trusted = net ? await this.writeTrust(spec, image?.rootfs) : undefined;
       if (spec.volumeMounts && spec.volumeMounts.length > 0) {
         volumes = await this.volumes.binds(spec.id, spec.volumeMounts, uid);
       }
       if (spec.workspace && uid !== undefined) {
+        workspaceMountedAt = Date.now();
         workspace = await mountWorkspace(workspaceDir(spec.dir), spec.workspace.from, uid);
         workspaceStage = await stageWorkspace(workspace.merged, workspaceStageOf(spec.id));
       }
@@ -714,6 +716,7 @@ export class LocalProvider implements SandboxProvider {
               view: workspace.merged,
               upper: workspace.upper,
               dir: workspaceDir(spec.dir),
+              mountedAt: workspaceMountedAt,
             },
           }
         : handle;
