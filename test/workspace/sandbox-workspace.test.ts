@@ -173,7 +173,7 @@ describe.skipIf(!isRoot)('a workspace in a root daemon sandbox (local provider)'
     }
   }, 60_000);
 
-  test('refusals: bad from and path, a key that is not an admin, a fork, a sandbox without one', async () => {
+  test('refusals: bad from and path, a key that is not an admin, a fork, a sandbox without one; a hibernate keeps the changes', async () => {
     const bad = async (workspace: unknown) => api('POST', '/v1/sandboxes', { workspace });
     const notDir = await bad({ from: join(repo, 'README.md') });
     expect(notDir.status).toBe(400);
@@ -201,6 +201,23 @@ describe.skipIf(!isRoot)('a workspace in a root daemon sandbox (local provider)'
       expect(fork.body.error).toMatch(/has a workspace/);
     } finally {
       await box.kill();
+    }
+    // A hibernate unmounts it and keeps the layer; the wake mounts it again, the changes kept.
+    const sleeper = await Sandbox.create({ home, workspace: { from: repo, path: '/tmp/ws' } });
+    try {
+      await sleeper.commands.run('echo kept > /tmp/ws/kept.txt');
+      const dir = join(home, 'sandboxes', sleeper.sandboxId, 'workspace');
+      expect(await sleeper.pause({ memory: false })).toBe(true);
+      expect(mountsUnder(dir)).toEqual([]);
+      expect(existsSync(join(dir, 'upper', 'kept.txt'))).toBe(true);
+      await sleeper.resume();
+      expect((await sleeper.commands.run('cat /tmp/ws/kept.txt')).stdout).toBe('kept\n');
+      expect((await sleeper.workspace.changes()).map((c) => [c.status, c.path])).toEqual([
+        ['added', 'kept.txt'],
+      ]);
+      expect(existsSync(join(repo, 'kept.txt'))).toBe(false);
+    } finally {
+      await sleeper.kill();
     }
     const plain = await Sandbox.create({ home });
     try {
