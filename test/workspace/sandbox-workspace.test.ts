@@ -2,6 +2,7 @@ import { execFileSync } from 'node:child_process';
 import {
   existsSync,
   mkdtempSync,
+  readdirSync,
   readFileSync,
   rmSync,
   statSync,
@@ -16,6 +17,7 @@ import { type DaemonInfo, InvalidArgumentError, Sandbox } from '../../src/index.
 import { startDaemon } from '../../src/installation/daemon-connection.js';
 import { ApiKeys } from '../../src/sandbox/api-keys.js';
 import { createAbxHome } from '../helpers/abx-home.js';
+import { startRootlessDaemon } from '../helpers/rootless.js';
 
 // A workspace in a sandbox of the local provider on a root daemon: a real git repository mounted
 // copy-on-write; the sandbox edits, creates and deletes files; the host folder is not written;
@@ -226,6 +228,25 @@ describe.skipIf(!isRoot)('a workspace in a root daemon sandbox (local provider)'
       expect(none.body.error).toMatch(/has no workspace/);
     } finally {
       await plain.kill();
+    }
+  }, 60_000);
+
+  test('a rootless daemon refuses a workspace: it needs a root daemon for now', async () => {
+    const rootless = await startRootlessDaemon();
+    try {
+      const refused = await Sandbox.create({
+        home: rootless.home,
+        workspace: { from: repo },
+      }).catch((error: Error) => error);
+      expect(refused).toBeInstanceOf(InvalidArgumentError);
+      expect((refused as Error).message).toMatch(/needs a root daemon for now/);
+      expect(
+        existsSync(join(rootless.home, 'sandboxes'))
+          ? readdirSync(join(rootless.home, 'sandboxes'))
+          : [],
+      ).toEqual([]);
+    } finally {
+      await rootless.close();
     }
   }, 60_000);
 });
