@@ -629,25 +629,46 @@ export class SandboxService {
     return record;
   }
 
-  /** What changed in a running sandbox's workspace (docs/workspaces.md). */
-  async workspaceChanges(id: string): Promise<WorkspaceChanges> {
-    return sandboxWorkspaceChanges(id, (await this.running(id)).handle);
+  /**
+   * Runs `work` on a running sandbox's record with the sandbox frozen (after a pause or resume
+   * under way, and before the next): nothing in it changes, or swaps a folder for a link, while
+   * the daemon reads its workspace. Thawed after, whatever happened.
+   */
+  private frozenWorkspace<T>(id: string, work: (record: SandboxRecord) => Promise<T>): Promise<T> {
+    return this.serial(id, async () => {
+      const record = await this.running(id);
+      if (!record.handle.workspace || !this.provider.freeze || !this.provider.thaw) {
+        return work(record);
+      }
+      await this.provider.freeze(record.handle);
+      try {
+        return await work(record);
+      } finally {
+        await this.provider.thaw(record.handle);
+      }
+    });
   }
 
-  /** The git patch of a running sandbox's workspace changes. */
-  async workspaceDiff(id: string): Promise<WorkspaceDiff> {
-    return sandboxWorkspaceDiff(id, (await this.running(id)).handle);
+  /** What changed in a running sandbox's workspace (docs/workspaces.md), read frozen. */
+  workspaceChanges(id: string): Promise<WorkspaceChanges> {
+    return this.frozenWorkspace(id, (record) => sandboxWorkspaceChanges(id, record.handle));
+  }
+
+  /** The git patch of a running sandbox's workspace changes, read frozen. */
+  workspaceDiff(id: string): Promise<WorkspaceDiff> {
+    return this.frozenWorkspace(id, (record) => sandboxWorkspaceDiff(id, record.handle));
   }
 
   /**
    * Applies a running sandbox's workspace changes to its host folder (`{ paths?, dryRun?,
-   * force? }`); a host edit since the workspace was mounted (or the sandbox created, if earlier)
-   * is a conflict.
+   * force? }`), the sandbox frozen meanwhile; a host edit since the workspace was mounted (or
+   * the sandbox created, if earlier) is a conflict.
    */
-  async workspaceApply(id: string, body: unknown): Promise<ApplyResult> {
-    const record = await this.running(id);
-    const mounted = record.handle.workspace?.mountedAt ?? record.createdAt;
-    return sandboxWorkspaceApply(id, record.handle, Math.min(mounted, record.createdAt), body);
+  workspaceApply(id: string, body: unknown): Promise<ApplyResult> {
+    return this.frozenWorkspace(id, (record) => {
+      const mounted = record.handle.workspace?.mountedAt ?? record.createdAt;
+      return sandboxWorkspaceApply(id, record.handle, Math.min(mounted, record.createdAt), body);
+    });
   }
 
   list(filter: SandboxFilter): Promise<SandboxRecord[]> {

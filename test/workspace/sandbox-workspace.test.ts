@@ -157,6 +157,8 @@ describe.skipIf(!isRoot)('a workspace in a root daemon sandbox (local provider)'
       // Written as the folder's owner; the sandbox's view now equals the host folder.
       expect(statSync(join(repo, 'src', 'new.js')).uid).toBe(statSync(repo).uid);
       expect(await box.workspace.changes()).toEqual([]);
+      // The sandbox is frozen only while the daemon reads its workspace.
+      expect(await run('echo thawed')).toBe('thawed');
       const applied = snapshot();
 
       // While it runs: its overlay is on the host (the daemon reads it), nothing is staged.
