@@ -149,6 +149,7 @@ export type {
   SandboxCreateOptions,
   SandboxInfo,
   SandboxListFilter,
+  SandboxWorkspace,
 } from './sandbox/sandbox.js';
 export { Sandbox } from './sandbox/sandbox.js';
 export type {
@@ -157,6 +158,8 @@ export type {
   NetworkInfo,
   NetworkPolicy,
   SandboxMetric,
+  WorkspaceApplyRequest,
+  WorkspaceRequest,
 } from './sandbox/sandbox-api.js';
 export type {
   SandboxLogLevel,
