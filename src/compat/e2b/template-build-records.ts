@@ -38,6 +38,8 @@ export interface BuildRecord {
   logs: BuildLogEntry[];
   /** Characters of `logs`' messages, for MAX_LOG_CHARS. */
   logChars: number;
+  /** The log is full: its last line says so, and no later line is kept. */
+  logFull?: boolean;
   reason?: { message: string; step?: string };
   createdAt: number;
 }
@@ -59,11 +61,11 @@ export function appendLog(
   step?: number,
   now = new Date(),
 ): void {
-  const full = build.logs.at(-1)?.message.startsWith('(the build log is full:') ?? false;
-  if (full) return;
+  if (build.logFull) return;
   let text = message.length > MAX_LINE_CHARS ? `${message.slice(0, MAX_LINE_CHARS)}…` : message;
   if (build.logs.length >= MAX_LOG_LINES || build.logChars + text.length > MAX_LOG_CHARS) {
     text = `(the build log is full: ${MAX_LOG_LINES} lines or ${MAX_LOG_CHARS} characters at most; later lines are not kept)`;
+    build.logFull = true;
   }
   build.logChars += text.length;
   build.logs.push({
