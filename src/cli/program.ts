@@ -32,6 +32,10 @@ const SUBCOMMANDS: readonly { names: readonly string[]; load: () => Promise<Regi
     load: async () => (await import('./sandbox-commands.js')).addSandboxCommands,
   },
   { names: ['logs'], load: async () => (await import('./logs-command.js')).addLogsCommand },
+  {
+    names: ['diff', 'apply'],
+    load: async () => (await import('./workspace-command.js')).addWorkspaceCommands,
+  },
   { names: ['exec'], load: async () => (await import('./exec-command.js')).addExecCommand },
   { names: ['code'], load: async () => (await import('./code-command.js')).addCodeCommand },
   { names: ['shell'], load: async () => (await import('./shell-command.js')).addShellCommand },

@@ -1,3 +1,4 @@
+import { resolve } from 'node:path';
 import { type Command, InvalidArgumentError } from 'commander';
 import type { SandboxInfo, SandboxState } from '../../runtime/protocol/wire.js';
 import {
@@ -17,6 +18,7 @@ import {
   setSandboxTimeout,
   snapshotSandbox,
   type VolumeMountRequest,
+  type WorkspaceRequest,
 } from '../sandbox/sandbox-api.js';
 import { UsageError } from './errors.js';
 import { formatBytes, withSpinner } from './feedback.js';
@@ -165,8 +167,22 @@ interface CreateOptions {
   hibernate?: boolean;
   autoResume?: boolean;
   volume?: VolumeMountRequest[];
+  workspace?: WorkspaceRequest;
   quiet?: boolean;
   json?: boolean;
+}
+
+/**
+ * `--workspace DIR[:PATH]`: a host folder (relative to the working directory) mounted
+ * copy-on-write at PATH (default: the home's `workspace`).
+ */
+function workspaceArg(value: string): WorkspaceRequest {
+  const at = value.indexOf(':/');
+  const from = at < 0 ? value : value.slice(0, at);
+  if (from === '') {
+    throw new InvalidArgumentError('expected a folder, such as ./repo or ./repo:/home/user/repo.');
+  }
+  return { from: resolve(from), ...(at < 0 ? {} : { path: value.slice(at + 1) }) };
 }
 
 /** `--volume NAME:PATH[:ro]` (repeatable): a volume to mount. */
@@ -209,6 +225,7 @@ async function create(options: CreateOptions): Promise<void> {
       ...(options.autoPause && options.hibernate ? { autoPauseMemory: false } : {}),
       ...(options.autoResume ? { autoResume: true } : {}),
       ...(options.volume ? { volumeMounts: options.volume } : {}),
+      ...(options.workspace ? { workspace: options.workspace } : {}),
     }),
   );
   if (options.quiet) return printLine(info.sandboxId);
@@ -554,11 +571,17 @@ export function addSandboxCommands(program: Command): void {
         'mount a volume (abx volume create) at a folder inside the home, /tmp or /mnt; :ro for read-only (repeatable)',
         collectVolumes,
       )
+      .option(
+        '-w, --workspace <dir[:path]>',
+        'mount a folder of this host copy-on-write at path (default /home/user/workspace): the sandbox writes its own layer, never the folder; review with abx diff, write back with abx apply (root daemon, admin key)',
+        workspaceArg,
+      )
       .option('-q, --quiet', 'print the id alone')
       .option('--json', 'print the sandbox as JSON')
       .action(create),
     'abx create --template data-tools --timeout 10m --env MODE=dev',
     'abx create --volume data:/mnt/data --volume models:/mnt/models:ro',
+    'abx create --workspace ./repo:/home/user/repo',
     'ABX_EGRESS_PROXY_PASSWORD=… abx create --allow pypi.org --egress-proxy socks5://me@proxy.example.com:1080',
     'id=$(abx create -q)',
   );

@@ -190,13 +190,28 @@ export function applyWorkspace(
   });
 }
 
+/** `GET …/workspace/diff?format=json`: the patch as text, `--stat`, `--name-only` and what it lacks. */
+export interface WorkspaceDiffReport {
+  patch: string;
+  stat: { path: string; from?: string; added: number; deleted: number; binary: boolean }[];
+  names: string[];
+  complete: boolean;
+  omitted: { path: string; reason: string }[];
+}
+
+/** A running sandbox's workspace changes as a patch with its stat and names. */
+export function getWorkspaceDiffReport(
+  client: JsonClient,
+  sandboxId: string,
+): Promise<WorkspaceDiffReport> {
+  return client.json<WorkspaceDiffReport>('GET', `${sandboxPath(sandboxId)}/workspace/diff`, {
+    query: { format: 'json' },
+  });
+}
+
 /** A running sandbox's workspace changes as a git patch (`GET …/workspace/diff`). */
 export async function getWorkspaceDiff(client: JsonClient, sandboxId: string): Promise<string> {
-  return (
-    await client.json<{ patch: string }>('GET', `${sandboxPath(sandboxId)}/workspace/diff`, {
-      query: { format: 'json' },
-    })
-  ).patch;
+  return (await getWorkspaceDiffReport(client, sandboxId)).patch;
 }
 
 const volumePath = (name: string) => `/v1/volumes/${encodeURIComponent(name)}`;

@@ -16,6 +16,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { type DaemonInfo, InvalidArgumentError, Sandbox } from '../../src/index.js';
 import { startDaemon } from '../../src/installation/daemon-connection.js';
 import { ApiKeys } from '../../src/sandbox/api-keys.js';
+import { abxIn } from '../cli/abx.js';
 import { createAbxHome } from '../helpers/abx-home.js';
 import { startRootlessDaemon } from '../helpers/rootless.js';
 
@@ -230,6 +231,51 @@ describe.skipIf(!isRoot)('a workspace in a root daemon sandbox (local provider)'
       expect(none.body.error).toMatch(/has no workspace/);
     } finally {
       await plain.kill();
+    }
+  }, 60_000);
+
+  test('the CLI: abx create --workspace DIR:PATH, abx diff (patch, --stat, --name-only), abx apply --dry-run, then apply', async () => {
+    const folder = mkdtempSync(join(tmpdir(), 'abx-ws-cli-'));
+    const { abx: cli } = abxIn(home);
+    let id = '';
+    try {
+      writeFileSync(join(folder, 'notes.txt'), 'one\ntwo\n');
+      const made = await cli(['create', '-q', '--workspace', `${folder}:/home/user/proj`]);
+      expect([made.code, made.stderr]).toEqual([0, '']);
+      id = made.stdout.trim();
+      const edit = await cli([
+        'exec',
+        id,
+        '--',
+        'cd ~/proj && echo three >> notes.txt && echo hi > new.txt',
+      ]);
+      expect(edit.code).toBe(0);
+      const names = await cli(['diff', '--name-only', id]);
+      expect([names.code, names.stdout]).toEqual([0, 'new.txt\nnotes.txt\n']);
+      const stat = await cli(['diff', '--stat', id]);
+      expect(stat.stdout).toBe(
+        ' new.txt | +1 -0\n notes.txt | +1 -0\n 2 files changed, 2 insertions(+), 0 deletions(-)\n',
+      );
+      const patch = await cli(['diff', id]);
+      expect(patch.stdout).toMatch(/^diff --git a\/new\.txt b\/new\.txt\n/);
+      expect(patch.stdout).toContain('+three\n');
+      const dry = await cli(['apply', '--dry-run', id]);
+      expect(dry.stdout).toBe(
+        'would apply added new.txt\nwould apply modified notes.txt\n2 changes would apply (dry run: nothing written)\n',
+      );
+      expect(existsSync(join(folder, 'new.txt'))).toBe(false);
+      const applied = await cli(['apply', id, 'notes.txt']);
+      expect([applied.code, applied.stdout]).toEqual([
+        0,
+        'applied modified notes.txt\n1 change applied\n',
+      ]);
+      expect(readFileSync(join(folder, 'notes.txt'), 'utf8')).toBe('one\ntwo\nthree\n');
+      expect(existsSync(join(folder, 'new.txt'))).toBe(false);
+      const wrong = await cli(['create', '--workspace', '']);
+      expect(wrong.code).toBe(2);
+    } finally {
+      if (id) await cli(['kill', id]);
+      rmSync(folder, { recursive: true, force: true });
     }
   }, 60_000);
 
