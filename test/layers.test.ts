@@ -16,6 +16,9 @@ const LAYERS: Record<string, string[]> = {
   // read policies, providers enforce them, the control plane stores and changes them.
   egress: ['src/egress/'],
   model: ['decorators/', 'src/commands/', 'src/authoring.ts', 'src/reflect-metadata.ts'],
+  // A workspace's changes, patch and apply: pure file work on two folders, for the control
+  // plane (a sandbox's workspace) and the SDK (its types, and the functions for a user's own).
+  workspace: ['src/workspace/'],
   installation: ['src/installation/'],
   providers: ['src/providers/'],
   compat: ['src/compat/'],
@@ -31,21 +34,31 @@ const BELOW: Record<string, string[]> = {
   base: ['runtime'],
   egress: ['base', 'runtime'],
   model: ['egress', 'base', 'runtime'],
+  workspace: ['base', 'runtime'],
   installation: ['base', 'runtime'],
   providers: ['model', 'egress', 'base', 'runtime'],
   // Foreign wires (E2B's API) declare the services they need as interfaces and never import the
   // control plane: the daemon mounts them and hands them its services (src/control/e2b-mount.ts),
   // so the layer adds no state of its own and the control plane stays the one owner of it.
   compat: ['providers', 'installation', 'model', 'egress', 'base', 'runtime'],
-  control: ['compat', 'providers', 'installation', 'model', 'egress', 'base', 'runtime'],
+  control: [
+    'compat',
+    'providers',
+    'installation',
+    'model',
+    'workspace',
+    'egress',
+    'base',
+    'runtime',
+  ],
   agent: ['model', 'base', 'runtime'],
-  sdk: ['agent', 'installation', 'model', 'base', 'runtime'],
+  sdk: ['agent', 'installation', 'model', 'workspace', 'base', 'runtime'],
   mcp: ['sdk', 'agent', 'installation', 'model', 'base', 'runtime'],
   // `abx doctor` runs the providers' own checks (bubblewrap, cgroups, uids, disks, the engine,
   // a sandbox's network) where the user is, with no daemon: the CLI may import providers and
   // egress, never the control plane.
   cli: ['mcp', 'sdk', 'agent', 'installation', 'providers', 'model', 'egress', 'base', 'runtime'],
-  entry: ['mcp', 'sdk', 'agent', 'installation', 'model', 'base', 'runtime'],
+  entry: ['mcp', 'sdk', 'agent', 'installation', 'model', 'workspace', 'base', 'runtime'],
 };
 
 function layerOf(file: string): string {
