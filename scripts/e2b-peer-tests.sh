@@ -48,6 +48,7 @@ cleanup() {
   ip netns delete "$egress_ns" 2>/dev/null || true
 }
 trap cleanup EXIT
+trap "exit 143" INT TERM
 
 # `from '../../src'`, `'../src/index.js'`, `'../../../src/errors'`, `'../../src/sandbox/filesystem'`:
 # what the package exports. Imports of other internals stay, and their files fail to load.
