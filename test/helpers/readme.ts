@@ -1,5 +1,8 @@
-import { readFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { CLI } from '../cli/abx.js';
 import { ROOT } from './build.js';
 
 /** A fenced code block of README.md: its language, its text, and the heading it stands under. */
@@ -68,4 +71,49 @@ export function sessionSteps(block: ReadmeBlock): SessionStep[] {
     else steps.at(-1)?.output.push(line);
   }
   return steps;
+}
+
+/**
+ * A ```console block typed into bash in `cwd`, one command after another as a person would, with
+ * `abx` this checkout's CLI: each step's output (stdout and stderr), and what bash itself wrote on
+ * stderr (nothing, when every command ran). A marker line goes before each command, with the
+ * previous command's status kept for an `echo $?` that may follow.
+ */
+export function runSession(
+  block: ReadmeBlock,
+  cwd: string,
+  env: NodeJS.ProcessEnv,
+  timeoutMs = 240_000,
+): { steps: SessionStep[]; outputs: string[]; stdout: string; stderr: string } {
+  const steps = sessionSteps(block);
+  const script = [
+    `abx() { ${JSON.stringify(process.execPath)} ${JSON.stringify(CLI)} "$@"; }`,
+    ...steps.flatMap((step, i) => [
+      `__status=$?; printf '\\n@@step ${i}\\n'; (exit $__status)`,
+      // On a line of its own: a trailing `# comment` of the README ends before the redirection.
+      `{ ${step.command}\n} 2>&1`,
+    ]),
+  ].join('\n');
+  // Outside `cwd`: the session may show that folder (a workspace's git status).
+  const dir = mkdtempSync(join(tmpdir(), 'abx-readme-session-'));
+  const file = join(dir, 'session.sh');
+  writeFileSync(file, script);
+  const run = spawnSync('bash', [file], {
+    cwd,
+    encoding: 'utf8',
+    env: { ...process.env, NO_COLOR: '1', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    timeout: timeoutMs,
+  });
+  rmSync(dir, { recursive: true, force: true });
+  const outputs = run.stdout.split(/\n?@@step \d+\n/).slice(1);
+  return { steps, outputs, stdout: run.stdout, stderr: run.stderr };
+}
+
+/** A step's output as lines, the way the README shows it (an empty output is no line). */
+export function outputLines(output: string | undefined): string[] {
+  return (output ?? '')
+    .trimEnd()
+    .split('\n')
+    .filter((line, n, all) => all.length > 1 || line !== '');
 }

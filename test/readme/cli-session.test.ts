@@ -1,12 +1,10 @@
-import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, test } from 'vitest';
-import { CLI } from '../cli/abx.js';
 import { createAbxHome } from '../helpers/abx-home.js';
 import { ROOT } from '../helpers/build.js';
-import { readmeBlock, sessionSteps } from '../helpers/readme.js';
+import { outputLines, readmeBlock, runSession, sessionSteps } from '../helpers/readme.js';
 
 // The README's CLI session, taken from README.md and typed into bash one command after another,
 // as a person would: each command's output must be what the README shows, up to what differs from
@@ -50,26 +48,9 @@ test("the README's CLI session gives the output the README shows", async () => {
   const steps = sessionSteps(block);
   expect(steps.length).toBeGreaterThan(5);
   const exampleSandbox = exampleId(block.code);
-  // One bash script: `abx` is this checkout's CLI; a marker line before each command, with the
-  // previous command's status kept for the `echo $?` that may follow.
-  const script = [
-    `abx() { ${JSON.stringify(process.execPath)} ${JSON.stringify(CLI)} "$@"; }`,
-    ...steps.flatMap((step, i) => [
-      `__status=$?; printf '\\n@@step ${i}\\n'; (exit $__status)`,
-      // On a line of its own: a trailing `# comment` of the README ends before the redirection.
-      `{ ${step.command}\n} 2>&1`,
-    ]),
-  ].join('\n');
-  writeFileSync(join(cwd, 'session.sh'), script);
-  const run = spawnSync('bash', [join(cwd, 'session.sh')], {
-    cwd,
-    encoding: 'utf8',
-    env: { ...process.env, ABX_HOME: abx.home, NO_COLOR: '1' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-    timeout: 240_000,
-  });
+  const run = runSession(block, cwd, { ABX_HOME: abx.home });
   expect(run.stderr).toBe('');
-  const outputs = run.stdout.split(/\n?@@step \d+\n/).slice(1);
+  const { outputs } = run;
   expect(outputs).toHaveLength(steps.length);
   // This run's sandbox: the first id the session printed (`abx list` shows it).
   const id = /\b(i[a-z0-9]{15})\b/.exec(run.stdout)?.[1] ?? '';
@@ -79,11 +60,7 @@ test("the README's CLI session gives the output the README shows", async () => {
     // stdin ended at once and it left, which the next steps' output needs.
     if (/#.*\binteractive\b/.test(step.command)) return;
     const shown = step.output.map((line) => normalize(line, id, exampleSandbox));
-    const got = (outputs[i] ?? '')
-      .trimEnd()
-      .split('\n')
-      .filter((line, n, all) => all.length > 1 || line !== '')
-      .map((line) => normalize(line, id, exampleSandbox));
+    const got = outputLines(outputs[i]).map((line) => normalize(line, id, exampleSandbox));
     expect(got, `README line ${block.line}: $ ${step.command}`).toEqual(shown);
   });
 }, 300_000);
