@@ -7,7 +7,7 @@ import { DEFAULT_PROCESS_LIMIT } from '../local/local-provider.js';
 import { SANDBOX_NODE } from '../portable-runtime.js';
 import { envdArguments, type SandboxSpec } from '../provider.js';
 import type { EngineFacts } from './engine.js';
-import type { ContainerCreateOptions, HostConfig, Ulimit } from './engine-client.js';
+import type { ContainerCreateOptions, HostConfig, MountSettings, Ulimit } from './engine-client.js';
 import { SANDBOX_USER_ID } from './passwd.js';
 import { TOKEN_FILE } from './sandbox-archive.js';
 import { sandboxCgroupParent } from './sandbox-cgroups.js';
@@ -48,6 +48,8 @@ export interface ContainerContext {
   engine: EngineFacts;
   /** An internet sandbox's egress ports (its proxy variables name them). */
   egress?: EgressPorts;
+  /** Its workspace's bind: the overlay the daemon mounted on the host (see workspace.ts). */
+  workspace?: MountSettings;
 }
 
 /**
@@ -121,8 +123,15 @@ export function containerOptions(
           ]
         : []),
     ],
-    // The volumes (named volumes, see volumes.ts), read-write or read-only.
-    ...(spec.volumeMounts?.length ? { Mounts: spec.volumeMounts.map(volumeMount) } : {}),
+    // The volumes (named volumes, see volumes.ts), read-write or read-only, and the workspace.
+    ...(spec.volumeMounts?.length || context.workspace
+      ? {
+          Mounts: [
+            ...(spec.volumeMounts ?? []).map(volumeMount),
+            ...(context.workspace ? [context.workspace] : []),
+          ],
+        }
+      : {}),
     Tmpfs: {
       [SANDBOX_RUN_DIR]: tmpfs(user.uid),
       [`${SANDBOX_RUN_DIR}/ports`]: tmpfs(user.uid),

@@ -17,6 +17,13 @@ import { cgroupPids, cgroupUsage, oomKills, removeCgroups } from '../local/cgrou
 import { envdHealthy } from '../local/local-provider.js';
 import { isSameProcess, processStartTime, processTree } from '../local/proc.js';
 import { sandboxUsage } from '../local/sandbox-usage.js';
+import {
+  checkWorkspaceSpec,
+  type MountedWorkspace,
+  mountWorkspace,
+  unmountWorkspace,
+  workspaceDir,
+} from '../local/workspace-mount.js';
 import { type PortableRuntime, portableRuntime, portableSandboxNode } from '../portable-runtime.js';
 import {
   type EndCause,
@@ -54,6 +61,12 @@ import { DockerImageStore } from './image-store.js';
 import { sandboxArchive, workdirChain } from './sandbox-archive.js';
 import { adoptMemory, prepareMemoryCgroup, sandboxCgroupDirs } from './sandbox-cgroups.js';
 import { DockerVolumes } from './volumes.js';
+import {
+  dockerWorkspaceUnavailable,
+  workspaceBind,
+  workspaceHostUid,
+  workspaceMissing,
+} from './workspace.js';
 
 /** The image sandboxes of templates without an image start from (with the user added). */
 export const DEFAULT_BASE_IMAGE = 'debian:bookworm-slim';
@@ -171,6 +184,15 @@ export class DockerProvider implements SandboxProvider {
         `sandbox ${spec.id} did not start: the internet network on docker needs a root daemon (it configures the container's network namespace); run the daemon as root, or use the local provider (docs/network.md)`,
       );
     }
+    if (spec.workspace) {
+      const why = this.workspaceUnavailable();
+      if (why) {
+        throw new InvalidArgumentError(
+          `sandbox ${spec.id} cannot mount its workspace (${spec.workspace.from}): ${why}`,
+        );
+      }
+      checkWorkspaceSpec(spec.workspace);
+    }
     const timeoutMs = this.options.startTimeoutMs ?? 15_000;
     const deadline = Date.now() + timeoutMs;
     const user = sandboxUser(spec);
@@ -180,12 +202,18 @@ export class DockerProvider implements SandboxProvider {
     let net: KeptNet | undefined;
     let egress: EgressPorts | undefined;
     let container: EngineContainer | undefined;
+    let workspace: MountedWorkspace | undefined;
+    let workspaceMountedAt = 0;
 
     const fail = async (why: string, cause?: unknown): Promise<SandboxStartError> => {
       const tail = container ? await logTail(container) : '';
       await this.networks.release(net ?? (egress ? { id: spec.id } : undefined));
       if (container) await this.removeContainer(container.id).catch(() => undefined);
       await this.removeSandboxCgroups(spec.id);
+      // A failed start leaves no mount and no layer of its workspace.
+      if (spec.workspace) {
+        await unmountWorkspace(workspaceDir(spec.dir), true).catch(() => undefined);
+      }
       return new SandboxStartError(
         `sandbox ${spec.id} did not start: ${why}${tail ? `\n--- sandbox log ---\n${tail}` : ''}`,
         cause === undefined ? undefined : { cause },
@@ -229,8 +257,30 @@ export class DockerProvider implements SandboxProvider {
       writeFileSync(join(spec.dir, 'egress-ca.pem'), trust.ca, { mode: 0o644 });
       writeFileSync(join(spec.dir, 'ca-certificates.crt'), trust.bundle, { mode: 0o644 });
     }
+    if (spec.workspace) {
+      const why = dockerWorkspaceUnavailable(this.address, engine);
+      if (why) {
+        await fail(why);
+        throw new InvalidArgumentError(
+          `sandbox ${spec.id} cannot mount its workspace (${spec.workspace.from}): ${why}`,
+        );
+      }
+      workspaceMountedAt = Date.now();
+      try {
+        workspace = await mountWorkspace(
+          workspaceDir(spec.dir),
+          spec.workspace.from,
+          workspaceHostUid(engine, user.uid),
+        );
+      } catch (error) {
+        throw await fail((error as Error).message, error);
+      }
+    }
     const options = containerOptions(spec, {
       ...(egress ? { egress } : {}),
+      ...(workspace && spec.workspace
+        ? { workspace: workspaceBind(workspace.merged, spec.workspace.path) }
+        : {}),
       image: imageInfo.Id,
       ...(imagePath ? { imagePath } : {}),
       runtimeDir: runtime.dir,
@@ -248,9 +298,14 @@ export class DockerProvider implements SandboxProvider {
     if (dirs.length === 0 && !(await this.exists(made, spec.workdir))) {
       dirs.push(posix.normalize(spec.workdir));
     }
-    // The folders above a volume in the home are the user's (the engine would make them root's).
-    for (const mount of user.uid === 0 ? [] : mounts) {
-      for (const dir of workdirChain(user.home, posix.dirname(mount.path))) {
+    // The folders above a volume or the workspace in the home are the user's (the engine would
+    // make them root's); nothing is written in either.
+    const mounted = [
+      ...mounts.map((mount) => mount.path),
+      ...(spec.workspace ? [spec.workspace.path] : []),
+    ];
+    for (const path of user.uid === 0 ? [] : mounted) {
+      for (const dir of workdirChain(user.home, posix.dirname(path))) {
         if (!dirs.includes(dir)) dirs.push(dir);
       }
     }
@@ -263,7 +318,7 @@ export class DockerProvider implements SandboxProvider {
             ...(user.uid === 0 ? {} : { home: user.home }),
             ...(spec.baseHome && user.uid !== 0 ? { baseHome: spec.baseHome } : {}),
             dirs,
-            skip: mounts.map((mount) => mount.path),
+            skip: mounted,
           }),
         ),
         { path: '/' },
@@ -281,7 +336,11 @@ export class DockerProvider implements SandboxProvider {
           : `it ended at once (exit code ${info.State.ExitCode}${info.State.Error ? `: ${info.State.Error}` : ''})`,
       );
     }
-    const missing = this.volumes.missingDisk(pid, mounts);
+    const missing =
+      this.volumes.missingDisk(pid, mounts) ??
+      (workspace && spec.workspace
+        ? workspaceMissing(pid, workspace.merged, spec.workspace.path)
+        : undefined);
     if (missing) throw await fail(missing);
     if (spec.network === 'internet') {
       // The container started with no network (NetworkMode none): it gets its rules, then its
@@ -311,6 +370,18 @@ export class DockerProvider implements SandboxProvider {
           container: made.id,
           ...(cgroupfs ? { cgroups: sandboxCgroupDirs(spec.id) } : {}),
           ...(net ? { net } : {}),
+          ...(workspace && spec.workspace
+            ? {
+                workspace: {
+                  from: spec.workspace.from,
+                  path: spec.workspace.path,
+                  view: workspace.merged,
+                  upper: workspace.upper,
+                  dir: workspaceDir(spec.dir),
+                  mountedAt: workspaceMountedAt,
+                },
+              }
+            : {}),
         };
       }
       await sleep(5);
@@ -353,6 +424,8 @@ export class DockerProvider implements SandboxProvider {
       if (info.State.Running) await container.stop({ t: 0 });
     });
     await this.networks.release(handle.net);
+    // Its workspace's overlay: unmounted, its layers kept (the wake mounts it again).
+    if (handle.workspace) await unmountWorkspace(handle.workspace.dir, false);
   }
 
   /**
@@ -371,6 +444,15 @@ export class DockerProvider implements SandboxProvider {
       // A quota volume's disk is mounted on the host again (after a reboot) before the engine binds it.
       await this.volumes.prepare(spec.volumeMounts ?? []);
       if (handle.cgroups) prepareMemoryCgroup(spec.id, spec.resources.memory);
+      // The workspace's overlay again, over the kept upper layer, before the engine binds it.
+      if (handle.workspace) {
+        const facts = await this.engine();
+        await mountWorkspace(
+          handle.workspace.dir,
+          handle.workspace.from,
+          workspaceHostUid(facts, user.uid),
+        );
+      }
       await container.start();
       if (handle.cgroups) adoptMemory(spec.id, container.id);
       return container.inspect();
@@ -382,9 +464,15 @@ export class DockerProvider implements SandboxProvider {
         `sandbox ${spec.id} did not wake: its container ended at once (exit code ${info.State.ExitCode})`,
       );
     }
-    const missing = this.volumes.missingDisk(pid, spec.volumeMounts ?? []);
+    const missing =
+      this.volumes.missingDisk(pid, spec.volumeMounts ?? []) ??
+      (handle.workspace
+        ? workspaceMissing(pid, handle.workspace.view, handle.workspace.path)
+        : undefined);
     if (missing) {
       await container.stop({ t: 0 }).catch(() => undefined);
+      if (handle.workspace)
+        await unmountWorkspace(handle.workspace.dir, false).catch(() => undefined);
       throw new SandboxStartError(`sandbox ${spec.id} did not wake: ${missing}`);
     }
     let net: KeptNet | undefined;
@@ -416,6 +504,8 @@ export class DockerProvider implements SandboxProvider {
     const tail = await logTail(container);
     await container.stop({ t: 0 }).catch(() => undefined);
     await this.networks.release(net);
+    if (handle.workspace)
+      await unmountWorkspace(handle.workspace.dir, false).catch(() => undefined);
     throw new SandboxStartError(
       `sandbox ${spec.id} did not wake: envd did not answer${tail ? `\n--- sandbox log ---\n${tail}` : ''}`,
     );
@@ -433,6 +523,12 @@ export class DockerProvider implements SandboxProvider {
     sourceSpec: SandboxSpec,
     spec: SandboxSpec,
   ): Promise<SandboxHandle> {
+    if (sourceSpec.workspace) {
+      // A commit leaves bind mounts out: the fork would start without the source's changes.
+      throw new InvalidArgumentError(
+        `sandbox ${sourceSpec.id} has a workspace (${sourceSpec.workspace.from}), and a fork of one is not made on docker yet (its upper layer is not copied): take its changes first (GET /v1/sandboxes/${sourceSpec.id}/workspace/diff)`,
+      );
+    }
     const container = this.containerOf(source);
     const committed = await this.engineCall('docker commit', () =>
       container.commit({
@@ -549,6 +645,8 @@ export class DockerProvider implements SandboxProvider {
     const cgroups = [...new Set([...(handle.cgroups ?? []), ...(id ? sandboxCgroupDirs(id) : [])])];
     while (!removeCgroups(cgroups) && Date.now() < deadline) await sleep(10);
     await this.networks.release(handle.net);
+    // Its workspace: the container that bound it is gone; the overlay and its layers go too.
+    if (handle.workspace) await unmountWorkspace(handle.workspace.dir, true);
     if (unreachable) throw unreachable;
   }
 
@@ -623,6 +721,14 @@ export class DockerProvider implements SandboxProvider {
           enforced: false,
           how: "internet network unavailable: it needs a root daemon to configure a container's namespace; such sandboxes do not start, and templates that name no network run offline",
         };
+  }
+
+  /**
+   * Why a workspace cannot be mounted here (undefined: it can): it needs a root daemon beside a
+   * root engine on this host (see workspace.ts).
+   */
+  workspaceUnavailable(): string | undefined {
+    return dockerWorkspaceUnavailable(this.address, this.facts);
   }
 
   internetUnavailable(): string | undefined {

@@ -78,6 +78,11 @@ export interface EngineFacts {
   seccomp: boolean;
   /** The engine remaps container uids to a subordinate range (`dockerd --userns-remap`). */
   usernsRemap: boolean;
+  /**
+   * With {@link usernsRemap}: the host uid the containers' root is (the engine's data root is
+   * `…/<uid>.<gid>` then), so uid N inside is this plus N on the host.
+   */
+  usernsRoot?: number;
   /** The engine itself runs as an unprivileged user (rootless Docker). */
   rootless: boolean;
 }
@@ -161,6 +166,8 @@ export async function probeEngine(docker: DockerEngine): Promise<EngineFacts> {
     throw engineError(error, 'cannot use Docker', engineAddress(docker));
   }
   const security = info.SecurityOptions ?? [];
+  const usernsRemap = security.some((option) => option.includes('name=userns'));
+  const remapRoot = /\/(\d+)\.\d+$/.exec(info.DockerRootDir ?? '')?.[1];
   return {
     version: info.ServerVersion ?? 'unknown',
     cgroupDriver: info.CgroupDriver ?? 'cgroupfs',
@@ -171,7 +178,8 @@ export async function probeEngine(docker: DockerEngine): Promise<EngineFacts> {
     pids: info.PidsLimit !== false,
     diskQuota: diskQuotaOf(info),
     seccomp: security.some((option) => option.includes('name=seccomp')),
-    usernsRemap: security.some((option) => option.includes('name=userns')),
+    usernsRemap,
+    ...(usernsRemap && remapRoot ? { usernsRoot: Number(remapRoot) } : {}),
     rootless: security.some((option) => option.includes('name=rootless')),
   };
 }

@@ -61,7 +61,7 @@ function hasDisk(volume: VolumeSpec): boolean {
 }
 
 /** The device (`major:minor`) of the mount at `point` in a mountinfo text, the topmost one. */
-function mountDevice(mountinfo: string, point: string): string | undefined {
+export function mountDevice(mountinfo: string, point: string): string | undefined {
   let device: string | undefined;
   for (const line of mountinfo.split('\n')) {
     const fields = line.split(' ');
