@@ -33,6 +33,7 @@ import { internetUnavailable, makeInternet, type TestInternet } from '../test/he
 import { BenchCommands } from './commands.js';
 import { deepagentsSearch } from './deepagents-search.js';
 import { median, round, type Summary, summarize, throughput, timeEach } from './stats.js';
+import { workspaceMount } from './workspace.js';
 
 const QUICK = process.argv.includes('--quick');
 /** `--only hops,transfers`: run just these sections (names as in main()), for working on one. */
@@ -2459,6 +2460,8 @@ async function main() {
     if (runs('fork')) await fork(template);
     if (runs('volumes')) await volumes(template);
     if (runs('deepagents')) await deepagentsSearch({ quick: QUICK, log, row, goal, results });
+    if (runs('workspace'))
+      await workspaceMount({ quick: QUICK, log, row, goal, results }, template);
   } finally {
     for (const child of children) child.kill('SIGKILL');
     for (const info of await Sandbox.list({ state: ['running', 'paused'] })) {
