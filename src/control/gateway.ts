@@ -190,6 +190,18 @@ function userHeader(head: RequestHead, port: number): 'root' | 'user' | undefine
   return user;
 }
 
+/**
+ * `X-Abx-User: root` on a request that carries no token: a one-time link, a dashboard session and
+ * a signed file URL reach the default user's envd only (E2B's signed URLs name root in their
+ * `username`), so the header is refused rather than silently unused.
+ */
+function refuseRootHeader(head: RequestHead, carrier: string): void {
+  if (headerOf(head, 'x-abx-user') !== 'root') return;
+  throw new BadRequestError(
+    `X-Abx-User: root needs the sandbox's access token (X-Access-Token): ${carrier} reaches the sandbox's default user only`,
+  );
+}
+
 /** A request for the daemon's API (see {@link GatewayBackend.apiTarget}). */
 function apiTarget(pathname: string, path: string): RequestTarget {
   return { ...noSandbox(pathname, path), api: true };
@@ -558,6 +570,7 @@ export class Gateway implements GatewayRoutes {
       };
     }
     if (link !== undefined && fromHost) {
+      refuseRootHeader(head, 'a one-time link');
       return {
         id,
         port,
@@ -572,6 +585,7 @@ export class Gateway implements GatewayRoutes {
     if (token === undefined && port === ENVD_PORT && pathname === '/files') {
       const signed = signedFiles(head.method, query);
       if (signed) {
+        refuseRootHeader(head, 'a signed file URL');
         return {
           id,
           port,
@@ -587,6 +601,7 @@ export class Gateway implements GatewayRoutes {
     if (token === undefined && fromHost) {
       const session = sessionCookieOf(headerOf(head, 'cookie', '; '));
       if (session !== undefined) {
+        refuseRootHeader(head, 'a dashboard session');
         checkFetchSite(
           head.method,
           headerOf(head, 'sec-fetch-site'),

@@ -450,6 +450,30 @@ describe('every request through the gateway is authorized on its own', () => {
     expect(later.body).toContain(SESSION_COOKIE);
   });
 
+  test('X-Abx-User: root without a token (a session cookie, a signed URL) is refused, not ignored', async () => {
+    const client = connection();
+    client.write(
+      `GET /files?path=${encodeURIComponent(PUBLIC)} HTTP/1.1\r\nHost: ${ENVD_PORT}-${A.id}.localhost\r\nCookie: ${SESSION_COOKIE}=${cookie(A, ENVD_PORT, Date.now() + 60_000)}\r\nX-Abx-User: root\r\n\r\n`,
+    );
+    const refused = await client.answer();
+    expect(refused.status).toBe(400);
+    expect(refused.body).toContain('X-Abx-User: root needs the sandbox');
+    expect(refused.body).toContain('a dashboard session');
+    const signed = SIGNED[0] as Signed;
+    const query = `path=${encodeURIComponent(PUBLIC)}&username=user&signature=${encodeURIComponent(signed.signature)}${signed.expiration === undefined ? '' : `&signature_expiration=${signed.expiration}`}`;
+    const again = connection();
+    again.write(
+      `GET /files?${query} HTTP/1.1\r\nHost: ${ENVD_PORT}-${A.id}.localhost\r\nX-Abx-User: root\r\n\r\n`,
+    );
+    const refusedSigned = await again.answer();
+    expect(refusedSigned.status).toBe(400);
+    expect(refusedSigned.body).toContain('a signed file URL');
+    // Without the header, the same signed request reaches the default user's envd.
+    const plain = connection();
+    plain.write(`GET /files?${query} HTTP/1.1\r\nHost: ${ENVD_PORT}-${A.id}.localhost\r\n\r\n`);
+    expect((await plain.answer()).status).toBe(200);
+  });
+
   // Seeded: a failure names its seed and the shrunk sequence, and runs again the same.
   for (const pipelined of [false, true]) {
     test(`random sequences on one connection (${pipelined ? 'pipelined' : 'one at a time'}) answer as each request alone`, async () => {
