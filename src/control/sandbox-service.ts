@@ -99,6 +99,19 @@ const SPEC_FILE = 'spec.json';
 const FRESH_ENV = /^(http_proxy|https_proxy|no_proxy|ABX_SANDBOX_ID|ABX_POD_IP)$/i;
 
 /** The refusal of a call that needs a running sandbox, for one that is paused. */
+/**
+ * Since when a sandbox's workspace changes count (a host edit after it is an apply's conflict):
+ * its spec's `since` (a fork's or a snapshot's source mounted them first), else its mount or
+ * its create, the earlier (a wake mounts it again later).
+ */
+function workspaceSince(
+  record: { createdAt: number; handle: SandboxHandle },
+  spec?: { workspace?: { since?: number } },
+): number {
+  const mounted = record.handle.workspace?.mountedAt ?? record.createdAt;
+  return spec?.workspace?.since ?? Math.min(mounted, record.createdAt);
+}
+
 function pausedError(record: SandboxRecord, what = 'is paused'): SandboxPausedError {
   const since = new Date(record.paused?.at ?? record.createdAt).toISOString();
   const kept = record.paused?.memory === false ? 'hibernated' : 'frozen';
@@ -665,10 +678,9 @@ export class SandboxService {
    * the sandbox created, if earlier) is a conflict.
    */
   workspaceApply(id: string, body: unknown): Promise<ApplyResult> {
-    return this.frozenWorkspace(id, (record) => {
-      const mounted = record.handle.workspace?.mountedAt ?? record.createdAt;
-      return sandboxWorkspaceApply(id, record.handle, Math.min(mounted, record.createdAt), body);
-    });
+    return this.frozenWorkspace(id, (record) =>
+      sandboxWorkspaceApply(id, record.handle, workspaceSince(record), body),
+    );
   }
 
   list(filter: SandboxFilter): Promise<SandboxRecord[]> {
@@ -960,11 +972,6 @@ export class SandboxService {
           { cause: error },
         );
       }
-      if (sourceSpec.workspace) {
-        throw new InvalidArgumentError(
-          `sandbox ${id} has a workspace (${sourceSpec.workspace.from}), and a fork of one is not made yet (its upper layer is not copied): take its changes first (GET /v1/sandboxes/${id}/workspace/diff)`,
-        );
-      }
       // A running source's environment as envd has it now (a hibernated one's was kept so).
       const env = paused
         ? sourceSpec.env
@@ -981,6 +988,13 @@ export class SandboxService {
           () => DEFAULT_RESUME_TIMEOUT_MS,
         ));
       const metadata = { ...source.metadata, ...extra };
+      // A fork's workspace: its own copy of the source's upper layer (the provider copies it)
+      // over the same host folder; a host edit since the source mounted it is still a conflict.
+      let workspace: SandboxSpec['workspace'];
+      if (sourceSpec.workspace) {
+        const { layer: _layer, ...mounted } = sourceSpec.workspace;
+        workspace = { ...mounted, since: workspaceSince(source, sourceSpec) };
+      }
       const one = async (): Promise<{ record: SandboxRecord; accessToken: string }> => {
         const began = performance.now();
         const forkId = newSandboxId();
@@ -999,6 +1013,7 @@ export class SandboxService {
           env,
           timeoutMs,
           ...(egress ? { egress } : {}),
+          ...(workspace ? { workspace } : {}),
         };
         const handle = await this.slots
           .run('create', () =>

@@ -113,9 +113,17 @@ export interface SandboxSpec {
   /**
    * A host folder (`from`, absolute) the sandbox sees at `path`, writable, copy-on-write: its
    * writes land in a layer of the sandbox's own, the host folder is never written
-   * (docs/workspaces.md). Local provider, root daemon only; others refuse it.
+   * (docs/workspaces.md). Local provider, root daemon only; others refuse it. `since` (ms since
+   * the epoch): when the changes it starts with were first mounted (a fork's or a snapshot's
+   * source), which an apply's conflicts count from; absent: its own mount. `layer`: an upper
+   * layer to start from (a snapshot's, its files `uid`'s), copied at its first start.
    */
-  workspace?: { from: string; path: string };
+  workspace?: {
+    from: string;
+    path: string;
+    since?: number;
+    layer?: { dir: string; uid: number };
+  };
 }
 
 /** One volume: what its provider's {@link VolumeStore} needs to make, mount or remove it. */
@@ -487,6 +495,12 @@ export interface SandboxProvider {
     spec: SandboxSpec,
     paused?: 'frozen' | 'hibernated',
   ): Promise<SandboxHandle>;
+  /**
+   * Copies a sandbox's workspace upper layer (its changes) to `to`, which must not exist, for a
+   * snapshot to start sandboxes from (`SandboxSpec.workspace.layer`); the caller froze it.
+   * Absent: this provider has no workspaces.
+   */
+  copyWorkspaceLayer?(handle: SandboxHandle, to: string): Promise<void>;
   /** True while the sandbox's root process runs (and is the same process). */
   isAlive(handle: SandboxHandle): boolean;
   /** Why a sandbox that is no longer alive ended (call before `kill` releases its cgroups). */

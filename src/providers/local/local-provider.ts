@@ -101,8 +101,10 @@ import {
 } from './volumes.js';
 import {
   checkWorkspaceSpec,
+  copyLayer,
   type MountedWorkspace,
   mountWorkspace,
+  remapOwners,
   stageWorkspace,
   unmountWorkspace,
   workspaceDir,
@@ -532,7 +534,8 @@ export class LocalProvider implements SandboxProvider {
         volumes = await this.volumes.binds(spec.id, spec.volumeMounts, uid);
       }
       if (spec.workspace && uid !== undefined) {
-        workspaceMountedAt = Date.now();
+        workspaceMountedAt = spec.workspace.since ?? Date.now();
+        await this.workspaceLayer(spec, uid, woken);
         workspace = await mountWorkspace(workspaceDir(spec.dir), spec.workspace.from, uid);
         workspaceStage = await stageWorkspace(workspace.merged, workspaceStageOf(spec.id));
       }
@@ -730,6 +733,32 @@ export class LocalProvider implements SandboxProvider {
       if (rootLower) releaseStage(dirname(rootLower.stage));
       if (workspaceStage) releaseStage(workspaceStageOf(spec.id));
     }
+  }
+
+  /**
+   * A workspace's upper layer before its mount: a snapshot's copied in at the first start; one
+   * whose files are another uid's (a fork's copy, a snapshot's, a wake that lost its uid) given
+   * to `uid` (and its root uid to this sandbox's root uid).
+   */
+  private async workspaceLayer(spec: SandboxSpec, uid: number, woken?: Woken): Promise<void> {
+    const upper = join(workspaceDir(spec.dir), 'upper');
+    const layer = spec.workspace?.layer;
+    let from = woken?.fromUid;
+    if (layer && !existsSync(upper)) {
+      if (!existsSync(layer.dir)) {
+        throw new Error(`the workspace layer it starts from (${layer.dir}) is gone`);
+      }
+      await copyLayer(layer.dir, upper);
+      from = layer.uid;
+    }
+    if (from === undefined || from === uid || !existsSync(upper)) return;
+    const ids = new Map([[from, uid]]);
+    try {
+      ids.set(rootUidOf(from, this.uidRange), rootUidOf(uid, this.uidRange));
+    } catch {
+      // `from` is not a sandbox uid of this range (a snapshot of another daemon's): no root uid.
+    }
+    await remapOwners(upper, ids);
   }
 
   private get uidRange(): UidRange {
@@ -1019,6 +1048,13 @@ export class LocalProvider implements SandboxProvider {
     }
     mkdirSync(spec.dir, { recursive: true });
     const copy = async () => {
+      // Its workspace's changes: each fork gets a layer of its own over the same host folder.
+      if (sourceSpec.workspace) {
+        await copyLayer(
+          join(workspaceDir(sourceSpec.dir), 'upper'),
+          join(workspaceDir(spec.dir), 'upper'),
+        );
+      }
       if (this.mode === 'root') {
         // The disk is mounted in the source: what its file system holds in memory goes to the
         // image file first (its processes are frozen: nothing is written meanwhile).
@@ -1054,6 +1090,11 @@ export class LocalProvider implements SandboxProvider {
     // envd filled the new home and /tmp (rootless): the copy is not needed any more.
     await rm(join(spec.dir, HIBERNATED), { recursive: true, force: true });
     return forked;
+  }
+
+  async copyWorkspaceLayer(handle: SandboxHandle, to: string): Promise<void> {
+    if (!handle.workspace) throw new Error('it has no workspace');
+    await copyLayer(handle.workspace.upper, to);
   }
 
   /** Runs `work` with a running sandbox frozen, after other such work on it; thaws it after. */

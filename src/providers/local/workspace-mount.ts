@@ -15,6 +15,7 @@
  */
 import { execFile } from 'node:child_process';
 import { chmodSync, chownSync, existsSync, mkdirSync, rmSync, statSync } from 'node:fs';
+import { lchown, lstat, readdir, rename, rm } from 'node:fs/promises';
 import { posix } from 'node:path';
 import { promisify } from 'node:util';
 import { SANDBOX_RUN_DIR, SANDBOX_RUNTIME_DIR } from '../../../runtime/protocol/constants.js';
@@ -153,4 +154,46 @@ export async function unmountWorkspace(dir: string, remove: boolean): Promise<vo
   await unmountUnder(dir);
   // Never a removal across a mount (checked above): only the sandbox's own layers are removed.
   if (remove) rmSync(dir, { recursive: true, force: true });
+}
+
+/**
+ * Copies an upper layer (`from`, not written meanwhile: its sandbox frozen or stopped) to `to`,
+ * which must not exist, as the overlay needs it: whiteouts (character devices 0/0), the
+ * `trusted.overlay.*` attributes of opaque folders, owners, modes and times. `cp -a
+ * --preserve=all` as root keeps them all (coreutils copies every xattr but those
+ * /etc/xattr.conf skips, none of them an overlay's). Written to a partial folder renamed into
+ * place: `to` is whole or absent.
+ */
+export async function copyLayer(from: string, to: string): Promise<void> {
+  const partial = `${to}.partial`;
+  await rm(partial, { recursive: true, force: true });
+  mkdirSync(posix.dirname(to), { recursive: true, mode: 0o700 });
+  try {
+    await execFileAsync('cp', ['-a', '--preserve=all', '--no-target-directory', from, partial]);
+    await rename(partial, to);
+  } catch (error) {
+    await rm(partial, { recursive: true, force: true });
+    const stderr = String((error as { stderr?: unknown }).stderr ?? '').trim();
+    throw new Error(
+      `its workspace's upper layer (${from}) could not be copied: ${stderr || (error as Error).message}`,
+      { cause: error },
+    );
+  }
+}
+
+/**
+ * Gives a copied upper layer's files to another sandbox's uids: every owner and group in `ids`
+ * (old → new) becomes its new id, links included (never followed). Anything else (root's
+ * whiteouts) stays as it is.
+ */
+export async function remapOwners(dir: string, ids: ReadonlyMap<number, number>): Promise<void> {
+  const walk = async (path: string): Promise<void> => {
+    const st = await lstat(path);
+    const uid = ids.get(st.uid);
+    const gid = ids.get(st.gid);
+    if (uid !== undefined || gid !== undefined) await lchown(path, uid ?? st.uid, gid ?? st.gid);
+    if (!st.isDirectory()) return;
+    for (const name of await readdir(path)) await walk(posix.join(path, name));
+  };
+  await walk(dir);
 }
