@@ -18,7 +18,7 @@
  *   the upper layer as that uid; the image itself is never written.
  */
 import { spawn } from 'node:child_process';
-import { closeSync, openSync, readFileSync, writeSync } from 'node:fs';
+import { closeSync, openSync, readFileSync, statSync, writeSync } from 'node:fs';
 import { SANDBOX_UID } from './bwrap-args.js';
 import { DEFAULT_UID_RANGE, type UidRange } from './sandbox-uids.js';
 
@@ -54,19 +54,36 @@ export function hostAccountIn(
   to: number,
   passwd = '/etc/passwd',
 ): { name: string; uid: number } | undefined {
+  // Read once per version of the file: the answer keys on everything it read (the file's
+  // identity, size and change time, and the range).
+  let key: string;
+  try {
+    const st = statSync(passwd);
+    key = `${passwd}\0${st.dev}:${st.ino}:${st.size}:${st.mtimeMs}:${st.ctimeMs}\0${from}-${to}`;
+  } catch {
+    return undefined;
+  }
+  if (accountCache?.key === key) return accountCache.found;
   let text: string;
   try {
     text = readFileSync(passwd, 'utf8');
   } catch {
     return undefined;
   }
+  let found: { name: string; uid: number } | undefined;
   for (const line of text.split('\n')) {
     const [name, , uidText] = line.split(':');
     const uid = Number(uidText);
-    if (name && uidText && Number.isInteger(uid) && uid >= from && uid < to) return { name, uid };
+    if (name && uidText && Number.isInteger(uid) && uid >= from && uid < to) {
+      found = { name, uid };
+      break;
+    }
   }
-  return undefined;
+  accountCache = { key, found };
+  return found;
 }
+
+let accountCache: { key: string; found: { name: string; uid: number } | undefined } | undefined;
 
 /**
  * The host uid of root inside the sandbox whose own uid is `uid`: the same offset in the range
