@@ -59,6 +59,8 @@ export interface SandboxInfo {
   lifecycle: SandboxLifecycle;
   /** The volumes it mounts (docs/volumes.md); empty when none. */
   volumeMounts: VolumeMount[];
+  /** Its workspace (docs/workspaces.md): where the sandbox sees it; absent when it has none. */
+  workspace?: { path: string };
 }
 
 /** A volume mounted in a sandbox. */

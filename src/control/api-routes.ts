@@ -156,6 +156,7 @@ export function sandboxJson(record: SandboxRecord): SandboxInfo {
       : {}),
     lifecycle: record.lifecycle ?? { onTimeout: 'kill', keepMemory: true },
     volumeMounts: record.volumeMounts.map(({ name, path, readOnly }) => ({ name, path, readOnly })),
+    ...(record.handle.workspace ? { workspace: { path: record.handle.workspace.path } } : {}),
   };
 }
 

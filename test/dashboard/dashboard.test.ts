@@ -1,5 +1,15 @@
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  utimesSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
   type Browser,
@@ -697,5 +707,70 @@ describe.skipIf(!HAS_CHROMIUM)(
       await shoot(page, 'network');
       await expectClean(page);
     });
+
+    // A workspace needs a root daemon (docs/workspaces.md); this file's daemon is this process's.
+    test.skipIf(process.getuid?.() !== 0)(
+      'a workspace’s Changes tab: the changes and a file’s diff as text, an apply’s refusal shown; none for a sandbox without one',
+      async () => {
+        const folder = mkdtempSync(join(tmpdir(), 'abx-dash-ws-'));
+        try {
+          writeFileSync(join(folder, 'README.md'), '# demo\nline one\n');
+          writeFileSync(join(folder, 'run.sh'), 'echo hi\n');
+          const sandbox = await created({ workspace: { from: folder } });
+          const evil = `${XSS(9)}.txt`;
+          await sandbox.files.write(`/home/user/workspace/${evil}`, `${XSS(10)}\n`);
+          await sandbox.commands.run(
+            'cd ~/workspace && printf "# demo\\nline 2\\n" > README.md && chmod 755 run.sh && printf "a\\0b" > bin.dat',
+          );
+          const page = await newPage();
+          await signInWithKey(page, adminKey);
+          await page.goto(`${info.apiUrl}/#/sandboxes/${sandbox.sandboxId}`);
+          await page.getByRole('link', { name: 'Changes' }).click();
+          await page.getByRole('heading', { name: 'Changes', level: 2 }).waitFor();
+          const rows = page.locator('table.changes tbody tr');
+          await expect.poll(() => rows.count(), { timeout: 15_000 }).toBe(4);
+          expect(
+            (await rows.allInnerTexts()).map((text) => text.split('\t').map((cell) => cell.trim())),
+          ).toEqual([
+            ['added', evil, '', '0644'],
+            ['modified', 'README.md', '', '0644'],
+            ['added', 'bin.dat', 'binary', '0644'],
+            ['modified', 'run.sh', '', '0644 → 0755'],
+          ]);
+          // The agent's file name and content are text: no element made of them, nothing run.
+          await page.getByRole('button', { name: evil, exact: true }).click();
+          const diff = page.locator('pre.diff');
+          await diff.waitFor();
+          expect(await diff.textContent()).toContain(`+${XSS(10)}`);
+          expect(await page.locator('table.changes img, pre.diff img').count()).toBe(0);
+          await page.getByRole('button', { name: 'README.md', exact: true }).click();
+          await expect.poll(() => diff.textContent()).toContain('-line one\n+line 2');
+          await shoot(page, 'changes');
+
+          // A host edit meanwhile: the apply (with the session's CSRF token) is refused by name.
+          utimesSync(join(folder, 'README.md'), new Date(), new Date(Date.now() + 5000));
+          await page.getByRole('button', { name: 'Apply to host folder' }).click();
+          await page.getByRole('dialog').getByRole('button', { name: 'Apply' }).click();
+          const refusal = page.getByRole('dialog').getByRole('alert');
+          await refusal.waitFor();
+          expect(await refusal.textContent()).toMatch(/README\.md/);
+          expect(await refusal.textContent()).not.toMatch(/csrf/i);
+          expect(readFileSync(join(folder, 'README.md'), 'utf8')).toBe('# demo\nline one\n');
+          expect(existsSync(join(folder, evil))).toBe(false);
+          await page.keyboard.press('Escape');
+          await expectClean(page);
+
+          // A sandbox without a workspace has no such tab, and its address says why.
+          const plain = await created();
+          await page.goto(`${info.apiUrl}/#/sandboxes/${plain.sandboxId}/changes`);
+          await page.getByText('This sandbox has no workspace').waitFor();
+          expect(await page.getByRole('link', { name: 'Changes' }).count()).toBe(0);
+          await expectClean(page);
+        } finally {
+          for (const sandbox of sandboxes.splice(0)) await sandbox.kill().catch(() => undefined);
+          rmSync(folder, { recursive: true, force: true });
+        }
+      },
+    );
   },
 );

@@ -12,6 +12,7 @@ import { Failure } from '../components/table.js';
 import { duration, errorText, time } from '../format.js';
 import { useLive, useNow } from '../live.js';
 import { href, navigate } from '../router.js';
+import { ChangesTab } from './changes.js';
 import { CommandsTab } from './commands.js';
 import { FilesTab } from './files.js';
 import { MetricsTab } from './metrics.js';
@@ -27,6 +28,8 @@ const TABS: [string, string][] = [
   ['network', 'Network'],
   ['commands', 'Commands'],
 ];
+/** Only a sandbox with a workspace has this tab. */
+const CHANGES_TAB: [string, string] = ['changes', 'Changes'];
 
 /** One sandbox: its facts and metrics, and (while it runs) its processes, files, terminal, commands. */
 export function SandboxPage({ id, tab }: { session: Session; id: string; tab: string }) {
@@ -129,7 +132,7 @@ export function SandboxPage({ id, tab }: { session: Session; id: string; tab: st
       <Failure text={failure} />
       <nav class="tabs" aria-label="Sandbox sections">
         <ul>
-          {TABS.map(([name, label]) => (
+          {(current.workspace ? [...TABS, CHANGES_TAB] : TABS).map(([name, label]) => (
             <li key={name}>
               <a
                 href={href('sandboxes', id, name)}
@@ -155,6 +158,13 @@ export function SandboxPage({ id, tab }: { session: Session; id: string; tab: st
         {running && tab === 'files' && <FilesTab id={id} />}
         {running && tab === 'terminal' && <TerminalTab id={id} />}
         {running && tab === 'commands' && <CommandsTab id={id} />}
+        {running &&
+          tab === 'changes' &&
+          (current.workspace ? (
+            <ChangesTab id={id} path={current.workspace.path} />
+          ) : (
+            <p class="notice">This sandbox has no workspace: there are no changes to review.</p>
+          ))}
       </div>
     </section>
   );
