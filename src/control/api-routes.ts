@@ -38,6 +38,11 @@ export interface ApiContext {
   prometheus: DaemonMetrics;
   /** Who sent the request (set by the daemon's guard; undefined only on public routes). */
   caller: Caller | undefined;
+  /**
+   * The host uid of the process that sent the request, when it is local (a loopback connection
+   * whose client socket the kernel lists, peer-uid.ts); undefined otherwise.
+   */
+  peerUid?(): number | undefined;
   /** Server-sent events of sandboxes (`GET /v1/events`). */
   events: SandboxEventStreams;
   /** Stops the daemon after the answer is sent. */
@@ -231,7 +236,7 @@ export const API_ROUTES: ApiRoute[] = [
     path: '/v1/sandboxes',
     group: 'api',
     summary:
-      'Create a sandbox from a template: { template?, timeoutMs?, envs?, metadata?, network?: { allowOut?, denyOut?, rules? (host → [{ transform: { headers } }], header values may name secrets, docs/network.md) }, allowInternetAccess?, autoPause? (its timeout pauses it), autoPauseMemory?, autoResume? (its traffic resumes it), volumeMounts?: [{ name, path, readOnly? }], workspace?: { from, path? } (a host folder mounted copy-on-write; admin keys only; local provider, root daemon; docs/workspaces.md) }; the answer has its accessToken and the gatewayUrl its ports are reached through.',
+      'Create a sandbox from a template: { template?, timeoutMs?, envs?, metadata?, network?: { allowOut?, denyOut?, rules? (host → [{ transform: { headers } }], header values may name secrets, docs/network.md) }, allowInternetAccess?, autoPause? (its timeout pauses it), autoPauseMemory?, autoResume? (its traffic resumes it), volumeMounts?: [{ name, path, readOnly? }], workspace?: { from, path? } (a host folder mounted copy-on-write: an admin key any, another key from a local process a folder its user can read; local provider, root daemon; docs/workspaces.md) }; the answer has its accessToken and the gatewayUrl its ports are reached through.',
     handler: async ({ body, ctx }) => {
       const request = (body ?? {}) as Record<string, unknown>;
       if (typeof request !== 'object' || Array.isArray(request)) {
@@ -260,6 +265,8 @@ export const API_ROUTES: ApiRoute[] = [
           ...(request.workspace === undefined ? {} : { workspace: request.workspace }),
         },
         keyOwner(caller),
+        // Who may mount a host folder depends on the user of a local client (workspace-access.ts).
+        { uid: ctx.peerUid?.() },
       );
       return { ...sandboxJson(record), accessToken, gatewayUrl: ctx.gatewayUrl() };
     },

@@ -53,6 +53,7 @@ import { Gateway } from './gateway.js';
 import { hashToken, sandboxToken, volumeToken } from './ids.js';
 import { KeyService } from './key-service.js';
 import { MetricsSampler, metricsInterval } from './metrics.js';
+import { loopbackPeerUid } from './peer-uid.js';
 import {
   DATABASE_CONNECT_TIMEOUT_MS,
   isUnreachable,
@@ -421,7 +422,11 @@ export class Daemon {
         return;
       }
       // A context per request: the guard puts the caller its key names there for the handler.
-      const context: ApiContext = { ...shared, caller: undefined };
+      const context: ApiContext = {
+        ...shared,
+        caller: undefined,
+        peerUid: () => loopbackPeerUid(req.socket),
+      };
       const guard: Guard<ApiContext> = (route, request) => {
         if (route?.public) return;
         // The dashboard's cookie stands for a key when no other credential is sent; what it

@@ -54,6 +54,7 @@ import {
   checkTimeout,
 } from './sandbox-request.js';
 import {
+  authorizeWorkspace,
   checkWorkspaceRequest,
   sandboxWorkspaceApply,
   sandboxWorkspaceChanges,
@@ -222,10 +223,12 @@ export class SandboxService {
   async create(
     request: CreateSandboxRequest,
     owner?: KeyOwner,
+    /** The host uid of the local process that asked (peer-uid.ts); none: remote or unknown. */
+    client: { uid?: number | undefined } = {},
   ): Promise<{ record: SandboxRecord; accessToken: string }> {
     const began = performance.now();
     try {
-      const { record, source, pooled } = await this.createOnce(request, owner);
+      const { record, source, pooled } = await this.createOnce(request, owner, client);
       await this.refuseIfRevoked(owner, [record.id]);
       this.events?.created(record.template, source, (performance.now() - began) / 1000, pooled);
       return { record, accessToken: this.tokenOf(record.id) };
@@ -257,7 +260,8 @@ export class SandboxService {
 
   private async createOnce(
     request: CreateSandboxRequest,
-    owner?: KeyOwner,
+    owner: KeyOwner | undefined,
+    client: { uid?: number | undefined },
   ): Promise<{ record: SandboxRecord; source: CreateSource; pooled: boolean }> {
     // Another key's own template answers as one that is not built (template-access.ts).
     const template = await this.templates.get(
@@ -279,6 +283,11 @@ export class SandboxService {
       sandboxHome(template.spec.user),
       volumes.records.map((mount) => mount.path),
     );
+    // Who may mount that host folder (workspace-access.ts): as whom, or a 403.
+    const mounted =
+      workspace && 'from' in workspace
+        ? await authorizeWorkspace(workspace, owner, client.uid)
+        : workspace;
     // Refused before a sandbox is started when the limit is plainly reached; the registry's
     // locked write below is what makes the limit hold under concurrent creates.
     if (owner && owner.maxRunning !== null) {
@@ -313,7 +322,7 @@ export class SandboxService {
           ...(network ? { network } : {}),
           lifecycle,
           volumes,
-          ...(workspace ? { workspace } : {}),
+          ...(mounted ? { workspace: mounted } : {}),
         })
       ).record;
     });

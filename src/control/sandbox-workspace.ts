@@ -4,8 +4,12 @@
  * and diff read from its workspace's merged view on the host.
  */
 import { posix } from 'node:path';
-import { InvalidArgumentError, PermissionDeniedError } from '../errors.js';
-import type { SandboxHandle, SandboxProvider } from '../providers/provider.js';
+import { InvalidArgumentError } from '../errors.js';
+import {
+  type SandboxHandle,
+  type SandboxProvider,
+  workspaceUnavailableOn,
+} from '../providers/provider.js';
 import {
   type ApplyResult,
   apply as applyChanges,
@@ -16,7 +20,8 @@ import {
   changes as workspaceChanges,
   diff as workspaceDiff,
 } from '../workspace/index.js';
-import { checkMountPath } from './volume-service.js';
+import { checkMountPath, mountPathsOverlap } from './volume-service.js';
+import { type WorkspaceUser, workspaceAccess, workspaceWriteRefusals } from './workspace-access.js';
 
 /** Where a workspace appears in the sandbox when the create names no `path`. */
 export function defaultWorkspacePath(home: string): string {
@@ -24,13 +29,12 @@ export function defaultWorkspacePath(home: string): string {
 }
 
 /**
- * A create's `workspace`, checked (undefined: none). Only an admin key or the daemon's own
- * owner (no key) may mount a host folder: another key gets 403 `admin_required`. The provider
- * checks the folder itself (an existing directory) and refuses what it cannot mount.
+ * A create's `workspace`, checked (undefined: none); who may mount it is authorizeWorkspace's.
+ * The provider checks the folder itself (an existing directory) and refuses what it cannot mount.
  */
 export function checkWorkspaceRequest(
   value: unknown,
-  who: { admin: boolean; name: string; keyId: string } | undefined,
+  _who: { admin: boolean; name: string; keyId: string } | undefined,
   provider: SandboxProvider,
   home: string,
   volumePaths: readonly string[],
@@ -46,35 +50,40 @@ export function checkWorkspaceRequest(
   if (unknown.length > 0) {
     throw new InvalidArgumentError(`workspace.${unknown[0]} is not a workspace key (from, path)`);
   }
-  if (who && !who.admin) {
-    throw new PermissionDeniedError(
-      `a workspace mounts a folder of the daemon's host, which only an admin API key may ask for (for now), and the key '${who.name}' (${who.keyId}) is not one: ask an admin of the control plane, or send the files (files.write)`,
-      { code: 'admin_required' },
-    );
-  }
-  if (typeof from !== 'string' || !from.startsWith('/')) {
+  if (typeof from !== 'string' || !from.startsWith('/') || from.includes('\0')) {
     throw new InvalidArgumentError(
       `workspace.from must be the absolute path of a folder on the daemon's host, not ${JSON.stringify(from)}`,
     );
   }
-  if (provider.name !== 'local') {
+  const unavailable = workspaceUnavailableOn(provider);
+  if (unavailable !== undefined) throw new InvalidArgumentError(`workspace: ${unavailable}`);
+  const mountPath = checkMountPath(path ?? defaultWorkspacePath(home), home, 'workspace');
+  const volume = volumePaths.find((other) => mountPathsOverlap(other, mountPath));
+  if (volume !== undefined) {
     throw new InvalidArgumentError(
-      `workspace: the ${provider.name} provider cannot mount one yet; the local provider on a root daemon can (abx daemon start --provider local)`,
+      `workspace.path ${mountPath} overlaps the path of a volume (${volume}): give each its own folder`,
     );
   }
-  const mountPath = checkMountPath(path ?? defaultWorkspacePath(home), home, 'workspace');
-  for (const other of volumePaths) {
-    if (
-      other === mountPath ||
-      mountPath.startsWith(`${other}/`) ||
-      other.startsWith(`${mountPath}/`)
-    ) {
-      throw new InvalidArgumentError(
-        `workspace.path ${mountPath} overlaps the path of a volume (${other}): give each its own folder`,
-      );
-    }
-  }
   return { from, path: mountPath };
+}
+
+/**
+ * Whether `who` (undefined: the daemon's own key) may mount the checked workspace's host folder,
+ * from a local process of host uid `peerUid` (undefined: remote or unknown), by the rule of
+ * workspace-access.ts: the workspace to mount (`from` as that uid resolved it, and `user`, the
+ * uid mapped to the sandbox's user), or a 403 `workspace_denied`.
+ */
+export async function authorizeWorkspace(
+  workspace: { from: string; path: string },
+  who: { admin: boolean; name: string; keyId: string } | undefined,
+  peerUid: number | undefined,
+): Promise<{ from: string; path: string; user?: WorkspaceUser }> {
+  const grant = await workspaceAccess(workspace.from, {
+    admin: who === undefined || who.admin,
+    ...(who ? { key: { name: who.name, keyId: who.keyId } } : {}),
+    peerUid,
+  });
+  return { ...workspace, from: grant.from, ...(grant.user ? { user: grant.user } : {}) };
 }
 
 /** A running sandbox's workspace as its handle has it, or a 400 saying it has none. */
@@ -179,6 +188,15 @@ export async function sandboxWorkspaceApply(
   const options = checkApplyRequest(body);
   const found = await sandboxWorkspaceChanges(id, handle);
   try {
+    const uid = handle.workspace?.uid;
+    if (uid !== undefined) {
+      // Mounted for a local client's user: validated first, then refused wherever that user
+      // could not write (workspace-access.ts); nothing is written if anything is refused.
+      const plan = await applyChanges(found, { since, ...options, dryRun: true });
+      const refused = await workspaceWriteRefusals(uid, found.base, found.view, plan.applied);
+      if (refused.length > 0) throw new WorkspaceRefusedError(refused);
+      if (options.dryRun) return plan;
+    }
     return await applyChanges(found, { since, ...options });
   } catch (error) {
     throw asApiError(error);

@@ -76,6 +76,14 @@ export function mountRoots(home: string): string[] {
 }
 
 /**
+ * Whether two mounts' paths (canonical, checkMountPath's) overlap: the same, or one inside the
+ * other. Volumes and a workspace each need a folder of their own.
+ */
+export function mountPathsOverlap(a: string, b: string): boolean {
+  return a === b || a.startsWith(`${b}/`) || b.startsWith(`${a}/`);
+}
+
+/**
  * A mount's path: absolute and canonical (no `.`, `..`, `//` or trailing `/`), inside one of
  * {@link mountRoots}, and printable.
  */
@@ -312,11 +320,7 @@ export class VolumeService {
       }
       const mountPath = checkMountPath(path, home, where);
       for (const other of records) {
-        if (
-          other.path === mountPath ||
-          mountPath.startsWith(`${other.path}/`) ||
-          other.path.startsWith(`${mountPath}/`)
-        ) {
+        if (mountPathsOverlap(other.path, mountPath)) {
           throw new InvalidArgumentError(
             `${where}.path ${mountPath} ${other.path === mountPath ? 'is' : 'overlaps'} the path of another mount (${other.path}): give each volume a folder of its own`,
           );

@@ -123,6 +123,12 @@ export interface SandboxSpec {
     path: string;
     since?: number;
     layer?: { dir: string; uid: number };
+    /**
+     * Mounted for a local client's user (control/workspace-access.ts): its uid, not the folder's
+     * owner, is mapped to the sandbox's user, and the folder mounted must be the one checked
+     * (`dev`, `ino`), else the start fails. Absent: an admin's, the folder's owner mapped.
+     */
+    user?: { uid: number; dev: number; ino: number };
   };
 }
 
@@ -323,6 +329,8 @@ export interface SandboxHandle {
     upper: string;
     dir: string;
     mountedAt: number;
+    /** The uid it was mounted for (a local client's user): an apply writes only where it may. */
+    uid?: number;
   };
   /**
    * The sandbox's pod (kubernetes): its namespace and name (`startTime` then holds its uid), and
@@ -400,6 +408,17 @@ export function rootUnavailableOn(provider: SandboxProvider): string | undefined
   return provider.rootUnavailable
     ? provider.rootUnavailable()
     : `the ${provider.name} provider cannot give a sandbox a root of its own (only the local provider on a root daemon can)`;
+}
+
+/**
+ * Why sandboxes of `provider` cannot have a workspace (a host folder mounted copy-on-write,
+ * docs/workspaces.md) here, for a person, or undefined when they can. A provider that does not
+ * say cannot.
+ */
+export function workspaceUnavailableOn(provider: SandboxProvider): string | undefined {
+  return provider.workspaceUnavailable
+    ? provider.workspaceUnavailable()
+    : `the ${provider.name} provider cannot mount one yet; the local provider on a root daemon can (abx daemon start --provider local)`;
 }
 
 /** The most forks one request makes. */
@@ -550,6 +569,12 @@ export interface SandboxProvider {
    * can. Left out: it cannot, and a template that allows root is refused with the reason.
    */
   rootUnavailable?(): string | undefined;
+  /**
+   * Why this provider cannot give sandboxes a workspace (`SandboxSpec.workspace`) here, or
+   * undefined when it can. Left out: it cannot, and a create that asks for one is refused with
+   * the reason (workspaceUnavailableOn).
+   */
+  workspaceUnavailable?(): string | undefined;
   /**
    * The sandbox's end moved (a pooled sandbox handed out, `setTimeout`): for a provider that ends
    * sandboxes itself at their timeout (agent-sandbox's `shutdownTime`), so it does not end one

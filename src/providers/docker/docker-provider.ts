@@ -271,6 +271,7 @@ export class DockerProvider implements SandboxProvider {
           workspaceDir(spec.dir),
           spec.workspace.from,
           workspaceHostUid(engine, user.uid),
+          spec.workspace.user,
         );
       } catch (error) {
         throw await fail((error as Error).message, error);
@@ -379,6 +380,7 @@ export class DockerProvider implements SandboxProvider {
                   upper: workspace.upper,
                   dir: workspaceDir(spec.dir),
                   mountedAt: workspaceMountedAt,
+                  ...(spec.workspace.user ? { uid: spec.workspace.user.uid } : {}),
                 },
               }
             : {}),
@@ -451,6 +453,8 @@ export class DockerProvider implements SandboxProvider {
           handle.workspace.dir,
           handle.workspace.from,
           workspaceHostUid(facts, user.uid),
+          // Mounted for a local client's user: that uid again (control/workspace-access.ts).
+          handle.workspace.uid === undefined ? undefined : { uid: handle.workspace.uid },
         );
       }
       await container.start();

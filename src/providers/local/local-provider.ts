@@ -536,7 +536,12 @@ export class LocalProvider implements SandboxProvider {
       if (spec.workspace && uid !== undefined) {
         workspaceMountedAt = spec.workspace.since ?? Date.now();
         await this.workspaceLayer(spec, uid, woken);
-        workspace = await mountWorkspace(workspaceDir(spec.dir), spec.workspace.from, uid);
+        workspace = await mountWorkspace(
+          workspaceDir(spec.dir),
+          spec.workspace.from,
+          uid,
+          spec.workspace.user,
+        );
         workspaceStage = await stageWorkspace(workspace.merged, workspaceStageOf(spec.id));
       }
       const binds: VolumeBind[] = [
@@ -720,6 +725,7 @@ export class LocalProvider implements SandboxProvider {
               upper: workspace.upper,
               dir: workspaceDir(spec.dir),
               mountedAt: workspaceMountedAt,
+              ...(spec.workspace.user ? { uid: spec.workspace.user.uid } : {}),
             },
           }
         : handle;
@@ -1187,6 +1193,13 @@ export class LocalProvider implements SandboxProvider {
     return taken === undefined
       ? undefined
       : `this host cannot give: root inside would run as host uid ${taken.uid}, which is the account '${taken.name}' in /etc/passwd (ABX_UID_RANGE ${first}+${count} leaves the uids above it, ${first + count}-${first + 2 * count - 1}, for root inside: choose a range with no accounts above it)`;
+  }
+
+  /** A workspace needs a root daemon: an idmapped mount and an overlay of the host folder. */
+  workspaceUnavailable(): string | undefined {
+    return this.mode === 'root'
+      ? undefined
+      : 'a rootless daemon cannot mount one: it needs a root daemon for now (an idmapped mount and an overlay of the host folder): run the daemon as root';
   }
 
   internetUnavailable(): string | undefined {

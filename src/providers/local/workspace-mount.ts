@@ -3,7 +3,7 @@
  * copy-on-write. In the sandbox's own folder (`spec.dir/workspace`):
  *
  * - `lower`: the host folder again, idmapped (read-only, nosuid, nodev) so that its owner's
- *   uid/gid are the sandbox's host uid: the sandbox's user owns what the host user owns (other
+ *   uid/gid (or the local client's user's it was mounted for) are the sandbox's host uid: the sandbox's user owns what the host user owns (other
  *   uids show as nobody). Detached again once the overlay holds its own copy of it.
  * - `upper`, `work`: the overlay's upper layer (everything the sandbox writes) and work folder.
  * - `merged`: the overlay, mounted by the daemon for the sandbox's life. The sandbox binds it at
@@ -83,13 +83,16 @@ export interface MountedWorkspace {
 
 /**
  * Mounts `from` copy-on-write in `dir` (see the file's comment) for a sandbox running as host uid
- * `uid`. Whatever an earlier mount left in `dir` (a hibernate's wake) is unmounted first; the
+ * `uid`. `user`: mounted for a local client's user (control/workspace-access.ts): its uid, not
+ * the folder's owner, is mapped to `uid`, and the folder mounted must be the one checked (its
+ * `dev` and `ino`, when given). Whatever an earlier mount left in `dir` (a hibernate's wake) is unmounted first; the
  * upper layer, if there is one, is kept. On failure nothing stays mounted.
  */
 export async function mountWorkspace(
   dir: string,
   from: string,
   uid: number,
+  user?: { uid: number; dev?: number; ino?: number },
 ): Promise<MountedWorkspace> {
   const lower = posix.join(dir, 'lower');
   const upper = posix.join(dir, 'upper');
@@ -106,7 +109,17 @@ export async function mountWorkspace(
     chownSync(upper, uid, uid);
   }
   try {
-    await idmapMount(from, lower, owner.uid, uid, true);
+    await idmapMount(from, lower, user?.uid ?? owner.uid, uid, true);
+    if (user?.dev !== undefined) {
+      // Mounted for a local client's user: it must be the folder that user was checked on
+      // (control/workspace-access.ts), not one put at its path since.
+      const mounted = statSync(lower);
+      if (mounted.dev !== user.dev || mounted.ino !== user.ino) {
+        throw new Error(
+          `${from} is no longer the folder uid ${user.uid} was checked on (it was replaced meanwhile)`,
+        );
+      }
+    }
     // No redirect_dir, index or metacopy: a folder rename copies, every change is in the upper
     // layer as what the core's upper-layer hint expects (docs/workspaces.md).
     await execFileAsync('mount', [
