@@ -25,6 +25,7 @@ interface TemplateDocument {
   runtime?: { node: number };
   start?: { cmd: string; ready?: string };
   allow_root?: boolean;
+  workspace?: { from: string; path?: string };
 }
 
 /** Options of a step: who runs it (an image template's steps run as `root` by default). */
@@ -161,6 +162,17 @@ export class Template {
    */
   allowRoot(allow = true): Template {
     return this.with({ allow_root: allow });
+  }
+
+  /**
+   * A host folder each sandbox mounts copy-on-write at `path` (default
+   * `/home/user/workspace`), as `Sandbox.create({ workspace })` does, checked for the key that
+   * creates (docs/workspaces.md); a relative `from` is relative to the working directory.
+   */
+  setWorkspace(from: string, path?: string): Template {
+    return this.with({
+      workspace: { from: resolve(from), ...(path === undefined ? {} : { path }) },
+    });
   }
 
   setDescription(description: string): Template {

@@ -25,11 +25,13 @@ export const RUNTIME_KEYS = [
   'runtime',
   'start',
   'allow_root',
+  'workspace',
 ];
 const STEP_KEYS = ['run', 'copy', 'to', 'user'];
 const RESOURCE_KEYS = ['processes', 'open_files', 'file_size', 'memory', 'cpu', 'disk'];
 const RUNTIME_NODE_KEYS = ['node'];
 const START_KEYS = ['cmd', 'ready'];
+const WORKSPACE_KEYS = ['from', 'path'];
 
 /** The default lifetime of a sandbox whose template sets no `timeout`. */
 export const DEFAULT_SANDBOX_TIMEOUT_MS = 5 * 60_000;
@@ -97,6 +99,19 @@ export interface TemplateRuntime {
    * (the local provider on a root daemon), else the template's sandboxes do not start.
    */
   allowRoot?: true;
+  /**
+   * `workspace: { from, path? }`: a host folder every sandbox of the template mounts
+   * copy-on-write at `path` (default the home's `workspace`), as a create's `workspace` does and
+   * with the same checks, made for the key that creates (docs/workspaces.md). A create's own
+   * `workspace` replaces it.
+   */
+  workspace?: TemplateWorkspace;
+}
+
+/** `workspace: { from, path? }` of a template: absolute paths, checked again at each create. */
+export interface TemplateWorkspace {
+  from: string;
+  path?: string;
 }
 
 /** `start: { cmd, ready? }` of a template. */
@@ -172,6 +187,7 @@ export function readRuntime(
   const runtime = readRuntimeNeeds(reader, root.runtime);
   const start = readStart(reader, root.start);
   const allowRoot = readAllowRoot(reader, root.allow_root, fromImage);
+  const workspace = readWorkspace(reader, root.workspace);
   return {
     ...image,
     user: typeof user === 'string' ? user : DEFAULT_USER,
@@ -187,7 +203,44 @@ export function readRuntime(
     ...(runtime ? { runtime } : {}),
     ...(start ? { start } : {}),
     ...(allowRoot ? { allowRoot } : {}),
+    ...(workspace ? { workspace } : {}),
   };
+}
+
+/**
+ * `workspace: { from: /abs/host/folder, path?: /home/user/repo }`: both absolute. Whether the
+ * folder exists, where `path` may be and who may mount it are a create's checks (the key that
+ * creates, not the one that built).
+ */
+function readWorkspace(reader: TemplateReader, value: unknown): TemplateWorkspace | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (!isRecord(value)) {
+    reader.problem(
+      ['workspace'],
+      'must be a mapping such as { from: /home/me/repo, path: /home/user/repo }',
+    );
+    return undefined;
+  }
+  reader.checkKeys(value, WORKSPACE_KEYS, ['workspace']);
+  const absolute = (key: 'from' | 'path', what: string) => {
+    const text = value[key];
+    if (typeof text === 'string' && text.startsWith('/') && !text.includes('\0')) return text;
+    reader.problem(['workspace', key], `must be an absolute path: ${what}`);
+    return undefined;
+  };
+  if (value.from === undefined || value.from === null) {
+    reader.problem(['workspace'], 'missing `from:`, the host folder to mount (an absolute path)');
+    return undefined;
+  }
+  const from = absolute('from', "a folder of the daemon's host, such as /home/me/repo");
+  const path =
+    value.path === undefined || value.path === null
+      ? undefined
+      : absolute('path', 'where the sandbox sees it, such as /home/user/repo');
+  if (from === undefined || (value.path !== undefined && value.path !== null && !path)) {
+    return undefined;
+  }
+  return { from, ...(path ? { path } : {}) };
 }
 
 /** `allow_root: true|false`: only an image template may allow root. */

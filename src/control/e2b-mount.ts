@@ -14,6 +14,7 @@ import { egressPolicyOf, sandboxHome } from '../providers/provider.js';
 import { hashToken, tokenMatches } from './ids.js';
 import type { KeyService } from './key-service.js';
 import type { MetricsSampler } from './metrics.js';
+import { loopbackPeerUid } from './peer-uid.js';
 import type { SandboxRecord, SecretRecord, VolumeRecord } from './registry.js';
 import type { SandboxLogs } from './sandbox-logs.js';
 import type { KeyOwner, SandboxService } from './sandbox-service.js';
@@ -70,8 +71,14 @@ export function mountE2bControlApi(
   const { sandboxes, templates, keys, metrics, logs, volumes, secrets, volumeToken } = services;
   const backend: E2bBackend = {
     authenticate: (key) => keys.authenticateKey(key, 'X-API-KEY: <key> (E2B_API_KEY)'),
-    create: async (request, caller) =>
-      rowOf((await sandboxes.create(request, keyOwner(caller))).record),
+    create: async (request, caller, connection) =>
+      rowOf(
+        (
+          await sandboxes.create(request, keyOwner(caller), {
+            uid: connection ? loopbackPeerUid(connection) : undefined,
+          })
+        ).record,
+      ),
     setNetwork: async (id, network) => rowOf(await sandboxes.setNetwork(id, network)),
     // `get` notices a running row whose processes died, and records it dead.
     get: async (id) => {

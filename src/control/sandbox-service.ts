@@ -63,6 +63,7 @@ import {
 import { StartSlots } from './start-slots.js';
 import { DAEMON } from './template-access.js';
 import type { BuiltTemplate, TemplateService } from './template-service.js';
+import { templateWorkspace } from './template-workspace.js';
 import type { VolumeService } from './volume-service.js';
 import { WarmPool, type WarmPoolOptions } from './warm-pool.js';
 
@@ -276,17 +277,22 @@ export class SandboxService {
     const lifecycle = this.lifecycleOf(request);
     const name = template.spec.name;
     const volumes = await this.volumeMounts(request.volumeMounts, owner, template);
-    const workspace = checkWorkspaceRequest(
-      request.workspace,
-      owner,
-      this.provider,
-      sandboxHome(template.spec.user),
-      volumes.records.map((mount) => mount.path),
+    // A template's workspace is checked as the create's own, for the key that creates.
+    const workspace = templateWorkspace(request.workspace, template.spec, () =>
+      checkWorkspaceRequest(
+        request.workspace ?? template.spec.workspace,
+        owner,
+        this.provider,
+        sandboxHome(template.spec.user),
+        volumes.records.map((mount) => mount.path),
+      ),
     );
     // Who may mount that host folder (workspace-access.ts): as whom, or a 403.
     const mounted =
       workspace && 'from' in workspace
-        ? await authorizeWorkspace(workspace, owner, client.uid)
+        ? await templateWorkspace(request.workspace, template.spec, () =>
+            authorizeWorkspace(workspace, owner, client.uid),
+          )
         : workspace;
     // Refused before a sandbox is started when the limit is plainly reached; the registry's
     // locked write below is what makes the limit hold under concurrent creates.

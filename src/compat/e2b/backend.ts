@@ -87,6 +87,14 @@ export interface E2bSandboxRow {
   volumeMounts?: readonly E2bVolumeMount[];
 }
 
+/** The two ends of a request's TCP connection, as Node's socket has them. */
+export interface E2bConnection {
+  localAddress?: string | undefined;
+  localPort?: number | undefined;
+  remoteAddress?: string | undefined;
+  remotePort?: number | undefined;
+}
+
 /** The states a sandbox is listed in (E2B's `state` query). */
 export type E2bListedState = 'running' | 'paused';
 
@@ -113,8 +121,12 @@ export interface E2bBackend {
        * is abx's own, passed on as sent.
        */
       volumeMounts?: (E2bVolumeMount & { readOnly?: unknown })[];
+      /** A host folder mounted copy-on-write (metadata `abx.workspace`; docs/workspaces.md). */
+      workspace?: { from: string; path?: string };
     },
     caller: E2bCaller,
+    /** The request's connection (its local client's user may mount what it can read). */
+    connection?: E2bConnection,
   ): Promise<E2bSandboxRow>;
   /** Replaces a running internet sandbox's egress policy (InvalidArgumentError on another). */
   setNetwork(id: string, network: E2bNetwork): Promise<E2bSandboxRow>;

@@ -24,6 +24,7 @@ import { timeRange } from '../../util/time-range.js';
 import type {
   E2bBackend,
   E2bCaller,
+  E2bConnection,
   E2bNetwork,
   E2bSandboxRow,
   E2bTemplateTraits,
@@ -85,6 +86,8 @@ interface Call {
   backend: E2bBackend;
   /** The origin the request reached (`http://host:port`), for links the answer gives. */
   origin: string;
+  /** The request's connection: who may mount a workspace depends on its local client's user. */
+  connection: E2bConnection;
 }
 
 type E2bRoute = Route<Call>;
@@ -147,6 +150,29 @@ function refuseUnsupported(body: Record<string, unknown>, template: E2bTemplateT
   }
 }
 
+/** The metadata key that asks for a workspace on E2B's create, which has no field for one. */
+export const WORKSPACE_METADATA = 'abx.workspace';
+
+/**
+ * A workspace from the metadata E2B's SDK sends: `abx.workspace` = `/host/folder` or
+ * `/host/folder:/home/user/repo` (split at the first `:/`, as `abx create --workspace` does). The
+ * native create checks it further, for the caller (docs/workspaces.md).
+ */
+function workspaceOf(
+  metadata: Record<string, string>,
+): { from: string; path?: string } | undefined {
+  const value = metadata[WORKSPACE_METADATA];
+  if (value === undefined) return undefined;
+  const at = value.indexOf(':/');
+  const from = at < 0 ? value : value.slice(0, at);
+  if (!from.startsWith('/')) {
+    throw new InvalidArgumentError(
+      `metadata ${WORKSPACE_METADATA} must be an absolute folder of the daemon's host, optionally followed by :PATH in the sandbox (/home/me/repo or /home/me/repo:/home/user/repo), not ${JSON.stringify(value)}`,
+    );
+  }
+  return { from, ...(at < 0 ? {} : { path: value.slice(at + 1) }) };
+}
+
 async function create(call: Call): Promise<Answer> {
   const body = call.body;
   const named = optionalString(body, 'templateID') ?? 'base';
@@ -182,6 +208,7 @@ async function create(call: Call): Promise<Answer> {
   const autoPauseMemory = optionalBoolean(body, 'autoPauseMemory');
   const autoResume = autoResumeOf(body);
   const volumeMounts = await volumeMountsOf(body.volumeMounts, traits, call.caller, call.backend);
+  const workspace = workspaceOf(metadata);
   try {
     const row = await call.backend.create(
       {
@@ -195,8 +222,10 @@ async function create(call: Call): Promise<Answer> {
         ...(autoPauseMemory === undefined ? {} : { autoPauseMemory }),
         ...(autoResume === undefined ? {} : { autoResume }),
         ...(volumeMounts ? { volumeMounts } : {}),
+        ...(workspace ? { workspace } : {}),
       },
       call.caller,
+      call.connection,
     );
     return new Answer(
       201,
@@ -801,7 +830,9 @@ export class E2bControlApi {
     const forwarded = req.headers['x-forwarded-proto'];
     const scheme = typeof forwarded === 'string' && forwarded === 'https' ? 'https' : 'http';
     const origin = `${scheme}://${req.headers.host ?? 'localhost'}`;
-    const call: Call = { params, query, body, caller, backend: this.backend, origin };
+    const { localAddress, localPort, remoteAddress, remotePort } = req.socket;
+    const connection = { localAddress, localPort, remoteAddress, remotePort };
+    const call: Call = { params, query, body, caller, backend: this.backend, origin, connection };
     return (await route.handler({
       method: route.method,
       path: target,
