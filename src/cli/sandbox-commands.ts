@@ -168,6 +168,8 @@ interface CreateOptions {
   autoResume?: boolean;
   volume?: VolumeMountRequest[];
   workspace?: WorkspaceRequest;
+  upload?: boolean;
+  gitignore?: boolean;
   quiet?: boolean;
   json?: boolean;
 }
@@ -203,8 +205,37 @@ function collectVolumes(value: string, previous: VolumeMountRequest[] = []): Vol
   ];
 }
 
+/** `--upload`: the folder is packed here and sent to the daemon (docs/workspaces.md, "From a remote client"). */
+async function uploadedWorkspace(
+  connection: Awaited<ReturnType<typeof openControl>>['connection'],
+  options: CreateOptions,
+): Promise<{ upload: string; path?: string } | WorkspaceRequest | undefined> {
+  const { workspace } = options;
+  if (!options.upload) {
+    if (options.gitignore) {
+      throw new InvalidArgumentError('--gitignore goes with --upload (--workspace DIR --upload).');
+    }
+    return workspace;
+  }
+  if (!workspace)
+    throw new InvalidArgumentError('--upload needs --workspace DIR: the folder to send.');
+  const { daemonClient } = await import('../sandbox/http-client.js');
+  const { UPLOAD_TIMEOUT_MS, uploadFolder } = await import('../sandbox/workspace-upload.js');
+  const sent = await uploadFolder(
+    daemonClient(connection, UPLOAD_TIMEOUT_MS),
+    workspace.from,
+    options.gitignore === true,
+  );
+  return { upload: sent.uploadId, ...(workspace.path ? { path: workspace.path } : {}) };
+}
+
 async function create(options: CreateOptions): Promise<void> {
-  const { client } = await openControl();
+  const { client, connection } = await openControl();
+  const workspace = options.upload
+    ? await withSpinner(`uploading ${options.workspace?.from ?? 'the workspace'}`, () =>
+        uploadedWorkspace(connection, options),
+      )
+    : await uploadedWorkspace(connection, options);
   const info = await withSpinner(`creating a sandbox from ${options.template ?? 'base'}`, () =>
     createSandbox(client, {
       ...(options.template ? { template: options.template } : {}),
@@ -225,7 +256,7 @@ async function create(options: CreateOptions): Promise<void> {
       ...(options.autoPause && options.hibernate ? { autoPauseMemory: false } : {}),
       ...(options.autoResume ? { autoResume: true } : {}),
       ...(options.volume ? { volumeMounts: options.volume } : {}),
-      ...(options.workspace ? { workspace: options.workspace } : {}),
+      ...(workspace ? { workspace } : {}),
     }),
   );
   if (options.quiet) return printLine(info.sandboxId);
@@ -576,12 +607,18 @@ export function addSandboxCommands(program: Command): void {
         'mount a folder of this host copy-on-write at path (default /home/user/workspace): the sandbox writes its own layer, never the folder; review with abx diff, write back with abx apply (root daemon, admin key)',
         workspaceArg,
       )
+      .option(
+        '--upload',
+        'with --workspace: send the folder from this machine (a daemon elsewhere; any key); apply the changes here with abx apply ID --local DIR',
+      )
+      .option('--gitignore', 'with --upload: leave out what .gitignore excludes (git ls-files)')
       .option('-q, --quiet', 'print the id alone')
       .option('--json', 'print the sandbox as JSON')
       .action(create),
     'abx create --template data-tools --timeout 10m --env MODE=dev',
     'abx create --volume data:/mnt/data --volume models:/mnt/models:ro',
     'abx create --workspace ./repo:/home/user/repo',
+    'abx create --workspace . --upload --gitignore',
     'ABX_EGRESS_PROXY_PASSWORD=… abx create --allow pypi.org --egress-proxy socks5://me@proxy.example.com:1080',
     'id=$(abx create -q)',
   );

@@ -1,3 +1,4 @@
+import { resolve } from 'node:path';
 import type { Command } from 'commander';
 import { withExamples } from './options.js';
 import { printJson, printLine } from './output.js';
@@ -43,17 +44,27 @@ interface ApplyOptions {
   dryRun?: boolean;
   force?: boolean;
   json?: boolean;
+  local?: string;
 }
 
 /** `abx apply ID [PATHS…]`: writes the workspace's changes into the host folder. */
 async function apply(id: string, paths: string[], options: ApplyOptions): Promise<void> {
-  const { applyWorkspace, openControl } = await import('../sandbox/sandbox-api.js');
-  const { client } = await openControl();
-  const result = await applyWorkspace(client, id, {
+  const request = {
     ...(paths.length > 0 ? { paths } : {}),
     ...(options.dryRun ? { dryRun: true } : {}),
     ...(options.force ? { force: true } : {}),
-  });
+  };
+  let result: Awaited<ReturnType<typeof import('../sandbox/sandbox-api.js').applyWorkspace>>;
+  if (options.local !== undefined) {
+    // An uploaded workspace: written here, into the folder it came from.
+    const { Sandbox } = await import('../sandbox/sandbox.js');
+    const box = await Sandbox.connect(id);
+    result = await box.workspace.applyLocal({ dir: resolve(options.local), ...request });
+  } else {
+    const { applyWorkspace, openControl } = await import('../sandbox/sandbox-api.js');
+    const { client } = await openControl();
+    result = await applyWorkspace(client, id, request);
+  }
   if (options.json) return printJson(result);
   const verb = result.dryRun ? 'would apply' : 'applied';
   for (const change of result.applied) {
@@ -93,9 +104,14 @@ export function addWorkspaceCommands(program: Command): void {
       .argument('[paths...]', 'only these changes (a path, or a folder such as src/)')
       .option('--dry-run', 'check everything, write nothing')
       .option('--force', 'write over host edits made since the sandbox started')
+      .option(
+        '--local <dir>',
+        'a workspace uploaded with abx create --upload: write the changes into this folder here',
+      )
       .option('--json', 'print what was applied as JSON')
       .action(apply),
     'abx apply --dry-run i1a2b3c4d5e6f7g8',
     'abx apply i1a2b3c4d5e6f7g8 src/ README.md',
+    'abx apply i1a2b3c4d5e6f7g8 --local .',
   );
 }

@@ -513,6 +513,36 @@ export const API_ROUTES: ApiRoute[] = [
     },
   },
   {
+    method: 'POST',
+    path: '/v1/workspaces/uploads',
+    group: 'api',
+    body: 'stream',
+    summary:
+      "A remote client's folder for a workspace: the body a tar stream (application/x-tar, not compressed; at most ABX_WORKSPACE_UPLOAD_MAX_BYTES, 1 GiB, within ABX_WORKSPACE_UPLOAD_TIMEOUT_MS, 10 min), extracted by the checking extractor (links out of it, '..', set-id bits, devices and FIFOs refused: 400 workspace_archive_refused, nothing kept); since= the client's clock when it packed. → { uploadId, since, uploadedAt, files, directories, symlinks, expiresAt }: a create's workspace: { upload: uploadId, path? } takes it once, within 10 minutes, for the same key (docs/workspaces.md).",
+    handler: async ({ query, stream, ctx }) => {
+      const raw = query.get('since');
+      const since = raw === null ? null : Number(raw);
+      if (since !== null && !(Number.isSafeInteger(since) && since > 0)) {
+        throw new InvalidArgumentError(
+          `since must be the client's clock in ms since the epoch, not ${JSON.stringify(raw)}`,
+        );
+      }
+      return ctx.sandboxes.uploads.receive(stream(), keyOwner(callerOf(ctx))?.keyId, since);
+    },
+  },
+  {
+    method: 'GET',
+    path: '/v1/sandboxes/{id}/workspace',
+    group: 'api',
+    summary:
+      "A running sandbox's workspace: { path (where the sandbox sees it), uploaded (true: a client's folder, applied on the client: POST …/workspace/apply refuses it), since (an upload's: the client's clock when it packed; else when it was mounted, the daemon's) }.",
+    handler: async ({ params, ctx }) => {
+      const id = params.id as string;
+      await checkVisible(ctx, id);
+      return ctx.sandboxes.workspaceInfo(id);
+    },
+  },
+  {
     method: 'GET',
     path: '/v1/sandboxes/{id}/logs',
     group: 'api',

@@ -4,6 +4,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo, Server as NetServer } from 'node:net';
 import { dirname, join } from 'node:path';
+import type { BodyLimits } from '../../runtime/server/http.js';
 import { type Guard, RouteTable } from '../../runtime/server/route-table.js';
 import { E2bControlApi } from '../compat/e2b/control-api.js';
 import { E2bEnvdFace } from '../compat/e2b/envd-face.js';
@@ -71,6 +72,7 @@ import { SecretService } from './secret-service.js';
 import { SqliteRegistry } from './sqlite-registry.js';
 import { TemplateService } from './template-service.js';
 import { VolumeService } from './volume-service.js';
+import { DEFAULT_UPLOAD_MAX_BYTES, DEFAULT_UPLOAD_TIMEOUT_MS } from './workspace-uploads.js';
 
 export interface DaemonOptions {
   home: string;
@@ -153,6 +155,26 @@ export interface DaemonOptions {
 export const DEFAULT_WARM_POOL_MAX = 10;
 
 const BODY_LIMITS = { maxBytes: 1024 * 1024, timeoutMs: 30_000 };
+
+/** The API's body limits; streamed bodies are a workspace's upload (docs/workspaces.md). */
+function apiBodyLimits(): BodyLimits {
+  return {
+    ...BODY_LIMITS,
+    maxStreamBytes: envNumber('ABX_WORKSPACE_UPLOAD_MAX_BYTES', DEFAULT_UPLOAD_MAX_BYTES),
+    streamTimeoutMs: envNumber('ABX_WORKSPACE_UPLOAD_TIMEOUT_MS', DEFAULT_UPLOAD_TIMEOUT_MS),
+  };
+}
+
+/** A positive whole number from the environment, or `fallback` (a bad value is refused at start). */
+function envNumber(name: string, fallback: number): number {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const value = Number(raw);
+  if (!Number.isSafeInteger(value) || value <= 0) {
+    throw new Error(`${name} must be a positive whole number, not ${JSON.stringify(raw)}`);
+  }
+  return value;
+}
 
 /** What to do about a PostgreSQL refusal at start, by SQLSTATE class. */
 const POSTGRES_HINTS: Record<string, string> = {
@@ -410,6 +432,7 @@ export class Daemon {
       BODY_LIMITS,
     );
     this.e2b = e2b;
+    const apiLimits = apiBodyLimits();
     const handle = (req: IncomingMessage, res: ServerResponse) => {
       // E2B's control API (src/compat/e2b) has its own paths, keys header and error bodies.
       if (E2bControlApi.claims(req.url)) {
@@ -460,7 +483,7 @@ export class Daemon {
           context.caller = caller;
         });
       };
-      void table.dispatch(req, res, context, BODY_LIMITS, guard);
+      void table.dispatch(req, res, context, apiLimits, guard);
     };
     this.api = createServer(handle);
     const forwarded = new Set<string>();

@@ -66,6 +66,12 @@ import type { BuiltTemplate, TemplateService } from './template-service.js';
 import { templateWorkspace } from './template-workspace.js';
 import type { VolumeService } from './volume-service.js';
 import { WarmPool, type WarmPoolOptions } from './warm-pool.js';
+import {
+  checkUploadedWorkspace,
+  UPLOADED_DIR,
+  uploadedWorkspace,
+  WorkspaceUploads,
+} from './workspace-uploads.js';
 
 /** A new sandbox's volumes: what the registry keeps and what the provider mounts. */
 interface SandboxVolumes {
@@ -202,6 +208,12 @@ export class SandboxService {
   }
 
   private readonly pool: WarmPool;
+  private uploadsMade: WorkspaceUploads | undefined;
+  /** Folders remote clients uploaded, waiting for the create that takes each as its workspace. */
+  get uploads(): WorkspaceUploads {
+    this.uploadsMade ??= new WorkspaceUploads(join(this.sandboxesDir, '..', 'workspace-uploads'));
+    return this.uploadsMade;
+  }
   /** Failures of background work (the pool's refills, the reaper's passes). */
   readonly log = new BackgroundLog();
   private readonly slots: StartSlots;
@@ -277,16 +289,26 @@ export class SandboxService {
     const lifecycle = this.lifecycleOf(request);
     const name = template.spec.name;
     const volumes = await this.volumeMounts(request.volumeMounts, owner, template);
-    // A template's workspace is checked as the create's own, for the key that creates.
-    const workspace = templateWorkspace(request.workspace, template.spec, () =>
-      checkWorkspaceRequest(
-        request.workspace ?? template.spec.workspace,
-        owner,
-        this.provider,
-        sandboxHome(template.spec.user),
-        volumes.records.map((mount) => mount.path),
-      ),
+    // A remote client's uploaded folder (workspace-uploads.ts): the key's own, no host folder.
+    const uploaded = checkUploadedWorkspace(
+      request.workspace,
+      this.provider,
+      sandboxHome(template.spec.user),
+      volumes.records.map((mount) => mount.path),
     );
+    if (uploaded) this.uploads.check(uploaded.upload, owner?.keyId);
+    // A template's workspace is checked as the create's own, for the key that creates.
+    const workspace =
+      uploaded ??
+      templateWorkspace(request.workspace, template.spec, () =>
+        checkWorkspaceRequest(
+          request.workspace ?? template.spec.workspace,
+          owner,
+          this.provider,
+          sandboxHome(template.spec.user),
+          volumes.records.map((mount) => mount.path),
+        ),
+      );
     // Who may mount that host folder (workspace-access.ts): as whom, or a 403.
     const mounted =
       workspace && 'from' in workspace
@@ -449,13 +471,18 @@ export class SandboxService {
       network?: { network: SandboxSpec['network']; egress?: EgressPolicy };
       lifecycle?: LifecycleRecord | null;
       volumes?: SandboxVolumes;
-      workspace?: { from: string; path: string };
+      workspace?: { from: string; path: string } | { upload: string; path: string };
     } = {},
   ): Promise<{ record: SandboxRecord }> {
-    const { owner, network, lifecycle = null, volumes, workspace } = options;
+    const { owner, network, lifecycle = null, volumes, workspace: asked } = options;
     const id = newSandboxId();
     const accessToken = this.tokenOf(id);
     const dir = join(this.sandboxesDir, id);
+    // An uploaded folder becomes this sandbox's (docs/workspaces.md, "From a remote client").
+    const workspace =
+      asked && 'upload' in asked
+        ? { from: this.takeUpload(asked.upload, owner, dir), path: asked.path }
+        : asked;
     const began = performance.now();
     const kept: KeptSpec = {
       id,
@@ -675,6 +702,30 @@ export class SandboxService {
         await this.provider.thaw(record.handle);
       }
     });
+  }
+
+  /** Moves upload `id` of `owner` into sandbox folder `dir`; returns its base (the workspace's `from`). */
+  private takeUpload(id: string, owner: KeyOwner | undefined, dir: string): string {
+    const into = join(dir, UPLOADED_DIR);
+    this.uploads.take(id, owner?.keyId, into);
+    return join(into, 'base');
+  }
+
+  /** Where a running sandbox's workspace is, whether a client uploaded it, and since when it counts. */
+  async workspaceInfo(id: string): Promise<{ path: string; uploaded: boolean; since: number }> {
+    const record = await this.running(id);
+    const workspace = record.handle.workspace;
+    if (!workspace) {
+      throw new InvalidArgumentError(
+        `sandbox ${id} has no workspace: create it with workspace: { from, path? } or { upload, path? }`,
+      );
+    }
+    const uploaded = uploadedWorkspace(workspace.from);
+    return {
+      path: workspace.path,
+      uploaded: uploaded !== undefined,
+      since: uploaded ? (uploaded.since ?? uploaded.uploadedAt) : workspaceSince(record),
+    };
   }
 
   /** What changed in a running sandbox's workspace (docs/workspaces.md), read frozen. */
@@ -1005,6 +1056,11 @@ export class SandboxService {
       const metadata = { ...source.metadata, ...extra };
       // A fork's workspace: its own copy of the source's upper layer (the provider copies it)
       // over the same host folder; a host edit since the source mounted it is still a conflict.
+      if (sourceSpec.workspace && uploadedWorkspace(sourceSpec.workspace.from)) {
+        throw new InvalidArgumentError(
+          `sandbox ${id}'s workspace was uploaded, and its base goes with it: a fork of it is not made (upload the folder again for another sandbox)`,
+        );
+      }
       let workspace: SandboxSpec['workspace'];
       if (sourceSpec.workspace) {
         const { layer: _layer, ...mounted } = sourceSpec.workspace;

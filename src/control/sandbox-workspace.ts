@@ -22,6 +22,7 @@ import {
 } from '../workspace/index.js';
 import { checkMountPath, mountPathsOverlap } from './volume-service.js';
 import { type WorkspaceUser, workspaceAccess, workspaceWriteRefusals } from './workspace-access.js';
+import { uploadedWorkspace } from './workspace-uploads.js';
 
 /** Where a workspace appears in the sandbox when the create names no `path`. */
 export function defaultWorkspacePath(home: string): string {
@@ -186,6 +187,11 @@ export async function sandboxWorkspaceApply(
   body: unknown,
 ): Promise<ApplyResult> {
   const options = checkApplyRequest(body);
+  if (uploadedWorkspace(workspaceOf(id, handle).from)) {
+    throw new InvalidArgumentError(
+      `sandbox ${id}'s workspace was uploaded by a client: its changes are applied on the client's machine (sandbox.workspace.applyLocal(), abx apply ${id} --local DIR), not to the daemon's copy`,
+    );
+  }
   const found = await sandboxWorkspaceChanges(id, handle);
   try {
     const uid = handle.workspace?.uid;

@@ -38,8 +38,8 @@ export interface SandboxSpec {
   autoPauseMemory?: boolean;
   autoResume?: boolean;
   volumeMounts?: VolumeMountRequest[];
-  /** A host folder mounted copy-on-write (docs/workspaces.md). */
-  workspace?: WorkspaceRequest;
+  /** A host folder mounted copy-on-write (docs/workspaces.md), or an upload's id. */
+  workspace?: WorkspaceRequest | { upload: string; path?: string };
 }
 
 /**
@@ -49,6 +49,13 @@ export interface SandboxSpec {
 export interface WorkspaceRequest {
   from: string;
   path?: string;
+  /**
+   * `from` is a folder of this machine, which the SDK packs and uploads before the create (for a
+   * daemon on another machine; docs/workspaces.md, "From a remote client"). Any key may.
+   */
+  upload?: boolean;
+  /** With `upload`: leave out what .gitignore excludes (`git ls-files`; `from` must be in a git work tree). */
+  gitignore?: boolean;
 }
 
 /** A volume to mount on create: its name, where, and whether read-only (default read-write). */
@@ -160,6 +167,14 @@ export async function getWorkspaceChanges(
       `${sandboxPath(sandboxId)}/workspace/changes`,
     )
   ).entries;
+}
+
+/** `GET …/workspace`: where the sandbox sees it, whether a client uploaded it, since when it counts. */
+export function getWorkspaceInfo(
+  client: JsonClient,
+  sandboxId: string,
+): Promise<{ path: string; uploaded: boolean; since: number }> {
+  return client.json('GET', `${sandboxPath(sandboxId)}/workspace`);
 }
 
 /** What `sandbox.workspace.apply()` takes. */

@@ -50,7 +50,7 @@ import {
 import { Commands } from './commands.js';
 import { envdToolRunner } from './envd-tool-runner.js';
 import { Filesystem } from './filesystem.js';
-import { HttpClient } from './http-client.js';
+import { daemonClient, HttpClient } from './http-client.js';
 import {
   applyWorkspace,
   type ConnectedSandbox,
@@ -64,6 +64,7 @@ import {
   getSandboxNetwork,
   getWorkspaceChanges,
   getWorkspaceDiff,
+  getWorkspaceInfo,
   killSandbox,
   listSandboxes,
   type NetworkInfo,
@@ -89,6 +90,12 @@ import {
 import { ServerClient } from './server-client.js';
 import { Templates } from './templates.js';
 import { type VolumeMounts, volumeMountList } from './volume.js';
+import {
+  applyLocal,
+  UPLOAD_TIMEOUT_MS,
+  uploadFolder,
+  type WorkspaceApplyLocalRequest,
+} from './workspace-upload.js';
 
 export type { SandboxInfo };
 
@@ -160,6 +167,13 @@ export interface SandboxWorkspace {
    * for host edits made since the sandbox started. `dryRun`: check only.
    */
   apply(request?: WorkspaceApplyRequest): Promise<WorkspaceApplyResult>;
+  /**
+   * For a workspace uploaded from this machine (`workspace: { from, upload: true }`): writes the
+   * changes into the folder here (`dir`, default the one uploaded), with the same refusals and
+   * conflict rule as {@link apply} (an edit made there since the upload is a conflict unless
+   * `force`). The changed files are downloaded; nothing else is.
+   */
+  applyLocal(request?: WorkspaceApplyLocalRequest): Promise<WorkspaceApplyResult>;
 }
 
 export type { SandboxListFilter };
@@ -270,6 +284,24 @@ export class Sandbox extends BaseSandbox {
       changes: () => getWorkspaceChanges(this.control, this.sandboxId),
       diff: () => getWorkspaceDiff(this.control, this.sandboxId),
       apply: (request = {}) => applyWorkspace(this.control, this.sandboxId, request),
+      applyLocal: async ({ dir, ...request } = {}) => {
+        const uploaded = (options as SandboxCreateOptions).workspace;
+        const folder = dir ?? (uploaded?.upload === true ? uploaded.from : undefined);
+        if (folder === undefined) {
+          throw new InvalidArgumentError(
+            'applyLocal: name the folder to write (dir): this Sandbox object did not upload one',
+          );
+        }
+        return applyLocal(
+          {
+            info: () => getWorkspaceInfo(this.control, this.sandboxId),
+            changes: () => getWorkspaceChanges(this.control, this.sandboxId),
+            read: (path) => this.files.read(path, { format: 'stream' }),
+          },
+          folder,
+          request,
+        );
+      },
     };
     this.server = new ServerClient({
       sandboxId: this.sandboxId,
@@ -472,7 +504,26 @@ export class Sandbox extends BaseSandbox {
    */
   static async create(options: SandboxCreateOptions = {}): Promise<Sandbox> {
     const { connection, client } = await openControl(options);
-    const spec = { ...options, volumeMounts: volumeMountList(options.volumeMounts) };
+    const { workspace } = options;
+    // A folder of this machine goes first (docs/workspaces.md, "From a remote client").
+    const uploaded =
+      workspace?.upload === true
+        ? {
+            upload: (
+              await uploadFolder(
+                daemonClient(connection, UPLOAD_TIMEOUT_MS),
+                workspace.from,
+                workspace.gitignore === true,
+              )
+            ).uploadId,
+            ...(workspace.path ? { path: workspace.path } : {}),
+          }
+        : workspace;
+    const spec = {
+      ...options,
+      volumeMounts: volumeMountList(options.volumeMounts),
+      ...(uploaded ? { workspace: uploaded } : {}),
+    };
     return new Sandbox(await createSandbox(client, spec), connection, options);
   }
 

@@ -1,6 +1,7 @@
 import {
   closeSync,
   constants,
+  fchmodSync,
   futimesSync,
   lstatSync,
   mkdirSync,
@@ -36,6 +37,16 @@ const KINDS: Record<string, string> = {
   GNUDumpDir: 'a GNU dump directory',
 };
 
+/** Stricter rules of {@link extractTar}, for an archive that becomes a workspace's base. */
+export interface ExtractOptions {
+  /** Refuse a file with a set-user-ID, set-group-ID or sticky bit (rather than dropping the bit). */
+  refuseSpecialBits?: boolean;
+  /** Refuse a symbolic link whose target is absolute or climbs above the destination. */
+  refuseLinksOut?: boolean;
+  /** Files get exactly their permission bits (the umask does not apply). */
+  exactModes?: boolean;
+}
+
 /** Longest entry name taken: PATH_MAX, so the checks per entry stay cheap however deep the name. */
 const MAX_NAME = 4096;
 
@@ -43,6 +54,18 @@ const MAX_NAME = 4096;
 function parentOf(rel: string): string {
   const slash = rel.lastIndexOf('/');
   return slash < 0 ? '' : rel.slice(0, slash);
+}
+
+/** True when link `target`, at relative path `rel`, is absolute or climbs above the root. */
+function leavesRoot(rel: string, target: string): boolean {
+  if (target.startsWith('/')) return true;
+  let depth = rel.split('/').length - 1;
+  for (const part of target.split('/')) {
+    if (part === '' || part === '.') continue;
+    depth += part === '..' ? -1 : 1;
+    if (depth < 0) return true;
+  }
+  return false;
 }
 
 /** A name as messages show it: JSON quotes make newlines and terminal escapes visible, inert. */
@@ -78,7 +101,10 @@ class Extraction {
   private current = '';
   private settle: (() => void) | undefined;
 
-  constructor(private readonly root: string) {
+  constructor(
+    private readonly root: string,
+    private readonly options: ExtractOptions = {},
+  ) {
     this.parser = new Parser({
       strict: true,
       zstd: false,
@@ -243,10 +269,25 @@ class Extraction {
       return;
     }
     this.refuseThroughLinks(rel, entry.path);
+    if (
+      this.options.refuseSpecialBits &&
+      typeof entry.mode === 'number' &&
+      entry.mode & 0o7000 &&
+      entry.type !== 'SymbolicLink'
+    ) {
+      throw new ArchiveError(
+        `entry ${quote(entry.path)} has a set-user-ID, set-group-ID or sticky bit (mode ${entry.mode.toString(8)}); such entries are refused here`,
+      );
+    }
     if (entry.type === 'SymbolicLink') {
       const target = String(entry.linkpath ?? '');
       if (target === '' || target.includes('\0')) {
         throw new ArchiveError(`symbolic link ${quote(entry.path)} has an empty or invalid target`);
+      }
+      if (this.options.refuseLinksOut && leavesRoot(rel, target)) {
+        throw new ArchiveError(
+          `symbolic link ${quote(entry.path)} points out of the folder (${quote(target)}); links here must stay inside it, relative`,
+        );
       }
       // Refused now rather than at the end; it also keeps every queued link off the directories
       // known here, which lets refuseThroughLinks stop at a known parent.
@@ -340,8 +381,18 @@ class Extraction {
     this.clear(path, rel, 'file');
     // O_EXCL: a new file of our own, never an existing one, never through a symbolic link.
     const flags = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
-    const fd = openSync(path, flags, permissions(entry.mode, 0o644));
+    const mode = permissions(entry.mode, 0o644);
+    const fd = openSync(path, flags, mode);
     this.file = { fd, path, mtime: entry.mtime };
+    if (this.options.exactModes) {
+      try {
+        fchmodSync(fd, mode);
+      } catch (error) {
+        this.fail(error);
+        entry.resume();
+        return;
+      }
+    }
     entry.on('data', (chunk: Buffer) => {
       if (this.file?.fd !== fd) return;
       try {
@@ -400,7 +451,11 @@ class Extraction {
  * failure the entries completed before it stay; the file being written is removed, and symbolic
  * links, which come last, are not created.
  */
-export async function extractTar(source: Readable, dest: string): Promise<ExtractSummary> {
+export async function extractTar(
+  source: Readable | AsyncIterable<Buffer>,
+  dest: string,
+  options: ExtractOptions = {},
+): Promise<ExtractSummary> {
   const root = resolve(dest);
   try {
     mkdirSync(root, { recursive: true });
@@ -409,7 +464,7 @@ export async function extractTar(source: Readable, dest: string): Promise<Extrac
       cause: error,
     });
   }
-  const extraction = new Extraction(root);
+  const extraction = new Extraction(root, options);
   await pipeline(source, extraction.sink());
   return extraction.summary;
 }
