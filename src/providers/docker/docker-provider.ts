@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import type { IncomingMessage } from 'node:http';
 import { dirname, join, posix } from 'node:path';
 import { Readable } from 'node:stream';
@@ -19,8 +19,10 @@ import { isSameProcess, processStartTime, processTree } from '../local/proc.js';
 import { sandboxUsage } from '../local/sandbox-usage.js';
 import {
   checkWorkspaceSpec,
+  copyLayer,
   type MountedWorkspace,
   mountWorkspace,
+  remapOwners,
   unmountWorkspace,
   workspaceDir,
 } from '../local/workspace-mount.js';
@@ -265,8 +267,9 @@ export class DockerProvider implements SandboxProvider {
           `sandbox ${spec.id} cannot mount its workspace (${spec.workspace.from}): ${why}`,
         );
       }
-      workspaceMountedAt = Date.now();
+      workspaceMountedAt = spec.workspace.since ?? Date.now();
       try {
+        await this.workspaceLayer(spec, workspaceHostUid(engine, user.uid));
         workspace = await mountWorkspace(
           workspaceDir(spec.dir),
           spec.workspace.from,
@@ -521,32 +524,44 @@ export class DockerProvider implements SandboxProvider {
    * and a sandbox created from it as `create` does (its token, egress, limits): the source's
    * whole writable layer (home, /tmp, everything it changed) comes along, not its processes.
    * The image goes when the fork is killed (`kill`), or at the next orphan sweep when it is left.
+   * A workspace's upper layer is copied for the fork (the commit leaves bind mounts out).
    */
   async fork(
     source: SandboxHandle,
     sourceSpec: SandboxSpec,
     spec: SandboxSpec,
   ): Promise<SandboxHandle> {
-    if (sourceSpec.workspace) {
-      // A commit leaves bind mounts out: the fork would start without the source's changes.
-      throw new InvalidArgumentError(
-        `sandbox ${sourceSpec.id} has a workspace (${sourceSpec.workspace.from}), and a fork of one is not made on docker yet (its upper layer is not copied): take its changes first (GET /v1/sandboxes/${sourceSpec.id}/workspace/diff)`,
-      );
-    }
     const container = this.containerOf(source);
-    const committed = await this.engineCall('docker commit', () =>
-      container.commit({
-        repo: FORK_IMAGE,
-        tag: spec.id,
-        pause: true,
-        changes: `LABEL ${FORK_LABEL}=${spec.id}`,
-      }),
-    ).catch((error: Error) => {
+    let paused = false;
+    let committed: { Id?: string };
+    try {
+      if (source.workspace) {
+        // A commit leaves bind mounts out: the fork gets its own copy of the source's upper
+        // layer (the same host uid's), taken with its disk while the source is paused.
+        const info = await this.engineCall('docker inspect', () => container.inspect());
+        if (info.State.Running && !info.State.Paused) {
+          await this.freeze(source);
+          paused = true;
+        }
+        await this.copyWorkspaceLayer(source, join(workspaceDir(spec.dir), 'upper'));
+      }
+      committed = await this.engineCall('docker commit', () =>
+        container.commit({
+          repo: FORK_IMAGE,
+          tag: spec.id,
+          pause: true,
+          changes: `LABEL ${FORK_LABEL}=${spec.id}`,
+        }),
+      );
+    } catch (error) {
+      rmSync(workspaceDir(spec.dir), { recursive: true, force: true });
       throw new SandboxStartError(
-        `sandbox ${sourceSpec.id} could not be forked: ${error.message}`,
+        `sandbox ${sourceSpec.id} could not be forked: ${(error as Error).message}`,
         { cause: error },
       );
-    });
+    } finally {
+      if (paused) await this.thaw(source);
+    }
     const image = committed.Id ?? `${FORK_IMAGE}:${spec.id}`;
     try {
       return await this.create({ ...spec, image });
@@ -557,6 +572,27 @@ export class DockerProvider implements SandboxProvider {
         .catch(() => undefined);
       throw error;
     }
+  }
+
+  /** Copies a sandbox's workspace upper layer to `to` (not there yet); the caller paused it. */
+  async copyWorkspaceLayer(handle: SandboxHandle, to: string): Promise<void> {
+    if (!handle.workspace) throw new SandboxError('it has no workspace');
+    await copyLayer(handle.workspace.upper, to);
+  }
+
+  /**
+   * A snapshot's upper layer (`spec.workspace.layer`), copied in at the first start, its files
+   * given to the host uid `uid` of this sandbox's user.
+   */
+  private async workspaceLayer(spec: SandboxSpec, uid: number): Promise<void> {
+    const layer = spec.workspace?.layer;
+    const upper = join(workspaceDir(spec.dir), 'upper');
+    if (!layer || existsSync(upper)) return;
+    if (!existsSync(layer.dir)) {
+      throw new Error(`the workspace layer it starts from (${layer.dir}) is gone`);
+    }
+    await copyLayer(layer.dir, upper);
+    if (layer.uid !== uid) await remapOwners(upper, new Map([[layer.uid, uid]]));
   }
 
   private containerOf(handle: SandboxHandle): EngineContainer {
