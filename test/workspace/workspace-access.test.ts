@@ -34,11 +34,16 @@ let key: string;
 let otherKey: string;
 const folders: string[] = [];
 
-const apiUrl = () =>
-  (JSON.parse(readFileSync(join(home, 'daemon.json'), 'utf8')) as DaemonInfo).apiUrl;
+const daemonInfo = () => JSON.parse(readFileSync(join(home, 'daemon.json'), 'utf8')) as DaemonInfo;
 
 /** A call of the daemon's API from a process running as uid 65534 (curl, through setpriv). */
-async function asNobody(method: string, path: string, body: unknown, as = key) {
+async function asNobody(
+  method: string,
+  path: string,
+  body: unknown,
+  as = key,
+  url = daemonInfo().apiUrl,
+) {
   const { stdout } = await run(
     'setpriv',
     [
@@ -59,7 +64,7 @@ async function asNobody(method: string, path: string, body: unknown, as = key) {
       JSON.stringify(body),
       '-w',
       '\n%{http_code}',
-      `${apiUrl()}${path}`,
+      `${url}${path}`,
     ],
     { timeout: 70_000 },
   );
@@ -111,6 +116,17 @@ describe.skipIf(!isRoot)('who may mount which host folder', () => {
       expect([answer.status, answer.body.code], from).toEqual([403, 'workspace_denied']);
       expect(answer.body.error).toContain(`workspace.from ${from}: uid ${NOBODY}`);
     }
+    // Through the gateway (one URL for the API and the sandboxes), the API's client is the
+    // daemon itself: no local user, whoever sent it, even for a folder every uid may read.
+    const forwarded = await asNobody(
+      'POST',
+      '/v1/sandboxes',
+      { workspace: { from: '/usr/share' } },
+      key,
+      daemonInfo().gatewayUrl,
+    );
+    expect([forwarded.status, forwarded.body.code]).toEqual([403, 'workspace_denied']);
+    expect(forwarded.body.error).toMatch(/did not come from a process on the daemon's host/);
     // A folder that is not there as that user sees it; a link it may not follow.
     const missing = await asNobody('POST', '/v1/sandboxes', { workspace: { from: '/nope' } });
     expect(missing.status).toBe(400);
