@@ -604,7 +604,7 @@ export function addSandboxCommands(program: Command): void {
       )
       .option(
         '-w, --workspace <dir[:path]>',
-        'mount a folder of this host copy-on-write at path (default /home/user/workspace): the sandbox writes its own layer, never the folder; review with abx diff, write back with abx apply (root daemon, admin key)',
+        'mount a folder of this host copy-on-write at path (default /home/user/workspace): the sandbox writes its own layer, never the folder; review with abx diff, write back with abx apply (root daemon; an admin key any folder, another key one your user can read)',
         workspaceArg,
       )
       .option(
