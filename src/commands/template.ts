@@ -32,6 +32,13 @@ export interface TemplateSpec extends TemplateRuntime {
   places: Record<string, string>;
   /** The absolute path of the file, when loaded from one. */
   path?: string;
+  /**
+   * A snapshot's workspace (docs/workspaces.md, "Fork and snapshots"): the host folder its
+   * sandboxes mount again at `path`, over a copy of the changes kept in the template's folder
+   * (files of host uid `uid`); `since`: when its source mounted them (an apply's conflicts count
+   * from it).
+   */
+  snapshotWorkspace?: { from: string; path: string; since: number; uid: number };
 }
 
 /**

@@ -601,6 +601,7 @@ export const API_ROUTES: ApiRoute[] = [
         ctx.sandboxes.controlTokenOf(record.id),
         args.name as string,
         caller,
+        (to) => ctx.sandboxes.saveWorkspace(record.id, to),
       );
       await ctx.sandboxes.drainPool(built.spec.name);
       return templateJson(built, caller);

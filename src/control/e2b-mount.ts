@@ -128,7 +128,13 @@ export function mountE2bControlApi(
     // Who may take, see and remove a snapshot is TemplateService's one decision, as on /v1.
     snapshot: async (id, name, caller) => {
       const record = await sandboxes.running(id);
-      const built = await templates.snapshot(record, sandboxes.controlTokenOf(id), name, caller);
+      const built = await templates.snapshot(
+        record,
+        sandboxes.controlTokenOf(id),
+        name,
+        caller,
+        (to) => sandboxes.saveWorkspace(id, to),
+      );
       await sandboxes.drainPool(built.spec.name);
     },
     removeTemplate: async (name, caller) => {

@@ -60,6 +60,11 @@ import {
   sandboxWorkspaceChanges,
   sandboxWorkspaceDiff,
 } from './sandbox-workspace.js';
+import {
+  type SnapshotWorkspace,
+  snapshotWorkspaceRequest,
+  withSnapshotLayer,
+} from './snapshot-workspace.js';
 import { StartSlots } from './start-slots.js';
 import { DAEMON } from './template-access.js';
 import type { BuiltTemplate, TemplateService } from './template-service.js';
@@ -289,6 +294,9 @@ export class SandboxService {
     const lifecycle = this.lifecycleOf(request);
     const name = template.spec.name;
     const volumes = await this.volumeMounts(request.volumeMounts, owner, template);
+    // A snapshot's workspace (snapshot-workspace.ts): the folder its source had, checked and
+    // authorized below as a create's own; a create from it names none of its own.
+    const asked = snapshotWorkspaceRequest(request.workspace, template.spec);
     // A remote client's uploaded folder (workspace-uploads.ts): the key's own, no host folder.
     const uploaded = checkUploadedWorkspace(
       request.workspace,
@@ -302,18 +310,23 @@ export class SandboxService {
       uploaded ??
       templateWorkspace(request.workspace, template.spec, () =>
         checkWorkspaceRequest(
-          request.workspace ?? template.spec.workspace,
+          asked ?? template.spec.workspace,
           owner,
           this.provider,
           sandboxHome(template.spec.user),
           volumes.records.map((mount) => mount.path),
         ),
       );
-    // Who may mount that host folder (workspace-access.ts): as whom, or a 403.
+    // Who may mount that host folder (workspace-access.ts): as whom, or a 403; a snapshot's
+    // then starts from the changes it kept.
     const mounted =
       workspace && 'from' in workspace
-        ? await templateWorkspace(request.workspace, template.spec, () =>
-            authorizeWorkspace(workspace, owner, client.uid),
+        ? withSnapshotLayer(
+            await templateWorkspace(request.workspace, template.spec, () =>
+              authorizeWorkspace(workspace, owner, client.uid),
+            ),
+            template.spec,
+            template.workspaceLayer,
           )
         : workspace;
     // Refused before a sandbox is started when the limit is plainly reached; the registry's
@@ -471,7 +484,7 @@ export class SandboxService {
       network?: { network: SandboxSpec['network']; egress?: EgressPolicy };
       lifecycle?: LifecycleRecord | null;
       volumes?: SandboxVolumes;
-      workspace?: { from: string; path: string } | { upload: string; path: string };
+      workspace?: SandboxSpec['workspace'] | { upload: string; path: string };
     } = {},
   ): Promise<{ record: SandboxRecord }> {
     const { owner, network, lifecycle = null, volumes, workspace: asked } = options;
@@ -726,6 +739,34 @@ export class SandboxService {
       uploaded: uploaded !== undefined,
       since: uploaded ? (uploaded.since ?? uploaded.uploadedAt) : workspaceSince(record),
     };
+  }
+
+  /**
+   * Copies a running sandbox's workspace changes (its upper layer) to `to`, the sandbox frozen
+   * meanwhile, for a snapshot (snapshot-workspace.ts): what the snapshot keeps of it.
+   */
+  saveWorkspace(id: string, to: string): Promise<SnapshotWorkspace> {
+    return this.frozenWorkspace(id, async (record) => {
+      const { workspace, uid } = record.handle;
+      const copy = this.provider.copyWorkspaceLayer?.bind(this.provider);
+      if (!workspace || !copy || uid === undefined) {
+        throw new InvalidArgumentError(
+          `sandbox ${id}'s workspace cannot be kept in a snapshot on the ${this.provider.name} provider (the local provider on a root daemon can): take its changes first (GET /v1/sandboxes/${id}/workspace/diff)`,
+        );
+      }
+      if (uploadedWorkspace(workspace.from)) {
+        throw new InvalidArgumentError(
+          `sandbox ${id}'s workspace was uploaded, and its base goes with the sandbox: a snapshot cannot keep it (take its changes: sandbox.workspace.applyLocal())`,
+        );
+      }
+      await copy(record.handle, to);
+      return {
+        from: workspace.from,
+        path: workspace.path,
+        since: workspaceSince(record, await this.keptSpec(record)),
+        uid,
+      };
+    });
   }
 
   /** What changed in a running sandbox's workspace (docs/workspaces.md), read frozen. */

@@ -31,6 +31,7 @@ import { copyIntoSandbox, envdStream } from './envd-request.js';
 import { newSandboxId, newToken } from './ids.js';
 import { checkNodeLine } from './node-line.js';
 import type { Registry, TemplateRecord } from './registry.js';
+import { type SnapshotWorkspace, snapshotLayerDir } from './snapshot-workspace.js';
 import {
   DAEMON,
   type TemplateAction,
@@ -98,6 +99,8 @@ export interface BuiltTemplate {
   homeDir?: string;
   /** The image its sandboxes start from (an image template), as the provider's image store named it. */
   image?: string;
+  /** A snapshot's kept workspace layer (spec.snapshotWorkspace), copied into each sandbox. */
+  workspaceLayer?: string;
   builtAt: number;
   /** The key that built it or took it (null: the daemon's own key, or made before owners). */
   owner: string | null;
@@ -162,6 +165,9 @@ function built(record: TemplateRecord): BuiltTemplate {
     spec: upgradeSpec(record.spec as TemplateSpec),
     ...(record.dir ? { homeDir: join(record.dir, 'home') } : {}),
     ...(record.image ? { image: record.image } : {}),
+    ...(record.dir && (record.spec as TemplateSpec).snapshotWorkspace
+      ? { workspaceLayer: snapshotLayerDir(record.dir) }
+      : {}),
     builtAt: record.builtAt,
     owner: record.owner,
     shared: record.shared,
@@ -726,7 +732,8 @@ export class TemplateService {
    * Turns a running sandbox into the template `name`: its home folder (exported through envd, as
    * a build's), and on a provider that runs images its whole filesystem too (committed as an
    * image). Sandboxes of `name` start from that state with the source template's settings. An
-   * existing template of that name is replaced once the snapshot is complete.
+   * existing template of that name is replaced once the snapshot is complete. A sandbox with a
+   * workspace: `saveWorkspace` copies its changes into the snapshot's folder (snapshot-workspace.ts).
    */
   async snapshot(
     sandbox: { id: string; template: string; handle: SandboxHandle },
@@ -734,6 +741,7 @@ export class TemplateService {
     name: string,
     /** Who takes it: the snapshot is that key's own (private), an admin's too. */
     who: TemplatePrincipal = DAEMON,
+    saveWorkspace?: (to: string) => Promise<SnapshotWorkspace>,
   ): Promise<BuiltTemplate> {
     if (!TEMPLATE_NAME_PATTERN.test(name) || name.length > 64) {
       throw new InvalidArgumentError(
@@ -750,8 +758,17 @@ export class TemplateService {
     const dir = join(this.templatesDir, name);
     const staged = join(this.templatesDir, `.snapshot-${name}-${newSandboxId()}`);
     let image: string | undefined;
+    let workspace: SnapshotWorkspace | undefined;
     try {
       await this.exportHome(sandbox.handle, token, join(staged, 'home'));
+      if (sandbox.handle.workspace) {
+        if (!saveWorkspace) {
+          throw new InvalidArgumentError(
+            `sandbox ${sandbox.id} has a workspace, which this snapshot cannot keep`,
+          );
+        }
+        workspace = await saveWorkspace(snapshotLayerDir(staged));
+      }
       if (this.provider.images) {
         image = await this.provider.images.commit(
           sandbox.handle,
@@ -773,6 +790,11 @@ export class TemplateService {
       setup: [],
     };
     delete spec.path;
+    // A sandbox with a workspace: its snapshot mounts that one again (a template.yaml's went into it).
+    if (workspace) {
+      spec.snapshotWorkspace = workspace;
+      delete spec.workspace;
+    } else delete spec.snapshotWorkspace;
     // A snapshot holds the sandbox's files: it is never shared by itself (publish shares it).
     const owned = { owner: who.keyId, shared: false };
     let previous: TemplateRecord | undefined;
@@ -796,6 +818,7 @@ export class TemplateService {
       spec,
       homeDir: join(dir, 'home'),
       ...(image ? { image } : {}),
+      ...(workspace ? { workspaceLayer: snapshotLayerDir(dir) } : {}),
       builtAt,
       ...(previous ? { owner: previous.owner, shared: previous.shared } : owned),
     };

@@ -1,18 +1,23 @@
-import { execFileSync } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import {
   existsSync,
+  lstatSync,
   mkdirSync,
   mkdtempSync,
   readFileSync,
+  renameSync,
   rmSync,
   utimesSync,
   writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { InvalidArgumentError, Sandbox } from '../../src/index.js';
+import { type DaemonInfo, InvalidArgumentError, Sandbox } from '../../src/index.js';
 import { startDaemon } from '../../src/installation/daemon-connection.js';
+import { ApiKeys } from '../../src/sandbox/api-keys.js';
 import { createAbxHome } from '../helpers/abx-home.js';
 
 // A sandbox's workspace in its forks and snapshots (root daemon, local provider): each fork gets
@@ -21,10 +26,27 @@ import { createAbxHome } from '../helpers/abx-home.js';
 // may mount it.
 
 const isRoot = process.getuid?.() === 0;
+const run = promisify(execFile);
 
 let abx: Awaited<ReturnType<typeof createAbxHome>> | undefined;
 let home: string;
 let repo: string;
+
+const daemonInfo = () => JSON.parse(readFileSync(join(home, 'daemon.json'), 'utf8')) as DaemonInfo;
+
+/** A raw call of the daemon's API with a key (default: the daemon's own). */
+async function api(method: string, path: string, body?: unknown, key?: string) {
+  const response = await request(`${daemonInfo().apiUrl}${path}`, {
+    method: method as 'POST',
+    headers: {
+      authorization: `Bearer ${key ?? readFileSync(join(home, 'api-key'), 'utf8').trim()}`,
+      ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+    },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
+  const text = await response.body.text();
+  return { status: response.statusCode, body: JSON.parse(text) as Record<string, string> };
+}
 
 /** The host mount points at or under `dir`. */
 function mountsUnder(dir: string): string[] {
@@ -138,6 +160,102 @@ describe.skipIf(!isRoot)('a workspace in forks and snapshots (root daemon)', () 
       git(repo, 'clean', '-qfd');
     } finally {
       await killAll(boxes);
+    }
+  }, 60_000);
+
+  test('a snapshot keeps the changes; creating from it mounts the folder again, for a key that may', async () => {
+    const folder = makeRepo({ 'notes.txt': 'one\n', 'gone.txt': 'bye\n', 'keep/a.txt': 'a\n' });
+    const boxes: Sandbox[] = [];
+    const templateDir = join(home, 'templates', 'ws-snap');
+    try {
+      const source = await Sandbox.create({
+        home,
+        workspace: { from: folder, path: '/home/user/proj' },
+      });
+      boxes.push(source);
+      await source.commands.run(
+        'cd ~/proj && echo two >> notes.txt && rm gone.txt && echo n > new.txt && rm -rf keep && mkdir keep',
+      );
+      await source.snapshot({ name: 'ws-snap' });
+      // The layer is kept with the snapshot: the whiteout a character device 0/0.
+      const whiteout = lstatSync(join(templateDir, 'workspace', 'gone.txt'));
+      expect([whiteout.isCharacterDevice(), whiteout.rdev]).toEqual([true, 0]);
+      await killAll([source]);
+      boxes.length = 0;
+
+      const made = await Sandbox.create({ home, template: 'ws-snap' });
+      boxes.push(made);
+      expect(
+        (await made.commands.run('cd ~/proj && cat notes.txt && ls -A && stat -c %U new.txt'))
+          .stdout,
+      ).toBe('one\ntwo\n.git\nkeep\nnew.txt\nnotes.txt\nuser\n');
+      const expected = [
+        'deleted gone.txt',
+        'deleted keep/a.txt',
+        'added new.txt',
+        'modified notes.txt',
+      ];
+      expect(names(await made.workspace.changes())).toEqual(expected);
+      expect(
+        (await made.workspace.apply({ dryRun: true })).applied.map((c) => `${c.status} ${c.path}`),
+      ).toEqual(expected);
+      expect(git(folder, 'status', '--porcelain')).toBe('');
+
+      // Its own workspace besides the snapshot's: refused. A key that may not mount: 403.
+      const both = await api('POST', '/v1/sandboxes', {
+        template: 'ws-snap',
+        workspace: { from: folder },
+      });
+      expect(both.status).toBe(400);
+      expect(both.body.error).toMatch(/cannot name a workspace of its own/);
+      expect((await api('POST', '/v1/templates/ws-snap/publish', {})).status).toBe(200);
+      const key = await ApiKeys.create('ws-snap-plain', { home });
+      // From a process of uid 65534, which cannot read the folder (a 0700 one of root's).
+      const { stdout } = await run(
+        'setpriv',
+        [
+          '--reuid=65534',
+          '--regid=65534',
+          '--clear-groups',
+          'curl',
+          '-sS',
+          '--max-time',
+          '30',
+          '-H',
+          `authorization: Bearer ${key.key}`,
+          '-H',
+          'content-type: application/json',
+          '--data-binary',
+          JSON.stringify({ template: 'ws-snap' }),
+          '-w',
+          '\n%{http_code}',
+          `${daemonInfo().apiUrl}/v1/sandboxes`,
+        ],
+        { timeout: 40_000 },
+      );
+      expect(stdout.slice(stdout.lastIndexOf('\n') + 1)).toBe('403');
+      expect(stdout).toContain('workspace_denied');
+      // The host folder gone: 400 naming it; nothing left behind.
+      const moved = `${folder}.moved`;
+      renameSync(folder, moved);
+      try {
+        const gone = await api('POST', '/v1/sandboxes', { template: 'ws-snap' });
+        expect(gone.status).toBe(400);
+        expect(gone.body.error).toContain(folder);
+      } finally {
+        renameSync(moved, folder);
+      }
+      await killAll(boxes);
+      boxes.length = 0;
+      expect(mountsUnder(join(home, 'sandboxes'))).toEqual([]);
+
+      // Removing the snapshot removes its layer.
+      expect((await api('DELETE', '/v1/templates/ws-snap')).status).toBe(200);
+      expect(existsSync(templateDir)).toBe(false);
+    } finally {
+      await killAll(boxes);
+      await api('DELETE', '/v1/templates/ws-snap').catch(() => undefined);
+      rmSync(folder, { recursive: true, force: true });
     }
   }, 60_000);
 });
