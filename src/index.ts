@@ -175,6 +175,7 @@ export type { VolumeInfo, VolumeMounts } from './sandbox/volume.js';
 export { Volume } from './sandbox/volume.js';
 export type { WatchEvent, WatchEventType, WatchOptions } from './sandbox/watch-handle.js';
 export { WatchHandle } from './sandbox/watch-handle.js';
+export type { WorkspaceApplyLocalRequest } from './sandbox/workspace-upload.js';
 export type {
   ApplyOptions as WorkspaceApplyOptions,
   ApplyResult as WorkspaceApplyResult,

@@ -117,13 +117,25 @@ async function* entries(dir: string, rel: string): AsyncGenerator<Buffer> {
   }
 }
 
-/** `dir` as a tar stream (see {@link chosenPaths}); owners are not sent, modes and mtimes are. */
-export function packFolder(dir: string, gitignore: boolean): Readable {
+/**
+ * `dir` as a tar stream (see {@link chosenPaths}); owners are not sent, modes and mtimes are.
+ * `failed()` is why packing stopped, if it did (the request then fails for want of a body).
+ */
+export function packFolder(
+  dir: string,
+  gitignore: boolean,
+): { stream: Readable; failed(): unknown } {
+  let failure: unknown;
   async function* archive(): AsyncGenerator<Buffer> {
-    for (const rel of await chosenPaths(dir, gitignore)) yield* entries(dir, rel);
+    try {
+      for (const rel of await chosenPaths(dir, gitignore)) yield* entries(dir, rel);
+    } catch (error) {
+      failure = error;
+      throw error;
+    }
     yield END_OF_ARCHIVE;
   }
-  return Readable.from(archive(), { objectMode: false });
+  return { stream: Readable.from(archive(), { objectMode: false }), failed: () => failure };
 }
 
 /**
@@ -146,13 +158,16 @@ export async function uploadFolder(
   try {
     return await client.json<WorkspaceUpload>('POST', '/v1/workspaces/uploads', {
       query: { since },
-      body,
+      body: body.stream,
       raw: true,
       headers: { 'content-type': 'application/x-tar' },
       timeoutMs: UPLOAD_TIMEOUT_MS,
     });
+  } catch (error) {
+    // What stopped the packing says more than the broken request it caused.
+    throw body.failed() ?? error;
   } finally {
-    body.destroy();
+    body.stream.destroy();
   }
 }
 

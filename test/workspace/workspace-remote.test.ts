@@ -200,6 +200,18 @@ describe.skipIf(!isRoot)('a remote client uploads its folder over TLS', () => {
     }
     expect(existsSync(join(tmpdir(), 'escape.txt'))).toBe(false);
 
+    // The client refuses what it cannot send, naming it, before the daemon sees anything.
+    const fifoDir = mkdtempSync(join(tmpdir(), 'abx-ws-fifo-'));
+    try {
+      execFileSync('mkfifo', [join(fifoDir, 'pipe')]);
+      await expect(
+        Sandbox.create({ ...as(aliceKey), workspace: { from: fifoDir, upload: true } }),
+      ).rejects.toThrow(/pipe is not a file, folder or symbolic link/);
+      expect(readdirSync(uploads)).toEqual([]);
+    } finally {
+      rmSync(fifoDir, { recursive: true, force: true });
+    }
+
     const good = await upload(archive([{ name: 'a.txt', body: 'a\n' }]), aliceKey);
     expect(good.status).toBe(200);
     // Another key (the admin's own) cannot take alice's upload: unknown to it.
