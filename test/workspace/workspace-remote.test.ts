@@ -168,6 +168,44 @@ describe.skipIf(!isRoot)('a remote client uploads its folder over TLS', () => {
     }
   }, 120_000);
 
+  test('the CLI: abx create --workspace DIR --upload, abx apply ID --local DIR', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'abx-ws-cli-'));
+    const env = {
+      ...process.env,
+      ABX_API_URL: apiUrl,
+      ABX_API_KEY: aliceKey,
+      ABX_CA_CERT: caCert,
+      NO_COLOR: '1',
+    };
+    const abxCli = (...args: string[]) =>
+      run(process.execPath, [CLI, ...args], { env, timeout: 60_000 });
+    let id = '';
+    try {
+      writeFileSync(join(dir, 'a.txt'), 'one\n');
+      // --gitignore reads .gitignore through git: a folder outside a work tree is refused.
+      const refused = await abxCli('create', '--workspace', dir, '--upload', '--gitignore').catch(
+        (error: { code: number; stderr: string }) => error,
+      );
+      expect(refused).toMatchObject({
+        code: 2,
+        stderr: expect.stringMatching(/not in a git work tree/),
+      });
+      id = (
+        await abxCli('create', '-q', '--workspace', `${dir}:/home/user/w`, '--upload')
+      ).stdout.trim();
+      const box = await Sandbox.connect(id, as(aliceKey));
+      await box.commands.run('echo two >> /home/user/w/a.txt');
+      const dry = await abxCli('apply', id, '--local', dir, '--dry-run');
+      expect(dry.stdout).toContain('would apply modified a.txt');
+      expect(readFileSync(join(dir, 'a.txt'), 'utf8')).toBe('one\n');
+      await abxCli('apply', id, '--local', dir);
+      expect(readFileSync(join(dir, 'a.txt'), 'utf8')).toBe('one\ntwo\n');
+    } finally {
+      if (id) await Sandbox.kill(id, as(aliceKey));
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 90_000);
+
   test('hostile archives are refused at upload with nothing kept; only the key that uploaded may use an upload', async () => {
     const uploads = join(abx?.home as string, 'workspace-uploads');
     const hostile = [
