@@ -265,8 +265,13 @@ export const API_ROUTES: ApiRoute[] = [
           ...(request.workspace === undefined ? {} : { workspace: request.workspace }),
         },
         keyOwner(caller),
-        // Who may mount a host folder depends on the user of a local client (workspace-access.ts).
-        { uid: ctx.peerUid?.() },
+        // Who may mount a host folder depends on the user of a local client (workspace-access.ts):
+        // looked up only when a workspace asks for it (it reads /proc/net/tcp).
+        {
+          get uid() {
+            return ctx.peerUid?.();
+          },
+        },
       );
       return { ...sandboxJson(record), accessToken, gatewayUrl: ctx.gatewayUrl() };
     },
