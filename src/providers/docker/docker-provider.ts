@@ -722,6 +722,10 @@ export class DockerProvider implements SandboxProvider {
       if (!id || running.has(id)) continue;
       await this.removeContainer(found.Id).catch(() => undefined);
       await this.removeSandboxCgroups(id);
+      // Its workspace's overlay, before the caller removes its folder (never across a mount).
+      if (/^[\w.-]+$/.test(id)) {
+        await unmountWorkspace(workspaceDir(join(sandboxesDir, id)), true).catch(() => undefined);
+      }
       orphans.push(id);
     }
     // Fork images (see `fork`) of this installation that no container uses any more.
