@@ -13,6 +13,9 @@ interface Walk {
   out: WorkspaceChange[];
 }
 
+/** `/proc/PID/root/…`: a path in the mount namespace of process PID. */
+const PROCESS_ROOT = /^\/proc\/\d+\/root\//;
+
 /**
  * Lists what differs between `base` (the host folder, the overlay's lower layer) and `view`
  * (the sandbox's view of it: the merged overlay, or any folder).
@@ -32,7 +35,11 @@ export async function changes(
   // The roots are the caller's own choice: a root given through a link is followed (once,
   // here); below them nothing is.
   const root = async (what: string, dir: string) => {
-    const real = await realpath(resolve(dir)).catch(() => undefined);
+    // A folder of another mount namespace, reached through a process's root, as given: realpath
+    // would name the path in this process's own namespace instead (a rootless sandbox's view).
+    const real = PROCESS_ROOT.test(dir)
+      ? resolve(dir)
+      : await realpath(resolve(dir)).catch(() => undefined);
     const st = real === undefined ? null : await lstatOrNull(real);
     if (real === undefined || !st?.isDirectory()) {
       throw new WorkspaceError(`the ${what} folder ${dir} is not a directory`);

@@ -2,7 +2,6 @@ import { execFileSync } from 'node:child_process';
 import {
   existsSync,
   mkdtempSync,
-  readdirSync,
   readFileSync,
   rmSync,
   statSync,
@@ -17,7 +16,6 @@ import { type DaemonInfo, InvalidArgumentError, Sandbox } from '../../src/index.
 import { startDaemon } from '../../src/installation/daemon-connection.js';
 import { abxIn } from '../cli/abx.js';
 import { createAbxHome } from '../helpers/abx-home.js';
-import { startRootlessDaemon } from '../helpers/rootless.js';
 
 // A workspace in a sandbox of the local provider on a root daemon: a real git repository mounted
 // copy-on-write; the sandbox edits, creates and deletes files; the host folder is not written;
@@ -269,25 +267,6 @@ describe.skipIf(!isRoot)('a workspace in a root daemon sandbox (local provider)'
     } finally {
       if (id) await cli(['kill', id]);
       rmSync(folder, { recursive: true, force: true });
-    }
-  }, 60_000);
-
-  test('a rootless daemon refuses a workspace: it needs a root daemon for now', async () => {
-    const rootless = await startRootlessDaemon();
-    try {
-      const refused = await Sandbox.create({
-        home: rootless.home,
-        workspace: { from: repo },
-      }).catch((error: Error) => error);
-      expect(refused).toBeInstanceOf(InvalidArgumentError);
-      expect((refused as Error).message).toMatch(/needs a root daemon for now/);
-      expect(
-        existsSync(join(rootless.home, 'sandboxes'))
-          ? readdirSync(join(rootless.home, 'sandboxes'))
-          : [],
-      ).toEqual([]);
-    } finally {
-      await rootless.close();
     }
   }, 60_000);
 });

@@ -109,6 +109,11 @@ import {
   unmountWorkspace,
   workspaceDir,
 } from './workspace-mount.js';
+import {
+  rootlessOverlayUnavailable,
+  rootlessWorkspace,
+  rootlessWorkspaceView,
+} from './workspace-userns.js';
 
 /** An internet sandbox's trust files, in the order of their fds (8, 9, 10): see writeTrust. */
 const TRUST_FILES = ['egress-ca.pem', 'ca-certificates.crt', 'system-ca.crt'] as const;
@@ -438,9 +443,10 @@ export class LocalProvider implements SandboxProvider {
       throw new SandboxStartError(`sandbox ${spec.id} allows root, which ${noRoot}`);
     }
     if (spec.workspace) {
-      if (!root) {
+      const user = spec.workspace.user;
+      if (!root && user && user.uid !== process.getuid?.()) {
         throw new InvalidArgumentError(
-          `sandbox ${spec.id} mounts a workspace (${spec.workspace.from}), which needs a root daemon for now (an idmapped mount and an overlay of the host folder): run the daemon as root`,
+          `sandbox ${spec.id} mounts a workspace (${spec.workspace.from}) for uid ${user.uid}, and a rootless daemon can give a sandbox only its own uid's rights on a folder (it cannot map another's): mount it through a root daemon, or as the daemon's user`,
         );
       }
       checkWorkspaceSpec(spec.workspace);
@@ -528,6 +534,8 @@ export class LocalProvider implements SandboxProvider {
     let workspace: MountedWorkspace | undefined;
     let workspaceStage: string | undefined;
     let workspaceMountedAt = 0;
+    // Rootless: the overlay is mounted by the launcher in a user namespace of its own.
+    let rootlessWs: ReturnType<typeof rootlessWorkspace> | undefined;
     try {
       const trusted = net ? await this.writeTrust(spec, image?.rootfs) : undefined;
       if (spec.volumeMounts && spec.volumeMounts.length > 0) {
@@ -543,11 +551,18 @@ export class LocalProvider implements SandboxProvider {
           spec.workspace.user,
         );
         workspaceStage = await stageWorkspace(workspace.merged, workspaceStageOf(spec.id));
+      } else if (spec.workspace) {
+        workspaceMountedAt = spec.workspace.since ?? Date.now();
+        await this.workspaceLayer(spec, undefined, woken);
+        rootlessWs = rootlessWorkspace(workspaceDir(spec.dir), spec.workspace.from);
       }
       const binds: VolumeBind[] = [
         ...(volumes?.binds ?? []),
         ...(workspaceStage && spec.workspace
           ? [{ source: workspaceStage, dest: spec.workspace.path, readOnly: false }]
+          : []),
+        ...(rootlessWs && spec.workspace
+          ? [{ source: rootlessWs.merged, dest: spec.workspace.path, readOnly: false }]
           : []),
       ];
       const asked = cgroups.unenforced.filter(
@@ -688,7 +703,13 @@ export class LocalProvider implements SandboxProvider {
           // The portable runtime is the daemon's uid's (localRuntimeCache), which sandboxes run as.
           runtimeDir: portableDir ?? this.runtimeDir,
         });
-        argv = [...(net ? enterArgs(net) : []), ...prlimit, bwrap, ...inner];
+        argv = [
+          ...(net ? enterArgs(net) : []),
+          ...prlimit,
+          ...(rootlessWs?.prefix ?? []),
+          bwrap,
+          ...inner,
+        ];
         if (cgroups.dirs.length > 0) {
           argv = ['/bin/sh', '-c', JOIN_CGROUPS, 'abx-join', ...cgroups.dirs, '--', ...argv];
         }
@@ -715,6 +736,11 @@ export class LocalProvider implements SandboxProvider {
         net,
         ...(rootLower && uid !== undefined ? { rootMap: { rootUid: rootLower.rootUid, uid } } : {}),
       });
+      if (rootlessWs) {
+        const view = rootlessWorkspaceView(handle.pid, rootlessWs.merged);
+        if (!view) throw new SandboxStartError(`sandbox ${spec.id} ended as it started`);
+        workspace = { merged: view, upper: rootlessWs.upper };
+      }
       return workspace && spec.workspace
         ? {
             ...handle,
@@ -746,7 +772,11 @@ export class LocalProvider implements SandboxProvider {
    * whose files are another uid's (a fork's copy, a snapshot's, a wake that lost its uid) given
    * to `uid` (and its root uid to this sandbox's root uid).
    */
-  private async workspaceLayer(spec: SandboxSpec, uid: number, woken?: Woken): Promise<void> {
+  private async workspaceLayer(
+    spec: SandboxSpec,
+    uid: number | undefined,
+    woken?: Woken,
+  ): Promise<void> {
     const upper = join(workspaceDir(spec.dir), 'upper');
     const layer = spec.workspace?.layer;
     let from = woken?.fromUid;
@@ -757,7 +787,8 @@ export class LocalProvider implements SandboxProvider {
       await copyLayer(layer.dir, upper);
       from = layer.uid;
     }
-    if (from === undefined || from === uid || !existsSync(upper)) return;
+    // Rootless (no uid of its own): every file is the daemon's uid's already.
+    if (uid === undefined || from === undefined || from === uid || !existsSync(upper)) return;
     const ids = new Map([[from, uid]]);
     try {
       ids.set(rootUidOf(from, this.uidRange), rootUidOf(uid, this.uidRange));
@@ -1197,9 +1228,8 @@ export class LocalProvider implements SandboxProvider {
 
   /** A workspace needs a root daemon: an idmapped mount and an overlay of the host folder. */
   workspaceUnavailable(): string | undefined {
-    return this.mode === 'root'
-      ? undefined
-      : 'a rootless daemon cannot mount one: it needs a root daemon for now (an idmapped mount and an overlay of the host folder): run the daemon as root';
+    // Rootless: an overlay in a user namespace of the daemon's own (workspace-userns.ts).
+    return this.mode === 'root' ? undefined : rootlessOverlayUnavailable();
   }
 
   internetUnavailable(): string | undefined {

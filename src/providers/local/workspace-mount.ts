@@ -14,7 +14,7 @@
  * The host folder is the overlay's lower layer: nothing the sandbox does writes it.
  */
 import { execFile } from 'node:child_process';
-import { chmodSync, chownSync, existsSync, mkdirSync, rmSync, statSync } from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdirSync, statSync } from 'node:fs';
 import { lchown, lstat, readdir, rename, rm } from 'node:fs/promises';
 import { posix } from 'node:path';
 import { promisify } from 'node:util';
@@ -22,6 +22,7 @@ import { SANDBOX_RUN_DIR, SANDBOX_RUNTIME_DIR } from '../../../runtime/protocol/
 import { InvalidArgumentError } from '../../errors.js';
 import { detachMount, idmapMount } from './idmap.js';
 import { mountsUnder, unmountUnder } from './volumes.js';
+import { removeLayers } from './workspace-userns.js';
 
 const execFileAsync = promisify(execFile);
 
@@ -166,7 +167,7 @@ export async function unmountWorkspace(dir: string, remove: boolean): Promise<vo
   if (!existsSync(dir)) return;
   await unmountUnder(dir);
   // Never a removal across a mount (checked above): only the sandbox's own layers are removed.
-  if (remove) rmSync(dir, { recursive: true, force: true });
+  if (remove) removeLayers(dir);
 }
 
 /**

@@ -1,0 +1,139 @@
+import { execFileSync } from 'node:child_process';
+import {
+  chmodSync,
+  chownSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { Sandbox } from '../../src/index.js';
+import { type RootlessDaemon, startRootlessDaemon } from '../helpers/rootless.js';
+
+// A workspace on a rootless daemon (docs/workspaces.md, "On a rootless daemon"): the launcher
+// mounts the overlay in a user namespace of its own; the daemon reads the sandbox's view through
+// the root of bwrap's first process. A real git repository of the daemon's user; the sandbox
+// edits, creates, deletes, renames and chmods; the host folder is unwritten until apply; a file
+// of another uid is nobody's in the sandbox and stays unreadable; kill leaves no folder.
+const isRoot = process.getuid?.() === 0;
+
+let daemon: RootlessDaemon | undefined;
+let repo: string;
+let parent: string;
+
+// The repository is the daemon's uid's: git, run as root here, is told it is safe.
+const GIT_ENV = {
+  ...process.env,
+  GIT_CONFIG_COUNT: '1',
+  GIT_CONFIG_KEY_0: 'safe.directory',
+  GIT_CONFIG_VALUE_0: '*',
+};
+const git = (...args: string[]) =>
+  execFileSync('git', ['-C', repo, ...args], { encoding: 'utf8', env: GIT_ENV });
+
+/** Every file of the repository (not .git) with its mode and content hash. */
+function tree(dir: string): string {
+  return execFileSync(
+    'sh',
+    ['-c', 'find . -path ./.git -prune -o -type f -printf "%m %p\\n" | sort; git ls-files -s'],
+    { cwd: dir, encoding: 'utf8', env: GIT_ENV },
+  );
+}
+
+beforeAll(async () => {
+  if (!isRoot) return;
+  daemon = await startRootlessDaemon();
+  // A folder the daemon's uid can reach: its own, under a parent it may enter.
+  parent = mkdtempSync(join(tmpdir(), 'abx-ws-rootless-'));
+  chmodSync(parent, 0o755);
+  repo = join(parent, 'repo');
+  mkdirSync(join(repo, 'src'), { recursive: true });
+  writeFileSync(join(repo, 'README.md'), '# demo\nline one\n');
+  writeFileSync(join(repo, 'old.txt'), 'to be deleted\n');
+  writeFileSync(join(repo, 'src', 'a.js'), 'export const a = 1;\n');
+  writeFileSync(join(repo, 'run.sh'), 'echo run\n');
+  git('init', '-q', '-b', 'main');
+  git('add', '-A');
+  git('-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-q', '-m', 'base');
+  execFileSync('chown', ['-R', `${daemon.uid}:${daemon.uid}`, repo]);
+  // Another uid's private file in the folder: the sandbox must not read it.
+  writeFileSync(join(repo, 'private.txt'), 'not yours\n', { mode: 0o600 });
+  chownSync(join(repo, 'private.txt'), 4242, 4242);
+}, 180_000);
+
+afterAll(async () => {
+  await daemon?.close();
+  if (parent) rmSync(parent, { recursive: true, force: true });
+}, 60_000);
+
+describe.skipIf(!isRoot)('a workspace on a rootless daemon', () => {
+  test('edits stay in the sandbox; changes, diff and apply are exactly them; kill leaves nothing', async () => {
+    const home = (daemon as RootlessDaemon).home;
+    const before = tree(repo);
+    const box = await Sandbox.create({ home, workspace: { from: repo } });
+    const dir = join(home, 'sandboxes', box.sandboxId, 'workspace');
+    try {
+      const run = async (cmd: string) => {
+        const done = await box.commands.run(cmd);
+        return done.stdout.trim();
+      };
+      expect(await run('cd ~/workspace && stat -c %U README.md && stat -c %U private.txt')).toBe(
+        'user\nnobody',
+      );
+      // The daemon's home (its path) does not show in the sandbox's mount table.
+      const mounts = await run('cat /proc/self/mountinfo');
+      expect(mounts).toContain('upperdir=upper');
+      expect(mounts).not.toContain(home);
+      const unread = await box.commands
+        .run('cat ~/workspace/private.txt')
+        .catch((error: { exitCode?: number }) => error);
+      expect((unread as { exitCode?: number }).exitCode).not.toBe(0);
+      await run(
+        [
+          'cd ~/workspace',
+          'printf "# demo\\nline 2\\n" > README.md',
+          'rm old.txt',
+          'mv src/a.js src/b.js',
+          'echo new > new.txt',
+          'chmod +x run.sh',
+        ].join(' && '),
+      );
+      // Nothing of it on the host yet.
+      expect(tree(repo)).toBe(before);
+
+      const changes = await box.workspace.changes();
+      expect(changes.map((c) => [c.status, c.path]).sort()).toEqual([
+        ['added', 'new.txt'],
+        ['deleted', 'old.txt'],
+        ['modified', 'README.md'],
+        ['modified', 'run.sh'],
+        ['renamed', 'src/b.js'],
+      ]);
+      const patch = await box.workspace.diff();
+      writeFileSync(join(parent, 'check.patch'), patch);
+      git('apply', '--check', join(parent, 'check.patch'));
+      expect(tree(repo)).toBe(before);
+
+      const done = await box.workspace.apply();
+      expect(done.applied).toHaveLength(5);
+      expect(readFileSync(join(repo, 'README.md'), 'utf8')).toBe('# demo\nline 2\n');
+      expect(statSync(join(repo, 'run.sh')).mode & 0o111).not.toBe(0);
+      expect(existsSync(join(repo, 'src', 'a.js'))).toBe(false);
+      expect(statSync(join(repo, 'new.txt')).uid).toBe((daemon as RootlessDaemon).uid);
+      expect(git('status', '--porcelain', '-uall')).toBe(
+        ' M README.md\n D old.txt\n M run.sh\n D src/a.js\n?? new.txt\n?? private.txt\n?? src/b.js\n',
+      );
+      expect(await box.workspace.changes()).toEqual([]);
+      expect(await run('echo thawed')).toBe('thawed');
+    } finally {
+      await box.kill();
+    }
+    expect(existsSync(dir)).toBe(false);
+  }, 180_000);
+});
