@@ -6,6 +6,7 @@ import { printJson, printLine } from './output.js';
 interface DiffOptions {
   stat?: boolean;
   nameOnly?: boolean;
+  patch?: boolean;
   json?: boolean;
 }
 
@@ -16,9 +17,11 @@ async function diff(id: string, options: DiffOptions): Promise<void> {
   const { client } = await openControl();
   const answer = await getWorkspaceDiffReport(client, id);
   if (options.json) return printJson(answer);
+  // As git: each part asked for, in this order; the patch alone when none is.
   if (options.nameOnly) {
     for (const name of answer.names) printLine(name);
-  } else if (options.stat) {
+  }
+  if (options.stat) {
     let added = 0;
     let deleted = 0;
     for (const entry of answer.stat) {
@@ -31,7 +34,9 @@ async function diff(id: string, options: DiffOptions): Promise<void> {
     printLine(
       ` ${answer.stat.length} file${answer.stat.length === 1 ? '' : 's'} changed, ${added} insertion${added === 1 ? '' : 's'}(+), ${deleted} deletion${deleted === 1 ? '' : 's'}(-)`,
     );
-  } else {
+  }
+  if (options.patch || (!options.nameOnly && !options.stat)) {
+    if ((options.nameOnly || options.stat) && answer.patch !== '') printLine('');
     process.stdout.write(answer.patch);
   }
   // What a patch cannot carry is said on stderr, so the patch on stdout stays whole.
@@ -84,11 +89,12 @@ export function addWorkspaceCommands(program: Command): void {
     program
       .command('diff')
       .description(
-        "Show what changed in a sandbox's workspace (abx create --workspace) against its host folder: a git patch, or --stat / --name-only.",
+        "Show what changed in a sandbox's workspace (abx create --workspace) against its host folder: a git patch, or --stat / --name-only (with --patch: both).",
       )
       .argument('<id>', 'the sandbox')
       .option('--stat', 'one line per changed file, with lines added and removed')
       .option('--name-only', 'the changed paths only')
+      .option('--patch', 'the patch too, after --stat or --name-only (alone: the default)')
       .option('--json', 'the patch, stat, names and what the patch cannot carry, as JSON')
       .action(diff),
     'abx diff i1a2b3c4d5e6f7g8 > agent.patch && git apply --check agent.patch',

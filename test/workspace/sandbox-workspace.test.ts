@@ -250,6 +250,9 @@ describe.skipIf(!isRoot)('a workspace in a root daemon sandbox (local provider)'
       const patch = await cli(['diff', id]);
       expect(patch.stdout).toMatch(/^diff --git a\/new\.txt b\/new\.txt\n/);
       expect(patch.stdout).toContain('+three\n');
+      // --stat --patch: the stat, a blank line, the same patch (as git diff --stat --patch).
+      const both = await cli(['diff', '--stat', '--patch', id]);
+      expect(both.stdout).toBe(`${stat.stdout}\n${patch.stdout}`);
       const dry = await cli(['apply', '--dry-run', id]);
       expect(dry.stdout).toBe(
         'would apply added new.txt\nwould apply modified notes.txt\n2 changes would apply (dry run: nothing written)\n',
