@@ -151,4 +151,12 @@ export default defineConfig([
     sourcemap: false,
     ...selfContained,
   },
+  {
+    // A workspace's apply as the folder's user (src/workspace/apply-main.ts), which the daemon
+    // runs with `node -e`: one file, no node_modules, no path the user must reach.
+    ...common,
+    entry: { 'workspace-apply': 'src/workspace/apply-main.ts' },
+    sourcemap: false,
+    ...selfContained,
+  },
 ]);

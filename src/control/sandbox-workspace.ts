@@ -3,6 +3,7 @@
  * create's `workspace: { from, path? }` checked and authorized, and a running sandbox's changes
  * and diff read from its workspace's merged view on the host.
  */
+import { statSync } from 'node:fs';
 import { posix } from 'node:path';
 import { InvalidArgumentError } from '../errors.js';
 import {
@@ -22,6 +23,7 @@ import {
 } from '../workspace/index.js';
 import { checkMountPath, mountPathsOverlap } from './volume-service.js';
 import { type WorkspaceUser, workspaceAccess, workspaceWriteRefusals } from './workspace-access.js';
+import { applyAsUser } from './workspace-apply-as.js';
 import { uploadedWorkspace } from './workspace-uploads.js';
 
 /** Where a workspace appears in the sandbox when the create names no `path`. */
@@ -195,13 +197,22 @@ export async function sandboxWorkspaceApply(
   const found = await sandboxWorkspaceChanges(id, handle);
   try {
     const uid = handle.workspace?.uid;
+    let plan: ApplyResult | undefined;
     if (uid !== undefined) {
       // Mounted for a local client's user: validated first, then refused wherever that user
       // could not write (workspace-access.ts); nothing is written if anything is refused.
-      const plan = await applyChanges(found, { since, ...options, dryRun: true });
+      plan = await applyChanges(found, { since, ...options, dryRun: true });
       const refused = await workspaceWriteRefusals(uid, found.base, found.view, plan.applied);
       if (refused.length > 0) throw new WorkspaceRefusedError(refused);
       if (options.dryRun) return plan;
+    }
+    // Written as that user, or the folder's owner, never as root (workspace-apply-as.ts): a
+    // root daemon checks first, then a process of that user writes.
+    const writer = uid ?? statSync(found.base).uid;
+    if (process.getuid?.() === 0 && writer !== 0) {
+      plan ??= await applyChanges(found, { since, ...options, dryRun: true });
+      if (options.dryRun) return plan;
+      return await applyAsUser(writer, found, plan, { since, ...options });
     }
     return await applyChanges(found, { since, ...options });
   } catch (error) {

@@ -119,6 +119,18 @@ async function primaryGid(uid: number): Promise<number | undefined> {
 }
 
 /**
+ * `setpriv`'s options that make a process host uid `uid` with its primary gid and supplementary
+ * groups (a uid with no account: gid 65534, no groups).
+ */
+export async function setprivIds(uid: number): Promise<string[]> {
+  if (!Number.isSafeInteger(uid) || uid < 0) throw new Error(`no uid: ${uid}`);
+  const gid = await primaryGid(uid);
+  return gid === undefined
+    ? [`--reuid=${uid}`, '--regid=65534', '--clear-groups']
+    : [`--reuid=${uid}`, `--regid=${gid}`, '--init-groups'];
+}
+
+/**
  * Runs a shell script as host uid `uid` with its primary gid and supplementary groups (a uid
  * with no account: gid 65534, no groups), no capabilities; its exit code and output.
  */
@@ -127,12 +139,7 @@ async function asUser(
   script: string,
   args: string[],
 ): Promise<{ code: number; stdout: string }> {
-  if (!Number.isSafeInteger(uid) || uid < 0) throw new Error(`no uid: ${uid}`);
-  const gid = await primaryGid(uid);
-  const ids =
-    gid === undefined
-      ? [`--reuid=${uid}`, '--regid=65534', '--clear-groups']
-      : [`--reuid=${uid}`, `--regid=${gid}`, '--init-groups'];
+  const ids = await setprivIds(uid);
   try {
     const { stdout } = await execFileAsync(
       'setpriv',

@@ -7,6 +7,7 @@ import {
   mkdtempSync,
   readFileSync,
   rmSync,
+  statSync,
   writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -192,6 +193,34 @@ describe.skipIf(!isRoot)('who may mount which host folder', () => {
       await Sandbox.kill(id, { home });
     }
   }, 90_000);
+
+  test("an admin's apply writes as the folder's owner, not as root: where the owner may not write, root does not either", async () => {
+    // The owner's folder holds `ro/`, mode 0555: root could write in it, its owner cannot.
+    const dir = folder(OTHER, 0o755);
+    mkdirSync(join(dir, 'ro'));
+    file(join(dir, 'ro', 'keep.txt'), OTHER, 'keep\n');
+    chownSync(join(dir, 'ro'), OTHER, OTHER);
+    chmodSync(join(dir, 'ro'), 0o555);
+    file(join(dir, 'ok.txt'), OTHER, 'one\n');
+    const box = await Sandbox.create({ home, workspace: { from: dir } });
+    try {
+      // The sandbox is the owner there: it may make ro/ writable in its own view.
+      const edit = await box.commands.run(
+        'cd ~/workspace && chmod u+w ro && echo new > ro/new.txt && echo two > ok.txt',
+      );
+      expect(edit.exitCode).toBe(0);
+      const failed = await box.workspace.apply().catch((error: Error) => error);
+      expect((failed as Error).message).toMatch(/ro\/new\.txt/);
+      expect((failed as Error).message).toMatch(new RegExp(`as uid ${OTHER}`));
+      expect(existsSync(join(dir, 'ro', 'new.txt'))).toBe(false);
+      // What was written before it (in path order) is named, and was written by the owner.
+      expect((failed as Error).message).toMatch(/after writing 1 path\(s\) \(ok\.txt\)/);
+      expect(readFileSync(join(dir, 'ok.txt'), 'utf8')).toBe('two\n');
+      expect(statSync(join(dir, 'ok.txt')).uid).toBe(OTHER);
+    } finally {
+      await box.kill();
+    }
+  }, 60_000);
 
   test('an admin key (here the daemon key) may mount /root', async () => {
     const box = await Sandbox.create({ home, workspace: { from: '/root', path: '/mnt/root' } });
