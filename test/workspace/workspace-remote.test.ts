@@ -79,7 +79,16 @@ beforeAll(async () => {
       certs.key,
       '--json',
     ],
-    { env: { ...process.env, ABX_HOME: abx.home, ABX_WARM_POOL: '0' }, timeout: 60_000 },
+    {
+      // A small upload limit, to see it refuse (the repository below is a few kB).
+      env: {
+        ...process.env,
+        ABX_HOME: abx.home,
+        ABX_WARM_POOL: '0',
+        ABX_WORKSPACE_UPLOAD_MAX_BYTES: String(1024 * 1024),
+      },
+      timeout: 60_000,
+    },
   );
   apiUrl = JSON.parse(started.stdout).remote.apiUrl;
   expect(apiUrl).toMatch(/^https:\/\/127\.0\.0\.1:\d+$/);
@@ -252,6 +261,14 @@ describe.skipIf(!isRoot)('a remote client uploads its folder over TLS', () => {
     } finally {
       rmSync(fifoDir, { recursive: true, force: true });
     }
+
+    // Over the daemon's limit (ABX_WORKSPACE_UPLOAD_MAX_BYTES, 1 MiB here): 413, nothing kept.
+    const big = await upload(
+      archive([{ name: 'big.bin', body: Buffer.alloc(1536 * 1024) }]),
+      aliceKey,
+    );
+    expect(big.status).toBe(413);
+    expect(readdirSync(uploads)).toEqual([]);
 
     const good = await upload(archive([{ name: 'a.txt', body: 'a\n' }]), aliceKey);
     expect(good.status).toBe(200);
