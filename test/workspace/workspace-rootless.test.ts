@@ -136,4 +136,40 @@ describe.skipIf(!isRoot)('a workspace on a rootless daemon', () => {
     }
     expect(existsSync(dir)).toBe(false);
   }, 180_000);
+
+  test('a hibernate keeps the changes (its layer on disk), and a fork gets its own copy of them', async () => {
+    const home = (daemon as RootlessDaemon).home;
+    const before = tree(repo);
+    const box = await Sandbox.create({ home, workspace: { from: repo } });
+    const forks: Sandbox[] = [];
+    try {
+      await box.commands.run('cd ~/workspace && echo kept > kept.txt && rm new.txt');
+      expect(await box.pause({ memory: false })).toBe(true);
+      await box.resume();
+      expect((await box.commands.run('cat ~/workspace/kept.txt')).stdout).toBe('kept\n');
+      const listed = async (sandbox: Sandbox) =>
+        (await sandbox.workspace.changes()).map((c) => [c.status, c.path]);
+      expect(await listed(box)).toEqual([
+        ['added', 'kept.txt'],
+        ['deleted', 'new.txt'],
+      ]);
+      const [fork] = await box.fork();
+      if (!fork) throw new Error('no fork');
+      forks.push(fork);
+      await fork.commands.run('cd ~/workspace && echo mine > fork.txt');
+      expect(await listed(fork)).toEqual([
+        ['added', 'fork.txt'],
+        ['added', 'kept.txt'],
+        ['deleted', 'new.txt'],
+      ]);
+      expect(await listed(box)).toEqual([
+        ['added', 'kept.txt'],
+        ['deleted', 'new.txt'],
+      ]);
+      expect(tree(repo)).toBe(before);
+    } finally {
+      for (const fork of forks) await fork.kill();
+      await box.kill();
+    }
+  }, 180_000);
 });

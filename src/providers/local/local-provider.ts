@@ -241,7 +241,7 @@ const execFileAsync = promisify(execFile);
 
 /**
  * Copies a running rootless sandbox's home and /tmp (tmpfs mounts, reached through its root) into
- * `to`/home and `to`/tmp, without sockets, FIFOs or devices; the caller froze it, so nothing
+ * `to`/home and `to`/tmp, without sockets, FIFOs or devices, nor the mounts on them; the caller froze it, so nothing
  * changes under the copy. Written to a partial folder renamed into place.
  */
 async function copyHomeAndTmp(pid: number, home: string, to: string): Promise<void> {
@@ -252,13 +252,17 @@ async function copyHomeAndTmp(pid: number, home: string, to: string): Promise<vo
     [home, 'home'],
     ['/tmp', 'tmp'],
   ] as const) {
+    // Only the tmpfs itself: a folder of another file system is a mount on it (a volume, a
+    // workspace), which keeps its own data and is mounted again at the wake.
+    const dev = (await lstat(`${root}${from}`)).dev;
     await cp(`${root}${from}`, join(partial, name), {
       recursive: true,
       preserveTimestamps: true,
       verbatimSymlinks: true,
       filter: async (source) => {
         const stats = await lstat(source);
-        return stats.isFile() || stats.isDirectory() || stats.isSymbolicLink();
+        if (stats.isDirectory()) return stats.dev === dev;
+        return stats.isFile() || stats.isSymbolicLink();
       },
     });
   }
