@@ -81,9 +81,17 @@ export const ARCHIVE = defineGroup('ARCHIVE', '/files/archive', 'directory trees
     path: '/files/archive',
     summary:
       'Streams the tree under a directory as a tar archive packed by envd: directories, files, symlinks.',
-    args: argList({ path: 'str' }),
+    args: argList({
+      path: 'str',
+      'one_file_system?': [
+        'bool',
+        false,
+        "stay on the directory's own file system: a folder mounted below it (a volume, a workspace) is listed, empty (as tar --one-file-system)",
+      ],
+    }),
     handler: async ({ args }) => {
       const root = safePath(args.path as string);
+      const oneFs = args.one_file_system === true;
       const stats = await fsAction(`archive ${root}`, () => stat(root));
       if (!stats.isDirectory()) {
         throw new FileOperationError(
@@ -91,8 +99,8 @@ export const ARCHIVE = defineGroup('ARCHIVE', '/files/archive', 'directory trees
           { code: 'ENOTDIR' },
         );
       }
-      const size = await surveyTree(root, stats);
-      return new Reply(200, Readable.from(packTree(root, stats), { objectMode: false }), {
+      const size = await surveyTree(root, stats, oneFs);
+      return new Reply(200, Readable.from(packTree(root, stats, oneFs), { objectMode: false }), {
         'content-type': 'application/x-tar',
         'cache-control': 'no-store',
         [ARCHIVE_SIZE_HEADER]: String(size),

@@ -37,7 +37,7 @@ interface Found {
  * never followed. Other kinds (FIFOs, sockets, devices) are left out. What disappears during the
  * walk is left out too; an unreadable directory is an error.
  */
-async function* walk(root: string): AsyncGenerator<Found> {
+async function* walk(root: string, device?: number): AsyncGenerator<Found> {
   const stack: { rel: Buffer; abs: Buffer }[] = [];
   const push = async (rel: Buffer, abs: Buffer) => {
     let names: Buffer[];
@@ -67,7 +67,10 @@ async function* walk(root: string): AsyncGenerator<Found> {
     }
     if (!stats.isFile() && !stats.isDirectory() && !stats.isSymbolicLink()) continue;
     yield { ...next, stats };
-    if (stats.isDirectory()) await push(next.rel, next.abs);
+    // `device`: only the root's file system (a folder mounted below is listed, not entered).
+    if (stats.isDirectory() && (device === undefined || stats.dev === device)) {
+      await push(next.rel, next.abs);
+    }
   }
 }
 
@@ -95,9 +98,13 @@ function rootEntry(stats: Stats): TarEntry {
  * meanwhile. An error here is a plain error answer naming the path; once the archive streams,
  * an error can only cut it short.
  */
-export async function surveyTree(root: string, rootStats: Stats): Promise<number> {
+export async function surveyTree(
+  root: string,
+  rootStats: Stats,
+  oneFileSystem = false,
+): Promise<number> {
   let bytes = entryBytes(rootEntry(rootStats)) + END_OF_ARCHIVE.length;
-  for await (const { rel, abs, stats } of walk(root)) {
+  for await (const { rel, abs, stats } of walk(root, oneFileSystem ? rootStats.dev : undefined)) {
     if (stats.isFile()) {
       // Opened as the packing will open it (access() would follow a link swapped in meanwhile).
       try {
@@ -165,9 +172,13 @@ async function* fileEntry(found: Found): AsyncGenerator<Buffer> {
  * nothing in the sandbox (no PATH lookup, no temporary archive) stands between the files and
  * the answer, and only those three kinds of entry are ever written.
  */
-export async function* packTree(root: string, rootStats: Stats): AsyncGenerator<Buffer> {
+export async function* packTree(
+  root: string,
+  rootStats: Stats,
+  oneFileSystem = false,
+): AsyncGenerator<Buffer> {
   yield entryHeader(rootEntry(rootStats));
-  for await (const found of walk(root)) {
+  for await (const found of walk(root, oneFileSystem ? rootStats.dev : undefined)) {
     const { rel, abs, stats } = found;
     if (stats.isDirectory()) {
       yield entryHeader(tarEntry(rel, '5', stats));

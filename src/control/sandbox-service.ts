@@ -1,4 +1,4 @@
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { MAX_SANDBOX_TIMEOUT_MS } from '../../runtime/protocol/constants.js';
@@ -747,9 +747,9 @@ export class SandboxService {
    */
   saveWorkspace(id: string, to: string): Promise<SnapshotWorkspace> {
     return this.frozenWorkspace(id, async (record) => {
-      const { workspace, uid } = record.handle;
+      const { workspace } = record.handle;
       const copy = this.provider.copyWorkspaceLayer?.bind(this.provider);
-      if (!workspace || !copy || uid === undefined) {
+      if (!workspace || !copy) {
         throw new InvalidArgumentError(
           `sandbox ${id}'s workspace cannot be kept in a snapshot on the ${this.provider.name} provider (the local provider on a root daemon can): take its changes first (GET /v1/sandboxes/${id}/workspace/diff)`,
         );
@@ -764,7 +764,9 @@ export class SandboxService {
         from: workspace.from,
         path: workspace.path,
         since: workspaceSince(record, await this.keptSpec(record)),
-        uid,
+        // Whose the layer's files are: the sandbox's own uid, or (a rootless daemon's, a
+        // container's, which have none of their own) the owner of the layer's root.
+        uid: record.handle.uid ?? statSync(workspace.upper).uid,
       };
     });
   }

@@ -613,7 +613,8 @@ export class TemplateService {
     const response = await envdStream(
       handle.envdSocket,
       token,
-      `/files/archive?path=${encodeURIComponent(SANDBOX_HOME)}`,
+      // The home's own file system: a workspace or volume mounted in it is not the home's.
+      `/files/archive?path=${encodeURIComponent(SANDBOX_HOME)}&one_file_system=true`,
     );
     if (response.statusCode !== 200) {
       const text = await new Promise<string>((resolve) => {

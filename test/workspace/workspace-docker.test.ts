@@ -127,6 +127,20 @@ describe.skipIf(skip)('a workspace on the docker provider (root daemon)', () => 
       }
       expect(mountsUnder(join(abx.home, 'sandboxes', (fork as Sandbox).sandboxId))).toEqual([]);
 
+      // A snapshot keeps the changes: a sandbox made from it mounts the folder again over them.
+      await box.snapshot({ name: 'docker-ws-snap' });
+      const made = await Sandbox.create({ home: abx.home, template: 'docker-ws-snap' });
+      try {
+        expect((await made.workspace.changes()).map((c) => [c.status, c.path])).toEqual(
+          changes.map((c) => [c.status, c.path]),
+        );
+        expect((await made.commands.run('cat ~/workspace/moved.txt')).stdout).toBe(
+          'renamed, not changed\n',
+        );
+      } finally {
+        await made.kill();
+      }
+
       // A hibernate unmounts the overlay and keeps its layer; the wake mounts it again.
       expect(await box.pause({ memory: false })).toBe(true);
       expect(mountsUnder(dir)).toEqual([]);

@@ -137,7 +137,7 @@ describe.skipIf(!isRoot)('a workspace on a rootless daemon', () => {
     expect(existsSync(dir)).toBe(false);
   }, 180_000);
 
-  test('a hibernate keeps the changes (its layer on disk), and a fork gets its own copy of them', async () => {
+  test('a hibernate keeps the changes (its layer on disk), a fork gets its own copy of them, a snapshot keeps them', async () => {
     const home = (daemon as RootlessDaemon).home;
     const before = tree(repo);
     const box = await Sandbox.create({ home, workspace: { from: repo } });
@@ -167,6 +167,16 @@ describe.skipIf(!isRoot)('a workspace on a rootless daemon', () => {
         ['deleted', 'new.txt'],
       ]);
       expect(tree(repo)).toBe(before);
+      // A snapshot keeps them too: a sandbox made from it has them (the snapshot's layer is the
+      // daemon's uid's, a rootless sandbox having no uid of its own).
+      await box.snapshot({ name: 'rootless-ws-snap' });
+      const made = await Sandbox.create({ home, template: 'rootless-ws-snap' });
+      forks.push(made);
+      expect(await listed(made)).toEqual([
+        ['added', 'kept.txt'],
+        ['deleted', 'new.txt'],
+      ]);
+      expect((await made.commands.run('cat ~/workspace/kept.txt')).stdout).toBe('kept\n');
     } finally {
       for (const fork of forks) await fork.kill();
       await box.kill();
