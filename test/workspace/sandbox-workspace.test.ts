@@ -14,6 +14,7 @@ import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { type DaemonInfo, InvalidArgumentError, Sandbox } from '../../src/index.js';
 import { startDaemon } from '../../src/installation/daemon-connection.js';
+import { mountsUnder } from '../../src/providers/local/volumes.js';
 import { abxIn } from '../cli/abx.js';
 import { createAbxHome } from '../helpers/abx-home.js';
 
@@ -42,14 +43,6 @@ async function api(method: string, path: string, body?: unknown, key?: string) {
   });
   const text = await response.body.text();
   return { status: response.statusCode, body: JSON.parse(text) as Record<string, string> };
-}
-
-/** The host mount points at or under `dir`. */
-function mountsUnder(dir: string): string[] {
-  return readFileSync('/proc/self/mountinfo', 'utf8')
-    .split('\n')
-    .map((line) => line.split(' ')[4] ?? '')
-    .filter((point) => point === dir || point.startsWith(`${dir}/`));
 }
 
 const git = (...args: string[]) => execFileSync('git', ['-C', repo, ...args], { encoding: 'utf8' });

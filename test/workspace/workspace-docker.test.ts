@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test, vi } from 'vitest';
@@ -7,6 +7,7 @@ import { Sandbox } from '../../src/index.js';
 import { sandboxesDirHash } from '../../src/providers/docker/container-config.js';
 import type { EngineFacts } from '../../src/providers/docker/engine.js';
 import { dockerWorkspaceUnavailable } from '../../src/providers/docker/workspace.js';
+import { mountsUnder } from '../../src/providers/local/volumes.js';
 import { type DockerHome, dockerHome } from '../compat/e2b/docker-home.js';
 import { dockerEngine } from '../helpers/docker-images.js';
 
@@ -21,14 +22,6 @@ const isRoot = process.getuid?.() === 0;
 const skip = !isRoot
   ? 'needs root (the daemon mounts the overlay on the host)'
   : (engine.reason ?? false);
-
-/** The host mount points at or under `dir`. */
-function mountsUnder(dir: string): string[] {
-  return readFileSync('/proc/self/mountinfo', 'utf8')
-    .split('\n')
-    .map((line) => line.split(' ')[4] ?? '')
-    .filter((point) => point === dir || point.startsWith(`${dir}/`));
-}
 
 /** Every file and link of a tree but .git: its mode, path and content hash, sorted. */
 const TREE =

@@ -25,6 +25,7 @@ import {
   remapOwners,
   unmountWorkspace,
   workspaceDir,
+  workspaceHandle,
 } from '../local/workspace-mount.js';
 import { type PortableRuntime, portableRuntime, portableSandboxNode } from '../portable-runtime.js';
 import {
@@ -375,17 +376,7 @@ export class DockerProvider implements SandboxProvider {
           ...(cgroupfs ? { cgroups: sandboxCgroupDirs(spec.id) } : {}),
           ...(net ? { net } : {}),
           ...(workspace && spec.workspace
-            ? {
-                workspace: {
-                  from: spec.workspace.from,
-                  path: spec.workspace.path,
-                  view: workspace.merged,
-                  upper: workspace.upper,
-                  dir: workspaceDir(spec.dir),
-                  mountedAt: workspaceMountedAt,
-                  ...(spec.workspace.user ? { uid: spec.workspace.user.uid } : {}),
-                },
-              }
+            ? { workspace: workspaceHandle(spec, workspace, workspaceMountedAt) }
             : {}),
         };
       }

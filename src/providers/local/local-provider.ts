@@ -108,6 +108,7 @@ import {
   stageWorkspace,
   unmountWorkspace,
   workspaceDir,
+  workspaceHandle,
 } from './workspace-mount.js';
 import {
   rootlessOverlayUnavailable,
@@ -746,18 +747,7 @@ export class LocalProvider implements SandboxProvider {
         workspace = { merged: view, upper: rootlessWs.upper };
       }
       return workspace && spec.workspace
-        ? {
-            ...handle,
-            workspace: {
-              from: spec.workspace.from,
-              path: spec.workspace.path,
-              view: workspace.merged,
-              upper: workspace.upper,
-              dir: workspaceDir(spec.dir),
-              mountedAt: workspaceMountedAt,
-              ...(spec.workspace.user ? { uid: spec.workspace.user.uid } : {}),
-            },
-          }
+        ? { ...handle, workspace: workspaceHandle(spec, workspace, workspaceMountedAt) }
         : handle;
     } catch (error) {
       // A failed start leaves no mount and no layer of its workspace.

@@ -20,6 +20,7 @@ import { posix } from 'node:path';
 import { promisify } from 'node:util';
 import { SANDBOX_RUN_DIR, SANDBOX_RUNTIME_DIR } from '../../../runtime/protocol/constants.js';
 import { InvalidArgumentError } from '../../errors.js';
+import type { SandboxHandle, SandboxSpec } from '../provider.js';
 import { detachMount, idmapMount } from './idmap.js';
 import { mountsUnder, unmountUnder } from './volumes.js';
 import { removeLayers } from './workspace-userns.js';
@@ -80,6 +81,27 @@ export function checkWorkspaceSpec(workspace: { from: unknown; path: unknown }):
 export interface MountedWorkspace {
   merged: string;
   upper: string;
+}
+
+/**
+ * A started sandbox's handle's `workspace`: what the control plane reads and applies (the local
+ * and docker providers alike). `mounted.merged` is where the daemon reads the sandbox's view.
+ */
+export function workspaceHandle(
+  spec: SandboxSpec,
+  mounted: MountedWorkspace,
+  mountedAt: number,
+): SandboxHandle['workspace'] {
+  const workspace = spec.workspace as NonNullable<SandboxSpec['workspace']>;
+  return {
+    from: workspace.from,
+    path: workspace.path,
+    view: mounted.merged,
+    upper: mounted.upper,
+    dir: workspaceDir(spec.dir),
+    mountedAt,
+    ...(workspace.user ? { uid: workspace.user.uid } : {}),
+  };
 }
 
 /**
