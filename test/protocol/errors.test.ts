@@ -41,6 +41,10 @@ const LOCAL_ONLY = new Set([
   // provider's own errors.
   'EngineApiError',
   'ProgressError',
+  // The workspace core's: the daemon turns them into 400s (sandbox-workspace.ts, asApiError:
+  // an InvalidArgumentError, `workspace_refused` for a refusal).
+  'WorkspaceError',
+  'WorkspaceRefusedError',
   // A daemon that cannot start says so in one line of its own (daemon-main.ts), to no client.
   'PortInUseError',
 ]);
