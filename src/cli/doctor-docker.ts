@@ -81,7 +81,7 @@ async function runtimeCheck(docker: DockerEngine): Promise<Check> {
       name: 'portable runtime',
       status: 'ok',
       required: true,
-      found: `${described}; bound read-only at ${SANDBOX_RUNTIME_DIR} in a container of an image with no files, its Node ran (${injected.version})`,
+      found: `${described}; bound read-only at ${SANDBOX_RUNTIME_DIR} in a container of an image with no files (${injected.image}, removed), its Node ran (${injected.version})`,
     };
   } catch (error) {
     const message = (error as Error).message;
@@ -116,7 +116,8 @@ function engineLine(facts: EngineFacts, address: string): Check {
 async function runInEmptyImage(
   docker: DockerEngine,
   runtimeDir: string,
-): Promise<{ ok: true; version: string } | { ok: false; why: string }> {
+): Promise<{ ok: true; version: string; image: string } | { ok: false; why: string }> {
+  // Each run's probe has a name of its own (two doctors on one engine never mistake each other's).
   const image = `abx-doctor-probe:${randomBytes(6).toString('hex')}`;
   const [repo, tag] = image.split(':') as [string, string];
   let container: EngineContainer | undefined;
@@ -132,7 +133,7 @@ async function runInEmptyImage(
       Cmd: [],
       Tty: true,
       NetworkDisabled: true,
-      Labels: { 'abx.doctor': 'probe' },
+      Labels: { 'abx.doctor': 'probe', 'abx.doctor.image': image },
       HostConfig: {
         Binds: [`${runtimeDir}:${SANDBOX_RUNTIME_DIR}:ro`],
         NetworkMode: 'none',
@@ -143,7 +144,7 @@ async function runInEmptyImage(
     // A TTY container's log is plain text (no frames).
     const output = (await container.logs({ stdout: true, stderr: true })).toString('utf8').trim();
     if (exit.StatusCode === 0 && /^v\d+\.\d+\.\d+$/.test(output))
-      return { ok: true, version: output };
+      return { ok: true, version: output, image };
     return { ok: false, why: `exit ${exit.StatusCode}: ${output.slice(-300)}` };
   } catch (error) {
     return { ok: false, why: dockerMessage(error) };

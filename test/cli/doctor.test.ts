@@ -355,15 +355,18 @@ describe('abx doctor --provider docker', () => {
       );
       expect(line(stdout, 'portable runtime')).toMatch(
         new RegExp(
-          `^ok .*Node ${process.version} with \\d+ libraries, \\d+ MB at /run/abx-runtime/portable-\\S+ \\((built now|cached)\\); bound read-only at /opt/abx in a container of an image with no files, its Node ran \\(${process.version}\\)$`,
+          `^ok .*Node ${process.version} with \\d+ libraries, \\d+ MB at /run/abx-runtime/portable-\\S+ \\((built now|cached)\\); bound read-only at /opt/abx in a container of an image with no files \\((abx-doctor-probe:[0-9a-f]{12}), removed\\), its Node ran \\(${process.version}\\)$`,
         ),
       );
-      // The probe's image and container are gone.
-      const left = execFileSync('docker', ['ps', '-a', '--filter', 'label=abx.doctor', '-q'], {
-        encoding: 'utf8',
-      });
+      // This run's probe image and container are gone (another doctor's may be up meanwhile).
+      const probeImage = /\((abx-doctor-probe:[0-9a-f]{12}), removed\)/.exec(stdout)?.[1] ?? '';
+      const left = execFileSync(
+        'docker',
+        ['ps', '-a', '--filter', `label=abx.doctor.image=${probeImage}`, '-q'],
+        { encoding: 'utf8' },
+      );
       expect(left.trim()).toBe('');
-      const images = execFileSync('docker', ['images', 'abx-doctor-probe', '-q'], {
+      const images = execFileSync('docker', ['images', probeImage, '-q'], {
         encoding: 'utf8',
       });
       expect(images.trim()).toBe('');
