@@ -213,6 +213,74 @@ export const MIGRATIONS: readonly Migration[] = [
       );
     `,
   },
+  {
+    version: 7,
+    name: 'lifecycle events of sandboxes',
+    // `seq` is the order and the readers' cursor (events.ts). owner_key '' is the daemon's own
+    // key (as volumes'). No foreign key: a sandbox's events outlive its row until retention.
+    sqlite: `
+      CREATE TABLE events (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        at INTEGER NOT NULL,
+        sandbox_id TEXT NOT NULL,
+        owner_key TEXT NOT NULL,
+        template TEXT NOT NULL,
+        type TEXT NOT NULL,
+        data TEXT NOT NULL
+      );
+      CREATE INDEX events_sandbox ON events (sandbox_id, seq);
+      CREATE INDEX events_owner ON events (owner_key, seq);
+      CREATE INDEX events_at ON events (at);
+    `,
+    postgres: `
+      CREATE TABLE events (
+        seq BIGSERIAL PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        at BIGINT NOT NULL,
+        sandbox_id TEXT NOT NULL,
+        owner_key TEXT NOT NULL,
+        template TEXT NOT NULL,
+        type TEXT NOT NULL,
+        data JSON NOT NULL
+      );
+      CREATE INDEX events_sandbox ON events (sandbox_id, seq);
+      CREATE INDEX events_owner ON events (owner_key, seq);
+      CREATE INDEX events_at ON events (at);
+    `,
+  },
+  {
+    version: 9,
+    name: 'the audit trail of sandboxes',
+    // Written by the daemon only (audit.ts): what it saw done to and from each sandbox. owner_key
+    // '' is the daemon's own key (as events'); actor is the API key that asked, when one did.
+    sqlite: `
+      CREATE TABLE audit (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        at INTEGER NOT NULL,
+        sandbox_id TEXT NOT NULL,
+        owner_key TEXT NOT NULL,
+        actor TEXT,
+        kind TEXT NOT NULL,
+        data TEXT NOT NULL
+      );
+      CREATE INDEX audit_sandbox ON audit (sandbox_id, seq);
+      CREATE INDEX audit_at ON audit (at);
+    `,
+    postgres: `
+      CREATE TABLE audit (
+        seq BIGSERIAL PRIMARY KEY,
+        at BIGINT NOT NULL,
+        sandbox_id TEXT NOT NULL,
+        owner_key TEXT NOT NULL,
+        actor TEXT,
+        kind TEXT NOT NULL,
+        data JSON NOT NULL
+      );
+      CREATE INDEX audit_sandbox ON audit (sandbox_id, seq);
+      CREATE INDEX audit_at ON audit (at);
+    `,
+  },
 ];
 
 /** The highest version this abx knows. */

@@ -2,6 +2,13 @@ import { createRequire } from 'node:module';
 import type * as Pg from 'pg';
 import { UnavailableError } from '../errors.js';
 import type { SandboxHandle } from '../providers/provider.js';
+import {
+  EVENTS_LOCK,
+  type EventFilter,
+  type NewSandboxEvent,
+  type SandboxEvent,
+  type SandboxEventType,
+} from './events.js';
 import { MIGRATIONS, SCHEMA_VERSION, tooNewError } from './migrations.js';
 import type {
   ApiKeyRecord,
@@ -184,6 +191,51 @@ interface SecretVersionRow {
 
 const INSERT_SECRET_VERSION = `INSERT INTO secret_versions
   (secret_id, version, sealed, key_check, created_at) VALUES ($1, $2, $3, $4, $5)`;
+
+interface EventRow {
+  seq: string;
+  id: string;
+  at: string;
+  sandbox_id: string;
+  owner_key: string;
+  template: string;
+  type: string;
+  data: Record<string, unknown>;
+}
+
+const eventFromRow = (row: EventRow): SandboxEvent => ({
+  seq: Number(row.seq),
+  id: row.id,
+  at: Number(row.at),
+  sandboxId: row.sandbox_id,
+  owner: row.owner_key === '' ? null : row.owner_key,
+  template: row.template,
+  type: row.type as SandboxEventType,
+  data: row.data,
+});
+
+/**
+ * Inserts an event in `client`'s transaction, after {@link EVENTS_LOCK}: held to the commit, it
+ * lines up event inserts, so `seq` (taken inside it) grows in commit order and a reader following
+ * `seq > cursor` never passes a row that commits later.
+ */
+async function insertEvent(client: Pg.PoolClient, event: NewSandboxEvent): Promise<SandboxEvent> {
+  await client.query('SELECT pg_advisory_xact_lock($1)', [EVENTS_LOCK]);
+  const { rows } = await client.query<EventRow>(
+    `INSERT INTO events (id, at, sandbox_id, owner_key, template, type, data)
+       VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING *`,
+    [
+      event.id,
+      event.at,
+      event.sandboxId,
+      event.owner ?? '',
+      event.template,
+      event.type,
+      JSON.stringify(event.data),
+    ],
+  );
+  return eventFromRow(rows[0] as EventRow);
+}
 
 /** The live sandboxes that mount a volume (`$1`: its {@link volumeNeedle}). */
 const USERS_OF_VOLUME = `SELECT id FROM sandboxes
@@ -853,6 +905,39 @@ export class PostgresRegistry implements Registry {
       'SELECT DISTINCT key_check FROM secret_versions ORDER BY key_check',
     );
     return rows.map((row) => row.key_check);
+  }
+
+  async appendEvent(event: NewSandboxEvent): Promise<SandboxEvent> {
+    return this.transaction((client) => insertEvent(client, event));
+  }
+
+  async listEvents(filter: EventFilter): Promise<SandboxEvent[]> {
+    const where: string[] = [];
+    const params: unknown[] = [];
+    const param = (value: unknown) => {
+      params.push(value);
+      return `$${params.length}`;
+    };
+    if (filter.owner !== undefined) where.push(`owner_key = ${param(filter.owner ?? '')}`);
+    if (filter.sandboxId !== undefined) where.push(`sandbox_id = ${param(filter.sandboxId)}`);
+    if (filter.types && filter.types.length > 0) {
+      where.push(`type = ANY(${param([...filter.types])}::text[])`);
+    }
+    if (filter.afterSeq !== undefined) where.push(`seq > ${param(filter.afterSeq)}`);
+    if (filter.since !== undefined) where.push(`at >= ${param(filter.since)}`);
+    if (filter.until !== undefined) where.push(`at < ${param(filter.until)}`);
+    const { rows } = await this.query<EventRow>(
+      `SELECT * FROM events ${where.length > 0 ? `WHERE ${where.join(' AND ')}` : ''}
+       ORDER BY seq ${filter.order === 'desc' ? 'DESC' : 'ASC'}
+       LIMIT ${param(filter.limit)} OFFSET ${param(filter.offset ?? 0)}`,
+      params,
+    );
+    return rows.map(eventFromRow);
+  }
+
+  async purgeEvents(before: number): Promise<number> {
+    const { rowCount } = await this.query('DELETE FROM events WHERE at < $1', [before]);
+    return rowCount ?? 0;
   }
 
   async agree(key: string, value: string): Promise<string> {

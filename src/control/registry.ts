@@ -6,6 +6,7 @@
  */
 import type { SandboxState } from '../../runtime/protocol/wire.js';
 import type { SandboxHandle } from '../providers/provider.js';
+import type { EventFilter, NewSandboxEvent, SandboxEvent } from './events.js';
 
 export type { SandboxState };
 
@@ -353,6 +354,17 @@ export interface Registry {
   removeSecret(id: string): Promise<boolean>;
   /** The distinct key checks of the versions stored (which keys sealed them). */
   secretKeyChecks(): Promise<string[]>;
+
+  /**
+   * Records an event that is not a change of a sandbox's row (it failed to start, its timeout is
+   * near, it was snapshotted); resolves to it with its `seq`. On PostgreSQL every event insert
+   * takes events.ts' EVENTS_LOCK first, so `seq` grows in commit order.
+   */
+  appendEvent(event: NewSandboxEvent): Promise<SandboxEvent>;
+  /** Events as `filter` says, by `seq`. */
+  listEvents(filter: EventFilter): Promise<SandboxEvent[]>;
+  /** Removes the events that happened before `before` (ms since the epoch); resolves to how many. */
+  purgeEvents(before: number): Promise<number>;
 
   /**
    * A value the daemons sharing this registry agree on: the first daemon's `value` is kept and

@@ -1,4 +1,5 @@
 import type { SandboxHandle } from '../providers/provider.js';
+import type { EventFilter, NewSandboxEvent, SandboxEvent, SandboxEventType } from './events.js';
 import { MIGRATIONS, SCHEMA_VERSION, tooNewError } from './migrations.js';
 import type {
   ApiKeyRecord,
@@ -118,6 +119,31 @@ interface SecretVersionRow {
   key_check: string;
   created_at: number;
 }
+
+interface EventRow {
+  seq: number;
+  id: string;
+  at: number;
+  sandbox_id: string;
+  owner_key: string;
+  template: string;
+  type: string;
+  data: string;
+}
+
+const eventFromRow = (row: EventRow): SandboxEvent => ({
+  seq: row.seq,
+  id: row.id,
+  at: row.at,
+  sandboxId: row.sandbox_id,
+  owner: row.owner_key === '' ? null : row.owner_key,
+  template: row.template,
+  type: row.type as SandboxEventType,
+  data: JSON.parse(row.data),
+});
+
+const INSERT_EVENT = `INSERT INTO events (id, at, sandbox_id, owner_key, template, type, data)
+  VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING *`;
 
 /** The live sandboxes that mount a volume (`?`: its {@link volumeNeedle}). */
 const USERS_OF_VOLUME = `SELECT id FROM sandboxes
@@ -709,6 +735,61 @@ export class SqliteRegistry implements Registry {
         key_check: string;
       }[]
     ).map((row) => row.key_check);
+  }
+
+  /** Inserts an event (in the caller's transaction, when there is one). */
+  private insertEvent(event: NewSandboxEvent): SandboxEvent {
+    const row = this.statement(INSERT_EVENT).get(
+      event.id,
+      event.at,
+      event.sandboxId,
+      event.owner ?? '',
+      event.template,
+      event.type,
+      JSON.stringify(event.data),
+    ) as EventRow;
+    return eventFromRow(row);
+  }
+
+  async appendEvent(event: NewSandboxEvent): Promise<SandboxEvent> {
+    return this.insertEvent(event);
+  }
+
+  async listEvents(filter: EventFilter): Promise<SandboxEvent[]> {
+    const where: string[] = [];
+    const params: unknown[] = [];
+    if (filter.owner !== undefined) {
+      where.push('owner_key = ?');
+      params.push(filter.owner ?? '');
+    }
+    if (filter.sandboxId !== undefined) {
+      where.push('sandbox_id = ?');
+      params.push(filter.sandboxId);
+    }
+    if (filter.types && filter.types.length > 0) {
+      where.push(`type IN (${filter.types.map(() => '?').join(', ')})`);
+      params.push(...filter.types);
+    }
+    if (filter.afterSeq !== undefined) {
+      where.push('seq > ?');
+      params.push(filter.afterSeq);
+    }
+    if (filter.since !== undefined) {
+      where.push('at >= ?');
+      params.push(filter.since);
+    }
+    if (filter.until !== undefined) {
+      where.push('at < ?');
+      params.push(filter.until);
+    }
+    params.push(filter.limit, filter.offset ?? 0);
+    const sql = `SELECT * FROM events ${where.length > 0 ? `WHERE ${where.join(' AND ')}` : ''}
+      ORDER BY seq ${filter.order === 'desc' ? 'DESC' : 'ASC'} LIMIT ? OFFSET ?`;
+    return (this.statement(sql).all(...params) as EventRow[]).map(eventFromRow);
+  }
+
+  async purgeEvents(before: number): Promise<number> {
+    return this.statement('DELETE FROM events WHERE at < ?').run(before).changes;
   }
 
   async agree(key: string, value: string): Promise<string> {

@@ -1,0 +1,121 @@
+import { randomUUID } from 'node:crypto';
+import { envMilliseconds } from '../util/env-ms.js';
+
+/**
+ * Lifecycle events of sandboxes: one row per change of a sandbox's state, written by the registry
+ * in the same transaction as the change (a change that fails leaves no event), kept for
+ * {@link eventsRetentionMs} and read by `/v1/events`, E2B's `/events/sandboxes`, the SDK, the CLI
+ * and the dashboard. `seq` orders them and is every reader's cursor: a row with a higher `seq`
+ * committed after every row with a lower one (PostgreSQL takes {@link EVENTS_LOCK} before each
+ * insert), so a reader that follows `seq > cursor` never misses one.
+ */
+
+/** E2B's lifecycle event types (its OpenAPI spec's `SandboxEvent.type` and webhook `events`). */
+export const E2B_EVENT_TYPES = [
+  'sandbox.lifecycle.created',
+  'sandbox.lifecycle.updated',
+  'sandbox.lifecycle.paused',
+  'sandbox.lifecycle.resumed',
+  'sandbox.lifecycle.killed',
+  'sandbox.lifecycle.checkpointed',
+] as const;
+
+/**
+ * abx's own types, in E2B's style: a sandbox that failed to start (it never ran; no row is left)
+ * and one whose timeout is near. E2B's routes show them only when asked for by type.
+ */
+export const ABX_EVENT_TYPES = ['sandbox.lifecycle.failed', 'sandbox.lifecycle.expiring'] as const;
+
+export const EVENT_TYPES = [...E2B_EVENT_TYPES, ...ABX_EVENT_TYPES] as const;
+
+export type SandboxEventType = (typeof EVENT_TYPES)[number];
+
+export function isEventType(type: string): type is SandboxEventType {
+  return (EVENT_TYPES as readonly string[]).includes(type);
+}
+
+/** One lifecycle event as the registry keeps it. */
+export interface SandboxEvent {
+  /** The order of commits, from 1: the readers' cursor (`after`, SSE `id:`, `Last-Event-ID`). */
+  seq: number;
+  /** A UUID: what a receiver deduplicates on (E2B's event id is one). */
+  id: string;
+  /** When it happened, in ms since the epoch. */
+  at: number;
+  sandboxId: string;
+  /** The API key id that owns the sandbox; null for the daemon's own key. */
+  owner: string | null;
+  template: string;
+  type: SandboxEventType;
+  /**
+   * What changed, as JSON: abx's finer reason (`killed`: `reason` `api`|`expired`|`oom`|`dead`;
+   * `paused`: `kind` `memory`|`disk`; `updated`: `timeout` with `endAt`, or `network`...).
+   */
+  data: Record<string, unknown>;
+}
+
+/** An event to append: everything but `seq`, which the store assigns. */
+export type NewSandboxEvent = Omit<SandboxEvent, 'seq'>;
+
+/**
+ * An event that goes with a change of one sandbox's row: the store fills in the sandbox's id,
+ * owner and template from the row it changes (so the event is written only when the row is).
+ */
+export interface EventDraft {
+  type: SandboxEventType;
+  data?: Record<string, unknown>;
+  /** Default: now. */
+  at?: number;
+  /** Default: a new UUID. */
+  id?: string;
+}
+
+/** What `listEvents` reads. */
+export interface EventFilter {
+  /** Only this key's sandboxes' events (null: the daemon's own key); undefined: every owner's. */
+  owner?: string | null;
+  sandboxId?: string;
+  /** Any of these types; undefined or empty: every type. */
+  types?: readonly string[];
+  /** Only `seq` greater than this (the cursor). */
+  afterSeq?: number;
+  /** Only `at` at or after this (ms since the epoch). */
+  since?: number;
+  /** Only `at` before this. */
+  until?: number;
+  limit: number;
+  /** By `seq`. */
+  order: 'asc' | 'desc';
+  /** Rows skipped first (E2B's `offset`). */
+  offset?: number;
+}
+
+/** How long events are kept by default: 7 days, as E2B's. */
+export const EVENTS_RETENTION_MS = 7 * 24 * 3600 * 1000;
+
+/** How long events are kept (`ABX_EVENTS_RETENTION_MS`, a minute or more); the reaper purges older. */
+export function eventsRetentionMs(env: NodeJS.ProcessEnv = process.env): number {
+  return envMilliseconds('ABX_EVENTS_RETENTION_MS', EVENTS_RETENTION_MS, 60_000, env);
+}
+
+/**
+ * The PostgreSQL advisory lock every event insert takes first in its transaction: inserts line
+ * up, so `seq` (taken inside the lock) grows in commit order.
+ */
+export const EVENTS_LOCK = 0x61627865; // "abxe"
+
+/** A whole event from a draft and the sandbox it is about. */
+export function eventFor(
+  sandbox: { id: string; owner: string | null; template: string },
+  draft: EventDraft,
+): NewSandboxEvent {
+  return {
+    id: draft.id ?? randomUUID(),
+    at: draft.at ?? Date.now(),
+    sandboxId: sandbox.id,
+    owner: sandbox.owner,
+    template: sandbox.template,
+    type: draft.type,
+    data: draft.data ?? {},
+  };
+}
