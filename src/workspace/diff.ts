@@ -4,7 +4,8 @@ import { join } from 'node:path';
 import { structuredPatch } from 'diff';
 import { gitMode, linkedParent, openNoFollow } from './entry.js';
 import { WorkspaceError } from './errors.js';
-import { binaryLiteral, funcLine, quotePath } from './git-format.js';
+import { binaryLiteral, funcLine } from './git-format.js';
+import { quotePath } from './quote-path.js';
 import type { EntryState, WorkspaceChange, WorkspaceChanges } from './types.js';
 
 /** Above this size (either side) a text file's patch is a `GIT binary patch` literal. */

@@ -4,38 +4,6 @@ import { deflateSync } from 'node:zlib';
 const EN85 =
   '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz!#$%&()*+-;<=>?@^_`{|}~';
 
-const ESCAPES: Record<number, string> = {
-  7: '\\a',
-  8: '\\b',
-  9: '\\t',
-  10: '\\n',
-  11: '\\v',
-  12: '\\f',
-  13: '\\r',
-  34: '\\"',
-  92: '\\\\',
-};
-
-/**
- * A path as git writes it with core.quotePath (the default): in double quotes with C escapes
- * and octal for control bytes and every byte over 0x7f, when it has any; else as it is.
- * Returns bytes as a latin1 string (one char per byte), as the whole patch is built.
- */
-export function quotePath(prefix: string, path: string): string {
-  const bytes = Buffer.from(prefix + path, 'utf8');
-  let needs = false;
-  let out = '';
-  for (const b of bytes) {
-    if (b < 0x20 || b === 0x22 || b === 0x5c || b >= 0x7f) {
-      needs = true;
-      out += ESCAPES[b] ?? `\\${b.toString(8).padStart(3, '0')}`;
-    } else {
-      out += String.fromCharCode(b);
-    }
-  }
-  return needs ? `"${out}"` : out;
-}
-
 /** Git's encode_85: groups of 4 bytes (the last zero-padded) as 5 characters. */
 export function encode85(data: Buffer): string {
   let out = '';

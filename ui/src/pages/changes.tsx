@@ -1,4 +1,5 @@
 import { useEffect, useState } from 'preact/hooks';
+import { quotePath } from '../../../src/workspace/quote-path.js';
 import { api, sandboxPath } from '../api.js';
 import { ask } from '../components/dialog.js';
 import { Failure, TableHead } from '../components/table.js';
@@ -32,34 +33,9 @@ interface Applied {
   forced: { path: string; reason: string }[];
 }
 
-const GIT_ESCAPES: Record<number, string> = {
-  7: '\\a',
-  8: '\\b',
-  9: '\\t',
-  10: '\\n',
-  11: '\\v',
-  12: '\\f',
-  13: '\\r',
-  34: '\\"',
-  92: '\\\\',
-};
-
-/** A path as git writes it in a patch's headers (core.quotePath), as the daemon's diff does. */
-function quotePath(path: string): string {
-  let needs = false;
-  let out = '';
-  for (const b of new TextEncoder().encode(path)) {
-    if (b < 0x20 || b === 0x22 || b === 0x5c || b >= 0x7f) {
-      needs = true;
-      out += GIT_ESCAPES[b] ?? `\\${b.toString(8).padStart(3, '0')}`;
-    } else out += String.fromCharCode(b);
-  }
-  return needs ? `"${out}"` : out;
-}
-
 /** The patch's sections (`diff --git …` to the next) that are this change's (two for a type change). */
 function sectionsOf(patch: string, change: Change): string {
-  const header = `diff --git ${quotePath(`a/${change.from ?? change.path}`)} ${quotePath(`b/${change.path}`)}`;
+  const header = `diff --git ${quotePath('a/', change.from ?? change.path)} ${quotePath('b/', change.path)}`;
   return patch
     .split(/^(?=diff --git )/m)
     .filter((section) => section.split('\n', 1)[0] === header)
