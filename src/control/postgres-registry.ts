@@ -2,6 +2,7 @@ import { createRequire } from 'node:module';
 import type * as Pg from 'pg';
 import { UnavailableError } from '../errors.js';
 import type { SandboxHandle } from '../providers/provider.js';
+import type { AuditFilter, AuditKind, AuditRecord, NewAuditRecord } from './audit.js';
 import {
   EVENTS_LOCK,
   type EventFilter,
@@ -947,6 +948,72 @@ export class PostgresRegistry implements Registry {
       [key, value],
     );
     return (rows[0] as { value: string }).value;
+  }
+
+  async appendAudit(rows: readonly NewAuditRecord[]): Promise<void> {
+    if (rows.length === 0) return;
+    // One statement for the batch: rows go in as arrays, unnested in their order.
+    await this.query(
+      `INSERT INTO audit (at, sandbox_id, owner_key, actor, kind, data)
+         SELECT r.at, r.sandbox_id, r.owner_key, r.actor, r.kind, r.data
+           FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::json[])
+           WITH ORDINALITY AS r(at, sandbox_id, owner_key, actor, kind, data, n) ORDER BY r.n`,
+      [
+        rows.map((row) => row.at),
+        rows.map((row) => row.sandboxId),
+        rows.map((row) => row.owner ?? ''),
+        rows.map((row) => row.actor),
+        rows.map((row) => row.kind),
+        rows.map((row) => JSON.stringify(row.data)),
+      ],
+    );
+  }
+
+  async listAudit(filter: AuditFilter): Promise<AuditRecord[]> {
+    const params: unknown[] = [filter.sandboxId];
+    const where = ['sandbox_id = $1'];
+    if (filter.kinds && filter.kinds.length > 0) {
+      params.push([...filter.kinds]);
+      where.push(`kind = ANY($${params.length}::text[])`);
+    }
+    if (filter.afterSeq !== undefined) {
+      params.push(filter.afterSeq);
+      where.push(`seq > $${params.length}`);
+    }
+    if (filter.since !== undefined) {
+      params.push(filter.since);
+      where.push(`at >= $${params.length}`);
+    }
+    if (filter.until !== undefined) {
+      params.push(filter.until);
+      where.push(`at < $${params.length}`);
+    }
+    params.push(filter.limit);
+    const { rows } = await this.query<{
+      seq: string;
+      at: string;
+      sandbox_id: string;
+      owner_key: string;
+      actor: string | null;
+      kind: string;
+      data: Record<string, unknown>;
+    }>(
+      `SELECT * FROM audit WHERE ${where.join(' AND ')} ORDER BY seq LIMIT $${params.length}`,
+      params,
+    );
+    return rows.map((row) => ({
+      seq: Number(row.seq),
+      at: Number(row.at),
+      sandboxId: row.sandbox_id,
+      owner: row.owner_key === '' ? null : row.owner_key,
+      actor: row.actor,
+      kind: row.kind as AuditKind,
+      data: row.data,
+    }));
+  }
+
+  async purgeAudit(before: number): Promise<number> {
+    return (await this.query('DELETE FROM audit WHERE at < $1', [before])).rowCount ?? 0;
   }
 
   async close(): Promise<void> {

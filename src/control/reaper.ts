@@ -1,4 +1,5 @@
 import type { SandboxHandle } from '../providers/provider.js';
+import { auditRetentionMs } from './audit.js';
 import type { Registry, SandboxRecord } from './registry.js';
 
 /** What the reaper needs from the sandboxes it watches. */
@@ -30,6 +31,9 @@ export const RELEASE_WINDOW_MS = 600_000;
 /** How often a reaper sweeps for orphans, where its host sweeps (see {@link ReaperHost.sweep}). */
 export const ORPHAN_SWEEP_MS = 60_000;
 
+/** How often a reaper removes audit rows past their retention (the first pass does at once). */
+export const AUDIT_PURGE_MS = 60_000;
+
 /**
  * Keeps the registry and the hosts' processes in agreement while the daemon runs: every pass
  * kills the running sandboxes whose time is up, marks dead (cleaning up after) the running or
@@ -46,6 +50,8 @@ export class Reaper {
   private inFlight: Promise<unknown> | undefined;
   /** When the next orphan sweep is due (the first a period after the first pass). */
   private nextSweep: number | undefined;
+  /** When audit rows past their retention are next removed. */
+  private nextAuditPurge = 0;
 
   constructor(
     private readonly host: ReaperHost,
@@ -107,6 +113,10 @@ export class Reaper {
         this.nextSweep = now + this.sweepIntervalMs;
         await this.host.sweep();
       }
+    }
+    if (now >= this.nextAuditPurge) {
+      this.nextAuditPurge = now + AUDIT_PURGE_MS;
+      await registry.purgeAudit(now - auditRetentionMs());
     }
     return expired.map((record) => record.id);
   }

@@ -6,6 +6,7 @@
  */
 import type { SandboxState } from '../../runtime/protocol/wire.js';
 import type { SandboxHandle } from '../providers/provider.js';
+import type { AuditStore } from './audit.js';
 import type { EventFilter, NewSandboxEvent, SandboxEvent } from './events.js';
 
 export type { SandboxState };
@@ -202,7 +203,7 @@ export type EndState = Exclude<SandboxState, 'running' | 'pooled' | 'paused'>;
  * callers racing (two daemons, or a kill and the reaper) never both win: the one that loses is
  * told (false / undefined) and its caller answers from the row as the winner left it.
  */
-export interface Registry {
+export interface Registry extends AuditStore {
   /** `sqlite` or `postgres`. */
   readonly kind: 'sqlite' | 'postgres';
   /** Where the state is, for messages: a file, or the URL without its password. */

@@ -1,4 +1,5 @@
 import type { SandboxHandle } from '../providers/provider.js';
+import type { AuditFilter, AuditKind, AuditRecord, NewAuditRecord } from './audit.js';
 import type { EventFilter, NewSandboxEvent, SandboxEvent, SandboxEventType } from './events.js';
 import { MIGRATIONS, SCHEMA_VERSION, tooNewError } from './migrations.js';
 import type {
@@ -20,6 +21,16 @@ import type {
 } from './registry.js';
 import { volumeMountsJson, volumeNeedle } from './registry.js';
 import { type DatabaseSync, lenient, openSqlite, type Statement, transaction } from './sqlite.js';
+
+interface AuditRow {
+  seq: number;
+  at: number;
+  sandbox_id: string;
+  owner_key: string;
+  actor: string | null;
+  kind: string;
+  data: string;
+}
 
 interface TemplateRow {
   name: string;
@@ -798,6 +809,62 @@ export class SqliteRegistry implements Registry {
          ON CONFLICT (key) DO UPDATE SET value = settings.value RETURNING value`,
     ).get(key, value) as { value: string };
     return row.value;
+  }
+
+  async appendAudit(rows: readonly NewAuditRecord[]): Promise<void> {
+    if (rows.length === 0) return;
+    const insert = this.statement(
+      'INSERT INTO audit (at, sandbox_id, owner_key, actor, kind, data) VALUES (?, ?, ?, ?, ?, ?)',
+    );
+    transaction(this.db, () => {
+      for (const row of rows) {
+        insert.run(
+          row.at,
+          row.sandboxId,
+          row.owner ?? '',
+          row.actor,
+          row.kind,
+          JSON.stringify(row.data),
+        );
+      }
+    });
+  }
+
+  async listAudit(filter: AuditFilter): Promise<AuditRecord[]> {
+    const where = ['sandbox_id = ?'];
+    const params: unknown[] = [filter.sandboxId];
+    if (filter.kinds && filter.kinds.length > 0) {
+      where.push(`kind IN (${filter.kinds.map(() => '?').join(', ')})`);
+      params.push(...filter.kinds);
+    }
+    if (filter.afterSeq !== undefined) {
+      where.push('seq > ?');
+      params.push(filter.afterSeq);
+    }
+    if (filter.since !== undefined) {
+      where.push('at >= ?');
+      params.push(filter.since);
+    }
+    if (filter.until !== undefined) {
+      where.push('at < ?');
+      params.push(filter.until);
+    }
+    const rows = this.statement(
+      `SELECT * FROM audit WHERE ${where.join(' AND ')} ORDER BY seq LIMIT ?`,
+    ).all(...params, filter.limit) as AuditRow[];
+    return rows.map((row) => ({
+      seq: Number(row.seq),
+      at: Number(row.at),
+      sandboxId: row.sandbox_id,
+      owner: row.owner_key === '' ? null : row.owner_key,
+      actor: row.actor,
+      kind: row.kind as AuditKind,
+      data: JSON.parse(row.data) as Record<string, unknown>,
+    }));
+  }
+
+  async purgeAudit(before: number): Promise<number> {
+    return this.statement('DELETE FROM audit WHERE at < ?').run(before).changes;
   }
 
   async close(): Promise<void> {

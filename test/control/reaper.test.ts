@@ -6,7 +6,12 @@ import type { Registry } from '../../src/control/registry.js';
 function emptyHost(sweep?: () => Promise<void>): ReaperHost {
   const none = async () => [];
   return {
-    registry: { expired: none, listSandboxes: none, endedSince: none } as unknown as Registry,
+    registry: {
+      expired: none,
+      listSandboxes: none,
+      endedSince: none,
+      purgeAudit: async () => 0,
+    } as unknown as Registry,
     isAlive: () => true,
     isEnding: () => false,
     markDead: async () => undefined,
