@@ -5,7 +5,9 @@ import type { SandboxHandle } from '../providers/provider.js';
 import type { AuditFilter, AuditKind, AuditRecord, NewAuditRecord } from './audit.js';
 import {
   EVENTS_LOCK,
+  type EventDraft,
   type EventFilter,
+  eventFor,
   type NewSandboxEvent,
   type SandboxEvent,
   type SandboxEventType,
@@ -222,9 +224,12 @@ const eventFromRow = (row: EventRow): SandboxEvent => ({
  */
 async function insertEvent(client: Pg.PoolClient, event: NewSandboxEvent): Promise<SandboxEvent> {
   await client.query('SELECT pg_advisory_xact_lock($1)', [EVENTS_LOCK]);
+  // An event whose id is taken already is not written again (the caller gets that one).
   const { rows } = await client.query<EventRow>(
-    `INSERT INTO events (id, at, sandbox_id, owner_key, template, type, data)
-       VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING *`,
+    `WITH added AS (
+       INSERT INTO events (id, at, sandbox_id, owner_key, template, type, data)
+         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING RETURNING *)
+     SELECT * FROM added UNION ALL SELECT * FROM events WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM added)`,
     [
       event.id,
       event.at,
@@ -237,6 +242,32 @@ async function insertEvent(client: Pg.PoolClient, event: NewSandboxEvent): Promi
   );
   return eventFromRow(rows[0] as EventRow);
 }
+
+/** What an event needs of the row a change touched. */
+interface ChangedRow {
+  id: string;
+  owner_key: string | null;
+  template: string;
+}
+
+/** Records `draft` as the event of the row `rows[0]` (when a row was changed) in `client`'s transaction. */
+async function eventOf(
+  client: Pg.PoolClient,
+  rows: ChangedRow[],
+  draft: EventDraft | undefined,
+): Promise<boolean> {
+  const row = rows[0];
+  if (!row) return false;
+  if (draft) {
+    await insertEvent(
+      client,
+      eventFor({ id: row.id, owner: row.owner_key ?? null, template: row.template }, draft),
+    );
+  }
+  return true;
+}
+
+const CHANGED = 'RETURNING id, owner_key, template';
 
 /** The live sandboxes that mount a volume (`$1`: its {@link volumeNeedle}). */
 const USERS_OF_VOLUME = `SELECT id FROM sandboxes
@@ -394,12 +425,16 @@ export class PostgresRegistry implements Registry {
     return rows.map((row) => row.version);
   }
 
-  async insertSandbox(record: SandboxRecord, maxRunning?: number | null): Promise<boolean> {
+  async insertSandbox(
+    record: SandboxRecord,
+    maxRunning?: number | null,
+    event?: EventDraft,
+  ): Promise<boolean> {
     const limited = maxRunning != null && record.owner !== null && record.state === 'running';
     const insert = `INSERT INTO sandboxes (id, template, state, metadata, created_at, expires_at,
          ended_at, end_reason, token_hash, handle, capabilities, owner_key, lifecycle, volume_mounts)
        SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14
-       ${limited ? `WHERE ${runningOf('$12')} < $15` : ''}`;
+       ${limited ? `WHERE ${runningOf('$12')} < $15` : ''} ${CHANGED}`;
     const params = [
       record.id,
       record.template,
@@ -418,7 +453,9 @@ export class PostgresRegistry implements Registry {
       ...(limited ? [maxRunning] : []),
     ];
     const volumes = [...new Set(record.volumeMounts.map((m) => m.id))];
-    if (!limited && volumes.length === 0) return (await this.query(insert, params)).rowCount === 1;
+    if (!limited && volumes.length === 0 && !event) {
+      return (await this.query(insert, params)).rowCount === 1;
+    }
     return this.transaction(async (client) => {
       // Its volumes' rows, share-locked until commit: a removal (which locks the row for update)
       // waits for this row and then sees the sandbox, or went first and the volume is gone.
@@ -434,7 +471,7 @@ export class PostgresRegistry implements Registry {
       if (limited) {
         await client.query('SELECT 1 FROM api_keys WHERE id = $1 FOR UPDATE', [record.owner]);
       }
-      return (await client.query(insert, params)).rowCount === 1;
+      return eventOf(client, (await client.query<ChangedRow>(insert, params)).rows, event);
     });
   }
 
@@ -471,6 +508,7 @@ export class PostgresRegistry implements Registry {
     now: number,
     expiresAt: number,
     owner?: SandboxOwner,
+    event?: EventDraft,
   ): Promise<SandboxRecord | undefined> {
     const limited = owner !== undefined && owner.maxRunning !== null;
     // SKIP LOCKED: concurrent claims (of any daemon) each take another row, none waits.
@@ -489,14 +527,17 @@ export class PostgresRegistry implements Registry {
       owner?.keyId ?? null,
       ...(limited ? [owner.maxRunning] : []),
     ];
-    if (!limited) {
+    if (!limited && !event) {
       const { rows } = await this.query<SandboxRow>(claim, params);
       return rows[0] && fromRow(rows[0]);
     }
     // As in insertSandbox: the key's row lock lines up its creates across replicas.
     return this.transaction(async (client) => {
-      await client.query('SELECT 1 FROM api_keys WHERE id = $1 FOR UPDATE', [owner.keyId]);
+      if (limited) {
+        await client.query('SELECT 1 FROM api_keys WHERE id = $1 FOR UPDATE', [owner.keyId]);
+      }
       const { rows } = await client.query<SandboxRow>(claim, params);
+      await eventOf(client, rows, event);
       return rows[0] && fromRow(rows[0]);
     });
   }
@@ -516,19 +557,38 @@ export class PostgresRegistry implements Registry {
     return rows.map((row) => ({ ...row, count: Number(row.count) }));
   }
 
-  async deleteSandbox(id: string, state: 'pooled' | 'running'): Promise<boolean> {
-    const { rowCount } = await this.query('DELETE FROM sandboxes WHERE id = $1 AND state = $2', [
-      id,
-      state,
-    ]);
-    return rowCount === 1;
+  /**
+   * One conditional statement `sql` (ending in {@link CHANGED}); with an event, in a transaction
+   * with the event of the row it changed.
+   */
+  private async change(
+    sql: string,
+    params: unknown[],
+    event: EventDraft | undefined,
+  ): Promise<boolean> {
+    if (!event) return (await this.query(sql, params)).rowCount === 1;
+    return this.transaction(async (client) =>
+      eventOf(client, (await client.query<ChangedRow>(sql, params)).rows, event),
+    );
+  }
+
+  async deleteSandbox(
+    id: string,
+    state: 'pooled' | 'running',
+    event?: EventDraft,
+  ): Promise<boolean> {
+    return this.change(
+      `DELETE FROM sandboxes WHERE id = $1 AND state = $2 ${CHANGED}`,
+      [id, state],
+      event,
+    );
   }
 
   async endSandbox(
     id: string,
     state: EndState,
     reason: string,
-    options: { expiredBy?: number } = {},
+    options: { expiredBy?: number; event?: EventDraft } = {},
   ): Promise<boolean> {
     const params: unknown[] = [state, reason, Date.now(), id];
     let due = '';
@@ -536,21 +596,26 @@ export class PostgresRegistry implements Registry {
       params.push(options.expiredBy);
       due = ' AND expires_at <= $5';
     }
-    const { rowCount } = await this.query(
+    return this.change(
       `UPDATE sandboxes SET state = $1, end_reason = $2, ended_at = $3
-       WHERE id = $4 AND state IN ('running', 'paused')${due}`,
+       WHERE id = $4 AND state IN ('running', 'paused')${due} ${CHANGED}`,
       params,
+      options.event,
     );
-    return rowCount === 1;
   }
 
-  async pauseSandbox(id: string, pause: PauseRecord, expiresAt: number): Promise<boolean> {
-    const { rowCount } = await this.query(
+  async pauseSandbox(
+    id: string,
+    pause: PauseRecord,
+    expiresAt: number,
+    event?: EventDraft,
+  ): Promise<boolean> {
+    return this.change(
       `UPDATE sandboxes SET state = 'paused', paused = $1, expires_at = $2
-       WHERE id = $3 AND state = 'running'`,
+       WHERE id = $3 AND state = 'running' ${CHANGED}`,
       [JSON.stringify(pause), expiresAt, id],
+      event,
     );
-    return rowCount === 1;
   }
 
   async resumeSandbox(
@@ -558,21 +623,23 @@ export class PostgresRegistry implements Registry {
     handle: SandboxHandle,
     expiresAt: number,
     maxRunning?: number | null,
+    event?: EventDraft,
   ): Promise<boolean> {
     const limited = maxRunning != null;
     const resume = `UPDATE sandboxes SET state = 'running', paused = NULL, handle = $1,
          expires_at = $2
        WHERE id = $3 AND state = 'paused'
-       ${limited ? `AND (owner_key IS NULL OR (SELECT COUNT(*) FROM sandboxes AS o WHERE o.owner_key = sandboxes.owner_key AND o.state = 'running') < $4)` : ''}`;
+       ${limited ? `AND (owner_key IS NULL OR (SELECT COUNT(*) FROM sandboxes AS o WHERE o.owner_key = sandboxes.owner_key AND o.state = 'running') < $4)` : ''}
+       ${CHANGED}`;
     const params = [JSON.stringify(handle), expiresAt, id, ...(limited ? [maxRunning] : [])];
-    if (!limited) return (await this.query(resume, params)).rowCount === 1;
+    if (!limited) return this.change(resume, params, event);
     // As in insertSandbox: the owner's key row lines up its creates and resumes across replicas.
     return this.transaction(async (client) => {
       await client.query(
         'SELECT 1 FROM api_keys WHERE id = (SELECT owner_key FROM sandboxes WHERE id = $1) FOR UPDATE',
         [id],
       );
-      return (await client.query(resume, params)).rowCount === 1;
+      return eventOf(client, (await client.query<ChangedRow>(resume, params)).rows, event);
     });
   }
 
@@ -584,20 +651,20 @@ export class PostgresRegistry implements Registry {
     return rowCount === 1;
   }
 
-  async setExpiry(id: string, expiresAt: number): Promise<boolean> {
-    const { rowCount } = await this.query(
-      `UPDATE sandboxes SET expires_at = $1 WHERE id = $2 AND state = 'running'`,
+  async setExpiry(id: string, expiresAt: number, event?: EventDraft): Promise<boolean> {
+    return this.change(
+      `UPDATE sandboxes SET expires_at = $1 WHERE id = $2 AND state = 'running' ${CHANGED}`,
       [expiresAt, id],
+      event,
     );
-    return rowCount === 1;
   }
 
-  async setHandle(id: string, handle: SandboxHandle): Promise<boolean> {
-    const { rowCount } = await this.query(
-      `UPDATE sandboxes SET handle = $1 WHERE id = $2 AND state = 'running'`,
+  async setHandle(id: string, handle: SandboxHandle, event?: EventDraft): Promise<boolean> {
+    return this.change(
+      `UPDATE sandboxes SET handle = $1 WHERE id = $2 AND state = 'running' ${CHANGED}`,
       [JSON.stringify(handle), id],
+      event,
     );
-    return rowCount === 1;
   }
 
   async expired(now = Date.now()): Promise<SandboxRecord[]> {

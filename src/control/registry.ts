@@ -7,7 +7,7 @@
 import type { SandboxState } from '../../runtime/protocol/wire.js';
 import type { SandboxHandle } from '../providers/provider.js';
 import type { AuditStore } from './audit.js';
-import type { EventFilter, NewSandboxEvent, SandboxEvent } from './events.js';
+import type { EventDraft, EventFilter, NewSandboxEvent, SandboxEvent } from './events.js';
 
 export type { SandboxState };
 
@@ -202,6 +202,10 @@ export type EndState = Exclude<SandboxState, 'running' | 'pooled' | 'paused'>;
  * several daemons). Every change of a sandbox's state is one conditional statement, so two
  * callers racing (two daemons, or a kill and the reaper) never both win: the one that loses is
  * told (false / undefined) and its caller answers from the row as the winner left it.
+ *
+ * The methods that change a sandbox's row take an optional `event` (events.ts EventDraft): it is
+ * written, with the row's id, owner and template, in the same transaction as the change, and
+ * only when the change is made (a change refused or failed leaves no event).
  */
 export interface Registry extends AuditStore {
   /** `sqlite` or `postgres`. */
@@ -218,7 +222,11 @@ export interface Registry extends AuditStore {
    * running sandboxes than that, counted and written under one lock (SQLite's write lock, a row
    * lock on the key in PostgreSQL): false when the limit is reached, and nothing is written.
    */
-  insertSandbox(record: SandboxRecord, maxRunning?: number | null): Promise<boolean>;
+  insertSandbox(
+    record: SandboxRecord,
+    maxRunning?: number | null,
+    event?: EventDraft,
+  ): Promise<boolean>;
   getSandbox(id: string): Promise<SandboxRecord | undefined>;
   /**
    * The same as `getSandbox` without leaving the thread, when the store can (SQLite): the
@@ -238,6 +246,7 @@ export interface Registry extends AuditStore {
     now: number,
     expiresAt: number,
     owner?: SandboxOwner,
+    event?: EventDraft,
   ): Promise<SandboxRecord | undefined>;
   countPooled(template: string): Promise<number>;
   /** Sandboxes that have not ended (every state the table holds), counted by state and template. */
@@ -246,7 +255,7 @@ export interface Registry extends AuditStore {
    * Removes a row for good if it is still in `state` (a pooled sandbox leaving the pool, or one
    * just claimed that turned out dead); false when another caller changed it first.
    */
-  deleteSandbox(id: string, state: 'pooled' | 'running'): Promise<boolean>;
+  deleteSandbox(id: string, state: 'pooled' | 'running', event?: EventDraft): Promise<boolean>;
   /**
    * Marks a running or paused sandbox ended; false when it was neither (it ended already, and
    * the first end stays). `expiredBy`: end it only if its expiry is at or before this time (a
@@ -256,13 +265,18 @@ export interface Registry extends AuditStore {
     id: string,
     state: EndState,
     reason: string,
-    options?: { expiredBy?: number },
+    options?: { expiredBy?: number; event?: EventDraft },
   ): Promise<boolean>;
   /**
    * A running sandbox becomes `paused` (kept as `pause` says) until `expiresAt` (its paused
    * timeout); false when it was not running.
    */
-  pauseSandbox(id: string, pause: PauseRecord, expiresAt: number): Promise<boolean>;
+  pauseSandbox(
+    id: string,
+    pause: PauseRecord,
+    expiresAt: number,
+    event?: EventDraft,
+  ): Promise<boolean>;
   /**
    * A paused sandbox runs again, with `handle` (a hibernated one has new processes) until
    * `expiresAt`. With `maxRunning`, only while its owner has fewer running sandboxes than that
@@ -274,13 +288,14 @@ export interface Registry extends AuditStore {
     handle: SandboxHandle,
     expiresAt: number,
     maxRunning?: number | null,
+    event?: EventDraft,
   ): Promise<boolean>;
   /** Records what a running sandbox's timeout does; false when it is not running. */
   setLifecycle(id: string, lifecycle: LifecycleRecord | null): Promise<boolean>;
   /** Sets a running sandbox's expiry; false when it is not running. */
-  setExpiry(id: string, expiresAt: number): Promise<boolean>;
+  setExpiry(id: string, expiresAt: number, event?: EventDraft): Promise<boolean>;
   /** Replaces a running sandbox's handle (its network policy changed); false when not running. */
-  setHandle(id: string, handle: SandboxHandle): Promise<boolean>;
+  setHandle(id: string, handle: SandboxHandle, event?: EventDraft): Promise<boolean>;
   /** Running and paused sandboxes whose time is up (a paused one's: its paused timeout). */
   expired(now?: number): Promise<SandboxRecord[]>;
   /** Sandboxes that ended (killed, expired, dead) at or after `since`, oldest end first. */
@@ -358,7 +373,9 @@ export interface Registry extends AuditStore {
 
   /**
    * Records an event that is not a change of a sandbox's row (it failed to start, its timeout is
-   * near, it was snapshotted); resolves to it with its `seq`. On PostgreSQL every event insert
+   * near, it was snapshotted); resolves to it with its `seq`. An event whose id is recorded
+   * already is not written again: the one recorded is answered (an id made from what the event
+   * is about writes it once, whichever daemon tries). On PostgreSQL every event insert
    * takes events.ts' EVENTS_LOCK first, so `seq` grows in commit order.
    */
   appendEvent(event: NewSandboxEvent): Promise<SandboxEvent>;

@@ -1,6 +1,13 @@
 import type { SandboxHandle } from '../providers/provider.js';
 import type { AuditFilter, AuditKind, AuditRecord, NewAuditRecord } from './audit.js';
-import type { EventFilter, NewSandboxEvent, SandboxEvent, SandboxEventType } from './events.js';
+import {
+  type EventDraft,
+  type EventFilter,
+  eventFor,
+  type NewSandboxEvent,
+  type SandboxEvent,
+  type SandboxEventType,
+} from './events.js';
 import { MIGRATIONS, SCHEMA_VERSION, tooNewError } from './migrations.js';
 import type {
   ApiKeyRecord,
@@ -153,8 +160,9 @@ const eventFromRow = (row: EventRow): SandboxEvent => ({
   data: JSON.parse(row.data),
 });
 
+// An event whose id is taken already is not written again (the caller gets that one).
 const INSERT_EVENT = `INSERT INTO events (id, at, sandbox_id, owner_key, template, type, data)
-  VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING *`;
+  VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING RETURNING *`;
 
 /** The live sandboxes that mount a volume (`?`: its {@link volumeNeedle}). */
 const USERS_OF_VOLUME = `SELECT id FROM sandboxes
@@ -267,11 +275,39 @@ export class SqliteRegistry implements Registry {
     ).map((row) => row.version);
   }
 
-  async insertSandbox(record: SandboxRecord, maxRunning?: number | null): Promise<boolean> {
+  /**
+   * Runs `change` (one conditional statement; it answers the row it changed, or undefined) and,
+   * when it changed one and there is an `event`, records the event of that row in the same
+   * transaction. Without an event it is the statement alone, as before.
+   */
+  private changed(
+    change: () => { id: string; owner_key: string | null; template: string } | undefined,
+    event: EventDraft | undefined,
+  ): boolean {
+    if (!event) return change() !== undefined;
+    return transaction(
+      this.db,
+      () => {
+        const row = change();
+        if (!row) return false;
+        this.insertEvent(
+          eventFor({ id: row.id, owner: row.owner_key ?? null, template: row.template }, event),
+        );
+        return true;
+      },
+      'IMMEDIATE',
+    );
+  }
+
+  async insertSandbox(
+    record: SandboxRecord,
+    maxRunning?: number | null,
+    event?: EventDraft,
+  ): Promise<boolean> {
     // One statement holds the write lock from the count to the insert, for every process on the
     // file: two creates at a key's limit cannot both pass.
     const limited = maxRunning != null && record.owner !== null && record.state === 'running';
-    return (
+    const insert = () =>
       this.statement(
         `INSERT INTO sandboxes (id, template, state, metadata, created_at, expires_at, ended_at,
              end_reason, token_hash, handle, capabilities, owner_key, lifecycle, volume_mounts)
@@ -290,7 +326,9 @@ export class SqliteRegistry implements Registry {
         volumeIds: JSON.stringify([...new Set(record.volumeMounts.map((m) => m.id))]),
         ...(limited ? { limit: maxRunning } : {}),
       }).changes === 1
-    );
+        ? { id: record.id, owner_key: record.owner, template: record.template }
+        : undefined;
+    return this.changed(insert, event);
   }
 
   getSandboxNow(id: string): SandboxRecord | undefined {
@@ -337,9 +375,12 @@ export class SqliteRegistry implements Registry {
     now: number,
     expiresAt: number,
     owner?: SandboxOwner,
+    event?: EventDraft,
   ): Promise<SandboxRecord | undefined> {
     const limited = owner !== undefined && owner.maxRunning !== null;
-    const row = this.statement(
+    let claimed: SandboxRow | undefined;
+    const claim = () => {
+      claimed = this.statement(
       `UPDATE sandboxes SET state = 'running', metadata = @metadata, created_at = @now,
            expires_at = @expiresAt, owner_key = @owner
          WHERE id = (SELECT id FROM sandboxes WHERE state = 'pooled' AND template = @template
@@ -354,7 +395,10 @@ export class SqliteRegistry implements Registry {
       owner: owner?.keyId ?? null,
       ...(limited ? { limit: owner.maxRunning } : {}),
     }) as SandboxRow | undefined;
-    return row && fromRow(row);
+      return claimed;
+    };
+    this.changed(claim, event);
+    return claimed && fromRow(claimed);
   }
 
   async countPooled(template: string): Promise<number> {
@@ -371,10 +415,17 @@ export class SqliteRegistry implements Registry {
     ).all() as { state: SandboxState; template: string; count: number }[];
   }
 
-  async deleteSandbox(id: string, state: 'pooled' | 'running'): Promise<boolean> {
-    return (
-      this.statement('DELETE FROM sandboxes WHERE id = ? AND state = ?').run(id, state).changes ===
-      1
+  async deleteSandbox(
+    id: string,
+    state: 'pooled' | 'running',
+    event?: EventDraft,
+  ): Promise<boolean> {
+    return this.changed(
+      () =>
+        this.statement(
+          'DELETE FROM sandboxes WHERE id = ? AND state = ? RETURNING id, owner_key, template',
+        ).get(id, state) as SandboxRow | undefined,
+      event,
     );
   }
 
@@ -382,28 +433,40 @@ export class SqliteRegistry implements Registry {
     id: string,
     state: EndState,
     reason: string,
-    options: { expiredBy?: number } = {},
+    options: { expiredBy?: number; event?: EventDraft } = {},
   ): Promise<boolean> {
     const due = options.expiredBy === undefined ? '' : ' AND expires_at <= ?';
-    const result = this.statement(
-      `UPDATE sandboxes SET state = ?, end_reason = ?, ended_at = ?
-         WHERE id = ? AND state IN ('running', 'paused')${due}`,
-    ).run(
-      state,
-      reason,
-      Date.now(),
-      id,
-      ...(options.expiredBy === undefined ? [] : [options.expiredBy]),
+    return this.changed(
+      () =>
+        this.statement(
+          `UPDATE sandboxes SET state = ?, end_reason = ?, ended_at = ?
+             WHERE id = ? AND state IN ('running', 'paused')${due}
+             RETURNING id, owner_key, template`,
+        ).get(
+          state,
+          reason,
+          Date.now(),
+          id,
+          ...(options.expiredBy === undefined ? [] : [options.expiredBy]),
+        ) as SandboxRow | undefined,
+      options.event,
     );
-    return result.changes === 1;
   }
 
-  async pauseSandbox(id: string, pause: PauseRecord, expiresAt: number): Promise<boolean> {
-    const result = this.statement(
-      `UPDATE sandboxes SET state = 'paused', paused = ?, expires_at = ?
-         WHERE id = ? AND state = 'running'`,
-    ).run(JSON.stringify(pause), expiresAt, id);
-    return result.changes === 1;
+  async pauseSandbox(
+    id: string,
+    pause: PauseRecord,
+    expiresAt: number,
+    event?: EventDraft,
+  ): Promise<boolean> {
+    return this.changed(
+      () =>
+        this.statement(
+          `UPDATE sandboxes SET state = 'paused', paused = ?, expires_at = ?
+             WHERE id = ? AND state = 'running' RETURNING id, owner_key, template`,
+        ).get(JSON.stringify(pause), expiresAt, id) as SandboxRow | undefined,
+      event,
+    );
   }
 
   async resumeSandbox(
@@ -411,21 +474,26 @@ export class SqliteRegistry implements Registry {
     handle: SandboxHandle,
     expiresAt: number,
     maxRunning?: number | null,
+    event?: EventDraft,
   ): Promise<boolean> {
     // One statement: the owner's count and the change happen under the write lock.
     const limited = maxRunning != null;
-    const result = this.statement(
-      `UPDATE sandboxes SET state = 'running', paused = NULL, handle = @handle,
-           expires_at = @expiresAt
-         WHERE id = @id AND state = 'paused'
-         ${limited ? `AND (owner_key IS NULL OR (SELECT COUNT(*) FROM sandboxes AS o WHERE o.owner_key = sandboxes.owner_key AND o.state = 'running') < @limit)` : ''}`,
-    ).run({
-      handle: JSON.stringify(handle),
-      expiresAt,
-      id,
-      ...(limited ? { limit: maxRunning } : {}),
-    });
-    return result.changes === 1;
+    return this.changed(
+      () =>
+        this.statement(
+          `UPDATE sandboxes SET state = 'running', paused = NULL, handle = @handle,
+               expires_at = @expiresAt
+             WHERE id = @id AND state = 'paused'
+             ${limited ? `AND (owner_key IS NULL OR (SELECT COUNT(*) FROM sandboxes AS o WHERE o.owner_key = sandboxes.owner_key AND o.state = 'running') < @limit)` : ''}
+             RETURNING id, owner_key, template`,
+        ).get({
+          handle: JSON.stringify(handle),
+          expiresAt,
+          id,
+          ...(limited ? { limit: maxRunning } : {}),
+        }) as SandboxRow | undefined,
+      event,
+    );
   }
 
   async setLifecycle(id: string, lifecycle: LifecycleRecord | null): Promise<boolean> {
@@ -435,18 +503,26 @@ export class SqliteRegistry implements Registry {
     return result.changes === 1;
   }
 
-  async setExpiry(id: string, expiresAt: number): Promise<boolean> {
-    const result = this.statement(
-      `UPDATE sandboxes SET expires_at = ? WHERE id = ? AND state = 'running'`,
-    ).run(expiresAt, id);
-    return result.changes === 1;
+  async setExpiry(id: string, expiresAt: number, event?: EventDraft): Promise<boolean> {
+    return this.changed(
+      () =>
+        this.statement(
+          `UPDATE sandboxes SET expires_at = ? WHERE id = ? AND state = 'running'
+             RETURNING id, owner_key, template`,
+        ).get(expiresAt, id) as SandboxRow | undefined,
+      event,
+    );
   }
 
-  async setHandle(id: string, handle: SandboxHandle): Promise<boolean> {
-    const result = this.statement(
-      `UPDATE sandboxes SET handle = ? WHERE id = ? AND state = 'running'`,
-    ).run(JSON.stringify(handle), id);
-    return result.changes === 1;
+  async setHandle(id: string, handle: SandboxHandle, event?: EventDraft): Promise<boolean> {
+    return this.changed(
+      () =>
+        this.statement(
+          `UPDATE sandboxes SET handle = ? WHERE id = ? AND state = 'running'
+             RETURNING id, owner_key, template`,
+        ).get(JSON.stringify(handle), id) as SandboxRow | undefined,
+      event,
+    );
   }
 
   async expired(now = Date.now()): Promise<SandboxRecord[]> {
@@ -758,8 +834,10 @@ export class SqliteRegistry implements Registry {
       event.template,
       event.type,
       JSON.stringify(event.data),
-    ) as EventRow;
-    return eventFromRow(row);
+    ) as EventRow | undefined;
+    return eventFromRow(
+      row ?? (this.statement('SELECT * FROM events WHERE id = ?').get(event.id) as EventRow),
+    );
   }
 
   async appendEvent(event: NewSandboxEvent): Promise<SandboxEvent> {

@@ -1,7 +1,7 @@
 import { describe, expect } from 'vitest';
 import { eventFor, type NewSandboxEvent } from '../../src/control/events.js';
 import type { Registry } from '../../src/control/registry.js';
-import { STORES, storeTest } from '../control/registry-stores.js';
+import { apiKeyRow, STORES, sandboxRow, storeTest } from '../control/registry-stores.js';
 
 const at0 = 1_800_000_000_000;
 
@@ -85,6 +85,130 @@ for (const kind of STORES) {
       // Another daemon on the same database reads the same rows.
       const other = await store.open();
       expect((await other.listEvents({ limit: 10, order: 'asc' }))[0]).toEqual(a1);
+    });
+
+    test('each change writes its event with the row, only when it is made; a failed event undoes the change', async ({
+      store,
+    }) => {
+      const registry = await store.open();
+      const key = apiKeyRow();
+      await registry.insertApiKey(key);
+      const row = sandboxRow({ owner: key.id, template: 'tpl' });
+      const draft = (type: NewSandboxEvent['type'], data: Record<string, unknown> = {}) => ({
+        type,
+        data,
+      });
+      expect(await registry.insertSandbox(row, 5, draft('sandbox.lifecycle.created'))).toBe(true);
+      expect(
+        await registry.setExpiry(row.id, row.expiresAt + 1, draft('sandbox.lifecycle.updated')),
+      ).toBe(true);
+      expect(
+        await registry.setHandle(
+          row.id,
+          row.handle,
+          draft('sandbox.lifecycle.updated', { change: 'network' }),
+        ),
+      ).toBe(true);
+      expect(
+        await registry.pauseSandbox(
+          row.id,
+          { memory: true, at: 1 },
+          2,
+          draft('sandbox.lifecycle.paused'),
+        ),
+      ).toBe(true);
+      // Refused changes (it is not running now): no row changed, no event.
+      expect(await registry.setExpiry(row.id, 5, draft('sandbox.lifecycle.updated'))).toBe(false);
+      expect(
+        await registry.pauseSandbox(
+          row.id,
+          { memory: true, at: 1 },
+          2,
+          draft('sandbox.lifecycle.paused'),
+        ),
+      ).toBe(false);
+      expect(
+        await registry.resumeSandbox(row.id, row.handle, 9, 5, draft('sandbox.lifecycle.resumed')),
+      ).toBe(true);
+      expect(
+        await registry.resumeSandbox(row.id, row.handle, 9, 5, draft('sandbox.lifecycle.resumed')),
+      ).toBe(false);
+      // An event that cannot be written (its data is not JSON) leaves the row as it was.
+      await expect(
+        registry.endSandbox(row.id, 'killed', 'killed', {
+          event: draft('sandbox.lifecycle.killed', { n: 1n }),
+        }),
+      ).rejects.toThrow(/BigInt/);
+      expect((await registry.getSandbox(row.id))?.state).toBe('running');
+      expect(
+        await registry.endSandbox(row.id, 'killed', 'killed', {
+          event: draft('sandbox.lifecycle.killed', { reason: 'api' }),
+        }),
+      ).toBe(true);
+      expect(
+        await registry.endSandbox(row.id, 'killed', 'again', {
+          event: draft('sandbox.lifecycle.killed'),
+        }),
+      ).toBe(false);
+      const events = await registry.listEvents({ sandboxId: row.id, limit: 100, order: 'asc' });
+      expect(events.map((e) => e.type.replace('sandbox.lifecycle.', ''))).toEqual([
+        'created',
+        'updated',
+        'updated',
+        'paused',
+        'resumed',
+        'killed',
+      ]);
+      expect(events.every((e) => e.owner === key.id && e.template === 'tpl')).toBe(true);
+      expect(events[5]?.data).toEqual({ reason: 'api' });
+      // A spare claimed from the pool: its created event names the key that got it.
+      const spare = sandboxRow({ state: 'pooled', template: 'pool-tpl' });
+      await registry.insertSandbox(spare);
+      expect(await registry.listEvents({ sandboxId: spare.id, limit: 10, order: 'asc' })).toEqual(
+        [],
+      );
+      const claimed = await registry.claimPooled(
+        'pool-tpl',
+        {},
+        10,
+        20,
+        { keyId: key.id, maxRunning: 5 },
+        draft('sandbox.lifecycle.created', { source: 'pool' }),
+      );
+      expect(claimed?.id).toBe(spare.id);
+      expect(
+        await registry.claimPooled(
+          'pool-tpl',
+          {},
+          10,
+          20,
+          undefined,
+          draft('sandbox.lifecycle.created'),
+        ),
+      ).toBeUndefined();
+      const [created] = await registry.listEvents({ sandboxId: spare.id, limit: 10, order: 'asc' });
+      expect(created).toMatchObject({
+        owner: key.id,
+        template: 'pool-tpl',
+        data: { source: 'pool' },
+      });
+      // At the key's limit, a create is refused and leaves no event.
+      const over = sandboxRow({ owner: key.id });
+      expect(await registry.insertSandbox(over, 1, draft('sandbox.lifecycle.created'))).toBe(false);
+      expect(await registry.listEvents({ sandboxId: over.id, limit: 10, order: 'asc' })).toEqual(
+        [],
+      );
+      // The same id twice is one event (the reaper's nearing-timeout warning, from any daemon).
+      const once = event(row.id, key.id, 'sandbox.lifecycle.expiring', at0);
+      const first = await registry.appendEvent(once);
+      expect(await registry.appendEvent({ ...once, at: at0 + 5 })).toEqual(first);
+      expect(
+        await registry.listEvents({
+          types: ['sandbox.lifecycle.expiring'],
+          limit: 10,
+          order: 'asc',
+        }),
+      ).toHaveLength(1);
     });
 
     test('purge removes what happened before the cutoff and says how many', async ({ store }) => {
