@@ -38,7 +38,14 @@ export interface TemplateSpec extends TemplateRuntime {
    * (files of host uid `uid`); `since`: when its source mounted them (an apply's conflicts count
    * from it).
    */
-  snapshotWorkspace?: { from: string; path: string; since: number; uid: number };
+  snapshotWorkspace?: {
+    from: string;
+    path: string;
+    since: number;
+    uid: number;
+    /** An uploaded workspace's: the snapshot keeps a copy of its base (`workspace-upload/`). */
+    uploaded?: { uploadId: string; since: number | null; uploadedAt: number };
+  };
 }
 
 /**

@@ -61,8 +61,11 @@ import {
   sandboxWorkspaceDiff,
 } from './sandbox-workspace.js';
 import {
+  keepUploadedBase,
   type SnapshotWorkspace,
+  snapshotUpload,
   snapshotWorkspaceRequest,
+  type UploadedRequest,
   withSnapshotLayer,
 } from './snapshot-workspace.js';
 import { StartSlots } from './start-slots.js';
@@ -72,8 +75,9 @@ import { templateWorkspace } from './template-workspace.js';
 import type { VolumeService } from './volume-service.js';
 import { WarmPool, type WarmPoolOptions } from './warm-pool.js';
 import {
+  BASES_DIR,
   checkUploadedWorkspace,
-  UPLOADED_DIR,
+  UploadedBases,
   uploadedWorkspace,
   WorkspaceUploads,
 } from './workspace-uploads.js';
@@ -219,6 +223,12 @@ export class SandboxService {
     this.uploadsMade ??= new WorkspaceUploads(join(this.sandboxesDir, '..', 'workspace-uploads'));
     return this.uploadsMade;
   }
+  private basesMade: UploadedBases | undefined;
+  /** The uploaded workspaces' bases in use, shared by a sandbox and its forks (counted by row). */
+  private get bases(): UploadedBases {
+    this.basesMade ??= new UploadedBases(join(this.sandboxesDir, '..', BASES_DIR), this.registry);
+    return this.basesMade;
+  }
   /** Failures of background work (the pool's refills, the reaper's passes). */
   readonly log = new BackgroundLog();
   private readonly slots: StartSlots;
@@ -298,13 +308,15 @@ export class SandboxService {
     // authorized below as a create's own; a create from it names none of its own.
     const asked = snapshotWorkspaceRequest(request.workspace, template.spec);
     // A remote client's uploaded folder (workspace-uploads.ts): the key's own, no host folder.
+    // A snapshot's uploaded workspace: its kept copy of the base, and its changes.
     const uploaded = checkUploadedWorkspace(
-      request.workspace,
+      asked,
       this.provider,
       sandboxHome(template.spec.user),
       volumes.records.map((mount) => mount.path),
     );
-    if (uploaded) this.uploads.check(uploaded.upload, owner?.keyId);
+    const keptUpload = snapshotUpload(template.spec, template.workspaceLayer);
+    if (uploaded && !keptUpload) this.uploads.check(uploaded.upload, owner?.keyId);
     // A template's workspace is checked as the create's own, for the key that creates.
     const workspace =
       uploaded ??
@@ -320,15 +332,17 @@ export class SandboxService {
     // Who may mount that host folder (workspace-access.ts): as whom, or a 403; a snapshot's
     // then starts from the changes it kept.
     const mounted =
-      workspace && 'from' in workspace
-        ? withSnapshotLayer(
-            await templateWorkspace(request.workspace, template.spec, () =>
-              authorizeWorkspace(workspace, owner, client.uid),
-            ),
-            template.spec,
-            template.workspaceLayer,
-          )
-        : workspace;
+      uploaded && keptUpload
+        ? { ...uploaded, kept: keptUpload }
+        : workspace && 'from' in workspace
+          ? withSnapshotLayer(
+              await templateWorkspace(request.workspace, template.spec, () =>
+                authorizeWorkspace(workspace, owner, client.uid),
+              ),
+              template.spec,
+              template.workspaceLayer,
+            )
+          : workspace;
     // Refused before a sandbox is started when the limit is plainly reached; the registry's
     // locked write below is what makes the limit hold under concurrent creates.
     if (owner && owner.maxRunning !== null) {
@@ -484,18 +498,55 @@ export class SandboxService {
       network?: { network: SandboxSpec['network']; egress?: EgressPolicy };
       lifecycle?: LifecycleRecord | null;
       volumes?: SandboxVolumes;
-      workspace?: SandboxSpec['workspace'] | { upload: string; path: string };
+      workspace?: SandboxSpec['workspace'] | UploadedRequest;
     } = {},
   ): Promise<{ record: SandboxRecord }> {
-    const { owner, network, lifecycle = null, volumes, workspace: asked } = options;
+    const { owner, workspace: asked } = options;
+    // An uploaded folder becomes a base of its own (docs/workspaces.md, "From a remote client"),
+    // a snapshot's kept one a new base with its changes; pinned until this sandbox's row names it.
+    if (!asked || !('upload' in asked)) {
+      return this.startOnce(template, state, envs, metadata, timeoutMs, {
+        ...options,
+        workspace: asked,
+      });
+    }
+    const from = asked.kept
+      ? await this.bases.fromCopy(asked.kept.base)
+      : this.bases.take(this.uploads, asked.upload, owner?.keyId);
+    try {
+      const { kept, upload: _upload, ...rest } = asked;
+      const workspace = {
+        ...rest,
+        from,
+        ...(kept ? { since: kept.since, layer: kept.layer } : {}),
+      };
+      return await this.startOnce(template, state, envs, metadata, timeoutMs, {
+        ...options,
+        workspace,
+      });
+    } finally {
+      await this.bases.unpin(from);
+    }
+  }
+
+  private async startOnce(
+    template: BuiltTemplate,
+    state: 'running' | 'pooled',
+    envs: Record<string, string>,
+    metadata: Record<string, string>,
+    timeoutMs: number,
+    options: {
+      owner?: KeyOwner;
+      network?: { network: SandboxSpec['network']; egress?: EgressPolicy };
+      lifecycle?: LifecycleRecord | null;
+      volumes?: SandboxVolumes;
+      workspace?: SandboxSpec['workspace'];
+    } = {},
+  ): Promise<{ record: SandboxRecord }> {
+    const { owner, network, lifecycle = null, volumes, workspace } = options;
     const id = newSandboxId();
     const accessToken = this.tokenOf(id);
     const dir = join(this.sandboxesDir, id);
-    // An uploaded folder becomes this sandbox's (docs/workspaces.md, "From a remote client").
-    const workspace =
-      asked && 'upload' in asked
-        ? { from: this.takeUpload(asked.upload, owner, dir), path: asked.path }
-        : asked;
     const began = performance.now();
     const kept: KeptSpec = {
       id,
@@ -674,6 +725,8 @@ export class SandboxService {
         await this.provider.kill(record.handle);
         // In the thread pool: unlinking a disk image took the event loop 10-35 ms per kill.
         await rm(join(this.sandboxesDir, record.id), { recursive: true, force: true });
+        // An uploaded workspace's base goes with the last sandbox that names it.
+        await this.bases.dropIfUnused(record.handle.workspace?.from);
       })().finally(() => this.ending.delete(record.id));
       this.ending.set(record.id, ending);
     }
@@ -717,13 +770,6 @@ export class SandboxService {
     });
   }
 
-  /** Moves upload `id` of `owner` into sandbox folder `dir`; returns its base (the workspace's `from`). */
-  private takeUpload(id: string, owner: KeyOwner | undefined, dir: string): string {
-    const into = join(dir, UPLOADED_DIR);
-    this.uploads.take(id, owner?.keyId, into);
-    return join(into, 'base');
-  }
-
   /** Where a running sandbox's workspace is, whether a client uploaded it, and since when it counts. */
   async workspaceInfo(id: string): Promise<{ path: string; uploaded: boolean; since: number }> {
     const record = await this.running(id);
@@ -754,14 +800,12 @@ export class SandboxService {
           `sandbox ${id}'s workspace cannot be kept in a snapshot on the ${this.provider.name} provider (the local provider on a root daemon can): take its changes first (GET /v1/sandboxes/${id}/workspace/diff)`,
         );
       }
-      if (uploadedWorkspace(workspace.from)) {
-        throw new InvalidArgumentError(
-          `sandbox ${id}'s workspace was uploaded, and its base goes with the sandbox: a snapshot cannot keep it (take its changes: sandbox.workspace.applyLocal())`,
-        );
-      }
       await copy(record.handle, to);
+      // An uploaded one: the snapshot keeps a copy of its base too (it outlives the upload).
+      const uploaded = await keepUploadedBase(workspace.from, to);
       return {
-        from: workspace.from,
+        ...(uploaded ? { uploaded } : {}),
+        from: uploaded ? `the upload ${uploaded.uploadId}` : workspace.from,
         path: workspace.path,
         since: workspaceSince(record, await this.keptSpec(record)),
         // Whose the layer's files are: the sandbox's own uid, or (a rootless daemon's, a
@@ -1098,17 +1142,15 @@ export class SandboxService {
         ));
       const metadata = { ...source.metadata, ...extra };
       // A fork's workspace: its own copy of the source's upper layer (the provider copies it)
-      // over the same host folder; a host edit since the source mounted it is still a conflict.
-      if (sourceSpec.workspace && uploadedWorkspace(sourceSpec.workspace.from)) {
-        throw new InvalidArgumentError(
-          `sandbox ${id}'s workspace was uploaded, and its base goes with it: a fork of it is not made (upload the folder again for another sandbox)`,
-        );
-      }
+      // over the same host folder (or uploaded base, shared: pinned until the forks' rows name
+      // it); a host edit since the source mounted it is still a conflict.
       let workspace: SandboxSpec['workspace'];
       if (sourceSpec.workspace) {
         const { layer: _layer, ...mounted } = sourceSpec.workspace;
         workspace = { ...mounted, since: workspaceSince(source, sourceSpec) };
       }
+      const base = this.bases.idOf(workspace?.from) === undefined ? undefined : workspace?.from;
+      if (base) this.bases.pin(base);
       const one = async (): Promise<{ record: SandboxRecord; accessToken: string }> => {
         const began = performance.now();
         const forkId = newSandboxId();
@@ -1178,7 +1220,9 @@ export class SandboxService {
         this.events?.created(record.template, 'fork', (performance.now() - began) / 1000, false);
         return { record, accessToken };
       };
-      const results = await Promise.allSettled(Array.from({ length: count }, one));
+      const results = await Promise.allSettled(Array.from({ length: count }, one)).finally(
+        () => base && this.bases.unpin(base),
+      );
       const made = results.flatMap((result) =>
         result.status === 'fulfilled' ? [result.value] : [],
       );
@@ -1329,6 +1373,8 @@ export class SandboxService {
     }
     // A sandbox without a running row must not run: kill what a crash left behind.
     const orphans = await this.sweepOrphans(new Set(adopted));
+    // Uploaded workspaces' bases no row names any more (a daemon that died before removing one).
+    await this.bases.sweep();
     return { adopted, dead, orphans };
   }
 }

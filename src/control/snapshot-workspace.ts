@@ -3,11 +3,12 @@
  * snapshot keeps the host folder's path, where the sandbox saw it and a copy of its upper layer
  * (its changes); a sandbox created from it mounts the folder again over a copy of that layer.
  */
-import { statSync } from 'node:fs';
-import { join } from 'node:path';
+import { mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import type { TemplateSpec } from '../commands/template.js';
 import { InvalidArgumentError } from '../errors.js';
 import type { SandboxSpec } from '../providers/provider.js';
+import { copyTree, UPLOAD_INFO_FILE, uploadedWorkspace } from './workspace-uploads.js';
 
 /** What a snapshot keeps of its sandbox's workspace (besides the layer, in its folder). */
 export type SnapshotWorkspace = NonNullable<TemplateSpec['snapshotWorkspace']>;
@@ -15,6 +16,64 @@ export type SnapshotWorkspace = NonNullable<TemplateSpec['snapshotWorkspace']>;
 /** Where a snapshot keeps its workspace's upper layer, in the template's folder. */
 export function snapshotLayerDir(templateDir: string): string {
   return join(templateDir, 'workspace');
+}
+
+/**
+ * Where a snapshot of a sandbox with an uploaded workspace keeps its copy of the base (`base`,
+ * `upload.json`), in the template's folder beside the layer (`layerDir`).
+ */
+export function snapshotBaseDir(layerDir: string): string {
+  return join(dirname(layerDir), 'workspace-upload');
+}
+
+/** A create's uploaded workspace: an upload's id, or a snapshot's kept base (`kept`). */
+export interface UploadedRequest {
+  upload: string;
+  path: string;
+  kept?: {
+    /** The snapshot's copy: `base` and `upload.json`. */
+    base: string;
+    since: number;
+    layer: { dir: string; uid: number };
+  };
+}
+
+/**
+ * A snapshot's kept uploaded workspace (its base's copy and its layer), for a create from
+ * template `spec` whose kept layer is `layerDir`; undefined for any other template.
+ */
+export function snapshotUpload(
+  spec: TemplateSpec,
+  layerDir: string | undefined,
+): UploadedRequest['kept'] {
+  const kept = spec.snapshotWorkspace;
+  if (!kept?.uploaded || !layerDir) return undefined;
+  return {
+    base: snapshotBaseDir(layerDir),
+    since: kept.since,
+    layer: { dir: layerDir, uid: kept.uid },
+  };
+}
+
+/**
+ * For a snapshot of a sandbox whose workspace's base `from` was uploaded: copies the base and
+ * what it says of its upload beside the snapshot's layer (`layerDir`), a copy of its own (the
+ * upload's base goes with its last sandbox); what the snapshot keeps of the upload. Undefined:
+ * `from` is a host folder, not copied.
+ */
+export async function keepUploadedBase(
+  from: string,
+  layerDir: string,
+): Promise<{ uploadId: string; since: number | null; uploadedAt: number } | undefined> {
+  const info = uploadedWorkspace(from);
+  if (!info) return undefined;
+  const into = snapshotBaseDir(layerDir);
+  mkdirSync(into, { recursive: true, mode: 0o700 });
+  await copyTree(from, join(into, 'base'));
+  writeFileSync(join(into, UPLOAD_INFO_FILE), readFileSync(join(dirname(from), UPLOAD_INFO_FILE)), {
+    mode: 0o600,
+  });
+  return { uploadId: info.uploadId, since: info.since, uploadedAt: info.uploadedAt };
 }
 
 /**
@@ -31,6 +90,8 @@ export function snapshotWorkspaceRequest(requested: unknown, spec: TemplateSpec)
       `template '${spec.name}' is a snapshot of a sandbox with a workspace (${kept.from} at ${kept.path}), whose changes it keeps: a create from it mounts that folder again and cannot name a workspace of its own; leave workspace out (or create from the snapshot's template)`,
     );
   }
+  // An uploaded one: the snapshot's copy of the base (no folder of the daemon's host).
+  if (kept.uploaded) return { upload: kept.uploaded.uploadId, path: kept.path };
   return { from: kept.from, path: kept.path };
 }
 

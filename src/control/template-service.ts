@@ -40,7 +40,6 @@ import {
   templateBuildNetwork,
   templateBuildRefusals,
 } from './template-access.js';
-import { uploadedWorkspace } from './workspace-uploads.js';
 
 /** The template every installation has, without a build. */
 export const BASE_TEMPLATE: TemplateSpec = {
@@ -761,11 +760,6 @@ export class TemplateService {
     const staged = join(this.templatesDir, `.snapshot-${name}-${newSandboxId()}`);
     let image: string | undefined;
     let workspace: SnapshotWorkspace | undefined;
-    if (sandbox.handle.workspace && uploadedWorkspace(sandbox.handle.workspace.from)) {
-      throw new InvalidArgumentError(
-        `sandbox ${sandbox.id}'s workspace was uploaded by a client, and its base goes with the sandbox: a snapshot cannot keep it (apply its changes with applyLocal, then upload the folder again)`,
-      );
-    }
     try {
       await this.exportHome(sandbox.handle, token, join(staged, 'home'));
       if (sandbox.handle.workspace) {

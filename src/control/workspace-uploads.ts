@@ -7,10 +7,22 @@
  * The upload comes first, the sandbox after, so the base is complete before the overlay is
  * mounted on it: overlayfs leaves a lower layer changed under a mounted overlay undefined.
  */
+import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { dirname, join, posix } from 'node:path';
+import {
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
+import { rm } from 'node:fs/promises';
+import { basename, dirname, join, posix } from 'node:path';
+import { promisify } from 'node:util';
 import { ArchiveError, InvalidArgumentError, NotFoundError } from '../errors.js';
+import { type SandboxProvider, workspaceUnavailableOn } from '../providers/provider.js';
 import { extractTar } from '../util/safe-extract.js';
 import { checkMountPath } from './volume-service.js';
 
@@ -23,8 +35,15 @@ export const DEFAULT_UPLOAD_MAX_BYTES = 1024 ** 3;
 /** The time an upload's whole body has, unless `ABX_WORKSPACE_UPLOAD_TIMEOUT_MS` says: 10 minutes. */
 export const DEFAULT_UPLOAD_TIMEOUT_MS = 10 * 60_000;
 
-/** The folder of a sandbox's own folder that holds its uploaded workspace's base. */
-export const UPLOADED_DIR = 'workspace-upload';
+/**
+ * The folder of `$ABX_HOME` that holds the uploaded workspaces' bases in use, one folder each
+ * (`ID/base`, `ID/upload.json`): shared by a sandbox and its forks, removed when no registry row
+ * names it any more (see {@link UploadedBases}).
+ */
+export const BASES_DIR = 'workspace-bases';
+
+/** An uploaded base's id: an upload's, or one a create from a snapshot made. */
+const BASE_ID = /^wsu_[A-Za-z0-9_-]{16}$/;
 
 /** The file next to a workspace's base that says it was uploaded, and when (client's clock). */
 export const UPLOAD_INFO_FILE = 'upload.json';
@@ -36,7 +55,7 @@ export const UPLOAD_INFO_FILE = 'upload.json';
  */
 export function checkUploadedWorkspace(
   value: unknown,
-  provider: { name: string },
+  provider: SandboxProvider,
   home: string,
   volumePaths: readonly string[],
 ): { upload: string; path: string } | undefined {
@@ -48,16 +67,14 @@ export function checkUploadedWorkspace(
       `workspace.${unknown[0]} is not a key of an uploaded workspace (upload, path): give from (a folder of the daemon's host) or upload, not both`,
     );
   }
-  if (typeof upload !== 'string' || !/^wsu_[A-Za-z0-9_-]{16}$/.test(upload)) {
+  if (typeof upload !== 'string' || !BASE_ID.test(upload)) {
     throw new InvalidArgumentError(
       `workspace.upload must be the uploadId POST /v1/workspaces/uploads answered (wsu_…), not ${JSON.stringify(upload)}`,
     );
   }
-  if (provider.name !== 'local') {
-    throw new InvalidArgumentError(
-      `workspace: the ${provider.name} provider cannot mount an uploaded one yet; the local provider on a root daemon can (abx daemon start --provider local)`,
-    );
-  }
+  // Mounted as a host folder's workspace is, where this provider can mount one.
+  const unavailable = workspaceUnavailableOn(provider);
+  if (unavailable !== undefined) throw new InvalidArgumentError(`workspace: ${unavailable}`);
   const mountPath = checkMountPath(path ?? posix.join(home, 'workspace'), home, 'workspace');
   for (const other of volumePaths) {
     if (
@@ -208,10 +225,153 @@ function notFound(uploadId: string): NotFoundError {
  * its workspace is a host folder. `base`: the workspace's `from`.
  */
 export function uploadedWorkspace(base: string): UploadInfo | undefined {
-  if (!base.endsWith(`/${UPLOADED_DIR}/base`)) return undefined;
+  const folder = dirname(base);
+  if (basename(base) !== 'base' || basename(dirname(folder)) !== BASES_DIR) return undefined;
+  if (!BASE_ID.test(basename(folder))) return undefined;
   try {
     return JSON.parse(readFileSync(join(dirname(base), UPLOAD_INFO_FILE), 'utf8')) as UploadInfo;
   } catch {
     return undefined;
   }
+}
+
+/** The running, paused and pooled sandboxes' rows (what UploadedBases counts). */
+interface LiveRows {
+  listSandboxes(filter: {
+    state: readonly ('running' | 'paused' | 'pooled')[];
+  }): Promise<{ handle: { workspace?: { from: string } } }[]>;
+}
+
+const execFileAsync = promisify(execFile);
+
+/**
+ * The uploaded workspaces' bases in use (`$ABX_HOME/workspace-bases/ID`): a sandbox's, shared
+ * with its forks. The count of users is the registry's: a base is removed when no row of a
+ * running, paused or pooled sandbox names it as its workspace's `from` (so a daemon restart
+ * counts again from the rows, and a sandbox ended on another replica of a shared registry is
+ * counted out as well), plus the creates and forks under way in this daemon, which have no row
+ * yet (`pin`).
+ */
+export class UploadedBases {
+  private readonly pins = new Map<string, number>();
+
+  constructor(
+    /** `$ABX_HOME/workspace-bases`. */
+    readonly dir: string,
+    private readonly rows: LiveRows,
+  ) {}
+
+  /** The base folder of id `id` (its `base`, the workspace's `from`). */
+  baseOf(id: string): string {
+    return join(this.dir, id, 'base');
+  }
+
+  /** Whether `from` is one of this daemon's bases (exactly `dir/ID/base`): the id, or undefined. */
+  idOf(from: string | undefined): string | undefined {
+    if (from === undefined || dirname(dirname(from)) !== this.dir) return undefined;
+    const id = basename(dirname(from));
+    return BASE_ID.test(id) && basename(from) === 'base' ? id : undefined;
+  }
+
+  /** Upload `uploadId` of `owner` becomes a base, pinned until the caller unpins it. */
+  take(uploads: WorkspaceUploads, uploadId: string, owner: string | undefined): string {
+    this.pin(this.baseOf(uploadId));
+    try {
+      uploads.take(uploadId, owner, join(this.dir, uploadId));
+    } catch (error) {
+      this.pins.delete(this.baseOf(uploadId));
+      throw error;
+    }
+    return this.baseOf(uploadId);
+  }
+
+  /**
+   * A new base made from a snapshot's copy (`kept`: its `base` and `upload.json`), pinned: hard
+   * links to the copy's files (nothing writes a base: the overlay's writes go to the upper
+   * layer), so it costs no data and outlives the snapshot; a full copy where links cannot be made.
+   */
+  async fromCopy(kept: string): Promise<string> {
+    const id = `wsu_${randomBytes(12).toString('base64url')}`;
+    const base = this.baseOf(id);
+    this.pin(base);
+    try {
+      mkdirSync(join(this.dir, id), { recursive: true, mode: 0o700 });
+      await copyTree(join(kept, 'base'), base, true);
+      writeFileSync(
+        join(this.dir, id, UPLOAD_INFO_FILE),
+        readFileSync(join(kept, UPLOAD_INFO_FILE)),
+        { mode: 0o600 },
+      );
+    } catch (error) {
+      await this.unpin(base);
+      throw error;
+    }
+    return base;
+  }
+
+  /** Counts a create or fork under way that will name `base` (no row yet). */
+  pin(base: string): void {
+    this.pins.set(base, (this.pins.get(base) ?? 0) + 1);
+  }
+
+  /** Ends a {@link pin}; a base no row names then (the create or fork failed) is removed. */
+  async unpin(base: string): Promise<void> {
+    const left = (this.pins.get(base) ?? 1) - 1;
+    if (left > 0) this.pins.set(base, left);
+    else this.pins.delete(base);
+    await this.dropIfUnused(base);
+  }
+
+  /** Removes the base `from` (a sandbox's workspace that ended) if nothing uses it any more. */
+  async dropIfUnused(from: string | undefined): Promise<void> {
+    const id = this.idOf(from);
+    if (id === undefined || this.pins.has(this.baseOf(id))) return;
+    if ((await this.inUse()).has(id)) return;
+    // Checked again: a create or fork may have pinned it while the rows were read.
+    if (this.pins.has(this.baseOf(id))) return;
+    await rm(join(this.dir, id), { recursive: true, force: true });
+  }
+
+  /** The ids of the bases live rows name. */
+  private async inUse(): Promise<Set<string>> {
+    const rows = await this.rows.listSandboxes({ state: ['running', 'paused', 'pooled'] });
+    const ids = new Set<string>();
+    for (const row of rows) {
+      const id = this.idOf(row.handle.workspace?.from);
+      if (id !== undefined) ids.add(id);
+    }
+    return ids;
+  }
+
+  /**
+   * At the daemon's start, after the dead sandboxes were released: removes the bases no row
+   * names (a daemon that died between a release and its removal). The ids removed.
+   */
+  async sweep(): Promise<string[]> {
+    if (!existsSync(this.dir)) return [];
+    const used = await this.inUse();
+    const gone: string[] = [];
+    for (const id of readdirSync(this.dir)) {
+      if (used.has(id) || this.pins.has(this.baseOf(id))) continue;
+      await rm(join(this.dir, id), { recursive: true, force: true });
+      gone.push(id);
+    }
+    return gone;
+  }
+}
+
+/**
+ * Copies folder `from` to `to` (which must not exist) with modes, times and links as they are
+ * (`cp -a`); `link`: hard links where the file system allows, else a copy.
+ */
+export async function copyTree(from: string, to: string, link = false): Promise<void> {
+  if (link) {
+    try {
+      await execFileAsync('cp', ['-a', '--link', '--', from, to]);
+      return;
+    } catch {
+      await rm(to, { recursive: true, force: true });
+    }
+  }
+  await execFileAsync('cp', ['-a', '--', from, to]);
 }
