@@ -5,6 +5,7 @@ import {
   existsSync,
   mkdirSync,
   mkdtempSync,
+  readdirSync,
   readFileSync,
   rmSync,
   statSync,
@@ -182,4 +183,40 @@ describe.skipIf(!isRoot)('a workspace on a rootless daemon', () => {
       await box.kill();
     }
   }, 180_000);
+
+  test('an uploaded workspace: a fork shares its base, a snapshot keeps a copy; the base goes with the last sandbox', async () => {
+    const home = (daemon as RootlessDaemon).home;
+    const bases = join(home, 'workspace-bases');
+    const folder = join(parent, 'upload');
+    mkdirSync(folder);
+    writeFileSync(join(folder, 'a.txt'), 'a\n');
+    writeFileSync(join(folder, 'b.txt'), 'b\n');
+    const boxes: Sandbox[] = [];
+    try {
+      const box = await Sandbox.create({ home, workspace: { from: folder, upload: true } });
+      boxes.push(box);
+      await box.commands.run('cd ~/workspace && echo a2 >> a.txt && rm b.txt');
+      const [fork] = await box.fork();
+      if (!fork) throw new Error('no fork');
+      boxes.push(fork);
+      expect(readdirSync(bases)).toHaveLength(1);
+      await box.snapshot({ name: 'rootless-ws-up-snap' });
+      await box.kill();
+      expect((await fork.commands.run('cd ~/workspace && ls && cat a.txt')).stdout).toBe(
+        'a.txt\na\na2\n',
+      );
+      await fork.kill();
+      expect(readdirSync(bases)).toEqual([]);
+      const made = await Sandbox.create({ home, template: 'rootless-ws-up-snap' });
+      boxes.push(made);
+      expect((await made.workspace.changes()).map((c) => `${c.status} ${c.path}`)).toEqual([
+        'modified a.txt',
+        'deleted b.txt',
+      ]);
+      await made.kill();
+      expect(readdirSync(bases)).toEqual([]);
+    } finally {
+      for (const box of boxes) await box.kill().catch(() => false);
+    }
+  }, 120_000);
 });
