@@ -6,6 +6,7 @@ import type {
   E2bSecret,
   E2bTemplateBase,
   E2bVolume,
+  E2bWebhook,
 } from '../compat/e2b/backend.js';
 import { E2bControlApi } from '../compat/e2b/control-api.js';
 import { publicPolicy } from '../egress/policy.js';
@@ -21,6 +22,8 @@ import type { KeyOwner, SandboxService } from './sandbox-service.js';
 import type { SecretService } from './secret-service.js';
 import { type BuiltTemplate, snapshotSource, type TemplateService } from './template-service.js';
 import { mountRoots, type VolumeService } from './volume-service.js';
+import type { WebhookService } from './webhook-service.js';
+import type { WebhookRecord } from './webhook-store.js';
 
 /**
  * What E2B's `fromTemplate` builds on: an image template's image, env, user and workdir. A
@@ -62,13 +65,16 @@ export function mountE2bControlApi(
     volumes: VolumeService;
     /** Secrets: the same service, ownership and write-only rule as /v1/secrets. */
     secrets: SecretService;
+    /** Webhooks: the same service and ownership rule as /v1/webhooks (E2B's flavour). */
+    webhooks: WebhookService;
     /** A volume's content token (ids.ts volumeToken with the installation's secret). */
     volumeToken: (id: string) => string;
   },
   domain: () => string,
   limits: BodyLimits,
 ): E2bControlApi {
-  const { sandboxes, templates, keys, metrics, logs, volumes, secrets, volumeToken } = services;
+  const { sandboxes, templates, keys, metrics, logs, volumes, secrets, webhooks, volumeToken } =
+    services;
   const backend: E2bBackend = {
     authenticate: (key) => keys.authenticateKey(key, 'X-API-KEY: <key> (E2B_API_KEY)'),
     create: async (request, caller, connection) =>
@@ -186,11 +192,29 @@ export function mountE2bControlApi(
     removeSecret: async (ref, caller) => {
       await secrets.remove(caller, ref);
     },
+    createWebhook: async (body, caller) =>
+      webhookOf((await webhooks.create(caller, body, 'e2b')).webhook),
+    listWebhooks: async (caller) => (await webhooks.list(caller)).map(webhookOf),
+    getWebhook: async (id, caller) => webhookOf(await webhooks.get(caller, id)),
+    updateWebhook: async (id, body, caller) => webhookOf(await webhooks.update(caller, id, body)),
+    removeWebhook: async (id, caller) => {
+      await webhooks.remove(caller, id);
+    },
   };
   return new E2bControlApi(backend, limits);
 }
 
 const volumeOf = (volume: VolumeRecord): E2bVolume => ({ id: volume.id, name: volume.name });
+
+const webhookOf = (webhook: WebhookRecord): E2bWebhook => ({
+  id: webhook.id,
+  owner: webhook.owner,
+  name: webhook.name,
+  url: webhook.url,
+  enabled: webhook.enabled,
+  events: webhook.events,
+  createdAt: webhook.createdAt,
+});
 
 const secretOf = (secret: SecretRecord): E2bSecret => ({
   id: secret.id,

@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test, vi } from 'vitest';
@@ -173,6 +173,44 @@ describe.skipIf(skip)('a workspace on the docker provider (root daemon)', () => 
       if (!killed) await box.kill().catch(() => undefined);
     }
   }, 60_000);
+
+  test('an uploaded workspace: a fork shares its base, a snapshot keeps a copy; the base goes with the last sandbox', async () => {
+    const bases = join(abx.home, 'workspace-bases');
+    const folder = mkdtempSync(join(tmpdir(), 'abx-ws-docker-up-'));
+    writeFileSync(join(folder, 'a.txt'), 'a\n');
+    writeFileSync(join(folder, 'b.txt'), 'b\n');
+    const boxes: Sandbox[] = [];
+    try {
+      const box = await Sandbox.create({
+        home: abx.home,
+        workspace: { from: folder, upload: true },
+      });
+      boxes.push(box);
+      await box.commands.run('cd ~/workspace && echo a2 >> a.txt && rm b.txt');
+      const [fork] = await box.fork();
+      boxes.push(fork as Sandbox);
+      expect(readdirSync(bases)).toHaveLength(1);
+      await box.snapshot({ name: 'docker-ws-up-snap' });
+      await box.kill();
+      expect(
+        (await (fork as Sandbox).commands.run('cd ~/workspace && ls && cat a.txt')).stdout,
+      ).toBe('a.txt\na\na2\n');
+      await (fork as Sandbox).kill();
+      expect(readdirSync(bases)).toEqual([]);
+      const made = await Sandbox.create({ home: abx.home, template: 'docker-ws-up-snap' });
+      boxes.push(made);
+      expect((await made.workspace.changes()).map((c) => `${c.status} ${c.path}`)).toEqual([
+        'modified a.txt',
+        'deleted b.txt',
+      ]);
+      await made.kill();
+      expect(readdirSync(bases)).toEqual([]);
+      expect(mountsUnder(join(abx.home, 'sandboxes'))).toEqual([]);
+    } finally {
+      for (const box of boxes) await box.kill().catch(() => false);
+      rmSync(folder, { recursive: true, force: true });
+    }
+  }, 90_000);
 
   test('a failed start (envd cannot run) leaves no mount, no layer and no container', async () => {
     const failed = await Sandbox.create({

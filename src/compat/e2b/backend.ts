@@ -50,6 +50,18 @@ export interface E2bSecret {
   updatedAt: number;
 }
 
+/** A webhook as E2B's API shows it (`/events/webhooks`): never its secret. */
+export interface E2bWebhook {
+  id: string;
+  /** The key that registered it (E2B's team); null for the daemon's own key. */
+  owner: string | null;
+  name: string;
+  url: string;
+  enabled: boolean;
+  events: string[];
+  createdAt: number;
+}
+
 /** A volume mounted in a sandbox, as E2B's `volumeMounts` entries say. */
 export interface E2bVolumeMount {
   name: string;
@@ -253,6 +265,15 @@ export interface E2bBackend {
   updateSecret(ref: string, body: Record<string, unknown>, caller: E2bCaller): Promise<E2bSecret>;
   /** Removes a secret and its versions; SecretNotFoundError (404) for none. */
   removeSecret(ref: string, caller: E2bCaller): Promise<void>;
+  /**
+   * Webhooks of the caller's key (E2B's `/events/webhooks`; abx's WebhookService): the body is
+   * E2B's `{ name, url, enabled, events, signatureSecret }`; another key's webhook is 404.
+   */
+  createWebhook(body: Record<string, unknown>, caller: E2bCaller): Promise<E2bWebhook>;
+  listWebhooks(caller: E2bCaller): Promise<E2bWebhook[]>;
+  getWebhook(id: string, caller: E2bCaller): Promise<E2bWebhook>;
+  updateWebhook(id: string, body: Record<string, unknown>, caller: E2bCaller): Promise<E2bWebhook>;
+  removeWebhook(id: string, caller: E2bCaller): Promise<void>;
   /**
    * The volume whose content token `token` is, while it exists and its key is not revoked;
    * undefined otherwise (a wrong token and an unknown volume alike).

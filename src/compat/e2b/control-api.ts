@@ -58,6 +58,14 @@ import {
   volumeMountsOf,
 } from './volume-routes.js';
 import {
+  createWebhook,
+  getWebhook,
+  listWebhooks,
+  removeWebhook,
+  updateWebhook,
+  type WebhookCall,
+} from './webhook-routes.js';
+import {
   bodyObject,
   DEFAULT_TIMEOUT_SECONDS,
   detailAnswer,
@@ -423,6 +431,14 @@ function logRoute(run: (call: LogCall) => Promise<{ status: number; body: unknow
   };
 }
 
+/** A webhook route (webhook-routes.ts), its answer as this API sends it. */
+function webhookRoute(run: (call: WebhookCall) => Promise<{ status: number; body: unknown }>) {
+  return async (call: Call): Promise<Answer> => {
+    const { status, body } = await run(call);
+    return new Answer(status, body);
+  };
+}
+
 /** A volume route (volume-routes.ts), its answer as this API sends it. */
 function volumeRoute(run: (call: VolumeCall) => Promise<VolumeAnswer>) {
   return async (call: Call): Promise<Answer> => {
@@ -666,6 +682,26 @@ const ROUTES: E2bRoute[] = [
   route('DELETE', '/secrets/{id}', 'Remove a secret and its versions.', secretRoute(removeSecret)),
   route(
     'POST',
+    '/events/webhooks',
+    'Register a webhook of the key: { name, url, enabled, events, signatureSecret }.',
+    webhookRoute(createWebhook),
+  ),
+  route(
+    'GET',
+    '/events/webhooks',
+    "The key's webhooks (never a secret).",
+    webhookRoute(listWebhooks),
+  ),
+  route('GET', '/events/webhooks/{id}', 'One webhook.', webhookRoute(getWebhook)),
+  route(
+    'PATCH',
+    '/events/webhooks/{id}',
+    'Change a webhook: { name?, url?, enabled?, events?, signatureSecret? }.',
+    webhookRoute(updateWebhook),
+  ),
+  route('DELETE', '/events/webhooks/{id}', 'Remove a webhook.', webhookRoute(removeWebhook)),
+  route(
+    'POST',
     '/v3/templates',
     'Request a template build.',
     buildRoute((b) => b.request),
@@ -737,6 +773,7 @@ const PREFIXES = [
   ['volumes'],
   ['volumecontent'],
   ['secrets'],
+  ['events', 'webhooks'],
 ];
 
 /** E2B's control API, answering on the daemon's listener beside `/v1`. */
@@ -826,7 +863,9 @@ export class E2bControlApi {
     const bytes = await readBody(req, this.limits);
     const query = new URLSearchParams(mark < 0 ? '' : target.slice(mark + 1));
     const body =
-      route.method === 'POST' || route.method === 'PUT' ? bodyObject(parseJson(bytes, req)) : {};
+      route.method === 'POST' || route.method === 'PUT' || route.method === 'PATCH'
+        ? bodyObject(parseJson(bytes, req))
+        : {};
     const forwarded = req.headers['x-forwarded-proto'];
     const scheme = typeof forwarded === 'string' && forwarded === 'https' ? 'https' : 'http';
     const origin = `${scheme}://${req.headers.host ?? 'localhost'}`;
