@@ -60,4 +60,6 @@ export {
   UpstreamError,
   VolumeConflictError,
   VolumeNotFoundError,
+  WebhookNotFoundError,
+  WebhookVerificationError,
 } from '../runtime/protocol/errors.js';

@@ -184,6 +184,14 @@ export class AuthenticationError extends SandboxError {
   static override readonly status: number = 401;
 }
 
+/**
+ * A webhook delivery failed its check (`verifyWebhook`): no or a wrong signature, or a timestamp
+ * outside the replay window. Answer the sender 401 and do not act on the body.
+ */
+export class WebhookVerificationError extends AuthenticationError {
+  static override readonly type: string = 'WebhookVerificationError';
+}
+
 /** The file system inside the sandbox denied access (`code`: EACCES, EPERM, EROFS). */
 export class PermissionDeniedError extends SandboxError {
   static override readonly type: string = 'PermissionDeniedError';
@@ -281,6 +289,11 @@ export class VolumeNotFoundError extends NotFoundError {
 /** No secret of that name or id among the caller's (another key's secret answers the same). */
 export class SecretNotFoundError extends NotFoundError {
   static override readonly type: string = 'SecretNotFoundError';
+}
+
+/** No webhook of that id among the caller's (another key's webhook answers the same). */
+export class WebhookNotFoundError extends NotFoundError {
+  static override readonly type: string = 'WebhookNotFoundError';
 }
 
 /** No template of that name. */
@@ -560,6 +573,7 @@ export const ERROR_CLASSES: readonly ErrorClass[] = [
   TemplateConflictError,
   NodeLineError,
   AuthenticationError,
+  WebhookVerificationError,
   PermissionDeniedError,
   CapabilityError,
   LimitExceededError,
@@ -569,6 +583,7 @@ export const ERROR_CLASSES: readonly ErrorClass[] = [
   TemplateNotFoundError,
   VolumeNotFoundError,
   SecretNotFoundError,
+  WebhookNotFoundError,
   CommandNotFoundError,
   RouteNotFoundError,
   ServerNotRunningError,

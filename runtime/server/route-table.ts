@@ -20,7 +20,7 @@ import {
   sendResult,
 } from './http.js';
 
-export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
+export type Method = 'GET' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
 
 /**
  * Why a request's `closed` signal aborted: one reason made once (`abort()` without a reason builds

@@ -22,6 +22,8 @@ import { type SecretService, secretJson } from './secret-service.js';
 import type { BuiltTemplate, TemplateService } from './template-service.js';
 import { type VolumeService, volumeJson } from './volume-service.js';
 
+import { WEBHOOK_ROUTES } from './webhook-routes.js';
+import type { WebhookService } from './webhook-service.js';
 /** What the API's handlers reach. */
 export interface ApiContext {
   sandboxes: SandboxService;
@@ -30,6 +32,8 @@ export interface ApiContext {
   /** Secrets: write-only, so no route here ever answers a value. */
   secrets: SecretService;
   keys: KeyService;
+  /** Webhooks of keys (`/v1/webhooks`): their secrets are write-only too. */
+  webhooks: WebhookService;
   /** Running sandboxes' samples of use (CPU, memory, disk, processes). */
   metrics: MetricsSampler;
   /** Each sandbox's log (envd's lines, its processes), kept after it ends. */
@@ -883,3 +887,4 @@ export const API_ROUTES: ApiRoute[] = [
     },
   },
 ];
+  ...WEBHOOK_ROUTES,

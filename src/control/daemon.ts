@@ -72,6 +72,9 @@ import { SecretService } from './secret-service.js';
 import { SqliteRegistry } from './sqlite-registry.js';
 import { TemplateService } from './template-service.js';
 import { VolumeService } from './volume-service.js';
+import { WebhookDispatcher, webhookTiming } from './webhook-dispatcher.js';
+import { WebhookService } from './webhook-service.js';
+import { webhookRules } from './webhook-url.js';
 import { DEFAULT_UPLOAD_MAX_BYTES, DEFAULT_UPLOAD_TIMEOUT_MS } from './workspace-uploads.js';
 
 export interface DaemonOptions {
@@ -223,6 +226,8 @@ export class Daemon {
   readonly templates: TemplateService;
   readonly volumes: VolumeService;
   readonly secrets: SecretService;
+  readonly webhooks: WebhookService;
+  private readonly webhookDispatcher: WebhookDispatcher;
   private readonly unregisterSecrets: () => void;
   private readonly api: Server;
   /** E2B's control API, told when the daemon stops (its template builds are recorded). */
@@ -333,10 +338,17 @@ export class Daemon {
     this.sandboxes.events = this.prometheus;
     this.volumes = new VolumeService(this.registry, this.provider, this.paths.volumes);
     this.sandboxes.volumes = this.volumes;
-    this.secrets = new SecretService(
-      this.registry,
-      loadSecretsKey(this.paths.secretsKey, options.secretsKey),
-    );
+    const secretsKey = loadSecretsKey(this.paths.secretsKey, options.secretsKey);
+    this.secrets = new SecretService(this.registry, secretsKey);
+    // Webhook URLs are egress of the daemon: the rules are read once (ABX_WEBHOOK_PERMIT).
+    const webhookEgress = webhookRules();
+    this.webhooks = new WebhookService(this.registry, secretsKey, () => webhookEgress);
+    this.webhookDispatcher = new WebhookDispatcher(this.registry.webhooks, {
+      secretOf: (webhook) => this.webhooks.secretOf(webhook),
+      rules: () => webhookEgress,
+      timing: webhookTiming(),
+      log: (line) => console.error(line),
+    });
     // Egress asks for a rule's secret by (sandbox, name); the sandbox's owner decides which
     // secret the name is, as a caller's key does on /v1. A sandbox this daemon does not know is
     // not answered here (another daemon in this process may know it).
@@ -383,6 +395,7 @@ export class Daemon {
       templates: this.templates,
       volumes: this.volumes,
       secrets: this.secrets,
+      webhooks: this.webhooks,
       keys: this.keys,
       metrics: this.metrics,
       logs: this.logs,
@@ -424,6 +437,7 @@ export class Daemon {
         logs: this.logs,
         volumes: this.volumes,
         secrets: this.secrets,
+        webhooks: this.webhooks,
         volumeToken: (id) => volumeToken(tokenSecret, id),
       },
       // The host E2B's SDKs put after `{port}-{id}.`: the domain, and the gateway's port when it
@@ -718,6 +732,7 @@ export class Daemon {
       this.gatewayOrigin = gatewayOrigin({ domain: this.domain, tls: false, port: gatewayPort });
     }
     this.reaper.start();
+    this.webhookDispatcher.start();
     this.metrics.start();
     this.logs.start();
     const info: DaemonInfo = {
@@ -743,6 +758,7 @@ export class Daemon {
     this.stopping ??= (async () => {
       this.e2b.stop();
       await this.reaper.stop();
+      await this.webhookDispatcher.stop();
       await this.metrics.stop();
       this.logs.stop();
       // A registry that does not answer must not keep the daemon from stopping.

@@ -250,6 +250,86 @@ export const MIGRATIONS: readonly Migration[] = [
     `,
   },
   {
+    version: 8,
+    name: 'webhooks and their deliveries',
+    // owner_key '' is the daemon's own key (as events'). A webhook's signing secret is sealed
+    // (secret-crypto.ts, as secrets' values): `secret_key_check` names the key. `cursor` is the
+    // last events.seq fanned out to it; each delivery row is written once per (webhook, event)
+    // and keeps its id across retries, which is what a receiver deduplicates on.
+    sqlite: `
+      CREATE TABLE webhooks (
+        id TEXT PRIMARY KEY,
+        owner_key TEXT NOT NULL,
+        flavour TEXT NOT NULL,
+        name TEXT NOT NULL,
+        url TEXT NOT NULL,
+        enabled INTEGER NOT NULL,
+        events TEXT NOT NULL,
+        secret_sealed TEXT NOT NULL,
+        secret_key_check TEXT NOT NULL,
+        secret_version INTEGER NOT NULL,
+        cursor INTEGER NOT NULL,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+      );
+      CREATE INDEX webhooks_owner ON webhooks (owner_key, created_at);
+      CREATE TABLE webhook_deliveries (
+        id TEXT PRIMARY KEY,
+        webhook_id TEXT NOT NULL,
+        event_seq INTEGER NOT NULL,
+        sandbox_id TEXT NOT NULL,
+        state TEXT NOT NULL,
+        attempts INTEGER NOT NULL,
+        next_attempt_at INTEGER NOT NULL,
+        claimed_until INTEGER,
+        last_status INTEGER,
+        last_error TEXT,
+        created_at INTEGER NOT NULL,
+        delivered_at INTEGER,
+        UNIQUE (webhook_id, event_seq)
+      );
+      CREATE INDEX webhook_deliveries_due ON webhook_deliveries (state, next_attempt_at);
+      CREATE INDEX webhook_deliveries_order
+        ON webhook_deliveries (webhook_id, sandbox_id, state, event_seq);
+    `,
+    postgres: `
+      CREATE TABLE webhooks (
+        id TEXT PRIMARY KEY,
+        owner_key TEXT NOT NULL,
+        flavour TEXT NOT NULL,
+        name TEXT NOT NULL,
+        url TEXT NOT NULL,
+        enabled BOOLEAN NOT NULL,
+        events JSON NOT NULL,
+        secret_sealed TEXT NOT NULL,
+        secret_key_check TEXT NOT NULL,
+        secret_version INTEGER NOT NULL,
+        cursor BIGINT NOT NULL,
+        created_at BIGINT NOT NULL,
+        updated_at BIGINT NOT NULL
+      );
+      CREATE INDEX webhooks_owner ON webhooks (owner_key, created_at);
+      CREATE TABLE webhook_deliveries (
+        id TEXT PRIMARY KEY,
+        webhook_id TEXT NOT NULL,
+        event_seq BIGINT NOT NULL,
+        sandbox_id TEXT NOT NULL,
+        state TEXT NOT NULL,
+        attempts INTEGER NOT NULL,
+        next_attempt_at BIGINT NOT NULL,
+        claimed_until BIGINT,
+        last_status INTEGER,
+        last_error TEXT,
+        created_at BIGINT NOT NULL,
+        delivered_at BIGINT,
+        UNIQUE (webhook_id, event_seq)
+      );
+      CREATE INDEX webhook_deliveries_due ON webhook_deliveries (state, next_attempt_at);
+      CREATE INDEX webhook_deliveries_order
+        ON webhook_deliveries (webhook_id, sandbox_id, state, event_seq);
+    `,
+  },
+  {
     version: 9,
     name: 'the audit trail of sandboxes',
     // Written by the daemon only (audit.ts): what it saw done to and from each sandbox. owner_key

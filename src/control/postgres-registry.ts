@@ -13,6 +13,7 @@ import {
   type SandboxEventType,
 } from './events.js';
 import { MIGRATIONS, SCHEMA_VERSION, tooNewError } from './migrations.js';
+import { PostgresWebhookStore } from './postgres-webhooks.js';
 import type {
   ApiKeyRecord,
   EndState,
@@ -31,6 +32,7 @@ import type {
   VolumeRemoval,
 } from './registry.js';
 import { volumeMountsJson, volumeNeedle } from './registry.js';
+import { newDeliveryId, type WebhookStore } from './webhook-store.js';
 
 /** A new connection to PostgreSQL must be made within this, or the request fails with 503. */
 export const DATABASE_CONNECT_TIMEOUT_MS = 5000;
@@ -339,6 +341,7 @@ export class PostgresRegistry implements Registry {
   readonly kind = 'postgres';
   readonly location: string;
   private readonly pool: Pg.Pool;
+  readonly webhooks: WebhookStore;
 
   constructor(url: string, options: PostgresRegistryOptions = {}) {
     this.location = redactUrl(url);
@@ -358,6 +361,13 @@ export class PostgresRegistry implements Registry {
       ((error: Error) =>
         console.error(`registry: a connection to ${this.location} broke: ${error.message}`));
     this.pool.on('error', onIdleError);
+    this.webhooks = new PostgresWebhookStore(
+      {
+        query: (sql, params) => this.query(sql, params),
+        transaction: (work) => this.transaction(work),
+      },
+      newDeliveryId,
+    );
   }
 
   private async query<Row extends Pg.QueryResultRow>(

@@ -8,6 +8,7 @@ import type { SandboxState } from '../../runtime/protocol/wire.js';
 import type { SandboxHandle } from '../providers/provider.js';
 import type { AuditStore } from './audit.js';
 import type { EventDraft, EventFilter, NewSandboxEvent, SandboxEvent } from './events.js';
+import type { WebhookStore } from './webhook-store.js';
 
 export type { SandboxState };
 
@@ -389,6 +390,9 @@ export interface Registry extends AuditStore {
    * every later call answers it (how replicas check they derive the same tokens).
    */
   agree(key: string, value: string): Promise<string>;
+
+  /** Webhooks and their deliveries (webhook-store.ts). */
+  readonly webhooks: WebhookStore;
 
   close(): Promise<void>;
 }

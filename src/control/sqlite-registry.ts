@@ -28,6 +28,8 @@ import type {
 } from './registry.js';
 import { volumeMountsJson, volumeNeedle } from './registry.js';
 import { type DatabaseSync, lenient, openSqlite, type Statement, transaction } from './sqlite.js';
+import { SqliteWebhookStore } from './sqlite-webhooks.js';
+import { newDeliveryId, type WebhookStore } from './webhook-store.js';
 
 interface AuditRow {
   seq: number;
@@ -206,6 +208,7 @@ export class SqliteRegistry implements Registry {
   private readonly db: DatabaseSync;
   /** Statements compiled once each (a prepare per call cost ~1 ms under load). */
   private readonly statements = new Map<string, Statement>();
+  readonly webhooks: WebhookStore;
 
   constructor(readonly location: string) {
     this.db = openSqlite(location);
@@ -219,6 +222,7 @@ export class SqliteRegistry implements Registry {
     this.db.exec('PRAGMA busy_timeout = 5000');
     // Synchronous and cheap: the services may use the registry before anyone calls migrate().
     this.migrateNow();
+    this.webhooks = new SqliteWebhookStore(this.db, newDeliveryId);
   }
 
   async migrate(): Promise<void> {
