@@ -9,6 +9,7 @@ import { parseTemplate } from '../../src/commands/template.js';
 import { envdRequest } from '../../src/control/envd-request.js';
 import { SandboxStartError, TemplateError, UnavailableError } from '../../src/errors.js';
 import { checkCluster } from '../../src/providers/kubernetes/cluster-check.js';
+import { KubernetesProvider } from '../../src/providers/kubernetes/kubernetes-provider.js';
 import {
   MANAGED_BY,
   MANAGED_BY_LABEL,
@@ -19,7 +20,7 @@ import {
   sandboxesHash,
   sandboxPod,
 } from '../../src/providers/kubernetes/pod-spec.js';
-import type { SandboxSpec } from '../../src/providers/provider.js';
+import { type SandboxSpec, workspaceUnavailableOn } from '../../src/providers/provider.js';
 import { ROOT } from '../helpers/build.js';
 import { closedPort, kubeletUnavailable } from '../helpers/kube-api-double.js';
 import { kubeDoubles, NAMESPACE } from '../helpers/kube-fixture.js';
@@ -41,6 +42,20 @@ function specOf(label: string, dir: string, overrides: Partial<SandboxSpec> = {}
     ...overrides,
   };
 }
+
+test('the kubernetes provider has no workspaces, and says why', () => {
+  const kubeConfig = new KubeConfig();
+  kubeConfig.loadFromOptions({
+    clusters: [{ name: 'c', server: 'https://127.0.0.1:1' }],
+    users: [{ name: 'u' }],
+    contexts: [{ name: 'x', cluster: 'c', user: 'u' }],
+    currentContext: 'x',
+  });
+  const provider = new KubernetesProvider({ kubeConfig });
+  expect(workspaceUnavailableOn(provider)).toMatch(
+    /^the kubernetes provider has no workspaces: .*pod on a node of the cluster.*--provider local/,
+  );
+});
 
 describe('a template becomes a pod', () => {
   const context = {

@@ -1225,6 +1225,14 @@ export class KubernetesProvider implements SandboxProvider {
     return this.options.agentSandbox === 'claims' ? CLAIMS_NO_INTERNET : undefined;
   }
 
+  /**
+   * No workspaces (docs/workspaces.md): the overlay of a host folder, or of a remote client's
+   * uploaded one, is mounted on the daemon's host, and a pod runs on a node of the cluster.
+   */
+  workspaceUnavailable(): string {
+    return "the kubernetes provider has no workspaces: a workspace is an overlay mounted on the daemon's host (of a host folder, or of a client's uploaded one), and a sandbox here is a pod on a node of the cluster, which cannot mount it; create the sandbox through a daemon with the local or docker provider (abx daemon start --provider local), or copy the files in (sandbox.files.write)";
+  }
+
   isolation(): IsolationReport {
     const limits: IsolationReport['limits'] = {
       processes: {
