@@ -323,7 +323,6 @@ export class SandboxService {
       templateWorkspace(request.workspace, template.spec, () =>
         checkWorkspaceRequest(
           asked ?? template.spec.workspace,
-          owner,
           this.provider,
           sandboxHome(template.spec.user),
           volumes.records.map((mount) => mount.path),

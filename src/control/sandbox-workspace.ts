@@ -37,7 +37,6 @@ export function defaultWorkspacePath(home: string): string {
  */
 export function checkWorkspaceRequest(
   value: unknown,
-  _who: { admin: boolean; name: string; keyId: string } | undefined,
   provider: SandboxProvider,
   home: string,
   volumePaths: readonly string[],
