@@ -886,5 +886,5 @@ export const API_ROUTES: ApiRoute[] = [
       return { ...revoked, killed: await killSandboxesOf(ctx, revoked.key.id) };
     },
   },
-];
   ...WEBHOOK_ROUTES,
+];
