@@ -1,8 +1,7 @@
 import { randomBytes } from 'node:crypto';
-import { createWriteStream, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { mkdir, rename, rm, writeFile } from 'node:fs/promises';
+import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdir, open, rename, rm, writeFile } from 'node:fs/promises';
 import { basename, dirname, join, resolve } from 'node:path';
-import { pipeline } from 'node:stream/promises';
 import { fsError, InvalidPathError } from './errors.js';
 
 /** Buffer of streamed file writes and reads: fewer, larger system calls for large files. */
@@ -83,18 +82,7 @@ export async function writeAtomic(
       await writeFile(temp, content, { flag: 'wx' });
       size = content.length;
     } else {
-      const counted = async function* () {
-        for await (const chunk of content) {
-          size += chunk.length;
-          yield chunk;
-        }
-      };
-      // A large buffer lets chunks that arrive while a write is in flight go out as one writev,
-      // instead of one write (and one wait for `drain`) per 64 KiB socket read.
-      await pipeline(
-        counted,
-        createWriteStream(temp, { flags: 'wx', highWaterMark: STREAM_BUFFER_BYTES }),
-      );
+      size = await writeChunks(temp, content);
     }
     beforeRename?.(temp);
     await rename(temp, path);
@@ -104,6 +92,57 @@ export async function writeAtomic(
     // own error, not the cleanup's.
     await rm(temp, { force: true }).catch(() => undefined);
     throw fsError(error, `write ${path}`);
+  }
+}
+
+/** Chunks are gathered to at least this many bytes before a write starts. */
+const COALESCE_BYTES = 1024 * 1024;
+
+/**
+ * Writes what `content` yields to a new file `temp` (`wx`): the chunks (64 KiB socket reads) are
+ * gathered into one `writev` of 1 to 4 MiB while the previous one is in flight, with no stream
+ * or generator between the body and the file. At most two batches are held. Resolves with the
+ * bytes written.
+ */
+async function writeChunks(temp: string, content: AsyncIterable<Buffer>): Promise<number> {
+  const handle = await open(temp, 'wx');
+  let size = 0;
+  let inFlight: Promise<void> | undefined;
+  /** The first failed write's error, thrown at the next chunk (never left unhandled). */
+  let failed: { error: unknown } | undefined;
+  let batch: Buffer[] = [];
+  let batchBytes = 0;
+  const start = () => {
+    const buffers = batch;
+    batch = [];
+    batchBytes = 0;
+    const settled = () => {
+      if (inFlight === written) inFlight = undefined;
+    };
+    const written: Promise<void> = handle.writev(buffers).then(settled, (error: unknown) => {
+      failed ??= { error };
+      settled();
+    });
+    inFlight = written;
+  };
+  try {
+    for await (const chunk of content) {
+      if (failed) throw failed.error;
+      size += chunk.length;
+      batch.push(chunk);
+      batchBytes += chunk.length;
+      if (batchBytes >= STREAM_BUFFER_BYTES && inFlight) await inFlight;
+      if (batchBytes >= COALESCE_BYTES && !inFlight) start();
+    }
+    if (inFlight) await inFlight;
+    if (batch.length > 0) start();
+    if (inFlight) await inFlight;
+    if (failed) throw failed.error;
+    return size;
+  } finally {
+    // A body that failed half way: the write in flight ends before the file is closed.
+    if (inFlight) await inFlight;
+    await handle.close();
   }
 }
 

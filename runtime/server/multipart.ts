@@ -105,6 +105,22 @@ class Bytes {
     return false;
   }
 
+  /** The body's next chunk as it came, not joined to what is held; undefined at its end. */
+  async take(): Promise<Buffer | undefined> {
+    while (!this.ended) {
+      const item = await this.source.next();
+      if (item.done) {
+        this.ended = true;
+        break;
+      }
+      const chunk = Buffer.isBuffer(item.value)
+        ? item.value
+        : Buffer.from(item.value.buffer, item.value.byteOffset, item.value.byteLength);
+      if (chunk.length > 0) return chunk;
+    }
+    return undefined;
+  }
+
   /** At least `n` bytes are held, unless the body ended first. */
   async need(n: number): Promise<void> {
     while (this.buf.length < n && (await this.more())) {
@@ -208,8 +224,25 @@ export async function* readMultipart(
             bytes.skip(safe);
             return piece;
           }
-          if (!(await bytes.more()))
-            throw new MultipartError('a part is not closed by the boundary');
+          if (bytes.buf.length === 0) {
+            if (!(await bytes.more()))
+              throw new MultipartError('a part is not closed by the boundary');
+            continue;
+          }
+          // A tail shorter than the delimiter is held: rather than join it to the next chunk (a
+          // copy of every byte of the part), look for a delimiter that starts in the tail in the
+          // tail and the chunk's first bytes alone. When none does, the tail is the part's.
+          const tail = bytes.buf;
+          const chunk = await bytes.take();
+          if (chunk === undefined) throw new MultipartError('a part is not closed by the boundary');
+          const window = Buffer.concat([tail, chunk.subarray(0, end.length - 1)]);
+          const found = window.indexOf(end);
+          if (chunk.length < end.length - 1 || (found >= 0 && found < tail.length)) {
+            bytes.buf = Buffer.concat([tail, chunk]);
+            continue;
+          }
+          bytes.buf = chunk;
+          return tail;
         }
         return undefined;
       };

@@ -140,6 +140,50 @@ describe('multipart reader', () => {
     expect(largest).toBeLessThanOrEqual(65536 + 64);
   });
 
+  test("a large part's bytes are handed on as views of the body's chunks, not copied", async () => {
+    const part = Buffer.alloc(4 * 1024 * 1024, 7);
+    const body = form('big', [{ name: 'file', filename: 'f', data: part }]);
+    const cuts = Array.from({ length: Math.ceil(body.length / 65536) }, (_, i) => i * 65536);
+    // Each chunk a Buffer of its own memory, as a socket's reads are.
+    const chunks = [...cuts, body.length]
+      .slice(1)
+      .map((to, i) => Buffer.from(body.subarray(cuts[i], to)));
+    const owners = new Set(chunks.map((c) => c.buffer));
+    let copied = 0;
+    for await (const p of readMultipart(
+      (async function* () {
+        yield* chunks;
+      })(),
+      'big',
+    )) {
+      for await (const piece of p.data) {
+        if (!owners.has(piece.buffer as ArrayBuffer)) copied += piece.length;
+      }
+    }
+    // Only the part's first bytes (after its head, in the first chunk's copy) may be joined.
+    expect(copied).toBeLessThanOrEqual(65536);
+  });
+
+  test('a delimiter cut at any byte, after data that looks like its start, still ends the part', async () => {
+    const boundary = 'b0und';
+    // The part ends with bytes that begin the delimiter, over and over, then the real one.
+    const data = Buffer.concat([Buffer.alloc(300, 1), Buffer.from('\r\n--b0u\r\n--b0\r\n-')]);
+    const body = form(boundary, [
+      { name: 'file', filename: 'a', data },
+      { name: 'file', filename: 'b', data: Buffer.from('x') },
+    ]);
+    const end = body.indexOf(Buffer.from('\r\n--b0und\r\n'));
+    for (let cut = end - 30; cut <= end + 12; cut++) {
+      // 100-byte chunks up to the cut, then a cut inside or near the delimiter, then the rest.
+      const cuts = [...Array.from({ length: Math.floor(cut / 100) }, (_, i) => i * 100), cut];
+      const parts = await bounded(readAll(chunked(body, cuts), boundary));
+      expect(parts.map((p) => [p.filename, p.data.toString('latin1')])).toEqual([
+        ['a', data.toString('latin1')],
+        ['b', 'x'],
+      ]);
+    }
+  });
+
   test('a fuzzed body is parts or a MultipartError, never anything else, never a hang', async () => {
     const boundary = 'xyz';
     const chunk = fuzzPiece(30);
