@@ -724,8 +724,13 @@ export class SandboxService {
         await this.provider.kill(record.handle);
         // In the thread pool: unlinking a disk image took the event loop 10-35 ms per kill.
         await rm(join(this.sandboxesDir, record.id), { recursive: true, force: true });
-        // An uploaded workspace's base goes with the last sandbox that names it.
-        await this.bases.dropIfUnused(record.handle.workspace?.from);
+        // An uploaded workspace's base goes with the last sandbox that names it (else at the
+        // daemon's next start, which removes the bases no row names).
+        await this.bases
+          .dropIfUnused(record.handle.workspace?.from)
+          .catch((error) =>
+            this.log.failed(`removing sandbox ${record.id}'s workspace base`, error),
+          );
       })().finally(() => this.ending.delete(record.id));
       this.ending.set(record.id, ending);
     }

@@ -314,12 +314,15 @@ export class UploadedBases {
     this.pins.set(base, (this.pins.get(base) ?? 0) + 1);
   }
 
-  /** Ends a {@link pin}; a base no row names then (the create or fork failed) is removed. */
+  /**
+   * Ends a {@link pin}; a base no row names then (the create or fork failed) is removed. Never
+   * throws: a base left because the registry did not answer goes at the daemon's next start.
+   */
   async unpin(base: string): Promise<void> {
     const left = (this.pins.get(base) ?? 1) - 1;
     if (left > 0) this.pins.set(base, left);
     else this.pins.delete(base);
-    await this.dropIfUnused(base);
+    await this.dropIfUnused(base).catch(() => undefined);
   }
 
   /** Removes the base `from` (a sandbox's workspace that ended) if nothing uses it any more. */
