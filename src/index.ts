@@ -162,6 +162,12 @@ export type {
   WorkspaceRequest,
 } from './sandbox/sandbox-api.js';
 export type {
+  SandboxAuditEntry,
+  SandboxAuditKind,
+  SandboxAuditOptions,
+  SandboxAuditPage,
+} from './sandbox/sandbox-audit.js';
+export type {
   SandboxLogLevel,
   SandboxLogLine,
   SandboxLogsOptions,

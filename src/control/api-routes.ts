@@ -1,4 +1,4 @@
-import { PassThrough, type Readable } from 'node:stream';
+import { PassThrough, Readable } from 'node:stream';
 import { validateKwargs } from '../../runtime/protocol/arguments.js';
 import type { BuildProgress, SandboxInfo, TemplateInfo } from '../../runtime/protocol/wire.js';
 import { Reply } from '../../runtime/server/http.js';
@@ -10,6 +10,7 @@ import { egressPolicyOf } from '../providers/provider.js';
 import { logJson, parseLogQuery, selectLines } from '../util/log-lines.js';
 import { packageInfo } from '../util/package-info.js';
 import { timeRange } from '../util/time-range.js';
+import { type AuditLog, auditJson, auditLines, parseAuditQuery } from './audit.js';
 import { ENVD_PORT } from './gateway.js';
 import type { Caller, KeyService } from './key-service.js';
 import type { MetricsSample, MetricsSampler } from './metrics.js';
@@ -47,6 +48,8 @@ export interface ApiContext {
    * whose client socket the kernel lists, peer-uid.ts); undefined otherwise.
    */
   peerUid?(): number | undefined;
+  /** The audit trail's writer, whose store answers `GET /v1/sandboxes/{id}/audit`. */
+  audit?: AuditLog;
   /** Server-sent events of sandboxes (`GET /v1/events`). */
   events: SandboxEventStreams;
   /** Stops the daemon after the answer is sent. */
@@ -581,6 +584,45 @@ export const API_ROUTES: ApiRoute[] = [
         });
       }
       return { logs: selectLines(ctx.logs.read(id), logQuery).map(logJson) };
+    },
+  },
+  {
+    method: 'GET',
+    path: '/v1/sandboxes/{id}/audit',
+    group: 'api',
+    summary:
+      "A sandbox's audit trail, running or ended (kept as long as events): what the daemon saw done to and from it (commands, files written and removed, port links, egress connections). { audit: [{ seq, at, time, sandboxId, owner, actor, kind, data }], next } by seq; after= (the last seq read), limit= (1 to 1000, default 100), kind= (repeatable or a comma list), since=/until= (ms since the epoch or ISO 8601). format=jsonl (or Accept: application/x-ndjson): every row selected, one JSON object per line.",
+    handler: async ({ params, query, headers, ctx }) => {
+      const id = params.id as string;
+      await checkVisible(ctx, id);
+      if (!(await ctx.sandboxes.find(id)))
+        throw new SandboxNotFoundError(`sandbox ${id} does not exist`);
+      const audit = ctx.audit;
+      if (!audit) throw new Error('the daemon keeps no audit trail');
+      const format = query.get('format');
+      if (format !== null && format !== 'json' && format !== 'jsonl') {
+        throw new InvalidArgumentError(
+          `format must be json or jsonl (one row per line), not ${JSON.stringify(format.slice(0, 40))}`,
+        );
+      }
+      const filter = parseAuditQuery(query);
+      // What this daemon saw before the read is in the answer.
+      await audit.flush();
+      const jsonl =
+        format === 'jsonl' ||
+        (format === null && /application\/x-ndjson|application\/jsonl/.test(headers.accept ?? ''));
+      if (jsonl) {
+        return new Reply(200, Readable.from(auditLines(audit.store, id, filter)), {
+          'content-type': 'application/x-ndjson; charset=utf-8',
+          'cache-control': 'no-store',
+        });
+      }
+      const rows = await audit.store.listAudit({ ...filter, sandboxId: id });
+      const last = rows[rows.length - 1];
+      return {
+        audit: rows.map(auditJson),
+        next: rows.length === filter.limit && last ? last.seq : null,
+      };
     },
   },
   {

@@ -8,6 +8,7 @@
  * "Audit trail").
  */
 
+import { InvalidArgumentError } from '../errors.js';
 import { eventsRetentionMs } from './events.js';
 
 /** How long audit rows are kept: as long as lifecycle events (`ABX_EVENTS_RETENTION_MS`, 7 days). */
@@ -113,7 +114,8 @@ export class AuditLog {
   private closed = false;
 
   constructor(
-    private readonly store: AuditStore,
+    /** Where rows are written, and read back (`GET /v1/sandboxes/{id}/audit`). */
+    readonly store: AuditStore,
     private readonly options: {
       flushMs?: number;
       batchRows?: number;
@@ -200,5 +202,111 @@ export class AuditLog {
     this.closed = true;
     clearTimeout(this.timer);
     this.timer = undefined;
+  }
+}
+
+/** The most rows one page of `GET /v1/sandboxes/{id}/audit` answers. */
+export const AUDIT_PAGE_MAX = 1000;
+
+/** What a reader asked for: `after`, `limit`, `kind` (repeatable or a comma list), `since`, `until`. */
+export interface AuditQuery {
+  afterSeq?: number;
+  limit: number;
+  kinds?: AuditKind[];
+  since?: number;
+  until?: number;
+}
+
+/** A time in a query: ms since the epoch, or an ISO 8601 date; else an InvalidArgumentError. */
+function queryTime(query: URLSearchParams, name: 'since' | 'until'): number | undefined {
+  const text = query.get(name);
+  if (text === null || text === '') return undefined;
+  if (/^\d{1,15}$/.test(text)) return Number(text);
+  const parsed = /^\d{4}-\d\d-\d\d/.test(text) ? Date.parse(text) : Number.NaN;
+  if (Number.isNaN(parsed)) {
+    throw new InvalidArgumentError(
+      `${name} must be a time: ms since the epoch or an ISO 8601 date (2026-01-02T03:04:05Z), not ${JSON.stringify(text.slice(0, 60))}`,
+    );
+  }
+  return parsed;
+}
+
+/** Reads the audit query of a request; anything malformed is an InvalidArgumentError naming it. */
+export function parseAuditQuery(query: URLSearchParams): AuditQuery {
+  const after = query.get('after') ?? query.get('cursor');
+  if (after !== null && !/^\d{1,15}$/.test(after)) {
+    throw new InvalidArgumentError(
+      `after must be the seq of the last row read (a whole number), not ${JSON.stringify(after.slice(0, 60))}`,
+    );
+  }
+  const limitText = query.get('limit');
+  const limit = limitText === null ? 100 : Number(limitText);
+  if (!/^\d+$/.test(limitText ?? '1') || limit < 1 || limit > AUDIT_PAGE_MAX) {
+    throw new InvalidArgumentError(
+      `limit must be a whole number from 1 to ${AUDIT_PAGE_MAX}, not ${JSON.stringify(limitText)}`,
+    );
+  }
+  const kinds = query
+    .getAll('kind')
+    .flatMap((text) => text.split(','))
+    .map((text) => text.trim())
+    .filter((text) => text !== '');
+  for (const kind of kinds) {
+    if (!isAuditKind(kind)) {
+      throw new InvalidArgumentError(
+        `kind ${JSON.stringify(kind.slice(0, 60))} is not one the audit trail records: use ${AUDIT_KINDS.join(', ')}`,
+      );
+    }
+  }
+  const since = queryTime(query, 'since');
+  const until = queryTime(query, 'until');
+  if (since !== undefined && until !== undefined && since > until) {
+    throw new InvalidArgumentError(
+      `since (${since}) is after until (${until}): give since <= until`,
+    );
+  }
+  return {
+    limit,
+    ...(after === null ? {} : { afterSeq: Number(after) }),
+    ...(kinds.length > 0 ? { kinds: kinds as AuditKind[] } : {}),
+    ...(since === undefined ? {} : { since }),
+    ...(until === undefined ? {} : { until }),
+  };
+}
+
+/** One row as the API answers it (`at` as an ISO date too, for people reading an export). */
+export function auditJson(row: AuditRecord): Record<string, unknown> {
+  return {
+    seq: row.seq,
+    at: row.at,
+    time: new Date(row.at).toISOString(),
+    sandboxId: row.sandboxId,
+    owner: row.owner,
+    actor: row.actor,
+    kind: row.kind,
+    data: row.data,
+  };
+}
+
+/**
+ * Every row a query selects, page by page, as JSON lines (an export): `limit` is the page size,
+ * not a bound on the whole.
+ */
+export async function* auditLines(
+  store: AuditStore,
+  sandboxId: string,
+  query: AuditQuery,
+): AsyncGenerator<string> {
+  let after = query.afterSeq;
+  for (;;) {
+    const rows = await store.listAudit({
+      ...query,
+      sandboxId,
+      limit: AUDIT_PAGE_MAX,
+      ...(after === undefined ? {} : { afterSeq: after }),
+    });
+    for (const row of rows) yield `${JSON.stringify(auditJson(row))}\n`;
+    if (rows.length < AUDIT_PAGE_MAX) return;
+    after = rows[rows.length - 1]?.seq;
   }
 }

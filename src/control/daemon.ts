@@ -41,6 +41,7 @@ import {
   metricJson,
   sandboxJson,
 } from './api-routes.js';
+import { AuditLog } from './audit.js';
 import {
   checkCsrf,
   DASHBOARD_SESSION_MS,
@@ -49,6 +50,7 @@ import {
   dashboardCookieOf,
 } from './dashboard.js';
 import { mountE2bControlApi } from './e2b-mount.js';
+import { EgressAuditPoller } from './egress-audit.js';
 import { envdRequest, runSetupStep, setSandboxEnv } from './envd-request.js';
 import { Gateway } from './gateway.js';
 import { hashToken, sandboxToken, volumeToken } from './ids.js';
@@ -245,6 +247,9 @@ export class Daemon {
   /** The gateway's origin as clients see it (its host the domain), once listening. */
   private gatewayOrigin = '';
   readonly keys: KeyService;
+  /** The audit trail's writer (audit.ts): the gateway, E2B's face and egress record in it. */
+  readonly audit: AuditLog;
+  private readonly egressAudit: EgressAuditPoller;
   private readonly reaper: Reaper;
   readonly metrics: MetricsSampler;
   /** Each sandbox's log, read from its envd and kept after it ends (docs/logs.md). */
@@ -282,6 +287,7 @@ export class Daemon {
       ? new PostgresRegistry(options.databaseUrl)
       : new SqliteRegistry(this.paths.database);
     this.keys = new KeyService(this.registry, apiKeyHash);
+    this.audit = new AuditLog(this.registry);
     this.provider =
       options.provider ??
       new LocalProvider({ runtimeDir: join(packageInfo().root, 'dist', 'runtime') });
@@ -375,6 +381,11 @@ export class Daemon {
     this.sandboxes.pausedTimeoutMs = options.pausedTimeoutMs ?? pausedTimeout();
     this.sandboxes.autoPauseMemory = autoPauseMemory();
     this.sandboxes.prestartServers = prestartServers();
+    this.egressAudit = new EgressAuditPoller(
+      this.provider,
+      (id) => this.registry.getSandbox(id),
+      this.audit,
+    );
     this.reaper = new Reaper(
       this.sandboxes.reaperHost(),
       options.reapIntervalMs ?? 1000,
@@ -400,6 +411,7 @@ export class Daemon {
       metrics: this.metrics,
       logs: this.logs,
       prometheus: this.prometheus,
+      audit: this.audit,
       events: new SandboxEventStreams({
         visible: async (caller) =>
           (
@@ -548,6 +560,7 @@ export class Daemon {
         },
         tokenSecret,
         counts: this.prometheus,
+        audit: this.audit,
         // One URL for the API and the sandboxes: requests that name no sandbox go to the API.
         apiTarget: () =>
           this.apiPort === undefined ? undefined : `tcp://127.0.0.1:${this.apiPort}`,
@@ -732,6 +745,7 @@ export class Daemon {
       this.gatewayOrigin = gatewayOrigin({ domain: this.domain, tls: false, port: gatewayPort });
     }
     this.reaper.start();
+    this.egressAudit.start();
     this.webhookDispatcher.start();
     this.metrics.start();
     this.logs.start();
@@ -758,6 +772,7 @@ export class Daemon {
     this.stopping ??= (async () => {
       this.e2b.stop();
       await this.reaper.stop();
+      await this.egressAudit.stop();
       await this.webhookDispatcher.stop();
       await this.metrics.stop();
       this.logs.stop();
@@ -788,6 +803,7 @@ export class Daemon {
         // no daemon.json: nothing to remove
       }
       this.unregisterSecrets();
+      await this.audit.close();
       await this.registry.close().catch(() => undefined);
       this.resolveStopped();
     })();

@@ -10,6 +10,7 @@ import {
   UpstreamError,
 } from '../errors.js';
 import { accessKey } from './authorize.js';
+import type { AuditTap } from './gateway-audit.js';
 import {
   badRequest,
   type ChunkedScanner,
@@ -103,6 +104,8 @@ export interface Route {
   envd: boolean;
   template: string;
   capabilities: readonly string[];
+  /** The sandbox's owner (its API key id; null: the daemon's own key), for the audit trail. */
+  owner?: string | null;
 }
 
 /** What a client connection needs from the gateway. */
@@ -137,6 +140,11 @@ export interface GatewayRoutes {
     target: RequestTarget,
     route: Route,
   ): { text: string; pass: E2bPassOn; route?: Route } | EnvdFaceAnswer | undefined;
+  /**
+   * Where the audit trail records a request passed to a sandbox (gateway-audit.ts): told its
+   * body's bytes as they pass and its end. Undefined: nothing is recorded of it.
+   */
+  audit?(head: RequestHead, target: RequestTarget, route: Route): AuditTap | undefined;
   /** A refusal of an E2B request in the shape its SDK reads. */
   e2bRefusal?(head: RequestHead, target: RequestTarget, error: unknown): EnvdFaceAnswer;
 }
@@ -292,6 +300,8 @@ export class ClientConnection implements UpstreamOwner {
   private held: Held | undefined;
   private collecting: Collecting | undefined;
   private passing: Passing | undefined;
+  /** The audit trail's tap of the request whose body is being sent. */
+  private tap: AuditTap | undefined;
   private checking = false;
   private running = false;
   /** Writing to the sandbox waits for it to drain. */
@@ -388,6 +398,7 @@ export class ClientConnection implements UpstreamOwner {
           pos = this.collect(buf, pos);
         } else if (this.mode === 'body') {
           const take = Math.min(this.bodyLeft, buf.length - pos);
+          this.tap?.data(buf.subarray(pos, pos + take));
           this.toSandbox(buf.subarray(pos, pos + take));
           pos += take;
           this.bodyLeft -= take;
@@ -395,7 +406,13 @@ export class ClientConnection implements UpstreamOwner {
         } else if (this.mode === 'chunked') {
           let end: number;
           try {
-            end = (this.chunks as ChunkedScanner).feed(buf, pos, buf.length);
+            const tap = this.tap;
+            end = (this.chunks as ChunkedScanner).feed(
+              buf,
+              pos,
+              buf.length,
+              tap && ((from, to) => tap.data(buf.subarray(from, to))),
+            );
           } catch (error) {
             this.abortRequest(error);
             return;
@@ -490,6 +507,7 @@ export class ClientConnection implements UpstreamOwner {
         this.refuse(head, error);
         return;
       }
+      this.tap = this.routes.audit?.(head, target, route);
       this.send(head, text, upstream);
       return;
     }
@@ -586,6 +604,7 @@ export class ClientConnection implements UpstreamOwner {
     this.held = undefined;
     const upstream = this.upstreamFor(route);
     this.route = route;
+    this.tap = this.routes.audit?.(head, target, route);
     this.send(head, text, upstream);
     this.resume();
     this.flushToSandbox();
@@ -767,6 +786,7 @@ export class ClientConnection implements UpstreamOwner {
   ): void {
     const upstream = this.upstreamFor(route);
     this.passing = { head, target, pass };
+    this.tap = this.routes.audit?.(head, target, route);
     // A small body (most uploads) goes to envd with its head in one write, not in as many as the
     // client's writes: E2B's SDK streams a form chunked, its head and each piece apart, and each
     // write into the sandbox wakes envd. So a body of a small length, or a chunked one until it
@@ -783,6 +803,9 @@ export class ClientConnection implements UpstreamOwner {
   /** A request's body is all sent: the next head, or, for an E2B request, its answer first. */
   private bodySent(): void {
     this.holdHead = false;
+    const tap = this.tap;
+    this.tap = undefined;
+    tap?.end();
     if (this.passing) {
       this.mode = 'e2b';
       this.chunks = undefined;

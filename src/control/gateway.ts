@@ -18,8 +18,10 @@ import {
   SandboxPausedError,
   UpstreamError,
 } from '../errors.js';
+import { type AuditLog, auditText } from './audit.js';
 import { type AccessDecision, API_ACCESS_KEY, authorize, pausedError } from './authorize.js';
 import { Dashboard } from './dashboard.js';
+import { type AuditTap, e2bAuditCallback, gatewayAuditTap } from './gateway-audit.js';
 import {
   ClientConnection,
   type ConnectionLimits,
@@ -121,6 +123,8 @@ export interface GatewayBackend {
    * credential; resolves with its running record. Absent: such requests get 409 as any other.
    */
   resume?(record: SandboxRecord): Promise<SandboxRecord>;
+  /** The audit trail the gateway records commands, files and links in (gateway-audit.ts). */
+  audit?: AuditLog;
 }
 
 /** What a request is for, as the gateway's request counter labels it. */
@@ -656,6 +660,9 @@ export class Gateway implements GatewayRoutes {
         socketPath: route.socketPath,
         token: route.token as string,
         ...(route.rootSocketPath ? { rootSocketPath: route.rootSocketPath } : {}),
+        ...(this.backend.audit
+          ? { audit: e2bAuditCallback(this.backend.audit, target, route) }
+          : {}),
       },
       port: target.port,
       signal,
@@ -734,6 +741,7 @@ export class Gateway implements GatewayRoutes {
       until,
       template: record.template,
       capabilities: record.capabilities,
+      owner: record.owner,
     };
     if (decision.reach !== 'port') {
       return {
@@ -755,6 +763,19 @@ export class Gateway implements GatewayRoutes {
         );
       }
       const grant = links.mint(id, port, local.expiresInMs, local.sessionMs);
+      this.backend.audit?.record({
+        sandboxId: id,
+        owner: record.owner,
+        actor: null,
+        kind: 'link.issued',
+        data: {
+          port,
+          path: auditText(local.path),
+          expiresAt: new Date(grant.expiresAt).toISOString(),
+          sessionMs: grant.sessionMs,
+          via: target.via,
+        },
+      });
       const sep = local.path.includes('?') ? '&' : '?';
       const body = JSON.stringify({
         url: `${local.origin}${local.path}${sep}${LINK_PARAM}=${grant.link}`,
@@ -792,6 +813,10 @@ export class Gateway implements GatewayRoutes {
     const alive = record?.state === 'running' && this.backend.isAlive(record);
     const resumes = this.backend.resume !== undefined;
     return authorize(target, { record, alive, now: Date.now(), links: this.links, resumes });
+  }
+
+  audit(head: RequestHead, target: RequestTarget, route: Route): AuditTap | undefined {
+    return this.backend.audit && gatewayAuditTap(this.backend.audit, head, target, route);
   }
 
   rewrite(head: RequestHead, target: RequestTarget, route: Route): string {

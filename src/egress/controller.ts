@@ -5,6 +5,7 @@ import type { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { packageInfo } from '../util/package-info.js';
+import type { EgressAuditRow } from './audit-queue.js';
 import type { EgressCa } from './egress-ca.js';
 import { type EgressPolicy, parseEntry } from './policy.js';
 import type { SandboxNet } from './sandbox-net.js';
@@ -327,6 +328,19 @@ export class EgressController {
     id: string,
   ): Promise<{ policy: EgressPolicy; ports: EgressPorts; counters: EgressCounters }> {
     return (await this.call('GET', `/sandboxes/${id}`)) as never;
+  }
+
+  /**
+   * The decisions egress made that the daemon has not read (audit-queue.ts), acknowledging those
+   * up to `after` of `epoch`; undefined while no egress process runs (none is started for it).
+   */
+  async audit(
+    epoch: string | undefined,
+    after: number,
+  ): Promise<{ epoch: string; rows: EgressAuditRow[]; dropped: number } | undefined> {
+    if (!this.child || this.child.exitCode !== null) return undefined;
+    const query = new URLSearchParams({ after: String(after), ...(epoch ? { epoch } : {}) });
+    return (await this.call('GET', `/audit?${query}`)) as never;
   }
 
   /** Stops serving a sandbox; one it does not serve is fine. */

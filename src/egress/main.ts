@@ -14,6 +14,8 @@
  * - `POST /egress-proxy` `{ egressProxy }` → 204, or 400 saying why egress would not dial that
  *   proxy (an always-denied or host address, a name without an address): asked before a policy
  *   with it is set, so a refusal changes nothing;
+ * - `GET /audit?epoch=&after=` → `{ epoch, rows, dropped }`: the decisions not read yet for the
+ *   daemon's audit trail (audit-queue.ts), acknowledging the rows up to `after` of that epoch;
  * - `GET /health` → `{ sandboxes }`.
  *
  * The other way, egress asks the daemon for secret values on fd 3 (a socket pair the daemon made,
@@ -244,6 +246,17 @@ const server = createServer(async (req, res) => {
         throw new PolicyError(`${where}.address: ${(error as Error).message}`);
       }
       return send(res, 204);
+    }
+    if (url.pathname === '/audit') {
+      const after = Number(url.searchParams.get('after') ?? '0');
+      return send(
+        res,
+        200,
+        service.audit.take(
+          url.searchParams.get('epoch') ?? undefined,
+          Number.isSafeInteger(after) ? after : 0,
+        ),
+      );
     }
     if (url.pathname === '/host-addresses') {
       return send(res, 200, { addresses: [...hostAddresses.current()] });

@@ -143,6 +143,11 @@ export class SandboxNetworks {
     return (await this.egress.get(internetOf(handle).id)).counters;
   }
 
+  /** The egress decisions not read yet, for the daemon's audit trail (EgressController.audit). */
+  audit(epoch: string | undefined, after: number) {
+    return this.controller ? this.controller.audit(epoch, after) : Promise.resolve(undefined);
+  }
+
   /** A new daemon serves an adopted sandbox again, on the ports its rules name. */
   async adopt(handle: { net?: KeptNet }): Promise<void> {
     const { net } = handle;

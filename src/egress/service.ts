@@ -13,6 +13,7 @@ import { type SecureContext, TLSSocket, connect as tlsConnect } from 'node:tls';
 import dnsPacket from 'dns-packet';
 import ipaddr from 'ipaddr.js';
 import { getExtensionData, readTlsClientHello } from 'read-tls-client-hello';
+import { EgressAuditQueue, type EgressAuditRow } from './audit-queue.js';
 import { type HostRule, placeholderNames, ruleHeaders, rulesFor } from './header-rules.js';
 import {
   canonicalName,
@@ -69,6 +70,17 @@ interface Entry {
   agent?: HttpsAgent;
 }
 
+/**
+ * What a decision adds for the audit trail: the port and address, and, for an allowed
+ * connection, the sandbox's socket whose bytes are counted when it closes (`later`: the caller
+ * counts and queues the row itself).
+ */
+interface AuditExtra {
+  port: number;
+  address?: string;
+  flow?: Socket | 'later';
+}
+
 /** A connection whose TLS egress terminated: for whom, which host it named, on which port. */
 interface Terminated {
   entry: Entry;
@@ -89,6 +101,8 @@ export class EgressService {
   /** Serves the HTTP inside TLS connections egress terminated (hosts with rules). */
   private readonly inner: HttpServer;
   private readonly terminated = new WeakMap<Socket, Terminated>();
+  /** Every decision, for the daemon's audit trail (`GET /audit` on the control socket). */
+  readonly audit = new EgressAuditQueue();
 
   constructor(
     private readonly rules: EgressRules,
@@ -206,11 +220,40 @@ export class EgressService {
     return entry;
   }
 
-  private record(entry: Entry, event: Omit<EgressEvent, 'time'>): void {
+  private record(
+    entry: Entry,
+    event: Omit<EgressEvent, 'time'>,
+    extra: AuditExtra,
+  ): Omit<EgressAuditRow, 'seq'> {
     if (event.allowed) entry.counters.allowed++;
     else entry.counters.refused++;
     entry.counters.recent.push({ time: new Date().toISOString(), ...event });
     if (entry.counters.recent.length > RECENT_EVENTS) entry.counters.recent.shift();
+    const row: Omit<EgressAuditRow, 'seq'> = {
+      at: Date.now(),
+      sandbox: entry.id,
+      kind: event.kind,
+      name: event.target,
+      ...(extra.address === undefined ? {} : { address: extra.address }),
+      port: extra.port,
+      allowed: event.allowed,
+      rule: event.rule,
+      up: 0,
+      down: 0,
+    };
+    const flow = extra.flow;
+    if (flow === 'later') return row;
+    if (flow && event.allowed) {
+      // Queued when the connection ends, with what it carried; never on the connection's path.
+      flow.once('close', () => {
+        row.up = flow.bytesRead;
+        row.down = flow.bytesWritten;
+        this.audit.push(row);
+      });
+    } else {
+      this.audit.push(row);
+    }
+    return row;
   }
 
   private listen(entry: Entry, server: Server | HttpServer, port = 0): Promise<number> {
@@ -418,7 +461,11 @@ export class EgressService {
     const { host, port } = target;
     const route = await this.route(entry, host);
     if ('refused' in route) {
-      this.record(entry, { kind: 'http', target: host, allowed: false, rule: route.refused });
+      this.record(
+        entry,
+        { kind: 'http', target: host, allowed: false, rule: route.refused },
+        { port },
+      );
       return refuseHttp(
         res,
         403,
@@ -428,17 +475,30 @@ export class EgressService {
     // Resolved before anything is sent: a missing secret refuses the request whole.
     const ruled = await this.headersFor(entry, host);
     if (ruled && 'refused' in ruled) {
-      this.record(entry, { kind: 'http', target: host, allowed: false, rule: ruled.refused });
+      this.record(
+        entry,
+        { kind: 'http', target: host, allowed: false, rule: ruled.refused },
+        { port, address: route.address },
+      );
       return refuseHttp(res, 403, ruled.refused);
     }
-    this.record(entry, {
-      kind: 'http',
-      target: host,
-      allowed: true,
-      rule: ruled
-        ? `${route.rule}; header rules${target.tls ? ' (TLS terminated)' : ''}`
-        : route.rule,
+    const row = this.record(
+      entry,
+      {
+        kind: 'http',
+        target: host,
+        allowed: true,
+        rule: ruled
+          ? `${route.rule}; header rules${target.tls ? ' (TLS terminated)' : ''}`
+          : route.rule,
+      },
+      { port, address: route.address, flow: 'later' },
+    );
+    // One row per request: its body up, its answer's body down, queued when the answer ends.
+    req.on('data', (chunk: Buffer) => {
+      row.up += chunk.length;
     });
+    res.once('close', () => this.audit.push(row));
     const headers = { ...req.headers };
     if (target.hostHeader) headers.host = target.hostHeader;
     delete headers['proxy-connection'];
@@ -489,6 +549,9 @@ export class EgressService {
     upstream.once('response', (answer) => {
       upstream.setTimeout(0);
       res.writeHead(answer.statusCode ?? 502, answer.rawHeaders);
+      answer.on('data', (chunk: Buffer) => {
+        row.down += chunk.length;
+      });
       answer.pipe(res);
     });
     upstream.once('error', (error) => {
@@ -516,12 +579,11 @@ export class EgressService {
       !path.startsWith('/')
     ) {
       const why = `this TLS connection is for ${at.name}:${at.port}; a request for ${req.headers.host ?? 'no Host'} on it is refused`;
-      this.record(at.entry, {
-        kind: 'http',
-        target: req.headers.host ?? '?',
-        allowed: false,
-        rule: why,
-      });
+      this.record(
+        at.entry,
+        { kind: 'http', target: req.headers.host ?? '?', allowed: false, rule: why },
+        { port: at.port },
+      );
       return refuseHttp(res, 421, why);
     }
     await this.forward(at.entry, req, res, {
@@ -547,7 +609,7 @@ export class EgressService {
       why = `${name} has header rules, and no certificate could be made for it (${(error as Error).message})`;
     }
     if (!context) {
-      this.record(entry, { kind: 'tls', target: name, allowed: false, rule: why });
+      this.record(entry, { kind: 'tls', target: name, allowed: false, rule: why }, { port });
       return refuseTls(socket);
     }
     socket.setTimeout(HELLO_TIMEOUT_MS, () => socket.destroy());
@@ -615,7 +677,11 @@ export class EgressService {
       const bare = host.replace(/^\[|\]$/g, '');
       const route = await this.route(entry, bare);
       if ('refused' in route) {
-        this.record(entry, { kind: 'connect', target: host, allowed: false, rule: route.refused });
+        this.record(
+          entry,
+          { kind: 'connect', target: host, allowed: false, rule: route.refused },
+          { port },
+        );
         // The reason phrase says it too: clients show it, not a CONNECT answer's body.
         const why = `${host} is refused by the sandbox's network policy: ${route.refused}`;
         return answer(`403 ${why.replace(/[^\x20-\x7e]/g, '?')}`, why);
@@ -629,11 +695,19 @@ export class EgressService {
         return void this.afterFirstByte(socket, (byte) => {
           if (byte === 0x16) return void this.terminate(entry, socket, ruled, port);
           const why = `${ruled} has header rules: a tunnel to it must carry TLS (HTTPS), which abx reads to set them`;
-          this.record(entry, { kind: 'connect', target: host, allowed: false, rule: why });
+          this.record(
+            entry,
+            { kind: 'connect', target: host, allowed: false, rule: why },
+            { port, address: route.address },
+          );
           socket.destroy();
         });
       }
-      this.record(entry, { kind: 'connect', target: host, allowed: true, rule: route.rule });
+      this.record(
+        entry,
+        { kind: 'connect', target: host, allowed: true, rule: route.rule },
+        { port, address: route.address, flow: socket },
+      );
       this.dial(route.address, port, socket, head, { entry, name: bare });
     });
     server.on('upgrade', (req: IncomingMessage, socket: Socket, head: Buffer) => {
@@ -675,17 +749,30 @@ export class EgressService {
     if (secure && (host !== secure.name || (asked.port ?? 443) !== secure.port)) {
       return refuse(`this TLS connection is for ${secure.name}:${secure.port}`);
     }
+    const port = secure ? secure.port : 80;
     const route = await this.route(entry, host);
     if ('refused' in route) {
-      this.record(entry, { kind: 'http', target: host, allowed: false, rule: route.refused });
+      this.record(
+        entry,
+        { kind: 'http', target: host, allowed: false, rule: route.refused },
+        { port },
+      );
       return refuse(`${host} is refused: ${route.refused}`);
     }
     const ruled = await this.headersFor(entry, host);
     if (ruled && 'refused' in ruled) {
-      this.record(entry, { kind: 'http', target: host, allowed: false, rule: ruled.refused });
+      this.record(
+        entry,
+        { kind: 'http', target: host, allowed: false, rule: ruled.refused },
+        { port, address: route.address },
+      );
       return refuse(ruled.refused);
     }
-    this.record(entry, { kind: 'http', target: host, allowed: true, rule: route.rule });
+    this.record(
+      entry,
+      { kind: 'http', target: host, allowed: true, rule: route.rule },
+      { port, address: route.address, flow: socket },
+    );
     const set = ruled?.headers ?? {};
     const lines = [`${req.method} ${req.url} HTTP/${req.httpVersion}`];
     for (let i = 0; i < req.rawHeaders.length; i += 2) {
@@ -716,32 +803,43 @@ export class EgressService {
           name = (getExtensionData(hello, 'server_name') as { serverName?: string } | null)
             ?.serverName;
         } catch {
-          this.record(entry, {
-            kind: 'tls',
-            target: '?',
-            allowed: false,
-            rule: 'not a TLS ClientHello',
-          });
+          this.record(
+            entry,
+            { kind: 'tls', target: '?', allowed: false, rule: 'not a TLS ClientHello' },
+            { port: 443 },
+          );
           return socket.destroy();
         }
         if (!name) {
-          this.record(entry, {
-            kind: 'tls',
-            target: '?',
-            allowed: false,
-            rule: 'a TLS connection without a server name (SNI) is refused',
-          });
+          this.record(
+            entry,
+            {
+              kind: 'tls',
+              target: '?',
+              allowed: false,
+              rule: 'a TLS connection without a server name (SNI) is refused',
+            },
+            { port: 443 },
+          );
           return refuseTls(socket);
         }
         const route = await this.route(entry, name);
         if ('refused' in route) {
-          this.record(entry, { kind: 'tls', target: name, allowed: false, rule: route.refused });
+          this.record(
+            entry,
+            { kind: 'tls', target: name, allowed: false, rule: route.refused },
+            { port: 443 },
+          );
           return refuseTls(socket);
         }
         const ruled = this.ruledName(entry, name);
         // readTlsClientHello put the ClientHello back: terminated or relayed, it is read again.
         if (ruled) return void this.terminate(entry, socket, ruled, 443);
-        this.record(entry, { kind: 'tls', target: name, allowed: true, rule: route.rule });
+        this.record(
+          entry,
+          { kind: 'tls', target: name, allowed: true, rule: route.rule },
+          { port: 443, address: route.address, flow: socket },
+        );
         socket.setTimeout(0);
         // readTlsClientHello put the ClientHello back: it flows on to the server as sent.
         this.dial(route.address, 443, socket, undefined, { entry, name });
@@ -838,10 +936,18 @@ export class EgressService {
     if (question.type !== 'A' && question.type !== 'AAAA') return reply(NOTIMP);
     const route = await this.resolveAllowed(entry, name);
     if ('refused' in route) {
-      this.record(entry, { kind: 'dns', target: name, allowed: false, rule: route.refused });
+      this.record(
+        entry,
+        { kind: 'dns', target: name, allowed: false, rule: route.refused },
+        { port: 53 },
+      );
       return reply(route.nx ? NXDOMAIN : REFUSED, [], route.refused);
     }
-    this.record(entry, { kind: 'dns', target: name, allowed: true, rule: route.rule });
+    this.record(
+      entry,
+      { kind: 'dns', target: name, allowed: true, rule: route.rule },
+      { port: 53, address: route.addresses.join(' ') },
+    );
     // No IPv6 route: AAAA questions get an empty answer, so clients use the A records at once.
     if (question.type === 'AAAA') return reply(NOERROR);
     const ttl =

@@ -7,6 +7,7 @@ import {
 } from '../../runtime/protocol/constants.js';
 import type { IsolationReport } from '../../runtime/protocol/isolation.js';
 import type { TemplateKubernetes, TemplateResources } from '../commands/template-runtime.js';
+import type { EgressAuditRow } from '../egress/audit-queue.js';
 import type { EgressPolicy } from '../egress/policy.js';
 import type { SandboxNet } from '../egress/sandbox-net.js';
 import type { EgressCounters } from '../egress/service.js';
@@ -465,6 +466,15 @@ export interface SandboxProvider {
    * the handle to keep from now on. Absent: the provider has no internet network.
    */
   setNetwork?(handle: SandboxHandle, policy: EgressPolicy): Promise<SandboxHandle>;
+  /**
+   * The connections egress decided that the daemon has not read yet, for its audit trail,
+   * acknowledging those up to `after` of `epoch` (src/egress/audit-queue.ts); undefined while no
+   * egress process runs. Absent: the provider has no internet network.
+   */
+  egressAudit?(
+    epoch: string | undefined,
+    after: number,
+  ): Promise<{ epoch: string; rows: EgressAuditRow[]; dropped: number } | undefined>;
   /** What egress allowed and refused for an internet sandbox: counts and the latest decisions. */
   networkStats?(handle: SandboxHandle): Promise<EgressCounters>;
   /**

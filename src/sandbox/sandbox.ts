@@ -82,6 +82,11 @@ import {
   type WorkspaceRequest,
 } from './sandbox-api.js';
 import {
+  readSandboxAudit,
+  type SandboxAuditOptions,
+  type SandboxAuditPage,
+} from './sandbox-audit.js';
+import {
   followSandboxLogs,
   readSandboxLogs,
   type SandboxLogLine,
@@ -612,6 +617,28 @@ export class Sandbox extends BaseSandbox {
    */
   logs(options: SandboxLogsOptions = {}): Promise<SandboxLogLine[]> {
     return readSandboxLogs(this.control, this.sandboxId, options);
+  }
+
+  /**
+   * This sandbox's audit trail, one page by `seq`: what the daemon saw done to and from it —
+   * commands started (and, through E2B's face, their exit), files written and removed through the
+   * API, port links issued, and every egress connection with its verdict and rule (docs/events.md,
+   * "Audit trail"). Kept as long as lifecycle events; readable after the sandbox ends.
+   *
+   * @example
+   * const { audit } = await sandbox.audit({ kind: 'egress' });
+   * for (const row of audit) if (row.data.verdict === 'denied') console.log(row.data.name);
+   */
+  audit(options: SandboxAuditOptions = {}): Promise<SandboxAuditPage> {
+    return readSandboxAudit(this.control, this.sandboxId, options);
+  }
+
+  /** A sandbox's audit trail by id, running or ended (see {@link Sandbox.audit}). */
+  static async audit(
+    sandboxId: string,
+    options: SandboxAuditOptions & ConnectionOptions = {},
+  ): Promise<SandboxAuditPage> {
+    return readSandboxAudit((await openControl(options)).client, sandboxId, options);
   }
 
   /** A sandbox's log by id, running or ended (see {@link Sandbox.logs}). */

@@ -16,6 +16,11 @@ export interface EnvdTarget {
    * the SDK asks `/health` and reports the sandbox gone.
    */
   lost?: boolean;
+  /**
+   * Records what the face did for the request in the sandbox's audit trail (the daemon's
+   * gateway-audit.ts): `command.started`, `command.exited`, `file.removed`, `file.renamed`.
+   */
+  audit?(kind: string, data: Record<string, unknown>): void;
 }
 
 /** envd's statuses as Connect codes: the E2B SDK branches on the code, not the status. */

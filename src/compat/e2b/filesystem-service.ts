@@ -170,6 +170,7 @@ export const filesystemService: Partial<ServiceImpl<typeof FilesystemService>> =
     const target = userTarget(context);
     const source = pathArg(request.source, 'source');
     const destination = pathArg(request.destination, 'destination');
+    target.audit?.('file.renamed', { from: source, to: destination });
     // E2B's envd renames over an existing file, as rename(2) does.
     await envdJson(
       target,
@@ -184,6 +185,7 @@ export const filesystemService: Partial<ServiceImpl<typeof FilesystemService>> =
   async remove(request, context) {
     const target = userTarget(context);
     const path = pathArg(request.path, 'path');
+    target.audit?.('file.removed', { path, recursive: true });
     // As E2B's envd (Go's os.RemoveAll): a path that is not there is removed already.
     await envdJson(
       target,

@@ -360,6 +360,17 @@ export const processService: Partial<ServiceImpl<typeof ProcessService>> = {
         throw new ConnectError('envd did not start the process', Code.Internal);
       }
       id = start.id;
+      // What was asked, as the client sent it (not envd's listing): the daemon's audit trail.
+      target.audit?.('command.started', {
+        cmd: config.cmd,
+        args: config.args,
+        ...(config.cwd ? { cwd: config.cwd } : {}),
+        env: Object.keys(config.envs ?? {}),
+        user:
+          target.rootSocketPath && target.socketPath === target.rootSocketPath ? 'root' : E2B_USER,
+        ...(request.pty ? { pty: true } : {}),
+        pid: start.pid ?? 0,
+      });
       if (context.signal.aborted) onAbort();
       if (initialSize && start.pid) {
         // Best effort: an image without stty keeps the 0x0 size, as before.
@@ -371,6 +382,15 @@ export const processService: Partial<ServiceImpl<typeof ProcessService>> = {
         request.pty !== undefined,
         start.pid ?? 0,
       )) {
+        if (e.event.case === 'end') {
+          const end = e.event.value;
+          target.audit?.('command.exited', {
+            pid: start.pid ?? 0,
+            exitCode: end.exitCode,
+            status: end.status,
+            ...(end.error ? { error: end.error } : {}),
+          });
+        }
         yield { $typeName: 'process.StartResponse', event: e };
       }
     } finally {

@@ -693,6 +693,10 @@ export class DockerProvider implements SandboxProvider {
     return this.networks.stats(handle);
   }
 
+  egressAudit(epoch: string | undefined, after: number) {
+    return this.networks.audit(epoch, after);
+  }
+
   adopt(handle: SandboxHandle): Promise<void> {
     return this.networks.adopt(handle);
   }

@@ -1,0 +1,94 @@
+import type { SandboxProvider } from '../providers/provider.js';
+import type { AuditLog } from './audit.js';
+import type { SandboxRecord } from './registry.js';
+
+/** How often the daemon reads egress's decisions into the audit trail. */
+export const EGRESS_AUDIT_POLL_MS = 1000;
+
+/**
+ * Reads the connections the egress process decided (its control socket's `GET /audit`, batched;
+ * egress never waits for it) into the audit trail as `egress` rows, with the owner the registry
+ * has for each sandbox. A read acknowledges the previous one, so an answer lost on the way is
+ * read again; a new egress process starts afresh.
+ */
+export class EgressAuditPoller {
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<void> | undefined;
+  private epoch: string | undefined;
+  private after = 0;
+
+  constructor(
+    private readonly provider: Pick<SandboxProvider, 'egressAudit'>,
+    private readonly find: (id: string) => Promise<SandboxRecord | undefined>,
+    private readonly audit: AuditLog,
+    private readonly intervalMs = EGRESS_AUDIT_POLL_MS,
+    private readonly onError: (error: unknown) => void = (error) =>
+      console.error('egress audit:', error),
+  ) {}
+
+  start(): void {
+    if (!this.provider.egressAudit) return;
+    this.timer ??= setInterval(() => {
+      this.running ??= this.poll()
+        .catch(this.onError)
+        .finally(() => {
+          this.running = undefined;
+        });
+    }, this.intervalMs);
+    this.timer.unref?.();
+  }
+
+  /** Reads what egress has now (pages until it has no more). */
+  async poll(): Promise<void> {
+    for (let page = 0; page < 50; page++) {
+      const answer = await this.provider.egressAudit?.(this.epoch, this.after);
+      if (!answer) return;
+      if (answer.epoch !== this.epoch) {
+        this.epoch = answer.epoch;
+        this.after = 0;
+      }
+      const owners = new Map<string, SandboxRecord | undefined>();
+      for (const row of answer.rows) {
+        if (!owners.has(row.sandbox)) owners.set(row.sandbox, await this.find(row.sandbox));
+        const record = owners.get(row.sandbox);
+        // A sandbox no row names is not one of this registry's: nobody could read its trail.
+        if (!record) continue;
+        this.audit.record({
+          at: row.at,
+          sandboxId: row.sandbox,
+          owner: record.owner,
+          actor: null,
+          kind: 'egress',
+          data: {
+            protocol: row.kind,
+            name: row.name,
+            ...(row.address === undefined ? {} : { address: row.address }),
+            port: row.port,
+            verdict: row.allowed ? 'allowed' : 'denied',
+            rule: row.rule,
+            up: row.up,
+            down: row.down,
+          },
+        });
+      }
+      if (answer.dropped > 0) {
+        this.onError(
+          new Error(
+            `egress dropped ${answer.dropped} decisions of the audit trail (its queue was full)`,
+          ),
+        );
+      }
+      const last = answer.rows[answer.rows.length - 1];
+      if (!last) return;
+      this.after = last.seq;
+    }
+  }
+
+  /** Stops reading, after one last read of what egress has. */
+  async stop(): Promise<void> {
+    clearInterval(this.timer);
+    this.timer = undefined;
+    await this.running;
+    if (this.provider.egressAudit) await this.poll().catch(() => undefined);
+  }
+}
