@@ -1,7 +1,18 @@
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { lstatSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
-import { join } from 'node:path';
+import {
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { request } from 'undici';
+import type { DaemonInfo } from '../../src/index.js';
 
 export const GIT_ENV = {
   ...process.env,
@@ -47,4 +58,48 @@ export function snapshot(dir: string, rel = ''): Record<string, string> {
     } else out[p] = `other ${st.mode.toString(8)} ${st.mtimeMs}`;
   }
   return out;
+}
+
+/**
+ * A git repository in a new folder of the temporary folder (`prefix` names it) holding `files`
+ * (relative path → text; `.gitignore`d ones written, not committed), committed once on `main`.
+ */
+export function makeRepo(files: Record<string, string>, prefix = 'abx-ws-repo-'): string {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  git(dir, 'init', '-q', '-b', 'main');
+  for (const [path, text] of Object.entries(files)) {
+    mkdirSync(dirname(join(dir, path)), { recursive: true });
+    writeFileSync(join(dir, path), text);
+  }
+  git(dir, 'add', '-A');
+  git(dir, 'commit', '-q', '-m', 'base');
+  return dir;
+}
+
+/** What the daemon of `$ABX_HOME` `home` wrote of itself (its API's address). */
+export function daemonInfoOf(home: string): DaemonInfo {
+  return JSON.parse(readFileSync(join(home, 'daemon.json'), 'utf8')) as DaemonInfo;
+}
+
+/**
+ * A raw call of the API of the daemon of `home`, with `key` (default: the daemon's own key): its
+ * status and JSON body (`{}` when empty).
+ */
+export async function daemonApi(
+  home: string,
+  method: string,
+  path: string,
+  body?: unknown,
+  key?: string,
+): Promise<{ status: number; body: Record<string, string> }> {
+  const response = await request(`${daemonInfoOf(home).apiUrl}${path}`, {
+    method: method as 'POST',
+    headers: {
+      authorization: `Bearer ${key ?? readFileSync(join(home, 'api-key'), 'utf8').trim()}`,
+      ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+    },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
+  const text = await response.body.text();
+  return { status: response.statusCode, body: text ? JSON.parse(text) : {} };
 }

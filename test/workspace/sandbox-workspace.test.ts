@@ -12,11 +12,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { type DaemonInfo, InvalidArgumentError, Sandbox } from '../../src/index.js';
+import { InvalidArgumentError, Sandbox } from '../../src/index.js';
 import { startDaemon } from '../../src/installation/daemon-connection.js';
 import { mountsUnder } from '../../src/providers/local/volumes.js';
 import { abxIn } from '../cli/abx.js';
 import { createAbxHome } from '../helpers/abx-home.js';
+import { daemonApi, daemonInfoOf, makeRepo } from './fixture.js';
 
 // A workspace in a sandbox of the local provider on a root daemon: a real git repository mounted
 // copy-on-write; the sandbox edits, creates and deletes files; the host folder is not written;
@@ -29,21 +30,11 @@ let abx: Awaited<ReturnType<typeof createAbxHome>> | undefined;
 let home: string;
 let repo: string;
 
-const daemonInfo = () => JSON.parse(readFileSync(join(home, 'daemon.json'), 'utf8')) as DaemonInfo;
+const daemonInfo = () => daemonInfoOf(home);
 
 /** A raw call of the daemon's API with a key (default: the daemon's own). */
-async function api(method: string, path: string, body?: unknown, key?: string) {
-  const response = await request(`${daemonInfo().apiUrl}${path}`, {
-    method: method as 'POST',
-    headers: {
-      authorization: `Bearer ${key ?? readFileSync(join(home, 'api-key'), 'utf8').trim()}`,
-      ...(body === undefined ? {} : { 'content-type': 'application/json' }),
-    },
-    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-  });
-  const text = await response.body.text();
-  return { status: response.statusCode, body: JSON.parse(text) as Record<string, string> };
-}
+const api = (method: string, path: string, body?: unknown, key?: string) =>
+  daemonApi(home, method, path, body, key);
 
 const git = (...args: string[]) => execFileSync('git', ['-C', repo, ...args], { encoding: 'utf8' });
 
@@ -60,14 +51,11 @@ beforeAll(async () => {
   if (!isRoot) return;
   abx = await createAbxHome();
   home = abx.home;
-  repo = mkdtempSync(join(tmpdir(), 'abx-ws-repo-'));
-  git('init', '-q', '-b', 'main');
-  writeFileSync(join(repo, 'README.md'), '# demo\n\nline one\nline two\n');
-  writeFileSync(join(repo, 'old.txt'), 'to be deleted\n');
-  execFileSync('mkdir', ['-p', join(repo, 'src')]);
-  writeFileSync(join(repo, 'src', 'main.js'), 'console.log(1);\n');
-  git('add', '-A');
-  git('-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-q', '-m', 'base');
+  repo = makeRepo({
+    'README.md': '# demo\n\nline one\nline two\n',
+    'old.txt': 'to be deleted\n',
+    'src/main.js': 'console.log(1);\n',
+  });
   await startDaemon(home);
 }, 120_000);
 

@@ -10,6 +10,7 @@ import { dockerWorkspaceUnavailable } from '../../src/providers/docker/workspace
 import { mountsUnder } from '../../src/providers/local/volumes.js';
 import { type DockerHome, dockerHome } from '../compat/e2b/docker-home.js';
 import { dockerEngine } from '../helpers/docker-images.js';
+import { makeRepo } from './fixture.js';
 
 // A workspace on the Docker provider (root daemon, real engine): the daemon mounts the overlay on
 // the host and the engine binds it into the container. A real git repository; the container
@@ -35,14 +36,15 @@ describe.skipIf(skip)('a workspace on the docker provider (root daemon)', () => 
   const tree = (dir: string) => execFileSync('sh', ['-c', TREE], { cwd: dir, encoding: 'utf8' });
 
   beforeAll(async () => {
-    repo = mkdtempSync(join(tmpdir(), 'abx-ws-docker-'));
-    git('init', '-q', '-b', 'main');
-    writeFileSync(join(repo, 'README.md'), '# demo\n\nline one\nline two\n');
-    writeFileSync(join(repo, 'old.txt'), 'to be deleted\n');
-    writeFileSync(join(repo, 'name.txt'), 'renamed, not changed\n');
-    writeFileSync(join(repo, 'run.sh'), 'echo run\n', { mode: 0o644 });
-    git('add', '-A');
-    git('-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-q', '-m', 'base');
+    repo = makeRepo(
+      {
+        'README.md': '# demo\n\nline one\nline two\n',
+        'old.txt': 'to be deleted\n',
+        'name.txt': 'renamed, not changed\n',
+        'run.sh': 'echo run\n',
+      },
+      'abx-ws-docker-',
+    );
     abx = await dockerHome(engine.docker as NonNullable<typeof engine.docker>);
   }, 300_000);
 

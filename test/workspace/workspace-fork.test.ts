@@ -1,25 +1,14 @@
-import { execFile, execFileSync } from 'node:child_process';
-import {
-  existsSync,
-  lstatSync,
-  mkdirSync,
-  mkdtempSync,
-  readFileSync,
-  renameSync,
-  rmSync,
-  utimesSync,
-  writeFileSync,
-} from 'node:fs';
-import { tmpdir } from 'node:os';
+import { execFile } from 'node:child_process';
+import { existsSync, lstatSync, renameSync, rmSync, utimesSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { type DaemonInfo, InvalidArgumentError, Sandbox } from '../../src/index.js';
+import { InvalidArgumentError, Sandbox } from '../../src/index.js';
 import { startDaemon } from '../../src/installation/daemon-connection.js';
 import { mountsUnder } from '../../src/providers/local/volumes.js';
 import { ApiKeys } from '../../src/sandbox/api-keys.js';
 import { createAbxHome } from '../helpers/abx-home.js';
+import { daemonApi, daemonInfoOf, git, makeRepo } from './fixture.js';
 
 // A sandbox's workspace in its forks and snapshots (root daemon, local provider): each fork gets
 // its own copy of the upper layer (whiteouts, opaque folders, owners) over the same host folder;
@@ -33,37 +22,11 @@ let abx: Awaited<ReturnType<typeof createAbxHome>> | undefined;
 let home: string;
 let repo: string;
 
-const daemonInfo = () => JSON.parse(readFileSync(join(home, 'daemon.json'), 'utf8')) as DaemonInfo;
+const daemonInfo = () => daemonInfoOf(home);
 
 /** A raw call of the daemon's API with a key (default: the daemon's own). */
-async function api(method: string, path: string, body?: unknown, key?: string) {
-  const response = await request(`${daemonInfo().apiUrl}${path}`, {
-    method: method as 'POST',
-    headers: {
-      authorization: `Bearer ${key ?? readFileSync(join(home, 'api-key'), 'utf8').trim()}`,
-      ...(body === undefined ? {} : { 'content-type': 'application/json' }),
-    },
-    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-  });
-  const text = await response.body.text();
-  return { status: response.statusCode, body: JSON.parse(text) as Record<string, string> };
-}
-
-const git = (dir: string, ...args: string[]) =>
-  execFileSync('git', ['-C', dir, ...args], { encoding: 'utf8' });
-
-/** A git repository with these files, committed. */
-function makeRepo(files: Record<string, string>): string {
-  const dir = mkdtempSync(join(tmpdir(), 'abx-ws-fork-'));
-  git(dir, 'init', '-q', '-b', 'main');
-  for (const [path, text] of Object.entries(files)) {
-    mkdirSync(join(dir, path, '..'), { recursive: true });
-    writeFileSync(join(dir, path), text);
-  }
-  git(dir, 'add', '-A');
-  git(dir, '-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-q', '-m', 'base');
-  return dir;
-}
+const api = (method: string, path: string, body?: unknown, key?: string) =>
+  daemonApi(home, method, path, body, key);
 
 const names = (changes: { status: string; path: string }[]) =>
   changes.map((c) => `${c.status} ${c.path}`);

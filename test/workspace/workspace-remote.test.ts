@@ -19,6 +19,7 @@ import { CLI } from '../cli/abx.js';
 import { createAbxHome } from '../helpers/abx-home.js';
 import { archive } from '../helpers/crafted-tar.js';
 import { makeTestCertificates } from '../helpers/test-ca.js';
+import { makeRepo } from './fixture.js';
 
 // A remote client's workspace (docs/workspaces.md, "From a remote client"), over TLS: a
 // non-admin key uploads a git repository (what .gitignore excludes left out), the sandbox edits
@@ -94,16 +95,16 @@ beforeAll(async () => {
   expect(apiUrl).toMatch(/^https:\/\/127\.0\.0\.1:\d+$/);
   adminKey = readFileSync(join(abx.home, 'api-key'), 'utf8').trim();
   aliceKey = (await ApiKeys.create('ws-remote-alice', as(adminKey))).key;
-  repo = mkdtempSync(join(tmpdir(), 'abx-ws-remote-'));
-  git('init', '-q', '-b', 'main');
-  writeFileSync(join(repo, 'README.md'), '# demo\n\nline one\nline two\n');
-  writeFileSync(join(repo, 'old.txt'), 'to be deleted\n');
-  writeFileSync(join(repo, '.gitignore'), 'secret.env\n');
-  writeFileSync(join(repo, 'secret.env'), 'TOKEN=do-not-send\n');
-  execFileSync('mkdir', ['-p', join(repo, 'src')]);
-  writeFileSync(join(repo, 'src', 'main.js'), 'console.log(1);\n');
-  git('add', '-A');
-  git('-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-q', '-m', 'base');
+  repo = makeRepo(
+    {
+      'README.md': '# demo\n\nline one\nline two\n',
+      'old.txt': 'to be deleted\n',
+      '.gitignore': 'secret.env\n',
+      'secret.env': 'TOKEN=do-not-send\n',
+      'src/main.js': 'console.log(1);\n',
+    },
+    'abx-ws-remote-',
+  );
 }, 120_000);
 
 afterAll(async () => {

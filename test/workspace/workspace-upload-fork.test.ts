@@ -9,13 +9,13 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { type DaemonInfo, Sandbox } from '../../src/index.js';
+import { Sandbox } from '../../src/index.js';
 import { startDaemon, stopDaemon } from '../../src/installation/daemon-connection.js';
 import { mountsUnder } from '../../src/providers/local/volumes.js';
 import { ApiKeys } from '../../src/sandbox/api-keys.js';
 import { createAbxHome } from '../helpers/abx-home.js';
+import { daemonApi, daemonInfoOf } from './fixture.js';
 
 // An uploaded workspace (a remote client's folder) in forks and snapshots (root daemon, local
 // provider): a fork shares the uploaded base and gets its own copy of the changes; the base goes
@@ -30,7 +30,7 @@ let folder: string;
 let alice: { apiUrl: string; apiKey: string };
 let bobKey: string;
 
-const daemonInfo = () => JSON.parse(readFileSync(join(home, 'daemon.json'), 'utf8')) as DaemonInfo;
+const daemonInfo = () => daemonInfoOf(home);
 /** The uploaded bases in use (`$ABX_HOME/workspace-bases/ID`). */
 const bases = () => {
   const dir = join(home, 'workspace-bases');
@@ -38,17 +38,8 @@ const bases = () => {
 };
 
 /** A raw call of the daemon's API with `key`. */
-async function api(method: string, path: string, key: string, body?: unknown) {
-  const response = await request(`${daemonInfo().apiUrl}${path}`, {
-    method: method as 'POST',
-    headers: {
-      authorization: `Bearer ${key}`,
-      ...(body === undefined ? {} : { 'content-type': 'application/json' }),
-    },
-    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-  });
-  return { status: response.statusCode, body: (await response.body.json()) as { error?: string } };
-}
+const api = (method: string, path: string, key: string, body?: unknown) =>
+  daemonApi(home, method, path, body, key);
 
 const names = (changes: { status: string; path: string }[]) =>
   changes.map((c) => `${c.status} ${c.path}`);
