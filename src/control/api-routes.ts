@@ -11,6 +11,13 @@ import { logJson, parseLogQuery, selectLines } from '../util/log-lines.js';
 import { packageInfo } from '../util/package-info.js';
 import { timeRange } from '../util/time-range.js';
 import { type AuditLog, auditJson, auditLines, parseAuditQuery } from './audit.js';
+import {
+  type EventService,
+  eventPage,
+  nativeEventQuery,
+  parseSeq,
+  parseTypes,
+} from './event-service.js';
 import { ENVD_PORT } from './gateway.js';
 import type { Caller, KeyService } from './key-service.js';
 import type { MetricsSample, MetricsSampler } from './metrics.js';
@@ -22,9 +29,9 @@ import type { KeyOwner, SandboxService } from './sandbox-service.js';
 import { type SecretService, secretJson } from './secret-service.js';
 import type { BuiltTemplate, TemplateService } from './template-service.js';
 import { type VolumeService, volumeJson } from './volume-service.js';
-
 import { WEBHOOK_ROUTES } from './webhook-routes.js';
 import type { WebhookService } from './webhook-service.js';
+
 /** What the API's handlers reach. */
 export interface ApiContext {
   sandboxes: SandboxService;
@@ -32,9 +39,9 @@ export interface ApiContext {
   volumes: VolumeService;
   /** Secrets: write-only, so no route here ever answers a value. */
   secrets: SecretService;
-  keys: KeyService;
   /** Webhooks of keys (`/v1/webhooks`): their secrets are write-only too. */
   webhooks: WebhookService;
+  keys: KeyService;
   /** Running sandboxes' samples of use (CPU, memory, disk, processes). */
   metrics: MetricsSampler;
   /** Each sandbox's log (envd's lines, its processes), kept after it ends. */
@@ -52,6 +59,8 @@ export interface ApiContext {
   audit?: AuditLog;
   /** Server-sent events of sandboxes (`GET /v1/events`). */
   events: SandboxEventStreams;
+  /** Lifecycle events as their owners read them (`GET /v1/events` as JSON, and its stream). */
+  lifecycle: EventService;
   /** Stops the daemon after the answer is sent. */
   shutdown(): void;
   /**
@@ -322,13 +331,44 @@ export const API_ROUTES: ApiRoute[] = [
     path: '/v1/events',
     group: 'api',
     summary:
-      'Server-sent events (text/event-stream) of the sandboxes the key may see: snapshot {sandboxes} first (running and paused), then sandbox {sandbox} when one appears or changes, ended {sandboxId, state, endReason}, metrics {sandboxId, metric} per new sample; read every ABX_EVENTS_INTERVAL_MS (1000).',
-    handler: ({ ctx, closed }) =>
-      new Reply(200, ctx.events.stream(callerOf(ctx), closed), {
-        'content-type': 'text/event-stream; charset=utf-8',
-        'cache-control': 'no-store',
-        'x-accel-buffering': 'no',
-      }),
+      "Lifecycle events of the key's sandboxes (an admin key: all), docs/events.md. As JSON (unless Accept asks for text/event-stream): a page { events, cursor, more } by seq; limit (1-1000, default 100), order (asc, desc), cursor (the last page's), after (a seq), sandbox, type (repeated or comma-separated), since and until (ms or ISO 8601); another key's sandbox is 404. As server-sent events: lifecycle {event} with id: its seq, from after Last-Event-ID or ?after= (else from now), filtered by sandbox and type; and, unless only=lifecycle, the dashboard's view: snapshot {sandboxes} first (running and paused), then sandbox {sandbox} when one appears or changes, ended {sandboxId, state, endReason}, metrics {sandboxId, metric} per new sample; read every ABX_EVENTS_INTERVAL_MS (1000).",
+    handler: async ({ ctx, closed, headers, query }) => {
+      const caller = callerOf(ctx);
+      const accept = headers.accept ?? '';
+      if (!/text\/event-stream/i.test(accept)) {
+        const read = nativeEventQuery(query);
+        return eventPage(await ctx.lifecycle.list(caller, read), read);
+      }
+      const only = query.get('only');
+      if (only !== null && only !== 'lifecycle') {
+        throw new InvalidArgumentError(
+          `only must be lifecycle (no dashboard events), not '${only}'`,
+        );
+      }
+      // A reconnecting EventSource sends the last id it had; ?after= says the same for others.
+      const lastId = headers['last-event-id'];
+      const after =
+        parseSeq('Last-Event-ID', typeof lastId === 'string' ? lastId : null) ??
+        parseSeq('after', query.get('after')) ??
+        (await ctx.lifecycle.newestSeq(caller));
+      const sandboxId = query.get('sandbox') || undefined;
+      if (sandboxId) await ctx.lifecycle.checkSandbox(caller, sandboxId);
+      const types = parseTypes('type', query.getAll('type'));
+      return new Reply(
+        200,
+        ctx.events.stream(caller, closed, {
+          after,
+          ...(sandboxId ? { sandboxId } : {}),
+          ...(types.length > 0 ? { types } : {}),
+          lifecycleOnly: only === 'lifecycle',
+        }),
+        {
+          'content-type': 'text/event-stream; charset=utf-8',
+          'cache-control': 'no-store',
+          'x-accel-buffering': 'no',
+        },
+      );
+    },
   },
   {
     method: 'GET',

@@ -52,6 +52,7 @@ import {
 import { mountE2bControlApi } from './e2b-mount.js';
 import { EgressAuditPoller } from './egress-audit.js';
 import { envdRequest, runSetupStep, setSandboxEnv } from './envd-request.js';
+import { EventService } from './event-service.js';
 import { Gateway } from './gateway.js';
 import { hashToken, sandboxToken, volumeToken } from './ids.js';
 import { KeyService } from './key-service.js';
@@ -401,6 +402,8 @@ export class Daemon {
       options.orphanSweepMs,
     );
     const table = new RouteTable(API_ROUTES);
+    // Lifecycle events (events.ts): /v1/events, its stream, E2B's /events/sandboxes.
+    const lifecycle = new EventService(this.registry);
     const shared: Omit<ApiContext, 'caller'> = {
       sandboxes: this.sandboxes,
       templates: this.templates,
@@ -412,22 +415,27 @@ export class Daemon {
       logs: this.logs,
       prometheus: this.prometheus,
       audit: this.audit,
-      events: new SandboxEventStreams({
-        visible: async (caller) =>
-          (
-            await this.sandboxes.list({
-              state: ['running', 'paused'],
-              ...(caller.admin ? {} : { owner: caller.keyId as string }),
-              metadata: {},
-            })
-          ).map(sandboxJson),
-        find: async (id) => {
-          const record = await this.registry.getSandbox(id);
-          return record && sandboxJson(record);
+      lifecycle,
+      events: new SandboxEventStreams(
+        {
+          visible: async (caller) =>
+            (
+              await this.sandboxes.list({
+                state: ['running', 'paused'],
+                ...(caller.admin ? {} : { owner: caller.keyId as string }),
+                metadata: {},
+              })
+            ).map(sandboxJson),
+          find: async (id) => {
+            const record = await this.registry.getSandbox(id);
+            return record && sandboxJson(record);
+          },
+          samples: (id, start) => this.metrics.samples(id, start),
+          metricJson,
         },
-        samples: (id, start) => this.metrics.samples(id, start),
-        metricJson,
-      }),
+        undefined,
+        lifecycle,
+      ),
       shutdown: () => setImmediate(() => void this.stop()),
       gatewayUrl: () => this.gatewayOrigin,
     };
@@ -450,6 +458,7 @@ export class Daemon {
         volumes: this.volumes,
         secrets: this.secrets,
         webhooks: this.webhooks,
+        events: lifecycle,
         volumeToken: (id) => volumeToken(tokenSecret, id),
       },
       // The host E2B's SDKs put after `{port}-{id}.`: the domain, and the gateway's port when it

@@ -12,6 +12,7 @@ import { E2bControlApi } from '../compat/e2b/control-api.js';
 import { publicPolicy } from '../egress/policy.js';
 import { InvalidArgumentError, VolumeNotFoundError } from '../errors.js';
 import { egressPolicyOf, sandboxHome } from '../providers/provider.js';
+import { type EventService, e2bEventTypes } from './event-service.js';
 import { hashToken, tokenMatches } from './ids.js';
 import type { KeyService } from './key-service.js';
 import type { MetricsSampler } from './metrics.js';
@@ -67,6 +68,8 @@ export function mountE2bControlApi(
     secrets: SecretService;
     /** Webhooks: the same service and ownership rule as /v1/webhooks (E2B's flavour). */
     webhooks: WebhookService;
+    /** Lifecycle events: the same records and owner rule as /v1/events. */
+    events: EventService;
     /** A volume's content token (ids.ts volumeToken with the installation's secret). */
     volumeToken: (id: string) => string;
   },
@@ -75,6 +78,7 @@ export function mountE2bControlApi(
 ): E2bControlApi {
   const { sandboxes, templates, keys, metrics, logs, volumes, secrets, webhooks, volumeToken } =
     services;
+  const { events } = services;
   const backend: E2bBackend = {
     authenticate: (key) => keys.authenticateKey(key, 'X-API-KEY: <key> (E2B_API_KEY)'),
     create: async (request, caller, connection) =>
@@ -192,6 +196,14 @@ export function mountE2bControlApi(
     removeSecret: async (ref, caller) => {
       await secrets.remove(caller, ref);
     },
+    listEvents: (query, caller) =>
+      events.list(caller, {
+        offset: query.offset,
+        limit: query.limit,
+        order: query.orderAsc ? 'asc' : 'desc',
+        types: e2bEventTypes(query.types),
+        ...(query.sandboxId === undefined ? {} : { sandboxId: query.sandboxId }),
+      }),
     createWebhook: async (body, caller) =>
       webhookOf((await webhooks.create(caller, body, 'e2b')).webhook),
     listWebhooks: async (caller) => (await webhooks.list(caller)).map(webhookOf),

@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { envMilliseconds } from '../util/env-ms.js';
 
 /**
@@ -79,6 +79,8 @@ export interface EventFilter {
   types?: readonly string[];
   /** Only `seq` greater than this (the cursor). */
   afterSeq?: number;
+  /** Only `seq` less than this (a cursor read newest first). */
+  beforeSeq?: number;
   /** Only `at` at or after this (ms since the epoch). */
   since?: number;
   /** Only `at` before this. */
@@ -118,4 +120,50 @@ export function eventFor(
     type: draft.type,
     data: draft.data ?? {},
   };
+}
+
+/**
+ * The `data` of a `killed` event: abx's reason (`api`: a kill asked for; `expired`: its timeout;
+ * `oom`: the kernel's OOM killer; `dead`: its processes ended by themselves; `revoked`: its key
+ * was revoked; `failed`: a create or fork that could not finish), its end state and the
+ * registry's end reason text.
+ */
+export function killedData(
+  state: 'killed' | 'expired' | 'dead',
+  endReason: string,
+): Record<string, unknown> {
+  let reason: string;
+  if (state === 'expired') reason = 'expired';
+  else if (state === 'dead') reason = endReason === 'oom' ? 'oom' : 'dead';
+  else if (/revoked/.test(endReason)) reason = 'revoked';
+  else if (/fail|could not/.test(endReason)) reason = 'failed';
+  else reason = 'api';
+  return { reason, state, endReason };
+}
+
+/** How long before its timeout a running sandbox gets its `expiring` event, by default. */
+export const EXPIRING_LEAD_MS = 60_000;
+
+/**
+ * How long before its timeout a running sandbox gets its `expiring` event
+ * (`ABX_EVENTS_EXPIRING_LEAD_MS`; 0: never).
+ */
+export function expiringLeadMs(env: NodeJS.ProcessEnv = process.env): number {
+  return envMilliseconds('ABX_EVENTS_EXPIRING_LEAD_MS', EXPIRING_LEAD_MS, 0, env);
+}
+
+/**
+ * The id of a sandbox's `expiring` event for one expiry: a UUID made from the two, so the event
+ * is written once per sandbox and expiry, by whichever daemon's reaper comes first.
+ */
+export function expiringEventId(sandboxId: string, expiresAt: number): string {
+  const hex = createHash('sha256').update(`expiring:${sandboxId}:${expiresAt}`).digest('hex');
+  // RFC 9562 version 8 (custom) and variant bits.
+  return [
+    hex.slice(0, 8),
+    hex.slice(8, 12),
+    `8${hex.slice(13, 16)}`,
+    ((Number.parseInt(hex.slice(16, 17), 16) & 0x3) | 0x8).toString(16) + hex.slice(17, 20),
+    hex.slice(20, 32),
+  ].join('-');
 }

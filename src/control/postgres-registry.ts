@@ -1002,6 +1002,7 @@ export class PostgresRegistry implements Registry {
       where.push(`type = ANY(${param([...filter.types])}::text[])`);
     }
     if (filter.afterSeq !== undefined) where.push(`seq > ${param(filter.afterSeq)}`);
+    if (filter.beforeSeq !== undefined) where.push(`seq < ${param(filter.beforeSeq)}`);
     if (filter.since !== undefined) where.push(`at >= ${param(filter.since)}`);
     if (filter.until !== undefined) where.push(`at < ${param(filter.until)}`);
     const { rows } = await this.query<EventRow>(

@@ -1,5 +1,6 @@
 import type { SandboxHandle } from '../providers/provider.js';
 import { auditRetentionMs } from './audit.js';
+import { eventsRetentionMs, expiringEventId, expiringLeadMs } from './events.js';
 import type { Registry, SandboxRecord } from './registry.js';
 
 /** What the reaper needs from the sandboxes it watches. */
@@ -52,6 +53,10 @@ export class Reaper {
   private nextSweep: number | undefined;
   /** When audit rows past their retention are next removed. */
   private nextAuditPurge = 0;
+  /** See events.ts expiringLeadMs (read when the reaper is made). */
+  private readonly expiringLeadMs = expiringLeadMs();
+  /** The expiry each running sandbox near its timeout was warned of (its `expiring` event). */
+  private readonly warned = new Map<string, number>();
 
   constructor(
     private readonly host: ReaperHost,
@@ -88,7 +93,9 @@ export class Reaper {
   /** One pass as of `now`; returns the ids of the sandboxes that expired. */
   async pass(now = Date.now()): Promise<string[]> {
     const { registry } = this.host;
-    const expired = await registry.expired(now);
+    // One read: the sandboxes whose time is up, and the running ones whose time is near.
+    const due = await registry.expired(now + this.expiringLeadMs);
+    const expired = due.filter((record) => record.expiresAt <= now);
     const dead = [
       ...(await registry.listSandboxes({ state: 'running' })),
       ...(await registry.listSandboxes({ state: 'pooled' })),
@@ -114,10 +121,42 @@ export class Reaper {
         await this.host.sweep();
       }
     }
+    await this.warnExpiring(due, now);
     if (now >= this.nextAuditPurge) {
       this.nextAuditPurge = now + AUDIT_PURGE_MS;
       await registry.purgeAudit(now - auditRetentionMs());
+      await registry.purgeEvents(now - eventsRetentionMs());
     }
     return expired.map((record) => record.id);
+  }
+
+  /**
+   * Writes the `expiring` event of each running sandbox whose timeout is within the lead: once
+   * per sandbox and expiry (its id is made from both, so another daemon's reaper writing it too,
+   * or this one after a restart, adds nothing); a timeout extended since is warned of again.
+   */
+  private async warnExpiring(due: SandboxRecord[], now: number): Promise<void> {
+    if (this.expiringLeadMs <= 0) return;
+    const near = due.filter((record) => record.state === 'running' && record.expiresAt > now);
+    for (const id of this.warned.keys()) {
+      if (!near.some((record) => record.id === id)) this.warned.delete(id);
+    }
+    for (const record of near) {
+      if (this.warned.get(record.id) === record.expiresAt) continue;
+      await this.host.registry.appendEvent({
+        id: expiringEventId(record.id, record.expiresAt),
+        at: now,
+        sandboxId: record.id,
+        owner: record.owner,
+        template: record.template,
+        type: 'sandbox.lifecycle.expiring',
+        data: {
+          expiresAt: record.expiresAt,
+          leadMs: this.expiringLeadMs,
+          onTimeout: record.lifecycle?.onTimeout ?? 'kill',
+        },
+      });
+      this.warned.set(record.id, record.expiresAt);
+    }
   }
 }

@@ -2,6 +2,7 @@ import { PassThrough, type Readable } from 'node:stream';
 import type { SandboxInfo } from '../../runtime/protocol/wire.js';
 import { LimitExceededError } from '../errors.js';
 import { envMilliseconds } from '../util/env-ms.js';
+import { type EventService, eventJson } from './event-service.js';
 import type { Caller } from './key-service.js';
 import type { MetricsSample } from './metrics.js';
 
@@ -14,6 +15,20 @@ const MAX_STREAMS = 200;
 const MAX_STREAMS_PER_KEY = 20;
 /** The samples a sandbox new to a stream brings along. */
 const HISTORY = 60;
+/** Lifecycle events read at once by a stream (it reads again at once while pages are full). */
+const LIFECYCLE_PAGE = 500;
+
+/** What a stream follows of the lifecycle events (events.ts) besides the dashboard's view. */
+export interface StreamOptions {
+  /** Follow from after this seq (`Last-Event-ID`, `?after=`); absent: from the newest now. */
+  after?: number;
+  /** Only this sandbox's lifecycle events (the caller may see it: checked before). */
+  sandboxId?: string;
+  /** Only lifecycle events of these types. */
+  types?: string[];
+  /** Only lifecycle events: no snapshot, sandbox, ended or metrics events. */
+  lifecycleOnly?: boolean;
+}
 
 /** What a stream reads: the sandboxes a caller may see, their states and samples. */
 export interface EventSource {
@@ -31,7 +46,10 @@ export interface EventSource {
  * `GET /v1/events`: server-sent events of the sandboxes a caller may see. `snapshot` first (every
  * running and paused one), then `sandbox` when one appears or changes, `ended` when one leaves,
  * `metrics` for each new sample. Each stream reads the registry every interval, so sandboxes made
- * through another daemon sharing the registry show up as well.
+ * through another daemon sharing the registry show up as well. With lifecycle events, it also
+ * follows those of the caller's sandboxes: `lifecycle` events whose SSE `id:` is the event's
+ * seq, so a client that reconnects with `Last-Event-ID` (a browser's EventSource does) goes on
+ * after the last one it had: none is missed, none repeated.
  */
 export class SandboxEventStreams {
   private open = 0;
@@ -40,10 +58,12 @@ export class SandboxEventStreams {
   constructor(
     private readonly source: EventSource,
     private readonly intervalMs = eventsInterval(),
+    /** The lifecycle events the streams follow; none: only the dashboard's view. */
+    private readonly lifecycle?: EventService,
   ) {}
 
   /** A new stream for `caller`, ending when `signal` aborts (the client went away). */
-  stream(caller: Caller, signal: AbortSignal): Readable {
+  stream(caller: Caller, signal: AbortSignal, options: StreamOptions = {}): Readable {
     const who = caller.keyId ?? '';
     const mine = this.perKey.get(who) ?? 0;
     if (this.open >= MAX_STREAMS || mine >= MAX_STREAMS_PER_KEY) {
@@ -81,47 +101,79 @@ export class SandboxEventStreams {
     const sampled = new Map<string, number>();
     let first = true;
     let timer: NodeJS.Timeout | undefined;
+    // The seq of the last lifecycle event sent (undefined until the first pass reads where to start).
+    let cursor = options.after;
+    const follow = async () => {
+      const lifecycle = this.lifecycle;
+      if (!lifecycle) return;
+      cursor ??= await lifecycle.newestSeq(caller);
+      for (;;) {
+        const page = await lifecycle.list(caller, {
+          afterSeq: cursor,
+          order: 'asc',
+          limit: LIFECYCLE_PAGE,
+          ...(options.types && options.types.length > 0 ? { types: options.types } : {}),
+          ...(options.sandboxId ? { sandboxId: options.sandboxId } : {}),
+        });
+        for (const event of page) {
+          if (ended) return;
+          out.write(
+            `id: ${event.seq}\nevent: lifecycle\ndata: ${JSON.stringify(eventJson(event))}\n\n`,
+          );
+          cursor = event.seq;
+        }
+        if (page.length < LIFECYCLE_PAGE) return;
+      }
+    };
+    const dashboardPass = async () => {
+      const now = await this.source.visible(caller);
+      if (ended) return;
+      if (first) {
+        first = false;
+        // A client that reconnects is told to wait the interval, not the browser's 3 s.
+        out.write(`retry: ${Math.max(this.intervalMs, 1000)}\n\n`);
+        send('snapshot', { sandboxes: now });
+        for (const sandbox of now) shown.set(sandbox.sandboxId, JSON.stringify(sandbox));
+      } else {
+        const seen = new Set<string>();
+        for (const sandbox of now) {
+          seen.add(sandbox.sandboxId);
+          const text = JSON.stringify(sandbox);
+          if (shown.get(sandbox.sandboxId) !== text) {
+            shown.set(sandbox.sandboxId, text);
+            send('sandbox', { sandbox });
+          }
+        }
+        for (const id of [...shown.keys()]) {
+          if (seen.has(id)) continue;
+          shown.delete(id);
+          sampled.delete(id);
+          const gone = await this.source.find(id).catch(() => undefined);
+          send('ended', {
+            sandboxId: id,
+            state: gone?.state ?? 'killed',
+            endReason: gone?.endReason ?? null,
+          });
+        }
+      }
+      for (const id of shown.keys()) {
+        const after = sampled.get(id);
+        // A sandbox new to the stream brings its recent history, enough for a small chart.
+        const samples = this.source.samples(id, (after ?? 0) + 1);
+        for (const sample of after === undefined ? samples.slice(-HISTORY) : samples) {
+          sampled.set(id, sample.at);
+          send('metrics', { sandboxId: id, metric: this.source.metricJson(sample) });
+        }
+      }
+    };
     const pass = async () => {
       try {
-        const now = await this.source.visible(caller);
-        if (ended) return;
-        if (first) {
+        if (first && options.lifecycleOnly) {
           first = false;
-          // A client that reconnects is told to wait the interval, not the browser's 3 s.
           out.write(`retry: ${Math.max(this.intervalMs, 1000)}\n\n`);
-          send('snapshot', { sandboxes: now });
-          for (const sandbox of now) shown.set(sandbox.sandboxId, JSON.stringify(sandbox));
-        } else {
-          const seen = new Set<string>();
-          for (const sandbox of now) {
-            seen.add(sandbox.sandboxId);
-            const text = JSON.stringify(sandbox);
-            if (shown.get(sandbox.sandboxId) !== text) {
-              shown.set(sandbox.sandboxId, text);
-              send('sandbox', { sandbox });
-            }
-          }
-          for (const id of [...shown.keys()]) {
-            if (seen.has(id)) continue;
-            shown.delete(id);
-            sampled.delete(id);
-            const gone = await this.source.find(id).catch(() => undefined);
-            send('ended', {
-              sandboxId: id,
-              state: gone?.state ?? 'killed',
-              endReason: gone?.endReason ?? null,
-            });
-          }
         }
-        for (const id of shown.keys()) {
-          const after = sampled.get(id);
-          // A sandbox new to the stream brings its recent history, enough for a small chart.
-          const samples = this.source.samples(id, (after ?? 0) + 1);
-          for (const sample of after === undefined ? samples.slice(-HISTORY) : samples) {
-            sampled.set(id, sample.at);
-            send('metrics', { sandboxId: id, metric: this.source.metricJson(sample) });
-          }
-        }
+        if (!options.lifecycleOnly) await dashboardPass();
+        await follow();
       } catch (error) {
         // The registry did not answer this time: say so, and try again at the next pass.
         send('problem', { error: error instanceof Error ? error.message : String(error) });

@@ -33,6 +33,7 @@ import {
 import type { ApplyResult, WorkspaceChanges, WorkspaceDiff } from '../workspace/index.js';
 import { BackgroundLog } from './background-log.js';
 import { prestartServer, sandboxEnv, startTemplateCommand, warmSandbox } from './envd-request.js';
+import { eventFor, killedData } from './events.js';
 import { hashToken, newSandboxId, type TokenKind } from './ids.js';
 import { verifySandboxNode } from './node-line.js';
 import type { CreateSource, SandboxEvents } from './prometheus.js';
@@ -565,11 +566,21 @@ export class SandboxService {
       ...(volumes && volumes.specs.length > 0 ? { volumeMounts: volumes.specs } : {}),
       ...(workspace ? { workspace } : {}),
     };
+    // A user's sandbox that fails to start leaves an event (a pool's spare is nobody's yet).
+    const failed = async (error: unknown) => {
+      if (state !== 'running') return;
+      const event = eventFor(
+        { id, owner: owner?.keyId ?? null, template: template.spec.name },
+        { type: 'sandbox.lifecycle.failed', data: { error: (error as Error).message } },
+      );
+      await this.registry.appendEvent(event).catch(() => undefined);
+    };
     const handle = await this.provider
       .create({ ...kept, accessToken, controlToken: this.controlTokenOf(id) })
-      .catch((error) => {
+      .catch(async (error) => {
         // A sandbox that did not start leaves nothing: its folder holds its disk and log.
         rmSync(dir, { recursive: true, force: true });
+        await failed(error);
         throw error;
       });
     const needed = template.spec.runtime?.node;
@@ -585,6 +596,7 @@ export class SandboxService {
       ).catch(async (error) => {
         await this.provider.kill(handle);
         rmSync(dir, { recursive: true, force: true });
+        await failed(error);
         throw error;
       });
     }
@@ -598,6 +610,7 @@ export class SandboxService {
       ).catch(async (error) => {
         await this.provider.kill(handle);
         rmSync(dir, { recursive: true, force: true });
+        await failed(error);
         throw error;
       });
     }
@@ -633,7 +646,18 @@ export class SandboxService {
     };
     let written: boolean;
     try {
-      written = await this.registry.insertSandbox(record, owner?.maxRunning);
+      // A pool's spare is nobody's sandbox yet: its `created` is written when it is claimed.
+      written = await this.registry.insertSandbox(
+        record,
+        owner?.maxRunning,
+        state === 'running'
+          ? {
+              type: 'sandbox.lifecycle.created',
+              at: now,
+              data: { source: 'start', metadata, expiresAt: record.expiresAt },
+            }
+          : undefined,
+      );
     } catch (error) {
       // No row (the database does not answer): no sandbox either.
       await this.provider.kill(handle);
@@ -708,7 +732,9 @@ export class SandboxService {
     const won =
       record.state === 'pooled'
         ? await this.registry.deleteSandbox(record.id, 'pooled')
-        : await this.registry.endSandbox(record.id, 'dead', cause);
+        : await this.registry.endSandbox(record.id, 'dead', cause, {
+            event: { type: 'sandbox.lifecycle.killed', data: killedData('dead', cause) },
+          });
     // Another caller (this daemon's or another's) ended it first and releases it.
     if (!won) return;
     if (record.state !== 'pooled') this.events?.ended('dead');
@@ -879,7 +905,13 @@ export class SandboxService {
     // update is conditional: of a kill and an expiry racing (here or on another daemon sharing
     // the registry) one ends it, with its reason; the other answers false and leaves the
     // releasing to the winner.
-    if (!(await this.registry.endSandbox(id, state, reason))) return false;
+    if (
+      !(await this.registry.endSandbox(id, state, reason, {
+        event: { type: 'sandbox.lifecycle.killed', data: killedData(state, reason) },
+      }))
+    ) {
+      return false;
+    }
     this.events?.ended(state);
     this.onEnded(id);
     await this.release(record);
@@ -900,7 +932,12 @@ export class SandboxService {
       );
     }
     const handle = await this.provider.setNetwork(record.handle, policy);
-    if (!(await this.registry.setHandle(id, handle))) {
+    const network = egressPolicyOf(handle);
+    const event = {
+      type: 'sandbox.lifecycle.updated' as const,
+      data: { change: 'network', network: network ? publicPolicy(network) : null },
+    };
+    if (!(await this.registry.setHandle(id, handle, event))) {
       throw new SandboxNotFoundError(`sandbox ${id} ended while its network changed`);
     }
     return this.get(id);
@@ -926,7 +963,11 @@ export class SandboxService {
   async setTimeout(id: string, timeoutMs: unknown): Promise<SandboxRecord> {
     const record = await this.running(id);
     const expiresAt = Date.now() + checkTimeout(timeoutMs);
-    if (!(await this.registry.setExpiry(id, expiresAt))) {
+    const event = {
+      type: 'sandbox.lifecycle.updated' as const,
+      data: { change: 'timeout', expiresAt },
+    };
+    if (!(await this.registry.setExpiry(id, expiresAt, event))) {
       const ended = await this.registry.getSandbox(id);
       throw new SandboxNotFoundError(
         `sandbox ${id} is not running (${ended?.state}: ${ended?.endReason})`,
@@ -980,7 +1021,18 @@ export class SandboxService {
         ? this.provider.fork && (await this.hibernateSpec(record).catch(() => undefined))
         : await this.hibernateSpec(record);
       const at = Date.now();
-      if (!(await this.registry.pauseSandbox(id, { memory, at }, at + this.pausedTimeoutMs))) {
+      const paused = {
+        type: 'sandbox.lifecycle.paused' as const,
+        at,
+        data: {
+          kind: memory ? 'memory' : 'disk',
+          reason: expiredBy === undefined ? 'api' : 'timeout',
+          expiresAt: at + this.pausedTimeoutMs,
+        },
+      };
+      if (
+        !(await this.registry.pauseSandbox(id, { memory, at }, at + this.pausedTimeoutMs, paused))
+      ) {
         return this.running(id);
       }
       this.onChanged(id);
@@ -990,7 +1042,14 @@ export class SandboxService {
       } catch (error) {
         // It runs on as it was (what a failed hibernate ended, the reaper finds dead).
         await this.provider.thaw?.(handle).catch(() => undefined);
-        await this.registry.resumeSandbox(id, handle, record.expiresAt);
+        await this.registry.resumeSandbox(id, handle, record.expiresAt, undefined, {
+          type: 'sandbox.lifecycle.resumed',
+          data: {
+            kind: memory ? 'memory' : 'disk',
+            reason: 'pause failed',
+            expiresAt: record.expiresAt,
+          },
+        });
         this.onChanged(id);
         throw new SandboxError(
           `sandbox ${id} could not be ${memory ? 'frozen' : 'hibernated'}, and runs on: ${(error as Error).message}`,
@@ -1041,9 +1100,12 @@ export class SandboxService {
         return this.running(id) as Promise<never>;
       };
       if (record.paused?.memory) {
-        if (
-          !(await this.registry.resumeSandbox(id, record.handle, Date.now() + timeoutMs, limit))
-        ) {
+        const expiresAt = Date.now() + timeoutMs;
+        const resumed = {
+          type: 'sandbox.lifecycle.resumed' as const,
+          data: { kind: 'memory', expiresAt },
+        };
+        if (!(await this.registry.resumeSandbox(id, record.handle, expiresAt, limit, resumed))) {
           await refused();
         }
         await this.provider.thaw?.(record.handle);
@@ -1061,7 +1123,11 @@ export class SandboxService {
         // What envd had at the hibernate (a pooled sandbox's create envs, setEnv's) comes back.
         await this.setEnv(handle, this.controlTokenOf(id), spec.env);
         const expiresAt = Date.now() + timeoutMs;
-        if (!(await this.registry.resumeSandbox(id, handle, expiresAt, limit))) {
+        const resumed = {
+          type: 'sandbox.lifecycle.resumed' as const,
+          data: { kind: 'disk', expiresAt },
+        };
+        if (!(await this.registry.resumeSandbox(id, handle, expiresAt, limit, resumed))) {
           await refused();
         }
         // A provider that ends sandboxes itself (a Sandbox's shutdownTime) follows the expiry.
@@ -1209,8 +1275,13 @@ export class SandboxService {
           paused: null,
           lifecycle: null,
         };
+        const created = {
+          type: 'sandbox.lifecycle.created' as const,
+          at: now,
+          data: { source: 'fork', forkedFrom: id, metadata, expiresAt: record.expiresAt },
+        };
         const written = await this.registry
-          .insertSandbox(record, owner?.maxRunning)
+          .insertSandbox(record, owner?.maxRunning, created)
           .catch(async (error) => {
             await this.provider.kill(handle);
             await rm(dir, { recursive: true, force: true });
@@ -1286,7 +1357,13 @@ export class SandboxService {
       record.state === 'paused'
         ? `paused since ${new Date(record.paused?.at ?? record.createdAt).toISOString()}, removed at its paused timeout`
         : `expired at ${new Date(record.expiresAt).toISOString()}`;
-    if (!(await this.registry.endSandbox(record.id, 'expired', reason, { expiredBy: now }))) {
+    const event = {
+      type: 'sandbox.lifecycle.killed' as const,
+      data: killedData('expired', reason),
+    };
+    if (
+      !(await this.registry.endSandbox(record.id, 'expired', reason, { expiredBy: now, event }))
+    ) {
       return false;
     }
     this.events?.ended('expired');

@@ -385,20 +385,20 @@ export class SqliteRegistry implements Registry {
     let claimed: SandboxRow | undefined;
     const claim = () => {
       claimed = this.statement(
-      `UPDATE sandboxes SET state = 'running', metadata = @metadata, created_at = @now,
+        `UPDATE sandboxes SET state = 'running', metadata = @metadata, created_at = @now,
            expires_at = @expiresAt, owner_key = @owner
          WHERE id = (SELECT id FROM sandboxes WHERE state = 'pooled' AND template = @template
                      ORDER BY created_at, id LIMIT 1)
            ${limited ? `AND ${RUNNING_OF_OWNER} < @limit` : ''}
          RETURNING *`,
-    ).get({
-      metadata: JSON.stringify(metadata),
-      now,
-      expiresAt,
-      template,
-      owner: owner?.keyId ?? null,
-      ...(limited ? { limit: owner.maxRunning } : {}),
-    }) as SandboxRow | undefined;
+      ).get({
+        metadata: JSON.stringify(metadata),
+        now,
+        expiresAt,
+        template,
+        owner: owner?.keyId ?? null,
+        ...(limited ? { limit: owner.maxRunning } : {}),
+      }) as SandboxRow | undefined;
       return claimed;
     };
     this.changed(claim, event);
@@ -866,6 +866,10 @@ export class SqliteRegistry implements Registry {
     if (filter.afterSeq !== undefined) {
       where.push('seq > ?');
       params.push(filter.afterSeq);
+    }
+    if (filter.beforeSeq !== undefined) {
+      where.push('seq < ?');
+      params.push(filter.beforeSeq);
     }
     if (filter.since !== undefined) {
       where.push('at >= ?');

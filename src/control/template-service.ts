@@ -28,6 +28,7 @@ import {
 } from '../providers/provider.js';
 import { extractTar } from '../util/safe-extract.js';
 import { copyIntoSandbox, envdStream } from './envd-request.js';
+import { eventFor } from './events.js';
 import { newSandboxId, newToken } from './ids.js';
 import { checkNodeLine } from './node-line.js';
 import type { Registry, TemplateRecord } from './registry.js';
@@ -737,7 +738,7 @@ export class TemplateService {
    * workspace: `saveWorkspace` copies its changes into the snapshot's folder (snapshot-workspace.ts).
    */
   async snapshot(
-    sandbox: { id: string; template: string; handle: SandboxHandle },
+    sandbox: { id: string; template: string; handle: SandboxHandle; owner?: string | null },
     token: string,
     name: string,
     /** Who takes it: the snapshot is that key's own (private), an admin's too. */
@@ -815,6 +816,15 @@ export class TemplateService {
       throw error;
     }
     if (previous?.image !== image) await this.dropImage(previous?.image, name);
+    // The sandbox's `checkpointed` event (E2B's name for a snapshot taken). The snapshot is made
+    // whatever happens to it: a registry that does not answer now costs the event, said in the log.
+    const event = eventFor(
+      { id: sandbox.id, owner: sandbox.owner ?? null, template: sandbox.template },
+      { type: 'sandbox.lifecycle.checkpointed', data: { snapshot: name } },
+    );
+    await this.registry.appendEvent(event).catch((error: Error) => {
+      console.error(`abx daemon: sandbox ${sandbox.id}'s checkpointed event: ${error.message}`);
+    });
     return {
       spec,
       homeDir: join(dir, 'home'),

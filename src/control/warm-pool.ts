@@ -1,4 +1,5 @@
 import type { SandboxHandle } from '../providers/provider.js';
+import { killedData } from './events.js';
 import type { Registry, SandboxOwner, SandboxRecord } from './registry.js';
 import type { StartSlots } from './start-slots.js';
 import type { BuiltTemplate } from './template-service.js';
@@ -203,12 +204,20 @@ export class WarmPool {
     const { registry } = this.host;
     for (;;) {
       const now = Date.now();
-      const record = await registry.claimPooled(template, metadata, now, now + timeoutMs, owner);
+      // Handed out: from now it is the caller's sandbox, and its `created` event is written.
+      const record = await registry.claimPooled(template, metadata, now, now + timeoutMs, owner, {
+        type: 'sandbox.lifecycle.created',
+        at: now,
+        data: { source: 'pool', metadata, expiresAt: now + timeoutMs },
+      });
       if (!record) return undefined;
       this.own.delete(record.id);
       if (!this.host.isAlive(record.handle)) {
         // Never handed out: no row of it stays behind, under the caller's metadata or any.
-        await registry.deleteSandbox(record.id, 'running');
+        await registry.deleteSandbox(record.id, 'running', {
+          type: 'sandbox.lifecycle.killed',
+          data: killedData('dead', 'found dead when handed out from the pool'),
+        });
         await this.host.release(record);
         continue;
       }

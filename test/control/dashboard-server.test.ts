@@ -341,8 +341,9 @@ describe('the page', () => {
 describe('GET /v1/events', () => {
   test('a snapshot, then each sandbox made and its end', async () => {
     const controller = new AbortController();
+    // As a browser's EventSource asks (without it, /v1/events answers a page of JSON).
     const response = await request(`${info.apiUrl}/v1/events`, {
-      headers: admin(),
+      headers: { ...admin(), accept: 'text/event-stream' },
       signal: controller.signal,
     });
     expect(response.statusCode).toBe(200);

@@ -11,6 +11,7 @@ function emptyHost(sweep?: () => Promise<void>): ReaperHost {
       listSandboxes: none,
       endedSince: none,
       purgeAudit: async () => 0,
+      purgeEvents: async () => 0,
     } as unknown as Registry,
     isAlive: () => true,
     isEnding: () => false,

@@ -50,6 +50,29 @@ export interface E2bSecret {
   updatedAt: number;
 }
 
+/** A lifecycle event as abx records it (docs/events.md), for E2B's `/events/sandboxes`. */
+export interface E2bEvent {
+  id: string;
+  type: string;
+  /** Ms since the epoch. */
+  at: number;
+  sandboxId: string;
+  /** The owning key's id; null for the daemon's own key. */
+  owner: string | null;
+  template: string;
+  data: Record<string, unknown>;
+}
+
+/** A read of E2B's `/events/sandboxes` (its query, checked), of one sandbox or all. */
+export interface E2bEventQuery {
+  offset: number;
+  limit: number;
+  orderAsc: boolean;
+  /** The `types` asked for, as given (the backend checks them; none: E2B's six). */
+  types: string[];
+  sandboxId?: string;
+}
+
 /** A webhook as E2B's API shows it (`/events/webhooks`): never its secret. */
 export interface E2bWebhook {
   id: string;
@@ -274,6 +297,11 @@ export interface E2bBackend {
   getWebhook(id: string, caller: E2bCaller): Promise<E2bWebhook>;
   updateWebhook(id: string, body: Record<string, unknown>, caller: E2bCaller): Promise<E2bWebhook>;
   removeWebhook(id: string, caller: E2bCaller): Promise<void>;
+  /**
+   * Lifecycle events of the caller's sandboxes (an admin key: all), by seq; one sandbox's with
+   * `sandboxId` (another key's: SandboxNotFoundError, as an unknown id).
+   */
+  listEvents(query: E2bEventQuery, caller: E2bCaller): Promise<E2bEvent[]>;
   /**
    * The volume whose content token `token` is, while it exists and its key is not revoked;
    * undefined otherwise (a wrong token and an unknown volume alike).

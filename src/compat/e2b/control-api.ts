@@ -30,6 +30,7 @@ import type {
   E2bTemplateTraits,
 } from './backend.js';
 import { E2B_CODE_TEMPLATE } from './code-interpreter.js';
+import { type EventCall, listEvents, sandboxEvents } from './event-routes.js';
 import { page, parseListQuery } from './list-query.js';
 import { type LogCall, sandboxLogsV1, sandboxLogsV2 } from './log-routes.js';
 import {
@@ -439,6 +440,14 @@ function webhookRoute(run: (call: WebhookCall) => Promise<{ status: number; body
   };
 }
 
+/** An event route (event-routes.ts), its answer as this API sends it. */
+function eventRoute(run: (call: EventCall) => Promise<{ status: number; body: unknown }>) {
+  return async (call: Call): Promise<Answer> => {
+    const { status, body } = await run(call);
+    return new Answer(status, body);
+  };
+}
+
 /** A volume route (volume-routes.ts), its answer as this API sends it. */
 function volumeRoute(run: (call: VolumeCall) => Promise<VolumeAnswer>) {
   return async (call: Call): Promise<Answer> => {
@@ -681,6 +690,18 @@ const ROUTES: E2bRoute[] = [
   ),
   route('DELETE', '/secrets/{id}', 'Remove a secret and its versions.', secretRoute(removeSecret)),
   route(
+    'GET',
+    '/events/sandboxes',
+    "Lifecycle events of the key's sandboxes: offset, limit, orderAsc, types.",
+    eventRoute(listEvents),
+  ),
+  route(
+    'GET',
+    '/events/sandboxes/{id}',
+    "One sandbox's lifecycle events: offset, limit, orderAsc, types.",
+    eventRoute(sandboxEvents),
+  ),
+  route(
     'POST',
     '/events/webhooks',
     'Register a webhook of the key: { name, url, enabled, events, signatureSecret }.',
@@ -774,6 +795,7 @@ const PREFIXES = [
   ['volumecontent'],
   ['secrets'],
   ['events', 'webhooks'],
+  ['events', 'sandboxes'],
 ];
 
 /** E2B's control API, answering on the daemon's listener beside `/v1`. */
