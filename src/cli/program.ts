@@ -32,6 +32,7 @@ const SUBCOMMANDS: readonly { names: readonly string[]; load: () => Promise<Regi
     load: async () => (await import('./sandbox-commands.js')).addSandboxCommands,
   },
   { names: ['logs'], load: async () => (await import('./logs-command.js')).addLogsCommand },
+  { names: ['audit'], load: async () => (await import('./audit-command.js')).addAuditCommand },
   {
     names: ['diff', 'apply'],
     load: async () => (await import('./workspace-command.js')).addWorkspaceCommands,

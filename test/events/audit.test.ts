@@ -7,6 +7,7 @@ import { startDaemon } from '../../src/installation/daemon-connection.js';
 import type { DaemonInfo } from '../../src/installation/daemon-info.js';
 import { Sandbox } from '../../src/sandbox/sandbox.js';
 import type { SandboxAuditEntry } from '../../src/sandbox/sandbox-audit.js';
+import { abxIn } from '../cli/abx.js';
 import { createAbxHome } from '../helpers/abx-home.js';
 import { apiAs, call } from '../helpers/api-call.js';
 import { internetUnavailable, makeInternet, type TestInternet } from '../helpers/internet.js';
@@ -157,6 +158,21 @@ describe.skipIf(unavailable)('the audit trail', () => {
     );
     expect(page.status).toBe(200);
     expect(page.body.audit.every((row: SandboxAuditEntry) => row.kind === 'egress')).toBe(true);
+    // The CLI, as the daemon's own (admin) key: the denied destination, with its rule.
+    const cli = abxIn(abx.home);
+    const printed = await cli.abx(['audit', box.sandboxId, '--kind', 'egress']);
+    expect(printed.code).toBe(0);
+    expect(printed.stdout).toMatch(/egress +denied +(dns|http) denied\.test.*0\.0\.0\.0\/0/);
+    const lines = await cli.abx(['audit', box.sandboxId, '--kind', 'egress', '--jsonl']);
+    expect(
+      lines.stdout
+        .trim()
+        .split('\n')
+        .map((line) => JSON.parse(line).seq),
+    ).toEqual(page.body.audit.map((row: SandboxAuditEntry) => row.seq));
+    expect((await cli.abx(['audit', box.sandboxId, '--kind', 'nope'])).stderr).toContain(
+      "'nope' is not a kind of row",
+    );
   }, 60_000);
 
   test('an export as JSON lines; key B gets 404 as for an unknown id; bad input is a 400 naming it', async () => {
