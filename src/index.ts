@@ -121,6 +121,8 @@ export {
   UpstreamError,
   VolumeConflictError,
   VolumeNotFoundError,
+  WebhookNotFoundError,
+  WebhookVerificationError,
 } from './errors.js';
 export type { ConnectionOptions } from './installation/daemon-connection.js';
 export type { DaemonInfo } from './installation/daemon-info.js';
@@ -181,7 +183,15 @@ export type { VolumeInfo, VolumeMounts } from './sandbox/volume.js';
 export { Volume } from './sandbox/volume.js';
 export type { WatchEvent, WatchEventType, WatchOptions } from './sandbox/watch-handle.js';
 export { WatchHandle } from './sandbox/watch-handle.js';
+export type { WebhookDelivery, WebhookInfo, WebhookOptions } from './sandbox/webhook.js';
+export { Webhook } from './sandbox/webhook.js';
 export type { WorkspaceApplyLocalRequest } from './sandbox/workspace-upload.js';
+export {
+  e2bWebhookSignature,
+  signWebhook,
+  verifyWebhook,
+  WEBHOOK_TOLERANCE_SECONDS,
+} from './util/webhook-signature.js';
 export type {
   ApplyOptions as WorkspaceApplyOptions,
   ApplyResult as WorkspaceApplyResult,

@@ -59,6 +59,10 @@ const SUBCOMMANDS: readonly { names: readonly string[]; load: () => Promise<Regi
   },
   { names: ['volume'], load: async () => (await import('./volume-command.js')).addVolumeCommand },
   { names: ['secret'], load: async () => (await import('./secret-command.js')).addSecretCommand },
+  {
+    names: ['webhook'],
+    load: async () => (await import('./webhook-command.js')).addWebhookCommand,
+  },
   { names: ['keys'], load: async () => (await import('./keys-command.js')).addKeysCommand },
   { names: ['daemon'], load: async () => (await import('./daemon-command.js')).addDaemonCommand },
   { names: ['doctor'], load: async () => (await import('./doctor-command.js')).addDoctorCommand },

@@ -1,14 +1,18 @@
+import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { WebhookNotFoundError } from '../../src/errors.js';
 import { isProcessAlive, startDaemon } from '../../src/installation/daemon-connection.js';
 import type { DaemonInfo } from '../../src/installation/daemon-info.js';
+import { Webhook } from '../../src/sandbox/webhook.js';
 import { e2bWebhookSignature, verifyWebhook } from '../../src/util/webhook-signature.js';
 import { until } from '../control/plane.js';
 import { createAbxHome } from '../helpers/abx-home.js';
 import { call, type Json } from '../helpers/api-call.js';
+import { ROOT } from '../helpers/build.js';
 
 /** One request a receiver got. */
 interface Got {
@@ -244,6 +248,50 @@ describe('webhooks of a real daemon (SQLite), a receiver on loopback', () => {
       log.body.deliveries.every((d: Json) => d.state === 'delivered' && d.attempts === 1),
     ).toBe(true);
     expect(receiverB.got.filter((g) => g.body.includes(id))).toEqual([]);
+  }, 60_000);
+
+  test('the SDK and the CLI register, list, change, read the log of and remove a webhook; bad input is refused by name, changing nothing', async () => {
+    const connection = { apiUrl: info.apiUrl, apiKey: keyB };
+    const made = await Webhook.create(receiverB.url, { ...connection, name: 'sdk', events: [] });
+    expect(made.secret).toMatch(/^whsec_/);
+    await expect(
+      Webhook.update(made.id, { ...connection, events: ['sandbox.lifecycle.exploded'] }),
+    ).rejects.toThrow(/events must be a list of event types/);
+    await expect(
+      Webhook.update(made.id, { ...connection, enabled: 'no' as never }),
+    ).rejects.toThrow(/enabled must be true or false/);
+    expect((await Webhook.getInfo(made.id, connection)).enabled).toBe(true);
+    const updated = await Webhook.update(made.id, { ...connection, enabled: false });
+    expect(updated).toMatchObject({ id: made.id, enabled: false, flavour: 'abx' });
+    await expect(Webhook.getInfo(made.id, { apiUrl: info.apiUrl, apiKey: keyA })).rejects.toThrow(
+      WebhookNotFoundError,
+    );
+    const cli = spawnSync(
+      process.execPath,
+      [join(ROOT, 'dist', 'cli.js'), 'webhook', 'list', '--json'],
+      {
+        encoding: 'utf8',
+        env: { ...process.env, NO_COLOR: '1', ABX_API_URL: info.apiUrl, ABX_API_KEY: keyB },
+        timeout: 30_000,
+      },
+    );
+    expect(cli.status).toBe(0);
+    expect(JSON.parse(cli.stdout).map((w: Json) => [w.name, w.enabled])).toEqual([
+      ['127.0.0.1:' + receiverB.port, true],
+      ['sdk', false],
+    ]);
+    const log = spawnSync(
+      process.execPath,
+      [join(ROOT, 'dist', 'cli.js'), 'webhook', 'deliveries', made.id],
+      {
+        encoding: 'utf8',
+        env: { ...process.env, NO_COLOR: '1', ABX_API_URL: info.apiUrl, ABX_API_KEY: keyB },
+        timeout: 30_000,
+      },
+    );
+    expect(log.stdout).toContain('no deliveries yet');
+    expect(await Webhook.destroy(made.id, connection)).toBe(true);
+    expect(await Webhook.destroy(made.id, connection)).toBe(false);
   }, 60_000);
 
   test('the receiver down for 10 s then up: every event arrives, retried with the same ids', async () => {
