@@ -708,6 +708,27 @@ describe.skipIf(!HAS_CHROMIUM)(
       await expectClean(page);
     });
 
+    test('the Audit tab: a command and a denied destination, allowed from there through the network API', async () => {
+      // Denied by address (TEST-NET-1): decided without a lookup, so nothing leaves the machine.
+      const sandbox = await created({ network: { allowOut: [], denyOut: ['192.0.2.0/24'] } });
+      await sandbox.commands.run('curl -fsS -m 5 http://192.0.2.7/ || true', { timeoutMs: 30_000 });
+      const page = await newPage();
+      await signInWithKey(page, adminKey);
+      await page.goto(`${info.apiUrl}/#/sandboxes/${sandbox.sandboxId}/audit`);
+      await page.getByRole('heading', { name: 'Audit trail', level: 2 }).waitFor();
+      await page.getByText('curl -fsS -m 5 http://192.0.2.7/ || true').first().waitFor();
+      const deniedRow = page.locator('table', { hasText: 'Denied destinations' }).locator('tr', {
+        hasText: '192.0.2.7',
+      });
+      await deniedRow.waitFor({ timeout: 15_000 });
+      await shoot(page, 'audit');
+      await deniedRow.getByRole('button', { name: 'Allow' }).click();
+      await page.getByText('192.0.2.7 is allowed from now on').waitFor();
+      // Normalized as policies are: a bare address is its /32.
+      expect((await sandbox.getNetwork()).allowOut).toEqual(['192.0.2.7/32']);
+      await expectClean(page);
+    });
+
     // A workspace needs a root daemon (docs/workspaces.md); this file's daemon is this process's.
     test.skipIf(process.getuid?.() !== 0)(
       'a workspace’s Changes tab: the changes and a file’s diff as text, an apply’s refusal shown; none for a sandbox without one',

@@ -12,6 +12,7 @@ import { Failure } from '../components/table.js';
 import { duration, errorText, time } from '../format.js';
 import { useLive, useNow } from '../live.js';
 import { href, navigate } from '../router.js';
+import { AuditTab } from './audit.js';
 import { ChangesTab } from './changes.js';
 import { CommandsTab } from './commands.js';
 import { FilesTab } from './files.js';
@@ -27,6 +28,7 @@ const TABS: [string, string][] = [
   ['terminal', 'Terminal'],
   ['network', 'Network'],
   ['commands', 'Commands'],
+  ['audit', 'Audit'],
 ];
 /** Only a sandbox with a workspace has this tab. */
 const CHANGES_TAB: [string, string] = ['changes', 'Changes'];
@@ -147,7 +149,8 @@ export function SandboxPage({ id, tab }: { session: Session; id: string; tab: st
       <div class="tab-body">
         {tab === 'overview' && <Overview sandbox={current} />}
         {tab === 'network' && <NetworkTab sandbox={current} />}
-        {tab !== 'overview' && tab !== 'network' && !running && (
+        {tab === 'audit' && <AuditTab sandbox={current} />}
+        {tab !== 'overview' && tab !== 'network' && tab !== 'audit' && !running && (
           <p class="notice">
             {ended
               ? 'This sandbox has ended: nothing runs in it any more.'
