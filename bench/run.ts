@@ -33,6 +33,7 @@ import { internetUnavailable, makeInternet, type TestInternet } from '../test/he
 import { BenchCommands } from './commands.js';
 import { deepagentsSearch } from './deepagents-search.js';
 import { median, round, type Summary, summarize, throughput, timeEach } from './stats.js';
+import { webhookCost } from './webhooks.js';
 import { workspaceMount } from './workspace.js';
 
 const QUICK = process.argv.includes('--quick');
@@ -2462,6 +2463,7 @@ async function main() {
     if (runs('deepagents')) await deepagentsSearch({ quick: QUICK, log, row, goal, results });
     if (runs('workspace'))
       await workspaceMount({ quick: QUICK, log, row, goal, results }, template);
+    if (runs('webhooks')) await webhookCost({ quick: QUICK, log, row, goal, results });
   } finally {
     for (const child of children) child.kill('SIGKILL');
     for (const info of await Sandbox.list({ state: ['running', 'paused'] })) {
