@@ -1381,7 +1381,16 @@ export class SandboxService {
       markDead: (record) => this.markDead(record),
       expire: (record, now) => this.expire(record, now),
       release: (record) => this.release(record),
-      ...(this.sharesOrphans() ? { sweep: () => this.sweepOrphans() } : {}),
+      ...(this.sharesOrphans()
+        ? {
+            sweep: async () => {
+              const orphans = await this.sweepOrphans();
+              // The uploaded workspaces' bases that only the orphans named.
+              await this.bases.sweep();
+              return orphans;
+            },
+          }
+        : {}),
     };
   }
 

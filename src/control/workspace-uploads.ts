@@ -347,15 +347,22 @@ export class UploadedBases {
   }
 
   /**
-   * At the daemon's start, after the dead sandboxes were released: removes the bases no row
-   * names (a daemon that died between a release and its removal). The ids removed.
+   * Removes the bases no row names (a daemon that died between a release and its removal; an
+   * orphan swept while the daemon runs): at the daemon's start, after the dead sandboxes were
+   * released, and after each sweep of orphans. The ids removed. In this order, so that a create
+   * or fork under way is never taken for unused: the folders are listed, then the pins noted,
+   * then the rows read. A listed base was pinned before it was made; if it is no longer pinned
+   * when the pins are noted, its row was written before they were, so the rows name it.
    */
   async sweep(): Promise<string[]> {
     if (!existsSync(this.dir)) return [];
+    const listed = readdirSync(this.dir);
+    const pinned = new Set(this.pins.keys());
     const used = await this.inUse();
     const gone: string[] = [];
-    for (const id of readdirSync(this.dir)) {
-      if (used.has(id) || this.pins.has(this.baseOf(id))) continue;
+    for (const id of listed) {
+      const base = this.baseOf(id);
+      if (used.has(id) || pinned.has(base) || this.pins.has(base)) continue;
       await rm(join(this.dir, id), { recursive: true, force: true });
       gone.push(id);
     }

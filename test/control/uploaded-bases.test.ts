@@ -93,4 +93,26 @@ describe('uploaded workspace bases, counted by registry rows', () => {
     expect(await bases.sweep()).toEqual(['wsu_EEEEEEEEEEEEEEEE']);
     expect([existsSync(used), existsSync(left)]).toEqual([true, false]);
   });
+
+  test('a sweep while a create writes its row and lets go of its pin keeps that base', async () => {
+    // The rows are read just before the create's row is written; the pin goes just after.
+    let meanwhile: (() => Promise<void>) | undefined;
+    bases = new UploadedBases(join(dir, 'workspace-bases'), {
+      listSandboxes: async (filter) => {
+        const read = await registry.listSandboxes(filter);
+        const step = meanwhile;
+        meanwhile = undefined;
+        await step?.();
+        return read;
+      },
+    });
+    const base = makeBase('wsu_FFFFFFFFFFFFFFFF');
+    bases.pin(base);
+    meanwhile = async () => {
+      await rowNaming(base);
+      await bases.unpin(base);
+    };
+    expect(await bases.sweep()).toEqual([]);
+    expect(existsSync(base)).toBe(true);
+  });
 });
