@@ -361,38 +361,6 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX audit_at ON audit (at);
     `,
   },
-  {
-    version: 9,
-    name: 'the audit trail of sandboxes',
-    // Written by the daemon only (audit.ts): what it saw done to and from each sandbox. owner_key
-    // '' is the daemon's own key (as events'); actor is the API key that asked, when one did.
-    sqlite: `
-      CREATE TABLE audit (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        at INTEGER NOT NULL,
-        sandbox_id TEXT NOT NULL,
-        owner_key TEXT NOT NULL,
-        actor TEXT,
-        kind TEXT NOT NULL,
-        data TEXT NOT NULL
-      );
-      CREATE INDEX audit_sandbox ON audit (sandbox_id, seq);
-      CREATE INDEX audit_at ON audit (at);
-    `,
-    postgres: `
-      CREATE TABLE audit (
-        seq BIGSERIAL PRIMARY KEY,
-        at BIGINT NOT NULL,
-        sandbox_id TEXT NOT NULL,
-        owner_key TEXT NOT NULL,
-        actor TEXT,
-        kind TEXT NOT NULL,
-        data JSON NOT NULL
-      );
-      CREATE INDEX audit_sandbox ON audit (sandbox_id, seq);
-      CREATE INDEX audit_at ON audit (at);
-    `,
-  },
 ];
 
 /** The highest version this abx knows. */
