@@ -104,6 +104,10 @@ describe.skipIf(unavailable)('the audit trail', () => {
 
   test('files written and removed through the API, a port link issued', async () => {
     await box.files.write('/tmp/native.txt', 'hello');
+    await box.files.write([
+      { path: '/tmp/batch-1.txt', data: 'one' },
+      { path: '/tmp/batch-2.txt', data: 'three' },
+    ]);
     await box.files.remove('/tmp/native.txt');
     await (e2b as E2bSandbox).files.write('/tmp/e2b.txt', 'from e2b, 20 bytes.');
     await (e2b as E2bSandbox).files.remove('/tmp/e2b.txt');
@@ -117,6 +121,11 @@ describe.skipIf(unavailable)('the audit trail', () => {
       ]),
     );
     expect(written.find((row) => row.data.face === 'native')?.data.bytes).toBe(5);
+    const batch = written.find((row) => Array.isArray(row.data.sizes));
+    expect(batch?.data).toMatchObject({
+      paths: ['/tmp/batch-1.txt', '/tmp/batch-2.txt'],
+      sizes: [3, 5],
+    });
     const removed = all.filter((row) => row.kind === 'file.removed').map((row) => row.data.path);
     expect(removed).toEqual(expect.arrayContaining(['/tmp/native.txt', '/tmp/e2b.txt']));
     const link = all.find((row) => row.kind === 'link.issued');
