@@ -170,6 +170,13 @@ export type {
   SandboxAuditPage,
 } from './sandbox/sandbox-audit.js';
 export type {
+  FollowEventsOptions,
+  SandboxEventPage,
+  SandboxEventsOptions,
+  SandboxEventType,
+  SandboxLifecycleEvent,
+} from './sandbox/sandbox-events.js';
+export type {
   SandboxLogLevel,
   SandboxLogLine,
   SandboxLogsOptions,

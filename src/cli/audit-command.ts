@@ -33,7 +33,8 @@ function kindList(text: string, previous: SandboxAuditKind[] = []): SandboxAudit
   return [...previous, ...(kinds as SandboxAuditKind[])];
 }
 
-function time(text: string): number {
+/** A time option: ISO 8601, ms since the epoch, or an age (10m, 2h, 1d) before now. */
+export function time(text: string): number {
   if (/^\d{1,15}$/.test(text)) return Number(text);
   const relative = /^(\d+)(s|m|h|d)$/.exec(text);
   if (relative) {

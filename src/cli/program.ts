@@ -33,6 +33,7 @@ const SUBCOMMANDS: readonly { names: readonly string[]; load: () => Promise<Regi
   },
   { names: ['logs'], load: async () => (await import('./logs-command.js')).addLogsCommand },
   { names: ['audit'], load: async () => (await import('./audit-command.js')).addAuditCommand },
+  { names: ['events'], load: async () => (await import('./events-command.js')).addEventsCommand },
   {
     names: ['diff', 'apply'],
     load: async () => (await import('./workspace-command.js')).addWorkspaceCommands,

@@ -87,6 +87,14 @@ import {
   type SandboxAuditPage,
 } from './sandbox-audit.js';
 import {
+  type FollowEventsOptions,
+  followSandboxEvents,
+  readSandboxEvents,
+  type SandboxEventPage,
+  type SandboxEventsOptions,
+  type SandboxLifecycleEvent,
+} from './sandbox-events.js';
+import {
   followSandboxLogs,
   readSandboxLogs,
   type SandboxLogLine,
@@ -631,6 +639,59 @@ export class Sandbox extends BaseSandbox {
    */
   audit(options: SandboxAuditOptions = {}): Promise<SandboxAuditPage> {
     return readSandboxAudit(this.control, this.sandboxId, options);
+  }
+
+  /**
+   * This sandbox's lifecycle events, one page by `seq`: created, updated (timeout, network),
+   * paused, resumed, checkpointed (a snapshot), killed (with why), and abx's expiring (its
+   * timeout is near); each written with the change it records (docs/events.md). Readable after
+   * it ends, for the events' retention (7 days by default).
+   *
+   * @example
+   * const { events } = await sandbox.events();
+   * for (const e of events) console.log(e.at, e.type, e.data);
+   */
+  events(options: Omit<SandboxEventsOptions, 'sandboxId'> = {}): Promise<SandboxEventPage> {
+    return readSandboxEvents(this.control, { ...options, sandboxId: this.sandboxId });
+  }
+
+  /**
+   * Lifecycle events of the key's sandboxes (an admin key: every sandbox's), one page by `seq`;
+   * `sandboxId` for one sandbox's (see {@link Sandbox.events}).
+   *
+   * @example
+   * let cursor: number | undefined;
+   * do {
+   *   const page = await Sandbox.events({ type: 'sandbox.lifecycle.killed', cursor });
+   *   for (const e of page.events) console.log(e.sandboxId, e.data.reason);
+   *   cursor = page.more ? (page.cursor ?? undefined) : undefined;
+   * } while (cursor !== undefined);
+   */
+  static async events(
+    options: SandboxEventsOptions & ConnectionOptions = {},
+  ): Promise<SandboxEventPage> {
+    return readSandboxEvents((await openControl(options)).client, options);
+  }
+
+  /**
+   * Lifecycle events of the key's sandboxes as they are recorded (from now, or after
+   * `options.after`), resuming by itself where it was when the connection drops: none is missed
+   * or repeated. Ends when `signal` aborts.
+   *
+   * @example
+   * for await (const e of Sandbox.followEvents({ signal })) console.log(e.type, e.sandboxId);
+   */
+  static async *followEvents(
+    options: FollowEventsOptions & ConnectionOptions = {},
+  ): AsyncGenerator<SandboxLifecycleEvent> {
+    yield* followSandboxEvents((await openControl(options)).connection, options);
+  }
+
+  /** This sandbox's lifecycle events as they are recorded (see {@link Sandbox.followEvents}). */
+  followEvents(
+    options: Omit<FollowEventsOptions, 'sandboxId'> = {},
+  ): AsyncGenerator<SandboxLifecycleEvent> {
+    return followSandboxEvents(this.connection, { ...options, sandboxId: this.sandboxId });
   }
 
   /** A sandbox's audit trail by id, running or ended (see {@link Sandbox.audit}). */

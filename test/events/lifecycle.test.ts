@@ -4,6 +4,9 @@ import { Sandbox as E2bSandbox } from 'e2b';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { startDaemon } from '../../src/installation/daemon-connection.js';
 import type { DaemonInfo } from '../../src/installation/daemon-info.js';
+import { Sandbox } from '../../src/sandbox/sandbox.js';
+import type { SandboxLifecycleEvent } from '../../src/sandbox/sandbox-events.js';
+import { abxIn } from '../cli/abx.js';
 import { until } from '../control/plane.js';
 import { createAbxHome } from '../helpers/abx-home.js';
 import { type Api, apiAs, call, type Json } from '../helpers/api-call.js';
@@ -303,59 +306,129 @@ describe('lifecycle events of a real daemon', () => {
       apiKey: keyA,
       apiUrl: info.apiUrl,
       sandboxUrl: info.gatewayUrl,
+      timeoutMs: 30_000,
       requestTimeoutMs: 60_000,
     });
+    const headers = { 'X-API-Key': keyA };
+    const read = async (path: string): Promise<Json[]> => {
+      const answer = await fetch(`${info.apiUrl}${path}`, { headers });
+      expect(answer.status).toBe(200);
+      return (await answer.json()) as Json[];
+    };
+    const id = sandbox.sandboxId;
     try {
+      // Its timeout is within the lead (60 s): the reaper warns of it (abx's own type).
+      await until(
+        async () =>
+          (await read(`/events/sandboxes/${id}?types=sandbox.lifecycle.expiring`)).length === 1,
+        'the expiring event',
+        10_000,
+      );
       await sandbox.setTimeout(90_000);
       await sandbox.kill();
     } finally {
       await sandbox.kill().catch(() => undefined);
     }
-    const headers = { 'X-API-Key': keyA };
-    const one = await fetch(`${info.apiUrl}/events/sandboxes/${sandbox.sandboxId}?orderAsc=true`, {
-      headers,
-    });
-    expect(one.status).toBe(200);
-    const events = (await one.json()) as Json[];
+    // E2B's types only unless abx's are asked for by name.
+    const events = await read(`/events/sandboxes/${id}?orderAsc=true`);
     expect(events.map((e) => short(e.type))).toEqual(['created', 'updated', 'killed']);
     expect(events[0]).toMatchObject({
       version: 'v1',
       id: expect.stringMatching(/^[0-9a-f-]{36}$/),
-      sandboxId: sandbox.sandboxId,
+      sandboxId: id,
       sandboxTemplateId: 'base',
       sandboxTeamId: expect.stringMatching(/^key_/),
       timestamp: expect.stringMatching(/Z$/),
     });
     expect(events[1].eventData).toMatchObject({ change: 'timeout' });
-    // Newest first by default; offset and limit page; types filter.
-    const newest = (await (
-      await fetch(`${info.apiUrl}/events/sandboxes/${sandbox.sandboxId}?limit=1`, { headers })
-    ).json()) as Json[];
-    expect(newest.map((e) => e.id)).toEqual([events[2].id]);
-    const skipped = (await (
-      await fetch(`${info.apiUrl}/events/sandboxes/${sandbox.sandboxId}?offset=1&orderAsc=true`, {
-        headers,
-      })
-    ).json()) as Json[];
-    expect(skipped.map((e) => e.id)).toEqual([events[1].id, events[2].id]);
-    const team = (await (
-      await fetch(`${info.apiUrl}/events/sandboxes?types=sandbox.lifecycle.killed&limit=100`, {
-        headers,
-      })
-    ).json()) as Json[];
-    expect(team.length).toBeGreaterThan(0);
+    const [expiring] = await read(`/events/sandboxes/${id}?types=sandbox.lifecycle.expiring`);
+    expect(expiring.eventData).toMatchObject({ leadMs: 60_000, onTimeout: 'kill' });
+    // Newest first by default; offset and limit page; types filter the team's list.
+    expect((await read(`/events/sandboxes/${id}?limit=1`)).map((e) => e.id)).toEqual([
+      events[2].id,
+    ]);
+    expect((await read(`/events/sandboxes/${id}?offset=1&orderAsc=true`)).map((e) => e.id)).toEqual(
+      [events[1].id, events[2].id],
+    );
+    const team = await read('/events/sandboxes?types=sandbox.lifecycle.killed&limit=100');
     expect(team.every((e) => e.type === 'sandbox.lifecycle.killed')).toBe(true);
-    expect(team.some((e) => e.sandboxId === sandbox.sandboxId)).toBe(true);
-    // abx's own types only when asked for by name.
-    const all = (await (
-      await fetch(`${info.apiUrl}/events/sandboxes?limit=100`, { headers })
-    ).json()) as Json[];
-    expect(all.some((e) => e.type === 'sandbox.lifecycle.expiring')).toBe(false);
-    const expiring = (await (
-      await fetch(`${info.apiUrl}/events/sandboxes?types=sandbox.lifecycle.expiring&limit=100`, {
-        headers,
-      })
-    ).json()) as Json[];
-    expect(expiring.length).toBeGreaterThan(0);
+    expect(team.some((e) => e.sandboxId === id)).toBe(true);
+  }, 60_000);
+
+  test("abx's SDK pages and follows them (a dropped follow would resume from its seq); abx events prints them", async () => {
+    const connection = { apiUrl: info.apiUrl, apiKey: keyA };
+    const controller = new AbortController();
+    const followed: SandboxLifecycleEvent[] = [];
+    const following = (async () => {
+      for await (const event of Sandbox.followEvents({
+        ...connection,
+        signal: controller.signal,
+      })) {
+        followed.push(event);
+      }
+    })();
+    let box: Sandbox | undefined;
+    try {
+      box = await Sandbox.create({ ...connection, metadata: { via: 'sdk' } });
+      await box.pause();
+      await box.resume();
+      await box.kill();
+      const id = box.sandboxId;
+      await until(
+        () => followed.some((e) => e.sandboxId === id && short(e.type) === 'killed'),
+        'the followed kill',
+        10_000,
+      );
+      const page = await box.events();
+      expect(page.events.map((e) => short(e.type))).toEqual([
+        'created',
+        'paused',
+        'resumed',
+        'killed',
+      ]);
+      expect(followed.filter((e) => e.sandboxId === id)).toEqual(page.events);
+      const [newest] = (await Sandbox.events({ ...connection, order: 'desc', limit: 1 })).events;
+      expect(newest?.id).toBe(page.events[3]?.id);
+      const killedOnly = await Sandbox.events({
+        ...connection,
+        sandboxId: id,
+        type: ['sandbox.lifecycle.killed'],
+      });
+      expect(killedOnly.events.map((e) => e.data.reason)).toEqual(['api']);
+      // Another key's sandbox is refused as an unknown one.
+      await expect(
+        Sandbox.events({ apiUrl: info.apiUrl, apiKey: keyB, sandboxId: id }),
+      ).rejects.toThrow(`sandbox ${id} does not exist`);
+
+      // The CLI, as the daemon's own (admin) key.
+      const cli = abxIn(abx.home);
+      const printed = await cli.abx(['events', '--sandbox', id]);
+      expect(printed.code).toBe(0);
+      expect(printed.stdout).toMatch(new RegExp(`${id} created +base \\((start|pool)\\)`));
+      expect(printed.stdout).toMatch(new RegExp(`${id} paused +frozen \\(api\\)`));
+      expect(printed.stdout).toMatch(new RegExp(`${id} killed +api: `));
+      const lines = await cli.abx([
+        'events',
+        '--sandbox',
+        id,
+        '--type',
+        'paused,killed',
+        '--jsonl',
+      ]);
+      expect(lines.code).toBe(0);
+      expect(
+        lines.stdout
+          .trim()
+          .split('\n')
+          .map((line) => JSON.parse(line).type),
+      ).toEqual(['sandbox.lifecycle.paused', 'sandbox.lifecycle.killed']);
+      const bad = await cli.abx(['events', '--type', 'exploded']);
+      expect(bad.code).not.toBe(0);
+      expect(bad.stderr).toContain("'exploded' is not an event type");
+    } finally {
+      controller.abort();
+      await following;
+      await box?.kill().catch(() => false);
+    }
   }, 60_000);
 });
