@@ -353,6 +353,7 @@ export class Daemon {
     this.webhookDispatcher = new WebhookDispatcher(this.registry.webhooks, {
       secretOf: (webhook) => this.webhooks.secretOf(webhook),
       rules: () => webhookEgress,
+      ownerRevoked: async (owner) => (await this.registry.getApiKey(owner))?.revokedAt != null,
       timing: webhookTiming(),
       log: (line) => console.error(line),
     });

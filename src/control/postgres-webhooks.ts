@@ -6,6 +6,7 @@ import {
   type DeliveryOutcome,
   type DeliveryRecord,
   NEWEST_SEQ,
+  takes,
   type WebhookChange,
   type WebhookRecord,
   type WebhookStore,
@@ -183,9 +184,7 @@ export class PostgresWebhookStore implements WebhookStore {
         );
         const last = events.at(-1);
         if (!last) return 0;
-        const taken = hook.enabled
-          ? events.filter((e) => hook.events.length === 0 || hook.events.includes(e.type))
-          : [];
+        const taken = hook.enabled ? events.filter((e) => takes(hook, e.type)) : [];
         let count = 0;
         if (taken.length > 0) {
           const result = await client.query(

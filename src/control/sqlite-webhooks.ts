@@ -5,6 +5,7 @@ import {
   type DeliveryOutcome,
   type DeliveryRecord,
   NEWEST_SEQ,
+  takes,
   type WebhookChange,
   type WebhookRecord,
   type WebhookStore,
@@ -235,7 +236,7 @@ export class SqliteWebhookStore implements WebhookStore {
           let count = 0;
           for (const event of events) {
             if (!hook.enabled) break;
-            if (hook.events.length > 0 && !hook.events.includes(event.type)) continue;
+            if (!takes(hook, event.type)) continue;
             count += this.statement(
               `INSERT OR IGNORE INTO webhook_deliveries (id, webhook_id, event_seq, sandbox_id,
                  state, attempts, next_attempt_at, created_at)

@@ -228,6 +228,8 @@ export class WebhookDispatcher {
     private readonly options: {
       secretOf: (webhook: ClaimedDelivery['webhook']) => string;
       rules: () => EgressRules;
+      /** Whether a key was revoked: its webhooks get nothing more (failed, saying so). */
+      ownerRevoked?: (owner: string) => Promise<boolean>;
       timing: WebhookTiming;
       log?: (line: string) => void;
     },
@@ -300,6 +302,15 @@ export class WebhookDispatcher {
         state: 'failed',
         status: null,
         error: 'its event was purged (past ABX_EVENTS_RETENTION_MS) before it could be delivered',
+      };
+    } else if (
+      claimed.webhook.owner !== null &&
+      (await this.options.ownerRevoked?.(claimed.webhook.owner).catch(() => false))
+    ) {
+      outcome = {
+        state: 'failed',
+        status: null,
+        error: `not sent: the webhook's key ${claimed.webhook.owner} was revoked`,
       };
     } else {
       try {

@@ -8,7 +8,7 @@
  * LOCKED`, so replicas on one database deliver each row once).
  */
 import { randomBytes } from 'node:crypto';
-import type { SandboxEvent } from './events.js';
+import { E2B_EVENT_TYPES, type SandboxEvent } from './events.js';
 
 /** Which wire a webhook was registered through, and so how its deliveries are shaped and signed. */
 export type WebhookFlavour = 'e2b' | 'abx';
@@ -127,4 +127,13 @@ export const NEWEST_SEQ = 'COALESCE((SELECT MAX(seq) FROM events), 0)';
 /** A new delivery's id: `whd_` and 24 hex digits. */
 export function newDeliveryId(): string {
   return `whd_${randomBytes(12).toString('hex')}`;
+}
+
+/**
+ * Whether a webhook takes an event of `type`: one of its `events`, or with none listed, every type
+ * (a webhook registered through E2B's face: E2B's types only, as E2B's routes show them).
+ */
+export function takes(webhook: WebhookRecord, type: string): boolean {
+  if (webhook.events.length > 0) return webhook.events.includes(type);
+  return webhook.flavour !== 'e2b' || (E2B_EVENT_TYPES as readonly string[]).includes(type);
 }

@@ -118,6 +118,23 @@ for (const kind of STORES) {
         expect(await registry.webhooks.listDeliveries(mine.id, 10)).toEqual([]);
       });
 
+      test('a webhook registered through E2B’s face with no types gets E2B’s types only; abx’s gets all', async ({
+        store,
+      }) => {
+        const registry = await store.open();
+        const e2b = await registry.webhooks.insertWebhook(hook({ flavour: 'e2b' }));
+        const abx = await registry.webhooks.insertWebhook(hook());
+        await emit(registry, 'sbx_x', 'key_a', 'sandbox.lifecycle.expiring');
+        await emit(registry, 'sbx_y', 'key_a', created);
+        expect(await registry.webhooks.fanOut(Date.now(), 500)).toBe(3);
+        expect(
+          (await registry.webhooks.listDeliveries(e2b.id, 10)).map((d) => d.sandboxId),
+        ).toEqual(['sbx_y']);
+        expect(
+          (await registry.webhooks.listDeliveries(abx.id, 10)).map((d) => d.sandboxId),
+        ).toEqual(['sbx_y', 'sbx_x']);
+      });
+
       test('a disabled webhook’s cursor moves on without deliveries; two registries on one database fan out and claim each delivery once', async ({
         store,
       }) => {

@@ -86,6 +86,7 @@ let abx: Awaited<ReturnType<typeof createAbxHome>>;
 let info: DaemonInfo;
 let keyA: string;
 let keyB: string;
+let admin: ReturnType<typeof as>;
 const receiverA = new Receiver();
 const receiverB = new Receiver();
 
@@ -117,7 +118,7 @@ beforeAll(async () => {
   }
   abx = await createAbxHome();
   info = await startDaemon(abx.home);
-  const admin = as(readFileSync(join(abx.home, 'api-key'), 'utf8').trim());
+  admin = as(readFileSync(join(abx.home, 'api-key'), 'utf8').trim());
   keyA = (await admin.post('/v1/keys', { name: 'hooks-a' })).body.key;
   keyB = (await admin.post('/v1/keys', { name: 'hooks-b' })).body.key;
   await receiverA.up();
@@ -145,7 +146,15 @@ function deliveriesOf(receiver: Receiver, webhookId: string, sandboxId: string) 
     .map((g) => ({ ...g, json: JSON.parse(g.body) }));
 }
 
-const waitFor = (check: () => boolean, ms: number) => until(check, 'the deliveries expected', ms);
+const waitFor = (check: () => boolean, ms: number, before?: () => Promise<void>) =>
+  until(
+    async () => {
+      await before?.();
+      return check();
+    },
+    'the deliveries expected',
+    ms,
+  );
 
 const typesOf = (list: { json: Json }[]) =>
   list.map((d) => (d.json.type as string).replace('sandbox.lifecycle.', ''));
@@ -292,6 +301,26 @@ describe('webhooks of a real daemon (SQLite), a receiver on loopback', () => {
     expect(log.stdout).toContain('no deliveries yet');
     expect(await Webhook.destroy(made.id, connection)).toBe(true);
     expect(await Webhook.destroy(made.id, connection)).toBe(false);
+
+    // A revoked key's webhooks get nothing more: its sandbox's kill (at the revocation) is failed.
+    const hooks = await Webhook.list(connection);
+    const box = await as(keyB).post('/v1/sandboxes', {});
+    const boxId = box.body.sandboxId as string;
+    await waitFor(() => receiverB.got.some((g) => g.body.includes(boxId)), 10_000);
+    const keyId = (await admin.get('/v1/keys')).body.keys.find(
+      (k: Json) => k.name === 'hooks-b',
+    ).id;
+    expect((await admin.delete(`/v1/keys/${keyId}?kill=true`)).status).toBe(200);
+    let revokedLog: Json[] = [];
+    await waitFor(
+      () => revokedLog.some((d) => d.state === 'failed'),
+      10_000,
+      async () => {
+        revokedLog = (await admin.get(`/v1/webhooks/${hooks[0]?.id}/deliveries`)).body.deliveries;
+      },
+    );
+    expect(revokedLog.find((d) => d.state === 'failed').lastError).toMatch(/was revoked/);
+    expect(receiverB.got.filter((g) => g.body.includes(boxId))).toHaveLength(1);
   }, 60_000);
 
   test('the receiver down for 10 s then up: every event arrives, retried with the same ids', async () => {
