@@ -286,7 +286,7 @@ describe('webhooks of a real daemon (SQLite), a receiver on loopback', () => {
     );
     expect(cli.status).toBe(0);
     expect(JSON.parse(cli.stdout).map((w: Json) => [w.name, w.enabled])).toEqual([
-      ['127.0.0.1:' + receiverB.port, true],
+      [`127.0.0.1:${receiverB.port}`, true],
       ['sdk', false],
     ]);
     const log = spawnSync(
