@@ -18,6 +18,50 @@ const BATCH_BODY_KEEP = 1024 * 1024;
 export interface AuditTap {
   data(chunk: Buffer): void;
   end(): void;
+  /**
+   * Watches the answer's bytes as they pass to the client, when the request is the only one its
+   * connection to the sandbox has in flight: `end` once it is answered (not called when the
+   * connection breaks first).
+   */
+  answer?: { data(chunk: Buffer): void; end(): void };
+}
+
+/** Bytes of an answer's start and end a watcher keeps (its pid, and its `exit` event). */
+const ANSWER_KEEP = 8 * 1024;
+
+/**
+ * Records a native command's exit from the end of envd's `POST /exec` stream as it passed to the
+ * client (best effort: the stream's last 8 KiB hold its `exit` event unless the connection
+ * breaks first).
+ */
+function exitWatcher(audit: AuditLog, source: Source): NonNullable<AuditTap['answer']> {
+  let head = Buffer.alloc(0);
+  let tail = Buffer.alloc(0);
+  return {
+    data(chunk) {
+      if (head.length < ANSWER_KEEP) head = Buffer.concat([head, chunk]).subarray(0, ANSWER_KEEP);
+      tail = Buffer.concat([tail, chunk]);
+      if (tail.length > ANSWER_KEEP) tail = tail.subarray(tail.length - ANSWER_KEEP);
+    },
+    end() {
+      const text = tail.toString('latin1');
+      const exits = [
+        ...text.matchAll(
+          /\{"exit":\{"code":(-?\d+|null),"signal":(null|"[A-Z0-9]{1,16}"),"timed_out":(true|false)\}\}/g,
+        ),
+      ];
+      const exit = exits.at(-1);
+      if (!exit) return;
+      const pid = /"start":\{[^}]*"pid":(\d+)/.exec(head.toString('latin1'))?.[1];
+      record(audit, source, 'command.exited', {
+        face: 'native',
+        ...(pid === undefined ? {} : { pid: Number(pid) }),
+        exitCode: exit[1] === 'null' ? null : Number(exit[1]),
+        ...(exit[2] === 'null' ? {} : { signal: JSON.parse(exit[2] as string) }),
+        ...(exit[3] === 'true' ? { timedOut: true } : {}),
+      });
+    },
+  };
 }
 
 /** What a row needs beyond its kind and data: the sandbox and how the request came. */
@@ -136,7 +180,7 @@ export function gatewayAuditTap(
     });
   }
   if (method === 'POST' && (path === '/exec' || path === '/exec/server')) {
-    return tap(AUDIT_BODY_KEEP, (body, bytes) => {
+    const started = tap(AUDIT_BODY_KEEP, (body, bytes) => {
       const request = json(body);
       record(audit, source, 'command.started', {
         face: 'native',
@@ -155,6 +199,7 @@ export function gatewayAuditTap(
         ...(body === undefined ? { bytes, truncated: true } : {}),
       });
     });
+    return path === '/exec' ? { ...started, answer: exitWatcher(audit, source) } : started;
   }
   if (method === 'PUT' && (path === '/files/write' || path === '/files/archive')) {
     return tap(0, (_body, bytes) =>

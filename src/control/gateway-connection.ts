@@ -302,6 +302,8 @@ export class ClientConnection implements UpstreamOwner {
   private passing: Passing | undefined;
   /** The audit trail's tap of the request whose body is being sent. */
   private tap: AuditTap | undefined;
+  /** The audit trail's watcher of the answer in flight (the only request on its connection). */
+  private answerTap: AuditTap['answer'];
   private checking = false;
   private running = false;
   /** Writing to the sandbox waits for it to drain. */
@@ -940,6 +942,8 @@ export class ClientConnection implements UpstreamOwner {
   }
 
   private send(head: RequestHead, text: string, upstream: Upstream, divertErrors = false): void {
+    // An answer is watched only alone on its connection: its end is then the end of the answers.
+    this.answerTap = this.tap?.answer && upstream.idle ? this.tap.answer : undefined;
     upstream.sent(head.method, head.upgrade, divertErrors);
     this.toSandbox(text);
     this.closeAfter = head.close;
@@ -1119,11 +1123,15 @@ export class ClientConnection implements UpstreamOwner {
 
   forward(bytes: Buffer, from: Upstream): void {
     if (from !== this.upstream) return;
+    this.answerTap?.data(bytes);
     if (!this.socket.write(bytes)) from.pauseFor(this.socket);
   }
 
   responsesDone(from: Upstream, closing: boolean): void {
     if (from !== this.upstream) return;
+    const answered = this.answerTap;
+    this.answerTap = undefined;
+    answered?.end();
     if (closing) {
       // The sandbox closes the connection after that answer, and told the client so (or the
       // body ended with the connection): the client's connection ends too.

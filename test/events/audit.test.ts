@@ -80,7 +80,7 @@ describe.skipIf(unavailable)('the audit trail', () => {
       .run('exit 3', { envs: { SECRET_X: 'v' } })
       .catch((error: { exitCode?: number }) => error);
     expect((e2bRun as { exitCode?: number }).exitCode).toBe(3);
-    const all = await rows((r) => r.some((row) => row.kind === 'command.exited'));
+    const all = await rows((r) => r.filter((row) => row.kind === 'command.exited').length >= 2);
     const started = all.filter((row) => row.kind === 'command.started');
     expect(started.find((row) => row.data.face === 'native')?.data).toMatchObject({
       cmd: 'echo native-$((6*7))',
@@ -93,9 +93,15 @@ describe.skipIf(unavailable)('the audit trail', () => {
     // The environment's names, never its values.
     expect(fromE2b?.data.env).toContain('SECRET_X');
     expect(JSON.stringify(all)).not.toContain('"v"');
-    const exited = all.find((row) => row.kind === 'command.exited');
+    const exited = all.find((row) => row.kind === 'command.exited' && row.data.face === 'e2b');
     expect(exited?.data).toMatchObject({ face: 'e2b', exitCode: 3, pid: fromE2b?.data.pid });
     expect(exited?.seq).toBeGreaterThan(fromE2b?.seq as number);
+    // The native command's exit, read from the end of envd's stream as it passed the gateway.
+    const nativeExit = all.find(
+      (row) => row.kind === 'command.exited' && row.data.face === 'native',
+    );
+    expect(nativeExit?.data).toMatchObject({ exitCode: 0 });
+    expect(nativeExit?.data.pid).toEqual(expect.any(Number));
     // Every row is the sandbox's, of its owner.
     const ownerA = all[0]?.owner;
     expect(ownerA).toMatch(/^key_/);
@@ -225,9 +231,11 @@ describe.skipIf(unavailable)('the audit trail', () => {
     expect(direct.status).toBe(405);
     const after = (await box.audit({ limit: 1000 })).audit;
     expect(JSON.stringify(after)).not.toContain('forged');
-    // Only what the daemon saw of that attempt: its command, and egress's refusal of the host.
+    // Only what the daemon saw of that attempt: its command and exit, and egress's refusal.
     expect(
-      after.slice(before).every((row) => ['command.started', 'egress'].includes(row.kind)),
+      after
+        .slice(before)
+        .every((row) => ['command.started', 'command.exited', 'egress'].includes(row.kind)),
     ).toBe(true);
   }, 60_000);
 });
