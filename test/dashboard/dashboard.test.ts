@@ -729,6 +729,25 @@ describe.skipIf(!HAS_CHROMIUM)(
       await expectClean(page);
     });
 
+    test('the Events tab: a sandbox’s lifecycle, oldest first, each change once', async () => {
+      const sandbox = await created({ metadata: { suite: 'events' } });
+      await sandbox.setTimeout(200_000);
+      await sandbox.pause();
+      await sandbox.resume();
+      const page = await newPage();
+      await signInWithKey(page, adminKey);
+      await page.goto(`${info.apiUrl}/#/sandboxes/${sandbox.sandboxId}/events`);
+      await page.getByRole('heading', { name: 'Lifecycle events', level: 2 }).waitFor();
+      const types = page
+        .locator('table', { hasText: 'Events (oldest first)' })
+        .locator('tbody tr td:nth-child(2)');
+      await types.nth(3).waitFor({ timeout: 15_000 });
+      expect(await types.allTextContents()).toEqual(['created', 'updated', 'paused', 'resumed']);
+      await page.getByText('frozen (asked)').waitFor();
+      await shoot(page, 'events');
+      await expectClean(page);
+    });
+
     // A workspace needs a root daemon (docs/workspaces.md); this file's daemon is this process's.
     test.skipIf(process.getuid?.() !== 0)(
       'a workspace’s Changes tab: the changes and a file’s diff as text, an apply’s refusal shown; none for a sandbox without one',

@@ -15,6 +15,7 @@ import { href, navigate } from '../router.js';
 import { AuditTab } from './audit.js';
 import { ChangesTab } from './changes.js';
 import { CommandsTab } from './commands.js';
+import { EventsTab } from './events.js';
 import { FilesTab } from './files.js';
 import { MetricsTab } from './metrics.js';
 import { NetworkTab } from './network.js';
@@ -29,6 +30,7 @@ const TABS: [string, string][] = [
   ['network', 'Network'],
   ['commands', 'Commands'],
   ['audit', 'Audit'],
+  ['events', 'Events'],
 ];
 /** Only a sandbox with a workspace has this tab. */
 const CHANGES_TAB: [string, string] = ['changes', 'Changes'];
@@ -150,13 +152,18 @@ export function SandboxPage({ id, tab }: { session: Session; id: string; tab: st
         {tab === 'overview' && <Overview sandbox={current} />}
         {tab === 'network' && <NetworkTab sandbox={current} />}
         {tab === 'audit' && <AuditTab sandbox={current} />}
-        {tab !== 'overview' && tab !== 'network' && tab !== 'audit' && !running && (
-          <p class="notice">
-            {ended
-              ? 'This sandbox has ended: nothing runs in it any more.'
-              : 'This sandbox is paused. Resume it to see its processes, files, terminal and commands.'}
-          </p>
-        )}
+        {tab === 'events' && <EventsTab sandbox={current} />}
+        {tab !== 'overview' &&
+          tab !== 'network' &&
+          tab !== 'audit' &&
+          tab !== 'events' &&
+          !running && (
+            <p class="notice">
+              {ended
+                ? 'This sandbox has ended: nothing runs in it any more.'
+                : 'This sandbox is paused. Resume it to see its processes, files, terminal and commands.'}
+            </p>
+          )}
         {running && tab === 'processes' && <ProcessesTab id={id} />}
         {running && tab === 'files' && <FilesTab id={id} />}
         {running && tab === 'terminal' && <TerminalTab id={id} />}
