@@ -53,8 +53,12 @@ export class Reaper {
   private nextSweep: number | undefined;
   /** When audit rows past their retention are next removed. */
   private nextAuditPurge = 0;
-  /** See events.ts expiringLeadMs (read when the reaper is made). */
+  /**
+   * See events.ts expiringLeadMs and eventsRetentionMs: read when the reaper is made, so a bad
+   * value stops the daemon's start.
+   */
   private readonly expiringLeadMs = expiringLeadMs();
+  private readonly eventsRetentionMs = eventsRetentionMs();
   /** The expiry each running sandbox near its timeout was warned of (its `expiring` event). */
   private readonly warned = new Map<string, number>();
 
@@ -125,7 +129,7 @@ export class Reaper {
     if (now >= this.nextAuditPurge) {
       this.nextAuditPurge = now + AUDIT_PURGE_MS;
       await registry.purgeAudit(now - auditRetentionMs());
-      await registry.purgeEvents(now - eventsRetentionMs());
+      await registry.purgeEvents(now - this.eventsRetentionMs);
     }
     return expired.map((record) => record.id);
   }
