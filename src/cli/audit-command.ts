@@ -1,4 +1,5 @@
 import { type Command, InvalidArgumentError } from 'commander';
+import { auditText } from '../sandbox/activity-text.js';
 import type {
   SandboxAuditEntry,
   SandboxAuditKind,
@@ -50,37 +51,15 @@ export function time(text: string): number {
   return parsed;
 }
 
-/** What a row says, in a few words. */
+/** What a row says, in a few words (the dashboard's Audit tab says the same but of egress). */
 function summary(row: SandboxAuditEntry): string {
   const d = row.data as Record<string, unknown>;
-  const list = (value: unknown) => (Array.isArray(value) ? value.join(' ') : String(value ?? ''));
-  switch (row.kind) {
-    case 'command.started':
-      return d.cmd !== undefined && d.args !== undefined
-        ? `${d.cmd} ${list(d.args)}`
-        : String(d.cmd ?? list(d.argv));
-    case 'command.exited':
-      return `pid ${d.pid} exit ${d.exitCode}`;
-    case 'command.called':
-      return `${d.name} on port ${d.port}`;
-    case 'file.written':
-      return `${list(d.paths)} (${d.bytes} bytes)`;
-    case 'file.removed':
-      return String(d.path);
-    case 'file.renamed':
-      return `${d.from} -> ${d.to}`;
-    case 'link.issued':
-      return `port ${d.port}${d.path ?? ''} until ${d.expiresAt}`;
-    case 'egress': {
-      const verdict = d.verdict === 'allowed' ? paint('green', 'allowed') : paint('red', 'denied ');
-      const where = `${d.name}${d.address && d.address !== d.name ? ` (${d.address})` : ''}:${d.port}`;
-      return `${verdict} ${d.protocol} ${where} up ${d.up} down ${d.down}: ${d.rule}`;
-    }
-    case 'audit.dropped':
-      return `${d.count} rows dropped (the daemon's buffer was full)`;
-    default:
-      return JSON.stringify(d);
-  }
+  const end = (at: unknown) => (typeof at === 'number' ? new Date(at).toISOString() : String(at));
+  const text = auditText(row.kind, d, end);
+  if (text !== undefined) return text;
+  const verdict = d.verdict === 'allowed' ? paint('green', 'allowed') : paint('red', 'denied ');
+  const where = `${d.name}${d.address && d.address !== d.name ? ` (${d.address})` : ''}:${d.port}`;
+  return `${verdict} ${d.protocol} ${where} up ${d.up} down ${d.down}: ${d.rule}`;
 }
 
 function rowText(row: SandboxAuditEntry): string {

@@ -1,4 +1,5 @@
 import { type Command, InvalidArgumentError } from 'commander';
+import { lifecycleText } from '../sandbox/activity-text.js';
 import type {
   SandboxEventsOptions,
   SandboxEventType,
@@ -31,32 +32,11 @@ function typeList(text: string, previous: SandboxEventType[] = []): SandboxEvent
   return [...previous, ...types.map((type) => `sandbox.lifecycle.${type}` as SandboxEventType)];
 }
 
-/** What an event says, in a few words. */
+/** What an event says, in a few words (the dashboard's Events tab says the same). */
 function summary(event: SandboxLifecycleEvent): string {
-  const d = event.data;
   const end = (at: unknown) => (typeof at === 'number' ? new Date(at).toISOString() : '');
-  switch (event.type) {
-    case 'sandbox.lifecycle.created':
-      return `${event.template} (${d.source}${d.forkedFrom ? ` of ${d.forkedFrom}` : ''}) until ${end(d.expiresAt)}`;
-    case 'sandbox.lifecycle.updated':
-      return d.change === 'timeout'
-        ? `timeout: until ${end(d.expiresAt)}`
-        : `network: ${JSON.stringify(d.network)}`;
-    case 'sandbox.lifecycle.paused':
-      return `${d.kind === 'memory' ? 'frozen' : 'hibernated'} (${d.reason})`;
-    case 'sandbox.lifecycle.resumed':
-      return `${d.kind === 'memory' ? 'thawed' : 'woken'}${d.reason ? ` (${d.reason})` : ''} until ${end(d.expiresAt)}`;
-    case 'sandbox.lifecycle.killed':
-      return `${d.reason}: ${d.endReason}`;
-    case 'sandbox.lifecycle.checkpointed':
-      return `snapshot ${d.snapshot}`;
-    case 'sandbox.lifecycle.failed':
-      return String(d.error);
-    case 'sandbox.lifecycle.expiring':
-      return `${d.onTimeout === 'pause' ? 'pauses' : 'ends'} at ${end(d.expiresAt)}`;
-    default:
-      return JSON.stringify(d);
-  }
+  const text = lifecycleText(event.type, event.data, end);
+  return event.type === 'sandbox.lifecycle.created' ? `${event.template} ${text}` : text;
 }
 
 const COLOURS: Record<string, 'green' | 'red' | 'yellow' | 'cyan' | 'dim'> = {

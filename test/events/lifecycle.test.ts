@@ -404,8 +404,8 @@ describe('lifecycle events of a real daemon', () => {
       const cli = abxIn(abx.home);
       const printed = await cli.abx(['events', '--sandbox', id]);
       expect(printed.code).toBe(0);
-      expect(printed.stdout).toMatch(new RegExp(`${id} created +base \\((start|pool)\\)`));
-      expect(printed.stdout).toMatch(new RegExp(`${id} paused +frozen \\(api\\)`));
+      expect(printed.stdout).toMatch(new RegExp(`${id} created +base from (start|pool), until `));
+      expect(printed.stdout).toMatch(new RegExp(`${id} paused +frozen \\(asked\\)`));
       expect(printed.stdout).toMatch(new RegExp(`${id} killed +api: `));
       const lines = await cli.abx([
         'events',

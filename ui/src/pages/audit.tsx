@@ -1,4 +1,5 @@
 import { useEffect, useState } from 'preact/hooks';
+import { auditText } from '../../../src/sandbox/activity-text.js';
 import { api, type SandboxInfo, sandboxPath } from '../api.js';
 import { Failure, TableHead } from '../components/table.js';
 import { errorText, time } from '../format.js';
@@ -27,33 +28,15 @@ interface Policy {
 /** Rows kept in the page at most (the newest). */
 const KEPT = 2000;
 
-const list = (value: unknown) => (Array.isArray(value) ? value.join(' ') : String(value ?? ''));
+const when = (ms: unknown) => (typeof ms === 'number' ? time(new Date(ms).toISOString()) : '');
 
-/** What a row says, in a few words. */
+/** What a row says, in a few words (as `abx audit` says it, but of egress). */
 function summary(row: AuditRow): string {
   const d = row.data;
-  switch (row.kind) {
-    case 'command.started':
-      return d.args !== undefined ? `${d.cmd} ${list(d.args)}` : String(d.cmd ?? list(d.argv));
-    case 'command.exited':
-      return `pid ${d.pid} exited ${d.exitCode}`;
-    case 'command.called':
-      return `${d.name} on port ${d.port}`;
-    case 'file.written':
-      return `${list(d.paths)} (${d.bytes} bytes)`;
-    case 'file.removed':
-      return String(d.path);
-    case 'file.renamed':
-      return `${d.from} → ${d.to}`;
-    case 'link.issued':
-      return `port ${d.port}${d.path ?? ''}`;
-    case 'egress':
-      return `${d.verdict} ${d.protocol} ${d.name}:${d.port} (↑${d.up} ↓${d.down}) ${d.rule}`;
-    case 'audit.dropped':
-      return `${d.count} rows dropped`;
-    default:
-      return JSON.stringify(d);
-  }
+  return (
+    auditText(row.kind, d, when) ??
+    `${d.verdict} ${d.protocol} ${d.name}:${d.port} (↑${d.up} ↓${d.down}) ${d.rule}`
+  );
 }
 
 /**

@@ -1,4 +1,5 @@
 import { useEffect, useState } from 'preact/hooks';
+import { lifecycleText } from '../../../src/sandbox/activity-text.js';
 import { api, type SandboxInfo } from '../api.js';
 import { Failure, TableHead } from '../components/table.js';
 import { errorText, time } from '../format.js';
@@ -23,32 +24,8 @@ const POLL_MS = 3000;
 
 const when = (ms: unknown) => (typeof ms === 'number' ? time(new Date(ms).toISOString()) : '');
 
-/** What an event says, in a few words. */
-function summary(event: LifecycleEvent): string {
-  const d = event.data;
-  switch (event.type) {
-    case 'sandbox.lifecycle.created':
-      return `from ${d.source}${d.forkedFrom ? ` of ${d.forkedFrom}` : ''}, until ${when(d.expiresAt)}`;
-    case 'sandbox.lifecycle.updated':
-      return d.change === 'timeout'
-        ? `timeout: until ${when(d.expiresAt)}`
-        : `network: ${JSON.stringify(d.network)}`;
-    case 'sandbox.lifecycle.paused':
-      return `${d.kind === 'memory' ? 'frozen' : 'hibernated'} (${d.reason === 'timeout' ? 'its timeout' : 'asked'})`;
-    case 'sandbox.lifecycle.resumed':
-      return `${d.kind === 'memory' ? 'thawed' : 'woken'}${d.reason ? ` (${d.reason})` : ''}, until ${when(d.expiresAt)}`;
-    case 'sandbox.lifecycle.killed':
-      return `${d.reason}: ${d.endReason}`;
-    case 'sandbox.lifecycle.checkpointed':
-      return `snapshot ${d.snapshot}`;
-    case 'sandbox.lifecycle.failed':
-      return String(d.error);
-    case 'sandbox.lifecycle.expiring':
-      return `${d.onTimeout === 'pause' ? 'pauses' : 'ends'} at ${when(d.expiresAt)}`;
-    default:
-      return JSON.stringify(d);
-  }
-}
+/** What an event says, in a few words (as `abx events` says it). */
+const summary = (event: LifecycleEvent) => lifecycleText(event.type, event.data, when);
 
 /**
  * A sandbox's lifecycle events (`GET /v1/events?sandbox=`), oldest first: each change of its
