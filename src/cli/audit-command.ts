@@ -1,25 +1,16 @@
 import { type Command, InvalidArgumentError } from 'commander';
 import { auditText } from '../sandbox/activity-text.js';
-import type {
-  SandboxAuditEntry,
-  SandboxAuditKind,
-  SandboxAuditOptions,
+import {
+  SANDBOX_AUDIT_KINDS,
+  type SandboxAuditEntry,
+  type SandboxAuditKind,
+  type SandboxAuditOptions,
 } from '../sandbox/sandbox-audit.js';
 import { withExamples } from './options.js';
 import { printJson, printLine } from './output.js';
 import { paint } from './style.js';
 
-const KINDS: readonly SandboxAuditKind[] = [
-  'command.started',
-  'command.exited',
-  'command.called',
-  'file.written',
-  'file.removed',
-  'file.renamed',
-  'link.issued',
-  'egress',
-  'audit.dropped',
-];
+const KINDS: readonly SandboxAuditKind[] = SANDBOX_AUDIT_KINDS;
 
 /** How often `--follow` asks for new rows. */
 const FOLLOW_POLL_MS = 1000;

@@ -32,6 +32,7 @@ import type {
   VolumeRemoval,
 } from './registry.js';
 import { volumeMountsJson, volumeNeedle } from './registry.js';
+import { boundClauses } from './row-bounds.js';
 import { newDeliveryId, type WebhookStore } from './webhook-store.js';
 
 /** A new connection to PostgreSQL must be made within this, or the request fails with 503. */
@@ -1001,10 +1002,7 @@ export class PostgresRegistry implements Registry {
     if (filter.types && filter.types.length > 0) {
       where.push(`type = ANY(${param([...filter.types])}::text[])`);
     }
-    if (filter.afterSeq !== undefined) where.push(`seq > ${param(filter.afterSeq)}`);
-    if (filter.beforeSeq !== undefined) where.push(`seq < ${param(filter.beforeSeq)}`);
-    if (filter.since !== undefined) where.push(`at >= ${param(filter.since)}`);
-    if (filter.until !== undefined) where.push(`at < ${param(filter.until)}`);
+    where.push(...boundClauses(filter, param));
     const { rows } = await this.query<EventRow>(
       `SELECT * FROM events ${where.length > 0 ? `WHERE ${where.join(' AND ')}` : ''}
        ORDER BY seq ${filter.order === 'desc' ? 'DESC' : 'ASC'}
@@ -1048,24 +1046,16 @@ export class PostgresRegistry implements Registry {
   }
 
   async listAudit(filter: AuditFilter): Promise<AuditRecord[]> {
-    const params: unknown[] = [filter.sandboxId];
-    const where = ['sandbox_id = $1'];
+    const params: unknown[] = [];
+    const param = (value: unknown) => {
+      params.push(value);
+      return `$${params.length}`;
+    };
+    const where = [`sandbox_id = ${param(filter.sandboxId)}`];
     if (filter.kinds && filter.kinds.length > 0) {
-      params.push([...filter.kinds]);
-      where.push(`kind = ANY($${params.length}::text[])`);
+      where.push(`kind = ANY(${param([...filter.kinds])}::text[])`);
     }
-    if (filter.afterSeq !== undefined) {
-      params.push(filter.afterSeq);
-      where.push(`seq > $${params.length}`);
-    }
-    if (filter.since !== undefined) {
-      params.push(filter.since);
-      where.push(`at >= $${params.length}`);
-    }
-    if (filter.until !== undefined) {
-      params.push(filter.until);
-      where.push(`at < $${params.length}`);
-    }
+    where.push(...boundClauses(filter, param));
     params.push(filter.limit);
     const { rows } = await this.query<{
       seq: string;

@@ -27,6 +27,7 @@ import type {
   VolumeRemoval,
 } from './registry.js';
 import { volumeMountsJson, volumeNeedle } from './registry.js';
+import { boundClauses } from './row-bounds.js';
 import { type DatabaseSync, lenient, openSqlite, type Statement, transaction } from './sqlite.js';
 import { SqliteWebhookStore } from './sqlite-webhooks.js';
 import { newDeliveryId, type WebhookStore } from './webhook-store.js';
@@ -40,6 +41,12 @@ interface AuditRow {
   kind: string;
   data: string;
 }
+
+/** SQLite's `param` for {@link boundClauses}: adds the value to `params`, writes `?`. */
+const placeholder = (params: unknown[]) => (value: unknown) => {
+  params.push(value);
+  return '?';
+};
 
 interface TemplateRow {
   name: string;
@@ -863,22 +870,7 @@ export class SqliteRegistry implements Registry {
       where.push(`type IN (${filter.types.map(() => '?').join(', ')})`);
       params.push(...filter.types);
     }
-    if (filter.afterSeq !== undefined) {
-      where.push('seq > ?');
-      params.push(filter.afterSeq);
-    }
-    if (filter.beforeSeq !== undefined) {
-      where.push('seq < ?');
-      params.push(filter.beforeSeq);
-    }
-    if (filter.since !== undefined) {
-      where.push('at >= ?');
-      params.push(filter.since);
-    }
-    if (filter.until !== undefined) {
-      where.push('at < ?');
-      params.push(filter.until);
-    }
+    where.push(...boundClauses(filter, placeholder(params)));
     params.push(filter.limit, filter.offset ?? 0);
     const sql = `SELECT * FROM events ${where.length > 0 ? `WHERE ${where.join(' AND ')}` : ''}
       ORDER BY seq ${filter.order === 'desc' ? 'DESC' : 'ASC'} LIMIT ? OFFSET ?`;
@@ -923,18 +915,7 @@ export class SqliteRegistry implements Registry {
       where.push(`kind IN (${filter.kinds.map(() => '?').join(', ')})`);
       params.push(...filter.kinds);
     }
-    if (filter.afterSeq !== undefined) {
-      where.push('seq > ?');
-      params.push(filter.afterSeq);
-    }
-    if (filter.since !== undefined) {
-      where.push('at >= ?');
-      params.push(filter.since);
-    }
-    if (filter.until !== undefined) {
-      where.push('at < ?');
-      params.push(filter.until);
-    }
+    where.push(...boundClauses(filter, placeholder(params)));
     const rows = this.statement(
       `SELECT * FROM audit WHERE ${where.join(' AND ')} ORDER BY seq LIMIT ?`,
     ).all(...params, filter.limit) as AuditRow[];

@@ -1,16 +1,19 @@
 import type { JsonClient, Query } from '../installation/json-client.js';
 
 /** What a row of a sandbox's audit trail records (docs/events.md, "Audit trail"). */
-export type SandboxAuditKind =
-  | 'command.started'
-  | 'command.exited'
-  | 'command.called'
-  | 'file.written'
-  | 'file.removed'
-  | 'file.renamed'
-  | 'link.issued'
-  | 'egress'
-  | 'audit.dropped';
+export const SANDBOX_AUDIT_KINDS = [
+  'command.started',
+  'command.exited',
+  'command.called',
+  'file.written',
+  'file.removed',
+  'file.renamed',
+  'link.issued',
+  'egress',
+  'audit.dropped',
+] as const;
+
+export type SandboxAuditKind = (typeof SANDBOX_AUDIT_KINDS)[number];
 
 /** One row of a sandbox's audit trail, as the daemon saw it happen. */
 export interface SandboxAuditEntry {
