@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Sandbox, Webhook } from 'abx-sandbox';
-import type { BenchReport } from './deepagents-search.js';
+import type { BenchReport } from './runner.js';
 import { round, summarize } from './stats.js';
 
 /** The repository (this file runs as bench/build/bench/webhooks.js). */

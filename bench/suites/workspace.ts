@@ -4,8 +4,8 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Sandbox, type SandboxCreateOptions } from 'abx-sandbox';
-import type { BenchReport } from './deepagents-search.js';
-import { round, type Summary, summarize } from './stats.js';
+import type { BenchReport } from '../runner.js';
+import { round, type Summary, summarize } from '../stats.js';
 
 /**
  * A tree of `files` files (`bytes` in all, in folders of 100) on the host; returns its folder.

@@ -1,23 +1,9 @@
 // `--only deepagents` (bench/README.md, item 15): deepagents' grep and glob over the whole sandbox.
 import { DEEPAGENTS_SEARCH_BUDGET_MS, deepAgentsBackend, Sandbox } from 'abx-sandbox';
-import { median, round } from './stats.js';
+import type { BenchReport } from '../runner.js';
+import { median, round } from '../stats.js';
 
 /** What run.ts hands a section: its table, its goals and its results.json. */
-export interface BenchReport {
-  quick: boolean;
-  log(text: string): void;
-  row(benchmark: string, figure: string, value: string, note?: string): void;
-  goal(
-    key: string,
-    figure: string,
-    value: number,
-    unit: string,
-    target: number,
-    atLeast: boolean,
-  ): void;
-  results: Record<string, unknown>;
-}
-
 /**
  * `grep(text, '/')` and `glob('**\/*.py', '/')` through `deepAgentsBackend(sandbox)` (no options:
  * real paths, deepagents' default search path `/`) on a `base` sandbox: the whole system image,
