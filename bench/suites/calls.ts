@@ -1,4 +1,4 @@
-// `--only calls`: see bench/README.md.
+// `--only hops`, `--only calls`, `--only throughput` (bench/README.md).
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { Sandbox } from 'abx-sandbox';

@@ -1,4 +1,4 @@
-// `--only cli`: see bench/README.md.
+// `--only cli` (bench/README.md).
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { goal, log, ms, ROOT, results, row, scale } from '../runner.js';

@@ -1,4 +1,4 @@
-// `--only code`: see bench/README.md.
+// `--only code` (bench/README.md).
 import { Sandbox } from 'abx-sandbox';
 import { log, ms, results, row, scale } from '../runner.js';
 import { median, round, summarize, timeEach } from '../stats.js';

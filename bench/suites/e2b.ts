@@ -1,4 +1,4 @@
-// `--only e2b`: see bench/README.md.
+// `--only e2b` (bench/README.md).
 import { readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { type AddressInfo } from 'node:net';

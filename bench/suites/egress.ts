@@ -1,4 +1,4 @@
-// `--only egress`: see bench/README.md.
+// `--only egress` (bench/README.md).
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';

@@ -1,4 +1,4 @@
-// `--only fork`: see bench/README.md.
+// `--only fork` (bench/README.md).
 import { Sandbox, type SandboxCreateOptions } from 'abx-sandbox';
 import { log, ms, results, row, scale } from '../runner.js';
 import { round, summarize } from '../stats.js';

@@ -1,4 +1,4 @@
-// `--only images`: see bench/README.md.
+// `--only images` (bench/README.md).
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';

@@ -1,4 +1,4 @@
-// `--only lifecycle`: see bench/README.md.
+// `--only lifecycle`, `--only server-start` (bench/README.md).
 import { Sandbox } from 'abx-sandbox';
 import { BenchCommands } from '../commands.js';
 import { poolRefilled, poolSize } from '../measure.js';

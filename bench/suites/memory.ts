@@ -1,4 +1,4 @@
-// `--only memory`: see bench/README.md.
+// `--only memory` (bench/README.md).
 import { Sandbox } from 'abx-sandbox';
 import { BenchCommands } from '../commands.js';
 import {

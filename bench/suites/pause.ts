@@ -1,4 +1,4 @@
-// `--only pause`: see bench/README.md.
+// `--only pause` (bench/README.md).
 import { spawn } from 'node:child_process';
 import { Sandbox } from 'abx-sandbox';
 import {

@@ -1,4 +1,4 @@
-// `--only tools`: see bench/README.md.
+// `--only tools` (bench/README.md).
 import { Sandbox } from 'abx-sandbox';
 import { log, results, row, scale } from '../runner.js';
 import { round, type Summary, summarize, timeEach } from '../stats.js';

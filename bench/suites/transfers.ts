@@ -1,4 +1,4 @@
-// `--only transfers`: see bench/README.md.
+// `--only transfers` (bench/README.md).
 import { spawnSync } from 'node:child_process';
 import { createReadStream, createWriteStream, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';

@@ -1,4 +1,4 @@
-// `--only volumes`: see bench/README.md.
+// `--only volumes` (bench/README.md).
 import { Sandbox, Volume } from 'abx-sandbox';
 import { log, ms, results, row, scale } from '../runner.js';
 import { round, type Summary, summarize } from '../stats.js';
