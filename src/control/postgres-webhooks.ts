@@ -7,6 +7,7 @@ import {
   type DeliveryRecord,
   NEWEST_SEQ,
   takes,
+  testSeq,
   type WebhookChange,
   type WebhookRecord,
   type WebhookStore,
@@ -271,5 +272,40 @@ export class PostgresWebhookStore implements WebhookStore {
       [before],
     );
     return (result as { rowCount?: number }).rowCount ?? 0;
+  }
+
+  async getDelivery(webhookId: string, id: string): Promise<DeliveryRecord | undefined> {
+    const { rows } = await this.db.query(
+      'SELECT * FROM webhook_deliveries WHERE id = $1 AND webhook_id = $2',
+      [id, webhookId],
+    );
+    return rows[0] && deliveryFromRow(rows[0] as never);
+  }
+
+  async insertTestDelivery(webhookId: string, now: number): Promise<DeliveryRecord> {
+    const { rows } = await this.db.query(
+      `INSERT INTO webhook_deliveries (id, webhook_id, event_seq, sandbox_id, state, attempts,
+         next_attempt_at, created_at)
+       VALUES ($1, $2, $3, '', 'pending', 0, $4, $4) RETURNING *`,
+      [this.newId(), webhookId, testSeq(now), now],
+    );
+    return deliveryFromRow(rows[0] as never);
+  }
+
+  async restartDelivery(
+    webhookId: string,
+    id: string,
+    now: number,
+  ): Promise<DeliveryRecord | undefined> {
+    const { rows } = await this.db.query(
+      `UPDATE webhook_deliveries d SET state = 'pending', attempts = 0, next_attempt_at = $3,
+         claimed_until = NULL, last_status = NULL, last_error = NULL, delivered_at = NULL,
+         created_at = $3
+       WHERE d.id = $1 AND d.webhook_id = $2 AND d.state IN ('delivered', 'failed')
+         AND (d.event_seq < 0 OR EXISTS (SELECT 1 FROM events e WHERE e.seq = d.event_seq))
+       RETURNING *`,
+      [id, webhookId, now],
+    );
+    return rows[0] && deliveryFromRow(rows[0] as never);
   }
 }

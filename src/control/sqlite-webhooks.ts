@@ -6,6 +6,7 @@ import {
   type DeliveryRecord,
   NEWEST_SEQ,
   takes,
+  testSeq,
   type WebhookChange,
   type WebhookRecord,
   type WebhookStore,
@@ -305,5 +306,37 @@ export class SqliteWebhookStore implements WebhookStore {
     return this.statement(
       `DELETE FROM webhook_deliveries WHERE state IN ('delivered', 'failed') AND created_at < ?`,
     ).run(before).changes;
+  }
+
+  async getDelivery(webhookId: string, id: string): Promise<DeliveryRecord | undefined> {
+    const row = this.statement(
+      'SELECT * FROM webhook_deliveries WHERE id = ? AND webhook_id = ?',
+    ).get(id, webhookId) as DeliveryRow | undefined;
+    return row && deliveryFromRow(row);
+  }
+
+  async insertTestDelivery(webhookId: string, now: number): Promise<DeliveryRecord> {
+    const row = this.statement(
+      `INSERT INTO webhook_deliveries (id, webhook_id, event_seq, sandbox_id, state, attempts,
+         next_attempt_at, created_at)
+       VALUES (?, ?, ?, '', 'pending', 0, ?, ?) RETURNING *`,
+    ).get(this.newId(), webhookId, testSeq(now), now, now) as DeliveryRow;
+    return deliveryFromRow(row);
+  }
+
+  async restartDelivery(
+    webhookId: string,
+    id: string,
+    now: number,
+  ): Promise<DeliveryRecord | undefined> {
+    const row = this.statement(
+      `UPDATE webhook_deliveries SET state = 'pending', attempts = 0, next_attempt_at = :now,
+         claimed_until = NULL, last_status = NULL, last_error = NULL, delivered_at = NULL,
+         created_at = :now
+       WHERE id = :id AND webhook_id = :webhookId AND state IN ('delivered', 'failed')
+         AND (event_seq < 0 OR EXISTS (SELECT 1 FROM events WHERE seq = event_seq))
+       RETURNING *`,
+    ).get({ id, webhookId, now }) as DeliveryRow | undefined;
+    return row && deliveryFromRow(row);
   }
 }

@@ -20,11 +20,13 @@ import {
   WEBHOOK_TIMESTAMP_HEADER,
 } from '../util/webhook-signature.js';
 import { eventsRetentionMs } from './events.js';
-import type {
-  ClaimedDelivery,
-  DeliveryOutcome,
-  WebhookEvent,
-  WebhookStore,
+import {
+  type ClaimedDelivery,
+  type DeliveryOutcome,
+  isTestDelivery,
+  testEventOf,
+  type WebhookEvent,
+  type WebhookStore,
 } from './webhook-store.js';
 import { deliveryAddress } from './webhook-url.js';
 
@@ -296,7 +298,9 @@ export class WebhookDispatcher {
   private async attempt(claimed: ClaimedDelivery): Promise<void> {
     const { timing } = this.options;
     let outcome: DeliveryOutcome;
-    const event = claimed.event;
+    // A test delivery (POST /v1/webhooks/{id}/test) has no event row: its event is made from it.
+    const test = isTestDelivery(claimed.delivery);
+    const event = test ? testEventOf(claimed.delivery, claimed.webhook) : claimed.event;
     if (!event) {
       outcome = {
         state: 'failed',
@@ -352,6 +356,10 @@ export class WebhookDispatcher {
           outcome = retryOutcome(claimed, null, (error as Error).message, Date.now(), timing);
         }
       }
+    }
+    if (test && outcome.state === 'pending' && !this.stopped) {
+      // A test is tried once: its sender waits for the outcome (abx webhook test).
+      outcome = { state: 'failed', status: outcome.status, error: outcome.error };
     }
     await this.store
       .finishDelivery(claimed.delivery.id, outcome)

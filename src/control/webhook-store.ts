@@ -7,7 +7,7 @@
  * {@link WebhookStore}: SQLite (one daemon) and PostgreSQL (claims with `FOR UPDATE SKIP
  * LOCKED`, so replicas on one database deliver each row once).
  */
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes, randomInt } from 'node:crypto';
 import { E2B_EVENT_TYPES, type SandboxEvent } from './events.js';
 
 /** Which wire a webhook was registered through, and so how its deliveries are shaped and signed. */
@@ -119,6 +119,57 @@ export interface WebhookStore {
   finishDelivery(id: string, outcome: DeliveryOutcome): Promise<void>;
   /** Removes delivered and failed rows created before `before`; the number removed. */
   purgeDeliveries(before: number): Promise<number>;
+  /** One delivery of `webhookId`'s log; undefined for none (or one of another webhook). */
+  getDelivery(webhookId: string, id: string): Promise<DeliveryRecord | undefined>;
+  /**
+   * Queues a test delivery to one webhook (POST /v1/webhooks/{id}/test): a pending row whose
+   * event_seq is {@link testSeq} (negative: no event has it) and whose sandbox is '' (tests wait
+   * behind no sandbox's events).
+   */
+  insertTestDelivery(webhookId: string, now: number): Promise<DeliveryRecord>;
+  /**
+   * Queues a finished (delivered or failed) delivery again, same id and event, as new: pending
+   * from `now`, no attempts, no last status or error, `createdAt` now (its retry window starts
+   * again). Undefined when it is not finished, is gone, or its event was purged (a test's never is).
+   */
+  restartDelivery(webhookId: string, id: string, now: number): Promise<DeliveryRecord | undefined>;
+}
+
+/** The type of a test delivery's event (POST /v1/webhooks/{id}/test): no sandbox changed. */
+export const TEST_EVENT_TYPE = 'webhook.test';
+
+/**
+ * A test delivery's event_seq: negative (no lifecycle event has one), growing with `now` so a
+ * webhook's tests are sent in the order they were asked for; unique per webhook in practice
+ * (a millisecond and a random thousandth), and the (webhook, event_seq) key refuses a clash.
+ */
+export function testSeq(now: number): number {
+  return now * 1000 + randomInt(1000) - 2 ** 52;
+}
+
+export const isTestDelivery = (delivery: DeliveryRecord): boolean => delivery.eventSeq < 0;
+
+/**
+ * The event a test delivery carries, made from its row: the same every attempt and every
+ * redelivery (its `id` is derived from the delivery's, so a receiver deduplicates it too).
+ */
+export function testEventOf(delivery: DeliveryRecord, webhook: WebhookRecord): WebhookEvent {
+  const hex = createHash('sha256').update(delivery.id).digest('hex');
+  const id = `${hex.slice(0, 8)}-${hex.slice(8, 12)}-4${hex.slice(13, 16)}-a${hex.slice(17, 20)}-${hex.slice(20, 32)}`;
+  return {
+    seq: delivery.eventSeq,
+    id,
+    at: delivery.createdAt,
+    sandboxId: '',
+    owner: webhook.owner,
+    template: '',
+    type: TEST_EVENT_TYPE as WebhookEvent['type'],
+    data: {
+      test: true,
+      webhookId: webhook.id,
+      message: 'a test delivery (abx webhook test); no sandbox changed',
+    },
+  };
 }
 
 /** The newest event's seq (0 when there is none): a new webhook's cursor. */
