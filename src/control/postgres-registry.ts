@@ -698,6 +698,7 @@ export class PostgresRegistry implements Registry {
   async upsertTemplate(
     record: TemplateRecord,
     check?: (previous: TemplateRecord | undefined) => void,
+    event?: NewSandboxEvent,
   ): Promise<TemplateRecord | undefined> {
     // What the check throws is the caller's answer, never taken for a database failure.
     const refusal: { error?: unknown } = {};
@@ -738,6 +739,7 @@ export class PostgresRegistry implements Registry {
           record.shared,
         ],
       );
+      if (event) await insertEvent(client, event);
       return previous;
     }).catch((error: unknown) => {
       throw refusal.error ?? error;

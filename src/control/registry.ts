@@ -308,10 +308,13 @@ export interface Registry extends AuditStore {
    * `check` is called once, in the transaction, with that row (undefined: none), while no other
    * write of that name can start: what it throws is thrown and nothing is written, so two keys
    * racing for one name never write into each other's (a build puts its files in place there).
+   * `event` (a snapshot's `checkpointed`) is appended in the same transaction: written with the
+   * template or not at all.
    */
   upsertTemplate(
     record: TemplateRecord,
     check?: (previous: TemplateRecord | undefined) => void,
+    event?: NewSandboxEvent,
   ): Promise<TemplateRecord | undefined>;
   /** Puts a template in the shared catalogue or takes it out; undefined when there is none. */
   setTemplateShared(name: string, shared: boolean): Promise<TemplateRecord | undefined>;

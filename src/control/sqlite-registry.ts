@@ -553,6 +553,7 @@ export class SqliteRegistry implements Registry {
   async upsertTemplate(
     record: TemplateRecord,
     check?: (previous: TemplateRecord | undefined) => void,
+    event?: NewSandboxEvent,
   ): Promise<TemplateRecord | undefined> {
     // IMMEDIATE: the write lock is held from the read, so the check sees what is replaced.
     return transaction(
@@ -575,6 +576,7 @@ export class SqliteRegistry implements Registry {
           record.owner,
           record.shared ? 1 : 0,
         );
+        if (event) this.insertEvent(event);
         return previous;
       },
       'IMMEDIATE',

@@ -799,6 +799,12 @@ export class TemplateService {
     } else delete spec.snapshotWorkspace;
     // A snapshot holds the sandbox's files: it is never shared by itself (publish shares it).
     const owned = { owner: who.keyId, shared: false };
+    // The sandbox's `checkpointed` event (E2B's name for a snapshot taken), written in the
+    // template's transaction: no snapshot without its event, no event without its snapshot.
+    const event = eventFor(
+      { id: sandbox.id, owner: sandbox.owner ?? null, template: sandbox.template },
+      { type: 'sandbox.lifecycle.checkpointed', data: { snapshot: name } },
+    );
     let previous: TemplateRecord | undefined;
     try {
       previous = await this.registry.upsertTemplate(
@@ -809,6 +815,7 @@ export class TemplateService {
           rmSync(dir, { recursive: true, force: true });
           renameSync(staged, dir);
         },
+        event,
       );
     } catch (error) {
       rmSync(staged, { recursive: true, force: true });
@@ -816,15 +823,6 @@ export class TemplateService {
       throw error;
     }
     if (previous?.image !== image) await this.dropImage(previous?.image, name);
-    // The sandbox's `checkpointed` event (E2B's name for a snapshot taken). The snapshot is made
-    // whatever happens to it: a registry that does not answer now costs the event, said in the log.
-    const event = eventFor(
-      { id: sandbox.id, owner: sandbox.owner ?? null, template: sandbox.template },
-      { type: 'sandbox.lifecycle.checkpointed', data: { snapshot: name } },
-    );
-    await this.registry.appendEvent(event).catch((error: Error) => {
-      console.error(`abx daemon: sandbox ${sandbox.id}'s checkpointed event: ${error.message}`);
-    });
     return {
       spec,
       homeDir: join(dir, 'home'),

@@ -211,6 +211,50 @@ for (const kind of STORES) {
       ).toHaveLength(1);
     });
 
+    test("a snapshot's template and its checkpointed event commit together, or neither does", async ({
+      store,
+    }) => {
+      const registry = await store.open();
+      const snapshot = {
+        name: 'snap',
+        spec: { name: 'snap' },
+        dir: '/t/snap',
+        image: null,
+        builtAt: 1,
+        owner: 'key_a',
+        shared: false,
+      };
+      const checkpointed = (data: Record<string, unknown>) =>
+        event('sbxs', 'key_a', 'sandbox.lifecycle.checkpointed', at0, data);
+      // The event cannot be written (its data is not JSON): no template either.
+      await expect(
+        registry.upsertTemplate(snapshot, undefined, checkpointed({ n: 1n })),
+      ).rejects.toThrow(/BigInt/);
+      expect(await registry.getTemplate('snap')).toBeUndefined();
+      // The template is refused (the check throws): no event either.
+      await expect(
+        registry.upsertTemplate(
+          snapshot,
+          () => {
+            throw new Error('taken');
+          },
+          checkpointed({ snapshot: 'snap' }),
+        ),
+      ).rejects.toThrow('taken');
+      expect(await types(registry, { sandboxId: 'sbxs' })).toEqual([]);
+      // Both, once.
+      const written = checkpointed({ snapshot: 'snap' });
+      expect(await registry.upsertTemplate(snapshot, undefined, written)).toBeUndefined();
+      expect((await registry.getTemplate('snap'))?.dir).toBe('/t/snap');
+      const [only, ...more] = await registry.listEvents({
+        sandboxId: 'sbxs',
+        limit: 10,
+        order: 'asc',
+      });
+      expect(more).toEqual([]);
+      expect(only).toMatchObject({ id: written.id, data: { snapshot: 'snap' } });
+    });
+
     test('purge removes what happened before the cutoff and says how many', async ({ store }) => {
       const registry = await store.open();
       for (let i = 0; i < 5; i++) {
