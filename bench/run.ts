@@ -25,6 +25,7 @@ import { callLatency, callThroughput, hops } from './suites/calls.js';
 import { cliStart } from './suites/cli.js';
 import { code } from './suites/code.js';
 import { deepagentsSearch } from './suites/deepagents-search.js';
+import { density, densityCount } from './suites/density.js';
 import { e2b } from './suites/e2b.js';
 import { egress } from './suites/egress.js';
 import { fork } from './suites/fork.js';
@@ -70,6 +71,7 @@ async function main() {
     if (runs('deepagents')) await deepagentsSearch(report);
     if (runs('workspace')) await workspaceMount(report, template);
     if (runs('webhooks')) await webhookCost(report);
+    if (runs('density')) await density(report, densityCount());
   } finally {
     for (const child of children) child.kill('SIGKILL');
     for (const info of await Sandbox.list({ state: ['running', 'paused'] })) {
@@ -94,11 +96,11 @@ async function main() {
     '| --- | --- | --- | --- |',
     ...table.map((cells) => `| ${cells.join(' | ')} |`),
     '',
-    '| goal (results.json key) | figure | value | goal | met |',
-    '| --- | --- | --- | --- | --- |',
+    '| goal (results.json key) | figure | value | floor in the same run | goal | met |',
+    '| --- | --- | --- | --- | --- | --- |',
     ...goals.map(
       (g) =>
-        `| \`${g.key}\` | ${g.figure} | ${g.value} ${g.unit} | ${g.atLeast ? '≥' : '≤'} ${g.target} ${g.unit} | ${met(g) ? 'met' : 'not met'} |`,
+        `| \`${g.key}\` | ${g.figure} | ${g.value} ${g.unit} | ${g.floor ? `${g.floor.value} ${g.floor.unit} (${g.floor.what})` : '—'} | ${g.atLeast ? '≥' : '≤'} ${g.target} ${g.unit} | ${met(g) ? 'met' : 'not met'} |`,
     ),
   ];
   console.log(lines.join('\n'));

