@@ -11,6 +11,7 @@ import { logJson, parseLogQuery, selectLines } from '../util/log-lines.js';
 import { packageInfo } from '../util/package-info.js';
 import { timeRange } from '../util/time-range.js';
 import { type AuditLog, auditJson, auditLines, parseAuditQuery } from './audit.js';
+import type { EgressAuditPoller } from './egress-audit.js';
 import {
   type EventService,
   eventPage,
@@ -57,6 +58,8 @@ export interface ApiContext {
   peerUid?(): number | undefined;
   /** The audit trail's writer, whose store answers `GET /v1/sandboxes/{id}/audit`. */
   audit?: AuditLog;
+  /** Reads a sandbox's raw TCP from egress into the trail before its audit is read (egress-audit.ts). */
+  egressAudit?: Pick<EgressAuditPoller, 'harvest'>;
   /** Server-sent events of sandboxes (`GET /v1/events`). */
   events: SandboxEventStreams;
   /** Lifecycle events as their owners read them (`GET /v1/events` as JSON, and its stream). */
@@ -646,7 +649,8 @@ export const API_ROUTES: ApiRoute[] = [
         );
       }
       const filter = parseAuditQuery(query);
-      // What this daemon saw before the read is in the answer.
+      // What this daemon saw before the read is in the answer: egress's raw TCP of it too.
+      await ctx.egressAudit?.harvest(id);
       await audit.flush();
       const jsonl =
         format === 'jsonl' ||

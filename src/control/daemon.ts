@@ -418,6 +418,7 @@ export class Daemon {
       audit: this.audit,
       lifecycle,
       events: new SandboxEventStreams(
+      egressAudit: this.egressAudit,
         {
           visible: async (caller) =>
             (

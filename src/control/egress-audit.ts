@@ -4,6 +4,11 @@ import type { SandboxRecord } from './registry.js';
 
 /** How often the daemon reads egress's decisions into the audit trail. */
 export const EGRESS_AUDIT_POLL_MS = 1000;
+/**
+ * How long a read of a sandbox's audit trail waits for egress to read that sandbox's raw TCP
+ * first (`GET /v1/sandboxes/{id}/audit`); past it the read answers with what the trail has.
+ */
+export const EGRESS_AUDIT_READ_TIMEOUT_MS = 4000;
 
 /**
  * Reads the connections the egress process decided (its control socket's `GET /audit`, batched;
@@ -29,19 +34,49 @@ export class EgressAuditPoller {
   start(): void {
     if (!this.provider.egressAudit) return;
     this.timer ??= setInterval(() => {
-      this.running ??= this.poll()
+      if (this.running) return;
+      const run: Promise<void> = this.poll()
         .catch(this.onError)
         .finally(() => {
-          this.running = undefined;
+          if (this.running === run) this.running = undefined;
         });
+      this.running = run;
     }, this.intervalMs);
     this.timer.unref?.();
   }
 
-  /** Reads what egress has now (pages until it has no more). */
-  async poll(): Promise<void> {
+  /**
+   * Before a read of a sandbox's trail: egress reads its raw TCP and the daemon what egress has,
+   * after the poll under way; {@link EGRESS_AUDIT_READ_TIMEOUT_MS} at most, never an error.
+   */
+  async harvest(id: string): Promise<void> {
+    if (!this.provider.egressAudit) return;
+    // One read of egress at a time: after the poll under way, and the next waits for this one.
+    const run: Promise<void> = (this.running ?? Promise.resolve())
+      .then(() => this.poll(id))
+      .catch(this.onError)
+      .finally(() => {
+        if (this.running === run) this.running = undefined;
+      });
+    this.running = run;
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      run,
+      new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, EGRESS_AUDIT_READ_TIMEOUT_MS);
+      }),
+    ]);
+    clearTimeout(timer);
+  }
+
+  /** Reads what egress has now (pages until it has no more); `harvest`: that sandbox's raw TCP first. */
+  async poll(harvest?: string): Promise<void> {
     for (let page = 0; page < 50; page++) {
-      const answer = await this.provider.egressAudit?.(this.epoch, this.after);
+      const answer = await this.provider.egressAudit?.(
+        this.epoch,
+        this.after,
+        page === 0 ? harvest : undefined,
+      );
       if (!answer) return;
       if (answer.epoch !== this.epoch) {
         this.epoch = answer.epoch;

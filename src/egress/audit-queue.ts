@@ -11,8 +11,12 @@ export interface EgressAuditRow {
   /** When the decision was made, in ms since the epoch. */
   at: number;
   sandbox: string;
-  kind: 'dns' | 'http' | 'tls' | 'connect';
-  /** The destination as the sandbox named it (a name, or an address). */
+  /** `tcp`: raw TCP, which the sandbox's own rules decide (tcp-audit.ts). */
+  kind: 'dns' | 'http' | 'tls' | 'connect' | 'tcp';
+  /**
+   * The destination as the sandbox named it (a name, or an address); for `tcp`, the name egress's
+   * DNS last answered this sandbox with that address, else the address itself.
+   */
   name: string;
   /** The address egress dialed (allowed), when there was one. */
   address?: string;

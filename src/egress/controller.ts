@@ -11,10 +11,18 @@ import { type EgressPolicy, parseEntry } from './policy.js';
 import type { SandboxNet } from './sandbox-net.js';
 import { resolveSecretFor } from './secret-resolvers.js';
 import type { EgressCounters, EgressPorts } from './service.js';
+import { TCP_AUDIT_INTERVAL_MAX_MS, TCP_AUDIT_INTERVAL_MIN_MS } from './tcp-audit.js';
 
 /** How long the egress process may take to start, and one control call to answer. */
 export const EGRESS_START_TIMEOUT_MS = 10_000;
 export const EGRESS_CALL_TIMEOUT_MS = 10_000;
+/**
+ * How long the daemon waits for egress to read a sandbox's raw TCP into its audit queue (before a
+ * new policy, before the namespace goes away, before a read of the sandbox's audit trail): past
+ * it, the daemon goes on without (the rows come with egress's next harvest, or, for a namespace
+ * gone, not at all).
+ */
+export const EGRESS_HARVEST_TIMEOUT_MS = 3000;
 
 export interface EgressOptions {
   /** The egress network namespace (`--egress-netns`, ABX_EGRESS_NETNS); none: the daemon's own. */
@@ -35,6 +43,11 @@ export interface EgressOptions {
    * this controller's own, made on first use and removed with it.
    */
   caDir?: string;
+  /**
+   * How often egress reads every sandbox's raw-TCP sets into the audit trail, in ms
+   * (ABX_EGRESS_TCP_AUDIT_MS; 1000 to 60000, default 15000: tcp-audit.ts).
+   */
+  tcpAuditMs?: number;
 }
 
 /**
@@ -62,6 +75,15 @@ export function egressProblem(options: EgressOptions, rootless: boolean): string
     } catch {
       return `ABX_EGRESS_PERMIT (--egress-permit) names '${range}', which is not a CIDR such as 10.20.0.0/16`;
     }
+  }
+  const every = options.tcpAuditMs;
+  if (
+    every !== undefined &&
+    (!Number.isInteger(every) ||
+      every < TCP_AUDIT_INTERVAL_MIN_MS ||
+      every > TCP_AUDIT_INTERVAL_MAX_MS)
+  ) {
+    return `ABX_EGRESS_TCP_AUDIT_MS must be whole milliseconds from ${TCP_AUDIT_INTERVAL_MIN_MS} to ${TCP_AUDIT_INTERVAL_MAX_MS} (how often raw TCP is read into the audit trail), not ${every}`;
   }
   if (!options.netns) return undefined;
   if (!existsSync(options.netns)) return `the egress namespace ${options.netns} does not exist`;
@@ -94,6 +116,7 @@ export function egressOptionsFromEnv(
     ...(env.ABX_EGRESS_HOSTS ? { hostsFile: env.ABX_EGRESS_HOSTS } : {}),
     ...(env.ABX_EGRESS_PERMIT ? { permit: list(env.ABX_EGRESS_PERMIT) } : {}),
     ...(env.ABX_HOME ? { caDir: join(env.ABX_HOME, 'egress-ca') } : {}),
+    ...(env.ABX_EGRESS_TCP_AUDIT_MS ? { tcpAuditMs: Number(env.ABX_EGRESS_TCP_AUDIT_MS) } : {}),
   };
 }
 
@@ -206,6 +229,7 @@ export class EgressController {
       ...(this.options.hostsFile ? ['--hosts', this.options.hostsFile] : []),
       ...(this.options.permit ?? []).flatMap((c) => ['--permit', c]),
       ...(this.options.alsoDeny ?? []).flatMap((c) => ['--deny', c]),
+      ...(this.options.tcpAuditMs ? ['--tcp-audit-ms', String(this.options.tcpAuditMs)] : []),
     ];
     const child = spawn(argv[0] as string, argv.slice(1), {
       // fd 3: a socket pair on which egress asks for secret values (answerSecrets); fd 4: the
@@ -261,34 +285,34 @@ export class EgressController {
     return this.starting;
   }
 
-  private async call(method: string, path: string, body?: unknown): Promise<unknown> {
+  private async call(
+    method: string,
+    path: string,
+    body?: unknown,
+    timeoutMs = EGRESS_CALL_TIMEOUT_MS,
+  ): Promise<unknown> {
     await this.start();
     return new Promise((resolve, reject) => {
-      const req = request(
-        { socketPath: this.socket, method, path, timeout: EGRESS_CALL_TIMEOUT_MS },
-        (res) => {
-          let text = '';
-          res.on('data', (c: Buffer) => {
-            text += c.toString();
-          });
-          res.on('end', () => {
-            const json = text ? JSON.parse(text) : undefined;
-            if ((res.statusCode ?? 500) >= 300) {
-              return reject(
-                new EgressError(
-                  json?.error ?? `egress answered ${res.statusCode}`,
-                  res.statusCode ?? 500,
-                ),
-              );
-            }
-            resolve(json);
-          });
-        },
-      );
+      const req = request({ socketPath: this.socket, method, path, timeout: timeoutMs }, (res) => {
+        let text = '';
+        res.on('data', (c: Buffer) => {
+          text += c.toString();
+        });
+        res.on('end', () => {
+          const json = text ? JSON.parse(text) : undefined;
+          if ((res.statusCode ?? 500) >= 300) {
+            return reject(
+              new EgressError(
+                json?.error ?? `egress answered ${res.statusCode}`,
+                res.statusCode ?? 500,
+              ),
+            );
+          }
+          resolve(json);
+        });
+      });
       req.once('timeout', () =>
-        req.destroy(
-          new Error(`the egress service did not answer within ${EGRESS_CALL_TIMEOUT_MS} ms`),
-        ),
+        req.destroy(new Error(`the egress service did not answer within ${timeoutMs} ms`)),
       );
       req.once('error', reject);
       req.end(body === undefined ? undefined : JSON.stringify(body));
@@ -306,8 +330,31 @@ export class EgressController {
     return answer.ports;
   }
 
-  async setNet(id: string, net: Pick<SandboxNet, 'holder' | 'userns'>): Promise<void> {
-    await this.call('PUT', `/sandboxes/${id}/net`, { holder: net.holder, userns: net.userns });
+  /** The sandbox's namespace; `adopted`: made by an earlier daemon, whose egress read it. */
+  async setNet(
+    id: string,
+    net: Pick<SandboxNet, 'holder' | 'userns'>,
+    adopted = false,
+  ): Promise<void> {
+    await this.call('PUT', `/sandboxes/${id}/net`, {
+      holder: net.holder,
+      userns: net.userns,
+      ...(adopted ? { adopted } : {}),
+    });
+  }
+
+  /**
+   * Has egress read the sandbox's raw TCP into its audit queue now (`final`: its namespace goes
+   * away), waiting {@link EGRESS_HARVEST_TIMEOUT_MS} at most; nothing while no egress runs.
+   */
+  async harvest(id: string, final = false): Promise<void> {
+    if (!this.child || this.child.exitCode !== null) return;
+    await this.call(
+      'POST',
+      `/sandboxes/${id}/harvest${final ? '?final=1' : ''}`,
+      undefined,
+      EGRESS_HARVEST_TIMEOUT_MS,
+    );
   }
 
   /** The egress namespace's own addresses, which the sandboxes' rules refuse. */
@@ -333,14 +380,25 @@ export class EgressController {
   /**
    * The decisions egress made that the daemon has not read (audit-queue.ts), acknowledging those
    * up to `after` of `epoch`; undefined while no egress process runs (none is started for it).
+   * `harvest`: that sandbox's raw TCP is read first (within {@link EGRESS_HARVEST_TIMEOUT_MS}).
    */
   async audit(
     epoch: string | undefined,
     after: number,
+    harvest?: string,
   ): Promise<{ epoch: string; rows: EgressAuditRow[]; dropped: number } | undefined> {
     if (!this.child || this.child.exitCode !== null) return undefined;
-    const query = new URLSearchParams({ after: String(after), ...(epoch ? { epoch } : {}) });
-    return (await this.call('GET', `/audit?${query}`)) as never;
+    const query = new URLSearchParams({
+      after: String(after),
+      ...(epoch ? { epoch } : {}),
+      ...(harvest ? { harvest } : {}),
+    });
+    return (await this.call(
+      'GET',
+      `/audit?${query}`,
+      undefined,
+      harvest ? EGRESS_HARVEST_TIMEOUT_MS : EGRESS_CALL_TIMEOUT_MS,
+    )) as never;
   }
 
   /** Stops serving a sandbox; one it does not serve is fine. */

@@ -5,8 +5,10 @@
  *
  * - `PUT /sandboxes/{id}` `{ policy }` → 201 `{ ports }`: serve a sandbox;
  * - `PUT /sandboxes/{id}/policy` `{ policy }` → 204: change its policy (new connections at once);
- * - `PUT /sandboxes/{id}/net` `{ holder, userns }` → 204: its namespace, where DNS answers for
- *   allowed names open their addresses to raw TCP (under a policy that denies by address);
+ * - `PUT /sandboxes/{id}/net` `{ holder, userns, adopted? }` → 204: its namespace, where DNS
+ *   answers for allowed names open their addresses to raw TCP (under a policy that denies by
+ *   address) and whose raw TCP egress reads for the audit trail (`adopted`: what its sets hold
+ *   now was read by an earlier egress process, and is not written again);
  * - `GET /sandboxes/{id}` → `{ policy, ports, counters }` (the egress proxy without its password);
  * - `DELETE /sandboxes/{id}` → 204 (404 unknown);
  * - `GET /host-addresses` → `{ addresses }`: this namespace's own (IPv4 and IPv6), which no
@@ -14,8 +16,11 @@
  * - `POST /egress-proxy` `{ egressProxy }` → 204, or 400 saying why egress would not dial that
  *   proxy (an always-denied or host address, a name without an address): asked before a policy
  *   with it is set, so a refusal changes nothing;
- * - `GET /audit?epoch=&after=` → `{ epoch, rows, dropped }`: the decisions not read yet for the
- *   daemon's audit trail (audit-queue.ts), acknowledging the rows up to `after` of that epoch;
+ * - `GET /audit?epoch=&after=[&harvest=ID]` → `{ epoch, rows, dropped }`: the decisions not read
+ *   yet for the daemon's audit trail (audit-queue.ts), acknowledging the rows up to `after` of that
+ *   epoch; `harvest`: that sandbox's raw TCP is read first (tcp-audit.ts);
+ * - `POST /sandboxes/{id}/harvest[?final=1]` → 204: its raw TCP read into the queue now (before a
+ *   new policy applies; `final`: before its namespace goes away, every connection written);
  * - `GET /health` → `{ sandboxes }`.
  *
  * The other way, egress asks the daemon for secret values on fd 3 (a socket pair the daemon made,
@@ -38,12 +43,19 @@ import {
   normalizePolicy,
   PolicyError,
   parseEgressProxy,
+  parsePolicy,
   publicPolicy,
 } from './policy.js';
 import { NameResolver } from './resolver.js';
 import { ResolvedAddresses, type SandboxNet, setHostAddresses } from './sandbox-net.js';
 import { type EgressPorts, EgressService } from './service.js';
 import { proxyAddress } from './socks-dial.js';
+import {
+  TCP_AUDIT_INTERVAL_MAX_MS,
+  TCP_AUDIT_INTERVAL_MIN_MS,
+  TCP_AUDIT_INTERVAL_MS,
+  TcpAudit,
+} from './tcp-audit.js';
 
 /** Largest control request body. */
 const MAX_BODY = 256 * 1024;
@@ -61,6 +73,8 @@ const { values } = parseArgs({
     'secrets-fd': { type: 'boolean' },
     // The control socket's folder is this process's own: removed when it ends.
     'owns-dir': { type: 'boolean' },
+    // How often every sandbox's raw TCP is read for the audit trail (ABX_EGRESS_TCP_AUDIT_MS).
+    'tcp-audit-ms': { type: 'string' },
   },
 });
 if (!values.control) {
@@ -70,6 +84,17 @@ if (!values.control) {
   process.exit(2);
 }
 const control = values.control;
+const tcpAuditMs = Number(values['tcp-audit-ms'] ?? TCP_AUDIT_INTERVAL_MS);
+if (
+  !Number.isInteger(tcpAuditMs) ||
+  tcpAuditMs < TCP_AUDIT_INTERVAL_MIN_MS ||
+  tcpAuditMs > TCP_AUDIT_INTERVAL_MAX_MS
+) {
+  process.stderr.write(
+    `egress: --tcp-audit-ms must be whole milliseconds from ${TCP_AUDIT_INTERVAL_MIN_MS} to ${TCP_AUDIT_INTERVAL_MAX_MS}, not ${values['tcp-audit-ms']}\n`,
+  );
+  process.exit(2);
+}
 
 const policies = new Map<string, EgressPolicy>();
 const nets = new Map<string, Pick<SandboxNet, 'holder' | 'userns'>>();
@@ -175,7 +200,8 @@ const service = new EgressService(
   {
     // Raw TCP to an allowed name's addresses, where only an address rule would let it out: the
     // addresses are opened (for the answer's TTL) before the sandbox reads the answer.
-    onAllowedAddresses: async (id, addresses, ttl) => {
+    onAllowedAddresses: async (id, addresses, ttl, name) => {
+      tcpAudit.noteAnswer(id, name, addresses, ttl);
       const net = nets.get(id);
       if (!net || (policies.get(id)?.denyOut.length ?? 0) === 0) return undefined;
       return resolved.allow(id, net, addresses, ttl).catch((error: Error) => {
@@ -191,6 +217,43 @@ const service = new EgressService(
     ...(certificates ? { certificates } : {}),
   },
 );
+
+/** Raw TCP into the audit trail: each sandbox's sets, read on a timer and when asked. */
+const tcpAudit = new TcpAudit(
+  {
+    rules,
+    policy: (id) => {
+      const policy = policies.get(id);
+      return policy ? parsePolicy(policy) : undefined;
+    },
+    push: (row) => service.audit.push(row),
+    onError: (id, error) =>
+      process.stderr.write(`egress: ${id}: raw TCP audit: ${error.message}\n`),
+  },
+  tcpAuditMs,
+);
+
+/** Reads a sandbox's raw TCP now (nothing when its namespace is not known); never throws. */
+function harvest(id: string, options: { final?: boolean; baseline?: boolean } = {}) {
+  const net = nets.get(id);
+  if (!net) return Promise.resolve();
+  return tcpAudit.harvest(id, net, options).catch((error: Error) => {
+    process.stderr.write(`egress: ${id}: raw TCP audit: ${error.message}\n`);
+  });
+}
+
+/** Every sandbox's raw TCP, one sandbox (one nft) after another, each interval. */
+let harvesting = false;
+const harvestTimer = setInterval(() => {
+  if (harvesting) return;
+  harvesting = true;
+  void (async () => {
+    for (const id of [...nets.keys()]) await harvest(id);
+  })().finally(() => {
+    harvesting = false;
+  });
+}, tcpAuditMs);
+harvestTimer.unref();
 
 function send(res: ServerResponse, status: number, body?: unknown): void {
   const text = body === undefined ? '' : JSON.stringify(body);
@@ -248,6 +311,8 @@ const server = createServer(async (req, res) => {
       return send(res, 204);
     }
     if (url.pathname === '/audit') {
+      const asked = url.searchParams.get('harvest');
+      if (asked) await harvest(asked);
       const after = Number(url.searchParams.get('after') ?? '0');
       return send(
         res,
@@ -261,7 +326,9 @@ const server = createServer(async (req, res) => {
     if (url.pathname === '/host-addresses') {
       return send(res, 200, { addresses: [...hostAddresses.current()] });
     }
-    const match = /^\/sandboxes\/([A-Za-z0-9_-]{1,64})(\/policy|\/net)?$/.exec(url.pathname);
+    const match = /^\/sandboxes\/([A-Za-z0-9_-]{1,64})(\/policy|\/net|\/harvest)?$/.exec(
+      url.pathname,
+    );
     if (!match) return send(res, 404, { error: `no route ${req.method} ${url.pathname}` });
     const id = match[1] as string;
     const known = policies.has(id);
@@ -274,10 +341,18 @@ const server = createServer(async (req, res) => {
       }
       nets.set(id, { holder: body.holder as number, userns: body.userns });
       resolved.forget(id);
+      tcpAudit.forget(id);
+      if (body.adopted === true) await harvest(id, { baseline: true });
       // The daemon wrote the addresses it asked for before the namespace was made: any change
       // since is filled in before the sandbox runs.
       hostAddresses.refresh();
       await refillHostAddresses([id]);
+      return send(res, 204);
+    }
+    if (match[2] === '/harvest') {
+      if (req.method !== 'POST') return send(res, 405, { error: 'use POST' });
+      if (!known) return send(res, 404, { error: `sandbox ${id} is not served` });
+      await harvest(id, { final: url.searchParams.get('final') === '1' });
       return send(res, 204);
     }
     if (match[2]) {
@@ -319,6 +394,7 @@ const server = createServer(async (req, res) => {
       policies.delete(id);
       nets.delete(id);
       resolved.forget(id);
+      tcpAudit.forget(id);
       return send(res, 204);
     }
     return send(res, 405, { error: `${req.method} is not served on ${url.pathname}` });
@@ -335,6 +411,7 @@ server.listen(control, () => {
 });
 
 const stop = () => {
+  clearInterval(harvestTimer);
   hostAddresses.close();
   service.close();
   server.close();

@@ -5,6 +5,7 @@ import ipaddr from 'ipaddr.js';
 import { egressEnterArgs } from './controller.js';
 import { ALWAYS_DENIED, type EgressPolicy, type Entry, parsePolicy } from './policy.js';
 import type { EgressPorts } from './service.js';
+import { recordReset, tcpAuditChains, tcpAuditSets } from './tcp-audit.js';
 
 const run = promisify(execFile);
 
@@ -93,8 +94,11 @@ function set(name: string, elements: string[], flags = 'interval'): string {
  * pass, denyOut CIDRs are reset, and the rest passes. Then DNS, 80 and 443 are sent to the
  * sandbox's ports of the egress service, which decides by name. With an egress proxy, `tunnel4`
  * holds every address: TCP to a port other than 80 and 443 is reset before the policy, since only
- * what passes through egress goes through the proxy (HTTP_PROXY's CONNECT reaches any port). The
- * sandbox has no capability in this namespace: it can neither read nor change these rules.
+ * what passes through egress goes through the proxy (HTTP_PROXY's CONNECT reaches any port). Raw
+ * TCP is recorded for the audit trail (tcp-audit.ts): each reset by the rule that resets it, in a
+ * rule of its own just before, and what passed by the `audit_out` and `audit_in` chains, which
+ * only count. The sandbox has no capability in this namespace: it can neither read nor change
+ * these rules.
  */
 export function sandboxRuleset(
   policy: EgressPolicy,
@@ -114,6 +118,7 @@ export function sandboxRuleset(
     set('resolved4', [], 'timeout'),
     set('host4', ipv4Only(options.hostAddresses ?? [])),
     set('tunnel4', tunnelled(policy)),
+    ...tcpAuditSets(),
     '  chain filter_out {',
     '    type filter hook output priority -150; policy accept;',
     '    oif "lo" accept',
@@ -122,16 +127,21 @@ export function sandboxRuleset(
     '    meta nfproto ipv6 reject',
     '    meta l4proto != tcp reject',
     '    ip daddr @permit4 goto decide',
+    `    ${recordReset('rst_always', 'ip daddr @always4')}`,
     '    ip daddr @always4 reject with tcp reset',
+    `    ${recordReset('rst_host', 'ip daddr @host4')}`,
     '    ip daddr @host4 reject with tcp reset',
     '    jump decide',
     '  }',
     '  chain decide {',
+    `    ${recordReset('rst_tunnel', 'ip daddr @tunnel4 tcp dport != { 80, 443 }')}`,
     `    ${TUNNEL_RULE}`,
     '    ip daddr @allow4 accept',
     '    ip daddr @resolved4 accept',
+    `    ${recordReset('rst_deny', 'ip daddr @deny4')}`,
     '    ip daddr @deny4 reject with tcp reset',
     '  }',
+    ...tcpAuditChains(SLIRP_GATEWAY),
     '  chain nat_out {',
     '    type nat hook output priority -100; policy accept;',
     '    oif "lo" return',

@@ -123,7 +123,11 @@ export class SandboxNetworks {
    */
   async release(net: SandboxNet | { id: string } | undefined): Promise<void> {
     if (!net) return;
-    if ('holder' in net) stopSandboxNet(net);
+    if ('holder' in net) {
+      // Its raw TCP is read while the namespace is there: every connection written.
+      await this.egress.harvest(net.id, true).catch(() => undefined);
+      stopSandboxNet(net);
+    }
     await this.egress.remove(net.id).catch(() => undefined);
   }
 
@@ -134,6 +138,8 @@ export class SandboxNetworks {
   async setPolicy<H extends { net?: KeptNet }>(handle: H, policy: EgressPolicy): Promise<H> {
     const net = internetOf(handle);
     await this.checkProxy(policy);
+    // Raw TCP the old rules decided is read while they are the ones egress names.
+    await this.egress.harvest(net.id).catch(() => undefined);
     await updatePolicy(net, policy);
     await this.egress.setPolicy(net.id, policy);
     return { ...handle, net: { ...net, policy } };
@@ -144,8 +150,10 @@ export class SandboxNetworks {
   }
 
   /** The egress decisions not read yet, for the daemon's audit trail (EgressController.audit). */
-  audit(epoch: string | undefined, after: number) {
-    return this.controller ? this.controller.audit(epoch, after) : Promise.resolve(undefined);
+  audit(epoch: string | undefined, after: number, harvest?: string) {
+    return this.controller
+      ? this.controller.audit(epoch, after, harvest)
+      : Promise.resolve(undefined);
   }
 
   /** A new daemon serves an adopted sandbox again, on the ports its rules name. */
@@ -153,7 +161,7 @@ export class SandboxNetworks {
     const { net } = handle;
     if (!net) return;
     await this.egress.add(net.id, net.policy, net.ports);
-    await this.egress.setNet(net.id, net);
+    await this.egress.setNet(net.id, net, true);
   }
 
   /**

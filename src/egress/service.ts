@@ -116,6 +116,7 @@ export class EgressService {
         id: string,
         addresses: string[],
         ttl: number,
+        name: string,
       ) => Promise<number | undefined>;
       /**
        * The current value of the secret `name` for the sandbox `id` (its owner's secret), or
@@ -951,7 +952,8 @@ export class EgressService {
     // No IPv6 route: AAAA questions get an empty answer, so clients use the A records at once.
     if (question.type === 'AAAA') return reply(NOERROR);
     const ttl =
-      (await this.hooks.onAllowedAddresses?.(entry.id, route.addresses, route.ttl)) ?? route.ttl;
+      (await this.hooks.onAllowedAddresses?.(entry.id, route.addresses, route.ttl, name)) ??
+      route.ttl;
     return reply(
       NOERROR,
       route.addresses.map((address) => ({ type: 'A', name: question.name, ttl, data: address })),

@@ -469,11 +469,13 @@ export interface SandboxProvider {
   /**
    * The connections egress decided that the daemon has not read yet, for its audit trail,
    * acknowledging those up to `after` of `epoch` (src/egress/audit-queue.ts); undefined while no
-   * egress process runs. Absent: the provider has no internet network.
+   * egress process runs. `harvest`: that sandbox's raw TCP is read first (src/egress/tcp-audit.ts).
+   * Absent: the provider has no internet network.
    */
   egressAudit?(
     epoch: string | undefined,
     after: number,
+    harvest?: string,
   ): Promise<{ epoch: string; rows: EgressAuditRow[]; dropped: number } | undefined>;
   /** What egress allowed and refused for an internet sandbox: counts and the latest decisions. */
   networkStats?(handle: SandboxHandle): Promise<EgressCounters>;

@@ -693,8 +693,8 @@ export class DockerProvider implements SandboxProvider {
     return this.networks.stats(handle);
   }
 
-  egressAudit(epoch: string | undefined, after: number) {
-    return this.networks.audit(epoch, after);
+  egressAudit(epoch: string | undefined, after: number, harvest?: string) {
+    return this.networks.audit(epoch, after, harvest);
   }
 
   adopt(handle: SandboxHandle): Promise<void> {
