@@ -1,0 +1,202 @@
+// `--only density` (bench/README.md, "Density on the default network"): how much memory each
+// sandbox takes on the default network (`internet`) and on `none`, and what the network's parts
+// cost (issue 50). `--density 150` creates 150 of each instead of 50.
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Sandbox, Templates } from 'abx-sandbox';
+import { unmountUnder } from '../../src/providers/local/volumes.js';
+import { memAvailable, meminfo, sandboxNetProcesses, settledMemAvailable } from '../measure.js';
+import type { BenchReport } from '../runner.js';
+import { ROOT } from '../runner.js';
+import { round, summarize } from '../stats.js';
+
+/** What one network's round measured, per sandbox unless said. */
+export interface DensityRound {
+  network: 'internet' | 'none';
+  sandboxes: number;
+  /** MemAvailable (and the per-CPU free lists) before the creates less after them, settled. */
+  memAvailableDropMiB: number;
+  /** Kernel slab and page tables grown (of the whole machine: other work shows too). */
+  slabMiB: number;
+  pageTablesMiB: number;
+  /** The proportional set size of the sandbox's network processes (holder, forwarder). */
+  netProcessesPssMiB: number;
+  /** Those processes per sandbox (a shared forwarder counts once for all). */
+  netProcesses: number;
+  /** The egress service's PSS growth. */
+  egressPssMiB: number;
+  /** p50 of a create (a batch of 10 at once, each timed alone). */
+  createP50Ms: number;
+}
+
+export interface DensityFigures {
+  rounds: DensityRound[];
+  /** The p50 of an internet create less a `none` one: what the network's start adds. */
+  netStartMs: number;
+}
+
+const MiB = 1024 * 1024;
+const BATCH = 10;
+
+function pssKiB(pid: number): number {
+  try {
+    const rollup = readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8');
+    return Number(/^Pss:\s+(\d+) kB$/m.exec(rollup)?.[1] ?? 0);
+  } catch {
+    return 0;
+  }
+}
+
+/** Pids of this daemon's egress service (dist/egress.js under `home`'s daemon). */
+function egressPids(): number[] {
+  const found: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const argv = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
+      const env = readFileSync(`/proc/${entry}/environ`, 'utf8');
+      if (argv.some((a) => a.endsWith('egress.js')) && env.includes(`ABX_HOME=${homeOf}`))
+        found.push(Number(entry));
+    } catch {
+      // ended meanwhile, or not ours to read
+    }
+  }
+  return found;
+}
+let homeOf = '';
+
+async function round1(
+  report: BenchReport,
+  home: string,
+  network: 'internet' | 'none',
+  count: number,
+): Promise<DensityRound> {
+  const template = network === 'none' ? 'density-none' : undefined;
+  const egressBefore = egressPids().reduce((sum, pid) => sum + pssKiB(pid), 0);
+  const before = {
+    available: (await settledMemAvailable(0)).value,
+    slab: meminfo('Slab'),
+    pageTables: meminfo('PageTables'),
+  };
+  const boxes: Sandbox[] = [];
+  const createMs: number[] = [];
+  try {
+    for (let i = 0; i < count; i += BATCH) {
+      const batch = await Promise.all(
+        Array.from({ length: Math.min(BATCH, count - i) }, async () => {
+          const t0 = performance.now();
+          const box = await Sandbox.create({ home, ...(template ? { template } : {}) });
+          createMs.push(performance.now() - t0);
+          return box;
+        }),
+      );
+      boxes.push(...batch);
+    }
+    // Every one answers a command before the reading.
+    for (const box of boxes) await box.commands.run('true');
+    const held = before.available - memAvailable();
+    const after = await settledMemAvailable(held);
+    const netPids = boxes.flatMap((box) => sandboxNetProcesses(box.sandboxId));
+    const egressAfter = egressPids().reduce((sum, pid) => sum + pssKiB(pid), 0);
+    const result: DensityRound = {
+      network,
+      sandboxes: count,
+      memAvailableDropMiB: round((before.available - after.value) / count / MiB, 2),
+      slabMiB: round((meminfo('Slab') - before.slab) / count / MiB, 3),
+      pageTablesMiB: round((meminfo('PageTables') - before.pageTables) / count / MiB, 3),
+      netProcessesPssMiB: round(
+        netPids.reduce((sum, pid) => sum + pssKiB(pid), 0) / 1024 / count,
+        3,
+      ),
+      netProcesses: round(netPids.length / count, 2),
+      egressPssMiB: round((egressAfter - egressBefore) / 1024 / count, 3),
+      createP50Ms: round(summarize(createMs).p50, 1),
+    };
+    report.log(`density ${network} ×${count}: ${JSON.stringify(result)}`);
+    return result;
+  } finally {
+    await Promise.all(boxes.map((box) => box.kill().catch(() => undefined)));
+  }
+}
+
+/**
+ * A daemon of its own (its own `$ABX_HOME`, warm pool off so that no spare is counted): `count`
+ * sandboxes on the default network (`internet`, no lists), created 10 at once, each answering a
+ * command, then MemAvailable settled as the other memory figures are; then the same on a
+ * template with `network: none`. Beside the drop per sandbox (the whole machine's: other work
+ * shows in it), what the network's parts take: the PSS of its processes, the egress service's
+ * growth, slab and page tables.
+ */
+export async function density(report: BenchReport, count = 50): Promise<DensityFigures> {
+  report.log(`density (${count} sandboxes a network)`);
+  const home = mkdtempSync(join(tmpdir(), 'abx-bench-density-'));
+  homeOf = home;
+  const saved = process.env.ABX_WARM_POOL;
+  process.env.ABX_WARM_POOL = '0';
+  try {
+    const file = join(home, 'density-none.yaml');
+    writeFileSync(file, 'name: density-none\nnetwork: none\n');
+    await Templates.build(file, { home });
+    // Untimed: starts the daemon and egress, and warms what a first create warms.
+    for (const template of ['density-none', undefined]) {
+      const box = await Sandbox.create({ home, ...(template ? { template } : {}) });
+      await box.kill();
+    }
+    const rounds = [
+      await round1(report, home, 'internet', count),
+      await round1(report, home, 'none', count),
+    ];
+    const [internet, none] = rounds as [DensityRound, DensityRound];
+    const figures: DensityFigures = {
+      rounds,
+      netStartMs: round(internet.createP50Ms - none.createP50Ms, 1),
+    };
+    report.results.density = figures;
+    report.row(
+      '19 density',
+      `MemAvailable drop per sandbox, ${count} on internet / none`,
+      `${internet.memAvailableDropMiB} / ${none.memAvailableDropMiB} MiB`,
+      'goal internet ≤ 10 MiB',
+    );
+    report.row(
+      '19 density',
+      'network parts per sandbox: processes PSS / egress growth / slab',
+      `${internet.netProcessesPssMiB} / ${internet.egressPssMiB} / ${round(internet.slabMiB - none.slabMiB, 3)} MiB`,
+      `${internet.netProcesses} processes a sandbox; slab beside none's`,
+    );
+    report.row(
+      '19 density',
+      'create p50, internet / none (10 at once)',
+      `${internet.createP50Ms} / ${none.createP50Ms} ms`,
+      `the network's start: ${figures.netStartMs} ms`,
+    );
+    report.goal(
+      `densityInternetMiB${count}`,
+      `MemAvailable drop per sandbox, ${count} on the default network`,
+      internet.memAvailableDropMiB,
+      'MiB',
+      10,
+      false,
+    );
+    return figures;
+  } finally {
+    if (saved === undefined) delete process.env.ABX_WARM_POOL;
+    else process.env.ABX_WARM_POOL = saved;
+    spawnSync(process.execPath, [join(ROOT, 'dist', 'cli.js'), 'daemon', 'stop'], {
+      env: { ...process.env, ABX_HOME: home },
+    });
+    await unmountUnder(home).catch(() => undefined);
+    rmSync(home, { recursive: true, force: true });
+  }
+}
+
+/** `--density N`: how many sandboxes a network (default 50). */
+export function densityCount(argv = process.argv): number {
+  const at = argv.indexOf('--density');
+  const count = at >= 0 ? Number(argv[at + 1]) : 50;
+  if (!Number.isInteger(count) || count < 1)
+    throw new Error(`--density takes a number of sandboxes (such as 150), not '${argv[at + 1]}'`);
+  return count;
+}
