@@ -416,9 +416,9 @@ export class Daemon {
       logs: this.logs,
       prometheus: this.prometheus,
       audit: this.audit,
+      egressAudit: this.egressAudit,
       lifecycle,
       events: new SandboxEventStreams(
-      egressAudit: this.egressAudit,
         {
           visible: async (caller) =>
             (
