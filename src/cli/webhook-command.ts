@@ -1,9 +1,14 @@
 import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import { WebhookNotFoundError } from '../errors.js';
-import { Webhook, type WebhookInfo, type WebhookOptions } from '../sandbox/webhook.js';
-import { UsageError } from './errors.js';
-import { withExamples } from './options.js';
+import {
+  Webhook,
+  type WebhookDelivery,
+  type WebhookInfo,
+  type WebhookOptions,
+} from '../sandbox/webhook.js';
+import { EXIT, ExitCode, UsageError } from './errors.js';
+import { durationArg, withExamples } from './options.js';
 import { ago, printFields, printJson, printLine, printTable } from './output.js';
 
 interface SecretOptions {
@@ -43,7 +48,44 @@ function addSecretOptions(command: Command): Command {
 
 const eventsText = (hook: WebhookInfo) => (hook.events.length ? hook.events.join(',') : 'all');
 
-/** `abx webhook create|list|info|update|delete|deliveries`. */
+/** How long `abx webhook test` and `redeliver` wait for an outcome by default. */
+const WAIT_DEFAULT_MS = 30_000;
+
+/**
+ * Waits for a delivery's outcome (unless `wait` is false) and prints it; exit 1 when it failed
+ * or was still pending when the wait ended.
+ */
+async function reportDelivery(
+  id: string,
+  queued: WebhookDelivery,
+  options: { wait: boolean; timeout: number; json?: boolean },
+  what: string,
+): Promise<void> {
+  if (!options.wait) {
+    if (options.json) return printJson(queued);
+    printLine(`${what}: delivery ${queued.id} queued (abx webhook deliveries ${id} shows it)`);
+    return;
+  }
+  const delivery = await Webhook.waitForDelivery(id, queued.id, { timeoutMs: options.timeout });
+  if (options.json) printJson(delivery);
+  else {
+    const attempts = `${delivery.attempts} attempt${delivery.attempts === 1 ? '' : 's'}`;
+    const status = delivery.lastStatus === null ? 'no HTTP status' : `HTTP ${delivery.lastStatus}`;
+    if (delivery.state === 'delivered') {
+      printLine(`${what}: delivery ${delivery.id} delivered (${status}, ${attempts})`);
+    } else if (delivery.state === 'failed') {
+      printLine(`${what}: delivery ${delivery.id} failed (${status}, ${attempts})`);
+      printLine(`error: ${delivery.lastError ?? '(none recorded)'}`);
+    } else {
+      printLine(
+        `${what}: delivery ${delivery.id} still pending after ${Math.round(options.timeout / 1000)} s (${attempts}${delivery.lastError ? `; last error: ${delivery.lastError}` : ''}); abx webhook deliveries ${id} shows how it ends`,
+      );
+    }
+  }
+  if (delivery.state !== 'delivered') throw new ExitCode(EXIT.error);
+}
+
+/** `abx webhook create|list|update|delete|deliveries|test|redeliver`. */
 export function addWebhookCommand(program: Command): void {
   const webhook = withExamples(
     program
@@ -53,6 +95,7 @@ export function addWebhookCommand(program: Command): void {
       ),
     'abx webhook create https://example.com/abx --event sandbox.lifecycle.killed',
     'abx webhook deliveries whk_0123456789abcdef0123',
+    'abx webhook test whk_0123456789abcdef0123',
   );
 
   withExamples(
@@ -225,7 +268,7 @@ export function addWebhookCommand(program: Command): void {
           ['DELIVERY', 'SANDBOX', 'STATE', 'ATTEMPTS', 'STATUS', 'WHEN', 'LAST ERROR'],
           deliveries.map((d) => [
             d.id,
-            d.sandboxId,
+            d.kind === 'test' ? '(test)' : d.sandboxId,
             d.state,
             String(d.attempts),
             d.lastStatus === null ? '-' : String(d.lastStatus),
@@ -235,5 +278,53 @@ export function addWebhookCommand(program: Command): void {
         );
       }),
     'abx webhook deliveries whk_0123456789abcdef0123 --json',
+  );
+
+  withExamples(
+    webhook
+      .command('test <id>')
+      .description(
+        `Send one webhook a ${'webhook.test'} event (no sandbox changed), signed as its other deliveries and tried once, then wait for the outcome and print it: delivered with the receiver's HTTP status, or failed with its status or error (exit 1). The delivery is in the webhook's log (abx webhook deliveries). A disabled webhook is refused: enable it first.`,
+      )
+      .option('--no-wait', 'print the queued delivery id and return at once')
+      .option(
+        '--timeout <duration>',
+        'wait at most this long for the outcome (default 30s; the attempt itself ends within ABX_WEBHOOK_TIMEOUT_MS, 10s)',
+        durationArg,
+        WAIT_DEFAULT_MS,
+      )
+      .option('--json', 'print the delivery as JSON')
+      .action(async (id: string, options: { wait: boolean; timeout: number; json?: boolean }) => {
+        const queued = await Webhook.test(id);
+        await reportDelivery(id, queued, options, 'test');
+      }),
+    'abx webhook test whk_0123456789abcdef0123 --timeout 1m',
+  );
+
+  withExamples(
+    webhook
+      .command('redeliver <id> <deliveryId>')
+      .description(
+        "Send a delivered or failed delivery again: the same delivery id (abx-webhook-id) and event, so a receiver that has it already deduplicates it; its attempts, status and error start anew and it is retried with backoff as any delivery. Waits for the outcome as abx webhook test does (exit 1 unless delivered). Refused while the delivery is still pending, for a disabled webhook, or when its event is past the events' retention.",
+      )
+      .option('--no-wait', 'print that it is queued and return at once')
+      .option(
+        '--timeout <duration>',
+        'wait at most this long for the outcome (default 30s; it is retried after that all the same)',
+        durationArg,
+        WAIT_DEFAULT_MS,
+      )
+      .option('--json', 'print the delivery as JSON')
+      .action(
+        async (
+          id: string,
+          deliveryId: string,
+          options: { wait: boolean; timeout: number; json?: boolean },
+        ) => {
+          const queued = await Webhook.redeliver(id, deliveryId);
+          await reportDelivery(id, queued, options, 'redelivery');
+        },
+      ),
+    'abx webhook redeliver whk_0123456789abcdef0123 whd_0123456789abcdef01234567',
   );
 }

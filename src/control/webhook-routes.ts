@@ -1,6 +1,6 @@
 /**
  * abx's webhook routes (`/v1/webhooks`, docs/events.md): register, list, read, change and remove
- * a key's webhooks, and read one's delivery log. Who may reach a webhook is WebhookService's one
+ * a key's webhooks, read one's delivery log, send one a test event and redeliver a delivery. Who may reach a webhook is WebhookService's one
  * rule (mayReachWebhook); the secret is never answered but once, at a create that made it.
  */
 import { Reply } from '../../runtime/server/http.js';
@@ -9,6 +9,7 @@ import { InvalidArgumentError } from '../errors.js';
 import type { ApiContext } from './api-routes.js';
 import type { Caller } from './key-service.js';
 import { deliveryJson, webhookJson } from './webhook-service.js';
+import { TEST_EVENT_TYPE } from './webhook-store.js';
 
 /** Deliveries one log page holds at most (and by default). */
 export const DELIVERIES_MAX = 500;
@@ -115,4 +116,53 @@ export const WEBHOOK_ROUTES: Route<ApiContext>[] = [
       return { deliveries: deliveries.map(deliveryJson) };
     },
   },
+  {
+    method: 'GET',
+    path: '/v1/webhooks/{id}/deliveries/{deliveryId}',
+    group: 'api',
+    summary:
+      "One delivery of a webhook's log (what abx webhook test and redeliver wait on); 404 for an unknown id or another webhook's.",
+    handler: async ({ params, ctx }) =>
+      deliveryJson(
+        await ctx.webhooks.delivery(
+          callerOf(ctx),
+          params.id as string,
+          params.deliveryId as string,
+        ),
+      ),
+  },
+  {
+    method: 'POST',
+    path: '/v1/webhooks/{id}/test',
+    group: 'api',
+    summary: `Send this webhook alone a ${TEST_EVENT_TYPE} event (no sandbox changed), signed as its other deliveries, tried once, recorded in its log: 202 with the delivery (kind test, state pending); read it again for the outcome. 400 webhook_disabled for a disabled webhook. No body.`,
+    handler: async ({ body, params, ctx }) => {
+      noBody(body);
+      const delivery = await ctx.webhooks.test(callerOf(ctx), params.id as string);
+      return new Reply(202, deliveryJson(delivery));
+    },
+  },
+  {
+    method: 'POST',
+    path: '/v1/webhooks/{id}/deliveries/{deliveryId}/redeliver',
+    group: 'api',
+    summary:
+      "Queue a delivered or failed delivery again: the same delivery id (abx-webhook-id) and event, so a receiver deduplicates it; its attempts, status and error start anew, retried as any delivery. 202 with the delivery (pending). 400 delivery_pending while it is still being tried, webhook_disabled, event_purged; 404 for an unknown delivery or webhook (or another key's). No body.",
+    handler: async ({ body, params, ctx }) => {
+      noBody(body);
+      const delivery = await ctx.webhooks.redeliver(
+        callerOf(ctx),
+        params.id as string,
+        params.deliveryId as string,
+      );
+      return new Reply(202, deliveryJson(delivery));
+    },
+  },
 ];
+
+/** A POST that takes no body: an empty one or `{}`; anything else is refused, not ignored. */
+function noBody(body: unknown): void {
+  if (body === undefined || body === null) return;
+  if (typeof body === 'object' && !Array.isArray(body) && Object.keys(body).length === 0) return;
+  throw new InvalidArgumentError('this request takes no body (send none, or {})');
+}

@@ -13,12 +13,14 @@ import { EVENT_TYPES, isEventType } from './events.js';
 import type { Caller } from './key-service.js';
 import type { Registry } from './registry.js';
 import { openSecret, type SecretsKey, sealSecret } from './secret-crypto.js';
-import type {
-  DeliveryRecord,
-  SealedWebhookSecret,
-  WebhookChange,
-  WebhookFlavour,
-  WebhookRecord,
+import {
+  type DeliveryRecord,
+  isTestDelivery,
+  type SealedWebhookSecret,
+  TEST_EVENT_TYPE,
+  type WebhookChange,
+  type WebhookFlavour,
+  type WebhookRecord,
 } from './webhook-store.js';
 import { checkWebhookUrl, parseWebhookUrl } from './webhook-url.js';
 
@@ -66,9 +68,12 @@ export function webhookJson(webhook: WebhookRecord, admin: boolean) {
 /** One delivery of the log. */
 export function deliveryJson(delivery: DeliveryRecord) {
   const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
+  const test = isTestDelivery(delivery);
   return {
     id: delivery.id,
-    eventSeq: delivery.eventSeq,
+    /** `event` (a lifecycle event) or `test` (POST /v1/webhooks/{id}/test: a webhook.test event). */
+    kind: test ? 'test' : 'event',
+    eventSeq: test ? null : delivery.eventSeq,
     sandboxId: delivery.sandboxId,
     state: delivery.state,
     attempts: delivery.attempts,
@@ -162,6 +167,67 @@ export class WebhookService {
   async deliveries(caller: Caller, id: string, limit: number): Promise<DeliveryRecord[]> {
     await this.get(caller, id);
     return this.registry.webhooks.listDeliveries(id, limit);
+  }
+
+  /** One delivery of a webhook the caller may reach; 404 for none (or another webhook's). */
+  async delivery(caller: Caller, id: string, deliveryId: string): Promise<DeliveryRecord> {
+    await this.get(caller, id);
+    return this.deliveryOf(id, deliveryId);
+  }
+
+  /**
+   * Queues a test delivery to this one webhook: a `webhook.test` event, signed as the others,
+   * tried once, in its delivery log. The webhook must be enabled (a disabled one is sent nothing).
+   */
+  async test(caller: Caller, id: string): Promise<DeliveryRecord> {
+    const webhook = await this.get(caller, id);
+    this.mustBeEnabled(webhook, 'test');
+    return this.registry.webhooks.insertTestDelivery(webhook.id, Date.now());
+  }
+
+  /**
+   * Queues a delivered or failed delivery again: the same id and event (a receiver deduplicates
+   * it), its attempts, status and error started anew, its retry window from now.
+   */
+  async redeliver(caller: Caller, id: string, deliveryId: string): Promise<DeliveryRecord> {
+    const webhook = await this.get(caller, id);
+    const delivery = await this.deliveryOf(id, deliveryId);
+    this.mustBeEnabled(webhook, 'redeliver');
+    if (delivery.state === 'pending') {
+      throw new InvalidArgumentError(
+        `delivery ${delivery.id} is still pending (${delivery.attempts} attempt${delivery.attempts === 1 ? '' : 's'} so far): it is sent again on its own; redeliver it once it is delivered or failed`,
+        { code: 'delivery_pending' },
+      );
+    }
+    const restarted = await this.registry.webhooks.restartDelivery(id, deliveryId, Date.now());
+    if (restarted) return restarted;
+    const now = await this.registry.webhooks.getDelivery(id, deliveryId);
+    if (now?.state === 'pending') return now; // another request queued it meanwhile
+    throw new InvalidArgumentError(
+      `delivery ${deliveryId}'s event (seq ${delivery.eventSeq}) is past the events' retention (ABX_EVENTS_RETENTION_MS) and gone: it cannot be sent again`,
+      { code: 'event_purged' },
+    );
+  }
+
+  private async deliveryOf(id: string, deliveryId: string): Promise<DeliveryRecord> {
+    const delivery = /^whd_[0-9a-f]{24}$/.test(deliveryId)
+      ? await this.registry.webhooks.getDelivery(id, deliveryId)
+      : undefined;
+    if (!delivery) {
+      throw new WebhookNotFoundError(
+        `no delivery ${JSON.stringify(deliveryId.slice(0, 100))} in webhook ${id}'s log (ids look like whd_ and 24 hex digits); see abx webhook deliveries ${id}`,
+        { code: 'delivery_not_found' },
+      );
+    }
+    return delivery;
+  }
+
+  private mustBeEnabled(webhook: WebhookRecord, what: 'test' | 'redeliver'): void {
+    if (webhook.enabled) return;
+    throw new InvalidArgumentError(
+      `webhook ${webhook.id} is disabled, so nothing is sent to it${what === 'test' ? ` (not even a ${TEST_EVENT_TYPE} event)` : ''}: enable it first (abx webhook update ${webhook.id} --enable, or PATCH { "enabled": true })`,
+      { code: 'webhook_disabled' },
+    );
   }
 
   /** The signing secret of a webhook (for its deliveries); throws when sealed with another key. */

@@ -24,7 +24,11 @@ export interface WebhookInfo {
 export interface WebhookDelivery {
   /** `whd_…`: the same on every attempt (the `abx-webhook-id` header); deduplicate on it. */
   id: string;
-  eventSeq: number;
+  /** `event`: a lifecycle event; `test`: a `webhook.test` event sent by {@link Webhook.test}. */
+  kind: 'event' | 'test';
+  /** The event's seq (null for a test). */
+  eventSeq: number | null;
+  /** The sandbox whose event it is ('' for a test). */
   sandboxId: string;
   state: 'pending' | 'delivered' | 'failed';
   attempts: number;
@@ -109,6 +113,64 @@ export class Webhook {
         `${hookPath(id)}/deliveries${query}`,
       )
     ).deliveries;
+  }
+
+  /** One delivery of a webhook's log; WebhookNotFoundError for none (or another webhook's). */
+  static async getDelivery(
+    id: string,
+    deliveryId: string,
+    options: ConnectionOptions = {},
+  ): Promise<WebhookDelivery> {
+    const { client } = await openControl(options);
+    return client.json('GET', `${hookPath(id)}/deliveries/${encodeURIComponent(deliveryId)}`);
+  }
+
+  /**
+   * Sends this webhook alone a `webhook.test` event (no sandbox changed), signed as its other
+   * deliveries and tried once; resolves to the queued delivery (pending). Wait for its outcome
+   * with {@link Webhook.waitForDelivery}. InvalidArgumentError (`webhook_disabled`) when disabled.
+   */
+  static async test(id: string, options: ConnectionOptions = {}): Promise<WebhookDelivery> {
+    const { client } = await openControl(options);
+    return client.json('POST', `${hookPath(id)}/test`);
+  }
+
+  /**
+   * Queues a delivered or failed delivery again: the same delivery id and event (a receiver
+   * deduplicates it), its attempts started anew. InvalidArgumentError while it is still pending
+   * (`delivery_pending`), for a disabled webhook (`webhook_disabled`) or a purged event
+   * (`event_purged`); WebhookNotFoundError for an unknown (or another key's) webhook or delivery.
+   */
+  static async redeliver(
+    id: string,
+    deliveryId: string,
+    options: ConnectionOptions = {},
+  ): Promise<WebhookDelivery> {
+    const { client } = await openControl(options);
+    return client.json(
+      'POST',
+      `${hookPath(id)}/deliveries/${encodeURIComponent(deliveryId)}/redeliver`,
+    );
+  }
+
+  /**
+   * Reads a delivery every `intervalMs` (500) until it is no longer pending or `timeoutMs`
+   * (30 000) has passed; resolves to its last reading either way (state `pending` when it timed out).
+   */
+  static async waitForDelivery(
+    id: string,
+    deliveryId: string,
+    options: ConnectionOptions & { timeoutMs?: number; intervalMs?: number } = {},
+  ): Promise<WebhookDelivery> {
+    const { timeoutMs = 30_000, intervalMs = 500, ...connection } = options;
+    const until = Date.now() + timeoutMs;
+    for (;;) {
+      const delivery = await Webhook.getDelivery(id, deliveryId, connection);
+      if (delivery.state !== 'pending' || Date.now() >= until) return delivery;
+      await new Promise((resolve) =>
+        setTimeout(resolve, Math.min(intervalMs, Math.max(0, until - Date.now()))),
+      );
+    }
   }
 
   /** Removes a webhook and its log; false when there was none. */
