@@ -570,6 +570,7 @@ export class Daemon {
           return socket;
         },
         tokenSecret,
+        directFiles: process.env.ABX_DIRECT_FILES !== '0',
         counts: this.prometheus,
         audit: this.audit,
         // One URL for the API and the sandboxes: requests that name no sandbox go to the API.

@@ -9,8 +9,10 @@ import {
   SandboxError,
   UpstreamError,
 } from '../errors.js';
+import type { SandboxFiles } from '../providers/local/sandbox-files.js';
 import { accessKey } from './authorize.js';
 import type { AuditTap } from './gateway-audit.js';
+import type { DirectTransfer, DirectWrite } from './gateway-files.js';
 import {
   badRequest,
   type ChunkedScanner,
@@ -106,6 +108,8 @@ export interface Route {
   capabilities: readonly string[];
   /** The sandbox's owner (its API key id; null: the daemon's own key), for the audit trail. */
   owner?: string | null;
+  /** The sandbox's files as the daemon reaches them itself (local sandboxes, gateway-files.ts). */
+  files?: SandboxFiles;
 }
 
 /** What a client connection needs from the gateway. */
@@ -147,6 +151,11 @@ export interface GatewayRoutes {
   audit?(head: RequestHead, target: RequestTarget, route: Route): AuditTap | undefined;
   /** A refusal of an E2B request in the shape its SDK reads. */
   e2bRefusal?(head: RequestHead, target: RequestTarget, error: unknown): EnvdFaceAnswer;
+  /**
+   * A native file transfer the gateway serves itself, on a checked envd route whose head was
+   * rewritten (so its capability is checked): undefined when envd answers it (gateway-files.ts).
+   */
+  direct?(head: RequestHead, target: RequestTarget, route: Route): DirectTransfer | undefined;
 }
 
 /** Timeouts of a client connection, in milliseconds. */
@@ -219,7 +228,9 @@ function localAnswer(answer: LocalAnswer, keepAlive: boolean): string {
  * and rewritten), nothing more is read until it is done; 'wait': a request is
  * held until the answers before it are complete and its route is checked; 'upgrading': a
  * protocol switch was asked, nothing more is read until the sandbox answers; 'tunnel': switched,
- * bytes flow both ways untouched; 'closing': the last answer is written, input is dropped.
+ * bytes flow both ways untouched; 'closing': the last answer is written, input is dropped;
+ * 'direct': a file transfer the gateway serves itself (an upload's body is read into the file,
+ * then the answer is written; a download's answer is written), nothing else is read meanwhile.
  */
 type Mode =
   | 'head'
@@ -230,7 +241,8 @@ type Mode =
   | 'wait'
   | 'upgrading'
   | 'tunnel'
-  | 'closing';
+  | 'closing'
+  | 'direct';
 
 interface Held {
   head: RequestHead | undefined;
@@ -300,6 +312,12 @@ export class ClientConnection implements UpstreamOwner {
   private held: Held | undefined;
   private collecting: Collecting | undefined;
   private passing: Passing | undefined;
+  /** The file transfer the gateway serves itself (mode 'direct'). */
+  private directing: DirectTransfer | undefined;
+  /** Its upload's body is all read (or it is a download). */
+  private directBodyDone = false;
+  /** Its upload waits for the file to take what it has. */
+  private directBlocked = false;
   /** The audit trail's tap of the request whose body is being sent. */
   private tap: AuditTap | undefined;
   /** The audit trail's watcher of the answer in flight (the only request on its connection). */
@@ -373,6 +391,12 @@ export class ClientConnection implements UpstreamOwner {
           new RequestTimeoutError('the request could not be read: it did not arrive in time'),
         );
       }
+    } else if (this.mode === 'direct') {
+      if (!this.directBodyDone && now - this.since > this.limits.request) {
+        this.directFailed(
+          new RequestTimeoutError('the request could not be read: it did not arrive in time'),
+        );
+      }
     } else if (this.mode === 'closing' && now - this.since > this.limits.linger) {
       this.socket.destroy();
     }
@@ -398,6 +422,8 @@ export class ClientConnection implements UpstreamOwner {
       while (pos < buf.length) {
         if (this.mode === 'collect') {
           pos = this.collect(buf, pos);
+        } else if (this.mode === 'direct' && !this.directBodyDone) {
+          pos = this.directBody(buf, pos);
         } else if (this.mode === 'body') {
           const take = Math.min(this.bodyLeft, buf.length - pos);
           this.tap?.data(buf.subarray(pos, pos + take));
@@ -447,7 +473,12 @@ export class ClientConnection implements UpstreamOwner {
           this.startRequest(head);
         } else {
           // Held until the sandbox answers, or a check completes: the rest waits.
-          if (this.mode === 'wait' || this.mode === 'upgrading' || this.mode === 'e2b') {
+          if (
+            this.mode === 'wait' ||
+            this.mode === 'upgrading' ||
+            this.mode === 'e2b' ||
+            this.mode === 'direct'
+          ) {
             this.pending = buf.subarray(pos);
           }
           return;
@@ -509,6 +540,7 @@ export class ClientConnection implements UpstreamOwner {
         this.refuse(head, error);
         return;
       }
+      if (upstream.idle && this.startDirect(head, target, route)) return;
       this.tap = this.routes.audit?.(head, target, route);
       this.send(head, text, upstream);
       return;
@@ -604,6 +636,7 @@ export class ClientConnection implements UpstreamOwner {
       return;
     }
     this.held = undefined;
+    if (this.startDirect(head, target, route)) return;
     const upstream = this.upstreamFor(route);
     this.route = route;
     this.tap = this.routes.audit?.(head, target, route);
@@ -941,6 +974,126 @@ export class ClientConnection implements UpstreamOwner {
     void pump();
   }
 
+  // --- file transfers the gateway serves itself (gateway-files.ts) ---
+
+  /** Serves the request as a direct file transfer if the gateway takes it; false: envd answers. */
+  private startDirect(head: RequestHead, target: RequestTarget, route: Route): boolean {
+    let transfer: DirectTransfer | undefined;
+    try {
+      transfer = this.routes.direct?.(head, target, route);
+    } catch {
+      transfer = undefined;
+    }
+    if (!transfer) return false;
+    this.directing = transfer;
+    this.directBlocked = false;
+    this.closeAfter = head.close;
+    this.since = Date.now();
+    this.mode = 'direct';
+    const tap = this.routes.audit?.(head, target, route);
+    if (transfer.kind === 'read') {
+      this.directBodyDone = true;
+      tap?.end();
+      this.updateReading();
+      transfer.send(this.socket, this.closeAfter || this.clientEnded).then(
+        () => this.directDone(),
+        () => {
+          this.directing = undefined;
+          this.socket.destroy();
+        },
+      );
+      return true;
+    }
+    this.tap = tap;
+    this.directBodyDone = false;
+    if (head.bodyLength < 0) this.chunks = requestChunks();
+    else this.bodyLeft = head.bodyLength;
+    this.resume();
+    return true;
+  }
+
+  /** Takes an upload's body bytes from `buf` at `pos` into its file; returns where it stopped. */
+  private directBody(buf: Buffer, pos: number): number {
+    const transfer = this.directing as DirectWrite;
+    const take = (from: number, to: number) => {
+      if (to <= from) return;
+      const chunk = buf.subarray(from, to);
+      this.tap?.data(chunk);
+      if (!transfer.data(chunk) && !this.directBlocked) {
+        this.directBlocked = true;
+        transfer.drained().then(() => {
+          this.directBlocked = false;
+          if (this.directing === transfer) this.resume();
+        });
+      }
+    };
+    let stop: number;
+    let done: boolean;
+    try {
+      if (this.chunks) {
+        const end = this.chunks.feed(buf, pos, buf.length, take);
+        stop = end < 0 ? buf.length : end;
+        done = end >= 0;
+      } else {
+        stop = pos + Math.min(this.bodyLeft, buf.length - pos);
+        this.bodyLeft -= stop - pos;
+        take(pos, stop);
+        done = this.bodyLeft === 0;
+      }
+    } catch (error) {
+      this.directFailed(error);
+      return buf.length;
+    }
+    if (done) this.directEnd(transfer);
+    return stop;
+  }
+
+  /** An upload's body is whole: the file is put in place, then its answer is written. */
+  private directEnd(transfer: DirectWrite): void {
+    this.directBodyDone = true;
+    this.chunks = undefined;
+    const tap = this.tap;
+    this.tap = undefined;
+    tap?.end();
+    this.updateReading();
+    const close = () => this.closeAfter || this.clientEnded;
+    transfer.end(close()).then(
+      (answer) => {
+        if (!this.socket.destroyed) this.socket.write(answer);
+        this.directDone();
+      },
+      (error) => {
+        if (!this.socket.destroyed) this.socket.write(errorAnswer(error, !close()));
+        this.directDone();
+      },
+    );
+  }
+
+  /** An upload that cannot complete (a bad body, a deadline): the reason, and the connection ends. */
+  private directFailed(error: unknown): void {
+    this.directing?.abort();
+    this.directing = undefined;
+    this.chunks = undefined;
+    this.pending = undefined;
+    this.tap = undefined;
+    this.socket.write(errorAnswer(error));
+    this.close();
+  }
+
+  /** The transfer's answer is written: the next request, or the end of the connection. */
+  private directDone(): void {
+    this.directing = undefined;
+    this.directBodyDone = false;
+    this.directBlocked = false;
+    if (this.mode !== 'direct') return;
+    if (this.closeAfter || this.clientEnded) {
+      this.close();
+      return;
+    }
+    this.requestSent();
+    this.resume();
+  }
+
   private send(head: RequestHead, text: string, upstream: Upstream, divertErrors = false): void {
     // An answer is watched only alone on its connection: its end is then the end of the answers.
     this.answerTap = this.tap?.answer && upstream.idle ? this.tap.answer : undefined;
@@ -1028,7 +1181,8 @@ export class ClientConnection implements UpstreamOwner {
       this.blocked ||
       this.mode === 'wait' ||
       this.mode === 'upgrading' ||
-      this.mode === 'e2b'
+      this.mode === 'e2b' ||
+      (this.mode === 'direct' && (this.directBodyDone || this.directBlocked))
     )
       this.socket.pause();
     else this.socket.resume();
@@ -1073,7 +1227,9 @@ export class ClientConnection implements UpstreamOwner {
   /** Ends the connection after what was written, reading and dropping what still comes. */
   private close(): void {
     if (this.mode === 'closing' || this.mode === 'tunnel') return;
-    const wasBetweenRequests = this.mode === 'head' || this.mode === 'wait';
+    // A direct transfer never used the connection to the sandbox: it is idle as before it.
+    const wasBetweenRequests =
+      this.mode === 'head' || this.mode === 'wait' || this.mode === 'direct';
     this.mode = 'closing';
     this.since = Date.now();
     this.pending = undefined;
@@ -1099,6 +1255,13 @@ export class ClientConnection implements UpstreamOwner {
       this.socket.destroy();
     } else if (this.mode === 'e2b') {
       // The client finished sending; its answer is still being written.
+    } else if (this.mode === 'direct') {
+      if (!this.directBodyDone) {
+        // An upload cut short: its temporary file goes, nothing is renamed into place.
+        this.directing?.abort();
+        this.directing = undefined;
+        this.socket.destroy();
+      }
     } else if (this.mode === 'body' || this.mode === 'chunked') {
       // A request cut short: it can never complete.
       this.upstream?.destroy();
@@ -1112,6 +1275,8 @@ export class ClientConnection implements UpstreamOwner {
   private onClose(): void {
     this.routes.forget(this);
     this.collecting?.abort.abort();
+    this.directing?.abort();
+    this.directing = undefined;
     const upstream = this.upstream;
     this.upstream = undefined;
     if (!upstream) return;

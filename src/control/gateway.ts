@@ -18,6 +18,7 @@ import {
   SandboxPausedError,
   UpstreamError,
 } from '../errors.js';
+import { sandboxFilesOf } from '../providers/local/sandbox-files.js';
 import { type AuditLog, auditText } from './audit.js';
 import { type AccessDecision, API_ACCESS_KEY, authorize, pausedError } from './authorize.js';
 import { Dashboard } from './dashboard.js';
@@ -30,6 +31,7 @@ import {
   type RequestTarget,
   type Route,
 } from './gateway-connection.js';
+import { type DirectTransfer, directCandidate, directTransfer } from './gateway-files.js';
 import type { RequestHead } from './gateway-http.js';
 import {
   checkFetchSite,
@@ -125,6 +127,11 @@ export interface GatewayBackend {
   resume?(record: SandboxRecord): Promise<SandboxRecord>;
   /** The audit trail the gateway records commands, files and links in (gateway-audit.ts). */
   audit?: AuditLog;
+  /**
+   * Whether native uploads and downloads of a local sandbox's files skip envd (gateway-files.ts;
+   * default true). `ABX_DIRECT_FILES=0` turns it off, to compare or to rule it out.
+   */
+  directFiles?: boolean;
 }
 
 /** What a request is for, as the gateway's request counter labels it. */
@@ -744,8 +751,13 @@ export class Gateway implements GatewayRoutes {
       owner: record.owner,
     };
     if (decision.reach !== 'port') {
+      const files =
+        decision.reach === 'envd' && this.backend.directFiles !== false
+          ? sandboxFilesOf(record.handle)
+          : undefined;
       return {
         ...route,
+        ...(files ? { files } : {}),
         socketPath:
           decision.reach === 'envd-root'
             ? (record.handle.envdRootSocket as string)
@@ -813,6 +825,12 @@ export class Gateway implements GatewayRoutes {
     const alive = record?.state === 'running' && this.backend.isAlive(record);
     const resumes = this.backend.resume !== undefined;
     return authorize(target, { record, alive, now: Date.now(), links: this.links, resumes });
+  }
+
+  direct(head: RequestHead, target: RequestTarget, route: Route): DirectTransfer | undefined {
+    if (!route.files) return undefined;
+    const candidate = directCandidate(head, target, route);
+    return candidate && directTransfer(route.files, candidate);
   }
 
   audit(head: RequestHead, target: RequestTarget, route: Route): AuditTap | undefined {

@@ -1,0 +1,182 @@
+import type { Socket } from 'node:net';
+import { fsError } from '../../runtime/server/errors.js';
+import { PayloadTooLargeError } from '../errors.js';
+import { FileSink, readChunk, type SandboxFiles } from '../providers/local/sandbox-files.js';
+import type { RequestTarget, Route } from './gateway-connection.js';
+import type { RequestHead } from './gateway-http.js';
+
+/**
+ * Native file transfers the gateway serves itself (issue 49): `GET /files/read?path=` and
+ * `PUT /files/write?path=` of a local sandbox go between the client's socket and the sandbox's
+ * file with no hop through envd, when {@link SandboxFiles} can take the path (an absolute path of
+ * directories and a regular file the sandbox's user may use, on its own disks). Everything else,
+ * and every request with more than `?path=` (a range, metadata headers, `user`, root's envd),
+ * goes to envd as before, so the contract is envd's: same statuses, answers and errors.
+ */
+
+/** Reads of a download: 1 MiB each, one ahead of the socket. */
+const READ_CHUNK_BYTES = 1024 * 1024;
+/** envd's limit of a streamed upload (runtime/envd/main.ts): over it, a 413. */
+export const DIRECT_UPLOAD_MAX_BYTES = 64 * 1024 ** 3;
+
+/** A download served from the sandbox's file: writes its answer to the client's socket. */
+export interface DirectRead {
+  kind: 'read';
+  /** Writes the head and the file; resolves once all is written, rejects if it cannot be. */
+  send(socket: Socket, close: boolean): Promise<void>;
+  abort(): void;
+}
+
+/** An upload into the sandbox's file: takes the body as it comes, then renames it into place. */
+export interface DirectWrite {
+  kind: 'write';
+  /** Takes body bytes; false: wait for {@link drained}. Throws a 413 past envd's limit. */
+  data(chunk: Buffer): boolean;
+  drained(): Promise<void>;
+  /** The body is whole: the answer's bytes once the file is in place (rejects with envd's error). */
+  end(close: boolean): Promise<string>;
+  /** The body will not be whole (the client went, a deadline): the temporary file is removed. */
+  abort(): void;
+}
+
+export type DirectTransfer = DirectRead | DirectWrite;
+
+/** The only query a direct transfer takes: `path=` once, absolute. */
+function pathOnly(target: RequestTarget): string | undefined {
+  const mark = target.path.indexOf('?');
+  if (mark < 0) return undefined;
+  const params = new URLSearchParams(target.path.slice(mark + 1));
+  const keys = [...params.keys()];
+  if (keys.length !== 1 || keys[0] !== 'path') return undefined;
+  const path = params.get('path') as string;
+  return path.startsWith('/') ? path : undefined;
+}
+
+/** Whether a request might be served directly, from its head alone (no file looked at yet). */
+export function directCandidate(
+  head: RequestHead,
+  target: RequestTarget,
+  route: Route,
+): { kind: 'read' | 'write'; path: string } | undefined {
+  if (!route.envd || target.root || target.e2b || head.upgrade) return undefined;
+  if (head.method === 'GET' && target.pathname === '/files/read' && head.bodyLength === 0) {
+    const path = pathOnly(target);
+    return path === undefined ? undefined : { kind: 'read', path };
+  }
+  if (head.method === 'PUT' && target.pathname === '/files/write' && head.bodyLength !== 0) {
+    // Metadata is envd's to keep; `Expect: 100-continue` waits for envd's interim answer.
+    if (head.keys.some((key) => key.startsWith('x-metadata-') || key === 'expect')) {
+      return undefined;
+    }
+    if (head.bodyLength > DIRECT_UPLOAD_MAX_BYTES) return undefined;
+    const path = pathOnly(target);
+    return path === undefined ? undefined : { kind: 'write', path };
+  }
+  return undefined;
+}
+
+function answerHead(status: string, lines: string[], close: boolean): string {
+  return `HTTP/1.1 ${status}\r\n${lines.join('\r\n')}\r\ndate: ${new Date().toUTCString()}\r\n${close ? 'connection: close\r\n' : ''}\r\n`;
+}
+
+/** The direct transfer of a candidate, or undefined when envd must answer it. */
+export function directTransfer(
+  files: SandboxFiles,
+  candidate: { kind: 'read' | 'write'; path: string },
+): DirectTransfer | undefined {
+  return candidate.kind === 'read'
+    ? directRead(files, candidate.path)
+    : directWrite(files, candidate.path);
+}
+
+function directRead(files: SandboxFiles, path: string): DirectRead | undefined {
+  const file = files.openRead(path);
+  if (!file) return undefined;
+  let stopped = false;
+  const drained = (socket: Socket) =>
+    new Promise<void>((resolve) => {
+      const go = () => {
+        socket.off('drain', go);
+        socket.off('close', go);
+        resolve();
+      };
+      socket.on('drain', go);
+      socket.on('close', go);
+    });
+  return {
+    kind: 'read',
+    async send(socket, close) {
+      try {
+        const { size } = file;
+        socket.write(
+          answerHead(
+            '200 OK',
+            ['content-type: application/octet-stream', `content-length: ${size}`],
+            close,
+          ),
+          'latin1',
+        );
+        let position = 0;
+        let next = size > 0 ? readChunk(file.fd, Math.min(READ_CHUNK_BYTES, size), 0) : undefined;
+        while (next) {
+          const chunk = await next;
+          if (stopped || socket.destroyed) throw new Error('the client went away');
+          // Shorter than announced (the sandbox cut the file meanwhile): the client must see a cut
+          // body, never a whole one of the wrong length.
+          if (chunk.length === 0) throw new Error(`${path} became shorter while it was read`);
+          position += chunk.length;
+          next =
+            position < size
+              ? readChunk(file.fd, Math.min(READ_CHUNK_BYTES, size - position), position)
+              : undefined;
+          if (!socket.write(chunk) && !socket.destroyed) await drained(socket);
+        }
+      } finally {
+        file.close();
+      }
+    },
+    abort() {
+      stopped = true;
+    },
+  };
+}
+
+function directWrite(files: SandboxFiles, path: string): DirectWrite | undefined {
+  const file = files.createWrite(path);
+  if (!file) return undefined;
+  const sink = new FileSink(file.fd);
+  let done = false;
+  // envd's own wording and classes of fs errors (ENOSPC, EISDIR...), as envd's write answers.
+  const fail = (error: unknown) => fsError(error, `write ${file.path}`);
+  return {
+    kind: 'write',
+    data(chunk) {
+      if (sink.size + chunk.length > DIRECT_UPLOAD_MAX_BYTES) {
+        throw new PayloadTooLargeError(
+          `the request body is over ${DIRECT_UPLOAD_MAX_BYTES} bytes, the most a streamed upload may send`,
+        );
+      }
+      return sink.push(chunk);
+    },
+    drained: () => sink.drained(),
+    async end(close) {
+      let size: number;
+      try {
+        size = await sink.finish();
+        done = true;
+        file.commit();
+      } catch (error) {
+        if (!done) file.discard();
+        done = true;
+        throw fail(error);
+      }
+      const body = JSON.stringify({ path: file.path, size });
+      return `${answerHead('200 OK', ['content-type: application/json; charset=utf-8', `content-length: ${Buffer.byteLength(body)}`], close)}${body}`;
+    },
+    abort() {
+      if (done) return;
+      done = true;
+      void sink.settle().then(() => file.discard());
+    },
+  };
+}
