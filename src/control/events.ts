@@ -106,6 +106,12 @@ export function eventsRetentionMs(env: NodeJS.ProcessEnv = process.env): number 
  */
 export const EVENTS_LOCK = 0x61627865; // "abxe"
 
+/**
+ * The PostgreSQL channel each event insert NOTIFYs (delivered at its commit, to every daemon
+ * LISTENing on the database, itself included): deliveries wake on another replica's events too.
+ */
+export const EVENTS_CHANNEL = 'abx_events';
+
 /** A whole event from a draft and the sandbox it is about. */
 export function eventFor(
   sandbox: { id: string; owner: string | null; template: string },
@@ -139,6 +145,41 @@ export function killedData(
   else if (/fail|could not/.test(endReason)) reason = 'failed';
   else reason = 'api';
   return { reason, state, endReason };
+}
+
+/**
+ * Who is told that an event was written: the webhook dispatcher, which then looks for deliveries
+ * at once instead of at its next poll. {@link signal} is called where an event is inserted; the
+ * listeners run on a later turn of the event loop (after the insert's transaction committed: the
+ * SQLite registry's are synchronous), once for however many signals came meanwhile. A signal of a
+ * transaction that then rolled back only costs a look that finds nothing.
+ */
+export class EventWakes {
+  private readonly listeners = new Set<() => void>();
+  private pending = false;
+
+  /** Calls `listener` after event writes; the function returned stops that. */
+  on(listener: () => void): () => void {
+    this.listeners.add(listener);
+    return () => {
+      this.listeners.delete(listener);
+    };
+  }
+
+  /** Whether nobody listens. */
+  idle(): boolean {
+    return this.listeners.size === 0;
+  }
+
+  /** An event was written (or is about to commit). */
+  signal(): void {
+    if (this.pending || this.listeners.size === 0) return;
+    this.pending = true;
+    setImmediate(() => {
+      this.pending = false;
+      for (const listener of this.listeners) listener();
+    });
+  }
 }
 
 /** How long before its timeout a running sandbox gets its `expiring` event, by default. */

@@ -4,6 +4,7 @@ import { UnavailableError } from '../errors.js';
 import type { SandboxHandle } from '../providers/provider.js';
 import type { AuditFilter, AuditKind, AuditRecord, NewAuditRecord } from './audit.js';
 import {
+  EVENTS_CHANNEL,
   EVENTS_LOCK,
   type EventDraft,
   type EventFilter,
@@ -227,12 +228,16 @@ const eventFromRow = (row: EventRow): SandboxEvent => ({
  */
 async function insertEvent(client: Pg.PoolClient, event: NewSandboxEvent): Promise<SandboxEvent> {
   await client.query('SELECT pg_advisory_xact_lock($1)', [EVENTS_LOCK]);
-  // An event whose id is taken already is not written again (the caller gets that one).
+  // An event whose id is taken already is not written again (the caller gets that one). A new
+  // one NOTIFYs EVENTS_CHANNEL with its seq, in the same statement: sent at the commit, to every
+  // daemon listening (webhook deliveries wake), and not at all on a rollback.
   const { rows } = await client.query<EventRow>(
     `WITH added AS (
        INSERT INTO events (id, at, sandbox_id, owner_key, template, type, data)
          VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING RETURNING *)
-     SELECT * FROM added UNION ALL SELECT * FROM events WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM added)`,
+     SELECT added.* FROM added
+       CROSS JOIN LATERAL (SELECT pg_notify('${EVENTS_CHANNEL}', added.seq::text)) AS woke
+     UNION ALL SELECT * FROM events WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM added)`,
     [
       event.id,
       event.at,
@@ -366,6 +371,14 @@ export class PostgresRegistry implements Registry {
       {
         query: (sql, params) => this.query(sql, params),
         transaction: (work) => this.transaction(work),
+        // A connection of its own, outside the pool, held open for LISTEN.
+        listener: () =>
+          new (loadPg().Client)({
+            connectionString: url,
+            connectionTimeoutMillis: DATABASE_CONNECT_TIMEOUT_MS,
+            keepAlive: true,
+            application_name: 'abx-daemon-listen',
+          }),
       },
       newDeliveryId,
     );

@@ -1,5 +1,5 @@
 import type * as Pg from 'pg';
-import type { SandboxEvent } from './events.js';
+import { EVENTS_CHANNEL, EventWakes, type SandboxEvent } from './events.js';
 import { deliveryFromRow } from './sqlite-webhooks.js';
 import {
   type ClaimedDelivery,
@@ -73,7 +73,12 @@ const eventFromRow = (row: EventRow): SandboxEvent => ({
 export interface PostgresAccess {
   query<Row extends Pg.QueryResultRow>(sql: string, params?: unknown[]): Promise<{ rows: Row[] }>;
   transaction<T>(work: (client: Pg.PoolClient) => Promise<T>): Promise<T>;
+  /** A new client (not connected) of its own, outside the pool: what LISTEN holds. */
+  listener?: () => Pg.Client;
 }
+
+/** How long a broken LISTEN connection waits before it connects again (the poll goes on meanwhile). */
+export const LISTEN_RETRY_MS = 2000;
 
 /**
  * The webhooks part of the PostgreSQL registry, shared by replicas: the fan-out locks a webhook's
@@ -82,10 +87,32 @@ export interface PostgresAccess {
  * daemon (again by another only after its lease ends without an outcome).
  */
 export class PostgresWebhookStore implements WebhookStore {
+  private readonly wakes = new EventWakes();
+  private listening: { stop(): Promise<void> } | undefined;
+
   constructor(
     private readonly db: PostgresAccess,
     private readonly newId: () => string,
   ) {}
+
+  /**
+   * Listens on {@link EVENTS_CHANNEL} while someone wants to know: each event insert of any
+   * daemon on the database (this one too) NOTIFYs it at its commit. A connection that breaks is
+   * made again after {@link LISTEN_RETRY_MS}, and the listeners are told once then (what was sent
+   * meanwhile was missed; the dispatcher's poll finds it anyway).
+   */
+  onEventWritten(listener: () => void): () => Promise<void> {
+    const off = this.wakes.on(listener);
+    const make = this.db.listener;
+    if (!this.listening && make) this.listening = listenForEvents(make, this.wakes);
+    return async () => {
+      off();
+      if (!this.wakes.idle()) return;
+      const listening = this.listening;
+      this.listening = undefined;
+      await listening?.stop();
+    };
+  }
 
   async insertWebhook(record: Omit<WebhookRecord, 'cursor'>): Promise<WebhookRecord> {
     const { rows } = await this.db.query<WebhookRow>(
@@ -308,4 +335,46 @@ export class PostgresWebhookStore implements WebhookStore {
     );
     return rows[0] && deliveryFromRow(rows[0] as never);
   }
+}
+
+/** A LISTEN on {@link EVENTS_CHANNEL} that signals `wakes` at each notification, until stopped. */
+function listenForEvents(make: () => Pg.Client, wakes: EventWakes): { stop(): Promise<void> } {
+  let stopped = false;
+  let client: Pg.Client | undefined;
+  let retry: NodeJS.Timeout | undefined;
+  const connect = async (again: boolean) => {
+    if (stopped) return;
+    const current = make();
+    client = current;
+    let broken = false;
+    const broke = () => {
+      if (broken) return;
+      broken = true;
+      current.removeAllListeners('notification');
+      current.end().catch(() => undefined);
+      if (stopped) return;
+      retry = setTimeout(() => void connect(true), LISTEN_RETRY_MS);
+      retry.unref();
+    };
+    // An error of an idle client is emitted here; unheard, it would end the process.
+    current.on('error', broke);
+    current.on('end', broke);
+    current.on('notification', () => wakes.signal());
+    try {
+      await current.connect();
+      await current.query(`LISTEN ${EVENTS_CHANNEL}`);
+      // Events written while it was not listening: the listeners look once.
+      if (again) wakes.signal();
+    } catch {
+      broke();
+    }
+  };
+  void connect(false);
+  return {
+    async stop() {
+      stopped = true;
+      clearTimeout(retry);
+      await client?.end().catch(() => undefined);
+    },
+  };
 }

@@ -3,6 +3,7 @@ import type { AuditFilter, AuditKind, AuditRecord, NewAuditRecord } from './audi
 import {
   type EventDraft,
   type EventFilter,
+  EventWakes,
   eventFor,
   type NewSandboxEvent,
   type SandboxEvent,
@@ -216,6 +217,8 @@ export class SqliteRegistry implements Registry {
   /** Statements compiled once each (a prepare per call cost ~1 ms under load). */
   private readonly statements = new Map<string, Statement>();
   readonly webhooks: WebhookStore;
+  /** Told of each event insert: the webhook deliveries wake (events.ts). */
+  private readonly eventWakes = new EventWakes();
 
   constructor(readonly location: string) {
     this.db = openSqlite(location);
@@ -229,7 +232,7 @@ export class SqliteRegistry implements Registry {
     this.db.exec('PRAGMA busy_timeout = 5000');
     // Synchronous and cheap: the services may use the registry before anyone calls migrate().
     this.migrateNow();
-    this.webhooks = new SqliteWebhookStore(this.db, newDeliveryId);
+    this.webhooks = new SqliteWebhookStore(this.db, newDeliveryId, this.eventWakes);
   }
 
   async migrate(): Promise<void> {
@@ -848,6 +851,7 @@ export class SqliteRegistry implements Registry {
       event.type,
       JSON.stringify(event.data),
     ) as EventRow | undefined;
+    if (row) this.eventWakes.signal();
     return eventFromRow(
       row ?? (this.statement('SELECT * FROM events WHERE id = ?').get(event.id) as EventRow),
     );

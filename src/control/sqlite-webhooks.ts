@@ -1,4 +1,4 @@
-import type { SandboxEvent } from './events.js';
+import type { EventWakes, SandboxEvent } from './events.js';
 import { type DatabaseSync, lenient, type Statement, transaction } from './sqlite.js';
 import {
   type ClaimedDelivery,
@@ -118,7 +118,14 @@ export class SqliteWebhookStore implements WebhookStore {
     private readonly db: DatabaseSync,
     /** A new delivery's id. */
     private readonly newId: () => string,
+    /** Signalled by the registry at each event insert (one daemon writes the file). */
+    private readonly wakes?: EventWakes,
   ) {}
+
+  onEventWritten(listener: () => void): () => Promise<void> {
+    const off = this.wakes?.on(listener);
+    return async () => off?.();
+  }
 
   private statement(sql: string): Statement {
     let statement = this.statements.get(sql);

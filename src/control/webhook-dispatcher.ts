@@ -1,6 +1,7 @@
 /**
  * Delivers lifecycle events to webhooks (docs/events.md, Webhooks), beside the requests and never
- * in their way: every {@link WebhookTiming.pollMs} the dispatcher fans new events out to delivery
+ * in their way: when an event is written (WebhookStore.onEventWritten), and every
+ * {@link WebhookTiming.pollMs} besides, the dispatcher fans new events out to delivery
  * rows (webhook-store.ts) and claims due rows for a bounded pool of concurrent POSTs, each with an
  * explicit timeout. A receiver that is slow, down or never answers holds one slot of the pool
  * for at most the timeout; no API request waits on a delivery.
@@ -223,6 +224,8 @@ export class WebhookDispatcher {
   private lastPurge = 0;
   private lastError = '';
   private readonly inFlight = new Set<Promise<void>>();
+  /** Stops the wake on event writes. */
+  private unwake: (() => Promise<void>) | undefined;
   private readonly abort = new AbortController();
 
   constructor(
@@ -238,6 +241,9 @@ export class WebhookDispatcher {
   ) {}
 
   start(): void {
+    // An event written (here, or by a replica on PostgreSQL) is looked for at once; the poll stays
+    // for due retries and for a wake that was missed.
+    this.unwake = this.store.onEventWritten?.(() => this.kick());
     this.schedule(0);
   }
 
@@ -374,6 +380,7 @@ export class WebhookDispatcher {
   async stop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.timer);
+    await this.unwake?.();
     this.abort.abort();
     await this.running;
     await Promise.allSettled([...this.inFlight]);

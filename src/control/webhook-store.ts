@@ -133,6 +133,12 @@ export interface WebhookStore {
    * again). Undefined when it is not finished, is gone, or its event was purged (a test's never is).
    */
   restartDelivery(webhookId: string, id: string, now: number): Promise<DeliveryRecord | undefined>;
+  /**
+   * Calls `listener` soon after an event is written to the registry: by this daemon (SQLite), or
+   * by any daemon sharing it (PostgreSQL: LISTEN/NOTIFY). Best effort: the dispatcher still
+   * polls. The function returned stops it.
+   */
+  onEventWritten?(listener: () => void): () => Promise<void>;
 }
 
 /** The type of a test delivery's event (POST /v1/webhooks/{id}/test): no sandbox changed. */
