@@ -2,12 +2,26 @@
 // sandbox takes on the default network (`internet`) and on `none`, and what the network's parts
 // cost (issue 50). `--density 150` creates 150 of each instead of 50.
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmdirSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Sandbox, Templates } from 'abx-sandbox';
 import { unmountUnder } from '../../src/providers/local/volumes.js';
-import { memAvailable, meminfo, sandboxNetProcesses, settledMemAvailable } from '../measure.js';
+import {
+  childMentioning,
+  memAvailable,
+  meminfo,
+  sandboxNetProcesses,
+  settledMemAvailable,
+} from '../measure.js';
 import type { BenchReport } from '../runner.js';
 import { ROOT } from '../runner.js';
 import { round, summarize } from '../stats.js';
@@ -18,6 +32,11 @@ export interface DensityRound {
   sandboxes: number;
   /** MemAvailable (and the per-CPU free lists) before the creates less after them, settled. */
   memAvailableDropMiB: number;
+  /**
+   * What the run's own memory cgroup grew by: the sandboxes, their networks, egress and the
+   * daemon, kernel memory included; absent without one (see ownMemoryCgroup).
+   */
+  chargedMiB?: number;
   /** Kernel slab and page tables grown (of the whole machine: other work shows too). */
   slabMiB: number;
   pageTablesMiB: number;
@@ -40,6 +59,55 @@ export interface DensityFigures {
 const MiB = 1024 * 1024;
 const BATCH = 10;
 
+/**
+ * A memory cgroup of the run's own (cgroup v1's memory hierarchy, or v2 with the memory
+ * controller): the bench moves itself in before its daemon starts, so the daemon, egress, every
+ * sandbox (none has a memory limit, so none gets a memory cgroup of its own) and each sandbox's
+ * network processes are charged there, kernel memory included: a figure other work on the
+ * machine does not move, unlike MemAvailable. Undefined where there is none to make (not root).
+ */
+function ownMemoryCgroup(): { usage(): number; leave(): void } | undefined {
+  const v1 = '/sys/fs/cgroup/memory';
+  const [base, usageFile] = existsSync(join(v1, 'memory.usage_in_bytes'))
+    ? [v1, 'memory.usage_in_bytes']
+    : ['/sys/fs/cgroup', 'memory.current'];
+  const dir = join(base, `abx-bench-density-${process.pid}`);
+  const from = readFileSync('/proc/self/cgroup', 'utf8')
+    .split('\n')
+    .map((line) => line.split(':'))
+    .find(([, controllers]) =>
+      base === v1 ? controllers?.split(',').includes('memory') : controllers === '',
+    )?.[2];
+  try {
+    mkdirSync(dir);
+    if (!existsSync(join(dir, usageFile))) throw new Error('no memory controller');
+    writeFileSync(join(dir, 'cgroup.procs'), String(process.pid));
+  } catch {
+    rmdirQuietly(dir);
+    return undefined;
+  }
+  return {
+    usage: () => Number(readFileSync(join(dir, usageFile), 'utf8')),
+    leave: () => {
+      try {
+        if (from !== undefined)
+          writeFileSync(join(base, from, 'cgroup.procs'), String(process.pid));
+      } catch {
+        // stays: the folder below is then left too
+      }
+      rmdirQuietly(dir);
+    },
+  };
+}
+
+function rmdirQuietly(dir: string): void {
+  try {
+    rmdirSync(dir);
+  } catch {
+    // not made, or still holds a process
+  }
+}
+
 function pssKiB(pid: number): number {
   try {
     const rollup = readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8');
@@ -49,34 +117,24 @@ function pssKiB(pid: number): number {
   }
 }
 
-/** Pids of this daemon's egress service (dist/egress.js under `home`'s daemon). */
-function egressPids(): number[] {
-  const found: number[] = [];
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const argv = readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0');
-      const env = readFileSync(`/proc/${entry}/environ`, 'utf8');
-      if (argv.some((a) => a.endsWith('egress.js')) && env.includes(`ABX_HOME=${homeOf}`))
-        found.push(Number(entry));
-    } catch {
-      // ended meanwhile, or not ours to read
-    }
-  }
-  return found;
+/** The pid of the egress service of `home`'s daemon (none before its first internet sandbox). */
+function egressPid(home: string): number | undefined {
+  const { pid } = JSON.parse(readFileSync(join(home, 'daemon.json'), 'utf8')) as { pid: number };
+  return childMentioning(pid, 'egress.js');
 }
-let homeOf = '';
 
 async function round1(
   report: BenchReport,
   home: string,
   network: 'internet' | 'none',
   count: number,
+  cgroup: ReturnType<typeof ownMemoryCgroup>,
 ): Promise<DensityRound> {
   const template = network === 'none' ? 'density-none' : undefined;
-  const egressBefore = egressPids().reduce((sum, pid) => sum + pssKiB(pid), 0);
+  const egressBefore = pssKiB(egressPid(home) ?? 0);
   const before = {
     available: (await settledMemAvailable(0)).value,
+    charged: cgroup?.usage() ?? 0,
     slab: meminfo('Slab'),
     pageTables: meminfo('PageTables'),
   };
@@ -98,12 +156,16 @@ async function round1(
     for (const box of boxes) await box.commands.run('true');
     const held = before.available - memAvailable();
     const after = await settledMemAvailable(held);
+    const charged = cgroup?.usage();
     const netPids = boxes.flatMap((box) => sandboxNetProcesses(box.sandboxId));
-    const egressAfter = egressPids().reduce((sum, pid) => sum + pssKiB(pid), 0);
+    const egressAfter = pssKiB(egressPid(home) ?? 0);
     const result: DensityRound = {
       network,
       sandboxes: count,
       memAvailableDropMiB: round((before.available - after.value) / count / MiB, 2),
+      ...(charged !== undefined
+        ? { chargedMiB: round((charged - before.charged) / count / MiB, 2) }
+        : {}),
       slabMiB: round((meminfo('Slab') - before.slab) / count / MiB, 3),
       pageTablesMiB: round((meminfo('PageTables') - before.pageTables) / count / MiB, 3),
       netProcessesPssMiB: round(
@@ -132,9 +194,9 @@ async function round1(
 export async function density(report: BenchReport, count = 50): Promise<DensityFigures> {
   report.log(`density (${count} sandboxes a network)`);
   const home = mkdtempSync(join(tmpdir(), 'abx-bench-density-'));
-  homeOf = home;
   const saved = process.env.ABX_WARM_POOL;
   process.env.ABX_WARM_POOL = '0';
+  const cgroup = ownMemoryCgroup();
   try {
     const file = join(home, 'density-none.yaml');
     writeFileSync(file, 'name: density-none\nnetwork: none\n');
@@ -145,8 +207,8 @@ export async function density(report: BenchReport, count = 50): Promise<DensityF
       await box.kill();
     }
     const rounds = [
-      await round1(report, home, 'internet', count),
-      await round1(report, home, 'none', count),
+      await round1(report, home, 'internet', count, cgroup),
+      await round1(report, home, 'none', count, cgroup),
     ];
     const [internet, none] = rounds as [DensityRound, DensityRound];
     const figures: DensityFigures = {
@@ -160,6 +222,14 @@ export async function density(report: BenchReport, count = 50): Promise<DensityF
       `${internet.memAvailableDropMiB} / ${none.memAvailableDropMiB} MiB`,
       'goal internet ≤ 10 MiB',
     );
+    if (internet.chargedMiB !== undefined && none.chargedMiB !== undefined) {
+      report.row(
+        '19 density',
+        `charged to the run's memory cgroup per sandbox, internet / none`,
+        `${internet.chargedMiB} / ${none.chargedMiB} MiB`,
+        `the network's share: ${round(internet.chargedMiB - none.chargedMiB, 2)} MiB (other work on the machine does not move it)`,
+      );
+    }
     report.row(
       '19 density',
       'network parts per sandbox: processes PSS / egress growth / slab',
@@ -189,6 +259,7 @@ export async function density(report: BenchReport, count = 50): Promise<DensityF
     });
     await unmountUnder(home).catch(() => undefined);
     rmSync(home, { recursive: true, force: true });
+    cgroup?.leave();
   }
 }
 

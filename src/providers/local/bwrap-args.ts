@@ -76,6 +76,11 @@ export interface BwrapOptions {
     bundle?: number;
     systemBundle?: number;
   };
+  /**
+   * The bundles as files every sandbox with the same one shares (trust.ts, sharedBundle), bound
+   * read-only in place of `fds.bundle` and `fds.systemBundle`: one copy in memory for all.
+   */
+  trustFiles?: { bundle: string; systemBundle?: string };
   env: Record<string, string>;
   workdir: string;
   /**
@@ -218,7 +223,7 @@ export function bwrapArgs(options: BwrapOptions): string[] {
     '--file',
     String(options.fds.token),
     `${SANDBOX_RUN_DIR}/token`,
-    ...trustMounts(options.fds),
+    ...trustMounts(options.fds, options.trustFiles),
     '--ro-bind',
     options.runtimeDir,
     SANDBOX_RUNTIME_DIR,
@@ -235,10 +240,15 @@ export function bwrapArgs(options: BwrapOptions): string[] {
 }
 
 /** bwrap options that give a sandbox the egress CA and the bundle with it (see BwrapOptions.fds). */
-function trustMounts(fds: BwrapOptions['fds']): string[] {
+function trustMounts(fds: BwrapOptions['fds'], files: BwrapOptions['trustFiles']): string[] {
   const args: string[] = [];
   if (fds.egressCa !== undefined) {
     args.push('--perms', '0444', '--ro-bind-data', String(fds.egressCa), SANDBOX_CA_FILE);
+  }
+  if (files) {
+    args.push('--ro-bind', files.bundle, SANDBOX_BUNDLE_FILE);
+    if (files.systemBundle) args.push('--ro-bind', files.systemBundle, SYSTEM_BUNDLE);
+    return args;
   }
   if (fds.bundle !== undefined) {
     args.push('--perms', '0444', '--ro-bind-data', String(fds.bundle), SANDBOX_BUNDLE_FILE);

@@ -28,7 +28,7 @@ import type { EgressPolicy } from '../../egress/policy.js';
 import { enterArgs, proxyEnv, SANDBOX_RESOLV_CONF } from '../../egress/sandbox-net.js';
 import { type KeptNet, SandboxNetworks } from '../../egress/sandbox-networks.js';
 import type { EgressCounters, EgressPorts } from '../../egress/service.js';
-import { trustEnv } from '../../egress/trust.js';
+import { sharedBundle, trustEnv } from '../../egress/trust.js';
 import { InvalidArgumentError, SandboxStartError } from '../../errors.js';
 import { dockerClient } from '../docker/engine.js';
 import type { DockerEngine } from '../docker/engine-client.js';
@@ -36,6 +36,7 @@ import {
   type PortableRuntime,
   portableRuntime,
   portableSandboxNode,
+  ROOT_PORTABLE_CACHE,
   SANDBOX_NODE,
   SANDBOX_NODE_DIR,
   SANDBOX_SUDO_DIR,
@@ -607,9 +608,11 @@ export class LocalProvider implements SandboxProvider {
           group: 5,
           token: 6,
           resolv: 7,
-          ...(trusted ? { egressCa: 8, bundle: 9 } : {}),
-          ...(trusted?.system ? { systemBundle: 10 } : {}),
+          ...(trusted ? { egressCa: 8 } : {}),
+          ...(trusted && !trusted.files ? { bundle: 9 } : {}),
+          ...(trusted?.system && !trusted.files ? { systemBundle: 10 } : {}),
         },
+        ...(trusted?.files ? { trustFiles: trusted.files } : {}),
         command: envdArgs,
         ...(binds.length > 0 ? { volumes: binds } : {}),
       };
@@ -822,12 +825,29 @@ export class LocalProvider implements SandboxProvider {
   }
 
   /**
+   * Where the shared trust bundles are kept: beside the portable runtimes, a folder every sandbox
+   * uid may read (root: /run/abx-runtime; rootless: the daemon's uid's, which sandboxes run as).
+   * None (each sandbox gets copies) where there is no such folder.
+   */
+  private trustShareDir(): string | undefined {
+    const cache =
+      this.options.runtimeCacheDir ??
+      (this.mode === 'root' ? ROOT_PORTABLE_CACHE : localRuntimeCache());
+    return cache ? join(cache, 'trust') : undefined;
+  }
+
+  /**
    * Writes an internet sandbox's trust for bwrap to copy in (fds 8-10): the egress CA, the bundle
    * with it, and (`system`) the same over the system's bundle, where the sandbox has one to bind
    * over: the host's without an image; an image's own, read without following a link, plus the
-   * CA. The files are removed once bwrap has them open.
+   * CA. The files are removed once bwrap has them open. The bundles are one shared file per
+   * content where there is a folder every sandbox uid may read (trustShareDir): bound, not
+   * copied into each sandbox.
    */
-  private async writeTrust(spec: SandboxSpec, rootfs?: string): Promise<{ system: boolean }> {
+  private async writeTrust(
+    spec: SandboxSpec,
+    rootfs?: string,
+  ): Promise<{ system: boolean; files?: { bundle: string; systemBundle?: string } }> {
     const base = rootfs
       ? await regularFileInImage(rootfs, SYSTEM_BUNDLE)
       : lstatSync(SYSTEM_BUNDLE, { throwIfNoEntry: false })?.isFile()
@@ -836,6 +856,14 @@ export class LocalProvider implements SandboxProvider {
     const { ca, bundle } = await this.networks.trust(base);
     const [caFile, bundleFile, systemFile] = TRUST_FILES;
     writeFileSync(join(spec.dir, caFile), ca, { mode: 0o600 });
+    const shareIn = this.trustShareDir();
+    if (shareIn) {
+      const file = sharedBundle(shareIn, bundle);
+      return {
+        system: base !== undefined,
+        files: { bundle: file, ...(base !== undefined ? { systemBundle: file } : {}) },
+      };
+    }
     writeFileSync(join(spec.dir, bundleFile), bundle, { mode: 0o600 });
     if (base !== undefined) writeFileSync(join(spec.dir, systemFile), bundle, { mode: 0o600 });
     return { system: base !== undefined };
