@@ -1,0 +1,217 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { startDaemon } from '../../src/installation/daemon-connection.js';
+import { Sandbox } from '../../src/sandbox/sandbox.js';
+import type { SandboxAuditEntry } from '../../src/sandbox/sandbox-audit.js';
+import { createAbxHome } from '../helpers/abx-home.js';
+import { apiAs } from '../helpers/api-call.js';
+import { internetUnavailable, makeInternet, type TestInternet } from '../helpers/internet.js';
+import { rootlessUid, startRootlessDaemon } from '../helpers/rootless.js';
+
+/**
+ * Raw TCP in the audit trail (src/egress/tcp-audit.ts): from inside a real sandbox whose egress
+ * namespace is a test "internet" (TEST-NET servers, no route out), a connection its own nft rules
+ * let through, with bytes both ways, and connections they reset (a denyOut range, an always-denied
+ * address), each one audit row with address, port, bytes, verdict and rule; on a root daemon
+ * (where a second key reads none of it) and a rootless one (nft in a user namespace).
+ */
+const unavailable = internetUnavailable();
+
+const NETWORK = { allowOut: ['allowed.test'], denyOut: ['192.0.2.0/24'] };
+/** What the client sends: a line of this many bytes, newline included; the echo adds `echo `. */
+const SENT = 2001;
+
+/** One connection from the sandbox, in Python: its exit says how it went; prints what came back. */
+function client(host: string, port: number): string {
+  return [
+    'python3 -c "',
+    'import socket,sys',
+    'try:',
+    `  s=socket.create_connection(('${host}',${port}),timeout=10)`,
+    'except OSError as e:',
+    '  print(type(e).__name__); sys.exit(3)',
+    `s.sendall(b'x'*${SENT - 1}+b'\\n')`,
+    "got=b''",
+    'while True:',
+    '  d=s.recv(65536)',
+    '  if not d: break',
+    '  got+=d',
+    's.close()',
+    'print(len(got))',
+    '"',
+  ].join('\n');
+}
+
+interface Installation {
+  box: Sandbox;
+  internet: TestInternet;
+  /** Reads the sandbox's audit with another key: its status (root daemon only). */
+  otherKeyStatus?: () => Promise<{ asOther: number; unknown: number }>;
+  close(): Promise<void>;
+}
+
+const modes: [string, () => Promise<Installation>][] = [
+  [
+    'root daemon',
+    async () => {
+      const internet = await makeInternet();
+      const abx = await createAbxHome();
+      const close = async () => {
+        await abx.close();
+        internet.remove();
+      };
+      try {
+        process.env.ABX_EGRESS_NETNS = internet.path;
+        process.env.ABX_EGRESS_HOSTS = internet.hostsFile;
+        const info = await startDaemon(abx.home);
+        const admin = apiAs(info, readFileSync(join(abx.home, 'api-key'), 'utf8').trim());
+        const keyA = (await admin.post('/v1/keys', { name: 'tcp-a' })).body.key as string;
+        const keyB = (await admin.post('/v1/keys', { name: 'tcp-b' })).body.key as string;
+        const box = await Sandbox.create({ apiUrl: info.apiUrl, apiKey: keyA, network: NETWORK });
+        return {
+          box,
+          internet,
+          otherKeyStatus: async () => ({
+            asOther: (await apiAs(info, keyB).get(`/v1/sandboxes/${box.sandboxId}/audit`)).status,
+            unknown: (await apiAs(info, keyB).get('/v1/sandboxes/sbx_nosuch/audit')).status,
+          }),
+          close: async () => {
+            await box.kill().catch(() => undefined);
+            await close();
+          },
+        };
+      } catch (error) {
+        await close();
+        throw error;
+      }
+    },
+  ],
+  [
+    'rootless daemon',
+    async () => {
+      const uid = rootlessUid();
+      const internet = await makeInternet({ owner: uid });
+      const daemon = await startRootlessDaemon({
+        uid,
+        delegateCgroups: true,
+        env: {
+          ABX_EGRESS_NETNS: internet.path,
+          ABX_EGRESS_USERNS: internet.userns as string,
+          ABX_EGRESS_HOSTS: internet.hostsFile,
+        },
+      }).catch((error) => {
+        internet.remove();
+        throw error;
+      });
+      const close = async () => {
+        await daemon.close();
+        internet.remove();
+      };
+      const box = await Sandbox.create({ home: daemon.home, network: NETWORK }).catch(
+        async (error) => {
+          await close();
+          throw error;
+        },
+      );
+      return {
+        box,
+        internet,
+        close: async () => {
+          await box.kill().catch(() => undefined);
+          await close();
+        },
+      };
+    },
+  ],
+];
+
+describe.skipIf(unavailable).each(modes)('raw TCP in the audit trail (%s)', (mode, install) => {
+  let abx: Installation;
+  const sh = (command: string) =>
+    abx.box.commands.run(command, { timeoutMs: 30_000, allowNonZeroExit: true });
+  const tcpRows = async (): Promise<SandboxAuditEntry[]> =>
+    (await abx.box.audit({ kind: ['egress'], limit: 1000 })).audit.filter(
+      (row) => row.data.protocol === 'tcp',
+    );
+
+  beforeAll(async () => {
+    abx = await install();
+  }, 180_000);
+
+  afterAll(async () => {
+    await abx?.close();
+  });
+
+  test('an allowed connection: one row with its name, address, port, bytes both ways and rule', async () => {
+    const run = await sh(client('allowed.test', 7000));
+    expect(run.stdout.trim(), run.stderr).toBe(String(SENT + 'echo '.length));
+    // The read asks egress for the sandbox's raw TCP first: the row is there at once.
+    const rows = (await tcpRows()).filter((row) => row.data.port === 7000);
+    expect(rows).toHaveLength(1);
+    const row = rows[0] as SandboxAuditEntry;
+    expect(row.data).toMatchObject({
+      protocol: 'tcp',
+      name: 'allowed.test',
+      address: abx.internet.addresses.allowed,
+      port: 7000,
+      verdict: 'allowed',
+      rule: 'allowOut allowed.test',
+    });
+    // Bytes as the IP packets carried them: the payload and, per packet, 40 to 60 bytes of headers.
+    const { up, down } = row.data as { up: number; down: number };
+    expect(up).toBeGreaterThanOrEqual(SENT);
+    expect(up).toBeLessThan(SENT + 10 * 60);
+    expect(down).toBeGreaterThanOrEqual(SENT + 5);
+    expect(down).toBeLessThan(SENT + 5 + 10 * 60);
+    // Read again (and after egress's next reads): still one row.
+    expect((await tcpRows()).filter((r) => r.data.port === 7000)).toHaveLength(1);
+  });
+
+  test('a connection to a denyOut range: reset, one denied row naming the range', async () => {
+    const address = abx.internet.addresses.other;
+    const run = await sh(client(address, 7001));
+    expect(run.exitCode).toBe(3);
+    expect(run.stdout).toContain('ConnectionRefusedError');
+    const rows = (await tcpRows()).filter((row) => row.data.port === 7001);
+    expect(rows).toHaveLength(1);
+    expect((rows[0] as SandboxAuditEntry).data).toMatchObject({
+      name: address,
+      address,
+      verdict: 'denied',
+      rule: 'denyOut 192.0.2.0/24',
+      up: 0,
+      down: 0,
+    });
+    expect(abx.internet.hits().some((hit) => hit.startsWith(`tcp ${address}`))).toBe(false);
+  });
+
+  test('a connection to an always-denied address: one denied row naming that rule', async () => {
+    const run = await sh(client('10.1.2.3', 22));
+    expect(run.exitCode).toBe(3);
+    const rows = (await tcpRows()).filter((row) => row.data.address === '10.1.2.3');
+    expect(rows).toHaveLength(1);
+    expect((rows[0] as SandboxAuditEntry).data).toMatchObject({
+      port: 22,
+      verdict: 'denied',
+      rule: 'always denied: private (RFC 1918) (10.0.0.0/8)',
+    });
+  });
+
+  test.runIf(mode === 'root daemon')(
+    'another key gets 404 for these rows, as for an unknown sandbox',
+    async () => {
+      expect(await abx.otherKeyStatus?.()).toEqual({ asOther: 404, unknown: 404 });
+    },
+  );
+
+  test('HTTP to port 80 stays egress’s own row, not a raw one; the sandbox cannot read its sets', async () => {
+    const http = await sh('curl -sS -m 10 http://allowed.test/');
+    expect(http.stdout).toContain('hello from');
+    const egress = (await abx.box.audit({ kind: ['egress'], limit: 1000 })).audit;
+    expect(egress.some((row) => row.data.protocol === 'http' && row.data.port === 80)).toBe(true);
+    expect(egress.some((row) => row.data.protocol === 'tcp' && row.data.port === 80)).toBe(false);
+    expect((await sh('nft list set inet abx raw_out')).exitCode).not.toBe(0);
+    expect((await sh('nft flush set inet abx rst_deny')).exitCode).not.toBe(0);
+  });
+});
