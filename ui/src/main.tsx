@@ -11,6 +11,7 @@ import { SecretsPage } from './pages/secrets.js';
 import { SignIn } from './pages/signin.js';
 import { TemplatesPage } from './pages/templates.js';
 import { VolumesPage } from './pages/volumes.js';
+import { WebhooksPage } from './pages/webhooks.js';
 import { href, navigate, useRoute } from './router.js';
 import './style.css';
 
@@ -21,6 +22,7 @@ function Nav({ session, page }: { session: Session; page: string }) {
     ['templates', 'Templates'],
     ['volumes', 'Volumes'],
     ['secrets', 'Secrets'],
+    ['webhooks', 'Webhooks'],
     ...(session.admin ? ([['keys', 'Keys']] as [string, string][]) : []),
   ];
   return (
@@ -112,6 +114,9 @@ function App() {
       break;
     case 'secrets':
       content = <SecretsPage session={session} />;
+      break;
+    case 'webhooks':
+      content = <WebhooksPage session={session} />;
       break;
     case 'keys':
       content = <KeysPage session={session} />;
