@@ -4,6 +4,7 @@ import { SANDBOX_HOME } from '../../runtime/protocol/constants.js';
 import type { SetupStep, TemplateResources } from '../../runtime/protocol/wire.js';
 import { type EgressPolicy, normalizePolicy, PolicyError } from '../egress/policy.js';
 import { parseDuration } from '../util/duration.js';
+import { envMilliseconds } from '../util/env-ms.js';
 import { parseSize } from '../util/size.js';
 import { readKubernetes, type TemplateKubernetes } from './template-kubernetes.js';
 import { isRecord, type TemplateReader } from './template-reader.js';
@@ -89,7 +90,7 @@ export interface TemplateRuntime {
   runtime?: { node: number };
   /**
    * A command every sandbox starts in the background as it is created (as the template's user, in
-   * its workdir), and a `ready` command run until it exits 0 (START_READY_TIMEOUT_MS at most)
+   * its workdir), and a `ready` command run until it exits 0 (`ABX_START_READY_TIMEOUT_MS`, 120 s, at most)
    * before the create answers.
    */
   start?: TemplateStart;
@@ -120,8 +121,17 @@ export interface TemplateStart {
   ready?: string;
 }
 
-/** How long a create waits for a template's `start.ready` command to exit 0. */
+/** How long a create waits for a template's `start.ready` command to exit 0, by default. */
 export const START_READY_TIMEOUT_MS = 120_000;
+
+/**
+ * How long a create waits for a template's `start.ready` command to exit 0
+ * (`ABX_START_READY_TIMEOUT_MS`, 1000 or more; default {@link START_READY_TIMEOUT_MS}). Read once
+ * when the daemon is made: a bad value stops its start, naming the variable.
+ */
+export function startReadyTimeoutMs(env: NodeJS.ProcessEnv = process.env): number {
+  return envMilliseconds('ABX_START_READY_TIMEOUT_MS', START_READY_TIMEOUT_MS, 1000, env);
+}
 
 /** Reads the runtime keys of a template document, reporting problems to `reader`. */
 export function readRuntime(

@@ -6,6 +6,7 @@ import type { AddressInfo, Server as NetServer } from 'node:net';
 import { dirname, join } from 'node:path';
 import type { BodyLimits } from '../../runtime/server/http.js';
 import { type Guard, RouteTable } from '../../runtime/server/route-table.js';
+import { startReadyTimeoutMs } from '../commands/template-runtime.js';
 import { E2bControlApi } from '../compat/e2b/control-api.js';
 import { E2bEnvdFace } from '../compat/e2b/envd-face.js';
 import { listenerDenials } from '../egress/host-addresses.js';
@@ -381,6 +382,7 @@ export class Daemon {
       this.gateway.forgetSandbox(id);
     };
     this.sandboxes.pausedTimeoutMs = options.pausedTimeoutMs ?? pausedTimeout();
+    this.sandboxes.startReadyTimeoutMs = startReadyTimeoutMs();
     this.sandboxes.autoPauseMemory = autoPauseMemory();
     this.sandboxes.prestartServers = prestartServers();
     this.egressAudit = new EgressAuditPoller(

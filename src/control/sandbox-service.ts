@@ -166,6 +166,8 @@ export class SandboxService {
   onChanged: (id: string) => void = () => {};
   /** How long a paused sandbox is kept before it is removed (`--paused-timeout`). */
   pausedTimeoutMs = PAUSED_TIMEOUT_MS;
+  /** How long a create waits for its template's `start.ready` (`ABX_START_READY_TIMEOUT_MS`). */
+  startReadyTimeoutMs = START_READY_TIMEOUT_MS;
   /** Whether `autoPause` keeps memory when a create does not say (`autoPauseMemory`). */
   autoPauseMemory = true;
   /**
@@ -606,7 +608,7 @@ export class SandboxService {
         handle,
         this.controlTokenOf(id),
         startCmd,
-        START_READY_TIMEOUT_MS,
+        this.startReadyTimeoutMs,
       ).catch(async (error) => {
         await this.provider.kill(handle);
         rmSync(dir, { recursive: true, force: true });
@@ -1241,6 +1243,17 @@ export class SandboxService {
           ...(egress ? { egress } : {}),
           ...(workspace ? { workspace } : {}),
         };
+        // A fork that does not start leaves a `failed` event under the id it would have had.
+        const failed = async (error: unknown) => {
+          const event = eventFor(
+            { id: forkId, owner: owner?.keyId ?? null, template: source.template },
+            {
+              type: 'sandbox.lifecycle.failed',
+              data: { error: (error as Error).message, forkedFrom: id },
+            },
+          );
+          await this.registry.appendEvent(event).catch(() => undefined);
+        };
         const handle = await this.slots
           .run('create', () =>
             fork(
@@ -1256,6 +1269,7 @@ export class SandboxService {
           )
           .catch(async (error) => {
             await rm(dir, { recursive: true, force: true });
+            await failed(error);
             throw error;
           });
         await writeFile(join(dir, SPEC_FILE), JSON.stringify(kept), { mode: 0o600 });
