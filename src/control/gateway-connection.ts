@@ -686,6 +686,22 @@ export class ClientConnection implements UpstreamOwner {
       return;
     }
     if (passed && 'pass' in passed) {
+      // E2B's download is envd's `/files/read?path=`, its bytes passed on as they are: the
+      // gateway serves it itself where it serves the native one (not root's: `passed.route`).
+      const read = passed.pass.target;
+      if (
+        !passed.route &&
+        head.method === 'GET' &&
+        read.startsWith('/files/read?') &&
+        this.startDirect(
+          head,
+          { ...target, e2b: false, path: read, pathname: '/files/read' },
+          route,
+          target,
+        )
+      ) {
+        return;
+      }
       this.passOn(head, target, passed.route ?? route, passed.text, passed.pass);
       return;
     }
@@ -977,7 +993,13 @@ export class ClientConnection implements UpstreamOwner {
   // --- file transfers the gateway serves itself (gateway-files.ts) ---
 
   /** Serves the request as a direct file transfer if the gateway takes it; false: envd answers. */
-  private startDirect(head: RequestHead, target: RequestTarget, route: Route): boolean {
+  private startDirect(
+    head: RequestHead,
+    target: RequestTarget,
+    route: Route,
+    /** The request as the audit trail records it (E2B's, for E2B's download). */
+    audited: RequestTarget = target,
+  ): boolean {
     let transfer: DirectTransfer | undefined;
     try {
       transfer = this.routes.direct?.(head, target, route);
@@ -990,7 +1012,7 @@ export class ClientConnection implements UpstreamOwner {
     this.closeAfter = head.close;
     this.since = Date.now();
     this.mode = 'direct';
-    const tap = this.routes.audit?.(head, target, route);
+    const tap = this.routes.audit?.(head, audited, route);
     if (transfer.kind === 'read') {
       this.directBodyDone = true;
       tap?.end();

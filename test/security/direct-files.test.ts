@@ -2,6 +2,7 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Sandbox } from '../../src/index.js';
+import { attach } from '../compat/e2b/attach.js';
 import { createAbxHome, sandboxProcesses } from '../helpers/abx-home.js';
 import { startRootlessDaemon } from '../helpers/rootless.js';
 
@@ -94,6 +95,20 @@ describe.runIf(IS_ROOT).each(modes)('direct file transfers against a %s', (_mode
       'stat -c "%U:%G %a %s" /home/user/direct.bin; ls -a /home/user | grep -c "\\.tmp$"',
     );
     expect(seen.stdout).toBe(`user:user 644 ${data.length}\n0\n`);
+  }, 60_000);
+
+  test("E2B's download is served directly too; its refusals stay E2B's", async () => {
+    const e2b = attach(new URL(box.getUrl(49983)).origin, box.sandboxId, box.accessToken);
+    const data = Buffer.alloc(2 * 1024 * 1024 + 5, 'e');
+    await box.files.write('/home/user/e2b.bin', Readable.from([data]));
+    const read = await withEnvdStopped(box.sandboxId, () =>
+      e2b.files.read('/home/user/e2b.bin', { format: 'bytes' }),
+    );
+    expect(Buffer.from(read).equals(data)).toBe(true);
+    // A missing file and a locked one go to envd: E2B's NotFoundError, and its 403 as E2B words it.
+    await expect(e2b.files.read('/home/user/missing.bin')).rejects.toThrow(/not found|No such/i);
+    await sh('echo s > /home/user/e2b-locked && chmod 000 /home/user/e2b-locked');
+    await expect(e2b.files.read('/home/user/e2b-locked')).rejects.toThrow(/permission|denied/i);
   }, 60_000);
 
   test('links on the path go to envd: the sandbox own files, never the host', async () => {
