@@ -5,7 +5,7 @@ import ipaddr from 'ipaddr.js';
 import { egressEnterArgs } from './controller.js';
 import { ALWAYS_DENIED, type EgressPolicy, type Entry, parsePolicy } from './policy.js';
 import type { EgressPorts } from './service.js';
-import { recordReset, tcpAuditChains, tcpAuditSets } from './tcp-audit.js';
+import { tcpAuditChains, tcpAuditSets } from './tcp-audit.js';
 
 const run = promisify(execFile);
 
@@ -95,9 +95,10 @@ function set(name: string, elements: string[], flags = 'interval'): string {
  * sandbox's ports of the egress service, which decides by name. With an egress proxy, `tunnel4`
  * holds every address: TCP to a port other than 80 and 443 is reset before the policy, since only
  * what passes through egress goes through the proxy (HTTP_PROXY's CONNECT reaches any port). Raw
- * TCP is recorded for the audit trail (tcp-audit.ts): each reset by the rule that resets it, in a
- * rule of its own just before, and what passed by the `audit_out` and `audit_in` chains, which
- * only count. The sandbox has no capability in this namespace: it can neither read nor change
+ * TCP is recorded for the audit trail (tcp-audit.ts) by chains of their own, which only record:
+ * `audit_reset`, just before `filter_out`, follows its checks on each connection's first packet
+ * and notes what it will reset and by which rule; `audit_out` and `audit_in` count what passed.
+ * The sandbox has no capability in this namespace: it can neither read nor change
  * these rules.
  */
 export function sandboxRuleset(
@@ -127,21 +128,17 @@ export function sandboxRuleset(
     '    meta nfproto ipv6 reject',
     '    meta l4proto != tcp reject',
     '    ip daddr @permit4 goto decide',
-    `    ${recordReset('rst_always', 'ip daddr @always4')}`,
     '    ip daddr @always4 reject with tcp reset',
-    `    ${recordReset('rst_host', 'ip daddr @host4')}`,
     '    ip daddr @host4 reject with tcp reset',
     '    jump decide',
     '  }',
     '  chain decide {',
-    `    ${recordReset('rst_tunnel', 'ip daddr @tunnel4 tcp dport != { 80, 443 }')}`,
     `    ${TUNNEL_RULE}`,
     '    ip daddr @allow4 accept',
     '    ip daddr @resolved4 accept',
-    `    ${recordReset('rst_deny', 'ip daddr @deny4')}`,
     '    ip daddr @deny4 reject with tcp reset',
     '  }',
-    ...tcpAuditChains(SLIRP_GATEWAY),
+    ...tcpAuditChains(SLIRP_GATEWAY, ports),
     '  chain nat_out {',
     '    type nat hook output priority -100; policy accept;',
     '    oif "lo" return',

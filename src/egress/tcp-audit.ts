@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import type { EgressAuditRow } from './audit-queue.js';
 import type { Decision, EgressRules, ParsedPolicy } from './policy.js';
 import { enterArgs, type SandboxNet } from './sandbox-net.js';
+import type { EgressPorts } from './service.js';
 
 /**
  * Raw TCP in the audit trail: the connections a sandbox's own nftables rules decide (every port
@@ -10,7 +11,7 @@ import { enterArgs, type SandboxNet } from './sandbox-net.js';
  * dynamic sets keyed per connection (`ip daddr . tcp dport . tcp sport`): `raw_out` and `raw_in`
  * count each connection's packets and bytes (IP and TCP headers included) out and in, `raw_end`
  * holds those that have sent or met a FIN or RST, and one set per rule that resets holds what it
- * reset. Egress reads them (one `nsenter … nft -j list table` per sandbox per harvest) and queues
+ * reset (see {@link tcpAuditChains}). Egress reads them (one `nsenter … nft -j list table` per sandbox per harvest) and queues
  * one audit row per connection.
  */
 
@@ -59,20 +60,41 @@ export function tcpAuditSets(): string[] {
 }
 
 /**
- * The rule that records a reset of `set` ahead of the rule that resets. On a rule of its own: an
- * element that cannot be added (the set full) ends only this rule, never the reset after it.
+ * The chains that record raw TCP; none decides (each only returns), so `filter_out` and `decide`
+ * stay what they were. `audit_reset` runs just before `filter_out` (priority -160) on each
+ * connection's first packet (a SYN) and follows its checks in their order, noting what
+ * `filter_out` will reset in the set of the rule that resets it: a note of its own before each
+ * return, so a full set never changes where a packet goes. `audit_out` and `audit_in` count what
+ * passed, after address translation (output priority 0; input before the reply's is undone), so
+ * what egress serves (DNS, 80, 443: sent to the gateway) is left out.
  */
-export function recordReset(name: ResetSet, match: string): string {
-  return `${match} update @${name} ${OUT_KEY}`;
-}
-
-/**
- * The chains that count what passed: after address translation (output priority 0, input before
- * the reply's is undone), so what egress serves (DNS, 80, 443: sent to the gateway) is left out.
- * Nothing here decides: each chain only returns.
- */
-export function tcpAuditChains(gateway: string): string[] {
+export function tcpAuditChains(
+  gateway: string,
+  ports: Pick<EgressPorts, 'http' | 'tls'>,
+): string[] {
+  const note = (set: ResetSet, match: string) => [
+    `    ${match} update @${set} ${OUT_KEY}`,
+    `    ${match} return`,
+  ];
   return [
+    '  chain audit_reset {',
+    '    type filter hook output priority -160; policy accept;',
+    '    oif "lo" return',
+    '    meta l4proto != tcp return',
+    '    tcp flags & (syn | ack) != syn return',
+    '    tcp dport 53 return',
+    `    ip daddr ${gateway} tcp dport { ${ports.http}, ${ports.tls} } return`,
+    '    ip daddr @permit4 goto audit_decide',
+    ...note('rst_always', 'ip daddr @always4'),
+    ...note('rst_host', 'ip daddr @host4'),
+    '    goto audit_decide',
+    '  }',
+    '  chain audit_decide {',
+    ...note('rst_tunnel', 'ip daddr @tunnel4 tcp dport != { 80, 443 }'),
+    '    ip daddr @allow4 return',
+    '    ip daddr @resolved4 return',
+    `    ip daddr @deny4 update @rst_deny ${OUT_KEY}`,
+    '  }',
     '  chain audit_out {',
     '    type filter hook output priority 0; policy accept;',
     '    oif "lo" return',
