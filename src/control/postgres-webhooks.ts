@@ -6,6 +6,7 @@ import {
   type DeliveryOutcome,
   type DeliveryRecord,
   NEWEST_SEQ,
+  TEST_PENDING_MAX,
   takes,
   testSeq,
   type WebhookChange,
@@ -309,14 +310,17 @@ export class PostgresWebhookStore implements WebhookStore {
     return rows[0] && deliveryFromRow(rows[0] as never);
   }
 
-  async insertTestDelivery(webhookId: string, now: number): Promise<DeliveryRecord> {
+  async insertTestDelivery(webhookId: string, now: number): Promise<DeliveryRecord | undefined> {
     const { rows } = await this.db.query(
       `INSERT INTO webhook_deliveries (id, webhook_id, event_seq, sandbox_id, state, attempts,
          next_attempt_at, created_at)
-       VALUES ($1, $2, $3, '', 'pending', 0, $4, $4) RETURNING *`,
-      [this.newId(), webhookId, testSeq(now), now],
+       SELECT $1, $2, $3, '', 'pending', 0, $4, $4
+       WHERE (SELECT COUNT(*) FROM webhook_deliveries WHERE webhook_id = $2
+         AND event_seq < 0 AND state = 'pending') < $5
+       RETURNING *`,
+      [this.newId(), webhookId, testSeq(now), now, TEST_PENDING_MAX],
     );
-    return deliveryFromRow(rows[0] as never);
+    return rows[0] && deliveryFromRow(rows[0] as never);
   }
 
   async restartDelivery(

@@ -5,6 +5,7 @@ import {
   type DeliveryOutcome,
   type DeliveryRecord,
   NEWEST_SEQ,
+  TEST_PENDING_MAX,
   takes,
   testSeq,
   type WebhookChange,
@@ -322,13 +323,22 @@ export class SqliteWebhookStore implements WebhookStore {
     return row && deliveryFromRow(row);
   }
 
-  async insertTestDelivery(webhookId: string, now: number): Promise<DeliveryRecord> {
+  async insertTestDelivery(webhookId: string, now: number): Promise<DeliveryRecord | undefined> {
     const row = this.statement(
       `INSERT INTO webhook_deliveries (id, webhook_id, event_seq, sandbox_id, state, attempts,
          next_attempt_at, created_at)
-       VALUES (?, ?, ?, '', 'pending', 0, ?, ?) RETURNING *`,
-    ).get(this.newId(), webhookId, testSeq(now), now, now) as DeliveryRow;
-    return deliveryFromRow(row);
+       SELECT :id, :webhookId, :seq, '', 'pending', 0, :now, :now
+       WHERE (SELECT COUNT(*) FROM webhook_deliveries WHERE webhook_id = :webhookId
+         AND event_seq < 0 AND state = 'pending') < :max
+       RETURNING *`,
+    ).get({
+      id: this.newId(),
+      webhookId,
+      seq: testSeq(now),
+      now,
+      max: TEST_PENDING_MAX,
+    }) as DeliveryRow | undefined;
+    return row && deliveryFromRow(row);
   }
 
   async restartDelivery(

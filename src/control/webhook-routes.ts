@@ -9,7 +9,7 @@ import { InvalidArgumentError } from '../errors.js';
 import type { ApiContext } from './api-routes.js';
 import type { Caller } from './key-service.js';
 import { deliveryJson, webhookJson } from './webhook-service.js';
-import { TEST_EVENT_TYPE } from './webhook-store.js';
+import { TEST_EVENT_TYPE, TEST_PENDING_MAX } from './webhook-store.js';
 
 /** Deliveries one log page holds at most (and by default). */
 export const DELIVERIES_MAX = 500;
@@ -135,7 +135,7 @@ export const WEBHOOK_ROUTES: Route<ApiContext>[] = [
     method: 'POST',
     path: '/v1/webhooks/{id}/test',
     group: 'api',
-    summary: `Send this webhook alone a ${TEST_EVENT_TYPE} event (no sandbox changed), signed as its other deliveries, tried once, recorded in its log: 202 with the delivery (kind test, state pending); read it again for the outcome. 400 webhook_disabled for a disabled webhook. No body.`,
+    summary: `Send this webhook alone a ${TEST_EVENT_TYPE} event (no sandbox changed), signed as its other deliveries, tried once, recorded in its log: 202 with the delivery (kind test, state pending); read it again for the outcome. 400 webhook_disabled for a disabled webhook; 429 webhook_tests_pending with ${TEST_PENDING_MAX} tests pending already. No body.`,
     handler: async ({ body, params, ctx }) => {
       noBody(body);
       const delivery = await ctx.webhooks.test(callerOf(ctx), params.id as string);

@@ -18,6 +18,7 @@ import {
   isTestDelivery,
   type SealedWebhookSecret,
   TEST_EVENT_TYPE,
+  TEST_PENDING_MAX,
   type WebhookChange,
   type WebhookFlavour,
   type WebhookRecord,
@@ -182,7 +183,14 @@ export class WebhookService {
   async test(caller: Caller, id: string): Promise<DeliveryRecord> {
     const webhook = await this.get(caller, id);
     this.mustBeEnabled(webhook, 'test');
-    return this.registry.webhooks.insertTestDelivery(webhook.id, Date.now());
+    const delivery = await this.registry.webhooks.insertTestDelivery(webhook.id, Date.now());
+    if (!delivery) {
+      throw new LimitExceededError(
+        `webhook ${webhook.id} has ${TEST_PENDING_MAX} test deliveries pending already, the most it may have: wait for their outcome (abx webhook deliveries ${webhook.id}), then test again`,
+        { code: 'webhook_tests_pending' },
+      );
+    }
+    return delivery;
   }
 
   /**

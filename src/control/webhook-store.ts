@@ -124,9 +124,10 @@ export interface WebhookStore {
   /**
    * Queues a test delivery to one webhook (POST /v1/webhooks/{id}/test): a pending row whose
    * event_seq is {@link testSeq} (negative: no event has it) and whose sandbox is '' (tests wait
-   * behind no sandbox's events).
+   * behind no sandbox's events). Undefined, writing nothing, when the webhook has
+   * {@link TEST_PENDING_MAX} tests pending already.
    */
-  insertTestDelivery(webhookId: string, now: number): Promise<DeliveryRecord>;
+  insertTestDelivery(webhookId: string, now: number): Promise<DeliveryRecord | undefined>;
   /**
    * Queues a finished (delivered or failed) delivery again, same id and event, as new: pending
    * from `now`, no attempts, no last status or error, `createdAt` now (its retry window starts
@@ -140,6 +141,9 @@ export interface WebhookStore {
    */
   onEventWritten?(listener: () => void): () => Promise<void>;
 }
+
+/** Test deliveries one webhook may have pending at once (more are refused: 429). */
+export const TEST_PENDING_MAX = 5;
 
 /** The type of a test delivery's event (POST /v1/webhooks/{id}/test): no sandbox changed. */
 export const TEST_EVENT_TYPE = 'webhook.test';

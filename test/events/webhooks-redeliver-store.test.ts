@@ -3,6 +3,7 @@ import { eventFor } from '../../src/control/events.js';
 import { deliveryRequest } from '../../src/control/webhook-dispatcher.js';
 import {
   type DeliveryRecord,
+  TEST_PENDING_MAX,
   testEventOf,
   type WebhookRecord,
 } from '../../src/control/webhook-store.js';
@@ -49,8 +50,8 @@ for (const kind of STORES) {
         );
         const now = Date.now();
         expect(await registry.webhooks.fanOut(now, 500)).toBe(2);
-        const t1 = await registry.webhooks.insertTestDelivery(mine.id, now);
-        const t2 = await registry.webhooks.insertTestDelivery(mine.id, now + 1);
+        const t1 = (await registry.webhooks.insertTestDelivery(mine.id, now)) as DeliveryRecord;
+        const t2 = (await registry.webhooks.insertTestDelivery(mine.id, now + 1)) as DeliveryRecord;
         for (const t of [t1, t2]) {
           expect(t).toMatchObject({ webhookId: mine.id, sandboxId: '', state: 'pending' });
           expect(t.eventSeq).toBeLessThan(0);
@@ -122,6 +123,21 @@ for (const kind of STORES) {
           at: now + 7,
         });
         expect((await registry.webhooks.restartDelivery(mine.id, t1.id, now + 8))?.state).toBe(
+          'pending',
+        );
+
+        // At most TEST_PENDING_MAX tests pending per webhook (t1 again and t2 are): the next is
+        // refused, writing nothing; another webhook's are counted apart.
+        for (let i = 2; i < TEST_PENDING_MAX; i++) {
+          expect((await registry.webhooks.insertTestDelivery(mine.id, now + 10 + i))?.state).toBe(
+            'pending',
+          );
+        }
+        expect(await registry.webhooks.insertTestDelivery(mine.id, now + 20)).toBeUndefined();
+        expect(await registry.webhooks.listDeliveries(mine.id, 500)).toHaveLength(
+          1 + TEST_PENDING_MAX,
+        );
+        expect((await registry.webhooks.insertTestDelivery(other.id, now + 20))?.state).toBe(
           'pending',
         );
 
