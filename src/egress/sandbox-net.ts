@@ -398,11 +398,25 @@ export async function startSandboxNet(options: {
     ...(options.rootless ? ['--user', '--map-root-user'] : []),
     '--net',
     '--',
-    'sleep',
-    'infinity',
+    // The holder configures its namespace itself before it becomes `sleep`: loopback up and the
+    // rules (from stdin), where the daemon spawned an `nsenter … ip` and an `nsenter … nft` for
+    // them, each a fork of the daemon (issue 50). `sleep` in its command line means both are in.
+    '/bin/sh',
+    '-c',
+    'ip link set lo up && nft -f - && exec sleep infinity',
   ];
-  const holder = spawn(argv[0] as string, argv.slice(1), { detached: true, stdio: 'ignore', env });
+  const holder = spawn(argv[0] as string, argv.slice(1), {
+    detached: true,
+    stdio: ['pipe', 'ignore', 'pipe'],
+    env,
+  });
   holder.unref();
+  let stderr = '';
+  holder.stderr?.on('data', (c: Buffer) => {
+    stderr = (stderr + c.toString()).slice(-2000);
+  });
+  holder.stdin?.on('error', () => undefined);
+  holder.stdin?.end(sandboxRuleset(options.policy, options.ports, options));
   const stop = () => {
     try {
       if (holder.pid) process.kill(holder.pid, 'SIGKILL');
@@ -417,7 +431,9 @@ export async function startSandboxNet(options: {
     await waitFor(
       () => {
         if (holder.exitCode !== null)
-          throw new Error(`unshare ended (exit code ${holder.exitCode})`);
+          throw new Error(
+            `the namespace's holder ended (exit code ${holder.exitCode}): ${stderr.trim()}`,
+          );
         try {
           return (
             readlinkSync(`/proc/${pid}/ns/net`) !== ours &&
@@ -430,6 +446,7 @@ export async function startSandboxNet(options: {
       'the network namespace was not made',
       NET_START_TIMEOUT_MS,
     );
+    holder.stderr?.destroy();
     return await attachNet(options, pid, true);
   } catch (error) {
     stop();
@@ -438,10 +455,10 @@ export async function startSandboxNet(options: {
 }
 
 /**
- * Configures the namespace `pid` is in: loopback up, the rules, then slirp4netns from the egress
- * namespace (nothing leaves before the rules are in: there is no route until slirp4netns
- * configures its interface). `own`: the holder is the sandbox's own (rootless: its user namespace
- * is what lets the daemon's uid in).
+ * Configures the namespace `pid` is in: loopback up, the rules (a holder of the sandbox's own,
+ * `own`, put both in itself), then slirp4netns from the egress namespace (nothing leaves before
+ * the rules are in: there is no route until slirp4netns configures its interface). `own`
+ * rootless: the holder's user namespace is what lets the daemon's uid in.
  */
 async function attachNet(
   options: Parameters<typeof startSandboxNet>[0],
@@ -458,9 +475,12 @@ async function attachNet(
     userns,
     ports: options.ports,
   };
-  const [command, ...args] = [...enterArgs(net), 'ip', 'link', 'set', 'lo', 'up'];
-  await run(command as string, args, { timeout: NET_START_TIMEOUT_MS });
-  await applyRuleset(net, sandboxRuleset(options.policy, options.ports, options));
+  if (!own) {
+    // A namespace that exists already (a container's): configured from outside.
+    const [command, ...args] = [...enterArgs(net), 'ip', 'link', 'set', 'lo', 'up'];
+    await run(command as string, args, { timeout: NET_START_TIMEOUT_MS });
+    await applyRuleset(net, sandboxRuleset(options.policy, options.ports, options));
+  }
   const slirpArgs = [
     '--configure',
     '--mtu=65520',
