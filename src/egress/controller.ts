@@ -45,7 +45,7 @@ export interface EgressOptions {
   caDir?: string;
   /**
    * How often egress reads every sandbox's raw-TCP sets into the audit trail, in ms
-   * (ABX_EGRESS_TCP_AUDIT_MS; 1000 to 60000, default 15000: tcp-audit.ts).
+   * (ABX_EGRESS_TCP_AUDIT_MS; 1000 to 60000, default 60000: tcp-audit.ts).
    */
   tcpAuditMs?: number;
 }

@@ -22,7 +22,7 @@ export const TCP_AUDIT_SET_SIZE = 16_384;
 /** Resets of one rule a sandbox's set holds at most. */
 export const TCP_AUDIT_RESET_SET_SIZE = 4096;
 /** How often egress reads every sandbox's sets (ABX_EGRESS_TCP_AUDIT_MS), by default. */
-export const TCP_AUDIT_INTERVAL_MS = 15_000;
+export const TCP_AUDIT_INTERVAL_MS = 60_000;
 /** The bounds of that interval: an idle connection must be read before its element expires. */
 export const TCP_AUDIT_INTERVAL_MIN_MS = 1000;
 export const TCP_AUDIT_INTERVAL_MAX_MS = 60_000;
