@@ -58,15 +58,16 @@ const WAIT_DEFAULT_MS = 30_000;
 async function reportDelivery(
   id: string,
   queued: WebhookDelivery,
-  options: { wait: boolean; timeout: number; json?: boolean },
+  options: { wait: boolean; timeout?: number; json?: boolean },
   what: string,
 ): Promise<void> {
+  const timeout = options.timeout ?? WAIT_DEFAULT_MS;
   if (!options.wait) {
     if (options.json) return printJson(queued);
     printLine(`${what}: delivery ${queued.id} queued (abx webhook deliveries ${id} shows it)`);
     return;
   }
-  const delivery = await Webhook.waitForDelivery(id, queued.id, { timeoutMs: options.timeout });
+  const delivery = await Webhook.waitForDelivery(id, queued.id, { timeoutMs: timeout });
   if (options.json) printJson(delivery);
   else {
     const attempts = `${delivery.attempts} attempt${delivery.attempts === 1 ? '' : 's'}`;
@@ -78,7 +79,7 @@ async function reportDelivery(
       printLine(`error: ${delivery.lastError ?? '(none recorded)'}`);
     } else {
       printLine(
-        `${what}: delivery ${delivery.id} still pending after ${Math.round(options.timeout / 1000)} s (${attempts}${delivery.lastError ? `; last error: ${delivery.lastError}` : ''}); abx webhook deliveries ${id} shows how it ends`,
+        `${what}: delivery ${delivery.id} still pending after ${Math.round(timeout / 1000)} s (${attempts}${delivery.lastError ? `; last error: ${delivery.lastError}` : ''}); abx webhook deliveries ${id} shows how it ends`,
       );
     }
   }
@@ -291,10 +292,9 @@ export function addWebhookCommand(program: Command): void {
         '--timeout <duration>',
         'wait at most this long for the outcome (default 30s; the attempt itself ends within ABX_WEBHOOK_TIMEOUT_MS, 10s)',
         durationArg,
-        WAIT_DEFAULT_MS,
       )
       .option('--json', 'print the delivery as JSON')
-      .action(async (id: string, options: { wait: boolean; timeout: number; json?: boolean }) => {
+      .action(async (id: string, options: { wait: boolean; timeout?: number; json?: boolean }) => {
         const queued = await Webhook.test(id);
         await reportDelivery(id, queued, options, 'test');
       }),
@@ -312,14 +312,13 @@ export function addWebhookCommand(program: Command): void {
         '--timeout <duration>',
         'wait at most this long for the outcome (default 30s; it is retried after that all the same)',
         durationArg,
-        WAIT_DEFAULT_MS,
       )
       .option('--json', 'print the delivery as JSON')
       .action(
         async (
           id: string,
           deliveryId: string,
-          options: { wait: boolean; timeout: number; json?: boolean },
+          options: { wait: boolean; timeout?: number; json?: boolean },
         ) => {
           const queued = await Webhook.redeliver(id, deliveryId);
           await reportDelivery(id, queued, options, 'redelivery');
