@@ -35,6 +35,7 @@ import { memory } from './suites/memory.js';
 import { pauses } from './suites/pause.js';
 import { agentTools } from './suites/tools.js';
 import { transfers } from './suites/transfers.js';
+import { transfersDirect } from './suites/transfers-direct.js';
 import { volumes } from './suites/volumes.js';
 import { workspaceMount } from './suites/workspace.js';
 import { webhookCost } from './webhooks.js';
@@ -58,6 +59,7 @@ async function main() {
     if (runs('lifecycle')) await lifecycle(template);
     if (runs('server-start')) await serverStart(sandbox, template);
     if (runs('transfers')) await transfers(sandbox);
+    if (runs('transfers-direct')) await transfersDirect(report);
     if (runs('tools')) await agentTools(sandbox);
     if (runs('memory')) await memory(template);
     if (runs('code')) await code(sandbox);

@@ -1,7 +1,7 @@
 import type { Socket } from 'node:net';
 import { fsError } from '../../runtime/server/errors.js';
 import { PayloadTooLargeError } from '../errors.js';
-import { FileSink, readChunk, type SandboxFiles } from '../providers/local/sandbox-files.js';
+import { FileSink, readInto, type SandboxFiles } from '../providers/local/sandbox-files.js';
 import type { RequestTarget, Route } from './gateway-connection.js';
 import type { RequestHead } from './gateway-http.js';
 
@@ -14,8 +14,9 @@ import type { RequestHead } from './gateway-http.js';
  * goes to envd as before, so the contract is envd's: same statuses, answers and errors.
  */
 
-/** Reads of a download: 1 MiB each, one ahead of the socket. */
+/** Reads of a download: 1 MiB each, into one of 3 buffers the socket gives back once written. */
 const READ_CHUNK_BYTES = 1024 * 1024;
+const READ_SLOTS = 3;
 /** envd's limit of a streamed upload (runtime/envd/main.ts): over it, a 413. */
 export const DIRECT_UPLOAD_MAX_BYTES = 64 * 1024 ** 3;
 
@@ -93,19 +94,21 @@ function directRead(files: SandboxFiles, path: string): DirectRead | undefined {
   const file = files.openRead(path);
   if (!file) return undefined;
   let stopped = false;
-  const drained = (socket: Socket) =>
-    new Promise<void>((resolve) => {
-      const go = () => {
-        socket.off('drain', go);
-        socket.off('close', go);
-        resolve();
-      };
-      socket.on('drain', go);
-      socket.on('close', go);
-    });
   return {
     kind: 'read',
     async send(socket, close) {
+      // A few buffers, each filled again once the socket has taken it: no fresh buffer per read,
+      // which in the daemon's large heap cost more in collections than the copies themselves.
+      const slots = Math.max(1, Math.min(READ_SLOTS, Math.ceil(file.size / READ_CHUNK_BYTES)));
+      const free: Buffer[] = [];
+      for (let i = 0; i < slots; i++) free.push(Buffer.allocUnsafeSlow(READ_CHUNK_BYTES));
+      let wake: (() => void) | undefined;
+      const release = (buffer: Buffer) => {
+        free.push(buffer);
+        wake?.();
+      };
+      const gone = () => wake?.();
+      socket.on('close', gone);
       try {
         const { size } = file;
         socket.write(
@@ -117,21 +120,28 @@ function directRead(files: SandboxFiles, path: string): DirectRead | undefined {
           'latin1',
         );
         let position = 0;
-        let next = size > 0 ? readChunk(file.fd, Math.min(READ_CHUNK_BYTES, size), 0) : undefined;
-        while (next) {
-          const chunk = await next;
+        while (position < size) {
+          while (free.length === 0 && !socket.destroyed && !stopped) {
+            await new Promise<void>((resolve) => {
+              wake = resolve;
+            });
+            wake = undefined;
+          }
+          if (stopped || socket.destroyed) throw new Error('the client went away');
+          const buffer = free.pop() as Buffer;
+          const length = Math.min(READ_CHUNK_BYTES, size - position);
+          const bytes = await readInto(file.fd, buffer, length, position);
           if (stopped || socket.destroyed) throw new Error('the client went away');
           // Shorter than announced (the sandbox cut the file meanwhile): the client must see a cut
           // body, never a whole one of the wrong length.
-          if (chunk.length === 0) throw new Error(`${path} became shorter while it was read`);
-          position += chunk.length;
-          next =
-            position < size
-              ? readChunk(file.fd, Math.min(READ_CHUNK_BYTES, size - position), position)
-              : undefined;
-          if (!socket.write(chunk) && !socket.destroyed) await drained(socket);
+          if (bytes === 0) throw new Error(`${path} became shorter while it was read`);
+          position += bytes;
+          socket.write(bytes === buffer.length ? buffer : buffer.subarray(0, bytes), () =>
+            release(buffer),
+          );
         }
       } finally {
+        socket.off('close', gone);
         file.close();
       }
     },

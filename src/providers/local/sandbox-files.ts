@@ -397,13 +397,17 @@ export class FileSink {
   }
 }
 
-/** Reads `length` bytes at `position` into a fresh buffer (fewer when the file is shorter now). */
-export function readChunk(fd: number, length: number, position: number): Promise<Buffer> {
-  const buffer = Buffer.allocUnsafeSlow(length);
+/** Reads up to `length` bytes at `position` into `buffer`; resolves with the bytes read. */
+export function readInto(
+  fd: number,
+  buffer: Buffer,
+  length: number,
+  position: number,
+): Promise<number> {
   return new Promise((resolve, reject) => {
     read(fd, buffer, 0, length, position, (error, bytes) => {
       if (error) reject(error);
-      else resolve(bytes === length ? buffer : buffer.subarray(0, bytes));
+      else resolve(bytes);
     });
   });
 }
