@@ -203,6 +203,11 @@ interface Written {
 interface SandboxState {
   /** Connections (and resets) written, by key, until their element is gone. */
   written: Map<string, Written>;
+  /**
+   * The rule of a passing connection as of the harvest that first saw it, until it is written:
+   * a new policy is applied after a harvest, so the rule named is the one that let it through.
+   */
+  rules: Map<string, { rule: string; name: string | undefined }>;
   /** Address → the name egress's DNS gave it for, and until when (ms). */
   names: Map<string, { name: string; until: number }>;
 }
@@ -266,7 +271,7 @@ export class TcpAudit {
   private sandbox(id: string): SandboxState {
     let state = this.state.get(id);
     if (!state) {
-      state = { written: new Map(), names: new Map() };
+      state = { written: new Map(), rules: new Map(), names: new Map() };
       this.state.set(id, state);
     }
     return state;
@@ -340,13 +345,19 @@ export class TcpAudit {
         state.written.set(k, { up: flow.up, down: flow.down, ended: true });
         continue;
       }
+      let decided = state.rules.get(k);
+      if (!decided) {
+        const name = this.nameOf(state, flow.e.address, now);
+        decided = { rule: this.allowRule(id, flow.e.address, name), name };
+        state.rules.set(k, decided);
+      }
       if (!(isEnded || options.final || flow.expires <= soon)) continue;
       const up = flow.up - (before?.up ?? 0);
       const down = flow.down - (before?.down ?? 0);
       if (before && up <= 0 && down <= 0 && !isEnded) continue;
       state.written.set(k, { up: flow.up, down: flow.down, ended: isEnded });
       if (before && up <= 0 && down <= 0) continue;
-      const name = this.nameOf(state, flow.e.address, now);
+      const { name, rule } = decided;
       this.deps.push({
         at: lastPacket({ ...flow.e, expires: flow.expires }),
         sandbox: id,
@@ -355,13 +366,15 @@ export class TcpAudit {
         address: flow.e.address,
         port: flow.e.port,
         allowed: true,
-        rule: this.allowRule(id, flow.e.address, name),
+        rule,
         up: Math.max(0, up),
         down: Math.max(0, down),
       });
     }
     // An element gone is a key that may be used again: forget it.
     for (const k of state.written.keys()) if (!seen.has(k)) state.written.delete(k);
+    for (const k of state.rules.keys())
+      if (!seen.has(k) || state.written.get(k)?.ended) state.rules.delete(k);
     for (const [address, { until }] of state.names) if (until < now) state.names.delete(address);
     if (options.final) this.forget(id);
   }

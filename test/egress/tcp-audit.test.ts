@@ -1,6 +1,9 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import type { EgressAuditRow } from '../../src/egress/audit-queue.js';
+import { type EgressPolicy, EgressRules, parsePolicy } from '../../src/egress/policy.js';
+import { TCP_AUDIT_ELEMENT_TIMEOUT_S, TcpAudit } from '../../src/egress/tcp-audit.js';
 import { startDaemon } from '../../src/installation/daemon-connection.js';
 import { Sandbox } from '../../src/sandbox/sandbox.js';
 import type { SandboxAuditEntry } from '../../src/sandbox/sandbox-audit.js';
@@ -213,5 +216,119 @@ describe.skipIf(unavailable).each(modes)('raw TCP in the audit trail (%s)', (mod
     expect(egress.some((row) => row.data.protocol === 'tcp' && row.data.port === 80)).toBe(false);
     expect((await sh('nft list set inet abx raw_out')).exitCode).not.toBe(0);
     expect((await sh('nft flush set inet abx rst_deny')).exitCode).not.toBe(0);
+  });
+});
+
+/**
+ * The harvest's bookkeeping on sets as `nft -j` lists them (no namespace): what is written when,
+ * once, with which rule.
+ */
+describe('the raw TCP harvest', () => {
+  type Conn = [address: string, port: number, sport: number, expires?: number];
+  const elem = ([address, port, sport, expires]: Conn, bytes?: number) => ({
+    elem: {
+      val: { concat: [address, port, sport] },
+      expires: expires ?? TCP_AUDIT_ELEMENT_TIMEOUT_S - 1,
+      ...(bytes === undefined ? {} : { counter: { packets: 1, bytes } }),
+    },
+  });
+  function setup(first: EgressPolicy) {
+    let policy = first;
+    const sets: Record<string, Array<ReturnType<typeof elem>>> = {};
+    const rows: Array<Omit<EgressAuditRow, 'seq'>> = [];
+    const audit = new TcpAudit(
+      {
+        rules: new EgressRules(),
+        policy: () => parsePolicy(policy),
+        push: (row) => rows.push(row),
+        list: async () =>
+          JSON.stringify({
+            nftables: Object.entries(sets).map(([name, elem]) => ({ set: { name, elem } })),
+          }),
+      },
+      10_000,
+    );
+    const net = { holder: 1, userns: false };
+    return {
+      rows,
+      sets,
+      setPolicy: (next: EgressPolicy) => {
+        policy = next;
+      },
+      harvest: (options?: { final?: boolean; baseline?: boolean }) =>
+        audit.harvest('s1', net, options),
+      audit,
+    };
+  }
+  const open: Conn = ['203.0.113.10', 22, 40000];
+
+  test('an open connection waits; ended, it is one row; its last ACKs are not another', async () => {
+    const t = setup({ allowOut: [], denyOut: [] });
+    t.sets.raw_out = [elem(open, 500)];
+    t.sets.raw_in = [elem(open, 900)];
+    await t.harvest();
+    expect(t.rows).toEqual([]);
+    t.sets.raw_out = [elem(open, 700)];
+    t.sets.raw_end = [elem(open)];
+    await t.harvest();
+    expect(t.rows).toMatchObject([
+      { kind: 'tcp', address: '203.0.113.10', name: '203.0.113.10', port: 22, up: 700, down: 900 },
+    ]);
+    expect(t.rows[0]?.rule).toBe('default (no entry names it)');
+    t.sets.raw_out = [elem(open, 752)];
+    await t.harvest();
+    await t.harvest({ final: true });
+    expect(t.rows).toHaveLength(1);
+  });
+
+  test('the rule is the one that let it through, though a new policy applies before it ends', async () => {
+    const t = setup({ allowOut: ['203.0.113.0/24'], denyOut: ['0.0.0.0/0'] });
+    t.audit.noteAnswer('s1', 'allowed.test', ['203.0.113.10'], 60);
+    t.sets.raw_out = [elem(open, 100)];
+    await t.harvest();
+    t.setPolicy({ allowOut: [], denyOut: ['203.0.113.0/24'] });
+    t.sets.raw_end = [elem(open)];
+    await t.harvest();
+    expect(t.rows).toMatchObject([
+      { name: 'allowed.test', allowed: true, rule: 'allowOut 203.0.113.0/24' },
+    ]);
+  });
+
+  test('an idle connection is written before its count expires, and what follows as its own row', async () => {
+    const t = setup({ allowOut: [], denyOut: [] });
+    t.sets.raw_out = [elem(['203.0.113.10', 22, 40000, 20], 300)];
+    await t.harvest();
+    expect(t.rows).toMatchObject([{ up: 300, down: 0 }]);
+    t.sets.raw_out = [elem(open, 1300)];
+    t.sets.raw_end = [elem(open)];
+    await t.harvest();
+    expect(t.rows).toMatchObject([{ up: 300 }, { up: 1000 }]);
+  });
+
+  test('a reset is one row naming its rule; a namespace adopted writes nothing it holds', async () => {
+    const t = setup({ allowOut: [], denyOut: ['192.0.2.0/24'] });
+    t.sets.raw_out = [];
+    t.sets.rst_deny = [elem(['192.0.2.44', 5432, 41000])];
+    t.sets.rst_always = [elem(['169.254.169.254', 80, 41001])];
+    await t.harvest();
+    await t.harvest();
+    expect(t.rows.map((r) => [r.allowed, r.port, r.rule])).toEqual([
+      [false, 80, 'always denied: link-local (cloud metadata at 169.254.169.254) (169.254.0.0/16)'],
+      [false, 5432, 'denyOut 192.0.2.0/24'],
+    ]);
+    const adopted = setup({ allowOut: [], denyOut: [] });
+    adopted.sets.raw_out = [elem(open, 10)];
+    adopted.sets.raw_end = [elem(open)];
+    adopted.sets.rst_deny = [elem(['192.0.2.44', 5432, 41000])];
+    await adopted.harvest({ baseline: true });
+    await adopted.harvest({ final: true });
+    expect(adopted.rows).toEqual([]);
+  });
+
+  test('a table without the sets (an older daemon made it) is left alone', async () => {
+    const t = setup({ allowOut: [], denyOut: [] });
+    t.sets.allow4 = [];
+    await t.harvest({ final: true });
+    expect(t.rows).toEqual([]);
   });
 });
