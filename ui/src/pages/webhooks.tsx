@@ -1,4 +1,4 @@
-import { useCallback, useEffect, useState } from 'preact/hooks';
+import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
 import { api, type Session, seg } from '../api.js';
 import { ask } from '../components/dialog.js';
 import { Failure, TableHead } from '../components/table.js';
@@ -35,6 +35,8 @@ interface DeliveryRow {
 
 /** How often the open delivery log and the last-delivery column are read again. */
 const POLL_MS = 3000;
+/** ...and while a delivery is due now or being tried (a test just sent): its outcome comes soon. */
+const SOON_MS = 500;
 /** Deliveries read per webhook (the API's most is 500). */
 const LOG_LIMIT = 50;
 
@@ -76,7 +78,10 @@ export function WebhooksPage({ session }: { session: Session }) {
   const [events, setEvents] = useState('');
   const [secret, setSecret] = useState('');
 
+  const lastLoad = useRef(0);
+  const dueSoon = useRef(false);
   const load = useCallback(async () => {
+    lastLoad.current = Date.now();
     try {
       const list = (await api<{ webhooks: WebhookRow[] }>('GET', '/v1/webhooks')).webhooks;
       const read = await Promise.all(
@@ -90,13 +95,23 @@ export function WebhooksPage({ session }: { session: Session }) {
       );
       setHooks(list);
       setLogs(Object.fromEntries(read));
+      const soon = Date.now() + 2000;
+      dueSoon.current = read.some(([, log]) =>
+        log.some(
+          (d) =>
+            d.state === 'pending' &&
+            (d.nextAttemptAt === null || Date.parse(d.nextAttemptAt) < soon),
+        ),
+      );
     } catch (error) {
       setFailure(errorText(error));
     }
   }, []);
   useEffect(() => {
     void load();
-    const timer = setInterval(load, POLL_MS);
+    const timer = setInterval(() => {
+      if (dueSoon.current || Date.now() - lastLoad.current >= POLL_MS) void load();
+    }, SOON_MS);
     return () => clearInterval(timer);
   }, [load]);
 
@@ -328,8 +343,9 @@ export function WebhooksPage({ session }: { session: Session }) {
         <section aria-labelledby="deliveries-title">
           <h2 id="deliveries-title">Deliveries of {shown.name}</h2>
           <p class="hint">
-            Newest first, read again every {POLL_MS / 1000} s. A delivery keeps its id on every
-            attempt and redelivery (the abx-webhook-id header): receivers deduplicate on it.
+            Newest first, read again every {POLL_MS / 1000} s (every {SOON_MS} ms while one is being
+            tried). A delivery keeps its id on every attempt and redelivery (the abx-webhook-id
+            header): receivers deduplicate on it.
           </p>
           {log.length === 0 ? (
             <p>No deliveries yet.</p>
