@@ -5,6 +5,7 @@ import {
   type EventsDaemon,
   failedFork,
   failedStart,
+  killedMidDelivery,
   scriptedLife,
   startEventsDaemon,
   wokenDeliveries,
@@ -59,6 +60,11 @@ describe.skipIf(!TEST_DATABASE_URL)(
 
     test('deliveries are woken by the event write through NOTIFY, not the 5 s poll', async () => {
       await wokenDeliveries(d as EventsDaemon);
+    }, 60_000);
+
+    // Last: it leaves a new daemon in place of the first.
+    test('the daemon SIGKILLed mid-delivery and started again on the database loses nothing; the retry carries the same id', async () => {
+      await killedMidDelivery(d as EventsDaemon);
     }, 60_000);
   },
 );

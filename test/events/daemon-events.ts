@@ -3,7 +3,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { expect } from 'vitest';
-import { startDaemon } from '../../src/installation/daemon-connection.js';
+import { isProcessAlive, startDaemon } from '../../src/installation/daemon-connection.js';
 import type { DaemonInfo } from '../../src/installation/daemon-info.js';
 import { until } from '../control/plane.js';
 import { createAbxHome } from '../helpers/abx-home.js';
@@ -15,6 +15,7 @@ import { type Api, apiAs, call, type Json } from '../helpers/api-call.js';
  * `ABX_DATABASE_URL` in the environment, PostgreSQL.
  */
 export interface EventsDaemon {
+  /** The daemon now (a test that SIGKILLs it starts another: `info`, `a` and `b` change). */
   info: DaemonInfo;
   home: string;
   keyA: string;
@@ -32,6 +33,9 @@ export const EVENTS_ENV = {
   ABX_WEBHOOK_PERMIT: '127.0.0.0/8',
   // Long: a delivery that comes sooner was woken by its event's write, not found by the poll.
   ABX_WEBHOOK_POLL_MS: '5000',
+  // Short: a delivery whose daemon was SIGKILLed is sent again 4 s after its claim.
+  ABX_WEBHOOK_TIMEOUT_MS: '3000',
+  ABX_WEBHOOK_LEASE_MS: '4000',
 };
 
 /** A daemon with `env` over {@link EVENTS_ENV}, and keys A and B; `close` stops it and restores the environment. */
@@ -272,6 +276,78 @@ export async function wokenDeliveries(d: EventsDaemon): Promise<void> {
   } finally {
     if (id) await d.a.delete(`/v1/sandboxes/${id}`).catch(() => undefined);
     if (hook) await d.a.delete(`/v1/webhooks/${hook}`).catch(() => undefined);
+    await new Promise((resolve) => server.close(resolve));
+  }
+}
+
+/**
+ * A receiver that holds its first delivery unanswered; the daemon SIGKILLed meanwhile and started
+ * again on the same registry: the held delivery is sent again after its lease, under the same
+ * delivery id, and every event of the sandbox arrives (a duplicate only ever of one delivery).
+ * Leaves `d` pointing at the new daemon.
+ */
+export async function killedMidDelivery(d: EventsDaemon): Promise<void> {
+  const got: { id: string; body: Json }[] = [];
+  const held: { res: import('node:http').ServerResponse }[] = [];
+  let hang = true;
+  const server: Server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (chunk: Buffer) => chunks.push(chunk));
+    req.on('end', () => {
+      got.push({
+        id: req.headers['abx-webhook-id'] as string,
+        body: JSON.parse(Buffer.concat(chunks).toString('utf8')),
+      });
+      if (hang) held.push({ res });
+      else res.writeHead(200).end('ok');
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  let hook: string | undefined;
+  let id: string | undefined;
+  try {
+    const { port } = server.address() as AddressInfo;
+    const registered = await d.a.post('/v1/webhooks', { url: `http://127.0.0.1:${port}/hook` });
+    expect(registered.status).toBe(201);
+    hook = registered.body.id as string;
+    const made = await d.a.post('/v1/sandboxes', {});
+    expect(made.status).toBe(200);
+    id = made.body.sandboxId as string;
+    await until(() => held.length === 1, 'the held delivery', 5000);
+    const heldId = got[0]?.id as string;
+    expect(heldId).toMatch(/^whd_/);
+    const pid = d.info.pid;
+    process.kill(pid, 'SIGKILL');
+    await until(() => !isProcessAlive(pid), 'the daemon to die', 10_000);
+    hang = false;
+    for (const { res } of held) if (!res.closed) res.writeHead(200).end('late');
+    d.info = await startDaemon(d.home);
+    d.a = apiAs(d.info, d.keyA);
+    d.b = apiAs(d.info, d.keyB);
+    // Sent again once its claim's lease (4 s) ended, under the same id.
+    await until(() => got.filter((g) => g.id === heldId).length >= 2, 'the retry', 20_000);
+    expect((await d.a.delete(`/v1/sandboxes/${id}`)).status).toBe(200);
+    await until(
+      () => got.some((g) => g.body.sandboxId === id && short(g.body.type) === 'killed'),
+      'the killed delivery',
+      20_000,
+    );
+    const mine = got.filter((g) => g.body.sandboxId === id);
+    const events = new Map<string, Set<string>>();
+    for (const g of mine) events.set(g.body.id, (events.get(g.body.id) ?? new Set()).add(g.id));
+    expect([...new Set(mine.map((g) => short(g.body.type)))]).toEqual(['created', 'killed']);
+    // Each event under one delivery id, however often it was sent.
+    for (const deliveries of events.values()) expect(deliveries.size).toBe(1);
+    const log = await d.a.get(`/v1/webhooks/${hook}/deliveries`);
+    expect(log.status).toBe(200);
+    expect(
+      (log.body.deliveries as Json[]).filter((row) => row.state === 'delivered').length,
+    ).toBeGreaterThanOrEqual(2);
+  } finally {
+    for (const { res } of held) if (!res.closed) res.destroy();
+    if (id) await d.a.delete(`/v1/sandboxes/${id}`).catch(() => undefined);
+    if (hook) await d.a.delete(`/v1/webhooks/${hook}`).catch(() => undefined);
+    server.closeAllConnections();
     await new Promise((resolve) => server.close(resolve));
   }
 }
