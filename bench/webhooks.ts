@@ -83,7 +83,7 @@ export async function webhookCost(report: BenchReport): Promise<void> {
       '17 webhooks',
       'delivery latency: event written → receiver on loopback got it',
       `p50 ${round(lat.p50, 0)} ms`,
-      `p99 ${round(lat.p99, 0)} ms; ${latencies.length}/${expected} arrived; polling every 250 ms (ABX_WEBHOOK_POLL_MS)`,
+      `p99 ${round(lat.p99, 0)} ms; ${latencies.length}/${expected} arrived; woken by each event's write (the 250 ms poll, ABX_WEBHOOK_POLL_MS, as the fallback)`,
     );
   } finally {
     for (const info of await Sandbox.list({ home, state: ['running', 'paused'] }).catch(() => [])) {
