@@ -376,7 +376,10 @@ export class PostgresRegistry implements Registry {
           new (loadPg().Client)({
             connectionString: url,
             connectionTimeoutMillis: DATABASE_CONNECT_TIMEOUT_MS,
+            // LISTEN itself answers at once; a server gone silent is found by keep-alive.
+            query_timeout: DATABASE_QUERY_TIMEOUT_MS,
             keepAlive: true,
+            keepAliveInitialDelayMillis: 10_000,
             application_name: 'abx-daemon-listen',
           }),
       },
