@@ -33,6 +33,7 @@ import { images } from './suites/images.js';
 import { lifecycle, serverStart } from './suites/lifecycle.js';
 import { memory } from './suites/memory.js';
 import { pauses } from './suites/pause.js';
+import { tcpAuditCost } from './suites/tcp-audit.js';
 import { agentTools } from './suites/tools.js';
 import { transfers } from './suites/transfers.js';
 import { transfersDirect } from './suites/transfers-direct.js';
@@ -74,6 +75,7 @@ async function main() {
     if (runs('workspace')) await workspaceMount(report, template);
     if (runs('webhooks')) await webhookCost(report);
     if (runs('density')) await density(report, densityCount());
+    if (runs('tcp-audit')) await tcpAuditCost(report);
   } finally {
     for (const child of children) child.kill('SIGKILL');
     for (const info of await Sandbox.list({ state: ['running', 'paused'] })) {
