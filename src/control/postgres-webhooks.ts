@@ -320,6 +320,8 @@ export class PostgresWebhookStore implements WebhookStore {
        RETURNING *`,
       [this.newId(), webhookId, testSeq(now), now, TEST_PENDING_MAX],
     );
+    // Due now: this daemon's dispatcher need not wait for its poll (the others poll).
+    if (rows[0]) this.wakes.signal();
     return rows[0] && deliveryFromRow(rows[0] as never);
   }
 
@@ -337,6 +339,7 @@ export class PostgresWebhookStore implements WebhookStore {
        RETURNING *`,
       [id, webhookId, now],
     );
+    if (rows[0]) this.wakes.signal();
     return rows[0] && deliveryFromRow(rows[0] as never);
   }
 }

@@ -338,6 +338,7 @@ export class SqliteWebhookStore implements WebhookStore {
       now,
       max: TEST_PENDING_MAX,
     }) as DeliveryRow | undefined;
+    if (row) this.wakes?.signal(); // due now: the dispatcher need not wait for its poll
     return row && deliveryFromRow(row);
   }
 
@@ -354,6 +355,7 @@ export class SqliteWebhookStore implements WebhookStore {
          AND (event_seq < 0 OR EXISTS (SELECT 1 FROM events WHERE seq = event_seq))
        RETURNING *`,
     ).get({ id, webhookId, now }) as DeliveryRow | undefined;
+    if (row) this.wakes?.signal();
     return row && deliveryFromRow(row);
   }
 }
