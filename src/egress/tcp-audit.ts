@@ -106,12 +106,14 @@ export function tcpAuditChains(
     '  }',
     '  chain audit_in {',
     '    type filter hook input priority 0; policy accept;',
-    '    iif "lo" return',
     '    meta l4proto != tcp return',
     '    ct status dnat return',
     `    ip saddr ${gateway} return`,
-    `    update @raw_in ${IN_KEY}`,
+    // The reset the rules send a connection they cut (a new policy) comes back over loopback.
+    '    iif "lo" ip saddr 127.0.0.0/8 return',
     `    tcp flags & (fin | rst) != 0 update @raw_end ${IN_KEY}`,
+    '    iif "lo" return',
+    `    update @raw_in ${IN_KEY}`,
     '  }',
   ];
 }

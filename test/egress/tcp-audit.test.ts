@@ -202,6 +202,42 @@ describe.skipIf(unavailable).each(modes)('raw TCP in the audit trail (%s)', (mod
   });
 
   test.runIf(mode === 'root daemon')(
+    'a connection open across a policy change is named by the rule that let it through',
+    async () => {
+      const script = [
+        'python3 -c "',
+        'import socket,time',
+        "s=socket.create_connection(('allowed.test',7000),timeout=10)",
+        'time.sleep(4)',
+        'try:',
+        "  s.sendall(b'late\\n'); print('answer', len(s.recv(100)))",
+        'except OSError as e:',
+        '  print(type(e).__name__)',
+        '"',
+      ].join('\n');
+      const running = sh(script);
+      await new Promise((resolve) => setTimeout(resolve, 2500));
+      // The address is denied from now on: the open connection's next packet is reset.
+      let run: Awaited<typeof running>;
+      try {
+        await abx.box.setNetwork({ allowOut: [], denyOut: ['203.0.113.0/24'] });
+        run = await running;
+      } finally {
+        await abx.box.setNetwork(NETWORK);
+      }
+      expect(run.stdout).toMatch(/ConnectionResetError|answer 0|BrokenPipeError/);
+      const rows = (await tcpRows()).filter(
+        (row) => row.data.port === 7000 && row.data.verdict === 'allowed',
+      );
+      expect(rows).toHaveLength(2);
+      expect((rows[1] as SandboxAuditEntry).data).toMatchObject({
+        name: 'allowed.test',
+        rule: 'allowOut allowed.test',
+      });
+    },
+  );
+
+  test.runIf(mode === 'root daemon')(
     'another key gets 404 for these rows, as for an unknown sandbox',
     async () => {
       expect(await abx.otherKeyStatus?.()).toEqual({ asOther: 404, unknown: 404 });
