@@ -1,6 +1,6 @@
 import type { Socket } from 'node:net';
 import { fsError } from '../../runtime/server/errors.js';
-import { PayloadTooLargeError } from '../errors.js';
+import { PayloadTooLargeError, UpstreamError } from '../errors.js';
 import { FileSink, readInto, type SandboxFiles } from '../providers/local/sandbox-files.js';
 import type { RequestTarget, Route } from './gateway-connection.js';
 import type { RequestHead } from './gateway-http.js';
@@ -19,6 +19,15 @@ const READ_CHUNK_BYTES = 1024 * 1024;
 const READ_SLOTS = 3;
 /** envd's limit of a streamed upload (runtime/envd/main.ts): over it, a 413. */
 export const DIRECT_UPLOAD_MAX_BYTES = 64 * 1024 ** 3;
+/** A transfer checks that its sandbox still runs every this many bytes, and before it ends. */
+const ALIVE_CHECK_BYTES = 16 * 1024 * 1024;
+
+/** The error of a transfer whose sandbox was killed meanwhile (envd's connection would break). */
+function sandboxEnded(path: string): UpstreamError {
+  return new UpstreamError(
+    `the sandbox ended while ${path} was being transferred: nothing more of it is read or written`,
+  );
+}
 
 /** A download served from the sandbox's file: writes its answer to the client's socket. */
 export interface DirectRead {
@@ -135,6 +144,13 @@ function directRead(files: SandboxFiles, path: string): DirectRead | undefined {
           // Shorter than announced (the sandbox cut the file meanwhile): the client must see a cut
           // body, never a whole one of the wrong length.
           if (bytes === 0) throw new Error(`${path} became shorter while it was read`);
+          // A killed sandbox's download is cut, as envd's would be.
+          if (
+            Math.floor((position + bytes) / ALIVE_CHECK_BYTES) >
+            Math.floor(position / ALIVE_CHECK_BYTES)
+          ) {
+            if (!files.alive()) throw sandboxEnded(path);
+          }
           position += bytes;
           socket.write(bytes === buffer.length ? buffer : buffer.subarray(0, bytes), () =>
             release(buffer),
@@ -166,13 +182,26 @@ function directWrite(files: SandboxFiles, path: string): DirectWrite | undefined
           `the request body is over ${DIRECT_UPLOAD_MAX_BYTES} bytes, the most a streamed upload may send`,
         );
       }
-      return sink.push(chunk);
+      const before = sink.size;
+      const more = sink.push(chunk);
+      // A killed sandbox takes no more of an upload: the client gets an error, not a 200 for a
+      // file on a disk nobody will see again.
+      if (
+        Math.floor(sink.size / ALIVE_CHECK_BYTES) > Math.floor(before / ALIVE_CHECK_BYTES) &&
+        !files.alive()
+      ) {
+        throw sandboxEnded(file.path);
+      }
+      return more;
     },
     drained: () => sink.drained(),
     async end(close) {
       let size: number;
       try {
         size = await sink.finish();
+        if (done) throw new Error('the upload was cut short');
+        if (!files.alive()) throw sandboxEnded(file.path);
+        // From here the temporary file is the commit's (it removes it if the rename fails).
         done = true;
         file.commit();
       } catch (error) {

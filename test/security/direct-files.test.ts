@@ -229,4 +229,29 @@ describe.runIf(IS_ROOT).each(modes)('direct file transfers against a %s', (_mode
       400,
     );
   }, 60_000);
+
+  test('a sandbox killed mid-upload: the upload fails, no answer claims the file', async () => {
+    const victim = await Sandbox.create({ home: abx.home });
+    try {
+      let release: () => void = () => undefined;
+      const gate = new Promise<void>((resolve) => {
+        release = resolve;
+      });
+      const body = Readable.from(
+        (async function* () {
+          yield Buffer.alloc(1024 * 1024, 1);
+          await gate;
+          for (let i = 0; i < 20; i++) yield Buffer.alloc(1024 * 1024, 2);
+        })(),
+      );
+      const upload = victim.files.write('/home/user/k.bin', body);
+      upload.catch(() => undefined);
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      await victim.kill();
+      release();
+      await expect(upload).rejects.toThrow();
+    } finally {
+      await victim.kill().catch(() => undefined);
+    }
+  }, 60_000);
 });

@@ -111,6 +111,11 @@ export class SandboxFiles {
     readonly user: SandboxUser,
   ) {}
 
+  /** Whether the sandbox still runs (its init, not a process that took its pid since). */
+  alive(): boolean {
+    return processStartTime(this.init) === this.startTime;
+  }
+
   /**
    * The directory of `path` held open (every component walked, searchable by the sandbox's user,
    * on a disk file system), with the last component's name; undefined when the path cannot be
