@@ -1,6 +1,6 @@
 // `--only tcp-audit` (issue 48, docs/network.md "Raw TCP in the audit trail"): what one harvest of
 // a sandbox's raw-TCP sets costs (the `nsenter … nft -j list table` and the parse), with the sets
-// empty and holding 1000 and 4000 connections, in a network namespace of the bench's own with the
+// empty and holding 1000 and 2000 connections (a full set: TCP_AUDIT_SET_SIZE), in a network namespace of the bench's own with the
 // sandbox's real table (root only; nothing leaves it). CPU time, not wall time: the machine is
 // shared. Kernel memory per element is not measured here: with sandboxes coming and going on the
 // machine, the slab moves by more than a few thousand elements take (docs/network.md has a
@@ -53,7 +53,7 @@ export async function tcpAuditCost(report: BenchReport): Promise<TcpAuditFigures
     });
     const runs = report.quick ? 5 : 20;
     let filled = 0;
-    for (const connections of [0, 1000, 4000]) {
+    for (const connections of [0, 1000, 2000]) {
       // Elements as the packet path makes them, added in batches (one port per connection).
       for (let from = filled; from < connections; from += 500) {
         const batch: string[] = [];
