@@ -25,7 +25,7 @@ const ALIVE_CHECK_BYTES = 16 * 1024 * 1024;
 /** The error of a transfer whose sandbox was killed meanwhile (envd's connection would break). */
 function sandboxEnded(path: string): UpstreamError {
   return new UpstreamError(
-    `the sandbox ended while ${path} was being transferred: nothing more of it is read or written`,
+    `the sandbox was paused, forked or ended while ${path} was being transferred: nothing more of it is read or written; send the request again`,
   );
 }
 
@@ -100,9 +100,14 @@ export function directTransfer(
 }
 
 function directRead(files: SandboxFiles, path: string): DirectRead | undefined {
-  const file = files.openRead(path);
-  if (!file) return undefined;
   let stopped = false;
+  /** Wakes the send loop where it waits for a buffer (a fence's stop must not wait for the client). */
+  let wakeUp: (() => void) | undefined;
+  const file = files.openRead(path, () => {
+    stopped = true;
+    wakeUp?.();
+  });
+  if (!file) return undefined;
   return {
     kind: 'read',
     async send(socket, close) {
@@ -112,6 +117,7 @@ function directRead(files: SandboxFiles, path: string): DirectRead | undefined {
       const free: Buffer[] = [];
       for (let i = 0; i < slots; i++) free.push(Buffer.allocUnsafeSlow(READ_CHUNK_BYTES));
       let wake: (() => void) | undefined;
+      wakeUp = () => wake?.();
       const release = (buffer: Buffer) => {
         free.push(buffer);
         wake?.();
@@ -168,15 +174,25 @@ function directRead(files: SandboxFiles, path: string): DirectRead | undefined {
 }
 
 function directWrite(files: SandboxFiles, path: string): DirectWrite | undefined {
-  const file = files.createWrite(path);
+  let done = false;
+  let stop = () => {};
+  const file = files.createWrite(path, () => stop());
   if (!file) return undefined;
   const sink = new FileSink(file.fd);
-  let done = false;
   // envd's own wording and classes of fs errors (ENOSPC, EISDIR...), as envd's write answers.
   const fail = (error: unknown) => fsError(error, `write ${file.path}`);
+  const abort = () => {
+    if (done) return;
+    done = true;
+    void sink.settle().then(() => file.discard());
+  };
+  stop = abort;
   return {
     kind: 'write',
     data(chunk) {
+      // Stopped (a fence: the sandbox is being frozen or ended): its file is gone, and no byte
+      // may reach the descriptor it had.
+      if (done) throw sandboxEnded(file.path);
       if (sink.size + chunk.length > DIRECT_UPLOAD_MAX_BYTES) {
         throw new PayloadTooLargeError(
           `the request body is over ${DIRECT_UPLOAD_MAX_BYTES} bytes, the most a streamed upload may send`,
@@ -212,10 +228,6 @@ function directWrite(files: SandboxFiles, path: string): DirectWrite | undefined
       const body = JSON.stringify({ path: file.path, size });
       return `${answerHead('200 OK', ['content-type: application/json; charset=utf-8', `content-length: ${Buffer.byteLength(body)}`], close)}${body}`;
     },
-    abort() {
-      if (done) return;
-      done = true;
-      void sink.settle().then(() => file.discard());
-    },
+    abort,
   };
 }

@@ -230,6 +230,43 @@ describe.runIf(IS_ROOT).each(modes)('direct file transfers against a %s', (_mode
     );
   }, 60_000);
 
+  test('a pause mid-upload stops it before the freeze: no byte more reaches the frozen disk; resumed, uploads are direct again', async () => {
+    const victim = await Sandbox.create({ home: abx.home });
+    try {
+      let release: () => void = () => undefined;
+      const gate = new Promise<void>((resolve) => {
+        release = resolve;
+      });
+      const body = Readable.from(
+        (async function* () {
+          yield Buffer.alloc(1024 * 1024, 1);
+          await gate;
+          for (let i = 0; i < 20; i++) yield Buffer.alloc(1024 * 1024, 2);
+        })(),
+      );
+      const upload = victim.files.write('/home/user/p.bin', body);
+      upload.catch(() => undefined);
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      // The pause waits for the daemon's own transfer to stop (a fence), then freezes.
+      expect(await victim.pause()).toBe(true);
+      release();
+      await expect(upload).rejects.toThrow();
+      expect(await victim.resume()).toBe(true);
+      const left = await victim.commands.run(
+        'ls -a /home/user | grep -c "\\.tmp$"; test -e /home/user/p.bin && echo there || echo absent',
+        { allowNonZeroExit: true },
+      );
+      expect(left.stdout).toBe('0\nabsent\n');
+      // Thawed, the fence is lifted: an upload completes with envd stopped, so it was direct.
+      const written = await withEnvdStopped(victim.sandboxId, () =>
+        victim.files.write('/home/user/after.bin', 'again'),
+      );
+      expect(written.size).toBe(5);
+    } finally {
+      await victim.kill().catch(() => undefined);
+    }
+  }, 90_000);
+
   test('a sandbox killed mid-upload: the upload fails, no answer claims the file', async () => {
     const victim = await Sandbox.create({ home: abx.home });
     try {

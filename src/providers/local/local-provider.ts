@@ -89,6 +89,7 @@ import {
   STAGED,
   sharedRuntime,
 } from './sandbox-disk.js';
+import { fenceSandboxFiles, liftSandboxFiles } from './sandbox-files.js';
 import { localRuntimeCache, type NoImageNode, noImageNode, sandboxNodeOf } from './sandbox-node.js';
 import { DEFAULT_UID_RANGE, SandboxUids, type UidRange, uidProcesses } from './sandbox-uids.js';
 import { sandboxUsage } from './sandbox-usage.js';
@@ -1033,6 +1034,8 @@ export class LocalProvider implements SandboxProvider {
    */
   async freeze(handle: SandboxHandle): Promise<void> {
     if (!this.isAlive(handle)) throw new Error('its processes ended');
+    // The gateway's own transfers of its files stop first: frozen, nothing may write its disk.
+    await fenceSandboxFiles(handle);
     if (await freezeCgroups(cgroupsOf(handle))) return;
     for (let round = 0; round < 100; round++) {
       const running = this.processesOf(handle).filter((pid) => {
@@ -1048,8 +1051,10 @@ export class LocalProvider implements SandboxProvider {
   }
 
   async thaw(handle: SandboxHandle): Promise<void> {
-    if (thawCgroups(cgroupsOf(handle))) return;
-    for (const pid of this.processesOf(handle)) signal(pid, 'SIGCONT');
+    if (!thawCgroups(cgroupsOf(handle))) {
+      for (const pid of this.processesOf(handle)) signal(pid, 'SIGCONT');
+    }
+    liftSandboxFiles(handle);
   }
 
   /**
@@ -1198,6 +1203,9 @@ export class LocalProvider implements SandboxProvider {
    * `release`: its uid is freed too (a hibernate keeps it, as its disk's files are that uid's).
    */
   private async end(handle: SandboxHandle, release: boolean): Promise<void> {
+    // The gateway's transfers of its files stop and close first: a descriptor the daemon holds
+    // would keep its disk mounted after its processes (a hibernated disk mounted twice on wake).
+    await fenceSandboxFiles(handle);
     const cgroups = cgroupsOf(handle);
     // SIGKILL is not refused, but a process in uninterruptible sleep takes its time: 5 s at most.
     const deadline = Date.now() + 5000;

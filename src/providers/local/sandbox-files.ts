@@ -42,6 +42,12 @@ export interface SandboxUser {
   umask: number;
 }
 
+/**
+ * How long a fence waits for the transfers it stopped to close their descriptors: each stops at
+ * its next read or write, so this bounds only a write stuck in the kernel.
+ */
+export const FENCE_WAIT_MS = 10_000;
+
 /** File systems a direct transfer may read or write (`statfs` magic numbers): disks and tmpfs. */
 const DISK_FILE_SYSTEMS = new Set([
   0xef53, // ext2/3/4 (a sandbox's disk image)
@@ -112,8 +118,56 @@ export class SandboxFiles {
   ) {}
 
   /** Whether the sandbox still runs (its init, not a process that took its pid since). */
+  /**
+   * Transfers under way on this sandbox's files, each with how to stop it and when its descriptor
+   * is closed: a pause, a hibernate, a fork's copy of the disk or a kill waits for them
+   * ({@link fence}), since the daemon's writes, unlike envd's, go on while the sandbox is frozen.
+   */
+  private readonly under = new Set<{ stop: () => void; closed: Promise<void> }>();
+  /** While set (the sandbox frozen, its disk copied or its end under way), nothing is taken directly. */
+  private fenced = false;
+
+  /**
+   * Stops the transfers under way (each fails as a dead sandbox's would) and refuses new ones
+   * until {@link lift} (envd answers those: frozen, it answers once thawed, as before); resolves
+   * once every descriptor they held is closed, or after {@link FENCE_WAIT_MS} at most.
+   */
+  async fence(): Promise<void> {
+    this.fenced = true;
+    const closing = [...this.under].map((transfer) => {
+      transfer.stop();
+      return transfer.closed;
+    });
+    if (closing.length === 0) return;
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      Promise.all(closing),
+      new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, FENCE_WAIT_MS);
+      }),
+    ]);
+    clearTimeout(timer);
+  }
+
+  /** The sandbox runs again (thawed): direct transfers may be taken again. */
+  lift(): void {
+    this.fenced = false;
+  }
+
+  /** Tracks a transfer until `closed` is called; refused (false) while fenced. */
+  private track(stop: () => void): (() => void) | undefined {
+    if (this.fenced) return undefined;
+    let done!: () => void;
+    const entry = { stop, closed: new Promise<void>((resolve) => (done = resolve)) };
+    this.under.add(entry);
+    return () => {
+      this.under.delete(entry);
+      done();
+    };
+  }
+
   alive(): boolean {
-    return processStartTime(this.init) === this.startTime;
+    return !this.fenced && processStartTime(this.init) === this.startTime;
   }
 
   /**
@@ -122,7 +176,7 @@ export class SandboxFiles {
    * taken directly. `path` must be absolute (a relative one is envd's working directory's).
    */
   private openParent(path: string): { dir: number; stats: Stats; name: string } | undefined {
-    if (!path.startsWith('/') || path.includes('\0')) return undefined;
+    if (this.fenced || !path.startsWith('/') || path.includes('\0')) return undefined;
     const parts = posix.resolve(path).split('/').filter(Boolean);
     const name = parts.pop();
     if (name === undefined) return undefined;
@@ -151,7 +205,7 @@ export class SandboxFiles {
   }
 
   /** A regular file the sandbox's user may read, open; undefined: envd answers instead. */
-  openRead(path: string): FileToRead | undefined {
+  openRead(path: string, stop: () => void): FileToRead | undefined {
     const parent = this.openParent(path);
     if (!parent) return undefined;
     let fd: number | undefined;
@@ -167,8 +221,23 @@ export class SandboxFiles {
         closeQuietly(fd);
         return undefined;
       }
+      const closed = this.track(stop);
+      if (!closed) {
+        closeQuietly(fd);
+        return undefined;
+      }
       const file = fd;
-      return { fd: file, size: s.size, close: () => closeQuietly(file) };
+      let open = true;
+      return {
+        fd: file,
+        size: s.size,
+        close: () => {
+          if (!open) return;
+          open = false;
+          closeQuietly(file);
+          closed();
+        },
+      };
     } catch {
       closeQuietly(fd);
       return undefined;
@@ -183,7 +252,7 @@ export class SandboxFiles {
    * parent is missing (envd creates parents), the path is not a regular file, or the sticky bit
    * keeps the user from replacing it.
    */
-  createWrite(path: string): FileToWrite | undefined {
+  createWrite(path: string, stop: () => void): FileToWrite | undefined {
     if (this.user.uid === 0) return undefined;
     const euid = process.geteuid?.();
     // A daemon that cannot give the file to the sandbox's user leaves the write to envd.
@@ -225,6 +294,17 @@ export class SandboxFiles {
       closeQuietly(dir);
       return undefined;
     }
+    const closed = this.track(stop);
+    if (!closed) {
+      closeQuietly(fd);
+      try {
+        unlinkSync(`${fdPath}/${temp}`);
+      } catch {
+        // gone
+      }
+      closeQuietly(dir);
+      return undefined;
+    }
     const file = fd;
     const tempName = temp;
     let open = true;
@@ -249,6 +329,7 @@ export class SandboxFiles {
           throw sandboxError(error, fdPath, dirPath);
         } finally {
           closeQuietly(dir);
+          closed();
         }
       },
       discard() {
@@ -259,6 +340,7 @@ export class SandboxFiles {
           // gone (the sandbox may remove it itself)
         }
         closeQuietly(dir);
+        closed();
       },
     };
   }
@@ -327,6 +409,18 @@ export function sandboxFilesOf(handle: SandboxHandle): SandboxFiles | undefined 
   const files = new SandboxFiles(handle.pid, handle.startTime, user);
   known.set(key, files);
   return files;
+}
+
+/**
+ * The direct transfers of a sandbox process stopped and refused ({@link SandboxFiles.fence}),
+ * before it is frozen, its disk copied or its processes ended; `lift` after a thaw.
+ */
+export function fenceSandboxFiles(handle: SandboxHandle): Promise<void> {
+  return known.get(`${handle.pid}:${handle.startTime}`)?.fence() ?? Promise.resolve();
+}
+
+export function liftSandboxFiles(handle: SandboxHandle): void {
+  known.get(`${handle.pid}:${handle.startTime}`)?.lift();
 }
 
 /** Chunks are gathered to at least this many bytes before a write starts. */
