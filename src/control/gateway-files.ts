@@ -62,16 +62,29 @@ function pathOnly(target: RequestTarget): string | undefined {
   return path.startsWith('/') ? path : undefined;
 }
 
+/** A request the gateway may serve itself: what it does, on which path, for a browser or not. */
+export interface DirectCandidate {
+  kind: 'read' | 'write';
+  path: string;
+  cors: boolean;
+}
+
+/** envd's headers for a request with an Origin: any origin may read the answer (no cookie). */
+const CORS_LINES = ['access-control-allow-origin: *', 'access-control-expose-headers: *'];
+
 /** Whether a request might be served directly, from its head alone (no file looked at yet). */
 export function directCandidate(
   head: RequestHead,
   target: RequestTarget,
   route: Route,
-): { kind: 'read' | 'write'; path: string } | undefined {
+): DirectCandidate | undefined {
   if (!route.envd || target.root || target.e2b || head.upgrade) return undefined;
+  // A browser's request (the dashboard, E2B's SDK in a page) reads the answer only with the
+  // headers envd gives every request with an Origin (runtime/server/server.ts).
+  const cors = head.keys.includes('origin');
   if (head.method === 'GET' && target.pathname === '/files/read' && head.bodyLength === 0) {
     const path = pathOnly(target);
-    return path === undefined ? undefined : { kind: 'read', path };
+    return path === undefined ? undefined : { kind: 'read', path, cors };
   }
   if (head.method === 'PUT' && target.pathname === '/files/write' && head.bodyLength !== 0) {
     // Metadata is envd's to keep; `Expect: 100-continue` waits for envd's interim answer.
@@ -80,26 +93,27 @@ export function directCandidate(
     }
     if (head.bodyLength > DIRECT_UPLOAD_MAX_BYTES) return undefined;
     const path = pathOnly(target);
-    return path === undefined ? undefined : { kind: 'write', path };
+    return path === undefined ? undefined : { kind: 'write', path, cors };
   }
   return undefined;
 }
 
-function answerHead(status: string, lines: string[], close: boolean): string {
-  return `HTTP/1.1 ${status}\r\n${lines.join('\r\n')}\r\ndate: ${new Date().toUTCString()}\r\n${close ? 'connection: close\r\n' : ''}\r\n`;
+function answerHead(status: string, lines: string[], close: boolean, cors: boolean): string {
+  const all = cors ? [...lines, ...CORS_LINES] : lines;
+  return `HTTP/1.1 ${status}\r\n${all.join('\r\n')}\r\ndate: ${new Date().toUTCString()}\r\n${close ? 'connection: close\r\n' : ''}\r\n`;
 }
 
 /** The direct transfer of a candidate, or undefined when envd must answer it. */
 export function directTransfer(
   files: SandboxFiles,
-  candidate: { kind: 'read' | 'write'; path: string },
+  candidate: DirectCandidate,
 ): DirectTransfer | undefined {
   return candidate.kind === 'read'
-    ? directRead(files, candidate.path)
-    : directWrite(files, candidate.path);
+    ? directRead(files, candidate.path, candidate.cors)
+    : directWrite(files, candidate.path, candidate.cors);
 }
 
-function directRead(files: SandboxFiles, path: string): DirectRead | undefined {
+function directRead(files: SandboxFiles, path: string, cors: boolean): DirectRead | undefined {
   let stopped = false;
   /** Wakes the send loop where it waits for a buffer (a fence's stop must not wait for the client). */
   let wakeUp: (() => void) | undefined;
@@ -131,6 +145,7 @@ function directRead(files: SandboxFiles, path: string): DirectRead | undefined {
             '200 OK',
             ['content-type: application/octet-stream', `content-length: ${size}`],
             close,
+            cors,
           ),
           'latin1',
         );
@@ -173,7 +188,7 @@ function directRead(files: SandboxFiles, path: string): DirectRead | undefined {
   };
 }
 
-function directWrite(files: SandboxFiles, path: string): DirectWrite | undefined {
+function directWrite(files: SandboxFiles, path: string, cors: boolean): DirectWrite | undefined {
   let done = false;
   let stop = () => {};
   const file = files.createWrite(path, () => stop());
@@ -226,7 +241,7 @@ function directWrite(files: SandboxFiles, path: string): DirectWrite | undefined
         throw fail(error);
       }
       const body = JSON.stringify({ path: file.path, size });
-      return `${answerHead('200 OK', ['content-type: application/json; charset=utf-8', `content-length: ${Buffer.byteLength(body)}`], close)}${body}`;
+      return `${answerHead('200 OK', ['content-type: application/json; charset=utf-8', `content-length: ${Buffer.byteLength(body)}`], close, cors)}${body}`;
     },
     abort,
   };

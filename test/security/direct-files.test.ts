@@ -56,6 +56,18 @@ function slowBody(first: Buffer, between: () => Promise<void>, rest: Buffer): Re
   );
 }
 
+/** A 21 MiB upload body that sends its first MiB, then holds the rest until `release`. */
+function heldUpload(): { body: Readable; release: () => void } {
+  let release: () => void = () => undefined;
+  const gate = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  return {
+    body: slowBody(Buffer.alloc(1024 * 1024, 1), () => gate, Buffer.alloc(20 * 1024 * 1024, 2)),
+    release,
+  };
+}
+
 /** The error a promise rejects with (fails the test when it resolves). */
 async function failure(promise: Promise<unknown>): Promise<{ status?: number; message: string }> {
   try {
@@ -95,6 +107,31 @@ describe.runIf(IS_ROOT).each(modes)('direct file transfers against a %s', (_mode
       'stat -c "%U:%G %a %s" /home/user/direct.bin; ls -a /home/user | grep -c "\\.tmp$"',
     );
     expect(seen.stdout).toBe(`user:user 644 ${data.length}\n0\n`);
+  }, 60_000);
+
+  test("a browser's direct upload and download carry envd's CORS headers (the dashboard reads them)", async () => {
+    const gateway = new URL(box.getUrl(49983)).origin;
+    const headers = {
+      'x-sandbox-id': box.sandboxId,
+      'x-sandbox-port': '49983',
+      'x-access-token': box.accessToken,
+      origin: 'http://dashboard.example',
+    };
+    const [put, get] = await withEnvdStopped(box.sandboxId, async () => {
+      const put = await fetch(`${gateway}/files/write?path=/home/user/cors.txt`, {
+        method: 'PUT',
+        headers: { ...headers, 'content-type': 'application/octet-stream' },
+        body: 'from a page',
+      });
+      await put.text();
+      const get = await fetch(`${gateway}/files/read?path=/home/user/cors.txt`, { headers });
+      return [put, { response: get, text: await get.text() }] as const;
+    });
+    expect(put.status).toBe(200);
+    expect(put.headers.get('access-control-allow-origin')).toBe('*');
+    expect(get.text).toBe('from a page');
+    expect(get.response.headers.get('access-control-allow-origin')).toBe('*');
+    expect(get.response.headers.get('access-control-expose-headers')).toBe('*');
   }, 60_000);
 
   test("E2B's download is served directly too; its refusals stay E2B's", async () => {
@@ -233,17 +270,7 @@ describe.runIf(IS_ROOT).each(modes)('direct file transfers against a %s', (_mode
   test('a pause mid-upload stops it before the freeze: no byte more reaches the frozen disk; resumed, uploads are direct again', async () => {
     const victim = await Sandbox.create({ home: abx.home });
     try {
-      let release: () => void = () => undefined;
-      const gate = new Promise<void>((resolve) => {
-        release = resolve;
-      });
-      const body = Readable.from(
-        (async function* () {
-          yield Buffer.alloc(1024 * 1024, 1);
-          await gate;
-          for (let i = 0; i < 20; i++) yield Buffer.alloc(1024 * 1024, 2);
-        })(),
-      );
+      const { body, release } = heldUpload();
       const upload = victim.files.write('/home/user/p.bin', body);
       upload.catch(() => undefined);
       await new Promise((resolve) => setTimeout(resolve, 1000));
@@ -270,17 +297,7 @@ describe.runIf(IS_ROOT).each(modes)('direct file transfers against a %s', (_mode
   test('a sandbox killed mid-upload: the upload fails, no answer claims the file', async () => {
     const victim = await Sandbox.create({ home: abx.home });
     try {
-      let release: () => void = () => undefined;
-      const gate = new Promise<void>((resolve) => {
-        release = resolve;
-      });
-      const body = Readable.from(
-        (async function* () {
-          yield Buffer.alloc(1024 * 1024, 1);
-          await gate;
-          for (let i = 0; i < 20; i++) yield Buffer.alloc(1024 * 1024, 2);
-        })(),
-      );
+      const { body, release } = heldUpload();
       const upload = victim.files.write('/home/user/k.bin', body);
       upload.catch(() => undefined);
       await new Promise((resolve) => setTimeout(resolve, 1000));
