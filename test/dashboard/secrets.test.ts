@@ -1,6 +1,6 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core';
+import type { Page } from 'playwright-core';
 import { request } from 'undici';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { ApiKeys } from '../../src/index.js';
@@ -8,59 +8,22 @@ import { startDaemon } from '../../src/installation/daemon-connection.js';
 import type { DaemonInfo } from '../../src/installation/daemon-info.js';
 import { createAbxHome } from '../helpers/abx-home.js';
 import { ROOT } from '../helpers/build.js';
+import { apiAs, CHROMIUM, DashboardBrowser, HAS_CHROMIUM, signIn as signInAs } from './browser.js';
 
 // The dashboard's Secrets page in a real browser (Debian's Chromium) against a real daemon: the
 // value is typed into a password field and never comes back to the page.
 
-const CHROMIUM = '/usr/bin/chromium';
-const HAS_CHROMIUM = existsSync(CHROMIUM);
 const VALUE = 'dash-secret-value-7f3a9c';
 const ROTATED = 'dash-secret-rotated-2b8e1d';
 
 let abx: Awaited<ReturnType<typeof createAbxHome>>;
 let info: DaemonInfo;
 let adminKey: string;
-let browser: Browser;
-const contexts: BrowserContext[] = [];
 
-async function api(method: string, path: string, key = adminKey) {
-  const response = await request(`${info.apiUrl}${path}`, {
-    method: method as 'GET',
-    headers: { authorization: `Bearer ${key}` },
-  });
-  const text = await response.body.text();
-  return { status: response.statusCode, body: text ? JSON.parse(text) : undefined };
-}
-
-/** A fresh browser profile whose page records every response body and CSP violation. */
-async function newPage(): Promise<Page & { bodies: string[]; errors: string[] }> {
-  const context = await browser.newContext({ viewport: { width: 1280, height: 860 } });
-  contexts.push(context);
-  await context.addInitScript({
-    content: `window.__csp = [];
-      document.addEventListener('securitypolicyviolation', (event) => {
-        window.__csp.push(event.violatedDirective + ' ' + event.blockedURI);
-      });`,
-  });
-  const page = (await context.newPage()) as Page & { bodies: string[]; errors: string[] };
-  page.bodies = [];
-  page.errors = [];
-  page.on('pageerror', (error) => page.errors.push(error.message));
-  page.on('response', (response) => {
-    void response
-      .text()
-      .then((text) => page.bodies.push(text))
-      .catch(() => undefined);
-  });
-  return page;
-}
-
-async function signIn(page: Page, key: string): Promise<void> {
-  await page.goto(`${info.apiUrl}/`);
-  await page.getByLabel('API key').fill(key);
-  await page.getByRole('button', { name: 'Sign in' }).click();
-  await page.getByRole('heading', { name: 'Sandboxes', level: 1 }).waitFor();
-}
+const chrome = new DashboardBrowser();
+const api = (method: string, path: string, key = adminKey) => apiAs(info.apiUrl, method, path, key);
+const newPage = () => chrome.newPage();
+const signIn = (page: Page, key: string) => signInAs(page, info.apiUrl, key);
 
 beforeAll(async () => {
   if (!HAS_CHROMIUM) return;
@@ -70,18 +33,13 @@ beforeAll(async () => {
   abx = await createAbxHome();
   info = await startDaemon(abx.home);
   adminKey = readFileSync(join(abx.home, 'api-key'), 'utf8').trim();
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking'],
-  });
+  await chrome.launch();
 }, 120_000);
 
-afterEach(async () => {
-  for (const context of contexts.splice(0)) await context.close().catch(() => undefined);
-});
+afterEach(() => chrome.closePages());
 
 afterAll(async () => {
-  await browser?.close().catch(() => undefined);
+  await chrome.close();
   await abx?.close();
 }, 120_000);
 

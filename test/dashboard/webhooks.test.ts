@@ -2,8 +2,7 @@ import { existsSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
-import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core';
-import { request } from 'undici';
+import type { Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, test } from 'vitest';
 import { ApiKeys } from '../../src/index.js';
 import { startDaemon } from '../../src/installation/daemon-connection.js';
@@ -11,62 +10,29 @@ import type { DaemonInfo } from '../../src/installation/daemon-info.js';
 import { verifyWebhook } from '../../src/util/webhook-signature.js';
 import { createAbxHome } from '../helpers/abx-home.js';
 import { ROOT } from '../helpers/build.js';
+import { apiAs, CHROMIUM, DashboardBrowser, HAS_CHROMIUM, signIn as signInAs } from './browser.js';
 
 // The dashboard's Webhooks page in a real browser (Debian's Chromium) against a real daemon and
 // a receiver on loopback: add (the generated secret shown once), test-send, the delivery log,
 // redeliver, disable, remove; another key sees none of it.
 
-const CHROMIUM = '/usr/bin/chromium';
-const HAS_CHROMIUM = existsSync(CHROMIUM);
 const ENV = { ABX_WEBHOOK_PERMIT: '127.0.0.0/8', ABX_WEBHOOK_POLL_MS: '50' };
 const saved: Record<string, string | undefined> = {};
 
 let abx: Awaited<ReturnType<typeof createAbxHome>>;
 let info: DaemonInfo;
-let browser: Browser;
 let server: Server;
 let port = 0;
 let answer = 200;
 const got: { headers: IncomingMessage['headers']; body: string }[] = [];
-const contexts: BrowserContext[] = [];
 
-async function api(method: string, path: string, key: string) {
-  const response = await request(`${info.apiUrl}${path}`, {
-    method: method as 'GET',
-    headers: { authorization: `Bearer ${key}` },
-  });
-  const text = await response.body.text();
-  return { status: response.statusCode, body: text ? JSON.parse(text) : undefined };
-}
+const chrome = new DashboardBrowser();
+const api = (method: string, path: string, key: string) => apiAs(info.apiUrl, method, path, key);
+const newPage = () => chrome.newPage({ width: 1400, height: 900 });
 
-/** A fresh browser profile whose page records every response body and CSP violation. */
-async function newPage(): Promise<Page & { bodies: string[]; errors: string[] }> {
-  const context = await browser.newContext({ viewport: { width: 1400, height: 900 } });
-  contexts.push(context);
-  await context.addInitScript({
-    content: `window.__csp = [];
-      document.addEventListener('securitypolicyviolation', (event) => {
-        window.__csp.push(event.violatedDirective + ' ' + event.blockedURI);
-      });`,
-  });
-  const page = (await context.newPage()) as Page & { bodies: string[]; errors: string[] };
-  page.bodies = [];
-  page.errors = [];
-  page.on('pageerror', (error) => page.errors.push(error.message));
-  page.on('response', (response) => {
-    void response
-      .text()
-      .then((text) => page.bodies.push(text))
-      .catch(() => undefined);
-  });
-  return page;
-}
-
+/** Signs in and opens the Webhooks page. */
 async function signIn(page: Page, key: string): Promise<void> {
-  await page.goto(`${info.apiUrl}/`);
-  await page.getByLabel('API key').fill(key);
-  await page.getByRole('button', { name: 'Sign in' }).click();
-  await page.getByRole('heading', { name: 'Sandboxes', level: 1 }).waitFor();
+  await signInAs(page, info.apiUrl, key);
   await page.getByRole('link', { name: 'Webhooks' }).click();
   await page.getByRole('heading', { name: 'Webhooks', level: 1 }).waitFor();
 }
@@ -92,18 +58,13 @@ beforeAll(async () => {
   port = (server.address() as AddressInfo).port;
   abx = await createAbxHome();
   info = await startDaemon(abx.home);
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking'],
-  });
+  await chrome.launch();
 }, 120_000);
 
-afterEach(async () => {
-  for (const context of contexts.splice(0)) await context.close().catch(() => undefined);
-});
+afterEach(() => chrome.closePages());
 
 afterAll(async () => {
-  await browser?.close().catch(() => undefined);
+  await chrome.close();
   await abx?.close();
   server?.closeAllConnections();
   await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));

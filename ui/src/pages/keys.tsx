@@ -2,6 +2,7 @@ import { useCallback, useEffect, useState } from 'preact/hooks';
 import type { ApiKeyInfo } from '../../../runtime/protocol/wire.js';
 import { api, type Session, seg } from '../api.js';
 import { ask } from '../components/dialog.js';
+import { ShownOnce } from '../components/shown-once.js';
 import { Failure, TableHead } from '../components/table.js';
 import { errorText, time } from '../format.js';
 
@@ -104,25 +105,9 @@ export function KeysPage({ session }: { session: Session }) {
         </button>
       </form>
       {made && (
-        <div class="made" role="status">
-          <p>
-            The key of <strong>{made.name}</strong>, shown this once: copy it now.
-          </p>
-          <label for="made-key">New key</label>
-          <input
-            id="made-key"
-            class="mono"
-            readOnly
-            value={made.key}
-            onFocus={(e) => (e.target as HTMLInputElement).select()}
-          />
-          <button type="button" onClick={() => void navigator.clipboard?.writeText(made.key)}>
-            Copy
-          </button>
-          <button type="button" onClick={() => setMade(null)}>
-            Done
-          </button>
-        </div>
+        <ShownOnce id="made-key" label="New key" value={made.key} onDone={() => setMade(null)}>
+          The key of <strong>{made.name}</strong>, shown this once: copy it now.
+        </ShownOnce>
       )}
       <Failure text={failure} />
       {keys && (

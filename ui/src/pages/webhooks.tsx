@@ -1,6 +1,7 @@
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
 import { api, type Session, seg } from '../api.js';
 import { ask } from '../components/dialog.js';
+import { ShownOnce } from '../components/shown-once.js';
 import { Failure, TableHead } from '../components/table.js';
 import { errorText, time } from '../format.js';
 
@@ -242,25 +243,14 @@ export function WebhooksPage({ session }: { session: Session }) {
         </button>
       </form>
       {made && (
-        <div class="made" role="status">
-          <p>
-            The signing secret of <strong>{made.name}</strong>, shown this once: copy it now.
-          </p>
-          <label for="made-secret">Signing secret</label>
-          <input
-            id="made-secret"
-            class="mono"
-            readOnly
-            value={made.secret}
-            onFocus={(e) => (e.target as HTMLInputElement).select()}
-          />
-          <button type="button" onClick={() => void navigator.clipboard?.writeText(made.secret)}>
-            Copy
-          </button>
-          <button type="button" onClick={() => setMade(null)}>
-            Done
-          </button>
-        </div>
+        <ShownOnce
+          id="made-secret"
+          label="Signing secret"
+          value={made.secret}
+          onDone={() => setMade(null)}
+        >
+          The signing secret of <strong>{made.name}</strong>, shown this once: copy it now.
+        </ShownOnce>
       )}
       <Failure text={failure} />
       {done && (
