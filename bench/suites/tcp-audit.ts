@@ -5,8 +5,9 @@
 // shared. Kernel memory per element is not measured here: with sandboxes coming and going on the
 // machine, the slab moves by more than a few thousand elements take (docs/network.md has a
 // figure from repeated adds and flushes of 32 000).
+
 import { spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readFileSync, readlinkSync } from 'node:fs';
 import { EgressRules } from '../../src/egress/policy.js';
 import { applyRuleset, sandboxRuleset } from '../../src/egress/sandbox-net.js';
 import { TcpAudit } from '../../src/egress/tcp-audit.js';
@@ -41,7 +42,20 @@ export async function tcpAuditCost(report: BenchReport): Promise<TcpAuditFigures
   const net = { holder: holder.pid as number, userns: false };
   const figures: TcpAuditFigures[] = [];
   try {
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    // Until `unshare` has its namespace (a loaded machine may take longer than a moment);
+    // applyRuleset refuses the bench's own namespace either way.
+    const own = readlinkSync('/proc/self/ns/net');
+    for (let waited = 0; waited < 10_000; waited += 20) {
+      const theirs = (() => {
+        try {
+          return readlinkSync(`/proc/${net.holder}/ns/net`);
+        } catch {
+          return own;
+        }
+      })();
+      if (theirs !== own) break;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
     await applyRuleset(
       net,
       sandboxRuleset({ allowOut: [], denyOut: [] }, { http: 1, tls: 2, dns: 3 }),

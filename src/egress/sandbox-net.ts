@@ -195,7 +195,31 @@ export async function setHostAddresses(
 }
 
 /** Runs `nft -f -` with `ruleset` inside the sandbox's namespace. */
+/** A process's network namespace (its `/proc/PID/ns/net` link), or undefined when unreadable. */
+function netnsOf(pid: number | 'self'): string | undefined {
+  try {
+    return readlinkSync(`/proc/${pid}/ns/net`);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Refuses a sandbox namespace that is this process's own or the host's (pid 1's): a holder that
+ * has not unshared yet, or a pid that is not a holder, would have a sandbox's table reset the
+ * host's own traffic to private ranges.
+ */
+export function mustBeOwnNamespace(net: Pick<SandboxNet, 'holder'>): void {
+  const target = netnsOf(net.holder);
+  if (target !== undefined && (target === netnsOf('self') || target === netnsOf(1))) {
+    throw new Error(
+      `process ${net.holder} is in this process's (or the host's) network namespace, not a sandbox's of its own: no sandbox rules are loaded into it`,
+    );
+  }
+}
+
 export async function applyRuleset(net: Pick<SandboxNet, 'holder' | 'userns'>, ruleset: string) {
+  mustBeOwnNamespace(net);
   const [command, ...args] = [...enterArgs(net), 'nft', '-f', '-'];
   await new Promise<void>((resolve, reject) => {
     const child = spawn(command as string, args, { stdio: ['pipe', 'ignore', 'pipe'] });

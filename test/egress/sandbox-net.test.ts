@@ -8,6 +8,7 @@ import { HOST_ADDRESSES_REREAD_MS } from '../../src/egress/host-addresses.js';
 import type { EgressPolicy } from '../../src/egress/policy.js';
 import {
   allowResolved,
+  applyRuleset,
   enterArgs,
   REOPEN_MARGIN_MS,
   ResolvedAddresses,
@@ -423,6 +424,29 @@ describe.skipIf(unavailable)('a sandbox network through the egress service', () 
     expect(existsSync(`/proc/${net.holder}`)).toBe(false);
   });
 });
+
+describe.runIf(process.getuid?.() === 0)(
+  "a sandbox's rules never land in the host's namespace",
+  () => {
+    test("a holder still in this process's namespace (not unshared yet, or a wrong pid) is refused; the host's tables stay as they were", async () => {
+      const tables = () => execFileSync('nft', ['list', 'tables'], { encoding: 'utf8' });
+      const before = tables();
+      const ruleset = sandboxRuleset({ allowOut: [], denyOut: [] }, { http: 1, tls: 2, dns: 3 });
+      // This process, and a child that has not left its namespace: both the host's.
+      const child = spawn('sleep', ['30'], { stdio: 'ignore' });
+      try {
+        for (const holder of [process.pid, child.pid as number]) {
+          await expect(applyRuleset({ holder, userns: false }, ruleset)).rejects.toThrow(
+            /network namespace, not a sandbox's of its own/,
+          );
+        }
+      } finally {
+        child.kill('SIGKILL');
+      }
+      expect(tables()).toBe(before);
+    });
+  },
+);
 
 /** Which DNS answers open their addresses again: a fake opener, a fake clock. */
 describe('ResolvedAddresses', () => {
