@@ -1,4 +1,6 @@
-/** Pieces every list page shows the same way: its failure line and its table's header row. */
+/** Pieces every list page shows the same way: its failure line, its table's header row, its empty row. */
+
+import type { ComponentChildren } from 'preact';
 
 /** A failure of the page's last call, read out by screen readers; nothing when there is none. */
 export function Failure({ text }: { text: string | null | undefined }) {
@@ -26,5 +28,16 @@ export function TableHead({ columns, actions = false }: { columns: string[]; act
         )}
       </tr>
     </thead>
+  );
+}
+
+/** The one row of a table with nothing to list: `children` says why, across all `columns`. */
+export function EmptyRow({ columns, children }: { columns: number; children: ComponentChildren }) {
+  return (
+    <tr>
+      <td colSpan={columns} class="empty">
+        {children}
+      </td>
+    </tr>
   );
 }

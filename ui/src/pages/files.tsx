@@ -1,6 +1,6 @@
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
 import { SANDBOX_HOME } from '../../../runtime/protocol/constants.js';
-import { Failure, TableHead } from '../components/table.js';
+import { EmptyRow, Failure, TableHead } from '../components/table.js';
 import { bytes, errorText, time } from '../format.js';
 import { sandboxFetch, sandboxJson } from '../gateway.js';
 
@@ -265,13 +265,7 @@ export function FilesTab({ id }: { id: string }) {
                   </td>
                 </tr>
               ))}
-              {entries.length === 0 && (
-                <tr>
-                  <td colSpan={5} class="empty">
-                    This folder is empty.
-                  </td>
-                </tr>
-              )}
+              {entries.length === 0 && <EmptyRow columns={5}>This folder is empty.</EmptyRow>}
             </tbody>
           </table>
         </div>

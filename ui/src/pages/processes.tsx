@@ -1,7 +1,7 @@
 import { useCallback, useEffect, useState } from 'preact/hooks';
 import type { ProcessInfoWire } from '../../../runtime/protocol/wire.js';
 import { ask } from '../components/dialog.js';
-import { Failure, TableHead } from '../components/table.js';
+import { EmptyRow, Failure, TableHead } from '../components/table.js';
 import { errorText, time } from '../format.js';
 import { sandboxJson } from '../gateway.js';
 
@@ -102,12 +102,10 @@ export function ProcessesTab({ id }: { id: string }) {
                 </tr>
               ))}
               {shown.length === 0 && (
-                <tr>
-                  <td colSpan={7} class="empty">
-                    No process{showEnded ? '' : ' running'} (commands started with the SDK or the
-                    terminal show here).
-                  </td>
-                </tr>
+                <EmptyRow columns={7}>
+                  No process{showEnded ? '' : ' running'} (commands started with the SDK or the
+                  terminal show here).
+                </EmptyRow>
               )}
             </tbody>
           </table>

@@ -8,7 +8,7 @@ import {
 } from '../actions.js';
 import type { SandboxInfo, Session } from '../api.js';
 import { Sparkline } from '../components/sparkline.js';
-import { Failure, TableHead } from '../components/table.js';
+import { EmptyRow, Failure, TableHead } from '../components/table.js';
 import { bytes, duration, errorText, percent } from '../format.js';
 import { useLive, useNow } from '../live.js';
 import { href } from '../router.js';
@@ -128,13 +128,11 @@ export function SandboxesPage({ session, query }: { session: Session; query: URL
               />
             ))}
             {shown.length === 0 && (
-              <tr>
-                <td colSpan={9} class="empty">
-                  {all.length === 0
-                    ? 'No sandbox is running. Start one with the SDK or `abx run`.'
-                    : 'No sandbox matches the filters.'}
-                </td>
-              </tr>
+              <EmptyRow columns={9}>
+                {all.length === 0
+                  ? 'No sandbox is running. Start one with the SDK or `abx run`.'
+                  : 'No sandbox matches the filters.'}
+              </EmptyRow>
             )}
           </tbody>
         </table>

@@ -1,7 +1,7 @@
 import { useCallback, useEffect, useState } from 'preact/hooks';
 import { api, type Session, seg } from '../api.js';
 import { ask } from '../components/dialog.js';
-import { Failure, TableHead } from '../components/table.js';
+import { EmptyRow, Failure, TableHead } from '../components/table.js';
 import { errorText, time } from '../format.js';
 
 /** A secret as /v1 shows it: never its value. */
@@ -235,11 +235,7 @@ export function SecretsPage({ session }: { session: Session }) {
                 </tr>
               ))}
               {secrets.length === 0 && (
-                <tr>
-                  <td colSpan={columns.length + 1} class="empty">
-                    No secret yet.
-                  </td>
-                </tr>
+                <EmptyRow columns={columns.length + 1}>No secret yet.</EmptyRow>
               )}
             </tbody>
           </table>

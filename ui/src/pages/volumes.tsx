@@ -1,7 +1,7 @@
 import { useCallback, useEffect, useState } from 'preact/hooks';
 import { api, seg } from '../api.js';
 import { ask } from '../components/dialog.js';
-import { Failure, TableHead } from '../components/table.js';
+import { EmptyRow, Failure, TableHead } from '../components/table.js';
 import { bytes, errorText, time } from '../format.js';
 
 interface Volume {
@@ -105,13 +105,7 @@ export function VolumesPage() {
                   </td>
                 </tr>
               ))}
-              {volumes.length === 0 && (
-                <tr>
-                  <td colSpan={4} class="empty">
-                    No volume yet.
-                  </td>
-                </tr>
-              )}
+              {volumes.length === 0 && <EmptyRow columns={4}>No volume yet.</EmptyRow>}
             </tbody>
           </table>
         </div>

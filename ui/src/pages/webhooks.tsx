@@ -1,38 +1,10 @@
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
+import type { WebhookDelivery, WebhookInfo } from '../../../src/sandbox/webhook.js';
 import { api, type Session, seg } from '../api.js';
 import { ask } from '../components/dialog.js';
 import { ShownOnce } from '../components/shown-once.js';
-import { Failure, TableHead } from '../components/table.js';
+import { EmptyRow, Failure, TableHead } from '../components/table.js';
 import { errorText, time } from '../format.js';
-
-/** A webhook as /v1 shows it: never its secret. */
-interface WebhookRow {
-  id: string;
-  name: string;
-  url: string;
-  enabled: boolean;
-  /** Event types; empty: every type. */
-  events: string[];
-  flavour: 'abx' | 'e2b';
-  createdAt: string;
-  /** The owning key's id (null: the daemon's own key); admin sessions only. */
-  owner?: string | null;
-}
-
-/** One delivery of a webhook's log (docs/events.md, "The delivery log"). */
-interface DeliveryRow {
-  id: string;
-  kind: 'event' | 'test';
-  eventSeq: number | null;
-  sandboxId: string;
-  state: 'pending' | 'delivered' | 'failed';
-  attempts: number;
-  lastStatus: number | null;
-  lastError: string | null;
-  createdAt: string;
-  nextAttemptAt: string | null;
-  deliveredAt: string | null;
-}
 
 /** How often the open delivery log and the last-delivery column are read again. */
 const POLL_MS = 3000;
@@ -44,13 +16,13 @@ const LOG_LIMIT = 50;
 const hookPath = (id: string) => `/v1/webhooks/${seg(id)}`;
 
 /** A log newest first by when each delivery was (re)queued: a test or a redelivery on top. */
-const newestFirst = (log: DeliveryRow[]) =>
+const newestFirst = (log: WebhookDelivery[]) =>
   [...log].sort((a, b) => b.createdAt.localeCompare(a.createdAt));
 
-const stateClass = (state: DeliveryRow['state']) =>
+const stateClass = (state: WebhookDelivery['state']) =>
   `state ${state === 'delivered' ? 'running' : state === 'pending' ? 'paused' : 'dead'}`;
 
-function outcomeText(d: DeliveryRow): string {
+function outcomeText(d: WebhookDelivery): string {
   const status = d.lastStatus === null ? '' : ` (HTTP ${d.lastStatus})`;
   return `${d.state}${status}`;
 }
@@ -68,8 +40,8 @@ const parseEvents = (text: string) =>
  * once, at creation; nothing the page reads back holds a secret (the API never answers one).
  */
 export function WebhooksPage({ session }: { session: Session }) {
-  const [hooks, setHooks] = useState<WebhookRow[] | null>(null);
-  const [logs, setLogs] = useState<Record<string, DeliveryRow[]>>({});
+  const [hooks, setHooks] = useState<WebhookInfo[] | null>(null);
+  const [logs, setLogs] = useState<Record<string, WebhookDelivery[]>>({});
   const [open, setOpen] = useState<string | null>(null);
   const [failure, setFailure] = useState<string | null>(null);
   const [done, setDone] = useState<string | null>(null);
@@ -84,10 +56,10 @@ export function WebhooksPage({ session }: { session: Session }) {
   const load = useCallback(async () => {
     lastLoad.current = Date.now();
     try {
-      const list = (await api<{ webhooks: WebhookRow[] }>('GET', '/v1/webhooks')).webhooks;
+      const list = (await api<{ webhooks: WebhookInfo[] }>('GET', '/v1/webhooks')).webhooks;
       const read = await Promise.all(
         list.map(async (hook) => {
-          const body = await api<{ deliveries: DeliveryRow[] }>(
+          const body = await api<{ deliveries: WebhookDelivery[] }>(
             'GET',
             `${hookPath(hook.id)}/deliveries?limit=${LOG_LIMIT}`,
           );
@@ -120,8 +92,10 @@ export function WebhooksPage({ session }: { session: Session }) {
     setFailure(null);
     setDone(null);
     try {
-      setDone(await work());
+      const said = await work();
+      // Said once the list shows it (a disabled webhook's Test button is off by then).
       await load();
+      setDone(said);
     } catch (error) {
       setFailure(errorText(error));
     }
@@ -134,7 +108,7 @@ export function WebhooksPage({ session }: { session: Session }) {
     setSecret('');
     await act(async () => {
       const types = parseEvents(events);
-      const body = await api<WebhookRow & { secret?: string }>('POST', '/v1/webhooks', {
+      const body = await api<WebhookInfo & { secret?: string }>('POST', '/v1/webhooks', {
         url: url.trim(),
         ...(name.trim() ? { name: name.trim() } : {}),
         ...(types.length > 0 ? { events: types } : {}),
@@ -148,26 +122,26 @@ export function WebhooksPage({ session }: { session: Session }) {
     });
   };
 
-  const setEnabled = (hook: WebhookRow, enabled: boolean) =>
+  const setEnabled = (hook: WebhookInfo, enabled: boolean) =>
     act(async () => {
       await api('PATCH', hookPath(hook.id), { enabled });
       return `${enabled ? 'Enabled' : 'Disabled'} webhook ${hook.name}.`;
     });
 
-  const test = (hook: WebhookRow) =>
+  const test = (hook: WebhookInfo) =>
     act(async () => {
-      const delivery = await api<DeliveryRow>('POST', `${hookPath(hook.id)}/test`);
+      const delivery = await api<WebhookDelivery>('POST', `${hookPath(hook.id)}/test`);
       setOpen(hook.id);
       return `Sent ${hook.name} a test event: delivery ${delivery.id}; its outcome shows in the log.`;
     });
 
-  const redeliver = (hook: WebhookRow, delivery: DeliveryRow) =>
+  const redeliver = (hook: WebhookInfo, delivery: WebhookDelivery) =>
     act(async () => {
       await api('POST', `${hookPath(hook.id)}/deliveries/${seg(delivery.id)}/redeliver`);
       return `Queued delivery ${delivery.id} again (same id: a receiver that has it deduplicates it).`;
     });
 
-  const remove = (hook: WebhookRow) =>
+  const remove = (hook: WebhookInfo) =>
     ask({
       title: `Remove webhook ${hook.name}?`,
       message: 'Nothing more is sent to it, and its delivery log is deleted.',
@@ -319,11 +293,7 @@ export function WebhooksPage({ session }: { session: Session }) {
                 );
               })}
               {hooks.length === 0 && (
-                <tr>
-                  <td colSpan={columns.length + 1} class="empty">
-                    No webhook yet.
-                  </td>
-                </tr>
+                <EmptyRow columns={columns.length + 1}>No webhook yet.</EmptyRow>
               )}
             </tbody>
           </table>
