@@ -11,7 +11,11 @@ import { Templates } from '../../src/sandbox/templates.js';
 import { CLI, runProgram } from '../cli/abx.js';
 import { createAbxHome } from '../helpers/abx-home.js';
 import { internetUnavailable, makeInternet, type TestInternet } from '../helpers/internet.js';
-import { type RootlessDaemon, rootlessUid, startRootlessDaemon } from '../helpers/rootless.js';
+import {
+  type RootlessDaemon,
+  startRootlessDaemon,
+  startRootlessOnInternet,
+} from '../helpers/rootless.js';
 
 /**
  * Real sandboxes of a root daemon on `network: internet`, whose egress namespace is a test
@@ -52,20 +56,7 @@ const modes: [string, () => Promise<Installation>][] = [
   [
     'rootless daemon',
     async () => {
-      const uid = rootlessUid();
-      const internet = await makeInternet({ owner: uid });
-      const daemon = await startRootlessDaemon({
-        uid,
-        delegateCgroups: true,
-        env: {
-          ABX_EGRESS_NETNS: internet.path,
-          ABX_EGRESS_USERNS: internet.userns as string,
-          ABX_EGRESS_HOSTS: internet.hostsFile,
-        },
-      }).catch((error) => {
-        internet.remove();
-        throw error;
-      });
+      const { daemon, internet } = await startRootlessOnInternet();
       return {
         home: daemon.home,
         internet,

@@ -10,7 +10,7 @@ import type { SandboxAuditEntry } from '../../src/sandbox/sandbox-audit.js';
 import { createAbxHome } from '../helpers/abx-home.js';
 import { apiAs } from '../helpers/api-call.js';
 import { internetUnavailable, makeInternet, type TestInternet } from '../helpers/internet.js';
-import { rootlessUid, startRootlessDaemon } from '../helpers/rootless.js';
+import { startRootlessOnInternet } from '../helpers/rootless.js';
 
 /**
  * Raw TCP in the audit trail (src/egress/tcp-audit.ts): from inside a real sandbox whose egress
@@ -93,20 +93,7 @@ const modes: [string, () => Promise<Installation>][] = [
   [
     'rootless daemon',
     async () => {
-      const uid = rootlessUid();
-      const internet = await makeInternet({ owner: uid });
-      const daemon = await startRootlessDaemon({
-        uid,
-        delegateCgroups: true,
-        env: {
-          ABX_EGRESS_NETNS: internet.path,
-          ABX_EGRESS_USERNS: internet.userns as string,
-          ABX_EGRESS_HOSTS: internet.hostsFile,
-        },
-      }).catch((error) => {
-        internet.remove();
-        throw error;
-      });
+      const { daemon, internet } = await startRootlessOnInternet();
       const close = async () => {
         await daemon.close();
         internet.remove();

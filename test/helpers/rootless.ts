@@ -18,7 +18,7 @@ import { uidProcesses } from '../../src/providers/local/sandbox-uids.js';
 import { Sandbox } from '../../src/sandbox/sandbox.js';
 import { ensureBuilt, ROOT } from './build.js';
 import { inPrivateMounts } from './host-ns.js';
-import { ownedNamespace } from './internet.js';
+import { makeInternet, ownedNamespace, type TestInternet } from './internet.js';
 import { deleteNetns } from './netns.js';
 
 const CONTROLLERS = ['memory', 'pids', 'cpu', 'freezer'] as const;
@@ -169,4 +169,30 @@ export async function startRootlessDaemon(
   const text = readFileSync(join(home, 'daemon.log'), 'utf8');
   await close();
   throw new Error(`the rootless daemon did not start:\n${text}`);
+}
+
+/**
+ * A rootless daemon whose egress namespace is a test internet of the daemon user's own (no route
+ * off this machine, the test's hosts file): its uid, the daemon and the internet, which the
+ * caller removes after `daemon.close()`. The internet goes at once when the daemon fails to start.
+ */
+export async function startRootlessOnInternet(
+  env: Record<string, string> = {},
+): Promise<{ uid: number; daemon: RootlessDaemon; internet: TestInternet }> {
+  const uid = rootlessUid();
+  const internet = await makeInternet({ owner: uid });
+  const daemon = await startRootlessDaemon({
+    uid,
+    delegateCgroups: true,
+    env: {
+      ABX_EGRESS_NETNS: internet.path,
+      ABX_EGRESS_USERNS: internet.userns as string,
+      ABX_EGRESS_HOSTS: internet.hostsFile,
+      ...env,
+    },
+  }).catch((error) => {
+    internet.remove();
+    throw error;
+  });
+  return { uid, daemon, internet };
 }

@@ -10,7 +10,7 @@ import { createAbxHome } from '../helpers/abx-home.js';
 import { ROOT } from '../helpers/build.js';
 import { internetUnavailable, makeInternet, type TestInternet } from '../helpers/internet.js';
 import { sampleWhere } from '../helpers/metrics.js';
-import { rootlessUid, startRootlessDaemon } from '../helpers/rootless.js';
+import { startRootlessOnInternet } from '../helpers/rootless.js';
 
 /**
  * Network bytes in a sandbox's metrics: an internet sandbox of a root and of a rootless daemon,
@@ -60,20 +60,8 @@ const modes: [string, () => Promise<Installation>][] = [
   [
     'rootless daemon',
     async () => {
-      const uid = rootlessUid();
-      const internet = await makeInternet({ owner: uid });
-      const daemon = await startRootlessDaemon({
-        uid,
-        delegateCgroups: true,
-        env: {
-          ABX_EGRESS_NETNS: internet.path,
-          ABX_EGRESS_USERNS: internet.userns as string,
-          ABX_EGRESS_HOSTS: internet.hostsFile,
-          ABX_METRICS_INTERVAL_MS: '200',
-        },
-      }).catch((error) => {
-        internet.remove();
-        throw error;
+      const { daemon, internet } = await startRootlessOnInternet({
+        ABX_METRICS_INTERVAL_MS: '200',
       });
       return {
         home: daemon.home,
