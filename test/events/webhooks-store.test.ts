@@ -1,27 +1,8 @@
 import { describe, expect } from 'vitest';
 import { eventFor } from '../../src/control/events.js';
 import type { Registry } from '../../src/control/registry.js';
-import type { WebhookRecord } from '../../src/control/webhook-store.js';
 import { STORES, storeTest } from '../control/registry-stores.js';
-
-let sequence = 0;
-
-function hook(overrides: Partial<WebhookRecord> = {}): Omit<WebhookRecord, 'cursor'> {
-  sequence++;
-  return {
-    id: `whk_${String(sequence).padStart(4, '0')}${Math.random().toString(16).slice(2, 18)}`,
-    owner: 'key_a',
-    flavour: 'abx',
-    name: `hook-${sequence}`,
-    url: 'http://127.0.0.1:9/',
-    enabled: true,
-    events: [],
-    secret: { sealed: 'sealed', keyCheck: 'check', version: 1 },
-    createdAt: 1_800_000_000_000,
-    updatedAt: 1_800_000_000_000,
-    ...overrides,
-  };
-}
+import { hook } from './webhook-rows.js';
 
 async function emit(registry: Registry, sandbox: string, owner: string | null, type: string) {
   return registry.appendEvent(
