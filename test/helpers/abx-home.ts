@@ -24,6 +24,17 @@ export function processesMentioning(text: string): number[] {
   return pids;
 }
 
+/** SIGKILLs each pid; one already gone (killing a sandbox's init ends the rest) is no error. */
+export function sigkillAll(pids: Iterable<number>): void {
+  for (const pid of pids) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // gone
+    }
+  }
+}
+
 /**
  * Pids of one sandbox's processes: its bwrap processes (which carry the sandbox id as
  * `--hostname`) and all their descendants. Sandbox command lines name no host folder.
@@ -92,13 +103,7 @@ export async function createAbxHome(): Promise<{ home: string; close(): Promise<
           // not frozen, or no freezer cgroup
         }
       }
-      for (const pid of [...processesMentioning(home), ...ids.flatMap(sandboxProcesses), ...nets]) {
-        try {
-          process.kill(pid, 'SIGKILL');
-        } catch {
-          // gone
-        }
-      }
+      sigkillAll([...processesMentioning(home), ...ids.flatMap(sandboxProcesses), ...nets]);
       // Volumes' disks stay mounted on the host: never a recursive removal across them.
       await unmountUnder(home);
       await rm(home, { recursive: true, force: true });

@@ -2,7 +2,7 @@ import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import type { DaemonInfo } from '../../src/index.js';
-import { sandboxProcesses } from '../helpers/abx-home.js';
+import { sandboxProcesses, sigkillAll } from '../helpers/abx-home.js';
 
 /** `npm run soak` sets ABX_SOAK=1: the same suites with the issue's full counts and sizes. */
 export const SOAK = process.env.ABX_SOAK === '1';
@@ -18,13 +18,7 @@ export const gatewayPort = (home: string) => Number(new URL(daemonInfo(home).gat
 /** SIGKILLs every process of a sandbox (its bwrap, envd and all it started), not via the API. */
 export function sigkillSandbox(home: string, sandboxId: string): number {
   const pids = sandboxProcesses(sandboxId);
-  for (const pid of pids) {
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch {
-      // gone already
-    }
-  }
+  sigkillAll(pids);
   return pids.length;
 }
 

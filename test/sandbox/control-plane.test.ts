@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { openSqlite } from '../../src/control/sqlite.js';
 import { type DaemonInfo, Sandbox } from '../../src/index.js';
 import { isProcessAlive } from '../../src/installation/daemon-connection.js';
-import { createAbxHome, sandboxProcesses } from '../helpers/abx-home.js';
+import { createAbxHome, sandboxProcesses, sigkillAll } from '../helpers/abx-home.js';
 
 let abx: Awaited<ReturnType<typeof createAbxHome>>;
 let home: string;
@@ -113,9 +113,7 @@ describe('daemon restarts', () => {
         await new Promise((r) => setTimeout(r, 10));
       // While no daemon runs, one sandbox dies, and another loses its registry row (as a
       // sandbox started just before a crash, before its row was written, would have none).
-      for (const pid of sandboxProcesses(victim.sandboxId)) {
-        process.kill(pid, 'SIGKILL');
-      }
+      sigkillAll(sandboxProcesses(victim.sandboxId));
       const db = openSqlite(join(home, 'abx.db'));
       db.prepare('DELETE FROM sandboxes WHERE id = ?').run(orphan.sandboxId);
       db.close();
