@@ -439,6 +439,7 @@ export class Daemon {
         },
         undefined,
         lifecycle,
+        (listener) => this.registry.webhooks.onEventWritten?.(listener) ?? (async () => {}),
       ),
       shutdown: () => setImmediate(() => void this.stop()),
       gatewayUrl: () => this.gatewayOrigin,

@@ -6,7 +6,11 @@ import { type EventService, eventJson } from './event-service.js';
 import type { Caller } from './key-service.js';
 import type { MetricsSample } from './metrics.js';
 
-/** How often an event stream looks for changes (`ABX_EVENTS_INTERVAL_MS`, 100 ms or more). */
+/**
+ * How often an event stream looks for changes (`ABX_EVENTS_INTERVAL_MS`, 100 ms or more). Its
+ * lifecycle events are read at once when one is written (by this daemon, or, on PostgreSQL, by a
+ * replica): the interval is what a missed wake costs at most.
+ */
 export const EVENTS_INTERVAL_MS = 1000;
 /** A comment line this often keeps proxies and the browser from closing a quiet stream. */
 const KEEPALIVE_MS = 15_000;
@@ -49,18 +53,42 @@ export interface EventSource {
  * through another daemon sharing the registry show up as well. With lifecycle events, it also
  * follows those of the caller's sandboxes: `lifecycle` events whose SSE `id:` is the event's
  * seq, so a client that reconnects with `Last-Event-ID` (a browser's EventSource does) goes on
- * after the last one it had: none is missed, none repeated.
+ * after the last one it had: none is missed, none repeated. A written event wakes every stream
+ * (`wakes`), which then reads its lifecycle events at once instead of at its next pass.
  */
 export class SandboxEventStreams {
   private open = 0;
   private readonly perKey = new Map<string, number>();
+  /** The streams' lifecycle reads, run when an event is written. */
+  private readonly followers = new Set<() => void>();
+  private unwake: (() => Promise<void>) | undefined;
 
   constructor(
     private readonly source: EventSource,
     private readonly intervalMs = eventsInterval(),
     /** The lifecycle events the streams follow; none: only the dashboard's view. */
     private readonly lifecycle?: EventService,
+    /** Calls a listener after event writes (WebhookStore.onEventWritten); the function returned stops it. */
+    private readonly wakes?: (listener: () => void) => () => Promise<void>,
   ) {}
+
+  /** Runs `follower` after each event write while its stream is open (one wake for all streams). */
+  private wakeOn(follower: () => void): () => void {
+    this.followers.add(follower);
+    if (this.wakes && !this.unwake) {
+      this.unwake = this.wakes(() => {
+        for (const each of this.followers) each();
+      });
+    }
+    return () => {
+      this.followers.delete(follower);
+      if (this.followers.size === 0 && this.unwake) {
+        const stop = this.unwake;
+        this.unwake = undefined;
+        void stop().catch(() => undefined);
+      }
+    };
+  }
 
   /** A new stream for `caller`, ending when `signal` aborts (the client went away). */
   stream(caller: Caller, signal: AbortSignal, options: StreamOptions = {}): Readable {
@@ -85,6 +113,7 @@ export class SandboxEventStreams {
       else this.perKey.delete(who);
       clearTimeout(timer);
       clearInterval(keepalive);
+      unfollow?.();
       out.end();
     };
     signal.addEventListener('abort', end, { once: true });
@@ -125,6 +154,33 @@ export class SandboxEventStreams {
         if (page.length < LIFECYCLE_PAGE) return;
       }
     };
+    // One read of the lifecycle events at a time: a wake during one makes it read once more.
+    let following: Promise<void> | undefined;
+    let followAgain = false;
+    const followNow = (): Promise<void> => {
+      if (following) {
+        followAgain = true;
+        return following;
+      }
+      const run = (async () => {
+        try {
+          do {
+            followAgain = false;
+            await follow();
+          } while (followAgain && !ended);
+        } finally {
+          following = undefined;
+        }
+      })();
+      following = run;
+      return run;
+    };
+    // A failed read on a wake is read again at the next pass, which says what failed.
+    const unfollow = this.lifecycle
+      ? this.wakeOn(() => {
+          if (!ended) followNow().catch(() => undefined);
+        })
+      : undefined;
     const dashboardPass = async () => {
       const now = await this.source.visible(caller);
       if (ended) return;
@@ -173,7 +229,7 @@ export class SandboxEventStreams {
           out.write(`retry: ${Math.max(this.intervalMs, 1000)}\n\n`);
         }
         if (!options.lifecycleOnly) await dashboardPass();
-        await follow();
+        await followNow();
       } catch (error) {
         // The registry did not answer this time: say so, and try again at the next pass.
         send('problem', { error: error instanceof Error ? error.message : String(error) });

@@ -9,6 +9,7 @@ import {
   scriptedLife,
   startEventsDaemon,
   wokenDeliveries,
+  wokenStreams,
 } from './daemon-events.js';
 
 /**
@@ -56,6 +57,10 @@ describe.skipIf(!TEST_DATABASE_URL)(
 
     test('a fork whose source lost its kept disk: a failed event under the fork id', async () => {
       await failedFork(d as EventsDaemon);
+    }, 60_000);
+
+    test('a /v1/events stream is woken by the event write through NOTIFY, not its ten-minute read', async () => {
+      await wokenStreams(d as EventsDaemon);
     }, 60_000);
 
     test('deliveries are woken by the event write through NOTIFY, not the 5 s poll', async () => {

@@ -6,6 +6,7 @@ import {
   failedStart,
   startEventsDaemon,
   wokenDeliveries,
+  wokenStreams,
 } from './daemon-events.js';
 
 /**
@@ -30,6 +31,10 @@ describe('failed events and woken deliveries of a real daemon (SQLite)', () => {
 
   test('a fork whose source lost its kept disk: a failed event under the fork id, naming the source', async () => {
     await failedFork(d);
+  }, 60_000);
+
+  test('a /v1/events stream is woken by the event write, not its ten-minute read', async () => {
+    await wokenStreams(d as EventsDaemon);
   }, 60_000);
 
   test('deliveries are woken by the event write, not the 5 s poll', async () => {

@@ -8,6 +8,7 @@ import type { DaemonInfo } from '../../src/installation/daemon-info.js';
 import { until } from '../control/plane.js';
 import { createAbxHome } from '../helpers/abx-home.js';
 import { type Api, apiAs, call, type Json } from '../helpers/api-call.js';
+import { openEventStream } from './event-stream.js';
 
 /**
  * What the daemon-level event tests do on either registry (test/events/daemon-events*.test.ts):
@@ -27,7 +28,8 @@ export interface EventsDaemon {
 
 /** The environment every one of these daemons gets (a receiver on loopback is permitted). */
 export const EVENTS_ENV = {
-  ABX_EVENTS_INTERVAL_MS: '200',
+  // Ten minutes: a stream's lifecycle event that comes at all was woken by its write.
+  ABX_EVENTS_INTERVAL_MS: '600000',
   // Short: the template whose ready command never passes fails its create in 1.5 s.
   ABX_START_READY_TIMEOUT_MS: '1500',
   ABX_WEBHOOK_PERMIT: '127.0.0.0/8',
@@ -277,6 +279,42 @@ export async function wokenDeliveries(d: EventsDaemon): Promise<void> {
     if (id) await d.a.delete(`/v1/sandboxes/${id}`).catch(() => undefined);
     if (hook) await d.a.delete(`/v1/webhooks/${hook}`).catch(() => undefined);
     await new Promise((resolve) => server.close(resolve));
+  }
+}
+
+/**
+ * A `/v1/events` stream whose registry read comes every ten minutes (EVENTS_ENV) gets each
+ * lifecycle event of a new sandbox anyway, in order: the event's write woke it. Key B's stream,
+ * woken by the same writes, gets none of them.
+ */
+export async function wokenStreams(d: EventsDaemon): Promise<void> {
+  const mine = await openEventStream(d.info.apiUrl, d.keyA, '?only=lifecycle');
+  const theirs = await openEventStream(d.info.apiUrl, d.keyB, '?only=lifecycle');
+  let id: string | undefined;
+  try {
+    const made = await d.a.post('/v1/sandboxes', {});
+    expect(made.status).toBe(200);
+    id = made.body.sandboxId as string;
+    const of = () => mine.events.filter((e) => e.event.sandboxId === id);
+    await until(() => of().length >= 1, 'the created event on the stream', 4000);
+    expect((await d.a.post(`/v1/sandboxes/${id}/timeout`, { timeoutMs: 100_000 })).status).toBe(
+      200,
+    );
+    await until(() => of().length >= 2, 'the updated event on the stream', 4000);
+    expect((await d.a.delete(`/v1/sandboxes/${id}`)).status).toBe(200);
+    await until(() => of().length >= 3, 'the killed event on the stream', 4000);
+    expect(of().map((e) => short(e.event.type as string))).toEqual([
+      'created',
+      'updated',
+      'killed',
+    ]);
+    const seqs = of().map((e) => e.id);
+    expect([...seqs].sort((x, y) => x - y)).toEqual(seqs);
+    expect(theirs.events.filter((e) => e.event.sandboxId === id)).toEqual([]);
+  } finally {
+    if (id) await d.a.delete(`/v1/sandboxes/${id}`).catch(() => undefined);
+    await mine.close();
+    await theirs.close();
   }
 }
 

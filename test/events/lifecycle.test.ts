@@ -10,6 +10,7 @@ import { abxIn } from '../cli/abx.js';
 import { until } from '../control/plane.js';
 import { createAbxHome } from '../helpers/abx-home.js';
 import { type Api, apiAs, call, type Json } from '../helpers/api-call.js';
+import { openEventStream } from './event-stream.js';
 
 /**
  * Lifecycle events of a real daemon (SQLite, the local provider): each change of a scripted
@@ -59,52 +60,9 @@ async function eventsOf(api: Api, id: string, query = ''): Promise<Json[]> {
   return page.body.events;
 }
 
-/** An open `GET /v1/events` stream: the lifecycle events it sent so far. */
-interface Stream {
-  events: { id: number; event: Json }[];
-  /** Text of every other event (the dashboard's). */
-  others: string[];
-  close(): Promise<void>;
-}
-
-async function stream(key: string, query: string, headers: Record<string, string> = {}) {
-  const controller = new AbortController();
-  const response = await fetch(`${info.apiUrl}/v1/events${query}`, {
-    headers: { authorization: `Bearer ${key}`, accept: 'text/event-stream', ...headers },
-    signal: controller.signal,
-  });
-  expect(response.status).toBe(200);
-  const out: Stream = {
-    events: [],
-    others: [],
-    close: async () => {
-      controller.abort();
-      await reading;
-    },
-  };
-  const reading = (async () => {
-    const decoder = new TextDecoder();
-    let buffer = '';
-    try {
-      for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
-        buffer += decoder.decode(chunk, { stream: true });
-        for (let end = buffer.indexOf('\n\n'); end >= 0; end = buffer.indexOf('\n\n')) {
-          const block = buffer.slice(0, end);
-          buffer = buffer.slice(end + 2);
-          const event = /^event: (.+)$/m.exec(block)?.[1];
-          const data = /^data: (.+)$/m.exec(block)?.[1];
-          const id = /^id: (.+)$/m.exec(block)?.[1];
-          if (event === 'lifecycle' && data && id) {
-            out.events.push({ id: Number(id), event: JSON.parse(data) });
-          } else if (event) out.others.push(event);
-        }
-      }
-    } catch {
-      // aborted by close()
-    }
-  })();
-  return out;
-}
+/** An open `GET /v1/events` stream of `key`'s (test/events/event-stream.ts). */
+const stream = (key: string, query: string, headers: Record<string, string> = {}) =>
+  openEventStream(info.apiUrl, key, query, headers);
 
 describe('lifecycle events of a real daemon', () => {
   test('each change of a scripted sandbox once, in order, with its data; a short one expires', async () => {
