@@ -64,6 +64,7 @@ export async function tcpAuditCost(report: BenchReport): Promise<TcpAuditFigures
       rules: new EgressRules(),
       policy: () => undefined,
       push: () => undefined,
+      dropped: () => undefined,
     });
     const runs = report.quick ? 5 : 20;
     let filled = 0;

@@ -50,7 +50,7 @@ function summary(row: SandboxAuditEntry): string {
   if (text !== undefined) return text;
   const verdict = d.verdict === 'allowed' ? paint('green', 'allowed') : paint('red', 'denied ');
   const where = `${d.name}${d.address && d.address !== d.name ? ` (${d.address})` : ''}:${d.port}`;
-  return `${verdict} ${d.protocol} ${where} up ${d.up} down ${d.down}: ${d.rule}`;
+  return `${verdict} ${d.protocol} ${where} up ${d.up} down ${d.down}${d.open ? ' so far (open)' : ''}: ${d.rule}`;
 }
 
 function rowText(row: SandboxAuditEntry): string {

@@ -31,7 +31,10 @@ export const AUDIT_KINDS = [
   'link.issued',
   /** One connection (or DNS question) the egress proxy decided, with its verdict and rule. */
   'egress',
-  /** Rows the daemon could not keep (its buffer was full): `count`. */
+  /**
+   * What the trail could not keep, per sandbox: `count` (null: not known) and `reason` (the
+   * daemon's buffer was full; egress's queue was full; a sandbox's raw-TCP sets were full).
+   */
   'audit.dropped',
 ] as const;
 
@@ -91,6 +94,8 @@ export const AUDIT_FLUSH_MS = 1000;
 export const AUDIT_BATCH_ROWS = 500;
 /** Rows kept waiting at most; past it new rows are counted as dropped, not kept. */
 export const AUDIT_MAX_BUFFERED = 20_000;
+/** The reason of the rows {@link AuditLog} drops. */
+export const DAEMON_BUFFER_FULL = `the daemon's audit buffer was full (${AUDIT_MAX_BUFFERED} rows not yet written)`;
 /** The longest text kept of one field (a command line, a path). */
 export const AUDIT_TEXT_MAX = 4096;
 
@@ -159,7 +164,7 @@ export class AuditLog {
         owner,
         actor: null,
         kind: 'audit.dropped',
-        data: { count },
+        data: { count, reason: DAEMON_BUFFER_FULL },
       }),
     );
     this.dropped.clear();

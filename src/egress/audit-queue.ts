@@ -26,12 +26,39 @@ export interface EgressAuditRow {
   /** Bytes from the sandbox (up) and to it (down), counted on egress's side of the connection. */
   up: number;
   down: number;
+  /**
+   * The connection was still open when it was written (its trail was read, or it went idle): the
+   * bytes are what it carried so far, and a later row of the same connection carries the rest.
+   */
+  open?: boolean;
 }
+
+/**
+ * What egress could not put in the trail, for one sandbox and reason: rows it dropped (its queue
+ * was full: `count`), or connections its raw-TCP sets could not hold (`count` null: the kernel
+ * does not say how many). One note per sandbox and reason until the daemon reads it; later drops
+ * make a new one.
+ */
+export interface EgressAuditDrop {
+  seq: number;
+  at: number;
+  sandbox: string;
+  kind: 'dropped';
+  count: number | null;
+  reason: string;
+}
+
+/** What the queue holds and a read answers: decisions, and notes of what was dropped. */
+export type EgressAuditEntry = EgressAuditRow | EgressAuditDrop;
 
 /** Rows waiting for the daemon at most; past it new rows are counted as dropped. */
 export const EGRESS_AUDIT_MAX = 50_000;
 /** Rows one read answers at most. */
 export const EGRESS_AUDIT_PAGE = 2000;
+/** Notes of drops kept beyond {@link EGRESS_AUDIT_MAX} at most (one per sandbox and reason). */
+export const EGRESS_AUDIT_MAX_DROP_NOTES = 10_000;
+/** The reason of rows dropped because the queue was full. */
+export const QUEUE_FULL = `egress's audit queue was full (${EGRESS_AUDIT_MAX} rows the daemon had not read)`;
 
 /**
  * The rows waiting for the daemon. A read acknowledges the rows up to the `after` it names (the
@@ -40,32 +67,59 @@ export const EGRESS_AUDIT_PAGE = 2000;
  */
 export class EgressAuditQueue {
   readonly epoch = randomUUID();
-  private rows: EgressAuditRow[] = [];
+  private rows: EgressAuditEntry[] = [];
   private seq = 0;
-  private dropped = 0;
+  /** Notes not yet answered, by sandbox and reason: a drop adds to its note's count. */
+  private readonly unread = new Map<string, EgressAuditDrop>();
 
   constructor(private readonly max = EGRESS_AUDIT_MAX) {}
 
   push(row: Omit<EgressAuditRow, 'seq'>): void {
     if (this.rows.length >= this.max) {
-      this.dropped++;
+      this.drop(row.sandbox, QUEUE_FULL, 1);
       return;
     }
     this.rows.push({ seq: ++this.seq, ...row });
   }
 
-  /** Rows after `after` (acknowledging the rest) and the rows dropped since the last read. */
-  take(
-    epoch: string | undefined,
-    after: number,
-  ): { epoch: string; rows: EgressAuditRow[]; dropped: number } {
+  /**
+   * Notes that `count` rows (null: an unknown number) of `sandbox`'s were not kept, for `reason`:
+   * the daemon writes it as an `audit.dropped` row of that sandbox's trail.
+   */
+  drop(sandbox: string, reason: string, count: number | null): void {
+    const key = `${sandbox}\n${reason}`;
+    const note = this.unread.get(key);
+    if (note) {
+      note.count = note.count === null || count === null ? null : note.count + count;
+      return;
+    }
+    if (this.unread.size >= EGRESS_AUDIT_MAX_DROP_NOTES) return;
+    const added: EgressAuditDrop = {
+      seq: ++this.seq,
+      at: Date.now(),
+      sandbox,
+      kind: 'dropped',
+      count,
+      reason,
+    };
+    this.rows.push(added);
+    this.unread.set(key, added);
+  }
+
+  /** Entries after `after` (acknowledging the rest): a lost answer is read again. */
+  take(epoch: string | undefined, after: number): { epoch: string; rows: EgressAuditEntry[] } {
     if (epoch === this.epoch) {
       let acked = 0;
-      while (acked < this.rows.length && (this.rows[acked] as EgressAuditRow).seq <= after) acked++;
+      while (acked < this.rows.length && (this.rows[acked] as EgressAuditEntry).seq <= after)
+        acked++;
       if (acked > 0) this.rows = this.rows.slice(acked);
     }
-    const dropped = this.dropped;
-    this.dropped = 0;
-    return { epoch: this.epoch, rows: this.rows.slice(0, EGRESS_AUDIT_PAGE), dropped };
+    const page = this.rows.slice(0, EGRESS_AUDIT_PAGE);
+    // A note answered is not added to any more (the daemon may have written it): later drops
+    // make a new one.
+    for (const entry of page) {
+      if (entry.kind === 'dropped') this.unread.delete(`${entry.sandbox}\n${entry.reason}`);
+    }
+    return { epoch: this.epoch, rows: page };
   }
 }

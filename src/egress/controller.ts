@@ -5,7 +5,7 @@ import type { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { packageInfo } from '../util/package-info.js';
-import type { EgressAuditRow } from './audit-queue.js';
+import type { EgressAuditEntry } from './audit-queue.js';
 import type { EgressCa } from './egress-ca.js';
 import { type EgressPolicy, parseEntry } from './policy.js';
 import type { SandboxNet } from './sandbox-net.js';
@@ -386,7 +386,7 @@ export class EgressController {
     epoch: string | undefined,
     after: number,
     harvest?: string,
-  ): Promise<{ epoch: string; rows: EgressAuditRow[]; dropped: number } | undefined> {
+  ): Promise<{ epoch: string; rows: EgressAuditEntry[] } | undefined> {
     if (!this.child || this.child.exitCode !== null) return undefined;
     const query = new URLSearchParams({
       after: String(after),

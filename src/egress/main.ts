@@ -16,9 +16,10 @@
  * - `POST /egress-proxy` `{ egressProxy }` → 204, or 400 saying why egress would not dial that
  *   proxy (an always-denied or host address, a name without an address): asked before a policy
  *   with it is set, so a refusal changes nothing;
- * - `GET /audit?epoch=&after=[&harvest=ID]` → `{ epoch, rows, dropped }`: the decisions not read
+ * - `GET /audit?epoch=&after=[&harvest=ID]` → `{ epoch, rows }`: the decisions not read
  *   yet for the daemon's audit trail (audit-queue.ts), acknowledging the rows up to `after` of that
- *   epoch; `harvest`: that sandbox's raw TCP is read first (tcp-audit.ts);
+ *   epoch, and notes of what was dropped; `harvest`: that sandbox's trail is being read, so its
+ *   raw TCP is read first (tcp-audit.ts) and its connections still open are written so far;
  * - `POST /sandboxes/{id}/harvest[?final=1]` → 204: its raw TCP read into the queue now (before a
  *   new policy applies; `final`: before its namespace goes away, every connection written);
  * - `GET /health` → `{ sandboxes }`.
@@ -51,6 +52,7 @@ import { ResolvedAddresses, type SandboxNet, setHostAddresses } from './sandbox-
 import { type EgressPorts, EgressService } from './service.js';
 import { proxyAddress } from './socks-dial.js';
 import {
+  type HarvestOptions,
   TCP_AUDIT_INTERVAL_MAX_MS,
   TCP_AUDIT_INTERVAL_MIN_MS,
   TCP_AUDIT_INTERVAL_MS,
@@ -227,14 +229,16 @@ const tcpAudit = new TcpAudit(
       return policy ? parsePolicy(policy) : undefined;
     },
     push: (row) => service.audit.push(row),
-    onError: (id, error) =>
-      process.stderr.write(`egress: ${id}: raw TCP audit: ${error.message}\n`),
+    dropped: (id, reason) => {
+      process.stderr.write(`egress: ${id}: ${reason}\n`);
+      service.audit.drop(id, reason, null);
+    },
   },
   tcpAuditMs,
 );
 
 /** Reads a sandbox's raw TCP now (nothing when its namespace is not known); never throws. */
-function harvest(id: string, options: { final?: boolean; baseline?: boolean } = {}) {
+function harvest(id: string, options: HarvestOptions = {}) {
   const net = nets.get(id);
   if (!net) return Promise.resolve();
   return tcpAudit.harvest(id, net, options).catch((error: Error) => {
@@ -311,8 +315,12 @@ const server = createServer(async (req, res) => {
       return send(res, 204);
     }
     if (url.pathname === '/audit') {
+      // Its trail is being read: what is still open is written too, with what it carried so far.
       const asked = url.searchParams.get('harvest');
-      if (asked) await harvest(asked);
+      if (asked) {
+        await harvest(asked, { open: true });
+        service.writeOpen(asked);
+      }
       const after = Number(url.searchParams.get('after') ?? '0');
       return send(
         res,

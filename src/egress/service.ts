@@ -68,6 +68,18 @@ interface Entry {
   ports: EgressPorts;
   /** Kept-alive TLS connections to hosts with rules (made on the first such request). */
   agent?: HttpsAgent;
+  /** Allowed connections still open, for the audit trail (see `writeOpen`). */
+  open: Set<OpenFlow>;
+}
+
+/** An allowed connection still open: its row, its socket, and the bytes already written. */
+interface OpenFlow {
+  row: Omit<EgressAuditRow, 'seq'>;
+  socket: Socket;
+  up: number;
+  down: number;
+  /** Written before (as open): its later rows are at the time they are written. */
+  written: boolean;
 }
 
 /**
@@ -160,6 +172,7 @@ export class EgressService {
       counters: { allowed: 0, refused: 0, recent: [] },
       servers: [],
       sockets: new Set(),
+      open: new Set(),
       ports: { http: 0, tls: 0, dns: 0 },
     };
     this.sandboxes.set(id, entry);
@@ -193,6 +206,31 @@ export class EgressService {
 
   ids(): string[] {
     return [...this.sandboxes.keys()];
+  }
+
+  /**
+   * Queues a row for each allowed connection of the sandbox's still open (its trail is being
+   * read), `open: true`, with the bytes it carried since it was last written; the row queued when
+   * it ends carries the rest. Nothing for a sandbox egress does not serve.
+   */
+  writeOpen(id: string): void {
+    const entry = this.sandboxes.get(id);
+    if (!entry) return;
+    for (const open of entry.open) {
+      const up = open.socket.bytesRead - open.up;
+      const down = open.socket.bytesWritten - open.down;
+      if (open.written && up === 0 && down === 0) continue;
+      this.audit.push({
+        ...open.row,
+        ...(open.written ? { at: Date.now() } : {}),
+        up,
+        down,
+        open: true,
+      });
+      open.up += up;
+      open.down += down;
+      open.written = true;
+    }
   }
 
   /** Stops serving a sandbox: its listeners close and its open connections end. */
@@ -245,11 +283,18 @@ export class EgressService {
     const flow = extra.flow;
     if (flow === 'later') return row;
     if (flow && event.allowed) {
-      // Queued when the connection ends, with what it carried; never on the connection's path.
+      // Queued when the connection ends, with what it carried (since a read wrote it as open);
+      // never on the connection's path.
+      const open: OpenFlow = { row, socket: flow, up: 0, down: 0, written: false };
+      entry.open.add(open);
       flow.once('close', () => {
-        row.up = flow.bytesRead;
-        row.down = flow.bytesWritten;
-        this.audit.push(row);
+        entry.open.delete(open);
+        this.audit.push({
+          ...row,
+          ...(open.written ? { at: Date.now() } : {}),
+          up: flow.bytesRead - open.up,
+          down: flow.bytesWritten - open.down,
+        });
       });
     } else {
       this.audit.push(row);

@@ -196,9 +196,17 @@ export interface TcpAuditDeps {
   /** The sandbox's policy as egress holds it now (before a new one applies). */
   policy(id: string): ParsedPolicy | undefined;
   push(row: Omit<EgressAuditRow, 'seq'>): void;
+  /** Connections of the sandbox's were not recorded, for `reason` (how many: not known). */
+  dropped(id: string, reason: string): void;
   list?: (net: Pick<SandboxNet, 'holder' | 'userns'>) => Promise<string>;
   now?: () => number;
-  onError?: (id: string, error: Error) => void;
+}
+
+/** What a harvest writes besides what has ended (see {@link TcpAudit.harvest}). */
+export interface HarvestOptions {
+  final?: boolean;
+  open?: boolean;
+  baseline?: boolean;
 }
 
 interface Written {
@@ -218,13 +226,16 @@ interface SandboxState {
   rules: Map<string, { rule: string; name: string | undefined }>;
   /** Address → the name egress's DNS gave it for, and until when (ms). */
   names: Map<string, { name: string; until: number }>;
+  /** The sets found full at the last harvest: told once, until one has room again. */
+  full: Set<string>;
 }
 
 /**
  * Harvests the raw-TCP sets of the sandboxes' namespaces into egress's audit queue. A connection
  * is written once it has ended (a FIN or RST either way), when its element is about to expire
- * (idle: what it carries later is written as a row of its own), or when its namespace goes away
- * (`final`); a reset when first read. What was written is remembered while its element lives, so
+ * (idle: what it carries later is written as a row of its own), when its sandbox's trail is read
+ * (`open`: likewise), or when its namespace goes away (`final`); a reset when first read. A set
+ * found full is told once (`dropped`) until it has room again. What was written is remembered while its element lives, so
  * nothing is written twice. One harvest at a time per sandbox.
  */
 export class TcpAudit {
@@ -251,14 +262,16 @@ export class TcpAudit {
 
   /**
    * Reads the sandbox's sets and queues a row per connection due (see the class); `final`: the
-   * namespace goes away, every connection is written; `baseline`: what is there now is taken as
-   * written (a namespace a previous egress process read). A sandbox whose table has no such sets
+   * namespace goes away, every connection is written; `open`: its trail is being read, so
+   * connections still open are written too (`open: true`, with what they carried so far);
+   * `baseline`: what is there now is taken as written (a namespace a previous egress process
+   * read). A sandbox whose table has no such sets
    * (made by an older daemon) is left alone.
    */
   harvest(
     id: string,
     net: Pick<SandboxNet, 'holder' | 'userns'>,
-    options: { final?: boolean; baseline?: boolean } = {},
+    options: HarvestOptions = {},
   ): Promise<void> {
     const run = (this.queues.get(id) ?? Promise.resolve())
       .catch(() => undefined)
@@ -279,7 +292,7 @@ export class TcpAudit {
   private sandbox(id: string): SandboxState {
     let state = this.state.get(id);
     if (!state) {
-      state = { written: new Map(), rules: new Map(), names: new Map() };
+      state = { written: new Map(), rules: new Map(), names: new Map(), full: new Set() };
       this.state.set(id, state);
     }
     return state;
@@ -288,7 +301,7 @@ export class TcpAudit {
   private async harvestNow(
     id: string,
     net: Pick<SandboxNet, 'holder' | 'userns'>,
-    options: { final?: boolean; baseline?: boolean },
+    options: HarvestOptions,
   ): Promise<void> {
     const sets = parseSets(await (this.deps.list ?? listTable)(net));
     if (!sets.has('raw_out')) return;
@@ -300,11 +313,14 @@ export class TcpAudit {
     const lastPacket = (e: Element) =>
       now - Math.max(0, TCP_AUDIT_ELEMENT_TIMEOUT_S - e.expires) * 1000;
     for (const [name, elements] of sets) {
-      const size = name in RESET_SETS ? TCP_AUDIT_RESET_SET_SIZE : TCP_AUDIT_SET_SIZE;
-      if (elements.length >= size) {
-        this.deps.onError?.(
+      const resets = name in RESET_SETS;
+      const size = resets ? TCP_AUDIT_RESET_SET_SIZE : TCP_AUDIT_SET_SIZE;
+      if (elements.length < size) state.full.delete(name);
+      else if (!state.full.has(name) && !options.baseline) {
+        state.full.add(name);
+        this.deps.dropped(
           id,
-          new Error(`its ${name} set is full (${size}): new connections are not audited`),
+          `raw TCP: the sandbox's ${name} set was full (${size} ${resets ? 'resets' : 'connections'} within ${TCP_AUDIT_ELEMENT_TIMEOUT_S} s): ${resets ? 'resets' : 'connections'} past it are not in the trail`,
         );
       }
     }
@@ -359,7 +375,7 @@ export class TcpAudit {
         decided = { rule: this.allowRule(id, flow.e.address, name), name };
         state.rules.set(k, decided);
       }
-      if (!(isEnded || options.final || flow.expires <= soon)) continue;
+      if (!(isEnded || options.final || options.open || flow.expires <= soon)) continue;
       const up = flow.up - (before?.up ?? 0);
       const down = flow.down - (before?.down ?? 0);
       if (before && up <= 0 && down <= 0 && !isEnded) continue;
@@ -377,6 +393,7 @@ export class TcpAudit {
         rule,
         up: Math.max(0, up),
         down: Math.max(0, down),
+        ...(isEnded || options.final ? {} : { open: true }),
       });
     }
     // An element gone is a key that may be used again: forget it.

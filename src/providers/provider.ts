@@ -7,7 +7,7 @@ import {
 } from '../../runtime/protocol/constants.js';
 import type { IsolationReport } from '../../runtime/protocol/isolation.js';
 import type { TemplateKubernetes, TemplateResources } from '../commands/template-runtime.js';
-import type { EgressAuditRow } from '../egress/audit-queue.js';
+import type { EgressAuditEntry } from '../egress/audit-queue.js';
 import type { EgressPolicy } from '../egress/policy.js';
 import type { SandboxNet } from '../egress/sandbox-net.js';
 import type { EgressCounters } from '../egress/service.js';
@@ -476,7 +476,7 @@ export interface SandboxProvider {
     epoch: string | undefined,
     after: number,
     harvest?: string,
-  ): Promise<{ epoch: string; rows: EgressAuditRow[]; dropped: number } | undefined>;
+  ): Promise<{ epoch: string; rows: EgressAuditEntry[] } | undefined>;
   /** What egress allowed and refused for an internet sandbox: counts and the latest decisions. */
   networkStats?(handle: SandboxHandle): Promise<EgressCounters>;
   /**

@@ -61,7 +61,7 @@ export function auditText(
     case 'egress':
       return undefined;
     case 'audit.dropped':
-      return `${d.count} rows dropped (the daemon's buffer was full)`;
+      return `${d.count ?? 'an unknown number of'} rows not kept: ${d.reason ?? "the daemon's audit buffer was full"}`;
     default:
       return JSON.stringify(d);
   }

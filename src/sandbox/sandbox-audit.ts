@@ -33,7 +33,8 @@ export interface SandboxAuditEntry {
    * What was done: `command.started` `{ cmd | argv | args, cwd?, env (names only), user, via }`;
    * `command.exited` `{ pid, exitCode }`; `file.written` `{ paths, bytes }`; `file.removed`
    * `{ path }`; `link.issued` `{ port, expiresAt }`; `egress` `{ protocol, name, address?, port,
-   * verdict: 'allowed'|'denied', rule, up, down }`.
+   * verdict: 'allowed'|'denied', rule, up, down, open? }` (`open`: still open when written, the
+   * bytes so far); `audit.dropped` `{ count (null: not known), reason }`.
    */
   data: Record<string, unknown>;
 }

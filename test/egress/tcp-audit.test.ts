@@ -3,10 +3,16 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import type { EgressAuditRow } from '../../src/egress/audit-queue.js';
 import { type EgressPolicy, EgressRules, parsePolicy } from '../../src/egress/policy.js';
-import { TCP_AUDIT_ELEMENT_TIMEOUT_S, TcpAudit } from '../../src/egress/tcp-audit.js';
+import {
+  type HarvestOptions,
+  TCP_AUDIT_ELEMENT_TIMEOUT_S,
+  TCP_AUDIT_RESET_SET_SIZE,
+  TcpAudit,
+} from '../../src/egress/tcp-audit.js';
 import { startDaemon } from '../../src/installation/daemon-connection.js';
 import { Sandbox } from '../../src/sandbox/sandbox.js';
 import type { SandboxAuditEntry } from '../../src/sandbox/sandbox-audit.js';
+import { until } from '../control/plane.js';
 import { createAbxHome } from '../helpers/abx-home.js';
 import { apiAs } from '../helpers/api-call.js';
 import { internetUnavailable, makeInternet, type TestInternet } from '../helpers/internet.js';
@@ -231,6 +237,79 @@ describe.skipIf(unavailable).each(modes)('raw TCP in the audit trail (%s)', (mod
     },
   );
 
+  test('a connection still open when the trail is read is in it, open, with its bytes so far; its end adds the rest', async () => {
+    const before = Math.max(0, ...(await tcpRows()).map((row) => row.seq));
+    // Connected, then silent until told: the echo server answers (and closes) only once it reads.
+    const script = [
+      'python3 -c "',
+      'import os,socket,time',
+      "s=socket.create_connection(('allowed.test',7000),timeout=30)",
+      "open('/tmp/connected','w').close()",
+      "while not os.path.exists('/tmp/go'): time.sleep(0.05)",
+      "s.sendall(b'late\\n'); print(len(s.recv(100)))",
+      '"',
+    ].join('\n');
+    const running = sh(script);
+    try {
+      await until(
+        async () => (await sh('test -e /tmp/connected')).exitCode === 0,
+        "the sandbox's connection",
+        20_000,
+      );
+      const open = (await tcpRows()).filter((row) => row.seq > before && row.data.port === 7000);
+      expect(open).toHaveLength(1);
+      expect((open[0] as SandboxAuditEntry).data).toMatchObject({
+        name: 'allowed.test',
+        verdict: 'allowed',
+        rule: 'allowOut allowed.test',
+        open: true,
+      });
+      expect((open[0] as SandboxAuditEntry).data.up).toBeGreaterThan(0);
+      // Read again with nothing sent meanwhile: still that one row.
+      expect(
+        (await tcpRows()).filter((row) => row.seq > before && row.data.port === 7000),
+      ).toHaveLength(1);
+    } finally {
+      await abx.box.files.write('/tmp/go', '');
+    }
+    const run = await running;
+    expect(run.stdout.trim(), run.stderr).toBe(String('echo late\n'.length));
+    const rows = (await tcpRows()).filter((row) => row.seq > before && row.data.port === 7000);
+    expect(rows).toHaveLength(2);
+    const rest = (rows[1] as SandboxAuditEntry).data;
+    expect(rest.open).toBeUndefined();
+    // The rest: the 5 bytes sent and the 10 echoed, with their packets' headers.
+    expect(rest.up as number).toBeGreaterThanOrEqual(5);
+    expect(rest.down as number).toBeGreaterThanOrEqual(10);
+  });
+
+  test('more resets than the set holds: an audit.dropped row says so, naming the set', async () => {
+    const address = abx.internet.addresses.other;
+    const burst = [
+      'python3 -c "',
+      'import socket',
+      `for p in range(${TCP_AUDIT_RESET_SET_SIZE + 40}):`,
+      '  try:',
+      `    socket.create_connection(('${address}',20000+p),timeout=5).close()`,
+      '  except OSError: pass',
+      '"',
+    ].join('\n');
+    expect((await sh(burst)).exitCode).toBe(0);
+    const dropped = (await abx.box.audit({ kind: ['audit.dropped'], limit: 100 })).audit;
+    expect(dropped.map((row) => row.data)).toEqual([
+      {
+        count: null,
+        reason: `raw TCP: the sandbox's rst_deny set was full (${TCP_AUDIT_RESET_SET_SIZE} resets within ${TCP_AUDIT_ELEMENT_TIMEOUT_S} s): resets past it are not in the trail`,
+      },
+    ]);
+    // What the set held is in the trail, one row each.
+    const denied = (await tcpRows()).filter(
+      (row) => row.data.address === address && (row.data.port as number) >= 20000,
+    );
+    expect(denied.length).toBeGreaterThanOrEqual(TCP_AUDIT_RESET_SET_SIZE - 10);
+    expect(denied.length).toBeLessThanOrEqual(TCP_AUDIT_RESET_SET_SIZE);
+  });
+
   test('HTTP to port 80 stays egress’s own row, not a raw one; the sandbox cannot read its sets', async () => {
     const http = await sh('curl -sS -m 10 http://allowed.test/');
     expect(http.stdout).toContain('hello from');
@@ -259,11 +338,13 @@ describe('the raw TCP harvest', () => {
     let policy = first;
     const sets: Record<string, Array<ReturnType<typeof elem>>> = {};
     const rows: Array<Omit<EgressAuditRow, 'seq'>> = [];
+    const drops: string[] = [];
     const audit = new TcpAudit(
       {
         rules: new EgressRules(),
         policy: () => parsePolicy(policy),
         push: (row) => rows.push(row),
+        dropped: (_id, reason) => drops.push(reason),
         list: async () =>
           JSON.stringify({
             nftables: Object.entries(sets).map(([name, elem]) => ({ set: { name, elem } })),
@@ -274,12 +355,12 @@ describe('the raw TCP harvest', () => {
     const net = { holder: 1, userns: false };
     return {
       rows,
+      drops,
       sets,
       setPolicy: (next: EgressPolicy) => {
         policy = next;
       },
-      harvest: (options?: { final?: boolean; baseline?: boolean }) =>
-        audit.harvest('s1', net, options),
+      harvest: (options?: HarvestOptions) => audit.harvest('s1', net, options),
       audit,
     };
   }
@@ -346,6 +427,44 @@ describe('the raw TCP harvest', () => {
     await adopted.harvest({ baseline: true });
     await adopted.harvest({ final: true });
     expect(adopted.rows).toEqual([]);
+  });
+
+  test('a read writes an open connection so far, marked open; its end writes only the rest', async () => {
+    const t = setup({ allowOut: [], denyOut: [] });
+    t.sets.raw_out = [elem(open, 500)];
+    t.sets.raw_in = [elem(open, 900)];
+    await t.harvest({ open: true });
+    expect(t.rows).toMatchObject([{ port: 22, up: 500, down: 900, open: true }]);
+    // Read again with nothing new: no row; a timer's harvest writes nothing open either.
+    await t.harvest({ open: true });
+    await t.harvest();
+    expect(t.rows).toHaveLength(1);
+    t.sets.raw_out = [elem(open, 700)];
+    t.sets.raw_end = [elem(open)];
+    await t.harvest();
+    expect(t.rows).toHaveLength(2);
+    expect(t.rows[1]).toMatchObject({ up: 200, down: 0 });
+    expect(t.rows[1]?.open).toBeUndefined();
+  });
+
+  test('a full set is told once as a drop, and again once it filled again after having room', async () => {
+    const t = setup({ allowOut: [], denyOut: ['192.0.2.0/24'] });
+    const resets = (n: number) =>
+      Array.from({ length: n }, (_, i) => elem(['192.0.2.44', 5432, 30000 + i]));
+    t.sets.raw_out = [];
+    t.sets.rst_deny = resets(TCP_AUDIT_RESET_SET_SIZE);
+    await t.harvest();
+    await t.harvest({ open: true });
+    expect(t.drops).toEqual([
+      `raw TCP: the sandbox's rst_deny set was full (${TCP_AUDIT_RESET_SET_SIZE} resets within ${TCP_AUDIT_ELEMENT_TIMEOUT_S} s): resets past it are not in the trail`,
+    ]);
+    // Every reset it held is still written once.
+    expect(t.rows).toHaveLength(TCP_AUDIT_RESET_SET_SIZE);
+    t.sets.rst_deny = resets(3);
+    await t.harvest();
+    t.sets.rst_deny = resets(TCP_AUDIT_RESET_SET_SIZE);
+    await t.harvest();
+    expect(t.drops).toHaveLength(2);
   });
 
   test('a table without the sets (an older daemon made it) is left alone', async () => {

@@ -190,6 +190,54 @@ describe.skipIf(unavailable)('the audit trail', () => {
     );
   }, 60_000);
 
+  test('a TLS connection still open when the trail is read: in it, open, with its bytes so far; its end adds the rest', async () => {
+    const sh = (command: string) =>
+      box.commands.run(command, { timeoutMs: 30_000, allowNonZeroExit: true });
+    const before = Math.max(0, ...(await rows()).map((row) => row.seq));
+    // A TLS connection egress passes through (the ClientHello names allowed.test), held open.
+    const script = [
+      'python3 -c "',
+      'import os,socket,ssl,time',
+      'c=ssl.create_default_context(); c.check_hostname=False; c.verify_mode=ssl.CERT_NONE',
+      "s=c.wrap_socket(socket.create_connection(('allowed.test',443),timeout=30),server_hostname='allowed.test')",
+      "open('/tmp/tls-open','w').close()",
+      "while not os.path.exists('/tmp/tls-go'): time.sleep(0.05)",
+      "s.sendall(b'GET /bytes/3000 HTTP/1.0\\r\\nHost: allowed.test\\r\\n\\r\\n')",
+      'n=0',
+      'while True:',
+      '  d=s.recv(65536)',
+      '  if not d: break',
+      '  n+=len(d)',
+      'print(n)',
+      '"',
+    ].join('\n');
+    const running = sh(script);
+    const tls = (all: SandboxAuditEntry[]) =>
+      all.filter((row) => row.seq > before && row.kind === 'egress' && row.data.protocol === 'tls');
+    try {
+      const open = tls(await rows((all) => tls(all).length > 0));
+      expect(open).toHaveLength(1);
+      expect(open[0]?.data).toMatchObject({
+        name: 'allowed.test',
+        port: 443,
+        verdict: 'allowed',
+        open: true,
+      });
+      // The handshake went both ways.
+      expect(open[0]?.data.up as number).toBeGreaterThan(0);
+      expect(open[0]?.data.down as number).toBeGreaterThan(0);
+      expect(tls(await rows())).toHaveLength(1);
+    } finally {
+      await box.files.write('/tmp/tls-go', '');
+    }
+    const run = await running;
+    expect(Number(run.stdout.trim()), run.stderr).toBeGreaterThan(3000);
+    const both = tls(await rows((all) => tls(all).length >= 2));
+    expect(both).toHaveLength(2);
+    expect(both[1]?.data.open).toBeUndefined();
+    expect(both[1]?.data.down as number).toBeGreaterThan(3000);
+  }, 60_000);
+
   test('an export as JSON lines; key B gets 404 as for an unknown id; bad input is a 400 naming it', async () => {
     const url = `${info.apiUrl}/v1/sandboxes/${box.sandboxId}/audit`;
     const exported = await request(`${url}?format=jsonl`, {

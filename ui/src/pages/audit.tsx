@@ -35,7 +35,7 @@ function summary(row: AuditRow): string {
   const d = row.data;
   return (
     auditText(row.kind, d, when) ??
-    `${d.verdict} ${d.protocol} ${d.name}:${d.port} (↑${d.up} ↓${d.down}) ${d.rule}`
+    `${d.verdict} ${d.protocol} ${d.name}:${d.port} (↑${d.up} ↓${d.down}${d.open ? ' so far, open' : ''}) ${d.rule}`
   );
 }
 
