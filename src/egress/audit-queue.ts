@@ -55,6 +55,12 @@ export type EgressAuditEntry = EgressAuditRow | EgressAuditDrop;
 export const EGRESS_AUDIT_MAX = 50_000;
 /** Rows one read answers at most. */
 export const EGRESS_AUDIT_PAGE = 2000;
+/**
+ * How often a connection still open gets a row when its trail is read (`open: true`) at most: the
+ * first read writes it, later reads only once this long has passed since its last row (a
+ * dashboard or `abx audit --follow` reads every few seconds; a row each time would be noise).
+ */
+export const OPEN_ROW_INTERVAL_MS = 30_000;
 /** Notes of drops kept beyond {@link EGRESS_AUDIT_MAX} at most (one per sandbox and reason). */
 export const EGRESS_AUDIT_MAX_DROP_NOTES = 10_000;
 /** The reason of rows dropped because the queue was full. */

@@ -13,7 +13,7 @@ import { type SecureContext, TLSSocket, connect as tlsConnect } from 'node:tls';
 import dnsPacket from 'dns-packet';
 import ipaddr from 'ipaddr.js';
 import { getExtensionData, readTlsClientHello } from 'read-tls-client-hello';
-import { EgressAuditQueue, type EgressAuditRow } from './audit-queue.js';
+import { EgressAuditQueue, type EgressAuditRow, OPEN_ROW_INTERVAL_MS } from './audit-queue.js';
 import { type HostRule, placeholderNames, ruleHeaders, rulesFor } from './header-rules.js';
 import {
   canonicalName,
@@ -78,8 +78,8 @@ interface OpenFlow {
   socket: Socket;
   up: number;
   down: number;
-  /** Written before (as open): its later rows are at the time they are written. */
-  written: boolean;
+  /** When it was last written as open (ms), 0: never; its later rows are at their writing. */
+  written: number;
 }
 
 /**
@@ -210,26 +210,28 @@ export class EgressService {
 
   /**
    * Queues a row for each allowed connection of the sandbox's still open (its trail is being
-   * read), `open: true`, with the bytes it carried since it was last written; the row queued when
-   * it ends carries the rest. Nothing for a sandbox egress does not serve.
+   * read), `open: true`, with the bytes it carried since it was last written: once, then again
+   * only after {@link OPEN_ROW_INTERVAL_MS} and when it carried more. The row queued when it ends
+   * carries the rest. Nothing for a sandbox egress does not serve.
    */
-  writeOpen(id: string): void {
+  writeOpen(id: string, now = Date.now()): void {
     const entry = this.sandboxes.get(id);
     if (!entry) return;
     for (const open of entry.open) {
       const up = open.socket.bytesRead - open.up;
       const down = open.socket.bytesWritten - open.down;
-      if (open.written && up === 0 && down === 0) continue;
+      if (open.written && (now - open.written < OPEN_ROW_INTERVAL_MS || (up === 0 && down === 0)))
+        continue;
       this.audit.push({
         ...open.row,
-        ...(open.written ? { at: Date.now() } : {}),
+        ...(open.written ? { at: now } : {}),
         up,
         down,
         open: true,
       });
       open.up += up;
       open.down += down;
-      open.written = true;
+      open.written = now;
     }
   }
 
@@ -285,7 +287,7 @@ export class EgressService {
     if (flow && event.allowed) {
       // Queued when the connection ends, with what it carried (since a read wrote it as open);
       // never on the connection's path.
-      const open: OpenFlow = { row, socket: flow, up: 0, down: 0, written: false };
+      const open: OpenFlow = { row, socket: flow, up: 0, down: 0, written: 0 };
       entry.open.add(open);
       flow.once('close', () => {
         entry.open.delete(open);

@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import type { EgressAuditRow } from './audit-queue.js';
+import { type EgressAuditRow, OPEN_ROW_INTERVAL_MS } from './audit-queue.js';
 import type { Decision, EgressRules, ParsedPolicy } from './policy.js';
 import { enterArgs, type SandboxNet } from './sandbox-net.js';
 import type { EgressPorts } from './service.js';
@@ -212,6 +212,8 @@ export interface HarvestOptions {
 interface Written {
   up: number;
   down: number;
+  /** When (ms): a connection still open is written on a read again only OPEN_ROW_INTERVAL_MS later. */
+  at: number;
   /** Written at its end: what comes after (the last ACKs) is not written again. */
   ended: boolean;
 }
@@ -330,7 +332,7 @@ export class TcpAudit {
         const k = `${name} ${key(e)}`;
         seen.add(k);
         if (state.written.has(k)) continue;
-        state.written.set(k, { up: 0, down: 0, ended: true });
+        state.written.set(k, { up: 0, down: 0, at: now, ended: true });
         if (options.baseline) continue;
         this.deps.push({
           at: lastPacket(e),
@@ -366,7 +368,7 @@ export class TcpAudit {
       if (before?.ended) continue;
       const isEnded = ended.has(k);
       if (options.baseline) {
-        state.written.set(k, { up: flow.up, down: flow.down, ended: true });
+        state.written.set(k, { up: flow.up, down: flow.down, at: now, ended: true });
         continue;
       }
       let decided = state.rules.get(k);
@@ -375,11 +377,13 @@ export class TcpAudit {
         decided = { rule: this.allowRule(id, flow.e.address, name), name };
         state.rules.set(k, decided);
       }
-      if (!(isEnded || options.final || options.open || flow.expires <= soon)) continue;
+      const due = isEnded || options.final || flow.expires <= soon;
+      const read = options.open && (!before || now - before.at >= OPEN_ROW_INTERVAL_MS);
+      if (!(due || read)) continue;
       const up = flow.up - (before?.up ?? 0);
       const down = flow.down - (before?.down ?? 0);
       if (before && up <= 0 && down <= 0 && !isEnded) continue;
-      state.written.set(k, { up: flow.up, down: flow.down, ended: isEnded });
+      state.written.set(k, { up: flow.up, down: flow.down, at: now, ended: isEnded });
       if (before && up <= 0 && down <= 0) continue;
       const { name, rule } = decided;
       this.deps.push({

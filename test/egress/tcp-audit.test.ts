@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import type { EgressAuditRow } from '../../src/egress/audit-queue.js';
+import { type EgressAuditRow, OPEN_ROW_INTERVAL_MS } from '../../src/egress/audit-queue.js';
 import { type EgressPolicy, EgressRules, parsePolicy } from '../../src/egress/policy.js';
 import {
   type HarvestOptions,
@@ -339,8 +339,10 @@ describe('the raw TCP harvest', () => {
     const sets: Record<string, Array<ReturnType<typeof elem>>> = {};
     const rows: Array<Omit<EgressAuditRow, 'seq'>> = [];
     const drops: string[] = [];
+    let clock = Date.now();
     const audit = new TcpAudit(
       {
+        now: () => clock,
         rules: new EgressRules(),
         policy: () => parsePolicy(policy),
         push: (row) => rows.push(row),
@@ -356,6 +358,9 @@ describe('the raw TCP harvest', () => {
     return {
       rows,
       drops,
+      tick: (ms: number) => {
+        clock += ms;
+      },
       sets,
       setPolicy: (next: EgressPolicy) => {
         policy = next;
@@ -435,16 +440,23 @@ describe('the raw TCP harvest', () => {
     t.sets.raw_in = [elem(open, 900)];
     await t.harvest({ open: true });
     expect(t.rows).toMatchObject([{ port: 22, up: 500, down: 900, open: true }]);
-    // Read again with nothing new: no row; a timer's harvest writes nothing open either.
+    // Read again at once, though it carried more: no row; a timer's harvest writes nothing open.
+    t.sets.raw_out = [elem(open, 600)];
+    t.tick(1000);
     await t.harvest({ open: true });
     await t.harvest();
     expect(t.rows).toHaveLength(1);
+    // A read OPEN_ROW_INTERVAL_MS after its row: what it carried since.
+    t.tick(OPEN_ROW_INTERVAL_MS);
+    await t.harvest({ open: true });
+    expect(t.rows).toHaveLength(2);
+    expect(t.rows[1]).toMatchObject({ up: 100, down: 0, open: true });
     t.sets.raw_out = [elem(open, 700)];
     t.sets.raw_end = [elem(open)];
     await t.harvest();
-    expect(t.rows).toHaveLength(2);
-    expect(t.rows[1]).toMatchObject({ up: 200, down: 0 });
-    expect(t.rows[1]?.open).toBeUndefined();
+    expect(t.rows).toHaveLength(3);
+    expect(t.rows[2]).toMatchObject({ up: 100, down: 0 });
+    expect(t.rows[2]?.open).toBeUndefined();
   });
 
   test('a full set is told once as a drop, and again once it filled again after having room', async () => {
