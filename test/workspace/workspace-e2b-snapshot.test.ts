@@ -1,13 +1,27 @@
-import { existsSync, readdirSync, rmSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import {
+  chmodSync,
+  chownSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { Sandbox as E2bSandbox } from 'e2b';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { type DaemonInfo, Sandbox } from '../../src/index.js';
+import { type DaemonInfo, Sandbox, Template, Templates } from '../../src/index.js';
 import { startDaemon } from '../../src/installation/daemon-connection.js';
 import { mountsUnder } from '../../src/providers/local/volumes.js';
 import { ApiKeys } from '../../src/sandbox/api-keys.js';
-import { createAbxHome } from '../helpers/abx-home.js';
+import { createAbxHome, removeTemplates } from '../helpers/abx-home.js';
 import { git, makeRepo, snapshot } from './fixture.js';
 
 // E2B's snapshot route (the unmodified `e2b` SDK's createSnapshot) of a sandbox whose workspace
@@ -17,6 +31,8 @@ import { git, makeRepo, snapshot } from './fixture.js';
 // it (E2B's deleteSnapshot) removes its kept layer.
 
 const isRoot = process.getuid?.() === 0;
+const NOBODY = 65534;
+const run = promisify(execFile);
 
 let abx: Awaited<ReturnType<typeof createAbxHome>> | undefined;
 let home: string;
@@ -24,6 +40,8 @@ let info: DaemonInfo;
 let repo: string;
 let ownKey: string;
 let otherKey: string;
+let own: string;
+const template = `ws-e2b-tpl-${Date.now().toString(36)}`;
 
 beforeAll(async () => {
   if (!isRoot) return;
@@ -35,12 +53,27 @@ beforeAll(async () => {
   // Keys that are not admins: the snapshot is its key's own.
   ownKey = (await ApiKeys.create('ws-e2b-own', { home })).key;
   otherKey = (await ApiKeys.create('ws-e2b-other', { home })).key;
+  // Root's folder holding one of uid 65534's, and in that one of its own that only root may
+  // write (0555): the workspace of a template every key may use (the daemon's key builds it).
+  own = mkdtempSync(join(tmpdir(), 'abx-ws-e2b-own-'));
+  chmodSync(own, 0o755);
+  mkdirSync(join(own, 'mine', 'ro'), { recursive: true });
+  writeFileSync(join(own, 'mine', 'notes.txt'), 'one\n');
+  for (const path of ['mine', 'mine/ro', 'mine/notes.txt']) {
+    chownSync(join(own, path), NOBODY, NOBODY);
+  }
+  chmodSync(join(own, 'mine', 'ro'), 0o555);
+  await Templates.build(Template.fromBase().setWorkspace(own, '/home/user/own'), {
+    home,
+    name: template,
+  });
 }, 120_000);
 
 afterAll(async () => {
   delete process.env.ABX_WARM_POOL;
+  if (abx) await removeTemplates(home).catch(() => undefined);
   await abx?.close();
-  if (repo) rmSync(repo, { recursive: true, force: true });
+  for (const dir of [repo, own]) if (dir) rmSync(dir, { recursive: true, force: true });
 }, 60_000);
 
 const e2b = (apiKey: string) => ({ apiKey, apiUrl: info.apiUrl, sandboxUrl: info.gatewayUrl });
@@ -156,4 +189,77 @@ describe.skipIf(!isRoot)("E2B's snapshot of a sandbox with a workspace (root dae
       if (snapshotId) await E2bSandbox.deleteSnapshot(snapshotId, e2b(ownKey)).catch(() => false);
     }
   }, 90_000);
+
+  test("a template's workspace, mounted for a local user through E2B's face: its snapshot's sandboxes are that user's too", async () => {
+    /** E2B's control API from a process of uid 65534 (curl through setpriv), with `ownKey`. */
+    const asNobody = async (method: string, path: string, body?: unknown) => {
+      const { stdout } = await run(
+        'setpriv',
+        [
+          `--reuid=${NOBODY}`,
+          `--regid=${NOBODY}`,
+          '--clear-groups',
+          'curl',
+          '-sS',
+          '--max-time',
+          '60',
+          '-X',
+          method,
+          '-H',
+          `x-api-key: ${ownKey}`,
+          '-H',
+          `authorization: Bearer ${ownKey}`,
+          ...(body === undefined
+            ? []
+            : ['-H', 'content-type: application/json', '--data-binary', JSON.stringify(body)]),
+          '-w',
+          '\n%{http_code}',
+          `${info.apiUrl}${path}`,
+        ],
+        { timeout: 70_000 },
+      );
+      const at = stdout.lastIndexOf('\n');
+      const text = stdout.slice(0, at);
+      return { status: Number(stdout.slice(at + 1)), json: text ? JSON.parse(text) : {} };
+    };
+    const ids: string[] = [];
+    let snapshotId: string | undefined;
+    try {
+      const source = await asNobody('POST', '/v2/sandboxes', { templateID: template });
+      expect(source.status, JSON.stringify(source.json)).toBe(201);
+      ids.push(source.json.sandboxID);
+      const connect = (id: string) =>
+        E2bSandbox.connect(id, { ...e2b(ownKey) }).then((box) => ({
+          sh: async (cmd: string) => (await box.commands.run(`cd ~/own/mine && ${cmd}`)).stdout,
+        }));
+      await (await connect(source.json.sandboxID)).sh('echo two >> notes.txt');
+      const snap = await asNobody('POST', `/sandboxes/${source.json.sandboxID}/snapshots`, {});
+      expect(snap.status, JSON.stringify(snap.json)).toBe(201);
+      snapshotId = snap.json.snapshotID as string;
+      const made = await asNobody('POST', '/v2/sandboxes', { templateID: snapshotId });
+      expect(made.status, JSON.stringify(made.json)).toBe(201);
+      ids.push(made.json.sandboxID);
+      const box = await connect(made.json.sandboxID);
+      expect(
+        await box.sh('cat notes.txt; stat -c %U notes.txt; chmod u+w ro && echo n > ro/new.txt'),
+      ).toBe('one\ntwo\nuser\n');
+      // Applied from the snapshot's sandbox: as uid 65534, the user it was created for, which
+      // may write notes.txt but not in ro/ (root could).
+      const apply = (body: unknown) =>
+        asNobody('POST', `/v1/sandboxes/${made.json.sandboxID}/workspace/apply`, body);
+      const refused = await apply({});
+      expect([refused.status, refused.json.code]).toEqual([400, 'workspace_refused']);
+      expect(refused.json.error).toContain(
+        `mine/ro/new.txt: uid ${NOBODY} (the user the workspace was mounted for) may not write`,
+      );
+      expect(existsSync(join(own, 'mine', 'ro', 'new.txt'))).toBe(false);
+      const applied = await apply({ paths: ['mine/notes.txt'] });
+      expect(applied.status, JSON.stringify(applied.json)).toBe(200);
+      expect(readFileSync(join(own, 'mine', 'notes.txt'), 'utf8')).toBe('one\ntwo\n');
+      expect(statSync(join(own, 'mine', 'notes.txt')).uid).toBe(NOBODY);
+    } finally {
+      for (const id of ids) await Sandbox.kill(id, { home }).catch(() => false);
+      if (snapshotId) await E2bSandbox.deleteSnapshot(snapshotId, e2b(ownKey)).catch(() => false);
+    }
+  }, 60_000);
 });
