@@ -22,7 +22,21 @@ for (const kind of STORES) {
       const registry = await store.open();
       const row = sandboxRow({
         metadata: { owner: 'alice', 'key with "quotes" and .dots': 'ünïcødé', empty: '' },
-        handle: { ...sandboxRow().handle, uid: 100_123, cgroups: ['/sys/fs/cgroup/memory/x'] },
+        handle: {
+          ...sandboxRow().handle,
+          uid: 100_123,
+          cgroups: ['/sys/fs/cgroup/memory/x'],
+          // A workspace mounted for a local client's uid: what an apply after a restart writes as.
+          workspace: {
+            from: '/srv/repo',
+            path: '/home/user/workspace',
+            view: '/abx/sandboxes/x/workspace/merged',
+            upper: '/abx/sandboxes/x/workspace/upper',
+            dir: '/abx/sandboxes/x/workspace',
+            mountedAt: 1_900_000_000_123,
+            uid: 65_534,
+          },
+        },
       });
       await registry.insertSandbox(row);
       expect(await registry.getSandbox(row.id)).toEqual(row);
