@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { Sandbox } from 'abx-sandbox';
 import { Client } from 'undici';
 import { openSqlite } from '../src/control/sqlite.js';
+import { isEnvdCommandLine, nodeScriptAt } from '../src/providers/provider.js';
 import { children, HOME } from './runner.js';
 import { round } from './stats.js';
 
@@ -35,9 +36,10 @@ export function rssMiB(pid: number): number {
 
 /** RSS of the node process inside the sandbox that runs `/opt/abx/<script>` (envd.cjs...). */
 export async function sandboxRssMiB(sandbox: Sandbox, script: string): Promise<number> {
-  // Compares argv[1] exactly: a pattern over whole command lines would match this loop itself.
+  // Compares the script exactly (the first argument after the program that is not one of Node's
+  // options, as nodeScriptAt reads it): a pattern over whole command lines would match this loop.
   const { stdout } = await sandbox.commands.run(
-    `for p in /proc/[0-9]*; do [ "$(tr '\\0' '\\n' < $p/cmdline 2>/dev/null | sed -n 2p)" = /opt/abx/${script} ] && grep VmRSS $p/status; done | head -1`,
+    `for p in /proc/[0-9]*; do [ "$(tr '\\0' '\\n' < $p/cmdline 2>/dev/null | sed 1d | grep -m1 -v '^-')" = /opt/abx/${script} ] && grep VmRSS $p/status; done | head -1`,
   );
   return round(Number(/(\d+)/.exec(stdout)?.[1]) / 1024, 1);
 }
@@ -272,15 +274,20 @@ export function hasIdleServer(sandboxId: string): boolean {
       return false;
     }
   };
-  return sandboxPids(
-    sandboxId,
-    (argv) => argv[1] === '/opt/abx/server.cjs' && argv[2] === '--prestart',
-  ).some(waitingOnStdin);
+  return sandboxPids(sandboxId, (argv) => {
+    const at = nodeScriptAt(argv);
+    return argv[at] === '/opt/abx/server.cjs' && argv[at + 1] === '--prestart';
+  }).some(waitingOnStdin);
 }
 
 /** The host pid of a local sandbox's envd. */
 export function envdPidOf(sandboxId: string): number {
-  const [pid] = sandboxPids(sandboxId, (argv) => argv[1] === '/opt/abx/envd.cjs');
+  // Its script after Node's options (ENVD_NODE_OPTIONS); the user's envd, not root's (root.cjs).
+  const [pid] = sandboxPids(
+    sandboxId,
+    (argv) =>
+      isEnvdCommandLine(argv) && argv[argv.indexOf('--socket') + 1] === '/run/abx/envd.sock',
+  );
   if (!pid) throw new Error(`bench: no envd process found in sandbox ${sandboxId}`);
   return pid;
 }

@@ -18,9 +18,40 @@ export { SANDBOX_HOME } from '../../runtime/protocol/constants.js';
 export type { IsolationReport };
 
 /**
- * envd's arguments after the program that runs it (every provider starts it the same way): its
- * socket and ports folder in the sandbox's /run/abx, the file its tokens are in (written with
- * {@link envdTokenFile}), the template's capabilities and name, and `extra`.
+ * Node's own options for envd (and root.cjs, which starts root's and the user's envd), before
+ * its script, on every provider (issue 50, docs/providers.md "envd's Node options"): a young
+ * generation of 1 MiB a semi-space instead of up to 16 (envd's heap is small and short-lived per
+ * request; this is most of what a busy envd kept), and one V8 worker thread instead of one per
+ * core (each thread brings its stack and a malloc arena). Each is one word (`--name=value`), so
+ * {@link nodeScriptAt} finds the script after them. Options, not `NODE_OPTIONS`: the sandbox's
+ * own processes (which inherit envd's environment) keep Node's defaults.
+ */
+export const ENVD_NODE_OPTIONS: readonly string[] = ['--max-semi-space-size=1', '--v8-pool-size=1'];
+
+/**
+ * Where the script is in a Node command line (`/proc/PID/cmdline` split at NUL): the first
+ * argument after the program that is not one of Node's options (those given here are one word
+ * each, as {@link ENVD_NODE_OPTIONS}), or -1. envd's, root.cjs's and the command server's are
+ * found by it, whatever options run them.
+ */
+export function nodeScriptAt(argv: readonly string[]): number {
+  for (let at = 1; at < argv.length; at++) {
+    if (!argv[at]?.startsWith('-')) return argv[at] ? at : -1;
+  }
+  return -1;
+}
+
+/** Whether a command line (`/proc/PID/cmdline` split at NUL) runs envd: its script is envd.cjs. */
+export function isEnvdCommandLine(argv: readonly string[]): boolean {
+  const at = nodeScriptAt(argv);
+  return at > 0 && /(^|\/)envd\.cjs$/.test(argv[at] as string);
+}
+
+/**
+ * envd's arguments after the program that runs it (every provider starts it the same way): Node's
+ * options for it ({@link ENVD_NODE_OPTIONS}), its script, its socket and ports folder in the
+ * sandbox's /run/abx, the file its tokens are in (written with {@link envdTokenFile}), the
+ * template's capabilities and name, and `extra`.
  */
 export function envdArguments(
   tokenFile: string,
@@ -28,6 +59,7 @@ export function envdArguments(
   extra: readonly string[] = [],
 ): string[] {
   return [
+    ...ENVD_NODE_OPTIONS,
     `${SANDBOX_RUNTIME_DIR}/envd.cjs`,
     '--socket',
     `${SANDBOX_RUN_DIR}/envd.sock`,

@@ -2,6 +2,7 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Sandbox } from '../../src/index.js';
+import { isEnvdCommandLine } from '../../src/providers/provider.js';
 import { attach } from '../compat/e2b/attach.js';
 import { createAbxHome, sandboxProcesses } from '../helpers/abx-home.js';
 import { startRootlessDaemon } from '../helpers/rootless.js';
@@ -25,7 +26,7 @@ function envdPid(sandboxId: string): number {
   const pid = sandboxProcesses(sandboxId).find((p) => {
     try {
       const argv = readFileSync(`/proc/${p}/cmdline`, 'utf8').split('\0');
-      return argv[1]?.endsWith('envd.cjs') && argv.includes('/run/abx/envd.sock');
+      return isEnvdCommandLine(argv) && argv.includes('/run/abx/envd.sock');
     } catch {
       return false;
     }

@@ -17,6 +17,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { orphanNetProcesses } from '../../src/egress/sandbox-net.js';
 import { Sandbox, Templates } from '../../src/index.js';
 import { startDaemon } from '../../src/installation/daemon-connection.js';
+import { isEnvdCommandLine } from '../../src/providers/provider.js';
 import { CLI, runProgram } from '../cli/abx.js';
 import { createAbxHome, sandboxProcesses } from '../helpers/abx-home.js';
 import { FORK_BOMB } from '../helpers/attacks.js';
@@ -69,7 +70,7 @@ function envdPid(sandboxId: string): number {
   const pid = sandboxProcesses(sandboxId).find((p) => {
     try {
       const argv = readFileSync(`/proc/${p}/cmdline`, 'utf8').split('\0');
-      return argv[0]?.endsWith('node') && argv[1]?.endsWith('envd.cjs');
+      return argv[0]?.endsWith('node') && isEnvdCommandLine(argv);
     } catch {
       return false;
     }

@@ -7,7 +7,7 @@ import {
 } from '../../../runtime/protocol/constants.js';
 import { InvalidArgumentError } from '../../errors.js';
 import { SANDBOX_NODE } from '../portable-runtime.js';
-import type { SandboxSpec, VolumeMountSpec } from '../provider.js';
+import { ENVD_NODE_OPTIONS, type SandboxSpec, type VolumeMountSpec } from '../provider.js';
 
 /** Labels every object of the provider carries: who manages it, which sandbox, which folder. */
 export const MANAGED_BY_LABEL = 'abx.dev/managed-by';
@@ -312,6 +312,7 @@ export function sandboxPod(spec: SandboxSpec, context: PodContext): V1Pod {
           imagePullPolicy: pull,
           command: [SANDBOX_NODE],
           args: [
+            ...ENVD_NODE_OPTIONS,
             `${SANDBOX_RUNTIME_DIR}/envd.cjs`,
             // $(ABX_POD_IP) is expanded by the kubelet from the env below (downward API).
             '--listen',

@@ -42,6 +42,7 @@ import {
   SANDBOX_SUDO_DIR,
 } from '../portable-runtime.js';
 import {
+  ENVD_NODE_OPTIONS,
   type EndCause,
   envdArguments,
   envdTokenFile,
@@ -642,7 +643,12 @@ export class LocalProvider implements SandboxProvider {
                   infoFd: ROOT_INFO_FD,
                   sudo: join(portableDir as string, basename(SANDBOX_SUDO_DIR), 'sudo'),
                 },
-                command: [SANDBOX_NODE, `${SANDBOX_RUNTIME_DIR}/root.cjs`, ...envdArgs],
+                command: [
+                  SANDBOX_NODE,
+                  ...ENVD_NODE_OPTIONS,
+                  `${SANDBOX_RUNTIME_DIR}/root.cjs`,
+                  ...envdArgs,
+                ],
               }
             : {}),
         });

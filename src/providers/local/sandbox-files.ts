@@ -17,7 +17,7 @@ import {
 } from 'node:fs';
 import { posix } from 'node:path';
 import { SANDBOX_RUN_DIR } from '../../../runtime/protocol/constants.js';
-import type { SandboxHandle } from '../provider.js';
+import { isEnvdCommandLine, type SandboxHandle } from '../provider.js';
 import { processStartTime, processTree } from './proc.js';
 
 /**
@@ -376,7 +376,7 @@ function userEnvd(init: number): number | undefined {
   for (const pid of processTree(init)) {
     try {
       const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
-      if (!argv[1]?.endsWith('envd.cjs')) continue;
+      if (!isEnvdCommandLine(argv)) continue;
       const at = argv.indexOf('--socket');
       if (at > 0 && argv[at + 1] === USER_ENVD_SOCKET) return pid;
     } catch {
