@@ -16,6 +16,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Sandbox } from '../../src/index.js';
 import { startDaemon, stopDaemon } from '../../src/installation/daemon-connection.js';
+import { mountsUnder } from '../../src/providers/local/volumes.js';
 import { ApiKeys } from '../../src/sandbox/api-keys.js';
 import { createAbxHome } from '../helpers/abx-home.js';
 import { daemonApi, daemonInfoOf } from './fixture.js';
@@ -163,6 +164,12 @@ describe.skipIf(!isRoot)('a daemon restart and a workspace mounted for a local u
       const woken = await daemonApi(home, 'POST', `/v1/sandboxes/${id}/resume`, {});
       expect(woken.status, JSON.stringify(woken.body)).toBe(200);
       await check('c.txt', ['added mine/c.txt', 'added mine/ro/new.txt']);
+
+      // The adopted sandbox's kill unmounts its workspace and removes its layers.
+      expect(await Sandbox.kill(id, { home })).toBe(true);
+      expect(mountsUnder(join(home, 'sandboxes'))).toEqual([]);
+      expect(existsSync(join(home, 'sandboxes', id))).toBe(false);
+      expect(readFileSync('/proc/self/mountinfo', 'utf8')).not.toContain(id);
     } finally {
       await Sandbox.kill(id, { home }).catch(() => false);
     }
