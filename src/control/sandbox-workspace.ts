@@ -18,6 +18,7 @@ import {
   type WorkspaceDiff,
   WorkspaceError,
   WorkspaceRefusedError,
+  WorkspaceWriteError,
   changes as workspaceChanges,
   diff as workspaceDiff,
 } from '../workspace/index.js';
@@ -102,6 +103,13 @@ function workspaceOf(id: string, handle: SandboxHandle): NonNullable<SandboxHand
 function asApiError(error: unknown): unknown {
   if (error instanceof WorkspaceRefusedError) {
     return new InvalidArgumentError(error.message, { code: 'workspace_refused' });
+  }
+  if (error instanceof WorkspaceWriteError) {
+    const { path, written, rolledBack, notRestored } = error;
+    return new InvalidArgumentError(error.message, {
+      code: 'workspace_write_failed',
+      details: { path, written, rolledBack, notRestored },
+    });
   }
   if (error instanceof WorkspaceError) return new InvalidArgumentError(error.message);
   return error;

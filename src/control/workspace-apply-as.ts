@@ -19,6 +19,7 @@ import {
   type WorkspaceChanges,
   WorkspaceError,
   WorkspaceRefusedError,
+  WorkspaceWriteError,
 } from '../workspace/index.js';
 import { setprivIds } from './workspace-access.js';
 
@@ -72,21 +73,46 @@ export async function applyAsUser(
     if ('result' in answer) return answer.result;
     const { name, message, refusals } = answer.error;
     if (name === 'WorkspaceRefusedError' && refusals) throw new WorkspaceRefusedError(refusals);
+    const failed = writeErrorOf(answer.error, uid);
+    if (failed) throw failed;
     throw new WorkspaceError(`${message} (written as uid ${uid})`);
   } finally {
     rmSync(stage, { recursive: true, force: true });
   }
 }
 
-type Answer =
-  | { result: ApplyResult }
-  | {
-      error: {
-        name: string;
-        message: string;
-        refusals?: ConstructorParameters<typeof WorkspaceRefusedError>[0];
-      };
-    };
+interface AnswerError {
+  name: string;
+  message: string;
+  refusals?: ConstructorParameters<typeof WorkspaceRefusedError>[0];
+  /** A WorkspaceWriteError's fields and its cause's message (workspace/apply-main.ts). */
+  path?: string;
+  written?: string[];
+  rolledBack?: boolean;
+  notRestored?: string[];
+  undone?: string[];
+  cause?: string;
+}
+
+type Answer = { result: ApplyResult } | { error: AnswerError };
+
+const strings = (v: unknown): string[] =>
+  Array.isArray(v) ? v.filter((x): x is string => typeof x === 'string') : [];
+
+/** The user's process's WorkspaceWriteError as one of this process (its rollback kept). */
+function writeErrorOf(e: AnswerError, uid: number): WorkspaceWriteError | undefined {
+  if (e.name !== 'WorkspaceWriteError' || typeof e.path !== 'string') return undefined;
+  return new WorkspaceWriteError(
+    e.path,
+    strings(e.written),
+    new Error(`${e.cause ?? e.message} (written as uid ${uid})`),
+    {
+      rolledBack: e.rolledBack === true,
+      notRestored: strings(e.notRestored),
+      undone: strings(e.undone),
+    },
+  );
+}
 
 function runAs(ids: string[], input: string): Promise<Answer> {
   return new Promise((resolve, reject) => {
@@ -116,7 +142,7 @@ function runAs(ids: string[], input: string): Promise<Answer> {
       } catch {
         reject(
           new WorkspaceError(
-            `the apply as the folder's user ended (${signal ? `signal ${signal}${signal === 'SIGKILL' ? `, after ${APPLY_AS_USER_TIMEOUT_MS / 60_000} min at most` : ''}` : `exit ${code}`}) without an answer${stderr ? `: ${stderr.trim().slice(0, 2000)}` : ''}`,
+            `the apply as the folder's user ended (${signal ? `signal ${signal}${signal === 'SIGKILL' ? `, after ${APPLY_AS_USER_TIMEOUT_MS / 60_000} min at most` : ''}` : `exit ${code}`}) without an answer, so without a rollback: what it wrote stays, and the old entries it set aside are in the host folder as .abx-apply-<random>.<name>.bak (its temporary files .abx-apply-<random>); the next apply refuses until they are put back or removed (docs/workspaces.md, "Applying")${stderr ? `: ${stderr.trim().slice(0, 2000)}` : ''}`,
           ),
         );
       }

@@ -3,7 +3,8 @@
  * to (docs/workspaces.md, "Applying": never as root). It reads `{ changes, options }` as JSON on
  * stdin (the changes' view a staging copy that user may read), writes the host folder with that
  * user's rights only, and answers one JSON line: `{ result }`, or `{ error: { name, message,
- * refusals?, path?, written? } }`. A self-contained file (dist/workspace-apply.cjs) that the
+ * refusals?, path?, written?,
+ * rolledBack?, notRestored?, undone?, cause? } }` (a WorkspaceWriteError's fields, its cause's message). A self-contained file (dist/workspace-apply.cjs) that the
  * daemon runs with `node -e`, so that its path need not be one the user may reach.
  */
 import { apply } from './apply.js';
@@ -29,7 +30,14 @@ async function main(): Promise<void> {
           message: e.message,
           ...(error instanceof WorkspaceRefusedError ? { refusals: error.refusals } : {}),
           ...(error instanceof WorkspaceWriteError
-            ? { path: error.path, written: error.written }
+            ? {
+                path: error.path,
+                written: error.written,
+                rolledBack: error.rolledBack,
+                notRestored: error.notRestored,
+                undone: error.undone,
+                cause: error.cause instanceof Error ? error.cause.message : String(error.cause),
+              }
             : {}),
         },
       })}\n`,

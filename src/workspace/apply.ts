@@ -1,17 +1,8 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import { constants, type Stats } from 'node:fs';
-import {
-  chown,
-  lchown,
-  mkdir,
-  open,
-  opendir,
-  rename,
-  rmdir,
-  symlink,
-  unlink,
-} from 'node:fs/promises';
+import { chown, lchown, mkdir, open, opendir, rmdir, symlink, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
+import { APPLY_TEMP_PREFIX, ApplyJournal } from './apply-journal.js';
 import { entryState, kindOf, linkedParent, lstatOrNull, openNoFollow } from './entry.js';
 import { type Refusal, WorkspaceRefusedError, WorkspaceWriteError } from './errors.js';
 import type { EntryState, WorkspaceChange, WorkspaceChanges } from './types.js';
@@ -107,11 +98,47 @@ export async function apply(
     if (c.status === 'renamed' && c.from !== undefined) plan.removing.add(c.from);
   }
   for (const c of plan.chosen) await validate(plan, c);
+  await findLeftovers(plan);
   const refusals = [...plan.refusals, ...(options.force ? [] : plan.conflicts)];
   if (refusals.length > 0) throw new WorkspaceRefusedError(refusals);
   const forced = options.force ? plan.conflicts : [];
   if (options.dryRun) return { dryRun: true, applied: plan.chosen, forced };
   return { dryRun: false, applied: await write(plan), forced };
+}
+
+/**
+ * Refuses the apply while a folder it writes holds a temporary file or backup of an apply that
+ * was killed midway (or runs now): a backup is the only copy of what that apply replaced. And
+ * never writes such a name itself.
+ */
+async function findLeftovers(plan: Plan): Promise<void> {
+  const folders = new Set<string>();
+  // Only folders of paths found sound (no climbing, no link on the way).
+  const refused = new Set(plan.refusals.map((r) => r.path));
+  for (const c of plan.chosen) {
+    if (refused.has(c.path) || (c.from !== undefined && refused.has(c.from))) continue;
+    for (const p of c.from === undefined ? [c.path] : [c.from, c.path]) {
+      const parts = p.split('/');
+      if (parts.at(-1)?.startsWith(APPLY_TEMP_PREFIX)) {
+        plan.refusals.push({ path: p, reason: `${APPLY_TEMP_PREFIX}* names are apply's own` });
+      }
+      folders.add(parts.slice(0, -1).join('/'));
+    }
+  }
+  for (const folder of [...folders].sort()) {
+    const st = await lstatOrNull(join(plan.base, folder));
+    if (!st?.isDirectory()) continue;
+    for await (const d of await opendir(join(plan.base, folder))) {
+      if (!d.name.startsWith(APPLY_TEMP_PREFIX)) continue;
+      const bak = /^\.abx-apply-[0-9a-f]{12}\.(.+)\.bak$/s.exec(d.name);
+      plan.refusals.push({
+        path: folder === '' ? d.name : `${folder}/${d.name}`,
+        reason: bak
+          ? `an apply that was killed midway (or runs now) set the old ${bak[1]} aside here: rename it back over ${bak[1]}, or remove it, then apply again`
+          : 'a temporary file of an apply that was killed midway (or runs now): remove it, then apply again',
+      });
+    }
+  }
 }
 
 function matches(c: WorkspaceChange, p: string): boolean {
@@ -286,73 +313,80 @@ async function targetProblem(
 
 const isRoot = () => process.getuid?.() === 0;
 
+/** Whether a change's new content is copied from the view (not a rename or chmod in the base). */
+function fromView(plan: Plan, c: WorkspaceChange): boolean {
+  if (c.status === 'deleted') return false;
+  // A conflict written over (force): the base no longer holds the recorded "before", so the
+  // new content comes from the view rather than from moving or chmod-ing the base's entry.
+  if (plan.conflicts.some((r) => r.path === (c.from ?? c.path))) return true;
+  if (c.status === 'renamed') return false;
+  return !(c.status === 'modified' && !c.contentChanged);
+}
+
+/**
+ * Writes in two passes through an undo journal: first every new content into a temporary file
+ * next to its path (folders made as needed), touching nothing that exists; then deletions,
+ * renames and the rest, each old entry kept under a backup name. A failure in either undoes
+ * everything done, in reverse; success removes the backups, then the folders emptied.
+ */
 async function write(plan: Plan): Promise<WorkspaceChange[]> {
   const written: WorkspaceChange[] = [];
-  const names = () => written.map((c) => c.path);
   const order = [
     ...plan.chosen.filter((c) => c.status === 'deleted'),
     ...plan.chosen.filter((c) => c.status === 'renamed'),
     ...plan.chosen.filter((c) => c.status !== 'deleted' && c.status !== 'renamed'),
   ];
-  for (const c of order) {
-    try {
-      await writeOne(plan, c);
-      written.push(c);
-    } catch (err) {
-      throw new WorkspaceWriteError(c.path, names(), err);
+  const journal = new ApplyJournal(plan.base);
+  const staged = new Map<WorkspaceChange, string>();
+  let at = order[0];
+  try {
+    for (const c of order) {
+      at = c;
+      // A path under a file this apply removes is staged once that file is gone.
+      if (fromView(plan, c) && (await parentsAreFolders(plan, c.path))) {
+        staged.set(c, await stage(plan, c, journal));
+      }
     }
+    for (const c of order) {
+      at = c;
+      await commit(plan, c, staged.get(c), journal);
+      written.push(c);
+    }
+  } catch (err) {
+    const undo = await journal.rollback();
+    const restored = undo.notRestored.length === 0;
+    throw new WorkspaceWriteError(
+      at?.path ?? '.',
+      restored ? [] : written.map((c) => c.path),
+      err,
+      { rolledBack: restored, ...undo },
+    );
+  }
+  await journal.finish();
+  for (const c of written) {
+    if (c.status === 'deleted') await prune(plan, c.path);
+    if (c.status === 'renamed') await prune(plan, c.from as string);
   }
   return written;
 }
 
-async function writeOne(plan: Plan, c: WorkspaceChange): Promise<void> {
-  const target = join(plan.base, c.path);
-  if (c.status === 'deleted') {
-    await unlinkIfThere(target);
-    await prune(plan, c.path);
-    return;
+/** Whether every existing parent of `path` in the base is a folder. */
+async function parentsAreFolders(plan: Plan, path: string): Promise<boolean> {
+  const parts = path.split('/').slice(0, -1);
+  for (let i = 1; i <= parts.length; i++) {
+    const st = await lstatOrNull(join(plan.base, ...parts.slice(0, i)));
+    if (!st) return true;
+    if (!st.isDirectory()) return false;
   }
-  await makeParents(plan, c.path);
+  return true;
+}
+
+/** Copies the view's entry into a new temporary file (or link) in its folder; recorded. */
+async function stage(plan: Plan, c: WorkspaceChange, journal: ApplyJournal): Promise<string> {
+  await makeParents(plan, c.path, journal);
   const after = c.after as EntryState;
-  // A conflict written over (force): the base no longer holds the recorded "before", so the
-  // new content comes from the view rather than from moving or chmod-ing the base's entry.
-  const forced = plan.conflicts.some((r) => r.path === (c.from ?? c.path));
-  if (c.status === 'renamed' && !forced) {
-    await removeEmptyDir(target);
-    await rename(join(plan.base, c.from as string), target);
-    if (after.kind === 'file' && c.modeChanged) await setMode(target, after.mode);
-    await prune(plan, c.from as string);
-    return;
-  }
-  if (c.status === 'modified' && !c.contentChanged && !forced) {
-    await setMode(target, after.mode);
-    return;
-  }
-  await writeFromView(plan, c, after);
-  if (c.status === 'renamed') {
-    await unlinkIfThere(join(plan.base, c.from as string));
-    await prune(plan, c.from as string);
-  }
-}
-
-async function unlinkIfThere(path: string): Promise<void> {
-  try {
-    await unlink(path);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-  }
-}
-
-/** Writes the view's entry over the base's: a temporary file in the same folder, renamed. */
-async function writeFromView(plan: Plan, c: WorkspaceChange, after: EntryState): Promise<void> {
-  const target = join(plan.base, c.path);
-  await removeEmptyDir(target);
   const owner = await ownerFor(plan, c.path);
-  const tmp = join(
-    plan.base,
-    ...c.path.split('/').slice(0, -1),
-    `.abx-apply-${randomBytes(6).toString('hex')}`,
-  );
+  const tmp = ApplyJournal.tempIn(join(plan.base, ...c.path.split('/').slice(0, -1)));
   try {
     if (after.kind === 'symlink') {
       await symlink(after.target as string, tmp);
@@ -360,20 +394,45 @@ async function writeFromView(plan: Plan, c: WorkspaceChange, after: EntryState):
     } else {
       await copyVerified(join(plan.view, c.path), tmp, after, owner);
     }
-    await rename(tmp, target);
   } catch (err) {
     await unlink(tmp).catch(() => {});
     throw err;
   }
+  journal.made(tmp);
+  return tmp;
 }
 
-async function setMode(path: string, mode: number): Promise<void> {
-  const fh = await openNoFollow(path);
-  try {
-    await fh.chmod(mode & 0o777);
-  } finally {
-    await fh.close();
+/** Puts one change in place: each old entry it replaces, deletes or renames away kept aside. */
+async function commit(
+  plan: Plan,
+  c: WorkspaceChange,
+  staged: string | undefined,
+  journal: ApplyJournal,
+): Promise<void> {
+  const target = join(plan.base, c.path);
+  if (c.status === 'deleted') {
+    const st = await lstatOrNull(target);
+    if (st?.isDirectory()) throw new Error(`${c.path} is a folder on the host`);
+    if (st) await journal.setAside(target);
+    return;
   }
+  const after = c.after as EntryState;
+  if (fromView(plan, c)) {
+    await journal.replace(staged ?? (await stage(plan, c, journal)), target);
+    if (c.status === 'renamed') {
+      const from = join(plan.base, c.from as string);
+      if (await lstatOrNull(from)) await journal.setAside(from);
+    }
+    return;
+  }
+  if (c.status === 'renamed') {
+    await makeParents(plan, c.path, journal);
+    if (await lstatOrNull(target)) await journal.setAside(target);
+    await journal.move(join(plan.base, c.from as string), target);
+    if (after.kind === 'file' && c.modeChanged) await journal.chmod(target, after.mode);
+    return;
+  }
+  await journal.chmod(target, after.mode);
 }
 
 async function copyVerified(
@@ -421,7 +480,7 @@ async function ownerFor(
 }
 
 /** Creates the missing parents one by one (each checked not to be a link), modes as the view's. */
-async function makeParents(plan: Plan, path: string): Promise<void> {
+async function makeParents(plan: Plan, path: string, journal: ApplyJournal): Promise<void> {
   const parts = path.split('/').slice(0, -1);
   for (let i = 1; i <= parts.length; i++) {
     const prefix = parts.slice(0, i).join('/');
@@ -431,16 +490,12 @@ async function makeParents(plan: Plan, path: string): Promise<void> {
     if (st) throw new Error(`${prefix} in the base is not a folder`);
     const vs = await lstatOrNull(join(plan.view, prefix));
     await mkdir(full, { mode: vs?.isDirectory() ? vs.mode & 0o777 : 0o755 });
+    journal.made(full, true);
     if (isRoot()) {
       const ps = await lstatOrNull(join(plan.base, ...parts.slice(0, i - 1)));
       if (ps) await chown(full, ps.uid, ps.gid);
     }
   }
-}
-
-async function removeEmptyDir(path: string): Promise<void> {
-  const st = await lstatOrNull(path);
-  if (st?.isDirectory()) await rmdir(path);
 }
 
 /** After a removal: the emptied parents go, up to the first that is a folder in the view. */

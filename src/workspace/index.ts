@@ -18,6 +18,7 @@ export {
   WorkspaceError,
   WorkspaceRefusedError,
   WorkspaceWriteError,
+  type WriteRollback,
 } from './errors.js';
 export type {
   ChangeStatus,

@@ -42,9 +42,11 @@ const LOCAL_ONLY = new Set([
   'EngineApiError',
   'ProgressError',
   // The workspace core's: the daemon turns them into 400s (sandbox-workspace.ts, asApiError:
-  // an InvalidArgumentError, `workspace_refused` for a refusal).
+  // an InvalidArgumentError, `workspace_refused` for a refusal, `workspace_write_failed` with
+  // its rollback's fields for a failure while writing).
   'WorkspaceError',
   'WorkspaceRefusedError',
+  'WorkspaceWriteError',
   // A daemon that cannot start says so in one line of its own (daemon-main.ts), to no client.
   'PortInUseError',
 ]);

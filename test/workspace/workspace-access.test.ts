@@ -7,17 +7,22 @@ import {
   mkdtempSync,
   readFileSync,
   rmSync,
-  statSync,
   writeFileSync,
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { type DaemonInfo, Sandbox } from '../../src/index.js';
+import {
+  type DaemonInfo,
+  InvalidArgumentError,
+  Sandbox,
+  type SandboxError,
+} from '../../src/index.js';
 import { startDaemon } from '../../src/installation/daemon-connection.js';
 import { ApiKeys } from '../../src/sandbox/api-keys.js';
 import { createAbxHome } from '../helpers/abx-home.js';
+import { snapshot } from './fixture.js';
 
 // Who may mount which host folder (docs/workspaces.md, "Who may mount what"), against a real
 // root daemon: a key that is not an admin, used by a process running as uid 65534, may mount
@@ -209,14 +214,23 @@ describe.skipIf(!isRoot)('who may mount which host folder', () => {
         'cd ~/workspace && chmod u+w ro && echo new > ro/new.txt && echo two > ok.txt',
       );
       expect(edit.exitCode).toBe(0);
-      const failed = await box.workspace.apply().catch((error: Error) => error);
-      expect((failed as Error).message).toMatch(/ro\/new\.txt/);
-      expect((failed as Error).message).toMatch(new RegExp(`as uid ${OTHER}`));
-      expect(existsSync(join(dir, 'ro', 'new.txt'))).toBe(false);
-      // What was written before it (in path order) is named, and was written by the owner.
-      expect((failed as Error).message).toMatch(/after writing 1 path\(s\) \(ok\.txt\)/);
-      expect(readFileSync(join(dir, 'ok.txt'), 'utf8')).toBe('two\n');
-      expect(statSync(join(dir, 'ok.txt')).uid).toBe(OTHER);
+      const before = snapshot(dir);
+      const failed = (await box.workspace.apply().catch((error: Error) => error)) as SandboxError;
+      expect(failed).toBeInstanceOf(InvalidArgumentError);
+      expect(failed.message).toMatch(
+        /^apply failed at ro\/new\.txt and was rolled back: the host folder is as it was, nothing written: EACCES/,
+      );
+      expect(failed.message).toMatch(new RegExp(`as uid ${OTHER}\\)$`));
+      // The rollback's fields cross the user's process and the API (workspace_write_failed).
+      expect([failed.code, failed.details]).toEqual([
+        'workspace_write_failed',
+        { path: 'ro/new.txt', written: [], rolledBack: true, notRestored: [] },
+      ]);
+      // ok.txt, written before it (in path order), is not: the host is as it was, no temporary
+      // file left.
+      expect(snapshot(dir)).toEqual(before);
+      expect(readFileSync(join(dir, 'ok.txt'), 'utf8')).toBe('one\n');
+      expect(Object.keys(before).sort()).toEqual(['ok.txt', 'ro', 'ro/keep.txt']);
     } finally {
       await box.kill();
     }
