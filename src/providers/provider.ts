@@ -41,10 +41,14 @@ export function nodeScriptAt(argv: readonly string[]): number {
   return -1;
 }
 
-/** Whether a command line (`/proc/PID/cmdline` split at NUL) runs envd: its script is envd.cjs. */
+/**
+ * Whether a command line (`/proc/PID/cmdline` split at NUL) runs envd: its script, after Node's
+ * options, is exactly the sandbox's `/opt/abx/envd.cjs` (not another folder's envd.cjs). A
+ * process of the sandbox can show the same; readers that must tell envd's own apart also check
+ * its `--socket` and take the first found in the sandbox's tree, as sandbox-files.ts does.
+ */
 export function isEnvdCommandLine(argv: readonly string[]): boolean {
-  const at = nodeScriptAt(argv);
-  return at > 0 && /(^|\/)envd\.cjs$/.test(argv[at] as string);
+  return argv[nodeScriptAt(argv)] === `${SANDBOX_RUNTIME_DIR}/envd.cjs`;
 }
 
 /**
