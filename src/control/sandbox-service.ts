@@ -1464,6 +1464,14 @@ export class SandboxService {
     for (const record of await this.registry.listSandboxes({ state: 'running' })) {
       if (this.provider.isAlive(record.handle)) {
         adopted.push(record.id);
+        // A running row's sandbox is frozen only while a daemon reads its workspace, forks or
+        // snapshots it: one that died meanwhile left it so, and nothing else would thaw it. Not
+        // where other daemons share the sandboxes (one may be reading it now).
+        if (!this.sharesOrphans()) {
+          await this.provider.thaw?.(record.handle).catch((error: Error) => {
+            console.error(`abx daemon: sandbox ${record.id}: thawing it: ${error.message}`);
+          });
+        }
         // What the daemon served it (an internet sandbox's egress) is served again; a failure
         // leaves it without that (its rules deny rather than allow), said in the log.
         await this.provider.adopt?.(record.handle).catch((error: Error) => {

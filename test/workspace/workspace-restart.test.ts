@@ -18,7 +18,7 @@ import { Sandbox } from '../../src/index.js';
 import { startDaemon, stopDaemon } from '../../src/installation/daemon-connection.js';
 import { mountsUnder } from '../../src/providers/local/volumes.js';
 import { ApiKeys } from '../../src/sandbox/api-keys.js';
-import { createAbxHome } from '../helpers/abx-home.js';
+import { createAbxHome, sandboxProcesses } from '../helpers/abx-home.js';
 import { daemonApi, daemonInfoOf } from './fixture.js';
 
 // A daemon restart keeps whom a workspace was mounted for (docs/workspaces.md, "Who may mount
@@ -92,6 +92,22 @@ afterAll(async () => {
   if (dir) rmSync(dir, { recursive: true, force: true });
 }, 60_000);
 
+/**
+ * Freezes a sandbox's processes behind the daemon's back, as the daemon does while it reads a
+ * workspace: its freezer cgroup (v1 or v2), else SIGSTOP.
+ */
+function freezeByHand(id: string): void {
+  const pids = sandboxProcesses(id);
+  const lines = readFileSync(`/proc/${pids[0]}/cgroup`, 'utf8').split('\n');
+  const v1 = lines.find((line) => line.split(':')[1]?.split(',').includes('freezer'));
+  const v2 = lines.find((line) => line.startsWith('0::'));
+  const file = v1
+    ? `/sys/fs/cgroup/freezer${v1.split(':')[2]}/freezer.state`
+    : `/sys/fs/cgroup${v2?.slice(3)}/cgroup.freeze`;
+  if ((v1 || v2) && existsSync(file)) writeFileSync(file, v1 ? 'FROZEN' : '1');
+  else for (const pid of pids) process.kill(pid, 'SIGSTOP');
+}
+
 /** SIGKILLs the daemon, then starts another on the same home. */
 async function killDaemon(): Promise<void> {
   const before = daemonInfoOf(home).pid;
@@ -111,7 +127,7 @@ describe.skipIf(!isRoot)('a daemon restart and a workspace mounted for a local u
     try {
       const sh = async (cmd: string) => {
         const box = await Sandbox.connect(id, { home });
-        const done = await box.commands.run(`cd ~/ws/mine && ${cmd}`);
+        const done = await box.commands.run(`cd ~/ws/mine && ${cmd}`, { timeoutMs: 20_000 });
         expect(done.exitCode, done.stderr).toBe(0);
       };
       // A change it may apply, and one in the folder only root may write (the sandbox may make
@@ -148,7 +164,11 @@ describe.skipIf(!isRoot)('a daemon restart and a workspace mounted for a local u
       expect(readFileSync(join(dir, 'mine', 'a.txt'), 'utf8')).toBe('a\nmore\n');
 
       await sh('echo b > b.txt');
+      // Frozen, as a daemon killed while it read the workspace (or copied it for a fork or a
+      // snapshot) leaves it: the next daemon adopts it running, so it must run.
+      freezeByHand(id);
       await killDaemon();
+      await sh('true');
       // The file applied before is no change any more; the new one is.
       await check('b.txt', ['added mine/b.txt', 'added mine/ro/new.txt']);
       expect(readFileSync(join(dir, 'mine', 'b.txt'), 'utf8')).toBe('b\n');
