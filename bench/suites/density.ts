@@ -15,8 +15,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Sandbox, Templates } from 'abx-sandbox';
 import { unmountUnder } from '../../src/providers/local/volumes.js';
+import { ENVD_NODE_OPTIONS } from '../../src/providers/provider.js';
 import {
   childMentioning,
+  envdPidOf,
   memAvailable,
   meminfo,
   sandboxNetProcesses,
@@ -48,6 +50,18 @@ export interface DensityRound {
   netProcesses: number;
   /** The egress service's PSS growth. */
   egressPssMiB: number;
+  /**
+   * envd's own memory, the mean over the sandboxes: its private pages (Private_Clean +
+   * Private_Dirty, what it adds) and its PSS (with its share of the node binary's pages).
+   */
+  envdPrivateMiB: number;
+  envdPssMiB: number;
+  /**
+   * envd's private pages after a busy spell ({@link BUSY_COMMANDS} commands with output, one
+   * after another), the mean over {@link BUSY_SANDBOXES} of the sandboxes, read after the other
+   * figures: what a sandbox that has worked keeps.
+   */
+  envdBusyPrivateMiB: number;
   /** p50 of a create (a batch of 10 at once, each timed alone). */
   createP50Ms: number;
 }
@@ -60,6 +74,9 @@ export interface DensityFigures {
 
 const MiB = 1024 * 1024;
 const BATCH = 10;
+const BUSY_SANDBOXES = 5;
+const BUSY_COMMANDS = 100;
+const PRIVATE_LINES = /^Private_(?:Clean|Dirty):\s+(\d+) kB$/gm;
 
 /**
  * A memory cgroup of the run's own (cgroup v1's memory hierarchy, or v2 with the memory
@@ -124,12 +141,27 @@ function rmdirQuietly(dir: string): void {
 }
 
 function pssKiB(pid: number): number {
+  return rollupKiB(pid, /^Pss:\s+(\d+) kB$/gm);
+}
+
+/** The sum of one or more lines of a process's smaps_rollup, KiB (0 once it ended). */
+function rollupKiB(pid: number, lines: RegExp): number {
   try {
     const rollup = readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8');
-    return Number(/^Pss:\s+(\d+) kB$/m.exec(rollup)?.[1] ?? 0);
+    return [...rollup.matchAll(lines)].reduce((sum, match) => sum + Number(match[1]), 0);
   } catch {
     return 0;
   }
+}
+
+/** envd's private pages after {@link BUSY_COMMANDS} commands with output, the mean, MiB. */
+async function busyEnvdMiB(boxes: Sandbox[]): Promise<number> {
+  for (const box of boxes) {
+    for (let i = 0; i < BUSY_COMMANDS; i++) await box.commands.run('seq 1 2000');
+  }
+  await new Promise((resolve) => setTimeout(resolve, 3000));
+  const kib = boxes.map((box) => rollupKiB(envdPidOf(box.sandboxId), PRIVATE_LINES));
+  return round(kib.reduce((sum, k) => sum + k, 0) / 1024 / boxes.length, 2);
 }
 
 /** The pid of the egress service of `home`'s daemon (none before its first internet sandbox). */
@@ -175,6 +207,9 @@ async function round1(
     const charged = cgroup?.usage();
     const unreclaimable = cgroup?.unreclaimable() ?? 0;
     const netPids = boxes.flatMap((box) => sandboxNetProcesses(box.sandboxId));
+    const envds = boxes.map((box) => envdPidOf(box.sandboxId));
+    const envdMiB = (lines: RegExp) =>
+      round(envds.reduce((sum, pid) => sum + rollupKiB(pid, lines), 0) / 1024 / count, 2);
     const egressAfter = pssKiB(egressPid(home) ?? 0);
     const result: DensityRound = {
       network,
@@ -194,6 +229,9 @@ async function round1(
       ),
       netProcesses: round(netPids.length / count, 2),
       egressPssMiB: round((egressAfter - egressBefore) / 1024 / count, 3),
+      envdPrivateMiB: envdMiB(PRIVATE_LINES),
+      envdPssMiB: envdMiB(/^Pss:\s+(\d+) kB$/gm),
+      envdBusyPrivateMiB: await busyEnvdMiB(boxes.slice(0, BUSY_SANDBOXES)),
       createP50Ms: round(summarize(createMs).p50, 1),
     };
     report.log(`density ${network} ×${count}: ${JSON.stringify(result)}`);
@@ -255,6 +293,12 @@ export async function density(report: BenchReport, count = 50): Promise<DensityF
       'network parts per sandbox: processes PSS / egress growth / slab',
       `${internet.netProcessesPssMiB} / ${internet.egressPssMiB} / ${round(internet.slabMiB - none.slabMiB, 3)} MiB`,
       `${internet.netProcesses} processes a sandbox; slab beside none's`,
+    );
+    report.row(
+      '19 density',
+      "envd's private pages / PSS per sandbox, internet / none; private after a busy spell",
+      `${internet.envdPrivateMiB} / ${internet.envdPssMiB} MiB, ${none.envdPrivateMiB} / ${none.envdPssMiB} MiB; ${internet.envdBusyPrivateMiB} MiB`,
+      `busy: ${BUSY_COMMANDS} commands in each of ${BUSY_SANDBOXES}; envd starts with ${ENVD_NODE_OPTIONS.join(' ') || 'no Node options'}`,
     );
     report.row(
       '19 density',
