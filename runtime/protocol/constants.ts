@@ -16,6 +16,14 @@ export const ACCESS_TOKEN_HEADER = 'x-access-token';
  * root (the gateway refuses it elsewhere); `user` or none: the sandbox's user.
  */
 export const SANDBOX_USER_HEADER = 'x-abx-user';
+/**
+ * A local client's file named by descriptor (`PID/FD`) on a native `PUT /files/write` or
+ * `GET /files/read` without a body: the gateway copies between it and the sandbox's file itself
+ * (src/control/local-handoff.ts), or refuses with {@link LOCAL_FILE_UNAVAILABLE}.
+ */
+export const LOCAL_FILE_HEADER = 'x-abx-local-file';
+/** The `code` of a refused handoff: the client sends the bytes instead. */
+export const LOCAL_FILE_UNAVAILABLE = 'local_file_unavailable';
 /** envd's `GET /files/archive`: the bytes of the files the archive will hold, before it is sent. */
 export const ARCHIVE_SIZE_HEADER = 'x-archive-size';
 

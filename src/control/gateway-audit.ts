@@ -17,6 +17,8 @@ const BATCH_BODY_KEEP = 1024 * 1024;
 /** Takes a request's body as it passes (data ranges, never framing) and records it at its end. */
 export interface AuditTap {
   data(chunk: Buffer): void;
+  /** Counts bytes that passed without a body (a local file handed over by descriptor). */
+  count?(bytes: number): void;
   end(): void;
   /**
    * Watches the answer's bytes as they pass to the client, when the request is the only one its
@@ -96,6 +98,13 @@ function tap(keep: number, done: (body: Buffer | undefined, bytes: number) => vo
         return;
       }
       kept.push(Buffer.from(chunk));
+    },
+    count(more) {
+      bytes += more;
+      if (bytes > keep) {
+        over = true;
+        kept.length = 0;
+      }
     },
     end() {
       try {

@@ -12,7 +12,7 @@ import {
 import type { SandboxFiles } from '../providers/local/sandbox-files.js';
 import { accessKey } from './authorize.js';
 import type { AuditTap } from './gateway-audit.js';
-import type { DirectTransfer, DirectWrite } from './gateway-files.js';
+import { type DirectTransfer, type DirectWrite, namesLocalFile } from './gateway-files.js';
 import {
   badRequest,
   type ChunkedScanner,
@@ -23,6 +23,8 @@ import {
   requestChunks,
 } from './gateway-http.js';
 import type { DivertedAnswer, Upstream, UpstreamOwner, UpstreamPool } from './gateway-upstream.js';
+import { localFileUnavailable } from './local-handoff.js';
+import type { ConnectionEnds } from './peer-uid.js';
 
 /** Who a request is for, read from its head alone. */
 export interface RequestTarget {
@@ -155,7 +157,12 @@ export interface GatewayRoutes {
    * A native file transfer the gateway serves itself, on a checked envd route whose head was
    * rewritten (so its capability is checked): undefined when envd answers it (gateway-files.ts).
    */
-  direct?(head: RequestHead, target: RequestTarget, route: Route): DirectTransfer | undefined;
+  direct?(
+    head: RequestHead,
+    target: RequestTarget,
+    route: Route,
+    ends: ConnectionEnds,
+  ): DirectTransfer | undefined;
 }
 
 /** Timeouts of a client connection, in milliseconds. */
@@ -530,6 +537,8 @@ export class ClientConnection implements UpstreamOwner {
       route &&
       upstream &&
       target.e2b !== true &&
+      // A handoff is served or refused on the full path (startDirect), never sent to envd.
+      !namesLocalFile(head) &&
       routeHolds(route, target, Date.now()) &&
       this.routes.pool.usable(upstream)
     ) {
@@ -625,6 +634,11 @@ export class ClientConnection implements UpstreamOwner {
       this.held = undefined;
       this.e2bRoute = route;
       this.startE2b(head, target, route);
+      return;
+    }
+    if (namesLocalFile(head)) {
+      this.held = undefined;
+      this.startDirect(head, target, route);
       return;
     }
     let text: string;
@@ -1001,18 +1015,49 @@ export class ClientConnection implements UpstreamOwner {
     audited: RequestTarget = target,
   ): boolean {
     let transfer: DirectTransfer | undefined;
+    let refusal: unknown;
     try {
-      transfer = this.routes.direct?.(head, target, route);
-    } catch {
+      transfer = this.routes.direct?.(head, target, route, this.socket);
+    } catch (error) {
       transfer = undefined;
+      refusal = error;
     }
-    if (!transfer) return false;
+    if (!transfer) {
+      if (!namesLocalFile(head)) return false;
+      // A request naming a local client's file is never envd's (it would take the empty body).
+      this.held = {
+        head,
+        error:
+          refusal ?? localFileUnavailable("this sandbox's files are not served by the gateway"),
+      };
+      this.advance();
+      return true;
+    }
     this.directing = transfer;
     this.directBlocked = false;
     this.closeAfter = head.close;
     this.since = Date.now();
     this.mode = 'direct';
     const tap = this.routes.audit?.(head, audited, route);
+    if (transfer.kind === 'handoff') {
+      this.directBodyDone = true;
+      this.updateReading();
+      const close = () => this.closeAfter || this.clientEnded;
+      transfer.run(close()).then(
+        ({ answer, size }) => {
+          tap?.count?.(size);
+          tap?.end();
+          if (!this.socket.destroyed) this.socket.write(answer);
+          this.directDone();
+        },
+        (error) => {
+          tap?.end();
+          if (!this.socket.destroyed) this.socket.write(errorAnswer(error, !close()));
+          this.directDone();
+        },
+      );
+      return true;
+    }
     if (transfer.kind === 'read') {
       this.directBodyDone = true;
       tap?.end();

@@ -1,9 +1,12 @@
+import { closeSync, ftruncate, write } from 'node:fs';
 import type { Socket } from 'node:net';
 import { fsError } from '../../runtime/server/errors.js';
 import { PayloadTooLargeError, UpstreamError } from '../errors.js';
 import { FileSink, readInto, type SandboxFiles } from '../providers/local/sandbox-files.js';
 import type { RequestTarget, Route } from './gateway-connection.js';
 import type { RequestHead } from './gateway-http.js';
+import { LOCAL_FILE_HEADER, localFileUnavailable, openLocalFile } from './local-handoff.js';
+import type { ConnectionEnds } from './peer-uid.js';
 
 /**
  * Native file transfers the gateway serves itself (issue 49): `GET /files/read?path=` and
@@ -49,7 +52,26 @@ export interface DirectWrite {
   abort(): void;
 }
 
-export type DirectTransfer = DirectRead | DirectWrite;
+/**
+ * A copy between a local client's file (`X-Abx-Local-File`, local-handoff.ts) and the sandbox's:
+ * no body either way; the answer is JSON `{ path, size }`.
+ */
+export interface DirectHandoff {
+  kind: 'handoff';
+  /** Copies; resolves with the answer's bytes and the file's size (rejects with the error to answer). */
+  run(close: boolean): Promise<{ answer: string; size: number }>;
+  abort(): void;
+}
+
+export type DirectTransfer = DirectRead | DirectWrite | DirectHandoff;
+
+/** Copies of a handoff: 4 MiB reads and writes, two buffers, one read ahead of the write. */
+const HANDOFF_CHUNK_BYTES = 4 * 1024 * 1024;
+
+/** Whether a request names a local client's file (it is then served by handoff or refused). */
+export function namesLocalFile(head: RequestHead): boolean {
+  return head.keys.includes(LOCAL_FILE_HEADER);
+}
 
 /** The only query a direct transfer takes: `path=` once, absolute. */
 function pathOnly(target: RequestTarget): string | undefined {
@@ -67,6 +89,8 @@ export interface DirectCandidate {
   kind: 'read' | 'write';
   path: string;
   cors: boolean;
+  /** `X-Abx-Local-File`'s value: the bytes go between that file of the client and the path. */
+  local?: string;
 }
 
 /** envd's headers for a request with an Origin: any origin may read the answer (no cookie). */
@@ -82,6 +106,23 @@ export function directCandidate(
   // A browser's request (the dashboard, E2B's SDK in a page) reads the answer only with the
   // headers envd gives every request with an Origin (runtime/server/server.ts).
   const cors = head.keys.includes('origin');
+  const at = head.keys.indexOf(LOCAL_FILE_HEADER);
+  if (at >= 0) {
+    // A handoff: no body, nothing but `?path=`, no metadata (envd's to keep).
+    if (head.bodyLength !== 0 || head.keys.some((key) => key.startsWith('x-metadata-'))) {
+      return undefined;
+    }
+    const path = pathOnly(target);
+    const local = head.values[at] as string;
+    if (path === undefined) return undefined;
+    if (head.method === 'GET' && target.pathname === '/files/read') {
+      return { kind: 'read', path, cors, local };
+    }
+    if (head.method === 'PUT' && target.pathname === '/files/write') {
+      return { kind: 'write', path, cors, local };
+    }
+    return undefined;
+  }
   if (head.method === 'GET' && target.pathname === '/files/read' && head.bodyLength === 0) {
     const path = pathOnly(target);
     return path === undefined ? undefined : { kind: 'read', path, cors };
@@ -103,14 +144,167 @@ function answerHead(status: string, lines: string[], close: boolean, cors: boole
   return `HTTP/1.1 ${status}\r\n${all.join('\r\n')}\r\ndate: ${new Date().toUTCString()}\r\n${close ? 'connection: close\r\n' : ''}\r\n`;
 }
 
-/** The direct transfer of a candidate, or undefined when envd must answer it. */
+/**
+ * The direct transfer of a candidate, or undefined when envd must answer it. A handoff whose
+ * sandbox file the gateway cannot take, or whose client file fails a check, throws
+ * {@link localFileUnavailable}: it never goes to envd (which would take its empty body).
+ */
 export function directTransfer(
   files: SandboxFiles,
   candidate: DirectCandidate,
+  ends: ConnectionEnds,
 ): DirectTransfer | undefined {
+  if (candidate.local !== undefined) return handoff(files, candidate, candidate.local, ends);
   return candidate.kind === 'read'
     ? directRead(files, candidate.path, candidate.cors)
     : directWrite(files, candidate.path, candidate.cors);
+}
+
+function jsonAnswer(value: unknown, close: boolean, cors: boolean): string {
+  const body = JSON.stringify(value);
+  return `${answerHead('200 OK', ['content-type: application/json; charset=utf-8', `content-length: ${Buffer.byteLength(body)}`], close, cors)}${body}`;
+}
+
+function writeAt(fd: number, buffer: Buffer, length: number, position: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const next = (offset: number) => {
+      if (offset >= length) return resolve();
+      write(fd, buffer, offset, length - offset, position + offset, (error, written) => {
+        if (error) reject(error);
+        else next(offset + written);
+      });
+    };
+    next(0);
+  });
+}
+
+/**
+ * Copies `size` bytes (or, when undefined, until the source ends) from `from` to `to`, 4 MiB at
+ * a time with the next read under way while one is written; `check` runs between chunks (a fence,
+ * a killed sandbox). Resolves with the bytes copied.
+ */
+async function copyFd(
+  from: number,
+  to: number,
+  size: number | undefined,
+  check: (copied: number) => void,
+): Promise<number> {
+  const buffers = [
+    Buffer.allocUnsafeSlow(HANDOFF_CHUNK_BYTES),
+    Buffer.allocUnsafeSlow(HANDOFF_CHUNK_BYTES),
+  ];
+  let position = 0;
+  let turn = 0;
+  const want = () =>
+    size === undefined ? HANDOFF_CHUNK_BYTES : Math.min(HANDOFF_CHUNK_BYTES, size - position);
+  let reading = want() > 0 ? readInto(from, buffers[0] as Buffer, want(), 0) : Promise.resolve(0);
+  for (;;) {
+    const bytes = await reading;
+    if (bytes === 0) break;
+    const buffer = buffers[turn] as Buffer;
+    const at = position;
+    position += bytes;
+    turn = 1 - turn;
+    const more = want();
+    reading =
+      more > 0 ? readInto(from, buffers[turn] as Buffer, more, position) : Promise.resolve(0);
+    // The read ahead must settle before a failed write leaves: nothing reads a closed descriptor.
+    await writeAt(to, buffer, bytes, at).catch(async (error) => {
+      await reading.catch(() => undefined);
+      throw error;
+    });
+    check(position);
+  }
+  return position;
+}
+
+function handoff(
+  files: SandboxFiles,
+  candidate: DirectCandidate,
+  local: string,
+  ends: ConnectionEnds,
+): DirectHandoff {
+  const { path, cors } = candidate;
+  let stopped = false;
+  const stop = () => {
+    stopped = true;
+  };
+  const check = () => {
+    if (stopped || !files.alive()) throw sandboxEnded(path);
+  };
+  if (candidate.kind === 'read') {
+    const file = files.openRead(path, stop);
+    if (!file) throw localFileUnavailable(`the gateway cannot read ${path} itself (envd must)`);
+    let client: number;
+    try {
+      client = openLocalFile(ends, local, 'write');
+    } catch (error) {
+      file.close();
+      throw error;
+    }
+    return {
+      kind: 'handoff',
+      async run(close) {
+        try {
+          const size = await copyFd(file.fd, client, file.size, check);
+          if (size !== file.size) throw new Error(`${path} became shorter while it was read`);
+          await new Promise<void>((resolve, reject) =>
+            ftruncate(client, size, (error) => (error ? reject(error) : resolve())),
+          );
+          check();
+          return { answer: jsonAnswer({ path, size }, close, cors), size };
+        } catch (error) {
+          throw error instanceof UpstreamError ? error : fsError(error, `read ${path}`);
+        } finally {
+          file.close();
+          closeSync(client);
+        }
+      },
+      abort: stop,
+    };
+  }
+  let client: number | undefined;
+  const file = files.createWrite(path, stop);
+  if (!file) throw localFileUnavailable(`the gateway cannot write ${path} itself (envd must)`);
+  try {
+    client = openLocalFile(ends, local, 'read');
+  } catch (error) {
+    file.discard();
+    throw error;
+  }
+  const source = client;
+  return {
+    kind: 'handoff',
+    async run(close) {
+      let size: number;
+      try {
+        size = await copyFd(source, file.fd, undefined, (copied) => {
+          if (copied > DIRECT_UPLOAD_MAX_BYTES) {
+            throw new PayloadTooLargeError(
+              `the client's file is over ${DIRECT_UPLOAD_MAX_BYTES} bytes, the most an upload may send`,
+            );
+          }
+          check();
+        });
+        check();
+      } catch (error) {
+        closeSync(source);
+        file.discard();
+        throw error instanceof UpstreamError || error instanceof PayloadTooLargeError
+          ? error
+          : fsError(error, `write ${file.path}`);
+      }
+      closeSync(source);
+      try {
+        // The commit cleans up after itself when its rename fails.
+        file.commit();
+      } catch (error) {
+        throw fsError(error, `write ${file.path}`);
+      }
+      return { answer: jsonAnswer({ path: file.path, size }, close, cors), size };
+    },
+    abort: stop,
+  };
 }
 
 function directRead(files: SandboxFiles, path: string, cors: boolean): DirectRead | undefined {

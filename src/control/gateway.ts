@@ -48,6 +48,7 @@ import {
   withoutSessionCookie,
 } from './gateway-links.js';
 import { UPSTREAM_MAX_IDLE_MS, UpstreamPool } from './gateway-upstream.js';
+import type { ConnectionEnds } from './peer-uid.js';
 import type { GatewayCounts, GatewayRequestKind } from './prometheus.js';
 import type { SandboxRecord } from './registry.js';
 
@@ -827,10 +828,15 @@ export class Gateway implements GatewayRoutes {
     return authorize(target, { record, alive, now: Date.now(), links: this.links, resumes });
   }
 
-  direct(head: RequestHead, target: RequestTarget, route: Route): DirectTransfer | undefined {
+  direct(
+    head: RequestHead,
+    target: RequestTarget,
+    route: Route,
+    ends: ConnectionEnds,
+  ): DirectTransfer | undefined {
     if (!route.files) return undefined;
     const candidate = directCandidate(head, target, route);
-    return candidate && directTransfer(route.files, candidate);
+    return candidate && directTransfer(route.files, candidate, ends);
   }
 
   audit(head: RequestHead, target: RequestTarget, route: Route): AuditTap | undefined {

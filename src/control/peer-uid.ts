@@ -130,11 +130,11 @@ function ownSocketInodes(): Set<number> {
 }
 
 /**
- * The host uid of the process at the other end of a loopback connection to this process, or
- * undefined: not on loopback, its socket not listed (closed meanwhile), or held by this process
- * itself (the daemon's gateway forwarding a request: its client is not local).
+ * The uid and socket inode of the process at the other end of a loopback connection to this
+ * process, or undefined: not on loopback, its socket not listed (closed meanwhile), or held by
+ * this process itself (the daemon's gateway forwarding a request: its client is not local).
  */
-export function loopbackPeerUid(ends: ConnectionEnds): number | undefined {
+export function loopbackPeer(ends: ConnectionEnds): { uid: number; inode: number } | undefined {
   if (!ends.remoteAddress || !isLoopbackAddress(ends.remoteAddress)) return undefined;
   const tables: string[] = [];
   for (const file of ['/proc/net/tcp', '/proc/net/tcp6']) {
@@ -146,5 +146,10 @@ export function loopbackPeerUid(ends: ConnectionEnds): number | undefined {
   }
   const row = clientRow(ends, tables);
   if (!row || ownSocketInodes().has(row.inode)) return undefined;
-  return row.uid;
+  return { uid: row.uid, inode: row.inode };
+}
+
+/** The host uid of the process at the other end of a loopback connection ({@link loopbackPeer}). */
+export function loopbackPeerUid(ends: ConnectionEnds): number | undefined {
+  return loopbackPeer(ends)?.uid;
 }

@@ -1,5 +1,11 @@
+import { close, open, read, write } from 'node:fs';
 import { Readable } from 'node:stream';
-import { ARCHIVE_SIZE_HEADER } from '../../runtime/protocol/constants.js';
+import { promisify } from 'node:util';
+import {
+  ARCHIVE_SIZE_HEADER,
+  LOCAL_FILE_HEADER,
+  LOCAL_FILE_UNAVAILABLE,
+} from '../../runtime/protocol/constants.js';
 import {
   checkMetadata,
   MetadataError,
@@ -97,6 +103,43 @@ async function readWhole(body: Readable, length: number): Promise<Buffer> {
   return Buffer.concat(chunks, at);
 }
 
+const openFd = promisify(open);
+const closeFd = promisify(close);
+const readFd = promisify(read);
+const writeFd = promisify(write);
+
+/**
+ * A file's bytes from an open descriptor, 1 MiB at a time. Not an fs stream: destroying one
+ * (as an HTTP client does with a body it sent) closes the descriptor, which belongs to the caller.
+ */
+async function* fdChunks(fd: number): AsyncGenerator<Buffer> {
+  for (let position = 0; ; ) {
+    const { bytesRead, buffer } = await readFd(
+      fd,
+      Buffer.allocUnsafe(1 << 20),
+      0,
+      1 << 20,
+      position,
+    );
+    if (bytesRead === 0) return;
+    position += bytesRead;
+    yield buffer.subarray(0, bytesRead);
+  }
+}
+
+/** Writes a stream's bytes to an open descriptor from its start; resolves with how many. */
+async function writeAll(source: Readable, fd: number): Promise<number> {
+  let position = 0;
+  for await (const chunk of source as AsyncIterable<Buffer>) {
+    for (let at = 0; at < chunk.length; ) {
+      const { bytesWritten } = await writeFd(fd, chunk, at, chunk.length - at, position);
+      at += bytesWritten;
+      position += bytesWritten;
+    }
+  }
+  return position;
+}
+
 /** Files of a sandbox, through its envd. Paths are relative to the workdir unless absolute. */
 export class Filesystem {
   constructor(private readonly envd: HttpClient) {}
@@ -178,6 +221,58 @@ export class Filesystem {
       headers: { 'content-type': 'application/octet-stream', ...metadataHeaders(metadata) },
     });
     return { name: info.path.split('/').pop() ?? info.path, ...info };
+  }
+
+  /**
+   * Uploads a file of this machine to `path` in the sandbox (parents created, atomic as
+   * {@link write}). With a daemon on this host's loopback and an absolute `path`, the gateway
+   * copies the file itself by descriptor (the file stays open here; nothing crosses a socket: at
+   * the disk's speed, docs/envd-api.md); elsewhere, or when the gateway cannot (another provider,
+   * root's files, a path envd must make), its bytes are sent as {@link write} sends a stream.
+   */
+  async upload(localPath: string, path: string): Promise<EntryInfo> {
+    const fd = await openFd(localPath, 'r');
+    try {
+      if (this.envd.loopback && path.startsWith('/')) {
+        try {
+          const info = await this.envd.json<Omit<EntryInfo, 'name'>>('PUT', '/files/write', {
+            query: { path },
+            headers: { [LOCAL_FILE_HEADER]: `${process.pid}/${fd}` },
+          });
+          return { name: info.path.split('/').pop() ?? info.path, ...info };
+        } catch (error) {
+          if ((error as { code?: string }).code !== LOCAL_FILE_UNAVAILABLE) throw error;
+        }
+      }
+      return await this.writeOne(path, Readable.from(fdChunks(fd)));
+    } finally {
+      await closeFd(fd);
+    }
+  }
+
+  /**
+   * Downloads the sandbox's `path` into a file of this machine (created or truncated). With a
+   * daemon on this host's loopback and an absolute `path`, the gateway writes the file itself by
+   * descriptor (see {@link upload}); else the bytes are streamed into it. Resolves with the bytes.
+   */
+  async download(path: string, localPath: string): Promise<{ path: string; size: number }> {
+    const fd = await openFd(localPath, 'w');
+    try {
+      if (this.envd.loopback && path.startsWith('/')) {
+        try {
+          return await this.envd.json<{ path: string; size: number }>('GET', '/files/read', {
+            query: { path },
+            headers: { [LOCAL_FILE_HEADER]: `${process.pid}/${fd}` },
+          });
+        } catch (error) {
+          if ((error as { code?: string }).code !== LOCAL_FILE_UNAVAILABLE) throw error;
+        }
+      }
+      const size = await writeAll((await this.read(path, { format: 'stream' })) as Readable, fd);
+      return { path, size };
+    } finally {
+      await closeFd(fd);
+    }
   }
 
   /**

@@ -150,6 +150,20 @@ export class HttpClient {
         : undefined;
   }
 
+  /**
+   * Whether requests go to this host's loopback (`localhost`, `*.localhost`, 127.0.0.0/8, `::1`):
+   * the peer may then take a local file by descriptor (`Filesystem.upload`, `.download`).
+   */
+  get loopback(): boolean {
+    const host = new URL(this.baseUrl).hostname.replace(/^\[|\]$/g, '');
+    return (
+      host === 'localhost' ||
+      host.endsWith('.localhost') ||
+      host === '::1' ||
+      /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host)
+    );
+  }
+
   url(path: string, query?: RequestOptions['query']): string {
     return requestUrl(this.baseUrl, path, query).toString();
   }
