@@ -98,6 +98,7 @@ describe.skipIf(!isRoot)('an apply that fails while writing is rolled back', () 
         'mod.txt': 'old content\n',
         'mode.sh': 'echo mode\n',
         'keep/k.txt': 'kept\n',
+        'dirfile/inner.txt': 'a folder that becomes a file\n',
         'z-busy.txt': 'busy\n',
       },
       'abx-ws-rollback-',
@@ -122,10 +123,14 @@ describe.skipIf(!isRoot)('an apply that fails while writing is rolled back', () 
     mkdirSync(join(view, 'made', 'deep'), { recursive: true });
     writeFileSync(join(view, 'made', 'deep', 'n.txt'), 'new\n');
     writeFileSync(join(view, 'z-busy.txt'), 'busy, changed\n');
+    rmSync(join(view, 'dirfile'), { recursive: true });
+    writeFileSync(join(view, 'dirfile'), 'now a file\n');
     const ch = await changes(base, view);
     expect(ch.entries.map((c) => `${c.status} ${c.path}`).sort()).toEqual(
       [
+        'added dirfile',
         'deleted del.txt',
+        'deleted dirfile/inner.txt',
         'deleted gone/x.txt',
         'modified link',
         'modified mod.txt',
@@ -154,6 +159,8 @@ describe.skipIf(!isRoot)('an apply that fails while writing is rolled back', () 
           'put back the old mod\\.txt',
           'removed made/deep/n\\.txt',
           'put back the old link',
+          'removed dirfile',
+          'moved \\.abx-apply-[0-9a-f]{12}\\.dirfile\\.bak back to dirfile',
           'moved keep/ren-dst\\.txt back to ren-src\\.txt',
           'moved gone/\\.abx-apply-[0-9a-f]{12}\\.x\\.txt\\.bak back to gone/x\\.txt',
           'moved \\.abx-apply-[0-9a-f]{12}\\.del\\.txt\\.bak back to del\\.txt',
@@ -173,7 +180,15 @@ describe.skipIf(!isRoot)('an apply that fails while writing is rolled back', () 
     const again = await apply(ch, { since }).catch((e: unknown) => e);
     expect(again).toBeInstanceOf(WorkspaceRefusedError);
     expect((again as WorkspaceRefusedError).refusals.map((r) => r.path).sort()).toEqual(
-      ['del.txt', 'gone/x.txt', 'link', 'mod.txt', 'mode.sh', 'ren-src.txt'].sort(),
+      [
+        'del.txt',
+        'dirfile/inner.txt',
+        'gone/x.txt',
+        'link',
+        'mod.txt',
+        'mode.sh',
+        'ren-src.txt',
+      ].sort(),
     );
     await apply(ch, { since, force: true });
     expect(withoutGit(snapshot(base))).toEqual(withoutGit(snapshot(view)));
