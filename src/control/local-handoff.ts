@@ -13,8 +13,9 @@
  * 3. it opens /proc/PID/fd/FD (a reopen of the same file) without blocking, and the result is a
  *    regular file;
  * 4. AFTER that open, /proc/PID/fdinfo/FD says the descriptor is open for reading (a download's:
- *    for writing), not `O_PATH` (which any user may open on a file it cannot read), and names
- *    the inode and mount the gateway opened: a descriptor swapped meanwhile is refused.
+ *    for writing, and not only appending), not `O_PATH` (which any user may open on a file it
+ *    cannot read), and names the inode and mount the gateway opened: a descriptor swapped
+ *    meanwhile is refused.
  * Any failure is {@link LocalFileUnavailableError}: the client sends the bytes instead.
  */
 import {
@@ -33,6 +34,7 @@ import { type ConnectionEnds, loopbackPeer } from './peer-uid.js';
 export { LOCAL_FILE_HEADER };
 
 const O_PATH = 0o10000000;
+const O_APPEND = 0o2000;
 const O_ACCMODE = 0o3;
 const O_CLOEXEC = 0o2000000;
 
@@ -132,6 +134,10 @@ export function openLocalFile(ends: ConnectionEnds, value: string, use: 'read' |
       use === 'read'
         ? access === constants.O_RDONLY || access === constants.O_RDWR
         : access === constants.O_WRONLY || access === constants.O_RDWR;
+    // An append-only descriptor (a log a privileged process gave it) may not be written over.
+    if (use === 'write' && (theirs.flags & O_APPEND) !== 0) {
+      throw localFileUnavailable(`its descriptor ${fd} is open for appending only`);
+    }
     if (!allowed) {
       throw localFileUnavailable(
         `its descriptor ${fd} is not open for ${use === 'read' ? 'reading' : 'writing'}`,

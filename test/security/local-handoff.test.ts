@@ -95,6 +95,10 @@ describe.runIf(IS_ROOT).each(modes)(
 
     beforeAll(async () => {
       dir = mkdtempSync(join(tmpdir(), 'abx-handoff-'));
+      // What an earlier run that failed left of the attacker's files.
+      for (const name of ['w.txt', 'r.txt', 'a.txt', 'fifo', 'ok.txt', 'own.txt', 'free.txt']) {
+        rmSync(`/tmp/abx-handoff-${name}`, { force: true });
+      }
       abx = await install();
       box = await Sandbox.create({ home: abx.home });
       await box.files.write('/home/user/kept.txt', 'the sandbox its own');
@@ -233,6 +237,14 @@ describe.runIf(IS_ROOT).each(modes)(
       );
       expect(readOnlyTarget.body.code).toBe('local_file_unavailable');
       expect(readFileSync('/tmp/abx-handoff-r.txt', 'utf8')).toBe('mine');
+      // Append-only (a log some privileged process handed it): never written over.
+      const appendOnly = attacker(
+        box,
+        { method: 'GET', path: '/home/user/kept.txt' },
+        "open('/tmp/abx-handoff-a.txt', 'w').write('log line'); fd = os.open('/tmp/abx-handoff-a.txt', os.O_WRONLY | os.O_APPEND)",
+      );
+      expect(appendOnly.body.code).toBe('local_file_unavailable');
+      expect(readFileSync('/tmp/abx-handoff-a.txt', 'utf8')).toBe('log line');
       const fifo = attacker(
         box,
         { method: 'PUT', path: '/home/user/kept.txt' },
@@ -242,9 +254,10 @@ describe.runIf(IS_ROOT).each(modes)(
       if (mode === 'root daemon') {
         expect(writeOnly.body.error).toContain('not open for reading');
         expect(readOnlyTarget.body.error).toContain('not open for writing');
+        expect(appendOnly.body.error).toContain('appending only');
         expect(fifo.body.error).toContain('not a regular file');
       }
-      for (const name of ['w.txt', 'r.txt', 'fifo'])
+      for (const name of ['w.txt', 'r.txt', 'a.txt', 'fifo'])
         rmSync(`/tmp/abx-handoff-${name}`, { force: true });
       expect(await box.files.read('/home/user/kept.txt')).toBe('the sandbox its own');
     });
