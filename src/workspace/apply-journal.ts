@@ -68,16 +68,15 @@ export class ApplyJournal {
    * `fs.protected_hardlinks`, a file system without them), the old entry is renamed aside first.
    */
   async replace(tmp: string, path: string): Promise<void> {
-    const st = await lstatOrNull(path);
     let backup: string | undefined;
-    if (st?.isDirectory()) await this.setAside(path);
-    else if (st) {
-      const name = backupName(path);
-      try {
-        await link(path, name);
-        backup = name;
-        this.backups.push(name);
-      } catch {
+    const name = backupName(path);
+    try {
+      await link(path, name);
+      backup = name;
+      this.backups.push(name);
+    } catch (err) {
+      // Nothing there; else a folder (EPERM) or a link not allowed: the old entry goes aside.
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT' || (await lstatOrNull(path))) {
         await this.setAside(path);
       }
     }
@@ -158,10 +157,10 @@ export class ApplyJournal {
    */
   async finish(): Promise<void> {
     for (const backup of this.backups.reverse()) {
-      const st = await lstatOrNull(backup).catch(() => null);
-      if (!st) continue; // in a folder set aside later, and gone with it
-      if (st.isDirectory()) await purgeOwn(backup);
-      else await unlink(backup).catch(() => {});
+      // ENOENT: in a folder set aside later, and gone with it.
+      await unlink(backup).catch(async (err: NodeJS.ErrnoException) => {
+        if (err.code === 'EISDIR' || err.code === 'EPERM') await purgeOwn(backup);
+      });
     }
     this.backups.length = 0;
     this.steps.length = 0;
