@@ -25,7 +25,9 @@ const replaced = (argv: string[], name: string, value: string): string[] => {
 };
 const tokenFile = option('--token-file');
 if (envdArgv.length === 0 || !tokenFile || !option('--socket')) {
-  process.stderr.write('usage: root.cjs NODE [NODE OPTIONS] ENVD.cjs --socket PATH --token-file FILE ...\n');
+  process.stderr.write(
+    'usage: root.cjs NODE [NODE OPTIONS] ENVD.cjs --socket PATH --token-file FILE ...\n',
+  );
   process.exit(2);
 }
 
