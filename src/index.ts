@@ -213,6 +213,7 @@ export type {
   WorkspaceChange,
   WorkspaceChanges,
   WorkspaceDiff,
+  WriteRollback as WorkspaceWriteRollback,
 } from './workspace/index.js';
 export {
   apply as applyWorkspaceChanges,
