@@ -54,6 +54,9 @@ function exited(child: ReturnType<typeof spawn>, what: string): Promise<void> {
 /** Copies a local file to `dest` in the sandbox (written atomically by envd). */
 export async function uploadFile(sandbox: Sandbox, local: string, dest: string): Promise<number> {
   const { size } = await stat(local);
+  // An absolute path on a local daemon: the gateway copies the file by descriptor (no bar: the
+  // copy is the disk's speed); else the bytes are streamed with a bar.
+  if (dest.startsWith('/')) return (await sandbox.files.upload(local, dest)).size;
   const bar = new ProgressBar(`→ ${dest}`, size);
   try {
     await sandbox.files.write(dest, counted(createReadStream(local), bar));
@@ -102,8 +105,13 @@ export async function downloadFile(
   const bar = new ProgressBar(`← ${remote}`, size);
   try {
     await mkdir(dirname(local), { recursive: true });
-    const body = await sandbox.files.read(remote, { format: 'stream' });
-    await pipeline(counted(body, bar), createWriteStream(partial, { flags: 'wx', mode: 0o666 }));
+    if (remote.startsWith('/')) {
+      // By descriptor on a local daemon (files.download streams by itself where it cannot).
+      await sandbox.files.download(remote, partial);
+    } else {
+      const body = await sandbox.files.read(remote, { format: 'stream' });
+      await pipeline(counted(body, bar), createWriteStream(partial, { flags: 'wx', mode: 0o666 }));
+    }
     await rename(partial, local);
   } catch (error) {
     await rm(partial, { force: true });
