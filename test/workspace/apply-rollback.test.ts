@@ -1,8 +1,12 @@
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import {
   chmodSync,
+  closeSync,
   mkdirSync,
   mkdtempSync,
+  openSync,
+  readdirSync,
+  readFileSync,
   rmSync,
   statSync,
   symlinkSync,
@@ -194,6 +198,59 @@ describe.skipIf(!isRoot)('an apply that fails while writing is rolled back', () 
     expect(withoutGit(snapshot(base))).toEqual(withoutGit(snapshot(view)));
     expect(leftovers(snapshot(base))).toEqual([]);
   });
+
+  it('a real SIGKILL in the second pass leaves the backups named, and the next apply names them', async () => {
+    const base = mkdtempSync(join(tmpdir(), 'abx-ws-killed-'));
+    dirs.push(base);
+    for (let i = 0; i < 4000; i++) writeFileSync(join(base, `f${i}.txt`), `old ${i}\n`);
+    const view = `${base}-view`;
+    dirs.push(view);
+    mkdirSync(view);
+    const since = Date.now() + 1;
+    await new Promise((r) => setTimeout(r, 5));
+    const ch = await changes(base, view);
+    expect(ch.entries).toHaveLength(4000);
+    // The bundled apply the daemon runs as a user (dist/workspace-apply.cjs), killed as soon as
+    // the first backup shows; its input from a file, as the loop below holds this event loop.
+    const input = `${base}.json`;
+    dirs.push(input);
+    writeFileSync(input, JSON.stringify({ changes: ch, options: { since } }));
+    const fd = openSync(input, 'r');
+    const child = spawn(process.execPath, [join(process.cwd(), 'dist', 'workspace-apply.cjs')], {
+      stdio: [fd, 'ignore', 'ignore'],
+    });
+    closeSync(fd);
+    try {
+      let seen: string[] = [];
+      const until = Date.now() + 20_000;
+      while (seen.length === 0 && Date.now() < until) {
+        seen = readdirSync(base).filter((n) => n.endsWith('.bak'));
+      }
+      child.kill('SIGKILL');
+      expect(seen.length).toBeGreaterThan(0);
+    } finally {
+      child.kill('SIGKILL');
+      await new Promise((r) =>
+        child.exitCode === null && child.signalCode === null ? child.once('exit', r) : r(null),
+      );
+    }
+    const left = readdirSync(base).filter((n) => n.startsWith('.abx-apply-'));
+    const gone = 4000 - readdirSync(base).filter((n) => /^f\d+\.txt$/.test(n)).length;
+    // Not rolled back: each deleted file is a backup that names it, with its old content.
+    expect(left.length).toBe(gone);
+    for (const n of left) {
+      const name = /^\.abx-apply-[0-9a-f]{12}\.(f\d+\.txt)\.bak$/.exec(n)?.[1];
+      expect(readFileSync(join(base, n), 'utf8')).toBe(`old ${name?.slice(1, -4)}\n`);
+    }
+    const err = await apply(ch, { since: Date.now() + 60_000 }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(WorkspaceRefusedError);
+    expect(
+      (err as WorkspaceRefusedError).refusals
+        .filter((r) => r.reason.startsWith('an apply that was killed'))
+        .map((r) => r.path)
+        .sort(),
+    ).toEqual([...left].sort());
+  }, 60_000);
 
   it('the next apply refuses while a killed apply left its backups or temporary files, and never writes those names', async () => {
     const base = makeRepo({ 'a.txt': 'a\n', 'sub/b.txt': 'b\n' }, 'abx-ws-leftover-');
