@@ -560,7 +560,7 @@ export const API_ROUTES: ApiRoute[] = [
     path: '/v1/sandboxes/{id}/workspace/apply',
     group: 'api',
     summary:
-      "Writes a running sandbox's workspace changes into its host folder: { paths? (files, or folders ending in /), dryRun?, force? (write over host edits made since it was mounted) } → { dryRun, applied: [changes], forced: [{ path, reason }] }. Everything is checked first: a refusal (links out of the folder, devices, set-id bits, conflicts…) is 400 workspace_refused naming each path, and nothing is written (docs/workspaces.md).",
+      "Writes a running sandbox's workspace changes into its host folder: { paths? (files, or folders ending in /), dryRun?, force? (write over host edits made since it was mounted) } → { dryRun, applied: [changes], forced: [{ path, reason }] }. Everything is checked first: a refusal (links out of the folder, devices, set-id bits, conflicts…) is 400 workspace_refused naming each path, and nothing is written; a write that fails midway (a full disk, a folder the user may not write) is undone, 400 workspace_write_failed with path, rolledBack and notRestored (docs/workspaces.md).",
     handler: async ({ params, body, ctx }) => {
       const id = params.id as string;
       await checkVisible(ctx, id);
