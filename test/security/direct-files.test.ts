@@ -1,10 +1,10 @@
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Sandbox } from '../../src/index.js';
-import { isEnvdCommandLine } from '../../src/providers/provider.js';
 import { attach } from '../compat/e2b/attach.js';
-import { createAbxHome, sandboxProcesses } from '../helpers/abx-home.js';
+import { createAbxHome } from '../helpers/abx-home.js';
+import { withEnvdStopped } from '../helpers/envd-stopped.js';
 import { startRootlessDaemon } from '../helpers/rootless.js';
 
 // The gateway serves native uploads and downloads of a local sandbox's files itself, with no hop
@@ -20,31 +20,6 @@ const modes: [string, () => Promise<{ home: string; close(): Promise<void> }>][]
   ['root daemon', () => createAbxHome()],
   ['rootless daemon', () => startRootlessDaemon()],
 ];
-
-/** The host pid of the sandbox's envd (the user's). */
-function envdPid(sandboxId: string): number {
-  const pid = sandboxProcesses(sandboxId).find((p) => {
-    try {
-      const argv = readFileSync(`/proc/${p}/cmdline`, 'utf8').split('\0');
-      return isEnvdCommandLine(argv) && argv.includes('/run/abx/envd.sock');
-    } catch {
-      return false;
-    }
-  });
-  if (!pid) throw new Error(`no envd process for ${sandboxId}`);
-  return pid;
-}
-
-/** Runs `work` with the sandbox's envd stopped (SIGSTOP), continuing it even when `work` fails. */
-async function withEnvdStopped<T>(sandboxId: string, work: () => Promise<T>): Promise<T> {
-  const pid = envdPid(sandboxId);
-  process.kill(pid, 'SIGSTOP');
-  try {
-    return await work();
-  } finally {
-    process.kill(pid, 'SIGCONT');
-  }
-}
 
 /** A body that sends `first`, waits for `between`, then sends `rest`: an upload in flight. */
 function slowBody(first: Buffer, between: () => Promise<void>, rest: Buffer): Readable {

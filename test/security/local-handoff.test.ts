@@ -4,8 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Sandbox } from '../../src/index.js';
-import { isEnvdCommandLine } from '../../src/providers/provider.js';
-import { createAbxHome, sandboxProcesses } from '../helpers/abx-home.js';
+import { createAbxHome } from '../helpers/abx-home.js';
+import { withEnvdStopped } from '../helpers/envd-stopped.js';
 import { startRootlessDaemon } from '../helpers/rootless.js';
 
 // A local client's file handed to the gateway by descriptor (src/control/local-handoff.ts):
@@ -21,25 +21,6 @@ const modes: [string, () => Promise<{ home: string; uid?: number; close(): Promi
   ['root daemon', () => createAbxHome()],
   ['rootless daemon', () => startRootlessDaemon()],
 ];
-
-/** Runs `work` with the sandbox's user envd stopped (SIGSTOP), continuing it whatever happens. */
-async function withEnvdStopped<T>(sandboxId: string, work: () => Promise<T>): Promise<T> {
-  const pid = sandboxProcesses(sandboxId).find((p) => {
-    try {
-      const argv = readFileSync(`/proc/${p}/cmdline`, 'utf8').split('\0');
-      return isEnvdCommandLine(argv) && argv.includes('/run/abx/envd.sock');
-    } catch {
-      return false;
-    }
-  });
-  if (!pid) throw new Error(`no envd process for ${sandboxId}`);
-  process.kill(pid, 'SIGSTOP');
-  try {
-    return await work();
-  } finally {
-    process.kill(pid, 'SIGCONT');
-  }
-}
 
 /**
  * An attacker on this host: Python as uid 65534 that opens what `setup` says, then sends one

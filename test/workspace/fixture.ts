@@ -1,4 +1,4 @@
-import { execFileSync } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import {
   lstatSync,
@@ -11,6 +11,7 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
+import { promisify } from 'node:util';
 import { request } from 'undici';
 import type { DaemonInfo } from '../../src/index.js';
 
@@ -102,4 +103,46 @@ export async function daemonApi(
   });
   const text = await response.body.text();
   return { status: response.statusCode, body: text ? JSON.parse(text) : {} };
+}
+
+/**
+ * A call of the daemon's API (`url` + `path`) from a process of host uid `uid`: curl through
+ * setpriv, with `key` as both `Authorization: Bearer` and E2B's `X-API-Key`. The answer's status
+ * and text.
+ */
+export async function curlAs(
+  uid: number,
+  key: string,
+  url: string,
+  method: string,
+  path: string,
+  body?: unknown,
+): Promise<{ status: number; text: string }> {
+  const { stdout } = await promisify(execFile)(
+    'setpriv',
+    [
+      `--reuid=${uid}`,
+      `--regid=${uid}`,
+      '--clear-groups',
+      'curl',
+      '-sS',
+      '--max-time',
+      '60',
+      '-X',
+      method,
+      '-H',
+      `authorization: Bearer ${key}`,
+      '-H',
+      `x-api-key: ${key}`,
+      ...(body === undefined
+        ? []
+        : ['-H', 'content-type: application/json', '--data-binary', JSON.stringify(body)]),
+      '-w',
+      '\n%{http_code}',
+      `${url}${path}`,
+    ],
+    { timeout: 70_000 },
+  );
+  const at = stdout.lastIndexOf('\n');
+  return { status: Number(stdout.slice(at + 1)), text: stdout.slice(0, at) };
 }

@@ -22,7 +22,7 @@ import {
 import { startDaemon } from '../../src/installation/daemon-connection.js';
 import { ApiKeys } from '../../src/sandbox/api-keys.js';
 import { createAbxHome } from '../helpers/abx-home.js';
-import { snapshot } from './fixture.js';
+import { curlAs, snapshot } from './fixture.js';
 
 // Who may mount which host folder (docs/workspaces.md, "Who may mount what"), against a real
 // root daemon: a key that is not an admin, used by a process running as uid 65534, may mount
@@ -50,35 +50,8 @@ async function asNobody(
   as = key,
   url = daemonInfo().apiUrl,
 ) {
-  const { stdout } = await run(
-    'setpriv',
-    [
-      `--reuid=${NOBODY}`,
-      `--regid=${NOBODY}`,
-      '--clear-groups',
-      'curl',
-      '-sS',
-      '--max-time',
-      '60',
-      '-X',
-      method,
-      '-H',
-      `authorization: Bearer ${as}`,
-      '-H',
-      'content-type: application/json',
-      '--data-binary',
-      JSON.stringify(body),
-      '-w',
-      '\n%{http_code}',
-      `${url}${path}`,
-    ],
-    { timeout: 70_000 },
-  );
-  const at = stdout.lastIndexOf('\n');
-  return {
-    status: Number(stdout.slice(at + 1)),
-    body: JSON.parse(stdout.slice(0, at)) as Record<string, unknown>,
-  };
+  const { status, text } = await curlAs(NOBODY, as, url, method, path, body);
+  return { status, body: JSON.parse(text) as Record<string, unknown> };
 }
 
 /** A folder of mode `mode` owned by `uid`, in /tmp (which every uid may search). */

@@ -1,4 +1,3 @@
-import { execFile } from 'node:child_process';
 import {
   chmodSync,
   chownSync,
@@ -13,7 +12,6 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { Sandbox as E2bSandbox } from 'e2b';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
@@ -22,7 +20,7 @@ import { startDaemon } from '../../src/installation/daemon-connection.js';
 import { mountsUnder } from '../../src/providers/local/volumes.js';
 import { ApiKeys } from '../../src/sandbox/api-keys.js';
 import { createAbxHome, removeTemplates } from '../helpers/abx-home.js';
-import { git, makeRepo, snapshot } from './fixture.js';
+import { curlAs, git, makeRepo, snapshot } from './fixture.js';
 
 // E2B's snapshot route (the unmodified `e2b` SDK's createSnapshot) of a sandbox whose workspace
 // (metadata `abx.workspace`) has changes: a sandbox made from the snapshot through E2B's SDK sees
@@ -32,7 +30,6 @@ import { git, makeRepo, snapshot } from './fixture.js';
 
 const isRoot = process.getuid?.() === 0;
 const NOBODY = 65534;
-const run = promisify(execFile);
 
 let abx: Awaited<ReturnType<typeof createAbxHome>> | undefined;
 let home: string;
@@ -200,34 +197,8 @@ describe.skipIf(!isRoot)("E2B's snapshot of a sandbox with a workspace (root dae
   test("a template's workspace, mounted for a local user through E2B's face: its snapshot's sandboxes are that user's too", async () => {
     /** E2B's control API from a process of uid 65534 (curl through setpriv), with `ownKey`. */
     const asNobody = async (method: string, path: string, body?: unknown) => {
-      const { stdout } = await run(
-        'setpriv',
-        [
-          `--reuid=${NOBODY}`,
-          `--regid=${NOBODY}`,
-          '--clear-groups',
-          'curl',
-          '-sS',
-          '--max-time',
-          '60',
-          '-X',
-          method,
-          '-H',
-          `x-api-key: ${ownKey}`,
-          '-H',
-          `authorization: Bearer ${ownKey}`,
-          ...(body === undefined
-            ? []
-            : ['-H', 'content-type: application/json', '--data-binary', JSON.stringify(body)]),
-          '-w',
-          '\n%{http_code}',
-          `${info.apiUrl}${path}`,
-        ],
-        { timeout: 70_000 },
-      );
-      const at = stdout.lastIndexOf('\n');
-      const text = stdout.slice(0, at);
-      return { status: Number(stdout.slice(at + 1)), json: text ? JSON.parse(text) : {} };
+      const { status, text } = await curlAs(NOBODY, ownKey, info.apiUrl, method, path, body);
+      return { status, json: text ? JSON.parse(text) : {} };
     };
     const ids: string[] = [];
     let snapshotId: string | undefined;

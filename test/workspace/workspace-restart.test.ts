@@ -1,4 +1,3 @@
-import { execFile } from 'node:child_process';
 import {
   chmodSync,
   chownSync,
@@ -12,14 +11,13 @@ import {
 } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { Sandbox } from '../../src/index.js';
 import { startDaemon, stopDaemon } from '../../src/installation/daemon-connection.js';
 import { mountsUnder } from '../../src/providers/local/volumes.js';
 import { ApiKeys } from '../../src/sandbox/api-keys.js';
 import { createAbxHome, sandboxProcesses } from '../helpers/abx-home.js';
-import { daemonApi, daemonInfoOf } from './fixture.js';
+import { curlAs, daemonApi, daemonInfoOf } from './fixture.js';
 
 // A daemon restart keeps whom a workspace was mounted for (docs/workspaces.md, "Who may mount
 // what"): a key that is not an admin, used by a process of uid 65534, mounts its folder; the
@@ -29,7 +27,6 @@ import { daemonApi, daemonInfoOf } from './fixture.js';
 
 const isRoot = process.getuid?.() === 0;
 const NOBODY = 65534;
-const run = promisify(execFile);
 
 let abx: Awaited<ReturnType<typeof createAbxHome>> | undefined;
 let home: string;
@@ -37,33 +34,8 @@ let key: string;
 let dir: string;
 
 /** A call of the daemon's API from a process running as uid 65534 (curl, through setpriv). */
-async function asNobody(method: string, path: string, body?: unknown) {
-  const { stdout } = await run(
-    'setpriv',
-    [
-      `--reuid=${NOBODY}`,
-      `--regid=${NOBODY}`,
-      '--clear-groups',
-      'curl',
-      '-sS',
-      '--max-time',
-      '60',
-      '-X',
-      method,
-      '-H',
-      `authorization: Bearer ${key}`,
-      ...(body === undefined
-        ? []
-        : ['-H', 'content-type: application/json', '--data-binary', JSON.stringify(body)]),
-      '-w',
-      '\n%{http_code}',
-      `${daemonInfoOf(home).apiUrl}${path}`,
-    ],
-    { timeout: 70_000 },
-  );
-  const at = stdout.lastIndexOf('\n');
-  const text = stdout.slice(0, at);
-  return { status: Number(stdout.slice(at + 1)), text };
+function asNobody(method: string, path: string, body?: unknown) {
+  return curlAs(NOBODY, key, daemonInfoOf(home).apiUrl, method, path, body);
 }
 
 beforeAll(async () => {
