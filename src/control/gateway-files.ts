@@ -108,6 +108,13 @@ export function directCandidate(
   const cors = head.keys.includes('origin');
   const at = head.keys.indexOf(LOCAL_FILE_HEADER);
   if (at >= 0) {
+    // A browser's request never names a local file: a page (one a sandbox serves, say) would name
+    // the browser's own open files (its cookie store) as the browser's process holds them.
+    if (cors || head.keys.some((key) => key.startsWith('sec-fetch-'))) {
+      throw localFileUnavailable(
+        "a browser's request (Origin, Sec-Fetch-*) never names a local file",
+      );
+    }
     // A handoff: no body, nothing but `?path=`, no metadata (envd's to keep).
     if (head.bodyLength !== 0 || head.keys.some((key) => key.startsWith('x-metadata-'))) {
       return undefined;

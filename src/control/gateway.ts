@@ -48,6 +48,7 @@ import {
   withoutSessionCookie,
 } from './gateway-links.js';
 import { UPSTREAM_MAX_IDLE_MS, UpstreamPool } from './gateway-upstream.js';
+import { LOCAL_FILE_HEADER } from './local-handoff.js';
 import type { ConnectionEnds } from './peer-uid.js';
 import type { GatewayCounts, GatewayRequestKind } from './prometheus.js';
 import type { SandboxRecord } from './registry.js';
@@ -247,10 +248,11 @@ function tokenPreflight(head: RequestHead): RequestTarget | undefined {
 function preflightAnswer(local: { origin: string; method: string; headers: string }): LocalAnswer {
   // Header values from the request go back only when they are plain tokens (no CR/LF smuggled).
   const token = /^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/;
+  // Never a local file's descriptor (local-handoff.ts): no page may ask for that.
   const headers = local.headers
     .split(',')
     .map((name) => name.trim())
-    .filter((name) => token.test(name));
+    .filter((name) => token.test(name) && name.toLowerCase() !== LOCAL_FILE_HEADER);
   const safeOrigin = /^[\x21-\x7e]+$/.test(local.origin) ? local.origin : 'null';
   return {
     status: 204,

@@ -243,6 +243,49 @@ describe.runIf(IS_ROOT).each(modes)(
       expect(await box.files.read('/home/user/kept.txt')).toBe('the sandbox its own');
     });
 
+    test("a browser's request never names a local file: refused with an Origin, and the preflight does not allow the header", async () => {
+      const gateway = new URL(box.getUrl(49983)).origin;
+      const headers = {
+        'x-sandbox-id': box.sandboxId,
+        'x-sandbox-port': '49983',
+        'x-access-token': box.accessToken,
+      };
+      // The browser's own process holds the connection: this process stands for it here.
+      const { openSync, closeSync } = await import('node:fs');
+      writeFileSync(join(dir, 'cookies.db'), 'secret cookies');
+      const fd = openSync(join(dir, 'cookies.db'), 'r+');
+      try {
+        const browsers: Record<string, string>[] = [
+          { origin: 'http://8080-x.localhost' },
+          { 'sec-fetch-mode': 'cors' },
+        ];
+        for (const extra of browsers) {
+          const put = await fetch(`${gateway}/files/write?path=/home/user/stolen.txt`, {
+            method: 'PUT',
+            headers: { ...headers, ...extra, 'x-abx-local-file': `${process.pid}/${fd}` },
+          });
+          const body = (await put.json()) as { code?: string; error?: string };
+          expect(put.status).toBe(400);
+          expect(body.code).toBe('local_file_unavailable');
+          expect(body.error).toContain("a browser's request");
+        }
+        expect((await sh('test -e /home/user/stolen.txt; echo $?')).stdout).toBe('1\n');
+        expect(readFileSync(join(dir, 'cookies.db'), 'utf8')).toBe('secret cookies');
+      } finally {
+        closeSync(fd);
+      }
+      const preflight = await fetch(`${gateway}/files/read?path=/x`, {
+        method: 'OPTIONS',
+        headers: {
+          origin: 'http://8080-x.localhost',
+          'access-control-request-method': 'GET',
+          'access-control-request-headers': 'x-access-token, x-abx-local-file',
+        },
+      });
+      await preflight.text();
+      expect(preflight.headers.get('access-control-allow-headers')).toBe('x-access-token');
+    });
+
     test("a handoff envd would have to serve (root's files) is refused, never sent on with its empty body", async () => {
       const got = attacker(
         box,
