@@ -221,8 +221,14 @@ describe('pause and resume through the E2B SDK', () => {
       }),
     );
     await sandbox.files.write('/home/user/kept.txt', 'before the timeout');
-    await until('the timeout pauses it', async () => (await sandbox.getInfo()).state === 'paused');
-    expect(sandboxProcesses(sandbox.sandboxId)).toEqual([]);
+    // The row says paused as the hibernate begins (row first, then the provider): its processes
+    // end just after.
+    await until(
+      'the timeout pauses it and its processes end',
+      async () =>
+        (await sandbox.getInfo()).state === 'paused' &&
+        sandboxProcesses(sandbox.sandboxId).length === 0,
+    );
     const resumed = await Sandbox.connect(sandbox.sandboxId, as(adminKey));
     expect(await resumed.files.read('/home/user/kept.txt')).toBe('before the timeout');
   }, 180_000);
