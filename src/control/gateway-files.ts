@@ -239,15 +239,13 @@ function handoff(
   const check = () => {
     if (stopped || !files.alive()) throw sandboxEnded(path);
   };
+  // The client's file is checked first: a refusal touches nothing of the sandbox's.
   if (candidate.kind === 'read') {
+    const client = openLocalFile(ends, local, 'write');
     const file = files.openRead(path, stop);
-    if (!file) throw localFileUnavailable(`the gateway cannot read ${path} itself (envd must)`);
-    let client: number;
-    try {
-      client = openLocalFile(ends, local, 'write');
-    } catch (error) {
-      file.close();
-      throw error;
+    if (!file) {
+      closeSync(client);
+      throw localFileUnavailable(`the gateway cannot read ${path} itself (envd must)`);
     }
     return {
       kind: 'handoff',
@@ -270,16 +268,12 @@ function handoff(
       abort: stop,
     };
   }
-  let client: number | undefined;
+  const source = openLocalFile(ends, local, 'read');
   const file = files.createWrite(path, stop);
-  if (!file) throw localFileUnavailable(`the gateway cannot write ${path} itself (envd must)`);
-  try {
-    client = openLocalFile(ends, local, 'read');
-  } catch (error) {
-    file.discard();
-    throw error;
+  if (!file) {
+    closeSync(source);
+    throw localFileUnavailable(`the gateway cannot write ${path} itself (envd must)`);
   }
-  const source = client;
   return {
     kind: 'handoff',
     async run(close) {

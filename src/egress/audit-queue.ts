@@ -66,6 +66,9 @@ export const EGRESS_AUDIT_MAX_DROP_NOTES = 10_000;
 /** The reason of rows dropped because the queue was full. */
 export const QUEUE_FULL = `egress's audit queue was full (${EGRESS_AUDIT_MAX} rows the daemon had not read)`;
 
+/** A drop note's key: one note per sandbox and reason. */
+const noteKey = (sandbox: string, reason: string) => `${sandbox}\n${reason}`;
+
 /**
  * The rows waiting for the daemon. A read acknowledges the rows up to the `after` it names (the
  * last seq of its previous read) for this process's `epoch`, so a daemon whose answer was lost
@@ -93,7 +96,7 @@ export class EgressAuditQueue {
    * the daemon writes it as an `audit.dropped` row of that sandbox's trail.
    */
   drop(sandbox: string, reason: string, count: number | null): void {
-    const key = `${sandbox}\n${reason}`;
+    const key = noteKey(sandbox, reason);
     const note = this.unread.get(key);
     if (note) {
       note.count = note.count === null || count === null ? null : note.count + count;
@@ -124,7 +127,7 @@ export class EgressAuditQueue {
     // A note answered is not added to any more (the daemon may have written it): later drops
     // make a new one.
     for (const entry of page) {
-      if (entry.kind === 'dropped') this.unread.delete(`${entry.sandbox}\n${entry.reason}`);
+      if (entry.kind === 'dropped') this.unread.delete(noteKey(entry.sandbox, entry.reason));
     }
     return { epoch: this.epoch, rows: page };
   }
