@@ -81,13 +81,28 @@ export function isProcessAlive(pid: number): boolean {
   }
 }
 
-async function healthy(info: DaemonInfo): Promise<boolean> {
+/**
+ * How long a daemon that answered its health check is taken as answering without another: a
+ * script's creates, lists and kills each connect, and a health round trip before every one of
+ * them was a third of a warm create's own time (issue 49). Within this, the daemon's
+ * `daemon.json` must still name the same process at the same address, and that process be
+ * alive; a daemon that stops answering meanwhile fails the request itself, as one that stopped
+ * after its check would.
+ */
+export const DAEMON_ANSWERED_TRUST_MS = 10_000;
+
+/** Per home: the daemon that last answered its health check in this process, and when. */
+const answered = new Map<string, { pid: number; apiUrl: string; at: number }>();
+
+async function healthy(info: DaemonInfo, home: string): Promise<boolean> {
   try {
     const answer = await exchange(new URL('/v1/health', info.apiUrl), {
       method: 'GET',
       timeoutMs: 2000,
     });
-    return answer.status === 200;
+    if (answer.status !== 200) return false;
+    answered.set(home, { pid: info.pid, apiUrl: info.apiUrl, at: Date.now() });
+    return true;
   } catch {
     return false;
   }
@@ -96,8 +111,20 @@ async function healthy(info: DaemonInfo): Promise<boolean> {
 /** The running daemon of `home`, if there is one that answers. */
 export async function findDaemon(home = abxHome()): Promise<DaemonInfo | undefined> {
   const info = readInfo(abxPaths(home).daemonInfo);
-  if (info && isProcessAlive(info.pid) && (await healthy(info))) return info;
+  if (info && isProcessAlive(info.pid) && (await healthy(info, home))) return info;
   return undefined;
+}
+
+/**
+ * The daemon of `home` without a health round trip, when the same one answered within
+ * {@link DAEMON_ANSWERED_TRUST_MS} and its process is still there; else undefined.
+ */
+function answeredLately(home: string): DaemonInfo | undefined {
+  const seen = answered.get(home);
+  if (!seen || Date.now() - seen.at >= DAEMON_ANSWERED_TRUST_MS) return undefined;
+  const info = readInfo(abxPaths(home).daemonInfo);
+  if (!info || info.pid !== seen.pid || info.apiUrl !== seen.apiUrl) return undefined;
+  return isProcessAlive(info.pid) ? info : undefined;
 }
 
 /**
@@ -175,7 +202,7 @@ export async function startDaemon(home = abxHome()): Promise<DaemonInfo> {
         child.unref();
         while (Date.now() < deadline) {
           const info = readInfo(paths.daemonInfo);
-          if (info && info.pid === child.pid && (await healthy(info))) return info;
+          if (info && info.pid === child.pid && (await healthy(info, home))) return info;
           if (child.exitCode !== null) break;
           await sleep(25);
         }
@@ -208,7 +235,9 @@ export async function startDaemon(home = abxHome()): Promise<DaemonInfo> {
 export async function connectDaemon(options: ConnectionOptions = {}): Promise<DaemonConnection> {
   const home = options.home ?? abxHome();
   const info =
-    (await findDaemon(home)) ?? (options.autoStart === false ? undefined : await startDaemon(home));
+    answeredLately(home) ??
+    (await findDaemon(home)) ??
+    (options.autoStart === false ? undefined : await startDaemon(home));
   if (!info) {
     throw new DaemonUnavailableError(
       `no abx daemon runs for ${home}; start one with \`abx daemon start\``,
@@ -219,6 +248,7 @@ export async function connectDaemon(options: ConnectionOptions = {}): Promise<Da
 
 /** Asks the daemon of `home` to stop and waits for its process to end. */
 export async function stopDaemon(home = abxHome(), timeoutMs = 15_000): Promise<boolean> {
+  answered.delete(home);
   const info = readInfo(abxPaths(home).daemonInfo);
   if (!info || !isProcessAlive(info.pid)) return false;
   const apiKey = readFileSync(abxPaths(home).apiKey, 'utf8').trim();

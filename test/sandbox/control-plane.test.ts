@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { request } from 'undici';
@@ -138,6 +139,33 @@ describe('daemon restarts', () => {
     } finally {
       await survivor.kill();
       await victim.kill();
+    }
+  });
+
+  test('a daemon stopped and started again by another process is the next call’s, within the SDK’s health-check trust', async () => {
+    // This process's calls trust a daemon that answered within DAEMON_ANSWERED_TRUST_MS without
+    // asking it again; one that another process stopped meanwhile is not trusted.
+    await Sandbox.list({ home });
+    const first = daemonInfo().pid;
+    const cli = (...args: string[]) =>
+      execFileSync(process.execPath, [join(process.cwd(), 'dist', 'cli.js'), ...args], {
+        env: { ...process.env, ABX_HOME: home },
+        stdio: 'pipe',
+      });
+    cli('daemon', 'stop');
+    expect(isProcessAlive(first)).toBe(false);
+    await expect(Sandbox.list({ home, autoStart: false })).rejects.toThrow(
+      `no abx daemon runs for ${home}`,
+    );
+    cli('daemon', 'start');
+    const second = daemonInfo().pid;
+    expect(second).not.toBe(first);
+    const sandbox = await Sandbox.create({ home });
+    try {
+      expect((await sandbox.commands.run('echo new daemon')).stdout).toBe('new daemon\n');
+      expect(daemonInfo().pid).toBe(second);
+    } finally {
+      await sandbox.kill();
     }
   });
 });
