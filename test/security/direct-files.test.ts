@@ -183,6 +183,44 @@ describe.runIf(IS_ROOT).each(modes)('direct file transfers against a %s', (_mode
     });
   }, 60_000);
 
+  test('a small upload to a full disk fails with ENOSPC (written at once, on the event loop), and leaves no file', async () => {
+    const before = (await sh('ls -A /home/user')).stdout;
+    await sh('dd if=/dev/zero of=/home/user/fill bs=1M status=none; sync');
+    try {
+      // A root daemon writes as root, which ext4 lets use the clusters it keeps back from users
+      // (at most 16 MiB): uploads of shrinking sizes take them first, until the smallest fails.
+      let taken = 0;
+      for (const size of [1024 * 1024, 64 * 1024, 4096]) {
+        for (;;) {
+          const body = Readable.from([Buffer.alloc(size, 1)]);
+          const ok = await box.files.write(`/home/user/rest-${taken}`, body).then(
+            () => true,
+            () => false,
+          );
+          if (!ok) break;
+          taken += 1;
+          expect(taken).toBeLessThan(300);
+        }
+      }
+      const refused = await failure(
+        withEnvdStopped(box.sandboxId, () =>
+          box.files.write('/home/user/small.txt', 'x'.repeat(40_000)),
+        ),
+      );
+      expect(refused.message).toMatch(/no space left|ENOSPC/i);
+      // No file by the name, nor its temporary one.
+      const names = (await sh('ls -A /home/user')).stdout.split('\n');
+      expect(names.filter((name) => !/^rest-\d+$/.test(name)).sort()).toEqual(
+        `${before}fill\n`.split('\n').sort(),
+      );
+    } finally {
+      await sh('rm -f /home/user/fill /home/user/rest-*');
+    }
+    expect((await box.files.write('/home/user/small.txt', 'after')).size).toBe(5);
+    expect(await box.files.read('/home/user/small.txt')).toBe('after');
+    await sh('rm -f /home/user/small.txt');
+  });
+
   test('FIFOs and devices are refused at once, never opened by the daemon', async () => {
     await sh('mkfifo /tmp/fifo');
     const started = Date.now();
