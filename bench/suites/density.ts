@@ -64,6 +64,12 @@ export interface DensityRound {
   envdBusyPrivateMiB: number;
   /** p50 of a create (a batch of 10 at once, each timed alone). */
   createP50Ms: number;
+  /**
+   * Once every envd slept ({@link ENVD_IDLE_MS} idle, then a settle): the charge per sandbox less
+   * page cache (the cgroup's; MemAvailable's drop without one), and the p50 of the first command
+   * after the sleep (its wake) beside a command on an awake envd. The default network only.
+   */
+  asleep?: { chargedMiB: number; wakeP50Ms: number; awakeP50Ms: number };
 }
 
 export interface DensityFigures {
@@ -77,6 +83,13 @@ const BATCH = 10;
 const BUSY_SANDBOXES = 5;
 const BUSY_COMMANDS = 100;
 const PRIVATE_LINES = /^Private_(?:Clean|Dirty):\s+(\d+) kB$/gm;
+/**
+ * The bench daemon's ABX_ENVD_IDLE_MS: long enough that the awake figures (read within ~30 s of
+ * the last command) see every envd, shorter than the default 60 s to keep the run short.
+ */
+const ENVD_IDLE_MS = 45_000;
+/** Sandboxes whose wake is timed. */
+const WAKE_SANDBOXES = 10;
 
 /**
  * A memory cgroup of the run's own (cgroup v1's memory hierarchy, or v2 with the memory
@@ -164,6 +177,53 @@ async function busyEnvdMiB(boxes: Sandbox[]): Promise<number> {
   return round(kib.reduce((sum, k) => sum + k, 0) / 1024 / boxes.length, 2);
 }
 
+/** Whether the sandbox's envd runs (it sleeps once idle: docs/providers.md). */
+function envdRuns(sandboxId: string): boolean {
+  try {
+    envdPidOf(sandboxId);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** See {@link DensityRound.asleep}. */
+async function asleepFigures(
+  boxes: Sandbox[],
+  count: number,
+  before: { available: number; unreclaimable: number },
+  cgroup: ReturnType<typeof ownMemoryCgroup>,
+): Promise<NonNullable<DensityRound['asleep']>> {
+  const timed = boxes.slice(0, WAKE_SANDBOXES);
+  const awakeMs: number[] = [];
+  for (const box of timed) {
+    const t0 = performance.now();
+    await box.commands.run('true');
+    awakeMs.push(performance.now() - t0);
+  }
+  const deadline = Date.now() + ENVD_IDLE_MS + 60_000;
+  while (boxes.some((box) => envdRuns(box.sandboxId))) {
+    if (Date.now() > deadline) throw new Error('bench: envds still run well past their idle time');
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+  }
+  const after = await settledMemAvailable(0);
+  const chargedMiB =
+    cgroup === undefined
+      ? round((before.available - after.value) / count / MiB, 2)
+      : round((cgroup.unreclaimable() - before.unreclaimable) / count / MiB, 2);
+  const wakeMs: number[] = [];
+  for (const box of timed) {
+    const t0 = performance.now();
+    await box.commands.run('true');
+    wakeMs.push(performance.now() - t0);
+  }
+  return {
+    chargedMiB,
+    wakeP50Ms: round(summarize(wakeMs).p50, 1),
+    awakeP50Ms: round(summarize(awakeMs).p50, 1),
+  };
+}
+
 /** The pid of the egress service of `home`'s daemon (none before its first internet sandbox). */
 function egressPid(home: string): number | undefined {
   const { pid } = JSON.parse(readFileSync(join(home, 'daemon.json'), 'utf8')) as { pid: number };
@@ -234,6 +294,9 @@ async function round1(
       envdBusyPrivateMiB: await busyEnvdMiB(boxes.slice(0, BUSY_SANDBOXES)),
       createP50Ms: round(summarize(createMs).p50, 1),
     };
+    if (network === 'internet') {
+      result.asleep = await asleepFigures(boxes, count, before, cgroup);
+    }
     report.log(`density ${network} ×${count}: ${JSON.stringify(result)}`);
     return result;
   } finally {
@@ -253,7 +316,9 @@ export async function density(report: BenchReport, count = 50): Promise<DensityF
   report.log(`density (${count} sandboxes a network)`);
   const home = mkdtempSync(join(tmpdir(), 'abx-bench-density-'));
   const saved = process.env.ABX_WARM_POOL;
+  const savedIdle = process.env.ABX_ENVD_IDLE_MS;
   process.env.ABX_WARM_POOL = '0';
+  process.env.ABX_ENVD_IDLE_MS = String(ENVD_IDLE_MS);
   const cgroup = ownMemoryCgroup();
   try {
     const file = join(home, 'density-none.yaml');
@@ -306,6 +371,22 @@ export async function density(report: BenchReport, count = 50): Promise<DensityF
       `${internet.createP50Ms} / ${none.createP50Ms} ms`,
       `the network's start: ${figures.netStartMs} ms`,
     );
+    if (internet.asleep) {
+      report.row(
+        '19 density',
+        `once envd slept: memory per sandbox (${charged0(internet)}); first command after the sleep / awake, p50`,
+        `${internet.asleep.chargedMiB} MiB; ${internet.asleep.wakeP50Ms} / ${internet.asleep.awakeP50Ms} ms`,
+        `envd idle ${ENVD_IDLE_MS} ms here (ABX_ENVD_IDLE_MS; 60 s by default); wake timed on ${WAKE_SANDBOXES}`,
+      );
+      report.goal(
+        `densityInternetAsleepMiB${count}`,
+        `memory per sandbox once its envd slept, ${count} on the default network`,
+        internet.asleep.chargedMiB,
+        'MiB',
+        10,
+        false,
+      );
+    }
     // The cgroup's figure where there is one: MemAvailable moves with the machine's other work.
     const charged = internet.unreclaimableMiB;
     report.goal(
@@ -322,6 +403,8 @@ export async function density(report: BenchReport, count = 50): Promise<DensityF
   } finally {
     if (saved === undefined) delete process.env.ABX_WARM_POOL;
     else process.env.ABX_WARM_POOL = saved;
+    if (savedIdle === undefined) delete process.env.ABX_ENVD_IDLE_MS;
+    else process.env.ABX_ENVD_IDLE_MS = savedIdle;
     spawnSync(process.execPath, [join(ROOT, 'dist', 'cli.js'), 'daemon', 'stop'], {
       env: { ...process.env, ABX_HOME: home },
     });
@@ -329,6 +412,13 @@ export async function density(report: BenchReport, count = 50): Promise<DensityF
     rmSync(home, { recursive: true, force: true });
     cgroup?.leave();
   }
+}
+
+/** What the asleep figure is: the cgroup's charge less page cache, or MemAvailable's drop. */
+function charged0(round: DensityRound): string {
+  return round.unreclaimableMiB === undefined
+    ? 'MemAvailable drop'
+    : "the run's cgroup's charge less page cache";
 }
 
 /** `--density N`: how many sandboxes a network (default 50). */

@@ -1,4 +1,4 @@
-import { cpSync, readFileSync, rmSync } from 'node:fs';
+import { cpSync, existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { CAPABILITIES, type Capability } from '../protocol/capabilities.js';
@@ -18,6 +18,7 @@ import { codeGroup } from './code.js';
 import { ENV } from './env.js';
 import { EXEC } from './exec.js';
 import { FILES_BATCH } from './files-batch.js';
+import { sleepWhenIdle } from './idle.js';
 import { portsGroup } from './ports.js';
 import { logProcess, logsGroup, sandboxLog } from './sandbox-log.js';
 import { runtimeServerScript, ServerStarter, serverStartGroup } from './server-start.js';
@@ -45,6 +46,9 @@ const { values } = parseArgs({
     // The same for /tmp (a hibernated rootless sandbox waking: its /tmp as it was).
     'tmp-template': { type: 'string' },
     home: { type: 'string' },
+    // Exit (code 75: asleep) after this many ms with nothing to do; the shell loop the local
+    // provider runs envd under starts it again on the next request (idle.ts). 0 or absent: never.
+    'idle-exit-ms': { type: 'string' },
   },
   strict: true,
 });
@@ -56,6 +60,13 @@ const usage = (): never => {
 };
 if ((!values.socket && !values.listen) || !values['ports-dir'] || !values['token-file']) usage();
 const tokenFile = values['token-file'] as string;
+const idleMs = Number(values['idle-exit-ms'] ?? '0');
+if (!Number.isSafeInteger(idleMs) || idleMs < 0) {
+  process.stderr.write(
+    `envd: --idle-exit-ms ${values['idle-exit-ms']} is not a whole number of ms\n`,
+  );
+  process.exit(2);
+}
 let listen: { host: string; port: number } | undefined;
 if (values.listen) {
   // The last colon splits: a pod's IPv6 address may come bare from the downward API.
@@ -72,25 +83,46 @@ if (values.listen) {
 let tokens: ReturnType<typeof parseTokens>;
 let capabilities: Capability[];
 try {
-  tokens = parseTokens(readFileSync(tokenFile, 'utf8'));
+  // `-`: from stdin, where the shell loop that restarts a sleeping envd hands them on each start
+  // (it read the token file once, before any other process of the sandbox existed).
+  tokens = parseTokens(readFileSync(tokenFile === '-' ? 0 : tokenFile, 'utf8'));
   capabilities = parseCapabilities(values.capabilities ?? CAPABILITIES.join(','));
 } catch (error) {
   process.stderr.write(`envd: ${(error as Error).message}\n`);
   process.exit(2);
 }
 // Gone before anything is served: no other process of the sandbox can have read it.
-rmSync(tokenFile, { force: true });
+if (tokenFile !== '-') rmSync(tokenFile, { force: true });
 if (!tokens) {
   process.stderr.write('envd: the token file is empty; refusing to serve without a token\n');
   process.exit(2);
 }
 const home = values.home ?? process.env.HOME ?? SANDBOX_HOME;
 const metadataDir = join(resolve(home), '.abx', 'envd');
+// envd's own state in the sandbox's /run/abx (a tmpfs that lives as long as the sandbox): a
+// restarted envd (woken from a sleep) must not fill the home again, and keeps the environment
+// `PUT /env` set.
+const runDir = values.socket ? dirname(values.socket) : undefined;
+const seededMarker = runDir ? join(runDir, 'seeded') : undefined;
+const savedEnv = runDir ? join(runDir, 'env.json') : undefined;
+if (savedEnv && existsSync(savedEnv)) {
+  try {
+    const env = JSON.parse(readFileSync(savedEnv, 'utf8')) as Record<string, unknown>;
+    for (const [name, value] of Object.entries(env)) {
+      if (typeof value === 'string' && /^[A-Za-z_][A-Za-z0-9_]*$/.test(name)) {
+        process.env[name] = value;
+      }
+    }
+  } catch (error) {
+    process.stderr.write(`envd: ignoring ${savedEnv}: ${(error as Error).message}\n`);
+  }
+}
+const seeded = seededMarker !== undefined && existsSync(seededMarker);
 for (const [template, into] of [
   [values['home-template'], home],
   [values['tmp-template'], '/tmp'],
 ] as const) {
-  if (!template) continue;
+  if (!template || seeded) continue;
   try {
     cpSync(template, into, {
       recursive: true,
@@ -105,7 +137,12 @@ for (const [template, into] of [
     process.exit(1);
   }
 }
+if (seededMarker && (values['home-template'] || values['tmp-template']) && !seeded) {
+  writeFileSync(seededMarker, '');
+}
 if (values.socket) rmSync(values.socket, { force: true });
+const ports = portsGroup(values['ports-dir'] as string, values['ports-host']);
+const watches = watchGroup({}, [metadataDir]);
 // The command server's starts, from an idle process kept ahead (server.cjs is beside envd.cjs).
 const starter = new ServerStarter(runtimeServerScript(dirname(resolve(process.argv[1] ?? '.'))));
 const server = new SandboxServer({
@@ -133,10 +170,10 @@ const server = new SandboxServer({
     SYSTEM,
     TERMINAL,
     DEV_TOOLS,
-    portsGroup(values['ports-dir'] as string, values['ports-host']),
+    ports,
     FILES_BATCH,
     // A watch of the home does not see envd's own metadata store change.
-    watchGroup({}, [metadataDir]),
+    watches,
     ARCHIVE,
     ENV,
     tokensGroup(({ client, control }) => server.replaceTokens({ control, limited: client })),
@@ -149,6 +186,8 @@ const server = new SandboxServer({
   // a JSON request for an hour.
   streamBodyLimitBytes: 64 * 1024 ** 3,
   streamBodyTimeoutMs: 3_600_000,
+  // The daemon holds a read of the log open all the time: it must not keep envd awake.
+  idleNeutral: (req) => req.method === 'GET' && /^\/logs(\?|$)/.test(req.url ?? ''),
 });
 for (const signal of ['SIGTERM', 'SIGINT'] as const) {
   process.once(signal, () => {
@@ -161,6 +200,29 @@ observeSpawns((child, file) => logProcess(child, file));
 server.start().then(
   () => {
     sandboxLog.write('info', 'envd started', { pid: String(process.pid) });
+    if (idleMs > 0 && values.socket) {
+      const socket = values.socket;
+      sleepWhenIdle(idleMs, socket, {
+        busyConnections: () => server.busyConnections(),
+        accepted: () => server.accepted,
+        spareChildren: () => {
+          const spare = starter.status();
+          return spare ? [spare.pid] : [];
+        },
+        holds: () => {
+          if (watches.count() > 0) return `${watches.count()} file watch(es)`;
+          if (ports.forwarding() > 0) return `${ports.forwarding()} forwarded connection(s)`;
+          return undefined;
+        },
+        relisten: (path) => server.listenAlso(path),
+        log: (message) => sandboxLog.write('info', message),
+        beforeSleep: () => {
+          starter.stop();
+          ports.closeAll();
+          if (savedEnv) writeFileSync(savedEnv, JSON.stringify(process.env), { mode: 0o600 });
+        },
+      });
+    }
     process.stdout.write(
       `${JSON.stringify({ event: 'listening', socket: values.socket, listen: values.listen, pid: process.pid })}\n`,
     );

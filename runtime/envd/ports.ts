@@ -1,5 +1,5 @@
 import { rmSync } from 'node:fs';
-import { connect, createServer, type Server } from 'node:net';
+import { connect, createServer, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { BadRequestError } from '../server/errors.js';
 import { defineGroup } from '../server/route-group.js';
@@ -15,6 +15,13 @@ export function portsGroup(portsDir: string, tcpHost?: string) {
   const forwarders = new Map<number, Server>();
   const tcpForwarders = new Map<number, Server>();
   const opening = new Map<number, Promise<string>>();
+  // Connections being forwarded now: they keep envd awake (idle.ts).
+  let forwarding = 0;
+  const forward = (client: Socket, port: number) => {
+    forwarding++;
+    client.once('close', () => forwarding--);
+    splice(client, connect(port, '127.0.0.1'));
+  };
 
   // Concurrent first requests for one port share one attempt.
   const open = (port: number): Promise<string> => {
@@ -34,7 +41,7 @@ export function portsGroup(portsDir: string, tcpHost?: string) {
     // this hop); only a stale file is replaced.
     if (await accepts(socketPath)) return socketPath;
     rmSync(socketPath, { force: true });
-    const server = createServer((client) => splice(client, connect(port, '127.0.0.1')));
+    const server = createServer((client) => forward(client, port));
     forwarders.set(port, server);
     return new Promise((resolve, reject) => {
       server.once('error', (error) => {
@@ -53,7 +60,7 @@ export function portsGroup(portsDir: string, tcpHost?: string) {
   const listenTcp = (port: number) =>
     new Promise<void>((resolve, reject) => {
       if (tcpForwarders.has(port)) return resolve();
-      const server = createServer((client) => splice(client, connect(port, '127.0.0.1')));
+      const server = createServer((client) => forward(client, port));
       server.once('error', (error: NodeJS.ErrnoException) => {
         if (error.code === 'EADDRINUSE') resolve();
         else reject(error);
@@ -82,7 +89,7 @@ export function portsGroup(portsDir: string, tcpHost?: string) {
     return port;
   };
 
-  return defineGroup('PORTS', '/ports', 'forward ports of the sandbox to the host gateway', [
+  const group = defineGroup('PORTS', '/ports', 'forward ports of the sandbox to the host gateway', [
     {
       method: 'POST',
       path: '/ports/{port}',
@@ -115,4 +122,21 @@ export function portsGroup(portsDir: string, tcpHost?: string) {
       },
     },
   ]);
+  return Object.assign(group, {
+    /** Connections being forwarded now. */
+    forwarding: () => forwarding,
+    /**
+     * Closes every forwarder and removes its socket (envd going to sleep): the gateway then finds
+     * no socket and asks envd again (`POST /ports/{port}`), which wakes it.
+     */
+    closeAll: () => {
+      for (const [port, server] of forwarders) {
+        server.close();
+        rmSync(join(portsDir, `${port}.sock`), { force: true });
+      }
+      for (const server of tcpForwarders.values()) server.close();
+      forwarders.clear();
+      tcpForwarders.clear();
+    },
+  });
 }

@@ -5,6 +5,7 @@ import {
   type AddressInfo,
   createServer as createNetServer,
   type Server as NetServer,
+  type Socket,
 } from 'node:net';
 import type { ArgSpec } from '../protocol/arguments.js';
 import { builtinCommands } from './builtins.js';
@@ -61,6 +62,11 @@ export interface SandboxServerOptions {
   graceMs?: number;
   /** Where headless Chromium is; default `/usr/bin/chromium`. */
   chromiumPath?: string;
+  /**
+   * Requests that leave their connection out of {@link SandboxServer.busyConnections} (envd: the
+   * daemon's long read of its log, which must not keep it awake).
+   */
+  idleNeutral?: (req: IncomingMessage) => boolean;
 }
 
 const DEFAULTS = {
@@ -106,6 +112,10 @@ export class SandboxServer {
   private tokenDigest: Buffer | undefined;
   /** Digest of `limitedToken`; never matched when there is none. */
   private limitedDigest: Buffer;
+  /** Open connections; with whether their latest request was one `idleNeutral` names. */
+  private readonly open = new Map<Socket, boolean>();
+  /** Connections accepted since the start (envd's sleep checks none came in meanwhile). */
+  private acceptedCount = 0;
   private resolveStopped = () => {};
   /** Resolves once the server has stopped, whether by {@link stop}, SIGTERM or `POST /shutdown`. */
   readonly stopped = new Promise<void>((resolve) => {
@@ -176,6 +186,44 @@ export class SandboxServer {
       },
     );
     this.http.on('clientError', answerClientError);
+    // Every connection, the extra socket's too (handed in by `emit('connection')`).
+    this.http.on('connection', (socket: Socket) => {
+      this.acceptedCount++;
+      this.open.set(socket, false);
+      socket.once('close', () => this.open.delete(socket));
+    });
+    this.http.on('request', (req: IncomingMessage) => {
+      if (this.open.has(req.socket as Socket)) {
+        this.open.set(req.socket as Socket, this.options.idleNeutral?.(req) ?? false);
+      }
+    });
+  }
+
+  /**
+   * Connections open now, in flight or kept alive between requests, but for those whose latest
+   * request `idleNeutral` names (envd's log, which the daemon holds open): envd sleeps only at 0.
+   */
+  busyConnections(): number {
+    let busy = 0;
+    for (const neutral of this.open.values()) if (!neutral) busy++;
+    return busy;
+  }
+
+  /** Connections accepted since the start. */
+  get accepted(): number {
+    return this.acceptedCount;
+  }
+
+  /**
+   * Serves the same routes, with the same token checks, on one more Unix socket path: envd's
+   * own path again after a sleep it called off (its first listener's path was unlinked).
+   */
+  listenAlso(path: string): Promise<void> {
+    rmSync(path, { force: true });
+    const server = createNetServer((socket) => this.http.emit('connection', socket));
+    return new Promise<void>((resolve, reject) => {
+      server.once('error', reject).listen(path, () => resolve());
+    });
   }
 
   /**

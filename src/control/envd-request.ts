@@ -23,8 +23,12 @@ export function envdRequest<T>(
       {
         socketPath,
         ...(signal ? { signal } : {}),
-        // Never follow a symlink the sandbox may have put in place of its envd socket.
-        createConnection: () => connectSandboxSocket(socketPath),
+        // Never follow a symlink the sandbox may have put in place of its envd socket. The
+        // daemon's read of envd's log does not wake a sleeping envd (it would never sleep).
+        createConnection: () =>
+          connectSandboxSocket(socketPath, {
+            wake: !(method === 'GET' && path.startsWith('/logs')),
+          }),
         method,
         path,
         timeout: timeoutMs,

@@ -1,6 +1,6 @@
-import { closeSync, fstatSync, openSync, unlinkSync } from 'node:fs';
+import { closeSync, constants, fstatSync, openSync, unlinkSync, writeSync } from 'node:fs';
 import { connect, Socket } from 'node:net';
-import { dirname, join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 
 // Linux open(2) flags that node does not export.
 const O_PATH = 0o10000000;
@@ -26,7 +26,7 @@ function openBase(runDir: string): number {
   return openSync(runDir, O_PATH | O_DIRECTORY | (PROC_ROOT.test(`${runDir}/`) ? 0 : O_NOFOLLOW));
 }
 
-function openWithin(runDir: string, relative: string): number {
+function openWithin(runDir: string, relative: string, kind: 'socket' | 'fifo' = 'socket'): number {
   const parts = relative.split('/').filter(Boolean);
   let fd = openBase(runDir);
   try {
@@ -41,8 +41,11 @@ function openWithin(runDir: string, relative: string): number {
       closeSync(fd);
       fd = next;
     }
-    if (!fstatSync(fd).isSocket()) {
-      throw Object.assign(new Error(`${runDir}/${relative} is not a socket`), { code: 'ENOTSOCK' });
+    const stats = fstatSync(fd);
+    if (kind === 'fifo' ? !stats.isFIFO() : !stats.isSocket()) {
+      throw Object.assign(new Error(`${runDir}/${relative} is not a ${kind}`), {
+        code: kind === 'fifo' ? 'EINVAL' : 'ENOTSOCK',
+      });
     }
     return fd;
   } catch (error) {
@@ -97,9 +100,17 @@ export function sandboxPortTarget(handle: { portsDir: string }, port: number): s
  * comes from the cluster's API, not from anything the sandbox writes; envd there checks the token
  * on every request as on its socket), anything else as a socket of the sandbox's run folder,
  * without following any symlink inside it (see above). Failures (a missing socket, a symlink, not
- * a socket, a refused connection) come as the socket's 'error'.
+ * a socket, a refused connection) come as the socket's 'error'. A local sandbox's envd that sleeps
+ * (its socket gone, a wake FIFO beside it: envd-sleep.ts) is woken and connected to once it is
+ * back, within {@link ENVD_WAKE_TIMEOUT_MS}: every connection to envd comes through here.
  */
-export function connectSandboxSocket(socketPath: string): Socket {
+export function connectSandboxSocket(
+  socketPath: string,
+  options: {
+    /** A sleeping envd is woken (the default); false: fail as for a missing socket (its log). */
+    wake?: boolean;
+  } = {},
+): Socket {
   if (socketPath.startsWith(TCP_PREFIX)) {
     const tcp = parseTcpTarget(socketPath);
     if (tcp) return connect({ host: tcp.host, port: tcp.port, noDelay: true });
@@ -114,10 +125,25 @@ export function connectSandboxSocket(socketPath: string): Socket {
     fd = openWithin(runDir, relative);
   } catch (error) {
     const socket = new Socket();
+    const fifo = join(dirname(relative), WAKE_FIFO_NAME);
+    if (
+      options.wake !== false &&
+      (error as NodeJS.ErrnoException).code === 'ENOENT' &&
+      basename(relative) === ENVD_SOCKET_NAME &&
+      poke(runDir, fifo) !== 'none'
+    ) {
+      wakeAndConnect(socket, runDir, relative, fifo);
+      return socket;
+    }
     process.nextTick(() => socket.destroy(error as Error));
     return socket;
   }
-  const socket = connect(`/proc/self/fd/${fd}`);
+  return connectFd(new Socket(), fd);
+}
+
+/** Connects `socket` to the socket open as O_PATH `fd` (closed once the connect is done). */
+function connectFd(socket: Socket, fd: number): Socket {
+  socket.connect(`/proc/self/fd/${fd}`);
   let open = true;
   const release = () => {
     if (open) closeSync(fd);
@@ -127,6 +153,90 @@ export function connectSandboxSocket(socketPath: string): Socket {
   socket.once('error', release);
   socket.once('close', release);
   return socket;
+}
+
+/** envd's socket in a sandbox's /run/abx, and the FIFO its sleep loop waits on beside it. */
+const ENVD_SOCKET_NAME = 'envd.sock';
+const WAKE_FIFO_NAME = 'wake';
+
+/**
+ * How long a connect to a sleeping envd waits for it to wake (a Node start: ~0.1-0.5 s on an idle
+ * host) before it fails; docs/providers.md, "envd sleeps when idle".
+ */
+export const ENVD_WAKE_TIMEOUT_MS = 10_000;
+/** A wake is sent again this often while envd's socket is still missing (a lost one, a busy host). */
+const WAKE_AGAIN_MS = 500;
+
+/**
+ * Writes a line to a sandbox's wake FIFO, never following a symlink to it: `woken` when a reader
+ * had it open (its shell loop, or a process of the sandbox: at worst that one wakes its own envd),
+ * `waiting` when none had yet (envd is still on its way out: try again shortly), `none` when the
+ * sandbox has no FIFO there (its envd does not sleep).
+ */
+function poke(runDir: string, fifo: string): 'woken' | 'waiting' | 'none' {
+  let at: number;
+  try {
+    at = openWithin(runDir, fifo, 'fifo');
+  } catch {
+    return 'none';
+  }
+  try {
+    const fd = openSync(`/proc/self/fd/${at}`, constants.O_WRONLY | constants.O_NONBLOCK);
+    try {
+      writeSync(fd, '\n');
+    } catch {
+      // Full (a process of the sandbox writes and nobody reads): the line there wakes it anyway.
+    } finally {
+      closeSync(fd);
+    }
+    return 'woken';
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'ENXIO' ? 'waiting' : 'none';
+  } finally {
+    closeSync(at);
+  }
+}
+
+/**
+ * Connects `socket` once envd's socket is back, polling every few ms and waking envd again every
+ * {@link WAKE_AGAIN_MS}, for {@link ENVD_WAKE_TIMEOUT_MS} at most. Until then the socket is
+ * `connecting`: what is written waits for the connection, as on any socket.
+ */
+function wakeAndConnect(socket: Socket, runDir: string, relative: string, fifo: string): void {
+  (socket as unknown as { connecting: boolean }).connecting = true;
+  const started = Date.now();
+  let pokedAt = started;
+  let wait = 2;
+  const attempt = () => {
+    if (socket.destroyed) return;
+    let fd: number;
+    try {
+      fd = openWithin(runDir, relative);
+    } catch (error) {
+      const now = Date.now();
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code !== 'ENOENT' || now - started >= ENVD_WAKE_TIMEOUT_MS) {
+        socket.destroy(
+          code === 'ENOENT'
+            ? Object.assign(
+                new Error(
+                  `the sandbox's envd (${runDir}) did not wake within ${ENVD_WAKE_TIMEOUT_MS} ms of its wake: its sandbox may be ending; try again`,
+                ),
+                { code: 'ETIMEDOUT' },
+              )
+            : (error as Error),
+        );
+        return;
+      }
+      if (now - pokedAt >= WAKE_AGAIN_MS && poke(runDir, fifo) !== 'none') pokedAt = now;
+      setTimeout(attempt, wait);
+      wait = Math.min(wait * 2, 20);
+      return;
+    }
+    (socket as unknown as { connecting: boolean }).connecting = false;
+    connectFd(socket, fd);
+  };
+  setTimeout(attempt, 1);
 }
 
 /** Removes a stale socket of a sandbox's run folder, never following a symlink to get there. */

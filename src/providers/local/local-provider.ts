@@ -78,6 +78,7 @@ import {
   sweepEmptyCgroups,
   thawCgroups,
 } from './cgroups.js';
+import { envdIdleMs, imageHasShell, makeWakeFifo, sleepingEnvd } from './envd-sleep.js';
 import { fileInImage, folderInImage, regularFileInImage } from './home-seed.js';
 import { idmapMount } from './idmap.js';
 import { imageRootfs, pruneRootfs, ROOTFS_ROOT } from './image-rootfs.js';
@@ -156,6 +157,11 @@ export interface LocalProviderOptions {
    * from the environment (ABX_EGRESS_NETNS, ABX_EGRESS_HOSTS, ABX_EGRESS_PERMIT).
    */
   egress?: EgressController;
+  /**
+   * How long a sandbox's envd waits idle before it sleeps (exits until the next request wakes
+   * it; envd-sleep.ts); 0: never. Default `ABX_ENVD_IDLE_MS`, else 60 s.
+   */
+  envdIdleMs?: number;
 }
 
 /** Where this daemon keeps portable runtimes (see {@link localRuntimeCache}). */
@@ -311,6 +317,9 @@ export class LocalProvider implements SandboxProvider {
   /** Volumes (`$ABX_HOME/volumes`): disk images idmapped into sandboxes, or plain folders. */
   readonly volumes: LocalVolumes;
 
+  /** How long envd waits idle before it sleeps; 0: never (see envd-sleep.ts). */
+  private readonly envdIdleMs: number;
+
   constructor(private readonly options: LocalProviderOptions) {
     this.networks = new SandboxNetworks(options.egress);
     const isRoot = process.getuid?.() === 0;
@@ -326,6 +335,7 @@ export class LocalProvider implements SandboxProvider {
       );
     }
     this.uids = new SandboxUids(options.uidRange);
+    this.envdIdleMs = options.envdIdleMs ?? envdIdleMs();
     // One host uid below the sandboxes' range owns every volume's files on disk.
     this.volumes = new LocalVolumes(this.mode, (options.uidRange ?? DEFAULT_UID_RANGE).first - 1);
     this.runtimeDir = this.mode === 'root' ? sharedRuntime(options.runtimeDir) : options.runtimeDir;
@@ -537,6 +547,7 @@ export class LocalProvider implements SandboxProvider {
       }
     }
     let argv: string[];
+    let sleeps = false;
     let volumes: { binds: VolumeBind[]; release: () => void } | undefined;
     let rootLower: { stage: string; rootUid: number } | undefined;
     let workspace: MountedWorkspace | undefined;
@@ -588,6 +599,14 @@ export class LocalProvider implements SandboxProvider {
         image ? SANDBOX_NODE : (hostNode as NoImageNode).node,
         ...envdArguments(`${SANDBOX_RUN_DIR}/token`, spec, image ? ['--home', home] : []),
       ];
+      // envd sleeps when idle under a shell loop (envd-sleep.ts), where the sandbox has a
+      // /bin/sh; not where root's envd runs beside it (root.cjs starts both: they stay).
+      sleeps =
+        this.envdIdleMs > 0 &&
+        !spec.allowRoot &&
+        (image ? await imageHasShell(image.rootfs) : existsSync('/bin/sh'));
+      const envdCommand = (command: string[]) =>
+        sleeps ? sleepingEnvd(command, this.envdIdleMs) : command;
       const common = {
         hostname: spec.id,
         env: {
@@ -615,7 +634,7 @@ export class LocalProvider implements SandboxProvider {
           ...(trusted?.system && !trusted.files ? { systemBundle: 10 } : {}),
         },
         ...(trusted?.files ? { trustFiles: trusted.files } : {}),
-        command: envdArgs,
+        command: envdCommand(envdArgs),
         ...(binds.length > 0 ? { volumes: binds } : {}),
       };
       const bwrap = this.options.bwrapPath ?? 'bwrap';
@@ -699,18 +718,18 @@ export class LocalProvider implements SandboxProvider {
           ...(saved
             ? {
                 homeTemplate: saved,
-                command: [
+                command: envdCommand([
                   ...envdArgs,
                   '--home-template',
                   `${SANDBOX_HOME_TEMPLATE}/home`,
                   '--tmp-template',
                   `${SANDBOX_HOME_TEMPLATE}/tmp`,
-                ],
+                ]),
               }
             : spec.baseHome
               ? {
                   homeTemplate: spec.baseHome,
-                  command: [...envdArgs, '--home-template', SANDBOX_HOME_TEMPLATE],
+                  command: envdCommand([...envdArgs, '--home-template', SANDBOX_HOME_TEMPLATE]),
                 }
               : {}),
           home: { tmpfsBytes: disk },
@@ -749,6 +768,7 @@ export class LocalProvider implements SandboxProvider {
         uid,
         cgroups,
         net,
+        sleeps,
         ...(rootLower && uid !== undefined ? { rootMap: { rootUid: rootLower.rootUid, uid } } : {}),
       });
       if (rootlessWs) {
@@ -886,11 +906,13 @@ export class LocalProvider implements SandboxProvider {
       uid: number | undefined;
       cgroups: SandboxCgroups;
       net: KeptNet | undefined;
+      /** envd runs under the sleep loop: its wake FIFO is made once it answers. */
+      sleeps: boolean;
       /** A root-allowing sandbox: the maps its user namespace gets (see root-userns.ts). */
       rootMap?: { rootUid: number; uid: number };
     },
   ): Promise<SandboxHandle> {
-    const { logFile, root, uid, cgroups, net, rootMap } = started;
+    const { logFile, root, uid, cgroups, net, rootMap, sleeps } = started;
     const [command, ...args] = argv as [string, ...string[]];
 
     // Root mode: the log belongs to root, so the sandbox cannot reopen envd's stdout through
@@ -981,7 +1003,17 @@ export class LocalProvider implements SandboxProvider {
         (!rootMap || (await envdHealthy(`/proc/${init}/root${ENVD_ROOT_SOCKET}`)))
       ) {
         const startTime = processStartTime(init);
-        if (startTime) return handleOf(init, startTime);
+        if (startTime) {
+          // Before it is handed out: nothing of the sandbox's but envd runs yet.
+          if (sleeps) {
+            try {
+              await makeWakeFifo(init, uid);
+            } catch (error) {
+              throw await fail(`its wake FIFO: ${(error as Error).message}`);
+            }
+          }
+          return handleOf(init, startTime);
+        }
       }
       await sleep(init ? 5 : 2);
     }

@@ -19,6 +19,7 @@ import {
 import { posix } from 'node:path';
 import { SANDBOX_RUN_DIR } from '../../../runtime/protocol/constants.js';
 import { isEnvdCommandLine, type SandboxHandle } from '../provider.js';
+import { isEnvdLoop } from './envd-sleep.js';
 import { processStartTime, processTree } from './proc.js';
 
 /**
@@ -376,7 +377,10 @@ const USER_ENVD_SOCKET = `${SANDBOX_RUN_DIR}/envd.sock`;
 function userEnvd(init: number): number | undefined {
   for (const pid of processTree(init)) {
     try {
-      const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+      let argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+      // envd's sleep loop (envd-sleep.ts) runs as envd does, with its umask: it is there while
+      // envd sleeps.
+      if (isEnvdLoop(argv)) argv = argv.slice(4);
       if (!isEnvdCommandLine(argv)) continue;
       const at = argv.indexOf('--socket');
       if (at > 0 && argv[at + 1] === USER_ENVD_SOCKET) return pid;

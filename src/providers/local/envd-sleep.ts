@@ -1,0 +1,111 @@
+import { execFile } from 'node:child_process';
+import { lchownSync } from 'node:fs';
+import { lstat, readlink } from 'node:fs/promises';
+import { posix } from 'node:path';
+import { promisify } from 'node:util';
+import { SANDBOX_RUN_DIR } from '../../../runtime/protocol/constants.js';
+import { envMilliseconds } from '../../util/env-ms.js';
+
+/**
+ * How long a local sandbox's envd waits with nothing to do before it sleeps (exits, 75), unless
+ * `ABX_ENVD_IDLE_MS` says otherwise (0: never). An idle sandbox then costs its bwrap, a shell and
+ * its network's processes, not a resident Node; the next request wakes envd (docs/providers.md).
+ */
+export const DEFAULT_ENVD_IDLE_MS = 60_000;
+
+/** `ABX_ENVD_IDLE_MS`, or {@link DEFAULT_ENVD_IDLE_MS}. */
+export function envdIdleMs(env: NodeJS.ProcessEnv = process.env): number {
+  return envMilliseconds('ABX_ENVD_IDLE_MS', DEFAULT_ENVD_IDLE_MS, 0, env);
+}
+
+/** The FIFO a sleeping envd's shell loop waits on, in the sandbox's /run/abx. */
+export const WAKE_FIFO = `${SANDBOX_RUN_DIR}/wake`;
+const TOKEN_FILE = `${SANDBOX_RUN_DIR}/token`;
+
+/**
+ * The shell loop envd runs under (`$0` is `abx-envd`, then envd's command line). It reads the
+ * token file once (it is the sandbox's first process: nothing else can have read it) and empties
+ * it, then hands the tokens to each envd on its stdin (`--token-file -`): a builtin's pipe, never
+ * an argument or the environment. envd exiting 75 is asleep: the loop waits for a line on the
+ * wake FIFO (whatever opens it for writing wakes it: at worst a process of the sandbox wakes its
+ * own envd) and starts envd again; any other exit ends the sandbox with envd's code. A FIFO
+ * that is gone (the sandbox removed it) starts envd again after a second.
+ */
+const LOOP = [
+  `{ IFS= read -r c; IFS= read -r k; } < ${TOKEN_FILE}; : > ${TOKEN_FILE}`,
+  'while :; do',
+  `  printf '%s\\n%s\\n' "$c" "$k" | "$@"`,
+  '  s=$?',
+  '  [ "$s" -eq 75 ] || exit "$s"',
+  `  read -r _ < ${WAKE_FIFO} || sleep 1`,
+  'done',
+].join('\n');
+
+/** The sandbox's `/bin/sh`, which runs the loop. */
+const SHELL = '/bin/sh';
+
+/**
+ * envd's command line (`command`: its program and arguments, with `--token-file /run/abx/token`)
+ * under the sleep loop, with `--idle-exit-ms`; unchanged when `idleMs` is 0.
+ */
+export function sleepingEnvd(command: readonly string[], idleMs: number): string[] {
+  if (idleMs <= 0) return [...command];
+  const args = [...command];
+  const at = args.indexOf('--token-file');
+  if (at < 0 || args[at + 1] !== TOKEN_FILE) {
+    throw new Error(`envd's command line has no --token-file ${TOKEN_FILE} to hand on`);
+  }
+  args[at + 1] = '-';
+  return [SHELL, '-c', LOOP, 'abx-envd', ...args, '--idle-exit-ms', String(idleMs)];
+}
+
+/** Whether a command line (`/proc/PID/cmdline` split at NUL) is the loop of {@link sleepingEnvd}. */
+export function isEnvdLoop(argv: readonly string[]): boolean {
+  return argv[0] === SHELL && argv[1] === '-c' && argv[2] === LOOP && argv[3] === 'abx-envd';
+}
+
+/**
+ * Whether an image's root file system has a `/bin/sh` to run the loop: its symlinks followed
+ * inside the image (an absolute one from the image's root), at most 20.
+ */
+export async function imageHasShell(rootfs: string): Promise<boolean> {
+  let path = SHELL;
+  for (let hops = 0; hops < 20; hops++) {
+    const parts = posix.normalize(path).split('/').filter(Boolean);
+    let at = '';
+    let followed = false;
+    for (const [index, part] of parts.entries()) {
+      at = `${at}/${part}`;
+      let stats: Awaited<ReturnType<typeof lstat>>;
+      try {
+        stats = await lstat(`${rootfs}${at}`);
+      } catch {
+        return false;
+      }
+      if (stats.isSymbolicLink()) {
+        const target = await readlink(`${rootfs}${at}`);
+        const rest = parts.slice(index + 1).join('/');
+        const base = target.startsWith('/') ? target : posix.join(posix.dirname(at), target);
+        path = rest ? `${base}/${rest}` : base;
+        followed = true;
+        break;
+      }
+      if (index === parts.length - 1) return stats.isFile() && (stats.mode & 0o111) !== 0;
+      if (!stats.isDirectory()) return false;
+    }
+    if (!followed) return false;
+  }
+  return false;
+}
+
+/**
+ * Makes the wake FIFO in a sandbox that runs the loop (`init`: its init's pid; reached through
+ * `/proc/INIT/root`), mode 0600, its user's (`uid` on the host in root mode; rootless, the
+ * daemon's own uid is the sandbox's): only the daemon and the sandbox's user open it. Called
+ * before the sandbox is handed out, when no process of the sandbox but envd runs.
+ */
+export async function makeWakeFifo(init: number, uid: number | undefined): Promise<void> {
+  const path = `/proc/${init}/root${WAKE_FIFO}`;
+  await promisify(execFile)('mkfifo', ['-m', '600', path]);
+  if (uid !== undefined) lchownSync(path, uid, uid);
+}
