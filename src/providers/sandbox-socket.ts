@@ -126,13 +126,14 @@ export function connectSandboxSocket(
   } catch (error) {
     const socket = new Socket();
     const fifo = join(dirname(relative), WAKE_FIFO_NAME);
-    if (
+    const poked =
       options.wake !== false &&
       (error as NodeJS.ErrnoException).code === 'ENOENT' &&
-      basename(relative) === ENVD_SOCKET_NAME &&
-      poke(runDir, fifo) !== 'none'
-    ) {
-      wakeAndConnect(socket, runDir, relative, fifo);
+      basename(relative) === ENVD_SOCKET_NAME
+        ? poke(runDir, fifo)
+        : 'none';
+    if (poked !== 'none') {
+      wakeAndConnect(socket, runDir, relative, fifo, poked === 'woken');
       return socket;
     }
     process.nextTick(() => socket.destroy(error as Error));
@@ -202,7 +203,13 @@ function poke(runDir: string, fifo: string): 'woken' | 'waiting' | 'none' {
  * {@link WAKE_AGAIN_MS}, for {@link ENVD_WAKE_TIMEOUT_MS} at most. Until then the socket is
  * `connecting`: what is written waits for the connection, as on any socket.
  */
-function wakeAndConnect(socket: Socket, runDir: string, relative: string, fifo: string): void {
+function wakeAndConnect(
+  socket: Socket,
+  runDir: string,
+  relative: string,
+  fifo: string,
+  woken: boolean,
+): void {
   (socket as unknown as { connecting: boolean }).connecting = true;
   const started = Date.now();
   let pokedAt = started;
@@ -228,7 +235,11 @@ function wakeAndConnect(socket: Socket, runDir: string, relative: string, fifo: 
         );
         return;
       }
-      if (now - pokedAt >= WAKE_AGAIN_MS && poke(runDir, fifo) !== 'none') pokedAt = now;
+      // Until a reader took a line (the loop may not wait yet), then every WAKE_AGAIN_MS.
+      if ((!woken || now - pokedAt >= WAKE_AGAIN_MS) && poke(runDir, fifo) === 'woken') {
+        woken = true;
+        pokedAt = now;
+      }
       setTimeout(attempt, wait);
       wait = Math.min(wait * 2, 20);
       return;
