@@ -2,16 +2,21 @@ import { readFileSync } from 'node:fs';
 import { isEnvdCommandLine } from '../../src/providers/provider.js';
 import { sandboxProcesses } from './abx-home.js';
 
-/** The host pid of a local sandbox's envd (the user's, not root's). */
+/**
+ * The host pid of a local sandbox's envd (the user's, not root's); while it sleeps when idle, the
+ * shell loop that would start it again (stopped, it cannot: docs/providers.md).
+ */
 export function envdPid(sandboxId: string): number {
-  const pid = sandboxProcesses(sandboxId).find((p) => {
+  const argvs = sandboxProcesses(sandboxId).map((p): [number, string[]] => {
     try {
-      const argv = readFileSync(`/proc/${p}/cmdline`, 'utf8').split('\0');
-      return isEnvdCommandLine(argv) && argv.includes('/run/abx/envd.sock');
+      return [p, readFileSync(`/proc/${p}/cmdline`, 'utf8').split('\0')];
     } catch {
-      return false;
+      return [p, []];
     }
   });
+  const pid =
+    argvs.find(([, argv]) => isEnvdCommandLine(argv) && argv.includes('/run/abx/envd.sock'))?.[0] ??
+    argvs.find(([, argv]) => argv[3] === 'abx-envd')?.[0];
   if (!pid) throw new Error(`no envd process for ${sandboxId}`);
   return pid;
 }

@@ -65,12 +65,15 @@ function hostUid(sandboxId: string): number {
   return Number(/^Uid:\s+(\d+)/m.exec(status)?.[1]);
 }
 
-/** The host pid of the sandbox's envd (for looking at it from the host). */
+/**
+ * The host pid of the sandbox's envd (for looking at it from the host), or of the shell loop it
+ * runs under (its uid and root, there while envd sleeps when idle: docs/providers.md).
+ */
 function envdPid(sandboxId: string): number {
   const pid = sandboxProcesses(sandboxId).find((p) => {
     try {
       const argv = readFileSync(`/proc/${p}/cmdline`, 'utf8').split('\0');
-      return argv[0]?.endsWith('node') && isEnvdCommandLine(argv);
+      return (argv[0]?.endsWith('node') && isEnvdCommandLine(argv)) || argv[3] === 'abx-envd';
     } catch {
       return false;
     }
