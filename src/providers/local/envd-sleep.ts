@@ -1,5 +1,4 @@
 import { execFile } from 'node:child_process';
-import { lchownSync } from 'node:fs';
 import { lstat, readlink } from 'node:fs/promises';
 import { posix } from 'node:path';
 import { promisify } from 'node:util';
@@ -100,12 +99,18 @@ export async function imageHasShell(rootfs: string): Promise<boolean> {
 
 /**
  * Makes the wake FIFO in a sandbox that runs the loop (`init`: its init's pid; reached through
- * `/proc/INIT/root`), mode 0600, its user's (`uid` on the host in root mode; rootless, the
- * daemon's own uid is the sandbox's): only the daemon and the sandbox's user open it. Called
+ * `/proc/INIT/root`), mode 0600, its user's (made as `uid` on the host in root mode; rootless,
+ * the daemon's own uid is the sandbox's): only the daemon and the sandbox's user open it. Called
  * before the sandbox is handed out, when no process of the sandbox but envd runs.
  */
 export async function makeWakeFifo(init: number, uid: number | undefined): Promise<void> {
   const path = `/proc/${init}/root${WAKE_FIFO}`;
-  await promisify(execFile)('mkfifo', ['-m', '600', path]);
-  if (uid !== undefined) lchownSync(path, uid, uid);
+  // As the sandbox's uid: host root is not mapped in the sandbox's user namespace, and its tmpfs
+  // refuses a file root would own (EOVERFLOW).
+  const asUid =
+    uid === undefined
+      ? []
+      : ['setpriv', `--reuid=${uid}`, `--regid=${uid}`, '--clear-groups', '--no-new-privs'];
+  const argv = [...asUid, 'mkfifo', '-m', '600', path];
+  await promisify(execFile)(argv[0] as string, argv.slice(1));
 }
