@@ -59,6 +59,13 @@ async function python(box: Sandbox, code: string, timeoutMs = 30_000) {
   });
 }
 
+/**
+ * Makes envd the OOM killer's first choice: pid 2, or, where envd sleeps when idle, pid 2's
+ * child (pid 2 is then the shell loop envd runs under: docs/providers.md).
+ */
+const ENVD_OOM_FIRST =
+  'e=2; case "$(readlink /proc/2/exe)" in */sh|*/dash|*/bash) e=$(cut -d" " -f1 /proc/2/task/2/children);; esac; echo 1000 > /proc/$e/oom_score_adj';
+
 /** The real host uid a sandbox's processes run as, read from the host. */
 function hostUid(sandboxId: string): number {
   const status = readFileSync(`/proc/${envdPid(sandboxId)}/status`, 'utf8');
@@ -420,7 +427,7 @@ describe.runIf(IS_ROOT).each(modes)('escape attempts against a %s', (mode, insta
     const id = victim.sandboxId;
     // The attacker makes envd the OOM killer's first choice, then exhausts the memory limit.
     await victim.commands
-      .run('echo 1000 > /proc/2/oom_score_adj && /usr/bin/python3 -c "x = bytearray(1 << 30)"', {
+      .run(`${ENVD_OOM_FIRST} && /usr/bin/python3 -c "x = bytearray(1 << 30)"`, {
         timeoutMs: 20_000,
       })
       .catch(() => undefined);
@@ -611,7 +618,7 @@ describe.skipIf(internetUnavailable()).each(hostEgressModes)(
         expect(orphanNetProcesses((x) => x === id).length).toBe(2);
         const attack =
           how === 'oom'
-            ? 'echo 1000 > /proc/2/oom_score_adj && /usr/bin/python3 -c "x = bytearray(1 << 30)"'
+            ? `${ENVD_OOM_FIRST} && /usr/bin/python3 -c "x = bytearray(1 << 30)"`
             : 'kill -9 -1';
         await victim.commands.run(attack, { timeoutMs: 20_000 }).catch(() => undefined);
         const info = await waitFor(
