@@ -28,17 +28,14 @@ const TOKEN_FILE = `${SANDBOX_RUN_DIR}/token`;
  * an argument or the environment. envd exiting 75 is asleep: the loop waits for a line on the
  * wake FIFO (whatever opens it for writing wakes it: at worst a process of the sandbox wakes its
  * own envd) and starts envd again; any other exit ends the sandbox with envd's code. A FIFO
- * that is gone (the sandbox removed it) starts envd again after a second.
+ * that is gone (the sandbox removed it) starts envd again after a second. One line, so that a
+ * listing of the sandbox's processes shows it as one.
  */
 const LOOP = [
-  `{ IFS= read -r c; IFS= read -r k; } < ${TOKEN_FILE}; : > ${TOKEN_FILE}`,
-  'while :; do',
-  `  printf '%s\\n%s\\n' "$c" "$k" | "$@"`,
-  '  s=$?',
-  '  [ "$s" -eq 75 ] || exit "$s"',
-  `  read -r _ < ${WAKE_FIFO} || sleep 1`,
-  'done',
-].join('\n');
+  `{ IFS= read -r c; IFS= read -r k; } < ${TOKEN_FILE}; : > ${TOKEN_FILE}; while :; do`,
+  `printf '%s\\n%s\\n' "$c" "$k" | "$@"; s=$?; [ "$s" -eq 75 ] || exit "$s";`,
+  `read -r _ < ${WAKE_FIFO} || sleep 1; done`,
+].join(' ');
 
 /** The sandbox's `/bin/sh`, which runs the loop. */
 const SHELL = '/bin/sh';
