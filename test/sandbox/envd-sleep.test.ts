@@ -171,6 +171,11 @@ describe('a root daemon', () => {
         'setsid sh -c "while :; do cat /run/abx/wake >/dev/null; done" </dev/null >/dev/null 2>&1 &',
       );
       await untilAsleep(box.sandboxId);
+      // The gateway's direct file transfers find the sandbox's user from the loop while envd
+      // sleeps (its first transfer), and leave envd asleep.
+      await box.files.write('/home/user/direct.txt', 'direct');
+      expect(await box.files.read('/home/user/direct.txt')).toBe('direct');
+      expect(envdPids(box.sandboxId)).toEqual([]);
       expect((await box.commands.run('echo through')).stdout).toBe('through\n');
       await box.commands.run(
         'setsid sh -c "while :; do head -c 70000 /dev/urandom > /run/abx/wake; sleep 0.2; done" </dev/null >/dev/null 2>&1 &',
