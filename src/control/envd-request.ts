@@ -128,6 +128,21 @@ export function warmSandbox(
   });
 }
 
+/**
+ * Holds a connection open to a local sandbox's envd: an open connection keeps envd from sleeping
+ * when idle (runtime/envd/idle.ts, docs/providers.md "envd sleeps when idle"), so the warm pool's
+ * sandboxes answer their claim's first call at once. The function returned closes it. Another
+ * provider's envd never sleeps: nothing is held.
+ */
+export function holdEnvdAwake(handle: { provider: string; envdSocket: string }): () => void {
+  if (handle.provider !== 'local') return () => {};
+  const socket = connectSandboxSocket(handle.envdSocket);
+  // A sandbox killed while held ends the connection: nothing to report.
+  socket.on('error', () => undefined);
+  socket.unref();
+  return () => socket.destroy();
+}
+
 /** What a failed step's error keeps of its output (its end). */
 const STEP_OUTPUT_KEPT = 64 * 1024;
 

@@ -32,7 +32,13 @@ import {
 } from '../providers/provider.js';
 import type { ApplyResult, WorkspaceChanges, WorkspaceDiff } from '../workspace/index.js';
 import { BackgroundLog } from './background-log.js';
-import { prestartServer, sandboxEnv, startTemplateCommand, warmSandbox } from './envd-request.js';
+import {
+  holdEnvdAwake,
+  prestartServer,
+  sandboxEnv,
+  startTemplateCommand,
+  warmSandbox,
+} from './envd-request.js';
 import { eventFor, killedData } from './events.js';
 import { hashToken, newSandboxId, type TokenKind } from './ids.js';
 import { verifySandboxNode } from './node-line.js';
@@ -212,6 +218,7 @@ export class SandboxService {
         discard: (record, why) => this.kill(record.id, 'killed', why).then(() => undefined),
         setEnv: (record, env) => setEnv(record.handle, this.controlTokenOf(record.id), env),
         ready: (record) => this.prestartServer(record),
+        hold: (record) => holdEnvdAwake(record.handle),
         log: (what, error) => this.log.failed(what, error),
         recovered: (what) => this.log.recovered(what),
       },

@@ -25,6 +25,12 @@ export interface PoolHost {
    * slack, never on a burst's or a tight loop's path. Optional.
    */
   ready?(record: SandboxRecord): Promise<void>;
+  /**
+   * Keeps a pooled sandbox ready to answer at once while it waits (a local sandbox's envd would
+   * otherwise sleep when idle, docs/providers.md, and its first call after a claim pay the wake);
+   * what it returns lets go, at the claim or when the sandbox leaves the pool. Optional.
+   */
+  hold?(record: SandboxRecord): () => void;
   /** Reports a failure of the pool's background work. */
   log(what: string, error: unknown): void;
   /** Reports that background work which failed works again. */
@@ -136,7 +142,7 @@ export class WarmPool {
    * Pooled sandboxes this pool started (not yet handed out or evicted): what `close` kills. Other
    * daemons sharing the registry keep theirs, which any daemon's creates may claim.
    */
-  private readonly own = new Set<string>();
+  private readonly own = new Map<string, () => void>();
   private readonly windowMs: number;
   private readonly refillDelayMs: number;
   private readonly readyDelayMs: number;
@@ -211,7 +217,7 @@ export class WarmPool {
         data: { source: 'pool', metadata, expiresAt: now + timeoutMs },
       });
       if (!record) return undefined;
-      this.own.delete(record.id);
+      this.letGo(record.id);
       if (!this.host.isAlive(record.handle)) {
         // Never handed out: no row of it stays behind, under the caller's metadata or any.
         await registry.deleteSandbox(record.id, 'running', {
@@ -368,7 +374,7 @@ export class WarmPool {
         demand.starting.add(start);
         try {
           const record = await start;
-          this.own.add(record.id);
+          this.own.set(record.id, this.host.hold?.(record) ?? (() => {}));
           this.readyLater(record);
         } finally {
           demand.starting.delete(start);
@@ -401,6 +407,13 @@ export class WarmPool {
     }, this.readyDelayMs).unref();
   }
 
+  /** Forgets a sandbox this pool started (claimed or evicted), letting go of its hold. */
+  private letGo(id: string): void {
+    const release = this.own.get(id);
+    this.own.delete(id);
+    release?.();
+  }
+
   /**
    * Takes pooled sandboxes out of the pool (no create can claim them), then kills them; one a
    * create claimed meanwhile (here or on another daemon) is the create's and stays.
@@ -408,7 +421,7 @@ export class WarmPool {
   private async evict(records: SandboxRecord[]): Promise<void> {
     const taken: SandboxRecord[] = [];
     for (const record of records) {
-      this.own.delete(record.id);
+      this.letGo(record.id);
       if (await this.host.registry.deleteSandbox(record.id, 'pooled')) taken.push(record);
     }
     for (const record of taken) {

@@ -102,6 +102,32 @@ describe('a root daemon', () => {
     }
   }, 90_000);
 
+  test("the warm pool's sandbox stays awake while it waits, and sleeps once a create has claimed it", async () => {
+    // The daemon's pool keeps one sandbox of each template a create asked for (ABX_WARM_POOL's
+    // default); it holds a connection to that sandbox's envd until the claim.
+    const first = await Sandbox.create({ home: abx.home });
+    let claimed: Sandbox | undefined;
+    try {
+      let pooled: string | undefined;
+      for (let i = 0; i < 300 && !pooled; i++) {
+        pooled = (await Sandbox.list({ home: abx.home, state: 'pooled' }))[0]?.sandboxId;
+        if (!pooled) await sleep(100);
+      }
+      expect(pooled).toBeDefined();
+      // The claimed one sleeps; the pooled one, idle as long, does not.
+      await untilAsleep(first.sandboxId);
+      await sleep(IDLE_MS + 1000);
+      expect(envdPids(pooled as string)).toHaveLength(1);
+      claimed = await Sandbox.create({ home: abx.home });
+      expect(claimed.sandboxId).toBe(pooled);
+      expect((await claimed.commands.run('echo claimed')).stdout).toBe('claimed\n');
+      await untilAsleep(claimed.sandboxId);
+    } finally {
+      await first.kill();
+      await claimed?.kill();
+    }
+  }, 90_000);
+
   test('a background process, a code context and a watch keep envd awake', async () => {
     const [background, code, watched, control] = await Promise.all(
       [0, 1, 2, 3].map(() => Sandbox.create({ home: abx.home })),
