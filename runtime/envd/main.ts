@@ -117,6 +117,28 @@ if (savedEnv && existsSync(savedEnv)) {
     process.stderr.write(`envd: ignoring ${savedEnv}: ${(error as Error).message}\n`);
   }
 }
+// The next process and terminal ids of the envd before (woken from a sleep): ids go on, so one
+// a client kept never names a later process.
+const savedIds = runDir ? join(runDir, 'ids.json') : undefined;
+let firstIds: { process: number; terminal: number } | undefined;
+if (savedIds && existsSync(savedIds)) {
+  try {
+    const ids = JSON.parse(readFileSync(savedIds, 'utf8')) as Record<string, unknown>;
+    const { process: p, terminal: t } = ids;
+    if (
+      Number.isSafeInteger(p) &&
+      Number.isSafeInteger(t) &&
+      (p as number) > 0 &&
+      (t as number) > 0
+    ) {
+      firstIds = { process: p as number, terminal: t as number };
+    } else {
+      throw new Error('not two positive whole numbers');
+    }
+  } catch (error) {
+    process.stderr.write(`envd: ignoring ${savedIds}: ${(error as Error).message}\n`);
+  }
+}
 const seeded = seededMarker !== undefined && existsSync(seededMarker);
 for (const [template, into] of [
   [values['home-template'], home],
@@ -146,6 +168,7 @@ const watches = watchGroup({}, [metadataDir]);
 // The command server's starts, from an idle process kept ahead (server.cjs is beside envd.cjs).
 const starter = new ServerStarter(runtimeServerScript(dirname(resolve(process.argv[1] ?? '.'))));
 const server = new SandboxServer({
+  ...(firstIds ? { firstIds } : {}),
   ...(listen
     ? {
         host: listen.host,
@@ -220,6 +243,7 @@ server.start().then(
           starter.stop();
           ports.closeAll();
           if (savedEnv) writeFileSync(savedEnv, JSON.stringify(process.env), { mode: 0o600 });
+          if (savedIds) writeFileSync(savedIds, JSON.stringify(server.nextIds()), { mode: 0o600 });
         },
       });
     }

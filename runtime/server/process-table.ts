@@ -63,10 +63,24 @@ export class ProcessTable {
   private readonly processes = new Map<string, ManagedProcess>();
   /** Ids of finished processes, oldest first. */
   private readonly finished: string[] = [];
-  private nextId = 1;
+  private nextId: number;
 
-  /** `kind` names the entries in error messages: `process`, `terminal`. */
-  constructor(private readonly kind: string) {}
+  /**
+   * `kind` names the entries in error messages: `process`, `terminal`. `firstId`: the number of
+   * the first entry (envd woken from a sleep goes on from where it stopped, so an id names one
+   * process for the sandbox's whole life).
+   */
+  constructor(
+    private readonly kind: string,
+    firstId = 1,
+  ) {
+    this.nextId = firstId;
+  }
+
+  /** The number the next entry's id will have. */
+  get next(): number {
+    return this.nextId;
+  }
 
   start(file: string, args: readonly string[], options: StartOptions): Promise<ManagedProcess> {
     const child = spawnGroup(file, args, options);

@@ -67,6 +67,11 @@ export interface SandboxServerOptions {
    * daemon's long read of its log, which must not keep it awake).
    */
   idleNeutral?: (req: IncomingMessage) => boolean;
+  /**
+   * The numbers the first process and terminal ids start from (envd woken from a sleep goes on
+   * from {@link SandboxServer.nextIds} of the envd before it); default 1.
+   */
+  firstIds?: { process: number; terminal: number };
 }
 
 const DEFAULTS = {
@@ -96,8 +101,8 @@ const digest = (text: string) => createHash('sha256').update(text).digest();
 export class SandboxServer {
   private readonly options: typeof DEFAULTS & SandboxServerOptions;
   private readonly commands: CommandTable;
-  private readonly processes = new ProcessTable('process');
-  private readonly terminals = new ProcessTable('terminal');
+  private readonly processes: ProcessTable;
+  private readonly terminals: ProcessTable;
   private readonly metrics = new Metrics();
   private readonly table: RouteTable<ServerContext>;
   private readonly enabled: Set<string>;
@@ -126,6 +131,8 @@ export class SandboxServer {
     // An option given as `undefined` (an absent CLI flag) keeps its default.
     const given = Object.entries(options).filter(([, value]) => value !== undefined);
     this.options = { ...DEFAULTS, ...Object.fromEntries(given) };
+    this.processes = new ProcessTable('process', options.firstIds?.process);
+    this.terminals = new ProcessTable('terminal', options.firstIds?.terminal);
     const { groups } = options;
     this.catalog = options.catalog ?? ROUTE_GROUPS;
     this.table = new RouteTable(this.catalog.flatMap((g) => g.routes));
@@ -207,6 +214,11 @@ export class SandboxServer {
     let busy = 0;
     for (const neutral of this.open.values()) if (!neutral) busy++;
     return busy;
+  }
+
+  /** The numbers the next process and terminal ids will have (what a woken envd goes on from). */
+  nextIds(): { process: number; terminal: number } {
+    return { process: this.processes.next, terminal: this.terminals.next };
   }
 
   /** Connections accepted since the start. */

@@ -128,6 +128,30 @@ describe('a root daemon', () => {
     }
   }, 90_000);
 
+  test('process ids go on after a sleep: an id a client kept never names a later process', async () => {
+    const box = await Sandbox.create({ home: abx.home });
+    try {
+      const ids: string[] = [];
+      for (let i = 0; i < 3; i++) {
+        const handle = await box.commands.start('true');
+        await handle.wait();
+        ids.push(handle.pid);
+      }
+      await untilAsleep(box.sandboxId);
+      const later = await box.commands.start('sleep 30');
+      expect(ids).not.toContain(later.pid);
+      expect(Number(later.pid.replace(/\D/g, ''))).toBeGreaterThan(
+        Math.max(...ids.map((id) => Number(id.replace(/\D/g, '')))),
+      );
+      // A stale id kills nothing: the new process runs on.
+      for (const id of ids) expect(await box.commands.kill(id)).toBe(false);
+      expect((await box.commands.list()).map((p) => p.pid)).toContain(later.pid);
+      await later.kill();
+    } finally {
+      await box.kill();
+    }
+  }, 60_000);
+
   test('a background process, a code context and a watch keep envd awake', async () => {
     const [background, code, watched, control] = await Promise.all(
       [0, 1, 2, 3].map(() => Sandbox.create({ home: abx.home })),
