@@ -110,7 +110,8 @@ describe('a root daemon', () => {
     try {
       let pooled: string | undefined;
       for (let i = 0; i < 300 && !pooled; i++) {
-        pooled = (await Sandbox.list({ home: abx.home, state: 'pooled' }))[0]?.sandboxId;
+        pooled = (await Sandbox.list({ home: abx.home, state: 'pooled', template: 'base' }))[0]
+          ?.sandboxId;
         if (!pooled) await sleep(100);
       }
       expect(pooled).toBeDefined();
