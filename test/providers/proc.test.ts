@@ -60,7 +60,21 @@ describe('processTree', () => {
       setInterval(() => {}, 1000);`;
     const child = spawn(process.execPath, ['-e', script], { detached: true, stdio: 'ignore' });
     started.push(child);
-    const expected = await settled(child.pid as number, 2);
+    // Until the worker's child runs `sleep` (a child just forked is still a copy of node).
+    let expected: number[] = [];
+    for (let i = 0; i < 200; i++) {
+      expected = await settled(child.pid as number, 2);
+      const kids = expected.filter((pid) => pid !== child.pid);
+      const commands = kids.map((pid) => {
+        try {
+          return readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+        } catch {
+          return '';
+        }
+      });
+      if (kids.length === 1 && commands[0] === 'sleep\u000030\u0000') break;
+      await new Promise((resolve) => setTimeout(resolve, 25));
+    }
     const tree = processTree(child.pid as number);
     expect(tree.sort()).toEqual(expected.sort());
     const sleeper = tree.find((pid) => pid !== child.pid) as number;

@@ -69,13 +69,18 @@ if (!engine.docker) {
         },
       });
       await sbx.pty.resize(terminal.pid, { cols: 120, rows: 40 });
+      // Input once the shell has drawn its prompt: a line typed before it sets up its terminal
+      // can be lost (on a loaded machine the shell starts after the input arrives).
+      for (let i = 0; i < 100 && screen.length === 0; i++) {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
       await sbx.pty.sendInput(
         terminal.pid,
         new TextEncoder().encode("stty size; printf 'X\\377\\376\\000AY'\n"),
       );
       // The echoed line is ASCII: only printf's output holds the bytes between X and Y.
       const bytes = Buffer.from([0x58, 0xff, 0xfe, 0x00, 0x41, 0x59]);
-      const deadline = Date.now() + 30_000;
+      const deadline = Date.now() + 15_000;
       const done = () => screen.includes('40 120') && Buffer.concat(chunks).includes(bytes);
       while (!done() && Date.now() < deadline) {
         await new Promise((resolve) => setTimeout(resolve, 100));
