@@ -294,9 +294,8 @@ async function round1(
       envdBusyPrivateMiB: await busyEnvdMiB(boxes.slice(0, BUSY_SANDBOXES)),
       createP50Ms: round(summarize(createMs).p50, 1),
     };
-    if (network === 'internet') {
-      result.asleep = await asleepFigures(boxes, count, before, cgroup);
-    }
+    // Both networks: the goal's figure with `none`'s of the same run beside it.
+    result.asleep = await asleepFigures(boxes, count, before, cgroup);
     report.log(`density ${network} ×${count}: ${JSON.stringify(result)}`);
     return result;
   } finally {
@@ -374,8 +373,8 @@ export async function density(report: BenchReport, count = 50): Promise<DensityF
     if (internet.asleep) {
       report.row(
         '19 density',
-        `once envd slept: memory per sandbox (${charged0(internet)}); first command after the sleep / awake, p50`,
-        `${internet.asleep.chargedMiB} MiB; ${internet.asleep.wakeP50Ms} / ${internet.asleep.awakeP50Ms} ms`,
+        `once envd slept: memory per sandbox (${charged0(internet)}), internet${none.asleep ? ' / none' : ''}; first command after the sleep / awake, p50`,
+        `${internet.asleep.chargedMiB}${none.asleep ? ` / ${none.asleep.chargedMiB}` : ''} MiB; ${internet.asleep.wakeP50Ms} / ${internet.asleep.awakeP50Ms} ms`,
         `envd idle ${ENVD_IDLE_MS} ms here (ABX_ENVD_IDLE_MS; 60 s by default); wake timed on ${WAKE_SANDBOXES}`,
       );
       report.goal(
