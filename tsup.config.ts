@@ -131,6 +131,7 @@ export default defineConfig([
       sudo: 'runtime/root/sudo.ts',
     },
     outDir: 'dist/runtime',
+    tsconfig: 'tsconfig.runtime.json',
     ...selfContained,
     // The Python driver is a plain file; envd starts it with the sandbox's python3 from here.
     onSuccess: async () => {

@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import { type BigIntStats, type FSWatcher, lstatSync, readdirSync, statSync, watch } from 'node:fs';
 import { basename, join, relative } from 'node:path';
 import { Readable } from 'node:stream';
@@ -6,6 +5,7 @@ import { LimitExceededError, NotFoundError } from '../protocol/errors.js';
 import { BadRequestError, fsError } from '../server/errors.js';
 import { safePath } from '../server/file-system.js';
 import { Reply } from '../server/http.js';
+import { randomBytes } from '../server/random.js';
 import { defineGroup, type RouteGroup } from '../server/route-group.js';
 import { argList } from '../server/validate.js';
 import { KEEPALIVE_MS } from './process-events.js';

@@ -1,4 +1,3 @@
-import { createHash, timingSafeEqual } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import {
@@ -17,6 +16,7 @@ import { answerClientError } from './http.js';
 import { loadManifest } from './manifest.js';
 import { Metrics } from './metrics.js';
 import { ProcessTable } from './process-table.js';
+import { sameSecret } from './random.js';
 import { parseGroups, type RouteGroup } from './route-group.js';
 import { type Guard, RouteTable } from './route-table.js';
 
@@ -84,7 +84,7 @@ const DEFAULTS = {
   chromiumPath: '/usr/bin/chromium',
 };
 
-const digest = (text: string) => createHash('sha256').update(text).digest();
+const secret = (text: string) => Buffer.from(text);
 
 /**
  * The in-sandbox command server: built-in and registered commands plus the route groups,
@@ -114,9 +114,9 @@ export class SandboxServer {
   private extra: NetServer | undefined;
   /** Connections accepted on {@link SandboxServerOptions.extraSocketPath}. */
   private readonly socketConnections = new WeakSet<object>();
-  private tokenDigest: Buffer | undefined;
-  /** Digest of `limitedToken`; never matched when there is none. */
-  private limitedDigest: Buffer;
+  private tokenSecret: Buffer | undefined;
+  /** `limitedToken`'s bytes; never matched when there is none. */
+  private limitedSecret: Buffer;
   /** Open connections; with whether their latest request was one `idleNeutral` names. */
   private readonly open = new Map<Socket, boolean>();
   /** Connections accepted since the start (envd's sleep checks none came in meanwhile). */
@@ -140,7 +140,7 @@ export class SandboxServer {
       groups === undefined
         ? new Set(this.catalog.map((g) => g.name))
         : parseGroups(typeof groups === 'string' ? groups : groups.join(','), this.catalog);
-    this.limitedDigest = digest(options.limitedToken?.token ?? '');
+    this.limitedSecret = secret(options.limitedToken?.token ?? '');
     this.commands = new CommandTable(this.options.commandTimeoutMs);
     for (const command of builtinCommands()) this.commands.register(command);
     const enabledGroups = this.catalog.filter((g) => this.enabled.has(g.name));
@@ -341,7 +341,7 @@ export class SandboxServer {
       !this.authorized(req)
     ) {
       const limited = this.options.limitedToken;
-      if (!limited || !this.presents(req, this.limitedDigest)) {
+      if (!limited || !this.presents(req, this.limitedSecret)) {
         throw new AuthenticationError(
           'missing or wrong token: send the header "Authorization: Bearer <token>"',
         );
@@ -362,7 +362,7 @@ export class SandboxServer {
 
   /**
    * Replaces the server's token and its limited token. Every request is checked against the
-   * current digests when it arrives, so from the next request on (on any connection, keep-alive
+   * current tokens when it arrives, so from the next request on (on any connection, keep-alive
    * ones included) the old tokens are refused; a request already past its check finishes.
    */
   replaceTokens(tokens: { control: string; limited?: string }): void {
@@ -370,25 +370,25 @@ export class SandboxServer {
     if (this.options.token === undefined || (tokens.limited !== undefined && !limited)) {
       throw new Error('replaceTokens: this server was started without those tokens');
     }
-    // Both digests in one synchronous step: no request can see one new and one old.
-    this.tokenDigest = digest(tokens.control);
+    // Both in one synchronous step: no request can see one new and one old.
+    this.tokenSecret = secret(tokens.control);
     this.options.token = tokens.control;
     if (limited && tokens.limited !== undefined) {
-      this.limitedDigest = digest(tokens.limited);
+      this.limitedSecret = secret(tokens.limited);
       this.options.limitedToken = { token: tokens.limited, check: limited.check };
     }
   }
 
   private authorized(req: IncomingMessage): boolean {
-    this.tokenDigest ??= digest(this.options.token ?? '');
-    return this.presents(req, this.tokenDigest);
+    this.tokenSecret ??= secret(this.options.token ?? '');
+    return this.presents(req, this.tokenSecret);
   }
 
-  /** True when the request's bearer token hashes to `expected`. */
+  /** True when the request's bearer token is `expected`. */
   private presents(req: IncomingMessage, expected: Buffer): boolean {
     const header = req.headers.authorization ?? '';
     const given = header.startsWith('Bearer ') ? header.slice(7) : '';
-    // Hashing first gives equal lengths, so the comparison time says nothing about the token.
-    return timingSafeEqual(digest(given), expected);
+    // The comparison's time says nothing about the token but its length (random.ts).
+    return sameSecret(Buffer.from(given), expected);
   }
 }

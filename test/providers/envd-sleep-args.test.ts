@@ -27,6 +27,16 @@ describe('sleepingEnvd', () => {
     expect(inner.slice(-2)).toEqual(['--idle-exit-ms', '1500']);
     // One line: a listing of the sandbox's processes shows the loop as one.
     expect(argv[2]).not.toContain('\n');
+    // It makes the wake FIFO itself, before it reads the tokens and starts envd.
+    expect(argv[2]).toMatch(/^mkfifo -m 600 \/run\/abx\/wake 2>\/dev\/null; \{ IFS= read/);
+    // The loop of a sandbox an older daemon started (it made the FIFO itself) is still envd's.
+    const older = [
+      ...argv.slice(0, 2),
+      (argv[2] as string).replace(/^mkfifo [^;]*; /, ''),
+      ...argv.slice(3),
+    ];
+    expect(isEnvdLoop(older)).toBe(true);
+    expect(isEnvdLoop([...argv.slice(0, 2), `${argv[2]} `, ...argv.slice(3)])).toBe(false);
   });
 
   test('0 leaves envd as it is; a command line without the token file is refused', () => {

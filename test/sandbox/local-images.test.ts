@@ -127,8 +127,31 @@ if (!('docker' in engine) || !engine.docker) {
         commandRegistry().registerClass(SandboxCommands);
         await box.server.start({ commands: [SandboxCommands] });
         expect(await box.server.call('add', { x: 40, y: 2 })).toBe(42);
+        // envd's sleep loop made its wake FIFO with busybox's mkfifo (envd-sleep.ts).
+        expect((await box.commands.run('ls -l /run/abx/wake')).stdout).toMatch(/^prw-------/);
       } finally {
         await box.kill();
+      }
+    });
+
+    test('an image without mkfifo still gets the wake FIFO: the daemon makes it', async () => {
+      // Debian's dash, not busybox's sh (which runs its applets itself, with or without the file).
+      await Templates.build(Template.fromImage(DEBIAN_IMAGE).runCmd('rm /usr/bin/mkfifo'), {
+        home,
+        name: 'local-busybox-no-mkfifo',
+      });
+      const box = await Sandbox.create({ home, template: 'local-busybox-no-mkfifo' });
+      try {
+        const listed = await box.commands.run(
+          'command -v mkfifo || echo none; ls -l /run/abx/wake',
+        );
+        expect(listed.stdout).toMatch(/^none\nprw-------/);
+        // The FIFO is the sandbox user's, as one the loop makes.
+        const uid = (await box.commands.run('id -u')).stdout.trim();
+        expect((await box.commands.run('stat -c %u /run/abx/wake')).stdout.trim()).toBe(uid);
+      } finally {
+        await box.kill();
+        await Templates.remove('local-busybox-no-mkfifo', { home });
       }
     });
 

@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import {
   chmodSync,
   realpathSync,
@@ -9,6 +8,7 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
+import { randomBytes } from '../random.js';
 import { codeOf, fsError, readWhole } from './fs.js';
 import type { EditRequest, ToolAnswer } from './protocol.js';
 

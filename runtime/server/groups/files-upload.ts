@@ -1,6 +1,5 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { pipeline } from 'node:stream/promises';
-import { createGunzip } from 'node:zlib';
 import { BadRequestError, UnsupportedMediaTypeError } from '../errors.js';
 import { SMALL_FILE_BYTES, safePath } from '../file-system.js';
 import { boundaryOf, readMultipart, wholeFormParts } from '../multipart.js';
@@ -49,7 +48,8 @@ export type WriteOne = (
  * fails with ENOSPC). A body that is not gzip is a 400.
  */
 async function* gunzipped(body: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
-  const gunzip = createGunzip();
+  // Loaded here, not at envd's start: only gzip uploads use it (envd's memory, issue 50).
+  const gunzip = process.getBuiltinModule('node:zlib').createGunzip();
   let bodyError: unknown;
   const feeding = pipeline(async function* () {
     try {

@@ -1,4 +1,5 @@
 import { execFile } from 'node:child_process';
+import { lstatSync } from 'node:fs';
 import { lstat, readlink } from 'node:fs/promises';
 import { posix } from 'node:path';
 import { promisify } from 'node:util';
@@ -29,9 +30,12 @@ const TOKEN_FILE = `${SANDBOX_RUN_DIR}/token`;
  * wake FIFO (whatever opens it for writing wakes it: at worst a process of the sandbox wakes its
  * own envd) and starts envd again; any other exit ends the sandbox with envd's code. A FIFO
  * that is gone (the sandbox removed it) starts envd again after a second. One line, so that a
- * listing of the sandbox's processes shows it as one.
+ * listing of the sandbox's processes shows it as one. It makes the wake FIFO first, mode 0600
+ * as the sandbox's user, before any process of the sandbox runs; where the image has no
+ * `mkfifo`, the daemon makes it once envd answers ({@link makeWakeFifo}).
  */
 const LOOP = [
+  `mkfifo -m 600 ${WAKE_FIFO} 2>/dev/null;`,
   `{ IFS= read -r c; IFS= read -r k; } < ${TOKEN_FILE}; : > ${TOKEN_FILE}; while :; do`,
   `printf '%s\\n%s\\n' "$c" "$k" | "$@"; s=$?; [ "$s" -eq 75 ] || exit "$s";`,
   `read -r _ < ${WAKE_FIFO} || sleep 1; done`,
@@ -55,9 +59,17 @@ export function sleepingEnvd(command: readonly string[], idleMs: number): string
   return [SHELL, '-c', LOOP, 'abx-envd', ...args, '--idle-exit-ms', String(idleMs)];
 }
 
+/** The loop as daemons before the loop made the FIFO itself started it (a sandbox they left running). */
+const LOOP_BEFORE_FIFO = LOOP.slice(LOOP.indexOf('{'));
+
 /** Whether a command line (`/proc/PID/cmdline` split at NUL) is the loop of {@link sleepingEnvd}. */
 export function isEnvdLoop(argv: readonly string[]): boolean {
-  return argv[0] === SHELL && argv[1] === '-c' && argv[2] === LOOP && argv[3] === 'abx-envd';
+  return (
+    argv[0] === SHELL &&
+    argv[1] === '-c' &&
+    (argv[2] === LOOP || argv[2] === LOOP_BEFORE_FIFO) &&
+    argv[3] === 'abx-envd'
+  );
 }
 
 /**
@@ -96,12 +108,15 @@ export async function imageHasShell(rootfs: string): Promise<boolean> {
 
 /**
  * Makes the wake FIFO in a sandbox that runs the loop (`init`: its init's pid; reached through
- * `/proc/INIT/root`), mode 0600, its user's (made as `uid` on the host in root mode; rootless,
- * the daemon's own uid is the sandbox's): only the daemon and the sandbox's user open it. Called
- * before the sandbox is handed out, when no process of the sandbox but envd runs.
+ * `/proc/INIT/root`) where the loop did not (an image without `mkfifo`): mode 0600, its user's
+ * (made as `uid` on the host in root mode; rootless, the daemon's own uid is the sandbox's): only
+ * the daemon and the sandbox's user open it. Called before the sandbox is handed out, when no
+ * process of the sandbox but envd runs. A FIFO there already is left as it is: the loop made it,
+ * and the daemon saves a process (a fork of itself) on every create.
  */
 export async function makeWakeFifo(init: number, uid: number | undefined): Promise<void> {
   const path = `/proc/${init}/root${WAKE_FIFO}`;
+  if (lstatSync(path, { throwIfNoEntry: false })?.isFIFO()) return;
   // As the sandbox's uid: host root is not mapped in the sandbox's user namespace, and its tmpfs
   // refuses a file root would own (EOVERFLOW).
   const asUid =

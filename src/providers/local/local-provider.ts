@@ -906,7 +906,7 @@ export class LocalProvider implements SandboxProvider {
       uid: number | undefined;
       cgroups: SandboxCgroups;
       net: KeptNet | undefined;
-      /** envd runs under the sleep loop: its wake FIFO is made once it answers. */
+      /** envd runs under the sleep loop: its wake FIFO is checked (made, if the loop could not) once it answers. */
       sleeps: boolean;
       /** A root-allowing sandbox: the maps its user namespace gets (see root-userns.ts). */
       rootMap?: { rootUid: number; uid: number };
