@@ -139,10 +139,11 @@ export class WarmPool {
   /** Extras and recycled sandboxes being killed. */
   private readonly evicting = new Set<Promise<void>>();
   /**
-   * Pooled sandboxes this pool started (not yet handed out or evicted): what `close` kills. Other
-   * daemons sharing the registry keep theirs, which any daemon's creates may claim.
+   * Pooled sandboxes this pool started (not yet handed out or evicted), with their template and
+   * what lets go of their hold: what `close` kills. Other daemons sharing the registry keep
+   * theirs, which any daemon's creates may claim.
    */
-  private readonly own = new Map<string, () => void>();
+  private readonly own = new Map<string, { template: string; release: () => void }>();
   private readonly windowMs: number;
   private readonly refillDelayMs: number;
   private readonly readyDelayMs: number;
@@ -345,8 +346,14 @@ export class WarmPool {
   private async rebalanceNow(template: string, demand: Demand): Promise<void> {
     if (demand.dropped || this.stopped) return;
     // Oldest first, as claimPooled hands them out: extras go from the front too.
+    // Ours before the listing: a refill that ends during it is not in it, and stays ours.
+    const ours = [...this.own].filter(([, held]) => held.template === template);
     const pooled = await this.host.registry.listSandboxes({ state: 'pooled', template });
     if (demand.dropped || this.stopped) return;
+    // One of ours that another daemon's create claimed (a shared registry) is no longer pooled:
+    // its hold goes, or its envd would never sleep.
+    const still = new Set(pooled.map((record) => record.id));
+    for (const [id] of ours) if (!still.has(id)) this.letGo(id);
     const size = this.size(template);
     const now = Date.now();
     const stale = pooled.filter((record) => record.expiresAt <= now);
@@ -374,7 +381,7 @@ export class WarmPool {
         demand.starting.add(start);
         try {
           const record = await start;
-          this.own.set(record.id, this.host.hold?.(record) ?? (() => {}));
+          this.own.set(record.id, { template, release: this.host.hold?.(record) ?? (() => {}) });
           this.readyLater(record);
         } finally {
           demand.starting.delete(start);
@@ -409,9 +416,9 @@ export class WarmPool {
 
   /** Forgets a sandbox this pool started (claimed or evicted), letting go of its hold. */
   private letGo(id: string): void {
-    const release = this.own.get(id);
+    const held = this.own.get(id);
     this.own.delete(id);
-    release?.();
+    held?.release();
   }
 
   /**

@@ -7,6 +7,7 @@ import { sandboxToken } from '../../src/control/ids.js';
 import { Reaper } from '../../src/control/reaper.js';
 import { type SandboxPoolOptions, SandboxService } from '../../src/control/sandbox-service.js';
 import { openSqlite } from '../../src/control/sqlite.js';
+import type { PoolHost } from '../../src/control/warm-pool.js';
 import { InvalidArgumentError, SandboxStartError } from '../../src/errors.js';
 import type { MemoryProviderOptions } from '../helpers/memory-provider.js';
 import { type Plane, test as planeTest, TOKEN_SECRET, until } from './plane.js';
@@ -556,6 +557,47 @@ describe('a pool that keeps up with demand', () => {
     const expired = await plane.reaper.pass(Date.now() + MAX_SANDBOX_TIMEOUT_MS / 2);
     expect([...expired].sort()).toEqual([...users].sort());
     expect(await ids({ state: 'pooled' })).toEqual([...pool].sort());
+  });
+
+  test('a pooled sandbox another daemon claims on a shared registry is no longer held awake by its pool', async ({
+    openPool,
+  }) => {
+    // Two daemons' sandbox services on one registry and host: any daemon's create may claim the
+    // other's pooled sandbox. The pool holds its own pooled sandboxes' envd awake (local
+    // provider: holdEnvdAwake); here the holds are recorded.
+    const a = openPool({ max: 1 });
+    const sharedB = new SandboxService(
+      a.registry,
+      a.provider,
+      a.templates,
+      a.sandboxesDir,
+      (id, kind) => sandboxToken(TOKEN_SECRET, id, kind),
+      setSandboxEnv,
+      { max: 1 },
+    );
+    const held = new Set<string>();
+    const host = (a.sandboxes as unknown as { pool: { host: PoolHost } }).pool.host;
+    host.hold = (record) => {
+      held.add(record.id);
+      return () => held.delete(record.id);
+    };
+    try {
+      await a.sandboxes.create({});
+      await a.sandboxes.refill('base');
+      const [pooled] = await pooledIds(a);
+      expect([...held]).toEqual([pooled]);
+      // The other daemon's create takes it.
+      const { record } = await sharedB.create({});
+      expect(record.id).toBe(pooled);
+      // This daemon's next look at its pool lets go of it (and starts a new one, held).
+      await a.sandboxes.refill('base');
+      expect(held.has(pooled as string)).toBe(false);
+      const [next] = await pooledIds(a);
+      expect([...held]).toEqual([next]);
+    } finally {
+      a.provider.releaseCreates();
+      await sharedB.close();
+    }
   });
 
   test('a pooled sandbox past the longest lifetime is recycled', async ({ openPool }) => {
