@@ -165,6 +165,11 @@ const WAKE_FIFO_NAME = 'wake';
  * host) before it fails; docs/providers.md, "envd sleeps when idle".
  */
 export const ENVD_WAKE_TIMEOUT_MS = 10_000;
+/**
+ * The longest wait between two looks for a waking envd's socket (2, 4, then every 5 ms): a look
+ * is a few system calls, and a wider step would add half of it to every wake on average.
+ */
+const WAKE_POLL_MAX_MS = 5;
 /** A wake is sent again this often while envd's socket is still missing (a lost one, a busy host). */
 const WAKE_AGAIN_MS = 500;
 
@@ -241,7 +246,7 @@ function wakeAndConnect(
         pokedAt = now;
       }
       setTimeout(attempt, wait);
-      wait = Math.min(wait * 2, 20);
+      wait = Math.min(wait * 2, WAKE_POLL_MAX_MS);
       return;
     }
     (socket as unknown as { connecting: boolean }).connecting = false;
