@@ -19,6 +19,18 @@ interface PoolPlane extends Plane {
 
 type PoolPlaneOptions = Partial<SandboxPoolOptions> & MemoryProviderOptions;
 
+/** A sandbox service on `base`'s registry, provider and templates, with the pool's settings. */
+const poolService = (base: Plane, pool: SandboxPoolOptions) =>
+  new SandboxService(
+    base.registry,
+    base.provider,
+    base.templates,
+    base.sandboxesDir,
+    (id, kind) => sandboxToken(TOKEN_SECRET, id, kind),
+    setSandboxEnv,
+    pool,
+  );
+
 /**
  * `open`, plus `openPool`: a plane whose sandbox service has the warm pool's settings of the test
  * (maximum, window, start concurrency) and measures demand on `clock` unless it passes `now`.
@@ -34,15 +46,7 @@ const test = planeTest.extend<{ openPool: (options?: PoolPlaneOptions) => PoolPl
         ...(killDelayMs === undefined ? {} : { killDelayMs }),
       });
       const clock = { now: 1_000_000 };
-      const sandboxes = new SandboxService(
-        base.registry,
-        base.provider,
-        base.templates,
-        base.sandboxesDir,
-        (id, kind) => sandboxToken(TOKEN_SECRET, id, kind),
-        setSandboxEnv,
-        { max: 10, now: () => clock.now, ...pool },
-      );
+      const sandboxes = poolService(base, { max: 10, now: () => clock.now, ...pool });
       const plane = { ...base, sandboxes, reaper: new Reaper(sandboxes.reaperHost()), clock };
       opened.push(plane);
       return plane;
@@ -566,15 +570,7 @@ describe('a pool that keeps up with demand', () => {
     // other's pooled sandbox. The pool holds its own pooled sandboxes' envd awake (local
     // provider: holdEnvdAwake); here the holds are recorded.
     const a = openPool({ max: 1 });
-    const sharedB = new SandboxService(
-      a.registry,
-      a.provider,
-      a.templates,
-      a.sandboxesDir,
-      (id, kind) => sandboxToken(TOKEN_SECRET, id, kind),
-      setSandboxEnv,
-      { max: 1 },
-    );
+    const sharedB = poolService(a, { max: 1 });
     const held = new Set<string>();
     const host = (a.sandboxes as unknown as { pool: { host: PoolHost } }).pool.host;
     host.hold = (record) => {
