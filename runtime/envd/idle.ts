@@ -96,3 +96,25 @@ export function sleepWhenIdle(idleMs: number, socket: string, state: IdleState):
   );
   timer.unref();
 }
+
+/**
+ * How long envd has had no request in flight (but the daemon's read of its log) before it gives
+ * back the memory its requests left: an agent's next call usually comes later than this (a
+ * model's turn), so the collection falls between calls, not on one.
+ */
+export const SETTLE_MS = 2000;
+
+/**
+ * Collects all of envd's garbage and gives V8's spare pages back (V8's "last resort" collection,
+ * which a plain major one does not: it also shrinks the young generation to what it holds and
+ * releases the pages V8 pooled). About 2 MiB of a fresh envd's 13 after a command (Node 24,
+ * bench/README.md "envd's memory"), a few ms of CPU once per quiet spell. Needs `--expose-gc`
+ * (ENVD_NODE_OPTIONS); without it (an envd started by an older daemon) it does nothing. Returns
+ * whether it collected.
+ */
+export function settleGarbage(): boolean {
+  const collect = (globalThis as { gc?: (options?: object) => unknown }).gc;
+  if (typeof collect !== 'function') return false;
+  collect({ type: 'major', execution: 'sync', flavor: 'last-resort' });
+  return true;
+}

@@ -18,7 +18,7 @@ import { codeGroup } from './code.js';
 import { ENV } from './env.js';
 import { EXEC } from './exec.js';
 import { FILES_BATCH } from './files-batch.js';
-import { sleepWhenIdle } from './idle.js';
+import { SETTLE_MS, settleGarbage, sleepWhenIdle } from './idle.js';
 import { portsGroup } from './ports.js';
 import { logProcess, logsGroup, sandboxLog } from './sandbox-log.js';
 import { runtimeServerScript, ServerStarter, serverStartGroup } from './server-start.js';
@@ -223,6 +223,8 @@ observeSpawns((child, file) => logProcess(child, file));
 server.start().then(
   () => {
     sandboxLog.write('info', 'envd started', { pid: String(process.pid) });
+    // What its start and each spell of requests left is given back once they are over.
+    server.settleWhenQuiet(SETTLE_MS, settleGarbage);
     if (idleMs > 0 && values.socket) {
       const socket = values.socket;
       sleepWhenIdle(idleMs, socket, {

@@ -121,6 +121,10 @@ export class SandboxServer {
   private readonly open = new Map<Socket, boolean>();
   /** Connections accepted since the start (envd's sleep checks none came in meanwhile). */
   private acceptedCount = 0;
+  /** Requests in flight that `idleNeutral` does not name. */
+  private busyRequests = 0;
+  /** What {@link settleWhenQuiet} runs, and its timer while one is armed. */
+  private settle: { ms: number; run: () => void; timer?: NodeJS.Timeout } | undefined;
   private resolveStopped = () => {};
   /** Resolves once the server has stopped, whether by {@link stop}, SIGTERM or `POST /shutdown`. */
   readonly stopped = new Promise<void>((resolve) => {
@@ -177,9 +181,18 @@ export class SandboxServer {
         // One `close` listener per request for the counters and the set of answers in flight.
         const done = this.metrics.start();
         this.active.add(res);
+        const counted = !(this.options.idleNeutral?.(req) ?? false);
+        if (counted) {
+          this.busyRequests++;
+          clearTimeout(this.settle?.timer);
+        }
         res.once('close', () => {
           this.active.delete(res);
           done(res.statusCode);
+          if (counted) {
+            this.busyRequests--;
+            this.armSettle();
+          }
         });
         if (this.stopping) res.setHeader('connection', 'close');
         // A browser's request (the dashboard, a page using the SDK's wire): any origin may read
@@ -214,6 +227,28 @@ export class SandboxServer {
     let busy = 0;
     for (const neutral of this.open.values()) if (!neutral) busy++;
     return busy;
+  }
+
+  /**
+   * Runs `run` once the server has had no request in flight (but those `idleNeutral` names) for
+   * `ms`, and again after each later spell of requests: once per quiet spell, never on a timer
+   * of its own in between. The first spell starts now. envd collects its garbage then (idle.ts).
+   */
+  settleWhenQuiet(ms: number, run: () => void): void {
+    clearTimeout(this.settle?.timer);
+    this.settle = { ms, run };
+    this.armSettle();
+  }
+
+  private armSettle(): void {
+    const settle = this.settle;
+    if (!settle || this.busyRequests > 0 || this.stopping) return;
+    clearTimeout(settle.timer);
+    settle.timer = setTimeout(() => {
+      settle.timer = undefined;
+      if (this.busyRequests === 0 && !this.stopping) settle.run();
+    }, settle.ms);
+    settle.timer.unref();
   }
 
   /** The numbers the next process and terminal ids will have (what a woken envd goes on from). */

@@ -22,11 +22,17 @@ export type { IsolationReport };
  * its script, on every provider (issue 50, docs/providers.md "envd's Node options"): a young
  * generation of 1 MiB a semi-space instead of up to 16 (envd's heap is small and short-lived per
  * request; this is most of what a busy envd kept), and one V8 worker thread instead of one per
- * core (each thread brings its stack and a malloc arena). Each is one word (`--name=value`), so
+ * core (each thread brings its stack and a malloc arena), and `gc` for envd's own code (once a
+ * spell of requests is over it gives back what they left: runtime/envd/idle.ts `settleGarbage`).
+ * Each is one word (`--name` or `--name=value`), so
  * {@link nodeScriptAt} finds the script after them. Options, not `NODE_OPTIONS`: the sandbox's
  * own processes (which inherit envd's environment) keep Node's defaults.
  */
-export const ENVD_NODE_OPTIONS: readonly string[] = ['--max-semi-space-size=1', '--v8-pool-size=1'];
+export const ENVD_NODE_OPTIONS: readonly string[] = [
+  '--max-semi-space-size=1',
+  '--v8-pool-size=1',
+  '--expose-gc',
+];
 
 /**
  * Where the script is in a Node command line (`/proc/PID/cmdline` split at NUL): the first
