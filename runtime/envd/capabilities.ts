@@ -6,7 +6,7 @@ import {
   capabilityRefusal,
 } from '../protocol/capabilities.js';
 import { CapabilityError, InvalidArgumentError } from '../protocol/errors.js';
-import { randomBytes } from '../server/random.js';
+import { randomBytes } from '../server/file-tools/random.js';
 import { decodeSegments } from '../server/route-table.js';
 
 /** The capability the route of `pathname` needs, by its first segment as the router decodes it. */

@@ -2,7 +2,7 @@ import { basename } from 'node:path';
 import type { Readable } from 'node:stream';
 import { StringDecoder } from 'node:string_decoder';
 import { BadRequestError } from '../server/errors.js';
-import { randomUUID } from '../server/random.js';
+import { randomUUID } from '../server/file-tools/random.js';
 import { defineGroup } from '../server/route-group.js';
 
 /** A line's level, as E2B's `LogLevel`. */

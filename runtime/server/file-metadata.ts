@@ -3,7 +3,7 @@ import { lstat, mkdir, open, rename, rm, stat, writeFile } from 'node:fs/promise
 import { dirname, join } from 'node:path';
 import { checkMetadata, MetadataError, metadataBytes } from '../protocol/file-metadata.js';
 import { BadRequestError, fsError } from './errors.js';
-import { randomBytes } from './random.js';
+import { randomBytes } from './file-tools/random.js';
 
 /** The most files that may carry metadata at once in one sandbox. */
 export const MAX_METADATA_FILES = 10_000;

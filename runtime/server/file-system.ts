@@ -2,7 +2,7 @@ import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { mkdir, open, rename, rm, writeFile } from 'node:fs/promises';
 import { basename, dirname, join, resolve } from 'node:path';
 import { fsError, InvalidPathError } from './errors.js';
-import { randomBytes } from './random.js';
+import { randomBytes } from './file-tools/random.js';
 
 /** Buffer of streamed file writes and reads: fewer, larger system calls for large files. */
 export const STREAM_BUFFER_BYTES = 4 * 1024 * 1024;

@@ -11,12 +11,12 @@ import { builtinCommands } from './builtins.js';
 import { type CommandHandler, CommandTable } from './command-table.js';
 import type { ServerContext } from './context.js';
 import { AuthenticationError, CapabilityDisabledError } from './errors.js';
+import { sameSecret } from './file-tools/random.js';
 import { ROUTE_GROUPS } from './groups/index.js';
 import { answerClientError } from './http.js';
 import { loadManifest } from './manifest.js';
 import { Metrics } from './metrics.js';
 import { ProcessTable } from './process-table.js';
-import { sameSecret } from './random.js';
 import { parseGroups, type RouteGroup } from './route-group.js';
 import { type Guard, RouteTable } from './route-table.js';
 

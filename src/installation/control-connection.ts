@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { AuthenticationError, DaemonUnavailableError, InvalidArgumentError } from '../errors.js';
-import { type ConnectionOptions, connectDaemon } from './daemon-connection.js';
+import { type ConnectionOptions, connectDaemon, forgetDaemonAnswer } from './daemon-connection.js';
 import type { DaemonInfo } from './daemon-info.js';
 import { NodeJsonClient } from './json-client.js';
 
@@ -26,6 +26,12 @@ export interface ControlConnection {
   trust?: TlsTrust;
   /** The client's own gateway address (`ABX_GATEWAY_URL`), routed by headers. */
   gatewayUrl?: string;
+  /**
+   * Local only: finds the daemon again (as {@link connectDaemon}: its health checked, started if
+   * the options allow) and points this connection at it. Its clients call it when the daemon it
+   * named refused a connection (it ended, or is ending, since it last answered).
+   */
+  rediscover?: () => Promise<void>;
 }
 
 /** The remote control plane the options or the environment name, if any (nothing is read from `$ABX_HOME`). */
@@ -73,7 +79,21 @@ export async function connectControlPlane(
   const remote = remoteControlPlane(options);
   if (remote) return remote;
   const { home, info, apiKey } = await connectDaemon(options);
-  return { apiUrl: info.apiUrl, apiKey, peer: 'the abx daemon', home, local: info };
+  const connection: ControlConnection = {
+    apiUrl: info.apiUrl,
+    apiKey,
+    peer: 'the abx daemon',
+    home,
+    local: info,
+  };
+  connection.rediscover = async () => {
+    forgetDaemonAnswer(home);
+    const again = await connectDaemon({ ...options, home });
+    connection.apiUrl = again.info.apiUrl;
+    connection.apiKey = again.apiKey;
+    connection.local = again.info;
+  };
+  return connection;
 }
 
 /** An http(s) URL with no path, as its origin; an error names where it came from. */
@@ -149,6 +169,15 @@ export function controlJsonClient(
     timeoutMs,
     connection.peer,
     DaemonUnavailableError,
-    { trust: connection.trust, unauthorized: keyRefused(connection) },
+    {
+      trust: connection.trust,
+      unauthorized: keyRefused(connection),
+      rediscover:
+        connection.rediscover &&
+        (async () => {
+          await connection.rediscover?.();
+          return connection.apiUrl;
+        }),
+    },
   );
 }

@@ -124,7 +124,25 @@ function answeredLately(home: string): DaemonInfo | undefined {
   if (!seen || Date.now() - seen.at >= DAEMON_ANSWERED_TRUST_MS) return undefined;
   const info = readInfo(abxPaths(home).daemonInfo);
   if (!info || info.pid !== seen.pid || info.apiUrl !== seen.apiUrl) return undefined;
-  return isProcessAlive(info.pid) ? info : undefined;
+  return isProcessAlive(info.pid) && !exiting(info.pid) ? info : undefined;
+}
+
+/** Forgets that the daemon of `home` answered lately: the next connection checks its health. */
+export function forgetDaemonAnswer(home: string): void {
+  answered.delete(home);
+}
+
+/**
+ * Whether a process is on its way out: killed, its memory already gone (its command line reads
+ * empty from then on), but not yet a zombie. Its sockets close next; it answers nothing more.
+ * A live daemon (a Node process) always has a command line.
+ */
+function exiting(pid: number): boolean {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`).length === 0;
+  } catch {
+    return false;
+  }
 }
 
 /**

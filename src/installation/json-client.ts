@@ -103,11 +103,32 @@ export async function exchange(
   const secure = url.protocol === 'https:';
   // node:https (and with it node:tls) only for a remote control plane over TLS.
   const client = secure ? await import('node:https') : http;
+  try {
+    return await exchangeOnce(client, url, init, undefined);
+  } catch (error) {
+    // A kept-alive connection the peer had closed (it went idle, or the daemon was restarted on
+    // the same address) is reset when reused, before the peer read a byte of the request: send it
+    // once more on a new connection (Node's docs: `request.reusedSocket`).
+    if (!(error as { reusedSocket?: boolean }).reusedSocket) throw error;
+    return exchangeOnce(client, url, init, false);
+  }
+}
+
+/** One attempt of {@link exchange}; `agent: false` takes a new connection. */
+function exchangeOnce(
+  client: typeof http | typeof import('node:https'),
+  url: URL,
+  init: Parameters<typeof exchange>[1],
+  agent: false | undefined,
+): Promise<{ status: number; text: string }> {
+  const secure = url.protocol === 'https:';
   return new Promise((resolve, reject) => {
+    let answered = false;
     const request = client.request(
       url,
       {
         method: init.method,
+        ...(agent === false ? { agent } : {}),
         headers: {
           ...init.headers,
           ...(init.body === undefined
@@ -120,6 +141,7 @@ export async function exchange(
         ...(secure && init.trust ? { ca: init.trust.ca } : {}),
       },
       (response) => {
+        answered = true;
         const chunks: Buffer[] = [];
         response.on('data', (chunk: Buffer) => chunks.push(chunk));
         response.on('end', () =>
@@ -137,15 +159,30 @@ export async function exchange(
         Object.assign(new Error(`no answer within ${init.timeoutMs} ms`), { code: 'ETIMEDOUT' }),
       );
     });
-    request.on('error', reject);
+    request.on('error', (error: NodeJS.ErrnoException) => {
+      const reset = error.code === 'ECONNRESET' || error.code === 'EPIPE';
+      reject(
+        reset && request.reusedSocket && !answered
+          ? Object.assign(error, { reusedSocket: true })
+          : error,
+      );
+    });
     request.end(init.body);
   });
+}
+
+/** An unreachable peer's error whose cause is a refused connection: no byte of the request left. */
+function refused(error: unknown, unreachable: typeof UnavailableError): boolean {
+  return (
+    error instanceof unreachable &&
+    (error.cause as NodeJS.ErrnoException | undefined)?.code === 'ECONNREFUSED'
+  );
 }
 
 /** A {@link JsonClient} of one control plane: its URL, key, name for messages and error class. */
 export class NodeJsonClient implements JsonClient {
   constructor(
-    private readonly baseUrl: string,
+    private baseUrl: string,
     private readonly headers: Record<string, string>,
     private readonly timeoutMs: number,
     /** Names the peer in messages: "the abx daemon". */
@@ -154,6 +191,12 @@ export class NodeJsonClient implements JsonClient {
     private readonly extras: {
       trust?: TlsTrust | undefined;
       unauthorized?: ((error: AuthenticationError) => Error) | undefined;
+      /**
+       * The local daemon found again (its health checked, started if allowed) after the one this
+       * client names refused a connection: its base URL. Nothing was sent then, so any request
+       * goes once more, to it.
+       */
+      rediscover?: (() => Promise<string>) | undefined;
     } = {},
   ) {}
 
@@ -161,6 +204,10 @@ export class NodeJsonClient implements JsonClient {
     try {
       return await this.once<T>(method, path, options);
     } catch (error) {
+      if (this.extras.rediscover && refused(error, this.unreachable)) {
+        this.baseUrl = await this.extras.rediscover();
+        return this.once<T>(method, path, options);
+      }
       // A GET that never reached the peer changes nothing: once more is safe.
       if (method !== 'GET' || !(error instanceof this.unreachable)) throw error;
       return this.once<T>(method, path, options);

@@ -184,7 +184,7 @@ test('only the current control token may call it; bad tokens are refused and cha
 
 test('envd checks tokens and runs a command without loading node:crypto or node:zlib', async () => {
   // Loading node:crypto starts OpenSSL: 1.3 MiB more in every sandbox's envd (issue 50). The
-  // token check compares bytes itself (runtime/server/random.ts), and names come from
+  // token check compares bytes itself (runtime/server/file-tools/random.ts), and names come from
   // /dev/urandom. The preload lists the built-in modules loaded when envd gets SIGUSR2.
   const envd = await startEnvd(`process.on('SIGUSR2', () => require('fs').writeFileSync(
     require('path').join(__dirname, 'modules'), process.moduleLoadList.join('\\n')));`);

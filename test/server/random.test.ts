@@ -1,7 +1,12 @@
 import { describe, expect, test } from 'vitest';
-import { randomBytes, randomHex, randomUUID, sameSecret } from '../../runtime/server/random.js';
+import {
+  randomBytes,
+  randomHex,
+  randomUUID,
+  sameSecret,
+} from '../../runtime/server/file-tools/random.js';
 
-// envd's random names and its token check, without node:crypto (runtime/server/random.ts).
+// envd's random names and its token check, without node:crypto (runtime/server/file-tools/random.ts).
 
 describe('sameSecret', () => {
   const secret = Buffer.from('own-client-token-AAAAAAAAAAAAAAAAAAAAAAAAAAAA');

@@ -1,7 +1,7 @@
 import { StringDecoder } from 'node:string_decoder';
 import type { StreamName } from '../../protocol/wire.js';
 import { killGroup } from '../../server/child-process.js';
-import { randomBytes } from '../../server/random.js';
+import { randomBytes } from '../../server/file-tools/random.js';
 import { type Execution, Interpreter } from './interpreter.js';
 
 /**

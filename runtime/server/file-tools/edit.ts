@@ -8,9 +8,9 @@ import {
   writeFileSync,
 } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
-import { randomBytes } from '../random.js';
 import { codeOf, fsError, readWhole } from './fs.js';
 import type { EditRequest, ToolAnswer } from './protocol.js';
+import { randomBytes } from './random.js';
 
 /*
  * Replaces in place; the file never travels. When `old` is not found as given, its CRLF and LF

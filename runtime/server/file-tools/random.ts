@@ -3,7 +3,9 @@ import { closeSync, openSync, readSync } from 'node:fs';
 // Random names and the token check without node:crypto. Loading node:crypto starts OpenSSL: 1.3
 // MiB of private memory in every process that does (Node 24, measured; bench/README.md "envd's
 // memory"), and envd, in every sandbox, needs nothing of it but random bytes and an equality
-// check that takes the same time whatever the bytes compared (issue 50).
+// check that takes the same time whatever the bytes compared (issue 50). Here, beside the file
+// tools, because they ride in BaseSandbox's programs too (edit's temporary names), which may
+// import only node: built-ins and this folder, and run on the sandbox's own Node (14.14 and up).
 
 /** The kernel's random source; every provider's sandbox has one (bwrap's --dev, Docker's, a pod's). */
 const URANDOM = '/dev/urandom';
