@@ -10,7 +10,7 @@ import { call } from './harness.js';
 // and the daemon's long read of envd's log (idle-neutral) does not count as one.
 
 const TOKEN = 'settle-test-token';
-const QUIET_MS = 400;
+const QUIET_MS = 1000;
 const servers: SandboxServer[] = [];
 
 afterEach(async () => {
@@ -40,38 +40,38 @@ async function started() {
 describe('settleWhenQuiet', () => {
   test('runs once after the start and once after each spell of requests, not in between', async () => {
     const { runs, run } = await started();
-    await pause(QUIET_MS * 3);
+    await pause(QUIET_MS * 2);
     expect(runs).toHaveLength(1);
     // A spell of requests, each shorter than the quiet time: one run after the last one.
     for (let i = 0; i < 5; i++) expect((await run('true')).status).toBe(200);
     expect(runs).toHaveLength(1);
-    await pause(QUIET_MS * 3);
+    await pause(QUIET_MS * 2);
     expect(runs).toHaveLength(2);
     // A quiet server is left alone: no run on a timer of its own.
-    await pause(QUIET_MS * 4);
+    await pause(QUIET_MS * 3);
     expect(runs).toHaveLength(2);
   });
 
   test('never while a request is in flight, however long it takes', async () => {
     const { runs, run } = await started();
-    await pause(QUIET_MS * 3);
+    await pause(QUIET_MS * 2);
     expect(runs).toHaveLength(1);
-    const slow = run('sleep 1.6');
-    await pause(QUIET_MS * 3);
+    const slow = run('sleep 2.5');
+    await pause(QUIET_MS * 2);
     expect(runs).toHaveLength(1);
     expect((await slow).status).toBe(200);
-    await pause(QUIET_MS * 3);
+    await pause(QUIET_MS * 2);
     expect(runs).toHaveLength(2);
   });
 
   test('an idle-neutral request in flight does not hold it back', async () => {
     const { runs, run } = await started();
-    const neutral = run('sleep 2', { 'x-neutral': '1' });
-    await pause(QUIET_MS * 3);
+    const neutral = run('sleep 3', { 'x-neutral': '1' });
+    await pause(QUIET_MS * 2);
     // The start's spell ended while the neutral request runs.
     expect(runs).toHaveLength(1);
     expect((await run('true')).status).toBe(200);
-    await pause(QUIET_MS * 3);
+    await pause(QUIET_MS * 2);
     expect(runs).toHaveLength(2);
     await neutral;
   });
