@@ -73,6 +73,7 @@ function isDirectory(path: string): boolean {
 function serve(socket: Socket): void {
   let child: ReturnType<typeof spawn> | undefined;
   const refuse = (message: string) => {
+    if (socket.writableEnded) return;
     socket.end(
       Buffer.concat([
         frame(STDERR, `sudo: ${message}\n`),
@@ -117,7 +118,9 @@ function serve(socket: Socket): void {
         );
       });
       child.on('close', (code, signal) => {
-        if (socket.destroyed) return;
+        // A program that could not start was refused already ('error', then 'close'): a second
+        // end would fail the socket, and the caller could read a reset instead of the refusal.
+        if (socket.destroyed || socket.writableEnded) return;
         socket.end(frame(EXIT, JSON.stringify({ code, signal })));
       });
       return;
