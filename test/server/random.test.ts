@@ -1,10 +1,5 @@
 import { describe, expect, test } from 'vitest';
-import {
-  randomBytes,
-  randomHex,
-  randomUUID,
-  sameSecret,
-} from '../../runtime/server/file-tools/random.js';
+import { randomBytes, randomUUID, sameSecret } from '../../runtime/server/file-tools/random.js';
 
 // envd's random names and its token check, without node:crypto (runtime/server/file-tools/random.ts).
 
@@ -38,7 +33,7 @@ describe('sameSecret', () => {
 describe('random bytes', () => {
   test('as many as asked, and not the same twice', () => {
     for (const count of [0, 1, 6, 16, 100_000]) expect(randomBytes(count)).toHaveLength(count);
-    const seen = new Set(Array.from({ length: 200 }, () => randomHex(8)));
+    const seen = new Set(Array.from({ length: 200 }, () => randomBytes(8).toString('hex')));
     expect(seen.size).toBe(200);
     for (const hex of seen) expect(hex).toMatch(/^[0-9a-f]{16}$/);
     // 100 000 bytes hold every byte value: a source stuck on a few would not.

@@ -1,4 +1,4 @@
-import { closeSync, openSync, readSync } from 'node:fs';
+import { openSync, readSync } from 'node:fs';
 
 // Random names and the token check without node:crypto. Loading node:crypto starts OpenSSL: 1.3
 // MiB of private memory in every process that does (Node 24, measured; bench/README.md "envd's
@@ -9,6 +9,11 @@ import { closeSync, openSync, readSync } from 'node:fs';
 
 /** The kernel's random source; every provider's sandbox has one (bwrap's --dev, Docker's, a pod's). */
 const URANDOM = '/dev/urandom';
+/**
+ * Opened once and kept (close-on-exec, as Node opens every file): a file written through envd
+ * takes a random temporary name, and three system calls a name would be two too many.
+ */
+let urandom: number | undefined;
 
 /**
  * `count` random bytes from the kernel's source, read whole (never short: /dev/urandom does not
@@ -17,27 +22,19 @@ const URANDOM = '/dev/urandom';
  */
 export function randomBytes(count: number): Buffer {
   const bytes = Buffer.alloc(count);
-  let fd: number | undefined;
   try {
-    fd = openSync(URANDOM, 'r');
+    urandom ??= openSync(URANDOM, 'r');
   } catch {
     globalThis.crypto.getRandomValues(bytes);
     return bytes;
   }
-  try {
-    for (let read = 0; read < count; ) {
-      const got = readSync(fd, bytes, read, count - read, null);
-      if (got === 0) throw new Error(`${URANDOM} ended after ${read} of ${count} bytes`);
-      read += got;
-    }
-  } finally {
-    closeSync(fd);
+  for (let read = 0; read < count; ) {
+    const got = readSync(urandom, bytes, read, count - read, null);
+    if (got === 0) throw new Error(`${URANDOM} ended after ${read} of ${count} bytes`);
+    read += got;
   }
   return bytes;
 }
-
-/** `count` random bytes as hex (temporary files' names, ids). */
-export const randomHex = (count: number): string => randomBytes(count).toString('hex');
 
 /** A random (version 4) UUID, as node:crypto's `randomUUID`. */
 export function randomUUID(): string {
