@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { Sandbox } from 'abx-sandbox';
 import { Client } from 'undici';
 import { openSqlite } from '../src/control/sqlite.js';
+import { isEnvdFront, NODE_ENVD_SOCKET } from '../src/providers/local/envd-sleep.js';
 import { isEnvdCommandLine, nodeScriptAt } from '../src/providers/provider.js';
 import { children, HOME } from './runner.js';
 import { round } from './stats.js';
@@ -280,16 +281,30 @@ export function hasIdleServer(sandboxId: string): boolean {
   }).some(waitingOnStdin);
 }
 
-/** The host pid of a local sandbox's envd. */
+/**
+ * The host pid of a local sandbox's resident envd: its front (native/envd-front), which holds
+ * envd's socket, or Node's envd where it runs without one.
+ */
 export function envdPidOf(sandboxId: string): number {
-  // Its script after Node's options (ENVD_NODE_OPTIONS); the user's envd, not root's (root.cjs).
   const [pid] = sandboxPids(
     sandboxId,
     (argv) =>
-      isEnvdCommandLine(argv) && argv[argv.indexOf('--socket') + 1] === '/run/abx/envd.sock',
+      isEnvdFront(argv) ||
+      (isEnvdCommandLine(argv) && argv[argv.indexOf('--socket') + 1] === '/run/abx/envd.sock'),
   );
   if (!pid) throw new Error(`bench: no envd process found in sandbox ${sandboxId}`);
   return pid;
+}
+
+/** The host pid of a local sandbox's Node envd (the user's, not root's), if it runs. */
+export function nodeEnvdPidOf(sandboxId: string): number | undefined {
+  // Its script after Node's options (ENVD_NODE_OPTIONS); its socket under a front or not.
+  return sandboxPids(sandboxId, (argv) => {
+    const socket = argv[argv.indexOf('--socket') + 1];
+    return (
+      isEnvdCommandLine(argv) && (socket === '/run/abx/envd.sock' || socket === NODE_ENVD_SOCKET)
+    );
+  })[0];
 }
 
 /**

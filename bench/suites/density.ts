@@ -21,6 +21,7 @@ import {
   envdPidOf,
   memAvailable,
   meminfo,
+  nodeEnvdPidOf,
   sandboxNetProcesses,
   settledMemAvailable,
 } from '../measure.js';
@@ -177,14 +178,9 @@ async function busyEnvdMiB(boxes: Sandbox[]): Promise<number> {
   return round(kib.reduce((sum, k) => sum + k, 0) / 1024 / boxes.length, 2);
 }
 
-/** Whether the sandbox's envd runs (it sleeps once idle: docs/providers.md). */
+/** Whether the sandbox's Node envd runs (it sleeps once idle: docs/providers.md). */
 function envdRuns(sandboxId: string): boolean {
-  try {
-    envdPidOf(sandboxId);
-    return true;
-  } catch {
-    return false;
-  }
+  return nodeEnvdPidOf(sandboxId) !== undefined;
 }
 
 /** See {@link DensityRound.asleep}. */

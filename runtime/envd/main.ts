@@ -49,6 +49,12 @@ const { values } = parseArgs({
     // Exit (code 75: asleep) after this many ms with nothing to do; the shell loop the local
     // provider runs envd under starts it again on the next request (idle.ts). 0 or absent: never.
     'idle-exit-ms': { type: 'string' },
+    // Under envd's front (native/envd-front), which keeps the sandbox's log for the sandbox's
+    // whole life: each line of the log also goes to stdout as `{"log":{at,level,message,fields}}`.
+    'log-stdout': { type: 'boolean' },
+    // Fill the home (and /tmp) from their templates as at a start, then exit 0 without serving:
+    // the front runs this once before it first answers (nothing else of envd runs yet).
+    'seed-only': { type: 'boolean' },
   },
   strict: true,
 });
@@ -162,6 +168,7 @@ for (const [template, into] of [
 if (seededMarker && (values['home-template'] || values['tmp-template']) && !seeded) {
   writeFileSync(seededMarker, '');
 }
+if (values['seed-only']) process.exit(0);
 if (values.socket) rmSync(values.socket, { force: true });
 const ports = portsGroup(values['ports-dir'] as string, values['ports-host']);
 const watches = watchGroup({}, [metadataDir]);
@@ -217,6 +224,11 @@ for (const signal of ['SIGTERM', 'SIGINT'] as const) {
     starter.stop();
     void server.stop();
   });
+}
+if (values['log-stdout']) {
+  // Pipes are written synchronously on Linux: the line before a sleep's exit is not lost.
+  sandboxLog.tap = ({ at, level, message, fields }) =>
+    process.stdout.write(`${JSON.stringify({ log: { at, level, message, fields } })}\n`);
 }
 // The sandbox's log (GET /logs) has every process envd starts, by name only.
 observeSpawns((child, file) => logProcess(child, file));

@@ -39,6 +39,8 @@ export class SandboxLog {
   private bytes = 0;
   private next = 1;
   private waiters = new Set<() => void>();
+  /** Called with each line as it is written (envd under its front sends them on: main.ts). */
+  tap: ((entry: SandboxLogEntry) => void) | undefined;
 
   write(level: SandboxLogLevel, message: string, fields: Record<string, string> = {}): void {
     const text =
@@ -53,6 +55,7 @@ export class SandboxLog {
       fields,
     };
     this.entries.push(entry);
+    this.tap?.(entry);
     this.bytes += Buffer.byteLength(text);
     while (
       this.entries.length > ENVD_LOG_MAX_LINES ||

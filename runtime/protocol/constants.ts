@@ -33,6 +33,9 @@ export const SANDBOX_HOME = '/home/user';
 export const SANDBOX_RUNTIME_DIR = '/opt/abx';
 /** envd's socket and the per-port sockets live here, in the sandbox's own small tmpfs. */
 export const SANDBOX_RUN_DIR = '/run/abx';
+
+/** envd's front in the runtime folder: a static program (native/envd-front), executable. */
+export const ENVD_FRONT_NAME = 'envd-front';
 /** The command server's state files (`server-<port>.json`), so any client can find a server. */
 export const SERVER_STATE_DIR = `${SANDBOX_HOME}/.abx/server`;
 

@@ -17,7 +17,7 @@ import {
   writeFile,
 } from 'node:fs/promises';
 import { basename, join } from 'node:path';
-import { SANDBOX_RUNTIME_DIR } from '../../runtime/protocol/constants.js';
+import { ENVD_FRONT_NAME, SANDBOX_RUNTIME_DIR } from '../../runtime/protocol/constants.js';
 import { InvalidArgumentError, SandboxStartError, UnavailableError } from '../errors.js';
 import { pidAlive } from '../util/pid-alive.js';
 import type { SandboxNode } from './provider.js';
@@ -303,6 +303,14 @@ async function sharedLibraries(nodePath: string): Promise<Library[]> {
   return libs;
 }
 
+/**
+ * A runtime file's mode in a copy of the runtime: readable by anyone; envd's front (a program,
+ * native/envd-front) executable too.
+ */
+export function runtimeFileMode(name: string): number {
+  return name === ENVD_FRONT_NAME ? 0o755 : 0o644;
+}
+
 /** Fills `partial` with bin/node (patched), lib/ and the runtime files, all readable by anyone. */
 async function build(
   partial: string,
@@ -326,7 +334,7 @@ async function build(
   await symlink('../bin/node', join(nodeDir, 'node'));
   for (const name of files) {
     await copyFile(join(runtimeDir, name), join(partial, name));
-    await chmod(join(partial, name), 0o644);
+    await chmod(join(partial, name), runtimeFileMode(name));
   }
   // `sudo` for root-allowing sandboxes, bound at /usr/bin/sudo there (never on PATH elsewhere).
   const sudoDir = join(partial, basename(SANDBOX_SUDO_DIR));

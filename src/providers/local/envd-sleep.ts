@@ -1,9 +1,13 @@
 import { execFile } from 'node:child_process';
-import { lstatSync } from 'node:fs';
+import { closeSync, lstatSync, openSync, readSync } from 'node:fs';
 import { lstat, readlink } from 'node:fs/promises';
 import { posix } from 'node:path';
 import { promisify } from 'node:util';
-import { SANDBOX_RUN_DIR } from '../../../runtime/protocol/constants.js';
+import {
+  ENVD_FRONT_NAME,
+  SANDBOX_RUN_DIR,
+  SANDBOX_RUNTIME_DIR,
+} from '../../../runtime/protocol/constants.js';
 import { envMilliseconds } from '../../util/env-ms.js';
 
 /**
@@ -57,6 +61,80 @@ export function sleepingEnvd(command: readonly string[], idleMs: number): string
   }
   args[at + 1] = '-';
   return [SHELL, '-c', LOOP, 'abx-envd', ...args, '--idle-exit-ms', String(idleMs)];
+}
+
+const FRONT = `${SANDBOX_RUNTIME_DIR}/${ENVD_FRONT_NAME}`;
+/** Node's envd's own socket under its front; the front holds envd.sock. */
+export const NODE_ENVD_SOCKET = `${SANDBOX_RUN_DIR}/envd-node.sock`;
+const ENVD_SOCKET = `${SANDBOX_RUN_DIR}/envd.sock`;
+
+/**
+ * envd's command line (as for {@link sleepingEnvd}) under its front, which holds envd's socket
+ * for the sandbox's whole life, runs commands itself while Node's envd sleeps and starts Node's
+ * envd (on {@link NODE_ENVD_SOCKET}, the tokens on its stdin, its log lines on its stdout) for
+ * any other request: docs/providers.md, "envd's front".
+ */
+export function frontedEnvd(command: readonly string[], idleMs: number): string[] {
+  const args = [...command];
+  const at = args.indexOf('--token-file');
+  const socketAt = args.indexOf('--socket');
+  if (at < 0 || args[at + 1] !== TOKEN_FILE || socketAt < 0 || args[socketAt + 1] !== ENVD_SOCKET) {
+    throw new Error(
+      `envd's command line has no --token-file ${TOKEN_FILE} and --socket ${ENVD_SOCKET} to hand on`,
+    );
+  }
+  args[at + 1] = '-';
+  args[socketAt + 1] = NODE_ENVD_SOCKET;
+  const own = (name: string) => {
+    const i = args.indexOf(name);
+    return i < 0 ? [] : [name, args[i + 1] as string];
+  };
+  return [
+    FRONT,
+    '--socket',
+    ENVD_SOCKET,
+    '--token-file',
+    TOKEN_FILE,
+    ...own('--capabilities'),
+    ...own('--template'),
+    '--runtime-shell',
+    `${SANDBOX_RUNTIME_DIR}/bin/sh`,
+    '--',
+    ...args,
+    '--idle-exit-ms',
+    String(Math.max(1, idleMs)),
+    '--log-stdout',
+  ];
+}
+
+/**
+ * Whether a command line is envd's front ({@link frontedEnvd}); it runs as envd does (the same
+ * user and umask), and holds envd's socket.
+ */
+export function isEnvdFront(argv: readonly string[]): boolean {
+  return argv[0] === FRONT && argv[1] === '--socket' && argv[2] === ENVD_SOCKET;
+}
+
+/**
+ * Whether a runtime folder on the host has a front this machine runs: an ELF executable for this
+ * machine's architecture. Without one, envd sleeps under the shell loop as before.
+ */
+export function frontIn(runtimeDir: string): boolean {
+  if (process.env.ABX_ENVD_FRONT !== '1') return false;
+  try {
+    const fd = openSync(`${runtimeDir}/${ENVD_FRONT_NAME}`, 'r');
+    try {
+      const head = Buffer.alloc(20);
+      readSync(fd, head, 0, 20, 0);
+      const machine = head.readUInt16LE(18);
+      const wanted = process.arch === 'x64' ? 0x3e : process.arch === 'arm64' ? 0xb7 : -1;
+      return head.readUInt32BE(0) === 0x7f454c46 && machine === wanted;
+    } finally {
+      closeSync(fd);
+    }
+  } catch {
+    return false;
+  }
 }
 
 /** The loop as daemons before the loop made the FIFO itself started it (a sandbox they left running). */

@@ -78,7 +78,14 @@ import {
   sweepEmptyCgroups,
   thawCgroups,
 } from './cgroups.js';
-import { envdIdleMs, imageHasShell, makeWakeFifo, sleepingEnvd } from './envd-sleep.js';
+import {
+  envdIdleMs,
+  frontedEnvd,
+  frontIn,
+  imageHasShell,
+  makeWakeFifo,
+  sleepingEnvd,
+} from './envd-sleep.js';
 import { fileInImage, folderInImage, regularFileInImage } from './home-seed.js';
 import { idmapMount } from './idmap.js';
 import { imageRootfs, pruneRootfs, ROOTFS_ROOT } from './image-rootfs.js';
@@ -548,6 +555,7 @@ export class LocalProvider implements SandboxProvider {
     }
     let argv: string[];
     let sleeps = false;
+    let fronted = false;
     let volumes: { binds: VolumeBind[]; release: () => void } | undefined;
     let rootLower: { stage: string; rootUid: number } | undefined;
     let workspace: MountedWorkspace | undefined;
@@ -605,8 +613,14 @@ export class LocalProvider implements SandboxProvider {
         this.envdIdleMs > 0 &&
         !spec.allowRoot &&
         (image ? await imageHasShell(image.rootfs) : existsSync('/bin/sh'));
+      // Under its front where the runtime has one for this machine (envd-sleep.ts): no FIFO.
+      fronted = sleeps && frontIn(portableDir ?? this.runtimeDir);
       const envdCommand = (command: string[]) =>
-        sleeps ? sleepingEnvd(command, this.envdIdleMs) : command;
+        fronted
+          ? frontedEnvd(command, this.envdIdleMs)
+          : sleeps
+            ? sleepingEnvd(command, this.envdIdleMs)
+            : command;
       const common = {
         hostname: spec.id,
         env: {
@@ -768,7 +782,8 @@ export class LocalProvider implements SandboxProvider {
         uid,
         cgroups,
         net,
-        sleeps,
+        // Under its front, envd's socket is always there: no FIFO to make.
+        sleeps: sleeps && !fronted,
         ...(rootLower && uid !== undefined ? { rootMap: { rootUid: rootLower.rootUid, uid } } : {}),
       });
       if (rootlessWs) {

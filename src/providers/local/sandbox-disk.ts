@@ -14,6 +14,7 @@ import { open } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { SandboxStartError } from '../../errors.js';
+import { runtimeFileMode } from '../portable-runtime.js';
 import { copyHomeTree } from './home-seed.js';
 
 const execFileAsync = promisify(execFile);
@@ -180,7 +181,7 @@ export function sharedRuntime(runtimeDir: string): string {
     chmodSync(RUNTIME_ROOT, 0o755);
     cpSync(runtimeDir, partial, { recursive: true });
     chmodSync(partial, 0o755);
-    for (const name of files) chmodSync(join(partial, name), 0o644);
+    for (const name of files) chmodSync(join(partial, name), runtimeFileMode(name));
     try {
       renameSync(partial, dir);
     } catch {

@@ -19,7 +19,7 @@ import {
 import { posix } from 'node:path';
 import { SANDBOX_RUN_DIR } from '../../../runtime/protocol/constants.js';
 import { isEnvdCommandLine, type SandboxHandle } from '../provider.js';
-import { isEnvdLoop } from './envd-sleep.js';
+import { isEnvdFront, isEnvdLoop } from './envd-sleep.js';
 import { processStartTime, processTree } from './proc.js';
 
 /**
@@ -381,6 +381,8 @@ function userEnvd(init: number): number | undefined {
       // envd's sleep loop (envd-sleep.ts) runs as envd does, with its umask: it is there while
       // envd sleeps.
       if (isEnvdLoop(argv)) argv = argv.slice(4);
+      // envd's front holds the user's envd socket, and runs as envd does.
+      if (isEnvdFront(argv)) return pid;
       if (!isEnvdCommandLine(argv)) continue;
       const at = argv.indexOf('--socket');
       if (at > 0 && argv[at + 1] === USER_ENVD_SOCKET) return pid;
