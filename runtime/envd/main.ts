@@ -234,7 +234,9 @@ if (values['log-stdout']) {
 observeSpawns((child, file) => logProcess(child, file));
 server.start().then(
   () => {
-    sandboxLog.write('info', 'envd started', { pid: String(process.pid) });
+    // Under the front, which logged `envd started` when the sandbox did: this is its Node part.
+    const started = values['log-stdout'] ? "envd's Node process started" : 'envd started';
+    sandboxLog.write('info', started, { pid: String(process.pid) });
     // What its start and each spell of requests left is given back once they are over.
     server.settleWhenQuiet(SETTLE_MS, settleGarbage);
     if (idleMs > 0 && values.socket) {

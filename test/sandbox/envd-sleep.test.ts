@@ -10,6 +10,8 @@ import { type RootlessDaemon, startRootlessDaemon } from '../helpers/rootless.js
 // envd sleeps when idle (docs/providers.md, "envd sleeps when idle"): with ABX_ENVD_IDLE_MS at
 // 1500, a local sandbox's envd exits once nothing has used it for 1.5 s (plus the ≤ 5 s its
 // last keep-alive connection lives), the sandbox stays running, and the next request wakes it.
+// This file is the shell loop's, which envd sleeps under where the runtime has no front
+// (ABX_ENVD_FRONT=0 here; envd-front.test.ts is the front's).
 
 const IDLE_MS = 1500;
 /** Idle time, the last keep-alive connection's 5 s, a check's second, and room on a busy host. */
@@ -44,9 +46,11 @@ async function untilAsleep(id: string): Promise<void> {
 describe('a root daemon', () => {
   let abx: Awaited<ReturnType<typeof createAbxHome>>;
   const before = process.env.ABX_ENVD_IDLE_MS;
+  const frontBefore = process.env.ABX_ENVD_FRONT;
 
   beforeAll(async () => {
     process.env.ABX_ENVD_IDLE_MS = String(IDLE_MS);
+    process.env.ABX_ENVD_FRONT = '0';
     abx = await createAbxHome();
     // The base template has no ports capability: one that does, for the gateway's port request.
     const file = join(abx.home, 'sleep-ports.yaml');
@@ -57,6 +61,8 @@ describe('a root daemon', () => {
   afterAll(async () => {
     if (before === undefined) delete process.env.ABX_ENVD_IDLE_MS;
     else process.env.ABX_ENVD_IDLE_MS = before;
+    if (frontBefore === undefined) delete process.env.ABX_ENVD_FRONT;
+    else process.env.ABX_ENVD_FRONT = frontBefore;
     await abx?.close();
   });
 
@@ -246,7 +252,9 @@ describe('a rootless daemon', () => {
   let daemon: RootlessDaemon;
 
   beforeAll(async () => {
-    daemon = await startRootlessDaemon({ env: { ABX_ENVD_IDLE_MS: String(IDLE_MS) } });
+    daemon = await startRootlessDaemon({
+      env: { ABX_ENVD_IDLE_MS: String(IDLE_MS), ABX_ENVD_FRONT: '0' },
+    });
   }, 300_000);
 
   afterAll(async () => {

@@ -1,7 +1,9 @@
 //! HTTP/1.1 as envd's clients speak it on its socket: request heads, bodies by length or chunks,
 //! answers, and the relay of one request and its answer to Node's envd.
 
+use crate::sys;
 use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 
 /// The longest request or answer head taken (Node's default is 16 KiB; a little more here, so
@@ -12,15 +14,37 @@ const MAX_HEAD: usize = 64 * 1024;
 pub struct Conn {
     pub stream: UnixStream,
     pub buf: Vec<u8>,
+    /// Another socket whose peer going away ends a wait for this one (the client of a request
+    /// handed to Node's envd: Node must see it go, as it would have directly).
+    pub watch: Option<RawFd>,
 }
 
 impl Conn {
     pub fn new(stream: UnixStream) -> Self {
-        Conn { stream, buf: Vec::new() }
+        Conn { stream, buf: Vec::new(), watch: None }
     }
     /// Reads more; false at the end of the stream.
     fn fill(&mut self) -> io::Result<bool> {
         let mut chunk = [0u8; 16 * 1024];
+        if let Some(watched) = self.watch {
+            loop {
+                let mut fds = [
+                    sys::PollFd { fd: self.stream.as_raw_fd(), events: sys::POLLIN, revents: 0 },
+                    // Only a peer that closed both ways (POLLHUP, POLLERR: always reported); one
+                    // that shut its writing side after its request still wants the answer.
+                    sys::PollFd { fd: watched, events: 0, revents: 0 },
+                ];
+                if sys::poll(&mut fds, -1) < 0 {
+                    continue;
+                }
+                if fds[1].revents & (sys::POLLHUP | sys::POLLERR) != 0 {
+                    return Err(io::ErrorKind::ConnectionAborted.into());
+                }
+                if fds[0].revents != 0 {
+                    break;
+                }
+            }
+        }
         loop {
             match self.stream.read(&mut chunk) {
                 Ok(0) => return Ok(false),
@@ -177,7 +201,9 @@ pub struct Head {
 
 impl Head {
     pub fn parse(raw: Vec<u8>) -> Option<Head> {
-        let text = std::str::from_utf8(&raw).ok()?;
+        // Field values may hold any byte (Latin-1 from some clients): read leniently here, and
+        // sent on to envd as they came (`raw`), which judges them.
+        let text = String::from_utf8_lossy(&raw).into_owned();
         let mut lines = text.split("\r\n");
         let mut first = lines.next()?.splitn(3, ' ');
         let first = [
@@ -363,7 +389,8 @@ mod tests {
         assert_eq!(h.first[0], "POST");
         assert_eq!(h.request_framing(), Some(Framing::Length(5)));
         assert!(h.keep_alive());
-        let h = Head::parse(b"GET / HTTP/1.1\r\ncontent-length: 5\r\ncontent-length: 6\r\n\r\n".to_vec()).unwrap();
+        let h = Head::parse(b"GET / HTTP/1.1\r\ncontent-length: 5\r\ncontent-length: 6\r\nx-m: caf\xe9\r\n\r\n".to_vec()).unwrap();
+        assert_eq!(h.field("x-m"), Some("caf\u{fffd}"));
         assert_eq!(h.request_framing(), None);
         assert_eq!(segments("//process//p%31/stdin?x=1"), Some((vec!["process".into(), "p1".into(), "stdin".into()], "x=1".into())));
         assert_eq!(segments("/a%zz"), None);

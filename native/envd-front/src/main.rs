@@ -22,6 +22,7 @@ use slog::log;
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, BufRead, BufReader, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Component, Path, PathBuf};
@@ -112,7 +113,7 @@ fn main() {
         }
     };
     let _ = fs::set_permissions(&front.cfg.socket, fs::Permissions::from_mode(0o600));
-    log().write("info", "envd front started", vec![("pid".into(), std::process::id().to_string())]);
+    log().write("info", "envd started", vec![("pid".into(), std::process::id().to_string())]);
     println!(
         "{{\"event\":\"listening\",\"socket\":{},\"pid\":{},\"front\":true}}",
         json::quoted(&front.cfg.socket),
@@ -392,8 +393,17 @@ fn capability(first: &str) -> Option<&'static str> {
 /// Serves one connection: request after request, each answered here or by Node's envd.
 fn serve(front: &Arc<Front>, mut conn: Conn) -> io::Result<()> {
     loop {
-        let Some(raw) = conn.head()? else { return Ok(()) };
-        let Some(head) = Head::parse(raw) else { return Ok(()) };
+        let raw = match conn.head() {
+            Ok(Some(raw)) => raw,
+            Ok(None) => return Ok(()),
+            // A head past the front's limit: envd's parser words the refusal (431).
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                let bytes = std::mem::take(&mut conn.buf);
+                return forward_raw(front, &mut conn, &bytes);
+            }
+            Err(e) => return Err(e),
+        };
+        let Some(head) = Head::parse(raw.clone()) else { return forward_raw(front, &mut conn, &raw) };
         let keep = head.keep_alive();
         let go_on = match handle(front, &mut conn, &head, keep)? {
             Handled::Answered => keep,
@@ -898,7 +908,28 @@ fn connect_node(front: &Arc<Front>) -> Result<UnixStream, String> {
     }
 }
 
+/// What a request's body is written to: Node's envd, until it stops taking it (it answered early
+/// and closed); the rest is read from the client and dropped, so the client gets to the answer.
+struct NodeSink<'a> {
+    node: &'a mut UnixStream,
+    failed: bool,
+}
+
+impl Write for NodeSink<'_> {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        if !self.failed && self.node.write_all(data).is_err() {
+            self.failed = true;
+        }
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Hands one request to Node's envd and its answer back; whether the client's connection goes on.
+/// A client that goes away (mid-body, or while envd works on the answer) closes the connection
+/// to envd, which sees it go as it would have directly (a cut upload, an interrupted cell).
 fn forward(front: &Arc<Front>, conn: &mut Conn, head: &Head, body: Option<Vec<u8>>) -> io::Result<bool> {
     let keep = head.keep_alive();
     let mut node = match connect_node(front) {
@@ -909,19 +940,35 @@ fn forward(front: &Arc<Front>, conn: &mut Conn, head: &Head, body: Option<Vec<u8
             return Ok(false);
         }
     };
-    let sent = node.write_all(&head.raw).and_then(|_| match &body {
-        Some(bytes) => node.write_all(bytes),
+    let framing = head.request_framing();
+    let mut sink = NodeSink { node: &mut node, failed: false };
+    let _ = sink.write(&head.raw);
+    let sent = match &body {
+        Some(bytes) => sink.write(bytes).map(|_| ()),
         // A body whose length cannot be told (two lengths) is not sent: envd refuses the head,
         // and the connection ends after its answer.
-        None => match head.request_framing() {
-            Some(f) => conn.relay_body(f, &mut node),
+        None => match framing {
+            Some(f) => conn.relay_body(f, &mut sink),
             None => Ok(()),
         },
-    });
-    let body_whole = sent.is_ok() && head.request_framing().is_some();
+    };
+    if sent.is_err() {
+        // The client went (or broke its framing) before its body was whole.
+        let _ = node.shutdown(std::net::Shutdown::Both);
+        return Ok(false);
+    }
     let mut answer = Conn::new(node.try_clone()?);
+    answer.watch = Some(conn.stream.as_raw_fd());
+    let gone = |node: &UnixStream| {
+        let _ = node.shutdown(std::net::Shutdown::Both);
+        Ok(false)
+    };
     loop {
-        let Some(raw) = answer.head()? else { return Ok(false) };
+        let raw = match answer.head() {
+            Ok(Some(raw)) => raw,
+            Ok(None) => return Ok(false),
+            Err(_) => return gone(&node),
+        };
         let Some(reply) = Head::parse(raw) else { return Ok(false) };
         conn.stream.write_all(&reply.raw)?;
         let status = reply.status();
@@ -938,19 +985,36 @@ fn forward(front: &Arc<Front>, conn: &mut Conn, head: &Head, body: Option<Vec<u8
             if procs::spawn(upstream).is_err() {
                 return Ok(false);
             }
+            answer.watch = None;
             conn.stream.write_all(&answer.buf)?;
             let _ = io::copy(&mut answer.stream, &mut conn.stream);
             let _ = conn.stream.shutdown(std::net::Shutdown::Write);
             return Ok(false);
         }
-        if status >= 100 && status < 200 {
+        if (100..200).contains(&status) {
             continue;
         }
-        let framing = reply.answer_framing(&head.first[0]);
-        answer.relay_body(framing, &mut conn.stream)?;
+        let out = reply.answer_framing(&head.first[0]);
+        if answer.relay_body(out, &mut conn.stream).is_err() {
+            return gone(&node);
+        }
         let node_keeps = !reply.fields.iter().any(|(n, v)| n == "connection" && v.eq_ignore_ascii_case("close"));
-        return Ok(keep && body_whole && framing != Framing::UntilEnd && node_keeps);
+        return Ok(keep && framing.is_some() && out != Framing::UntilEnd && node_keeps);
     }
+}
+
+/// Hands bytes that are no request the front can read (a malformed head) to Node's envd, whose
+/// parser refuses them in the contract's shape, and its answer back; the connection then ends.
+fn forward_raw(front: &Arc<Front>, conn: &mut Conn, bytes: &[u8]) -> io::Result<()> {
+    let mut node = match connect_node(front) {
+        Ok(s) => s,
+        Err(message) => return unavailable(&mut conn.stream, &message, false),
+    };
+    let _ = node.write_all(bytes);
+    let mut answer = Conn::new(node);
+    answer.watch = Some(conn.stream.as_raw_fd());
+    let _ = answer.relay_body(Framing::UntilEnd, &mut conn.stream);
+    Ok(())
 }
 
 /// Hands a request to Node's envd and reads its answer whole: (status, body as text).
@@ -985,7 +1049,7 @@ fn forward_whole(front: &Arc<Front>, head: &Head, body: &[u8]) -> Result<(u16, S
         answer.relay_body(reply.answer_framing(&head.first[0]), &mut text).map_err(fail)?;
         if reply.has_chunked() {
             // relay_body copies the framing as it came: take the chunks' data out.
-            let mut c = Conn { stream: UnixStream::pair().map_err(fail)?.0, buf: text };
+            let mut c = Conn { stream: UnixStream::pair().map_err(fail)?.0, buf: text, watch: None };
             text = c.chunked(usize::MAX).map_err(fail)?.map(|(b, _)| b).unwrap_or_default();
         }
         return Ok((reply.status(), String::from_utf8_lossy(&text).into_owned()));

@@ -25,6 +25,8 @@ pub struct PollFd {
 }
 
 pub const POLLIN: i16 = 1;
+pub const POLLERR: i16 = 8;
+pub const POLLHUP: i16 = 0x10;
 
 /// poll(2) on `fds` for up to `timeout` ms (-1: no limit); negative on an error (EINTR).
 pub fn poll(fds: &mut [PollFd], timeout: i32) -> i32 {

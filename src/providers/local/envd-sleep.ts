@@ -120,7 +120,7 @@ export function isEnvdFront(argv: readonly string[]): boolean {
  * machine's architecture. Without one, envd sleeps under the shell loop as before.
  */
 export function frontIn(runtimeDir: string): boolean {
-  if (process.env.ABX_ENVD_FRONT !== '1') return false;
+  if (process.env.ABX_ENVD_FRONT === '0') return false;
   try {
     const fd = openSync(`${runtimeDir}/${ENVD_FRONT_NAME}`, 'r');
     try {
