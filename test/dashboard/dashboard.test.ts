@@ -281,11 +281,18 @@ describe.skipIf(!HAS_CHROMIUM)(
       const page = await newPage();
       await signInWithKey(page, adminKey);
       for (const sandbox of sandboxes) {
-        // Two samples or more make a line (the daemon here samples every second).
-        await row(page, sandbox.sandboxId)
-          .locator('svg.spark polyline')
-          .first()
-          .waitFor({ timeout: 20_000 });
+        // Two samples or more make a line (the daemon here samples every second). An idle
+        // sandbox's CPU line is flat (no height: not "visible" to Playwright): its points count.
+        await expect
+          .poll(
+            async () => {
+              const line = row(page, sandbox.sandboxId).locator('svg.spark polyline').first();
+              if ((await line.count()) === 0) return 0;
+              return ((await line.getAttribute('points')) ?? '').trim().split(/\s+/).length;
+            },
+            { timeout: 20_000 },
+          )
+          .toBeGreaterThanOrEqual(2);
         expect(
           await row(page, sandbox.sandboxId).locator('td.metric').first().textContent(),
         ).toMatch(/\d%/);

@@ -235,6 +235,8 @@ describe('the portable runtime folder', () => {
       '/sudo-bin',
       '/sudo-bin/sudo',
       `/lib/${loader}`,
+      // envd's front (native/envd-front), where the build had cargo.
+      ...(existsSync(join(ROOT, 'dist', 'runtime', 'envd-front')) ? ['/envd-front'] : []),
     ]);
     const modes = modesUnder(runtime.dir);
     expect(modes).toEqual(

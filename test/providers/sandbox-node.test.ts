@@ -66,8 +66,9 @@ const engine = isRoot ? await dockerEngine() : { reason: 'image sandboxes need a
  */
 async function nodesIn(box: Sandbox) {
   const shell = await box.commands.run(
-    // pid 2 is envd, or the shell loop envd runs under (its child) where it sleeps when idle.
-    'command -v node; node --version; envd=$(readlink /proc/2/exe); case "$envd" in */sh|*/dash|*/bash|*/ash|*/busybox) envd=$(readlink /proc/$(cut -d" " -f1 /proc/2/task/2/children)/exe);; esac; echo "$envd"; "$envd" --version',
+    // pid 2 is envd's front (the Node it starts comes after its `--`), or the shell loop envd
+    // runs under (its child) without one, or envd.
+    'command -v node; node --version; envd=$(readlink /proc/2/exe); case "$envd" in */envd-front) envd=$(tr "\\0" "\\n" < /proc/2/cmdline | sed -n "/^--$/{n;p;q}");; */sh|*/dash|*/bash|*/ash|*/busybox) envd=$(readlink /proc/$(cut -d" " -f1 /proc/2/task/2/children)/exe);; esac; echo "$envd"; "$envd" --version',
   );
   const [onPath, version, envd, envdVersion] = shell.stdout.trim().split('\n');
   const code = (

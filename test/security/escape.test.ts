@@ -17,6 +17,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { orphanNetProcesses } from '../../src/egress/sandbox-net.js';
 import { Sandbox, Templates } from '../../src/index.js';
 import { startDaemon } from '../../src/installation/daemon-connection.js';
+import { isEnvdFront } from '../../src/providers/local/envd-sleep.js';
 import { isEnvdCommandLine } from '../../src/providers/provider.js';
 import { CLI, runProgram } from '../cli/abx.js';
 import { createAbxHome, sandboxProcesses } from '../helpers/abx-home.js';
@@ -66,6 +67,15 @@ async function python(box: Sandbox, code: string, timeoutMs = 30_000) {
 const ENVD_OOM_FIRST =
   'e=2; case "$(readlink /proc/2/exe)" in */sh|*/dash|*/bash) e=$(cut -d" " -f1 /proc/2/task/2/children);; esac; echo 1000 > /proc/$e/oom_score_adj';
 
+/**
+ * Then the memory limit exhausted by four processes that allocate without end: the OOM killer
+ * takes the process with the highest score first, and envd's (its adjustment adds the whole
+ * limit) is above each of theirs even where envd itself is small (its front); one process
+ * holding nearly all the limit alone would score higher and be taken instead. The others are
+ * taken in turn as they grow, and the sandbox has nothing left.
+ */
+const OOM_ATTACK = `${ENVD_OOM_FIRST} && for i in 1 2 3 4; do /usr/bin/python3 -c "x = [bytearray(4 << 20) for _ in iter(int, 1)]" & done; wait`;
+
 /** The real host uid a sandbox's processes run as, read from the host. */
 function hostUid(sandboxId: string): number {
   const status = readFileSync(`/proc/${envdPid(sandboxId)}/status`, 'utf8');
@@ -73,14 +83,18 @@ function hostUid(sandboxId: string): number {
 }
 
 /**
- * The host pid of the sandbox's envd (for looking at it from the host), or of the shell loop it
- * runs under (its uid and root, there while envd sleeps when idle: docs/providers.md).
+ * The host pid of the sandbox's envd (for looking at it from the host): its front, or the shell
+ * loop it runs under without one (its uid and root, there while envd sleeps: docs/providers.md).
  */
 function envdPid(sandboxId: string): number {
   const pid = sandboxProcesses(sandboxId).find((p) => {
     try {
       const argv = readFileSync(`/proc/${p}/cmdline`, 'utf8').split('\0');
-      return (argv[0]?.endsWith('node') && isEnvdCommandLine(argv)) || argv[3] === 'abx-envd';
+      return (
+        (argv[0]?.endsWith('node') && isEnvdCommandLine(argv)) ||
+        argv[3] === 'abx-envd' ||
+        isEnvdFront(argv)
+      );
     } catch {
       return false;
     }
@@ -427,7 +441,7 @@ describe.runIf(IS_ROOT).each(modes)('escape attempts against a %s', (mode, insta
     const id = victim.sandboxId;
     // The attacker makes envd the OOM killer's first choice, then exhausts the memory limit.
     await victim.commands
-      .run(`${ENVD_OOM_FIRST} && /usr/bin/python3 -c "x = bytearray(1 << 30)"`, {
+      .run(OOM_ATTACK, {
         timeoutMs: 20_000,
       })
       .catch(() => undefined);
@@ -616,10 +630,7 @@ describe.skipIf(internetUnavailable()).each(hostEgressModes)(
         });
         const id = victim.sandboxId;
         expect(orphanNetProcesses((x) => x === id).length).toBe(2);
-        const attack =
-          how === 'oom'
-            ? `${ENVD_OOM_FIRST} && /usr/bin/python3 -c "x = bytearray(1 << 30)"`
-            : 'kill -9 -1';
+        const attack = how === 'oom' ? OOM_ATTACK : 'kill -9 -1';
         await victim.commands.run(attack, { timeoutMs: 20_000 }).catch(() => undefined);
         const info = await waitFor(
           () => victim.getInfo(),

@@ -2,7 +2,7 @@ import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { copyFileSync, existsSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { request } from 'undici';
+import { type Dispatcher, request } from 'undici';
 
 export const ROOT = join(import.meta.dirname, '..', '..');
 export const SERVER_BUNDLE = join(ROOT, 'dist', 'runtime', 'server.cjs');
@@ -53,6 +53,8 @@ export interface CallOptions {
   /** Bearer token; `null` sends none. Defaults to the server's own token. */
   token?: string | null;
   headers?: Record<string, string>;
+  /** Where the call goes (a Unix socket's agent); undici's global one by default. */
+  dispatcher?: Dispatcher;
 }
 
 const running = new Set<ChildProcess>();
@@ -135,7 +137,12 @@ export async function call(url: string, path: string, options: CallOptions = {})
     payload = JSON.stringify(body);
     headers['content-type'] = 'application/json';
   }
-  const response = await request(`${url}${path}`, { method, headers, body: payload });
+  const response = await request(`${url}${path}`, {
+    method,
+    headers,
+    body: payload,
+    ...(options.dispatcher ? { dispatcher: options.dispatcher } : {}),
+  });
   const text = await response.body.text();
   let json: unknown;
   try {

@@ -6,9 +6,11 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 
-/// The longest request or answer head taken (Node's default is 16 KiB; a little more here, so
-/// Node's own 431 is what a client gets).
-const MAX_HEAD: usize = 64 * 1024;
+/// The longest request head read here: Node's own limit (`--max-http-header-size`, 16 KiB). A
+/// longer one goes to envd's parser, whose 431 the client gets.
+const MAX_HEAD: usize = 16 * 1024;
+/// The longest answer head taken from Node's envd.
+const MAX_ANSWER_HEAD: usize = 1024 * 1024;
 
 /// A socket and the bytes read from it but not used yet.
 pub struct Conn {
@@ -59,11 +61,21 @@ impl Conn {
     }
     /// The bytes up to and with the next "\r\n\r\n"; None at a clean end before any byte.
     pub fn head(&mut self) -> io::Result<Option<Vec<u8>>> {
+        self.head_within(MAX_HEAD)
+    }
+    /// An answer's head (from Node's envd, which keeps its own limits).
+    pub fn answer_head(&mut self) -> io::Result<Option<Vec<u8>>> {
+        self.head_within(MAX_ANSWER_HEAD)
+    }
+    fn head_within(&mut self, limit: usize) -> io::Result<Option<Vec<u8>>> {
         loop {
             if let Some(at) = find(&self.buf, b"\r\n\r\n") {
+                if at + 4 > limit {
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, "head too large"));
+                }
                 return Ok(Some(self.buf.drain(..at + 4).collect()));
             }
-            if self.buf.len() > MAX_HEAD {
+            if self.buf.len() > limit {
                 return Err(io::Error::new(io::ErrorKind::InvalidData, "head too large"));
             }
             if !self.fill()? {
@@ -221,6 +233,21 @@ impl Head {
         }
         Some(Head { raw, first, fields })
     }
+    /// Whether this is a request line HTTP/1.x allows (a method token, a target without spaces
+    /// or control bytes, a version) with well-formed field names: anything else is for envd's own
+    /// parser to refuse.
+    pub fn valid_request(&self) -> bool {
+        let raw_line = self.raw.split(|b| *b == b'\r').next().unwrap_or(&[]);
+        let parts: Vec<&[u8]> = raw_line.split(|b| *b == b' ').collect();
+        let token = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
+        parts.len() == 3
+            && !parts[0].is_empty()
+            && parts[0].iter().all(token)
+            && !parts[1].is_empty()
+            && parts[1].iter().all(|b| *b > 0x20 && *b != 0x7f)
+            && (parts[2] == b"HTTP/1.1" || parts[2] == b"HTTP/1.0")
+            && self.fields.iter().all(|(name, _)| !name.is_empty() && name.bytes().all(|b| token(&b)))
+    }
     pub fn field(&self, name: &str) -> Option<&str> {
         self.fields.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
     }
@@ -272,6 +299,25 @@ impl Head {
     }
 }
 
+thread_local! {
+    /// Whether the request being answered on this thread came from a browser (an `origin`):
+    /// its answer then lets any origin read it, as envd's do (runtime/server/server.ts).
+    static FROM_BROWSER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Notes whether the request now answered on this thread has an `origin`.
+pub fn set_browser(yes: bool) {
+    FROM_BROWSER.with(|b| b.set(yes));
+}
+
+fn cors() -> &'static str {
+    if FROM_BROWSER.with(|b| b.get()) {
+        "access-control-allow-origin: *\r\naccess-control-expose-headers: *\r\n"
+    } else {
+        ""
+    }
+}
+
 pub fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
@@ -286,11 +332,12 @@ pub fn reason(status: u16) -> &'static str {
 /// A whole answer with a body.
 pub fn answer(to: &mut dyn Write, status: u16, content_type: &str, body: &[u8], keep: bool) -> io::Result<()> {
     let head = format!(
-        "HTTP/1.1 {} {}\r\ncontent-type: {}\r\ncontent-length: {}\r\n{}\r\n",
+        "HTTP/1.1 {} {}\r\ncontent-type: {}\r\ncontent-length: {}\r\n{}{}\r\n",
         status,
         reason(status),
         content_type,
         body.len(),
+        cors(),
         if keep { "" } else { "connection: close\r\n" }
     );
     let mut all = head.into_bytes();
@@ -318,9 +365,10 @@ pub struct Chunked<'a> {
 impl<'a> Chunked<'a> {
     pub fn start(to: &'a mut UnixStream, content_type: &str, extra: &str, keep: bool) -> io::Result<Self> {
         let head = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: {}\r\n{}transfer-encoding: chunked\r\n{}\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-type: {}\r\n{}{}transfer-encoding: chunked\r\n{}\r\n",
             content_type,
             extra,
+            cors(),
             if keep { "" } else { "connection: close\r\n" }
         );
         to.write_all(head.as_bytes())?;

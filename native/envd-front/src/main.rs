@@ -403,8 +403,11 @@ fn serve(front: &Arc<Front>, mut conn: Conn) -> io::Result<()> {
             }
             Err(e) => return Err(e),
         };
-        let Some(head) = Head::parse(raw.clone()) else { return forward_raw(front, &mut conn, &raw) };
+        let Some(head) = Head::parse(raw.clone()).filter(Head::valid_request) else {
+            return forward_raw(front, &mut conn, &raw);
+        };
         let keep = head.keep_alive();
+        http::set_browser(head.field("origin").is_some());
         let go_on = match handle(front, &mut conn, &head, keep)? {
             Handled::Answered => keep,
             Handled::Forward(body) => forward(front, &mut conn, &head, body)?,
@@ -649,15 +652,15 @@ fn route(
                 *n += 1;
                 format!("w{}", *n - 1)
             };
-            let Ok(proc) = front.warmups.start(id, spec, false) else { return Ok(false) };
-            stream_events(out, &proc, (0, 0), true, false, Some(proc.info_json()), keep)?;
+            let Ok((proc, info)) = front.warmups.start(id, spec, false) else { return Ok(false) };
+            stream_events(out, &proc, (0, 0), true, false, Some(info), keep)?;
             Ok(true)
         }
         ("POST", ["exec"]) => {
             let Some(args) = object(body) else { return Ok(false) };
-            let Some(proc) = start_exec(front, &args) else { return Ok(false) };
+            let Some((proc, info)) = start_exec(front, &args) else { return Ok(false) };
             let base64 = matches!(args.get("output"), Some(Value::Str(o)) if o == "base64");
-            stream_events(out, &proc, (0, 0), true, base64, Some(proc.info_json()), keep)?;
+            stream_events(out, &proc, (0, 0), true, base64, Some(info), keep)?;
             Ok(true)
         }
         ("PUT", ["env"]) => {
@@ -761,7 +764,7 @@ fn passwd(user: &str) -> Option<(u32, u32, String)> {
 /// Starts `POST /exec`'s process as envd would, or None when envd should take the request: an
 /// argument the front does not take exactly, a user it would refuse, a start that fails (envd
 /// words those errors), or Node's envd woke meanwhile.
-fn start_exec(front: &Arc<Front>, args: &Value) -> Option<Arc<Proc>> {
+fn start_exec(front: &Arc<Front>, args: &Value) -> Option<(Arc<Proc>, String)> {
     if !only(args, EXEC_ARGS) {
         return None;
     }
@@ -868,13 +871,13 @@ fn start_exec(front: &Arc<Front>, args: &Value) -> Option<Arc<Proc>> {
         timeout_ms: (timeout * 1000.0).round() as u64,
         keep_stdin,
     };
-    let proc = front.table.start(format!("p{}", number), spec, true).ok()?;
+    let started = front.table.start(format!("p{}", number), spec, true).ok()?;
     st.next_process = number + 1;
     write_private(
         &front.cfg.run_dir.join("ids.json"),
         &format!("{{\"process\":{},\"terminal\":{}}}", st.next_process, st.next_terminal),
     );
-    Some(proc)
+    Some(started)
 }
 
 fn stream_events(
@@ -941,39 +944,90 @@ fn forward(front: &Arc<Front>, conn: &mut Conn, head: &Head, body: Option<Vec<u8
         }
     };
     let framing = head.request_framing();
-    let mut sink = NodeSink { node: &mut node, failed: false };
-    let _ = sink.write(&head.raw);
-    let sent = match &body {
-        Some(bytes) => sink.write(bytes).map(|_| ()),
-        // A body whose length cannot be told (two lengths) is not sent: envd refuses the head,
-        // and the connection ends after its answer.
-        None => match framing {
-            Some(f) => conn.relay_body(f, &mut sink),
-            None => Ok(()),
-        },
+    let _ = node.write_all(&head.raw);
+    // The body goes to envd on a thread of its own while its answer is read here: envd may answer
+    // before the body is whole (a declared length over its limit: 413; `Expect: 100-continue`).
+    let mut body_conn = Conn { stream: conn.stream.try_clone()?, buf: std::mem::take(&mut conn.buf), watch: None };
+    let mut to_node = node.try_clone()?;
+    let send_body = move || {
+        let mut sink = NodeSink { node: &mut to_node, failed: false };
+        let sent = match (&body, framing) {
+            (Some(bytes), _) => sink.write(bytes).map(|_| ()),
+            (None, Some(f)) => body_conn.relay_body(f, &mut sink),
+            // A body whose length cannot be told (two lengths) is not sent: envd refuses the
+            // head, and the connection ends after its answer.
+            (None, None) => Ok(()),
+        };
+        if sent.is_err() {
+            // The client went (or broke its framing) before its body was whole: envd sees it go.
+            let _ = to_node.shutdown(std::net::Shutdown::Both);
+        }
+        (body_conn, sent.is_ok())
     };
-    if sent.is_err() {
-        // The client went (or broke its framing) before its body was whole.
-        let _ = node.shutdown(std::net::Shutdown::Both);
+    let sender = std::thread::Builder::new().stack_size(procs::STACK).spawn(send_body);
+    let Ok(sender) = sender else {
+        // No thread to be had: the request is not sent (the sandbox's process limit).
+        unavailable(&mut conn.stream, "envd's front has no thread for the request (the sandbox's process limit)", false)?;
         return Ok(false);
-    }
+    };
+    let body_done = |conn: &mut Conn, sender: std::thread::JoinHandle<(Conn, bool)>| -> bool {
+        // Envd answers a whole body only once it has read it: the sender is then about to end.
+        // One still busy after a while is reading a body envd did not wait for.
+        for _ in 0..100 {
+            if sender.is_finished() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if !sender.is_finished() {
+            // Answered before the body was whole: the rest is not read, and the connection ends.
+            let _ = conn.stream.shutdown(std::net::Shutdown::Read);
+            let _ = sender.join();
+            return false;
+        }
+        match sender.join() {
+            Ok((body_conn, whole)) => {
+                conn.buf = body_conn.buf;
+                whole
+            }
+            Err(_) => false,
+        }
+    };
     let mut answer = Conn::new(node.try_clone()?);
     answer.watch = Some(conn.stream.as_raw_fd());
     let gone = |node: &UnixStream| {
         let _ = node.shutdown(std::net::Shutdown::Both);
         Ok(false)
     };
+    let mut sender = Some(sender);
     loop {
-        let raw = match answer.head() {
+        let raw = match answer.answer_head() {
             Ok(Some(raw)) => raw,
-            Ok(None) => return Ok(false),
-            Err(_) => return gone(&node),
+            Ok(None) | Err(_) => {
+                let _ = node.shutdown(std::net::Shutdown::Both);
+                if let Some(s) = sender.take() {
+                    body_done(conn, s);
+                }
+                return Ok(false);
+            }
         };
-        let Some(reply) = Head::parse(raw) else { return Ok(false) };
+        let Some(reply) = Head::parse(raw) else {
+            let _ = node.shutdown(std::net::Shutdown::Both);
+            if let Some(s) = sender.take() {
+                body_done(conn, s);
+            }
+            return Ok(false);
+        };
         conn.stream.write_all(&reply.raw)?;
         let status = reply.status();
         if status == 101 {
             // An upgrade (a forwarded port's WebSocket): bytes both ways until either side ends.
+            // Its request had no body: the sender is done.
+            if let Some(s) = sender.take() {
+                if !body_done(conn, s) {
+                    return gone(&node);
+                }
+            }
             let mut up = conn.stream.try_clone()?;
             let mut to_node = node.try_clone()?;
             let pending = std::mem::take(&mut conn.buf);
@@ -995,11 +1049,13 @@ fn forward(front: &Arc<Front>, conn: &mut Conn, head: &Head, body: Option<Vec<u8
             continue;
         }
         let out = reply.answer_framing(&head.first[0]);
-        if answer.relay_body(out, &mut conn.stream).is_err() {
+        let relayed = answer.relay_body(out, &mut conn.stream).is_ok();
+        let whole = sender.take().map(|s| body_done(conn, s)).unwrap_or(false);
+        if !relayed {
             return gone(&node);
         }
         let node_keeps = !reply.fields.iter().any(|(n, v)| n == "connection" && v.eq_ignore_ascii_case("close"));
-        return Ok(keep && framing.is_some() && out != Framing::UntilEnd && node_keeps);
+        return Ok(keep && whole && framing.is_some() && out != Framing::UntilEnd && node_keeps);
     }
 }
 
@@ -1041,7 +1097,7 @@ fn forward_whole(front: &Arc<Front>, head: &Head, body: &[u8]) -> Result<(u16, S
     node.write_all(&raw).and_then(|_| node.write_all(body)).map_err(fail)?;
     let mut answer = Conn::new(node);
     loop {
-        let reply = answer.head().map_err(fail)?.and_then(Head::parse).ok_or("envd closed the connection")?;
+        let reply = answer.answer_head().map_err(fail)?.and_then(Head::parse).ok_or("envd closed the connection")?;
         if reply.status() < 200 {
             continue;
         }

@@ -164,7 +164,8 @@ impl Table {
 
     /// Starts `spec` as `id`; the spawn's error when it cannot (the caller lets envd word it).
     /// `listed`: false for the warmup, which no listing shows.
-    pub fn start(self: &Arc<Self>, id: String, spec: Spec, listed: bool) -> io::Result<Arc<Proc>> {
+    /// Returns the process and its `start` view, taken before it can have ended (as envd's is).
+    pub fn start(self: &Arc<Self>, id: String, spec: Spec, listed: bool) -> io::Result<(Arc<Proc>, String)> {
         let mut cmd = Command::new(&spec.program);
         cmd.args(&spec.args)
             .current_dir(&spec.cwd)
@@ -203,6 +204,7 @@ impl Table {
             changed: Condvar::new(),
             stdin: Mutex::new(stdin),
         });
+        let info = proc.info_json();
         let name = spec.program.rsplit('/').next().unwrap_or("").to_string();
         let fields = vec![("pid".to_string(), pid.to_string()), ("cmd".to_string(), name.clone())];
         log().write("info", &format!("process {} started", name), fields.clone());
@@ -230,7 +232,7 @@ impl Table {
             sys::kill_group(pid, 9);
             run();
         }
-        Ok(proc)
+        Ok((proc, info))
     }
 
     /// The process ended and its pipes closed (Node's 'close'): its logs close, the log says
