@@ -263,6 +263,39 @@ describe.skipIf(!existsSync(FRONT_BINARY))("envd's front", () => {
     expect(health?.status).toBe(200);
   });
 
+  test('a token replacement envd takes is the front’s too; a browser may read its answers', async () => {
+    const front = await start();
+    const client = 'replaced-client-token-0123456789abcdefABCDEF';
+    const control = 'replaced-control-token-0123456789abcdefABCDEF';
+    const [replaced] = await rawRequests(
+      front,
+      post('/tokens', JSON.stringify({ client, control }), TOKEN, 'PUT'),
+      1,
+    );
+    expect(JSON.parse(replaced?.body ?? '')).toEqual({ replaced: true });
+    const [old, fresh, byNode, again] = await rawRequests(
+      front,
+      get('/process') +
+        get('/process', control) +
+        get('/env', control) +
+        post('/tokens', JSON.stringify({ client, control }), control, 'PUT'),
+      4,
+    );
+    // The old token is refused here (and by Node's envd); the new one works in both.
+    expect(old?.status).toBe(401);
+    expect(fresh?.status).toBe(200);
+    expect(byNode?.status).toBe(200);
+    // envd takes one replacement: the second is its 400, and changes nothing.
+    expect(again?.status).toBe(400);
+    const [cors] = await rawRequests(
+      front,
+      `GET /process HTTP/1.1\r\nhost: envd\r\norigin: http://page.test\r\nauthorization: Bearer ${control}\r\n\r\n`,
+      1,
+    );
+    expect(cors?.headers).toMatch(/access-control-allow-origin: \*/);
+    expect(cors?.headers).toMatch(/access-control-expose-headers: \*/);
+  });
+
   test('bad input gets envd’s own answer, and the connection goes on', async () => {
     const front = await start();
     const [badJson, unknownArg, noCwd, after] = await rawRequests(

@@ -64,6 +64,8 @@ struct NodeState {
 
 struct Front {
     cfg: Config,
+    /// (client, control): the token file's, or what a `PUT /tokens` envd took replaced them with.
+    tokens: Mutex<(Vec<u8>, Vec<u8>)>,
     node: Mutex<NodeState>,
     node_changed: Condvar,
     table: Arc<Table>,
@@ -89,6 +91,7 @@ fn main() {
     let mut env: BTreeMap<String, String> = std::env::vars().collect();
     let (next_process, next_terminal) = load_saved(&cfg.run_dir, &mut env);
     let front = Arc::new(Front {
+        tokens: Mutex::new((cfg.client.clone(), cfg.control.clone())),
         node: Mutex::new(NodeState { awake: false, starting: false, env, next_process, next_terminal }),
         node_changed: Condvar::new(),
         table: Arc::new(Table::new()),
@@ -266,9 +269,10 @@ impl Front {
             .stderr(Stdio::inherit())
             .spawn()?;
         if let Some(mut stdin) = child.stdin.take() {
-            let mut tokens = cfg.client.clone();
+            let (client, control) = self.tokens.lock().unwrap().clone();
+            let mut tokens = client;
             tokens.push(b'\n');
-            tokens.extend_from_slice(&cfg.control);
+            tokens.extend_from_slice(&control);
             tokens.push(b'\n');
             let _ = stdin.write_all(&tokens);
         }
@@ -370,9 +374,10 @@ impl Front {
 /// capabilities), or neither.
 fn access(front: &Front, head: &Head) -> Option<Access> {
     let given = head.field("authorization").and_then(|v| v.strip_prefix("Bearer ")).unwrap_or("");
-    if sys::same_secret(given.as_bytes(), &front.cfg.control) {
+    let (client, control) = front.tokens.lock().unwrap().clone();
+    if sys::same_secret(given.as_bytes(), &control) {
         Some(Access::Control)
-    } else if sys::same_secret(given.as_bytes(), &front.cfg.client) {
+    } else if sys::same_secret(given.as_bytes(), &client) {
         Some(Access::Client)
     } else {
         None
@@ -480,7 +485,7 @@ fn handle(front: &Arc<Front>, conn: &mut Conn, head: &Head, keep: bool) -> io::R
 /// Whether a route may be answered here (before its body is judged).
 fn answer_here(front: &Front, method: &str, p: &[&str]) -> bool {
     match (method, p) {
-        ("GET", ["logs"]) | ("GET", ["process"]) => true,
+        ("GET", ["logs"]) | ("GET", ["process"]) | ("PUT", ["tokens"]) => true,
         ("POST", ["exec"]) | ("POST", ["exec", "warmup"]) | ("PUT", ["env"]) => !front.node_awake(),
         ("GET", ["exec", id, "events"])
         | ("GET", ["process", id])
@@ -535,6 +540,27 @@ fn route(
                     http::json(out, 200, &format!("{{\"processes\":[{}]}}", all.join(",")), keep)?;
                 }
                 Ok((status, text)) => http::json(out, status, &text, keep)?,
+                Err(message) => unavailable(out, &message, keep)?,
+            }
+            Ok(true)
+        }
+        ("PUT", ["tokens"]) => {
+            // envd judges the replacement (once, the control token, well-formed tokens); once it
+            // took it, the front takes the same, and the old tokens are refused here too.
+            match forward_whole(front, head, body) {
+                Ok((status, text)) => {
+                    if status == 200 {
+                        let given = object(body);
+                        let token = |k: &str| match given.as_ref().and_then(|v| v.get(k)) {
+                            Some(Value::Str(t)) => Some(t.as_bytes().to_vec()),
+                            _ => None,
+                        };
+                        if let (Some(client), Some(control)) = (token("client"), token("control")) {
+                            *front.tokens.lock().unwrap() = (client, control);
+                        }
+                    }
+                    http::json(out, status, &text, keep)?;
+                }
                 Err(message) => unavailable(out, &message, keep)?,
             }
             Ok(true)

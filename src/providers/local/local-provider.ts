@@ -607,14 +607,13 @@ export class LocalProvider implements SandboxProvider {
         image ? SANDBOX_NODE : (hostNode as NoImageNode).node,
         ...envdArguments(`${SANDBOX_RUN_DIR}/token`, spec, image ? ['--home', home] : []),
       ];
-      // envd sleeps when idle under a shell loop (envd-sleep.ts), where the sandbox has a
-      // /bin/sh; not where root's envd runs beside it (root.cjs starts both: they stay).
+      // envd sleeps when idle, not where root's envd runs beside it (root.cjs starts both: they
+      // stay): under its front where the runtime has one for this machine (envd-sleep.ts; no
+      // shell needed, no FIFO), else under a shell loop where the sandbox has a /bin/sh.
+      const idles = this.envdIdleMs > 0 && !spec.allowRoot;
+      fronted = idles && frontIn(portableDir ?? this.runtimeDir);
       sleeps =
-        this.envdIdleMs > 0 &&
-        !spec.allowRoot &&
-        (image ? await imageHasShell(image.rootfs) : existsSync('/bin/sh'));
-      // Under its front where the runtime has one for this machine (envd-sleep.ts): no FIFO.
-      fronted = sleeps && frontIn(portableDir ?? this.runtimeDir);
+        idles && !fronted && (image ? await imageHasShell(image.rootfs) : existsSync('/bin/sh'));
       const envdCommand = (command: string[]) =>
         fronted
           ? frontedEnvd(command, this.envdIdleMs)
@@ -782,8 +781,7 @@ export class LocalProvider implements SandboxProvider {
         uid,
         cgroups,
         net,
-        // Under its front, envd's socket is always there: no FIFO to make.
-        sleeps: sleeps && !fronted,
+        sleeps,
         ...(rootLower && uid !== undefined ? { rootMap: { rootUid: rootLower.rootUid, uid } } : {}),
       });
       if (rootlessWs) {
