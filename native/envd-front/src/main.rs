@@ -459,27 +459,26 @@ fn handle(front: &Arc<Front>, conn: &mut Conn, head: &Head, keep: bool) -> io::R
             }
         }
     }
-    // The body, whole, for the routes answered here.
-    let body = match framing {
-        Framing::None => Vec::new(),
-        Framing::Length(n) if n as usize <= BODY_LIMIT => conn.take(n as usize)?,
+    // Every other route streams to Node's envd as it comes (an upload is never held here), and
+    // so does a client that waits for `100 Continue` (envd sends it).
+    if !answer_here(front, method, &p) || head.field("expect").is_some() {
+        return Ok(Handled::Forward(None));
+    }
+    // The body, whole, for a route answered here.
+    let (body, raw) = match framing {
+        Framing::None => (Vec::new(), Vec::new()),
+        Framing::Length(n) if n as usize <= BODY_LIMIT => {
+            let body = conn.take(n as usize)?;
+            (body.clone(), body)
+        }
         Framing::Chunked => match conn.chunked(BODY_LIMIT)? {
-            Some((body, raw)) => {
-                if !answer_here(front, method, &p) {
-                    return Ok(Handled::Forward(Some(raw)));
-                }
-                let done = route(front, conn, head, method, &p, &query, &body, keep)?;
-                return Ok(if done { Handled::Answered } else { Handled::Forward(Some(raw)) });
-            }
+            Some(both) => both,
             None => return Ok(Handled::Forward(None)),
         },
         _ => return Ok(Handled::Forward(None)),
     };
-    if !answer_here(front, method, &p) {
-        return Ok(Handled::Forward(Some(body)));
-    }
     let done = route(front, conn, head, method, &p, &query, &body, keep)?;
-    Ok(if done { Handled::Answered } else { Handled::Forward(Some(body)) })
+    Ok(if done { Handled::Answered } else { Handled::Forward(Some(raw)) })
 }
 
 /// Whether a route may be answered here (before its body is judged).
