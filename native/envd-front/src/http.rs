@@ -23,7 +23,11 @@ pub struct Conn {
 
 impl Conn {
     pub fn new(stream: UnixStream) -> Self {
-        Conn { stream, buf: Vec::new(), watch: None }
+        Conn {
+            stream,
+            buf: Vec::new(),
+            watch: None,
+        }
     }
     /// Reads more; false at the end of the stream.
     fn fill(&mut self) -> io::Result<bool> {
@@ -31,10 +35,18 @@ impl Conn {
         if let Some(watched) = self.watch {
             loop {
                 let mut fds = [
-                    sys::PollFd { fd: self.stream.as_raw_fd(), events: sys::POLLIN, revents: 0 },
+                    sys::PollFd {
+                        fd: self.stream.as_raw_fd(),
+                        events: sys::POLLIN,
+                        revents: 0,
+                    },
                     // Only a peer that closed both ways (POLLHUP, POLLERR: always reported); one
                     // that shut its writing side after its request still wants the answer.
-                    sys::PollFd { fd: watched, events: 0, revents: 0 },
+                    sys::PollFd {
+                        fd: watched,
+                        events: 0,
+                        revents: 0,
+                    },
                 ];
                 if sys::poll(&mut fds, -1) < 0 {
                     continue;
@@ -246,10 +258,16 @@ impl Head {
             && !parts[1].is_empty()
             && parts[1].iter().all(|b| *b > 0x20 && *b != 0x7f)
             && (parts[2] == b"HTTP/1.1" || parts[2] == b"HTTP/1.0")
-            && self.fields.iter().all(|(name, _)| !name.is_empty() && name.bytes().all(|b| token(&b)))
+            && self
+                .fields
+                .iter()
+                .all(|(name, _)| !name.is_empty() && name.bytes().all(|b| token(&b)))
     }
     pub fn field(&self, name: &str) -> Option<&str> {
-        self.fields.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+        self.fields
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
     }
     pub fn has_chunked(&self) -> bool {
         self.has_token("transfer-encoding", "chunked")
@@ -263,10 +281,16 @@ impl Head {
     /// A request's body framing; None when it cannot be told (left to Node).
     pub fn request_framing(&self) -> Option<Framing> {
         if self.field("transfer-encoding").is_some() {
-            return self.has_token("transfer-encoding", "chunked").then_some(Framing::Chunked);
+            return self
+                .has_token("transfer-encoding", "chunked")
+                .then_some(Framing::Chunked);
         }
-        let lengths: Vec<&str> =
-            self.fields.iter().filter(|(n, _)| n == "content-length").map(|(_, v)| v.as_str()).collect();
+        let lengths: Vec<&str> = self
+            .fields
+            .iter()
+            .filter(|(n, _)| n == "content-length")
+            .map(|(_, v)| v.as_str())
+            .collect();
         match lengths.as_slice() {
             [] => Some(Framing::None),
             [one] => one.parse::<u64>().ok().map(Framing::Length),
@@ -330,7 +354,13 @@ pub fn reason(status: u16) -> &'static str {
 }
 
 /// A whole answer with a body.
-pub fn answer(to: &mut dyn Write, status: u16, content_type: &str, body: &[u8], keep: bool) -> io::Result<()> {
+pub fn answer(
+    to: &mut dyn Write,
+    status: u16,
+    content_type: &str,
+    body: &[u8],
+    keep: bool,
+) -> io::Result<()> {
     let head = format!(
         "HTTP/1.1 {} {}\r\ncontent-type: {}\r\ncontent-length: {}\r\n{}{}\r\n",
         status,
@@ -352,8 +382,18 @@ pub fn json(to: &mut dyn Write, status: u16, body: &str, keep: bool) -> io::Resu
 }
 
 /// An error in the contract's shape: `{"error": message, "type": type}`.
-pub fn error(to: &mut dyn Write, status: u16, kind: &str, message: &str, keep: bool) -> io::Result<()> {
-    let body = format!("{{\"error\":{},\"type\":{}}}", crate::json::quoted(message), crate::json::quoted(kind));
+pub fn error(
+    to: &mut dyn Write,
+    status: u16,
+    kind: &str,
+    message: &str,
+    keep: bool,
+) -> io::Result<()> {
+    let body = format!(
+        "{{\"error\":{},\"type\":{}}}",
+        crate::json::quoted(message),
+        crate::json::quoted(kind)
+    );
     json(to, status, &body, keep)
 }
 
@@ -363,7 +403,12 @@ pub struct Chunked<'a> {
 }
 
 impl<'a> Chunked<'a> {
-    pub fn start(to: &'a mut UnixStream, content_type: &str, extra: &str, keep: bool) -> io::Result<Self> {
+    pub fn start(
+        to: &'a mut UnixStream,
+        content_type: &str,
+        extra: &str,
+        keep: bool,
+    ) -> io::Result<Self> {
         let head = format!(
             "HTTP/1.1 200 OK\r\ncontent-type: {}\r\n{}{}transfer-encoding: chunked\r\n{}\r\n",
             content_type,
@@ -433,16 +478,32 @@ mod tests {
     use super::*;
     #[test]
     fn heads_and_paths() {
-        let h = Head::parse(b"POST /exec HTTP/1.1\r\nContent-Length: 5\r\nConnection: keep-alive\r\n\r\n".to_vec()).unwrap();
+        let h = Head::parse(
+            b"POST /exec HTTP/1.1\r\nContent-Length: 5\r\nConnection: keep-alive\r\n\r\n".to_vec(),
+        )
+        .unwrap();
         assert_eq!(h.first[0], "POST");
         assert_eq!(h.request_framing(), Some(Framing::Length(5)));
         assert!(h.keep_alive());
-        let h = Head::parse(b"GET / HTTP/1.1\r\ncontent-length: 5\r\ncontent-length: 6\r\nx-m: caf\xe9\r\n\r\n".to_vec()).unwrap();
+        let h = Head::parse(
+            b"GET / HTTP/1.1\r\ncontent-length: 5\r\ncontent-length: 6\r\nx-m: caf\xe9\r\n\r\n"
+                .to_vec(),
+        )
+        .unwrap();
         assert_eq!(h.field("x-m"), Some("caf\u{fffd}"));
         assert_eq!(h.request_framing(), None);
-        assert_eq!(segments("//process//p%31/stdin?x=1"), Some((vec!["process".into(), "p1".into(), "stdin".into()], "x=1".into())));
+        assert_eq!(
+            segments("//process//p%31/stdin?x=1"),
+            Some((
+                vec!["process".into(), "p1".into(), "stdin".into()],
+                "x=1".into()
+            ))
+        );
         assert_eq!(segments("/a%zz"), None);
-        assert_eq!(query_param("after=3&wait=10", "wait"), Some(Some("10".into())));
+        assert_eq!(
+            query_param("after=3&wait=10", "wait"),
+            Some(Some("10".into()))
+        );
         assert_eq!(query_param("after=3", "wait"), Some(None));
     }
 }

@@ -22,10 +22,18 @@ impl Value {
 /// Parses a whole document; None for anything malformed (the caller leaves it to Node's envd,
 /// whose error is the contract's).
 pub fn parse(text: &[u8]) -> Option<Value> {
-    let mut p = Parser { s: text, i: 0, depth: 0 };
+    let mut p = Parser {
+        s: text,
+        i: 0,
+        depth: 0,
+    };
     let v = p.value()?;
     p.ws();
-    if p.i == p.s.len() { Some(v) } else { None }
+    if p.i == p.s.len() {
+        Some(v)
+    } else {
+        None
+    }
 }
 
 struct Parser<'a> {
@@ -121,7 +129,10 @@ impl<'a> Parser<'a> {
             b'-' | b'0'..=b'9' => {
                 let start = self.i;
                 while self.i < self.s.len()
-                    && matches!(self.s[self.i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
+                    && matches!(
+                        self.s[self.i],
+                        b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'
+                    )
                 {
                     self.i += 1;
                 }
@@ -138,7 +149,10 @@ impl<'a> Parser<'a> {
                 {
                     return None;
                 }
-                text.parse::<f64>().ok().filter(|n| n.is_finite()).map(Value::Num)
+                text.parse::<f64>()
+                    .ok()
+                    .filter(|n| n.is_finite())
+                    .map(Value::Num)
             }
             _ => None,
         }
@@ -243,10 +257,21 @@ mod tests {
     fn parses_and_quotes() {
         let v = parse(br#"{"cmd":"echo \"hi\"\n","env":{"A":"\u00e9\ud83d\ude00"},"timeout":1.5,"stdin":false,"argv":["a"]}"#).unwrap();
         assert_eq!(v.get("cmd"), Some(&Value::Str("echo \"hi\"\n".into())));
-        assert_eq!(v.get("env").unwrap().get("A"), Some(&Value::Str("é😀".into())));
+        assert_eq!(
+            v.get("env").unwrap().get("A"),
+            Some(&Value::Str("é😀".into()))
+        );
         assert_eq!(v.get("timeout"), Some(&Value::Num(1.5)));
         assert_eq!(quoted("a\"\\\u{1}\n"), "\"a\\\"\\\\\\u0001\\n\"");
-        for bad in [&b"{"[..], b"01", b"1.", b"\"\\ud800\"", b"{\"a\":1,}", b"[1] x", b"\"\x01\""] {
+        for bad in [
+            &b"{"[..],
+            b"01",
+            b"1.",
+            b"\"\\ud800\"",
+            b"{\"a\":1,}",
+            b"[1] x",
+            b"\"\x01\"",
+        ] {
             assert_eq!(parse(bad), None, "{:?}", std::str::from_utf8(bad));
         }
         assert_eq!(num(3.0), "3");

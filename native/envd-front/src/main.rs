@@ -39,7 +39,9 @@ const ASLEEP: i32 = 75;
 /// Node as it comes.
 const BODY_LIMIT: usize = 1024 * 1024;
 /// The arguments `POST /exec` takes (runtime/envd/exec.ts): any other is Node's to judge.
-const EXEC_ARGS: &[&str] = &["cmd", "argv", "cwd", "env", "timeout", "stdin", "user", "output", "log"];
+const EXEC_ARGS: &[&str] = &[
+    "cmd", "argv", "cwd", "env", "timeout", "stdin", "user", "output", "log",
+];
 
 struct Config {
     socket: String,
@@ -92,7 +94,13 @@ fn main() {
     let (next_process, next_terminal) = load_saved(&cfg.run_dir, &mut env);
     let front = Arc::new(Front {
         tokens: Mutex::new((cfg.client.clone(), cfg.control.clone())),
-        node: Mutex::new(NodeState { awake: false, starting: false, env, next_process, next_terminal }),
+        node: Mutex::new(NodeState {
+            awake: false,
+            starting: false,
+            env,
+            next_process,
+            next_terminal,
+        }),
         node_changed: Condvar::new(),
         table: Arc::new(Table::new()),
         warmups: Arc::new(Table::new()),
@@ -101,7 +109,12 @@ fn main() {
     });
     // A home (or /tmp) filled from a template (rootless sandboxes) is filled before anything is
     // answered: by Node's envd itself, once, as at its first start.
-    if front.cfg.node.iter().any(|a| a == "--home-template" || a == "--tmp-template") {
+    if front
+        .cfg
+        .node
+        .iter()
+        .any(|a| a == "--home-template" || a == "--tmp-template")
+    {
         if let Err(message) = front.seed() {
             eprintln!("envd-front: {}", message);
             std::process::exit(1);
@@ -116,7 +129,11 @@ fn main() {
         }
     };
     let _ = fs::set_permissions(&front.cfg.socket, fs::Permissions::from_mode(0o600));
-    log().write("info", "envd started", vec![("pid".into(), std::process::id().to_string())]);
+    log().write(
+        "info",
+        "envd started",
+        vec![("pid".into(), std::process::id().to_string())],
+    );
     println!(
         "{{\"event\":\"listening\",\"socket\":{},\"pid\":{},\"front\":true}}",
         json::quoted(&front.cfg.socket),
@@ -135,20 +152,38 @@ fn main() {
 
 fn config() -> Result<Config, String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let split = args.iter().position(|a| a == "--").ok_or("no -- before envd's command line")?;
+    let split = args
+        .iter()
+        .position(|a| a == "--")
+        .ok_or("no -- before envd's command line")?;
     let (own, node) = (&args[..split], args[split + 1..].to_vec());
     let mut opts: BTreeMap<&str, &str> = BTreeMap::new();
     let mut i = 0;
     while i < own.len() {
-        let name = own[i].strip_prefix("--").ok_or_else(|| format!("unexpected {}", own[i]))?;
-        let value = own.get(i + 1).ok_or_else(|| format!("--{} needs a value", name))?;
-        if !["socket", "token-file", "capabilities", "template", "runtime-shell"].contains(&name) {
+        let name = own[i]
+            .strip_prefix("--")
+            .ok_or_else(|| format!("unexpected {}", own[i]))?;
+        let value = own
+            .get(i + 1)
+            .ok_or_else(|| format!("--{} needs a value", name))?;
+        if ![
+            "socket",
+            "token-file",
+            "capabilities",
+            "template",
+            "runtime-shell",
+        ]
+        .contains(&name)
+        {
             return Err(format!("unknown option --{}", name));
         }
         opts.insert(name, value);
         i += 2;
     }
-    let socket = opts.get("socket").ok_or("--socket is required")?.to_string();
+    let socket = opts
+        .get("socket")
+        .ok_or("--socket is required")?
+        .to_string();
     let node_socket = node
         .iter()
         .position(|a| a == "--socket")
@@ -162,7 +197,8 @@ fn config() -> Result<Config, String> {
         return Err("no envd command line".into());
     }
     let token_file = opts.get("token-file").ok_or("--token-file is required")?;
-    let text = fs::read_to_string(token_file).map_err(|e| format!("cannot read {}: {}", token_file, e))?;
+    let text =
+        fs::read_to_string(token_file).map_err(|e| format!("cannot read {}: {}", token_file, e))?;
     // Emptied at once, as the shell loop did: no later process of the sandbox reads it.
     let _ = fs::write(token_file, "");
     let mut lines = text.split('\n').map(|l| l.trim());
@@ -178,11 +214,29 @@ fn config() -> Result<Config, String> {
     }
     let capabilities = opts
         .get("capabilities")
-        .map(|c| c.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect())
-        .unwrap_or_else(|| vec!["shell".into(), "files".into(), "code".into(), "ports".into()]);
-    let run_dir = Path::new(&socket).parent().unwrap_or(Path::new("/")).to_path_buf();
+        .map(|c| {
+            c.split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect()
+        })
+        .unwrap_or_else(|| {
+            vec![
+                "shell".into(),
+                "files".into(),
+                "code".into(),
+                "ports".into(),
+            ]
+        });
+    let run_dir = Path::new(&socket)
+        .parent()
+        .unwrap_or(Path::new("/"))
+        .to_path_buf();
     Ok(Config {
-        runtime_shell: opts.get("runtime-shell").unwrap_or(&"/opt/abx/bin/sh").to_string(),
+        runtime_shell: opts
+            .get("runtime-shell")
+            .unwrap_or(&"/opt/abx/bin/sh")
+            .to_string(),
         socket,
         node_socket,
         node,
@@ -196,7 +250,10 @@ fn config() -> Result<Config, String> {
 /// What Node's envd left in the run folder when it went to sleep: its environment (env.json) and
 /// its next ids (ids.json). The ids default to 1.
 fn load_saved(run_dir: &Path, env: &mut BTreeMap<String, String>) -> (u64, u64) {
-    if let Some(Value::Obj(fields)) = fs::read(run_dir.join("env.json")).ok().and_then(|t| json::parse(&t)) {
+    if let Some(Value::Obj(fields)) = fs::read(run_dir.join("env.json"))
+        .ok()
+        .and_then(|t| json::parse(&t))
+    {
         for (name, value) in fields {
             if let Value::Str(value) = value {
                 if env_name_ok(&name) {
@@ -205,7 +262,9 @@ fn load_saved(run_dir: &Path, env: &mut BTreeMap<String, String>) -> (u64, u64) 
             }
         }
     }
-    let ids = fs::read(run_dir.join("ids.json")).ok().and_then(|t| json::parse(&t));
+    let ids = fs::read(run_dir.join("ids.json"))
+        .ok()
+        .and_then(|t| json::parse(&t));
     let id = |key: &str| match ids.as_ref().and_then(|v| v.get(key)) {
         Some(Value::Num(n)) if *n >= 1.0 && n.fract() == 0.0 => *n as u64,
         _ => 1,
@@ -215,7 +274,9 @@ fn load_saved(run_dir: &Path, env: &mut BTreeMap<String, String>) -> (u64, u64) 
 
 fn env_name_ok(name: &str) -> bool {
     let b = name.as_bytes();
-    !b.is_empty() && !b[0].is_ascii_digit() && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
+    !b.is_empty()
+        && !b[0].is_ascii_digit()
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
 }
 
 fn write_private(path: &Path, text: &str) {
@@ -247,9 +308,16 @@ impl Front {
         while !st.awake {
             let now = Instant::now();
             if now >= deadline {
-                return Err(format!("envd did not start within {} s", NODE_START_TIMEOUT.as_secs()));
+                return Err(format!(
+                    "envd did not start within {} s",
+                    NODE_START_TIMEOUT.as_secs()
+                ));
             }
-            st = self.node_changed.wait_timeout(st, deadline - now).unwrap().0;
+            st = self
+                .node_changed
+                .wait_timeout(st, deadline - now)
+                .unwrap()
+                .0;
             if !st.awake && !st.starting {
                 return Err("envd exited as it started".into());
             }
@@ -305,7 +373,11 @@ impl Front {
             st.awake = false;
             st.starting = false;
             if code != ASLEEP {
-                log().write("error", &format!("envd exited with code {}; the sandbox ends", code), vec![]);
+                log().write(
+                    "error",
+                    &format!("envd exited with code {}; the sandbox ends", code),
+                    vec![],
+                );
                 front.table.kill_all();
                 std::process::exit(code);
             }
@@ -319,7 +391,9 @@ impl Front {
         if procs::spawn(follow).is_err() {
             // Nothing would read its stdout or see it exit: it is stopped.
             sys::kill_one(pid, 9);
-            return Err(io::Error::other("no thread to follow envd (the sandbox's process limit)"));
+            return Err(io::Error::other(
+                "no thread to follow envd (the sandbox's process limit)",
+            ));
         }
         Ok(())
     }
@@ -333,8 +407,12 @@ impl Front {
             self.node_changed.notify_all();
             return;
         }
-        let Some(entry) = json::parse(line.as_bytes()) else { return };
-        let Some(entry) = entry.get("log") else { return };
+        let Some(entry) = json::parse(line.as_bytes()) else {
+            return;
+        };
+        let Some(entry) = entry.get("log") else {
+            return;
+        };
         let text = |k: &str| match entry.get(k) {
             Some(Value::Str(s)) => s.clone(),
             _ => String::new(),
@@ -373,7 +451,10 @@ impl Front {
 /// Who presents what: the control token, the client token (limited to the template's
 /// capabilities), or neither.
 fn access(front: &Front, head: &Head) -> Option<Access> {
-    let given = head.field("authorization").and_then(|v| v.strip_prefix("Bearer ")).unwrap_or("");
+    let given = head
+        .field("authorization")
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
     let (client, control) = front.tokens.lock().unwrap().clone();
     if sys::same_secret(given.as_bytes(), &control) {
         Some(Access::Control)
@@ -431,9 +512,13 @@ enum Handled {
 
 fn handle(front: &Arc<Front>, conn: &mut Conn, head: &Head, keep: bool) -> io::Result<Handled> {
     let method = head.first[0].as_str();
-    let Some((path, query)) = http::segments(&head.first[1]) else { return Ok(Handled::Forward(None)) };
+    let Some((path, query)) = http::segments(&head.first[1]) else {
+        return Ok(Handled::Forward(None));
+    };
     let p: Vec<&str> = path.iter().map(|s| s.as_str()).collect();
-    let Some(framing) = head.request_framing() else { return Ok(Handled::Forward(None)) };
+    let Some(framing) = head.request_framing() else {
+        return Ok(Handled::Forward(None));
+    };
     let bodiless = framing == Framing::None || framing == Framing::Length(0);
     if method == "GET" && p == ["health"] && bodiless {
         http::json(&mut conn.stream, 200, "{\"status\":\"ok\"}", keep)?;
@@ -478,7 +563,11 @@ fn handle(front: &Arc<Front>, conn: &mut Conn, head: &Head, keep: bool) -> io::R
         _ => return Ok(Handled::Forward(None)),
     };
     let done = route(front, conn, head, method, &p, &query, &body, keep)?;
-    Ok(if done { Handled::Answered } else { Handled::Forward(Some(raw)) })
+    Ok(if done {
+        Handled::Answered
+    } else {
+        Handled::Forward(Some(raw))
+    })
 }
 
 /// Whether a route may be answered here (before its body is judged).
@@ -512,13 +601,20 @@ fn route(
     match (method, p) {
         ("GET", ["logs"]) => {
             let number = |name: &str, max: u64| -> Result<u64, String> {
-                let raw = http::query_param(query, name).flatten().unwrap_or_else(|| "0".into());
+                let raw = http::query_param(query, name)
+                    .flatten()
+                    .unwrap_or_else(|| "0".into());
                 match raw.parse::<u64>() {
                     Ok(v) if raw.bytes().all(|b| b.is_ascii_digit()) && v <= max => Ok(v),
-                    _ => Err(format!("{} must be a whole number from 0 to {}, not {}", name, max, raw)),
+                    _ => Err(format!(
+                        "{} must be a whole number from 0 to {}, not {}",
+                        name, max, raw
+                    )),
                 }
             };
-            match number("after", 9_007_199_254_740_991).and_then(|a| Ok((a, number("wait", slog::MAX_WAIT_MS)?))) {
+            match number("after", 9_007_199_254_740_991)
+                .and_then(|a| Ok((a, number("wait", slog::MAX_WAIT_MS)?)))
+            {
                 Ok((after, wait)) => http::json(out, 200, &log().since_json(after, wait), keep)?,
                 Err(message) => http::error(out, 400, "BadRequestError", &message, keep)?,
             }
@@ -527,16 +623,33 @@ fn route(
         ("GET", ["process"]) => {
             let own: Vec<String> = front.table.list().iter().map(|p| p.info_json()).collect();
             if !front.node_awake() {
-                http::json(out, 200, &format!("{{\"processes\":[{}]}}", own.join(",")), keep)?;
+                http::json(
+                    out,
+                    200,
+                    &format!("{{\"processes\":[{}]}}", own.join(",")),
+                    keep,
+                )?;
                 return Ok(true);
             }
             // Node's envd runs: its list, and the front's processes with it.
             match forward_whole(front, head, body) {
-                Ok((status, text)) if status == 200 && text.starts_with("{\"processes\":[") && text.ends_with("]}") => {
+                Ok((status, text))
+                    if status == 200
+                        && text.starts_with("{\"processes\":[")
+                        && text.ends_with("]}") =>
+                {
                     let node = &text["{\"processes\":[".len()..text.len() - 2];
-                    let all: Vec<&str> =
-                        own.iter().map(|s| s.as_str()).chain(if node.is_empty() { None } else { Some(node) }).collect();
-                    http::json(out, 200, &format!("{{\"processes\":[{}]}}", all.join(",")), keep)?;
+                    let all: Vec<&str> = own
+                        .iter()
+                        .map(|s| s.as_str())
+                        .chain(if node.is_empty() { None } else { Some(node) })
+                        .collect();
+                    http::json(
+                        out,
+                        200,
+                        &format!("{{\"processes\":[{}]}}", all.join(",")),
+                        keep,
+                    )?;
                 }
                 Ok((status, text)) => http::json(out, status, &text, keep)?,
                 Err(message) => unavailable(out, &message, keep)?,
@@ -573,11 +686,16 @@ fn route(
             let proc = front.own(id).expect("checked");
             let offset = http::query_param(query, "offset").flatten();
             let follow = http::query_param(query, "follow").flatten();
-            let Some(offset) = offset.map(|o| o.parse::<u64>().ok()).unwrap_or(Some(0)) else { return Ok(false) };
+            let Some(offset) = offset.map(|o| o.parse::<u64>().ok()).unwrap_or(Some(0)) else {
+                return Ok(false);
+            };
             match follow.as_deref() {
-                None | Some("false") => http::json(out, 200, &procs::output_json(&proc, offset), keep)?,
+                None | Some("false") => {
+                    http::json(out, 200, &procs::output_json(&proc, offset), keep)?
+                }
                 Some("true") => {
-                    let mut chunked = http::Chunked::start(out, "application/octet-stream", "", keep)?;
+                    let mut chunked =
+                        http::Chunked::start(out, "application/octet-stream", "", keep)?;
                     procs::follow_output(&proc, offset, &mut |data| chunked.send(data))?;
                     chunked.end()?;
                 }
@@ -608,8 +726,12 @@ fn route(
         }
         ("POST", ["process", id, "stdin"]) => {
             let proc = front.own(id).expect("checked");
-            let Some(args) = object(body) else { return Ok(false) };
-            let Some(Value::Str(data)) = args.get("data") else { return Ok(false) };
+            let Some(args) = object(body) else {
+                return Ok(false);
+            };
+            let Some(Value::Str(data)) = args.get("data") else {
+                return Ok(false);
+            };
             let eof = match args.get("eof") {
                 None => false,
                 Some(Value::Bool(b)) => *b,
@@ -633,7 +755,10 @@ fn route(
                     out,
                     400,
                     "BadRequestError",
-                    &format!("process {} no longer takes input (it exited or its input was closed)", id),
+                    &format!(
+                        "process {} no longer takes input (it exited or its input was closed)",
+                        id
+                    ),
                     keep,
                 )?,
             }
@@ -647,7 +772,9 @@ fn route(
                     Some(v) => v.parse::<u64>().ok(),
                 }
             };
-            let (Some(so), Some(se)) = (num("stdout_offset"), num("stderr_offset")) else { return Ok(false) };
+            let (Some(so), Some(se)) = (num("stdout_offset"), num("stderr_offset")) else {
+                return Ok(false);
+            };
             let follow = match http::query_param(query, "follow").flatten().as_deref() {
                 None | Some("true") => true,
                 Some("false") => false,
@@ -677,21 +804,34 @@ fn route(
                 *n += 1;
                 format!("w{}", *n - 1)
             };
-            let Ok((proc, info)) = front.warmups.start(id, spec, false) else { return Ok(false) };
+            let Ok((proc, info)) = front.warmups.start(id, spec, false) else {
+                return Ok(false);
+            };
             stream_events(out, &proc, (0, 0), true, false, Some(info), keep)?;
             Ok(true)
         }
         ("POST", ["exec"]) => {
-            let Some(args) = object(body) else { return Ok(false) };
-            let Some((proc, info)) = start_exec(front, &args) else { return Ok(false) };
+            let Some(args) = object(body) else {
+                return Ok(false);
+            };
+            let Some((proc, info)) = start_exec(front, &args) else {
+                return Ok(false);
+            };
             let base64 = matches!(args.get("output"), Some(Value::Str(o)) if o == "base64");
             stream_events(out, &proc, (0, 0), true, base64, Some(info), keep)?;
             Ok(true)
         }
         ("PUT", ["env"]) => {
-            let Some(args) = object(body) else { return Ok(false) };
-            let Some(Value::Obj(vars)) = args.get("env") else { return Ok(false) };
-            if !vars.iter().all(|(k, v)| env_name_ok(k) && matches!(v, Value::Str(s) if !s.contains('\0'))) {
+            let Some(args) = object(body) else {
+                return Ok(false);
+            };
+            let Some(Value::Obj(vars)) = args.get("env") else {
+                return Ok(false);
+            };
+            if !vars
+                .iter()
+                .all(|(k, v)| env_name_ok(k) && matches!(v, Value::Str(s) if !s.contains('\0')))
+            {
                 return Ok(false);
             }
             let mut st = front.node.lock().unwrap();
@@ -718,7 +858,12 @@ fn route(
             text.push('}');
             write_private(&front.cfg.run_dir.join("env.json"), &text);
             drop(st);
-            http::json(out, 200, &format!("{{\"set\":[{}]}}", names.join(",")), keep)?;
+            http::json(
+                out,
+                200,
+                &format!("{{\"set\":[{}]}}", names.join(",")),
+                keep,
+            )?;
             Ok(true)
         }
         _ => Ok(false),
@@ -726,7 +871,11 @@ fn route(
 }
 
 fn object(body: &[u8]) -> Option<Value> {
-    let text = if body.iter().all(|b| b.is_ascii_whitespace()) { &b"{}"[..] } else { body };
+    let text = if body.iter().all(|b| b.is_ascii_whitespace()) {
+        &b"{}"[..]
+    } else {
+        body
+    };
     match json::parse(text)? {
         v @ Value::Obj(_) => Some(v),
         _ => None,
@@ -779,7 +928,14 @@ fn passwd(user: &str) -> Option<(u32, u32, String)> {
     text.lines().find_map(|line| {
         let f: Vec<&str> = line.split(':').collect();
         if f.len() >= 4 && f[0] == user {
-            Some((f[2].parse().ok()?, f[3].parse().ok()?, f.get(5).filter(|h| !h.is_empty()).unwrap_or(&"/").to_string()))
+            Some((
+                f[2].parse().ok()?,
+                f[3].parse().ok()?,
+                f.get(5)
+                    .filter(|h| !h.is_empty())
+                    .unwrap_or(&"/")
+                    .to_string(),
+            ))
         } else {
             None
         }
@@ -801,9 +957,11 @@ fn start_exec(front: &Arc<Front>, args: &Value) -> Option<(Arc<Proc>, String)> {
         }
     };
     let (program, words, command) = match (args.get("cmd"), args.get("argv")) {
-        (Some(Value::Str(cmd)), None) if !cmd.contains('\0') => {
-            (posix_shell(front), vec!["-c".to_string(), cmd.clone()], cmd.clone())
-        }
+        (Some(Value::Str(cmd)), None) if !cmd.contains('\0') => (
+            posix_shell(front),
+            vec!["-c".to_string(), cmd.clone()],
+            cmd.clone(),
+        ),
         (None, Some(Value::Arr(items))) if !items.is_empty() => {
             let mut words = Vec::new();
             for item in items {
@@ -815,7 +973,14 @@ fn start_exec(front: &Arc<Front>, args: &Value) -> Option<(Arc<Proc>, String)> {
             if words[0].is_empty() {
                 return None;
             }
-            let line = format!("exec {}", words.iter().map(|w| shell_quote(w)).collect::<Vec<_>>().join(" "));
+            let line = format!(
+                "exec {}",
+                words
+                    .iter()
+                    .map(|w| shell_quote(w))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            );
             (words[0].clone(), words[1..].to_vec(), line)
         }
         _ => return None,
@@ -849,7 +1014,9 @@ fn start_exec(front: &Arc<Front>, args: &Value) -> Option<(Arc<Proc>, String)> {
         Some(Value::Obj(vars)) => {
             for (k, v) in vars {
                 match v {
-                    Value::Str(s) if env_name_ok(k) && !s.contains('\0') => extra.push((k.clone(), s.clone())),
+                    Value::Str(s) if env_name_ok(k) && !s.contains('\0') => {
+                        extra.push((k.clone(), s.clone()))
+                    }
                     _ => return None,
                 }
             }
@@ -875,7 +1042,11 @@ fn start_exec(front: &Arc<Front>, args: &Value) -> Option<(Arc<Proc>, String)> {
                 return None;
             }
             ids = Some((uid, gid));
-            as_user = vec![("HOME".into(), home), ("USER".into(), user.clone()), ("LOGNAME".into(), user)];
+            as_user = vec![
+                ("HOME".into(), home),
+                ("USER".into(), user.clone()),
+                ("LOGNAME".into(), user),
+            ];
         }
     }
     let mut st = front.node.lock().unwrap();
@@ -900,7 +1071,10 @@ fn start_exec(front: &Arc<Front>, args: &Value) -> Option<(Arc<Proc>, String)> {
     st.next_process = number + 1;
     write_private(
         &front.cfg.run_dir.join("ids.json"),
-        &format!("{{\"process\":{},\"terminal\":{}}}", st.next_process, st.next_terminal),
+        &format!(
+            "{{\"process\":{},\"terminal\":{}}}",
+            st.next_process, st.next_terminal
+        ),
     );
     Some(started)
 }
@@ -914,11 +1088,18 @@ fn stream_events(
     first: Option<String>,
     keep: bool,
 ) -> io::Result<()> {
-    let mut chunked = http::Chunked::start(out, "application/x-ndjson; charset=utf-8", "cache-control: no-store\r\n", keep)?;
+    let mut chunked = http::Chunked::start(
+        out,
+        "application/x-ndjson; charset=utf-8",
+        "cache-control: no-store\r\n",
+        keep,
+    )?;
     if let Some(info) = first {
         chunked.send(format!("{{\"start\":{}}}\n", info).as_bytes())?;
     }
-    procs::events(proc, from, follow, base64, &mut |line| chunked.send(line.as_bytes()))?;
+    procs::events(proc, from, follow, base64, &mut |line| {
+        chunked.send(line.as_bytes())
+    })?;
     chunked.end()
 }
 
@@ -930,7 +1111,9 @@ fn connect_node(front: &Arc<Front>) -> Result<UnixStream, String> {
         front.wake_node()?;
         match UnixStream::connect(&front.cfg.node_socket) {
             Ok(s) => return Ok(s),
-            Err(e) if Instant::now() >= deadline => return Err(format!("cannot reach envd: {}", e)),
+            Err(e) if Instant::now() >= deadline => {
+                return Err(format!("cannot reach envd: {}", e))
+            }
             Err(_) => std::thread::sleep(Duration::from_millis(5)),
         }
     }
@@ -958,7 +1141,12 @@ impl Write for NodeSink<'_> {
 /// Hands one request to Node's envd and its answer back; whether the client's connection goes on.
 /// A client that goes away (mid-body, or while envd works on the answer) closes the connection
 /// to envd, which sees it go as it would have directly (a cut upload, an interrupted cell).
-fn forward(front: &Arc<Front>, conn: &mut Conn, head: &Head, body: Option<Vec<u8>>) -> io::Result<bool> {
+fn forward(
+    front: &Arc<Front>,
+    conn: &mut Conn,
+    head: &Head,
+    body: Option<Vec<u8>>,
+) -> io::Result<bool> {
     let keep = head.keep_alive();
     let mut node = match connect_node(front) {
         Ok(s) => s,
@@ -972,10 +1160,17 @@ fn forward(front: &Arc<Front>, conn: &mut Conn, head: &Head, body: Option<Vec<u8
     let _ = node.write_all(&head.raw);
     // The body goes to envd on a thread of its own while its answer is read here: envd may answer
     // before the body is whole (a declared length over its limit: 413; `Expect: 100-continue`).
-    let mut body_conn = Conn { stream: conn.stream.try_clone()?, buf: std::mem::take(&mut conn.buf), watch: None };
+    let mut body_conn = Conn {
+        stream: conn.stream.try_clone()?,
+        buf: std::mem::take(&mut conn.buf),
+        watch: None,
+    };
     let mut to_node = node.try_clone()?;
     let send_body = move || {
-        let mut sink = NodeSink { node: &mut to_node, failed: false };
+        let mut sink = NodeSink {
+            node: &mut to_node,
+            failed: false,
+        };
         let sent = match (&body, framing) {
             (Some(bytes), _) => sink.write(bytes).map(|_| ()),
             (None, Some(f)) => body_conn.relay_body(f, &mut sink),
@@ -989,10 +1184,16 @@ fn forward(front: &Arc<Front>, conn: &mut Conn, head: &Head, body: Option<Vec<u8
         }
         (body_conn, sent.is_ok())
     };
-    let sender = std::thread::Builder::new().stack_size(procs::STACK).spawn(send_body);
+    let sender = std::thread::Builder::new()
+        .stack_size(procs::STACK)
+        .spawn(send_body);
     let Ok(sender) = sender else {
         // No thread to be had: the request is not sent (the sandbox's process limit).
-        unavailable(&mut conn.stream, "envd's front has no thread for the request (the sandbox's process limit)", false)?;
+        unavailable(
+            &mut conn.stream,
+            "envd's front has no thread for the request (the sandbox's process limit)",
+            false,
+        )?;
         return Ok(false);
     };
     let body_done = |conn: &mut Conn, sender: std::thread::JoinHandle<(Conn, bool)>| -> bool {
@@ -1079,7 +1280,10 @@ fn forward(front: &Arc<Front>, conn: &mut Conn, head: &Head, body: Option<Vec<u8
         if !relayed {
             return gone(&node);
         }
-        let node_keeps = !reply.fields.iter().any(|(n, v)| n == "connection" && v.eq_ignore_ascii_case("close"));
+        let node_keeps = !reply
+            .fields
+            .iter()
+            .any(|(n, v)| n == "connection" && v.eq_ignore_ascii_case("close"));
         return Ok(keep && whole && framing.is_some() && out != Framing::UntilEnd && node_keeps);
     }
 }
@@ -1108,7 +1312,10 @@ fn forward_whole(front: &Arc<Front>, head: &Head, body: &[u8]) -> Result<(u16, S
         let mut rest: Vec<u8> = Vec::new();
         for line in raw[at + 2..].split(|b| *b == b'\n') {
             let l = String::from_utf8_lossy(line).to_ascii_lowercase();
-            if l.starts_with("content-length:") || l.starts_with("transfer-encoding:") || l.trim().is_empty() {
+            if l.starts_with("content-length:")
+                || l.starts_with("transfer-encoding:")
+                || l.trim().is_empty()
+            {
                 continue;
             }
             rest.extend_from_slice(line);
@@ -1119,19 +1326,35 @@ fn forward_whole(front: &Arc<Front>, head: &Head, body: &[u8]) -> Result<(u16, S
         out.extend_from_slice(format!("content-length: {}\r\n\r\n", body.len()).as_bytes());
         raw = out;
     }
-    node.write_all(&raw).and_then(|_| node.write_all(body)).map_err(fail)?;
+    node.write_all(&raw)
+        .and_then(|_| node.write_all(body))
+        .map_err(fail)?;
     let mut answer = Conn::new(node);
     loop {
-        let reply = answer.answer_head().map_err(fail)?.and_then(Head::parse).ok_or("envd closed the connection")?;
+        let reply = answer
+            .answer_head()
+            .map_err(fail)?
+            .and_then(Head::parse)
+            .ok_or("envd closed the connection")?;
         if reply.status() < 200 {
             continue;
         }
         let mut text = Vec::new();
-        answer.relay_body(reply.answer_framing(&head.first[0]), &mut text).map_err(fail)?;
+        answer
+            .relay_body(reply.answer_framing(&head.first[0]), &mut text)
+            .map_err(fail)?;
         if reply.has_chunked() {
             // relay_body copies the framing as it came: take the chunks' data out.
-            let mut c = Conn { stream: UnixStream::pair().map_err(fail)?.0, buf: text, watch: None };
-            text = c.chunked(usize::MAX).map_err(fail)?.map(|(b, _)| b).unwrap_or_default();
+            let mut c = Conn {
+                stream: UnixStream::pair().map_err(fail)?.0,
+                buf: text,
+                watch: None,
+            };
+            text = c
+                .chunked(usize::MAX)
+                .map_err(fail)?
+                .map(|(b, _)| b)
+                .unwrap_or_default();
         }
         return Ok((reply.status(), String::from_utf8_lossy(&text).into_owned()));
     }

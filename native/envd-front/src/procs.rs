@@ -37,7 +37,13 @@ pub struct OutLog {
 
 impl OutLog {
     fn new(cap: usize) -> Self {
-        OutLog { chunks: VecDeque::new(), held: 0, base: 0, cap, done: false }
+        OutLog {
+            chunks: VecDeque::new(),
+            held: 0,
+            base: 0,
+            cap,
+            done: false,
+        }
     }
     pub fn end(&self) -> u64 {
         self.base + self.held as u64
@@ -101,7 +107,11 @@ pub struct Proc {
 impl Proc {
     pub fn info_json(&self) -> String {
         let s = self.state.lock().unwrap();
-        let mut o = format!("{{\"id\":{},\"pid\":{},\"command\":", quoted(&self.id), self.pid);
+        let mut o = format!(
+            "{{\"id\":{},\"pid\":{},\"command\":",
+            quoted(&self.id),
+            self.pid
+        );
         quote(&mut o, &self.command);
         o.push_str(",\"cwd\":");
         quote(&mut o, &self.cwd);
@@ -149,7 +159,11 @@ pub struct Spec {
 impl Table {
     pub fn new() -> Self {
         Table {
-            procs: Mutex::new(TableInner { by_id: HashMap::new(), order: vec![], finished: vec![] }),
+            procs: Mutex::new(TableInner {
+                by_id: HashMap::new(),
+                order: vec![],
+                finished: vec![],
+            }),
         }
     }
 
@@ -159,13 +173,21 @@ impl Table {
 
     pub fn list(&self) -> Vec<Arc<Proc>> {
         let t = self.procs.lock().unwrap();
-        t.order.iter().filter_map(|id| t.by_id.get(id).cloned()).collect()
+        t.order
+            .iter()
+            .filter_map(|id| t.by_id.get(id).cloned())
+            .collect()
     }
 
     /// Starts `spec` as `id`; the spawn's error when it cannot (the caller lets envd word it).
     /// `listed`: false for the warmup, which no listing shows.
     /// Returns the process and its `start` view, taken before it can have ended (as envd's is).
-    pub fn start(self: &Arc<Self>, id: String, spec: Spec, listed: bool) -> io::Result<(Arc<Proc>, String)> {
+    pub fn start(
+        self: &Arc<Self>,
+        id: String,
+        spec: Spec,
+        listed: bool,
+    ) -> io::Result<(Arc<Proc>, String)> {
         let mut cmd = Command::new(&spec.program);
         cmd.args(&spec.args)
             .current_dir(&spec.cwd)
@@ -206,7 +228,10 @@ impl Table {
         });
         let info = proc.info_json();
         let name = spec.program.rsplit('/').next().unwrap_or("").to_string();
-        let fields = vec![("pid".to_string(), pid.to_string()), ("cmd".to_string(), name.clone())];
+        let fields = vec![
+            ("pid".to_string(), pid.to_string()),
+            ("cmd".to_string(), name.clone()),
+        ];
         log().write("info", &format!("process {} started", name), fields.clone());
         if listed {
             let mut t = self.procs.lock().unwrap();
@@ -266,7 +291,11 @@ impl Table {
                 format!("exited with code {}", c)
             }
         };
-        log().write(if code == Some(0) { "info" } else { "warn" }, &format!("process {} {}", name, how), fields);
+        log().write(
+            if code == Some(0) { "info" } else { "warn" },
+            &format!("process {} {}", name, how),
+            fields,
+        );
         if listed {
             self.retire(&proc.id);
         }
@@ -279,7 +308,11 @@ impl Table {
         while t.finished.len() > FINISHED_KEPT && i < t.finished.len() {
             let old = t.finished[i].clone();
             // A group with members left (`cmd &`) stays, so a kill still reaches them.
-            let alive = t.by_id.get(&old).map(|p| sys::kill_group(p.pid, 0)).unwrap_or(false);
+            let alive = t
+                .by_id
+                .get(&old)
+                .map(|p| sys::kill_group(p.pid, 0))
+                .unwrap_or(false);
             if alive {
                 i += 1;
                 continue;
@@ -322,7 +355,11 @@ fn follow_pipes(proc: &Proc, stdout: ChildStdout, stderr: ChildStderr, deadline:
     while pipes.iter().any(|p| p.is_some()) {
         let mut fds: Vec<sys::PollFd> = pipes
             .iter()
-            .map(|p| sys::PollFd { fd: p.unwrap_or(-1), events: sys::POLLIN, revents: 0 })
+            .map(|p| sys::PollFd {
+                fd: p.unwrap_or(-1),
+                events: sys::POLLIN,
+                revents: 0,
+            })
             .collect();
         let wait = match deadline {
             Some(d) => {
@@ -336,7 +373,11 @@ fn follow_pipes(proc: &Proc, stdout: ChildStdout, stderr: ChildStderr, deadline:
             }
             None => -1,
         };
-        let wait = if proc.state.lock().unwrap().timed_out { -1 } else { wait };
+        let wait = if proc.state.lock().unwrap().timed_out {
+            -1
+        } else {
+            wait
+        };
         if sys::poll(&mut fds, wait) < 0 {
             continue;
         }
@@ -349,7 +390,11 @@ fn follow_pipes(proc: &Proc, stdout: ChildStdout, stderr: ChildStderr, deadline:
                     let data = &buf[..n as usize];
                     let mut s = proc.state.lock().unwrap();
                     s.output.append(data);
-                    if i == 0 { s.stdout.append(data) } else { s.stderr.append(data) }
+                    if i == 0 {
+                        s.stdout.append(data)
+                    } else {
+                        s.stderr.append(data)
+                    }
                     drop(s);
                     proc.changed.notify_all();
                 }
@@ -374,7 +419,11 @@ fn time_out(proc: &Proc) {
 
 /// Reaps the process (its pipes are closed; it may still run), still keeping the deadline:
 /// (exit code, signal).
-fn wait_until(proc: &Proc, child: &mut Child, deadline: Option<Instant>) -> (Option<i32>, Option<i32>) {
+fn wait_until(
+    proc: &Proc,
+    child: &mut Child,
+    deadline: Option<Instant>,
+) -> (Option<i32>, Option<i32>) {
     if let Some(d) = deadline {
         loop {
             match child.try_wait() {
@@ -404,7 +453,17 @@ pub fn complete_utf8_len(data: &[u8]) -> usize {
         if b & 0xc0 == 0x80 {
             continue;
         }
-        let size = if b >= 0xf8 { 1 } else if b >= 0xf0 { 4 } else if b >= 0xe0 { 3 } else if b >= 0xc0 { 2 } else { 1 };
+        let size = if b >= 0xf8 {
+            1
+        } else if b >= 0xf0 {
+            4
+        } else if b >= 0xe0 {
+            3
+        } else if b >= 0xc0 {
+            2
+        } else {
+            1
+        };
         return if i + size > n { i } else { n };
     }
     n
@@ -418,7 +477,15 @@ pub fn utf8_boundary(data: &[u8]) -> usize {
         if b & 0xc0 == 0x80 {
             continue;
         }
-        let size = if b >= 0xf0 { 4 } else if b >= 0xe0 { 3 } else if b >= 0xc0 { 2 } else { 1 };
+        let size = if b >= 0xf0 {
+            4
+        } else if b >= 0xe0 {
+            3
+        } else if b >= 0xc0 {
+            2
+        } else {
+            1
+        };
         return if size > back { n - back } else { n };
     }
     n
@@ -468,7 +535,11 @@ pub fn events(
                 loop {
                     let (data, offset) = log.read(at[i], EVENT_BYTES);
                     let last = log.done && offset + data.len() as u64 == log.end();
-                    let size = if last || base64 { data.len() } else { complete_utf8_len(&data) };
+                    let size = if last || base64 {
+                        data.len()
+                    } else {
+                        complete_utf8_len(&data)
+                    };
                     if size == 0 {
                         break;
                     }
@@ -477,11 +548,16 @@ pub fn events(
                 }
                 seen[i] = log.end();
             }
-            finished = s.stdout.done && s.stderr.done && at[0] >= s.stdout.end() && at[1] >= s.stderr.end();
+            finished = s.stdout.done
+                && s.stderr.done
+                && at[0] >= s.stdout.end()
+                && at[1] >= s.stderr.end();
             if finished {
                 lines.push(format!(
                     "{{\"exit\":{{\"code\":{},\"signal\":{},\"timed_out\":{}}}}}\n",
-                    s.code.map(|c| c.to_string()).unwrap_or_else(|| "null".into()),
+                    s.code
+                        .map(|c| c.to_string())
+                        .unwrap_or_else(|| "null".into()),
                     signal_json(s.signal),
                     s.timed_out
                 ));
@@ -496,7 +572,10 @@ pub fn events(
         let deadline = Instant::now() + KEEPALIVE;
         let mut s = proc.state.lock().unwrap();
         loop {
-            let moved = s.stdout.end() != seen[0] || s.stderr.end() != seen[1] || s.stdout.done || s.stderr.done;
+            let moved = s.stdout.end() != seen[0]
+                || s.stderr.end() != seen[1]
+                || s.stdout.done
+                || s.stderr.done;
             if moved {
                 break;
             }
@@ -516,7 +595,11 @@ pub fn output_json(proc: &Proc, offset: u64) -> String {
     let s = proc.state.lock().unwrap();
     let (data, from) = s.output.read(offset, usize::MAX);
     let next = from + data.len() as u64;
-    let cut = if s.output.done { data.len() } else { utf8_boundary(&data) };
+    let cut = if s.output.done {
+        data.len()
+    } else {
+        utf8_boundary(&data)
+    };
     let mut o = String::from("{\"data\":");
     quote(&mut o, &String::from_utf8_lossy(&data[..cut]));
     o.push_str(&format!(
@@ -529,7 +612,11 @@ pub fn output_json(proc: &Proc, offset: u64) -> String {
 }
 
 /// `GET /process/{id}/output?follow=true`: the interleaved output's bytes as they come.
-pub fn follow_output(proc: &Proc, offset: u64, send: &mut dyn FnMut(&[u8]) -> io::Result<()>) -> io::Result<()> {
+pub fn follow_output(
+    proc: &Proc,
+    offset: u64,
+    send: &mut dyn FnMut(&[u8]) -> io::Result<()>,
+) -> io::Result<()> {
     let mut at = offset;
     loop {
         let (data, done, from) = {
@@ -557,7 +644,9 @@ pub fn write_stdin(proc: &Proc, data: &[u8], eof: bool) -> Result<(), ()> {
         return Err(());
     }
     let mut stdin = proc.stdin.lock().unwrap();
-    let Some(pipe) = stdin.as_mut() else { return Err(()) };
+    let Some(pipe) = stdin.as_mut() else {
+        return Err(());
+    };
     // A process that exited meanwhile: the write fails (EPIPE), as Node's would be ignored.
     let _ = pipe.write_all(data);
     if eof {

@@ -37,7 +37,11 @@ pub fn log() -> &'static SandboxLog {
     static LOG: OnceLock<SandboxLog> = OnceLock::new();
     LOG.get_or_init(|| SandboxLog {
         boot: sys::uuid(),
-        log: Mutex::new(Log { entries: VecDeque::new(), bytes: 0, next: 1 }),
+        log: Mutex::new(Log {
+            entries: VecDeque::new(),
+            bytes: 0,
+            next: 1,
+        }),
         grew: Condvar::new(),
     })
 }
@@ -64,7 +68,13 @@ impl SandboxLog {
         let seq = log.next;
         log.next += 1;
         log.bytes += message.len();
-        log.entries.push_back(Entry { seq, at, level: level.to_string(), message, fields });
+        log.entries.push_back(Entry {
+            seq,
+            at,
+            level: level.to_string(),
+            message,
+            fields,
+        });
         while log.entries.len() > MAX_LINES || (log.bytes > MAX_BYTES && log.entries.len() > 1) {
             if let Some(old) = log.entries.pop_front() {
                 log.bytes -= old.message.len();

@@ -50,7 +50,10 @@ pub fn close(fd: i32) {
 
 /// Whether the last call failed with EINTR or EAGAIN.
 pub fn interrupted() -> bool {
-    matches!(std::io::Error::last_os_error().raw_os_error(), Some(4) | Some(11))
+    matches!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(4) | Some(11)
+    )
 }
 
 /// Signals a whole process group; false when it is gone (ESRCH). EPERM counts as alive.
@@ -92,12 +95,38 @@ pub fn one_arena() {
 }
 
 pub const SIGNALS: &[(&str, i32)] = &[
-    ("SIGHUP", 1), ("SIGINT", 2), ("SIGQUIT", 3), ("SIGILL", 4), ("SIGTRAP", 5), ("SIGABRT", 6),
-    ("SIGIOT", 6), ("SIGBUS", 7), ("SIGFPE", 8), ("SIGKILL", 9), ("SIGUSR1", 10), ("SIGSEGV", 11),
-    ("SIGUSR2", 12), ("SIGPIPE", 13), ("SIGALRM", 14), ("SIGTERM", 15), ("SIGSTKFLT", 16),
-    ("SIGCHLD", 17), ("SIGCONT", 18), ("SIGSTOP", 19), ("SIGTSTP", 20), ("SIGTTIN", 21),
-    ("SIGTTOU", 22), ("SIGURG", 23), ("SIGXCPU", 24), ("SIGXFSZ", 25), ("SIGVTALRM", 26),
-    ("SIGPROF", 27), ("SIGWINCH", 28), ("SIGIO", 29), ("SIGPOLL", 29), ("SIGPWR", 30),
+    ("SIGHUP", 1),
+    ("SIGINT", 2),
+    ("SIGQUIT", 3),
+    ("SIGILL", 4),
+    ("SIGTRAP", 5),
+    ("SIGABRT", 6),
+    ("SIGIOT", 6),
+    ("SIGBUS", 7),
+    ("SIGFPE", 8),
+    ("SIGKILL", 9),
+    ("SIGUSR1", 10),
+    ("SIGSEGV", 11),
+    ("SIGUSR2", 12),
+    ("SIGPIPE", 13),
+    ("SIGALRM", 14),
+    ("SIGTERM", 15),
+    ("SIGSTKFLT", 16),
+    ("SIGCHLD", 17),
+    ("SIGCONT", 18),
+    ("SIGSTOP", 19),
+    ("SIGTSTP", 20),
+    ("SIGTTIN", 21),
+    ("SIGTTOU", 22),
+    ("SIGURG", 23),
+    ("SIGXCPU", 24),
+    ("SIGXFSZ", 25),
+    ("SIGVTALRM", 26),
+    ("SIGPROF", 27),
+    ("SIGWINCH", 28),
+    ("SIGIO", 29),
+    ("SIGPOLL", 29),
+    ("SIGPWR", 30),
     ("SIGSYS", 31),
 ];
 
@@ -108,7 +137,11 @@ pub fn signal_name(n: i32) -> Option<&'static str> {
 /// A signal by name as envd's `signalOf` takes it (`TERM`, `sigterm`, `SIGTERM`).
 pub fn signal_number(name: &str) -> Option<i32> {
     let upper = name.to_ascii_uppercase();
-    let full = if upper.starts_with("SIG") { upper } else { format!("SIG{}", upper) };
+    let full = if upper.starts_with("SIG") {
+        upper
+    } else {
+        format!("SIG{}", upper)
+    };
     SIGNALS.iter().find(|(n, _)| *n == full).map(|(_, v)| *v)
 }
 
@@ -117,7 +150,11 @@ const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 pub fn base64(data: &[u8]) -> String {
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
     for chunk in data.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = (b[0] as u32) << 16 | (b[1] as u32) << 8 | b[2] as u32;
         for i in 0..4 {
             if i <= chunk.len() {
@@ -133,7 +170,7 @@ pub fn base64(data: &[u8]) -> String {
 /// Strict base64 (padded, as envd's stdin route accepts it); None for anything else.
 pub fn unbase64(text: &str) -> Option<Vec<u8>> {
     let b = text.as_bytes();
-    if b.len() % 4 != 0 {
+    if !b.len().is_multiple_of(4) {
         return None;
     }
     let val = |c: u8| B64.iter().position(|&x| x == c).map(|p| p as u32);
@@ -157,7 +194,10 @@ pub fn unbase64(text: &str) -> Option<Vec<u8>> {
 
 /// Milliseconds since the epoch.
 pub fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// `ms` since the epoch as `Date.prototype.toISOString` writes it.
@@ -194,14 +234,24 @@ pub fn uuid() -> String {
     }
     if b == [0u8; 16] {
         // No /dev/urandom: the time and pid still tell two boots apart.
-        let t = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let t = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
         b[..8].copy_from_slice(&(t as u64).to_le_bytes());
         b[8..12].copy_from_slice(&std::process::id().to_le_bytes());
     }
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
     let h: String = b.iter().map(|x| format!("{:02x}", x)).collect();
-    format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
 }
 
 /// Constant-time equality of a presented token with the expected one (as envd's `sameSecret`):
