@@ -582,6 +582,23 @@ export function stopSandboxNet(net: SandboxNet): void {
   }
 }
 
+/**
+ * Whether a sandbox's network processes are gone: exited, or zombies with nothing left (their
+ * environment cannot be read), or their pid another process's now.
+ */
+export function sandboxNetGone(net: SandboxNet): boolean {
+  return [net.slirp, net.holder].every((pid) => {
+    if (!pid) return true;
+    try {
+      return !readFileSync(`/proc/${pid}/environ`, 'utf8')
+        .split('\0')
+        .includes(`${NET_TAG}=${net.id}`);
+    } catch {
+      return true;
+    }
+  });
+}
+
 /** Pids of network processes (holders, slirp4netns) of the sandboxes `orphan` says are, for the sweep. */
 export function orphanNetProcesses(orphan: (id: string) => boolean): number[] {
   const found: number[] = [];

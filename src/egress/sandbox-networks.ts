@@ -1,5 +1,6 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { InvalidArgumentError } from '../errors.js';
 import {
   EgressController,
@@ -11,6 +12,7 @@ import type { EgressPolicy } from './policy.js';
 import {
   orphanNetProcesses,
   type SandboxNet,
+  sandboxNetGone,
   startSandboxNet,
   stopSandboxNet,
   updatePolicy,
@@ -127,6 +129,9 @@ export class SandboxNetworks {
       // Its raw TCP is read while the namespace is there: every connection written.
       await this.egress.harvest(net.id, true).catch(() => undefined);
       stopSandboxNet(net);
+      // Gone (or a zombie, nothing left of it) before the kill is said to be done: a SIGKILL
+      // takes effect a moment after it is sent, longer on a loaded machine. 2 s at most.
+      for (let waited = 0; waited < 2000 && !sandboxNetGone(net); waited += 5) await sleep(5);
     }
     await this.egress.remove(net.id).catch(() => undefined);
   }
