@@ -237,6 +237,31 @@ describe.skipIf(!existsSync(FRONT_BINARY))("envd's front", () => {
     expect(front.front.exitCode).toBeNull();
   }, 60_000);
 
+  test('a start command’s output goes to the sandbox’s log, a line an entry, without Node’s envd', async () => {
+    const front = await start();
+    const [ran] = await rawRequests(
+      front,
+      post(
+        '/exec',
+        JSON.stringify({ cmd: 'echo one; echo two >&2; printf "three"', log: true, stdin: false }),
+      ),
+      1,
+    );
+    const pid = String(events(ran as Raw)[0].start.pid);
+    const [logs] = await rawRequests(front, get('/logs'), 1);
+    const lines = JSON.parse(logs?.body ?? '').entries.filter(
+      (e: { fields: { source?: string } }) => e.fields.source === 'start',
+    );
+    expect(lines.map((e: { level: string; message: string }) => [e.level, e.message])).toEqual([
+      ['info', 'start command started'],
+      ['info', 'one'],
+      ['error', 'two'],
+      ['info', 'three'],
+    ]);
+    expect(lines.every((e: { fields: { pid: string } }) => e.fields.pid === pid)).toBe(true);
+    expect(nodeEnvd(front)).toBeUndefined();
+  });
+
   test('a wrong token is refused here; a client token meets the template’s capabilities', async () => {
     const front = await start({ capabilities: 'files' });
     const [none, wrong, limited, health] = await rawRequests(

@@ -798,6 +798,7 @@ fn route(
                 ids: None,
                 timeout_ms: 10_000,
                 keep_stdin: false,
+                log: false,
             };
             let id = {
                 let mut n = front.next_warmup.lock().unwrap();
@@ -1004,10 +1005,11 @@ fn start_exec(front: &Arc<Front>, args: &Value) -> Option<(Arc<Proc>, String)> {
         Some(Value::Str(o)) if o == "text" || o == "base64" => {}
         _ => return None,
     }
-    match args.get("log") {
-        None | Some(Value::Bool(false)) => {}
+    let logged = match args.get("log") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
         _ => return None,
-    }
+    };
     let mut extra: Vec<(String, String)> = Vec::new();
     match args.get("env") {
         None => {}
@@ -1066,6 +1068,7 @@ fn start_exec(front: &Arc<Front>, args: &Value) -> Option<(Arc<Proc>, String)> {
         ids,
         timeout_ms: (timeout * 1000.0).round() as u64,
         keep_stdin,
+        log: logged,
     };
     let started = front.table.start(format!("p{}", number), spec, true).ok()?;
     st.next_process = number + 1;

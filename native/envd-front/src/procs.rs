@@ -4,7 +4,7 @@
 //! runtime/envd/process-events.ts).
 
 use crate::json::{num, quote, quoted};
-use crate::slog::log;
+use crate::slog::{self, log};
 use crate::sys;
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Write};
@@ -154,6 +154,9 @@ pub struct Spec {
     pub ids: Option<(u32, u32)>,
     pub timeout_ms: u64,
     pub keep_stdin: bool,
+    /// Its output also goes to the sandbox's log, a line an entry (a template's start command:
+    /// stdout `info`, stderr `error`), as envd's `logOutput` does.
+    pub log: bool,
 }
 
 impl Table {
@@ -240,6 +243,14 @@ impl Table {
         }
         let deadline =
             (spec.timeout_ms > 0).then(|| Instant::now() + Duration::from_millis(spec.timeout_ms));
+        let log_lines = spec.log.then(|| {
+            let fields = vec![
+                ("pid".to_string(), pid.to_string()),
+                ("source".to_string(), "start".to_string()),
+            ];
+            log().write("info", "start command started", fields.clone());
+            fields
+        });
         let stdout = child.stdout.take().expect("piped");
         let stderr = child.stderr.take().expect("piped");
         // One thread a process: it reads both pipes, keeps the deadline and reaps the process.
@@ -247,7 +258,7 @@ impl Table {
             let proc = proc.clone();
             let table = self.clone();
             move || {
-                follow_pipes(&proc, stdout, stderr, deadline);
+                follow_pipes(&proc, stdout, stderr, deadline, log_lines);
                 let status = wait_until(&proc, &mut child, deadline);
                 table.settle(&proc, status, listed, &name, &fields);
             }
@@ -349,9 +360,22 @@ pub fn spawn<F: FnOnce() + Send + 'static>(f: F) -> Result<(), F> {
 
 /// Reads a process's stdout and stderr into its logs until both close, killing its group once
 /// `deadline` passes.
-fn follow_pipes(proc: &Proc, stdout: ChildStdout, stderr: ChildStderr, deadline: Option<Instant>) {
+fn follow_pipes(
+    proc: &Proc,
+    stdout: ChildStdout,
+    stderr: ChildStderr,
+    deadline: Option<Instant>,
+    log_lines: Option<Vec<(String, String)>>,
+) {
     let mut pipes = [Some(stdout.into_raw_fd()), Some(stderr.into_raw_fd())];
     let mut buf = vec![0u8; 16 * 1024];
+    // What each stream has written since its last newline, for the sandbox's log.
+    let mut partial: [Vec<u8>; 2] = [Vec::new(), Vec::new()];
+    let level = |i: usize| if i == 0 { "info" } else { "error" };
+    let to_log = |i: usize, line: &[u8], fields: &[(String, String)]| {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        log().write(level(i), &String::from_utf8_lossy(line), fields.to_vec());
+    };
     while pipes.iter().any(|p| p.is_some()) {
         let mut fds: Vec<sys::PollFd> = pipes
             .iter()
@@ -397,11 +421,29 @@ fn follow_pipes(proc: &Proc, stdout: ChildStdout, stderr: ChildStderr, deadline:
                     }
                     drop(s);
                     proc.changed.notify_all();
+                    if let Some(fields) = &log_lines {
+                        partial[i].extend_from_slice(data);
+                        while let Some(at) = partial[i].iter().position(|b| *b == b'\n') {
+                            let line: Vec<u8> = partial[i].drain(..=at).collect();
+                            to_log(i, &line[..line.len() - 1], fields);
+                        }
+                        // A program printing without newlines: cut, as envd cuts it.
+                        if partial[i].len() > slog::LINE_MAX_BYTES {
+                            let line = std::mem::take(&mut partial[i]);
+                            to_log(i, &line, fields);
+                        }
+                    }
                 }
                 n if n < 0 && sys::interrupted() => {}
                 _ => {
                     sys::close(fd.fd);
                     pipes[i] = None;
+                    if let Some(fields) = &log_lines {
+                        if !partial[i].is_empty() {
+                            let line = std::mem::take(&mut partial[i]);
+                            to_log(i, &line, fields);
+                        }
+                    }
                 }
             }
         }
