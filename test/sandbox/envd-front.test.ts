@@ -1,7 +1,7 @@
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
-import { Sandbox } from '../../src/index.js';
+import { Sandbox, Templates } from '../../src/index.js';
 import { isEnvdFront } from '../../src/providers/local/envd-sleep.js';
 import { isEnvdCommandLine } from '../../src/providers/provider.js';
 import { createAbxHome, sandboxProcesses } from '../helpers/abx-home.js';
@@ -102,6 +102,23 @@ describe.skipIf(!FRONT_BUILT)('a root daemon', () => {
 
   test('commands and files need no Node; a code context starts it, it sleeps, the front stays', async () => {
     await scenario(abx.home);
+  }, 120_000);
+  test('with every pid of its process limit taken, the front still answers: the bomb is killed through it', async () => {
+    const file = join(abx.home, 'few-pids.yaml');
+    writeFileSync(file, 'name: few-pids\nresources:\n  processes: 40\n');
+    await Templates.build(file, { home: abx.home });
+    const box = await Sandbox.create({ home: abx.home, template: 'few-pids' });
+    try {
+      // Forks until the limit refuses, then every process waits: no pid is left for a thread.
+      const bomb = await box.commands.start(
+        'python3 -c "import os, time\nwhile True:\n  try:\n    if os.fork() == 0: break\n  except OSError: break\ntime.sleep(120)"',
+      );
+      await sleep(1000);
+      expect(await box.commands.kill(bomb.pid)).toBe(true);
+      expect((await box.commands.run('echo alive')).stdout).toBe('alive\n');
+    } finally {
+      await box.kill();
+    }
   }, 120_000);
 });
 

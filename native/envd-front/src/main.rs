@@ -140,13 +140,29 @@ fn main() {
         std::process::id()
     );
     let _ = io::stdout().flush();
+    // One thread kept in reserve, started now: when the sandbox's process limit leaves no thread
+    // for a new connection (a fork bomb holds every pid), the reserve serves it, one at a time,
+    // so the daemon can still reach envd (and kill the bomb) as it could reach Node's envd.
+    let (reserve, jobs) = std::sync::mpsc::channel::<Box<dyn FnOnce() + Send>>();
+    if procs::spawn(move || {
+        for job in jobs {
+            job();
+        }
+    })
+    .is_err()
+    {
+        eprintln!("envd-front: cannot start its reserve thread");
+    }
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
         let front = front.clone();
-        // No thread to be had (the sandbox's process limit): the connection is dropped.
-        let _ = procs::spawn(move || {
+        let job = move || {
             let _ = serve(&front, Conn::new(stream));
-        });
+        };
+        if let Err(job) = procs::spawn(job) {
+            // Dropped only if the reserve is gone too.
+            let _ = reserve.send(Box::new(job));
+        }
     }
 }
 
