@@ -281,15 +281,9 @@ impl Table {
         name: &str,
         fields: &[(String, String)],
     ) {
-        let mut s = proc.state.lock().unwrap();
-        s.code = code;
-        s.signal = signal;
-        s.output.done = true;
-        s.stdout.done = true;
-        s.stderr.done = true;
-        drop(s);
-        proc.changed.notify_all();
-        *proc.stdin.lock().unwrap() = None;
+        // In envd's order ('close' listeners): the log's line, the table letting old entries go,
+        // then the logs closed. A client that reads this one's `exit` and asks at once finds the
+        // log and the table as they are after it.
         let mut fields = fields.to_vec();
         let how = match signal.and_then(sys::signal_name) {
             Some(sig) => {
@@ -310,6 +304,15 @@ impl Table {
         if listed {
             self.retire(&proc.id);
         }
+        *proc.stdin.lock().unwrap() = None;
+        let mut s = proc.state.lock().unwrap();
+        s.code = code;
+        s.signal = signal;
+        s.output.done = true;
+        s.stdout.done = true;
+        s.stderr.done = true;
+        drop(s);
+        proc.changed.notify_all();
     }
 
     fn retire(&self, id: &str) {
