@@ -1,6 +1,6 @@
 import { execFile } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { createReadStream, existsSync } from 'node:fs';
+import { closeSync, createReadStream, existsSync, openSync, readSync } from 'node:fs';
 import {
   chmod,
   copyFile,
@@ -154,6 +154,34 @@ interface ElfInfo {
   machine: string;
   /** PT_INTERP: the dynamic loader's host path; undefined for a static binary. */
   interpreter: string | undefined;
+}
+
+/** What a file's ELF header says it runs on, by machine, remembered per path. */
+const elfMachines = new Map<string, string | undefined>();
+
+/**
+ * Whether `path` is an ELF program for this machine's architecture (x86-64 or aarch64, as
+ * {@link MACHINES} names them); false for a missing file or anything else. Read once per path.
+ */
+export function elfRunsHere(path: string): boolean {
+  if (!elfMachines.has(path)) {
+    let machine: string | undefined;
+    try {
+      const fd = openSync(path, 'r');
+      try {
+        const head = Buffer.alloc(20);
+        readSync(fd, head, 0, 20, 0);
+        if (head.readUInt32BE(0) === 0x7f454c46) machine = MACHINES[head.readUInt16LE(18)];
+      } finally {
+        closeSync(fd);
+      }
+    } catch {
+      machine = undefined;
+    }
+    elfMachines.set(path, machine);
+  }
+  const here = process.arch === 'x64' ? 'x86-64' : process.arch === 'arm64' ? 'aarch64' : '';
+  return elfMachines.get(path) === here;
 }
 
 /** Reads the ELF header and PT_INTERP (64-bit little-endian only: x86-64 and aarch64). */

@@ -66,9 +66,11 @@ async function scenario(home: string): Promise<void> {
     await later.wait();
     expect(Number(later.pid.slice(1))).toBeGreaterThan(Number(background.pid.slice(1)));
     expect(envdParts(box.sandboxId).front).toHaveLength(1);
-    const log = await box.logs();
-    expect(log[0]?.message).toBe('envd started');
-    expect(log.map((line) => line.message)).toContain("envd's Node process started");
+    // The daemon reads envd's log as it grows (a long poll): the lines come within moments.
+    await expect
+      .poll(async () => (await box.logs()).map((line) => line.message), { timeout: 10_000 })
+      .toEqual(expect.arrayContaining(['envd started', "envd's Node process started"]));
+    expect((await box.logs())[0]?.message).toBe('envd started');
 
     // A hibernate and a resume: the home comes back (filled once, by Node's envd, before the
     // front answered), and changes after it stay through Node's sleep.

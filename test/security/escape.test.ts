@@ -17,12 +17,11 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { orphanNetProcesses } from '../../src/egress/sandbox-net.js';
 import { Sandbox, Templates } from '../../src/index.js';
 import { startDaemon } from '../../src/installation/daemon-connection.js';
-import { isEnvdFront } from '../../src/providers/local/envd-sleep.js';
-import { isEnvdCommandLine } from '../../src/providers/provider.js';
 import { CLI, runProgram } from '../cli/abx.js';
 import { createAbxHome, sandboxProcesses } from '../helpers/abx-home.js';
 import { FORK_BOMB } from '../helpers/attacks.js';
 import { ROOT } from '../helpers/build.js';
+import { envdPid } from '../helpers/envd-stopped.js';
 import { internetUnavailable } from '../helpers/internet.js';
 import { startRootlessDaemon } from '../helpers/rootless.js';
 
@@ -80,27 +79,6 @@ const OOM_ATTACK = `${ENVD_OOM_FIRST} && for i in 1 2 3 4; do /usr/bin/python3 -
 function hostUid(sandboxId: string): number {
   const status = readFileSync(`/proc/${envdPid(sandboxId)}/status`, 'utf8');
   return Number(/^Uid:\s+(\d+)/m.exec(status)?.[1]);
-}
-
-/**
- * The host pid of the sandbox's envd (for looking at it from the host): its front, or the shell
- * loop it runs under without one (its uid and root, there while envd sleeps: docs/providers.md).
- */
-function envdPid(sandboxId: string): number {
-  const pid = sandboxProcesses(sandboxId).find((p) => {
-    try {
-      const argv = readFileSync(`/proc/${p}/cmdline`, 'utf8').split('\0');
-      return (
-        (argv[0]?.endsWith('node') && isEnvdCommandLine(argv)) ||
-        argv[3] === 'abx-envd' ||
-        isEnvdFront(argv)
-      );
-    } catch {
-      return false;
-    }
-  });
-  if (!pid) throw new Error(`no envd process for ${sandboxId}`);
-  return pid;
 }
 
 async function waitFor<T>(what: () => Promise<T> | T, ok: (value: T) => boolean, ms = 15_000) {

@@ -71,7 +71,6 @@ struct Front {
     node: Mutex<NodeState>,
     node_changed: Condvar,
     table: Arc<Table>,
-    warmups: Arc<Table>,
     next_warmup: Mutex<u64>,
 }
 
@@ -103,7 +102,6 @@ fn main() {
         }),
         node_changed: Condvar::new(),
         table: Arc::new(Table::new()),
-        warmups: Arc::new(Table::new()),
         next_warmup: Mutex::new(1),
         cfg,
     });
@@ -821,7 +819,7 @@ fn route(
                 *n += 1;
                 format!("w{}", *n - 1)
             };
-            let Ok((proc, info)) = front.warmups.start(id, spec, false) else {
+            let Ok((proc, info)) = front.table.start(id, spec, false) else {
                 return Ok(false);
             };
             stream_events(out, &proc, (0, 0), true, false, Some(info), keep)?;

@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { closeSync, lstatSync, openSync, readSync } from 'node:fs';
+import { lstatSync } from 'node:fs';
 import { lstat, readlink } from 'node:fs/promises';
 import { posix } from 'node:path';
 import { promisify } from 'node:util';
@@ -9,6 +9,7 @@ import {
   SANDBOX_RUNTIME_DIR,
 } from '../../../runtime/protocol/constants.js';
 import { envMilliseconds } from '../../util/env-ms.js';
+import { elfRunsHere } from '../portable-runtime.js';
 
 /**
  * How long a local sandbox's envd waits with nothing to do before it sleeps (exits, 75), unless
@@ -120,21 +121,7 @@ export function isEnvdFront(argv: readonly string[]): boolean {
  * machine's architecture. Without one, envd sleeps under the shell loop as before.
  */
 export function frontIn(runtimeDir: string): boolean {
-  if (process.env.ABX_ENVD_FRONT === '0') return false;
-  try {
-    const fd = openSync(`${runtimeDir}/${ENVD_FRONT_NAME}`, 'r');
-    try {
-      const head = Buffer.alloc(20);
-      readSync(fd, head, 0, 20, 0);
-      const machine = head.readUInt16LE(18);
-      const wanted = process.arch === 'x64' ? 0x3e : process.arch === 'arm64' ? 0xb7 : -1;
-      return head.readUInt32BE(0) === 0x7f454c46 && machine === wanted;
-    } finally {
-      closeSync(fd);
-    }
-  } catch {
-    return false;
-  }
+  return process.env.ABX_ENVD_FRONT !== '0' && elfRunsHere(`${runtimeDir}/${ENVD_FRONT_NAME}`);
 }
 
 /** The loop as daemons before the loop made the FIFO itself started it (a sandbox they left running). */
